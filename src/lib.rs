@@ -1,0 +1,6 @@
+//! ember: an LLM inference engine with exact per-request timing, embedded through a C ABI.
+//!
+//! Layers, each depending only on those below it (see `docs/architecture.md`):
+//! `ffi` → `protocol` → `engine` → `backend` → `model`.
+
+pub mod model;

@@ -1,0 +1,1 @@
+//! Chat template rendering (being written).
