@@ -1,1 +1,209 @@
-//! Chat template rendering (being written).
+//! Renders chat messages into a prompt with the model's own Jinja template (`tokenizer.chat_template`).
+//!
+//! Templates are rendered the way Hugging Face transformers renders them (`apply_chat_template`): Jinja with
+//! `trim_blocks` and `lstrip_blocks`, loop controls, Python string methods (`.strip()`, `.startswith()`, ...) via
+//! minijinja-contrib's pycompat layer, `raise_exception(msg)`, and the variables `messages`,
+//! `add_generation_prompt`, `bos_token` and `eos_token`. A model without a template gets ChatML, the format
+//! SmolLM2 and many other instruction models use. A template is data from a file, so rendering is bounded
+//! (minijinja "fuel") and every failure is returned as an error.
+
+use std::fmt;
+
+use minijinja::{Environment, ErrorKind};
+use serde::Serialize;
+
+use crate::model::gguf::{GgufError, GgufFile};
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage { role: role.into(), content: content.into() }
+    }
+}
+
+/// The fallback template, used only when a model has none: ChatML.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
+{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}\
+{% endfor %}\
+{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Instructions a render may execute: real templates use a few thousand for a long conversation.
+const RENDER_FUEL: u64 = 5_000_000;
+const TEMPLATE_NAME: &str = "chat";
+
+/// A failure to compile or render a chat template.
+#[derive(Debug)]
+pub enum TemplateError {
+    /// The GGUF metadata needed to set the template up is unreadable.
+    Gguf(GgufError),
+    /// The template does not parse.
+    Syntax(String),
+    /// The template failed while rendering (including `raise_exception` calls and running out of fuel).
+    Render(String),
+}
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TemplateError::Gguf(e) => write!(f, "cannot read the chat template: {e}"),
+            TemplateError::Syntax(e) => write!(f, "invalid chat template: {e}"),
+            TemplateError::Render(e) => write!(f, "chat template failed to render: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+impl From<GgufError> for TemplateError {
+    fn from(e: GgufError) -> Self {
+        TemplateError::Gguf(e)
+    }
+}
+
+/// A compiled chat template with the special-token texts it may refer to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+    is_fallback: bool,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("is_fallback", &self.is_fallback)
+            .finish()
+    }
+}
+
+#[derive(Serialize)]
+struct RenderContext<'a> {
+    messages: &'a [ChatMessage],
+    add_generation_prompt: bool,
+    bos_token: &'a str,
+    eos_token: &'a str,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`, or ChatML when `source` is `None`.
+    pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        let syntax = env.syntax().to_builder().trim_blocks(true).lstrip_blocks(true).build();
+        env.set_syntax(syntax.map_err(|e| TemplateError::Syntax(describe(&e)))?);
+        env.set_fuel(Some(RENDER_FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        let is_fallback = source.is_none();
+        let source = source.unwrap_or(CHATML_TEMPLATE).to_owned();
+        env.add_template_owned(TEMPLATE_NAME, source).map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback })
+    }
+
+    /// The template of a GGUF model (`tokenizer.chat_template`, ChatML when absent), with the texts of its
+    /// bos/eos tokens (`tokenizer.ggml.bos_token_id` / `eos_token_id` looked up in `tokenizer.ggml.tokens`;
+    /// empty when the model does not define them).
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, TemplateError> {
+        let source = file.optional("tokenizer.chat_template", GgufFile::str)?;
+        let tokens = file.string_array("tokenizer.ggml.tokens")?;
+        let token_text = |key: &str| -> Result<String, TemplateError> {
+            Ok(file
+                .optional(key, GgufFile::u32)?
+                .and_then(|id| tokens.get(id as usize))
+                .cloned()
+                .unwrap_or_default())
+        };
+        let bos = token_text("tokenizer.ggml.bos_token_id")?;
+        let eos = token_text("tokenizer.ggml.eos_token_id")?;
+        Self::new(source, &bos, &eos)
+    }
+
+    /// True when the model had no template and ChatML is used.
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+
+    /// Renders `messages`; with `add_generation_prompt` the prompt ends where the assistant's reply begins.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render(describe(&e)))?;
+        let ctx = RenderContext {
+            messages,
+            add_generation_prompt,
+            bos_token: &self.bos_token,
+            eos_token: &self.eos_token,
+        };
+        template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)))
+    }
+}
+
+/// minijinja's error with its detail and source location, on one line.
+fn describe(e: &minijinja::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(detail) = e.detail() {
+        if !s.contains(detail) {
+            s = format!("{s}: {detail}");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> ChatMessage {
+        ChatMessage::new("user", text)
+    }
+
+    #[test]
+    fn chatml_fallback_renders_generation_prompt() {
+        let t = ChatTemplate::new(None, "", "").unwrap();
+        assert!(t.is_fallback());
+        let out = t.render(&[user("hi")], true).unwrap();
+        assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(t.render(&[user("hi")], false).unwrap(), "<|im_start|>user\nhi<|im_end|>\n");
+    }
+
+    #[test]
+    fn syntax_errors_are_returned() {
+        let err = ChatTemplate::new(Some("{% for x in %}"), "", "").unwrap_err();
+        assert!(matches!(err, TemplateError::Syntax(_)), "{err}");
+    }
+
+    #[test]
+    fn raise_exception_is_a_render_error() {
+        let t = ChatTemplate::new(Some("{{ raise_exception('only user turns') }}"), "", "").unwrap();
+        let err = t.render(&[user("x")], true).unwrap_err();
+        assert!(err.to_string().contains("only user turns"), "{err}");
+    }
+
+    #[test]
+    fn runaway_templates_run_out_of_fuel() {
+        let t = ChatTemplate::new(Some("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"), "", "")
+            .unwrap();
+        assert!(matches!(t.render(&[user("x")], true), Err(TemplateError::Render(_))));
+    }
+
+    #[test]
+    fn python_string_methods_and_special_tokens_work() {
+        let src = "{{ bos_token }}{% for m in messages %}{{ m.content.strip() }}{% endfor %}{{ eos_token }}";
+        let t = ChatTemplate::new(Some(src), "<s>", "</s>").unwrap();
+        assert_eq!(t.render(&[user("  padded  ")], false).unwrap(), "<s>padded</s>");
+    }
+
+    #[test]
+    fn trim_and_lstrip_blocks_match_transformers() {
+        let src = "{% for m in messages %}\n    {{ m.content }}\n{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "", "").unwrap();
+        assert_eq!(t.render(&[user("a"), user("b")], false).unwrap(), "    a\n    b\n");
+    }
+}

@@ -4,5 +4,11 @@
 pub mod chat_template;
 pub mod gguf;
 pub mod llama;
+mod load;
 pub mod path;
 pub mod tokenizer;
+
+pub use load::{Model, ModelError};
+
+/// A token id: an index into the model's vocabulary.
+pub type TokenId = u32;

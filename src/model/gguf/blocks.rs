@@ -93,9 +93,50 @@ pub fn dequantize_bf16(values: &[bf16], out: &mut [f32]) {
     }
 }
 
+/// Quantizes 32 values to Q4_1 (the reference rounding: `m` = block minimum, `d` = range / 15, nearest level).
+pub fn quantize_q4_1(x: &[f32; QK]) -> BlockQ4_1 {
+    let min = x.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = (max - min) / 15.0;
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let level = |v: f32| ((v - min) * inv).round().clamp(0.0, 15.0) as u8;
+    let mut qs = [0u8; QK / 2];
+    for (j, q) in qs.iter_mut().enumerate() {
+        *q = level(x[j]) | (level(x[j + QK / 2]) << 4);
+    }
+    BlockQ4_1 { d: f16::from_f32(d), m: f16::from_f32(min), qs }
+}
+
+/// Quantizes 32 values to Q8_0 (`d` = max |x| / 127, nearest level).
+pub fn quantize_q8_0(x: &[f32; QK]) -> BlockQ8_0 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; QK];
+    for (q, v) in qs.iter_mut().zip(x) {
+        *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+    }
+    BlockQ8_0 { d: f16::from_f32(d), qs }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantizers_round_trip_within_half_a_step() {
+        let x: [f32; 32] = std::array::from_fn(|i| ((i * 37 % 32) as f32 - 13.0) * 0.1);
+        let mut out = [0f32; 32];
+        let q41 = quantize_q4_1(&x);
+        dequantize_q4_1(&[q41], &mut out);
+        let step = q41.d.to_f32();
+        // Half a level, plus the error of storing d and m as f16.
+        x.iter().zip(&out).for_each(|(a, b)| assert!((a - b).abs() <= 0.5 * step + 0.01, "{a} vs {b}"));
+        let q80 = quantize_q8_0(&x);
+        dequantize_q8_0(&[q80], &mut out);
+        let step = q80.d.to_f32();
+        x.iter().zip(&out).for_each(|(a, b)| assert!((a - b).abs() <= 0.5 * step + 1e-3, "{a} vs {b}"));
+    }
 
     #[test]
     fn q4_1_uses_low_nibbles_first() {

@@ -47,8 +47,30 @@ impl GgufWriter {
         self
     }
 
+    /// Appends a metadata entry (a key added twice makes a file that readers must refuse).
     pub fn metadata(mut self, key: &str, value: Value) -> Self {
         self.metadata.push((key.to_owned(), value));
+        self
+    }
+
+    /// Replaces the value of `key`, or appends it when absent.
+    pub fn set_metadata(mut self, key: &str, value: Value) -> Self {
+        match self.metadata.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.metadata.push((key.to_owned(), value)),
+        }
+        self
+    }
+
+    /// Drops metadata entry `key`.
+    pub fn without_metadata(mut self, key: &str) -> Self {
+        self.metadata.retain(|(k, _)| k != key);
+        self
+    }
+
+    /// Drops tensor `name`.
+    pub fn without_tensor(mut self, name: &str) -> Self {
+        self.tensors.retain(|t| t.name != name);
         self
     }
 

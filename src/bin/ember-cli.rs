@@ -1,0 +1,134 @@
+//! ember's command-line tool: model facts, tokenization, synthetic models.
+//!
+//! ```text
+//! ember-cli info     [--model PATH] [MESSAGE]      model facts and a tokenized chat prompt
+//! ember-cli tokenize [--model PATH] [--special] TEXT
+//! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ember::model::chat_template::ChatMessage;
+use ember::model::llama::SyntheticSpec;
+use ember::model::Model;
+
+const USAGE: &str = "usage:
+  ember-cli info      [--model PATH] [MESSAGE]
+  ember-cli tokenize  [--model PATH] [--special] TEXT
+  ember-cli synthetic PATH [--seed S] [--tiny]";
+
+/// Parsed command-line options (every command takes the subset it needs).
+#[derive(Default)]
+struct Args {
+    model: Option<PathBuf>,
+    max_tokens: Option<usize>,
+    threads: Option<usize>,
+    temperature: Option<f32>,
+    seed: Option<u64>,
+    special: bool,
+    tiny: bool,
+    positional: Vec<String>,
+}
+
+fn parse_args(raw: &[String]) -> Result<Args, String> {
+    let mut args = Args::default();
+    let mut it = raw.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--model" => args.model = Some(value("--model")?.into()),
+            "--max-tokens" => args.max_tokens = Some(parse_num(&value("--max-tokens")?, "--max-tokens")?),
+            "--threads" => args.threads = Some(parse_num(&value("--threads")?, "--threads")?),
+            "--temperature" => args.temperature = Some(parse_num(&value("--temperature")?, "--temperature")?),
+            "--seed" => args.seed = Some(parse_num(&value("--seed")?, "--seed")?),
+            "--special" => args.special = true,
+            "--tiny" => args.tiny = true,
+            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
+            _ => args.positional.push(a.clone()),
+        }
+    }
+    Ok(args)
+}
+
+fn parse_num<T: std::str::FromStr>(s: &str, name: &str) -> Result<T, String> {
+    s.parse().map_err(|_| format!("{name}: cannot parse {s:?}"))
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = raw.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = parse_args(rest).and_then(|args| match command.as_str() {
+        "info" => info(&args),
+        "tokenize" => tokenize(&args),
+        "synthetic" => synthetic(&args),
+        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(args: &Args) -> Result<(Model, f64), String> {
+    let start = Instant::now();
+    let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
+    Ok((model, start.elapsed().as_secs_f64() * 1000.0))
+}
+
+fn chat_prompt(model: &Model, message: &str) -> Result<Vec<u32>, String> {
+    let rendered = model.chat_template.render(&[ChatMessage::new("user", message)], true).map_err(|e| e.to_string())?;
+    let mut ids = Vec::new();
+    if model.tokenizer.add_bos() {
+        ids.extend(model.tokenizer.bos_id());
+    }
+    ids.extend(model.tokenizer.encode(&rendered, true));
+    Ok(ids)
+}
+
+fn info(args: &Args) -> Result<(), String> {
+    let (model, load_ms) = load(args)?;
+    let c = &model.config;
+    println!("model        {} ({})", model.name(), model.path.display());
+    println!(
+        "loaded in    {load_ms:.1} ms (GGUF v{}, {} tensors)",
+        model.file.version(),
+        model.file.tensor_infos().len()
+    );
+    println!("layers       {}, width {}, FFN {}", c.n_layer, c.n_embd, c.n_ff);
+    println!("heads        {} query, {} key/value, {} wide", c.n_head, c.n_head_kv, c.head_dim);
+    println!("rope         base {}, {} dims; rms eps {}", c.rope_base, c.rope_dim, c.rms_eps);
+    println!("context      {} tokens; vocabulary {} tokens", c.context_length, c.vocab_size);
+    println!("output       {}", if c.tied_output { "tied to the token embedding" } else { "separate" });
+    let message = args.positional.first().map_or("What is the capital of France?", String::as_str);
+    let rendered = model.chat_template.render(&[ChatMessage::new("user", message)], true).map_err(|e| e.to_string())?;
+    let ids = chat_prompt(&model, message)?;
+    println!("\nchat prompt ({} tokens):\n{rendered}", ids.len());
+    println!("token ids: {ids:?}");
+    Ok(())
+}
+
+fn tokenize(args: &Args) -> Result<(), String> {
+    let (model, _) = load(args)?;
+    let text = args.positional.first().ok_or("tokenize needs a TEXT")?;
+    for id in model.tokenizer.encode(text, args.special) {
+        println!("{id:6} {:?}", model.tokenizer.token_text(id).unwrap_or(""));
+    }
+    Ok(())
+}
+
+fn synthetic(args: &Args) -> Result<(), String> {
+    let path = args.positional.first().ok_or("synthetic needs a PATH")?;
+    let seed = args.seed.unwrap_or(0);
+    let spec = if args.tiny { SyntheticSpec::tiny(seed) } else { SyntheticSpec::smollm2_135m(seed) };
+    spec.writer().write(std::path::Path::new(path)).map_err(|e| format!("cannot write {path}: {e}"))?;
+    println!("{path}");
+    Ok(())
+}

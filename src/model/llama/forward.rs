@@ -1,0 +1,137 @@
+//! The llama forward pass, written once over the [`LlamaBackend`] operations that each backend implements.
+//!
+//! ```text
+//! x = embed(tokens)                                    [T, d]   T = new tokens of the whole batch
+//! for each block l:
+//!     xn = rms_norm(x, attn_norm[l])
+//!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, d], [T, kv], [T, kv]
+//!     att = attention(rope(q), rope(k), v, KV cache)   [T, d]   causal, grouped-query, per sequence
+//!     x += att·Wo[l]ᵀ
+//!     xn = rms_norm(x, ffn_norm[l])
+//!     x += (silu(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ  [T, ff] inside
+//! logits = rms_norm(x, output_norm)·Woutᵀ              [S, vocab] only for the S rows that want logits
+//! ```
+//!
+//! Operations name their operands by [`Buf`] rather than by reference, so a backend keeps its buffers on its
+//! own device and may enqueue work asynchronously (the CUDA backend records a step into a graph); only
+//! [`LlamaBackend::logits`] returns data to the host.
+
+use super::batch::SeqChunk;
+use super::config::LlamaConfig;
+
+/// The activation buffers of a step. Each has one row per new token of the batch (`T` rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The residual stream, `[T, n_embd]`.
+    X,
+    /// A normalized copy of `X`, or a projection to add to it, `[T, n_embd]`.
+    Xn,
+    /// Queries, `[T, n_embd]` (`n_head` heads of `head_dim`).
+    Q,
+    /// Keys of the new tokens, `[T, kv_dim]`.
+    K,
+    /// Values of the new tokens, `[T, kv_dim]`.
+    V,
+    /// Attention output, `[T, n_embd]`.
+    Att,
+    /// FFN gate projection, then the SwiGLU product, `[T, n_ff]`.
+    Gate,
+    /// FFN up projection, `[T, n_ff]`.
+    Up,
+}
+
+/// A weight matrix of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Weight {
+    AttnQ(usize),
+    AttnK(usize),
+    AttnV(usize),
+    AttnOutput(usize),
+    FfnGate(usize),
+    FfnUp(usize),
+    FfnDown(usize),
+}
+
+impl Weight {
+    /// The GGUF tensor name.
+    pub fn tensor_name(self) -> String {
+        let (l, suffix) = match self {
+            Weight::AttnQ(l) => (l, "attn_q.weight"),
+            Weight::AttnK(l) => (l, "attn_k.weight"),
+            Weight::AttnV(l) => (l, "attn_v.weight"),
+            Weight::AttnOutput(l) => (l, "attn_output.weight"),
+            Weight::FfnGate(l) => (l, "ffn_gate.weight"),
+            Weight::FfnUp(l) => (l, "ffn_up.weight"),
+            Weight::FfnDown(l) => (l, "ffn_down.weight"),
+        };
+        LlamaConfig::layer_tensor(l, suffix)
+    }
+}
+
+/// An RMSNorm weight vector of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Norm {
+    Attn(usize),
+    Ffn(usize),
+    Output,
+}
+
+impl Norm {
+    /// The GGUF tensor name.
+    pub fn tensor_name(self) -> String {
+        match self {
+            Norm::Attn(l) => LlamaConfig::layer_tensor(l, "attn_norm.weight"),
+            Norm::Ffn(l) => LlamaConfig::layer_tensor(l, "ffn_norm.weight"),
+            Norm::Output => "output_norm.weight".to_owned(),
+        }
+    }
+}
+
+/// The operations the forward pass needs. A backend holds the weights, the KV cache and the buffers; the
+/// batch given to [`begin`](LlamaBackend::begin) defines `T` and the positions for the operations that follow,
+/// until [`logits`](LlamaBackend::logits) ends the step.
+pub trait LlamaBackend {
+    type Error;
+
+    /// Starts a step: checks the batch and takes its tokens, positions and block tables.
+    fn begin(&mut self, batch: &[SeqChunk<'_>]) -> Result<(), Self::Error>;
+    /// `dst[t] = token_embd[tokens[t]]`.
+    fn embed(&mut self, dst: Buf);
+    /// `dst[t] = src[t] / rms(src[t]) ⊙ weight`.
+    fn rms_norm(&mut self, src: Buf, weight: Norm, dst: Buf);
+    /// For each `(w, dst)`: `dst[t] = w · src[t]`. One call for the projections that share an input lets a
+    /// backend prepare the input once and run them as one parallel region.
+    fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]);
+    /// `dst[t] += w · src[t]` (the residual add fused into the projection that feeds it).
+    fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf);
+    /// Rotates `Q` and `K` by their positions (RoPE), appends `K` and `V` to each sequence's KV cache at
+    /// `layer`, and writes causal grouped-query attention over the cache to `Att`.
+    fn attention(&mut self, layer: usize);
+    /// `Gate = silu(Gate) ⊙ Up`.
+    fn swiglu(&mut self);
+    /// Ends the step: final norm of `X` and the output projection for each sequence that wants logits, in
+    /// batch order, into `out` (`[S, vocab]`).
+    fn logits(&mut self, out: &mut [f32]) -> Result<(), Self::Error>;
+}
+
+/// Runs one forward step of `batch`, writing one row of logits per sequence with `want_logits` into `logits`.
+pub fn forward<B: LlamaBackend>(
+    config: &LlamaConfig,
+    backend: &mut B,
+    batch: &[SeqChunk<'_>],
+    logits: &mut [f32],
+) -> Result<(), B::Error> {
+    backend.begin(batch)?;
+    backend.embed(Buf::X);
+    for l in 0..config.n_layer {
+        backend.rms_norm(Buf::X, Norm::Attn(l), Buf::Xn);
+        backend.matmul(Buf::Xn, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
+        backend.attention(l);
+        backend.matmul_add(Buf::Att, Weight::AttnOutput(l), Buf::X);
+        backend.rms_norm(Buf::X, Norm::Ffn(l), Buf::Xn);
+        backend.matmul(Buf::Xn, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
+        backend.swiglu();
+        backend.matmul_add(Buf::Gate, Weight::FfnDown(l), Buf::X);
+    }
+    backend.logits(logits)
+}

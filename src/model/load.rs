@@ -1,0 +1,70 @@
+//! A model ready to use: the memory-mapped file, its hyperparameters, tokenizer and chat template, loaded and
+//! validated together.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::chat_template::{ChatTemplate, TemplateError};
+use super::gguf::{GgufError, GgufFile};
+use super::llama::{LlamaConfig, ModelConfigError};
+use super::path::{resolve_model_path, ModelNotFound};
+use super::tokenizer::{Tokenizer, TokenizerError};
+
+/// A loaded model. The file is shared (`Arc`) so that an engine thread can hold it while the host holds this.
+pub struct Model {
+    pub path: PathBuf,
+    pub file: Arc<GgufFile>,
+    pub config: LlamaConfig,
+    pub tokenizer: Tokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+/// Why a model could not be loaded.
+#[derive(Debug)]
+pub enum ModelError {
+    NotFound(ModelNotFound),
+    Gguf(GgufError),
+    Config(ModelConfigError),
+    Tokenizer(TokenizerError),
+    Template(TemplateError),
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::NotFound(e) => e.fmt(f),
+            ModelError::Gguf(e) => e.fmt(f),
+            ModelError::Config(e) => e.fmt(f),
+            ModelError::Tokenizer(e) => write!(f, "tokenizer: {e}"),
+            ModelError::Template(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+impl Model {
+    /// Loads the model at `path`, or where the model-path rule points when `None` (see [`resolve_model_path`]).
+    pub fn load(path: Option<&Path>) -> Result<Self, ModelError> {
+        let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
+        let file = GgufFile::open(&path).map_err(ModelError::Gguf)?;
+        Self::from_file(path, file)
+    }
+
+    /// Builds a model from an already opened file (`path` is only reported).
+    pub fn from_file(path: PathBuf, file: GgufFile) -> Result<Self, ModelError> {
+        let config = LlamaConfig::from_gguf(&file).map_err(ModelError::Config)?;
+        let tokenizer = Tokenizer::from_gguf(&file).map_err(ModelError::Tokenizer)?;
+        let chat_template = ChatTemplate::from_gguf(&file).map_err(ModelError::Template)?;
+        Ok(Model { path, file: Arc::new(file), config, tokenizer, chat_template })
+    }
+
+    /// The model's name (`general.name`), or its file name.
+    pub fn name(&self) -> String {
+        match self.file.str("general.name") {
+            Ok(name) => name.to_owned(),
+            Err(_) => self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Llama hyperparameter validation: every inconsistency is an error naming the key or tensor at fault.
+
+use ember::model::gguf::{GgmlType, GgufError, GgufFile, Value};
+use ember::model::llama::{LlamaConfig, ModelConfigError, SyntheticSpec};
+
+fn config_of(w: ember::model::gguf::writer::GgufWriter) -> Result<LlamaConfig, ModelConfigError> {
+    LlamaConfig::from_gguf(&GgufFile::from_bytes(&w.to_bytes()).unwrap())
+}
+
+fn tiny() -> ember::model::gguf::writer::GgufWriter {
+    SyntheticSpec::tiny(1).writer()
+}
+
+fn invalid_key(r: Result<LlamaConfig, ModelConfigError>) -> &'static str {
+    match r {
+        Err(ModelConfigError::Invalid { key, .. }) => key,
+        other => panic!("expected an invalid-key error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_valid_tiny_model_reads_back_its_shapes() {
+    let c = config_of(tiny()).unwrap();
+    assert_eq!((c.n_head, c.n_head_kv, c.head_dim, c.n_ff), (4, 2, 16, 96));
+    assert!(c.tied_output);
+}
+
+#[test]
+fn heads_must_divide_the_width_and_kv_heads_the_heads() {
+    assert_eq!(
+        invalid_key(config_of(tiny().set_metadata("llama.attention.head_count", Value::U32(5)))),
+        "llama.attention.head_count"
+    );
+    assert_eq!(
+        invalid_key(config_of(tiny().set_metadata("llama.attention.head_count_kv", Value::U32(3)))),
+        "llama.attention.head_count_kv"
+    );
+    assert_eq!(
+        invalid_key(config_of(tiny().set_metadata("llama.block_count", Value::U32(0)))),
+        "llama.block_count"
+    );
+    assert_eq!(
+        invalid_key(config_of(tiny().set_metadata("llama.rope.dimension_count", Value::U32(17)))),
+        "llama.rope.dimension_count"
+    );
+    assert_eq!(
+        invalid_key(config_of(tiny().set_metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(-1.0)))),
+        "llama.attention.layer_norm_rms_epsilon"
+    );
+}
+
+#[test]
+fn missing_and_mistyped_keys_are_named() {
+    match config_of(tiny().without_metadata("llama.embedding_length")) {
+        Err(ModelConfigError::Gguf(GgufError::MissingKey { key })) => assert_eq!(key, "llama.embedding_length"),
+        other => panic!("{other:?}"),
+    }
+    match config_of(tiny().set_metadata("llama.feed_forward_length", Value::String("96".into()))) {
+        Err(ModelConfigError::Gguf(GgufError::WrongType { key, .. })) => assert_eq!(key, "llama.feed_forward_length"),
+        other => panic!("{other:?}"),
+    }
+    match config_of(tiny().set_metadata("general.architecture", Value::String("gpt2".into()))) {
+        Err(ModelConfigError::UnsupportedArchitecture(a)) => assert_eq!(a, "gpt2"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn optional_keys_have_llama_cpp_defaults() {
+    let c = config_of(tiny().without_metadata("llama.rope.freq_base").without_metadata("llama.rope.dimension_count"))
+        .unwrap();
+    assert_eq!((c.rope_base, c.rope_dim), (10_000.0, c.head_dim));
+    let c = config_of(tiny().without_metadata("llama.vocab_size")).unwrap();
+    assert_eq!(c.vocab_size, 512, "taken from the embedding table");
+}
+
+#[test]
+fn every_tensor_must_be_present_with_its_shape() {
+    match config_of(tiny().without_tensor("blk.1.ffn_up.weight")) {
+        Err(ModelConfigError::Gguf(GgufError::MissingTensor { name })) => assert_eq!(name, "blk.1.ffn_up.weight"),
+        other => panic!("{other:?}"),
+    }
+    let wrong = tiny().without_tensor("blk.0.attn_k.weight").tensor(
+        "blk.0.attn_k.weight",
+        GgmlType::Q4_1,
+        &[64, 64],
+        vec![0; 2 * 20 * 64],
+    );
+    match config_of(wrong) {
+        Err(ModelConfigError::TensorShape { tensor, expected, found }) => {
+            assert_eq!((tensor.as_str(), expected, found), ("blk.0.attn_k.weight", vec![64, 32], vec![64, 64]))
+        }
+        other => panic!("{other:?}"),
+    }
+    let f16_norm = tiny().without_tensor("output_norm.weight").tensor(
+        "output_norm.weight",
+        GgmlType::F16,
+        &[64],
+        vec![0; 128],
+    );
+    assert!(matches!(config_of(f16_norm), Err(ModelConfigError::NormNotF32 { .. })));
+}
+
+#[test]
+fn an_unsupported_weight_type_is_named_when_the_model_needs_it() {
+    let spec = SyntheticSpec { n_ff: 256, ..SyntheticSpec::tiny(3) };
+    let w = spec.writer().without_tensor("blk.1.ffn_down.weight").tensor(
+        "blk.1.ffn_down.weight",
+        GgmlType::Q6K,
+        &[256, 64],
+        vec![0; 210 * 64],
+    );
+    match config_of(w) {
+        Err(ModelConfigError::Gguf(GgufError::UnsupportedTensorType { tensor, dtype })) => {
+            assert_eq!((tensor.as_str(), dtype), ("blk.1.ffn_down.weight", GgmlType::Q6K))
+        }
+        other => panic!("{other:?}"),
+    }
+}
