@@ -35,10 +35,7 @@ fn heads_must_divide_the_width_and_kv_heads_the_heads() {
         invalid_key(config_of(tiny().set_metadata("llama.attention.head_count_kv", Value::U32(3)))),
         "llama.attention.head_count_kv"
     );
-    assert_eq!(
-        invalid_key(config_of(tiny().set_metadata("llama.block_count", Value::U32(0)))),
-        "llama.block_count"
-    );
+    assert_eq!(invalid_key(config_of(tiny().set_metadata("llama.block_count", Value::U32(0)))), "llama.block_count");
     assert_eq!(
         invalid_key(config_of(tiny().set_metadata("llama.rope.dimension_count", Value::U32(17)))),
         "llama.rope.dimension_count"
@@ -92,12 +89,8 @@ fn every_tensor_must_be_present_with_its_shape() {
         }
         other => panic!("{other:?}"),
     }
-    let f16_norm = tiny().without_tensor("output_norm.weight").tensor(
-        "output_norm.weight",
-        GgmlType::F16,
-        &[64],
-        vec![0; 128],
-    );
+    let f16_norm =
+        tiny().without_tensor("output_norm.weight").tensor("output_norm.weight", GgmlType::F16, &[64], vec![0; 128]);
     assert!(matches!(config_of(f16_norm), Err(ModelConfigError::NormNotF32 { .. })));
 }
 

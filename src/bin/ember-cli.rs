@@ -1,22 +1,30 @@
-//! ember's command-line tool: model facts, tokenization, synthetic models.
+//! ember's command-line tool: model facts, tokenization, a chat answer on the CPU, synthetic models.
 //!
 //! ```text
 //! ember-cli info     [--model PATH] [MESSAGE]      model facts and a tokenized chat prompt
 //! ember-cli tokenize [--model PATH] [--special] TEXT
+//! ember-cli chat     [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
 //! ```
 
+use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
+use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
+use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
 use ember::model::llama::SyntheticSpec;
+use ember::model::tokenizer::StreamDecoder;
 use ember::model::Model;
 
 const USAGE: &str = "usage:
   ember-cli info      [--model PATH] [MESSAGE]
   ember-cli tokenize  [--model PATH] [--special] TEXT
+  ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
   ember-cli synthetic PATH [--seed S] [--tiny]";
 
 /// Parsed command-line options (every command takes the subset it needs).
@@ -65,6 +73,7 @@ fn main() -> ExitCode {
     let result = parse_args(rest).and_then(|args| match command.as_str() {
         "info" => info(&args),
         "tokenize" => tokenize(&args),
+        "chat" => chat(&args),
         "synthetic" => synthetic(&args),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     });
@@ -121,6 +130,57 @@ fn tokenize(args: &Args) -> Result<(), String> {
     for id in model.tokenizer.encode(text, args.special) {
         println!("{id:6} {:?}", model.tokenizer.token_text(id).unwrap_or(""));
     }
+    Ok(())
+}
+
+fn chat(args: &Args) -> Result<(), String> {
+    let (model, load_ms) = load(args)?;
+    let message = args.positional.first().ok_or("chat needs a MESSAGE")?;
+    let prompt = chat_prompt(&model, message)?;
+    let mut options = CpuBackendOptions::single_sequence(model.config.context_length.min(4096));
+    if let Some(t) = args.threads {
+        options.threads = t;
+    }
+    let layout = SingleSequenceLayout {
+        max_batch_tokens: options.max_batch_tokens,
+        kv_block_size: options.kv_block_size,
+        kv_num_blocks: options.kv_num_blocks,
+    };
+    let mut backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
+    let sampling =
+        SamplingParams { temperature: args.temperature.unwrap_or(0.0), seed: args.seed, ..Default::default() };
+    sampling.validate(model.config.vocab_size).map_err(|e| e.to_string())?;
+    let request = GenerateRequest {
+        prompt: &prompt,
+        max_tokens: args.max_tokens.unwrap_or(128),
+        sampling,
+        stop_ids: model.tokenizer.eog_ids(),
+        default_seed: 0,
+    };
+    println!("> {message}");
+    let mut stream = StreamDecoder::new(false);
+    let mut stdout = std::io::stdout();
+    let generation =
+        generate(&model.config, &mut backend, layout, &request, |token| match stream.push(&model.tokenizer, token) {
+            Ok(text) => {
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+                ControlFlow::Continue(())
+            }
+            Err(_) => ControlFlow::Break(()),
+        })
+        .map_err(|e| e.to_string())?;
+    println!("{}", stream.finish());
+    let n = generation.tokens.len();
+    println!(
+        "\n[{} prompt tokens, {n} generated ({}); load {load_ms:.0} ms, first token {:.0} ms, decode {} on {} threads, {} kernels]",
+        prompt.len(),
+        generation.finish_reason,
+        generation.time_to_first_token.as_secs_f64() * 1000.0,
+        generation.decode_tokens_per_second().map_or("n/a".to_owned(), |r| format!("{r:.1} tokens/s")),
+        backend.options().threads,
+        backend.kernel_path(),
+    );
     Ok(())
 }
 

@@ -116,11 +116,7 @@ impl ChatTemplate {
         let source = file.optional("tokenizer.chat_template", GgufFile::str)?;
         let tokens = file.string_array("tokenizer.ggml.tokens")?;
         let token_text = |key: &str| -> Result<String, TemplateError> {
-            Ok(file
-                .optional(key, GgufFile::u32)?
-                .and_then(|id| tokens.get(id as usize))
-                .cloned()
-                .unwrap_or_default())
+            Ok(file.optional(key, GgufFile::u32)?.and_then(|id| tokens.get(id as usize)).cloned().unwrap_or_default())
         };
         let bos = token_text("tokenizer.ggml.bos_token_id")?;
         let eos = token_text("tokenizer.ggml.eos_token_id")?;
@@ -135,12 +131,8 @@ impl ChatTemplate {
     /// Renders `messages`; with `add_generation_prompt` the prompt ends where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render(describe(&e)))?;
-        let ctx = RenderContext {
-            messages,
-            add_generation_prompt,
-            bos_token: &self.bos_token,
-            eos_token: &self.eos_token,
-        };
+        let ctx =
+            RenderContext { messages, add_generation_prompt, bos_token: &self.bos_token, eos_token: &self.eos_token };
         template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)))
     }
 }
@@ -188,8 +180,12 @@ mod tests {
 
     #[test]
     fn runaway_templates_run_out_of_fuel() {
-        let t = ChatTemplate::new(Some("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"), "", "")
-            .unwrap();
+        let t = ChatTemplate::new(
+            Some("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
+            "",
+            "",
+        )
+        .unwrap();
         assert!(matches!(t.render(&[user("x")], true), Err(TemplateError::Render(_))));
     }
 

@@ -1,0 +1,239 @@
+//! Single-threaded timings of the matmul kernels at SmolLM2-135M's shapes, for every path this CPU runs, next to
+//! a large memcpy's bandwidth. Prints a table, then one JSON line per case.
+//!
+//! `cargo bench --bench kernels [-- FILTER...]`: a case runs when every FILTER is a word of its label, e.g.
+//! `avx512 ffn_down n_cols=1` (labels read "path name in->out n_cols=N"). For `n_cols = 1` (decode) two figures: "stream", rotating over enough copies of the matrix to total
+//! `STREAM_BYTES` (the model streams ~96 MB per token, so its weights come from L3 or DRAM, not L2), and "hot",
+//! one matrix that stays in L2. Larger `n_cols` (prefill, batched decode) reuse one matrix, as a real prefill
+//! does. The scalar path, a reference rather than a contender, runs only `n_cols` 1 and 4.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ember::backend::cpu::kernels::{
+    quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, WeightData, WeightMatrix,
+};
+use ember::model::gguf::blocks::{BlockQ4_1, BlockQ8_0, QK};
+use half::f16;
+
+/// Bytes of weights a streaming matvec rotates through (above L2, like the model's ~96 MB per token).
+const STREAM_BYTES: usize = 128 << 20;
+/// Each measurement batch runs at least this long; the reported time is the median of `BATCHES` batches.
+const BATCH_TIME: Duration = Duration::from_millis(40);
+const BATCHES: usize = 5;
+const N_COLS: [usize; 5] = [1, 4, 16, 64, 512];
+
+/// SplitMix64: seeded, so every run measures the same data.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+/// One of the model's matrices: `n_rows` outputs of `row_len` inputs.
+struct Shape {
+    name: &'static str,
+    row_len: usize,
+    n_rows: usize,
+    /// Q8_0 (the tied output projection) rather than Q4_1.
+    q8_0: bool,
+}
+
+const SHAPES: [Shape; 5] = [
+    Shape { name: "attn_qo 576->576", row_len: 576, n_rows: 576, q8_0: false },
+    Shape { name: "attn_kv 576->192", row_len: 576, n_rows: 192, q8_0: false },
+    Shape { name: "ffn_gate_up 576->1536", row_len: 576, n_rows: 1536, q8_0: false },
+    Shape { name: "ffn_down 1536->576", row_len: 1536, n_rows: 576, q8_0: false },
+    Shape { name: "output 576->49152", row_len: 576, n_rows: 49152, q8_0: true },
+];
+
+/// Owned random weights: `copies` matrices of one shape, back to back.
+enum Weights {
+    Q4_1(Vec<BlockQ4_1>),
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+impl Weights {
+    fn random(shape: &Shape, copies: usize, rng: &mut Rng) -> Self {
+        let n_blocks = copies * shape.n_rows * shape.row_len / QK;
+        let mut scale = || f16::from_f32(rng.uniform(0.001, 0.05));
+        if shape.q8_0 {
+            let mut blocks: Vec<_> = (0..n_blocks).map(|_| BlockQ8_0 { d: scale(), qs: [0; QK] }).collect();
+            blocks.iter_mut().for_each(|b| b.qs = std::array::from_fn(|_| rng.next_u64() as i8));
+            Weights::Q8_0(blocks)
+        } else {
+            let mut blocks: Vec<_> =
+                (0..n_blocks).map(|_| BlockQ4_1 { d: scale(), m: f16::ZERO, qs: [0; 16] }).collect();
+            blocks.iter_mut().for_each(|b| {
+                b.m = f16::from_f32(rng.uniform(-0.3, 0.0));
+                b.qs = std::array::from_fn(|_| rng.next_u64() as u8);
+            });
+            Weights::Q4_1(blocks)
+        }
+    }
+
+    /// Copy `i` as a matrix.
+    fn matrix(&self, shape: &Shape, i: usize) -> WeightMatrix<'_> {
+        let per_copy = shape.n_rows * shape.row_len / QK;
+        let range = i * per_copy..(i + 1) * per_copy;
+        let data = match self {
+            Weights::Q4_1(b) => WeightData::Q4_1(&b[range]),
+            Weights::Q8_0(b) => WeightData::Q8_0(&b[range]),
+        };
+        WeightMatrix::new(data, shape.n_rows, shape.row_len).expect("bench shapes are valid")
+    }
+}
+
+/// Seconds per call of `f`: the median over batches of at least `BATCH_TIME`, after one warm-up call.
+fn time_per_call(mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    f();
+    let one = start.elapsed().max(Duration::from_nanos(1));
+    let calls = (BATCH_TIME.as_secs_f64() / one.as_secs_f64()).ceil().max(1.0) as usize;
+    let mut per_call: Vec<f64> = (0..BATCHES)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..calls {
+                f();
+            }
+            start.elapsed().as_secs_f64() / calls as f64
+        })
+        .collect();
+    per_call.sort_by(f64::total_cmp);
+    per_call[BATCHES / 2]
+}
+
+/// Bandwidths of `STREAM_BYTES` moved by the standard library, best of 5: a memcpy (bytes copied per second; read
+/// and write traffic is twice that) and a sequential read (summing u64 words), the ceiling of a streaming matvec.
+fn memory_gb_s() -> (f64, f64) {
+    let src = vec![1u8; STREAM_BYTES];
+    let mut dst = vec![0u8; STREAM_BYTES];
+    let best = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let copy = best(&mut || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&mut dst);
+    });
+    let words: Vec<u64> = src.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let read = best(&mut || {
+        black_box(black_box(&words).iter().fold(0u64, |a, &w| a.wrapping_add(w)));
+    });
+    (STREAM_BYTES as f64 / copy / 1e9, STREAM_BYTES as f64 / read / 1e9)
+}
+
+struct Case<'a> {
+    kernels: &'a Kernels,
+    shape: &'a Shape,
+    n_cols: usize,
+    /// "stream" or "hot".
+    mode: &'static str,
+    seconds: f64,
+    weight_bytes: usize,
+}
+
+impl Case<'_> {
+    fn gb_s(&self) -> f64 {
+        self.weight_bytes as f64 / self.seconds / 1e9
+    }
+
+    fn gmac_s(&self) -> f64 {
+        (self.shape.n_rows * self.shape.row_len * self.n_cols) as f64 / self.seconds / 1e9
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"bench\":\"matmul_q8\",\"path\":\"{}\",\"shape\":\"{}\",\"weights\":\"{}\",\"row_len\":{},\"n_rows\":{},\
+             \"n_cols\":{},\"mode\":\"{}\",\"us_per_call\":{:.3},\"weight_gb_s\":{:.3},\"gmac_s\":{:.3}}}",
+            self.kernels.name,
+            self.shape.name,
+            if self.shape.q8_0 { "Q8_0" } else { "Q4_1" },
+            self.shape.row_len,
+            self.shape.n_rows,
+            self.n_cols,
+            self.mode,
+            self.seconds * 1e6,
+            self.gb_s(),
+            self.gmac_s()
+        )
+    }
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let selected = |label: &str| filters.iter().all(|f| label.split(' ').any(|word| word == f));
+    let mut rng = Rng(42);
+    let mut cases = Vec::new();
+    for shape in &SHAPES {
+        let one_matrix = shape.n_rows * shape.row_len / QK * if shape.q8_0 { 34 } else { 20 };
+        let copies = STREAM_BYTES.div_ceil(one_matrix);
+        let weights = Weights::random(shape, copies, &mut rng);
+        let x: Vec<f32> = (0..512 * shape.row_len).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let mut act = vec![BlockQ8A { d: 0.0, s: 0.0, qs: [0; QK] }; x.len() / QK];
+        quantize_row_q8a_scalar(&x, &mut act);
+        let mut out = vec![0f32; 512 * shape.n_rows];
+        for kernels in supported_kernels() {
+            for n_cols in N_COLS {
+                if kernels.name == "scalar" && n_cols > 4 {
+                    continue;
+                }
+                if !selected(&format!("{} {} n_cols={n_cols}", kernels.name, shape.name)) {
+                    continue;
+                }
+                let act = &act[..n_cols * shape.row_len / QK];
+                let out = &mut out[..n_cols * shape.n_rows];
+                let mut run = |i: usize| {
+                    let w = weights.matrix(shape, i);
+                    kernels.matmul_q8(&w, black_box(act), n_cols, &mut OutRows::new(out, n_cols, shape.n_rows));
+                };
+                let mut modes = vec![("hot", 1)];
+                if n_cols == 1 {
+                    modes.insert(0, ("stream", copies));
+                }
+                for (mode, rotation) in modes {
+                    let mut i = 0;
+                    let seconds = time_per_call(|| {
+                        run(i);
+                        i = (i + 1) % rotation;
+                    });
+                    let case = Case { kernels, shape, n_cols, mode, seconds, weight_bytes: one_matrix };
+                    println!(
+                        "{:<7} {:<22} n_cols {:>3} {:<6} {:>10.1} us  {:>7.2} GB/s  {:>7.2} GMAC/s",
+                        kernels.name,
+                        shape.name,
+                        n_cols,
+                        mode,
+                        seconds * 1e6,
+                        case.gb_s(),
+                        case.gmac_s()
+                    );
+                    cases.push(case);
+                }
+            }
+        }
+    }
+    let (memcpy, read) = memory_gb_s();
+    println!("memcpy of {} MiB: {memcpy:.2} GB/s copied; sequential read: {read:.2} GB/s", STREAM_BYTES >> 20);
+    for case in &cases {
+        println!("{}", case.json());
+    }
+    println!("{{\"bench\":\"memcpy\",\"bytes\":{STREAM_BYTES},\"gb_s\":{memcpy:.3}}}");
+    println!("{{\"bench\":\"read\",\"bytes\":{STREAM_BYTES},\"gb_s\":{read:.3}}}");
+}

@@ -1,0 +1,142 @@
+//! Microseconds per `Sampler::sample` call on one 49,152-logit row (SmolLM2's vocabulary), for the sampling
+//! settings a chat server sees most. Prints a table, then one JSON line per case.
+//!
+//! Run: `cargo bench --bench sampling [-- NAME]` (NAME: only the cases whose name contains it). The row is synthetic (no forward pass is needed): a bulk of logits drawn
+//! from N(0, 2²) and 32 plausible next tokens spread between 6 and 16, roughly the shape of a chat model's row
+//! when it is fairly sure of the next word. How many tokens top-p keeps, and so its cost, depends on that shape.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use ember::engine::sampling::{Sampler, SamplingParams};
+use ember::model::TokenId;
+
+const VOCAB: usize = 49_152;
+/// Timed calls per case; each is timed on its own, with a fresh copy of the row made outside the timing.
+const ITERATIONS: usize = 2_000;
+const WARMUP: usize = 100;
+/// Tokens accepted before the penalties case is timed.
+const ACCEPTED: usize = 512;
+
+/// SplitMix64, for the synthetic row only (the sampler's own generator is private).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal, by Box and Muller.
+    fn normal(&mut self) -> f64 {
+        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
+    }
+}
+
+/// The synthetic logits row described in the file comment.
+fn synthetic_row(rng: &mut SplitMix) -> Vec<f32> {
+    let mut row: Vec<f32> = (0..VOCAB).map(|_| (2.0 * rng.normal()) as f32).collect();
+    for rank in 0..32 {
+        let token = (rng.next_u64() % VOCAB as u64) as usize;
+        row[token] = 16.0 - 10.0 * (rank as f32 / 31.0).sqrt();
+    }
+    row
+}
+
+struct Case {
+    name: &'static str,
+    params: SamplingParams,
+    accepted: usize,
+}
+
+fn cases() -> Vec<Case> {
+    let base = SamplingParams::default();
+    vec![
+        Case { name: "greedy", params: base.clone(), accepted: 0 },
+        Case { name: "temperature 0.8", params: SamplingParams { temperature: 0.8, ..base.clone() }, accepted: 0 },
+        Case {
+            name: "temperature 0.8 + top_p 0.95",
+            params: SamplingParams { temperature: 0.8, top_p: 0.95, ..base.clone() },
+            accepted: 0,
+        },
+        Case {
+            name: "top_k 40 + top_p 0.9 + temperature 0.7",
+            params: SamplingParams { temperature: 0.7, top_k: 40, top_p: 0.9, ..base.clone() },
+            accepted: 0,
+        },
+        Case {
+            name: "min_p 0.05 (temperature 1)",
+            params: SamplingParams { temperature: 1.0, min_p: 0.05, ..base.clone() },
+            accepted: 0,
+        },
+        Case {
+            name: "greedy + repetition 1.1 + presence 0.5",
+            params: SamplingParams { repetition_penalty: 1.1, presence_penalty: 0.5, ..base.clone() },
+            accepted: ACCEPTED,
+        },
+        Case {
+            name: "temperature 0.8 + top_p 0.95 + penalties",
+            params: SamplingParams {
+                temperature: 0.8,
+                top_p: 0.95,
+                repetition_penalty: 1.1,
+                presence_penalty: 0.5,
+                ..base
+            },
+            accepted: ACCEPTED,
+        },
+    ]
+}
+
+/// The `q`-quantile of sorted microsecond timings.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() {
+    let mut rng = SplitMix(2024);
+    let row = synthetic_row(&mut rng);
+    let prompt: Vec<TokenId> = (0..256).map(|_| (rng.next_u64() % VOCAB as u64) as TokenId).collect();
+    let mut work = row.clone();
+    let mut results = Vec::new();
+    // `cargo bench` passes `--bench` to harness-less benches; any other argument filters the cases by name.
+    let filter: Option<String> = std::env::args().skip(1).find(|arg| !arg.starts_with("--"));
+    for case in cases().into_iter().filter(|case| filter.as_ref().is_none_or(|f| case.name.contains(f.as_str()))) {
+        let mut sampler = Sampler::new(case.params.clone(), &prompt, 7);
+        for _ in 0..case.accepted {
+            sampler.accept((rng.next_u64() % VOCAB as u64) as TokenId);
+        }
+        let mut timings_us = Vec::with_capacity(ITERATIONS);
+        for iteration in 0..WARMUP + ITERATIONS {
+            work.copy_from_slice(&row);
+            let start = Instant::now();
+            black_box(sampler.sample(black_box(&mut work)));
+            let elapsed = start.elapsed();
+            if iteration >= WARMUP {
+                timings_us.push(elapsed.as_secs_f64() * 1e6);
+            }
+        }
+        timings_us.sort_by(f64::total_cmp);
+        results.push((case.name, quantile(&timings_us, 0.1), quantile(&timings_us, 0.5), quantile(&timings_us, 0.9)));
+    }
+
+    println!("sample() on a {VOCAB}-logit row, {ITERATIONS} calls per case");
+    println!("{:<44} {:>9} {:>9} {:>9}", "case", "p10 µs", "p50 µs", "p90 µs");
+    for (name, p10, p50, p90) in &results {
+        println!("{name:<44} {p10:>9.1} {p50:>9.1} {p90:>9.1}");
+    }
+    for (name, p10, p50, p90) in &results {
+        println!(
+            "{{\"bench\":\"sampling\",\"case\":\"{name}\",\"vocab\":{VOCAB},\"iterations\":{ITERATIONS},\
+             \"p10_us\":{p10:.2},\"p50_us\":{p50:.2},\"p90_us\":{p90:.2}}}"
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! `CpuBackend`: the llama operations on the CPU, over weights borrowed from the memory-mapped model file.
+//!
+//! Every buffer is allocated when the backend is built, sized for `max_batch_tokens` new tokens per step: a
+//! step allocates nothing and spawns nothing. Each operation is at most one parallel region of the pool.
+
+use std::fmt;
+
+use super::attention::{attention_layer, AttentionIo, AttentionScratch, MAX_HEADS};
+use super::kernels::{kernels, BlockQ8A, Kernels, WeightData, WeightMatrix};
+use super::kv_cache::CpuKvCache;
+use super::model_weights::CpuModelWeights;
+use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
+use super::pool::ThreadPool;
+use super::step::StepLayout;
+use crate::model::gguf::blocks::{self, QK};
+use crate::model::gguf::{GgufError, GgufFile};
+use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
+use crate::model::llama::forward::{Buf, LlamaBackend, Norm, Weight};
+use crate::model::llama::LlamaConfig;
+
+/// How activations meet the quantized weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Activations quantized to 8-bit blocks, integer dot products (what llama.cpp does; the fast path).
+    #[default]
+    Quantized8,
+    /// f32 activations against dequantized weights (the precise path, for checking against references).
+    Float32,
+}
+
+/// Sizes and threading of a CPU backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuBackendOptions {
+    /// Threads running each operation, the caller's included (≥ 1).
+    pub threads: usize,
+    /// Most new tokens in one step (prefill chunks and decodes together).
+    pub max_batch_tokens: usize,
+    /// Positions per KV cache block.
+    pub kv_block_size: usize,
+    /// KV cache blocks.
+    pub kv_num_blocks: usize,
+    pub precision: Precision,
+}
+
+impl CpuBackendOptions {
+    /// One sequence of up to `context` positions, all cores, the fast path.
+    pub fn single_sequence(context: usize) -> Self {
+        CpuBackendOptions {
+            threads: default_threads(),
+            max_batch_tokens: 512,
+            kv_block_size: 16,
+            kv_num_blocks: context.div_ceil(16),
+            precision: Precision::Quantized8,
+        }
+    }
+}
+
+/// The number of CPUs this process may use.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Why a CPU backend could not be built.
+#[derive(Debug)]
+pub enum CpuBackendError {
+    Gguf(GgufError),
+    /// An option out of range, named.
+    Options(String),
+    /// The worker threads could not be started.
+    Threads(std::io::Error),
+}
+
+impl fmt::Display for CpuBackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuBackendError::Gguf(e) => e.fmt(f),
+            CpuBackendError::Options(e) => write!(f, "invalid CPU backend option: {e}"),
+            CpuBackendError::Threads(e) => write!(f, "cannot start CPU worker threads: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CpuBackendError {}
+
+const N_BUFS: usize = 9;
+/// The private buffer `matmul_add` computes into before adding.
+const TMP: usize = 8;
+
+fn buf_index(b: Buf) -> usize {
+    match b {
+        Buf::X => 0,
+        Buf::Xn => 1,
+        Buf::Q => 2,
+        Buf::K => 3,
+        Buf::V => 4,
+        Buf::Att => 5,
+        Buf::Gate => 6,
+        Buf::Up => 7,
+    }
+}
+
+/// The llama operations on the CPU.
+pub struct CpuBackend<'m> {
+    config: LlamaConfig,
+    options: CpuBackendOptions,
+    kernels: &'static Kernels,
+    pool: ThreadPool,
+    weights: CpuModelWeights<'m>,
+    cache: CpuKvCache,
+    step: StepLayout,
+    attention: AttentionScratch,
+    /// Indexed by `buf_index`, plus `TMP`; each `[max_batch_tokens][width of that buffer]`.
+    bufs: [Vec<f32>; N_BUFS],
+    /// `[max_batch_tokens][n_embd]`: the SwiGLU product, swapped into `Gate`.
+    hidden: Vec<f32>,
+    /// `[max_batch_tokens][max(n_embd, n_ff) / 32]`: quantized activations of the current matmul input.
+    act_q8: Vec<BlockQ8A>,
+    /// `[max_batch_tokens][max(n_embd, n_ff)]` on the precise path (empty otherwise): the matmul input.
+    act_f32: Vec<f32>,
+}
+
+impl<'m> CpuBackend<'m> {
+    /// Builds a backend for `file`, whose hyperparameters `config` were read from it.
+    pub fn new(file: &'m GgufFile, config: LlamaConfig, options: CpuBackendOptions) -> Result<Self, CpuBackendError> {
+        let bad = |m: String| Err(CpuBackendError::Options(m));
+        if options.threads == 0 {
+            return bad("threads must be at least 1".into());
+        }
+        if options.max_batch_tokens == 0 || options.max_batch_tokens > 1 << 20 {
+            return bad(format!("max_batch_tokens {} is not in 1..=1048576", options.max_batch_tokens));
+        }
+        if options.kv_block_size == 0 || options.kv_block_size > 1 << 16 {
+            return bad(format!("kv_block_size {} is not in 1..=65536", options.kv_block_size));
+        }
+        if options.kv_num_blocks == 0 || options.kv_num_blocks > u32::MAX as usize {
+            return bad(format!("kv_num_blocks {} is not in 1..=4294967295", options.kv_num_blocks));
+        }
+        if config.n_head > MAX_HEADS {
+            return bad(format!("the model has {} heads; the CPU backend supports {MAX_HEADS}", config.n_head));
+        }
+        if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
+            return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
+        }
+        let weights = CpuModelWeights::new(file, &config).map_err(CpuBackendError::Gguf)?;
+        let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
+        let cache = CpuKvCache::new(config.n_layer, config.kv_dim(), options.kv_block_size, options.kv_num_blocks);
+        let t = options.max_batch_tokens;
+        let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
+        let widths = [d, d, d, kv, kv, d, ff, ff, d];
+        Ok(CpuBackend {
+            kernels: kernels(),
+            pool,
+            weights,
+            cache,
+            step: StepLayout::default(),
+            attention: AttentionScratch::new(&config),
+            bufs: widths.map(|w| vec![0.0; t * w]),
+            hidden: vec![0.0; t * ff],
+            act_q8: vec![bytemuck::Zeroable::zeroed(); t * d.max(ff) / QK],
+            act_f32: match options.precision {
+                Precision::Float32 => vec![0.0; t * d.max(ff)],
+                Precision::Quantized8 => Vec::new(),
+            },
+            config,
+            options,
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn options(&self) -> &CpuBackendOptions {
+        &self.options
+    }
+
+    /// The kernel path in use (`"scalar"`, `"avx2"`, `"avx512"`).
+    pub fn kernel_path(&self) -> &'static str {
+        self.kernels.name
+    }
+
+    /// Bytes of weights a decode step reads.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        self.weights.bytes_per_token()
+    }
+
+    fn width(&self, b: Buf) -> usize {
+        match b {
+            Buf::K | Buf::V => self.config.kv_dim(),
+            Buf::Gate | Buf::Up => self.config.n_ff,
+            Buf::X | Buf::Xn | Buf::Q | Buf::Att => self.config.n_embd,
+        }
+    }
+
+    /// Prepares the first `rows` rows of `src` (`width` wide) as the right-hand side of the next matmuls:
+    /// quantized into `act_q8`, or copied into `act_f32` on the precise path.
+    fn prepare_input(&mut self, src: usize, rows: usize, width: usize) {
+        let input = &self.bufs[src][..rows * width];
+        match self.options.precision {
+            Precision::Quantized8 => self.kernels.quantize_row_q8a(input, &mut self.act_q8[..rows * width / QK]),
+            Precision::Float32 => self.act_f32[..rows * width].copy_from_slice(input),
+        }
+    }
+
+    /// The prepared input of `rows` rows, `width` wide.
+    fn activations(&self, rows: usize, width: usize) -> Activations<'_> {
+        match self.options.precision {
+            Precision::Quantized8 => Activations::Q8(&self.act_q8[..rows * width / QK]),
+            Precision::Float32 => Activations::F32(&self.act_f32[..rows * width]),
+        }
+    }
+
+    /// Runs the matmuls `outs` (weight, output buffer index) over the first `T` rows of buffer `src`.
+    fn run_matmuls<const N: usize>(&mut self, src: usize, width: usize, outs: [(WeightMatrix<'m>, usize); N]) {
+        let t = self.step.n_tokens();
+        self.prepare_input(src, t, width);
+        let Self { bufs, act_q8, act_f32, pool, kernels, options, .. } = self;
+        let act = match options.precision {
+            Precision::Quantized8 => Activations::Q8(&act_q8[..t * width / QK]),
+            Precision::Float32 => Activations::F32(&act_f32[..t * width]),
+        };
+        let mut out_bufs = bufs.get_disjoint_mut(outs.map(|o| o.1)).expect("matmul outputs are distinct").into_iter();
+        let mut jobs: [MatmulJob<'_, '_>; N] = std::array::from_fn(|i| MatmulJob {
+            weights: &outs[i].0,
+            out: out_bufs.next().expect("one buffer per output"),
+        });
+        parallel_matmul(pool, kernels, act, t, &mut jobs);
+    }
+}
+
+impl<'m> LlamaBackend for CpuBackend<'m> {
+    type Error = BatchError;
+
+    fn begin(&mut self, batch: &[SeqChunk<'_>]) -> Result<(), BatchError> {
+        validate_batch(
+            batch,
+            self.options.max_batch_tokens,
+            self.config.context_length,
+            self.config.vocab_size,
+            self.cache.block_size(),
+            self.cache.num_blocks(),
+        )?;
+        self.step.build(batch, &self.config, &self.cache);
+        Ok(())
+    }
+
+    fn embed(&mut self, dst: Buf) {
+        let d = self.config.n_embd;
+        let table = *self.weights.token_embd();
+        let out = &mut self.bufs[buf_index(dst)];
+        for (row, &token) in out.chunks_exact_mut(d).zip(self.step.tokens()) {
+            dequantize_row(&table, token as usize, row);
+        }
+    }
+
+    fn rms_norm(&mut self, src: Buf, weight: Norm, dst: Buf) {
+        let (d, t, eps) = (self.config.n_embd, self.step.n_tokens(), self.config.rms_eps);
+        let w = self.weights.norm(weight);
+        let kernels = self.kernels;
+        let [src_buf, dst_buf] =
+            self.bufs.get_disjoint_mut([buf_index(src), buf_index(dst)]).expect("norm source and destination differ");
+        let src_buf = &src_buf[..t * d];
+        parallel_rows_mut(&self.pool, &mut dst_buf[..t * d], d, &|rows, out| {
+            for (i, row) in rows.enumerate() {
+                kernels.rms_norm(&src_buf[row * d..(row + 1) * d], w, eps, &mut out[i * d..(i + 1) * d]);
+            }
+        });
+    }
+
+    fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]) {
+        let (width, s) = (self.width(src), buf_index(src));
+        let out = |i: usize| (*self.weights.matrix(outputs[i].0), buf_index(outputs[i].1));
+        match outputs.len() {
+            1 => self.run_matmuls(s, width, [out(0)]),
+            2 => self.run_matmuls(s, width, [out(0), out(1)]),
+            3 => self.run_matmuls(s, width, [out(0), out(1), out(2)]),
+            n => panic!("{n} projections of one input: the forward pass groups at most three"),
+        }
+    }
+
+    fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf) {
+        let width = self.width(src);
+        let matrix = *self.weights.matrix(w);
+        self.run_matmuls(buf_index(src), width, [(matrix, TMP)]);
+        let n = self.step.n_tokens() * self.width(dst);
+        let kernels = self.kernels;
+        let [sum, tmp] = self.bufs.get_disjoint_mut([buf_index(dst), TMP]).expect("distinct buffers");
+        kernels.add_assign(&mut sum[..n], &tmp[..n]);
+    }
+
+    fn attention(&mut self, layer: usize) {
+        let [q, k, v, att] = self
+            .bufs
+            .get_disjoint_mut([buf_index(Buf::Q), buf_index(Buf::K), buf_index(Buf::V), buf_index(Buf::Att)])
+            .expect("distinct buffers");
+        let io = AttentionIo { q, k, v, out: att };
+        attention_layer(
+            &self.pool,
+            self.kernels,
+            &self.config,
+            &self.step,
+            &mut self.cache,
+            &self.attention,
+            layer,
+            io,
+        );
+    }
+
+    fn swiglu(&mut self) {
+        let (ff, t) = (self.config.n_ff, self.step.n_tokens());
+        let kernels = self.kernels;
+        let [gate, up] = self.bufs.get_disjoint_mut([buf_index(Buf::Gate), buf_index(Buf::Up)]).expect("distinct");
+        let (gate_in, up_in) = (&gate[..t * ff], &up[..t * ff]);
+        parallel_rows_mut(&self.pool, &mut self.hidden[..t * ff], ff, &|rows, out| {
+            let r = rows.start * ff..rows.end * ff;
+            kernels.silu_mul(&gate_in[r.clone()], &up_in[r], out);
+        });
+        std::mem::swap(&mut self.bufs[buf_index(Buf::Gate)], &mut self.hidden);
+    }
+
+    fn logits(&mut self, out: &mut [f32]) -> Result<(), BatchError> {
+        let (d, vocab) = (self.config.n_embd, self.config.vocab_size);
+        let n_rows = self.step.logit_rows().count();
+        if out.len() != n_rows * vocab {
+            return Err(BatchError::LogitsBuffer { expected: n_rows * vocab, found: out.len() });
+        }
+        if n_rows == 0 {
+            return Ok(());
+        }
+        // Final norm of just the rows that need logits, gathered into Xn.
+        let norm = self.weights.norm(Norm::Output);
+        let [x, xn] = self.bufs.get_disjoint_mut([buf_index(Buf::X), buf_index(Buf::Xn)]).expect("distinct");
+        for (i, row) in self.step.logit_rows().enumerate() {
+            self.kernels.rms_norm(&x[row * d..(row + 1) * d], norm, self.config.rms_eps, &mut xn[i * d..(i + 1) * d]);
+        }
+        self.prepare_input(buf_index(Buf::Xn), n_rows, d);
+        let output = self.weights.output();
+        let act = self.activations(n_rows, d);
+        parallel_matmul(&self.pool, self.kernels, act, n_rows, &mut [MatmulJob { weights: output, out }]);
+        Ok(())
+    }
+}
+
+/// Dequantizes row `row` of `w` into `out` (`w.row_len()` floats).
+fn dequantize_row(w: &WeightMatrix<'_>, row: usize, out: &mut [f32]) {
+    let n = w.row_len();
+    let blocks_per_row = n / QK;
+    let b = row * blocks_per_row..(row + 1) * blocks_per_row;
+    match w.data() {
+        WeightData::Q4_0(d) => blocks::dequantize_q4_0(&d[b], out),
+        WeightData::Q4_1(d) => blocks::dequantize_q4_1(&d[b], out),
+        WeightData::Q8_0(d) => blocks::dequantize_q8_0(&d[b], out),
+        WeightData::F32(d) => out.copy_from_slice(&d[row * n..(row + 1) * n]),
+    }
+}

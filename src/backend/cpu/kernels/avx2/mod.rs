@@ -1,0 +1,42 @@
+//! The AVX2 path (with FMA and F16C): 256-bit integer dot products with `vpmaddubsw`, for x86-64 CPUs since
+//! Haswell (2013) and Zen. Its element-wise kernels and activation quantization also serve the AVX-512 path.
+//!
+//! Every function here is compiled with `#[target_feature(enable = "avx2,fma,f16c")]` and reached only through
+//! this path's table and the AVX-512 one, which are handed out after detecting those features (and more).
+
+mod elementwise;
+mod exp;
+mod f32_tiles;
+pub(super) mod lanes;
+mod q8_tiles;
+mod quantize;
+
+use super::table::Kernels;
+
+pub(super) use elementwise::{add_assign, argmax, axpy_f16, dot_f16, rms_norm, rope, silu_mul, softmax_inplace};
+pub(super) use quantize::quantize_row_q8a;
+
+/// Whether this CPU runs the AVX2 path (and thus the functions re-exported above).
+pub(super) fn is_supported() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+static KERNELS: Kernels = Kernels {
+    name: "avx2",
+    quantize_row_q8a,
+    matmul_q8: q8_tiles::matmul_q8,
+    matmul_f32: f32_tiles::matmul_f32,
+    rms_norm,
+    silu_mul,
+    add_assign,
+    softmax_inplace,
+    rope,
+    dot_f16,
+    axpy_f16,
+    argmax,
+};
+
+/// The AVX2 kernels, when this CPU has the features.
+pub(super) fn kernels() -> Option<&'static Kernels> {
+    is_supported().then_some(&KERNELS)
+}

@@ -1,0 +1,175 @@
+//! AVX-512 tiles of the precise matmul: each weight block dequantized once to 32 floats (two registers) and
+//! reused across the tile's columns; per output, one 16-lane f32 accumulator updated by two FMAs per block, then
+//! a fixed-order horizontal sum. The sequence per output is independent of the tile, so results are
+//! batch-invariant.
+
+use std::arch::x86_64::*;
+
+use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32};
+use crate::backend::cpu::kernels::out_rows::OutRows;
+use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
+use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+
+/// A block of 32 weights as two registers of 16 floats, in element order.
+type Dequantized = [__m512; 2];
+
+trait Dequantize {
+    type Block;
+    /// # Safety
+    /// Needs the AVX-512 path's features.
+    unsafe fn dequantize(block: &Self::Block) -> Dequantized;
+}
+
+/// The 32 nibbles of a 4-bit block, in element order, as two registers of 16 i32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn nibbles_i32(qs: &[u8; 16]) -> [__m512i; 2] {
+    let x = load_16(qs);
+    let low = _mm_and_si128(x, _mm_set1_epi8(0x0f));
+    let high = _mm_and_si128(_mm_srli_epi16::<4>(x), _mm_set1_epi8(0x0f));
+    [_mm512_cvtepu8_epi32(low), _mm512_cvtepu8_epi32(high)]
+}
+
+/// 16 floats (any alignment).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn load_16f(x: &[f32; 16]) -> __m512 {
+    // SAFETY: the reference covers 16 readable floats; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(x.as_ptr()) }
+}
+
+struct Q4_0;
+struct Q4_1;
+struct Q8_0;
+struct F32;
+
+impl Dequantize for Q4_0 {
+    type Block = BlockQ4_0;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b: &BlockQ4_0) -> Dequantized {
+        let d = _mm512_broadcastss_ps(_mm_cvtph_ps(f16_pair(b.d, half::f16::ZERO)));
+        // d · (q − 8): the integer subtraction is exact, leaving one rounding, as in `blocks::dequantize_q4_0`.
+        let [low, high] = nibbles_i32(&b.qs);
+        let eight = _mm512_set1_epi32(8);
+        [
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(low, eight))),
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(high, eight))),
+        ]
+    }
+}
+
+impl Dequantize for Q4_1 {
+    type Block = BlockQ4_1;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b: &BlockQ4_1) -> Dequantized {
+        let dm = _mm_cvtph_ps(f16_pair(b.d, b.m));
+        let (d, m) = (_mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
+        let [low, high] = nibbles_i32(&b.qs);
+        [_mm512_fmadd_ps(d, _mm512_cvtepi32_ps(low), m), _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(high), m)]
+    }
+}
+
+impl Dequantize for Q8_0 {
+    type Block = BlockQ8_0;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b: &BlockQ8_0) -> Dequantized {
+        let d = _mm512_broadcastss_ps(_mm_cvtph_ps(f16_pair(b.d, half::f16::ZERO)));
+        let q = load_32(&b.qs);
+        let (low, high) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        [
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(low))),
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(high))),
+        ]
+    }
+}
+
+impl Dequantize for F32 {
+    type Block = [f32; QK];
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b: &[f32; QK]) -> Dequantized {
+        let (halves, _) = b.as_chunks::<16>();
+        [load_16f(&halves[0]), load_16f(&halves[1])]
+    }
+}
+
+/// `Σ v` in a fixed order (halves, then `lanes::hsum`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn hsum(v: __m512) -> f32 {
+    let halves =
+        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
+    crate::backend::cpu::kernels::avx2::lanes::hsum(halves)
+}
+
+/// One `R × C` tile (see `tiling::TileFn` for the slice shapes; activation "blocks" are 32 floats).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile<F: Dequantize, const R: usize, const C: usize>(
+    rows: &[F::Block],
+    cols: &[[f32; QK]],
+    n_blocks: usize,
+    out: &mut [f32],
+) {
+    // No closures here: a closure does not inherit this function's target features, so intrinsics in one
+    // would not inline.
+    let mut row_blocks: [&[F::Block]; R] = [&[]; R];
+    for (r, row) in row_blocks.iter_mut().enumerate() {
+        *row = &rows[r * n_blocks..][..n_blocks];
+    }
+    let mut col_blocks: [&[[f32; QK]]; C] = [&[]; C];
+    for (c, col) in col_blocks.iter_mut().enumerate() {
+        *col = &cols[c * n_blocks..][..n_blocks];
+    }
+    let zero = _mm512_setzero_ps();
+    let mut acc = [[zero; R]; C];
+    let mut w = [[zero; 2]; R];
+    for b in 0..n_blocks {
+        for r in 0..R {
+            // SAFETY: this function has the features F's functions need.
+            w[r] = unsafe { F::dequantize(&row_blocks[r][b]) };
+        }
+        for c in 0..C {
+            let (a, _) = col_blocks[c][b].as_chunks::<16>();
+            for i in 0..2 {
+                let x = load_16f(&a[i]);
+                for r in 0..R {
+                    acc[c][r] = _mm512_fmadd_ps(w[r][i], x, acc[c][r]);
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        for r in 0..R {
+            out[c * R + r] = hsum(acc[c][r]);
+        }
+    }
+}
+
+/// Rows per tile for every batch: 16 accumulators and 8 dequantized registers fit the 32 zmm registers.
+const BATCH_ROWS: usize = 4;
+type Tiles<W> = TileTable<W, [f32; QK], 4, 4>;
+static Q4_0_TILES: Tiles<BlockQ4_0> =
+    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static Q4_1_TILES: Tiles<BlockQ4_1> =
+    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static Q8_0_TILES: Tiles<BlockQ8_0> =
+    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static F32_TILES: Tiles<[f32; QK]> =
+    TileTable { fns: tile_fns!(tile, F32, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+
+/// The AVX-512 `Kernels::matmul_f32` (arguments checked by the caller).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
+    let n = w.blocks_per_row();
+    let act = act.as_chunks::<QK>().0;
+    // SAFETY: the tables' functions need the features this function is compiled with.
+    unsafe {
+        match w.data() {
+            WeightData::Q4_0(b) => run_tiles(&Q4_0_TILES, b, n, act, n_cols, out),
+            WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
+            WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
+            WeightData::F32(v) => run_tiles(&F32_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+        }
+    }
+}

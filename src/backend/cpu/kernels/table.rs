@@ -1,0 +1,180 @@
+//! `Kernels`: one implementation path's table of kernel functions, and the public methods that check arguments
+//! before calling into it. Every path (scalar, AVX2, AVX-512) fills the same table; `select` picks one at run time.
+
+use half::f16;
+
+use super::out_rows::OutRows;
+use super::q8a::BlockQ8A;
+use super::weights::WeightMatrix;
+use crate::model::gguf::blocks::QK;
+
+/// `out(c, r) = Σ_k w(r, k) · act(c, k)` over quantized activations, for the rows of `out` (see
+/// [`Kernels::matmul_q8`]). Arguments are checked before the call.
+pub(super) type MatmulQ8Fn = unsafe fn(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
+/// The same over f32 activations (see [`Kernels::matmul_f32`]).
+pub(super) type MatmulF32Fn = unsafe fn(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows);
+
+/// The kernels of one implementation path. Obtained from [`super::kernels`] (the best path this CPU runs) or
+/// [`super::kernels_named`]; every table is a `'static` constant.
+///
+/// The function pointers are `unsafe` because a SIMD path's functions need its CPU features. The invariant that
+/// makes calling them sound: a `Kernels` value exists only as a path module's private static, and `select` hands
+/// one out only after detecting every feature its path is compiled for. The fields are private, so no other
+/// `Kernels` can be built.
+///
+/// Within one path, results are deterministic and batch-invariant (see [`Kernels::matmul_q8`]); between paths they
+/// may differ in the last bits, except [`Kernels::quantize_row_q8a`], [`Kernels::add_assign`] and
+/// [`Kernels::argmax`], which are exact everywhere.
+pub struct Kernels {
+    /// `"scalar"`, `"avx2"` or `"avx512"`.
+    pub name: &'static str,
+    pub(super) quantize_row_q8a: unsafe fn(x: &[f32], out: &mut [BlockQ8A]),
+    pub(super) matmul_q8: MatmulQ8Fn,
+    pub(super) matmul_f32: MatmulF32Fn,
+    pub(super) rms_norm: unsafe fn(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]),
+    pub(super) silu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
+    pub(super) add_assign: unsafe fn(x: &mut [f32], y: &[f32]),
+    pub(super) softmax_inplace: unsafe fn(x: &mut [f32]),
+    pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
+    pub(super) dot_f16: unsafe fn(q: &[f32], k: &[f16]) -> f32,
+    pub(super) axpy_f16: unsafe fn(out: &mut [f32], a: f32, v: &[f16]),
+    pub(super) argmax: unsafe fn(x: &[f32]) -> usize,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Checks what every matmul needs: `act_len` activation items for `n_cols` columns, `out` shaped for them, and
+/// `out`'s rows inside the matrix.
+fn check_matmul(w: &WeightMatrix, act_len: usize, act_per_col: usize, n_cols: usize, out: &OutRows) {
+    assert_eq!(act_len, n_cols * act_per_col, "matmul: activations must hold n_cols columns of the row length");
+    assert_eq!(out.n_cols(), n_cols, "matmul: output view has another column count");
+    assert!(out.rows().end <= w.n_rows(), "matmul: output rows {:?} beyond {} weight rows", out.rows(), w.n_rows());
+}
+
+impl Kernels {
+    /// Quantizes `x` to activation blocks (`x.len() == out.len() * 32`); bit-identical on every path to
+    /// [`super::quantize_row_q8a_scalar`], whose documentation gives the rounding rule.
+    ///
+    /// # Panics
+    /// When the lengths do not match.
+    pub fn quantize_row_q8a(&self, x: &[f32], out: &mut [BlockQ8A]) {
+        assert_eq!(x.len(), out.len() * QK, "quantize_row_q8a: x must hold 32 values per output block");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.quantize_row_q8a)(x, out) }
+    }
+
+    /// The quantized matmul: for every `r` in `out.rows()` and `c` in `0..n_cols`,
+    /// `out(c, r) = Σ_blocks [dw·da·Σ qw·qa (+ mw·sa for Q4_1; − 8·dw·sa for Q4_0)]`, where block `b` of weight
+    /// row `r` meets block `b` of activation column `c` (`act` is token-major: `n_cols × row_len / 32` blocks).
+    /// With `n_cols == 1` this is the decode matvec. F32 weights take the scalar path on every path, dotting the
+    /// weights with the dequantized activations block by block (no model of ours has F32 matrices).
+    ///
+    /// **Batch invariance:** the value written for `(c, r)` is bit-identical whatever `n_cols` is, wherever column
+    /// `c` sits in the batch and however `out`'s rows were split, because each output gets the same sequence of
+    /// floating-point operations in every tile shape.
+    ///
+    /// # Panics
+    /// When `act.len() != n_cols * w.blocks_per_row()`, `out.n_cols() != n_cols` or `out.rows()` reaches past
+    /// `w.n_rows()`.
+    pub fn matmul_q8(&self, w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+        check_matmul(w, act.len(), w.blocks_per_row(), n_cols, out);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.matmul_q8)(w, act, n_cols, out) }
+    }
+
+    /// The precise matmul: weights dequantized to f32 and multiplied with f32 activations (`act`: `n_cols ×
+    /// row_len`, token-major) with f32 accumulation; `out(c, r) = Σ_k w(r, k) · act(c, k)`. Batch-invariant like
+    /// [`Kernels::matmul_q8`].
+    ///
+    /// # Panics
+    /// When `act.len() != n_cols * w.row_len()`, `out.n_cols() != n_cols` or `out.rows()` reaches past
+    /// `w.n_rows()`.
+    pub fn matmul_f32(&self, w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
+        check_matmul(w, act.len(), w.row_len(), n_cols, out);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.matmul_f32)(w, act, n_cols, out) }
+    }
+
+    /// RMS normalization: `out[i] = x[i] / sqrt(mean(x²) + eps) · weight[i]`.
+    ///
+    /// # Panics
+    /// When the three lengths differ.
+    pub fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        assert!(x.len() == weight.len() && x.len() == out.len(), "rms_norm: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.rms_norm)(x, weight, eps, out) }
+    }
+
+    /// The SwiGLU gate: `out[i] = silu(gate[i]) · up[i]` with `silu(g) = g · sigmoid(g)`.
+    ///
+    /// # Panics
+    /// When the three lengths differ.
+    pub fn silu_mul(&self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        assert!(gate.len() == up.len() && gate.len() == out.len(), "silu_mul: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.silu_mul)(gate, up, out) }
+    }
+
+    /// `x[i] += y[i]` (the residual add); exact, so identical on every path.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn add_assign(&self, x: &mut [f32], y: &[f32]) {
+        assert_eq!(x.len(), y.len(), "add_assign: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.add_assign)(x, y) }
+    }
+
+    /// Softmax in place, with the maximum subtracted first so that `exp` cannot overflow. `-inf` entries (masked
+    /// positions) get probability 0; a slice of only `-inf` becomes NaN.
+    pub fn softmax_inplace(&self, x: &mut [f32]) {
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.softmax_inplace)(x) }
+    }
+
+    /// Rotary position embedding of one head: each adjacent pair `(x[2i], x[2i+1])` is rotated by the angle whose
+    /// cosine and sine are `cos[i]`, `sin[i]` (the caller computes the tables per position). Adjacent pairs are
+    /// ggml's "normal" rope, which GGUF llama models use: the converter permutes Q and K rows to match.
+    ///
+    /// # Panics
+    /// Unless `head.len() == 2 * cos.len() == 2 * sin.len()`.
+    pub fn rope(&self, head: &mut [f32], cos: &[f32], sin: &[f32]) {
+        assert!(head.len() == 2 * cos.len() && cos.len() == sin.len(), "rope: head must hold one pair per angle");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.rope)(head, cos, sin) }
+    }
+
+    /// `Σ q[i] · k[i]`, with `k` from an f16 KV cache.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn dot_f16(&self, q: &[f32], k: &[f16]) -> f32 {
+        assert_eq!(q.len(), k.len(), "dot_f16: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.dot_f16)(q, k) }
+    }
+
+    /// `out[i] += a · v[i]`, with `v` from an f16 KV cache.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn axpy_f16(&self, out: &mut [f32], a: f32, v: &[f16]) {
+        assert_eq!(out.len(), v.len(), "axpy_f16: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.axpy_f16)(out, a, v) }
+    }
+
+    /// The index of the first maximum. NaN entries are never chosen; a slice of only NaN gives 0.
+    ///
+    /// # Panics
+    /// When `x` is empty.
+    pub fn argmax(&self, x: &[f32]) -> usize {
+        assert!(!x.is_empty(), "argmax of an empty slice");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.argmax)(x) }
+    }
+}

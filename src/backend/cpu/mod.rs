@@ -1,0 +1,12 @@
+//! The CPU backend: SIMD quantized kernels chosen at run time, a persistent thread pool, the paged KV cache.
+
+mod attention;
+mod backend;
+pub mod kernels;
+pub mod kv_cache;
+mod model_weights;
+mod parallel;
+pub mod pool;
+mod step;
+
+pub use backend::{default_threads, CpuBackend, CpuBackendError, CpuBackendOptions, Precision};

@@ -1,0 +1,98 @@
+//! The model's weights as the CPU kernels read them: views into the memory-mapped GGUF file, resolved once.
+//!
+//! Nothing is copied or repacked: the weights stay in the page cache (shared with other processes that map the
+//! same file), which keeps the resident size to the file plus the KV cache.
+
+use crate::model::gguf::{GgufError, GgufFile};
+use crate::model::llama::forward::{Norm, Weight};
+use crate::model::llama::LlamaConfig;
+
+use super::kernels::WeightMatrix;
+
+/// The matrices of one transformer block.
+struct LayerWeights<'m> {
+    attn_q: WeightMatrix<'m>,
+    attn_k: WeightMatrix<'m>,
+    attn_v: WeightMatrix<'m>,
+    attn_output: WeightMatrix<'m>,
+    ffn_gate: WeightMatrix<'m>,
+    ffn_up: WeightMatrix<'m>,
+    ffn_down: WeightMatrix<'m>,
+    attn_norm: &'m [f32],
+    ffn_norm: &'m [f32],
+}
+
+/// Every weight the forward pass reads, borrowed from the model file.
+pub struct CpuModelWeights<'m> {
+    /// `[vocab][n_embd]`: rows are token embeddings.
+    token_embd: WeightMatrix<'m>,
+    /// `[vocab][n_embd]`: the output projection (the embedding table itself when tied).
+    output: WeightMatrix<'m>,
+    output_norm: &'m [f32],
+    layers: Vec<LayerWeights<'m>>,
+}
+
+impl<'m> CpuModelWeights<'m> {
+    /// Resolves every tensor (the file was validated against `config` by [`LlamaConfig::from_gguf`]).
+    pub fn new(file: &'m GgufFile, config: &LlamaConfig) -> Result<Self, GgufError> {
+        let matrix = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
+        let norm = |name: &str| file.tensor(name)?.as_f32();
+        let token_embd = matrix("token_embd.weight")?;
+        let output = if config.tied_output { token_embd } else { matrix("output.weight")? };
+        let layers = (0..config.n_layer)
+            .map(|l| {
+                Ok(LayerWeights {
+                    attn_q: matrix(&Weight::AttnQ(l).tensor_name())?,
+                    attn_k: matrix(&Weight::AttnK(l).tensor_name())?,
+                    attn_v: matrix(&Weight::AttnV(l).tensor_name())?,
+                    attn_output: matrix(&Weight::AttnOutput(l).tensor_name())?,
+                    ffn_gate: matrix(&Weight::FfnGate(l).tensor_name())?,
+                    ffn_up: matrix(&Weight::FfnUp(l).tensor_name())?,
+                    ffn_down: matrix(&Weight::FfnDown(l).tensor_name())?,
+                    attn_norm: norm(&Norm::Attn(l).tensor_name())?,
+                    ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
+                })
+            })
+            .collect::<Result<Vec<_>, GgufError>>()?;
+        Ok(CpuModelWeights { token_embd, output, output_norm: norm(&Norm::Output.tensor_name())?, layers })
+    }
+
+    pub fn matrix(&self, w: Weight) -> &WeightMatrix<'m> {
+        match w {
+            Weight::AttnQ(l) => &self.layers[l].attn_q,
+            Weight::AttnK(l) => &self.layers[l].attn_k,
+            Weight::AttnV(l) => &self.layers[l].attn_v,
+            Weight::AttnOutput(l) => &self.layers[l].attn_output,
+            Weight::FfnGate(l) => &self.layers[l].ffn_gate,
+            Weight::FfnUp(l) => &self.layers[l].ffn_up,
+            Weight::FfnDown(l) => &self.layers[l].ffn_down,
+        }
+    }
+
+    pub fn norm(&self, n: Norm) -> &'m [f32] {
+        match n {
+            Norm::Attn(l) => self.layers[l].attn_norm,
+            Norm::Ffn(l) => self.layers[l].ffn_norm,
+            Norm::Output => self.output_norm,
+        }
+    }
+
+    pub fn token_embd(&self) -> &WeightMatrix<'m> {
+        &self.token_embd
+    }
+
+    pub fn output(&self) -> &WeightMatrix<'m> {
+        &self.output
+    }
+
+    /// Bytes of weights one decode step streams (every matrix once, the output projection included).
+    pub fn bytes_per_token(&self) -> usize {
+        let per_layer = |l: &LayerWeights| {
+            [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
+                .iter()
+                .map(|m| m.data().n_bytes())
+                .sum::<usize>()
+        };
+        self.layers.iter().map(per_layer).sum::<usize>() + self.output.data().n_bytes()
+    }
+}

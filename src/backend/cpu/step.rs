@@ -1,0 +1,117 @@
+//! The layout of one forward step on the CPU: which rows belong to which sequence, each token's position, KV
+//! cache slot and RoPE angles. Built once in `begin`, read by every layer; its buffers are reused across steps.
+
+use std::ops::Range;
+
+use super::kv_cache::CpuKvCache;
+use crate::model::llama::batch::SeqChunk;
+use crate::model::llama::LlamaConfig;
+use crate::model::TokenId;
+
+/// One sequence of the step.
+pub struct SeqRows<'a> {
+    /// Its rows (new tokens) in the step's activation buffers.
+    pub rows: Range<usize>,
+    /// Its KV cache blocks.
+    pub block_table: &'a [u32],
+}
+
+struct SeqEntry {
+    rows: Range<usize>,
+    /// Range of its block table in `StepLayout::block_tables`.
+    blocks: Range<usize>,
+    want_logits: bool,
+}
+
+/// Per-token and per-sequence facts of the current step.
+#[derive(Default)]
+pub struct StepLayout {
+    /// `[T]`: the new tokens, sequence after sequence.
+    tokens: Vec<TokenId>,
+    /// `[T]`: each token's position in its sequence.
+    positions: Vec<usize>,
+    /// `[T]`: each token's KV cache slot.
+    slots: Vec<usize>,
+    /// `[T][rope_dim / 2]`: cos and sin of each token's rotation angles.
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    seqs: Vec<SeqEntry>,
+    /// Every sequence's block table, concatenated.
+    block_tables: Vec<u32>,
+    half_rope: usize,
+    /// `[rope_dim / 2]`: `base^(−2i / rope_dim)`.
+    inv_freq: Vec<f64>,
+}
+
+impl StepLayout {
+    /// Lays out a validated batch. Rotation angles follow GGUF llama: pair `i` of a head at position `p` turns by
+    /// `p · base^(−2i / rope_dim)`, computed in f64 so that long positions keep their precision.
+    pub fn build(&mut self, batch: &[SeqChunk<'_>], config: &LlamaConfig, cache: &CpuKvCache) {
+        if self.half_rope != config.rope_dim / 2 || self.inv_freq.is_empty() {
+            self.half_rope = config.rope_dim / 2;
+            let base = f64::from(config.rope_base);
+            self.inv_freq = (0..self.half_rope).map(|i| base.powf(-2.0 * i as f64 / config.rope_dim as f64)).collect();
+        }
+        self.tokens.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.rope_cos.clear();
+        self.rope_sin.clear();
+        self.seqs.clear();
+        self.block_tables.clear();
+        for s in batch {
+            let first_row = self.tokens.len();
+            let first_block = self.block_tables.len();
+            self.block_tables.extend_from_slice(s.block_table);
+            for (i, &token) in s.tokens.iter().enumerate() {
+                let pos = s.start_pos + i;
+                self.tokens.push(token);
+                self.positions.push(pos);
+                self.slots.push(cache.slot(s.block_table, pos));
+                for &inv_freq in &self.inv_freq {
+                    let angle = pos as f64 * inv_freq;
+                    self.rope_cos.push(angle.cos() as f32);
+                    self.rope_sin.push(angle.sin() as f32);
+                }
+            }
+            self.seqs.push(SeqEntry {
+                rows: first_row..self.tokens.len(),
+                blocks: first_block..self.block_tables.len(),
+                want_logits: s.want_logits,
+            });
+        }
+    }
+
+    /// `T`: new tokens in the step.
+    pub fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
+    }
+
+    pub fn position(&self, row: usize) -> usize {
+        self.positions[row]
+    }
+
+    pub fn slot(&self, row: usize) -> usize {
+        self.slots[row]
+    }
+
+    /// The cos and sin tables of row `row`'s rotation.
+    pub fn rope(&self, row: usize) -> (&[f32], &[f32]) {
+        let r = row * self.half_rope..(row + 1) * self.half_rope;
+        (&self.rope_cos[r.clone()], &self.rope_sin[r])
+    }
+
+    /// The sequences of the step, in batch order.
+    pub fn seqs(&self) -> impl Iterator<Item = SeqRows<'_>> {
+        self.seqs.iter().map(|s| SeqRows { rows: s.rows.clone(), block_table: &self.block_tables[s.blocks.clone()] })
+    }
+
+    /// The rows whose logits are wanted (each such sequence's last new token), in batch order.
+    pub fn logit_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.seqs.iter().filter(|s| s.want_logits).map(|s| s.rows.end - 1)
+    }
+}

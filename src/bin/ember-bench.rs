@@ -1,0 +1,383 @@
+//! ember-bench: the CPU forward pass of the real model, timed end to end. Prints a table and writes it as JSON.
+//!
+//! ```text
+//! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick]
+//! ```
+//!
+//! What it measures, in this order (the peak-RSS run first, so that no earlier allocation sets the high-water mark):
+//! - peak RSS (`VmHWM` of `/proc/self/status`) of a generation that fills a 4096-position KV cache (1024 with
+//!   `--quick`): a short prompt, then greedy decoding with the end-of-generation tokens biased away;
+//! - prefill speed at 128 and 512 prompt tokens: one forward step of the whole prompt as a fresh sequence, logits
+//!   for its last token, as a server's first step of a request computes them;
+//! - single-stream decode speed over 128 tokens (32 with `--quick`) after a 128-token prompt, through
+//!   `engine::generate` (sampling included, as a user sees it);
+//! - a large memcpy's speed on the same machine, and the share of it decode reaches: weight bytes read per token ×
+//!   decode tokens/s ÷ memcpy bytes/s. Decode of a model this small streams its weights for every token, so this
+//!   ratio says how close decode is to the memory-bandwidth bound (it can exceed 1: the memcpy runs on one thread
+//!   and moves each byte twice, a read and a write; decode runs on `--threads` and mostly reads).
+//!
+//! Each speed is the median of several runs (the best is printed beside it). The machines we measure on share their
+//! CPUs with other work, so each measurement also reports the share of its threads' time spent waiting for a CPU
+//! (run-queue wait, from `/proc/self/task/*/schedstat`): a figure measured while waiting much is a floor, not the
+//! engine's speed. Times use the monotonic clock.
+
+use std::hint::black_box;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ember::backend::cpu::kv_cache::CpuKvCache;
+use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
+use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
+use ember::engine::sampling::SamplingParams;
+use ember::model::llama::{forward, LlamaConfig, SeqChunk};
+use ember::model::{Model, TokenId};
+
+const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick]";
+
+/// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
+const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
+    tracked the motions of the Sun, the Moon and the planets against the fixed stars, and built calendars, temples \
+    and instruments to predict eclipses and seasons. Greek astronomers measured the size of the Earth and the \
+    distance to the Moon with geometry alone. ";
+
+/// Bias that keeps the end-of-generation tokens from being chosen (the most `SamplingParams` allows).
+const NEVER: f32 = -100.0;
+
+struct Args {
+    model: Option<PathBuf>,
+    threads: usize,
+    json: PathBuf,
+    quick: bool,
+}
+
+fn parse_args(raw: &[String]) -> Result<Args, String> {
+    let mut args = Args { model: None, threads: 2, json: PathBuf::from("target/ember-bench.json"), quick: false };
+    let mut it = raw.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--model" => args.model = Some(value("--model")?.into()),
+            "--threads" => {
+                let v = value("--threads")?;
+                args.threads = v.parse().ok().filter(|&n| n > 0).ok_or(format!("--threads: {v:?} is not a count"))?;
+            }
+            "--json" => args.json = value("--json")?.into(),
+            "--quick" => args.quick = true,
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+/// The sizes of a run.
+struct Plan {
+    prefill_lengths: [usize; 2],
+    prefill_runs: usize,
+    decode_prompt: usize,
+    decode_tokens: usize,
+    decode_runs: usize,
+    /// KV positions the peak-RSS generation fills (prompt and generated tokens).
+    rss_positions: usize,
+    rss_prompt: usize,
+    /// Bytes of each memcpy buffer.
+    memcpy_bytes: usize,
+    memcpy_runs: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        Plan {
+            prefill_lengths: [128, 512],
+            prefill_runs: if quick { 3 } else { 5 },
+            decode_prompt: 128,
+            decode_tokens: if quick { 32 } else { 128 },
+            decode_runs: 3,
+            rss_positions: if quick { 1024 } else { 4096 },
+            rss_prompt: 32,
+            memcpy_bytes: if quick { 64 << 20 } else { 256 << 20 },
+            memcpy_runs: 5,
+        }
+    }
+}
+
+/// The runs of one measurement, in a unit where more is better, and the share of its threads' time spent waiting
+/// for a CPU (`None` where `/proc` does not say).
+struct Measurement {
+    runs: Vec<f64>,
+    waited: Option<f64>,
+}
+
+impl Measurement {
+    /// Runs `body`, which returns one figure per run, noting how long this process's threads waited for a CPU.
+    /// The process must keep the same threads throughout (no backend built or dropped inside `body`).
+    fn take(body: impl FnOnce() -> Result<Vec<f64>, String>) -> Result<Self, String> {
+        let before = SchedTimes::now();
+        let runs = body()?;
+        let waited = before.zip(SchedTimes::now()).and_then(|(b, a)| a.waited_share_since(b));
+        Ok(Measurement { runs, waited })
+    }
+
+    fn median(&self) -> f64 {
+        let mut v = self.runs.clone();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+
+    fn best(&self) -> f64 {
+        self.runs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+    }
+
+    fn print(&self, label: &str) {
+        let waited = self.waited.map_or("?".to_owned(), |w| format!("{:.0}%", 100.0 * w));
+        println!("{label:<40} {:>10.1} {:>10.1} {:>5} {waited:>7}", self.median(), self.best(), self.runs.len());
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "median": self.median(),
+            "best": self.best(),
+            "runs": self.runs,
+            "run_queue_wait_share": self.waited,
+        })
+    }
+}
+
+/// Time this process's threads have spent on a CPU and waiting in a run queue, summed over its threads
+/// (`/proc/self/task/*/schedstat`: nanoseconds on the CPU, nanoseconds waiting, time slices).
+#[derive(Clone, Copy)]
+struct SchedTimes {
+    on_cpu_ns: u64,
+    waiting_ns: u64,
+}
+
+impl SchedTimes {
+    fn now() -> Option<Self> {
+        let mut total = SchedTimes { on_cpu_ns: 0, waiting_ns: 0 };
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            let mut fields = stat.split_whitespace().map(|f| f.parse::<u64>().ok());
+            total.on_cpu_ns += fields.next()??;
+            total.waiting_ns += fields.next()??;
+        }
+        Some(total)
+    }
+
+    /// The share of the time since `earlier` that the threads wanted a CPU and waited for one.
+    fn waited_share_since(self, earlier: SchedTimes) -> Option<f64> {
+        let waited = self.waiting_ns.checked_sub(earlier.waiting_ns)?;
+        let ran = self.on_cpu_ns.checked_sub(earlier.on_cpu_ns)?;
+        (waited + ran > 0).then(|| waited as f64 / (waited + ran) as f64)
+    }
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    match parse_args(&raw).and_then(|args| run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the measurements share: the model, one backend, the sampling that never stops early, the prompt text.
+struct Bench<'m> {
+    config: &'m LlamaConfig,
+    backend: CpuBackend<'m>,
+    layout: SingleSequenceLayout,
+    sampling: SamplingParams,
+    eog: &'m [TokenId],
+    /// `PROMPT_TEXT` tokenized.
+    text_ids: Vec<TokenId>,
+}
+
+impl Bench<'_> {
+    /// The first `len` tokens of the prompt text repeated.
+    fn prompt(&self, len: usize) -> Vec<TokenId> {
+        self.text_ids.iter().copied().cycle().take(len).collect()
+    }
+
+    /// Generates `max_tokens` from `prompt` through `engine::generate`: decode tokens per second.
+    fn decode(&mut self, prompt: &[TokenId], max_tokens: usize) -> Result<f64, String> {
+        let request = GenerateRequest {
+            prompt,
+            max_tokens,
+            sampling: self.sampling.clone(),
+            stop_ids: self.eog,
+            default_seed: 0,
+        };
+        let generation = generate(self.config, &mut self.backend, self.layout, &request, |_| ControlFlow::Continue(()))
+            .map_err(|e| e.to_string())?;
+        generation.decode_tokens_per_second().ok_or_else(|| "decode produced too few tokens".to_owned())
+    }
+
+    /// Prefills `len` prompt tokens as a fresh sequence `runs` times, after one untimed warm-up: tokens per second.
+    fn prefill(&mut self, len: usize, runs: usize) -> Result<Vec<f64>, String> {
+        let tokens = self.prompt(len);
+        let table: Vec<u32> = (0..self.layout.kv_num_blocks as u32).collect();
+        let mut logits = vec![0f32; self.config.vocab_size];
+        let chunk = SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, want_logits: true };
+        let mut speeds = Vec::with_capacity(runs);
+        for run in 0..=runs {
+            let start = Instant::now();
+            forward(self.config, &mut self.backend, &[chunk], &mut logits).map_err(|e| e.to_string())?;
+            if run > 0 {
+                speeds.push(len as f64 / start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(speeds)
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let plan = Plan::new(args.quick);
+    let load_at_start = load_average();
+    let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
+    let config = &model.config;
+    let options = CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.rss_positions) };
+    let layout = SingleSequenceLayout {
+        max_batch_tokens: options.max_batch_tokens,
+        kv_block_size: options.kv_block_size,
+        kv_num_blocks: options.kv_num_blocks,
+    };
+    // The plan's sizes are constants; this guards their edits, not user input.
+    let longest_prefill = plan.prefill_lengths.iter().max().copied().unwrap_or(0);
+    if longest_prefill > layout.max_batch_tokens
+        || longest_prefill.max(plan.decode_prompt + plan.decode_tokens) > plan.rss_positions
+    {
+        return Err("the plan does not fit the backend's batch or cache".to_owned());
+    }
+    let eog = model.tokenizer.eog_ids();
+    let sampling = SamplingParams { logit_bias: eog.iter().map(|&id| (id, NEVER)).collect(), ..Default::default() };
+    sampling.validate(config.vocab_size).map_err(|e| e.to_string())?;
+    let mut bench = Bench {
+        config,
+        backend: CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?,
+        layout,
+        sampling,
+        eog,
+        text_ids: model.tokenizer.encode(PROMPT_TEXT, false),
+    };
+    let kernel_path = bench.backend.kernel_path();
+    let weight_bytes = bench.backend.weight_bytes_per_token();
+    let quick = if args.quick { ", quick" } else { "" };
+    println!("ember-bench: {}, {} threads, {kernel_path} kernels{quick}", model.name(), args.threads);
+
+    // Peak RSS: a generation that fills the cache, first thing after loading. Its last token is sampled but never
+    // fed back, so it needs no KV position.
+    let rss_tokens = plan.rss_positions - plan.rss_prompt + 1;
+    eprintln!("generating {rss_tokens} tokens for the peak RSS...");
+    let rss_prompt = bench.prompt(plan.rss_prompt);
+    let long = Measurement::take(|| Ok(vec![bench.decode(&rss_prompt, rss_tokens)?]))?;
+    let peak_rss = proc_status_kib("VmHWM").map(|kib| kib * 1024);
+
+    let mut prefill = Vec::new();
+    for len in plan.prefill_lengths {
+        prefill.push((len, Measurement::take(|| bench.prefill(len, plan.prefill_runs))?));
+    }
+    let decode_prompt = bench.prompt(plan.decode_prompt);
+    let decode = Measurement::take(|| {
+        (0..plan.decode_runs).map(|_| bench.decode(&decode_prompt, plan.decode_tokens + 1)).collect()
+    })?;
+    drop(bench);
+
+    let memcpy = Measurement::take(|| Ok(memcpy_gb_per_second(plan.memcpy_bytes, plan.memcpy_runs)))?;
+    let ratio = weight_bytes as f64 * decode.median() / (memcpy.median() * 1e9);
+    let load_at_end = load_average();
+    let kv_bytes = CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions);
+    let (cpu, cpus) = (cpu_model(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+
+    println!("cpu: {cpu}, {cpus} CPUs; load average {load_at_start} at start, {load_at_end} at end");
+    println!("{:<40} {:>10} {:>10} {:>5} {:>7}", "measure", "median", "best", "runs", "waited");
+    for (len, m) in &prefill {
+        m.print(&format!("prefill {len} tokens (tokens/s)"));
+    }
+    decode.print(&format!("decode {} after {} (tokens/s)", plan.decode_tokens, plan.decode_prompt));
+    long.print(&format!("decode over {} positions (tokens/s)", plan.rss_positions));
+    memcpy.print(&format!("memcpy {} MiB (GB/s copied)", plan.memcpy_bytes >> 20));
+    println!("{:<40} {:>10.1}", "weights read per token (MB)", weight_bytes as f64 / 1e6);
+    println!("{:<40} {:>10.2}", "weights/token x decode / memcpy", ratio);
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    match peak_rss {
+        Some(bytes) => {
+            println!("{:<40} {:>10.1}", format!("peak RSS, {} positions (MiB)", plan.rss_positions), mib(bytes))
+        }
+        None => println!("peak RSS: /proc/self/status has no VmHWM here"),
+    }
+    println!("  (of which KV cache {:.1} MiB, model file {:.1} MiB)", mib(kv_bytes as u64), mib(model.file.file_len()));
+
+    let report = serde_json::json!({
+        "model": model.name(),
+        "threads": args.threads,
+        "kernels": kernel_path,
+        "quick": args.quick,
+        "cpu": cpu,
+        "cpus": cpus,
+        "load_average": { "start": load_at_start, "end": load_at_end },
+        "prefill_tokens_per_s": prefill.iter().map(|(len, m)| (len.to_string(), m.json())).collect::<serde_json::Map<_, _>>(),
+        "decode_tokens_per_s": { "prompt": plan.decode_prompt, "tokens": plan.decode_tokens, "result": decode.json() },
+        "memcpy_gb_per_s": { "bytes": plan.memcpy_bytes, "result": memcpy.json() },
+        "weight_bytes_per_token": weight_bytes,
+        "decode_bandwidth_over_memcpy": ratio,
+        "peak_rss": { "positions": plan.rss_positions, "bytes": peak_rss, "kv_cache_bytes": kv_bytes, "decode_tokens_per_s": long.json() },
+    });
+    if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&args.json, text + "\n").map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
+    println!("wrote {}", args.json.display());
+    Ok(())
+}
+
+/// Copies `bytes` from one buffer to another `runs` times: bytes copied per second, in GB/s (10⁹), per run. One
+/// untimed copy first, so that both buffers' pages are mapped before timing.
+fn memcpy_gb_per_second(bytes: usize, runs: usize) -> Vec<f64> {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src);
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+            bytes as f64 / start.elapsed().as_secs_f64() / 1e9
+        })
+        .collect()
+}
+
+/// A `/proc/self/status` field given in kB (Linux's kB are KiB), when there is one.
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// The 1, 5 and 15-minute load averages from `/proc/loadavg`, or "unknown".
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The processor's name from `/proc/cpuinfo`, or "unknown".
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}

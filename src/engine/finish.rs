@@ -1,0 +1,34 @@
+//! Why a sequence stopped generating.
+
+use std::fmt;
+
+/// Why a sequence finished. [`FinishReason::as_str`] gives the OpenAI `finish_reason` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// An end-of-generation token, a stop token id or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the model's context is full.
+    Length,
+    /// The host cancelled the request (or freed it, or shut the engine down).
+    Cancelled,
+    /// The engine could not continue the request (see the request's error message).
+    Error,
+}
+
+impl FinishReason {
+    /// `"stop"`, `"length"`, `"cancelled"` or `"error"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,596 @@
+//! Every kernel path this CPU supports against the scalar reference and against float64 arithmetic, on seeded
+//! random data at the model's shapes and at odd sizes; batch invariance bit for bit; and the real model's weights.
+//!
+//! Error bounds follow the standard analysis of floating-point summation (Higham, "Accuracy and Stability of
+//! Numerical Algorithms", §4.2): adding `n` terms in any order errs by at most `(n − 1)·u·Σ|term|`, `u = 2⁻²⁴`,
+//! plus one `u·|term|` per rounded product. Each bound below states which terms it counts.
+
+use ember::backend::cpu::kernels::{
+    kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, WeightData, WeightMatrix,
+};
+use ember::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use ember::model::gguf::GgufFile;
+use half::f16;
+
+/// f32 unit roundoff.
+const U: f64 = f32::EPSILON as f64 / 2.0;
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny seeded generator, so every run sees the same data.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.next_u64() as u8
+    }
+}
+
+fn scalar() -> &'static Kernels {
+    kernels_named("scalar").expect("the scalar path always exists")
+}
+
+/// The SIMD paths this CPU runs (empty on a CPU without any).
+fn simd_paths() -> Vec<&'static Kernels> {
+    supported_kernels().filter(|k| k.name != "scalar").collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    F32,
+}
+
+const KINDS: [Kind; 4] = [Kind::Q4_0, Kind::Q4_1, Kind::Q8_0, Kind::F32];
+
+/// Owned random weights of one kind, with realistic scales (the model's Q4_1 blocks have d ~ 0.01, m ~ −0.1).
+enum Weights {
+    Q4_0(Vec<BlockQ4_0>),
+    Q4_1(Vec<BlockQ4_1>),
+    Q8_0(Vec<BlockQ8_0>),
+    F32(Vec<f32>),
+}
+
+impl Weights {
+    fn random(kind: Kind, n_rows: usize, row_len: usize, rng: &mut Rng) -> Self {
+        let n_blocks = n_rows * row_len / QK;
+        let mut scale = || f16::from_f32(rng.uniform(0.001, 0.05));
+        match kind {
+            Kind::Q4_0 => {
+                Weights::Q4_0((0..n_blocks).map(|_| BlockQ4_0 { d: scale(), qs: [0; 16] }).collect::<Vec<_>>())
+            }
+            Kind::Q4_1 => Weights::Q4_1(
+                (0..n_blocks).map(|_| BlockQ4_1 { d: scale(), m: f16::ZERO, qs: [0; 16] }).collect::<Vec<_>>(),
+            ),
+            Kind::Q8_0 => {
+                Weights::Q8_0((0..n_blocks).map(|_| BlockQ8_0 { d: scale(), qs: [0; 32] }).collect::<Vec<_>>())
+            }
+            Kind::F32 => Weights::F32(Vec::new()),
+        }
+        .fill(n_rows * row_len, rng)
+    }
+
+    /// Random quants (every byte value, including −128 for Q8_0) and minima; F32 values in [−1, 1).
+    fn fill(mut self, n_elements: usize, rng: &mut Rng) -> Self {
+        match &mut self {
+            Weights::Q4_0(b) => b.iter_mut().for_each(|b| b.qs = std::array::from_fn(|_| rng.byte())),
+            Weights::Q4_1(b) => b.iter_mut().for_each(|b| {
+                b.m = f16::from_f32(rng.uniform(-0.3, 0.05));
+                b.qs = std::array::from_fn(|_| rng.byte());
+            }),
+            Weights::Q8_0(b) => b.iter_mut().for_each(|b| b.qs = std::array::from_fn(|_| rng.byte() as i8)),
+            Weights::F32(v) => *v = (0..n_elements).map(|_| rng.uniform(-1.0, 1.0)).collect(),
+        }
+        self
+    }
+
+    fn matrix(&self, n_rows: usize, row_len: usize) -> WeightMatrix<'_> {
+        let data = match self {
+            Weights::Q4_0(b) => WeightData::Q4_0(b),
+            Weights::Q4_1(b) => WeightData::Q4_1(b),
+            Weights::Q8_0(b) => WeightData::Q8_0(b),
+            Weights::F32(v) => WeightData::F32(v),
+        };
+        WeightMatrix::new(data, n_rows, row_len).expect("test shapes are valid")
+    }
+}
+
+/// Weight `k` of row `r` in f64 as `(value, magnitude)`, the magnitude bounding what its f32 computation sums
+/// (`|d·q| + |m|` for Q4_1, whose dequantization may cancel).
+fn weight_f64(w: &WeightMatrix, r: usize, k: usize) -> (f64, f64) {
+    let i = r * w.row_len() + k;
+    let (block, j) = (i / QK, i % QK);
+    let nibble = |qs: &[u8; 16]| f64::from(if j < 16 { qs[j] & 0x0f } else { qs[j - 16] >> 4 });
+    match w.data() {
+        WeightData::Q4_0(b) => {
+            let v = f64::from(b[block].d.to_f32()) * (nibble(&b[block].qs) - 8.0);
+            (v, v.abs())
+        }
+        WeightData::Q4_1(b) => {
+            let dq = f64::from(b[block].d.to_f32()) * nibble(&b[block].qs);
+            let m = f64::from(b[block].m.to_f32());
+            (dq + m, dq.abs() + m.abs())
+        }
+        WeightData::Q8_0(b) => {
+            let v = f64::from(b[block].d.to_f32()) * f64::from(b[block].qs[j]);
+            (v, v.abs())
+        }
+        WeightData::F32(v) => (f64::from(v[i]), f64::from(v[i]).abs()),
+    }
+}
+
+/// `n_cols × row_len` activations shaped like a hidden state: per-block scales spread over four decades, and an
+/// outlier now and then.
+fn random_activations(n_cols: usize, row_len: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x = Vec::with_capacity(n_cols * row_len);
+    for _ in 0..n_cols * row_len / QK {
+        let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
+        for _ in 0..QK {
+            let outlier = if rng.next_u64().is_multiple_of(64) { 8.0 } else { 1.0 };
+            x.push(rng.uniform(-1.0, 1.0) * scale * outlier);
+        }
+    }
+    x
+}
+
+fn quantize(x: &[f32]) -> Vec<BlockQ8A> {
+    let mut blocks = vec![BlockQ8A { d: 0.0, s: 0.0, qs: [0; QK] }; x.len() / QK];
+    quantize_row_q8a_scalar(x, &mut blocks);
+    blocks
+}
+
+fn run_q8(k: &Kernels, w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_cols * w.n_rows()];
+    k.matmul_q8(w, act, n_cols, &mut OutRows::new(&mut out, n_cols, w.n_rows()));
+    out
+}
+
+fn run_f32(k: &Kernels, w: &WeightMatrix, act: &[f32], n_cols: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_cols * w.n_rows()];
+    k.matmul_f32(w, act, n_cols, &mut OutRows::new(&mut out, n_cols, w.n_rows()));
+    out
+}
+
+/// `Σ_b Σ_j |dw·da·qw_j·qa_j| (+ |mw·sa|)` in f64: the magnitude of the terms a quantized matmul adds in floating
+/// point (its integer sums are exact). F32 weights: `Σ |w·da·qa|`.
+fn q8_magnitude(w: &WeightMatrix, act: &[BlockQ8A], c: usize, r: usize) -> f64 {
+    let n = w.blocks_per_row();
+    let mut total = 0.0;
+    for b in 0..n {
+        let a = &act[c * n + b];
+        for j in 0..QK {
+            let (_, mag) = weight_f64(w, r, b * QK + j);
+            total += mag * f64::from(a.d) * f64::from(a.qs[j]).abs();
+        }
+        if let WeightData::Q4_1(blocks) = w.data() {
+            total += f64::from(blocks[r * n + b].m.to_f32()).abs() * f64::from(a.s).abs();
+        }
+    }
+    total
+}
+
+/// The shapes tested against the scalar path: odd sizes, then the model's (row_len, n_rows).
+fn odd_shapes() -> Vec<(usize, usize)> {
+    let mut shapes = Vec::new();
+    for row_len in [32, 64, 96, 160] {
+        for n_rows in [1, 3, 7, 33] {
+            shapes.push((row_len, n_rows));
+        }
+    }
+    shapes
+}
+const MODEL_SHAPES: [(usize, usize); 4] = [(576, 576), (576, 192), (576, 1536), (1536, 576)];
+const ODD_N_COLS: [usize; 8] = [1, 2, 3, 5, 7, 16, 17, 64];
+
+/// The SIMD paths are offered exactly where the CPU runs them, so the comparisons below cover every path this
+/// machine has (and a CI machine without AVX-512 still tests AVX2).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn paths_follow_cpu_features() {
+    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+    let avx512 = avx2
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni");
+    assert_eq!(kernels_named("avx2").is_some(), avx2);
+    assert_eq!(kernels_named("avx512").is_some(), avx512);
+    if std::env::var_os(ember::backend::cpu::kernels::KERNELS_ENV_VAR).is_none() {
+        let best = if avx512 {
+            "avx512"
+        } else if avx2 {
+            "avx2"
+        } else {
+            "scalar"
+        };
+        assert_eq!(ember::backend::cpu::kernels::kernels().name, best);
+    }
+}
+
+#[test]
+fn quantize_row_q8a_is_bit_identical_to_scalar() {
+    let mut rng = Rng(1);
+    for len in [32, 64, 96, 160, 576, 1536] {
+        let mut x = random_activations(1, len, &mut rng);
+        // An all-zero block, exact ties (amax 127 gives d = 1) and negative zeros.
+        x[..QK].fill(0.0);
+        if len >= 64 {
+            x[QK..2 * QK].iter_mut().enumerate().for_each(|(i, v)| *v = i as f32 - 15.5);
+            x[QK] = 127.0;
+            x[QK + 1] = -0.0;
+        }
+        let want = quantize(&x);
+        for k in simd_paths() {
+            let mut got = vec![BlockQ8A { d: 1.0, s: 1.0, qs: [1; QK] }; len / QK];
+            k.quantize_row_q8a(&x, &mut got);
+            for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.qs, w.qs, "{}: block {b} of {len}", k.name);
+                assert_eq!((g.d.to_bits(), g.s.to_bits()), (w.d.to_bits(), w.s.to_bits()), "{}: block {b}", k.name);
+            }
+        }
+    }
+}
+
+/// Each SIMD path's quantized matmul equals the scalar one within the summation bound: the integer dot products
+/// are exact in both, only the order of f32 additions differs. Each path adds at most `2·n_blocks + 16` terms
+/// (per-lane sums plus the horizontal reduction; Q4_1 doubles the terms) with two rounded products each, so the two
+/// differ by at most `2 · (2·n_blocks + 24) · u · Σ|term|`.
+#[test]
+fn matmul_q8_matches_scalar() {
+    let mut rng = Rng(2);
+    let paths = simd_paths();
+    let mut cases: Vec<(usize, usize, &[usize])> =
+        odd_shapes().into_iter().map(|(l, r)| (l, r, &ODD_N_COLS[..])).collect();
+    cases.extend(MODEL_SHAPES.iter().map(|&(l, r)| (l, r, &[1usize, 5, 17][..])));
+    for kind in KINDS {
+        for &(row_len, n_rows, col_counts) in &cases {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let n_cols_max = *col_counts.iter().max().unwrap();
+            let act = quantize(&random_activations(n_cols_max, row_len, &mut rng));
+            for &n_cols in col_counts {
+                let act = &act[..n_cols * w.blocks_per_row()];
+                let want = run_q8(scalar(), &w, act, n_cols);
+                for k in &paths {
+                    let got = run_q8(k, &w, act, n_cols);
+                    for c in 0..n_cols {
+                        for r in 0..n_rows {
+                            let (g, s) = (got[c * n_rows + r], want[c * n_rows + r]);
+                            let tol = 2.0 * (2 * w.blocks_per_row() + 24) as f64 * U * q8_magnitude(&w, act, c, r);
+                            assert!(
+                                (f64::from(g) - f64::from(s)).abs() <= tol,
+                                "{} {kind:?} {n_rows}x{row_len} n_cols {n_cols} ({c}, {r}): {g} vs scalar {s}, tol {tol:e}",
+                                k.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `Σ_k w(r, k)·x(c, k)` in f64 with the magnitude `Σ |w|·|x|` (weights as `weight_f64` gives them).
+fn dot_f64(w: &WeightMatrix, x: &[f32], c: usize, r: usize) -> (f64, f64) {
+    let n = w.row_len();
+    (0..n).fold((0.0, 0.0), |(sum, mag), k| {
+        let (v, m) = weight_f64(w, r, k);
+        let xv = f64::from(x[c * n + k]);
+        (sum + v * xv, mag + m * xv.abs())
+    })
+}
+
+/// Every path's precise matmul against an f64 dequantize-and-dot: `row_len` products and additions, plus up to
+/// two roundings in dequantization, so the error is at most `(row_len + 8) · u · Σ |w|·|x|`.
+#[test]
+fn matmul_f32_matches_f64_reference() {
+    let mut rng = Rng(3);
+    let mut cases: Vec<(usize, usize, usize)> = Vec::new();
+    for (row_len, n_rows) in odd_shapes() {
+        cases.extend([1, 5, 17].map(|n_cols| (row_len, n_rows, n_cols)));
+    }
+    cases.extend(MODEL_SHAPES.iter().map(|&(l, r)| (l, r, 6)));
+    for kind in KINDS {
+        for &(row_len, n_rows, n_cols) in &cases {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let x = random_activations(n_cols, row_len, &mut rng);
+            for k in supported_kernels() {
+                let got = run_f32(k, &w, &x, n_cols);
+                for c in 0..n_cols {
+                    for r in 0..n_rows {
+                        let (want, mag) = dot_f64(&w, &x, c, r);
+                        let g = f64::from(got[c * n_rows + r]);
+                        let tol = (row_len + 8) as f64 * U * mag;
+                        assert!(
+                            (g - want).abs() <= tol,
+                            "{} {kind:?} {n_rows}x{row_len} ({c}, {r}): {g} vs {want}, tol {tol:e}",
+                            k.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every path's quantized matmul against the f64 product with the *unquantized* activations. Rounding `x` to
+/// `da·qa` errs by at most `da/2` per element (a hair more: `x·(1/d)` is itself rounded), so the quantized
+/// result may differ by `Σ_b 0.5001·da_b·Σ_j |w_j|`, plus the f32 summation bound of `matmul_q8_matches_scalar`.
+#[test]
+fn matmul_q8_matches_f64_within_activation_rounding() {
+    let mut rng = Rng(4);
+    for kind in KINDS {
+        for &(row_len, n_rows) in MODEL_SHAPES.iter().chain(&[(96, 7), (160, 33)]) {
+            let n_cols = 3;
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let x = random_activations(n_cols, row_len, &mut rng);
+            let act = quantize(&x);
+            let n = w.blocks_per_row();
+            for k in supported_kernels() {
+                let got = run_q8(k, &w, &act, n_cols);
+                for c in 0..n_cols {
+                    for r in 0..n_rows {
+                        let (want, _) = dot_f64(&w, &x, c, r);
+                        let rounding: f64 = (0..n)
+                            .map(|b| {
+                                let w_abs: f64 = (0..QK).map(|j| weight_f64(&w, r, b * QK + j).0.abs()).sum();
+                                0.5001 * f64::from(act[c * n + b].d) * w_abs
+                            })
+                            .sum();
+                        let tol = rounding + 2.0 * (2 * n + 24) as f64 * U * q8_magnitude(&w, &act, c, r);
+                        let g = f64::from(got[c * n_rows + r]);
+                        assert!(
+                            (g - want).abs() <= tol,
+                            "{} {kind:?} {n_rows}x{row_len} ({c}, {r}): {g} vs {want}, tol {tol:e}",
+                            k.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "{what}: element {i}: {g} vs {w}");
+    }
+}
+
+/// Runs `matmul` (either flavour) on columns `first..first + n_cols` of `pool`, over the rows split into pieces of
+/// `piece` rows (each piece computed by its own call, as the thread pool does), and returns the outputs.
+fn split_run(n_rows: usize, n_cols: usize, piece: usize, matmul: &dyn Fn(usize, &mut OutRows)) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_cols * n_rows];
+    let mut rest = OutRows::new(&mut out, n_cols, n_rows);
+    while rest.rows().len() > piece {
+        let at = rest.rows().start + piece;
+        let (mut head, tail) = rest.split_at(at);
+        matmul(n_cols, &mut head);
+        rest = tail;
+    }
+    matmul(n_cols, &mut rest);
+    out
+}
+
+/// Batch invariance, bit for bit, on every path: a column's outputs do not depend on how many columns run with
+/// it, where it sits in the batch, or how the rows are split.
+#[test]
+fn matmuls_are_batch_invariant() {
+    let mut rng = Rng(5);
+    let (n_rows, pool_cols) = (37, 23);
+    for kind in KINDS {
+        for row_len in [96, 576] {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let x = random_activations(pool_cols, row_len, &mut rng);
+            let act = quantize(&x);
+            let n = w.blocks_per_row();
+            for k in supported_kernels() {
+                // Reference: each column alone, all rows in one call.
+                let alone_q8: Vec<Vec<f32>> =
+                    (0..pool_cols).map(|c| run_q8(k, &w, &act[c * n..(c + 1) * n], 1)).collect();
+                let alone_f32: Vec<Vec<f32>> =
+                    (0..pool_cols).map(|c| run_f32(k, &w, &x[c * row_len..(c + 1) * row_len], 1)).collect();
+                for (first, n_cols) in [(0, 23), (1, 2), (3, 3), (2, 5), (5, 16), (6, 17), (0, 4), (19, 4)] {
+                    for piece in [n_rows, 1, 3, 4, 5, 8, 13] {
+                        let q8 =
+                            |nc: usize, out: &mut OutRows| k.matmul_q8(&w, &act[first * n..(first + nc) * n], nc, out);
+                        let f32_ = |nc: usize, out: &mut OutRows| {
+                            k.matmul_f32(&w, &x[first * row_len..(first + nc) * row_len], nc, out)
+                        };
+                        let got_q8 = split_run(n_rows, n_cols, piece, &q8);
+                        let got_f32 = split_run(n_rows, n_cols, piece, &f32_);
+                        for c in 0..n_cols {
+                            let what =
+                                format!("{} {kind:?} row_len {row_len} cols {first}+{n_cols} piece {piece}", k.name);
+                            let col = c * n_rows..(c + 1) * n_rows;
+                            assert_same_bits(&got_q8[col.clone()], &alone_q8[first + c], &format!("q8 {what}"));
+                            assert_same_bits(&got_f32[col], &alone_f32[first + c], &format!("f32 {what}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "beyond")]
+fn matmul_rejects_output_rows_past_the_matrix() {
+    let mut rng = Rng(6);
+    let weights = Weights::random(Kind::Q4_1, 3, 32, &mut rng);
+    let w = weights.matrix(3, 32);
+    let act = quantize(&random_activations(1, 32, &mut rng));
+    let mut out = vec![0f32; 4];
+    scalar().matmul_q8(&w, &act, 1, &mut OutRows::new(&mut out, 1, 4));
+}
+
+#[test]
+#[should_panic(expected = "outside")]
+fn out_rows_refuses_writes_outside_its_range() {
+    let mut out = vec![0f32; 6];
+    let (mut first, _second) = OutRows::new(&mut out, 2, 3).split_at(1);
+    first.write(1, 0, &[1.0, 2.0]);
+}
+
+/// Element-wise lengths: empty, shorter than a register, with and without a tail, and the model's widths.
+const LENGTHS: [usize; 9] = [0, 1, 7, 8, 9, 64, 100, 576, 1536];
+
+fn random_vec(len: usize, lo: f32, hi: f32, rng: &mut Rng) -> Vec<f32> {
+    (0..len).map(|_| rng.uniform(lo, hi)).collect()
+}
+
+/// `|got − want| ≤ rel · (|want| + floor)` element by element.
+fn assert_close(got: &[f32], want: &[f32], rel: f32, floor: f32, what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= rel * (w.abs() + floor), "{what}: element {i}: {g} vs {w}");
+    }
+}
+
+#[test]
+fn element_wise_kernels_match_scalar() {
+    let mut rng = Rng(7);
+    let s = scalar();
+    for k in simd_paths() {
+        for len in LENGTHS {
+            let what = |op: &str| format!("{} {op} len {len}", k.name);
+            let x = random_vec(len, -3.0, 3.0, &mut rng);
+            let y = random_vec(len, -3.0, 3.0, &mut rng);
+            let (mut got, mut want) = (vec![0f32; len], vec![0f32; len]);
+
+            if len > 0 {
+                // A sum of `len` squares: summation bound `len · u` relative, then a square root and products.
+                k.rms_norm(&x, &y, 1e-5, &mut got);
+                s.rms_norm(&x, &y, 1e-5, &mut want);
+                assert_close(&got, &want, (len as f32 + 8.0) * f32::EPSILON, 0.0, &what("rms_norm"));
+            }
+
+            // Gates across the range where sigmoid saturates; the vector exp is within a few ulp of libm's.
+            let gate = random_vec(len, -100.0, 30.0, &mut rng);
+            k.silu_mul(&gate, &y, &mut got);
+            s.silu_mul(&gate, &y, &mut want);
+            assert_close(&got, &want, 8.0 * f32::EPSILON, 1e-30, &what("silu_mul"));
+
+            // Exact on every path.
+            let (mut a, mut b) = (x.clone(), x.clone());
+            k.add_assign(&mut a, &y);
+            s.add_assign(&mut b, &y);
+            assert_same_bits(&a, &b, &what("add_assign"));
+
+            // Logits-like values with masked (−inf) positions; the sum has `len` terms.
+            let mut logits = random_vec(len, -20.0, 20.0, &mut rng);
+            logits.iter_mut().step_by(5).skip(1).for_each(|v| *v = f32::NEG_INFINITY);
+            let (mut a, mut b) = (logits.clone(), logits.clone());
+            k.softmax_inplace(&mut a);
+            s.softmax_inplace(&mut b);
+            assert_close(&a, &b, (len as f32 + 16.0) * f32::EPSILON, 0.0, &what("softmax"));
+
+            if len % 2 == 0 {
+                let angles = random_vec(len / 2, -10.0, 10.0, &mut rng);
+                let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+                let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+                let (mut a, mut b) = (x.clone(), x.clone());
+                k.rope(&mut a, &cos, &sin);
+                s.rope(&mut b, &cos, &sin);
+                // Each output is a two-term sum (one fused on SIMD paths): error ≤ 3u of the terms' magnitude.
+                for (i, (g, w)) in a.iter().zip(&b).enumerate() {
+                    let (x0, x1) = (x[i & !1].abs(), x[i | 1].abs());
+                    let tol = 3.0 * f32::EPSILON * (x0 + x1);
+                    assert!((g - w).abs() <= tol, "{}: element {i}: {g} vs {w}", what("rope"));
+                }
+            }
+
+            let kv: Vec<f16> = random_vec(len, -4.0, 4.0, &mut rng).into_iter().map(f16::from_f32).collect();
+            let magnitude: f32 = x.iter().zip(&kv).map(|(a, b)| (a * b.to_f32()).abs()).sum();
+            let (g, w) = (k.dot_f16(&x, &kv), s.dot_f16(&x, &kv));
+            assert!(
+                (g - w).abs() <= 2.0 * (len as f32 + 4.0) * f32::EPSILON * magnitude,
+                "{}: {g} vs {w}",
+                what("dot_f16")
+            );
+
+            let (mut a, mut b) = (y.clone(), y.clone());
+            k.axpy_f16(&mut a, 0.37, &kv);
+            s.axpy_f16(&mut b, 0.37, &kv);
+            for (i, ((g, w), v)) in a.iter().zip(&b).zip(&kv).enumerate() {
+                let tol = 2.0 * f32::EPSILON * (y[i].abs() + 0.37 * v.to_f32().abs());
+                assert!((g - w).abs() <= tol, "{}: element {i}: {g} vs {w}", what("axpy_f16"));
+            }
+
+            if len > 0 {
+                assert_eq!(k.argmax(&x), s.argmax(&x), "{}", what("argmax"));
+            }
+        }
+    }
+}
+
+#[test]
+fn argmax_takes_the_first_maximum_and_skips_nan() {
+    let cases: [(&[f32], usize); 7] = [
+        (&[1.0], 0),
+        (&[f32::NAN, 2.0, 2.0], 1),
+        (&[f32::NAN; 3], 0),
+        (&[f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY], 1),
+        (&[0.0, 5.0, 1.0, 5.0, 2.0, 3.0, 4.0, 5.0, 5.0, 0.0], 1),
+        (&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 9.0], 9),
+        (&[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0, -0.5], 8),
+    ];
+    for k in supported_kernels() {
+        for (x, want) in cases {
+            assert_eq!(k.argmax(x), want, "{} on {x:?}", k.name);
+        }
+        let mut logits = vec![0f32; 49152];
+        logits[40000] = 3.0;
+        logits[45000] = 3.0;
+        assert_eq!(k.argmax(&logits), 40000, "{}", k.name);
+    }
+}
+
+/// The real model's weights through `WeightMatrix::from_tensor`, every path against the scalar one.
+#[test]
+fn real_model_weights_match_scalar() {
+    let path = ember::model::path::resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
+    let file = GgufFile::open(&path).expect("the model opens");
+    let mut rng = Rng(8);
+    let n_cols = 3;
+    for (name, row_len, n_rows) in [
+        ("blk.0.attn_q.weight", 576, 576),
+        ("blk.7.attn_k.weight", 576, 192),
+        ("blk.29.ffn_up.weight", 576, 1536),
+        ("blk.12.ffn_down.weight", 1536, 576),
+        ("token_embd.weight", 576, 49152),
+    ] {
+        let w = WeightMatrix::from_tensor(&file.tensor(name).expect("tensor exists")).expect("a matrix");
+        assert_eq!((w.row_len(), w.n_rows()), (row_len, n_rows), "{name}");
+        let act = quantize(&random_activations(n_cols, row_len, &mut rng));
+        let want = run_q8(scalar(), &w, &act, n_cols);
+        for k in simd_paths() {
+            let got = run_q8(k, &w, &act, n_cols);
+            for c in 0..n_cols {
+                for r in 0..n_rows {
+                    let (g, s) = (got[c * n_rows + r], want[c * n_rows + r]);
+                    let tol = 2.0 * (2 * w.blocks_per_row() + 24) as f64 * U * q8_magnitude(&w, &act, c, r);
+                    assert!((f64::from(g) - f64::from(s)).abs() <= tol, "{} {name} ({c}, {r}): {g} vs {s}", k.name);
+                }
+            }
+        }
+    }
+    let norm = file.tensor("output_norm.weight").expect("tensor exists");
+    assert!(WeightMatrix::from_tensor(&norm).is_ok(), "a 1-D F32 tensor of 576 is one row");
+}
