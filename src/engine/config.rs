@@ -1,0 +1,174 @@
+//! The engine's configuration. Field names are the configuration keys of `engine_new`'s JSON (a public contract):
+//! unknown keys are refused, so a misspelt option is an error rather than silently ignored.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Which backend runs the forward pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The GPU when a CUDA driver and device are present, otherwise the CPU (the choice is logged).
+    #[default]
+    Auto,
+    Cpu,
+    /// The GPU; an error when none is usable.
+    Cuda,
+}
+
+/// How the CPU backend multiplies activations with quantized weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivationPrecision {
+    /// 8-bit activation blocks with integer dot products (fast; what llama.cpp does).
+    #[default]
+    Q8,
+    /// f32 activations against dequantized weights (slow; for checking against references).
+    F32,
+}
+
+/// Engine options. `Default` gives the documented defaults.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// The GGUF model; `None` follows the model-path rule (`EMBER_MODEL`, then the default location).
+    pub model: Option<PathBuf>,
+    pub backend: BackendKind,
+    /// CPU threads; 0 = all available cores.
+    pub threads: usize,
+    /// Most sequences in one step (running decodes plus prefills).
+    pub max_num_seqs: usize,
+    /// Most tokens computed in one step; long prompts are prefilled in chunks of what is left.
+    pub max_num_batched_tokens: usize,
+    /// KV cache capacity in tokens (positions over all sequences), rounded up to whole blocks.
+    pub kv_cache_tokens: usize,
+    /// Positions per KV cache block.
+    pub kv_block_size: usize,
+    /// Seeds requests that do not set `seed`, so that an engine's outputs are reproducible.
+    pub seed: u64,
+    /// Lets responses carry `metrics` for requests that ask (`include_metrics`): the first half of the double gate.
+    pub enable_per_request_metrics: bool,
+    /// Records no timing stats at all: every metric is absent. Conflicts with `enable_per_request_metrics`.
+    pub disable_log_stats: bool,
+    /// Streams end with a usage chunk even when the request did not ask for one (`stream_options.include_usage`).
+    pub force_include_usage: bool,
+    /// CPU activation precision (`"q8"` or `"f32"`).
+    pub activation_precision: ActivationPrecision,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            model: None,
+            backend: BackendKind::Auto,
+            threads: 0,
+            max_num_seqs: 64,
+            max_num_batched_tokens: 512,
+            kv_cache_tokens: 16_384,
+            kv_block_size: 16,
+            seed: 0,
+            enable_per_request_metrics: false,
+            disable_log_stats: false,
+            force_include_usage: false,
+            activation_precision: ActivationPrecision::Q8,
+        }
+    }
+}
+
+/// A configuration that cannot work, naming the options at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The configuration keys involved.
+    pub options: Vec<&'static str>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl EngineConfig {
+    /// Checks the options against each other and their ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |options: Vec<&'static str>, message: String| Err(ConfigError { options, message });
+        if self.enable_per_request_metrics && self.disable_log_stats {
+            return err(
+                vec!["enable_per_request_metrics", "disable_log_stats"],
+                "enable_per_request_metrics and disable_log_stats cannot both be true: per-request metrics are \
+                 computed from the stats that disable_log_stats turns off"
+                    .into(),
+            );
+        }
+        let ranges: [(&'static str, usize, usize, usize); 4] = [
+            ("max_num_seqs", self.max_num_seqs, 1, 4096),
+            ("max_num_batched_tokens", self.max_num_batched_tokens, 1, 65_536),
+            ("kv_block_size", self.kv_block_size, 1, 1024),
+            ("kv_cache_tokens", self.kv_cache_tokens, 1, 1 << 24),
+        ];
+        for (name, value, lo, hi) in ranges {
+            if !(lo..=hi).contains(&value) {
+                return err(vec![name], format!("{name} = {value} is not in {lo}..={hi}"));
+            }
+        }
+        if self.threads > 1024 {
+            return err(vec!["threads"], format!("threads = {} is not in 0..=1024", self.threads));
+        }
+        Ok(())
+    }
+
+    /// Parses a JSON object of options (absent keys keep their defaults; unknown keys are errors).
+    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        let trimmed = json.trim();
+        let config: EngineConfig = if trimmed.is_empty() {
+            EngineConfig::default()
+        } else {
+            serde_json::from_str(trimmed)
+                .map_err(|e| ConfigError { options: vec![], message: format!("invalid engine configuration: {e}") })?
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Whether timing stats are recorded.
+    pub fn records_stats(&self) -> bool {
+        !self.disable_log_stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_json_overrides_them() {
+        assert!(EngineConfig::default().validate().is_ok());
+        let c =
+            EngineConfig::from_json(r#"{"threads": 2, "backend": "cpu", "enable_per_request_metrics": true}"#).unwrap();
+        assert_eq!((c.threads, c.backend, c.enable_per_request_metrics), (2, BackendKind::Cpu, true));
+        assert_eq!(c.max_num_seqs, 64);
+        assert_eq!(EngineConfig::from_json("  ").unwrap(), EngineConfig::default());
+    }
+
+    #[test]
+    fn the_metrics_conflict_names_both_options() {
+        let e =
+            EngineConfig::from_json(r#"{"enable_per_request_metrics": true, "disable_log_stats": true}"#).unwrap_err();
+        assert_eq!(e.options, ["enable_per_request_metrics", "disable_log_stats"]);
+        assert!(e.message.contains("enable_per_request_metrics") && e.message.contains("disable_log_stats"));
+    }
+
+    #[test]
+    fn unknown_keys_wrong_types_and_ranges_are_errors() {
+        assert!(EngineConfig::from_json(r#"{"max_num_seq": 4}"#).unwrap_err().message.contains("max_num_seq"));
+        assert!(EngineConfig::from_json(r#"{"threads": "two"}"#).is_err());
+        assert!(EngineConfig::from_json(r#"{"backend": "tpu"}"#).is_err());
+        assert_eq!(EngineConfig::from_json(r#"{"max_num_seqs": 0}"#).unwrap_err().options, ["max_num_seqs"]);
+        assert!(EngineConfig::from_json("[1]").is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! `Engine`: the host's side of an engine. It owns the engine thread; `submit` is thread-safe and returns at once.
+//!
+//! No global state: each engine has its own thread, model handle, KV cache and counters, so several engines in
+//! one process are independent.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Weak};
+use std::thread::JoinHandle;
+
+use super::config::{BackendKind, ConfigError, EngineConfig};
+use super::core::{EngineCore, EngineShared, NewRequest};
+use super::kv_blocks::BlockAllocator;
+use super::log::{LogLevel, Logger};
+use super::output::{CancelWaker, RequestHandle, RequestShared};
+use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
+use super::runner::{cpu_runner, cuda_runner, CacheGeometry};
+use super::sampling::Sampler;
+use super::scheduler::SchedulerLimits;
+use super::sequence::Sequence;
+use super::stats::{EngineClock, RequestStateStats};
+use crate::model::{Model, ModelError, TokenId};
+
+/// Why an engine could not start.
+#[derive(Debug)]
+pub enum EngineError {
+    Config(ConfigError),
+    Model(ModelError),
+    /// The backend could not be built (or the one asked for is unavailable).
+    Backend(String),
+    /// The engine thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Config(e) => e.fmt(f),
+            EngineError::Model(e) => write!(f, "cannot load the model: {e}"),
+            EngineError::Backend(e) => write!(f, "cannot start the backend: {e}"),
+            EngineError::Thread(e) => write!(f, "cannot start the engine thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// A running engine.
+pub struct Engine {
+    config: EngineConfig,
+    model: Arc<Model>,
+    shared: Arc<EngineShared>,
+    thread: Option<JoinHandle<()>>,
+    clock: EngineClock,
+    next_request: AtomicU64,
+    capacity: Capacity,
+    cache: CacheGeometry,
+    backend_description: String,
+    logger: Logger,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").field("backend", &self.backend_description).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Loads the model named by `config` and starts the engine.
+    pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
+        Self::start(config, None, Logger::silent())
+    }
+
+    /// Starts an engine on an already loaded model (shared, e.g. between engines of a test), logging to `logger`.
+    pub fn with_model(config: EngineConfig, model: Arc<Model>, logger: Logger) -> Result<Self, EngineError> {
+        Self::start(config, Some(model), logger)
+    }
+
+    /// Starts an engine, loading the model unless one is given, logging to `logger`.
+    pub fn start(config: EngineConfig, model: Option<Arc<Model>>, logger: Logger) -> Result<Self, EngineError> {
+        config.validate().map_err(EngineError::Config)?;
+        let model = match model {
+            Some(m) => m,
+            None => Arc::new(Model::load(config.model.as_deref()).map_err(EngineError::Model)?),
+        };
+        let cache = CacheGeometry::from_config(&config);
+        let capacity = Capacity {
+            context_length: model.config.context_length,
+            kv_cache_tokens: cache.tokens(),
+            vocab_size: model.config.vocab_size,
+        };
+        let clock = EngineClock::new();
+        let shared = Arc::new(EngineShared::default());
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<String, String>>();
+        let thread = {
+            let (model, config, shared, logger) =
+                (Arc::clone(&model), config.clone(), Arc::clone(&shared), logger.clone());
+            std::thread::Builder::new()
+                .name("ember-engine".into())
+                .spawn(move || engine_thread(model, config, cache, shared, clock, logger, ready_tx))
+                .map_err(EngineError::Thread)?
+        };
+        let backend_description = match ready_rx.recv() {
+            Ok(Ok(description)) => description,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(EngineError::Backend(e));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(EngineError::Backend("the engine thread stopped while starting".into()));
+            }
+        };
+        logger.log(LogLevel::Info, &format!("engine started: {backend_description}, {} KV positions", cache.tokens()));
+        Ok(Engine {
+            config,
+            model,
+            shared,
+            thread: Some(thread),
+            clock,
+            next_request: AtomicU64::new(1),
+            capacity,
+            cache,
+            backend_description,
+            logger,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The backend in use, e.g. `cpu (avx512 kernels, 2 threads)`.
+    pub fn backend_description(&self) -> &str {
+        &self.backend_description
+    }
+
+    /// Submits a request; returns at once. Thread-safe.
+    pub fn submit(&self, request: SubmitRequest) -> Result<RequestHandle, SubmitError> {
+        let arrival = self.config.records_stats().then(|| RequestStateStats::arrived(&self.clock));
+        let max_tokens = validate_request(&request, self.capacity)?;
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let waker: Weak<dyn CancelWaker> = Arc::downgrade(&self.shared) as Weak<dyn CancelWaker>;
+        let n_choices = request.prompts.len() * request.n;
+        let total_prompt_tokens: usize = request.prompts.iter().map(Vec::len).sum();
+        let shared = RequestShared::new(
+            id,
+            n_choices,
+            total_prompt_tokens as u32,
+            request.include_metrics,
+            self.clock,
+            arrival,
+            waker,
+        );
+        let mut stop_ids: Vec<TokenId> = request.stop_token_ids.clone();
+        if !request.ignore_eos {
+            stop_ids.extend_from_slice(self.model.tokenizer.eog_ids());
+        }
+        let stop_ids: Arc<[TokenId]> = stop_ids.into();
+        let mut sequences = Vec::with_capacity(n_choices);
+        for (p, prompt) in request.prompts.iter().enumerate() {
+            for j in 0..request.n {
+                let choice = p * request.n + j;
+                shared.with_stats(choice, |s| s.num_prompt_tokens = prompt.len() as u32);
+                let mut params = request.sampling.clone();
+                // Choices of one seeded request must differ, and stay reproducible: seed + choice index.
+                params.seed = params.seed.map(|s| s.wrapping_add(choice as u64));
+                let default_seed = mix(self.config.seed, id, choice as u64);
+                let sampler = Sampler::new(params, prompt, default_seed);
+                sequences.push(Sequence::new(
+                    0,
+                    Arc::clone(&shared),
+                    choice,
+                    prompt,
+                    max_tokens[p],
+                    Arc::clone(&stop_ids),
+                    sampler,
+                    request.stop.clone(),
+                ));
+            }
+        }
+        let queued = self.clock.now();
+        for choice in 0..n_choices {
+            shared.with_stats(choice, |s| s.queued_ts = Some(queued));
+        }
+        {
+            let mut inbox = self.shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            if inbox.shutdown {
+                return Err(SubmitError::EngineStopped);
+            }
+            inbox.new.push(NewRequest { sequences });
+        }
+        self.shared.wake.notify_all();
+        Ok(RequestHandle::new(shared))
+    }
+
+    /// Sequences running (admitted, unfinished).
+    pub fn num_running(&self) -> usize {
+        self.shared.running.load(Ordering::Relaxed)
+    }
+
+    /// Sequences waiting for admission.
+    pub fn num_waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::Relaxed)
+    }
+
+    /// KV cache blocks free, and in all.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        (self.shared.free_blocks.load(Ordering::Relaxed), self.cache.num_blocks)
+    }
+
+    /// Forward steps run so far.
+    pub fn num_steps(&self) -> usize {
+        self.shared.steps.load(Ordering::Relaxed)
+    }
+
+    /// Stops the engine: unfinished requests end as cancelled, the thread is joined. Also done on drop.
+    pub fn shutdown(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.shared.inbox.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+        self.shared.wake.notify_all();
+        if thread.join().is_err() {
+            self.logger.log(LogLevel::Error, "the engine thread panicked");
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The engine thread: builds the backend (reporting success or failure to `ready`), then runs the core.
+fn engine_thread(
+    model: Arc<Model>,
+    config: EngineConfig,
+    cache: CacheGeometry,
+    shared: Arc<EngineShared>,
+    clock: EngineClock,
+    logger: Logger,
+    ready: mpsc::Sender<Result<String, String>>,
+) {
+    let runner = match config.backend {
+        BackendKind::Cpu => cpu_runner(&model, &config, cache),
+        BackendKind::Cuda => cuda_runner(&model, &config, cache).map_err(|e| e.to_string()),
+        BackendKind::Auto => cuda_runner(&model, &config, cache).or_else(|e| {
+            // No GPU here is the ordinary case; a GPU that fails to start is worth a warning.
+            let level = if e.is_unavailable() { LogLevel::Info } else { LogLevel::Warn };
+            logger.log(level, &format!("backend \"auto\": running on the CPU, the GPU is not usable: {e}"));
+            cpu_runner(&model, &config, cache)
+        }),
+    };
+    let runner = match runner {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(runner.describe()));
+    let core = EngineCore {
+        shared,
+        runner,
+        tokenizer: &model.tokenizer,
+        clock,
+        limits: SchedulerLimits {
+            max_num_seqs: config.max_num_seqs,
+            max_num_batched_tokens: config.max_num_batched_tokens,
+        },
+        blocks: BlockAllocator::new(cache.num_blocks, cache.block_size),
+        context: model.config.context_length.min(cache.tokens()),
+        vocab_size: model.config.vocab_size,
+        greedy_ids: Vec::new(),
+        greedy_values: Vec::new(),
+    };
+    core.publish_initial();
+    core.run();
+    drop(logger);
+}
+
+/// A per-(engine seed, request, choice) seed: splitmix64 of their combination.
+fn mix(seed: u64, request: u64, choice: u64) -> u64 {
+    let mut z = seed ^ request.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ choice.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,264 @@
+//! Per-request timing metrics: every field's definition, next to its arithmetic, in one place.
+//!
+//! The definitions are a contract with hosts (billing, SLAs) and are documented field by field in
+//! `docs/per_request_metrics.md`; change one here and there together. All inputs are the recorded events of
+//! [`RequestStateStats`]; every output is optional: absent when an event it needs has not happened, or when the
+//! engine records no stats at all.
+
+use super::stats::RequestStateStats;
+
+/// The five per-request timing metrics. Milliseconds, except `tokens_per_second`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PerRequestTimingMetrics {
+    /// `(first_token_ts − scheduled_ts) × 1000`: from first scheduling, not arrival (queueing is reported apart).
+    pub time_to_first_token_ms: Option<f64>,
+    /// `(last_token_ts − first_token_ts) × 1000`.
+    pub generation_time_ms: Option<f64>,
+    /// `(scheduled_ts − queued_ts) × 1000`.
+    pub queue_time_ms: Option<f64>,
+    /// `(last_token_ts − first_token_ts) / (n − 1) × 1000`, only for n > 1 generated tokens.
+    pub mean_itl_ms: Option<f64>,
+    /// `n / (last_token_ts − scheduled_ts)`, only when that interval is > 0. It includes the prefill, so it is not
+    /// `1000 / mean_itl_ms`.
+    pub tokens_per_second: Option<f64>,
+}
+
+/// Builds the five metrics from a request's stats and its number of generated tokens `n`.
+/// No stats (recording disabled) → every field absent.
+pub fn build_per_request_timing_metrics(
+    stats: Option<&RequestStateStats>,
+    num_generation_tokens: u32,
+) -> PerRequestTimingMetrics {
+    let Some(s) = stats else { return PerRequestTimingMetrics::default() };
+    let n = num_generation_tokens;
+    let ms = |later: Option<f64>, earlier: Option<f64>| Some((later? - earlier?) * 1000.0);
+    PerRequestTimingMetrics {
+        time_to_first_token_ms: ms(s.first_token_ts, s.scheduled_ts),
+        generation_time_ms: ms(s.last_token_ts, s.first_token_ts),
+        queue_time_ms: ms(s.scheduled_ts, s.queued_ts),
+        mean_itl_ms: if n > 1 { ms(s.last_token_ts, s.first_token_ts).map(|t| t / f64::from(n - 1)) } else { None },
+        tokens_per_second: match (s.last_token_ts, s.scheduled_ts) {
+            (Some(last), Some(scheduled)) if last - scheduled > 0.0 => Some(f64::from(n) / (last - scheduled)),
+            _ => None,
+        },
+    }
+}
+
+/// Metrics beyond the five, for latency debugging and billing. Milliseconds unless named otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExtendedTimingMetrics {
+    /// `(finished_ts − arrival_ts) × 1000`: what the host experienced end to end; absent until finished.
+    pub e2e_latency_ms: Option<f64>,
+    /// `(first_token_ts − arrival_ts) × 1000`: TTFT as an outside observer measures it (queueing included),
+    /// named apart from `time_to_first_token_ms`, which starts at scheduling.
+    pub ttft_from_arrival_ms: Option<f64>,
+    /// Wall time of the engine steps that computed this request's prompt tokens (recomputation included).
+    pub prefill_time_ms: Option<f64>,
+    /// `num_computed_prompt_tokens / prefill_time`, when that time is > 0.
+    pub prefill_tokens_per_second: Option<f64>,
+    pub num_prompt_tokens: Option<u32>,
+    /// Prompt tokens whose keys and values were reused rather than computed.
+    pub num_cached_prompt_tokens: Option<u32>,
+    pub num_preemptions: Option<u32>,
+    /// Inter-token latency percentiles over the `n − 1` gaps between consecutive tokens (nearest-rank: the
+    /// smallest gap with at least p% of gaps ≤ it); absent for n < 2.
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p90_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    pub itl_max_ms: Option<f64>,
+    /// Engine compute attributed to this request: Σ over its steps of step duration × (its tokens in the step /
+    /// all tokens in the step). Sums to the engine's busy time over all requests: a fair basis for billing.
+    pub compute_share_ms: Option<f64>,
+    /// Mean time a generated token waited in the output queue before the host polled it; absent until the host
+    /// has polled a token. Large values mean the host, not the engine, is slow.
+    pub output_wait_ms: Option<f64>,
+}
+
+/// Builds the extended metrics from a request's stats. No stats → every field absent.
+pub fn build_extended_timing_metrics(stats: Option<&RequestStateStats>) -> ExtendedTimingMetrics {
+    let Some(s) = stats else { return ExtendedTimingMetrics::default() };
+    let ms = |later: Option<f64>, earlier: Option<f64>| Some((later? - earlier?) * 1000.0);
+    let prefill_s = s.prefill_time_s;
+    let mut gaps: Vec<f64> = s.token_ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
+    gaps.sort_by(f64::total_cmp);
+    ExtendedTimingMetrics {
+        e2e_latency_ms: ms(s.finished_ts, s.arrival_ts),
+        ttft_from_arrival_ms: ms(s.first_token_ts, s.arrival_ts),
+        prefill_time_ms: (s.num_computed_prompt_tokens > 0).then_some(prefill_s * 1000.0),
+        prefill_tokens_per_second: (prefill_s > 0.0).then(|| f64::from(s.num_computed_prompt_tokens) / prefill_s),
+        num_prompt_tokens: Some(s.num_prompt_tokens),
+        num_cached_prompt_tokens: Some(s.num_cached_prompt_tokens),
+        num_preemptions: Some(s.num_preemptions),
+        itl_p50_ms: nearest_rank(&gaps, 50.0),
+        itl_p90_ms: nearest_rank(&gaps, 90.0),
+        itl_p99_ms: nearest_rank(&gaps, 99.0),
+        itl_max_ms: gaps.last().copied(),
+        compute_share_ms: Some(s.compute_share_s * 1000.0),
+        output_wait_ms: (s.num_polled_tokens > 0).then(|| s.output_wait_s * 1000.0 / f64::from(s.num_polled_tokens)),
+    }
+}
+
+/// The nearest-rank percentile of sorted values: the value at rank ⌈p/100 · N⌉ (1-based); `None` when empty.
+pub fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Token timestamps relative to arrival, in milliseconds (`token_ts − arrival_ts`), for hosts that want the raw
+/// series; empty when not recorded.
+pub fn token_times_since_arrival_ms(stats: Option<&RequestStateStats>) -> Vec<f64> {
+    match stats {
+        Some(s) => match s.arrival_ts {
+            Some(arrival) => s.token_ts.iter().map(|t| (t - arrival) * 1000.0).collect(),
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(queued: Option<f64>, scheduled: Option<f64>, tokens: &[f64]) -> RequestStateStats {
+        let mut s = RequestStateStats {
+            arrival_time: 1.7e9,
+            arrival_ts: Some(0.5),
+            queued_ts: queued,
+            scheduled_ts: scheduled,
+            ..Default::default()
+        };
+        tokens.iter().for_each(|&t| s.record_token(t));
+        s
+    }
+
+    fn close(a: Option<f64>, b: f64) {
+        let a = a.expect("field present");
+        assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+    }
+
+    #[test]
+    fn no_stats_means_every_field_absent() {
+        assert_eq!(build_per_request_timing_metrics(None, 5), PerRequestTimingMetrics::default());
+        assert_eq!(build_extended_timing_metrics(None), ExtendedTimingMetrics::default());
+        assert!(token_times_since_arrival_ms(None).is_empty());
+    }
+
+    #[test]
+    fn all_five_from_complete_stats() {
+        let s = stats(Some(1.0), Some(1.5), &[2.0, 2.1, 2.3, 2.6]);
+        let m = build_per_request_timing_metrics(Some(&s), 4);
+        close(m.queue_time_ms, 500.0);
+        close(m.time_to_first_token_ms, 500.0);
+        close(m.generation_time_ms, 600.0);
+        close(m.mean_itl_ms, 200.0);
+        close(m.tokens_per_second, 4.0 / 1.1);
+    }
+
+    #[test]
+    fn zero_tokens_leaves_token_metrics_absent() {
+        let s = stats(Some(1.0), Some(1.5), &[]);
+        let m = build_per_request_timing_metrics(Some(&s), 0);
+        close(m.queue_time_ms, 500.0);
+        assert_eq!((m.time_to_first_token_ms, m.generation_time_ms), (None, None));
+        assert_eq!((m.mean_itl_ms, m.tokens_per_second), (None, None));
+    }
+
+    #[test]
+    fn one_token_has_zero_generation_time_and_no_itl() {
+        let s = stats(Some(1.0), Some(1.5), &[2.0]);
+        let m = build_per_request_timing_metrics(Some(&s), 1);
+        close(m.generation_time_ms, 0.0);
+        assert_eq!(m.mean_itl_ms, None);
+        close(m.tokens_per_second, 2.0);
+    }
+
+    #[test]
+    fn two_tokens_have_one_gap() {
+        let s = stats(Some(1.0), Some(1.5), &[2.0, 2.25]);
+        let m = build_per_request_timing_metrics(Some(&s), 2);
+        close(m.mean_itl_ms, 250.0);
+    }
+
+    #[test]
+    fn missing_timestamps_leave_their_fields_absent() {
+        // Queued but not yet scheduled: nothing but nothing.
+        let m = build_per_request_timing_metrics(Some(&stats(Some(1.0), None, &[])), 0);
+        assert_eq!(m, PerRequestTimingMetrics::default());
+        // Scheduled without a recorded queue time: no queue_time, the rest present.
+        let m = build_per_request_timing_metrics(Some(&stats(None, Some(1.5), &[2.0, 3.0])), 2);
+        assert_eq!(m.queue_time_ms, None);
+        close(m.time_to_first_token_ms, 500.0);
+        // Tokens without a scheduling time: no TTFT, no tokens/s, generation time still defined.
+        let m = build_per_request_timing_metrics(Some(&stats(Some(1.0), None, &[2.0, 3.0])), 2);
+        assert_eq!((m.time_to_first_token_ms, m.tokens_per_second), (None, None));
+        close(m.generation_time_ms, 1000.0);
+    }
+
+    #[test]
+    fn zero_length_intervals() {
+        // Scheduled and first token at the same instant: TTFT 0, and tokens/s undefined (division by zero).
+        let s = stats(Some(1.0), Some(1.0), &[1.0]);
+        let m = build_per_request_timing_metrics(Some(&s), 1);
+        close(m.queue_time_ms, 0.0);
+        close(m.time_to_first_token_ms, 0.0);
+        assert_eq!(m.tokens_per_second, None);
+        // Several tokens at one instant: a zero mean ITL, which is defined.
+        let s = stats(Some(1.0), Some(1.5), &[2.0, 2.0, 2.0]);
+        close(build_per_request_timing_metrics(Some(&s), 3).mean_itl_ms, 0.0);
+    }
+
+    #[test]
+    fn n_comes_from_the_caller_not_the_token_list() {
+        let s = stats(Some(1.0), Some(1.5), &[2.0, 2.5]);
+        close(build_per_request_timing_metrics(Some(&s), 3).mean_itl_ms, 250.0);
+    }
+
+    #[test]
+    fn extended_metrics() {
+        let mut s = stats(Some(1.0), Some(1.5), &[2.0, 2.1, 2.3, 2.6, 3.0]);
+        s.finished_ts = Some(3.5);
+        s.num_prompt_tokens = 10;
+        s.num_computed_prompt_tokens = 10;
+        s.prefill_time_s = 0.4;
+        s.compute_share_s = 0.25;
+        s.output_wait_s = 0.01;
+        s.num_polled_tokens = 5;
+        let e = build_extended_timing_metrics(Some(&s));
+        close(e.e2e_latency_ms, 3000.0);
+        close(e.ttft_from_arrival_ms, 1500.0);
+        close(e.prefill_time_ms, 400.0);
+        close(e.prefill_tokens_per_second, 25.0);
+        // Gaps: 100, 200, 300, 400 ms.
+        close(e.itl_p50_ms, 200.0);
+        close(e.itl_p90_ms, 400.0);
+        close(e.itl_p99_ms, 400.0);
+        close(e.itl_max_ms, 400.0);
+        close(e.compute_share_ms, 250.0);
+        close(e.output_wait_ms, 2.0);
+        assert_eq!(token_times_since_arrival_ms(Some(&s)).len(), 5);
+        close(token_times_since_arrival_ms(Some(&s)).first().copied(), 1500.0);
+    }
+
+    #[test]
+    fn extended_metrics_of_a_request_still_queued() {
+        let s = stats(Some(1.0), None, &[]);
+        let e = build_extended_timing_metrics(Some(&s));
+        assert_eq!((e.e2e_latency_ms, e.ttft_from_arrival_ms, e.prefill_time_ms), (None, None, None));
+        assert_eq!((e.itl_p50_ms, e.itl_max_ms, e.output_wait_ms), (None, None, None));
+        assert_eq!(e.num_preemptions, Some(0));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert_eq!(nearest_rank(&[], 50.0), None);
+        assert_eq!(nearest_rank(&[7.0], 99.0), Some(7.0));
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 50.0), Some(50.0));
+        assert_eq!(nearest_rank(&v, 99.0), Some(99.0));
+        assert_eq!(nearest_rank(&v, 0.0), Some(1.0));
+    }
+}

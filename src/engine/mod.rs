@@ -1,0 +1,26 @@
+//! The engine: a background thread that serves many requests at once (continuous batching over a paged KV
+//! cache), samples, detokenizes, matches stops and records each request's timing.
+
+pub mod config;
+mod core;
+pub mod finish;
+pub mod generate;
+mod handle;
+pub mod kv_blocks;
+pub mod log;
+pub mod metrics;
+pub mod output;
+pub mod request;
+pub mod runner;
+pub mod sampling;
+pub mod scheduler;
+pub mod sequence;
+pub mod stats;
+pub mod stop;
+
+pub use config::{BackendKind, ConfigError, EngineConfig};
+pub use finish::FinishReason;
+pub use handle::{Engine, EngineError};
+pub use log::{LogLevel, Logger};
+pub use output::{ChoiceOutput, RequestEvent, RequestHandle};
+pub use request::{SubmitError, SubmitRequest};

@@ -1,0 +1,219 @@
+//! What a host submits: prompt tokens, sampling, limits and stops; and why a submission is refused.
+
+use std::fmt;
+
+use super::sampling::{SamplingError, SamplingParams};
+use crate::model::TokenId;
+
+/// Most choices one request may ask for.
+pub const MAX_CHOICES: usize = 128;
+/// Most stop strings, and the longest one (bytes): stop matching holds back up to that many bytes of output.
+pub const MAX_STOP_STRINGS: usize = 16;
+pub const MAX_STOP_LEN: usize = 256;
+
+/// A generation request, already tokenized. It has `prompts.len() × n` choices: choice `p × n + j` is the `j`-th
+/// sample of prompt `p` (the order of OpenAI's multi-prompt completions).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubmitRequest {
+    /// One prompt, or several (a completions request with a list of prompts).
+    pub prompts: Vec<Vec<TokenId>>,
+    pub sampling: SamplingParams,
+    /// Most tokens to generate per choice; `None` = until the context (or the KV cache) is full.
+    pub max_tokens: Option<usize>,
+    /// Extra token ids that end a choice (besides the model's end-of-generation tokens).
+    pub stop_token_ids: Vec<TokenId>,
+    /// Strings that end a choice; the stop string itself is not part of the output.
+    pub stop: Vec<String>,
+    /// Independent choices sampled from each prompt, each its own sequence.
+    pub n: usize,
+    /// Generate past the model's end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// The request asks for `metrics` in its response (the second half of the double gate).
+    pub include_metrics: bool,
+}
+
+impl SubmitRequest {
+    /// A request for `prompt` with greedy sampling and one choice.
+    pub fn new(prompt: Vec<TokenId>) -> Self {
+        SubmitRequest {
+            prompts: vec![prompt],
+            sampling: SamplingParams::default(),
+            max_tokens: None,
+            stop_token_ids: Vec::new(),
+            stop: Vec::new(),
+            n: 1,
+            ignore_eos: false,
+            include_metrics: false,
+        }
+    }
+}
+
+/// Why a request was refused. Nothing was queued.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubmitError {
+    EmptyPrompt,
+    /// A prompt token outside the vocabulary.
+    TokenOutOfVocab {
+        token: TokenId,
+        vocab_size: usize,
+    },
+    /// The prompt plus the tokens to generate cannot fit in the model's context or the engine's KV cache, even
+    /// with the engine otherwise idle.
+    TooLong {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        limit: usize,
+        limited_by: &'static str,
+    },
+    /// A parameter out of range; `field` is the request field.
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    Sampling(SamplingError),
+    /// The engine has shut down.
+    EngineStopped,
+}
+
+impl SubmitError {
+    /// The request field at fault, when one is.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            SubmitError::EmptyPrompt | SubmitError::TokenOutOfVocab { .. } => Some("prompt"),
+            SubmitError::TooLong { .. } => Some("max_tokens"),
+            SubmitError::Invalid { field, .. } => Some(field),
+            SubmitError::Sampling(e) => Some(e.field()),
+            SubmitError::EngineStopped => None,
+        }
+    }
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubmitError::EmptyPrompt => write!(f, "the prompt is empty"),
+            SubmitError::TokenOutOfVocab { token, vocab_size } => {
+                write!(f, "prompt token {token} is outside the vocabulary of {vocab_size} tokens")
+            }
+            SubmitError::TooLong { prompt_tokens, max_tokens, limit, limited_by } => write!(
+                f,
+                "the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the {limited_by} \
+                 of {limit} tokens"
+            ),
+            SubmitError::Invalid { message, .. } => f.write_str(message),
+            SubmitError::Sampling(e) => e.fmt(f),
+            SubmitError::EngineStopped => write!(f, "the engine has shut down"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// The room a sequence has: the model's context and the KV cache's capacity, whichever is smaller.
+#[derive(Clone, Copy, Debug)]
+pub struct Capacity {
+    pub context_length: usize,
+    pub kv_cache_tokens: usize,
+    pub vocab_size: usize,
+}
+
+impl Capacity {
+    /// The most positions one sequence can ever have, and which limit sets it.
+    pub fn limit(&self) -> (usize, &'static str) {
+        if self.kv_cache_tokens < self.context_length {
+            (self.kv_cache_tokens, "KV cache capacity")
+        } else {
+            (self.context_length, "model context")
+        }
+    }
+}
+
+/// Checks a request and resolves each prompt's `max_tokens` (the default fills the remaining room).
+pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<Vec<usize>, SubmitError> {
+    let invalid = |field, message: String| Err(SubmitError::Invalid { field, message });
+    if request.prompts.is_empty() {
+        return Err(SubmitError::EmptyPrompt);
+    }
+    if request.n == 0 || request.n.saturating_mul(request.prompts.len()) > MAX_CHOICES {
+        return invalid(
+            "n",
+            format!("n = {} for {} prompts is not in 1..={MAX_CHOICES} choices", request.n, request.prompts.len()),
+        );
+    }
+    if request.max_tokens == Some(0) {
+        return invalid("max_tokens", "max_tokens must be at least 1".into());
+    }
+    if request.stop.len() > MAX_STOP_STRINGS {
+        return invalid("stop", format!("at most {MAX_STOP_STRINGS} stop strings are allowed"));
+    }
+    if let Some(s) = request.stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
+        return invalid("stop", format!("stop strings must be 1..={MAX_STOP_LEN} bytes long, got {} bytes", s.len()));
+    }
+    if let Some(&t) = request.stop_token_ids.iter().find(|&&t| t as usize >= capacity.vocab_size) {
+        return invalid("stop_token_ids", format!("stop token {t} is outside the vocabulary"));
+    }
+    request.sampling.validate(capacity.vocab_size).map_err(SubmitError::Sampling)?;
+    let (limit, limited_by) = capacity.limit();
+    request
+        .prompts
+        .iter()
+        .map(|prompt| {
+            if prompt.is_empty() {
+                return Err(SubmitError::EmptyPrompt);
+            }
+            if let Some(&token) = prompt.iter().find(|&&t| t as usize >= capacity.vocab_size) {
+                return Err(SubmitError::TokenOutOfVocab { token, vocab_size: capacity.vocab_size });
+            }
+            let prompt_tokens = prompt.len();
+            let max_tokens = request.max_tokens.unwrap_or_else(|| limit.saturating_sub(prompt_tokens));
+            if prompt_tokens + max_tokens > limit || max_tokens == 0 {
+                return Err(SubmitError::TooLong { prompt_tokens, max_tokens, limit, limited_by });
+            }
+            Ok(max_tokens)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: Capacity = Capacity { context_length: 100, kv_cache_tokens: 1000, vocab_size: 50 };
+
+    #[test]
+    fn max_tokens_defaults_to_the_remaining_room() {
+        assert_eq!(validate_request(&SubmitRequest::new(vec![1; 30]), CAP), Ok(vec![70]));
+        let small_cache = Capacity { kv_cache_tokens: 40, ..CAP };
+        assert_eq!(validate_request(&SubmitRequest::new(vec![1; 30]), small_cache), Ok(vec![10]));
+        let two = SubmitRequest { prompts: vec![vec![1; 30], vec![1; 5]], ..SubmitRequest::new(vec![]) };
+        assert_eq!(validate_request(&two, CAP), Ok(vec![70, 95]));
+    }
+
+    #[test]
+    fn requests_that_can_never_fit_are_refused() {
+        let r = SubmitRequest { max_tokens: Some(71), ..SubmitRequest::new(vec![1; 30]) };
+        let e = validate_request(&r, CAP).unwrap_err();
+        assert!(matches!(e, SubmitError::TooLong { limit: 100, limited_by: "model context", .. }), "{e}");
+        let e = validate_request(&SubmitRequest::new(vec![1; 100]), CAP).unwrap_err();
+        assert_eq!(e.field(), Some("max_tokens"));
+        let small_cache = Capacity { kv_cache_tokens: 40, ..CAP };
+        let r = SubmitRequest { max_tokens: Some(11), ..SubmitRequest::new(vec![1; 30]) };
+        assert!(validate_request(&r, small_cache).unwrap_err().to_string().contains("KV cache capacity of 40"));
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let base = SubmitRequest::new(vec![1, 2]);
+        let field = |r: SubmitRequest| validate_request(&r, CAP).unwrap_err().field();
+        assert_eq!(field(SubmitRequest::new(vec![])), Some("prompt"));
+        assert_eq!(field(SubmitRequest::new(vec![1, 50])), Some("prompt"));
+        assert_eq!(field(SubmitRequest { n: 0, ..base.clone() }), Some("n"));
+        assert_eq!(field(SubmitRequest { prompts: vec![], ..base.clone() }), Some("prompt"));
+        assert_eq!(field(SubmitRequest { prompts: vec![vec![1; 3]; 3], n: 50, ..base.clone() }), Some("n"));
+        assert_eq!(field(SubmitRequest { max_tokens: Some(0), ..base.clone() }), Some("max_tokens"));
+        assert_eq!(field(SubmitRequest { stop: vec![String::new()], ..base.clone() }), Some("stop"));
+        assert_eq!(field(SubmitRequest { stop_token_ids: vec![99], ..base.clone() }), Some("stop_token_ids"));
+        let hot = SamplingParams { temperature: 3.0, ..Default::default() };
+        assert_eq!(field(SubmitRequest { sampling: hot, ..base }), Some("temperature"));
+    }
+}

@@ -1,0 +1,144 @@
+//! The engine's view of a backend: run one batched forward step. Building the backend is done here too, on the
+//! engine thread, because a backend borrows the model file for as long as it lives.
+
+use crate::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use crate::backend::cuda::{CudaBackend, CudaBackendError, CudaBackendOptions};
+use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
+use crate::model::{Model, TokenId};
+
+use super::config::{ActivationPrecision, EngineConfig};
+
+/// One forward step over a batch, whatever the backend.
+pub trait StepRunner {
+    /// Runs `batch`; writes one logits row per sequence with `want_logits`, in batch order.
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String>;
+    /// Runs `batch` like [`run`](Self::run), but writes for each sequence with `want_logits` only its `k` largest
+    /// logits, where the backend computes them: `ids` and `values` are `[S][k]`, largest first, the lower id first
+    /// among equal logits (so `k = 1` gives the greedy argmax). `None` when the backend cannot (nothing was run;
+    /// call `run`). Lets a GPU return a few numbers per sequence instead of a 49,152-float row.
+    fn run_top_k(
+        &mut self,
+        _batch: &[SeqChunk<'_>],
+        _k: usize,
+        _ids: &mut [TokenId],
+        _values: &mut [f32],
+    ) -> Option<Result<(), String>> {
+        None
+    }
+    /// A description for logs: backend, kernels, threads.
+    fn describe(&self) -> String;
+}
+
+/// Runs the llama forward pass on any [`LlamaBackend`].
+pub struct LlamaRunner<B> {
+    config: LlamaConfig,
+    backend: B,
+    description: String,
+}
+
+impl<B: LlamaBackend> StepRunner for LlamaRunner<B>
+where
+    B::Error: std::fmt::Display,
+{
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String> {
+        forward(&self.config, &mut self.backend, batch, logits).map_err(|e| e.to_string())
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+/// KV cache geometry the engine decided on.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheGeometry {
+    pub block_size: usize,
+    pub num_blocks: usize,
+}
+
+impl CacheGeometry {
+    pub fn from_config(config: &EngineConfig) -> Self {
+        CacheGeometry {
+            block_size: config.kv_block_size,
+            num_blocks: config.kv_cache_tokens.div_ceil(config.kv_block_size),
+        }
+    }
+
+    pub fn tokens(&self) -> usize {
+        self.block_size * self.num_blocks
+    }
+}
+
+/// Builds the CPU runner.
+pub fn cpu_runner<'m>(
+    model: &'m Model,
+    config: &EngineConfig,
+    cache: CacheGeometry,
+) -> Result<Box<dyn StepRunner + 'm>, String> {
+    let threads = if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads };
+    let options = CpuBackendOptions {
+        threads,
+        max_batch_tokens: config.max_num_batched_tokens,
+        kv_block_size: cache.block_size,
+        kv_num_blocks: cache.num_blocks,
+        precision: match config.activation_precision {
+            ActivationPrecision::Q8 => Precision::Quantized8,
+            ActivationPrecision::F32 => Precision::Float32,
+        },
+    };
+    let backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
+    let description = format!("cpu ({} kernels, {threads} threads)", backend.kernel_path());
+    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description }))
+}
+
+/// The CUDA backend as a step runner: the forward pass, and the top-k of each logits row on the device.
+struct CudaRunner {
+    backend: CudaBackend,
+    description: String,
+}
+
+impl StepRunner for CudaRunner {
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String> {
+        let config = self.backend.config().clone();
+        forward(&config, &mut self.backend, batch, logits).map_err(|e| e.to_string())
+    }
+
+    fn run_top_k(
+        &mut self,
+        batch: &[SeqChunk<'_>],
+        k: usize,
+        ids: &mut [TokenId],
+        values: &mut [f32],
+    ) -> Option<Result<(), String>> {
+        Some(self.backend.forward_top_k(batch, k, ids, values).map_err(|e| e.to_string()))
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+/// Builds the CUDA runner on device 0. An error for which `is_unavailable()` holds means there is no usable GPU.
+pub fn cuda_runner<'m>(
+    model: &'m Model,
+    config: &EngineConfig,
+    cache: CacheGeometry,
+) -> Result<Box<dyn StepRunner + 'm>, CudaBackendError> {
+    let options = CudaBackendOptions {
+        device: 0,
+        max_batch_tokens: config.max_num_batched_tokens,
+        kv_block_size: cache.block_size,
+        kv_num_blocks: cache.num_blocks,
+        graphs: true,
+    };
+    let backend = CudaBackend::new(&model.file, model.config.clone(), options)?;
+    let info = backend.device();
+    let description = format!(
+        "cuda ({}, compute capability {}.{}, {} MiB)",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.total_memory_bytes >> 20
+    );
+    Ok(Box::new(CudaRunner { backend, description }))
+}

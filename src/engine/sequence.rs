@@ -1,0 +1,142 @@
+//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer and stop matching.
+
+use std::sync::Arc;
+
+use super::finish::FinishReason;
+use super::output::RequestShared;
+use super::sampling::Sampler;
+use super::stop::StopMatcher;
+use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+use crate::model::TokenId;
+
+/// Engine-wide sequence number (requests have ids; each of their choices is a sequence).
+pub type SeqId = u64;
+
+/// A sequence being generated.
+pub struct Sequence {
+    pub id: SeqId,
+    pub request: Arc<RequestShared>,
+    pub choice: usize,
+    /// Prompt then generated tokens.
+    pub tokens: Vec<TokenId>,
+    pub prompt_len: usize,
+    /// Positions whose keys and values are in the KV cache: `tokens[..num_computed]`.
+    pub num_computed: usize,
+    /// KV cache blocks holding positions `0..num_computed` (and room scheduled for more).
+    pub block_table: Vec<u32>,
+    pub max_tokens: usize,
+    /// Tokens that end the sequence (end-of-generation unless ignored, plus the request's stop ids).
+    pub stop_ids: Arc<[TokenId]>,
+    pub sampler: Sampler,
+    detokenizer: StreamDecoder,
+    stops: StopMatcher,
+    /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
+    unreleased_tokens: u32,
+    unreleased_ts_sum: f64,
+    /// Whether the sequence was ever scheduled (its `scheduled_ts` is set once).
+    pub ever_scheduled: bool,
+}
+
+/// What one sampled token did to the sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenOutcome {
+    Continue,
+    Finished(FinishReason),
+}
+
+impl Sequence {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: SeqId,
+        request: Arc<RequestShared>,
+        choice: usize,
+        prompt: &[TokenId],
+        max_tokens: usize,
+        stop_ids: Arc<[TokenId]>,
+        sampler: Sampler,
+        stops: Vec<String>,
+    ) -> Self {
+        Sequence {
+            id,
+            request,
+            choice,
+            tokens: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            num_computed: 0,
+            block_table: Vec::new(),
+            max_tokens,
+            stop_ids,
+            sampler,
+            detokenizer: StreamDecoder::new(false),
+            stops: StopMatcher::new(stops),
+            unreleased_tokens: 0,
+            unreleased_ts_sum: 0.0,
+            ever_scheduled: false,
+        }
+    }
+
+    pub fn num_generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
+    /// the one token sampled last step).
+    pub fn num_uncomputed(&self) -> usize {
+        self.tokens.len() - self.num_computed
+    }
+
+    /// Records token `token`, sampled at monotonic time `ts`, and decides whether the sequence goes on.
+    /// `context` is the most positions the sequence may have.
+    pub fn append_token(&mut self, token: TokenId, ts: f64, tokenizer: &Tokenizer, context: usize) -> TokenOutcome {
+        self.tokens.push(token);
+        self.sampler.accept(token);
+        self.request.count_token(self.choice, token);
+        self.request.with_stats(self.choice, |s| s.record_token(ts));
+        self.unreleased_tokens += 1;
+        self.unreleased_ts_sum += ts;
+        if self.stop_ids.contains(&token) {
+            self.release_rest();
+            return TokenOutcome::Finished(FinishReason::Stop);
+        }
+        // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error would end the sequence.
+        let piece = match self.detokenizer.push(tokenizer, token) {
+            Ok(piece) => piece.to_owned(),
+            Err(_) => return TokenOutcome::Finished(FinishReason::Error),
+        };
+        let released = self.stops.push(&piece);
+        self.release(released.text);
+        if released.stopped {
+            self.release_final(String::new());
+            return TokenOutcome::Finished(FinishReason::Stop);
+        }
+        if self.num_generated() >= self.max_tokens || self.tokens.len() >= context {
+            self.release_rest();
+            return TokenOutcome::Finished(FinishReason::Length);
+        }
+        TokenOutcome::Continue
+    }
+
+    /// Releases text to the host together with the tokens not yet accounted for.
+    fn release(&mut self, text: String) {
+        if !text.is_empty() {
+            self.release_final(text);
+        }
+    }
+
+    /// Releases `text`, even empty. An empty final release only drops the pending token accounting: tokens
+    /// that produced no text (a stop token) never reach the host, so they never wait in its queue.
+    fn release_final(&mut self, text: String) {
+        if !text.is_empty() {
+            self.request.push_delta(self.choice, text, self.unreleased_tokens, self.unreleased_ts_sum);
+        }
+        self.unreleased_tokens = 0;
+        self.unreleased_ts_sum = 0.0;
+    }
+
+    /// The sequence ends without a stop string: release what the detokenizer and stop matcher still hold.
+    pub fn release_rest(&mut self) {
+        let mut tail = self.stops.push(self.detokenizer.finish()).text;
+        tail.push_str(&self.stops.flush());
+        self.release_final(tail);
+    }
+}

@@ -1,0 +1,58 @@
+//! Helpers shared by the engine tests: the real model loaded once per test binary, chat prompts, engines.
+#![allow(dead_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use ember::engine::{Engine, EngineConfig, Logger, RequestHandle, SubmitRequest};
+use ember::model::chat_template::ChatMessage;
+use ember::model::{Model, TokenId};
+
+/// The real model, loaded once.
+pub fn model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL.get_or_init(|| Arc::new(Model::load(None).unwrap_or_else(|e| panic!("{e}")))).clone()
+}
+
+/// The token ids of a one-message chat prompt.
+pub fn chat_ids(message: &str) -> Vec<TokenId> {
+    let m = model();
+    let text = m.chat_template.render(&[ChatMessage::new("user", message)], true).unwrap();
+    m.tokenizer.encode(&text, true)
+}
+
+/// An engine on the shared model with `config` (2 threads unless set).
+pub fn engine(config: EngineConfig) -> Engine {
+    let config = EngineConfig { threads: if config.threads == 0 { 2 } else { config.threads }, ..config };
+    Engine::with_model(config, model(), Logger::silent()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A greedy request for a chat message.
+pub fn greedy(message: &str, max_tokens: usize) -> SubmitRequest {
+    SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(chat_ids(message)) }
+}
+
+/// Sixteen different short user messages.
+pub const MESSAGES: [&str; 16] = [
+    "What is the capital of France?",
+    "hi",
+    "Count from 1 to 20.",
+    "List five fruits that are red.",
+    "Translate 'good morning' into Spanish.",
+    "What is the boiling point of water in Celsius?",
+    "Write a haiku about rain.",
+    "Name three primary colors.",
+    "What is 7 times 8?",
+    "Give me a synonym for happy.",
+    "Who wrote Romeo and Juliet?",
+    "What day comes after Monday?",
+    "Describe the ocean in one sentence.",
+    "What is the largest planet?",
+    "Spell the word cat backwards.",
+    "Tell me a fun fact about cats.",
+];
+
+/// Waits for a request to end and returns the token ids of its first choice.
+pub fn ids_of(h: &RequestHandle) -> Vec<TokenId> {
+    h.wait();
+    h.choices()[0].token_ids.clone()
+}

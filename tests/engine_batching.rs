@@ -1,0 +1,99 @@
+//! Continuous batching on the real model: outputs do not depend on what else is running, on chunked prefill or
+//! on preemption; cancellation frees the KV cache.
+
+mod common;
+
+use common::{engine, greedy, ids_of, MESSAGES};
+use ember::engine::{EngineConfig, FinishReason, RequestEvent};
+
+const MAX_TOKENS: usize = 12;
+
+/// Each message alone on an idle engine.
+fn alone() -> Vec<Vec<u32>> {
+    let e = engine(EngineConfig::default());
+    MESSAGES.iter().map(|m| ids_of(&e.submit(greedy(m, MAX_TOKENS)).unwrap())).collect()
+}
+
+#[test]
+fn sixteen_concurrent_requests_match_each_run_alone() {
+    let expected = alone();
+    // Small token budget: prompts are prefilled in chunks, mixed with the others' decodes.
+    for budget in [512, 24] {
+        let e = engine(EngineConfig { max_num_batched_tokens: budget, ..Default::default() });
+        let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy(m, MAX_TOKENS)).unwrap()).collect();
+        for (i, h) in handles.iter().enumerate() {
+            assert_eq!(ids_of(h), expected[i], "budget {budget}, message {:?}", MESSAGES[i]);
+        }
+        assert_eq!(e.kv_blocks().0, e.kv_blocks().1, "all blocks free again");
+    }
+}
+
+#[test]
+fn preemption_under_a_tiny_cache_still_completes_everything_identically() {
+    let expected = alone();
+    // 96 positions = 6 blocks: two or three sequences fit at a time, so admitted ones get preempted.
+    let e = engine(EngineConfig { kv_cache_tokens: 96, ..Default::default() });
+    let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy(m, MAX_TOKENS)).unwrap()).collect();
+    let mut preemptions = 0;
+    for (i, h) in handles.iter().enumerate() {
+        assert_eq!(ids_of(h), expected[i], "message {:?}", MESSAGES[i]);
+        preemptions += h.stats(0).unwrap().num_preemptions;
+    }
+    assert!(preemptions > 0, "the cache was meant to be too small for all sequences at once");
+    assert_eq!(e.kv_blocks().0, e.kv_blocks().1);
+}
+
+#[test]
+fn cancellation_mid_generation_frees_its_blocks() {
+    let e = engine(EngineConfig::default());
+    let h = e.submit(greedy("Count from 1 to 100.", 200)).unwrap();
+    let mut tokens = 0;
+    while tokens < 3 {
+        match h.poll(None) {
+            Some(RequestEvent::Delta { tokens: t, .. }) => tokens += t,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(e.kv_blocks().0 < e.kv_blocks().1, "the running request holds blocks");
+    h.cancel();
+    h.wait();
+    assert_eq!(h.choices()[0].finish_reason, Some(FinishReason::Cancelled));
+    assert!(h.choices()[0].completion_tokens < 200);
+    assert_eq!(e.kv_blocks().0, e.kv_blocks().1, "cancelled request's blocks are free");
+    assert_eq!((e.num_running(), e.num_waiting()), (0, 0));
+    // Polling after the end keeps answering it.
+    for _ in 0..2 {
+        loop {
+            match h.poll(None) {
+                Some(RequestEvent::Finished { reason, .. }) => {
+                    assert_eq!(reason, FinishReason::Cancelled);
+                    break;
+                }
+                Some(RequestEvent::Delta { .. }) => continue,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cancelled_waiting_request_never_runs() {
+    let e = engine(EngineConfig { max_num_seqs: 1, ..Default::default() });
+    let first = e.submit(greedy("Count from 1 to 20.", 16)).unwrap();
+    let second = e.submit(greedy("hi", 16)).unwrap();
+    second.cancel();
+    second.wait();
+    assert_eq!(second.choices()[0].finish_reason, Some(FinishReason::Cancelled));
+    first.wait();
+    assert_eq!(first.choices()[0].completion_tokens, 16);
+}
+
+#[test]
+fn shutdown_cancels_what_is_in_flight() {
+    let mut e = engine(EngineConfig::default());
+    let h = e.submit(greedy("Count from 1 to 100.", 300)).unwrap();
+    e.shutdown();
+    h.wait();
+    assert_eq!(h.choices()[0].finish_reason, Some(FinishReason::Cancelled));
+    assert!(matches!(e.submit(greedy("hi", 4)), Err(ember::engine::SubmitError::EngineStopped)));
+}
