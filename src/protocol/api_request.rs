@@ -1,0 +1,101 @@
+//! `ApiRequest`: one OpenAI request submitted to an engine, and the two ways to read its answer — the whole body
+//! once it has ended, or streaming chunks as they come.
+
+use std::time::{Duration, Instant};
+
+use super::error::ApiError;
+use super::metrics_gate::MetricsGate;
+use super::request::{ApiKind, ParsedRequest};
+use super::response::{response_body, ResponseHeader};
+use super::stream::{ChunkEncoder, ChunkPoll};
+use crate::engine::{Engine, RequestHandle, SubmitRequest};
+
+/// An OpenAI request submitted to an engine.
+///
+/// A host reads a request's events in one of two ways, not both: through [`ApiRequest::handle`]'s `poll` (plain
+/// text deltas; what the C `engine_poll` does) or through [`ApiRequest::next_chunk_json`] (streaming bodies).
+/// Both take events from the same queue, so each event goes to whichever asked first. [`ApiRequest::response_json`]
+/// works either way: it reads the accumulated output, not the queue. Dropping an `ApiRequest` does not stop the
+/// generation: cancel it with `handle().cancel()`.
+#[derive(Debug)]
+pub struct ApiRequest {
+    handle: RequestHandle,
+    kind: ApiKind,
+    stream: bool,
+    header: ResponseHeader,
+    gate: MetricsGate,
+    chunks: ChunkEncoder,
+}
+
+impl ApiRequest {
+    /// Parses and validates `json`, renders/tokenizes, submits. Kind: `Some(kind)` forces it; `None` decides by the
+    /// presence of "messages" (chat) or "prompt" (completion); both or neither is an error.
+    ///
+    /// Every refusal is an [`ApiError`] naming the request field at fault; nothing is queued then.
+    pub fn submit(engine: &Engine, json: &str, kind: Option<ApiKind>) -> Result<ApiRequest, ApiError> {
+        let request = ParsedRequest::parse(json, kind)?;
+        let model = engine.model();
+        let submit = SubmitRequest {
+            prompts: request.input.into_token_prompts(model)?,
+            sampling: request.sampling,
+            max_tokens: request.max_tokens,
+            stop_token_ids: request.stop_token_ids,
+            stop: request.stop,
+            n: request.n,
+            ignore_eos: request.ignore_eos,
+            include_metrics: request.include_metrics,
+        };
+        let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
+        let config = engine.config();
+        let gate = MetricsGate::new(
+            config.enable_per_request_metrics,
+            request.include_metrics,
+            request.include_choice_metrics,
+        );
+        let include_usage = request.include_usage || config.force_include_usage;
+        let header = ResponseHeader::new(request.kind, request.model.unwrap_or_else(|| model.name()), handle.id());
+        let chunks = ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate);
+        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks })
+    }
+
+    /// The engine request: poll it, cancel it, read its metrics.
+    pub fn handle(&self) -> &RequestHandle {
+        &self.handle
+    }
+
+    pub fn kind(&self) -> ApiKind {
+        self.kind
+    }
+
+    /// Whether the request asked for a stream (`"stream": true`). Either way of reading works regardless; this
+    /// tells the host which one the client expects.
+    pub fn is_stream(&self) -> bool {
+        self.stream
+    }
+
+    /// The `id` every body and chunk of this request carries.
+    pub fn id(&self) -> &str {
+        &self.header.id
+    }
+
+    /// The whole response body (`chat.completion` / `text_completion`) once the request has ended; None before.
+    /// A request the engine failed still gets a body: its unfinished choices end with `"error"`, and an `error`
+    /// object says why.
+    pub fn response_json(&self) -> Option<String> {
+        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle))
+    }
+
+    /// The next streaming chunk body (JSON, no "data: " framing), consuming the handle's events; waits up to
+    /// `timeout` (None = until one is ready; zero = only what is ready now).
+    pub fn next_chunk_json(&mut self, timeout: Option<Duration>) -> ChunkPoll {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(ready) = self.chunks.next_ready() {
+                return ready;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let Some(event) = self.handle.poll(left) else { return ChunkPoll::TimedOut };
+            self.chunks.push(&self.header, event, &self.handle);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The OpenAI-compatible protocol: Chat Completions and Completions request bodies in, response bodies and
+//! streaming chunks out, with `usage` and the per-request `metrics`. Pure translation over the engine: JSON in
+//! and out, no I/O, no HTTP. See `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
+
+mod api_request;
+mod error;
+mod fields;
+mod json;
+mod metrics_gate;
+mod prompt;
+mod request;
+mod response;
+mod stream;
+#[cfg(test)]
+mod test_support;
+
+pub use api_request::ApiRequest;
+pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, SERVER_ERROR};
+pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS};
+pub use stream::ChunkPoll;

@@ -1,0 +1,223 @@
+//! What a request asks the model to continue: chat `messages` or completion `prompt`s, read from JSON and turned
+//! into the token ids the engine takes.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
+use crate::engine::request::MAX_CHOICES;
+use crate::model::chat_template::ChatMessage;
+use crate::model::{Model, TokenId};
+
+/// A request's input, before tokenization.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum PromptInput {
+    /// Chat: a conversation, rendered by the model's chat template into one prompt.
+    Messages(Vec<ChatMessage>),
+    /// Completions: texts, one prompt each.
+    Texts(Vec<String>),
+    /// Completions: token ids, one prompt per list, used as given.
+    Tokens(Vec<Vec<TokenId>>),
+}
+
+impl PromptInput {
+    /// Reads `messages`: a non-empty array of `{role, content}` objects.
+    ///
+    /// Any non-empty `role` is accepted and handed to the chat template, which decides: SmolLM2's template (like
+    /// ChatML) renders any role, while templates that allow only some roles refuse the others with
+    /// `raise_exception`, which comes back as an error naming `messages`. `content` is a string or an array of
+    /// `{"type": "text", "text": ...}` parts, joined with `"\n"` as vLLM joins them.
+    pub fn parse_messages(value: &Value) -> Result<Self, ApiError> {
+        let list = as_array(value, "messages")?;
+        if list.is_empty() {
+            return Err(ApiError::invalid("messages", "messages must contain at least one message"));
+        }
+        let messages = list.iter().enumerate().map(|(i, m)| parse_message(m, i)).collect::<Result<_, _>>()?;
+        Ok(PromptInput::Messages(messages))
+    }
+
+    /// Reads `prompt`: a string, an array of strings, an array of token ids, or an array of arrays of token ids.
+    /// Each string or id list is one prompt of a single engine request.
+    pub fn parse_prompt(value: &Value) -> Result<Self, ApiError> {
+        let list = match value {
+            Value::String(text) => return Ok(PromptInput::Texts(vec![text.clone()])),
+            Value::Array(list) => list,
+            other => return Err(type_error("prompt", "a string or an array", other)),
+        };
+        let Some(first) = list.first() else {
+            return Err(ApiError::invalid("prompt", "prompt must not be an empty array"));
+        };
+        // The first element decides which of the three array forms this is; every other element must match it.
+        if let Value::Number(_) = first {
+            return Ok(PromptInput::Tokens(vec![token_ids(list, "prompt")?]));
+        }
+        // Each element is a prompt. The engine caps choices at MAX_CHOICES; checking here spares tokenizing
+        // prompts it would refuse.
+        if list.len() > MAX_CHOICES {
+            let message = format!("at most {MAX_CHOICES} prompts are allowed, got {}", list.len());
+            return Err(ApiError::invalid("prompt", message));
+        }
+        match first {
+            Value::String(_) => {
+                let texts = list.iter().enumerate().map(|(i, v)| Ok(as_str(v, &format!("prompt[{i}]"))?.to_owned()));
+                Ok(PromptInput::Texts(texts.collect::<Result<_, ApiError>>()?))
+            }
+            Value::Array(_) => {
+                let prompts = list.iter().enumerate().map(|(i, v)| {
+                    let param = format!("prompt[{i}]");
+                    token_ids(as_array(v, &param)?, &param)
+                });
+                Ok(PromptInput::Tokens(prompts.collect::<Result<_, ApiError>>()?))
+            }
+            other => Err(type_error("prompt[0]", "a string, a token id or an array of token ids", other)),
+        }
+    }
+
+    /// The engine's prompts. Text is tokenized with special tokens parsed (so a chat template's `<|im_start|>`
+    /// becomes its control token) and starts with BOS when the model asks for it (`tokenizer.ggml.add_bos_token`)
+    /// and the text did not already begin with it. Token-id prompts are used as given; the engine checks them.
+    pub fn into_token_prompts(self, model: &Model) -> Result<Vec<Vec<TokenId>>, ApiError> {
+        let texts = match self {
+            PromptInput::Tokens(prompts) => return Ok(prompts),
+            PromptInput::Texts(texts) => texts,
+            PromptInput::Messages(messages) => {
+                let rendered = model
+                    .chat_template
+                    .render(&messages, true)
+                    .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+                vec![rendered]
+            }
+        };
+        Ok(texts.iter().map(|text| tokenize(model, text)).collect())
+    }
+}
+
+/// `messages[index]`.
+fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
+    let param = format!("messages[{index}]");
+    let message = as_object(value, &param)?;
+    let role_param = format!("{param}.role");
+    let role = as_str(get(message, "role").ok_or_else(|| missing(&role_param))?, &role_param)?;
+    if role.is_empty() {
+        return Err(ApiError::invalid(role_param, "a message role must not be empty"));
+    }
+    let content_param = format!("{param}.content");
+    let content = match get(message, "content").ok_or_else(|| missing(&content_param))? {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => {
+            let texts = parts.iter().enumerate().map(|(j, part)| text_part(part, &format!("{content_param}[{j}]")));
+            texts.collect::<Result<Vec<_>, _>>()?.join("\n")
+        }
+        other => return Err(type_error(&content_param, "a string or an array of text parts", other)),
+    };
+    Ok(ChatMessage::new(role, content))
+}
+
+/// One content part; only text parts exist for a text-only model.
+fn text_part<'a>(value: &'a Value, param: &str) -> Result<&'a str, ApiError> {
+    let part = as_object(value, param)?;
+    let type_param = format!("{param}.type");
+    let kind = as_str(get(part, "type").ok_or_else(|| missing(&type_param))?, &type_param)?;
+    if kind != "text" {
+        return Err(ApiError::invalid(
+            type_param,
+            format!("only \"text\" content parts are supported, got \"{kind}\""),
+        ));
+    }
+    let text_param = format!("{param}.text");
+    as_str(get(part, "text").ok_or_else(|| missing(&text_param))?, &text_param)
+}
+
+/// Token ids from a JSON array whose field is `param`; each must fit a `TokenId`.
+fn token_ids(list: &[Value], param: &str) -> Result<Vec<TokenId>, ApiError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let element = format!("{param}[{i}]");
+            let id = as_u64(v, &element)?;
+            TokenId::try_from(id).map_err(|_| ApiError::invalid(element, format!("token id {id} is out of range")))
+        })
+        .collect()
+}
+
+fn tokenize(model: &Model, text: &str) -> Vec<TokenId> {
+    let tokenizer = &model.tokenizer;
+    let mut ids = tokenizer.encode(text, true);
+    if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {
+        // A template that writes `bos_token` itself already put it there: llama.cpp warns about a doubled BOS.
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    ids
+}
+
+fn missing(param: &str) -> ApiError {
+    ApiError::invalid(param, format!("{param} is required"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn param_of(result: Result<PromptInput, ApiError>) -> String {
+        result.unwrap_err().param.unwrap()
+    }
+
+    #[test]
+    fn messages_with_string_and_part_contents() {
+        let v = json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "name": "x"},
+        ]);
+        assert_eq!(
+            PromptInput::parse_messages(&v).unwrap(),
+            PromptInput::Messages(vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "a\nb")])
+        );
+    }
+
+    #[test]
+    fn each_bad_message_names_its_field() {
+        let parse = |v| param_of(PromptInput::parse_messages(&v));
+        assert_eq!(parse(json!([])), "messages");
+        assert_eq!(parse(json!("hi")), "messages");
+        assert_eq!(parse(json!([{"role": "user", "content": "a"}, 3])), "messages[1]");
+        assert_eq!(parse(json!([{"content": "a"}])), "messages[0].role");
+        assert_eq!(parse(json!([{"role": "", "content": "a"}])), "messages[0].role");
+        assert_eq!(parse(json!([{"role": 1, "content": "a"}])), "messages[0].role");
+        assert_eq!(parse(json!([{"role": "user"}])), "messages[0].content");
+        assert_eq!(parse(json!([{"role": "user", "content": null}])), "messages[0].content");
+        assert_eq!(parse(json!([{"role": "user", "content": 5}])), "messages[0].content");
+        assert_eq!(parse(json!([{"role": "user", "content": [{"type": "image_url"}]}])), "messages[0].content[0].type");
+        assert_eq!(parse(json!([{"role": "user", "content": [{"type": "text"}]}])), "messages[0].content[0].text");
+        assert_eq!(parse(json!([{"role": "user", "content": ["a"]}])), "messages[0].content[0]");
+    }
+
+    #[test]
+    fn the_four_prompt_forms() {
+        let parse = |v| PromptInput::parse_prompt(&v).unwrap();
+        assert_eq!(parse(json!("hi")), PromptInput::Texts(vec!["hi".into()]));
+        assert_eq!(parse(json!(["a", "b"])), PromptInput::Texts(vec!["a".into(), "b".into()]));
+        assert_eq!(parse(json!([1, 2, 3])), PromptInput::Tokens(vec![vec![1, 2, 3]]));
+        assert_eq!(parse(json!([[1, 2], [3]])), PromptInput::Tokens(vec![vec![1, 2], vec![3]]));
+        // One prompt of many tokens is not many prompts.
+        assert_eq!(parse(json!(vec![7; 1000])), PromptInput::Tokens(vec![vec![7; 1000]]));
+    }
+
+    #[test]
+    fn each_bad_prompt_names_its_element() {
+        let parse = |v| param_of(PromptInput::parse_prompt(&v));
+        assert_eq!(parse(json!(5)), "prompt");
+        assert_eq!(parse(json!([])), "prompt");
+        assert_eq!(parse(json!(["a", 1])), "prompt[1]");
+        assert_eq!(parse(json!([1, -2])), "prompt[1]");
+        assert_eq!(parse(json!([1, 4294967296u64])), "prompt[1]");
+        assert_eq!(parse(json!([[1], 2])), "prompt[1]");
+        assert_eq!(parse(json!([[1], [2.5]])), "prompt[1][0]");
+        assert_eq!(parse(json!([{}])), "prompt[0]");
+        assert_eq!(parse(json!(vec!["a"; MAX_CHOICES + 1])), "prompt");
+        assert_eq!(parse(json!(vec![vec![1]; MAX_CHOICES + 1])), "prompt");
+    }
+}

@@ -1,0 +1,221 @@
+//! Whole (non-streamed) response bodies: `chat.completion` and `text_completion`, with `usage` and `metrics`.
+//! Built from a request's accumulated output (`RequestHandle::choices`), never from its event queue.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::json::{encode, Slot};
+use super::metrics_gate::{MetricsGate, TimingMetricsJson};
+use super::request::ApiKind;
+use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
+
+/// What every body and chunk of one request repeats: `id`, `created`, `model`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ResponseHeader {
+    /// `chatcmpl-…` or `cmpl-…` followed by 32 hex digits.
+    pub id: String,
+    /// Wall clock, Unix seconds, when the request was submitted.
+    pub created: u64,
+    /// The request's `model`, else the model's own name.
+    pub model: String,
+}
+
+impl ResponseHeader {
+    pub fn new(kind: ApiKind, model: String, request_id: u64) -> Self {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let prefix = match kind {
+            ApiKind::Chat => "chatcmpl-",
+            ApiKind::Completion => "cmpl-",
+        };
+        // Unique across requests, engines and processes without global state: each `RandomState` is keyed from
+        // the OS's randomness (per thread, then varied per instance), and the hashed tuple differs per request.
+        let draw = |salt: u64| RandomState::new().hash_one((salt, request_id, now.as_nanos()));
+        ResponseHeader { id: format!("{prefix}{:016x}{:016x}", draw(0), draw(1)), created: now.as_secs(), model }
+    }
+}
+
+/// `usage`: prompt tokens counted once per prompt (not once per choice), completion tokens summed over choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: u32, choices: &[ChoiceOutput]) -> Self {
+        let prompt_tokens = u64::from(prompt_tokens);
+        let completion_tokens = choices.iter().map(|c| u64::from(c.completion_tokens)).sum();
+        Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<Choice<'a>>,
+    usage: Usage,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
+    /// Only when the engine failed the request: why (its unfinished choices end with `"error"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ApiError>,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: usize,
+    #[serde(flatten)]
+    output: ChoiceOutputJson<'a>,
+    /// Always `null`: ember does not return log probabilities (`()` serializes as `null`).
+    logprobs: (),
+    /// OpenAI's `"stop"` / `"length"`, and ours: `"cancelled"`, `"error"`.
+    finish_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
+}
+
+/// A choice's output: `"message": {...}` (chat) or `"text": "..."` (completion).
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+enum ChoiceOutputJson<'a> {
+    Message(AssistantMessage<'a>),
+    Text(&'a str),
+}
+
+#[derive(Serialize)]
+struct AssistantMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+/// The whole response body of an ended request.
+pub(crate) fn response_body(
+    kind: ApiKind,
+    header: &ResponseHeader,
+    gate: MetricsGate,
+    handle: &RequestHandle,
+) -> String {
+    let outputs = handle.choices();
+    let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
+    let choices = outputs.iter().enumerate().map(|(index, c)| Choice {
+        index,
+        output: match kind {
+            ApiKind::Chat => ChoiceOutputJson::Message(AssistantMessage { role: "assistant", content: &c.text }),
+            ApiKind::Completion => ChoiceOutputJson::Text(&c.text),
+        },
+        logprobs: (),
+        finish_reason: c.finish_reason.map(FinishReason::as_str),
+        metrics: gate.choice(|| metrics[index]),
+    });
+    encode(&Body {
+        id: &header.id,
+        object: match kind {
+            ApiKind::Chat => "chat.completion",
+            ApiKind::Completion => "text_completion",
+        },
+        created: header.created,
+        model: &header.model,
+        choices: choices.collect(),
+        usage: Usage::new(handle.prompt_tokens(), &outputs),
+        metrics: gate.response(&metrics),
+        error: handle.error().map(ApiError::server),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::protocol::test_support::{header, FakeRequest};
+
+    fn body(kind: ApiKind, gate: MetricsGate, r: &FakeRequest) -> Value {
+        serde_json::from_str(&response_body(kind, &header(), gate, &r.handle)).unwrap()
+    }
+
+    fn one_choice_request() -> FakeRequest {
+        let r = FakeRequest::new(1, 7);
+        r.token(0, "Par", 2.0);
+        r.token(0, "is", 2.25);
+        r.finish(0, FinishReason::Stop);
+        r
+    }
+
+    #[test]
+    fn a_chat_completion_body() {
+        let r = one_choice_request();
+        let expected = json!({
+            "id": "chatcmpl-test", "object": "chat.completion", "created": 1_700_000_000, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "logprobs": null,
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+            "metrics": {"time_to_first_token_ms": 500.0, "generation_time_ms": 250.0, "queue_time_ms": 500.0,
+                        "mean_itl_ms": 250.0, "tokens_per_second": 2.0 / 0.75},
+        });
+        assert_eq!(body(ApiKind::Chat, MetricsGate::new(true, true, false), &r), expected);
+    }
+
+    #[test]
+    fn a_closed_gate_leaves_the_metrics_keys_out() {
+        let r = one_choice_request();
+        for (engine, request) in [(false, false), (false, true), (true, false)] {
+            let b = body(ApiKind::Completion, MetricsGate::new(engine, request, true), &r);
+            assert_eq!(
+                (b["object"].as_str(), b["choices"][0]["text"].as_str()),
+                (Some("text_completion"), Some("Paris"))
+            );
+            assert!(b.get("metrics").is_none() && b["choices"][0].get("metrics").is_none(), "{b}");
+        }
+    }
+
+    #[test]
+    fn several_choices_have_null_request_metrics_and_per_choice_metrics_on_demand() {
+        let r = FakeRequest::new(2, 7);
+        r.token(0, "a", 2.0);
+        r.token(1, "b", 3.0);
+        r.finish(0, FinishReason::Stop);
+        r.finish(1, FinishReason::Length);
+        let b = body(ApiKind::Completion, MetricsGate::new(true, true, true), &r);
+        assert_eq!(b["metrics"], Value::Null);
+        assert_eq!(b["choices"][0]["metrics"]["time_to_first_token_ms"], json!(500.0));
+        assert_eq!(b["choices"][1]["metrics"]["time_to_first_token_ms"], json!(1500.0));
+        assert_eq!(b["usage"], json!({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}));
+        let b = body(ApiKind::Completion, MetricsGate::new(true, true, false), &r);
+        assert!(b["metrics"].is_null() && b["choices"][1].get("metrics").is_none());
+    }
+
+    #[test]
+    fn a_failed_request_says_why() {
+        let r = FakeRequest::new(2, 7);
+        r.token(0, "a", 2.0);
+        r.finish(0, FinishReason::Stop);
+        r.shared.fail("forward pass failed: boom".into());
+        let b = body(ApiKind::Chat, MetricsGate::new(false, false, false), &r);
+        assert_eq!(
+            (b["choices"][0]["finish_reason"].as_str(), b["choices"][1]["finish_reason"].as_str()),
+            (Some("stop"), Some("error"))
+        );
+        assert_eq!(b["error"]["message"], "forward pass failed: boom");
+        assert!(body(ApiKind::Chat, MetricsGate::new(false, false, false), &one_choice_request())
+            .get("error")
+            .is_none());
+    }
+
+    #[test]
+    fn ids_are_unique_and_prefixed() {
+        let a = ResponseHeader::new(ApiKind::Chat, "m".into(), 1);
+        let b = ResponseHeader::new(ApiKind::Chat, "m".into(), 1);
+        assert!(a.id.starts_with("chatcmpl-") && a.id.len() == "chatcmpl-".len() + 32, "{}", a.id);
+        assert_ne!(a.id, b.id);
+        assert!(ResponseHeader::new(ApiKind::Completion, "m".into(), 1).id.starts_with("cmpl-"));
+        assert!(a.created > 1_600_000_000);
+    }
+}

@@ -1,0 +1,366 @@
+//! Streaming: turns a request's events into OpenAI chunk bodies, in order.
+//!
+//! Chat (`chat.completion.chunk`), per choice: a chunk whose delta is `{"role": "assistant", "content": ""}`,
+//! then one chunk per text delta (`{"content": ...}`), then one with an empty delta and the `finish_reason`.
+//! Completions (`text_completion`): one chunk per text delta, then one with `"text": ""` and the `finish_reason`.
+//! With a usage chunk (`stream_options.include_usage`, or the engine's `force_include_usage`), every chunk has
+//! `"usage": null` and a last chunk with empty `choices` carries `usage` and, behind the double gate, `metrics`.
+//! An engine error ends the stream with one `{"error": {...}}` body. The host frames each body (`data: ...`) and
+//! writes `data: [DONE]` after the last.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::json::{encode, Slot};
+use super::metrics_gate::{MetricsGate, TimingMetricsJson};
+use super::request::ApiKind;
+use super::response::{ResponseHeader, Usage};
+use crate::engine::{FinishReason, RequestEvent, RequestHandle};
+
+/// The answer to "what is the next chunk?".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChunkPoll {
+    /// A chunk body: JSON, without the `data: ` framing.
+    Chunk(String),
+    /// The stream has ended (every later call answers this again).
+    Done,
+    /// Nothing arrived within the timeout.
+    TimedOut,
+}
+
+/// Encodes one request's events into chunks.
+#[derive(Debug)]
+pub(crate) struct ChunkEncoder {
+    kind: ApiKind,
+    /// Per choice: its role chunk has been encoded (chat only).
+    announced: Vec<bool>,
+    /// Per choice: its finish chunk has been encoded.
+    finished: Vec<bool>,
+    /// The stream ends with a usage chunk.
+    include_usage: bool,
+    /// The request's gate, closed when there is no usage chunk (see [`MetricsGate::for_stream`]).
+    gate: MetricsGate,
+    /// Encoded chunks not yet handed out, oldest first.
+    ready: VecDeque<String>,
+    /// The last chunk has been encoded: once `ready` is empty, the stream is done.
+    ended: bool,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    usage: Slot<Usage>,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: usize,
+    #[serde(flatten)]
+    piece: Piece<'a>,
+    /// Always `null` (`()` serializes as `null`): ember does not return log probabilities.
+    logprobs: (),
+    finish_reason: Option<&'static str>,
+    /// The choice's own metrics, in its finish chunk, when `include_choice_metrics` opened them.
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
+}
+
+/// What a chunk adds to a choice: `"delta": {...}` (chat) or `"text": "..."` (completion).
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Piece<'a> {
+    Delta(Delta<'a>),
+    Text(&'a str),
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+impl ChunkEncoder {
+    /// An encoder for a request of `num_choices` choices. `gate` is the request's own; it is closed here when
+    /// there is no usage chunk.
+    pub fn new(kind: ApiKind, num_choices: usize, include_usage: bool, gate: MetricsGate) -> Self {
+        ChunkEncoder {
+            kind,
+            announced: vec![false; num_choices],
+            finished: vec![false; num_choices],
+            include_usage,
+            gate: gate.for_stream(include_usage),
+            ready: VecDeque::new(),
+            ended: false,
+        }
+    }
+
+    /// The next encoded chunk, `Done` once the last one was handed out, or `None` when an event is needed.
+    pub fn next_ready(&mut self) -> Option<ChunkPoll> {
+        match self.ready.pop_front() {
+            Some(chunk) => Some(ChunkPoll::Chunk(chunk)),
+            None if self.ended => Some(ChunkPoll::Done),
+            None => None,
+        }
+    }
+
+    /// Encodes `event`, one of `handle`'s (which also answers usage and metrics when the stream ends).
+    pub fn push(&mut self, header: &ResponseHeader, event: RequestEvent, handle: &RequestHandle) {
+        if self.ended {
+            return;
+        }
+        match event {
+            RequestEvent::Delta { choice, text, .. } => {
+                self.announce(header, choice);
+                if !text.is_empty() {
+                    let piece = match self.kind {
+                        ApiKind::Chat => Piece::Delta(Delta { role: None, content: Some(&text) }),
+                        ApiKind::Completion => Piece::Text(&text),
+                    };
+                    self.emit(header, choice, piece, None, Slot::Absent);
+                }
+            }
+            // A second `Finished` for a choice is the request's terminal event, repeated: the queue is drained,
+            // so any choice not yet finished here had its events taken by another consumer of the handle.
+            // Finish those from the accumulated output so the stream still ends.
+            RequestEvent::Finished { choice, .. } if self.finished[choice] => {
+                // Every choice has its reason once the request has ended; `Stop` is never actually used.
+                for (choice, output) in handle.choices().iter().enumerate() {
+                    if !self.finished[choice] {
+                        self.finish(header, choice, output.finish_reason.unwrap_or(FinishReason::Stop), handle);
+                    }
+                }
+                self.end(header, handle);
+            }
+            RequestEvent::Finished { choice, reason } => {
+                self.finish(header, choice, reason, handle);
+                if self.finished.iter().all(|&f| f) {
+                    self.end(header, handle);
+                }
+            }
+            RequestEvent::Error { message } => {
+                self.ready.push_back(ApiError::server(message).to_json());
+                self.ended = true;
+            }
+        }
+    }
+
+    /// The role chunk that opens a chat choice, once.
+    fn announce(&mut self, header: &ResponseHeader, choice: usize) {
+        if self.kind == ApiKind::Chat && !self.announced[choice] {
+            self.announced[choice] = true;
+            self.emit(
+                header,
+                choice,
+                Piece::Delta(Delta { role: Some("assistant"), content: Some("") }),
+                None,
+                Slot::Absent,
+            );
+        }
+    }
+
+    fn finish(&mut self, header: &ResponseHeader, choice: usize, reason: FinishReason, handle: &RequestHandle) {
+        self.announce(header, choice);
+        self.finished[choice] = true;
+        let piece = match self.kind {
+            ApiKind::Chat => Piece::Delta(Delta { role: None, content: None }),
+            ApiKind::Completion => Piece::Text(""),
+        };
+        let metrics = self.gate.choice(|| handle.timing_metrics(choice));
+        self.emit(header, choice, piece, Some(reason.as_str()), metrics);
+    }
+
+    /// The usage chunk, when asked for; then the stream is over.
+    fn end(&mut self, header: &ResponseHeader, handle: &RequestHandle) {
+        if self.include_usage {
+            let outputs = handle.choices();
+            let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
+            let usage = Slot::Value(Usage::new(handle.prompt_tokens(), &outputs));
+            self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics)));
+        }
+        self.ended = true;
+    }
+
+    fn emit(
+        &mut self,
+        header: &ResponseHeader,
+        index: usize,
+        piece: Piece<'_>,
+        finish_reason: Option<&'static str>,
+        metrics: Slot<TimingMetricsJson>,
+    ) {
+        let choice = ChunkChoice { index, piece, logprobs: (), finish_reason, metrics };
+        // OpenAI: with include_usage, every chunk but the last has `"usage": null`.
+        let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
+        self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent));
+    }
+
+    fn chunk(
+        &self,
+        header: &ResponseHeader,
+        choices: Vec<ChunkChoice<'_>>,
+        usage: Slot<Usage>,
+        metrics: Slot<TimingMetricsJson>,
+    ) -> String {
+        let object = match self.kind {
+            ApiKind::Chat => "chat.completion.chunk",
+            ApiKind::Completion => "text_completion",
+        };
+        encode(&Chunk {
+            id: &header.id,
+            object,
+            created: header.created,
+            model: &header.model,
+            choices,
+            usage,
+            metrics,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::protocol::test_support::{header, FakeRequest};
+
+    fn encoder(kind: ApiKind, choices: usize, include_usage: bool, gate: (bool, bool, bool)) -> ChunkEncoder {
+        ChunkEncoder::new(kind, choices, include_usage, MetricsGate::new(gate.0, gate.1, gate.2))
+    }
+
+    /// The `choices[0]` of each chunk, with the chunk's own fields checked.
+    fn choices(chunks: &[Value], object: &str) -> Vec<Value> {
+        chunks
+            .iter()
+            .map(|c| {
+                assert_eq!((c["id"].as_str(), c["object"].as_str()), (Some("chatcmpl-test"), Some(object)), "{c}");
+                assert_eq!((c["created"].as_u64(), c["model"].as_str()), (Some(1_700_000_000), Some("m")));
+                c["choices"][0].clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chat_stream_announces_the_role_then_content_then_the_finish() {
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Chat, 1, false, (true, true, true));
+        r.token(0, "Hel", 2.0);
+        let (first, done) = r.drain(&mut e, &header());
+        assert!(!done);
+        r.token(0, "lo", 2.1);
+        r.finish(0, FinishReason::Length);
+        let (rest, done) = r.drain(&mut e, &header());
+        assert!(done);
+        let all: Vec<Value> = first.into_iter().chain(rest).collect();
+        let expected = [
+            json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
+            json!({"index": 0, "delta": {"content": "Hel"}, "logprobs": null, "finish_reason": null}),
+            json!({"index": 0, "delta": {"content": "lo"}, "logprobs": null, "finish_reason": null}),
+            json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "length"}),
+        ];
+        assert_eq!(choices(&all, "chat.completion.chunk"), expected);
+        // Without a usage chunk there is no usage key, and no metrics anywhere, whatever the gate says.
+        assert!(all.iter().all(|c| c.get("usage").is_none() && c.get("metrics").is_none()));
+        assert_eq!(e.next_ready(), Some(ChunkPoll::Done), "done stays done");
+    }
+
+    #[test]
+    fn a_completion_stream_sends_text_pieces() {
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Completion, 1, false, (false, false, false));
+        r.token(0, "a", 2.0);
+        r.finish(0, FinishReason::Stop);
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        let expected = [
+            json!({"index": 0, "text": "a", "logprobs": null, "finish_reason": null}),
+            json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}),
+        ];
+        assert_eq!(choices(&chunks, "text_completion"), expected);
+    }
+
+    #[test]
+    fn the_usage_chunk_comes_last_with_usage_and_gated_metrics() {
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Chat, 1, true, (true, true, false));
+        r.token(0, "x", 2.0);
+        r.token(0, "y", 2.5);
+        r.finish(0, FinishReason::Stop);
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        let (last, others) = chunks.split_last().unwrap();
+        assert!(others.iter().all(|c| c["usage"].is_null() && c.get("metrics").is_none()));
+        assert_eq!(last["choices"], json!([]));
+        assert_eq!(last["usage"], json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}));
+        // Scheduled at 1.5 s, tokens at 2.0 and 2.5 s (see FakeRequest).
+        let expected = json!({"time_to_first_token_ms": 500.0, "generation_time_ms": 500.0, "queue_time_ms": 500.0,
+                              "mean_itl_ms": 500.0, "tokens_per_second": 2.0});
+        assert_eq!(last["metrics"], expected);
+    }
+
+    #[test]
+    fn several_choices_get_null_request_metrics_and_their_own_in_their_finish_chunks() {
+        let r = FakeRequest::new(2, 10);
+        let mut e = encoder(ApiKind::Completion, 2, true, (true, true, true));
+        r.token(1, "b", 2.0);
+        r.token(0, "a", 2.0);
+        r.finish(1, FinishReason::Stop);
+        r.finish(0, FinishReason::Length);
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        let finishes: Vec<&Value> = chunks.iter().filter(|c| !c["choices"][0]["finish_reason"].is_null()).collect();
+        assert_eq!(finishes.len(), 2);
+        for f in finishes {
+            assert_eq!(f["choices"][0]["metrics"]["time_to_first_token_ms"], json!(500.0));
+        }
+        let last = chunks.last().unwrap();
+        assert_eq!((last["metrics"].clone(), last["usage"]["completion_tokens"].clone()), (Value::Null, json!(2)));
+    }
+
+    #[test]
+    fn an_engine_error_ends_the_stream_with_an_error_body() {
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Chat, 1, true, (true, true, false));
+        r.token(0, "x", 2.0);
+        r.shared.fail("forward pass failed: out of memory".into());
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        assert_eq!(chunks.len(), 3, "role, content, error: {chunks:?}");
+        let error = &chunks[2]["error"];
+        assert_eq!(
+            (error["type"].as_str(), error["message"].as_str()),
+            (Some("server_error"), Some("forward pass failed: out of memory"))
+        );
+    }
+
+    #[test]
+    fn events_taken_by_another_consumer_still_let_the_stream_end() {
+        let r = FakeRequest::new(2, 10);
+        let mut e = encoder(ApiKind::Chat, 2, true, (false, false, false));
+        r.token(0, "a", 2.0);
+        r.finish(0, FinishReason::Stop);
+        r.finish(1, FinishReason::Cancelled);
+        // The host polls the handle directly for choice 0's delta and finish, then switches to chunks.
+        assert!(matches!(r.handle.poll(None), Some(crate::engine::RequestEvent::Delta { .. })));
+        assert!(matches!(r.handle.poll(None), Some(crate::engine::RequestEvent::Finished { choice: 0, .. })));
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done, "the repeated terminal event closes the stream");
+        let reasons: Vec<(u64, &str)> = chunks
+            .iter()
+            .filter_map(|c| Some((c["choices"][0]["index"].as_u64()?, c["choices"][0]["finish_reason"].as_str()?)))
+            .collect();
+        assert_eq!(reasons, [(1, "cancelled"), (0, "stop")]);
+        assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], json!(1));
+    }
+}

@@ -1,0 +1,74 @@
+//! Unit-test support: a request whose engine side the test plays by hand (no model), so that bodies and chunks
+//! can be checked for exact event sequences, timestamps and failures.
+
+use std::sync::{Arc, Weak};
+
+use serde_json::Value;
+
+use super::response::ResponseHeader;
+use super::stream::{ChunkEncoder, ChunkPoll};
+use crate::engine::output::{CancelWaker, RequestShared};
+use crate::engine::stats::{EngineClock, RequestStateStats};
+use crate::engine::{FinishReason, RequestHandle};
+
+/// Stands in for the engine a cancellation would wake.
+struct NoEngine;
+
+impl CancelWaker for NoEngine {
+    fn wake(&self) {}
+}
+
+/// A request with stats on, queued at 1.0 s and scheduled at 1.5 s (engine clock).
+pub(crate) struct FakeRequest {
+    pub shared: Arc<RequestShared>,
+    pub handle: RequestHandle,
+}
+
+impl FakeRequest {
+    pub fn new(choices: usize, prompt_tokens: u32) -> Self {
+        let clock = EngineClock::new();
+        let no_engine: Weak<dyn CancelWaker> = Weak::<NoEngine>::new();
+        let stats = RequestStateStats::arrived(&clock);
+        let shared = RequestShared::new(1, choices, prompt_tokens, true, clock, Some(stats), no_engine);
+        for choice in 0..choices {
+            shared.with_stats(choice, |s| {
+                s.queued_ts = Some(1.0);
+                s.scheduled_ts = Some(1.5);
+            });
+        }
+        FakeRequest { handle: RequestHandle::new(Arc::clone(&shared)), shared }
+    }
+
+    /// Choice `choice` generated one token, released as `text`, at `ts` seconds.
+    pub fn token(&self, choice: usize, text: &str, ts: f64) {
+        self.shared.with_stats(choice, |s| s.record_token(ts));
+        self.shared.count_token(choice, 100);
+        self.shared.push_delta(choice, text.to_owned(), 1, ts);
+    }
+
+    pub fn finish(&self, choice: usize, reason: FinishReason) {
+        self.shared.finish_choice(choice, reason);
+    }
+
+    /// Every chunk `encoder` makes of the events queued so far (as `next_chunk_json` with a zero timeout would
+    /// hand them out), parsed, and whether the stream reached `Done`.
+    pub fn drain(&self, encoder: &mut ChunkEncoder, header: &ResponseHeader) -> (Vec<Value>, bool) {
+        let mut chunks = Vec::new();
+        loop {
+            match encoder.next_ready() {
+                Some(ChunkPoll::Chunk(json)) => chunks.push(serde_json::from_str(&json).expect("chunks are JSON")),
+                Some(ChunkPoll::Done) => return (chunks, true),
+                Some(ChunkPoll::TimedOut) => unreachable!("the encoder never times out"),
+                None => match self.handle.poll(Some(std::time::Duration::ZERO)) {
+                    Some(event) => encoder.push(header, event, &self.handle),
+                    None => return (chunks, false),
+                },
+            }
+        }
+    }
+}
+
+/// A fixed header, so that bodies can be compared whole.
+pub(crate) fn header() -> ResponseHeader {
+    ResponseHeader { id: "chatcmpl-test".into(), created: 1_700_000_000, model: "m".into() }
+}
