@@ -1,0 +1,76 @@
+# ember's C side, included from the root Makefile (`include c.mk`).
+#   make c-test          the C API test against the shared and the static library, under AddressSanitizer +
+#                        UBSan (full test) and under valgrind (short prompts: each token costs seconds there)
+#   make c-examples      build examples/c/chat.c and examples/cpp/chat.cpp
+#   make c-demo          build the release library and the C example, and answer a chat message with it
+#   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
+#   make header          regenerate include/ember.h
+#   make install PREFIX=/usr/local [DESTDIR=...]   header, libraries, pkg-config file and CMake package
+# The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
+
+CARGO ?= cargo
+EMBER_CC ?= gcc
+EMBER_CXX ?= g++
+VALGRIND ?= valgrind
+PREFIX ?= /usr/local
+
+# Where cargo puts the library (it honours CARGO_TARGET_DIR), and where the C programs go.
+EMBER_TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+EMBER_LIB_DIR := $(abspath $(EMBER_TARGET_DIR)/release)
+EMBER_C_OUT := $(abspath $(EMBER_TARGET_DIR)/c)
+EMBER_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+
+# What a program linked with libember.a needs from the system: `cargo rustc --release --lib --crate-type
+# staticlib -- --print native-static-libs`.
+EMBER_STATIC_DEPS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
+EMBER_SHARED := -L$(EMBER_LIB_DIR) -lember -Wl,-rpath,$(EMBER_LIB_DIR) -lpthread -lm
+EMBER_STATIC := $(EMBER_LIB_DIR)/libember.a $(EMBER_STATIC_DEPS)
+
+EMBER_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -g -Iinclude
+EMBER_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -O2 -Iinclude -Iexamples/cpp
+EMBER_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+EMBER_VALGRIND := $(VALGRIND) --error-exitcode=1 --leak-check=full --suppressions=tests/c/valgrind.supp
+
+.PHONY: c-lib c-test c-examples c-demo header-check header install
+
+c-lib:
+	$(CARGO) build --release --lib
+
+c-test: model c-lib
+	@mkdir -p $(EMBER_C_OUT)
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_asan_shared $(EMBER_SHARED)
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_asan_static $(EMBER_STATIC)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O1 tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_shared $(EMBER_SHARED)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O1 tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_static $(EMBER_STATIC)
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_static 2
+	$(EMBER_VALGRIND) $(EMBER_C_OUT)/test_api_shared 1 --short
+	$(EMBER_VALGRIND) $(EMBER_C_OUT)/test_api_static 1 --short
+
+c-examples: c-lib
+	@mkdir -p $(EMBER_C_OUT)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/chat.c -o $(EMBER_C_OUT)/chat $(EMBER_SHARED)
+	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/chat.cpp -o $(EMBER_C_OUT)/chat_cpp $(EMBER_SHARED)
+
+c-demo: model c-examples
+	$(EMBER_C_OUT)/chat "What is the capital of France?"
+
+header-check:
+	$(CARGO) test --release --test header
+
+header:
+	EMBER_BLESS_HEADER=1 $(CARGO) test --release --test header
+
+# DESTDIR stages the files elsewhere (packaging); PREFIX is what the pkg-config file names.
+install: c-lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/ember
+	install -m 644 include/ember.h $(DESTDIR)$(PREFIX)/include/ember.h
+	install -m 755 $(EMBER_LIB_DIR)/libember.so $(DESTDIR)$(PREFIX)/lib/libember.so
+	install -m 644 $(EMBER_LIB_DIR)/libember.a $(DESTDIR)$(PREFIX)/lib/libember.a
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(EMBER_VERSION)|g' packaging/ember.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ember.pc
+	install -m 644 packaging/emberConfig.cmake $(DESTDIR)$(PREFIX)/lib/cmake/ember/emberConfig.cmake
+	sed -e 's|@VERSION@|$(EMBER_VERSION)|g' \
+		-e 's|@VERSION_MAJOR@|$(word 1,$(subst ., ,$(EMBER_VERSION)))|g' \
+		-e 's|@VERSION_MINOR@|$(word 2,$(subst ., ,$(EMBER_VERSION)))|g' \
+		packaging/emberConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/ember/emberConfigVersion.cmake

@@ -1,0 +1,178 @@
+// ember.hpp: a header-only C++17 wrapper of ember's C API (include/ember.h). Engines and requests are move-only
+// RAII objects that free their handles; failures are thrown as ember::Error, which carries the EngineStatus and
+// engine_last_error_message(). Event texts and JSON bodies are copied into std::string, so nothing returned
+// depends on the lifetime of ember's buffers.
+//
+// Thread safety is the C API's: every method may be called from any thread; several threads may poll one
+// Request (each event goes to one of them).
+#ifndef EMBER_HPP
+#define EMBER_HPP
+
+#include "ember.h"
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ember {
+
+// A failed ember call: status() is the EngineStatus, what() names the call and gives ember's detail (for
+// ENGINE_STATUS_INVALID_REQUEST, the OpenAI error JSON).
+class Error : public std::runtime_error {
+  public:
+    Error(EngineStatus status, const std::string &what) : std::runtime_error(what), status_(status) {}
+    EngineStatus status() const noexcept { return status_; }
+
+  private:
+    EngineStatus status_;
+};
+
+namespace detail {
+inline void check(EngineStatus status, const char *call) {
+    if (status != ENGINE_STATUS_OK) {
+        throw Error(status, std::string(call) + ": " + engine_status_message(status) + ": " +
+                                engine_last_error_message());
+    }
+}
+
+// Takes ownership of a string from ember and copies it into a std::string.
+inline std::string take_string(char *owned) {
+    std::string copy(owned);
+    engine_string_free(owned);
+    return copy;
+}
+}  // namespace detail
+
+// One event of a request (see EngineEvent in ember.h), with its text copied.
+struct Event {
+    EngineEventKind kind;
+    uint32_t choice;
+    std::string text;  // DELTA: the new text; ERROR: the message; FINISHED: empty
+    uint32_t num_tokens;
+    EngineFinishReason finish_reason;
+};
+
+class Engine;
+
+// A submitted request. Freed (and cancelled if still running) when destroyed.
+class Request {
+  public:
+    Request(Request &&other) noexcept : engine_(other.engine_), handle_(std::exchange(other.handle_, nullptr)) {}
+    Request &operator=(Request &&other) noexcept {
+        if (this != &other) {
+            engine_request_free(handle_);
+            engine_ = other.engine_;
+            handle_ = std::exchange(other.handle_, nullptr);
+        }
+        return *this;
+    }
+    Request(const Request &) = delete;
+    Request &operator=(const Request &) = delete;
+    ~Request() { engine_request_free(handle_); }
+
+    // The next event, waiting up to timeout_ms (-1: no limit, 0: do not wait); std::nullopt on timeout.
+    std::optional<Event> poll(int32_t timeout_ms = -1) {
+        EngineEvent event;
+        EngineStatus status = engine_poll(engine_, handle_, timeout_ms, &event);
+        if (status == ENGINE_STATUS_TIMEOUT) return std::nullopt;
+        detail::check(status, "engine_poll");
+        std::string text = event.text != nullptr ? std::string(event.text, event.text_len) : std::string();
+        return Event{event.kind, event.choice, std::move(text), event.num_tokens, event.finish_reason};
+    }
+
+    void cancel() { detail::check(engine_cancel(handle_), "engine_cancel"); }
+
+    PerRequestTimingMetrics timing_metrics(uint32_t choice = 0) const {
+        PerRequestTimingMetrics metrics{};
+        metrics.struct_size = sizeof metrics;
+        detail::check(engine_get_choice_timing_metrics(handle_, choice, &metrics), "engine_get_choice_timing_metrics");
+        return metrics;
+    }
+
+    ExtendedTimingMetrics extended_metrics(uint32_t choice = 0) const {
+        ExtendedTimingMetrics metrics{};
+        metrics.struct_size = sizeof metrics;
+        detail::check(engine_get_extended_metrics(handle_, choice, &metrics), "engine_get_extended_metrics");
+        return metrics;
+    }
+
+    // Milliseconds from submission to each generated token of `choice`.
+    std::vector<double> token_timestamps(uint32_t choice = 0) const {
+        std::vector<double> times;
+        for (;;) {
+            size_t needed = 0;
+            EngineStatus status =
+                engine_get_token_timestamps(handle_, choice, times.data(), times.size(), &needed);
+            if (status == ENGINE_STATUS_BUFFER_TOO_SMALL) {
+                times.resize(needed);  // more tokens may have come meanwhile: try again
+                continue;
+            }
+            detail::check(status, "engine_get_token_timestamps");
+            times.resize(needed);
+            return times;
+        }
+    }
+
+    // The whole OpenAI response body; std::nullopt while the request is still running.
+    std::optional<std::string> response_json() const {
+        char *body = nullptr;
+        EngineStatus status = engine_response_json(handle_, &body);
+        if (status == ENGINE_STATUS_NOT_FINISHED) return std::nullopt;
+        detail::check(status, "engine_response_json");
+        return detail::take_string(body);
+    }
+
+    // The next streaming chunk body; std::nullopt once the stream has ended. A timeout throws (status TIMEOUT).
+    std::optional<std::string> next_chunk_json(int32_t timeout_ms = -1) {
+        char *chunk = nullptr;
+        EngineStatus status = engine_next_chunk_json(engine_, handle_, timeout_ms, &chunk);
+        if (status == ENGINE_STATUS_STREAM_DONE) return std::nullopt;
+        detail::check(status, "engine_next_chunk_json");
+        return detail::take_string(chunk);
+    }
+
+  private:
+    friend class Engine;
+    Request(::Engine *engine, EngineRequest *handle) : engine_(engine), handle_(handle) {}
+
+    ::Engine *engine_;
+    EngineRequest *handle_;
+};
+
+// An engine: the model and its serving thread. Freed when destroyed (its requests end as cancelled; Request
+// objects stay safe to use: polling them then throws ENGINE_STATUS_INVALID_HANDLE).
+class Engine {
+  public:
+    // config_json: engine options as JSON ("" = defaults); see docs/c_api.md.
+    explicit Engine(const std::string &config_json = "") {
+        detail::check(engine_new(config_json.c_str(), &handle_), "engine_new");
+    }
+    Engine(Engine &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    Engine &operator=(Engine &&other) noexcept {
+        if (this != &other) {
+            engine_free(handle_);
+            handle_ = std::exchange(other.handle_, nullptr);
+        }
+        return *this;
+    }
+    Engine(const Engine &) = delete;
+    Engine &operator=(const Engine &) = delete;
+    ~Engine() { engine_free(handle_); }
+
+    // Submits an OpenAI Chat Completions (`messages`) or Completions (`prompt`) request body.
+    Request submit(const std::string &request_json) {
+        EngineRequest *request = nullptr;
+        detail::check(engine_submit(handle_, request_json.c_str(), &request), "engine_submit");
+        return Request(handle_, request);
+    }
+
+  private:
+    ::Engine *handle_ = nullptr;
+};
+
+}  // namespace ember
+
+#endif  // EMBER_HPP

@@ -1,0 +1,171 @@
+//! The C functions end to end on the real model, from Rust, so that `cargo test` covers the handle registry under
+//! concurrent use. `tests/c/test_api.c` covers the whole API from C, under AddressSanitizer and valgrind.
+
+use std::ffi::{CStr, CString};
+use std::mem::size_of;
+use std::ptr;
+use std::sync::mpsc;
+
+use super::*;
+use crate::model::path::resolve_model_path;
+
+/// Handles are raw pointers, which are not `Send`; the tests move them between threads as plain values.
+#[derive(Clone, Copy)]
+struct Handles {
+    engine: usize,
+    request: usize,
+}
+
+impl Handles {
+    fn engine(self) -> *mut Engine {
+        registry::to_pointer(self.engine)
+    }
+    fn request(self) -> *mut EngineRequest {
+        registry::to_pointer(self.request)
+    }
+}
+
+fn new_engine() -> *mut Engine {
+    let model = resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
+    let config = serde_json::json!({"model": model, "threads": 1, "kv_cache_tokens": 1024}).to_string();
+    let config = CString::new(config).unwrap();
+    let mut engine = ptr::null_mut();
+    // SAFETY: a NUL-terminated string and a writable out pointer.
+    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EngineStatus::Ok, "{}", last_error::get());
+    engine
+}
+
+fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
+    let json = CString::new(json).unwrap();
+    let mut request = ptr::null_mut();
+    // SAFETY: as above.
+    assert_eq!(unsafe { engine_submit(engine, json.as_ptr(), &mut request) }, EngineStatus::Ok);
+    request
+}
+
+fn empty_event() -> EngineEvent {
+    EngineEvent {
+        kind: EngineEventKind::Error,
+        choice: 99,
+        text: ptr::null(),
+        text_len: 0,
+        num_tokens: 0,
+        finish_reason: EngineFinishReason::None,
+    }
+}
+
+fn poll(h: Handles, timeout_ms: i32, event: &mut EngineEvent) -> EngineStatus {
+    // SAFETY: a writable event; handles are checked, never dereferenced.
+    unsafe { engine_poll(h.engine(), h.request(), timeout_ms, event) }
+}
+
+const SHORT: &str = r#"{"prompt": "Hi", "max_tokens": 3, "temperature": 0}"#;
+const LONG: &str = r#"{"prompt": "Count: 1, 2, 3,", "max_tokens": 64, "temperature": 0}"#;
+
+#[test]
+fn a_request_end_to_end() {
+    let engine = new_engine();
+    let request = submit(engine, SHORT);
+    let h = Handles { engine: engine.addr(), request: request.addr() };
+    let (mut text, mut tokens, mut event) = (String::new(), 0, empty_event());
+    loop {
+        assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
+        match event.kind {
+            EngineEventKind::Delta => {
+                // SAFETY: `text_len` bytes at `text`, valid until this thread's next poll of the request.
+                let bytes = unsafe { std::slice::from_raw_parts(event.text.cast::<u8>(), event.text_len) };
+                text.push_str(std::str::from_utf8(bytes).unwrap());
+                tokens += event.num_tokens;
+            }
+            EngineEventKind::Finished => break,
+            EngineEventKind::Error => panic!("the request failed"),
+        }
+    }
+    assert!(!text.is_empty() && (1..=3).contains(&tokens));
+    let mut m = PerRequestTimingMetrics {
+        struct_size: size_of::<PerRequestTimingMetrics>() as u32,
+        present: 0,
+        time_to_first_token_ms: 0.0,
+        generation_time_ms: 0.0,
+        queue_time_ms: 0.0,
+        mean_itl_ms: 0.0,
+        tokens_per_second: 0.0,
+    };
+    // SAFETY: a writable, correctly sized struct.
+    assert_eq!(unsafe { engine_get_timing_metrics(request, &mut m) }, EngineStatus::Ok);
+    assert_ne!(m.present & metrics::ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS, 0);
+    let mut json = ptr::null_mut();
+    // SAFETY: a writable out pointer.
+    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EngineStatus::Ok);
+    // SAFETY: a NUL-terminated string from ember, freed below.
+    let body = unsafe { CStr::from_ptr(json) }.to_str().unwrap().to_owned();
+    assert!(body.contains(&serde_json::to_string(&text).unwrap()), "{body}");
+    engine_string_free(json);
+    engine_request_free(request);
+    engine_free(engine);
+    assert_eq!(poll(h, 0, &mut event), EngineStatus::InvalidHandle);
+}
+
+#[test]
+fn freeing_a_request_wakes_a_thread_polling_it_and_a_foreign_engine_is_refused() {
+    let (engine, other) = (new_engine(), new_engine());
+    let request = submit(engine, LONG);
+    let h = Handles { engine: engine.addr(), request: request.addr() };
+    let wrong_engine = Handles { engine: other.addr(), request: request.addr() };
+    let mut event = empty_event();
+    assert_eq!(poll(wrong_engine, 0, &mut event), EngineStatus::InvalidHandle);
+    assert!(last_error::get().contains("another engine"));
+
+    let (first_event, seen) = mpsc::channel();
+    let poller = std::thread::spawn(move || {
+        let mut event = empty_event();
+        let mut sent = false;
+        loop {
+            let status = poll(h, -1, &mut event);
+            if status != EngineStatus::Ok {
+                return status;
+            }
+            if !sent {
+                first_event.send(()).unwrap();
+                sent = true;
+            }
+        }
+    });
+    seen.recv().unwrap();
+    engine_request_free(request);
+    assert_eq!(poller.join().unwrap(), EngineStatus::InvalidHandle);
+    engine_request_free(request);
+    assert!(last_error::get().contains("not a live request handle"));
+    engine_free(other);
+    engine_free(engine);
+}
+
+#[test]
+fn several_threads_share_the_events_of_one_request() {
+    let engine = new_engine();
+    let request = submit(engine, LONG);
+    let h = Handles { engine: engine.addr(), request: request.addr() };
+    let pollers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let (mut event, mut tokens) = (empty_event(), 0);
+                loop {
+                    assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
+                    match event.kind {
+                        EngineEventKind::Delta => tokens += event.num_tokens,
+                        _ => return (tokens, event.finish_reason),
+                    }
+                }
+            })
+        })
+        .collect();
+    let results: Vec<(u32, EngineFinishReason)> = pollers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(results.iter().all(|r| r.1 == EngineFinishReason::Length));
+    let mut count = 0;
+    // SAFETY: a writable count; a NULL buffer with capacity 0 asks for the size.
+    let status = unsafe { engine_get_token_timestamps(request, 0, ptr::null_mut(), 0, &mut count) };
+    assert_eq!(status, EngineStatus::BufferTooSmall);
+    assert_eq!(results.iter().map(|r| r.0 as usize).sum::<usize>(), count, "every token delivered exactly once");
+    engine_request_free(request);
+    engine_free(engine);
+}

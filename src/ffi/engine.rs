@@ -1,0 +1,144 @@
+//! Engine handles: `engine_new` and `engine_free`.
+
+use std::ffi::c_char;
+use std::sync::{Arc, RwLock};
+
+use super::args::{optional_str, Out};
+use super::boundary::{boundary, Failure};
+use super::log::current_logger;
+use super::registry::{to_pointer, ENGINES};
+use super::status::EngineStatus;
+use crate::engine::{self, EngineConfig, EngineError};
+
+/// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
+/// Opaque; a handle from `engine_new`, freed with `engine_free`.
+pub struct Engine {
+    _opaque: [u8; 0],
+}
+
+/// What an engine handle names.
+pub(super) struct EngineObject {
+    /// The running engine; `None` once `engine_free` has shut it down. Read-locked while a request is submitted,
+    /// write-locked only by `engine_free` to take it, so a free waits for submissions in progress and a
+    /// submission after the free finds `None`.
+    engine: RwLock<Option<engine::Engine>>,
+}
+
+impl EngineObject {
+    /// Runs `f` on the engine, unless it has been freed.
+    pub fn with_engine<R>(&self, f: impl FnOnce(&engine::Engine) -> R) -> Result<R, Failure> {
+        let guard = self.engine.read().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(engine) => Ok(f(engine)),
+            None => Err(Failure::invalid_handle("the engine has been freed")),
+        }
+    }
+}
+
+/// Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).
+///
+/// `config_json` is a JSON object of options (see `docs/c_api.md`; e.g. `{"model": "path.gguf", "threads": 2}`);
+/// absent keys keep their defaults, unknown keys are refused. NULL or "" means all defaults (the model path
+/// then comes from `EMBER_MODEL`, else `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current
+/// directory). Log lines go to the callback set by `engine_set_log_callback` before this call.
+///
+/// Returns `ENGINE_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
+/// `ENGINE_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
+/// `ENGINE_STATUS_MODEL_LOAD_FAILED`, `ENGINE_STATUS_ENGINE_START_FAILED`, `ENGINE_STATUS_INVALID_UTF8`,
+/// `ENGINE_STATUS_INVALID_ARGUMENT` (`out` is NULL).
+///
+/// Thread safety: any thread; engines are independent of each other. Ownership: the caller owns the handle and
+/// frees it with `engine_free`.
+///
+/// # Safety
+/// `config_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut Engine) -> EngineStatus {
+    boundary("engine_new", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: NULL or NUL-terminated, by this function's contract.
+        let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
+        let config =
+            EngineConfig::from_json(json).map_err(|e| Failure::new(EngineStatus::InvalidConfig, e.to_string()))?;
+        let engine = engine::Engine::start(config, None, current_logger()).map_err(|e| {
+            let status = match e {
+                EngineError::Config(_) => EngineStatus::InvalidConfig,
+                EngineError::Model(_) => EngineStatus::ModelLoadFailed,
+                EngineError::Backend(_) | EngineError::Thread(_) => EngineStatus::EngineStartFailed,
+            };
+            Failure::new(status, e.to_string())
+        })?;
+        // On failure here the engine is dropped, which stops its thread: nothing leaks.
+        let handle = ENGINES.insert(Arc::new(EngineObject { engine: RwLock::new(Some(engine)) }))?;
+        // SAFETY: `out` is non-NULL and writable by this function's contract.
+        unsafe { out.write(to_pointer(handle)) };
+        Ok(())
+    })
+}
+
+/// Frees an engine: cancels its unfinished requests (they end with `ENGINE_FINISH_REASON_CANCELLED`), stops and joins
+/// the engine thread, and releases the model. Returns when all of that is done. NULL is a no-op.
+///
+/// The engine's request handles stay valid for `engine_get_*_metrics`, `engine_response_json` and
+/// `engine_request_free`, which the host must still call; `engine_poll` and `engine_next_chunk_json` refuse them
+/// from now on, since they take the freed engine. A freed, stale or foreign handle (a double free) does nothing
+/// and leaves the reason in `engine_last_error_message()`.
+///
+/// Thread safety: any thread, except from inside the log callback. Calls on this engine in other threads either
+/// complete before the engine stops or fail with `ENGINE_STATUS_INVALID_HANDLE`.
+#[no_mangle]
+pub extern "C" fn engine_free(engine: *mut Engine) {
+    let _ = boundary("engine_free", || {
+        if engine.is_null() {
+            return Ok(());
+        }
+        let object = ENGINES.remove(engine.addr())?;
+        // Take the engine out under the write lock, drop it (joining the thread) after releasing the lock.
+        let running = object.engine.write().unwrap_or_else(|e| e.into_inner()).take();
+        drop(running);
+        Ok(())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::last_error;
+    use std::ptr;
+
+    #[test]
+    fn refused_configurations_leave_out_untouched() {
+        let mut out: *mut Engine = ptr::null_mut();
+        let cases: [(&std::ffi::CStr, EngineStatus, &str); 4] = [
+            (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "invalid engine configuration"),
+            (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "max_num_seq"),
+            (
+                c"{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}",
+                EngineStatus::InvalidConfig,
+                "disable_log_stats",
+            ),
+            (c"{\"model\": \"/nonexistent/model.gguf\"}", EngineStatus::ModelLoadFailed, "/nonexistent/model.gguf"),
+        ];
+        for (json, status, needle) in cases {
+            // SAFETY: a C string literal and a writable pointer.
+            assert_eq!(unsafe { engine_new(json.as_ptr(), &mut out) }, status, "{json:?}");
+            assert!(last_error::get().contains(needle), "{}", last_error::get());
+            assert!(out.is_null());
+        }
+        // SAFETY: NULL `out` is refused before anything is read.
+        let status = unsafe { engine_new(ptr::null(), ptr::null_mut()) };
+        assert_eq!(status, EngineStatus::InvalidArgument);
+        let bad_utf8 = b"{\"model\": \"\xff\"}\0";
+        // SAFETY: NUL-terminated bytes and a writable pointer.
+        assert_eq!(unsafe { engine_new(bad_utf8.as_ptr().cast(), &mut out) }, EngineStatus::InvalidUtf8);
+    }
+
+    #[test]
+    fn freeing_null_or_a_bogus_handle_is_harmless_and_reported() {
+        last_error::set("stale".into());
+        engine_free(ptr::null_mut());
+        assert_eq!(last_error::get(), "", "NULL is a no-op, and a successful call");
+        engine_free(to_pointer(0xdead_beef));
+        assert!(last_error::get().starts_with("engine_free: "), "{}", last_error::get());
+    }
+}

@@ -1,0 +1,148 @@
+//! `engine_poll`: a request's events (text deltas, finishes, errors) as C structs.
+
+use std::ffi::c_char;
+use std::thread;
+
+use super::args::{self, Out};
+use super::boundary::{boundary, Failure};
+use super::engine::Engine;
+use super::request::{request_of_engine, EngineRequest, RequestObject};
+use super::status::EngineStatus;
+use crate::engine::{FinishReason, RequestEvent};
+
+/// What an `EngineEvent` reports.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineEventKind {
+    /// New text of choice `choice`: `text`/`text_len`, covering `num_tokens` generated tokens.
+    Delta = 1,
+    /// Choice `choice` ended, for `finish_reason`. Once every choice has ended and its events have been taken,
+    /// every poll answers the last choice's `FINISHED` again.
+    Finished = 2,
+    /// The request failed; `text`/`text_len` is the message. Every later poll answers it again.
+    Error = 3,
+}
+
+/// Why a choice ended.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineFinishReason {
+    /// Not a `FINISHED` event.
+    None = 0,
+    /// An end-of-generation token, a stop token id or a stop string (OpenAI's "stop").
+    Stop = 1,
+    /// `max_tokens` reached, or the context is full (OpenAI's "length").
+    Length = 2,
+    /// Cancelled by `engine_cancel`, `engine_request_free` or `engine_free`.
+    Cancelled = 3,
+    /// The engine could not continue the request.
+    Error = 4,
+}
+
+impl From<FinishReason> for EngineFinishReason {
+    fn from(reason: FinishReason) -> Self {
+        match reason {
+            FinishReason::Stop => EngineFinishReason::Stop,
+            FinishReason::Length => EngineFinishReason::Length,
+            FinishReason::Cancelled => EngineFinishReason::Cancelled,
+            FinishReason::Error => EngineFinishReason::Error,
+        }
+    }
+}
+
+/// One event of a request, written by `engine_poll`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EngineEvent {
+    /// Which of delta, finished or error this event is; it says which other fields are meaningful.
+    pub kind: EngineEventKind,
+    /// The choice the event is about (0 for single-choice requests and for `ERROR`).
+    pub choice: u32,
+    /// `DELTA`: the new text; `ERROR`: the message; `FINISHED`: NULL. UTF-8 (never a partial character),
+    /// `text_len` bytes, followed by a NUL byte for convenience (the text itself may contain NUL bytes:
+    /// `text_len` is authoritative). Owned by ember: valid until this thread polls this request again, or the
+    /// request is freed.
+    pub text: *const c_char,
+    /// Bytes of `text`, the NUL excluded.
+    pub text_len: usize,
+    /// `DELTA`: how many generated tokens the text covers (a token may produce no text on its own); otherwise 0.
+    pub num_tokens: u32,
+    /// `FINISHED`: why the choice ended; otherwise `ENGINE_FINISH_REASON_NONE`.
+    pub finish_reason: EngineFinishReason,
+}
+
+/// Takes the next event of a request, waiting up to `timeout_ms` milliseconds for one (0: do not wait; -1: wait
+/// until one comes; other negative values are invalid). Consecutive deltas of one choice are merged.
+///
+/// Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on failure `*out` is untouched:
+/// `ENGINE_STATUS_TIMEOUT` (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not
+/// live, the request belongs to another engine, or it was freed while this call waited),
+/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
+///
+/// Thread safety: any thread. Several threads may poll one request at once: each event goes to exactly one of
+/// them, and each thread's `text` stays valid until that thread's own next poll of the request. Freeing the
+/// request or the engine wakes a waiting poll. Do not mix `engine_poll` and `engine_next_chunk_json` on one
+/// request: both take its events.
+///
+/// # Safety
+/// `out` is NULL or points to writable storage for an `EngineEvent`.
+#[no_mangle]
+pub unsafe extern "C" fn engine_poll(
+    engine: *mut Engine,
+    request: *mut EngineRequest,
+    timeout_ms: i32,
+    out: *mut EngineEvent,
+) -> EngineStatus {
+    boundary("engine_poll", || {
+        let out = Out::new(out, "out")?;
+        let timeout = args::timeout(timeout_ms)?;
+        let object = request_of_engine(engine, request)?;
+        let Some(event) = object.handle.poll(timeout) else {
+            return Err(Failure::new(EngineStatus::Timeout, format!("no event within {timeout_ms} ms")));
+        };
+        if object.is_freed() {
+            return Err(Failure::invalid_handle("the request was freed while this call waited"));
+        }
+        let event = to_c_event(&object, event);
+        // SAFETY: `out` is non-NULL and writable by this function's contract.
+        unsafe { out.write(event) };
+        Ok(())
+    })
+}
+
+/// The C form of `event`; its text is kept in `object` for the calling thread.
+fn to_c_event(object: &RequestObject, event: RequestEvent) -> EngineEvent {
+    let (kind, choice, text, num_tokens, finish_reason) = match event {
+        RequestEvent::Delta { choice, text, tokens } => {
+            (EngineEventKind::Delta, choice, Some(text), tokens, EngineFinishReason::None)
+        }
+        RequestEvent::Finished { choice, reason } => (EngineEventKind::Finished, choice, None, 0, reason.into()),
+        RequestEvent::Error { message } => (EngineEventKind::Error, 0, Some(message), 0, EngineFinishReason::None),
+    };
+    let (text, text_len) = match text {
+        Some(text) => keep_for_this_thread(object, text),
+        None => (std::ptr::null(), 0),
+    };
+    // Choice indices are below MAX_CHOICES (128), validated at submission.
+    EngineEvent { kind, choice: choice as u32, text, text_len, num_tokens, finish_reason }
+}
+
+/// Stores `text` (NUL-terminated) as this thread's last polled text of `object`, replacing the previous one,
+/// and returns where it lives and its length without the NUL.
+fn keep_for_this_thread(object: &RequestObject, mut text: String) -> (*const c_char, usize) {
+    let len = text.len();
+    text.push('\0');
+    let me = thread::current().id();
+    let mut texts = object.poll_text.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = match texts.iter().position(|(thread, _)| *thread == me) {
+        Some(i) => &mut texts[i].1,
+        None => {
+            texts.push((me, String::new()));
+            &mut texts.last_mut().expect("just pushed").1
+        }
+    };
+    *slot = text;
+    // The String's heap buffer does not move when the Vec holding it grows: the pointer stays valid until this
+    // slot is replaced (this thread's next poll) or the object is dropped (after `engine_request_free`).
+    (slot.as_ptr().cast(), len)
+}

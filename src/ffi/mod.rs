@@ -1,0 +1,44 @@
+//! ember's C ABI: the functions of `include/ember.h` (generated from this module by cbindgen; see
+//! `docs/c_api.md`).
+//!
+//! This layer is mechanical and thin: argument checks, conversions, handle lookups and the panic boundary; the
+//! behaviour is the engine's and the protocol's. Conventions, after rustls-ffi:
+//! - every function returns an [`EngineStatus`] (or nothing, for the frees, or a static string), runs inside
+//!   [`boundary::boundary`] so that no panic crosses into C, and leaves the detail of a failure in the
+//!   thread's [`last_error`];
+//! - outputs are written only on success;
+//! - every pointer argument is checked for NULL, every string for UTF-8;
+//! - handles are checked values, never dereferenced (`registry.rs`): a freed, stale, foreign or random handle
+//!   is `ENGINE_STATUS_INVALID_HANDLE`, a double free is harmless.
+//!
+//! Process-wide state, both documented where they live: the registry of handles and strings (`registry.rs`)
+//! and the log callback for engines created next (`log.rs`). Everything else belongs to one engine.
+
+#[cfg(test)]
+mod api_tests;
+mod args;
+mod boundary;
+pub mod engine;
+pub mod event;
+pub mod json;
+mod last_error;
+pub mod log;
+pub mod metrics;
+mod registry;
+pub mod request;
+pub mod status;
+pub mod version;
+mod versioned;
+
+pub use engine::{engine_free, engine_new, Engine};
+pub use event::{engine_poll, EngineEvent, EngineEventKind, EngineFinishReason};
+pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
+pub use last_error::engine_last_error_message;
+pub use log::{engine_set_log_callback, EngineLogCallback, EngineLogLevel};
+pub use metrics::{
+    engine_get_choice_timing_metrics, engine_get_extended_metrics, engine_get_timing_metrics,
+    engine_get_token_timestamps, ExtendedTimingMetrics, PerRequestTimingMetrics,
+};
+pub use request::{engine_cancel, engine_request_free, engine_submit, EngineRequest};
+pub use status::{engine_status_message, EngineStatus};
+pub use version::{engine_version, EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH};

@@ -1,0 +1,142 @@
+//! Request handles: `engine_submit`, `engine_cancel`, `engine_request_free`, and what a request handle names.
+
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use super::args::{required_str, Out};
+use super::boundary::{boundary, Failure};
+use super::engine::Engine;
+use super::registry::{to_pointer, ENGINES, REQUESTS};
+use super::status::EngineStatus;
+use crate::engine::RequestHandle;
+use crate::protocol::ApiRequest;
+
+/// A submitted request: its events, its metrics, its final response. Opaque; a handle from `engine_submit`,
+/// freed with `engine_request_free`.
+pub struct EngineRequest {
+    _opaque: [u8; 0],
+}
+
+/// What a request handle names.
+pub(super) struct RequestObject {
+    /// The value of the engine handle the request was submitted to: `engine_poll` refuses other engines.
+    pub engine: usize,
+    /// The engine's side of the request (events, metrics, cancellation), used without taking `api`'s lock so
+    /// that a thread blocked in `engine_next_chunk_json` never delays a poll or a metrics read.
+    pub handle: RequestHandle,
+    /// The OpenAI view of the request: its response and stream chunks.
+    pub api: Mutex<ApiRequest>,
+    /// Set by `engine_request_free`, so that a call that was waiting when the request was freed reports the
+    /// handle as invalid instead of handing out memory that is about to be released.
+    freed: AtomicBool,
+    /// The text of the last event each thread polled, NUL-terminated: what `EngineEvent.text` points to, kept
+    /// until that thread polls this request again or the request is freed. Per thread, so that threads polling
+    /// one request concurrently never invalidate each other's text.
+    pub poll_text: Mutex<Vec<(ThreadId, String)>>,
+}
+
+impl RequestObject {
+    pub fn is_freed(&self) -> bool {
+        self.freed.load(Ordering::Acquire)
+    }
+}
+
+/// The live request `request`, checked to belong to the live engine `engine`.
+pub(super) fn request_of_engine(
+    engine: *const Engine,
+    request: *const EngineRequest,
+) -> Result<Arc<RequestObject>, Failure> {
+    ENGINES.get(engine.addr())?;
+    let object = REQUESTS.get(request.addr())?;
+    if object.engine != engine.addr() {
+        return Err(Failure::invalid_handle("the request was submitted to another engine"));
+    }
+    Ok(object)
+}
+
+/// Submits an OpenAI request body and returns at once; the engine works on it in the background.
+///
+/// `request_json` is a Chat Completions body (it has `messages`) or a Completions body (it has `prompt`);
+/// both or neither is an error. `stream: true` makes it a streaming request, whose chunks
+/// `engine_next_chunk_json` returns; any request's text can be read with `engine_poll` instead, and its final
+/// body with `engine_response_json`. See `docs/c_api.md` for the fields.
+///
+/// Returns `ENGINE_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
+/// `ENGINE_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
+/// JSON, naming the field at fault), `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
+/// `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument),
+/// `ENGINE_STATUS_TOO_MANY_HANDLES`.
+///
+/// Thread safety: any thread, concurrently with any other call. Ownership: the caller owns the request handle
+/// and frees it with `engine_request_free`, also after `engine_free` of its engine.
+///
+/// # Safety
+/// `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn engine_submit(
+    engine: *mut Engine,
+    request_json: *const c_char,
+    out: *mut *mut EngineRequest,
+) -> EngineStatus {
+    boundary("engine_submit", || {
+        let out = Out::new(out, "out")?;
+        // SAFETY: NULL or NUL-terminated, by this function's contract.
+        let json = unsafe { required_str(request_json, "request_json") }?;
+        let engine_object = ENGINES.get(engine.addr())?;
+        let api = engine_object
+            .with_engine(|e| ApiRequest::submit(e, json, None))?
+            .map_err(|e| Failure::verbatim(EngineStatus::InvalidRequest, e.to_json()))?;
+        let handle = api.handle().clone();
+        let object = RequestObject {
+            engine: engine.addr(),
+            handle: handle.clone(),
+            api: Mutex::new(api),
+            freed: AtomicBool::new(false),
+            poll_text: Mutex::new(Vec::new()),
+        };
+        let id = REQUESTS.insert(Arc::new(object)).inspect_err(|_| handle.cancel())?;
+        // SAFETY: `out` is non-NULL and writable by this function's contract.
+        unsafe { out.write(to_pointer(id)) };
+        Ok(())
+    })
+}
+
+/// Asks the engine to stop a request. Its unfinished choices end with `ENGINE_FINISH_REASON_CANCELLED` (a poll
+/// then answers that), choices already finished keep their reason; text already generated stays readable.
+/// Idempotent; cancelling a finished request does nothing.
+///
+/// Returns `ENGINE_STATUS_OK`, or `ENGINE_STATUS_INVALID_HANDLE` / `ENGINE_STATUS_INVALID_ARGUMENT` (NULL).
+/// Thread safety: any thread, concurrently with polls of the same request.
+#[no_mangle]
+pub extern "C" fn engine_cancel(request: *mut EngineRequest) -> EngineStatus {
+    boundary("engine_cancel", || {
+        REQUESTS.get(request.addr())?.handle.cancel();
+        Ok(())
+    })
+}
+
+/// Frees a request: cancels it if it is still running and releases its memory, including the text of its last
+/// polled events and its metrics. NULL is a no-op. A freed, stale or foreign handle (a double free) does nothing
+/// and leaves the reason in `engine_last_error_message()`.
+///
+/// Thread safety: any thread. A call on this request blocked in another thread (`engine_poll` with a timeout)
+/// returns promptly, with `ENGINE_STATUS_INVALID_HANDLE`; text pointers obtained from its events become
+/// invalid.
+#[no_mangle]
+pub extern "C" fn engine_request_free(request: *mut EngineRequest) {
+    let _ = boundary("engine_request_free", || {
+        if request.is_null() {
+            return Ok(());
+        }
+        let object = REQUESTS.remove(request.addr())?;
+        object.freed.store(true, Ordering::Release);
+        // Cancelling wakes a thread blocked in a poll of this request (its choices finish as cancelled), and
+        // tells the engine to stop spending steps on it.
+        if !object.handle.is_finished() {
+            object.handle.cancel();
+        }
+        Ok(())
+    });
+}

@@ -1,0 +1,130 @@
+//! `EngineStatus`: the one result code of every C function, and its static description.
+//!
+//! The numbers are ABI: a value once published is never renumbered or reused for another meaning, so a host
+//! compiled against an old header still reads new libraries correctly (rustls-ffi's `rustls_result` rule).
+//! New statuses take the next free number.
+
+use std::ffi::c_char;
+
+/// The result of an ember C function. `ENGINE_STATUS_OK` (0) is success; any other value is a failure whose
+/// detail is in `engine_last_error_message()` on the calling thread. A failing function writes none of its
+/// outputs, unless its documentation says otherwise (`ENGINE_STATUS_BUFFER_TOO_SMALL`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineStatus {
+    /// Success.
+    Ok = 0,
+    /// A required pointer argument is NULL, or an argument is out of its documented range (a negative
+    /// `timeout_ms` other than -1, a `struct_size` below the minimum).
+    InvalidArgument = 1,
+    /// A string argument is not valid UTF-8.
+    InvalidUtf8 = 2,
+    /// A handle is not a live handle of the expected type: freed, never issued, a handle of the other type,
+    /// or a request passed with an engine it does not belong to.
+    InvalidHandle = 3,
+    /// The engine configuration JSON is malformed, has an unknown key, or has values that conflict or are out
+    /// of range.
+    InvalidConfig = 4,
+    /// The model file could not be found or loaded.
+    ModelLoadFailed = 5,
+    /// The backend or the engine thread could not be started.
+    EngineStartFailed = 6,
+    /// The request JSON was refused; `engine_last_error_message()` is the OpenAI error body
+    /// (`{"error": {"message", "type", "param", "code"}}`).
+    InvalidRequest = 7,
+    /// Nothing happened before the timeout.
+    Timeout = 8,
+    /// The request has not finished yet, so there is no final response.
+    NotFinished = 9,
+    /// The stream has ended: every chunk has been returned.
+    StreamDone = 10,
+    /// The caller's buffer is too short; the size needed was written.
+    BufferTooSmall = 11,
+    /// A choice index at or beyond the request's number of choices.
+    ChoiceOutOfRange = 12,
+    /// The process holds the most live handles ember can issue (2^24 - 1 of a type).
+    TooManyHandles = 13,
+    /// A bug inside ember was caught at the C boundary (a Rust panic). The call had no effect that can be
+    /// relied on; the process is unharmed. Please report the message.
+    Panic = 14,
+}
+
+/// Every status, in number order (private: cbindgen would export a public constant).
+const ALL_STATUSES: [EngineStatus; 15] = [
+    EngineStatus::Ok,
+    EngineStatus::InvalidArgument,
+    EngineStatus::InvalidUtf8,
+    EngineStatus::InvalidHandle,
+    EngineStatus::InvalidConfig,
+    EngineStatus::ModelLoadFailed,
+    EngineStatus::EngineStartFailed,
+    EngineStatus::InvalidRequest,
+    EngineStatus::Timeout,
+    EngineStatus::NotFinished,
+    EngineStatus::StreamDone,
+    EngineStatus::BufferTooSmall,
+    EngineStatus::ChoiceOutOfRange,
+    EngineStatus::TooManyHandles,
+    EngineStatus::Panic,
+];
+
+impl EngineStatus {
+    /// A one-line description, NUL-terminated so that C can use it in place.
+    fn message(self) -> &'static str {
+        match self {
+            EngineStatus::Ok => "ok\0",
+            EngineStatus::InvalidArgument => "invalid argument (a NULL pointer or a value out of range)\0",
+            EngineStatus::InvalidUtf8 => "a string argument is not valid UTF-8\0",
+            EngineStatus::InvalidHandle => "not a live handle (freed, never issued, or of another engine)\0",
+            EngineStatus::InvalidConfig => "invalid engine configuration\0",
+            EngineStatus::ModelLoadFailed => "the model could not be loaded\0",
+            EngineStatus::EngineStartFailed => "the engine could not be started\0",
+            EngineStatus::InvalidRequest => "invalid request\0",
+            EngineStatus::Timeout => "timed out\0",
+            EngineStatus::NotFinished => "the request has not finished\0",
+            EngineStatus::StreamDone => "the stream has ended\0",
+            EngineStatus::BufferTooSmall => "the buffer is too small\0",
+            EngineStatus::ChoiceOutOfRange => "choice index out of range\0",
+            EngineStatus::TooManyHandles => "too many live handles\0",
+            EngineStatus::Panic => "internal error in ember (caught panic)\0",
+        }
+    }
+}
+
+/// A static, NUL-terminated English description of `status` (an `EngineStatus` value); never NULL. Unknown
+/// values (from a newer header) give "unknown status".
+///
+/// Thread safety: any thread, any time. Ownership: the string is static; do not free it. Does not change the
+/// last error message.
+#[no_mangle]
+pub extern "C" fn engine_status_message(status: u32) -> *const c_char {
+    // `status` is taken as a plain integer: a host may pass any value, and an out-of-range value in a Rust
+    // enum would be undefined behaviour.
+    let text = ALL_STATUSES.iter().find(|s| **s as u32 == status).map_or("unknown status\0", |s| s.message());
+    text.as_ptr().cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn numbers_are_dense_and_in_order() {
+        for (i, status) in ALL_STATUSES.iter().enumerate() {
+            assert_eq!(*status as u32, i as u32, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn every_status_has_a_message_and_unknown_values_are_named() {
+        for status in ALL_STATUSES {
+            // SAFETY: engine_status_message returns a static NUL-terminated string.
+            let text = unsafe { CStr::from_ptr(engine_status_message(status as u32)) };
+            assert!(!text.to_bytes().is_empty());
+        }
+        // SAFETY: as above.
+        let unknown = unsafe { CStr::from_ptr(engine_status_message(9999)) };
+        assert_eq!(unknown.to_str(), Ok("unknown status"));
+    }
+}

@@ -1,0 +1,567 @@
+/*
+ * The C API as a host uses it, and misuses it: every function of include/ember.h, NULL pointers everywhere,
+ * freed, stale and foreign handles, invalid JSON and UTF-8, double frees, concurrent polls of one request, a
+ * request freed while another thread polls it, an engine freed while its requests are polled, struct_size
+ * smaller than the struct. Built against the shared and the static library and run under AddressSanitizer and
+ * valgrind (see c.mk): any memory error, leak or crash fails the run, and so does any CHECK.
+ *
+ * Usage: test_api [THREADS] [--short]
+ *   THREADS  engine threads (default 1); the model comes from EMBER_MODEL or the default path.
+ *   --short  one- or two-token prompts and completions only: under valgrind each token of the real model costs
+ *            seconds, so the valgrind run skips the chat template's ~35-token prompt (the ASan run covers it).
+ * Plain C11 + pthreads. Requests are greedy with small max_tokens, so results are deterministic.
+ */
+#include "ember.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int checks_run = 0;
+
+#define CHECK(cond) check((cond), #cond, __FILE__, __LINE__)
+#define CHECK_STATUS(call, expected) check_status((call), (expected), #call, __FILE__, __LINE__)
+
+static void check(int ok, const char *what, const char *file, int line) {
+    checks_run++;
+    if (!ok) {
+        fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", file, line, what, engine_last_error_message());
+        exit(1);
+    }
+}
+
+static void check_status(EngineStatus got, EngineStatus expected, const char *call, const char *file, int line) {
+    checks_run++;
+    if (got != expected) {
+        fprintf(stderr, "%s:%d: %s\n  returned %u (%s), expected %u (%s)\n  last error: %s\n", file, line, call,
+                (unsigned)got, engine_status_message(got), (unsigned)expected, engine_status_message(expected),
+                engine_last_error_message());
+        exit(1);
+    }
+}
+
+/* Whether this thread's last error message contains `needle`. */
+static int last_error_has(const char *needle) { return strstr(engine_last_error_message(), needle) != NULL; }
+
+static char engine_config[128];
+
+static Engine *new_engine(void) {
+    Engine *engine = NULL;
+    CHECK_STATUS(engine_new(engine_config, &engine), ENGINE_STATUS_OK);
+    CHECK(engine != NULL);
+    return engine;
+}
+
+static EngineRequest *submit(Engine *engine, const char *json) {
+    EngineRequest *request = NULL;
+    CHECK_STATUS(engine_submit(engine, json, &request), ENGINE_STATUS_OK);
+    CHECK(request != NULL);
+    return request;
+}
+
+/* What draining a single-choice request by engine_poll produced. */
+typedef struct {
+    char text[4096];
+    size_t text_len;
+    uint32_t tokens;
+    uint32_t deltas;
+    EngineFinishReason reason;
+} Drained;
+
+static void drain(Engine *engine, EngineRequest *request, Drained *d) {
+    memset(d, 0, sizeof *d);
+    for (;;) {
+        EngineEvent ev;
+        CHECK_STATUS(engine_poll(engine, request, -1, &ev), ENGINE_STATUS_OK);
+        if (ev.kind == ENGINE_EVENT_KIND_FINISHED) {
+            CHECK(ev.text == NULL && ev.text_len == 0 && ev.choice == 0);
+            d->reason = ev.finish_reason;
+            return;
+        }
+        CHECK(ev.kind == ENGINE_EVENT_KIND_DELTA);
+        CHECK(ev.finish_reason == ENGINE_FINISH_REASON_NONE && ev.choice == 0);
+        CHECK(ev.text != NULL && ev.text[ev.text_len] == '\0');
+        CHECK(d->text_len + ev.text_len < sizeof d->text);
+        memcpy(d->text + d->text_len, ev.text, ev.text_len);
+        d->text_len += ev.text_len;
+        d->tokens += ev.num_tokens;
+        d->deltas++;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+static int log_lines = 0;
+
+static void count_log_line(void *userdata, EngineLogLevel level, const char *message) {
+    int *lines = userdata;
+    __atomic_add_fetch(lines, 1, __ATOMIC_RELAXED);
+    /* Show which kernels the engine chose (valgrind's CPU has no AVX-512: expect avx2 there). */
+    if (level <= ENGINE_LOG_LEVEL_INFO && strstr(message, "engine started") != NULL) {
+        fprintf(stderr, "  [ember log] %s\n", message);
+    }
+}
+
+static void test_static_functions(void) {
+    char expected[32];
+    snprintf(expected, sizeof expected, "%d.%d.%d", EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH);
+    CHECK(strcmp(engine_version(), expected) == 0);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+    for (uint32_t s = ENGINE_STATUS_OK; s <= ENGINE_STATUS_PANIC; s++) {
+        CHECK(engine_status_message(s) != NULL && strlen(engine_status_message(s)) > 0);
+        CHECK(strcmp(engine_status_message(s), "unknown status") != 0);
+    }
+    CHECK(strcmp(engine_status_message(ENGINE_STATUS_PANIC + 1), "unknown status") == 0);
+    CHECK(strcmp(engine_status_message(UINT32_MAX), "unknown status") == 0);
+}
+
+static void test_null_arguments(void) {
+    Engine *engine = (Engine *)0x1;
+    EngineRequest *request = (EngineRequest *)0x1;
+    EngineEvent ev;
+    PerRequestTimingMetrics m = {.struct_size = sizeof m};
+    ExtendedTimingMetrics x = {.struct_size = sizeof x};
+    size_t count = 7;
+    char *json = NULL;
+
+    CHECK_STATUS(engine_new(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK(last_error_has("engine_new: out is NULL"));
+    CHECK_STATUS(engine_submit(NULL, "{}", &request), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK(request == (EngineRequest *)0x1);
+    CHECK_STATUS(engine_submit(NULL, NULL, &request), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_submit(NULL, "{}", NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_poll(NULL, NULL, 0, &ev), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_poll(NULL, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_cancel(NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_timing_metrics(NULL, &m), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_timing_metrics(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_choice_timing_metrics(NULL, 0, &m), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, &x), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK(count == 7);
+    CHECK_STATUS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_next_chunk_json(NULL, NULL, 0, &json), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK(json == NULL);
+    CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
+    /* The frees take NULL as a no-op, and succeed: the last error is cleared. */
+    engine_free(NULL);
+    engine_request_free(NULL);
+    engine_string_free(NULL);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+    CHECK(engine == (Engine *)0x1);
+}
+
+static void test_bad_configurations(void) {
+    Engine *engine = (Engine *)0x1;
+    CHECK_STATUS(engine_new("{not json", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK_STATUS(engine_new("{\"max_num_seq\": 4}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("max_num_seq"));
+    CHECK_STATUS(engine_new("{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}", &engine),
+                 ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("disable_log_stats"));
+    CHECK_STATUS(engine_new("{\"threads\": -1}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK_STATUS(engine_new("{\"model\": \"\xff\xfe\"}", &engine), ENGINE_STATUS_INVALID_UTF8);
+    CHECK_STATUS(engine_new("{\"model\": \"/nonexistent/model.gguf\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
+    CHECK(last_error_has("/nonexistent/model.gguf"));
+    CHECK(engine == (Engine *)0x1); /* never written on failure */
+}
+
+static void test_invalid_requests(Engine *engine) {
+    EngineRequest *request = (EngineRequest *)0x1;
+    CHECK_STATUS(engine_submit(engine, "{\"messages\": [", &request), ENGINE_STATUS_INVALID_REQUEST);
+    CHECK(last_error_has("\"error\"") && last_error_has("\"invalid_request_error\""));
+    CHECK_STATUS(engine_submit(engine, "{}", &request), ENGINE_STATUS_INVALID_REQUEST);
+    CHECK_STATUS(engine_submit(engine, "{\"prompt\": \"a\", \"messages\": []}", &request),
+                 ENGINE_STATUS_INVALID_REQUEST);
+    CHECK_STATUS(engine_submit(engine, "{\"prompt\": \"hi\", \"temperature\": 7}", &request),
+                 ENGINE_STATUS_INVALID_REQUEST);
+    CHECK(last_error_has("\"param\":\"temperature\""));
+    CHECK_STATUS(engine_submit(engine, "{\"prompt\": \"\xc3\x28\"}", &request), ENGINE_STATUS_INVALID_UTF8);
+    CHECK(last_error_has("request_json is not valid UTF-8"));
+    CHECK(request == (EngineRequest *)0x1);
+}
+
+/* The requests the tests submit: a greedy reference request (several deltas), a stream, a long request. */
+typedef struct {
+    const char *reference;
+    const char *reference_object; /* the "object" of its response */
+    const char *stream;
+    const char *long_running;
+} Requests;
+
+static const Requests FULL_REQUESTS = {
+    .reference = "{\"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}],"
+                 " \"max_tokens\": 6, \"temperature\": 0}",
+    .reference_object = "\"object\":\"chat.completion\"",
+    .stream = "{\"prompt\": \"The sky is\", \"max_tokens\": 4, \"temperature\": 0, \"stream\": true,"
+              " \"stream_options\": {\"include_usage\": true}}",
+    .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 40, \"temperature\": 0}",
+};
+
+static const Requests SHORT_REQUESTS = {
+    .reference = "{\"prompt\": \"Hi\", \"max_tokens\": 3, \"temperature\": 0}",
+    .reference_object = "\"object\":\"text_completion\"",
+    .stream = "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"temperature\": 0, \"stream\": true,"
+              " \"stream_options\": {\"include_usage\": true}}",
+    .long_running = "{\"prompt\": \"Hi\", \"max_tokens\": 40, \"temperature\": 0}",
+};
+
+static const Requests *requests = &FULL_REQUESTS;
+
+/* One request end to end: poll, metrics (full, short and too-short struct_size), token timestamps, response. */
+static void test_generation_and_metrics(Engine *engine, Drained *reference) {
+    EngineRequest *request = submit(engine, requests->reference);
+    EngineEvent ev;
+    char *json = (char *)0x1;
+    CHECK_STATUS(engine_poll(engine, request, -2, &ev), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_poll(engine, request, INT32_MIN, &ev), ENGINE_STATUS_INVALID_ARGUMENT);
+    EngineStatus early = engine_response_json(request, &json);
+    /* The prefill takes milliseconds at least: the request cannot have finished yet. */
+    CHECK_STATUS(early, ENGINE_STATUS_NOT_FINISHED);
+    CHECK(json == (char *)0x1);
+
+    drain(engine, request, reference);
+    CHECK(reference->text_len > 0 && reference->tokens > 0 && reference->tokens <= 6);
+    CHECK(reference->reason == ENGINE_FINISH_REASON_LENGTH || reference->reason == ENGINE_FINISH_REASON_STOP);
+    printf("  generated %u tokens in %u deltas: \"%.*s\"\n", reference->tokens, reference->deltas,
+           (int)reference->text_len, reference->text);
+    /* Polling after the end keeps answering FINISHED, at once. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_STATUS(engine_poll(engine, request, 0, &ev), ENGINE_STATUS_OK);
+        CHECK(ev.kind == ENGINE_EVENT_KIND_FINISHED && ev.finish_reason == reference->reason);
+    }
+
+    PerRequestTimingMetrics m;
+    memset(&m, 0xAB, sizeof m);
+    m.struct_size = sizeof m;
+    CHECK_STATUS(engine_get_timing_metrics(request, &m), ENGINE_STATUS_OK);
+    CHECK(m.struct_size == sizeof m);
+    uint32_t always = ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS | ENGINE_TIMING_GENERATION_TIME_MS |
+                      ENGINE_TIMING_QUEUE_TIME_MS | ENGINE_TIMING_TOKENS_PER_SECOND;
+    CHECK((m.present & always) == always);
+    CHECK(m.time_to_first_token_ms > 0 && m.queue_time_ms >= 0 && m.generation_time_ms >= 0);
+    CHECK(m.tokens_per_second > 0);
+    CHECK(reference->tokens < 2 ? isnan(m.mean_itl_ms) : m.mean_itl_ms > 0);
+
+    /* struct_size from an older, shorter header: only the fields within it are written. */
+    PerRequestTimingMetrics old;
+    memset(&old, 0xAB, sizeof old);
+    old.struct_size = offsetof(PerRequestTimingMetrics, queue_time_ms);
+    CHECK_STATUS(engine_get_timing_metrics(request, &old), ENGINE_STATUS_OK);
+    CHECK(old.time_to_first_token_ms == m.time_to_first_token_ms);
+    CHECK(old.present == (m.present & (ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS | ENGINE_TIMING_GENERATION_TIME_MS)));
+    const unsigned char *tail = (const unsigned char *)&old + offsetof(PerRequestTimingMetrics, queue_time_ms);
+    for (size_t i = 0; i < sizeof old - offsetof(PerRequestTimingMetrics, queue_time_ms); i++) CHECK(tail[i] == 0xAB);
+    old.struct_size = 4;
+    CHECK_STATUS(engine_get_timing_metrics(request, &old), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK(last_error_has("struct_size"));
+
+    ExtendedTimingMetrics x;
+    memset(&x, 0, sizeof x);
+    x.struct_size = sizeof x;
+    CHECK_STATUS(engine_get_extended_metrics(request, 0, &x), ENGINE_STATUS_OK);
+    CHECK(x.present & ENGINE_EXTENDED_E2E_LATENCY_MS);
+    CHECK(x.e2e_latency_ms >= x.ttft_from_arrival_ms && x.ttft_from_arrival_ms > 0);
+    CHECK((x.present & ENGINE_EXTENDED_NUM_PROMPT_TOKENS) && x.num_prompt_tokens > 0);
+    CHECK((x.present & ENGINE_EXTENDED_NUM_PREEMPTIONS) && x.num_preemptions == 0);
+    CHECK_STATUS(engine_get_extended_metrics(request, 1, &x), ENGINE_STATUS_CHOICE_OUT_OF_RANGE);
+    CHECK_STATUS(engine_get_choice_timing_metrics(request, 1, &m), ENGINE_STATUS_CHOICE_OUT_OF_RANGE);
+
+    /* Token timestamps: a size query, a short buffer (untouched), then the copy. */
+    size_t needed = 0;
+    CHECK_STATUS(engine_get_token_timestamps(request, 0, NULL, 0, &needed), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(needed >= reference->tokens && needed <= 6);
+    double times[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    size_t count = 0;
+    CHECK_STATUS(engine_get_token_timestamps(request, 0, times, needed - 1, &count), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(count == needed && times[0] == -1);
+    CHECK_STATUS(engine_get_token_timestamps(request, 0, NULL, 3, &count), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_token_timestamps(request, 0, times, 8, &count), ENGINE_STATUS_OK);
+    CHECK(count == needed && times[count] == -1);
+    for (size_t i = 1; i < count; i++) CHECK(times[i] >= times[i - 1]);
+    CHECK(fabs(times[0] - x.ttft_from_arrival_ms) < 1e-6);
+
+    CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_OK);
+    CHECK(strstr(json, requests->reference_object) != NULL && strstr(json, "\"usage\"") != NULL);
+    engine_string_free(json);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+    engine_string_free(json); /* double free: harmless, reported */
+    CHECK(last_error_has("engine_string_free"));
+    char *foreign = strdup("not ember's");
+    engine_string_free(foreign); /* not ours: left alone */
+    CHECK(last_error_has("not a string from ember"));
+    CHECK(strcmp(foreign, "not ember's") == 0);
+    free(foreign);
+
+    engine_request_free(request);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+    /* Everything refuses the freed handle; a second free is harmless and reported. */
+    CHECK_STATUS(engine_poll(engine, request, 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_get_timing_metrics(request, &m), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_cancel(request), ENGINE_STATUS_INVALID_HANDLE);
+    engine_request_free(request);
+    CHECK(last_error_has("engine_request_free") && last_error_has("not a live request handle"));
+}
+
+/* A cancelled request ends with CANCELLED and still has a response; n = 2 choices have their own metrics. */
+static void test_cancel_and_choices(Engine *engine) {
+    EngineRequest *request = submit(engine, "{\"prompt\": \"Hi\", \"max_tokens\": 200, \"n\": 2,"
+                                            " \"temperature\": 0}");
+    CHECK_STATUS(engine_cancel(request), ENGINE_STATUS_OK);
+    CHECK_STATUS(engine_cancel(request), ENGINE_STATUS_OK); /* idempotent */
+    int finished[2] = {0, 0};
+    while (!finished[0] || !finished[1]) {
+        EngineEvent ev;
+        CHECK_STATUS(engine_poll(engine, request, -1, &ev), ENGINE_STATUS_OK);
+        CHECK(ev.kind != ENGINE_EVENT_KIND_ERROR && ev.choice < 2);
+        if (ev.kind == ENGINE_EVENT_KIND_FINISHED) {
+            CHECK(ev.finish_reason == ENGINE_FINISH_REASON_CANCELLED);
+            finished[ev.choice] = 1;
+        }
+    }
+    PerRequestTimingMetrics m = {.struct_size = sizeof m};
+    CHECK_STATUS(engine_get_choice_timing_metrics(request, 1, &m), ENGINE_STATUS_OK);
+    CHECK_STATUS(engine_get_choice_timing_metrics(request, 2, &m), ENGINE_STATUS_CHOICE_OUT_OF_RANGE);
+    char *json = NULL;
+    CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_OK);
+    CHECK(strstr(json, "\"finish_reason\":\"cancelled\"") != NULL);
+    engine_string_free(json);
+    engine_request_free(request);
+}
+
+/* A streaming completion read chunk by chunk, to STREAM_DONE. */
+static void test_stream_chunks(Engine *engine) {
+    EngineRequest *request = submit(engine, requests->stream);
+    char *chunk = NULL;
+    CHECK_STATUS(engine_next_chunk_json(engine, request, -3, &chunk), ENGINE_STATUS_INVALID_ARGUMENT);
+    int chunks = 0, usage_seen = 0;
+    EngineStatus first = engine_next_chunk_json(engine, request, 0, &chunk); /* see test_free_while_polling */
+    CHECK(first == ENGINE_STATUS_TIMEOUT || first == ENGINE_STATUS_OK);
+    if (first == ENGINE_STATUS_OK) {
+        chunks++;
+        engine_string_free(chunk);
+    }
+    for (;;) {
+        EngineStatus status = engine_next_chunk_json(engine, request, -1, &chunk);
+        if (status == ENGINE_STATUS_STREAM_DONE) break;
+        CHECK_STATUS(status, ENGINE_STATUS_OK);
+        CHECK(strstr(chunk, "\"object\":\"text_completion\"") != NULL);
+        usage_seen |= strstr(chunk, "\"prompt_tokens\"") != NULL;
+        chunks++;
+        engine_string_free(chunk);
+    }
+    CHECK(chunks >= 2 && usage_seen);
+    CHECK_STATUS(engine_next_chunk_json(engine, request, 0, &chunk), ENGINE_STATUS_STREAM_DONE);
+    engine_request_free(request);
+}
+
+/* Handles that are not what they claim: random values, the other type, another engine's request. */
+static void test_handle_misuse(Engine *engine, Engine *other) {
+    EngineEvent ev;
+    PerRequestTimingMetrics m = {.struct_size = sizeof m};
+    char *json = NULL;
+    int on_stack = 42;
+    EngineRequest *random_values[] = {(EngineRequest *)(uintptr_t)0xdeadbeef, (EngineRequest *)(void *)&on_stack,
+                                      (EngineRequest *)(uintptr_t)UINTPTR_MAX, (EngineRequest *)(void *)engine};
+    for (size_t i = 0; i < sizeof random_values / sizeof random_values[0]; i++) {
+        CHECK_STATUS(engine_poll(engine, random_values[i], 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
+        CHECK_STATUS(engine_get_timing_metrics(random_values[i], &m), ENGINE_STATUS_INVALID_HANDLE);
+        CHECK_STATUS(engine_cancel(random_values[i]), ENGINE_STATUS_INVALID_HANDLE);
+        engine_request_free(random_values[i]);
+        CHECK(last_error_has("engine_request_free"));
+    }
+    CHECK(last_error_has("an engine handle was passed where a request handle is expected"));
+    CHECK(on_stack == 42);
+    engine_free((Engine *)(void *)&on_stack);
+    CHECK(last_error_has("engine_free") && on_stack == 42);
+    CHECK_STATUS(engine_submit((Engine *)(uintptr_t)0x1234, requests->reference, &(EngineRequest *){NULL}),
+                 ENGINE_STATUS_INVALID_HANDLE);
+
+    EngineRequest *request = submit(engine, "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"temperature\": 0}");
+    CHECK_STATUS(engine_submit((Engine *)(void *)request, requests->reference, &(EngineRequest *){NULL}),
+                 ENGINE_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_poll(other, request, 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK(last_error_has("another engine"));
+    CHECK_STATUS(engine_next_chunk_json(other, request, 0, &json), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK(json == NULL);
+    Drained d;
+    drain(engine, request, &d);
+    engine_request_free(request);
+}
+
+/* Several threads poll one request: every event goes to one of them, and each thread's text stays valid. */
+typedef struct {
+    Engine *engine;
+    EngineRequest *request;
+    uint32_t tokens;
+    size_t bytes;
+    char copy[4096];
+} Poller;
+
+static void *poll_until_finished(void *arg) {
+    Poller *p = arg;
+    for (;;) {
+        EngineEvent ev;
+        CHECK_STATUS(engine_poll(p->engine, p->request, -1, &ev), ENGINE_STATUS_OK);
+        if (ev.kind == ENGINE_EVENT_KIND_FINISHED) return NULL;
+        CHECK(ev.kind == ENGINE_EVENT_KIND_DELTA && p->bytes + ev.text_len < sizeof p->copy);
+        memcpy(p->copy + p->bytes, ev.text, ev.text_len); /* reads this thread's text: ASan checks it is live */
+        p->bytes += ev.text_len;
+        p->tokens += ev.num_tokens;
+    }
+}
+
+static void test_concurrent_polls(Engine *engine, const Drained *reference) {
+    enum { THREADS = 4 };
+    EngineRequest *request = submit(engine, requests->reference);
+    Poller pollers[THREADS];
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        pollers[i] = (Poller){.engine = engine, .request = request};
+        CHECK(pthread_create(&threads[i], NULL, poll_until_finished, &pollers[i]) == 0);
+    }
+    uint32_t tokens = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < THREADS; i++) {
+        CHECK(pthread_join(threads[i], NULL) == 0);
+        tokens += pollers[i].tokens;
+        bytes += pollers[i].bytes;
+    }
+    /* Greedy: the same tokens as the single-threaded run, split among the threads. */
+    CHECK(tokens == reference->tokens && bytes == reference->text_len);
+    engine_request_free(request);
+}
+
+/* A request freed while another thread is blocked polling it, and an engine freed under its requests. */
+typedef struct {
+    Engine *engine;
+    EngineRequest *request;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int first_event_seen;
+    EngineStatus final_status;
+} FreeRace;
+
+static void *poll_until_refused(void *arg) {
+    FreeRace *r = arg;
+    EngineStatus status;
+    EngineEvent ev;
+    int signalled = 0;
+    while ((status = engine_poll(r->engine, r->request, -1, &ev)) == ENGINE_STATUS_OK) {
+        if (!signalled) {
+            pthread_mutex_lock(&r->lock);
+            r->first_event_seen = 1;
+            pthread_cond_signal(&r->changed);
+            pthread_mutex_unlock(&r->lock);
+            signalled = 1;
+        }
+    }
+    r->final_status = status;
+    return NULL;
+}
+
+static void run_free_race(FreeRace *r, void (*free_it)(FreeRace *)) {
+    pthread_t thread;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->first_event_seen = 0;
+    CHECK(pthread_create(&thread, NULL, poll_until_refused, r) == 0);
+    pthread_mutex_lock(&r->lock);
+    while (!r->first_event_seen) pthread_cond_wait(&r->changed, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    free_it(r); /* while the other thread is inside, or between, polls */
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK_STATUS(r->final_status, ENGINE_STATUS_INVALID_HANDLE);
+    pthread_cond_destroy(&r->changed);
+    pthread_mutex_destroy(&r->lock);
+}
+
+static void free_request(FreeRace *r) { engine_request_free(r->request); }
+static void free_engine(FreeRace *r) { engine_free(r->engine); }
+
+static void test_free_while_polling(Engine *engine) {
+    FreeRace r = {.engine = engine};
+    r.request = submit(engine, requests->long_running);
+    /* Right after submission the prefill is still running, so a zero timeout almost surely times out; either
+       answer is correct. */
+    EngineEvent ev;
+    EngineStatus first = engine_poll(engine, r.request, 0, &ev);
+    CHECK(first == ENGINE_STATUS_TIMEOUT || first == ENGINE_STATUS_OK);
+    CHECK(first == ENGINE_STATUS_OK || last_error_has("no event within 0 ms"));
+    run_free_race(&r, free_request);
+    engine_request_free(r.request);
+    CHECK(last_error_has("not a live request handle"));
+}
+
+static void test_engine_freed_while_polled(Engine *doomed) {
+    FreeRace r = {.engine = doomed};
+    r.request = submit(doomed, requests->long_running);
+    run_free_race(&r, free_engine);
+    /* The engine is gone (a second free is harmless); its request still answers what does not need it. */
+    engine_free(doomed);
+    CHECK(last_error_has("engine_free"));
+    EngineEvent ev;
+    CHECK_STATUS(engine_poll(doomed, r.request, 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_submit(doomed, requests->reference, &(EngineRequest *){NULL}), ENGINE_STATUS_INVALID_HANDLE);
+    PerRequestTimingMetrics m = {.struct_size = sizeof m};
+    CHECK_STATUS(engine_get_timing_metrics(r.request, &m), ENGINE_STATUS_OK);
+    CHECK(m.present & ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS);
+    char *json = NULL;
+    CHECK_STATUS(engine_response_json(r.request, &json), ENGINE_STATUS_OK);
+    CHECK(strstr(json, "\"finish_reason\":\"cancelled\"") != NULL);
+    engine_string_free(json);
+    engine_request_free(r.request);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 2 && strcmp(argv[2], "--short") == 0) requests = &SHORT_REQUESTS;
+    snprintf(engine_config, sizeof engine_config,
+             "{\"threads\": %d, \"kv_cache_tokens\": 1024, \"max_num_seqs\": 8}", threads);
+    setvbuf(stdout, NULL, _IONBF, 0);
+    printf("ember %s, engine config %s\n", engine_version(), engine_config);
+
+    test_static_functions();
+    test_null_arguments();
+    test_bad_configurations();
+
+    CHECK_STATUS(engine_set_log_callback(count_log_line, &log_lines), ENGINE_STATUS_OK);
+    Engine *engine = new_engine();
+    Engine *other = new_engine();
+    CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
+    CHECK(__atomic_load_n(&log_lines, __ATOMIC_RELAXED) >= 2);
+
+    Drained reference;
+    printf("invalid requests\n");
+    test_invalid_requests(engine);
+    printf("generation and metrics\n");
+    test_generation_and_metrics(engine, &reference);
+    printf("cancel, two choices\n");
+    test_cancel_and_choices(engine);
+    printf("stream chunks\n");
+    test_stream_chunks(engine);
+    printf("handle misuse\n");
+    test_handle_misuse(engine, other);
+    printf("concurrent polls\n");
+    test_concurrent_polls(engine, &reference);
+    printf("request freed while polled\n");
+    test_free_while_polling(engine);
+    printf("engine freed while polled\n");
+    test_engine_freed_while_polled(other);
+
+    engine_free(engine);
+    CHECK(strcmp(engine_last_error_message(), "") == 0);
+    engine_free(engine);
+    CHECK(last_error_has("not a live engine handle"));
+    printf("ok: %d checks\n", checks_run);
+    return 0;
+}
