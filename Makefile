@@ -1,15 +1,19 @@
 # ember: the two commands of the README, and their parts.
-#   make demo   fetch the model, build, print the model facts and a tokenized chat prompt
-#   make test   fetch the model, check formatting and lints, run every test
-.PHONY: demo test model lint rust-test
+#   make demo   fetch the model, build the library, and answer a chat message with the C example (CPU backend)
+#   make test   fetch the model, check formatting, lints and the header, run every test (Rust, C under ASan and
+#               valgrind)
+.PHONY: demo test model lint rust-test chat
 
 CARGO ?= cargo
 
 model:
 	@scripts/fetch-model.sh >/dev/null
 
-demo: model
-	$(CARGO) run --release --quiet --bin ember-cli -- info "What is the capital of France?"
+demo: c-demo
+
+# The same answer from the Rust command-line tool, with its speed.
+chat: model
+	$(CARGO) run --release --quiet --bin ember-cli -- chat "What is the capital of France?"
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -18,4 +22,6 @@ lint:
 rust-test: model
 	$(CARGO) test --release
 
-test: lint rust-test
+test: lint rust-test c-test
+
+include c.mk

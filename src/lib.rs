@@ -3,4 +3,8 @@
 //! Layers, each depending only on those below it (see `docs/architecture.md`):
 //! `ffi` → `protocol` → `engine` → `backend` → `model`.
 
+pub mod backend;
+pub mod engine;
+pub mod ffi;
 pub mod model;
+pub mod protocol;

@@ -1,0 +1,248 @@
+//! The kernels' parameter structs as Rust sees them: field for field the structs of the same names in the `.cu`
+//! files (pointers as `u64` device addresses first, then 32-bit fields, so that neither side has hidden padding).
+//! Both sides assert each struct's size; the kernels take exactly one such struct by value.
+
+use cudarc::driver::DeviceRepr;
+
+/// `struct Embed` of embed.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EmbedArgs {
+    pub(super) qs: u64,
+    pub(super) sc: u64,
+    pub(super) tokens: u64,
+    pub(super) out: u64,
+    pub(super) n_tokens: i32,
+    pub(super) width: i32,
+    pub(super) vocab: i32,
+    pub(super) pad: i32,
+}
+
+/// `struct RmsNorm` of rms_norm.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RmsNormArgs {
+    pub(super) x: u64,
+    pub(super) w: u64,
+    pub(super) out: u64,
+    pub(super) rows: u64,
+    pub(super) n_rows: i32,
+    pub(super) width: i32,
+    pub(super) eps: f32,
+    pub(super) pad: i32,
+}
+
+/// `struct Projection` of matvec.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProjectionArgs {
+    pub(super) qs: [u64; 3],
+    pub(super) sc: [u64; 3],
+    pub(super) y: [u64; 3],
+    pub(super) x: u64,
+    pub(super) norm_w: u64,
+    pub(super) xn: u64,
+    pub(super) rows: [i32; 3],
+    pub(super) n_mats: i32,
+    pub(super) k: i32,
+    pub(super) n_tokens: i32,
+    pub(super) add: i32,
+    pub(super) eps: f32,
+}
+
+/// `struct Matmul` of matmul.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MatmulArgs {
+    pub(super) qs: u64,
+    pub(super) sc: u64,
+    pub(super) x: u64,
+    pub(super) y: u64,
+    pub(super) rows: i32,
+    pub(super) k: i32,
+    pub(super) n_tokens: i32,
+    pub(super) add: i32,
+}
+
+/// `struct RopeTable` of rope_kv.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RopeTableArgs {
+    pub(super) positions: u64,
+    pub(super) inv_freq: u64,
+    pub(super) cos: u64,
+    pub(super) sin: u64,
+    pub(super) n_tokens: i32,
+    pub(super) half: i32,
+}
+
+/// `struct RopeStore` of rope_kv.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RopeStoreArgs {
+    pub(super) q: u64,
+    pub(super) k: u64,
+    pub(super) v: u64,
+    pub(super) cos: u64,
+    pub(super) sin: u64,
+    pub(super) positions: u64,
+    pub(super) slots: u64,
+    pub(super) k_cache: u64,
+    pub(super) v_cache: u64,
+    pub(super) n_tokens: i32,
+    pub(super) n_head: i32,
+    pub(super) n_head_kv: i32,
+    pub(super) head_dim: i32,
+    pub(super) rope_dim: i32,
+    pub(super) pad: i32,
+}
+
+/// `struct Attention` of attention.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttentionArgs {
+    pub(super) q: u64,
+    pub(super) out: u64,
+    pub(super) k_cache: u64,
+    pub(super) v_cache: u64,
+    pub(super) positions: u64,
+    pub(super) table_offsets: u64,
+    pub(super) block_tables: u64,
+    pub(super) n_tokens: i32,
+    pub(super) n_head: i32,
+    pub(super) n_head_kv: i32,
+    pub(super) head_dim: i32,
+    pub(super) block_size: i32,
+    pub(super) scale: f32,
+}
+
+/// `struct Swiglu` of elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SwigluArgs {
+    pub(super) gate: u64,
+    pub(super) up: u64,
+    pub(super) n: i32,
+    pub(super) pad: i32,
+}
+
+/// `struct TopK` of top_k.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TopKArgs {
+    pub(super) logits: u64,
+    pub(super) ids: u64,
+    pub(super) values: u64,
+    pub(super) n_rows: i32,
+    pub(super) vocab: i32,
+    pub(super) k: i32,
+    pub(super) pad: i32,
+}
+
+// The sizes the .cu files' static_asserts hold their structs to.
+const _: () = assert!(std::mem::size_of::<EmbedArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 128);
+const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 40);
+const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
+const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 80);
+const _: () = assert!(std::mem::size_of::<SwigluArgs>() == 24);
+const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
+
+// SAFETY (all nine): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
+unsafe impl DeviceRepr for EmbedArgs {}
+unsafe impl DeviceRepr for RmsNormArgs {}
+unsafe impl DeviceRepr for ProjectionArgs {}
+unsafe impl DeviceRepr for MatmulArgs {}
+unsafe impl DeviceRepr for RopeTableArgs {}
+unsafe impl DeviceRepr for RopeStoreArgs {}
+unsafe impl DeviceRepr for AttentionArgs {}
+unsafe impl DeviceRepr for SwigluArgs {}
+unsafe impl DeviceRepr for TopKArgs {}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+    use crate::backend::cuda::module::{program_source, KERNEL_FILES};
+
+    /// Field offsets of `struct name` as declared in the kernels' source, by C's rules for its field types:
+    /// pointers 8 bytes, `int` and `float` 4, arrays of them, each field aligned to its element size.
+    fn c_layout(source: &str, name: &str) -> (Vec<(String, usize)>, usize) {
+        let start = source.find(&format!("struct {name} {{")).unwrap_or_else(|| panic!("no struct {name}"));
+        let body = &source[start..][..source[start..].find("};").expect("closed")];
+        let (mut fields, mut offset) = (Vec::new(), 0usize);
+        for line in body.lines().skip(1) {
+            let decl = line.split("//").next().unwrap_or("").trim().trim_end_matches(';');
+            if decl.is_empty() {
+                continue;
+            }
+            let element = if decl.contains('*') { 8 } else { 4 };
+            let declarator = decl.rsplit([' ', '*']).next().expect("a name");
+            let (field, count) = match declarator.split_once('[') {
+                Some((f, n)) => (f, n.trim_end_matches(']').parse::<usize>().expect("array length")),
+                None => (declarator, 1),
+            };
+            offset = offset.next_multiple_of(element);
+            fields.push((field.trim_end_matches('_').to_owned(), offset));
+            offset += element * count;
+        }
+        (fields, offset.next_multiple_of(8))
+    }
+
+    /// Holds a Rust mirror to its C struct: the same fields, in the same order, at the same offsets.
+    macro_rules! mirrors {
+        ($rust:ty, $c:literal, [$($field:ident),+]) => {{
+            let source = program_source(&KERNEL_FILES);
+            let (c_fields, c_size) = c_layout(&source, $c);
+            let rust_fields = [$((stringify!($field), offset_of!($rust, $field))),+];
+            let names: Vec<&str> = c_fields.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, rust_fields.map(|f| f.0), "{} fields", $c);
+            for ((name, c_offset), (_, rust_offset)) in c_fields.iter().zip(rust_fields) {
+                assert_eq!(*c_offset, rust_offset, "{}.{name}", $c);
+            }
+            assert_eq!(c_size, size_of::<$rust>(), "{} size", $c);
+        }};
+    }
+
+    #[test]
+    fn every_argument_struct_mirrors_its_kernel_struct() {
+        mirrors!(EmbedArgs, "Embed", [qs, sc, tokens, out, n_tokens, width, vocab, pad]);
+        mirrors!(RmsNormArgs, "RmsNorm", [x, w, out, rows, n_rows, width, eps, pad]);
+        mirrors!(ProjectionArgs, "Projection", [qs, sc, y, x, norm_w, xn, rows, n_mats, k, n_tokens, add, eps]);
+        mirrors!(MatmulArgs, "Matmul", [qs, sc, x, y, rows, k, n_tokens, add]);
+        mirrors!(RopeTableArgs, "RopeTable", [positions, inv_freq, cos, sin, n_tokens, half]);
+        mirrors!(
+            RopeStoreArgs,
+            "RopeStore",
+            [
+                q, k, v, cos, sin, positions, slots, k_cache, v_cache, n_tokens, n_head, n_head_kv, head_dim, rope_dim,
+                pad
+            ]
+        );
+        mirrors!(
+            AttentionArgs,
+            "Attention",
+            [
+                q,
+                out,
+                k_cache,
+                v_cache,
+                positions,
+                table_offsets,
+                block_tables,
+                n_tokens,
+                n_head,
+                n_head_kv,
+                head_dim,
+                block_size,
+                scale
+            ]
+        );
+        mirrors!(SwigluArgs, "Swiglu", [gate, up, n, pad]);
+        mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
+    }
+}

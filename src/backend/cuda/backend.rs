@@ -1,0 +1,382 @@
+//! `CudaBackend`: the llama operations on an NVIDIA GPU.
+//!
+//! The trait's operations are recorded (`ops.rs`); `logits` runs the step: one upload of the step's metadata,
+//! then either the CUDA graph recorded for a decode step of this size or the planned launches one by one, then
+//! one copy back of the logits (or of each row's top k, [`CudaBackend::forward_top_k`]). That copy waits for the
+//! device, so when a step returns, its tokens' results are on the host: an engine that timestamps a token after
+//! its step times the device work that produced it.
+
+use std::fmt;
+
+use cudarc::driver::CudaSlice;
+
+use super::buffers::Buffers;
+use super::calls::{HeadShape, TopKCall, TOP_K_MAX};
+use super::device::{guard, CudaDevice, DeviceInfo};
+use super::device_array::DeviceArray;
+use super::error::CudaBackendError;
+use super::execute::StepRun;
+use super::graph::GraphCache;
+use super::kv_cache::DeviceKvCache;
+use super::launch::Kernels;
+use super::module::KernelModule;
+use super::ops::{plan, Launch, Op, Outputs, MAX_OUTPUTS};
+use super::step_meta::{MetaLayout, StepMeta};
+use super::weights::DeviceWeights;
+use crate::model::gguf::blocks::QK;
+use crate::model::gguf::GgufFile;
+use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
+use crate::model::llama::forward::{forward, Buf, LlamaBackend, Norm, Weight};
+use crate::model::llama::LlamaConfig;
+use crate::model::TokenId;
+
+/// Sizes of a CUDA backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaBackendOptions {
+    /// The device's ordinal.
+    pub device: usize,
+    /// Most new tokens in one step (prefill chunks and decodes together).
+    pub max_batch_tokens: usize,
+    /// Positions per KV cache block.
+    pub kv_block_size: usize,
+    /// KV cache blocks.
+    pub kv_num_blocks: usize,
+    /// Replay decode steps from CUDA graphs (on unless comparing against the launch-by-launch path).
+    pub graphs: bool,
+}
+
+impl CudaBackendOptions {
+    /// One sequence of up to `context` positions on device 0.
+    pub fn single_sequence(context: usize) -> Self {
+        CudaBackendOptions {
+            device: 0,
+            max_batch_tokens: 512,
+            kv_block_size: 16,
+            kv_num_blocks: context.div_ceil(16),
+            graphs: true,
+        }
+    }
+}
+
+/// What `logits` returns to the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepOutput {
+    /// Whole logits rows, into the caller's buffer.
+    Logits,
+    /// The `k` largest of each row, into `top_ids` / `top_values`.
+    TopK(usize),
+}
+
+/// The llama operations on a GPU.
+pub struct CudaBackend {
+    // Fields drop in order: the graphs, which hold the buffers' addresses, go before the buffers.
+    graphs: GraphCache,
+    buffers: Buffers,
+    /// `[layout.total()]`: the step's metadata (see `step_meta.rs`).
+    meta_device: CudaSlice<i32>,
+    cache: DeviceKvCache,
+    weights: DeviceWeights,
+    kernels: Kernels,
+    meta: StepMeta,
+    /// The current step's operations, recorded since `begin`.
+    ops: Vec<Op>,
+    /// Reused: the current step's launches.
+    launches: Vec<Launch>,
+    output: StepOutput,
+    /// Whether the current step is a decode step that a graph runs (its rows padded to a graph's bucket).
+    graph_step: bool,
+    /// `[rows][k]` on the host: the top-k ids and values of the last `forward_top_k`.
+    top_ids: Vec<i32>,
+    top_values: Vec<f32>,
+    /// Set when a failure left the device in an unknown state: every later step fails with it.
+    poisoned: Option<String>,
+    config: LlamaConfig,
+    options: CudaBackendOptions,
+    device: CudaDevice,
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBackend").field("device", &self.device.info).finish_non_exhaustive()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Work still queued may read any buffer: wait for it before they are freed. A failure has nowhere to go.
+        let _ = guard(|| self.device.stream.synchronize().map_err(CudaBackendError::driver("synchronizing")));
+    }
+}
+
+impl CudaBackend {
+    /// Opens the device, compiles and loads the kernels, uploads the weights of `file` (whose hyperparameters
+    /// `config` were read from it) and allocates the KV cache and buffers.
+    pub fn new(file: &GgufFile, config: LlamaConfig, options: CudaBackendOptions) -> Result<Self, CudaBackendError> {
+        // The device first: without one, that is the answer, whatever the options.
+        let device = CudaDevice::open(options.device)?;
+        check_options(&config, &options)?;
+        guard(|| {
+            let stream = &device.stream;
+            let module = KernelModule::load(&device.context, device.info.compute_capability)?;
+            let kernels = Kernels::load(&module)?;
+            let weights = DeviceWeights::upload(file, &config, stream)?;
+            let cache = DeviceKvCache::new(
+                stream,
+                config.n_layer,
+                config.kv_dim(),
+                options.kv_block_size,
+                options.kv_num_blocks,
+            )?;
+            let buffers = Buffers::new(stream, &config, options.max_batch_tokens)?;
+            let layout = MetaLayout {
+                max_tokens: options.max_batch_tokens,
+                max_table_entries: options.max_batch_tokens
+                    * config.context_length.div_ceil(options.kv_block_size).min(options.kv_num_blocks),
+            };
+            let meta_device =
+                stream.alloc_zeros(layout.total()).map_err(CudaBackendError::driver("allocating step metadata"))?;
+            stream.synchronize().map_err(CudaBackendError::driver("uploading the model"))?;
+            Ok(CudaBackend {
+                graphs: GraphCache::new(options.max_batch_tokens),
+                buffers,
+                meta_device,
+                cache,
+                weights,
+                kernels,
+                meta: StepMeta::new(layout),
+                ops: Vec::new(),
+                launches: Vec::new(),
+                output: StepOutput::Logits,
+                graph_step: false,
+                top_ids: Vec::new(),
+                top_values: Vec::new(),
+                poisoned: None,
+                config: config.clone(),
+                options: options.clone(),
+                device,
+            })
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn options(&self) -> &CudaBackendOptions {
+        &self.options
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device.info
+    }
+
+    /// Bytes of weights a decode step reads.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        self.weights.bytes_per_token()
+    }
+
+    /// CUDA graphs recorded so far, and why graphs are off if a capture failed.
+    pub fn graphs(&self) -> (usize, Option<&str>) {
+        (self.graphs.recorded(), self.graphs.disabled_reason())
+    }
+
+    /// Runs one step of `batch` as [`forward`] does, but returns for each sequence that wants logits its `k`
+    /// largest logits, largest first (the lower id first among equal logits, so `k = 1` is the greedy argmax):
+    /// `ids` and `values` are `[S][k]`. Only these cross to the host, not the `[S][vocab]` rows.
+    pub fn forward_top_k(
+        &mut self,
+        batch: &[SeqChunk<'_>],
+        k: usize,
+        ids: &mut [TokenId],
+        values: &mut [f32],
+    ) -> Result<(), CudaBackendError> {
+        let rows = batch.iter().filter(|s| s.want_logits).count();
+        if k == 0 || k > TOP_K_MAX || k > self.config.vocab_size {
+            return Err(CudaBackendError::Options(format!("top-k of {k} (1..={TOP_K_MAX})")));
+        }
+        if ids.len() != rows * k || values.len() != rows * k {
+            return Err(BatchError::LogitsBuffer { expected: rows * k, found: ids.len().min(values.len()) }.into());
+        }
+        self.output = StepOutput::TopK(k);
+        let config = self.config.clone();
+        let result = forward(&config, self, batch, &mut []);
+        self.output = StepOutput::Logits;
+        result?;
+        for (dst, &id) in ids.iter_mut().zip(&self.top_ids) {
+            // The kernel returns vocabulary ids, which are below the vocabulary size.
+            *dst = id as TokenId;
+        }
+        values.copy_from_slice(&self.top_values[..rows * k]);
+        Ok(())
+    }
+
+    fn record(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+
+    /// Runs the recorded step on the device and brings its output back.
+    fn run_step(&mut self, out: &mut [f32]) -> Result<(), CudaBackendError> {
+        let stream = &self.device.stream;
+        let upload = self.meta.upload();
+        let mut meta_prefix = self.meta_device.slice_mut(..upload.len());
+        stream.memcpy_htod(upload, &mut meta_prefix).map_err(CudaBackendError::driver("uploading step metadata"))?;
+
+        let (rows, logit_rows) = (self.meta.rows(), self.meta.logit_rows());
+        plan(&self.ops, rows <= super::calls::SMALL_BATCH_MAX_TOKENS, &mut self.launches);
+        let run = StepRun {
+            stream,
+            kernels: &self.kernels,
+            config: &self.config,
+            weights: &self.weights,
+            cache: &self.cache,
+            buffers: &self.buffers,
+            meta: DeviceArray::new(&self.meta_device, stream),
+            layout: self.meta.layout(),
+            rows,
+            logit_rows,
+        };
+        if self.graph_step {
+            let launched = match self.graphs.get(rows, &self.ops) {
+                Some(graph) => graph.launch().map_err(CudaBackendError::driver("launching a graph")),
+                None => match self.graphs.record(stream, rows, &self.ops, || run.enqueue(&self.launches)) {
+                    Ok(graph) => graph.launch().map_err(CudaBackendError::driver("launching a graph")),
+                    // A failed capture turned graphs off; this step runs launch by launch.
+                    Err(_) => run.enqueue(&self.launches),
+                },
+            };
+            launched?;
+        } else {
+            run.enqueue(&self.launches)?;
+        }
+
+        let n_logits = self.meta.n_logits();
+        match self.output {
+            // A step without logits (a prompt chunk that is not the prompt's last) copies nothing back.
+            _ if n_logits == 0 => {}
+            StepOutput::Logits => {
+                let vocab = self.config.vocab_size;
+                let logits = self.buffers.logits.slice(..n_logits * vocab);
+                stream.memcpy_dtoh(&logits, out).map_err(CudaBackendError::driver("copying logits"))?;
+            }
+            StepOutput::TopK(k) => {
+                let call = TopKCall {
+                    logits: DeviceArray::new(&self.buffers.logits, stream),
+                    ids: DeviceArray::new(&self.buffers.top_ids, stream),
+                    values: DeviceArray::new(&self.buffers.top_values, stream),
+                    n_rows: n_logits,
+                    vocab: self.config.vocab_size,
+                    k,
+                };
+                self.kernels.top_k(stream, &call)?;
+                self.top_ids.resize(n_logits * k, 0);
+                self.top_values.resize(n_logits * k, 0.0);
+                let ids = self.buffers.top_ids.slice(..n_logits * k);
+                stream.memcpy_dtoh(&ids, &mut self.top_ids).map_err(CudaBackendError::driver("copying top-k ids"))?;
+                let values = self.buffers.top_values.slice(..n_logits * k);
+                stream.memcpy_dtoh(&values, &mut self.top_values).map_err(CudaBackendError::driver("copying top-k"))?;
+            }
+        }
+        // The copies above return once done, but an error of an earlier kernel surfaces only at a synchronization.
+        stream.synchronize().map_err(CudaBackendError::driver("running a step"))
+    }
+}
+
+/// Checks the options against the model and the kernels' limits.
+fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(), CudaBackendError> {
+    let bad = |m: String| Err(CudaBackendError::Options(m));
+    if options.max_batch_tokens == 0 || options.max_batch_tokens > 1 << 16 {
+        return bad(format!("max_batch_tokens {} is not in 1..=65536", options.max_batch_tokens));
+    }
+    if options.kv_block_size == 0 || options.kv_block_size > 1 << 16 {
+        return bad(format!("kv_block_size {} is not in 1..=65536", options.kv_block_size));
+    }
+    // Cache slots are the kernels' ints.
+    if options.kv_num_blocks == 0 || options.kv_num_blocks.saturating_mul(options.kv_block_size) > i32::MAX as usize {
+        return bad(format!("{} KV blocks of {} positions", options.kv_num_blocks, options.kv_block_size));
+    }
+    let heads = HeadShape {
+        n_head: config.n_head,
+        n_head_kv: config.n_head_kv,
+        head_dim: config.head_dim,
+        rope_dim: config.rope_dim,
+    };
+    heads.check().map_err(CudaBackendError::Unsupported)?;
+    if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
+        return Err(CudaBackendError::Unsupported(format!(
+            "widths {} and {} must be multiples of {QK}",
+            config.n_embd, config.n_ff
+        )));
+    }
+    Ok(())
+}
+
+impl LlamaBackend for CudaBackend {
+    type Error = CudaBackendError;
+
+    fn begin(&mut self, batch: &[SeqChunk<'_>]) -> Result<(), CudaBackendError> {
+        if let Some(reason) = &self.poisoned {
+            return Err(CudaBackendError::Poisoned(reason.clone()));
+        }
+        validate_batch(
+            batch,
+            self.options.max_batch_tokens,
+            self.config.context_length,
+            self.config.vocab_size,
+            self.cache.block_size(),
+            self.cache.num_blocks(),
+        )?;
+        let pad_to =
+            if self.options.graphs && StepMeta::is_decode(batch) { self.graphs.bucket_for(batch.len()) } else { None };
+        self.meta.build(batch, self.cache.block_size(), pad_to)?;
+        self.graph_step = pad_to.is_some();
+        self.ops.clear();
+        Ok(())
+    }
+
+    fn embed(&mut self, dst: Buf) {
+        self.record(Op::Embed { dst });
+    }
+
+    fn rms_norm(&mut self, src: Buf, weight: Norm, dst: Buf) {
+        self.record(Op::RmsNorm { src, weight, dst });
+    }
+
+    fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]) {
+        for group in outputs.chunks(MAX_OUTPUTS) {
+            self.record(Op::Matmul { src, outputs: Outputs::new(group) });
+        }
+    }
+
+    fn matmul_add(&mut self, src: Buf, weight: Weight, dst: Buf) {
+        self.record(Op::MatmulAdd { src, weight, dst });
+    }
+
+    fn attention(&mut self, layer: usize) {
+        self.record(Op::Attention { layer });
+    }
+
+    fn swiglu(&mut self) {
+        self.record(Op::Swiglu);
+    }
+
+    fn logits(&mut self, out: &mut [f32]) -> Result<(), CudaBackendError> {
+        if let Some(reason) = &self.poisoned {
+            return Err(CudaBackendError::Poisoned(reason.clone()));
+        }
+        let expected = match self.output {
+            StepOutput::Logits => self.meta.n_logits() * self.config.vocab_size,
+            StepOutput::TopK(_) => 0,
+        };
+        if out.len() != expected {
+            return Err(BatchError::LogitsBuffer { expected, found: out.len() }.into());
+        }
+        let result = guard(|| self.run_step(out));
+        if let Err(e) = &result {
+            // A device error (or a caught panic) may leave queued work, graphs or the context in any state.
+            if !matches!(e, CudaBackendError::Internal(_)) {
+                self.poisoned = Some(e.to_string());
+            }
+        }
+        result
+    }
+}

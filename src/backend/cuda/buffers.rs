@@ -1,0 +1,76 @@
+//! The backend's working memory on the device, allocated once for the largest step: nothing is allocated while
+//! steps run, and every address stays fixed, as the CUDA graphs that recorded them need.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use super::calls::TOP_K_MAX;
+use super::device_array::DeviceArray;
+use super::error::CudaBackendError;
+use crate::model::llama::forward::Buf;
+use crate::model::llama::LlamaConfig;
+
+/// Every activation buffer of the forward pass, and the step's outputs.
+pub struct Buffers {
+    /// Indexed by [`index`]; `[max_tokens][width(buf)]` each.
+    activations: [CudaSlice<f32>; 8],
+    /// `[max_tokens][n_embd]`: the final norm of the rows that want logits.
+    pub logits_input: CudaSlice<f32>,
+    /// `[max_tokens][vocab]`.
+    pub logits: CudaSlice<f32>,
+    /// `[max_tokens][rope_dim / 2]`: cos of each new token's rotation angles.
+    pub rope_cos: CudaSlice<f32>,
+    /// `[max_tokens][rope_dim / 2]`.
+    pub rope_sin: CudaSlice<f32>,
+    /// `[rope_dim / 2]`: base^(−2i / rope_dim), computed on the host in f64 as the CPU backend does.
+    pub inv_freq: CudaSlice<f64>,
+    /// `[max_tokens][TOP_K_MAX]`.
+    pub top_ids: CudaSlice<i32>,
+    /// `[max_tokens][TOP_K_MAX]`.
+    pub top_values: CudaSlice<f32>,
+}
+
+/// The position of `b` in `Buffers::activations`.
+fn index(b: Buf) -> usize {
+    match b {
+        Buf::X => 0,
+        Buf::Xn => 1,
+        Buf::Q => 2,
+        Buf::K => 3,
+        Buf::V => 4,
+        Buf::Att => 5,
+        Buf::Gate => 6,
+        Buf::Up => 7,
+    }
+}
+
+impl Buffers {
+    pub fn new(stream: &Arc<CudaStream>, config: &LlamaConfig, max_tokens: usize) -> Result<Self, CudaBackendError> {
+        let alloc = |n: usize| -> Result<CudaSlice<f32>, CudaBackendError> {
+            stream.alloc_zeros(n).map_err(CudaBackendError::driver("allocating activation buffers"))
+        };
+        let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
+        let half = config.rope_dim / 2;
+        let base = f64::from(config.rope_base);
+        let inv_freq: Vec<f64> = (0..half).map(|i| base.powf(-2.0 * i as f64 / config.rope_dim as f64)).collect();
+        let widths = [d, d, d, kv, kv, d, ff, ff];
+        let [x, xn, q, k, v, att, gate, up] = widths.map(|w| alloc(max_tokens * w));
+        Ok(Buffers {
+            activations: [x?, xn?, q?, k?, v?, att?, gate?, up?],
+            logits_input: alloc(max_tokens * d)?,
+            logits: alloc(max_tokens * config.vocab_size)?,
+            rope_cos: alloc(max_tokens * half)?,
+            rope_sin: alloc(max_tokens * half)?,
+            inv_freq: stream.clone_htod(&inv_freq).map_err(CudaBackendError::driver("uploading RoPE frequencies"))?,
+            top_ids: stream
+                .alloc_zeros(max_tokens * TOP_K_MAX)
+                .map_err(CudaBackendError::driver("allocating activation buffers"))?,
+            top_values: alloc(max_tokens * TOP_K_MAX)?,
+        })
+    }
+
+    pub fn activation<'a>(&'a self, b: Buf, stream: &CudaStream) -> DeviceArray<'a, f32> {
+        DeviceArray::new(&self.activations[index(b)], stream)
+    }
+}

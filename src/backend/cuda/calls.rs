@@ -1,0 +1,492 @@
+//! The operands of each kernel, their checks, and the shape of its launch: one `*Call` struct per kernel, whose
+//! `args()` is a pure function (tested below without a GPU) returning the kernel's parameter struct and grid.
+
+use cudarc::driver::LaunchConfig;
+
+use super::args::*;
+use super::device_array::{DeviceArray, MatrixArray};
+use super::error::CudaBackendError;
+
+/// Tokens `project_small` computes at once (`MMV_MAX_TOKENS` of matvec.cu); more go to `matmul_tiled`.
+pub const SMALL_BATCH_MAX_TOKENS: usize = 8;
+/// Most query heads per KV head (`ATT_MAX_GROUP` of attention.cu).
+pub const ATTENTION_MAX_GROUP: usize = 8;
+/// Widest head (`ATT_MAX_HEAD_DIM` of attention.cu).
+pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
+/// Largest k of `top_k`: a bound on the rounds it runs, not a limit of the kernel.
+pub const TOP_K_MAX: usize = 256;
+
+/// Threads per block of each kernel (the `*_THREADS` of the `.cu` files; `__launch_bounds__` holds them to it).
+const NORM_THREADS: u32 = 128;
+const EMBED_THREADS: u32 = 128;
+const MMV_THREADS: u32 = 128;
+const MMV_ROWS_PER_BLOCK: usize = 4;
+const MM_THREADS: u32 = 256;
+const MM_ROWS_PER_BLOCK: usize = 64;
+const ROPE_THREADS: u32 = 128;
+const ATT_THREADS: u32 = 128;
+const ELEMENTWISE_THREADS: u32 = 256;
+const TOP_K_THREADS: u32 = 256;
+
+fn internal(detail: String) -> CudaBackendError {
+    CudaBackendError::Internal(detail)
+}
+
+/// `n` as a kernel's `int`.
+fn int(n: usize, what: &str) -> Result<i32, CudaBackendError> {
+    i32::try_from(n).map_err(|_| internal(format!("{what} = {n} does not fit a kernel's int")))
+}
+
+/// Blocks to cover `n` items at `per_block` items each, as a grid dimension.
+fn blocks(n: usize, per_block: usize) -> Result<u32, CudaBackendError> {
+    u32::try_from(n.div_ceil(per_block)).map_err(|_| internal(format!("{n} items need too many blocks")))
+}
+
+fn config(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// `out[t] = table[tokens[t]]`, dequantized; `out` is `[n_tokens][table.cols]`.
+pub struct EmbedCall<'a> {
+    pub table: MatrixArray<'a>,
+    /// `[n_tokens]`, each `< table.rows` (checked on the host before the upload).
+    pub tokens: DeviceArray<'a, i32>,
+    pub out: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+}
+
+impl EmbedCall<'_> {
+    pub fn args(&self) -> Result<(EmbedArgs, LaunchConfig), CudaBackendError> {
+        let (qs, sc) = self.table.addresses("the embedding table")?;
+        let args = EmbedArgs {
+            qs,
+            sc,
+            tokens: self.tokens.covering(self.n_tokens, "the token ids")?,
+            out: self.out.covering(self.n_tokens * self.table.cols, "the embedding output")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            width: int(self.table.cols, "the embedding width")?,
+            vocab: int(self.table.rows, "the vocabulary")?,
+            pad: 0,
+        };
+        Ok((args, config((blocks(self.n_tokens, 1)?, 1), EMBED_THREADS)))
+    }
+}
+
+/// `out[i] = x[r] / rms(x[r]) ⊙ weight` with `r = rows[i]`, or `r = i` without `rows`.
+pub struct RmsNormCall<'a> {
+    /// `[at least n_rows, or every row that rows names][width]`.
+    pub x: DeviceArray<'a, f32>,
+    pub weight: DeviceArray<'a, f32>,
+    /// `[n_rows][width]`.
+    pub out: DeviceArray<'a, f32>,
+    /// `[n_rows]` rows of `x` (each `< x.len() / width`, as the step layout builds them).
+    pub rows: Option<DeviceArray<'a, i32>>,
+    pub n_rows: usize,
+    pub width: usize,
+    pub eps: f32,
+}
+
+impl RmsNormCall<'_> {
+    pub fn args(&self) -> Result<(RmsNormArgs, LaunchConfig), CudaBackendError> {
+        let rows = match self.rows {
+            Some(rows) => rows.covering(self.n_rows, "the gathered rows")?,
+            None => 0,
+        };
+        let x_rows = if self.rows.is_some() { 1 } else { self.n_rows };
+        let args = RmsNormArgs {
+            x: self.x.covering(x_rows * self.width, "the norm's input")?,
+            w: self.weight.covering(self.width, "the norm's weight")?,
+            out: self.out.covering(self.n_rows * self.width, "the norm's output")?,
+            rows,
+            n_rows: int(self.n_rows, "rows")?,
+            width: int(self.width, "the norm's width")?,
+            eps: self.eps,
+            pad: 0,
+        };
+        Ok((args, config((blocks(self.n_rows, 1)?, 1), NORM_THREADS)))
+    }
+}
+
+/// The RMSNorm fused into a projection: its weight, and where the normalized input is written.
+#[derive(Clone, Copy)]
+pub struct FusedNorm<'a> {
+    /// `[k]`.
+    pub weight: DeviceArray<'a, f32>,
+    /// `[n_tokens][k]`, or none.
+    pub normalized: Option<DeviceArray<'a, f32>>,
+    pub eps: f32,
+}
+
+/// `y_m[t] (+)= W_m · x'[t]` for up to three matrices of the same type and row length, `x'` being `x`
+/// normalized when `norm` is set; at most [`SMALL_BATCH_MAX_TOKENS`] tokens. With `swiglu`, exactly two matrices
+/// (gate, up) of equal shape, and `y_0 = silu(gate·x')·(up·x')`, `y_1 = up·x'`.
+pub struct ProjectSmallCall<'a> {
+    /// Each matrix with its output, `[n_tokens][rows]`.
+    pub outputs: &'a [(MatrixArray<'a>, DeviceArray<'a, f32>)],
+    /// `[n_tokens][k]`.
+    pub x: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub norm: Option<FusedNorm<'a>>,
+    pub add: bool,
+    pub swiglu: bool,
+}
+
+impl ProjectSmallCall<'_> {
+    pub fn args(&self) -> Result<(ProjectionArgs, LaunchConfig), CudaBackendError> {
+        let n = self.outputs.len();
+        let Some((first, _)) = self.outputs.first() else { return Err(internal("a projection of no matrix".into())) };
+        if n > 3 || (self.swiglu && (n != 2 || self.add)) {
+            return Err(internal(format!("{n} matrices in one projection (swiglu {}, add {})", self.swiglu, self.add)));
+        }
+        if self.n_tokens == 0 || self.n_tokens > SMALL_BATCH_MAX_TOKENS {
+            return Err(internal(format!("{} tokens for project_small", self.n_tokens)));
+        }
+        let k = first.cols;
+        let mut args = ProjectionArgs {
+            x: self.x.covering(self.n_tokens * k, "the projection's input")?,
+            n_mats: n as i32,
+            k: int(k, "the row length")?,
+            n_tokens: self.n_tokens as i32,
+            add: i32::from(self.add),
+            ..ProjectionArgs::default()
+        };
+        for (m, (matrix, y)) in self.outputs.iter().enumerate() {
+            if matrix.dtype != first.dtype || matrix.cols != k {
+                return Err(internal("one projection of matrices of different types or row lengths".into()));
+            }
+            if self.swiglu && matrix.rows != first.rows {
+                return Err(internal("gate and up of different heights".into()));
+            }
+            (args.qs[m], args.sc[m]) = matrix.addresses("a projection's matrix")?;
+            args.y[m] = y.covering(self.n_tokens * matrix.rows, "a projection's output")?;
+            args.rows[m] = int(matrix.rows, "a matrix's rows")?;
+        }
+        if let Some(norm) = self.norm {
+            args.norm_w = norm.weight.covering(k, "the fused norm's weight")?;
+            args.xn = match norm.normalized {
+                Some(xn) => xn.covering(self.n_tokens * k, "the normalized input")?,
+                None => 0,
+            };
+            args.eps = norm.eps;
+        }
+        let rows = if self.swiglu { first.rows } else { self.outputs.iter().map(|(m, _)| m.rows).sum() };
+        Ok((args, config((blocks(rows, MMV_ROWS_PER_BLOCK)?, 1), MMV_THREADS)))
+    }
+}
+
+/// Tokens per tile of `matmul_tiled` for `n_tokens` tokens: 16, 32 or 64 (its `_n16`, `_n32`, `_n64`).
+pub fn matmul_tile(n_tokens: usize) -> usize {
+    match n_tokens {
+        0..=16 => 16,
+        17..=32 => 32,
+        _ => 64,
+    }
+}
+
+/// `y[t] (+)= W · x[t]` for any number of tokens.
+pub struct MatmulCall<'a> {
+    pub matrix: MatrixArray<'a>,
+    /// `[n_tokens][matrix.cols]`.
+    pub x: DeviceArray<'a, f32>,
+    /// `[n_tokens][matrix.rows]`.
+    pub y: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub add: bool,
+}
+
+impl MatmulCall<'_> {
+    pub fn args(&self) -> Result<(MatmulArgs, LaunchConfig), CudaBackendError> {
+        let (qs, sc) = self.matrix.addresses("a matmul's matrix")?;
+        let args = MatmulArgs {
+            qs,
+            sc,
+            x: self.x.covering(self.n_tokens * self.matrix.cols, "the matmul's input")?,
+            y: self.y.covering(self.n_tokens * self.matrix.rows, "the matmul's output")?,
+            rows: int(self.matrix.rows, "a matrix's rows")?,
+            k: int(self.matrix.cols, "the row length")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            add: i32::from(self.add),
+        };
+        let grid = (blocks(self.matrix.rows, MM_ROWS_PER_BLOCK)?, blocks(self.n_tokens, matmul_tile(self.n_tokens))?);
+        Ok((args, config(grid, MM_THREADS)))
+    }
+}
+
+/// The cos and sin of every new token's rotation angles, `[n_tokens][half]` each.
+pub struct RopeTableCall<'a> {
+    pub positions: DeviceArray<'a, i32>,
+    /// `[half]`: base^(−2i / rope_dim).
+    pub inv_freq: DeviceArray<'a, f64>,
+    pub cos: DeviceArray<'a, f32>,
+    pub sin: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub half: usize,
+}
+
+impl RopeTableCall<'_> {
+    pub fn args(&self) -> Result<(RopeTableArgs, LaunchConfig), CudaBackendError> {
+        let n = self.n_tokens * self.half;
+        let args = RopeTableArgs {
+            positions: self.positions.covering(self.n_tokens, "the positions")?,
+            inv_freq: self.inv_freq.covering(self.half, "the RoPE frequencies")?,
+            cos: self.cos.covering(n, "the cos table")?,
+            sin: self.sin.covering(n, "the sin table")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            half: int(self.half, "rope_dim / 2")?,
+        };
+        Ok((args, config((blocks(n, ROPE_THREADS as usize)?, 1), ROPE_THREADS)))
+    }
+}
+
+/// The shape of attention heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub rope_dim: usize,
+}
+
+impl HeadShape {
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+
+    /// Whether the kernels handle this shape (the backend checks it once, when it is built).
+    pub fn check(&self) -> Result<(), String> {
+        let group = self.n_head.checked_div(self.n_head_kv).unwrap_or(0);
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) || group > ATTENTION_MAX_GROUP {
+            return Err(format!(
+                "{} query heads over {} KV heads (at most {ATTENTION_MAX_GROUP} per KV head)",
+                self.n_head, self.n_head_kv
+            ));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) || self.head_dim > ATTENTION_MAX_HEAD_DIM {
+            return Err(format!("head width {} (a multiple of 8 up to {ATTENTION_MAX_HEAD_DIM})", self.head_dim));
+        }
+        if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {
+            return Err(format!("RoPE over {} of {} dimensions", self.rope_dim, self.head_dim));
+        }
+        Ok(())
+    }
+}
+
+/// The cache rows of one layer, `[cache_slots][kv_dim]` f16 each.
+#[derive(Clone, Copy)]
+pub struct LayerCache<'a> {
+    pub keys: DeviceArray<'a, u16>,
+    pub values: DeviceArray<'a, u16>,
+    pub slots: usize,
+}
+
+/// Rotates `q` and `k` in place and stores each token's key and value at `slots[t]` of `cache`.
+pub struct RopeStoreCall<'a> {
+    pub q: DeviceArray<'a, f32>,
+    pub k: DeviceArray<'a, f32>,
+    pub v: DeviceArray<'a, f32>,
+    pub cos: DeviceArray<'a, f32>,
+    pub sin: DeviceArray<'a, f32>,
+    pub positions: DeviceArray<'a, i32>,
+    /// `[n_tokens]`, each `< cache.slots` or −1 (the step layout builds them so).
+    pub slots: DeviceArray<'a, i32>,
+    pub cache: LayerCache<'a>,
+    pub shape: HeadShape,
+    pub n_tokens: usize,
+}
+
+impl RopeStoreCall<'_> {
+    pub fn args(&self) -> Result<(RopeStoreArgs, LaunchConfig), CudaBackendError> {
+        let (s, n) = (self.shape, self.n_tokens);
+        let (kv, half) = (s.kv_dim(), s.rope_dim / 2);
+        let args = RopeStoreArgs {
+            q: self.q.covering(n * s.n_head * s.head_dim, "the queries")?,
+            k: self.k.covering(n * kv, "the keys")?,
+            v: self.v.covering(n * kv, "the values")?,
+            cos: self.cos.covering(n * half, "the cos table")?,
+            sin: self.sin.covering(n * half, "the sin table")?,
+            positions: self.positions.covering(n, "the positions")?,
+            slots: self.slots.covering(n, "the cache slots")?,
+            k_cache: self.cache.keys.covering(self.cache.slots * kv, "the key cache")?,
+            v_cache: self.cache.values.covering(self.cache.slots * kv, "the value cache")?,
+            n_tokens: int(n, "tokens")?,
+            n_head: int(s.n_head, "heads")?,
+            n_head_kv: int(s.n_head_kv, "KV heads")?,
+            head_dim: int(s.head_dim, "the head width")?,
+            rope_dim: int(s.rope_dim, "rope_dim")?,
+            pad: 0,
+        };
+        Ok((args, config((blocks(n, 1)?, 1), ROPE_THREADS)))
+    }
+}
+
+/// Causal attention of every new token over its sequence's cached positions `0..=position`.
+pub struct AttentionCall<'a> {
+    /// `[n_tokens][n_head · head_dim]`, rotated.
+    pub q: DeviceArray<'a, f32>,
+    pub out: DeviceArray<'a, f32>,
+    pub cache: LayerCache<'a>,
+    pub positions: DeviceArray<'a, i32>,
+    /// `[n_tokens]`: where each token's block table starts in `block_tables`.
+    pub table_offsets: DeviceArray<'a, i32>,
+    /// Every sequence's block table, concatenated; each covers its tokens' positions with blocks of the cache.
+    pub block_tables: DeviceArray<'a, i32>,
+    pub shape: HeadShape,
+    pub block_size: usize,
+    pub n_tokens: usize,
+}
+
+impl AttentionCall<'_> {
+    pub fn args(&self) -> Result<(AttentionArgs, LaunchConfig), CudaBackendError> {
+        let (s, n) = (self.shape, self.n_tokens);
+        s.check().map_err(internal)?;
+        let width = n * s.n_head * s.head_dim;
+        let args = AttentionArgs {
+            q: self.q.covering(width, "the queries")?,
+            out: self.out.covering(width, "the attention output")?,
+            k_cache: self.cache.keys.covering(self.cache.slots * s.kv_dim(), "the key cache")?,
+            v_cache: self.cache.values.covering(self.cache.slots * s.kv_dim(), "the value cache")?,
+            positions: self.positions.covering(n, "the positions")?,
+            table_offsets: self.table_offsets.covering(n, "the table offsets")?,
+            block_tables: self.block_tables.covering(1, "the block tables")?,
+            n_tokens: int(n, "tokens")?,
+            n_head: int(s.n_head, "heads")?,
+            n_head_kv: int(s.n_head_kv, "KV heads")?,
+            head_dim: int(s.head_dim, "the head width")?,
+            block_size: int(self.block_size, "the block size")?,
+            scale: 1.0 / (s.head_dim as f32).sqrt(),
+        };
+        let kv_heads = u32::try_from(s.n_head_kv).map_err(|_| internal("too many KV heads".into()))?;
+        Ok((args, config((blocks(n, 1)?, kv_heads), ATT_THREADS)))
+    }
+}
+
+/// `gate = silu(gate) ⊙ up` over `n` elements.
+pub struct SwigluCall<'a> {
+    pub gate: DeviceArray<'a, f32>,
+    pub up: DeviceArray<'a, f32>,
+    pub n: usize,
+}
+
+impl SwigluCall<'_> {
+    pub fn args(&self) -> Result<(SwigluArgs, LaunchConfig), CudaBackendError> {
+        let args = SwigluArgs {
+            gate: self.gate.covering(self.n, "the gate")?,
+            up: self.up.covering(self.n, "the up projection")?,
+            n: int(self.n, "elements")?,
+            pad: 0,
+        };
+        Ok((args, config((blocks(self.n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
+    }
+}
+
+/// The `k` largest logits of each row with their ids, largest first (lower id first among equals).
+pub struct TopKCall<'a> {
+    /// `[n_rows][vocab]`.
+    pub logits: DeviceArray<'a, f32>,
+    /// `[n_rows][k]`.
+    pub ids: DeviceArray<'a, i32>,
+    /// `[n_rows][k]`.
+    pub values: DeviceArray<'a, f32>,
+    pub n_rows: usize,
+    pub vocab: usize,
+    pub k: usize,
+}
+
+impl TopKCall<'_> {
+    pub fn args(&self) -> Result<(TopKArgs, LaunchConfig), CudaBackendError> {
+        if self.k == 0 || self.k > self.vocab || self.k > TOP_K_MAX {
+            return Err(internal(format!("top-{} of {} logits (at most {TOP_K_MAX})", self.k, self.vocab)));
+        }
+        let args = TopKArgs {
+            logits: self.logits.covering(self.n_rows * self.vocab, "the logits")?,
+            ids: self.ids.covering(self.n_rows * self.k, "the top-k ids")?,
+            values: self.values.covering(self.n_rows * self.k, "the top-k values")?,
+            n_rows: int(self.n_rows, "rows")?,
+            vocab: int(self.vocab, "the vocabulary")?,
+            k: self.k as i32,
+            pad: 0,
+        };
+        Ok((args, config((blocks(self.n_rows, 1)?, 1), TOP_K_THREADS)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::packing::QuantType;
+
+    fn matrix<'a>(dtype: QuantType, rows: usize, cols: usize) -> MatrixArray<'a> {
+        let blocks = rows * cols / 32;
+        MatrixArray {
+            dtype,
+            rows,
+            cols,
+            quants: DeviceArray::fake(0x1000, blocks * dtype.quant_words()),
+            scales: DeviceArray::fake(0x9000_0000, blocks),
+        }
+    }
+
+    #[test]
+    fn a_projection_checks_every_operand_and_sizes_its_grid() {
+        let (q, k) = (matrix(QuantType::Q4_1, 576, 576), matrix(QuantType::Q4_1, 192, 576));
+        let outputs = [(q, DeviceArray::fake(0x10, 2 * 576)), (k, DeviceArray::fake(0x20, 2 * 192))];
+        let call = |outputs, x_len, n_tokens| ProjectSmallCall {
+            outputs,
+            x: DeviceArray::fake(0x30, x_len),
+            n_tokens,
+            norm: None,
+            add: false,
+            swiglu: false,
+        };
+        let (args, cfg) = call(&outputs, 2 * 576, 2).args().unwrap();
+        assert_eq!((args.rows, args.n_mats, args.k, args.n_tokens), ([576, 192, 0], 2, 576, 2));
+        assert_eq!(cfg.grid_dim.0, (576 + 192) / 4);
+        assert!(call(&outputs, 2 * 576 - 1, 2).args().is_err(), "short input");
+        assert!(call(&outputs, 9 * 576, 9).args().is_err(), "too many tokens");
+        assert!(call(&outputs[..1], 3 * 576, 3).args().is_err(), "short output");
+        let mixed = [(q, DeviceArray::fake(0x10, 576)), (matrix(QuantType::Q8_0, 192, 576), DeviceArray::fake(0, 192))];
+        assert!(call(&mixed, 576, 1).args().is_err(), "two types in one launch");
+    }
+
+    #[test]
+    fn the_matmul_tile_follows_the_token_count() {
+        let w = matrix(QuantType::Q8_0, 49152, 576);
+        let call = |n| MatmulCall {
+            matrix: w,
+            x: DeviceArray::fake(0, n * 576),
+            y: DeviceArray::fake(0, n * 49152),
+            n_tokens: n,
+            add: false,
+        };
+        assert_eq!(call(9).args().unwrap().1.grid_dim, (768, 1, 1));
+        assert_eq!(call(33).args().unwrap().1.grid_dim, (768, 1, 1));
+        assert_eq!(call(512).args().unwrap().1.grid_dim, (768, 8, 1));
+        assert_eq!([1, 16, 17, 32, 33, 300].map(matmul_tile), [16, 16, 32, 32, 64, 64]);
+    }
+
+    #[test]
+    fn head_shapes_outside_the_kernels_are_refused() {
+        let smollm = HeadShape { n_head: 9, n_head_kv: 3, head_dim: 64, rope_dim: 64 };
+        assert!(smollm.check().is_ok());
+        assert!(HeadShape { n_head_kv: 1, ..smollm }.check().is_err(), "9 queries per KV head");
+        assert!(HeadShape { head_dim: 60, rope_dim: 60, ..smollm }.check().is_err());
+        assert!(HeadShape { rope_dim: 65, ..smollm }.check().is_err());
+        assert!(HeadShape { n_head_kv: 0, ..smollm }.check().is_err());
+    }
+
+    #[test]
+    fn top_k_is_bounded() {
+        let call = |k| TopKCall {
+            logits: DeviceArray::fake(0, 2 * 100),
+            ids: DeviceArray::fake(0, 2 * 100),
+            values: DeviceArray::fake(0, 2 * 100),
+            n_rows: 2,
+            vocab: 100,
+            k,
+        };
+        assert!(call(1).args().is_ok());
+        assert!(call(100).args().is_ok());
+        assert!(call(0).args().is_err());
+        assert!(call(101).args().is_err());
+    }
+}

@@ -1,0 +1,266 @@
+//! Turning a step's planned launches into kernel calls on the stream. Everything here only enqueues work: run
+//! directly it executes the step, run inside a graph capture it records it (see `graph.rs`).
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::buffers::Buffers;
+use super::calls::*;
+use super::device_array::DeviceArray;
+use super::error::CudaBackendError;
+use super::kv_cache::DeviceKvCache;
+use super::launch::Kernels;
+use super::ops::{Launch, NormInput};
+use super::step_meta::MetaLayout;
+use super::weights::DeviceWeights;
+use crate::model::llama::forward::{Buf, Norm, Weight};
+use crate::model::llama::LlamaConfig;
+
+/// Everything one step's kernels read and write.
+pub struct StepRun<'a> {
+    pub stream: &'a Arc<CudaStream>,
+    pub kernels: &'a Kernels,
+    pub config: &'a LlamaConfig,
+    pub weights: &'a DeviceWeights,
+    pub cache: &'a DeviceKvCache,
+    pub buffers: &'a Buffers,
+    /// The step's metadata on the device, sections as `layout` places them.
+    pub meta: DeviceArray<'a, i32>,
+    pub layout: MetaLayout,
+    /// Rows every kernel computes (the step's tokens, padded for a graph).
+    pub rows: usize,
+    /// Rows of logits to compute, gathered from the rows the metadata names; 0 for none.
+    pub logit_rows: usize,
+}
+
+impl StepRun<'_> {
+    /// Enqueues the whole step: the RoPE angles, `launches`, then the logits.
+    pub fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaBackendError> {
+        let half = self.config.rope_dim / 2;
+        self.kernels.rope_table(
+            self.stream,
+            &RopeTableCall {
+                positions: self.meta.sub(self.layout.positions())?,
+                inv_freq: DeviceArray::new(&self.buffers.inv_freq, self.stream),
+                cos: DeviceArray::new(&self.buffers.rope_cos, self.stream),
+                sin: DeviceArray::new(&self.buffers.rope_sin, self.stream),
+                n_tokens: self.rows,
+                half,
+            },
+        )?;
+        for launch in launches {
+            self.enqueue_one(launch)?;
+        }
+        if self.logit_rows > 0 {
+            self.logits()?;
+        }
+        Ok(())
+    }
+
+    fn activation(&self, b: Buf) -> DeviceArray<'_, f32> {
+        self.buffers.activation(b, self.stream)
+    }
+
+    fn norm_weight(&self, n: Norm) -> DeviceArray<'_, f32> {
+        DeviceArray::new(self.weights.norm(n), self.stream)
+    }
+
+    fn heads(&self) -> HeadShape {
+        let c = self.config;
+        HeadShape { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: c.head_dim, rope_dim: c.rope_dim }
+    }
+
+    fn enqueue_one(&self, launch: &Launch) -> Result<(), CudaBackendError> {
+        let (k, s) = (self.kernels, self.stream);
+        match *launch {
+            Launch::Embed { dst } => k.embed(
+                s,
+                &EmbedCall {
+                    table: self.weights.token_embd().array(s),
+                    tokens: self.meta.sub(self.layout.tokens())?,
+                    out: self.activation(dst),
+                    n_tokens: self.rows,
+                },
+            ),
+            Launch::RmsNorm { src, weight, dst } => self.rms_norm(src, weight, dst),
+            Launch::Project { src, norm, outputs, add } => {
+                let outputs: Vec<(Weight, Buf)> = outputs.iter().collect();
+                self.project(src, norm, &outputs, add)
+            }
+            Launch::ProjectSwiglu { src, norm, gate, up } => {
+                if self.rows <= SMALL_BATCH_MAX_TOKENS {
+                    self.project_small(src, norm, &[(gate, Buf::Gate), (up, Buf::Up)], false, true)
+                } else {
+                    self.project(src, norm, &[(gate, Buf::Gate), (up, Buf::Up)], false)?;
+                    self.swiglu()
+                }
+            }
+            Launch::RopeStore { layer } => k.rope_store(
+                s,
+                &RopeStoreCall {
+                    q: self.activation(Buf::Q),
+                    k: self.activation(Buf::K),
+                    v: self.activation(Buf::V),
+                    cos: DeviceArray::new(&self.buffers.rope_cos, s),
+                    sin: DeviceArray::new(&self.buffers.rope_sin, s),
+                    positions: self.meta.sub(self.layout.positions())?,
+                    slots: self.meta.sub(self.layout.slots())?,
+                    cache: self.cache.layer(layer, s)?,
+                    shape: self.heads(),
+                    n_tokens: self.rows,
+                },
+            ),
+            Launch::Attention { layer } => k.attention(
+                s,
+                &AttentionCall {
+                    q: self.activation(Buf::Q),
+                    out: self.activation(Buf::Att),
+                    cache: self.cache.layer(layer, s)?,
+                    positions: self.meta.sub(self.layout.positions())?,
+                    table_offsets: self.meta.sub(self.layout.table_offsets())?,
+                    block_tables: self.meta.sub(self.layout.block_tables())?,
+                    shape: self.heads(),
+                    block_size: self.cache.block_size(),
+                    n_tokens: self.rows,
+                },
+            ),
+            Launch::Swiglu => self.swiglu(),
+        }
+    }
+
+    fn rms_norm(&self, src: Buf, weight: Norm, dst: Buf) -> Result<(), CudaBackendError> {
+        let call = RmsNormCall {
+            x: self.activation(src),
+            weight: self.norm_weight(weight),
+            out: self.activation(dst),
+            rows: None,
+            n_rows: self.rows,
+            width: self.config.n_embd,
+            eps: self.config.rms_eps,
+        };
+        self.kernels.rms_norm(self.stream, &call)
+    }
+
+    fn swiglu(&self) -> Result<(), CudaBackendError> {
+        let call = SwigluCall {
+            gate: self.activation(Buf::Gate),
+            up: self.activation(Buf::Up),
+            n: self.rows * self.config.n_ff,
+        };
+        self.kernels.swiglu(self.stream, &call)
+    }
+
+    /// `out (+)= w · src'` for each `(w, out)`, `src'` being `src` normalized when `norm` is set.
+    fn project(
+        &self,
+        src: Buf,
+        norm: Option<NormInput>,
+        outputs: &[(Weight, Buf)],
+        add: bool,
+    ) -> Result<(), CudaBackendError> {
+        let reads = [Some(src), norm.map(|n| n.dst)];
+        if outputs.iter().any(|&(_, out)| reads.contains(&Some(out))) {
+            return Err(CudaBackendError::Internal(format!("a projection of {src:?} writes its own input")));
+        }
+        if self.rows <= SMALL_BATCH_MAX_TOKENS {
+            // One launch per run of matrices of the same type (all of them, for a model of one type).
+            let mut first_launch = true;
+            let mut rest = outputs;
+            while let Some(&(w, _)) = rest.first() {
+                let dtype = self.weights.matrix(w).dtype;
+                let run = rest.iter().take_while(|&&(v, _)| self.weights.matrix(v).dtype == dtype).count();
+                // Only the first launch writes the normalized input; the others normalize as they read, too.
+                let norm = norm.map(|n| (n, first_launch));
+                self.project_small_with(src, norm, &rest[..run], add, false)?;
+                rest = &rest[run..];
+                first_launch = false;
+            }
+            return Ok(());
+        }
+        let src = match norm {
+            Some(n) => {
+                self.rms_norm(src, n.weight, n.dst)?;
+                n.dst
+            }
+            None => src,
+        };
+        for &(w, out) in outputs {
+            let call = MatmulCall {
+                matrix: self.weights.matrix(w).array(self.stream),
+                x: self.activation(src),
+                y: self.activation(out),
+                n_tokens: self.rows,
+                add,
+            };
+            self.kernels.matmul(self.stream, &call)?;
+        }
+        Ok(())
+    }
+
+    fn project_small(
+        &self,
+        src: Buf,
+        norm: Option<NormInput>,
+        outputs: &[(Weight, Buf)],
+        add: bool,
+        swiglu: bool,
+    ) -> Result<(), CudaBackendError> {
+        self.project_small_with(src, norm.map(|n| (n, true)), outputs, add, swiglu)
+    }
+
+    /// One `project_small` launch; `norm` says whether this launch also writes the normalized input.
+    fn project_small_with(
+        &self,
+        src: Buf,
+        norm: Option<(NormInput, bool)>,
+        outputs: &[(Weight, Buf)],
+        add: bool,
+        swiglu: bool,
+    ) -> Result<(), CudaBackendError> {
+        let arrays: Vec<_> =
+            outputs.iter().map(|&(w, out)| (self.weights.matrix(w).array(self.stream), self.activation(out))).collect();
+        let call = ProjectSmallCall {
+            outputs: &arrays,
+            x: self.activation(src),
+            n_tokens: self.rows,
+            norm: norm.map(|(n, writes)| FusedNorm {
+                weight: self.norm_weight(n.weight),
+                normalized: writes.then(|| self.activation(n.dst)),
+                eps: self.config.rms_eps,
+            }),
+            add,
+            swiglu,
+        };
+        self.kernels.project_small(self.stream, &call)
+    }
+
+    /// The final norm of the rows that want logits, gathered, then the output projection into `logits`.
+    fn logits(&self) -> Result<(), CudaBackendError> {
+        let (s, rows) = (self.stream, self.logit_rows);
+        let input = DeviceArray::new(&self.buffers.logits_input, s);
+        self.kernels.rms_norm(
+            s,
+            &RmsNormCall {
+                x: self.activation(Buf::X),
+                weight: self.norm_weight(Norm::Output),
+                out: input,
+                rows: Some(self.meta.sub(self.layout.logit_rows())?),
+                n_rows: rows,
+                width: self.config.n_embd,
+                eps: self.config.rms_eps,
+            },
+        )?;
+        let output = self.weights.output().array(s);
+        let logits = DeviceArray::new(&self.buffers.logits, s);
+        if rows <= SMALL_BATCH_MAX_TOKENS {
+            let outputs = [(output, logits)];
+            let call =
+                ProjectSmallCall { outputs: &outputs, x: input, n_tokens: rows, norm: None, add: false, swiglu: false };
+            self.kernels.project_small(s, &call)
+        } else {
+            let call = MatmulCall { matrix: output, x: input, y: logits, n_tokens: rows, add: false };
+            self.kernels.matmul(s, &call)
+        }
+    }
+}

@@ -1,0 +1,172 @@
+// Causal grouped-query attention over the paged KV cache, for prefill chunks and decodes alike: the second half
+// of `LlamaBackend::attention`, after `rope_store` has put every new token's key and value in the cache.
+//
+// As on the CPU, a query at position p reads keys and values 0..=p of its own sequence from the cache, its own
+// included, so a token's result does not depend on whether it came in a prompt chunk or as a decode.
+//
+// One block per (token, KV head): the block serves the `group` query heads that share the KV head, so each key
+// and value row is read once for all of them. Positions are walked in chunks of ATT_CHUNK with an online softmax
+// (running maximum and sum per head, rescaling the accumulator when the maximum grows), so shared memory does not
+// grow with the context. Position j of a sequence is row table[j / block_size]·block_size + j % block_size of
+// the cache (`SeqChunk`'s rule).
+
+#define ATT_THREADS 128
+#define ATT_CHUNK ATT_THREADS
+#define ATT_MAX_GROUP 8
+#define ATT_MAX_HEAD_DIM 256
+// Outputs (query head, dimension) per thread: ATT_MAX_GROUP · ATT_MAX_HEAD_DIM / ATT_THREADS.
+#define ATT_MAX_OUT (ATT_MAX_GROUP * ATT_MAX_HEAD_DIM / ATT_THREADS)
+
+struct Attention {
+    const float* q;            // [n_tokens][n_head · head_dim], rotated
+    float* out;                // [n_tokens][n_head · head_dim]
+    const u16* k_cache;        // this layer's keys, [slots][kv_dim] f16
+    const u16* v_cache;        // this layer's values, [slots][kv_dim] f16
+    const int* positions;      // [n_tokens], −1 for a padding row (its output is zero)
+    const int* table_offsets;  // [n_tokens]: where the token's block table starts in block_tables
+    const int* block_tables;   // every sequence's block table, concatenated
+    int n_tokens;
+    int n_head;
+    int n_head_kv;             // divides n_head; n_head / n_head_kv ≤ ATT_MAX_GROUP
+    int head_dim;              // a multiple of 8, ≤ ATT_MAX_HEAD_DIM
+    int block_size;            // positions per cache block
+    float scale;               // 1 / sqrt(head_dim)
+};
+static_assert(sizeof(Attention) == 80, "Attention must match AttentionArgs in launch.rs");
+
+// The maximum (is_max) or sum over the block of each of the `group` values in v; every thread gets them.
+__device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_max,
+                                   float (*scratch)[ATT_THREADS / 32]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();  // the previous reduction may still be reading `scratch`
+#pragma unroll
+    for (int h = 0; h < ATT_MAX_GROUP; h++) {
+        if (h < group) {
+            const float r = is_max ? warp_max(v[h]) : warp_sum(v[h]);
+            if (lane == 0) scratch[h][warp] = r;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < ATT_MAX_GROUP; h++) {
+        if (h < group) {
+            float r = scratch[h][0];
+            for (int w = 1; w < ATT_THREADS / 32; w++) r = is_max ? fmaxf(r, scratch[h][w]) : r + scratch[h][w];
+            v[h] = r;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attention p) {
+    __shared__ float q_sh[ATT_MAX_GROUP * ATT_MAX_HEAD_DIM];  // the group's queries, scaled
+    __shared__ float s_sh[ATT_MAX_GROUP][ATT_CHUNK];          // the chunk's scores, then weights
+    __shared__ int slot_sh[ATT_CHUNK];                        // the chunk's cache rows
+    __shared__ float scratch[ATT_MAX_GROUP][ATT_THREADS / 32];
+
+    // Tokens on x, which allows 2^31 − 1 blocks; KV heads on y.
+    const int t = blockIdx.x, kv_head = blockIdx.y, tid = threadIdx.x;
+    const int group = p.n_head / p.n_head_kv, D = p.head_dim, kv_dim = p.n_head_kv * D, width = group * D;
+    const int pos = p.positions[t];
+    float* out = p.out + (size_t)t * p.n_head * D + (size_t)kv_head * width;
+    if (pos < 0) {
+        for (int i = tid; i < width; i += ATT_THREADS) out[i] = 0.0f;
+        return;
+    }
+    const float* q = p.q + (size_t)t * p.n_head * D + (size_t)kv_head * width;
+    for (int i = tid; i < width; i += ATT_THREADS) q_sh[i] = q[i] * p.scale;
+    const int* table = p.block_tables + p.table_offsets[t];
+    const int kv_offset = kv_head * D;
+
+    float running_max[ATT_MAX_GROUP], running_sum[ATT_MAX_GROUP], acc[ATT_MAX_OUT];
+#pragma unroll
+    for (int h = 0; h < ATT_MAX_GROUP; h++) {
+        running_max[h] = neg_infinity();
+        running_sum[h] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_OUT; j++) acc[j] = 0.0f;
+    __syncthreads();
+
+    for (int c0 = 0; c0 <= pos; c0 += ATT_CHUNK) {
+        const int n = min(ATT_CHUNK, pos + 1 - c0);
+        // Scores: thread i takes position c0 + i and dots its key with every query of the group.
+        float score[ATT_MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < ATT_MAX_GROUP; h++) score[h] = neg_infinity();
+        if (tid < n) {
+            const int j = c0 + tid;
+            const int slot = table[j / p.block_size] * p.block_size + j % p.block_size;
+            slot_sh[tid] = slot;
+            const u16* key = p.k_cache + (size_t)slot * kv_dim + kv_offset;
+#pragma unroll
+            for (int h = 0; h < ATT_MAX_GROUP; h++) score[h] = 0.0f;
+            for (int d = 0; d < D; d += 8) {
+                // 8 halves, 16-byte aligned: kv_dim, kv_offset and d are multiples of 8.
+                const uint4 raw = *reinterpret_cast<const uint4*>(key + d);
+                const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+                float k8[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    k8[2 * e] = f16_to_f32((u16)(words[e] & 0xffffu));
+                    k8[2 * e + 1] = f16_to_f32((u16)(words[e] >> 16));
+                }
+#pragma unroll
+                for (int h = 0; h < ATT_MAX_GROUP; h++) {
+                    if (h < group) {
+#pragma unroll
+                        for (int e = 0; e < 8; e++) score[h] = fmaf(q_sh[h * D + d + e], k8[e], score[h]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < ATT_MAX_GROUP; h++) {
+                if (h < group) s_sh[h][tid] = score[h];
+            }
+        }
+        // The chunk's maximum per head, then the new running maximum and the weights exp(score − maximum).
+        float chunk[ATT_MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < ATT_MAX_GROUP; h++) chunk[h] = score[h];
+        block_reduce_group(chunk, group, true, scratch);
+        float rescale[ATT_MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < ATT_MAX_GROUP; h++) {
+            if (h < group) {
+                const float new_max = fmaxf(running_max[h], chunk[h]);
+                // exp(−∞ − finite) is 0: the first chunk rescales an empty accumulator.
+                rescale[h] = expf(running_max[h] - new_max);
+                running_max[h] = new_max;
+                float w = 0.0f;
+                if (tid < n) {
+                    w = expf(s_sh[h][tid] - new_max);
+                    s_sh[h][tid] = w;
+                }
+                chunk[h] = w;
+            }
+        }
+        block_reduce_group(chunk, group, false, scratch);  // also makes the weights visible to every thread
+#pragma unroll
+        for (int h = 0; h < ATT_MAX_GROUP; h++) {
+            if (h < group) running_sum[h] = running_sum[h] * rescale[h] + chunk[h];
+        }
+        // Values: thread tid owns outputs tid, tid + ATT_THREADS, ... of the group's width (head h, dimension d).
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_OUT; j++) {
+            const int o = tid + j * ATT_THREADS;
+            if (o < width) {
+                const int h = o / D, d = o % D;
+                float a = acc[j] * rescale[h];
+                for (int i = 0; i < n; i++) {
+                    a = fmaf(s_sh[h][i], f16_to_f32(p.v_cache[(size_t)slot_sh[i] * kv_dim + kv_offset + d]), a);
+                }
+                acc[j] = a;
+            }
+        }
+        __syncthreads();  // before the next chunk overwrites s_sh and slot_sh
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_OUT; j++) {
+        const int o = tid + j * ATT_THREADS;
+        if (o < width) out[o] = acc[j] / running_sum[o / D];
+    }
+}

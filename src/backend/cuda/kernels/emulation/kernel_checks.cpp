@@ -1,0 +1,281 @@
+// Every kernel run under the CPU emulation of shim.h, against float64 references written here independently of the
+// kernels, and against each other where the backend relies on two kernels agreeing bit for bit (the batch
+// invariance of common.cuh: project_small and matmul_tiled, the fused and the unfused norm and SwiGLU).
+//
+//   scripts/gpu-check.sh emulate          (or: ./kernel_checks NAME to run one check)
+//
+// Random data comes from a fixed-seed splitmix64; shapes are small but odd (partial tiles, partial lane groups,
+// attention over more than one chunk of positions, permuted block tables, padding rows, ties and NaN in top-k).
+#include "kernels_host.h"
+
+#include <map>
+#include <string>
+
+static uint64_t rng_state = 12345;
+static uint64_t next_u64() { uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; z = (z ^ (z >> 27)) * 0x94d049bb133111ebull; return z ^ (z >> 31); }
+static float uniform() { return (float)((next_u64() >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f; }
+static int failures = 0;
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+// ---- A random matrix in the packed layout (packing.rs), with its values dequantized by ggml's formulas ----
+struct Mat { int type, rows, cols; std::vector<u32> qs, sc; std::vector<float> ref; };
+static Mat random_matrix(int type, int rows, int cols) {
+    Mat m{type, rows, cols};
+    int nb = rows * cols / 32, qw = type == TYPE_Q8_0 ? 8 : 4;
+    m.qs.resize(nb * qw); m.sc.resize(nb); m.ref.resize(rows * cols);
+    for (int b = 0; b < nb; b++) {
+        unsigned char q[32];
+        for (int j = 0; j < 32; j++) q[j] = (unsigned char)(next_u64() & 0xff);
+        float df = 0.02f + 0.1f * std::fabs(uniform()); if (next_u64() & 1) df = -df;
+        u16 d = host_f32_to_f16(df), mm = host_f32_to_f16(0.5f * uniform());
+        float dv = host_f16_to_f32(d), mv = host_f16_to_f32(mm);
+        for (int w = 0; w < qw; w++) m.qs[b * qw + w] = q[4*w] | (q[4*w+1] << 8) | (q[4*w+2] << 16) | ((u32)q[4*w+3] << 24);
+        m.sc[b] = d | (type == TYPE_Q4_1 ? ((u32)mm << 16) : 0);
+        float* r = &m.ref[b * 32];
+        if (type == TYPE_Q8_0) for (int j = 0; j < 32; j++) r[j] = dv * (float)(signed char)q[j];
+        else for (int j = 0; j < 16; j++) {
+            int lo = q[j] & 15, hi = q[j] >> 4;
+            if (type == TYPE_Q4_1) { r[j] = dv * lo + mv; r[j + 16] = dv * hi + mv; }
+            else { r[j] = dv * (lo - 8); r[j + 16] = dv * (hi - 8); }
+        }
+    }
+    return m;
+}
+static std::vector<float> randv(size_t n, float scale = 1.0f) { std::vector<float> v(n); for (auto& x : v) x = scale * uniform(); return v; }
+static bool bits_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+static double rel(double got, double ref) { return std::fabs(got - ref) / (1.0 + std::fabs(ref)); }
+
+static const char* TN[3] = {"q4_0", "q4_1", "q8_0"};
+using ProjFn = void (*)(const Projection);
+static ProjFn project_small_fn[3] = {project_small_q4_0, project_small_q4_1, project_small_q8_0};
+static ProjFn project_swiglu_fn[3] = {project_swiglu_small_q4_0, project_swiglu_small_q4_1, project_swiglu_small_q8_0};
+using MmFn = void (*)(const Matmul);
+static MmFn matmul_fn[3][3] = {{matmul_q4_0_n16, matmul_q4_0_n32, matmul_q4_0_n64}, {matmul_q4_1_n16, matmul_q4_1_n32, matmul_q4_1_n64}, {matmul_q8_0_n16, matmul_q8_0_n32, matmul_q8_0_n64}};
+using EmbFn = void (*)(const Embed);
+static EmbFn embed_fn[3] = {embed_q4_0, embed_q4_1, embed_q8_0};
+
+static void run_rms_norm(const float* x, const float* w, float* out, const int* rows, int n_rows, int width, float eps) {
+    RmsNorm a{x, w, out, rows, n_rows, width, eps, 0};
+    launch({(unsigned)n_rows, 1, 1}, {128, 1, 1}, [&] { rms_norm(a); });
+}
+static void run_matmul(const Mat& m, const float* x, float* y, int T, int add) {
+    Matmul a{m.qs.data(), m.sc.data(), x, y, m.rows, m.cols, T, add};
+    int tile = T <= 16 ? 0 : T <= 32 ? 1 : 2, bn = 16 << tile;
+    launch({(unsigned)((m.rows + 63) / 64), (unsigned)((T + bn - 1) / bn), 1}, {256, 1, 1}, [&] { matmul_fn[m.type][tile](a); });
+}
+static void run_project_small(const std::vector<const Mat*>& mats, std::vector<float*> ys, const float* x, int T, const float* nw, float* xn, float eps, int add, bool swiglu) {
+    Projection p{};
+    int total = 0;
+    for (size_t i = 0; i < mats.size(); i++) { p.qs[i] = mats[i]->qs.data(); p.sc[i] = mats[i]->sc.data(); p.y[i] = ys[i]; p.rows[i] = mats[i]->rows; total += mats[i]->rows; }
+    p.x = x; p.norm_w = nw; p.xn = xn; p.n_mats = (int)mats.size(); p.k = mats[0]->cols; p.n_tokens = T; p.add = add; p.eps = eps;
+    int rows = swiglu ? mats[0]->rows : total;
+    auto fn = swiglu ? project_swiglu_fn[mats[0]->type] : project_small_fn[mats[0]->type];
+    launch({(unsigned)((rows + 3) / 4), 1, 1}, {128, 1, 1}, [&] { fn(p); });
+}
+
+static std::vector<double> ref_norm(const float* x, const float* w, int K, float eps) {
+    double ss = 0; for (int i = 0; i < K; i++) ss += (double)x[i] * x[i];
+    double inv = 1.0 / std::sqrt(ss / K + eps);
+    std::vector<double> o(K); for (int i = 0; i < K; i++) o[i] = x[i] * inv * w[i]; return o;
+}
+static double ref_dot(const Mat& m, int r, const double* x) { double s = 0; for (int k = 0; k < m.cols; k++) s += (double)m.ref[(size_t)r * m.cols + k] * x[k]; return s; }
+
+static void test_embed() {
+    for (int type = 0; type < 3; type++) {
+        Mat m = random_matrix(type, 10, 96);
+        int tokens[3] = {3, 0, 9};
+        std::vector<float> out(3 * 96, -1);
+        Embed a{m.qs.data(), m.sc.data(), tokens, out.data(), 3, 96, 10, 0};
+        launch({3, 1, 1}, {128, 1, 1}, [&] { embed_fn[type](a); });
+        for (int t = 0; t < 3; t++) CHECK(bits_equal(&out[t * 96], &m.ref[tokens[t] * 96], 96), "embed %s token %d", TN[type], t);
+    }
+}
+
+static void test_rms_norm() {
+    int K = 576; auto x = randv(5 * K, 3.0f), w = randv(K);
+    int rows[2] = {4, 1}; std::vector<float> out(2 * K);
+    run_rms_norm(x.data(), w.data(), out.data(), rows, 2, K, 1e-5f);
+    double worst = 0;
+    for (int i = 0; i < 2; i++) { auto r = ref_norm(&x[rows[i] * K], w.data(), K, 1e-5f); for (int k = 0; k < K; k++) worst = std::max(worst, rel(out[i * K + k], r[k])); }
+    CHECK(worst < 1e-5, "rms_norm error %g", worst);
+}
+
+// project_small against a float64 reference, with and without the fused norm, and xn against rms_norm.
+static void test_project_small() {
+    for (int type = 0; type < 3; type++) for (int K : {96, 320}) for (int T : {1, 3, 8}) for (int norm = 0; norm < 2; norm++) {
+        Mat a = random_matrix(type, 21, K), b = random_matrix(type, 7, K), c = random_matrix(type, 5, K);
+        auto x = randv(T * K, 2.0f), w = randv(K);
+        std::vector<float> ya(T * 21, 0.5f), yb(T * 7), yc(T * 5), xn(T * K, -7);
+        int add = norm;  // the add mode on the norm runs
+        auto ya0 = ya;
+        run_project_small({&a, &b, &c}, {ya.data(), yb.data(), yc.data()}, x.data(), T, norm ? w.data() : nullptr, norm ? xn.data() : nullptr, 1e-5f, add, false);
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            std::vector<double> xin(K);
+            if (norm) xin = ref_norm(&x[t * K], w.data(), K, 1e-5f); else for (int k = 0; k < K; k++) xin[k] = x[t * K + k];
+            for (int r = 0; r < 21; r++) worst = std::max(worst, rel(ya[t * 21 + r], (add ? ya0[t * 21 + r] : 0) + ref_dot(a, r, xin.data())));
+            for (int r = 0; r < 7; r++) worst = std::max(worst, rel(yb[t * 7 + r], ref_dot(b, r, xin.data())));
+            for (int r = 0; r < 5; r++) worst = std::max(worst, rel(yc[t * 5 + r], ref_dot(c, r, xin.data())));
+        }
+        CHECK(worst < 2e-5, "project_small %s K=%d T=%d norm=%d: error %g", TN[type], K, T, norm, worst);
+        if (norm) {
+            std::vector<float> xn_ref(T * K);
+            run_rms_norm(x.data(), w.data(), xn_ref.data(), nullptr, T, K, 1e-5f);
+            CHECK(bits_equal(xn.data(), xn_ref.data(), T * K), "fused norm output differs from rms_norm (%s K=%d T=%d)", TN[type], K, T);
+        }
+    }
+}
+
+// The tiled matmul against the reference, and bit for bit against project_small one token at a time.
+static void test_matmul_and_invariance() {
+    for (int type = 0; type < 3; type++) for (int K : {96, 320}) for (int T : {9, 17, 40, 70}) {
+        Mat m = random_matrix(type, 100, K);
+        auto x = randv(T * K, 2.0f), w = randv(K);
+        std::vector<float> xn(T * K), y(T * 100), y_small(100);
+        run_rms_norm(x.data(), w.data(), xn.data(), nullptr, T, K, 1e-5f);
+        run_matmul(m, xn.data(), y.data(), T, 0);
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            std::vector<double> xin(xn.begin() + t * K, xn.begin() + (t + 1) * K);
+            for (int r = 0; r < 100; r++) worst = std::max(worst, rel(y[t * 100 + r], ref_dot(m, r, xin.data())));
+        }
+        CHECK(worst < 2e-5, "matmul %s K=%d T=%d: error %g", TN[type], K, T, worst);
+        for (int t : {0, T / 2, T - 1}) {
+            // Alone, through the fused norm: must equal the tiled result bit for bit.
+            run_project_small({&m}, {y_small.data()}, &x[t * K], 1, w.data(), nullptr, 1e-5f, 0, false);
+            CHECK(bits_equal(y_small.data(), &y[t * 100], 100), "batch invariance: %s K=%d T=%d token %d differs between project_small and matmul", TN[type], K, T, t);
+        }
+    }
+    // The add mode.
+    Mat m = random_matrix(TYPE_Q4_1, 70, 64);
+    auto x = randv(20 * 64); std::vector<float> y(20 * 70, 1.0f), y0(20 * 70, 0.0f);
+    run_matmul(m, x.data(), y.data(), 20, 1); run_matmul(m, x.data(), y0.data(), 20, 0);
+    bool ok = true; for (int i = 0; i < 20 * 70; i++) ok &= y[i] == y0[i] + 1.0f;
+    CHECK(ok, "matmul add mode");
+}
+
+static void test_swiglu() {
+    for (int type = 0; type < 3; type++) {
+        int K = 192, R = 48;
+        Mat g = random_matrix(type, R, K), u = random_matrix(type, R, K);
+        auto x = randv(12 * K), w = randv(K);
+        // Tiled path: norm, gate, up, swiglu.
+        std::vector<float> xn(12 * K), gate(12 * R), up(12 * R);
+        run_rms_norm(x.data(), w.data(), xn.data(), nullptr, 12, K, 1e-5f);
+        run_matmul(g, xn.data(), gate.data(), 12, 0); run_matmul(u, xn.data(), up.data(), 12, 0);
+        Swiglu s{gate.data(), up.data(), 12 * R, 0};
+        launch({(unsigned)((12 * R + 255) / 256), 1, 1}, {256, 1, 1}, [&] { swiglu(s); });
+        // Small path, tokens 0..2 then 3..7 in two launches.
+        std::vector<float> gs(8 * R), us(8 * R), xs(8 * K);
+        run_project_small({&g, &u}, {gs.data(), us.data()}, x.data(), 3, w.data(), xs.data(), 1e-5f, 0, true);
+        run_project_small({&g, &u}, {&gs[3 * R], &us[3 * R]}, &x[3 * K], 5, w.data(), &xs[3 * K], 1e-5f, 0, true);
+        CHECK(bits_equal(gs.data(), gate.data(), 8 * R), "swiglu fused vs unfused (%s)", TN[type]);
+        CHECK(bits_equal(us.data(), up.data(), 8 * R), "up fused vs unfused (%s)", TN[type]);
+        double worst = 0;
+        for (int t = 0; t < 8; t++) { auto xin = ref_norm(&x[t * K], w.data(), K, 1e-5f); for (int r = 0; r < R; r++) {
+            double a = ref_dot(g, r, xin.data()), b = ref_dot(u, r, xin.data()); worst = std::max(worst, rel(gs[t * R + r], a / (1 + std::exp(-a)) * b)); } }
+        CHECK(worst < 2e-4, "swiglu error %g", worst);  // silu(g)·u compounds the two dot products' errors
+    }
+}
+
+static void test_rope_store() {
+    for (int rope_dim : {64, 32}) {
+        int T = 5, H = 9, HKV = 3, D = 64, KV = HKV * D, half = rope_dim / 2, SLOTS = 12;
+        int positions[5] = {0, 5, 17, 3000, -1}, slots[5] = {3, 0, 7, 9, -1};
+        std::vector<double> inv_freq(half); for (int i = 0; i < half; i++) inv_freq[i] = std::pow(100000.0, -2.0 * i / rope_dim);
+        std::vector<float> cosv(T * half), sinv(T * half);
+        RopeTable rt{positions, inv_freq.data(), cosv.data(), sinv.data(), T, half};
+        launch({(unsigned)((T * half + 127) / 128), 1, 1}, {128, 1, 1}, [&] { rope_table(rt); });
+        auto q = randv(T * H * D), k = randv(T * KV), v = randv(T * KV);
+        auto q0 = q, k0 = k;
+        std::vector<u16> kc(SLOTS * KV, 0x7777), vc(SLOTS * KV, 0x7777);
+        RopeStore rs{q.data(), k.data(), v.data(), cosv.data(), sinv.data(), positions, slots, kc.data(), vc.data(), T, H, HKV, D, rope_dim, 0};
+        launch({(unsigned)T, 1, 1}, {128, 1, 1}, [&] { rope_store(rs); });
+        bool ok = true;
+        auto rot = [&](std::vector<float>& orig, std::vector<float>& got, int t, int heads) {
+            int pos = positions[t];
+            for (int h = 0; h < heads; h++) for (int i = 0; i < D / 2; i++) {
+                size_t at = (size_t)t * heads * D + h * D + 2 * i;
+                float x0 = orig[at], x1 = orig[at + 1], e0 = x0, e1 = x1;
+                if (pos >= 0 && 2 * i < rope_dim) {
+                    double ang = (double)pos * inv_freq[i]; float c = (float)std::cos(ang), s = (float)std::sin(ang);
+                    e0 = x0 * c - x1 * s; e1 = x0 * s + x1 * c;
+                }
+                if (got[at] != e0 || got[at + 1] != e1) ok = false;
+            }
+        };
+        for (int t = 0; t < T; t++) { rot(q0, q, t, H); rot(k0, k, t, HKV); }
+        CHECK(ok, "rope rotation (rope_dim %d)", rope_dim);
+        bool stored = true;
+        for (int s = 0; s < SLOTS; s++) {
+            int t = -1; for (int i = 0; i < T; i++) if (slots[i] == s) t = i;
+            for (int i = 0; i < KV; i++) {
+                u16 ek = t < 0 ? 0x7777 : host_f32_to_f16(k[t * KV + i]), ev = t < 0 ? 0x7777 : host_f32_to_f16(v[t * KV + i]);
+                if (kc[s * KV + i] != ek || vc[s * KV + i] != ev) stored = false;
+            }
+        }
+        CHECK(stored, "cache store (rope_dim %d)", rope_dim);
+    }
+}
+
+static void test_attention() {
+    int H = 9, HKV = 3, D = 64, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
+    std::vector<u16> kc(SLOTS * KV), vc(SLOTS * KV);
+    for (auto& x : kc) x = host_f32_to_f16(uniform()); for (auto& x : vc) x = host_f32_to_f16(uniform());
+    // Sequence A: 19 blocks, permuted; sequence B: 1 block.
+    std::vector<int> tables; for (int i = 0; i < 19; i++) tables.push_back((i * 7 + 3) % 40); tables.push_back(39);
+    int T = 5;
+    int positions[5] = {299, 130, 127, 3, -1}, offsets[5] = {0, 0, 0, 19, 0};
+    auto q = randv(T * H * D, 3.0f); std::vector<float> out(T * H * D, 42.0f);
+    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), T, H, HKV, D, BS, 1.0f / 8.0f};
+    launch({(unsigned)T, (unsigned)HKV, 1}, {128, 1, 1}, [&] { attention(a); });
+    double worst = 0; bool zero = true;
+    for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) {
+        int pos = positions[t], g = h / (H / HKV);
+        if (pos < 0) { for (int d = 0; d < D; d++) zero &= out[t * H * D + h * D + d] == 0.0f; continue; }
+        std::vector<double> s(pos + 1); double mx = -1e300;
+        for (int j = 0; j <= pos; j++) {
+            int slot = tables[offsets[t] + j / BS] * BS + j % BS; double acc = 0;
+            for (int d = 0; d < D; d++) acc += (double)q[t * H * D + h * D + d] / 8.0 * host_f16_to_f32(kc[slot * KV + g * D + d]);
+            s[j] = acc; mx = std::max(mx, acc);
+        }
+        double sum = 0; for (auto& x : s) { x = std::exp(x - mx); sum += x; }
+        for (int d = 0; d < D; d++) {
+            double o = 0;
+            for (int j = 0; j <= pos; j++) { int slot = tables[offsets[t] + j / BS] * BS + j % BS; o += s[j] / sum * host_f16_to_f32(vc[slot * KV + g * D + d]); }
+            worst = std::max(worst, rel(out[t * H * D + h * D + d], o));
+        }
+    }
+    CHECK(worst < 1e-5, "attention error %g", worst);
+    CHECK(zero, "padding row not zero");
+}
+
+static void test_top_k() {
+    int V = 1000, R = 3;
+    std::vector<float> logits(R * V);
+    for (auto& x : logits) x = std::round(uniform() * 50) / 10;  // many ties
+    logits[5] = NAN; logits[V + 7] = INFINITY; logits[V + 9] = INFINITY; logits[2 * V + 1] = -INFINITY;
+    for (int k : {1, 5, 37}) {
+        std::vector<int> ids(R * k, -5); std::vector<float> vals(R * k);
+        TopK p{logits.data(), ids.data(), vals.data(), R, V, k, 0};
+        launch({(unsigned)R, 1, 1}, {256, 1, 1}, [&] { top_k(p); });
+        for (int r = 0; r < R; r++) {
+            std::vector<int> order(V); for (int i = 0; i < V; i++) order[i] = i;
+            auto val = [&](int i) { float x = logits[r * V + i]; return std::isnan(x) ? -INFINITY : x; };
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return val(a) > val(b); });
+            bool ok = true; for (int i = 0; i < k; i++) ok &= ids[r * k + i] == order[i] && vals[r * k + i] == val(order[i]);
+            CHECK(ok, "top_k row %d k=%d", r, k);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
+        {"matmul", test_matmul_and_invariance}, {"swiglu", test_swiglu}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
+    for (auto& [name, f] : tests) {
+        if (argc > 1 && name != argv[1]) continue;
+        rng_state = 12345;  // each check draws the same data whichever others run
+        int before = failures; f(); printf("%s: %s\n", name.c_str(), failures == before ? "ok" : "FAILED");
+    }
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,158 @@
+// Projections of a few tokens (decode steps): y[t] = W·x[t] for up to MMV_MAX_TOKENS tokens, reading each weight
+// once for all of them. One warp computes one output row; the step is bound by reading the weights, so every warp
+// reads whole 128-byte runs (8 consecutive blocks' quants, one 4-byte slice per lane) per iteration.
+//
+// The dot products follow the order fixed in common.cuh: the 4 lanes of a block butterfly their slices into the
+// block's share, and the shares are added in column order, as `matmul_tiled` adds them.
+//
+// Two fusions save launches, which dominate a decode step of a model this small:
+// - an RMSNorm of the input (`norm_w` set): each block recomputes the T inverse norms (T·K reads, from L2) and
+//   normalizes as it reads; block 0 also writes the normalized input to `xn` (the backend's `Xn` stays what the
+//   forward pass says it is);
+// - SwiGLU (`project_swiglu_small_*`): the warp computes gate row r and up row r and writes silu(g)·u.
+
+#define MMV_MAX_TOKENS 8
+#define MMV_WARPS 4
+#define MMV_THREADS (32 * MMV_WARPS)
+static_assert(MMV_THREADS == NORM_THREADS, "the fused norm must sum like rms_norm");
+
+// Up to three matrices with the same input and row length, computed by one launch (q, k and v; gate and up).
+struct Projection {
+    const u32* qs[3];      // packed quants of each matrix, [rows[m]][k / 32][QWORDS]
+    const u32* sc[3];      // packed scales, [rows[m]][k / 32]
+    float* y[3];           // outputs, [n_tokens][rows[m]]
+    const float* x;        // input, [n_tokens][k]
+    const float* norm_w;   // RMSNorm weight [k], or null for no norm
+    float* xn;             // where the normalized input goes, [n_tokens][k], or null (with norm_w only)
+    int rows[3];
+    int n_mats;            // 1..=3 (2 for the SwiGLU kernel: gate, up)
+    int k;                 // row length, a multiple of 32
+    int n_tokens;          // 1..=MMV_MAX_TOKENS
+    int add;               // 1: y += W·x (the residual add), 0: y = W·x
+    float eps;             // RMSNorm epsilon
+};
+static_assert(sizeof(Projection) == 128, "Projection must match ProjectionArgs in launch.rs");
+
+// Computes 1 / rms of each input row into inv_rms (unused without a norm) and, in block 0, writes the normalized
+// input to xn.
+__device__ void prepare_norm(const Projection& p, float* inv_rms, float* scratch) {
+    if (!p.norm_w) return;
+    for (int t = 0; t < p.n_tokens; t++) {
+        const float inv = inverse_rms(p.x + (size_t)t * p.k, p.k, p.eps, scratch);
+        if (threadIdx.x == 0) inv_rms[t] = inv;
+    }
+    __syncthreads();
+    if (p.xn && blockIdx.x == 0) {
+        for (int t = 0; t < p.n_tokens; t++) {
+            for (int i = threadIdx.x; i < p.k; i += blockDim.x) {
+                p.xn[(size_t)t * p.k + i] = p.x[(size_t)t * p.k + i] * inv_rms[t] * p.norm_w[i];
+            }
+        }
+    }
+}
+
+// acc[t] = W[row]·x'[t] for t < n_tokens, where x' is x normalized when the projection has a norm. Every lane of
+// the warp must call it; every lane gets the sums.
+template <int TYPE>
+__device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_t row, const Projection& p,
+                                             const float* inv_rms, float acc[MMV_MAX_TOKENS]) {
+    const int lane = threadIdx.x % 32, s = lane % 4, nb = p.k / QK;
+    int first, second;
+    slice_offsets<TYPE>(s, first, second);
+#pragma unroll
+    for (int t = 0; t < MMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        const int b = b0 + lane / 4;
+        const bool valid = b < nb;
+        float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float4 na = make_float4(1.0f, 1.0f, 1.0f, 1.0f), nb4 = na;
+        const int col = b * QK;
+        if (valid) {
+            const size_t block = row * nb + b;
+            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc[block], s, wa, wb);
+            if (p.norm_w) {
+                na = load_float4(p.norm_w + col + first);
+                nb4 = load_float4(p.norm_w + col + second);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < MMV_MAX_TOKENS; t++) {
+            if (t < p.n_tokens) {
+                float share = 0.0f;
+                if (valid) {
+                    const float* xt = p.x + (size_t)t * p.k + col;
+                    float4 xa = load_float4(xt + first), xb = load_float4(xt + second);
+                    if (p.norm_w) {
+                        xa = normalize4(xa, inv_rms[t], na);
+                        xb = normalize4(xb, inv_rms[t], nb4);
+                    }
+                    share = slice_dot(wa, wb, xa, xb);
+                }
+                // The block's share on its 4 lanes: (s0 + s1) + (s2 + s3), as block_dot adds them.
+                share += __shfl_xor_sync(FULL_MASK, share, 1);
+                share += __shfl_xor_sync(FULL_MASK, share, 2);
+                // Blocks b0 .. b0 + 7 into the sum, in column order.
+                for (int g = 0; g < 8 && b0 + g < nb; g++) acc[t] += __shfl_sync(FULL_MASK, share, 4 * g);
+            }
+        }
+    }
+}
+
+template <int TYPE>
+__device__ void project_small(const Projection& p) {
+    __shared__ float inv_rms[MMV_MAX_TOKENS];
+    __shared__ float scratch[32];
+    prepare_norm(p, inv_rms, scratch);
+
+    // This warp's row, counted over the matrices one after the other. No block-wide synchronization follows, so
+    // warps past the last row may leave.
+    int row = blockIdx.x * MMV_WARPS + threadIdx.x / 32, m = 0;
+    while (m < p.n_mats && row >= p.rows[m]) {
+        row -= p.rows[m];
+        m++;
+    }
+    if (m >= p.n_mats) return;
+
+    float acc[MMV_MAX_TOKENS];
+    warp_row_dot<TYPE>(p.qs[m], p.sc[m], (size_t)row, p, inv_rms, acc);
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int t = 0; t < MMV_MAX_TOKENS; t++) {
+            if (t < p.n_tokens) {
+                float* y = p.y[m] + (size_t)t * p.rows[m] + row;
+                *y = p.add ? *y + acc[t] : acc[t];
+            }
+        }
+    }
+}
+
+// Gate (matrix 0) and up (matrix 1) of the feed-forward, both `rows[0]` rows: y[0] = silu(gate)·up, y[1] = up.
+template <int TYPE>
+__device__ void project_swiglu_small(const Projection& p) {
+    __shared__ float inv_rms[MMV_MAX_TOKENS];
+    __shared__ float scratch[32];
+    prepare_norm(p, inv_rms, scratch);
+
+    const int row = blockIdx.x * MMV_WARPS + threadIdx.x / 32;
+    if (row >= p.rows[0]) return;
+    float gate[MMV_MAX_TOKENS], up[MMV_MAX_TOKENS];
+    warp_row_dot<TYPE>(p.qs[0], p.sc[0], (size_t)row, p, inv_rms, gate);
+    warp_row_dot<TYPE>(p.qs[1], p.sc[1], (size_t)row, p, inv_rms, up);
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int t = 0; t < MMV_MAX_TOKENS; t++) {
+            if (t < p.n_tokens) {
+                const size_t at = (size_t)t * p.rows[0] + row;
+                p.y[0][at] = silu_mul(gate[t], up[t]);
+                p.y[1][at] = up[t];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q4_0(const Projection p) { project_small<TYPE_Q4_0>(p); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q4_1(const Projection p) { project_small<TYPE_Q4_1>(p); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q8_0(const Projection p) { project_small<TYPE_Q8_0>(p); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q4_0(const Projection p) { project_swiglu_small<TYPE_Q4_0>(p); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q4_1(const Projection p) { project_swiglu_small<TYPE_Q4_1>(p); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q8_0(const Projection p) { project_swiglu_small<TYPE_Q8_0>(p); }

@@ -1,0 +1,150 @@
+//! The loaded kernels, one safe typed function each: it takes the kernel's `*Call` (see `calls.rs`), whose
+//! checks guarantee that every operand covers what the kernel touches, and launches it on the backend's stream.
+
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::calls::*;
+use super::error::CudaBackendError;
+use super::module::KernelModule;
+use super::packing::QuantType;
+
+/// Every kernel of the program, looked up once in the loaded module.
+pub struct Kernels {
+    embed: [CudaFunction; 3],
+    rms_norm: CudaFunction,
+    project_small: [CudaFunction; 3],
+    project_swiglu_small: [CudaFunction; 3],
+    /// `[type][tile]`, tiles of 16, 32 and 64 tokens.
+    matmul: [[CudaFunction; 3]; 3],
+    rope_table: CudaFunction,
+    rope_store: CudaFunction,
+    attention: CudaFunction,
+    swiglu: CudaFunction,
+    top_k: CudaFunction,
+}
+
+/// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> =
+        ["rms_norm", "rope_table", "rope_store", "attention", "swiglu", "top_k"].map(String::from).into();
+    for t in QuantType::ALL.map(QuantType::kernel_suffix) {
+        names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_swiglu_small_{t}")]);
+        names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
+    }
+    names
+}
+
+fn tile_index(n_tokens: usize) -> usize {
+    match matmul_tile(n_tokens) {
+        16 => 0,
+        32 => 1,
+        _ => 2,
+    }
+}
+
+impl Kernels {
+    pub fn load(module: &KernelModule) -> Result<Self, CudaBackendError> {
+        let per_type = |prefix: &str| -> Result<[CudaFunction; 3], CudaBackendError> {
+            let [a, b, c] = QuantType::ALL.map(|t| module.function(&format!("{prefix}_{}", t.kernel_suffix())));
+            Ok([a?, b?, c?])
+        };
+        let matmul_of = |t: QuantType| -> Result<[CudaFunction; 3], CudaBackendError> {
+            let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("matmul_{}_n{n}", t.kernel_suffix())));
+            Ok([a?, b?, c?])
+        };
+        Ok(Kernels {
+            embed: per_type("embed")?,
+            rms_norm: module.function("rms_norm")?,
+            project_small: per_type("project_small")?,
+            project_swiglu_small: per_type("project_swiglu_small")?,
+            matmul: [matmul_of(QuantType::Q4_0)?, matmul_of(QuantType::Q4_1)?, matmul_of(QuantType::Q8_0)?],
+            rope_table: module.function("rope_table")?,
+            rope_store: module.function("rope_store")?,
+            attention: module.function("attention")?,
+            swiglu: module.function("swiglu")?,
+            top_k: module.function("top_k")?,
+        })
+    }
+
+    pub fn embed(&self, stream: &CudaStream, call: &EmbedCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.embed[call.table.dtype as usize], &args, cfg)
+    }
+
+    pub fn rms_norm(&self, stream: &CudaStream, call: &RmsNormCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.rms_norm, &args, cfg)
+    }
+
+    pub fn project_small(&self, stream: &CudaStream, call: &ProjectSmallCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        let dtype = call.outputs[0].0.dtype as usize;
+        let function = if call.swiglu { &self.project_swiglu_small[dtype] } else { &self.project_small[dtype] };
+        launch(stream, function, &args, cfg)
+    }
+
+    pub fn matmul(&self, stream: &CudaStream, call: &MatmulCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.matmul[call.matrix.dtype as usize][tile_index(call.n_tokens)], &args, cfg)
+    }
+
+    pub fn rope_table(&self, stream: &CudaStream, call: &RopeTableCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.rope_table, &args, cfg)
+    }
+
+    pub fn rope_store(&self, stream: &CudaStream, call: &RopeStoreCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.rope_store, &args, cfg)
+    }
+
+    pub fn attention(&self, stream: &CudaStream, call: &AttentionCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.attention, &args, cfg)
+    }
+
+    pub fn swiglu(&self, stream: &CudaStream, call: &SwigluCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.swiglu, &args, cfg)
+    }
+
+    pub fn top_k(&self, stream: &CudaStream, call: &TopKCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.top_k, &args, cfg)
+    }
+}
+
+/// Launches `function` with its one parameter struct `args`; a grid of no blocks launches nothing.
+fn launch<A: DeviceRepr>(
+    stream: &CudaStream,
+    function: &CudaFunction,
+    args: &A,
+    cfg: LaunchConfig,
+) -> Result<(), CudaBackendError> {
+    if cfg.grid_dim.0 == 0 || cfg.grid_dim.1 == 0 {
+        return Ok(());
+    }
+    let mut builder = stream.launch_builder(function);
+    builder.arg(args);
+    // SAFETY: `args` is the `#[repr(C)]` mirror of the kernel's only parameter (sizes asserted in Rust and in the
+    // .cu file); its `args()` checked that every pointer in it covers what the kernel reads and writes for these
+    // sizes; the buffers are the backend's and stay allocated until the stream has run the kernel (the backend
+    // synchronizes before freeing any); the block size is the kernel's `__launch_bounds__`.
+    unsafe { builder.launch(cfg) }.map(|_| ()).map_err(CudaBackendError::driver("launching a kernel"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_name_is_defined_in_the_sources() {
+        let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
+        let names = kernel_names();
+        assert_eq!(names.len(), 6 + 3 * 6);
+        for name in names {
+            let defined = source.contains(&format!(" {name}(const ")) || source.contains(&format!("({name}, "));
+            assert!(defined, "kernel {name} is not defined in the sources");
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The CUDA backend: the llama forward pass on an NVIDIA GPU through cudarc, compiled into every build.
+//!
+//! The CUDA libraries are loaded at run time (cudarc's dynamic loading), so ember builds and runs where no CUDA
+//! exists: [`CudaBackend::new`] then fails with an error for which
+//! [`is_unavailable`](CudaBackendError::is_unavailable) is true, and an engine asked for `"auto"` runs on the CPU.
+//!
+//! - `device.rs`: probing for the driver and a device, the panic boundary around cudarc;
+//! - `module.rs`: the CUDA C kernels (`kernels/*.cu`), compiled by NVRTC once per process and architecture;
+//! - `launch.rs`, `calls.rs`, `args.rs`, `device_array.rs`: one checked, typed Rust function per kernel;
+//! - `packing.rs`, `weights.rs`: the weights, uploaded once and kept quantized;
+//! - `kv_cache.rs`, `buffers.rs`, `step_meta.rs`: device memory, allocated once;
+//! - `ops.rs`, `execute.rs`, `graph.rs`: a step recorded, fused into few launches, replayed from a CUDA graph;
+//! - `backend.rs`: [`CudaBackend`], the `LlamaBackend` these make up.
+
+mod args;
+mod backend;
+mod buffers;
+mod calls;
+mod device;
+mod device_array;
+mod error;
+mod execute;
+mod graph;
+mod kv_cache;
+mod launch;
+pub mod module;
+mod ops;
+mod packing;
+mod step_meta;
+mod weights;
+
+pub use backend::{CudaBackend, CudaBackendOptions};
+pub use calls::TOP_K_MAX;
+pub use device::{driver_library_present, nvrtc_library_present, probe, DeviceInfo};
+pub use error::CudaBackendError;
+pub use launch::kernel_names;
+pub use module::{compile, kernels_ptx, program_source, KERNEL_FILES};

@@ -1,0 +1,149 @@
+//! The kernels' CUDA C sources, compiled by NVRTC once per process and GPU architecture, and loaded per context.
+//!
+//! The sources are embedded in the binary (`include_str!`), so nothing but the driver and NVRTC is needed at run
+//! time. They are compiled as one program, `common.cuh` first; a `#line` marker before each file makes NVRTC's log
+//! name the file and line of an error. The target is the virtual architecture of the device (`compute_90` on
+//! Hopper): the driver turns its PTX into machine code at load, and a newer GPU runs the newest PTX it can.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
+
+use super::device::{guard, nvrtc_library_present};
+use super::error::CudaBackendError;
+
+const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
+
+/// Every kernel file, by name, in compilation order (after `common.cuh`).
+pub const KERNEL_FILES: [(&str, &str); 8] = [
+    ("embed.cu", include_str!("kernels/embed.cu")),
+    ("rms_norm.cu", include_str!("kernels/rms_norm.cu")),
+    ("matvec.cu", include_str!("kernels/matvec.cu")),
+    ("matmul.cu", include_str!("kernels/matmul.cu")),
+    ("rope_kv.cu", include_str!("kernels/rope_kv.cu")),
+    ("attention.cu", include_str!("kernels/attention.cu")),
+    ("elementwise.cu", include_str!("kernels/elementwise.cu")),
+    ("top_k.cu", include_str!("kernels/top_k.cu")),
+];
+
+/// Virtual architectures the kernels are compiled for, oldest first, as `(major, minor, name)`. The kernels need
+/// sm_75 at least (CUDA 13 supports nothing older); `tests/cuda_nvrtc.rs` compiles for compute_80 and compute_90.
+const ARCHITECTURES: [(i32, i32, &str); 8] = [
+    (7, 5, "compute_75"),
+    (8, 0, "compute_80"),
+    (8, 6, "compute_86"),
+    (8, 7, "compute_87"),
+    (8, 9, "compute_89"),
+    (9, 0, "compute_90"),
+    (10, 0, "compute_100"),
+    (12, 0, "compute_120"),
+];
+
+/// The newest virtual architecture a device of compute capability `(major, minor)` runs, if it runs any.
+pub fn virtual_arch(compute_capability: (i32, i32)) -> Option<&'static str> {
+    ARCHITECTURES.iter().rev().find(|&&(major, minor, _)| (major, minor) <= compute_capability).map(|a| a.2)
+}
+
+/// `common.cuh` followed by `files`, each behind a `#line` marker naming it.
+pub fn program_source(files: &[(&str, &str)]) -> String {
+    let mut source = String::new();
+    for (name, text) in std::iter::once(&COMMON).chain(files) {
+        source.push_str(&format!("#line 1 \"{name}\"\n"));
+        source.push_str(text);
+        source.push('\n');
+    }
+    source
+}
+
+/// NVRTC's options for `arch`. FMA contraction is off: every FMA the batch-invariance argument of `common.cuh`
+/// relies on is written out, and the compiler must not contract other expressions one way in a kernel and
+/// another way in its twin.
+pub fn compile_options(arch: &'static str) -> CompileOptions {
+    CompileOptions { arch: Some(arch), fmad: Some(false), name: Some("ember_kernels.cu".into()), ..Default::default() }
+}
+
+/// Compiles `source` for `arch`. Needs only NVRTC, no GPU.
+pub fn compile(source: &str, arch: &'static str) -> Result<Ptx, CudaBackendError> {
+    if !nvrtc_library_present() {
+        return Err(CudaBackendError::NoCompiler);
+    }
+    guard(|| {
+        compile_ptx_with_opts(source, compile_options(arch)).map_err(|e| match e {
+            CompileError::CompileError { log, .. } => {
+                CudaBackendError::Compile { arch, log: log.to_string_lossy().into_owned() }
+            }
+            other => CudaBackendError::Compile { arch, log: format!("{other:?}") },
+        })
+    })
+}
+
+/// The whole program's PTX for `arch`, compiled on first use and kept for the life of the process.
+///
+/// A process-wide cache, although ember keeps no global state otherwise: compiling takes seconds, the result is a
+/// pure function of the embedded sources and `arch`, and engines share nothing through it but the time saved.
+pub fn kernels_ptx(arch: &'static str) -> Result<Ptx, CudaBackendError> {
+    static CACHE: OnceLock<Mutex<HashMap<&'static str, Ptx>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    // Held while compiling: a second engine starting at the same time waits for the first's result.
+    let mut compiled = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(ptx) = compiled.get(arch) {
+        return Ok(ptx.clone());
+    }
+    let ptx = compile(&program_source(&KERNEL_FILES), arch)?;
+    compiled.insert(arch, ptx.clone());
+    Ok(ptx)
+}
+
+/// The compiled program loaded into one context.
+pub struct KernelModule {
+    module: Arc<CudaModule>,
+}
+
+impl KernelModule {
+    /// Compiles (or takes from the cache) the program for the device's architecture and loads it.
+    pub fn load(context: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Self, CudaBackendError> {
+        let arch = virtual_arch(compute_capability).ok_or_else(|| {
+            CudaBackendError::Unsupported(format!(
+                "compute capability {}.{}: the kernels need 7.5 or newer",
+                compute_capability.0, compute_capability.1
+            ))
+        })?;
+        let ptx = kernels_ptx(arch)?;
+        let module = guard(|| context.load_module(ptx).map_err(CudaBackendError::driver("loading the kernels")))?;
+        Ok(KernelModule { module })
+    }
+
+    /// The kernel `name` (an `extern "C"` function of the sources).
+    pub fn function(&self, name: &str) -> Result<CudaFunction, CudaBackendError> {
+        self.module.load_function(name).map_err(CudaBackendError::driver("finding a kernel in the module"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_get_the_newest_architecture_they_run() {
+        assert_eq!(virtual_arch((9, 0)), Some("compute_90"));
+        assert_eq!(virtual_arch((8, 9)), Some("compute_89"));
+        assert_eq!(virtual_arch((8, 8)), Some("compute_87"));
+        assert_eq!(virtual_arch((10, 3)), Some("compute_100"));
+        assert_eq!(virtual_arch((13, 0)), Some("compute_120"));
+        assert_eq!(virtual_arch((7, 0)), None);
+    }
+
+    #[test]
+    fn the_program_names_each_file_before_its_text() {
+        let source = program_source(&KERNEL_FILES);
+        let mut at = 0;
+        for (name, text) in std::iter::once(&COMMON).chain(&KERNEL_FILES) {
+            let marker = format!("#line 1 \"{name}\"\n");
+            at = at + source[at..].find(&marker).unwrap_or_else(|| panic!("{name} missing or out of order"));
+            assert!(source[at + marker.len()..].starts_with(text), "{name} does not follow its marker");
+        }
+        assert!(!source.contains("#include"), "the kernels must compile without the CUDA headers");
+    }
+}

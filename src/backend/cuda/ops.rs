@@ -1,0 +1,245 @@
+//! The operations of a step as the backend records them, and the plan of kernel launches they become.
+//!
+//! The `LlamaBackend` methods only record (`Op`); the step runs when `logits` ends it. Recording first lets the
+//! backend see neighbouring operations and fuse them, and lets a decode step be replayed from a CUDA graph when its
+//! operations are those the graph was recorded from. The plan ([`plan`]) is a pure function, tested below:
+//!
+//! - `RmsNorm(X → Xn)` then `Matmul(Xn → …)` becomes one projection that normalizes as it reads (for steps of
+//!   at most `SMALL_BATCH_MAX_TOKENS` tokens, the only ones `project_small` runs); it still writes `Xn`;
+//! - `Matmul(… → [Gate, Up])` then `Swiglu` becomes one projection that writes silu(gate)·up into `Gate`;
+//! - `MatmulAdd` is a projection that adds into its output (the residual add);
+//! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention.
+//!
+//! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
+//! operations mean, only how many launches they take.
+
+use crate::model::llama::forward::{Buf, Norm, Weight};
+
+/// Most projections of one input the backend records in one op (the forward pass groups at most three).
+pub const MAX_OUTPUTS: usize = 3;
+
+/// Up to three projections of one input: `(weight, output buffer)` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outputs {
+    items: [Option<(Weight, Buf)>; MAX_OUTPUTS],
+}
+
+impl Outputs {
+    /// The first `MAX_OUTPUTS` of `outputs`.
+    pub fn new(outputs: &[(Weight, Buf)]) -> Self {
+        Outputs { items: std::array::from_fn(|i| outputs.get(i).copied()) }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Weight, Buf)> + '_ {
+        self.items.iter().flatten().copied()
+    }
+
+    fn writes(&self, b: Buf) -> bool {
+        self.iter().any(|(_, out)| out == b)
+    }
+}
+
+/// A recorded `LlamaBackend` operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Embed { dst: Buf },
+    RmsNorm { src: Buf, weight: Norm, dst: Buf },
+    Matmul { src: Buf, outputs: Outputs },
+    MatmulAdd { src: Buf, weight: Weight, dst: Buf },
+    Attention { layer: usize },
+    Swiglu,
+}
+
+/// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
+/// is still written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NormInput {
+    pub weight: Norm,
+    pub dst: Buf,
+}
+
+/// A planned launch (or, for a projection of several types of matrices, a few).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    Embed {
+        dst: Buf,
+    },
+    RmsNorm {
+        src: Buf,
+        weight: Norm,
+        dst: Buf,
+    },
+    /// `out (+)= w · src'` for each output, where `src'` is `src` normalized when `norm` is set.
+    Project {
+        src: Buf,
+        norm: Option<NormInput>,
+        outputs: Outputs,
+        add: bool,
+    },
+    /// `Gate = silu(gate · src') ⊙ (up · src')`, `Up = up · src'`.
+    ProjectSwiglu {
+        src: Buf,
+        norm: Option<NormInput>,
+        gate: Weight,
+        up: Weight,
+    },
+    RopeStore {
+        layer: usize,
+    },
+    Attention {
+        layer: usize,
+    },
+    Swiglu,
+}
+
+/// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
+/// (steps small enough for `project_small`).
+pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
+    out.clear();
+    let mut i = 0;
+    while i < ops.len() {
+        let (launch, used) = match ops[i] {
+            Op::RmsNorm { src, weight, dst } => match ops.get(i + 1) {
+                Some(&Op::Matmul { src: input, outputs })
+                    if fuse_norms && input == dst && !outputs.writes(src) && !outputs.writes(dst) =>
+                {
+                    project(src, Some(NormInput { weight, dst }), outputs, ops.get(i + 2), 2)
+                }
+                _ => (Launch::RmsNorm { src, weight, dst }, 1),
+            },
+            Op::Matmul { src, outputs } => project(src, None, outputs, ops.get(i + 1), 1),
+            Op::MatmulAdd { src, weight, dst } => {
+                (Launch::Project { src, norm: None, outputs: Outputs::new(&[(weight, dst)]), add: true }, 1)
+            }
+            Op::Attention { layer } => {
+                out.push(Launch::RopeStore { layer });
+                (Launch::Attention { layer }, 1)
+            }
+            Op::Embed { dst } => (Launch::Embed { dst }, 1),
+            Op::Swiglu => (Launch::Swiglu, 1),
+        };
+        out.push(launch);
+        i += used;
+    }
+}
+
+/// A projection of `outputs` (ops consumed so far: `used`), fused with the SwiGLU that follows it when it
+/// computes exactly `Gate` and `Up`.
+fn project(src: Buf, norm: Option<NormInput>, outputs: Outputs, next: Option<&Op>, used: usize) -> (Launch, usize) {
+    let mut it = outputs.iter();
+    if let (Some(Op::Swiglu), Some((gate, Buf::Gate)), Some((up, Buf::Up)), None) =
+        (next, it.next(), it.next(), it.next())
+    {
+        if src != Buf::Gate && src != Buf::Up {
+            return (Launch::ProjectSwiglu { src, norm, gate, up }, used + 1);
+        }
+    }
+    (Launch::Project { src, norm, outputs, add: false }, used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ops `forward` records for one layer `l`.
+    fn layer_ops(l: usize) -> Vec<Op> {
+        vec![
+            Op::RmsNorm { src: Buf::X, weight: Norm::Attn(l), dst: Buf::Xn },
+            Op::Matmul {
+                src: Buf::Xn,
+                outputs: Outputs::new(&[
+                    (Weight::AttnQ(l), Buf::Q),
+                    (Weight::AttnK(l), Buf::K),
+                    (Weight::AttnV(l), Buf::V),
+                ]),
+            },
+            Op::Attention { layer: l },
+            Op::MatmulAdd { src: Buf::Att, weight: Weight::AttnOutput(l), dst: Buf::X },
+            Op::RmsNorm { src: Buf::X, weight: Norm::Ffn(l), dst: Buf::Xn },
+            Op::Matmul {
+                src: Buf::Xn,
+                outputs: Outputs::new(&[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]),
+            },
+            Op::Swiglu,
+            Op::MatmulAdd { src: Buf::Gate, weight: Weight::FfnDown(l), dst: Buf::X },
+        ]
+    }
+
+    #[test]
+    fn a_small_step_layer_is_six_launches() {
+        let mut launches = Vec::new();
+        plan(&layer_ops(4), true, &mut launches);
+        let norm = |weight| Some(NormInput { weight, dst: Buf::Xn });
+        assert_eq!(
+            launches,
+            [
+                Launch::Project {
+                    src: Buf::X,
+                    norm: norm(Norm::Attn(4)),
+                    outputs: Outputs::new(&[
+                        (Weight::AttnQ(4), Buf::Q),
+                        (Weight::AttnK(4), Buf::K),
+                        (Weight::AttnV(4), Buf::V)
+                    ]),
+                    add: false
+                },
+                Launch::RopeStore { layer: 4 },
+                Launch::Attention { layer: 4 },
+                Launch::Project {
+                    src: Buf::Att,
+                    norm: None,
+                    outputs: Outputs::new(&[(Weight::AttnOutput(4), Buf::X)]),
+                    add: true
+                },
+                Launch::ProjectSwiglu {
+                    src: Buf::X,
+                    norm: norm(Norm::Ffn(4)),
+                    gate: Weight::FfnGate(4),
+                    up: Weight::FfnUp(4)
+                },
+                Launch::Project {
+                    src: Buf::Gate,
+                    norm: None,
+                    outputs: Outputs::new(&[(Weight::FfnDown(4), Buf::X)]),
+                    add: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_large_step_keeps_its_norms_separate() {
+        let mut launches = Vec::new();
+        plan(&layer_ops(0), false, &mut launches);
+        assert_eq!(launches.len(), 8);
+        assert_eq!(launches[0], Launch::RmsNorm { src: Buf::X, weight: Norm::Attn(0), dst: Buf::Xn });
+        assert!(matches!(launches[1], Launch::Project { src: Buf::Xn, norm: None, add: false, .. }));
+        assert!(matches!(launches[6], Launch::ProjectSwiglu { src: Buf::Xn, norm: None, .. }));
+    }
+
+    #[test]
+    fn sequences_that_do_not_match_stay_unfused() {
+        let mut launches = Vec::new();
+        let gate_up = Outputs::new(&[(Weight::FfnGate(0), Buf::Gate), (Weight::FfnUp(0), Buf::Up)]);
+        let up_gate = Outputs::new(&[(Weight::FfnUp(0), Buf::Up), (Weight::FfnGate(0), Buf::Gate)]);
+        let ops = [
+            // A norm whose output the next matmul does not read.
+            Op::RmsNorm { src: Buf::X, weight: Norm::Output, dst: Buf::Xn },
+            Op::Matmul { src: Buf::Att, outputs: gate_up },
+            // Gate and up in the other order: silu would apply to the wrong one.
+            Op::Matmul { src: Buf::Xn, outputs: up_gate },
+            Op::Swiglu,
+            // A projection that overwrites the norm's input.
+            Op::RmsNorm { src: Buf::X, weight: Norm::Output, dst: Buf::Xn },
+            Op::Matmul { src: Buf::Xn, outputs: Outputs::new(&[(Weight::AttnQ(0), Buf::X)]) },
+        ];
+        plan(&ops, true, &mut launches);
+        assert_eq!(launches.len(), 6);
+        assert!(matches!(launches[0], Launch::RmsNorm { .. }));
+        assert!(matches!(launches[1], Launch::Project { src: Buf::Att, norm: None, .. }));
+        assert!(matches!(launches[2], Launch::Project { src: Buf::Xn, .. }));
+        assert_eq!(launches[3], Launch::Swiglu);
+        assert!(matches!(launches[4], Launch::RmsNorm { .. }));
+        assert!(matches!(launches[5], Launch::Project { src: Buf::Xn, norm: None, .. }));
+    }
+}

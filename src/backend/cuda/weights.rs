@@ -1,0 +1,151 @@
+//! The model's weights on the device, uploaded once when the backend is built and kept quantized: each matrix in
+//! the split layout of `packing.rs`, the norms as f32.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use super::device_array::{DeviceArray, MatrixArray};
+use super::error::CudaBackendError;
+use super::packing::{pack, QuantType};
+use crate::backend::cpu::kernels::WeightMatrix;
+use crate::model::gguf::GgufFile;
+use crate::model::llama::forward::{Norm, Weight};
+use crate::model::llama::LlamaConfig;
+
+/// One packed matrix in device memory.
+pub struct DeviceMatrix {
+    pub dtype: QuantType,
+    pub rows: usize,
+    pub cols: usize,
+    /// `[rows][cols / 32][dtype.quant_words()]`.
+    quants: CudaSlice<u32>,
+    /// `[rows][cols / 32]`.
+    scales: CudaSlice<u32>,
+}
+
+impl DeviceMatrix {
+    fn upload(file: &GgufFile, name: &str, stream: &Arc<CudaStream>) -> Result<Self, CudaBackendError> {
+        let view = file.tensor(name)?;
+        let matrix = WeightMatrix::from_tensor(&view)?;
+        let packed = pack(&matrix).ok_or_else(|| {
+            CudaBackendError::Unsupported(format!("{name} is {} (the kernels read Q4_0, Q4_1, Q8_0)", view.dtype()))
+        })?;
+        let upload = CudaBackendError::driver("uploading the weights");
+        Ok(DeviceMatrix {
+            dtype: packed.dtype,
+            rows: packed.rows,
+            cols: packed.cols,
+            quants: stream.clone_htod(&packed.quants).map_err(upload)?,
+            scales: stream.clone_htod(&packed.scales).map_err(CudaBackendError::driver("uploading the weights"))?,
+        })
+    }
+
+    pub fn array<'a>(&'a self, stream: &CudaStream) -> MatrixArray<'a> {
+        MatrixArray {
+            dtype: self.dtype,
+            rows: self.rows,
+            cols: self.cols,
+            quants: DeviceArray::new(&self.quants, stream),
+            scales: DeviceArray::new(&self.scales, stream),
+        }
+    }
+
+    /// Bytes of device memory.
+    pub fn bytes(&self) -> usize {
+        4 * (self.quants.len() + self.scales.len())
+    }
+}
+
+/// The matrices and norms of one transformer block.
+struct LayerWeights {
+    /// Indexed as [`matrix_index`] orders them.
+    matrices: [DeviceMatrix; 7],
+    attn_norm: CudaSlice<f32>,
+    ffn_norm: CudaSlice<f32>,
+}
+
+/// Position of a layer's matrix in `LayerWeights::matrices`, and its layer.
+fn matrix_index(w: Weight) -> (usize, usize) {
+    match w {
+        Weight::AttnQ(l) => (l, 0),
+        Weight::AttnK(l) => (l, 1),
+        Weight::AttnV(l) => (l, 2),
+        Weight::AttnOutput(l) => (l, 3),
+        Weight::FfnGate(l) => (l, 4),
+        Weight::FfnUp(l) => (l, 5),
+        Weight::FfnDown(l) => (l, 6),
+    }
+}
+
+/// Every weight of the model, on the device.
+pub struct DeviceWeights {
+    /// `[vocab][n_embd]`.
+    token_embd: DeviceMatrix,
+    /// `[vocab][n_embd]`; `None` when the model ties it to `token_embd`.
+    output: Option<DeviceMatrix>,
+    /// `[n_embd]`.
+    output_norm: CudaSlice<f32>,
+    layers: Vec<LayerWeights>,
+}
+
+impl DeviceWeights {
+    /// Uploads every tensor the forward pass reads (the file was validated against `config` when it was loaded).
+    pub fn upload(file: &GgufFile, config: &LlamaConfig, stream: &Arc<CudaStream>) -> Result<Self, CudaBackendError> {
+        let matrix = |name: &str| DeviceMatrix::upload(file, name, stream);
+        let norm = |name: &str| -> Result<CudaSlice<f32>, CudaBackendError> {
+            let values = file.tensor(name)?.as_f32()?;
+            stream.clone_htod(values).map_err(CudaBackendError::driver("uploading the weights"))
+        };
+        let layers = (0..config.n_layer)
+            .map(|l| {
+                Ok(LayerWeights {
+                    matrices: [
+                        matrix(&Weight::AttnQ(l).tensor_name())?,
+                        matrix(&Weight::AttnK(l).tensor_name())?,
+                        matrix(&Weight::AttnV(l).tensor_name())?,
+                        matrix(&Weight::AttnOutput(l).tensor_name())?,
+                        matrix(&Weight::FfnGate(l).tensor_name())?,
+                        matrix(&Weight::FfnUp(l).tensor_name())?,
+                        matrix(&Weight::FfnDown(l).tensor_name())?,
+                    ],
+                    attn_norm: norm(&Norm::Attn(l).tensor_name())?,
+                    ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
+                })
+            })
+            .collect::<Result<Vec<_>, CudaBackendError>>()?;
+        Ok(DeviceWeights {
+            token_embd: matrix("token_embd.weight")?,
+            output: if config.tied_output { None } else { Some(matrix("output.weight")?) },
+            output_norm: norm(&Norm::Output.tensor_name())?,
+            layers,
+        })
+    }
+
+    pub fn matrix(&self, w: Weight) -> &DeviceMatrix {
+        let (layer, i) = matrix_index(w);
+        &self.layers[layer].matrices[i]
+    }
+
+    pub fn norm(&self, n: Norm) -> &CudaSlice<f32> {
+        match n {
+            Norm::Attn(l) => &self.layers[l].attn_norm,
+            Norm::Ffn(l) => &self.layers[l].ffn_norm,
+            Norm::Output => &self.output_norm,
+        }
+    }
+
+    pub fn token_embd(&self) -> &DeviceMatrix {
+        &self.token_embd
+    }
+
+    pub fn output(&self) -> &DeviceMatrix {
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+
+    /// Bytes of weights a decode step reads (every matrix once, the output projection included).
+    pub fn bytes_per_token(&self) -> usize {
+        let layers: usize = self.layers.iter().flat_map(|l| &l.matrices).map(DeviceMatrix::bytes).sum();
+        layers + self.output().bytes()
+    }
+}

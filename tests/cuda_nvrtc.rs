@@ -1,0 +1,73 @@
+//! Every kernel of the CUDA backend compiles under NVRTC, for Ampere (compute_80) and Hopper (compute_90), on a
+//! machine without a GPU: NVRTC needs no device. A kernel that does not compile fails CI here, not on the GPU.
+//!
+//! NVRTC comes from the PyPI wheel that `scripts/fetch-nvrtc.sh` unpacks; its lib folder must be on
+//! `LD_LIBRARY_PATH` when the test starts:
+//!
+//! ```text
+//! LD_LIBRARY_PATH="$(scripts/fetch-nvrtc.sh)" EMBER_REQUIRE_NVRTC=1 cargo test --release --test cuda_nvrtc
+//! ```
+//!
+//! Without NVRTC the tests skip with a message, unless `EMBER_REQUIRE_NVRTC=1` (as CI sets it): then they fail.
+
+use ember::backend::cuda::{
+    compile, kernel_names, nvrtc_library_present, program_source, CudaBackendError, KERNEL_FILES,
+};
+
+/// Whether NVRTC is here; panics when it is not but must be.
+fn nvrtc_available() -> bool {
+    if nvrtc_library_present() {
+        return true;
+    }
+    let required = std::env::var("EMBER_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "EMBER_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded: run scripts/fetch-nvrtc.sh and start the test with \
+         LD_LIBRARY_PATH set to the folder it prints"
+    );
+    eprintln!("skipped: libnvrtc cannot be loaded (see scripts/fetch-nvrtc.sh; EMBER_REQUIRE_NVRTC=1 makes this fail)");
+    false
+}
+
+#[test]
+fn every_kernel_compiles_for_ampere_and_hopper() {
+    if !nvrtc_available() {
+        return;
+    }
+    let source = program_source(&KERNEL_FILES);
+    for arch in ["compute_80", "compute_90"] {
+        let ptx = compile(&source, arch).unwrap_or_else(|e| panic!("{e}")).to_src();
+        let target = format!(".target sm_{}", &arch["compute_".len()..]);
+        assert!(ptx.contains(&target), "{arch}: the PTX does not say {target:?}");
+        for name in kernel_names() {
+            assert!(ptx.contains(&format!(".entry {name}(")), "{arch}: kernel {name} is missing from the PTX");
+        }
+    }
+}
+
+#[test]
+fn each_kernel_file_compiles_with_only_the_common_header() {
+    if !nvrtc_available() {
+        return;
+    }
+    for file in KERNEL_FILES {
+        if let Err(e) = compile(&program_source(&[file]), "compute_90") {
+            panic!("{} does not compile on its own: {e}", file.0);
+        }
+    }
+}
+
+#[test]
+fn a_kernel_that_does_not_compile_is_reported_with_its_file_and_line() {
+    if !nvrtc_available() {
+        return;
+    }
+    let broken = ("broken.cu", "extern \"C\" __global__ void broken(float* x) {\n    x[0] = undefined_name;\n}\n");
+    match compile(&program_source(&[broken]), "compute_90") {
+        Err(CudaBackendError::Compile { arch, log }) => {
+            assert_eq!(arch, "compute_90");
+            assert!(log.contains("broken.cu(2)") && log.contains("undefined_name"), "unexpected log: {log}");
+        }
+        other => panic!("a broken kernel compiled: {other:?}"),
+    }
+}
