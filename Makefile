@@ -1,7 +1,7 @@
 # ember: the two commands of the README, and their parts.
 #   make demo   fetch the model, build the library, and answer a chat message with the C example (CPU backend)
-#   make test   fetch the model, check formatting, lints and the header, run every test (Rust, C under ASan and
-#               valgrind)
+#   make test   fetch the model, check formatting, lints and the header, run every test: Rust, C under ASan and
+#               valgrind, Go (binding and gateway) and the gateway end to end with the official OpenAI client
 .PHONY: demo test model lint rust-test chat
 
 CARGO ?= cargo
@@ -22,6 +22,7 @@ lint:
 rust-test: model
 	$(CARGO) test --release
 
-test: lint rust-test c-test
+test: lint rust-test c-test go-test
 
 include c.mk
+include go.mk

@@ -1,0 +1,479 @@
+package ember
+
+// Tests on the real model (SmolLM2-135M-Instruct Q4_1): EMBER_MODEL, else the repository's models/ file. Every
+// request is short (a few tokens) and greedy, so the suite is deterministic and runs in seconds on 2 cores.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// shared is one engine for the tests that do not need their own configuration (loading a model costs time).
+var shared *Engine
+
+func modelPath() string {
+	if path := os.Getenv("EMBER_MODEL"); path != "" {
+		return path
+	}
+	return filepath.Join("..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+func TestMain(m *testing.M) {
+	if _, err := os.Stat(modelPath()); err != nil {
+		// The same advice as the Rust tests give (ember::model::path::resolve_model_path).
+		println("model not found at", modelPath(), "- run scripts/fetch-model.sh or set EMBER_MODEL")
+		os.Exit(1)
+	}
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, EnablePerRequestMetrics: true})
+	if err != nil {
+		println(err.Error())
+		os.Exit(1)
+	}
+	shared = engine
+	code := m.Run()
+	engine.Close()
+	os.Exit(code)
+}
+
+// chat is a greedy chat request body.
+func chat(content string, maxTokens int, extra string) []byte {
+	return []byte(`{"messages": [{"role": "user", "content": "` + content + `"}], "max_tokens": ` +
+		itoa(maxTokens) + extra + `}`)
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func submit(t *testing.T, e *Engine, ctx context.Context, body []byte) *Request {
+	t.Helper()
+	req, err := e.Submit(ctx, body)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	t.Cleanup(req.Close)
+	return req
+}
+
+type responseBody struct {
+	Object  string `json:"object"`
+	Choices []struct {
+		Message      struct{ Content string } `json:"message"`
+		Text         string                   `json:"text"`
+		FinishReason string                   `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Metrics *TimingMetrics `json:"metrics"`
+}
+
+func decodeBody(t *testing.T, body []byte) responseBody {
+	t.Helper()
+	var r responseBody
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("response body %s: %v", body, err)
+	}
+	return r
+}
+
+func TestDeltasAddUpToTheResponse(t *testing.T) {
+	req := submit(t, shared, context.Background(), chat("What is the capital of France?", 8, ""))
+	var text strings.Builder
+	tokens, finishes := 0, 0
+	for event, err := range req.Events() {
+		if err != nil {
+			t.Fatalf("Events: %v", err)
+		}
+		switch event.Kind {
+		case EventDelta:
+			text.WriteString(event.Text)
+			tokens += event.NumTokens
+		case EventFinished:
+			finishes++
+			if event.FinishReason != FinishStop && event.FinishReason != FinishLength {
+				t.Errorf("finish reason %v", event.FinishReason)
+			}
+		}
+	}
+	if finishes != 1 {
+		t.Errorf("%d FINISHED events for one choice, want 1", finishes)
+	}
+	if _, err := req.Next(); err != io.EOF {
+		t.Errorf("Next after the end = %v, want io.EOF", err)
+	}
+	body, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeBody(t, body)
+	if r.Object != "chat.completion" || len(r.Choices) != 1 {
+		t.Fatalf("unexpected body %s", body)
+	}
+	if got := r.Choices[0].Message.Content; got != text.String() || got == "" {
+		t.Errorf("content %q, deltas %q", got, text.String())
+	}
+	if r.Usage.CompletionTokens != tokens {
+		t.Errorf("completion_tokens %d, deltas cover %d tokens", r.Usage.CompletionTokens, tokens)
+	}
+}
+
+func TestSeveralChoicesEndTogether(t *testing.T) {
+	req := submit(t, shared, context.Background(),
+		[]byte(`{"prompt": "Once upon a time", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 7}`))
+	ended := map[int]FinishReason{}
+	for event, err := range req.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if event.Kind == EventFinished {
+			ended[event.Choice] = event.FinishReason
+		}
+	}
+	if len(ended) != 2 || ended[0] != FinishLength || ended[1] != FinishLength {
+		t.Errorf("choices ended %v, want both by length", ended)
+	}
+}
+
+func TestChunksEndWithUsage(t *testing.T) {
+	req := submit(t, shared, context.Background(), []byte(`{"prompt": "The sky is", "max_tokens": 4, "stream": true,
+		"stream_options": {"include_usage": true}, "include_metrics": true}`))
+	var chunks []map[string]any
+	for chunk, err := range req.Chunks() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if err := json.Unmarshal(chunk, &c); err != nil {
+			t.Fatalf("chunk %s: %v", chunk, err)
+		}
+		chunks = append(chunks, c)
+	}
+	if len(chunks) < 3 {
+		t.Fatalf("%d chunks", len(chunks))
+	}
+	last := chunks[len(chunks)-1]
+	if last["usage"] == nil || len(last["choices"].([]any)) != 0 || last["metrics"] == nil {
+		t.Errorf("last chunk %v: want usage, no choices, metrics", last)
+	}
+	if _, err := req.NextChunk(); err != io.EOF {
+		t.Errorf("NextChunk after the end = %v, want io.EOF", err)
+	}
+}
+
+func TestRefusedRequestCarriesTheOpenAIError(t *testing.T) {
+	_, err := shared.Submit(context.Background(), chat("Hi", 4, `, "temperature": 5`))
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusInvalidRequest || e.Op != "engine_submit" {
+		t.Fatalf("err = %v, want an *Error with StatusInvalidRequest", err)
+	}
+	var body struct {
+		Error struct{ Type, Param string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(e.Message), &body); err != nil {
+		t.Fatalf("message %q is not JSON: %v", e.Message, err)
+	}
+	if body.Error.Type != "invalid_request_error" || body.Error.Param != "temperature" {
+		t.Errorf("error body %+v", body.Error)
+	}
+
+	_, err = shared.Submit(context.Background(), []byte("{\"prompt\": \"a\"}\x00junk"))
+	if !errors.As(err, &e) || e.Status != StatusInvalidRequest || !json.Valid([]byte(e.Message)) {
+		t.Errorf("a body with a NUL byte: err = %v", err)
+	}
+}
+
+func TestCancelledContextStopsTheRequest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	// Without cancellation this would run for minutes.
+	req := submit(t, shared, ctx, chat("Tell me a long story.", 4000, `, "ignore_eos": true`))
+	for i := 0; i < 2; i++ {
+		if event, err := req.Next(); err != nil || event.Kind != EventDelta {
+			t.Fatalf("event %d: %+v, %v", i, event, err)
+		}
+	}
+	cancel()
+	if _, err := req.Next(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after cancel = %v, want context.Canceled", err)
+	}
+	// Next returned only once the engine ended the request, so the final body is ready at once.
+	body, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatalf("ResponseJSON right after the cancelled Next: %v", err)
+	}
+	r := decodeBody(t, body)
+	if r.Choices[0].FinishReason != "cancelled" || r.Usage.CompletionTokens >= 4000 {
+		t.Errorf("finish %q after %d tokens", r.Choices[0].FinishReason, r.Usage.CompletionTokens)
+	}
+}
+
+func TestCancelledContextStopsAStream(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	req := submit(t, shared, ctx, chat("Tell me a long story.", 4000, `, "ignore_eos": true, "stream": true`))
+	if _, err := req.NextChunk(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := req.NextChunk(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("NextChunk after cancel = %v, want context.Canceled", err)
+	}
+	if _, err := req.ResponseJSON(); err != nil {
+		t.Errorf("ResponseJSON after the cancelled stream: %v", err)
+	}
+}
+
+func TestContextEndedBeforeSubmit(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := shared.Submit(ctx, chat("Hi", 4, "")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Submit with an ended context = %v", err)
+	}
+}
+
+func TestCancelEndsTheRequestNormally(t *testing.T) {
+	req := submit(t, shared, context.Background(), chat("Tell me a long story.", 4000, `, "ignore_eos": true`))
+	if _, err := req.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	var last Event
+	for event, err := range req.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = event
+	}
+	if last.Kind != EventFinished || last.FinishReason != FinishCancelled {
+		t.Errorf("last event %+v, want FINISHED cancelled", last)
+	}
+}
+
+// near says whether two positive quantities agree within a relative tolerance.
+func near(a, b, tolerance float64) bool {
+	return math.Abs(a-b) <= tolerance*math.Max(math.Abs(a), math.Abs(b))
+}
+
+func TestTimingMetricsAreConsistent(t *testing.T) {
+	req := submit(t, shared, context.Background(), chat("Name three colors.", 8, `, "ignore_eos": true, "include_metrics": true`))
+	if err := req.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := req.TimingMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.TimeToFirstTokenMs == nil || m.GenerationTimeMs == nil || m.QueueTimeMs == nil || m.MeanITLMs == nil ||
+		m.TokensPerSecond == nil {
+		t.Fatalf("a metric is absent: %+v", m)
+	}
+	const n = 8 // ignore_eos: exactly max_tokens tokens
+	ttft, gen := *m.TimeToFirstTokenMs, *m.GenerationTimeMs
+	if ttft < 0 || gen < 0 || *m.QueueTimeMs < 0 {
+		t.Errorf("negative interval: %+v", m)
+	}
+	if !near(*m.MeanITLMs, gen/(n-1), 1e-6) {
+		t.Errorf("mean_itl_ms %v, generation_time_ms / (n-1) = %v", *m.MeanITLMs, gen/(n-1))
+	}
+	if !near(*m.TokensPerSecond, n/((ttft+gen)/1000), 1e-6) {
+		t.Errorf("tokens_per_second %v, n / (ttft + generation) = %v", *m.TokensPerSecond, n/((ttft+gen)/1000))
+	}
+	// The body's metrics (the double gate is open) are the same record.
+	body, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeBody(t, body)
+	if r.Metrics == nil || r.Metrics.MeanITLMs == nil || !near(*r.Metrics.MeanITLMs, *m.MeanITLMs, 1e-6) {
+		t.Errorf("body metrics %+v, C metrics %+v", r.Metrics, m)
+	}
+
+	x, err := req.ExtendedMetrics(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.E2ELatencyMs == nil || x.TTFTFromArrivalMs == nil || *x.E2ELatencyMs < *x.TTFTFromArrivalMs {
+		t.Errorf("e2e %v, ttft from arrival %v", x.E2ELatencyMs, x.TTFTFromArrivalMs)
+	}
+	if x.NumPromptTokens == nil || int(*x.NumPromptTokens) != r.Usage.PromptTokens {
+		t.Errorf("num_prompt_tokens %v, usage.prompt_tokens %d", x.NumPromptTokens, r.Usage.PromptTokens)
+	}
+	if x.ITLMaxMs == nil || *x.ITLMaxMs < *m.MeanITLMs {
+		t.Errorf("itl_max_ms %v below the mean %v", x.ITLMaxMs, *m.MeanITLMs)
+	}
+
+	times, err := req.TokenTimestamps(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(times) != n {
+		t.Fatalf("%d token timestamps, want %d", len(times), n)
+	}
+	for i := 1; i < n; i++ {
+		if times[i] < times[i-1] {
+			t.Errorf("timestamps go back: %v", times)
+		}
+	}
+	if !near(times[n-1]-times[0], gen, 1e-6) {
+		t.Errorf("last - first timestamp %v, generation_time_ms %v", times[n-1]-times[0], gen)
+	}
+
+	if _, err := req.ChoiceTimingMetrics(1); !isStatus(err, StatusChoiceOutOfRange) {
+		t.Errorf("choice 1 of a one-choice request: %v", err)
+	}
+	if _, err := req.ExtendedMetrics(-1); !isStatus(err, StatusChoiceOutOfRange) {
+		t.Errorf("choice -1: %v", err)
+	}
+}
+
+func isStatus(err error, status Status) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}
+
+func TestMetricsAreAbsentWithoutStats(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, DisableLogStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	req := submit(t, engine, context.Background(), chat("Hi", 3, `, "include_metrics": true`))
+	if err := req.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := req.TimingMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != (TimingMetrics{}) {
+		t.Errorf("metrics with stats off: %+v, want all nil", m)
+	}
+	x, err := req.ExtendedMetrics(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x != (ExtendedMetrics{}) {
+		t.Errorf("extended metrics with stats off: %+v, want all nil", x)
+	}
+	if times, err := req.TokenTimestamps(0); err != nil || len(times) != 0 {
+		t.Errorf("token timestamps with stats off: %v, %v", times, err)
+	}
+	body, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), `"metrics"`) {
+		t.Errorf("body with stats off has metrics: %s", body)
+	}
+}
+
+func TestBadConfigurations(t *testing.T) {
+	_, err := NewEngine(Config{Model: modelPath(), EnablePerRequestMetrics: true, DisableLogStats: true})
+	if !isStatus(err, StatusInvalidConfig) || !strings.Contains(err.Error(), "disable_log_stats") {
+		t.Errorf("conflicting options: %v", err)
+	}
+	_, err = NewEngine(Config{Model: filepath.Join(t.TempDir(), "missing.gguf")})
+	if !isStatus(err, StatusModelLoadFailed) {
+		t.Errorf("missing model: %v", err)
+	}
+	_, err = NewEngine(Config{Model: modelPath(), Threads: -1})
+	if !isStatus(err, StatusInvalidConfig) {
+		t.Errorf("negative threads: %v", err)
+	}
+}
+
+func TestLogLinesReachTheCallback(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, Log: func(level LogLevel, message string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, level.String()+": "+message)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) == 0 {
+		t.Error("no log line from creating an engine")
+	}
+}
+
+func TestRequestsOutliveTheirEngine(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := submit(t, engine, context.Background(), chat("Tell me a long story.", 4000, `, "ignore_eos": true`))
+	if _, err := req.Next(); err != nil {
+		t.Fatal(err)
+	}
+	engine.Close()
+	engine.Close() // idempotent
+	if _, err := req.Next(); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("Next after the engine closed: %v, want StatusInvalidHandle", err)
+	}
+	body, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatalf("ResponseJSON after the engine closed: %v", err)
+	}
+	if r := decodeBody(t, body); r.Choices[0].FinishReason != "cancelled" {
+		t.Errorf("finish reason %q after engine close, want cancelled", r.Choices[0].FinishReason)
+	}
+	if _, err := engine.Submit(context.Background(), chat("Hi", 2, "")); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("Submit to a closed engine: %v", err)
+	}
+	req.Close()
+	req.Close() // idempotent
+	if _, err := req.Next(); err == nil {
+		t.Error("Next on a closed request succeeded")
+	}
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	const clients = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	start := time.Now()
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := shared.Submit(context.Background(), chat("Count to three.", 4, `, "ignore_eos": true`))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer req.Close()
+			errs <- req.Wait()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("%d concurrent 4-token requests in %v", clients, time.Since(start))
+}
+
+func TestVersionsAgree(t *testing.T) {
+	if Version() != HeaderVersion() {
+		t.Errorf("library %s, header %s", Version(), HeaderVersion())
+	}
+}

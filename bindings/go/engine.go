@@ -1,0 +1,142 @@
+package ember
+
+// #include "handles.h"
+import "C"
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Config is an engine's configuration: the keys of engine_new's JSON (docs/c_api.md, src/engine/config.rs).
+// A zero field keeps ember's default.
+type Config struct {
+	// Model is the GGUF file; "" takes EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf relative to the
+	// current directory.
+	Model string `json:"model,omitempty"`
+	// Backend is "auto" (default), "cpu" or "cuda".
+	Backend string `json:"backend,omitempty"`
+	// Threads is the number of CPU threads; 0 uses every core.
+	Threads int `json:"threads,omitempty"`
+	// MaxNumSeqs is the most sequences in one engine step (default 64).
+	MaxNumSeqs int `json:"max_num_seqs,omitempty"`
+	// MaxNumBatchedTokens is the most tokens in one engine step (default 512).
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	// KVCacheTokens is the KV cache capacity in positions over all sequences (default 16384).
+	KVCacheTokens int `json:"kv_cache_tokens,omitempty"`
+	// KVBlockSize is the positions per KV cache block (default 16).
+	KVBlockSize int `json:"kv_block_size,omitempty"`
+	// Seed seeds requests that set no `seed` (default 0).
+	Seed uint64 `json:"seed,omitempty"`
+	// EnablePerRequestMetrics lets response bodies carry `metrics` for requests that set `include_metrics`.
+	EnablePerRequestMetrics bool `json:"enable_per_request_metrics,omitempty"`
+	// DisableLogStats records no timing at all (every metric absent); it conflicts with EnablePerRequestMetrics.
+	DisableLogStats bool `json:"disable_log_stats,omitempty"`
+	// ForceIncludeUsage ends every stream with a usage chunk.
+	ForceIncludeUsage bool `json:"force_include_usage,omitempty"`
+	// ActivationPrecision is "q8" (default) or "f32".
+	ActivationPrecision string `json:"activation_precision,omitempty"`
+	// Log receives the engine's log lines; nil discards them.
+	Log LogFunc `json:"-"`
+}
+
+// Engine is a model loaded in memory with the thread that serves its requests. Its methods are safe for
+// concurrent use. Close it when done; a finalizer closes a forgotten one.
+type Engine struct {
+	// handle is the Engine* of ember.h as a number (handles.h says why).
+	handle C.uintptr_t
+	// logHandle holds the Log function while the engine may call it; 0 without one.
+	logHandle cgo.Handle
+	closed    atomic.Bool
+}
+
+// logSetup serializes engine creation: the C log callback is process-wide state read by engine_new, so setting
+// it and creating the engine must not interleave with another NewEngine.
+var logSetup sync.Mutex
+
+// NewEngine loads the model and starts an engine (this takes as long as loading the model). Failures are
+// *Error: StatusInvalidConfig (conflicting or out-of-range options), StatusModelLoadFailed, ...
+func NewEngine(config Config) (*Engine, error) {
+	configJSON, err := json.Marshal(config)
+	if err != nil {
+		return nil, err
+	}
+	cConfig := C.CString(string(configJSON))
+	defer C.free(unsafe.Pointer(cConfig))
+
+	var logHandle cgo.Handle
+	if config.Log != nil {
+		logHandle = cgo.NewHandle(config.Log)
+	}
+	var handle C.uintptr_t
+	logSetup.Lock()
+	C.ember_go_set_log(C.uintptr_t(logHandle))
+	_, err = call("engine_new", func() C.EngineStatus { return C.ember_go_new(cConfig, &handle) })
+	// Engines made later, also by other code in this process, must not inherit this engine's callback.
+	C.ember_go_set_log(0)
+	logSetup.Unlock()
+	if err != nil {
+		if logHandle != 0 {
+			logHandle.Delete()
+		}
+		return nil, err
+	}
+	engine := &Engine{handle: handle, logHandle: logHandle}
+	runtime.SetFinalizer(engine, (*Engine).Close)
+	return engine, nil
+}
+
+// Close stops the engine: its unfinished requests end as cancelled, its thread is joined and the model released.
+// Requests of a closed engine still answer their metrics and ResponseJSON, and must still be closed. Calling
+// Close again does nothing.
+func (e *Engine) Close() {
+	if !e.closed.CompareAndSwap(false, true) {
+		return
+	}
+	runtime.SetFinalizer(e, nil)
+	// engine_free returns once the engine thread has been joined, so nothing can log after it.
+	C.ember_go_free(e.handle)
+	if e.logHandle != 0 {
+		e.logHandle.Delete()
+	}
+}
+
+// Submit hands an OpenAI request body to the engine and returns at once; the engine works on it in the
+// background. The body is a Chat Completions request (it has `messages`) or a Completions request (it has
+// `prompt`); docs/protocol.md lists the fields. When ctx ends before the request, the engine cancels it
+// (engine_cancel), and the request's readers return ctx.Err().
+//
+// A refused request is an *Error with StatusInvalidRequest whose Message is the OpenAI error body.
+func (e *Engine) Submit(ctx context.Context, requestJSON []byte) (*Request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if e.closed.Load() {
+		return nil, &Error{Op: "engine_submit", Status: StatusInvalidHandle, Message: "the engine is closed"}
+	}
+	// C strings end at the first NUL byte: ember would parse only the part before it. JSON never contains a
+	// raw NUL (RFC 8259 section 7: control characters must be escaped), so such a body is refused here.
+	if bytes.IndexByte(requestJSON, 0) >= 0 {
+		return nil, &Error{Op: "engine_submit", Status: StatusInvalidRequest, Message: nulBodyError}
+	}
+	cRequest := C.CString(string(requestJSON))
+	defer C.free(unsafe.Pointer(cRequest))
+
+	var handle C.uintptr_t
+	_, err := call("engine_submit", func() C.EngineStatus { return C.ember_go_submit(e.handle, cRequest, &handle) })
+	runtime.KeepAlive(e)
+	if err != nil {
+		return nil, err
+	}
+	return newRequest(ctx, e, handle), nil
+}
+
+// nulBodyError is the OpenAI error body for a request body with a NUL byte, shaped like ember's own refusals.
+const nulBodyError = `{"error": {"message": "the request body contains a NUL byte, which JSON does not allow ` +
+	`unescaped", "type": "invalid_request_error", "param": null, "code": null}}`

@@ -1,0 +1,74 @@
+/*
+ * The C functions the Go package calls, with every handle passed as uintptr_t.
+ *
+ * Why: ember's handles are checked values, not addresses (docs/c_api.md, "Handles"): their bits encode a slot, a
+ * type tag and a serial number. Go's garbage collector reads every pointer-typed value as an address, and may
+ * abort the program ("found bad pointer in Go heap") when one falls inside its heap arena where no object lives.
+ * So Go keeps handles as uintptr, and only these C wrappers turn them back into the pointer types of ember.h.
+ * Strings and structs are real memory and pass through unchanged.
+ */
+#ifndef EMBER_GO_HANDLES_H
+#define EMBER_GO_HANDLES_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember.h"
+
+/* Defined in log_bridge.c: forwards a log line to the Go function registered under `userdata`. */
+void ember_go_log_trampoline(void *userdata, EngineLogLevel level, const char *message);
+
+/* Sets the log callback for the next engine_new: the trampoline with cgo handle `handle`, or none when 0. */
+static inline EngineStatus ember_go_set_log(uintptr_t handle) {
+    if (handle == 0) return engine_set_log_callback(NULL, NULL);
+    return engine_set_log_callback(ember_go_log_trampoline, (void *)handle);
+}
+
+static inline EngineStatus ember_go_new(const char *config_json, uintptr_t *out) {
+    Engine *engine = NULL;
+    EngineStatus status = engine_new(config_json, &engine);
+    if (status == ENGINE_STATUS_OK) *out = (uintptr_t)engine;
+    return status;
+}
+
+static inline void ember_go_free(uintptr_t engine) { engine_free((Engine *)engine); }
+
+static inline EngineStatus ember_go_submit(uintptr_t engine, const char *request_json, uintptr_t *out) {
+    EngineRequest *request = NULL;
+    EngineStatus status = engine_submit((Engine *)engine, request_json, &request);
+    if (status == ENGINE_STATUS_OK) *out = (uintptr_t)request;
+    return status;
+}
+
+static inline EngineStatus ember_go_poll(uintptr_t engine, uintptr_t request, int32_t timeout_ms, EngineEvent *out) {
+    return engine_poll((Engine *)engine, (EngineRequest *)request, timeout_ms, out);
+}
+
+static inline EngineStatus ember_go_next_chunk_json(uintptr_t engine, uintptr_t request, int32_t timeout_ms,
+                                                    char **out) {
+    return engine_next_chunk_json((Engine *)engine, (EngineRequest *)request, timeout_ms, out);
+}
+
+static inline EngineStatus ember_go_cancel(uintptr_t request) { return engine_cancel((EngineRequest *)request); }
+
+static inline void ember_go_request_free(uintptr_t request) { engine_request_free((EngineRequest *)request); }
+
+static inline EngineStatus ember_go_response_json(uintptr_t request, char **out) {
+    return engine_response_json((const EngineRequest *)request, out);
+}
+
+static inline EngineStatus ember_go_timing_metrics(uintptr_t request, uint32_t choice, PerRequestTimingMetrics *out) {
+    return engine_get_choice_timing_metrics((const EngineRequest *)request, choice, out);
+}
+
+static inline EngineStatus ember_go_extended_metrics(uintptr_t request, uint32_t choice, ExtendedTimingMetrics *out) {
+    return engine_get_extended_metrics((const EngineRequest *)request, choice, out);
+}
+
+static inline EngineStatus ember_go_token_timestamps(uintptr_t request, uint32_t choice, double *buffer,
+                                                     size_t capacity, size_t *out_count) {
+    return engine_get_token_timestamps((const EngineRequest *)request, choice, buffer, capacity, out_count);
+}
+
+#endif /* EMBER_GO_HANDLES_H */

@@ -1,0 +1,205 @@
+package main
+
+// POST /v1/chat/completions and POST /v1/completions: the body goes to the engine as it is; the answer is the
+// engine's response body, or its streaming chunks as server-sent events ending with `data: [DONE]`.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"ember"
+)
+
+// endpoint is one of the two completion endpoints, with the body field that makes a request of its kind.
+type endpoint struct {
+	name  string
+	field string
+}
+
+var (
+	endpointChat        = endpoint{name: "chat", field: "messages"}
+	endpointCompletions = endpoint{name: "completions", field: "prompt"}
+)
+
+// statusClientClosed is the status counted for a client that went away before its answer (nginx's 499).
+const statusClientClosed = 499
+
+func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Request) int {
+	return func(w http.ResponseWriter, r *http.Request) int {
+		s.active.Add(1)
+		defer s.active.Done()
+		body, stream, bad := s.readBody(w, r, kind)
+		if bad != nil {
+			return bad.write(w)
+		}
+		if s.draining.Load() {
+			return newAPIError(http.StatusServiceUnavailable, "server_error", "the gateway is shutting down", "").write(w)
+		}
+		// The request context ends when the client disconnects; cancel also ends it when a write fails.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		req, err := s.engine.Submit(ctx, body)
+		if err != nil {
+			return engineError(err).write(w)
+		}
+		defer req.Close()
+		s.metrics.inFlight.Add(1)
+		var status int
+		if stream {
+			status = s.stream(w, req, cancel)
+		} else {
+			status = s.respond(w, req)
+		}
+		// The readers return only once the engine has ended the request, a cancelled one included.
+		s.metrics.inFlight.Add(-1)
+		s.observe(req)
+		return status
+	}
+}
+
+// readBody reads a completion request and checks what the gateway itself relies on: a JSON object with the
+// endpoint's input field. It returns the body and its `stream` flag. Everything else the engine checks.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint) ([]byte, bool, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes))
+	if err != nil {
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
+				fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+			return nil, false, &e
+		}
+		e := invalidRequest("cannot read the request body: "+err.Error(), "")
+		return nil, false, &e
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		e := invalidRequest("the request body is not a JSON object: "+err.Error(), "")
+		return nil, false, &e
+	}
+	// The C API picks the kind from the fields (engine_submit), so a body of the other kind sent here would be
+	// served as that kind: refuse it, as OpenAI does a chat request without messages.
+	if _, ok := fields[kind.field]; !ok {
+		e := invalidRequest(fmt.Sprintf("missing required parameter: '%s'", kind.field), kind.field)
+		return nil, false, &e
+	}
+	// A `stream` that is not a boolean reads as false here; the engine then refuses it, naming the field.
+	var stream bool
+	_ = json.Unmarshal(fields["stream"], &stream)
+	return body, stream, nil
+}
+
+// respond waits for the whole response body and writes it.
+func (s *server) respond(w http.ResponseWriter, req *ember.Request) int {
+	if err := req.Wait(); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return statusClientClosed
+		}
+		return engineError(err).write(w)
+	}
+	body, err := req.ResponseJSON()
+	if err != nil {
+		return engineError(err).write(w)
+	}
+	if s.metricsHeaders {
+		setMetricsHeaders(w.Header(), req)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+	return http.StatusOK
+}
+
+// stream writes the request's chunks as server-sent events. A failed write means the client is gone: cancel
+// then ends the request, and the reader drains what is left.
+func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel context.CancelFunc) int {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies must pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	flusher := http.NewResponseController(w)
+	for {
+		chunk, err := req.NextChunk()
+		switch {
+		case err == io.EOF:
+			_, err = io.WriteString(w, "data: [DONE]\n\n")
+			if err == nil {
+				err = flusher.Flush()
+			}
+			if err != nil {
+				return statusClientClosed
+			}
+			return http.StatusOK
+		case errors.Is(err, context.Canceled):
+			return statusClientClosed
+		case err != nil:
+			// The status line is sent: the failure can only be an event.
+			_, _ = fmt.Fprintf(w, "data: %s\n\n", engineError(err).body)
+			_ = flusher.Flush()
+			return http.StatusInternalServerError
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil || flusher.Flush() != nil {
+			cancel()
+		}
+	}
+}
+
+// metricsHeaderNames are the response headers of --metrics-headers, beside the fields they carry
+// (docs/per_request_metrics.md has the definitions).
+var metricsHeaderNames = [...]string{
+	"X-Ember-Queue-Time-Ms",
+	"X-Ember-Time-To-First-Token-Ms",
+	"X-Ember-Generation-Time-Ms",
+	"X-Ember-Mean-Itl-Ms",
+	"X-Ember-Tokens-Per-Second",
+}
+
+// setMetricsHeaders adds the five timing metrics of a one-choice request as headers; absent metrics get no
+// header. A request with several choices gets none, as its body's `metrics` is null: one timing for several
+// sequences would be ambiguous.
+func setMetricsHeaders(h http.Header, req *ember.Request) {
+	if _, err := req.ChoiceTimingMetrics(1); err == nil {
+		return
+	}
+	m, err := req.TimingMetrics()
+	if err != nil {
+		return
+	}
+	for i, value := range [...]*float64{m.QueueTimeMs, m.TimeToFirstTokenMs, m.GenerationTimeMs, m.MeanITLMs,
+		m.TokensPerSecond} {
+		if value != nil {
+			h.Set(metricsHeaderNames[i], strconv.FormatFloat(*value, 'f', 3, 64))
+		}
+	}
+}
+
+// observe feeds the histograms with the ended request's metrics, one observation per choice (sequence).
+// Absent metrics (stats off, a choice cancelled before its first token) are skipped.
+func (s *server) observe(req *ember.Request) {
+	for choice := 0; ; choice++ {
+		m, err := req.ChoiceTimingMetrics(choice)
+		if err != nil {
+			return // StatusChoiceOutOfRange: every choice is done
+		}
+		observeMs(s.metrics.ttft, m.TimeToFirstTokenMs)
+		observeMs(s.metrics.queue, m.QueueTimeMs)
+		if x, err := req.ExtendedMetrics(choice); err == nil {
+			observeMs(s.metrics.latency, x.E2ELatencyMs)
+		}
+		if times, err := req.TokenTimestamps(choice); err == nil {
+			for i := 1; i < len(times); i++ {
+				s.metrics.itl.observe((times[i] - times[i-1]) / 1000)
+			}
+		}
+	}
+}
+
+func observeMs(h *histogram, ms *float64) {
+	if ms != nil {
+		h.observe(*ms / 1000)
+	}
+}

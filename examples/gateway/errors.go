@@ -1,0 +1,79 @@
+package main
+
+// OpenAI error objects (https://platform.openai.com/docs/guides/error-codes): every failure the gateway answers
+// is `{"error": {"message", "type", "param", "code"}}` with a fitting HTTP status, so that OpenAI clients raise
+// their usual exceptions (400 BadRequestError, 404 NotFoundError, 500 InternalServerError, ...).
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"ember"
+)
+
+// apiError is one error answer: the HTTP status and the OpenAI error body.
+type apiError struct {
+	status int
+	body   []byte
+}
+
+// errorObject is the body of an OpenAI error, fields in OpenAI's order.
+type errorObject struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+// newAPIError builds an answer; param names the request field at fault, "" for none (JSON null).
+func newAPIError(status int, errType, message, param string) apiError {
+	var e errorObject
+	e.Error.Message, e.Error.Type = message, errType
+	if param != "" {
+		e.Error.Param = &param
+	}
+	body, _ := json.Marshal(e) // cannot fail: strings only
+	return apiError{status: status, body: body}
+}
+
+func invalidRequest(message, param string) apiError {
+	return newAPIError(http.StatusBadRequest, "invalid_request_error", message, param)
+}
+
+func (e apiError) write(w http.ResponseWriter) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	_, _ = w.Write(append(e.body, '\n'))
+	return e.status
+}
+
+// engineError maps a failure of the binding to an answer.
+func engineError(err error) apiError {
+	var emberErr *ember.Error
+	var failed *ember.RequestFailedError
+	switch {
+	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidRequest:
+		// The message is already the OpenAI body (include/ember.h, ENGINE_STATUS_INVALID_REQUEST). Its type
+		// tells a refused request from an engine that has shut down (docs/protocol.md, "Errors").
+		var body errorObject
+		if json.Unmarshal([]byte(emberErr.Message), &body) == nil {
+			status := http.StatusBadRequest
+			if body.Error.Type != "invalid_request_error" {
+				status = http.StatusServiceUnavailable
+			}
+			return apiError{status: status, body: []byte(emberErr.Message)}
+		}
+		return invalidRequest(emberErr.Message, "")
+	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidUTF8:
+		return invalidRequest("the request body is not valid UTF-8", "")
+	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidHandle:
+		// The engine was closed under the request: the gateway is shutting down.
+		return newAPIError(http.StatusServiceUnavailable, "server_error", "the engine has shut down", "")
+	case errors.As(err, &failed):
+		return newAPIError(http.StatusInternalServerError, "server_error", failed.Message, "")
+	}
+	return newAPIError(http.StatusInternalServerError, "server_error", err.Error(), "")
+}

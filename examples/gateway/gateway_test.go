@@ -1,0 +1,189 @@
+package main
+
+// The gateway's HTTP behaviour over the real model (EMBER_MODEL, else the repository's models/ file), with
+// net/http/httptest. tests/e2e/test_gateway.py drives the built binary with the official OpenAI client.
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"ember"
+)
+
+var testServer *httptest.Server
+
+func TestMain(m *testing.M) {
+	model := os.Getenv("EMBER_MODEL")
+	if model == "" {
+		model = filepath.Join("..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+	}
+	engine, err := ember.NewEngine(ember.Config{Model: model, Threads: 2, EnablePerRequestMetrics: true})
+	if err != nil {
+		println(err.Error(), "- run scripts/fetch-model.sh or set EMBER_MODEL")
+		os.Exit(1)
+	}
+	s := newServer(engine, "test-model", true)
+	s.maxBodyBytes = 4096
+	testServer = httptest.NewServer(s.routes())
+	code := m.Run()
+	testServer.Close()
+	engine.Close()
+	os.Exit(code)
+}
+
+func post(t *testing.T, path, body string) *http.Response {
+	t.Helper()
+	resp, err := http.Post(testServer.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// openAIError reads an error answer and checks its shape.
+func openAIError(t *testing.T, resp *http.Response, status int) errorObject {
+	t.Helper()
+	var e errorObject
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("error body: %v", err)
+	}
+	if resp.StatusCode != status || e.Error.Message == "" || e.Error.Type == "" {
+		t.Fatalf("status %d, body %+v; want %d with an OpenAI error", resp.StatusCode, e, status)
+	}
+	return e
+}
+
+func TestRefusalsAreOpenAIErrors(t *testing.T) {
+	cases := []struct {
+		path, body string
+		status     int
+		param      string
+	}{
+		{"/v1/chat/completions", `{"messages": [`, 400, ""},
+		{"/v1/chat/completions", `[1, 2]`, 400, ""},
+		{"/v1/chat/completions", `{"prompt": "hi"}`, 400, "messages"},
+		{"/v1/completions", `{"messages": [{"role": "user", "content": "hi"}]}`, 400, "prompt"},
+		{"/v1/completions", `{"prompt": "hi", "temperature": 9}`, 400, "temperature"},
+		{"/v1/completions", `{"prompt": "hi", "stream": "yes"}`, 400, "stream"},
+		{"/v1/completions", `{"prompt": "` + strings.Repeat("a", 5000) + `"}`, 413, ""},
+		{"/v1/nothing", `{}`, 404, ""},
+	}
+	for _, c := range cases {
+		e := openAIError(t, post(t, c.path, c.body), c.status)
+		if got := e.Error.Param; (got == nil) != (c.param == "") || (got != nil && *got != c.param) {
+			t.Errorf("%s %.40s: param %v, want %q", c.path, c.body, got, c.param)
+		}
+	}
+	resp, err := http.Get(testServer.URL + "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	openAIError(t, resp, http.StatusMethodNotAllowed)
+	if resp.Header.Get("Allow") != http.MethodPost {
+		t.Errorf("Allow: %q", resp.Header.Get("Allow"))
+	}
+}
+
+func TestMetricsHeadersOnlyForOneChoice(t *testing.T) {
+	resp := post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for _, name := range metricsHeaderNames {
+		if resp.Header.Get(name) == "" {
+			t.Errorf("no %s header", name)
+		}
+	}
+	resp = post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "n": 2}`)
+	for _, name := range metricsHeaderNames {
+		if resp.Header.Get(name) != "" {
+			t.Errorf("%s on a two-choice response", name)
+		}
+	}
+}
+
+func TestStreamIsServerSentEvents(t *testing.T) {
+	resp := post(t, "/v1/chat/completions",
+		`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true}`)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	var events []string
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if line == "" {
+			continue // the blank line that ends each event
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("line %q is not a data line", line)
+		}
+		events = append(events, data)
+	}
+	if len(events) < 3 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q: want chunks then [DONE]", events)
+	}
+	for _, data := range events[:len(events)-1] {
+		if !json.Valid([]byte(data)) {
+			t.Errorf("event %q is not JSON", data)
+		}
+	}
+	if resp.Header.Get(metricsHeaderNames[0]) != "" {
+		t.Error("a streaming response carries metrics headers")
+	}
+}
+
+func TestHistogramBucketsAreCumulativeAndInclusive(t *testing.T) {
+	h := newHistogram("x_seconds", "help", []float64{0.1, 1})
+	for _, v := range []float64{0.1, 0.5, 1, 3} {
+		h.observe(v)
+	}
+	var out strings.Builder
+	h.write(&out)
+	want := `# HELP x_seconds help
+# TYPE x_seconds histogram
+x_seconds_bucket{le="0.1"} 1
+x_seconds_bucket{le="1"} 3
+x_seconds_bucket{le="+Inf"} 4
+x_seconds_sum 4.6
+x_seconds_count 4
+`
+	if out.String() != want {
+		t.Errorf("exposition:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+func TestMetricsCountRequestsAndFeedHistograms(t *testing.T) {
+	post(t, "/v1/completions", `{"prompt": "One, two,", "max_tokens": 4, "ignore_eos": true}`)
+	resp, err := http.Get(testServer.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`ember_gateway_requests_total{endpoint="completions",code="200"}`,
+		"ember_gateway_requests_in_flight 0",
+		"ember_request_time_to_first_token_seconds_count",
+		"ember_request_inter_token_latency_seconds_count",
+		"ember_request_queue_time_seconds_count",
+		"ember_request_e2e_latency_seconds_count",
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(string(text), "inter_token_latency_seconds_count 0\n") {
+		t.Error("no inter-token latency observed after a 4-token request")
+	}
+}

@@ -1,0 +1,142 @@
+// ember-gateway: an OpenAI-compatible HTTP server over one ember engine, with the standard library only.
+//
+//	ember-gateway [--model PATH] [--listen 127.0.0.1:8080] [--threads N] [--enable-per-request-metrics]
+//	              [--disable-log-stats] [--metrics-headers] [--served-model-name NAME] [--shutdown-timeout 30s]
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
+// GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT stops accepting connections, lets
+// the requests in progress finish (up to --shutdown-timeout, then cancels them), and exits; a second signal ends it
+// at once. docs/go.md has more.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"ember"
+)
+
+type options struct {
+	model                   string
+	listen                  string
+	threads                 int
+	enablePerRequestMetrics bool
+	disableLogStats         bool
+	metricsHeaders          bool
+	servedModelName         string
+	shutdownTimeout         time.Duration
+}
+
+func parseOptions() options {
+	var o options
+	flag.StringVar(&o.model, "model", "",
+		"GGUF model file (default: $EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf)")
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
+	flag.IntVar(&o.threads, "threads", 0, "CPU threads of the engine (0: every core)")
+	flag.BoolVar(&o.enablePerRequestMetrics, "enable-per-request-metrics", false,
+		`let responses carry "metrics" for requests that set "include_metrics": true`)
+	flag.BoolVar(&o.disableLogStats, "disable-log-stats", false,
+		"record no timing stats (no metrics anywhere; conflicts with --enable-per-request-metrics)")
+	flag.BoolVar(&o.metricsHeaders, "metrics-headers", false,
+		"also return the timing metrics as X-Ember-* headers of non-streaming responses")
+	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
+	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
+		"on SIGTERM, how long requests in progress may take before they are cancelled")
+	flag.Parse()
+	return o
+}
+
+func main() {
+	if err := run(parseOptions()); err != nil {
+		slog.Error(err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	engine, err := ember.NewEngine(ember.Config{
+		Model:                   o.model,
+		Threads:                 o.threads,
+		EnablePerRequestMetrics: o.enablePerRequestMetrics,
+		DisableLogStats:         o.disableLogStats,
+		Log:                     logEngineLine,
+	})
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	s := newServer(engine, modelID(o), o.metricsHeaders)
+	httpServer := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	// The one line on stdout: scripts read the address from it (useful with port 0).
+	fmt.Printf("ember-gateway listening on http://%s\n", listener.Addr())
+
+	signals, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(listener) }()
+	select {
+	case err := <-served:
+		return err
+	case <-signals.Done():
+	}
+	// From here a second signal has its default effect: it ends the gateway at once, without draining.
+	stop()
+
+	slog.Info("shutting down: finishing the requests in progress", "timeout", o.shutdownTimeout)
+	s.draining.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
+		// Closing the connections ends the handlers' contexts, which cancels their requests.
+		slog.Warn("shutdown timeout: cancelling the requests still running")
+		_ = httpServer.Close()
+		// Close does not wait for handlers; each returns once the engine has ended its cancelled request.
+		s.active.Wait()
+	}
+	return nil
+}
+
+// modelID is the id /v1/models lists: --served-model-name, else the model file's name without .gguf.
+func modelID(o options) string {
+	if o.servedModelName != "" {
+		return o.servedModelName
+	}
+	path := o.model
+	if path == "" {
+		path = os.Getenv("EMBER_MODEL")
+	}
+	if path == "" {
+		path = "SmolLM2-135M-Instruct.Q4_1.gguf"
+	}
+	return strings.TrimSuffix(filepath.Base(path), ".gguf")
+}
+
+// logEngineLine passes the engine's log lines to the gateway's log.
+func logEngineLine(level ember.LogLevel, message string) {
+	slogLevel := slog.LevelDebug
+	switch level {
+	case ember.LogError:
+		slogLevel = slog.LevelError
+	case ember.LogWarn:
+		slogLevel = slog.LevelWarn
+	case ember.LogInfo:
+		slogLevel = slog.LevelInfo
+	}
+	slog.Log(context.Background(), slogLevel, message, "source", "engine")
+}

@@ -1,0 +1,99 @@
+package main
+
+// The gateway's HTTP routes, except the two completion endpoints (completions.go).
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"ember"
+)
+
+// server answers the gateway's routes with one engine.
+type server struct {
+	engine *ember.Engine
+	// modelID is what /v1/models lists.
+	modelID string
+	// started is when the gateway started (Unix seconds, wall clock), the model's `created`.
+	started int64
+	// metricsHeaders returns the timing metrics as headers of non-streaming responses.
+	metricsHeaders bool
+	// maxBodyBytes caps a request body.
+	maxBodyBytes int64
+	metrics      *gatewayMetrics
+	// draining is set once shutdown has begun: /health then answers 503 so that load balancers stop sending.
+	draining atomic.Bool
+	// active counts the completion handlers running, so that a forced shutdown can wait for them.
+	active sync.WaitGroup
+}
+
+// newServer starts counting from now.
+func newServer(engine *ember.Engine, modelID string, metricsHeaders bool) *server {
+	return &server{
+		engine: engine, modelID: modelID, started: time.Now().Unix(), metricsHeaders: metricsHeaders,
+		maxBodyBytes: 8 << 20, // 8 MiB: far above any prompt the model's context can hold
+		metrics:      newGatewayMetrics(),
+	}
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", s.counted("chat", http.MethodPost, s.completions(endpointChat)))
+	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
+	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
+	mux.HandleFunc("/health", s.counted("health", http.MethodGet, s.health))
+	mux.HandleFunc("/metrics", s.counted("metrics", http.MethodGet, s.prometheus))
+	mux.HandleFunc("/", s.counted("other", "", func(w http.ResponseWriter, r *http.Request) int {
+		return newAPIError(http.StatusNotFound, "invalid_request_error", "no route "+r.URL.Path, "").write(w)
+	}))
+	return mux
+}
+
+// counted answers a route's one method (any, for "") and counts the answer's status by endpoint.
+func (s *server) counted(endpoint, method string, handle func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var status int
+		if method != "" && r.Method != method {
+			w.Header().Set("Allow", method)
+			status = newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
+				r.Method+" is not allowed here; use "+method, "").write(w)
+		} else {
+			status = handle(w, r)
+		}
+		s.metrics.countRequest(endpoint, status)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, value any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(value)
+	return status
+}
+
+// models lists the one model this gateway serves, as OpenAI's GET /v1/models does.
+func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
+	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember",
+	}}})
+}
+
+// health says whether the gateway takes requests, and how many the engine is working on for it.
+func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
+	status, state := http.StatusOK, "ok"
+	if s.draining.Load() {
+		status, state = http.StatusServiceUnavailable, "draining"
+	}
+	return writeJSON(w, status, map[string]any{
+		"status": state, "model": s.modelID, "requests_in_flight": s.metrics.inFlight.Load(),
+	})
+}
+
+func (s *server) prometheus(w http.ResponseWriter, _ *http.Request) int {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w)
+	return http.StatusOK
+}

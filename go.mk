@@ -1,0 +1,39 @@
+# ember's Go side, included from the root Makefile (`include go.mk`).
+#   make go-test    build the release library; go vet and go test the binding (static, then shared) and the
+#                   gateway on the real model; then the end-to-end test with the official OpenAI Python client
+#   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
+#   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the engine alone
+#                   (scripts/bench-gateway.py; a few minutes on 2 cores)
+# Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end test, `pip install openai`.
+# The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
+
+CARGO ?= cargo
+GO ?= go
+PYTHON ?= python3
+
+# Where cargo puts the library (it honours CARGO_TARGET_DIR) and where the gateway goes.
+GO_EMBER_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+GO_EMBER_LIB_DIR := $(GO_EMBER_TARGET_DIR)/release
+GO_EMBER_GATEWAY := $(GO_EMBER_TARGET_DIR)/go/ember-gateway
+
+# GOTOOLCHAIN=local: go.mod says `go 1.23`, and without it Go would try to download a toolchain. The binding's
+# own link flags point at target/release; CGO_LDFLAGS comes first, so a CARGO_TARGET_DIR elsewhere wins (the
+# rpath serves the shared-library build).
+GO_ENV := GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$(GO_EMBER_LIB_DIR) -Wl,-rpath,$(GO_EMBER_LIB_DIR)"
+
+.PHONY: go-lib go-test gateway go-bench
+
+go-lib:
+	$(CARGO) build --release --lib
+
+gateway: go-lib
+	cd examples/gateway && $(GO_ENV) $(GO) build -o $(GO_EMBER_GATEWAY) .
+
+go-test: model gateway
+	cd bindings/go && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) vet -tags ember_shared ./...
+	cd bindings/go && $(GO_ENV) $(GO) test -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
+	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test -count=1 ./...
+	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
+
+go-bench: model gateway
+	$(GO_ENV) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) scripts/bench-gateway.py

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""End-to-end test of examples/gateway with the official OpenAI Python client (`pip install openai`).
+
+Starts the built gateway on free loopback ports (--listen 127.0.0.1:0; it prints its address) over the real model,
+and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics` and
+their double gate, metrics headers, OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
+and a graceful SIGTERM.
+
+    EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
+
+Environment: EMBER_GATEWAY (the binary; default target/go/ember-gateway), EMBER_MODEL (default
+models/SmolLM2-135M-Instruct.Q4_1.gguf), both relative to the repository root. Requests are greedy and short.
+"""
+
+import concurrent.futures
+import json
+import math
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import openai
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+GATEWAY = os.path.join(ROOT, os.environ.get("EMBER_GATEWAY", "target/go/ember-gateway"))
+MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
+# Bound on waiting for the gateway to do something (start, drop a request); never a measured duration.
+PATIENCE_S = 60
+
+
+class Gateway:
+    """One gateway process, with its own engine."""
+
+    def __init__(self, *flags):
+        if not os.path.exists(GATEWAY):
+            raise RuntimeError(f"no gateway binary at {GATEWAY}: build it with `make gateway` or set EMBER_GATEWAY")
+        if not os.path.exists(MODEL):
+            raise RuntimeError(f"no model at {MODEL}: run scripts/fetch-model.sh or set EMBER_MODEL")
+        self.log = tempfile.TemporaryFile()
+        self.terminated = False
+        command = [GATEWAY, "--listen", "127.0.0.1:0", "--threads", "2", "--model", MODEL, *flags]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.url = self._read_address()
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=PATIENCE_S)
+
+    def _read_address(self):
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout=PATIENCE_S):
+            self.process.kill()
+            raise RuntimeError("the gateway did not start:\n" + self.stderr())
+        line = self.process.stdout.readline()
+        if "listening on " not in line:
+            self.process.wait()
+            raise RuntimeError(f"the gateway did not start ({line!r}):\n" + self.stderr())
+        return line.split("listening on ", 1)[1].strip()
+
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def get_json(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=PATIENCE_S) as response:
+            return json.load(response)
+
+    def metrics_text(self):
+        with urllib.request.urlopen(self.url + "/metrics", timeout=PATIENCE_S) as response:
+            return response.read().decode()
+
+    def counter(self, endpoint, code):
+        """The value of ember_gateway_requests_total{endpoint, code}, 0 when not yet reported."""
+        prefix = f'ember_gateway_requests_total{{endpoint="{endpoint}",code="{code}"}} '
+        for line in self.metrics_text().splitlines():
+            if line.startswith(prefix):
+                return int(line[len(prefix):])
+        return 0
+
+    def terminate(self):
+        """Sends SIGTERM once: a second one during the drain would kill the gateway at once."""
+        if not self.terminated:
+            self.terminated = True
+            self.process.send_signal(signal.SIGTERM)
+
+    def stop(self):
+        """SIGTERM, then the exit status."""
+        self.terminate()
+        try:
+            return self.process.wait(timeout=PATIENCE_S)
+        finally:
+            self.process.stdout.close()
+
+
+def wait_until(predicate, what):
+    deadline = time.monotonic() + PATIENCE_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.05)
+
+
+def chat_messages(text):
+    return [{"role": "user", "content": text}]
+
+
+# Two gateways for the whole module: one with per-request metrics and metrics headers, one without.
+with_metrics = None
+plain = None
+
+
+def setUpModule():
+    global with_metrics, plain
+    with_metrics = Gateway("--enable-per-request-metrics", "--metrics-headers")
+    plain = Gateway()
+
+
+def tearDownModule():
+    for gateway in (with_metrics, plain):
+        if gateway is not None:
+            status = gateway.stop()
+            assert status == 0, f"gateway exited with {status}:\n{gateway.stderr()}"
+            gateway.log.close()
+
+
+class GatewayTest(unittest.TestCase):
+    def assert_consistent_metrics(self, metrics, completion_tokens):
+        """The five metrics are present and agree with each other (docs/per_request_metrics.md)."""
+        self.assertIsInstance(metrics, dict)
+        for field in FIVE_METRICS:
+            self.assertIsInstance(metrics.get(field), float, f"{field} in {metrics}")
+        ttft, gen = metrics["time_to_first_token_ms"], metrics["generation_time_ms"]
+        self.assertGreaterEqual(metrics["queue_time_ms"], 0)
+        self.assertGreaterEqual(ttft, 0)
+        self.assertGreaterEqual(gen, 0)
+        n = completion_tokens
+        self.assertGreaterEqual(n, 2, "mean_itl_ms needs two tokens")
+        self.assertTrue(math.isclose(metrics["mean_itl_ms"], gen / (n - 1), rel_tol=1e-6), metrics)
+        self.assertTrue(math.isclose(metrics["tokens_per_second"], n / ((ttft + gen) / 1000), rel_tol=1e-6), metrics)
+
+    def test_chat(self):
+        response = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=8)
+        self.assertEqual(response.object, "chat.completion")
+        self.assertEqual(len(response.choices), 1)
+        self.assertTrue(response.choices[0].message.content)
+        self.assertIn(response.choices[0].finish_reason, ("stop", "length"))
+        self.assertTrue(0 < response.usage.completion_tokens <= 8)
+        self.assertNotIn("metrics", response.model_extra)
+
+    def test_chat_stream_with_usage_and_metrics(self):
+        stream = with_metrics.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Name a color."), max_tokens=6, stream=True,
+            stream_options={"include_usage": True}, extra_body={"include_metrics": True, "ignore_eos": True})
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertTrue(text)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finish, ["length"])
+        last = chunks[-1]
+        self.assertEqual(last.choices, [])
+        self.assertEqual(last.usage.completion_tokens, 6)
+        self.assert_consistent_metrics(last.model_extra.get("metrics"), last.usage.completion_tokens)
+        # Only the usage chunk carries metrics.
+        self.assertTrue(all("metrics" not in c.model_extra for c in chunks[:-1]))
+
+    def test_completions(self):
+        response = plain.client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=5)
+        self.assertEqual(response.object, "text_completion")
+        self.assertTrue(response.choices[0].text)
+        self.assertTrue(0 < response.usage.completion_tokens <= 5)
+
+    def test_completions_stream(self):
+        stream = plain.client.completions.create(model=MODEL_ID, prompt="One, two, three,", max_tokens=4, stream=True)
+        text = "".join(c.choices[0].text for c in stream if c.choices)
+        self.assertTrue(text)
+
+    def test_metrics_when_enabled_and_asked(self):
+        for create, kwargs in (
+            (with_metrics.client.chat.completions.create, {"messages": chat_messages("Count to ten.")}),
+            (with_metrics.client.completions.create, {"prompt": "Once upon a time"}),
+        ):
+            response = create(model=MODEL_ID, max_tokens=8, extra_body={"include_metrics": True, "ignore_eos": True},
+                              **kwargs)
+            self.assertEqual(response.usage.completion_tokens, 8)
+            self.assert_consistent_metrics(response.model_extra.get("metrics"), 8)
+
+    def test_no_metrics_when_not_asked(self):
+        response = with_metrics.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4)
+        self.assertNotIn("metrics", response.model_extra)
+        chunks = list(with_metrics.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            stream_options={"include_usage": True}))
+        self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
+
+    def test_no_metrics_when_not_enabled(self):
+        response = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, extra_body={"include_metrics": True})
+        self.assertNotIn("metrics", response.model_extra)
+        chunks = list(plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            stream_options={"include_usage": True}, extra_body={"include_metrics": True}))
+        self.assertIsNotNone(chunks[-1].usage)
+        self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
+
+    def test_metrics_headers(self):
+        raw = with_metrics.client.chat.completions.with_raw_response.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=5,
+            extra_body={"include_metrics": True, "ignore_eos": True})
+        body = raw.parse()
+        names = {"X-Ember-Time-To-First-Token-Ms": "time_to_first_token_ms",
+                 "X-Ember-Generation-Time-Ms": "generation_time_ms", "X-Ember-Queue-Time-Ms": "queue_time_ms",
+                 "X-Ember-Mean-Itl-Ms": "mean_itl_ms", "X-Ember-Tokens-Per-Second": "tokens_per_second"}
+        for header, field in names.items():
+            # Headers are rounded to 3 decimals.
+            self.assertAlmostEqual(float(raw.headers[header]), body.model_extra["metrics"][field], delta=6e-4)
+        raw = plain.client.chat.completions.with_raw_response.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2)
+        self.assertFalse([h for h in raw.headers if h.lower().startswith("x-ember-")])
+
+    def test_invalid_request_is_400(self):
+        with self.assertRaises(openai.BadRequestError) as caught:
+            plain.client.chat.completions.create(model=MODEL_ID, messages=chat_messages("Hi"), temperature=5)
+        self.assertEqual(caught.exception.status_code, 400)
+        self.assertEqual(caught.exception.param, "temperature")
+        self.assertEqual(caught.exception.type, "invalid_request_error")
+        with self.assertRaises(openai.BadRequestError) as caught:
+            plain.client.chat.completions.create(model=MODEL_ID, messages=[])
+        self.assertEqual(caught.exception.param, "messages")
+
+    def test_models_and_health(self):
+        self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])
+        health = plain.get_json("/health")
+        self.assertEqual(health["status"], "ok")
+        self.assertIn("requests_in_flight", health)
+
+    def test_32_concurrent_clients(self):
+        before = with_metrics.counter("chat", 200)
+
+        def one(i):
+            response = with_metrics.client.chat.completions.create(
+                model=MODEL_ID, messages=chat_messages(f"Say the number {i}."), max_tokens=4,
+                extra_body={"ignore_eos": True})
+            return response.usage.completion_tokens
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+            tokens = list(pool.map(one, range(32)))
+        self.assertEqual(tokens, [4] * 32)
+        self.assertEqual(with_metrics.counter("chat", 200) - before, 32)
+
+    def test_disconnect_mid_stream_cancels_the_request(self):
+        before = with_metrics.counter("chat", 499)
+        # Without cancellation this request would run for minutes.
+        stream = with_metrics.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Tell me a long story."), max_tokens=4000, stream=True,
+            extra_body={"ignore_eos": True})
+        for _, _chunk in zip(range(3), stream):
+            pass
+        wait_until(lambda: with_metrics.get_json("/health")["requests_in_flight"] == 1, "only this request runs")
+        stream.close()
+        # The gateway counts 499 only once the engine has ended the cancelled request (the binding drains it).
+        wait_until(lambda: with_metrics.counter("chat", 499) == before + 1, "the gateway counts the disconnect")
+        self.assertEqual(with_metrics.get_json("/health")["requests_in_flight"], 0)
+
+
+class ShutdownTest(unittest.TestCase):
+    def test_sigterm_lets_running_requests_finish(self):
+        gateway = Gateway()
+        self.addCleanup(gateway.log.close)
+        result = {}
+
+        def request():
+            result["response"] = gateway.client.completions.create(
+                model=MODEL_ID, prompt="Once upon a time", max_tokens=128, extra_body={"ignore_eos": True})
+
+        worker = threading.Thread(target=request)
+        worker.start()
+        wait_until(lambda: gateway.get_json("/health")["requests_in_flight"] == 1, "the request runs")
+        gateway.terminate()
+        worker.join(timeout=PATIENCE_S)
+        status = gateway.stop()
+        self.assertEqual(status, 0, gateway.stderr())
+        self.assertEqual(result["response"].usage.completion_tokens, 128)
+        self.assertEqual(result["response"].choices[0].finish_reason, "length")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
