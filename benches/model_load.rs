@@ -32,7 +32,12 @@ fn main() {
     let file = GgufFile::open(&path).expect("model opens");
     let rows = [
         ("gguf_open", time(|| drop(GgufFile::open(&path).expect("open")))),
-        ("llama_config", time(|| drop(LlamaConfig::from_gguf(&file).expect("config")))),
+        (
+            "llama_config",
+            time(|| {
+                LlamaConfig::from_gguf(&file).expect("config");
+            }),
+        ),
         ("tokenizer", time(|| drop(Tokenizer::from_gguf(&file).expect("tokenizer")))),
         ("chat_template", time(|| drop(ChatTemplate::from_gguf(&file).expect("template")))),
         ("model_load_total", time(|| drop(Model::load(Some(&path)).expect("model")))),

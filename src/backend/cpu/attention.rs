@@ -1,48 +1,62 @@
 //! Attention of one layer on the CPU: RoPE, appending keys and values to the paged cache, then causal
 //! grouped-query attention of every new token over its sequence's cache.
 //!
-//! Each query head is one task of the pool (9 tasks for SmolLM2: enough for 2 threads, and a head's output is a
-//! disjoint column range of the output). A query at position `p` reads keys and values `0..=p` of its own
-//! sequence from the cache, its own included: prefill and decode run exactly the same code per query, so a
-//! token's result does not depend on whether it was computed in a prompt chunk or as a decode step.
+//! Work is split by key/value head and by ranges of the step's rows: a task takes one KV head and scores all the
+//! query heads that share it (3 for SmolLM2) against each cached key, so the cache is read once per KV head rather
+//! than once per query head. It walks the sequence's block table block by block. A query at position `p` reads
+//! keys and values `0..=p` of its own sequence, its own included, with the same operations in the same order
+//! whatever the task split: prefill and decode run the same code per query, so a token's result does not depend
+//! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences.
+//!
+//! Tasks write into a staging buffer laid out `[kv_head][row][group × head_dim]`, where each task's rows are one
+//! contiguous slice; one copy afterwards puts the heads in place in the `[row][n_embd]` output.
 
 use std::sync::Mutex;
 
-use super::kernels::{Kernels, OutRows};
-use super::kv_cache::CpuKvCache;
+use half::f16;
+
+use super::kernels::Kernels;
+use super::kv_cache::{CpuKvCache, KvLayer};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
 use crate::model::llama::LlamaConfig;
 
-/// Most query heads a model may have (the per-head views live in a fixed array: no allocation per step).
-pub const MAX_HEADS: usize = 256;
+/// Most tasks of one attention region (a fixed array of slots: nothing is allocated per step).
+const MAX_TASKS: usize = 96;
+/// Tasks each KV head's rows are split into, at most: enough for load balance on a few threads.
+const TASKS_PER_KV_HEAD: usize = 16;
 
-/// Per-head scratch: attention scores for up to `context` positions, and one head's query and output.
-pub struct AttentionScratch {
-    heads: Vec<Mutex<HeadScratch>>,
+/// A task's private working memory.
+struct TaskScratch {
+    /// `[group][context]`: scores, then probabilities, of each query head of the group.
+    scores: Vec<f32>,
+    /// `[group][head_dim]`: the rotated, scaled queries.
+    queries: Vec<f32>,
+    /// `[group][head_dim]`: the weighted sums of values.
+    outputs: Vec<f32>,
 }
 
-struct HeadScratch {
-    /// `[context]`.
-    scores: Vec<f32>,
-    /// `[head_dim]`.
-    query: Vec<f32>,
-    /// `[head_dim]`.
-    output: Vec<f32>,
+/// Scratch memory of the attention: one working set per thread (at most that many tasks run at once) and the
+/// staging buffer of the outputs.
+pub struct AttentionScratch {
+    tasks: Vec<Mutex<TaskScratch>>,
+    /// `[n_head_kv][max_rows][group × head_dim]`.
+    stage: Vec<f32>,
 }
 
 impl AttentionScratch {
-    pub fn new(config: &LlamaConfig) -> Self {
-        let heads = (0..config.n_head)
+    pub fn new(config: &LlamaConfig, threads: usize, max_rows: usize) -> Self {
+        let group = config.n_head / config.n_head_kv;
+        let tasks = (0..threads.max(1))
             .map(|_| {
-                Mutex::new(HeadScratch {
-                    scores: vec![0.0; config.context_length],
-                    query: vec![0.0; config.head_dim],
-                    output: vec![0.0; config.head_dim],
+                Mutex::new(TaskScratch {
+                    scores: vec![0.0; group * config.context_length],
+                    queries: vec![0.0; group * config.head_dim],
+                    outputs: vec![0.0; group * config.head_dim],
                 })
             })
             .collect();
-        AttentionScratch { heads }
+        AttentionScratch { tasks, stage: vec![0.0; max_rows * config.n_embd] }
     }
 }
 
@@ -58,6 +72,31 @@ pub struct AttentionIo<'a> {
     pub out: &'a mut [f32],
 }
 
+/// A cache element type and the dot product and accumulation attention needs over it.
+trait KvElement: Copy {
+    fn dot(kernels: &Kernels, q: &[f32], k: &[Self]) -> f32;
+    fn axpy(kernels: &Kernels, out: &mut [f32], a: f32, v: &[Self]);
+}
+
+impl KvElement for f16 {
+    fn dot(kernels: &Kernels, q: &[f32], k: &[f16]) -> f32 {
+        kernels.dot_f16(q, k)
+    }
+    fn axpy(kernels: &Kernels, out: &mut [f32], a: f32, v: &[f16]) {
+        kernels.axpy_f16(out, a, v)
+    }
+}
+
+/// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
+impl KvElement for f32 {
+    fn dot(_: &Kernels, q: &[f32], k: &[f32]) -> f32 {
+        q.iter().zip(k).map(|(a, b)| a * b).sum()
+    }
+    fn axpy(_: &Kernels, out: &mut [f32], a: f32, v: &[f32]) {
+        out.iter_mut().zip(v).for_each(|(o, x)| *o += a * x);
+    }
+}
+
 /// Runs attention of `layer` for the step described by `step`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_layer(
@@ -66,15 +105,17 @@ pub fn attention_layer(
     config: &LlamaConfig,
     step: &StepLayout,
     cache: &mut CpuKvCache,
-    scratch: &AttentionScratch,
+    scratch: &mut AttentionScratch,
     layer: usize,
     io: AttentionIo<'_>,
 ) {
     let (hd, kv_dim, d) = (config.head_dim, config.kv_dim(), config.n_embd);
-    let t_count = step.n_tokens();
+    let rows = step.n_tokens();
+    let group = config.n_head / config.n_head_kv;
+    let group_width = group * hd;
 
     // RoPE on the new keys, then append keys and values to the cache.
-    for t in 0..t_count {
+    for t in 0..rows {
         let (cos, sin) = step.rope(t);
         let key = &mut io.k[t * kv_dim..(t + 1) * kv_dim];
         for head in key.chunks_exact_mut(hd) {
@@ -83,46 +124,126 @@ pub fn attention_layer(
         cache.store(layer, step.slot(t), key, &io.v[t * kv_dim..(t + 1) * kv_dim]);
     }
 
-    // One task per query head; each writes its own column range of `out`.
-    let views: [Mutex<Option<OutRows<'_>>>; MAX_HEADS] = std::array::from_fn(|_| Mutex::new(None));
-    let mut rest = OutRows::new(&mut io.out[..t_count * d], t_count, d);
-    for (h, slot) in views.iter().enumerate().take(config.n_head - 1) {
-        let (head, tail) = rest.split_at((h + 1) * hd);
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(head);
-        rest = tail;
+    // Tasks: (KV head, contiguous rows), each owning its rows of that head's plane of the staging buffer.
+    let per_head = TASKS_PER_KV_HEAD.min(MAX_TASKS / config.n_head_kv).min(rows).max(1);
+    let rows_per_task = rows.div_ceil(per_head);
+    type Slot<'s> = Mutex<Option<(usize, usize, &'s mut [f32])>>;
+    let slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
+    let AttentionScratch { tasks, stage } = scratch;
+    let tasks = &*tasks;
+    let mut n_tasks = 0;
+    for (kv_head, plane) in stage[..config.n_head_kv * rows * group_width].chunks_mut(rows * group_width).enumerate() {
+        for (i, piece) in plane.chunks_mut(rows_per_task * group_width).enumerate() {
+            *slots[n_tasks].lock().unwrap_or_else(|e| e.into_inner()) = Some((kv_head, i * rows_per_task, piece));
+            n_tasks += 1;
+        }
     }
-    *views[config.n_head - 1].lock().unwrap_or_else(|e| e.into_inner()) = Some(rest);
+
+    let layer_kv = cache.layer(layer);
     let cache = &*cache;
     let q = io.q;
-    let group = config.n_head / config.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    pool.run(config.n_head, &|h| {
-        let mut view = views[h].lock().unwrap_or_else(|e| e.into_inner()).take().expect("one task per head");
-        let mut guard = scratch.heads[h].lock().unwrap_or_else(|e| e.into_inner());
-        let HeadScratch { scores, query, output } = &mut *guard;
-        let (keys, values) = cache.layer(layer);
-        let kv_offset = (h / group) * hd;
-        for seq in step.seqs() {
-            for t in seq.rows.clone() {
-                let pos = step.position(t);
+    pool.run(n_tasks, &|task| {
+        let Some((kv_head, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let mut guard = acquire(tasks);
+        let work = &mut *guard;
+        for (i, out_row) in out.chunks_exact_mut(group_width).enumerate() {
+            let t = first_row + i;
+            let (cos, sin) = step.rope(t);
+            for (g, query) in work.queries.chunks_exact_mut(hd).enumerate() {
+                let h = kv_head * group + g;
                 query.copy_from_slice(&q[t * d + h * hd..t * d + (h + 1) * hd]);
-                let (cos, sin) = step.rope(t);
                 kernels.rope(&mut query[..config.rope_dim], cos, sin);
                 query.iter_mut().for_each(|x| *x *= scale);
-
-                let scores = &mut scores[..=pos];
-                for (j, score) in scores.iter_mut().enumerate() {
-                    let at = cache.slot(seq.block_table, j) * kv_dim + kv_offset;
-                    *score = kernels.dot_f16(query, &keys[at..at + hd]);
-                }
-                kernels.softmax_inplace(scores);
-                output.iter_mut().for_each(|x| *x = 0.0);
-                for (j, &p) in scores.iter().enumerate() {
-                    let at = cache.slot(seq.block_table, j) * kv_dim + kv_offset;
-                    kernels.axpy_f16(output, p, &values[at..at + hd]);
-                }
-                view.write(t, h * hd, output);
             }
+            let row = RowAttention {
+                kernels,
+                cache,
+                block_table: step.block_table_of_row(t),
+                positions: step.position(t) + 1,
+                offset: kv_head * hd,
+                kv_dim,
+                head_dim: hd,
+                context: config.context_length,
+            };
+            match layer_kv {
+                KvLayer::F16 { keys, values } => row.run(keys, values, work),
+                KvLayer::F32 { keys, values } => row.run(keys, values, work),
+            }
+            out_row.copy_from_slice(&work.outputs);
         }
     });
+
+    // Put each KV head's group of query heads in place: out[t][kv_head × group_width ..] = stage[kv_head][t].
+    for (kv_head, plane) in stage[..config.n_head_kv * rows * group_width].chunks(rows * group_width).enumerate() {
+        for (t, staged) in plane.chunks_exact(group_width).enumerate() {
+            let at = t * d + kv_head * group_width;
+            io.out[at..at + group_width].copy_from_slice(staged);
+        }
+    }
+}
+
+/// A free working set: one always exists, because no more tasks run at once than there are threads.
+fn acquire(tasks: &[Mutex<TaskScratch>]) -> std::sync::MutexGuard<'_, TaskScratch> {
+    loop {
+        for slot in tasks {
+            if let Ok(guard) = slot.try_lock() {
+                return guard;
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Attention of one query row for the query heads of one KV head.
+struct RowAttention<'a> {
+    kernels: &'a Kernels,
+    cache: &'a CpuKvCache,
+    block_table: &'a [u32],
+    /// Positions attended to: `0..positions` (the query's own included).
+    positions: usize,
+    /// Offset of the KV head within a cache row.
+    offset: usize,
+    kv_dim: usize,
+    head_dim: usize,
+    /// Stride of the per-head score rows in the scratch.
+    context: usize,
+}
+
+impl RowAttention<'_> {
+    /// Scores every position against each query of `work.queries`, softmaxes, and sums the values into
+    /// `work.outputs`. Keys and values are each read once, block by block.
+    fn run<T: KvElement>(&self, keys: &[T], values: &[T], work: &mut TaskScratch) {
+        let (hd, n) = (self.head_dim, self.positions);
+        let block_size = self.cache.block_size();
+        let TaskScratch { scores, queries, outputs } = work;
+        let mut pos = 0;
+        for &block in &self.block_table[..n.div_ceil(block_size)] {
+            let first_slot = block as usize * block_size;
+            for slot in first_slot..first_slot + block_size.min(n - pos) {
+                let key = &keys[slot * self.kv_dim + self.offset..][..hd];
+                for (g, query) in queries.chunks_exact(hd).enumerate() {
+                    scores[g * self.context + pos] = T::dot(self.kernels, query, key);
+                }
+                pos += 1;
+            }
+        }
+        for g in 0..queries.len() / hd {
+            self.kernels.softmax_inplace(&mut scores[g * self.context..g * self.context + n]);
+        }
+        outputs.iter_mut().for_each(|x| *x = 0.0);
+        let mut pos = 0;
+        for &block in &self.block_table[..n.div_ceil(block_size)] {
+            let first_slot = block as usize * block_size;
+            for slot in first_slot..first_slot + block_size.min(n - pos) {
+                let value = &values[slot * self.kv_dim + self.offset..][..hd];
+                for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
+                    T::axpy(self.kernels, output, scores[g * self.context + pos], value);
+                }
+                pos += 1;
+            }
+        }
+    }
 }

@@ -5,9 +5,9 @@
 
 use std::fmt;
 
-use super::attention::{attention_layer, AttentionIo, AttentionScratch, MAX_HEADS};
+use super::attention::{attention_layer, AttentionIo, AttentionScratch};
 use super::kernels::{kernels, BlockQ8A, Kernels, WeightData, WeightMatrix};
-use super::kv_cache::CpuKvCache;
+use super::kv_cache::{CpuKvCache, KvPrecision};
 use super::model_weights::CpuModelWeights;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
@@ -135,15 +135,22 @@ impl<'m> CpuBackend<'m> {
         if options.kv_num_blocks == 0 || options.kv_num_blocks > u32::MAX as usize {
             return bad(format!("kv_num_blocks {} is not in 1..=4294967295", options.kv_num_blocks));
         }
-        if config.n_head > MAX_HEADS {
-            return bad(format!("the model has {} heads; the CPU backend supports {MAX_HEADS}", config.n_head));
-        }
         if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
             return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
         }
         let weights = CpuModelWeights::new(file, &config).map_err(CpuBackendError::Gguf)?;
         let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
-        let cache = CpuKvCache::new(config.n_layer, config.kv_dim(), options.kv_block_size, options.kv_num_blocks);
+        let kv_precision = match options.precision {
+            Precision::Quantized8 => KvPrecision::F16,
+            Precision::Float32 => KvPrecision::F32,
+        };
+        let cache = CpuKvCache::new(
+            config.n_layer,
+            config.kv_dim(),
+            options.kv_block_size,
+            options.kv_num_blocks,
+            kv_precision,
+        );
         let t = options.max_batch_tokens;
         let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
         let widths = [d, d, d, kv, kv, d, ff, ff, d];
@@ -153,7 +160,7 @@ impl<'m> CpuBackend<'m> {
             weights,
             cache,
             step: StepLayout::default(),
-            attention: AttentionScratch::new(&config),
+            attention: AttentionScratch::new(&config, options.threads, options.max_batch_tokens),
             bufs: widths.map(|w| vec![0.0; t * w]),
             hidden: vec![0.0; t * ff],
             act_q8: vec![bytemuck::Zeroable::zeroed(); t * d.max(ff) / QK],
@@ -300,7 +307,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             &self.config,
             &self.step,
             &mut self.cache,
-            &self.attention,
+            &mut self.attention,
             layer,
             io,
         );

@@ -8,14 +8,6 @@ use crate::model::llama::batch::SeqChunk;
 use crate::model::llama::LlamaConfig;
 use crate::model::TokenId;
 
-/// One sequence of the step.
-pub struct SeqRows<'a> {
-    /// Its rows (new tokens) in the step's activation buffers.
-    pub rows: Range<usize>,
-    /// Its KV cache blocks.
-    pub block_table: &'a [u32],
-}
-
 struct SeqEntry {
     rows: Range<usize>,
     /// Range of its block table in `StepLayout::block_tables`.
@@ -36,6 +28,8 @@ pub struct StepLayout {
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     seqs: Vec<SeqEntry>,
+    /// `[T]`: the index in `seqs` of each row's sequence.
+    row_seq: Vec<u32>,
     /// Every sequence's block table, concatenated.
     block_tables: Vec<u32>,
     half_rope: usize,
@@ -58,6 +52,7 @@ impl StepLayout {
         self.rope_cos.clear();
         self.rope_sin.clear();
         self.seqs.clear();
+        self.row_seq.clear();
         self.block_tables.clear();
         for s in batch {
             let first_row = self.tokens.len();
@@ -66,6 +61,7 @@ impl StepLayout {
             for (i, &token) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + i;
                 self.tokens.push(token);
+                self.row_seq.push(self.seqs.len() as u32);
                 self.positions.push(pos);
                 self.slots.push(cache.slot(s.block_table, pos));
                 for &inv_freq in &self.inv_freq {
@@ -105,9 +101,9 @@ impl StepLayout {
         (&self.rope_cos[r.clone()], &self.rope_sin[r])
     }
 
-    /// The sequences of the step, in batch order.
-    pub fn seqs(&self) -> impl Iterator<Item = SeqRows<'_>> {
-        self.seqs.iter().map(|s| SeqRows { rows: s.rows.clone(), block_table: &self.block_tables[s.blocks.clone()] })
+    /// The block table of row `row`'s sequence.
+    pub fn block_table_of_row(&self, row: usize) -> &[u32] {
+        &self.block_tables[self.seqs[self.row_seq[row] as usize].blocks.clone()]
     }
 
     /// The rows whose logits are wanted (each such sequence's last new token), in batch order.
