@@ -110,6 +110,31 @@
 #define ENGINE_EXTENDED_NUM_PREEMPTIONS (1 << 12)
 
 /**
+ * Presence bit of `EngineStats.num_running`.
+ */
+#define ENGINE_STATS_NUM_RUNNING (1 << 0)
+
+/**
+ * Presence bit of `EngineStats.num_waiting`.
+ */
+#define ENGINE_STATS_NUM_WAITING (1 << 1)
+
+/**
+ * Presence bit of `EngineStats.kv_blocks_free`.
+ */
+#define ENGINE_STATS_KV_BLOCKS_FREE (1 << 2)
+
+/**
+ * Presence bit of `EngineStats.kv_blocks_total`.
+ */
+#define ENGINE_STATS_KV_BLOCKS_TOTAL (1 << 3)
+
+/**
+ * Presence bit of `EngineStats.num_steps`.
+ */
+#define ENGINE_STATS_NUM_STEPS (1 << 4)
+
+/**
  * The major version of the header (`Cargo.toml`'s, checked by a test). Incompatible changes bump it.
  */
 #define EMBER_VERSION_MAJOR 0
@@ -412,6 +437,41 @@ typedef struct ExtendedTimingMetrics {
 } ExtendedTimingMetrics;
 
 /**
+ * Counters of one engine, as of its last step (updated by the engine thread after every step and whenever a
+ * request finishes, so a host that has seen a request finish also sees it gone from these counts).
+ */
+typedef struct EngineStats {
+    /**
+     * Set by the caller to `sizeof(EngineStats)` before the call; never written by ember.
+     */
+    uint32_t struct_size;
+    /**
+     * `ENGINE_STATS_*` bits of the fields present (and written).
+     */
+    uint32_t present;
+    /**
+     * Sequences (choices) admitted and not finished.
+     */
+    uint32_t num_running;
+    /**
+     * Sequences waiting for admission (new, or preempted and waiting to be recomputed).
+     */
+    uint32_t num_waiting;
+    /**
+     * KV cache blocks free.
+     */
+    uint32_t kv_blocks_free;
+    /**
+     * KV cache blocks in all.
+     */
+    uint32_t kv_blocks_total;
+    /**
+     * Forward steps run since the engine started.
+     */
+    uint64_t num_steps;
+} EngineStats;
+
+/**
  * One event of a request, written by `engine_poll`.
  */
 typedef struct EngineEvent {
@@ -515,6 +575,19 @@ EngineStatus engine_get_choice_timing_metrics(const struct EngineRequest *reques
 EngineStatus engine_get_extended_metrics(const struct EngineRequest *request,
                                          uint32_t choice,
                                          struct ExtendedTimingMetrics *out);
+
+/**
+ * Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
+ *
+ * Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE` (a freed, stale or
+ * foreign engine), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+ *
+ * Thread safety: any thread, at any time; reads atomic counters only (no lock, no allocation).
+ *
+ * # Safety
+ * `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
+ */
+EngineStatus engine_get_stats(const struct Engine *engine, struct EngineStats *out);
 
 /**
  * The five timing metrics of choice 0 (see `engine_get_choice_timing_metrics`).

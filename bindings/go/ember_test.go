@@ -477,3 +477,33 @@ func TestVersionsAgree(t *testing.T) {
 		t.Errorf("library %s, header %s", Version(), HeaderVersion())
 	}
 }
+
+func TestStatsShowACancelledRequestGone(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := submit(t, engine, ctx, chat("Tell me a long story.", 4000, `, "ignore_eos": true`))
+	if event, err := req.Next(); err != nil || event.Kind != EventDelta {
+		t.Fatalf("first event: %+v, %v", event, err)
+	}
+	stats, err := engine.Stats()
+	if err != nil || stats.Running != 1 || stats.KVBlocksFree >= stats.KVBlocksTotal || stats.Steps == 0 {
+		t.Fatalf("while running: %+v, %v", stats, err)
+	}
+	cancel()
+	if _, err := req.Next(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after cancel = %v", err)
+	}
+	// The engine ended the request before Next returned: it holds nothing any more.
+	stats, err = engine.Stats()
+	if err != nil || stats.Running != 0 || stats.Waiting != 0 || stats.KVBlocksFree != stats.KVBlocksTotal {
+		t.Fatalf("after cancel: %+v, %v", stats, err)
+	}
+	engine.Close()
+	if _, err := engine.Stats(); err == nil {
+		t.Error("Stats of a closed engine succeeded")
+	}
+}

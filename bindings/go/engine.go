@@ -107,6 +107,33 @@ func (e *Engine) Close() {
 	}
 }
 
+// Stats are an engine's counters (engine_get_stats): sequences (choices) running and waiting, KV cache blocks
+// free and in all, forward steps run. A request whose end has been read is already gone from them.
+type Stats struct {
+	Running, Waiting            uint32
+	KVBlocksFree, KVBlocksTotal uint32
+	Steps                       uint64
+}
+
+// Stats reads the engine's counters; StatusInvalidHandle once the engine is closed.
+func (e *Engine) Stats() (Stats, error) {
+	defer runtime.KeepAlive(e)
+	if e.closed.Load() {
+		return Stats{}, &Error{Op: "engine_get_stats", Status: StatusInvalidHandle, Message: "the engine is closed"}
+	}
+	out := C.EngineStats{struct_size: C.uint32_t(C.sizeof_EngineStats)}
+	if _, err := call("engine_get_stats", func() C.EngineStatus { return C.ember_go_stats(e.handle, &out) }); err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		Running:       uint32(out.num_running),
+		Waiting:       uint32(out.num_waiting),
+		KVBlocksFree:  uint32(out.kv_blocks_free),
+		KVBlocksTotal: uint32(out.kv_blocks_total),
+		Steps:         uint64(out.num_steps),
+	}, nil
+}
+
 // Submit hands an OpenAI request body to the engine and returns at once; the engine works on it in the
 // background. The body is a Chat Completions request (it has `messages`) or a Completions request (it has
 // `prompt`); docs/protocol.md lists the fields. When ctx ends before the request, the engine cancels it

@@ -34,6 +34,10 @@ static inline EngineStatus ember_go_new(const char *config_json, uintptr_t *out)
 
 static inline void ember_go_free(uintptr_t engine) { engine_free((Engine *)engine); }
 
+static inline EngineStatus ember_go_stats(uintptr_t engine, EngineStats *out) {
+    return engine_get_stats((const Engine *)engine, out);
+}
+
 static inline EngineStatus ember_go_submit(uintptr_t engine, const char *request_json, uintptr_t *out) {
     EngineRequest *request = NULL;
     EngineStatus status = engine_submit((Engine *)engine, request_json, &request);

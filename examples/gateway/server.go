@@ -81,15 +81,21 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 	}}})
 }
 
-// health says whether the gateway takes requests, and how many the engine is working on for it.
+// health says whether the gateway takes requests, how many it has in flight, and what the engine itself holds
+// (engine_get_stats: sequences running and waiting, KV cache blocks free and in all).
 func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	status, state := http.StatusOK, "ok"
 	if s.draining.Load() {
 		status, state = http.StatusServiceUnavailable, "draining"
 	}
-	return writeJSON(w, status, map[string]any{
-		"status": state, "model": s.modelID, "requests_in_flight": s.metrics.inFlight.Load(),
-	})
+	body := map[string]any{"status": state, "model": s.modelID, "requests_in_flight": s.metrics.inFlight.Load()}
+	if stats, err := s.engine.Stats(); err == nil {
+		body["engine"] = map[string]any{
+			"running": stats.Running, "waiting": stats.Waiting,
+			"kv_blocks_free": stats.KVBlocksFree, "kv_blocks_total": stats.KVBlocksTotal,
+		}
+	}
+	return writeJSON(w, status, body)
 }
 
 func (s *server) prometheus(w http.ResponseWriter, _ *http.Request) int {

@@ -26,6 +26,7 @@ pub mod log;
 pub mod metrics;
 mod registry;
 pub mod request;
+pub mod stats;
 pub mod status;
 pub mod version;
 mod versioned;
@@ -40,5 +41,6 @@ pub use metrics::{
     engine_get_token_timestamps, ExtendedTimingMetrics, PerRequestTimingMetrics,
 };
 pub use request::{engine_cancel, engine_request_free, engine_submit, EngineRequest};
+pub use stats::{engine_get_stats, EngineStats};
 pub use status::{engine_status_message, EngineStatus};
 pub use version::{engine_version, EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH};

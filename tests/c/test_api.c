@@ -145,6 +145,11 @@ static void test_null_arguments(void) {
     CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count), ENGINE_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
     CHECK(count == 7);
+    EngineStats stats = {.struct_size = sizeof stats};
+    CHECK_STATUS(engine_get_stats(NULL, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_stats(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    stats.struct_size = 4;
+    CHECK_STATUS(engine_get_stats((Engine *)0x12345678, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(engine_next_chunk_json(NULL, NULL, 0, &json), ENGINE_STATUS_INVALID_ARGUMENT);
@@ -188,7 +193,10 @@ static void test_invalid_requests(Engine *engine) {
     CHECK(request == (EngineRequest *)0x1);
 }
 
-/* The requests the tests submit: a greedy reference request (several deltas), a stream, a long request. */
+/* The requests the tests submit: a greedy reference request (several deltas), a stream, a long request (it ignores
+ * end-of-generation tokens, so that it is certainly still running when a test frees it or its engine; its prompt
+ * makes the model count, so that text, and with it the first event, comes at once: with end-of-generation tokens
+ * ignored, a model may also go on emitting control tokens, which have no text). */
 typedef struct {
     const char *reference;
     const char *reference_object; /* the "object" of its response */
@@ -202,7 +210,8 @@ static const Requests FULL_REQUESTS = {
     .reference_object = "\"object\":\"chat.completion\"",
     .stream = "{\"prompt\": \"The sky is\", \"max_tokens\": 4, \"temperature\": 0, \"stream\": true,"
               " \"stream_options\": {\"include_usage\": true}}",
-    .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 40, \"temperature\": 0}",
+    .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 400, \"temperature\": 0,"
+                    " \"ignore_eos\": true}",
 };
 
 static const Requests SHORT_REQUESTS = {
@@ -210,7 +219,8 @@ static const Requests SHORT_REQUESTS = {
     .reference_object = "\"object\":\"text_completion\"",
     .stream = "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"temperature\": 0, \"stream\": true,"
               " \"stream_options\": {\"include_usage\": true}}",
-    .long_running = "{\"prompt\": \"Hi\", \"max_tokens\": 40, \"temperature\": 0}",
+    .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 400, \"temperature\": 0,"
+                    " \"ignore_eos\": true}",
 };
 
 static const Requests *requests = &FULL_REQUESTS;
@@ -335,6 +345,18 @@ static void test_cancel_and_choices(Engine *engine) {
     CHECK(strstr(json, "\"finish_reason\":\"cancelled\"") != NULL);
     engine_string_free(json);
     engine_request_free(request);
+
+    /* The cancelled choices have left the engine: nothing runs or waits, every KV block is free. */
+    EngineStats stats = {.struct_size = sizeof stats};
+    CHECK_STATUS(engine_get_stats(engine, &stats), ENGINE_STATUS_OK);
+    CHECK(stats.present == (ENGINE_STATS_NUM_RUNNING | ENGINE_STATS_NUM_WAITING | ENGINE_STATS_KV_BLOCKS_FREE |
+                            ENGINE_STATS_KV_BLOCKS_TOTAL | ENGINE_STATS_NUM_STEPS));
+    CHECK(stats.num_running == 0 && stats.num_waiting == 0);
+    CHECK(stats.kv_blocks_total > 0 && stats.kv_blocks_free == stats.kv_blocks_total);
+    /* A caller that knows only the first two counters gets just those. */
+    EngineStats small = {.struct_size = 16, .kv_blocks_free = 12345};
+    CHECK_STATUS(engine_get_stats(engine, &small), ENGINE_STATUS_OK);
+    CHECK(small.present == (ENGINE_STATS_NUM_RUNNING | ENGINE_STATS_NUM_WAITING) && small.kv_blocks_free == 12345);
 }
 
 /* A streaming completion read chunk by chunk, to STREAM_DONE. */
@@ -375,6 +397,11 @@ static void test_handle_misuse(Engine *engine, Engine *other) {
         CHECK_STATUS(engine_poll(engine, random_values[i], 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
         CHECK_STATUS(engine_get_timing_metrics(random_values[i], &m), ENGINE_STATUS_INVALID_HANDLE);
         CHECK_STATUS(engine_cancel(random_values[i]), ENGINE_STATUS_INVALID_HANDLE);
+        if ((void *)random_values[i] != (void *)engine) {
+            EngineStats stats = {.struct_size = sizeof stats};
+            CHECK_STATUS(engine_get_stats((const Engine *)(const void *)random_values[i], &stats),
+                         ENGINE_STATUS_INVALID_HANDLE);
+        }
         engine_request_free(random_values[i]);
         CHECK(last_error_has("engine_request_free"));
     }
@@ -510,6 +537,8 @@ static void test_engine_freed_while_polled(Engine *doomed) {
     CHECK(last_error_has("engine_free"));
     EngineEvent ev;
     CHECK_STATUS(engine_poll(doomed, r.request, 0, &ev), ENGINE_STATUS_INVALID_HANDLE);
+    EngineStats stats = {.struct_size = sizeof stats};
+    CHECK_STATUS(engine_get_stats(doomed, &stats), ENGINE_STATUS_INVALID_HANDLE);
     CHECK_STATUS(engine_submit(doomed, requests->reference, &(EngineRequest *){NULL}), ENGINE_STATUS_INVALID_HANDLE);
     PerRequestTimingMetrics m = {.struct_size = sizeof m};
     CHECK_STATUS(engine_get_timing_metrics(r.request, &m), ENGINE_STATUS_OK);

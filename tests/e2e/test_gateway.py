@@ -264,10 +264,16 @@ class GatewayTest(unittest.TestCase):
         for _, _chunk in zip(range(3), stream):
             pass
         wait_until(lambda: with_metrics.get_json("/health")["requests_in_flight"] == 1, "only this request runs")
+        self.assertEqual(with_metrics.get_json("/health")["engine"]["running"], 1, "it streamed: it runs")
         stream.close()
         # The gateway counts 499 only once the engine has ended the cancelled request (the binding drains it).
         wait_until(lambda: with_metrics.counter("chat", 499) == before + 1, "the gateway counts the disconnect")
-        self.assertEqual(with_metrics.get_json("/health")["requests_in_flight"], 0)
+        health = with_metrics.get_json("/health")
+        self.assertEqual(health["requests_in_flight"], 0)
+        # The engine's own counters (engine_get_stats): nothing runs or waits, and every KV block is free again.
+        engine = health["engine"]
+        self.assertEqual((engine["running"], engine["waiting"]), (0, 0), health)
+        self.assertEqual(engine["kv_blocks_free"], engine["kv_blocks_total"], health)
 
 
 class ShutdownTest(unittest.TestCase):

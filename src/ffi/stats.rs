@@ -1,0 +1,118 @@
+//! Engine-wide counters as a C struct, versioned by `struct_size` like the metrics structs: how many sequences
+//! run and wait, how full the KV cache is. What a host shows on a health page, or checks to know that a
+//! cancelled request really left the engine.
+
+use std::mem::{offset_of, size_of};
+
+use super::boundary::{boundary, Failure};
+use super::engine::Engine;
+use super::registry::ENGINES;
+use super::status::EngineStatus;
+use super::versioned::{contiguous, declared_size, write_within, Versioned};
+
+/// Presence bit of `EngineStats.num_running`.
+pub const ENGINE_STATS_NUM_RUNNING: u32 = 1 << 0;
+/// Presence bit of `EngineStats.num_waiting`.
+pub const ENGINE_STATS_NUM_WAITING: u32 = 1 << 1;
+/// Presence bit of `EngineStats.kv_blocks_free`.
+pub const ENGINE_STATS_KV_BLOCKS_FREE: u32 = 1 << 2;
+/// Presence bit of `EngineStats.kv_blocks_total`.
+pub const ENGINE_STATS_KV_BLOCKS_TOTAL: u32 = 1 << 3;
+/// Presence bit of `EngineStats.num_steps`.
+pub const ENGINE_STATS_NUM_STEPS: u32 = 1 << 4;
+
+/// Counters of one engine, as of its last step (updated by the engine thread after every step and whenever a
+/// request finishes, so a host that has seen a request finish also sees it gone from these counts).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EngineStats {
+    /// Set by the caller to `sizeof(EngineStats)` before the call; never written by ember.
+    pub struct_size: u32,
+    /// `ENGINE_STATS_*` bits of the fields present (and written).
+    pub present: u32,
+    /// Sequences (choices) admitted and not finished.
+    pub num_running: u32,
+    /// Sequences waiting for admission (new, or preempted and waiting to be recomputed).
+    pub num_waiting: u32,
+    /// KV cache blocks free.
+    pub kv_blocks_free: u32,
+    /// KV cache blocks in all.
+    pub kv_blocks_total: u32,
+    /// Forward steps run since the engine started.
+    pub num_steps: u64,
+}
+
+impl Versioned for EngineStats {
+    const FIELD_ENDS: &'static [usize] = &[
+        4,
+        8,
+        offset_of!(Self, num_running) + 4,
+        offset_of!(Self, num_waiting) + 4,
+        offset_of!(Self, kv_blocks_free) + 4,
+        offset_of!(Self, kv_blocks_total) + 4,
+        offset_of!(Self, num_steps) + 8,
+    ];
+    fn set_present(&mut self, present: u32) {
+        self.present = present;
+    }
+    fn present(&self) -> u32 {
+        self.present
+    }
+}
+
+const _: () = {
+    type S = EngineStats;
+    assert!(contiguous(
+        S::FIELD_ENDS,
+        &[
+            offset_of!(S, present),
+            offset_of!(S, num_running),
+            offset_of!(S, num_waiting),
+            offset_of!(S, kv_blocks_free),
+            offset_of!(S, kv_blocks_total),
+            offset_of!(S, num_steps),
+        ]
+    ));
+    assert!(S::FIELD_ENDS[S::FIELD_ENDS.len() - 1] == size_of::<S>());
+};
+
+/// Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
+///
+/// Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE` (a freed, stale or
+/// foreign engine), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+///
+/// Thread safety: any thread, at any time; reads atomic counters only (no lock, no allocation).
+///
+/// # Safety
+/// `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
+#[no_mangle]
+pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut EngineStats) -> EngineStatus {
+    boundary("engine_get_stats", || {
+        if out.is_null() {
+            return Err(Failure::invalid_argument("out is NULL"));
+        }
+        // SAFETY: non-NULL; readable by this function's contract.
+        let declared = unsafe { declared_size(out) }?;
+        let object = ENGINES.get(engine.addr())?;
+        let stats = object.with_engine(|e| {
+            let (free, total) = e.kv_blocks();
+            let clamp = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+            EngineStats {
+                struct_size: 0,
+                present: ENGINE_STATS_NUM_RUNNING
+                    | ENGINE_STATS_NUM_WAITING
+                    | ENGINE_STATS_KV_BLOCKS_FREE
+                    | ENGINE_STATS_KV_BLOCKS_TOTAL
+                    | ENGINE_STATS_NUM_STEPS,
+                num_running: clamp(e.num_running()),
+                num_waiting: clamp(e.num_waiting()),
+                kv_blocks_free: clamp(free),
+                kv_blocks_total: clamp(total),
+                num_steps: e.num_steps() as u64,
+            }
+        })?;
+        // SAFETY: `declared` bytes at `out` are writable by this function's contract.
+        unsafe { write_within(out, stats, declared) };
+        Ok(())
+    })
+}
