@@ -2,7 +2,7 @@
 #   make go-test    build the release library; go vet and go test the binding (static, then shared) and the
 #                   gateway on the real model; then the end-to-end test with the official OpenAI Python client
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
-#   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the engine alone
+#   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
 # Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end test, `pip install openai`.
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).

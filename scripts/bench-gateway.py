@@ -12,8 +12,8 @@ driven directly through the engine in the same run, so that the difference is wh
    `max_tokens` generated tokens with `ignore_eos`), `--requests-per-client` each;
 2. binding: the same load through the Go binding without HTTP (`go test -bench ConcurrentChat` in bindings/go;
    Go runs each benchmark once with one request per client before the measured run);
-3. rust: `cargo bench --bench engine -- --quick`, the engine alone from Rust. Its load differs (one wave of 1 and
-   16 requests, 128-token prompts, 32 tokens each): it bounds what the engine does on this machine.
+3. rust: the same load driven directly from Rust (`cargo bench --bench chat_load`: a thread per client, each
+   request through the protocol layer as `engine_submit` takes it), nothing in between.
 
 Rates are wall-clock over a whole load (prefill included). The machine's load average is printed beside them:
 on a shared 2-core machine, other work lowers every figure. Environment: EMBER_MODEL, CARGO_TARGET_DIR.
@@ -132,14 +132,18 @@ def run_binding(args):
 
 
 def run_rust(args):
+    """benches/chat_load.rs: the gateway's load without HTTP and without cgo."""
+    # Built first, so that compiling does not run inside the measurement's load average.
+    subprocess.run(["cargo", "bench", "--bench", "chat_load", "--no-run"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         load = load_average()
-        subprocess.run(["cargo", "bench", "--bench", "engine", "--", "--quick", "--threads", str(args.threads),
-                        "--json", out.name], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cargo", "bench", "--bench", "chat_load", "--", "--clients",
+                        ",".join(str(c) for c in args.clients), "--requests-per-client", str(args.requests_per_client),
+                        "--max-tokens", str(args.max_tokens), "--threads", str(args.threads), "--json", out.name],
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         doc = json.load(open(out.name))
-    return [{"clients": r["concurrency"], "tokens_per_s": r["aggregate_tokens_per_s"],
-             "requests_per_s": r["concurrency"] / r["wall_s"], "load_average": load}
-            for r in doc["runs"] if r["stats"]]
+    return [dict(r, load_average=load) for r in doc["runs"]]
 
 
 def main():
@@ -158,8 +162,11 @@ def main():
         for r in report.get(path, []):
             print(f"{path:<8} {r['clients']:>7} {r['requests_per_s']:>10.2f} {r['tokens_per_s']:>9.1f} "
                   f"{r['load_average']:>8.2f}")
-    if "rust" in report:
-        print("rust: one wave of 128-token prompts (benches/engine.rs --quick), not the same load")
+    for path in ("gateway", "binding"):
+        for r in report.get(path, []):
+            rust = next((x for x in report.get("rust", []) if x["clients"] == r["clients"]), None)
+            if rust:
+                print(f"{path} / rust at {r['clients']} clients: {r['tokens_per_s'] / rust['tokens_per_s']:.3f}")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(report, f, indent=2)
