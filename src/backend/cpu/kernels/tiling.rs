@@ -9,6 +9,7 @@
 //! batch and any row split.
 
 use std::mem::size_of;
+use std::ops::Range;
 
 use super::out_rows::OutRows;
 
@@ -19,9 +20,21 @@ use super::out_rows::OutRows;
 /// `unsafe` because it needs its path's CPU features.
 pub(super) type TileFn<W, A> = unsafe fn(rows: &[W], cols: &[A], n_blocks: usize, out: &mut [f32]);
 
+/// Computes `R` weight rows (`R` fixed per function) against columns `cols` of `act`, writing rows `r0..r0 + R`
+/// of those columns into `out`, with the rows' weights prepared (unpacked) once for all the column tiles instead
+/// of once per tile. Bit-identical to the tile functions: unpacking is exact, and each output then sees the same
+/// operations in the same order. Returns false, having written nothing, when its buffer cannot hold the rows
+/// (longer than the model's); the walker then uses the tile functions.
+/// `unsafe` because it needs its path's CPU features.
+pub(super) type RowTileFn<W, A> =
+    unsafe fn(rows: &[W], n_blocks: usize, act: &[A], cols: Range<usize>, r0: usize, out: &mut OutRows) -> bool;
+
 /// The tile functions of one path for one weight type: `fns[R - 1][C - 1]` computes `R × C` tiles.
 pub(super) struct TileTable<W: 'static, A: 'static, const RM: usize, const CM: usize> {
     pub fns: [[TileFn<W, A>; CM]; RM],
+    /// `row_tiles[R - 1]`, for paths where unpacking the weights costs enough that doing it once per panel rather
+    /// than once per column tile pays (used when a panel holds more than one column tile).
+    pub row_tiles: Option<[RowTileFn<W, A>; RM]>,
     /// Rows per tile when the batch has several columns (at most `RM`). A matvec uses all `RM` rows, to keep as many
     /// independent rows in flight as possible; a wider batch may want fewer, so that its `rows × CM` accumulators fit
     /// the register file.
@@ -68,6 +81,13 @@ pub(super) unsafe fn run_tiles<W, A, const RM: usize, const CM: usize>(
         while r0 < rows.end {
             let n_r = rows_per_tile.min(rows.end - r0);
             let tile_rows = &weights[r0 * n_blocks..(r0 + n_r) * n_blocks];
+            if let Some(row_tiles) = table.row_tiles.as_ref().filter(|_| panel_end - panel_start > CM) {
+                // SAFETY: as for the tile functions below; the row tile function checks its own buffer's size.
+                if unsafe { row_tiles[n_r - 1](tile_rows, n_blocks, act, panel_start..panel_end, r0, out) } {
+                    r0 += n_r;
+                    continue;
+                }
+            }
             let mut c0 = panel_start;
             while c0 < panel_end {
                 let n_c = CM.min(panel_end - c0);

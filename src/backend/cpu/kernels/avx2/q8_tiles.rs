@@ -199,11 +199,11 @@ fn tile<F: Format, const R: usize, const C: usize>(
 /// and 2 × 4 measured 25-35% faster for 64 columns (4 rows stay for the matvec, where they were 10% faster than 2).
 const BATCH_ROWS: usize = 2;
 static Q4_0_TILES: TileTable<BlockQ4_0, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
 static Q4_1_TILES: TileTable<BlockQ4_1, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
 static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
 
 /// The AVX2 `Kernels::matmul_q8` (arguments checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
