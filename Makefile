@@ -13,7 +13,7 @@ demo: c-demo
 
 # The same answer from the Rust command-line tool, with its speed.
 chat: model
-	$(CARGO) run --release --quiet --bin ember-cli -- chat "What is the capital of France?"
+	$(CARGO) run --release --quiet --bin ember-cli -- chat "What is the boiling point of water in Celsius?"
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -65,8 +65,10 @@ c-examples: c-lib
 	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/chat.c -o $(EMBER_C_OUT)/chat $(EMBER_SHARED)
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/chat.cpp -o $(EMBER_C_OUT)/chat_cpp $(EMBER_SHARED)
 
+# A question the 135M model answers well under greedy decoding (some, such as "What is the capital of France?",
+# send it into a loop, as they do llama.cpp: see tests/fixtures/greedy_ref.json).
 c-demo: model c-examples
-	$(EMBER_C_OUT)/chat "What is the capital of France?"
+	$(EMBER_C_OUT)/chat "What is the boiling point of water in Celsius?"
 
 header-check:
 	$(CARGO) test --release --test header

@@ -50,7 +50,7 @@ static void print_metric(const char *name, double value, uint32_t present, uint3
 }
 
 int main(int argc, char **argv) {
-    const char *message = argc > 1 ? argv[1] : "What is the capital of France?";
+    const char *message = argc > 1 ? argv[1] : "What is the boiling point of water in Celsius?";
     char content[2048];
     char request_json[4096];
     if (json_string(message, content, sizeof content) != 0) {

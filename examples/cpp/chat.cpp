@@ -7,7 +7,7 @@
 #include <iostream>
 
 int main(int argc, char **argv) {
-    const std::string message = argc > 1 ? argv[1] : "What is the capital of France?";
+    const std::string message = argc > 1 ? argv[1] : "What is the boiling point of water in Celsius?";
     std::string escaped;
     for (char c : message) {
         if (c == '"' || c == '\\') escaped += '\\';

@@ -116,7 +116,7 @@ fn info(args: &Args) -> Result<(), String> {
     println!("rope         base {}, {} dims; rms eps {}", c.rope_base, c.rope_dim, c.rms_eps);
     println!("context      {} tokens; vocabulary {} tokens", c.context_length, c.vocab_size);
     println!("output       {}", if c.tied_output { "tied to the token embedding" } else { "separate" });
-    let message = args.positional.first().map_or("What is the capital of France?", String::as_str);
+    let message = args.positional.first().map_or("What is the boiling point of water in Celsius?", String::as_str);
     let rendered = model.chat_template.render(&[ChatMessage::new("user", message)], true).map_err(|e| e.to_string())?;
     let ids = chat_prompt(&model, message)?;
     println!("\nchat prompt ({} tokens):\n{rendered}", ids.len());
