@@ -1,6 +1,6 @@
 //! The CPU forward pass of the real model against two references:
 //!
-//! - float64 logits at every prompt position of 4 chat prompts (`reference_logits.{json,bin}`, written by
+//! - float64 logits at every prompt position of 4 chat prompts (`reference_logits.{json,f32}`, written by
 //!   `scripts/reference/make_reference_logits.py` from the dequantized weights): the precise path must match them
 //!   closely, the fast path is measured against them;
 //! - llama.cpp's greedy distributions (`greedy_ref.json`), fed back token by token (teacher forcing), so that one
@@ -19,7 +19,7 @@ use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
 const REFERENCE_LOGITS_JSON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference_logits.json");
-const REFERENCE_LOGITS_BIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference_logits.bin");
+const REFERENCE_LOGITS_F32: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference_logits.f32");
 const GREEDY_REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/greedy_ref.json");
 
 /// Positions per KV block of the test backends.
@@ -182,12 +182,12 @@ fn errors_against_float64(precision: Precision) -> Vec<f64> {
     let model = load_model();
     let meta: ReferenceLogits = read_json(REFERENCE_LOGITS_JSON);
     let bytes =
-        std::fs::read(REFERENCE_LOGITS_BIN).unwrap_or_else(|e| panic!("cannot read {REFERENCE_LOGITS_BIN}: {e}"));
+        std::fs::read(REFERENCE_LOGITS_F32).unwrap_or_else(|e| panic!("cannot read {REFERENCE_LOGITS_F32}: {e}"));
     let row_len = meta.subset.len() + meta.top;
     // `[case][position][row_len]`, float32 little-endian, case after case.
     let reference: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     let positions: usize = meta.cases.iter().map(|c| c.prompt_ids.len()).sum();
-    assert_eq!(reference.len(), positions * row_len, "{REFERENCE_LOGITS_BIN} does not match its JSON");
+    assert_eq!(reference.len(), positions * row_len, "{REFERENCE_LOGITS_F32} does not match its JSON");
     let case_start: Vec<usize> =
         meta.cases.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c.prompt_ids.len()))).collect();
 

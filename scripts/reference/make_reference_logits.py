@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/reference_logits.{json,bin}: float64-reference logits of SmolLM2-135M-Instruct Q4_1 at
+"""Writes tests/fixtures/reference_logits.{json,f32}: float64-reference logits of SmolLM2-135M-Instruct Q4_1 at
 every prompt position of a few reference chat prompts, for ember's forward-pass tests (CPU precise path ≤ 1e-3
 relative error; GPU path median ≤ 0.05).
 
@@ -10,7 +10,7 @@ reference logits. The relative error ‖ours − ref‖ / ‖ref‖ over these 1
   pip install gguf numpy
   python3 scripts/reference/make_reference_logits.py models/SmolLM2-135M-Instruct.Q4_1.gguf tests/fixtures
 
-Layout of the .bin: for each case, for each position: 1,024 subset logits then 64 top logits, all float32 LE.
+Layout of the .f32: for each case, for each position: 1,024 subset logits then 64 top logits, all float32 LE.
 The .json says which cases, ids and indices.
 """
 import json, os, sys
@@ -44,7 +44,7 @@ def main():
         print(f"case {c}: {len(ids)} positions", file=sys.stderr)
     with open(os.path.join(out_dir, "reference_logits.json"), "w") as f:
         json.dump(meta, f, separators=(",", ":"))
-    with open(os.path.join(out_dir, "reference_logits.bin"), "wb") as f:
+    with open(os.path.join(out_dir, "reference_logits.f32"), "wb") as f:
         f.write(blob)
 
 

@@ -1,7 +1,7 @@
 //! The real model on the GPU against the references of `tests/fixtures/` (see `tests/forward_reference.rs`, which
 //! holds the CPU to the same ones):
 //!
-//! - `reference_logits.{json,bin}`: float64 logits at every prompt position of 4 chat prompts (a seeded subset of
+//! - `reference_logits.{json,f32}`: float64 logits at every prompt position of 4 chat prompts (a seeded subset of
 //!   1,024 vocabulary entries plus each position's 64 largest); the GPU's relative error ‖gpu − ref‖ / ‖ref‖ over
 //!   those entries must have a median ≤ 0.05;
 //! - `greedy_ref.json`: llama.cpp's greedy generations, fed back token by token (teacher forcing); wherever the
@@ -140,7 +140,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let config = LlamaConfig::from_gguf(&file).map_err(|e| e.to_string())?;
     let meta: ReferenceLogits = read_json(&args.fixtures.join("reference_logits.json"))?;
     let greedy: GreedyRef = read_json(&args.fixtures.join("greedy_ref.json"))?;
-    let bin_path = args.fixtures.join("reference_logits.bin");
+    let bin_path = args.fixtures.join("reference_logits.f32");
     let bytes = std::fs::read(&bin_path).map_err(|e| format!("cannot read {}: {e}", bin_path.display()))?;
     // `[case][position][subset + top]`, f32 little-endian.
     let reference: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
