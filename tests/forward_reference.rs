@@ -18,6 +18,10 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
+#[path = "common/logits.rs"]
+mod logits;
+use logits::{argmax, softmax};
+
 const REFERENCE_LOGITS_JSON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference_logits.json");
 const REFERENCE_LOGITS_F32: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reference_logits.f32");
 const GREEDY_REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/greedy_ref.json");
@@ -262,25 +266,6 @@ fn fast_path_error_against_float64_is_reported() {
     // beyond 0.1 means a real fault, not rounding. The teacher-forced test below holds the fast path to llama.cpp.
     assert!(errors.iter().all(|e| e.is_finite()), "non-finite relative error");
     assert!(med <= 0.1, "median relative error {med:.3} > 0.1");
-}
-
-/// Probabilities (softmax in f64) of a logits row.
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logits.iter().map(|&l| (f64::from(l) - f64::from(max)).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    weights.into_iter().map(|w| w / total).collect()
-}
-
-/// The lowest id among the largest logits (the sampler's greedy rule).
-fn argmax(logits: &[f32]) -> TokenId {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as TokenId
 }
 
 /// The greedy reference's positions where it was confident: top-1 probability ahead of top-2 by at least this.

@@ -24,6 +24,10 @@ use ember::engine::FinishReason;
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
 
+#[path = "common/logits.rs"]
+mod logits;
+use logits::{argmax, softmax};
+
 const GREEDY_REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/greedy_ref.json");
 /// The reference's `n_predict`.
 const MAX_TOKENS: usize = 64;
@@ -83,25 +87,6 @@ fn next_token_logits(model: &Model, backend: &mut CpuBackend<'_>, tokens: &[Toke
     let chunk = SeqChunk { tokens, start_pos: 0, block_table: &table, want_logits: true };
     forward(&model.config, backend, &[chunk], &mut logits).unwrap_or_else(|e| panic!("{e}"));
     logits
-}
-
-/// Probabilities (softmax in f64) of a logits row.
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logits.iter().map(|&l| (f64::from(l) - f64::from(max)).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    weights.into_iter().map(|w| w / total).collect()
-}
-
-/// The lowest id among the largest logits (the sampler's greedy rule).
-fn argmax(logits: &[f32]) -> TokenId {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as TokenId
 }
 
 #[test]
