@@ -449,7 +449,7 @@ fn out_rows_refuses_writes_outside_its_range() {
 }
 
 /// Element-wise lengths: empty, shorter than a register, with and without a tail, and the model's widths.
-const LENGTHS: [usize; 9] = [0, 1, 7, 8, 9, 64, 100, 576, 1536];
+const LENGTHS: [usize; 10] = [0, 1, 7, 8, 9, 64, 100, 128, 576, 1536];
 
 fn random_vec(len: usize, lo: f32, hi: f32, rng: &mut Rng) -> Vec<f32> {
     (0..len).map(|_| rng.uniform(lo, hi)).collect()
@@ -516,26 +516,46 @@ fn element_wise_kernels_match_scalar() {
                 }
             }
 
-            let kv: Vec<f16> = random_vec(len, -4.0, 4.0, &mut rng).into_iter().map(f16::from_f32).collect();
-            let magnitude: f32 = x.iter().zip(&kv).map(|(a, b)| (a * b.to_f32()).abs()).sum();
-            let (g, w) = (k.dot_f16(&x, &kv), s.dot_f16(&x, &kv));
-            assert!(
-                (g - w).abs() <= 2.0 * (len as f32 + 4.0) * f32::EPSILON * magnitude,
-                "{}: {g} vs {w}",
-                what("dot_f16")
-            );
-
-            let (mut a, mut b) = (y.clone(), y.clone());
-            k.axpy_f16(&mut a, 0.37, &kv);
-            s.axpy_f16(&mut b, 0.37, &kv);
-            for (i, ((g, w), v)) in a.iter().zip(&b).zip(&kv).enumerate() {
-                let tol = 2.0 * f32::EPSILON * (y[i].abs() + 0.37 * v.to_f32().abs());
-                assert!((g - w).abs() <= tol, "{}: element {i}: {g} vs {w}", what("axpy_f16"));
-            }
+            check_attention_f16(k, s, &x, &y, &mut rng, &what);
 
             if len > 0 {
                 assert_eq!(k.argmax(&x), s.argmax(&x), "{}", what("argmax"));
             }
+        }
+    }
+}
+
+/// The attention kernels over runs of 1 to 17 cache slots (every remainder of the 4-position groups, and a whole
+/// 16-slot block), rows of `x.len()` elements `x.len() + 3` apart, against the scalar path within the summation
+/// bounds: a score is a `len`-term dot (`2·(len + 4)·u` of its magnitude, as the matmuls); a value element adds
+/// `n` products to its start, rounded once each on one path and fused on the other (`2·(n + 1)·u` of the terms).
+fn check_attention_f16(k: &Kernels, s: &Kernels, x: &[f32], y: &[f32], rng: &mut Rng, what: &dyn Fn(&str) -> String) {
+    let len = x.len();
+    let stride = len + 3;
+    for n in [1, 2, 3, 4, 5, 7, 8, 16, 17] {
+        let cache: Vec<f16> =
+            random_vec((n - 1) * stride + len, -4.0, 4.0, rng).into_iter().map(f16::from_f32).collect();
+        let row = |i: usize| &cache[i * stride..][..len];
+
+        let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        k.attention_scores_f16(x, &cache, stride, &mut got);
+        s.attention_scores_f16(x, &cache, stride, &mut want);
+        for i in 0..n {
+            let magnitude: f32 = x.iter().zip(row(i)).map(|(a, b)| (a * b.to_f32()).abs()).sum();
+            let tol = 2.0 * (len as f32 + 4.0) * f32::EPSILON * magnitude;
+            let (g, w) = (got[i], want[i]);
+            assert!((g - w).abs() <= tol, "{} n {n} position {i}: {g} vs {w}", what("attention_scores_f16"));
+        }
+
+        let weights = random_vec(n, 0.0, 1.0, rng);
+        let (mut a, mut b) = (y.to_vec(), y.to_vec());
+        k.attention_values_f16(&weights, &cache, stride, &mut a);
+        s.attention_values_f16(&weights, &cache, stride, &mut b);
+        for j in 0..len {
+            let terms: f32 = y[j].abs() + (0..n).map(|i| (weights[i] * row(i)[j].to_f32()).abs()).sum::<f32>();
+            let tol = 2.0 * (n as f32 + 1.0) * f32::EPSILON * terms;
+            let (g, w) = (a[j], b[j]);
+            assert!((g - w).abs() <= tol, "{} n {n} element {j}: {g} vs {w}", what("attention_values_f16"));
         }
     }
 }

@@ -72,28 +72,36 @@ pub struct AttentionIo<'a> {
     pub out: &'a mut [f32],
 }
 
-/// A cache element type and the dot product and accumulation attention needs over it.
+/// A cache element type and what attention computes over a run of consecutive cache slots of it (see
+/// `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
 trait KvElement: Copy {
-    fn dot(kernels: &Kernels, q: &[f32], k: &[Self]) -> f32;
-    fn axpy(kernels: &Kernels, out: &mut [f32], a: f32, v: &[Self]);
+    /// `out[i] = q · keys[i·stride ..]`.
+    fn scores(kernels: &Kernels, q: &[f32], keys: &[Self], stride: usize, out: &mut [f32]);
+    /// `out += Σ_i weights[i] · values[i·stride ..]`, in position order.
+    fn values(kernels: &Kernels, weights: &[f32], values: &[Self], stride: usize, out: &mut [f32]);
 }
 
 impl KvElement for f16 {
-    fn dot(kernels: &Kernels, q: &[f32], k: &[f16]) -> f32 {
-        kernels.dot_f16(q, k)
+    fn scores(kernels: &Kernels, q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
+        kernels.attention_scores_f16(q, keys, stride, out)
     }
-    fn axpy(kernels: &Kernels, out: &mut [f32], a: f32, v: &[f16]) {
-        kernels.axpy_f16(out, a, v)
+    fn values(kernels: &Kernels, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+        kernels.attention_values_f16(weights, values, stride, out)
     }
 }
 
 /// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
 impl KvElement for f32 {
-    fn dot(_: &Kernels, q: &[f32], k: &[f32]) -> f32 {
-        q.iter().zip(k).map(|(a, b)| a * b).sum()
+    fn scores(_: &Kernels, q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = q.iter().zip(&keys[i * stride..][..q.len()]).map(|(a, b)| a * b).sum();
+        }
     }
-    fn axpy(_: &Kernels, out: &mut [f32], a: f32, v: &[f32]) {
-        out.iter_mut().zip(v).for_each(|(o, x)| *o += a * x);
+    fn values(_: &Kernels, weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        let hd = out.len();
+        for (i, &w) in weights.iter().enumerate() {
+            out.iter_mut().zip(&values[i * stride..][..hd]).for_each(|(o, x)| *o += w * x);
+        }
     }
 }
 
@@ -221,14 +229,13 @@ impl RowAttention<'_> {
         let TaskScratch { scores, queries, outputs } = work;
         let mut pos = 0;
         for &block in &self.block_table[..n.div_ceil(block_size)] {
-            let first_slot = block as usize * block_size;
-            for slot in first_slot..first_slot + block_size.min(n - pos) {
-                let key = &keys[slot * self.kv_dim + self.offset..][..hd];
-                for (g, query) in queries.chunks_exact(hd).enumerate() {
-                    scores[g * self.context + pos] = T::dot(self.kernels, query, key);
-                }
-                pos += 1;
+            let len = block_size.min(n - pos);
+            let keys = self.run_of(keys, block, len);
+            for (g, query) in queries.chunks_exact(hd).enumerate() {
+                let out = &mut scores[g * self.context + pos..][..len];
+                T::scores(self.kernels, query, keys, self.kv_dim, out);
             }
+            pos += len;
         }
         for g in 0..queries.len() / hd {
             self.kernels.softmax_inplace(&mut scores[g * self.context..g * self.context + n]);
@@ -236,14 +243,20 @@ impl RowAttention<'_> {
         outputs.iter_mut().for_each(|x| *x = 0.0);
         let mut pos = 0;
         for &block in &self.block_table[..n.div_ceil(block_size)] {
-            let first_slot = block as usize * block_size;
-            for slot in first_slot..first_slot + block_size.min(n - pos) {
-                let value = &values[slot * self.kv_dim + self.offset..][..hd];
-                for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
-                    T::axpy(self.kernels, output, scores[g * self.context + pos], value);
-                }
-                pos += 1;
+            let len = block_size.min(n - pos);
+            let values = self.run_of(values, block, len);
+            for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
+                let weights = &scores[g * self.context + pos..][..len];
+                T::values(self.kernels, weights, values, self.kv_dim, output);
             }
+            pos += len;
         }
+    }
+
+    /// This KV head's rows in the first `len` slots of cache block `block` of one layer's `plane` (keys or
+    /// values): from the head's first element in the first slot to its last in slot `len − 1`, `kv_dim` apart.
+    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, len: usize) -> &'p [T] {
+        let first = (block as usize * self.cache.block_size()) * self.kv_dim + self.offset;
+        &plane[first..first + (len - 1) * self.kv_dim + self.head_dim]
     }
 }

@@ -36,8 +36,8 @@ pub struct Kernels {
     pub(super) add_assign: unsafe fn(x: &mut [f32], y: &[f32]),
     pub(super) softmax_inplace: unsafe fn(x: &mut [f32]),
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
-    pub(super) dot_f16: unsafe fn(q: &[f32], k: &[f16]) -> f32,
-    pub(super) axpy_f16: unsafe fn(out: &mut [f32], a: f32, v: &[f16]),
+    pub(super) attention_scores_f16: unsafe fn(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]),
+    pub(super) attention_values_f16: unsafe fn(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]),
     pub(super) argmax: unsafe fn(x: &[f32]) -> usize,
 }
 
@@ -53,6 +53,16 @@ fn check_matmul(w: &WeightMatrix, act_len: usize, act_per_col: usize, n_cols: us
     assert_eq!(act_len, n_cols * act_per_col, "matmul: activations must hold n_cols columns of the row length");
     assert_eq!(out.n_cols(), n_cols, "matmul: output view has another column count");
     assert!(out.rows().end <= w.n_rows(), "matmul: output rows {:?} beyond {} weight rows", out.rows(), w.n_rows());
+}
+
+/// Checks a run of `n` cache rows of `width` elements each, `stride` apart, in a slice of `len` elements.
+fn check_run(what: &str, width: usize, len: usize, stride: usize, n: usize) {
+    if n == 0 {
+        return;
+    }
+    assert!(n == 1 || stride >= width, "{what}: stride {stride} shorter than a row of {width}");
+    let needed = (n - 1).checked_mul(stride).and_then(|x| x.checked_add(width));
+    assert!(needed.is_some_and(|needed| len >= needed), "{what}: {len} elements cannot hold {n} rows of {width}");
 }
 
 impl Kernels {
@@ -148,24 +158,28 @@ impl Kernels {
         unsafe { (self.rope)(head, cos, sin) }
     }
 
-    /// `Σ q[i] · k[i]`, with `k` from an f16 KV cache.
+    /// Attention scores of one query head against a run of consecutive cache slots of an f16 KV cache:
+    /// `out[i] = Σ_j q[j] · keys[i·stride + j]` for `i < out.len()` (the head's key of slot `i` starts at
+    /// `i·stride`).
     ///
     /// # Panics
-    /// When the lengths differ.
-    pub fn dot_f16(&self, q: &[f32], k: &[f16]) -> f32 {
-        assert_eq!(q.len(), k.len(), "dot_f16: lengths differ");
+    /// When `stride < q.len()` (with two positions or more) or `keys` is too short for `out.len()` positions.
+    pub fn attention_scores_f16(&self, q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
+        check_run("attention_scores_f16", q.len(), keys.len(), stride, out.len());
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
-        unsafe { (self.dot_f16)(q, k) }
+        unsafe { (self.attention_scores_f16)(q, keys, stride, out) }
     }
 
-    /// `out[i] += a · v[i]`, with `v` from an f16 KV cache.
+    /// Weighted sum of values over a run of consecutive cache slots of an f16 KV cache, added to `out` position by
+    /// position: `out[j] += weights[i] · values[i·stride + j]` for `i` in order.
     ///
     /// # Panics
-    /// When the lengths differ.
-    pub fn axpy_f16(&self, out: &mut [f32], a: f32, v: &[f16]) {
-        assert_eq!(out.len(), v.len(), "axpy_f16: lengths differ");
+    /// When `stride < out.len()` (with two positions or more) or `values` is too short for `weights.len()`
+    /// positions.
+    pub fn attention_values_f16(&self, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+        check_run("attention_values_f16", out.len(), values.len(), stride, weights.len());
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
-        unsafe { (self.axpy_f16)(out, a, v) }
+        unsafe { (self.attention_values_f16)(weights, values, stride, out) }
     }
 
     /// The index of the first maximum. NaN entries are never chosen; a slice of only NaN gives 0.

@@ -3,10 +3,8 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
-
 use super::exp::exp;
-use super::lanes::{hmax, hsum, load_8f, load_8h, store_8f};
+use super::lanes::{hmax, hsum, load_8f, store_8f};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -111,30 +109,6 @@ pub(in crate::backend::cpu::kernels) fn rope(head: &mut [f32], cos: &[f32], sin:
         let (x0, x1) = (pair[0], pair[1]);
         pair[0] = x0 * c - x1 * s;
         pair[1] = x0 * s + x1 * c;
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
-    let (qs, q_tail) = q.as_chunks::<8>();
-    let (ks, k_tail) = k.as_chunks::<8>();
-    let mut acc = _mm256_setzero_ps();
-    for (a, b) in qs.iter().zip(ks) {
-        acc = _mm256_fmadd_ps(load_8f(a), load_8h(b), acc);
-    }
-    q_tail.iter().zip(k_tail).fold(hsum(acc), |s, (&a, &b)| s + a * b.to_f32())
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
-    let (outs, out_tail) = out.as_chunks_mut::<8>();
-    let (vs, v_tail) = v.as_chunks::<8>();
-    let a_v = _mm256_set1_ps(a);
-    for (o, b) in outs.iter_mut().zip(vs) {
-        store_8f(o, _mm256_fmadd_ps(a_v, load_8h(b), load_8f(o)));
-    }
-    for (o, &b) in out_tail.iter_mut().zip(v_tail) {
-        *o += a * b.to_f32();
     }
 }
 

@@ -4,6 +4,7 @@
 //! Every function here is compiled with `#[target_feature(enable = "avx2,fma,f16c")]` and reached only through
 //! this path's table and the AVX-512 one, which are handed out after detecting those features (and more).
 
+mod attention_f16;
 mod elementwise;
 mod exp;
 mod f32_tiles;
@@ -13,7 +14,8 @@ mod quantize;
 
 use super::table::Kernels;
 
-pub(super) use elementwise::{add_assign, argmax, axpy_f16, dot_f16, rms_norm, rope, silu_mul, softmax_inplace};
+pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
+pub(super) use elementwise::{add_assign, argmax, rms_norm, rope, silu_mul, softmax_inplace};
 pub(super) use quantize::quantize_row_q8a;
 
 /// Whether this CPU runs the AVX2 path (and thus the functions re-exported above).
@@ -31,8 +33,8 @@ static KERNELS: Kernels = Kernels {
     add_assign,
     softmax_inplace,
     rope,
-    dot_f16,
-    axpy_f16,
+    attention_scores_f16,
+    attention_values_f16,
     argmax,
 };
 

@@ -33,8 +33,8 @@ static KERNELS: Kernels = Kernels {
     add_assign: avx2::add_assign,
     softmax_inplace: avx2::softmax_inplace,
     rope: avx2::rope,
-    dot_f16: avx2::dot_f16,
-    axpy_f16: avx2::axpy_f16,
+    attention_scores_f16: avx2::attention_scores_f16,
+    attention_values_f16: avx2::attention_values_f16,
     argmax: avx2::argmax,
 };
 

@@ -43,13 +43,18 @@ pub(super) fn rope(head: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
-pub(super) fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
-    q.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum()
+pub(super) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = q.iter().zip(&keys[i * stride..][..q.len()]).map(|(&a, &b)| a * b.to_f32()).sum();
+    }
 }
 
-pub(super) fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
-    for (o, &b) in out.iter_mut().zip(v) {
-        *o += a * b.to_f32();
+pub(super) fn attention_values_f16(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+    let hd = out.len();
+    for (i, &w) in weights.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(&values[i * stride..][..hd]) {
+            *o += w * v.to_f32();
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     add_assign: elementwise::add_assign,
     softmax_inplace: elementwise::softmax_inplace,
     rope: elementwise::rope,
-    dot_f16: elementwise::dot_f16,
-    axpy_f16: elementwise::axpy_f16,
+    attention_scores_f16: elementwise::attention_scores_f16,
+    attention_values_f16: elementwise::attention_values_f16,
     argmax: elementwise::argmax,
 };
