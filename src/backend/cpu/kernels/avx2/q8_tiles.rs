@@ -7,7 +7,8 @@
 //! depends on the tile, which makes the results batch-invariant (see `tiling`).
 
 use std::arch::x86_64::*;
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
+use std::ops::Range;
 
 use super::lanes::{f16_pair, hsum, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
@@ -164,29 +165,124 @@ fn tile<F: Format, const R: usize, const C: usize>(
     for (c, col) in col_blocks.iter_mut().enumerate() {
         *col = &cols[c * n_blocks..][..n_blocks];
     }
-    let zero = _mm256_setzero_ps();
-    let mut acc = [[zero; R]; C];
-    let mut w = [RowBlock { q: _mm256_setzero_si256(), signs: _mm256_setzero_si256(), d: zero, m: zero }; R];
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
     let ahead = PREFETCH_TILES * R * n_blocks;
     for b in 0..n_blocks {
+        let mut blocks: [&F::Block; R] = [&row_blocks[0][b]; R];
         for r in 0..R {
-            let block = &row_blocks[r][b];
-            prefetch((block as *const F::Block).wrapping_add(ahead).cast(), size_of::<F::Block>());
-            // SAFETY: this function has the features F's functions need.
-            w[r] = unsafe { F::row_block(block) };
+            blocks[r] = &row_blocks[r][b];
+            prefetch((blocks[r] as *const F::Block).wrapping_add(ahead).cast(), size_of::<F::Block>());
         }
+        let mut cols: [&BlockQ8A; C] = [&col_blocks[0][b]; C];
         for c in 0..C {
-            let a = col_block(&col_blocks[c][b]);
-            for r in 0..R {
-                // SAFETY: as above.
-                let p = unsafe { F::dot(&w[r], &a) };
-                let scale = _mm256_mul_ps(w[r].d, a.d);
-                acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[c][r]);
-                if F::HAS_MIN {
-                    acc[c][r] = _mm256_fmadd_ps(w[r].m, a.s, acc[c][r]);
-                }
+            cols[c] = &col_blocks[c][b];
+        }
+        accumulate_unpacked::<F, R, C>(&mut acc, &unpack_rows::<F, R>(blocks), cols);
+    }
+    for c in 0..C {
+        for r in 0..R {
+            out[c * R + r] = hsum(acc[c][r]);
+        }
+    }
+}
+
+/// Unpacks one block of each of `R` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_rows<F: Format, const R: usize>(blocks: [&F::Block; R]) -> [RowBlock; R] {
+    let (zero, zero_i) = (_mm256_setzero_ps(), _mm256_setzero_si256());
+    let mut w = [RowBlock { q: zero_i, signs: zero_i, d: zero, m: zero }; R];
+    for r in 0..R {
+        // SAFETY: this function has the features F's functions need.
+        w[r] = unsafe { F::row_block(blocks[r]) };
+    }
+    w
+}
+
+/// Adds one block of every row (unpacked) and column of a tile to the accumulators `acc[c][r]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accumulate_unpacked<F: Format, const R: usize, const C: usize>(
+    acc: &mut [[__m256; R]; C],
+    w: &[RowBlock; R],
+    cols: [&BlockQ8A; C],
+) {
+    for c in 0..C {
+        let a = col_block(cols[c]);
+        for r in 0..R {
+            // SAFETY: this function has the features F's functions need.
+            let p = unsafe { F::dot(&w[r], &a) };
+            let scale = _mm256_mul_ps(w[r].d, a.d);
+            acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[c][r]);
+            if F::HAS_MIN {
+                acc[c][r] = _mm256_fmadd_ps(w[r].m, a.s, acc[c][r]);
             }
         }
+    }
+}
+
+/// Most blocks per row a row tile's buffer holds: rows of up to 4096 weights (SmolLM2's longest has 1536),
+/// `R × 128` bytes per block on the stack. Longer rows take the tile functions.
+const MAX_PREPARED_BLOCKS: usize = 128;
+
+/// The `tiling::RowTileFn` of this path: `R` rows unpacked once into an L1-resident buffer, then every column tile
+/// of `cols` against them, instead of unpacking the rows again for each column tile.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_tile<F: Format, const R: usize>(
+    rows: &[F::Block],
+    n_blocks: usize,
+    act: &[BlockQ8A],
+    cols: Range<usize>,
+    r0: usize,
+    out: &mut OutRows,
+) -> bool {
+    if n_blocks > MAX_PREPARED_BLOCKS {
+        return false;
+    }
+    let mut prepared = [const { MaybeUninit::<[RowBlock; R]>::uninit() }; MAX_PREPARED_BLOCKS];
+    let ahead = PREFETCH_TILES * R * n_blocks;
+    for (b, slot) in prepared[..n_blocks].iter_mut().enumerate() {
+        let blocks: [&F::Block; R] = std::array::from_fn(|r| &rows[r * n_blocks + b]);
+        for block in blocks {
+            prefetch((block as *const F::Block).wrapping_add(ahead).cast(), size_of::<F::Block>());
+        }
+        slot.write(unpack_rows::<F, R>(blocks));
+    }
+    // SAFETY: entries 0..n_blocks were written just above; MaybeUninit<T> has T's layout.
+    let prepared: &[[RowBlock; R]] = unsafe { std::slice::from_raw_parts(prepared.as_ptr().cast(), n_blocks) };
+    let mut results = [[0f32; R]; 4];
+    let mut c0 = cols.start;
+    while c0 < cols.end {
+        let n_c = 4.min(cols.end - c0);
+        let tile_cols = &act[c0 * n_blocks..(c0 + n_c) * n_blocks];
+        let results = &mut results.as_flattened_mut()[..R * n_c];
+        match n_c {
+            1 => prepared_tile::<F, R, 1>(prepared, tile_cols, n_blocks, results),
+            2 => prepared_tile::<F, R, 2>(prepared, tile_cols, n_blocks, results),
+            3 => prepared_tile::<F, R, 3>(prepared, tile_cols, n_blocks, results),
+            _ => prepared_tile::<F, R, 4>(prepared, tile_cols, n_blocks, results),
+        }
+        for (c, col_results) in results.chunks_exact(R).enumerate() {
+            out.write(c0 + c, r0, col_results);
+        }
+        c0 += n_c;
+    }
+    true
+}
+
+/// `tile` with the rows already unpacked (`prepared[b][r]`: block `b` of row `r`).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prepared_tile<F: Format, const R: usize, const C: usize>(
+    prepared: &[[RowBlock; R]],
+    cols: &[BlockQ8A],
+    n_blocks: usize,
+    out: &mut [f32],
+) {
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    for (b, w) in prepared.iter().enumerate() {
+        let mut col: [&BlockQ8A; C] = [&cols[b]; C];
+        for c in 0..C {
+            col[c] = &cols[c * n_blocks + b];
+        }
+        accumulate_unpacked::<F, R, C>(&mut acc, w, col);
     }
     for c in 0..C {
         for r in 0..R {
@@ -198,12 +294,21 @@ fn tile<F: Format, const R: usize, const C: usize>(
 /// Rows per tile for batches of several columns: a 4 × 4 tile's 16 accumulators alone fill the 16 ymm registers,
 /// and 2 × 4 measured 25-35% faster for 64 columns (4 rows stay for the matvec, where they were 10% faster than 2).
 const BATCH_ROWS: usize = 2;
-static Q4_0_TILES: TileTable<BlockQ4_0, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
-static Q4_1_TILES: TileTable<BlockQ4_1, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
-static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> =
-    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
+static Q4_0_TILES: TileTable<BlockQ4_0, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q4_0, 1>, row_tile::<Q4_0, 2>, row_tile::<Q4_0, 3>, row_tile::<Q4_0, 4>]),
+};
+static Q4_1_TILES: TileTable<BlockQ4_1, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q4_1, 1>, row_tile::<Q4_1, 2>, row_tile::<Q4_1, 3>, row_tile::<Q4_1, 4>]),
+};
+static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q8_0, 1>, row_tile::<Q8_0, 2>, row_tile::<Q8_0, 3>, row_tile::<Q8_0, 4>]),
+};
 
 /// The AVX2 `Kernels::matmul_q8` (arguments checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
