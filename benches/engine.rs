@@ -1,13 +1,14 @@
 //! Engine benchmark on the real model: aggregate decode throughput with 1, 4, 8 and 16 concurrent requests
-//! (128-token prompts, 128 generated tokens each), TTFT and ITL percentiles, with timing stats on and off, and the
-//! CPU an idle engine uses.
+//! (128-token prompts, 128 generated tokens each), TTFT (from scheduling, the metric, and from arrival, what a client
+//! waits) and ITL percentiles, with timing stats on and off, and the CPU an idle engine uses.
 //!
-//! `cargo bench --bench engine [-- --quick] [--threads N] [--json PATH]`. Prints a table and writes JSON
+//! `cargo bench --bench engine [-- --quick] [--threads N] [--max-num-batched-tokens N] [--json PATH]`. Prints a table and writes JSON
 //! (default `target/bench-engine.json`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ember::engine::config::CPU_DEFAULT_MAX_NUM_BATCHED_TOKENS;
 use ember::engine::metrics::nearest_rank;
 use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
 use ember::model::{Model, TokenId};
@@ -15,11 +16,14 @@ use ember::model::{Model, TokenId};
 struct Args {
     quick: bool,
     threads: usize,
+    /// The engine's `max_num_batched_tokens` (None: its default).
+    max_num_batched_tokens: Option<usize>,
     json: String,
 }
 
 fn parse_args() -> Args {
-    let mut args = Args { quick: false, threads: 2, json: "target/bench-engine.json".into() };
+    let mut args =
+        Args { quick: false, threads: 2, max_num_batched_tokens: None, json: "target/bench-engine.json".into() };
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < raw.len() {
@@ -28,6 +32,10 @@ fn parse_args() -> Args {
             "--threads" => {
                 i += 1;
                 args.threads = raw[i].parse().expect("--threads N");
+            }
+            "--max-num-batched-tokens" => {
+                i += 1;
+                args.max_num_batched_tokens = Some(raw[i].parse().expect("--max-num-batched-tokens N"));
             }
             "--json" => {
                 i += 1;
@@ -63,7 +71,10 @@ struct Run {
     /// Tokens generated after every request had its first token, over the time that took: the steady decode
     /// rate with all requests running (absent with stats off, which records no token times).
     decode_phase_tps: Option<f64>,
+    /// TTFT as the metric defines it: from first scheduling (queueing excluded).
     ttft_ms: Vec<f64>,
+    /// TTFT from arrival (queueing included): what a client waits.
+    ttft_arrival_ms: Vec<f64>,
     itl_ms: Vec<f64>,
 }
 
@@ -74,8 +85,14 @@ impl Run {
     }
 }
 
-fn run(model: &Arc<Model>, threads: usize, concurrency: usize, gen: usize, stats_on: bool) -> Run {
-    let config = EngineConfig { threads, disable_log_stats: !stats_on, ..Default::default() };
+fn run(model: &Arc<Model>, args: &Args, concurrency: usize, gen: usize, stats_on: bool) -> Run {
+    let defaults = EngineConfig::default();
+    let config = EngineConfig {
+        threads: args.threads,
+        disable_log_stats: !stats_on,
+        max_num_batched_tokens: args.max_num_batched_tokens.or(defaults.max_num_batched_tokens),
+        ..defaults
+    };
     let engine = Engine::with_model(config, Arc::clone(model), Logger::silent()).expect("engine");
     let requests: Vec<SubmitRequest> = (0..concurrency)
         .map(|i| SubmitRequest { max_tokens: Some(gen), ignore_eos: true, ..SubmitRequest::new(prompt(model, i, 128)) })
@@ -89,14 +106,17 @@ fn run(model: &Arc<Model>, threads: usize, concurrency: usize, gen: usize, stats
     }
     let wall_s = start.elapsed().as_secs_f64();
     let mut ttft_ms = Vec::new();
+    let mut ttft_arrival_ms = Vec::new();
     let mut itl_ms = Vec::new();
     for h in &handles {
         if let Some(s) = h.stats(0) {
             ttft_ms.extend(h.timing_metrics(0).time_to_first_token_ms);
+            ttft_arrival_ms.extend(h.extended_metrics(0).ttft_from_arrival_ms);
             itl_ms.extend(s.token_ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0));
         }
     }
     ttft_ms.sort_by(f64::total_cmp);
+    ttft_arrival_ms.sort_by(f64::total_cmp);
     itl_ms.sort_by(f64::total_cmp);
     let stats: Vec<_> = handles.iter().filter_map(|h| h.stats(0)).collect();
     let decode_phase_tps = (!stats.is_empty()).then(|| {
@@ -105,7 +125,7 @@ fn run(model: &Arc<Model>, threads: usize, concurrency: usize, gen: usize, stats
         let after = stats.iter().flat_map(|s| s.token_ts.iter()).filter(|&&t| t > all_started).count();
         after as f64 / (end - all_started)
     });
-    Run { concurrency, stats_on, wall_s, generated, decode_phase_tps, ttft_ms, itl_ms }
+    Run { concurrency, stats_on, wall_s, generated, decode_phase_tps, ttft_ms, ttft_arrival_ms, itl_ms }
 }
 
 /// CPU seconds (user + system) this process has used.
@@ -126,7 +146,7 @@ fn main() {
     let mut runs = Vec::new();
     for &c in levels {
         for stats_on in [true, false] {
-            runs.push(run(&model, args.threads, c, gen, stats_on));
+            runs.push(run(&model, &args, c, gen, stats_on));
         }
     }
 
@@ -146,22 +166,28 @@ fn main() {
         (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64()
     };
 
-    println!("engine benchmark: {} threads, 128-token prompts, {gen} generated per request", args.threads);
+    let budget = args.max_num_batched_tokens.unwrap_or(CPU_DEFAULT_MAX_NUM_BATCHED_TOKENS);
     println!(
-        "{:>4} {:>6} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8}",
-        "conc", "stats", "e2e t/s", "decode t/s", "ttft p50", "ttft p99", "itl p50", "itl p99"
+        "engine benchmark: {} threads, 128-token prompts, {gen} generated per request, max_num_batched_tokens {budget}",
+        args.threads
+    );
+    println!(
+        "{:>4} {:>6} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "conc", "stats", "e2e t/s", "decode t/s", "ttft p50", "ttft p99", "arr p50", "arr p99", "itl p50", "itl p99"
     );
     let mut json = Vec::new();
     for r in &runs {
         let pct = |v: &[f64], p| nearest_rank(v, p).map_or("-".to_owned(), |x| format!("{x:.1}"));
         println!(
-            "{:>4} {:>6} {:>9.1} {:>10} {:>9} {:>9} {:>8} {:>8}",
+            "{:>4} {:>6} {:>9.1} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
             r.concurrency,
             if r.stats_on { "on" } else { "off" },
             r.decode_tps(),
             r.decode_phase_tps.map_or("-".to_owned(), |x| format!("{x:.1}")),
             pct(&r.ttft_ms, 50.0),
             pct(&r.ttft_ms, 99.0),
+            pct(&r.ttft_arrival_ms, 50.0),
+            pct(&r.ttft_arrival_ms, 99.0),
             pct(&r.itl_ms, 50.0),
             pct(&r.itl_ms, 99.0)
         );
@@ -169,6 +195,8 @@ fn main() {
             "concurrency": r.concurrency, "stats": r.stats_on, "generated_tokens": r.generated, "wall_s": r.wall_s,
             "aggregate_tokens_per_s": r.decode_tps(), "decode_phase_tokens_per_s": r.decode_phase_tps,
             "ttft_ms_p50": nearest_rank(&r.ttft_ms, 50.0), "ttft_ms_p99": nearest_rank(&r.ttft_ms, 99.0),
+            "ttft_from_arrival_ms_p50": nearest_rank(&r.ttft_arrival_ms, 50.0),
+            "ttft_from_arrival_ms_p99": nearest_rank(&r.ttft_arrival_ms, 99.0),
             "itl_ms_p50": nearest_rank(&r.itl_ms, 50.0), "itl_ms_p99": nearest_rank(&r.itl_ms, 99.0),
         }));
     }
@@ -181,7 +209,8 @@ fn main() {
     println!("stats on / off throughput (sum over levels): {:.3}", on / off);
     println!("idle engine CPU: {:.2}% of one core", idle * 100.0);
     let doc = serde_json::json!({
-        "bench": "engine", "threads": args.threads, "generated_per_request": gen, "runs": json,
+        "bench": "engine", "threads": args.threads, "generated_per_request": gen, "max_num_batched_tokens": budget,
+        "runs": json,
         "scaling_vs_single": top / single, "stats_on_over_off": on / off, "idle_cpu_fraction": idle,
     });
     println!("{doc}");

@@ -19,7 +19,7 @@ fn sixteen_concurrent_requests_match_each_run_alone() {
     let expected = alone();
     // Small token budget: prompts are prefilled in chunks, mixed with the others' decodes.
     for budget in [512, 24] {
-        let e = engine(EngineConfig { max_num_batched_tokens: budget, ..Default::default() });
+        let e = engine(EngineConfig { max_num_batched_tokens: Some(budget), ..Default::default() });
         let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy(m, MAX_TOKENS)).unwrap()).collect();
         for (i, h) in handles.iter().enumerate() {
             assert_eq!(ids_of(h), expected[i], "budget {budget}, message {:?}", MESSAGES[i]);

@@ -26,7 +26,7 @@ type Config struct {
 	Threads int `json:"threads,omitempty"`
 	// MaxNumSeqs is the most sequences in one engine step (default 64).
 	MaxNumSeqs int `json:"max_num_seqs,omitempty"`
-	// MaxNumBatchedTokens is the most tokens in one engine step (default 512).
+	// MaxNumBatchedTokens is the most tokens in one engine step (default: 128 on the CPU, 2048 on a GPU).
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 	// KVCacheTokens is the KV cache capacity in positions over all sequences (default 16384).
 	KVCacheTokens int `json:"kv_cache_tokens,omitempty"`

@@ -343,6 +343,9 @@ mod tests {
         fn describe(&self) -> String {
             "panicking".into()
         }
+        fn max_batch_tokens(&self) -> usize {
+            16
+        }
     }
 
     #[test]

@@ -262,16 +262,14 @@ fn engine_thread(
             return;
         }
     };
-    let _ = ready.send(Ok(runner.describe()));
+    let max_batch_tokens = runner.max_batch_tokens();
+    let _ = ready.send(Ok(format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe())));
     let core = EngineCore {
         shared,
         runner,
         tokenizer: &model.tokenizer,
         clock,
-        limits: SchedulerLimits {
-            max_num_seqs: config.max_num_seqs,
-            max_num_batched_tokens: config.max_num_batched_tokens,
-        },
+        limits: SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },
         blocks: BlockAllocator::new(cache.num_blocks, cache.block_size),
         context: model.config.context_length.min(cache.tokens()),
         vocab_size: model.config.vocab_size,

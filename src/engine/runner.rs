@@ -6,7 +6,7 @@ use crate::backend::cuda::{CudaBackend, CudaBackendError, CudaBackendOptions};
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
-use super::config::{ActivationPrecision, EngineConfig};
+use super::config::{ActivationPrecision, BackendKind, EngineConfig};
 
 /// One forward step over a batch, whatever the backend.
 pub trait StepRunner {
@@ -27,6 +27,8 @@ pub trait StepRunner {
     }
     /// A description for logs: backend, kernels, threads.
     fn describe(&self) -> String;
+    /// Most tokens one step may hold: what the runner's buffers were sized for, and the scheduler's budget.
+    fn max_batch_tokens(&self) -> usize;
 }
 
 /// Runs the llama forward pass on any [`LlamaBackend`].
@@ -34,6 +36,7 @@ pub struct LlamaRunner<B> {
     config: LlamaConfig,
     backend: B,
     description: String,
+    max_batch_tokens: usize,
 }
 
 impl<B: LlamaBackend> StepRunner for LlamaRunner<B>
@@ -46,6 +49,10 @@ where
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn max_batch_tokens(&self) -> usize {
+        self.max_batch_tokens
     }
 }
 
@@ -76,9 +83,10 @@ pub fn cpu_runner<'m>(
     cache: CacheGeometry,
 ) -> Result<Box<dyn StepRunner + 'm>, String> {
     let threads = if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads };
+    let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cpu);
     let options = CpuBackendOptions {
         threads,
-        max_batch_tokens: config.max_num_batched_tokens,
+        max_batch_tokens,
         kv_block_size: cache.block_size,
         kv_num_blocks: cache.num_blocks,
         precision: match config.activation_precision {
@@ -88,13 +96,14 @@ pub fn cpu_runner<'m>(
     };
     let backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
     let description = format!("cpu ({} kernels, {threads} threads)", backend.kernel_path());
-    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description }))
+    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description, max_batch_tokens }))
 }
 
 /// The CUDA backend as a step runner: the forward pass, and the top-k of each logits row on the device.
 struct CudaRunner {
     backend: CudaBackend,
     description: String,
+    max_batch_tokens: usize,
 }
 
 impl StepRunner for CudaRunner {
@@ -116,6 +125,10 @@ impl StepRunner for CudaRunner {
     fn describe(&self) -> String {
         self.description.clone()
     }
+
+    fn max_batch_tokens(&self) -> usize {
+        self.max_batch_tokens
+    }
 }
 
 /// Builds the CUDA runner on device 0. An error for which `is_unavailable()` holds means there is no usable GPU.
@@ -124,9 +137,10 @@ pub fn cuda_runner<'m>(
     config: &EngineConfig,
     cache: CacheGeometry,
 ) -> Result<Box<dyn StepRunner + 'm>, CudaBackendError> {
+    let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cuda);
     let options = CudaBackendOptions {
         device: 0,
-        max_batch_tokens: config.max_num_batched_tokens,
+        max_batch_tokens,
         kv_block_size: cache.block_size,
         kv_num_blocks: cache.num_blocks,
         graphs: true,
@@ -140,5 +154,5 @@ pub fn cuda_runner<'m>(
         info.compute_capability.1,
         info.total_memory_bytes >> 20
     );
-    Ok(Box::new(CudaRunner { backend, description }))
+    Ok(Box::new(CudaRunner { backend, description, max_batch_tokens }))
 }

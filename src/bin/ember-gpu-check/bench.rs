@@ -223,7 +223,7 @@ fn engine_bench(model: Arc<Model>, plan: &Plan) -> Result<Value, String> {
     let config = EngineConfig {
         backend: BackendKind::Cuda,
         max_num_seqs: max_batch,
-        max_num_batched_tokens: plan.prefill_tokens.max(max_batch),
+        max_num_batched_tokens: Some(plan.prefill_tokens.max(max_batch)),
         kv_cache_tokens: max_batch * (plan.batch_prompt + plan.batch_tokens + BLOCK) + 2 * plan.prefill_tokens,
         ..Default::default()
     };
