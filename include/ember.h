@@ -437,8 +437,9 @@ typedef struct ExtendedTimingMetrics {
 } ExtendedTimingMetrics;
 
 /**
- * Counters of one engine, as of its last step (updated by the engine thread after every step and whenever a
- * request finishes, so a host that has seen a request finish also sees it gone from these counts).
+ * Counters of one engine, as of its last step. The engine thread updates them when it has scheduled a step
+ * (before any of the step's tokens reach a host), after the step, and whenever a request finishes: a host that
+ * has seen a request's token also sees it counted, and one that has seen it finish sees it gone.
  */
 typedef struct EngineStats {
     /**

@@ -184,6 +184,9 @@ impl EngineCore<'_> {
     ) {
         let step_start = self.clock.now();
         scheduler.schedule(seqs, &mut self.blocks, plan);
+        // Counters before any of the step's tokens reach a host: one that has seen a request's token also sees
+        // it running and its blocks taken.
+        self.publish(scheduler);
         for &id in &plan.first_scheduled {
             let s = &seqs[&id];
             s.request.with_stats(s.choice, |st| st.scheduled_ts = Some(step_start));

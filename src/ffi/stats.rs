@@ -21,8 +21,9 @@ pub const ENGINE_STATS_KV_BLOCKS_TOTAL: u32 = 1 << 3;
 /// Presence bit of `EngineStats.num_steps`.
 pub const ENGINE_STATS_NUM_STEPS: u32 = 1 << 4;
 
-/// Counters of one engine, as of its last step (updated by the engine thread after every step and whenever a
-/// request finishes, so a host that has seen a request finish also sees it gone from these counts).
+/// Counters of one engine, as of its last step. The engine thread updates them when it has scheduled a step
+/// (before any of the step's tokens reach a host), after the step, and whenever a request finishes: a host that
+/// has seen a request's token also sees it counted, and one that has seen it finish sees it gone.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct EngineStats {
