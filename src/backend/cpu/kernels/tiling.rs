@@ -29,6 +29,40 @@ pub(super) type TileFn<W, A> = unsafe fn(rows: &[W], cols: &[A], n_blocks: usize
 pub(super) type RowTileFn<W, A> =
     unsafe fn(rows: &[W], n_blocks: usize, act: &[A], cols: Range<usize>, r0: usize, out: &mut OutRows) -> bool;
 
+/// Computes a tile of prepared rows × `C` columns (`C` fixed per function) for a row tile function: `prepared`
+/// holds the row tile's weights as its path unpacked them; `cols`, `out` as for [`TileFn`].
+/// `unsafe` because it needs its path's CPU features.
+pub(super) type PreparedTileFn<P, A> = unsafe fn(prepared: &[P], cols: &[A], n_blocks: usize, out: &mut [f32]);
+
+/// The column walk of a row tile function: the columns `cols` of `act` in tiles of up to `CM`, each computed by
+/// `fns[C - 1]` against the `R` prepared rows and written to rows `r0..r0 + R` of `out`.
+///
+/// # Safety
+/// The CPU must have the features `fns` are compiled for.
+pub(super) unsafe fn walk_prepared_columns<P, A, const R: usize, const CM: usize>(
+    fns: &[PreparedTileFn<P, A>; CM],
+    prepared: &[P],
+    act: &[A],
+    n_blocks: usize,
+    cols: Range<usize>,
+    r0: usize,
+    out: &mut OutRows,
+) {
+    let mut results = [[0f32; R]; CM];
+    let mut c0 = cols.start;
+    while c0 < cols.end {
+        let n_c = CM.min(cols.end - c0);
+        let tile_cols = &act[c0 * n_blocks..(c0 + n_c) * n_blocks];
+        let results = &mut results.as_flattened_mut()[..R * n_c];
+        // SAFETY: the caller guarantees the functions' CPU features; the slices have the shapes they take.
+        unsafe { fns[n_c - 1](prepared, tile_cols, n_blocks, results) };
+        for (c, col_results) in results.chunks_exact(R).enumerate() {
+            out.write(c0 + c, r0, col_results);
+        }
+        c0 += n_c;
+    }
+}
+
 /// The tile functions of one path for one weight type: `fns[R - 1][C - 1]` computes `R × C` tiles.
 pub(super) struct TileTable<W: 'static, A: 'static, const RM: usize, const CM: usize> {
     pub fns: [[TileFn<W, A>; CM]; RM],

@@ -14,7 +14,9 @@ use super::lanes::{f16_pair, hsum, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
-use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable, PREFETCH_TILES};
+use crate::backend::cpu::kernels::tiling::{
+    run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
+};
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 
@@ -248,23 +250,10 @@ fn row_tile<F: Format, const R: usize>(
     }
     // SAFETY: entries 0..n_blocks were written just above; MaybeUninit<T> has T's layout.
     let prepared: &[[RowBlock; R]] = unsafe { std::slice::from_raw_parts(prepared.as_ptr().cast(), n_blocks) };
-    let mut results = [[0f32; R]; 4];
-    let mut c0 = cols.start;
-    while c0 < cols.end {
-        let n_c = 4.min(cols.end - c0);
-        let tile_cols = &act[c0 * n_blocks..(c0 + n_c) * n_blocks];
-        let results = &mut results.as_flattened_mut()[..R * n_c];
-        match n_c {
-            1 => prepared_tile::<F, R, 1>(prepared, tile_cols, n_blocks, results),
-            2 => prepared_tile::<F, R, 2>(prepared, tile_cols, n_blocks, results),
-            3 => prepared_tile::<F, R, 3>(prepared, tile_cols, n_blocks, results),
-            _ => prepared_tile::<F, R, 4>(prepared, tile_cols, n_blocks, results),
-        }
-        for (c, col_results) in results.chunks_exact(R).enumerate() {
-            out.write(c0 + c, r0, col_results);
-        }
-        c0 += n_c;
-    }
+    let fns: [PreparedTileFn<_, BlockQ8A>; 4] =
+        [prepared_tile::<F, R, 1>, prepared_tile::<F, R, 2>, prepared_tile::<F, R, 3>, prepared_tile::<F, R, 4>];
+    // SAFETY: the functions need the features this function is compiled with.
+    unsafe { walk_prepared_columns::<_, _, R, 4>(&fns, prepared, act, n_blocks, cols, r0, out) };
     true
 }
 
