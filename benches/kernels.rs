@@ -16,29 +16,16 @@ use ember::backend::cpu::kernels::{
 use ember::model::gguf::blocks::{BlockQ4_1, BlockQ8_0, QK};
 use half::f16;
 
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 /// Bytes of weights a streaming matvec rotates through (above L2, like the model's ~96 MB per token).
 const STREAM_BYTES: usize = 128 << 20;
 /// Each measurement batch runs at least this long; the reported time is the median of `BATCHES` batches.
 const BATCH_TIME: Duration = Duration::from_millis(40);
 const BATCHES: usize = 5;
 const N_COLS: [usize; 5] = [1, 4, 16, 64, 512];
-
-/// SplitMix64: seeded, so every run measures the same data.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
 
 /// One of the model's matrices: `n_rows` outputs of `row_len` inputs.
 struct Shape {

@@ -11,6 +11,10 @@ use std::time::Instant;
 use ember::engine::sampling::{Sampler, SamplingParams};
 use ember::model::TokenId;
 
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 const VOCAB: usize = 49_152;
 /// Timed calls per case; each is timed on its own, with a fresh copy of the row made outside the timing.
 const ITERATIONS: usize = 2_000;
@@ -18,31 +22,8 @@ const WARMUP: usize = 100;
 /// Tokens accepted before the penalties case is timed.
 const ACCEPTED: usize = 512;
 
-/// SplitMix64, for the synthetic row only (the sampler's own generator is private).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal, by Box and Muller.
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
-}
-
 /// The synthetic logits row described in the file comment.
-fn synthetic_row(rng: &mut SplitMix) -> Vec<f32> {
+fn synthetic_row(rng: &mut Rng) -> Vec<f32> {
     let mut row: Vec<f32> = (0..VOCAB).map(|_| (2.0 * rng.normal()) as f32).collect();
     for rank in 0..32 {
         let token = (rng.next_u64() % VOCAB as u64) as usize;
@@ -102,7 +83,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 fn main() {
-    let mut rng = SplitMix(2024);
+    let mut rng = Rng(2024);
     let row = synthetic_row(&mut rng);
     let prompt: Vec<TokenId> = (0..256).map(|_| (rng.next_u64() % VOCAB as u64) as TokenId).collect();
     let mut work = row.clone();

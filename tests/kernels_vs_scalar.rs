@@ -12,30 +12,12 @@ use ember::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
 use ember::model::gguf::GgufFile;
 use half::f16;
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 /// f32 unit roundoff.
 const U: f64 = f32::EPSILON as f64 / 2.0;
-
-/// SplitMix64 (Steele, Lea, Flood 2014): a tiny seeded generator, so every run sees the same data.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-
-    fn byte(&mut self) -> u8 {
-        self.next_u64() as u8
-    }
-}
 
 fn scalar() -> &'static Kernels {
     kernels_named("scalar").expect("the scalar path always exists")

@@ -5,35 +5,16 @@
 use ember::engine::sampling::{Sampler, SamplingError, SamplingParams};
 use ember::model::TokenId;
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 /// SmolLM2-135M's vocabulary size.
 const SMOLLM2_VOCAB: usize = 49_152;
 
-/// SplitMix64: the test's own generator for random rows, independent of the sampler's.
-struct TestRng(u64);
-
-impl TestRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
-}
-
 /// A random row: N(0, spread²) logits, plus (when `spikes`) a few tokens lifted well above the rest, as in a chat
 /// model's confident steps.
-fn random_row(rng: &mut TestRng, vocab: usize, spread: f64, spikes: bool) -> Vec<f32> {
+fn random_row(rng: &mut Rng, vocab: usize, spread: f64, spikes: bool) -> Vec<f32> {
     let mut row: Vec<f32> = (0..vocab).map(|_| (spread * rng.normal()) as f32).collect();
     if spikes {
         for rank in 0..vocab.min(8) {
@@ -168,7 +149,7 @@ fn filter_settings() -> Vec<SamplingParams> {
 
 #[test]
 fn filters_match_the_full_sort_reference_on_small_vocabularies() {
-    let mut rng = TestRng(11);
+    let mut rng = Rng(11);
     for vocab in [1, 2, 7, 64, 65, 300, 1000] {
         for (spread, spikes) in [(1.0, false), (3.0, true)] {
             let logits = random_row(&mut rng, vocab, spread, spikes);
@@ -182,7 +163,7 @@ fn filters_match_the_full_sort_reference_on_small_vocabularies() {
 
 #[test]
 fn filters_match_the_full_sort_reference_on_the_smollm2_vocabulary() {
-    let mut rng = TestRng(12);
+    let mut rng = Rng(12);
     // A flat row (large nuclei, many batches) and a peaked one (small nuclei, the first band suffices).
     let mut flipped = 0;
     for (spread, spikes) in [(0.5, false), (2.0, true)] {
@@ -266,7 +247,7 @@ fn logit_bias_comes_before_the_penalties() {
 
 #[test]
 fn logit_bias_of_100_forces_and_of_minus_100_forbids() {
-    let mut rng = TestRng(3);
+    let mut rng = Rng(3);
     let logits = random_row(&mut rng, 1000, 3.0, true);
     let argmax = (0..1000).max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a))).unwrap() as TokenId;
     let weakest = (0..1000).min_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as TokenId;
@@ -291,7 +272,7 @@ fn draws(params: &SamplingParams, default_seed: u64, logits: &[f32], count: usiz
 
 #[test]
 fn same_seed_same_tokens_different_seed_different_tokens() {
-    let mut rng = TestRng(4);
+    let mut rng = Rng(4);
     let logits = random_row(&mut rng, SMOLLM2_VOCAB, 1.0, false);
     for params in [
         SamplingParams { temperature: 1.0, ..SamplingParams::default() },
@@ -357,7 +338,7 @@ fn seeded_draws_follow_the_distribution_across_a_full_row() {
 
 #[test]
 fn greedy_returns_the_argmax_whatever_the_seed_and_ties_go_to_the_lowest_id() {
-    let mut rng = TestRng(5);
+    let mut rng = Rng(5);
     let mut logits = random_row(&mut rng, SMOLLM2_VOCAB, 2.0, false);
     logits[40_000] = 50.0;
     logits[12_345] = 50.0;
