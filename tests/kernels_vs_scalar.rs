@@ -1,4 +1,5 @@
-//! Every kernel path this CPU supports against the scalar reference and against float64 arithmetic, on seeded
+//! Every kernel path this CPU supports against the scalar path, bit for bit (the paths compute one arithmetic,
+//! `numerics`: `docs/architecture.md`, "Numerics"), and against float64 arithmetic within error bounds, on seeded
 //! random data at the model's shapes and at odd sizes; batch invariance bit for bit; and the real model's weights.
 //!
 //! Error bounds follow the standard analysis of floating-point summation (Higham, "Accuracy and Stability of
@@ -226,12 +227,17 @@ fn quantize_row_q8a_is_bit_identical_to_scalar() {
     }
 }
 
-/// Each SIMD path's quantized matmul equals the scalar one within the summation bound: the integer dot products
-/// are exact in both, only the order of f32 additions differs. Each path adds at most `2·n_blocks + 16` terms
-/// (per-lane sums plus the horizontal reduction; Q4_1 doubles the terms) with two rounded products each, so the two
-/// differ by at most `2 · (2·n_blocks + 24) · u · Σ|term|`.
+/// The bound of a quantized matmul output against exact arithmetic on the same quantized operands: each path adds
+/// at most `2·n_blocks + 8` terms (lane sums, Q4_1's minima, the lane tree) with two rounded products each, so it
+/// errs by at most `(2·n_blocks + 24) · u · Σ|term|`.
+fn q8_summation_bound(w: &WeightMatrix, act: &[BlockQ8A], c: usize, r: usize) -> f64 {
+    (2 * w.blocks_per_row() + 24) as f64 * U * q8_magnitude(w, act, c, r)
+}
+
+/// Each SIMD path's quantized matmul equals the scalar one bit for bit, at odd shapes, the model's shapes and
+/// every column count around the tile sizes.
 #[test]
-fn matmul_q8_matches_scalar() {
+fn matmul_q8_is_bit_identical_to_scalar() {
     let mut rng = Rng(2);
     let paths = simd_paths();
     let mut cases: Vec<(usize, usize, &[usize])> =
@@ -248,17 +254,30 @@ fn matmul_q8_matches_scalar() {
                 let want = run_q8(scalar(), &w, act, n_cols);
                 for k in &paths {
                     let got = run_q8(k, &w, act, n_cols);
-                    for c in 0..n_cols {
-                        for r in 0..n_rows {
-                            let (g, s) = (got[c * n_rows + r], want[c * n_rows + r]);
-                            let tol = 2.0 * (2 * w.blocks_per_row() + 24) as f64 * U * q8_magnitude(&w, act, c, r);
-                            assert!(
-                                (f64::from(g) - f64::from(s)).abs() <= tol,
-                                "{} {kind:?} {n_rows}x{row_len} n_cols {n_cols} ({c}, {r}): {g} vs scalar {s}, tol {tol:e}",
-                                k.name
-                            );
-                        }
-                    }
+                    let what = format!("{} {kind:?} {n_rows}x{row_len} n_cols {n_cols}", k.name);
+                    assert_same_bits(&got, &want, &what);
+                }
+            }
+        }
+    }
+}
+
+/// Each SIMD path's precise matmul equals the scalar one bit for bit.
+#[test]
+fn matmul_f32_is_bit_identical_to_scalar() {
+    let mut rng = Rng(9);
+    let paths = simd_paths();
+    for kind in KINDS {
+        for (row_len, n_rows) in odd_shapes().into_iter().chain(MODEL_SHAPES) {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let x = random_activations(17, row_len, &mut rng);
+            for n_cols in [1, 2, 3, 4, 5, 8, 17] {
+                let x = &x[..n_cols * row_len];
+                let want = run_f32(scalar(), &w, x, n_cols);
+                for k in &paths {
+                    let got = run_f32(k, &w, x, n_cols);
+                    assert_same_bits(&got, &want, &format!("{} {kind:?} {n_rows}x{row_len} n_cols {n_cols}", k.name));
                 }
             }
         }
@@ -334,7 +353,7 @@ fn matmul_q8_matches_f64_within_activation_rounding() {
                                 0.5001 * f64::from(act[c * n + b].d) * w_abs
                             })
                             .sum();
-                        let tol = rounding + 2.0 * (2 * n + 24) as f64 * U * q8_magnitude(&w, &act, c, r);
+                        let tol = rounding + q8_summation_bound(&w, &act, c, r);
                         let g = f64::from(got[c * n_rows + r]);
                         assert!(
                             (g - want).abs() <= tol,
@@ -437,16 +456,9 @@ fn random_vec(len: usize, lo: f32, hi: f32, rng: &mut Rng) -> Vec<f32> {
     (0..len).map(|_| rng.uniform(lo, hi)).collect()
 }
 
-/// `|got − want| ≤ rel · (|want| + floor)` element by element.
-fn assert_close(got: &[f32], want: &[f32], rel: f32, floor: f32, what: &str) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= rel * (w.abs() + floor), "{what}: element {i}: {g} vs {w}");
-    }
-}
-
+/// Every SIMD path's element-wise kernels equal the scalar ones bit for bit, at lengths with and without a tail.
 #[test]
-fn element_wise_kernels_match_scalar() {
+fn element_wise_kernels_are_bit_identical_to_scalar() {
     let mut rng = Rng(7);
     let s = scalar();
     for k in simd_paths() {
@@ -457,31 +469,29 @@ fn element_wise_kernels_match_scalar() {
             let (mut got, mut want) = (vec![0f32; len], vec![0f32; len]);
 
             if len > 0 {
-                // A sum of `len` squares: summation bound `len · u` relative, then a square root and products.
                 k.rms_norm(&x, &y, 1e-5, &mut got);
                 s.rms_norm(&x, &y, 1e-5, &mut want);
-                assert_close(&got, &want, (len as f32 + 8.0) * f32::EPSILON, 0.0, &what("rms_norm"));
+                assert_same_bits(&got, &want, &what("rms_norm"));
             }
 
-            // Gates across the range where sigmoid saturates; the vector exp is within a few ulp of libm's.
+            // Gates across the range where sigmoid saturates.
             let gate = random_vec(len, -100.0, 30.0, &mut rng);
             k.silu_mul(&gate, &y, &mut got);
             s.silu_mul(&gate, &y, &mut want);
-            assert_close(&got, &want, 8.0 * f32::EPSILON, 1e-30, &what("silu_mul"));
+            assert_same_bits(&got, &want, &what("silu_mul"));
 
-            // Exact on every path.
             let (mut a, mut b) = (x.clone(), x.clone());
             k.add_assign(&mut a, &y);
             s.add_assign(&mut b, &y);
             assert_same_bits(&a, &b, &what("add_assign"));
 
-            // Logits-like values with masked (−inf) positions; the sum has `len` terms.
+            // Logits-like values with masked (−inf) positions.
             let mut logits = random_vec(len, -20.0, 20.0, &mut rng);
             logits.iter_mut().step_by(5).skip(1).for_each(|v| *v = f32::NEG_INFINITY);
             let (mut a, mut b) = (logits.clone(), logits.clone());
             k.softmax_inplace(&mut a);
             s.softmax_inplace(&mut b);
-            assert_close(&a, &b, (len as f32 + 16.0) * f32::EPSILON, 0.0, &what("softmax"));
+            assert_same_bits(&a, &b, &what("softmax"));
 
             if len % 2 == 0 {
                 let angles = random_vec(len / 2, -10.0, 10.0, &mut rng);
@@ -490,12 +500,7 @@ fn element_wise_kernels_match_scalar() {
                 let (mut a, mut b) = (x.clone(), x.clone());
                 k.rope(&mut a, &cos, &sin);
                 s.rope(&mut b, &cos, &sin);
-                // Each output is a two-term sum (one fused on SIMD paths): error ≤ 3u of the terms' magnitude.
-                for (i, (g, w)) in a.iter().zip(&b).enumerate() {
-                    let (x0, x1) = (x[i & !1].abs(), x[i | 1].abs());
-                    let tol = 3.0 * f32::EPSILON * (x0 + x1);
-                    assert!((g - w).abs() <= tol, "{}: element {i}: {g} vs {w}", what("rope"));
-                }
+                assert_same_bits(&a, &b, &what("rope"));
             }
 
             check_attention_f16(k, s, &x, &y, &mut rng, &what);
@@ -508,37 +513,24 @@ fn element_wise_kernels_match_scalar() {
 }
 
 /// The attention kernels over runs of 1 to 17 cache slots (every remainder of the 4-position groups, and a whole
-/// 16-slot block), rows of `x.len()` elements `x.len() + 3` apart, against the scalar path within the summation
-/// bounds: a score is a `len`-term dot (`2·(len + 4)·u` of its magnitude, as the matmuls); a value element adds
-/// `n` products to its start, rounded once each on one path and fused on the other (`2·(n + 1)·u` of the terms).
+/// 16-slot block), rows of `x.len()` elements `x.len() + 3` apart, bit for bit against the scalar path.
 fn check_attention_f16(k: &Kernels, s: &Kernels, x: &[f32], y: &[f32], rng: &mut Rng, what: &dyn Fn(&str) -> String) {
     let len = x.len();
     let stride = len + 3;
     for n in [1, 2, 3, 4, 5, 7, 8, 16, 17] {
         let cache: Vec<f16> =
             random_vec((n - 1) * stride + len, -4.0, 4.0, rng).into_iter().map(f16::from_f32).collect();
-        let row = |i: usize| &cache[i * stride..][..len];
 
         let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
         k.attention_scores_f16(x, &cache, stride, &mut got);
         s.attention_scores_f16(x, &cache, stride, &mut want);
-        for i in 0..n {
-            let magnitude: f32 = x.iter().zip(row(i)).map(|(a, b)| (a * b.to_f32()).abs()).sum();
-            let tol = 2.0 * (len as f32 + 4.0) * f32::EPSILON * magnitude;
-            let (g, w) = (got[i], want[i]);
-            assert!((g - w).abs() <= tol, "{} n {n} position {i}: {g} vs {w}", what("attention_scores_f16"));
-        }
+        assert_same_bits(&got, &want, &format!("{} n {n}", what("attention_scores_f16")));
 
         let weights = random_vec(n, 0.0, 1.0, rng);
         let (mut a, mut b) = (y.to_vec(), y.to_vec());
         k.attention_values_f16(&weights, &cache, stride, &mut a);
         s.attention_values_f16(&weights, &cache, stride, &mut b);
-        for j in 0..len {
-            let terms: f32 = y[j].abs() + (0..n).map(|i| (weights[i] * row(i)[j].to_f32()).abs()).sum::<f32>();
-            let tol = 2.0 * (n as f32 + 1.0) * f32::EPSILON * terms;
-            let (g, w) = (a[j], b[j]);
-            assert!((g - w).abs() <= tol, "{} n {n} element {j}: {g} vs {w}", what("attention_values_f16"));
-        }
+        assert_same_bits(&a, &b, &format!("{} n {n}", what("attention_values_f16")));
     }
 }
 
@@ -564,9 +556,9 @@ fn argmax_takes_the_first_maximum_and_skips_nan() {
     }
 }
 
-/// The real model's weights through `WeightMatrix::from_tensor`, every path against the scalar one.
+/// The real model's weights through `WeightMatrix::from_tensor`, every path against the scalar one, bit for bit.
 #[test]
-fn real_model_weights_match_scalar() {
+fn real_model_weights_are_bit_identical_to_scalar() {
     let path = ember::model::path::resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
     let file = GgufFile::open(&path).expect("the model opens");
     let mut rng = Rng(8);
@@ -583,14 +575,7 @@ fn real_model_weights_match_scalar() {
         let act = quantize(&random_activations(n_cols, row_len, &mut rng));
         let want = run_q8(scalar(), &w, &act, n_cols);
         for k in simd_paths() {
-            let got = run_q8(k, &w, &act, n_cols);
-            for c in 0..n_cols {
-                for r in 0..n_rows {
-                    let (g, s) = (got[c * n_rows + r], want[c * n_rows + r]);
-                    let tol = 2.0 * (2 * w.blocks_per_row() + 24) as f64 * U * q8_magnitude(&w, &act, c, r);
-                    assert!((f64::from(g) - f64::from(s)).abs() <= tol, "{} {name} ({c}, {r}): {g} vs {s}", k.name);
-                }
-            }
+            assert_same_bits(&run_q8(k, &w, &act, n_cols), &want, &format!("{} {name}", k.name));
         }
     }
     let norm = file.tensor("output_norm.weight").expect("tensor exists");

@@ -120,8 +120,20 @@ pub struct CpuBackend<'m> {
 }
 
 impl<'m> CpuBackend<'m> {
-    /// Builds a backend for `file`, whose hyperparameters `config` were read from it.
+    /// Builds a backend for `file`, whose hyperparameters `config` were read from it, on the kernel path of
+    /// [`kernels`] (the best this CPU runs, or the one `EMBER_CPU_KERNELS` names).
     pub fn new(file: &'m GgufFile, config: LlamaConfig, options: CpuBackendOptions) -> Result<Self, CpuBackendError> {
+        Self::with_kernels(file, config, options, kernels())
+    }
+
+    /// [`CpuBackend::new`] on a given kernel path (e.g. [`super::kernels::kernels_named`]'s): every path computes
+    /// the same bits, so this chooses speed only; tests use it to compare paths in one process.
+    pub fn with_kernels(
+        file: &'m GgufFile,
+        config: LlamaConfig,
+        options: CpuBackendOptions,
+        kernels: &'static Kernels,
+    ) -> Result<Self, CpuBackendError> {
         let bad = |m: String| Err(CpuBackendError::Options(m));
         if options.threads == 0 {
             return bad("threads must be at least 1".into());
@@ -155,7 +167,7 @@ impl<'m> CpuBackend<'m> {
         let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
         let widths = [d, d, d, kv, kv, d, ff, ff, d];
         Ok(CpuBackend {
-            kernels: kernels(),
+            kernels,
             pool,
             weights,
             cache,

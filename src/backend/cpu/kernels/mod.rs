@@ -14,6 +14,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod numerics;
 mod out_rows;
 mod q8a;
 mod scalar;
@@ -25,5 +26,5 @@ mod weights;
 pub use out_rows::OutRows;
 pub use q8a::{quantize_row_q8a, quantize_row_q8a_scalar, BlockQ8A};
 pub use select::{kernels, kernels_named, supported_kernels, KERNELS_ENV_VAR, KERNEL_NAMES};
-pub use table::Kernels;
+pub use table::{KernelOverrides, Kernels};
 pub use weights::{WeightData, WeightMatrix, WeightShapeError};

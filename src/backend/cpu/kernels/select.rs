@@ -19,7 +19,7 @@ pub const KERNEL_NAMES: [&str; 3] = ["scalar", "avx2", "avx512"];
 /// The path called `name`, when this CPU supports it (`None` for an unsupported or unknown name).
 pub fn kernels_named(name: &str) -> Option<&'static Kernels> {
     match name {
-        "scalar" => Some(&scalar::KERNELS),
+        "scalar" => Some(scalar::kernels()),
         #[cfg(target_arch = "x86_64")]
         "avx2" => super::avx2::kernels(),
         #[cfg(target_arch = "x86_64")]
@@ -35,7 +35,7 @@ pub fn supported_kernels() -> impl Iterator<Item = &'static Kernels> {
 
 /// The fastest path this CPU supports.
 fn best() -> &'static Kernels {
-    supported_kernels().last().unwrap_or(&scalar::KERNELS)
+    supported_kernels().last().unwrap_or_else(scalar::kernels)
 }
 
 /// The kernels to compute with: the fastest path this CPU supports, or the one `EMBER_CPU_KERNELS` names. A

@@ -19,12 +19,13 @@ pub(super) type MatmulF32Fn = unsafe fn(w: &WeightMatrix, act: &[f32], n_cols: u
 ///
 /// The function pointers are `unsafe` because a SIMD path's functions need its CPU features. The invariant that
 /// makes calling them sound: a `Kernels` value exists only as a path module's private static, and `select` hands
-/// one out only after detecting every feature its path is compiled for. The fields are private, so no other
+/// one out only after detecting every feature its path is compiled for (or as a copy of such a table made by
+/// [`Kernels::with_overrides`], whose replacements are safe functions). The fields are private, so no other
 /// `Kernels` can be built.
 ///
-/// Within one path, results are deterministic and batch-invariant (see [`Kernels::matmul_q8`]); between paths they
-/// may differ in the last bits, except [`Kernels::quantize_row_q8a`], [`Kernels::add_assign`] and
-/// [`Kernels::argmax`], which are exact everywhere.
+/// Every path computes the same bits for the same arguments (the arithmetic of `numerics`, documented in
+/// `docs/architecture.md`, "Numerics"), and results are deterministic and batch-invariant (see
+/// [`Kernels::matmul_q8`]): a path decides speed, never a value.
 pub struct Kernels {
     /// `"scalar"`, `"avx2"` or `"avx512"`.
     pub name: &'static str,
@@ -39,6 +40,46 @@ pub struct Kernels {
     pub(super) attention_scores_f16: unsafe fn(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]),
     pub(super) attention_values_f16: unsafe fn(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]),
     pub(super) argmax: unsafe fn(x: &[f32]) -> usize,
+}
+
+/// A replacement for `quantize_row_q8a` (see [`KernelOverrides`]).
+pub type QuantizeOverride = fn(x: &[f32], out: &mut [BlockQ8A]);
+/// A replacement for `matmul_q8`.
+pub type MatmulQ8Override = fn(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
+/// A replacement for `silu_mul`.
+pub type SiluMulOverride = fn(gate: &[f32], up: &[f32], out: &mut [f32]);
+
+/// Kernels to put in place of a path's own (see [`Kernels::with_overrides`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Default)]
+pub struct KernelOverrides {
+    pub quantize_row_q8a: Option<QuantizeOverride>,
+    pub matmul_q8: Option<MatmulQ8Override>,
+    pub silu_mul: Option<SiluMulOverride>,
+    pub softmax_inplace: Option<fn(x: &mut [f32])>,
+}
+
+impl Kernels {
+    /// A copy of this table, named `name`, with some kernels replaced by safe functions of the caller's: how the
+    /// reference tests show that their bounds catch a faulty kernel. Sound because the replacements need no CPU
+    /// feature and the other entries are this table's. The table is leaked (tests build a handful).
+    #[doc(hidden)]
+    pub fn with_overrides(&'static self, name: &'static str, overrides: KernelOverrides) -> &'static Kernels {
+        let mut k = Kernels { name, ..*self };
+        if let Some(f) = overrides.quantize_row_q8a {
+            k.quantize_row_q8a = f;
+        }
+        if let Some(f) = overrides.matmul_q8 {
+            k.matmul_q8 = f;
+        }
+        if let Some(f) = overrides.silu_mul {
+            k.silu_mul = f;
+        }
+        if let Some(f) = overrides.softmax_inplace {
+            k.softmax_inplace = f;
+        }
+        Box::leak(Box::new(k))
+    }
 }
 
 impl std::fmt::Debug for Kernels {

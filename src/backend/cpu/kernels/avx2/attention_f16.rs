@@ -6,13 +6,15 @@
 //! output row stays in registers across the run (one load and one store per run, not per position), with one FMA
 //! per element and position, in position order.
 //!
-//! Rows whose width is not a multiple of 8 (no model we know) take the plain formulas.
+//! Rows whose width is not a multiple of 8 (no model we know) take the scalar path's functions. The quads' `hadd`
+//! tree adds each position's lanes in `numerics::sum_lanes`' order, as `hsum` does for the last positions.
 
 use std::arch::x86_64::*;
 
 use half::f16;
 
 use super::lanes::{hsum, load_8f, load_8h, store_8f};
+use crate::backend::cpu::kernels::scalar::dot_f16;
 
 /// Positions scored together: four accumulators, the key chunk and the query chunk fit the 16 ymm registers.
 const POSITIONS_AT_ONCE: usize = 4;
@@ -23,7 +25,7 @@ pub(in crate::backend::cpu::kernels) fn attention_scores_f16(q: &[f32], keys: &[
     let hd = q.len();
     if !hd.is_multiple_of(8) {
         for (i, o) in out.iter_mut().enumerate() {
-            *o = q.iter().zip(&keys[i * stride..][..hd]).map(|(&a, &b)| a * b.to_f32()).sum();
+            *o = dot_f16(q, &keys[i * stride..][..hd]);
         }
         return;
     }

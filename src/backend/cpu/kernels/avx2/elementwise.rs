@@ -1,10 +1,13 @@
-//! AVX2 element-wise kernels (lengths checked by `Kernels`' methods). Each works on 8 lanes and finishes a
-//! length that is not a multiple of 8 with the scalar formula; the model's widths (576, 1536, 64) have no tail.
+//! AVX2 element-wise kernels (lengths checked by `Kernels`' methods), bit-identical to the scalar ones: each works
+//! on the 8 lanes of `numerics`, reductions take a row's last partial chunk as a padded register, and element-wise
+//! tails use the scalar path's own formulas. The model's widths (576, 1536, 64) have no tail; attention's softmax
+//! rows (one per context length) usually do.
 
 use std::arch::x86_64::*;
 
 use super::exp::exp;
-use super::lanes::{hmax, hsum, load_8f, store_8f};
+use super::lanes::{hmax, hsum, load_8f, load_padded, store_8f};
+use crate::backend::cpu::kernels::scalar::{rms_scale, rope_pair, silu_mul_one};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -14,8 +17,11 @@ pub(in crate::backend::cpu::kernels) fn rms_norm(x: &[f32], weight: &[f32], eps:
         let v = load_8f(v);
         acc = _mm256_fmadd_ps(v, v, acc);
     }
-    let sum_sq = x_tail.iter().fold(hsum(acc), |s, &v| s + v * v);
-    let scale = 1.0 / (sum_sq / x.len() as f32 + eps).sqrt();
+    if !x_tail.is_empty() {
+        let v = load_padded(x_tail, 0.0);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    let scale = rms_scale(hsum(acc), x.len(), eps);
     let scale_v = _mm256_set1_ps(scale);
     let (ws, w_tail) = weight.as_chunks::<8>();
     let (outs, out_tail) = out.as_chunks_mut::<8>();
@@ -39,7 +45,7 @@ pub(in crate::backend::cpu::kernels) fn silu_mul(gate: &[f32], up: &[f32], out: 
         store_8f(o, _mm256_mul_ps(_mm256_div_ps(g, sigmoid_denominator), load_8f(u)));
     }
     for ((o, &g), &u) in out_tail.iter_mut().zip(g_tail).zip(u_tail) {
-        *o = g / (1.0 + (-g).exp()) * u;
+        *o = silu_mul_one(g, u);
     }
 }
 
@@ -62,20 +68,26 @@ pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
     for v in xs.iter() {
         max_v = _mm256_max_ps(load_8f(v), max_v);
     }
-    let max = tail.iter().fold(hmax(max_v), |m, &v| m.max(v));
-    let max_v = _mm256_set1_ps(max);
+    // The last partial chunk padded with −inf: its unused lanes then add exp(−inf) = +0 to the sum.
+    let tail_v = load_padded(tail, f32::NEG_INFINITY);
+    if !tail.is_empty() {
+        max_v = _mm256_max_ps(tail_v, max_v);
+    }
+    let max_v = _mm256_set1_ps(hmax(max_v));
     let mut sum_v = _mm256_setzero_ps();
     for v in xs.iter_mut() {
         let e = exp(_mm256_sub_ps(load_8f(v), max_v));
         store_8f(v, e);
         sum_v = _mm256_add_ps(sum_v, e);
     }
-    let mut sum = hsum(sum_v);
-    for v in tail.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+    if !tail.is_empty() {
+        let e = exp(_mm256_sub_ps(tail_v, max_v));
+        sum_v = _mm256_add_ps(sum_v, e);
+        let mut lanes = [0f32; 8];
+        store_8f(&mut lanes, e);
+        tail.copy_from_slice(&lanes[..tail.len()]);
     }
-    let inv = 1.0 / sum;
+    let inv = 1.0 / hsum(sum_v);
     let inv_v = _mm256_set1_ps(inv);
     for v in xs.iter_mut() {
         store_8f(v, _mm256_mul_ps(load_8f(v), inv_v));
@@ -106,9 +118,7 @@ pub(in crate::backend::cpu::kernels) fn rope(head: &mut [f32], cos: &[f32], sin:
         store_8f(h, _mm256_fmaddsub_ps(x, spread_pairs(c), _mm256_mul_ps(swapped, spread_pairs(s))));
     }
     for ((pair, &c), &s) in head_tail.chunks_exact_mut(2).zip(cos_tail).zip(sin_tail) {
-        let (x0, x1) = (pair[0], pair[1]);
-        pair[0] = x0 * c - x1 * s;
-        pair[1] = x0 * s + x1 * c;
+        (pair[0], pair[1]) = rope_pair(pair[0], pair[1], c, s);
     }
 }
 

@@ -46,23 +46,33 @@ pub(in crate::backend::cpu::kernels) fn f16_pair(lo: f16, hi: f16) -> __m128i {
     _mm_cvtsi32_si128((u32::from(lo.to_bits()) | (u32::from(hi.to_bits()) << 16)) as i32)
 }
 
-/// `Σ v` in a fixed order: the halves, then the quarters, then pairs. Every output of a matmul is reduced by
-/// this same sequence, which is part of what makes results batch-invariant.
+/// `Σ v` by `numerics::sum_lanes`' tree, `((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))`: every horizontal
+/// sum of every path follows it, which is part of what makes paths agree and results batch-invariant.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn hsum(v: __m256) -> f32 {
-    let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    let x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    _mm_cvtss_f32(x)
+    // Lane 2i holds v[2i] + v[2i+1] (and lane 2i+1 the same sum: addition is commutative bit for bit).
+    let pairs = _mm256_add_ps(v, _mm256_permute_ps::<0b10_11_00_01>(v));
+    // Lane 4k holds the sum of its group of four.
+    let quads = _mm256_add_ps(pairs, _mm256_permute_ps::<0b01_00_11_10>(pairs));
+    let halves = _mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps::<1>(quads));
+    _mm_cvtss_f32(halves)
 }
 
-/// The largest lane of `v` (exact: max does not round, so the order does not matter).
+/// The largest lane of `v`, by `numerics::max_of_lanes`' tree and operand order (which decide the result between
+/// `+0` and `−0`, and when a lane is NaN).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn hmax(v: __m256) -> f32 {
     let x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let x = _mm_max_ps(x, _mm_movehl_ps(x, x));
     let x = _mm_max_ss(x, _mm_movehdup_ps(x));
     _mm_cvtss_f32(x)
+}
+
+/// The 8 floats of a chunk of at most 8, padded with `pad` (the last chunk of a row whose length is not a multiple
+/// of 8, as `numerics::padded`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::backend::cpu::kernels) fn load_padded(tail: &[f32], pad: f32) -> __m256 {
+    load_8f(&crate::backend::cpu::kernels::numerics::padded(tail, pad))
 }
 
 /// Stores 32 bytes to `bytes` (any alignment).

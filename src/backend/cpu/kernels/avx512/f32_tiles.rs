@@ -1,40 +1,73 @@
-//! AVX-512 tiles of the precise matmul: each weight block dequantized once to 32 floats (two registers) and
-//! reused across the tile's columns; per output, one 16-lane f32 accumulator updated by two FMAs per block, then
-//! a fixed-order horizontal sum. The sequence per output is independent of the tile, so results are
-//! batch-invariant.
+//! AVX-512 tiles of the precise matmul: each 512-bit register holds 8 dequantized weights of two rows side by side
+//! (row `r` in the low 256 bits, row `r + 1` in the high), so that each half is, lane for lane, the AVX2 path's
+//! 8-lane vector for one output: per block, four FMAs per row pair and column (elements `8i..8i + 8`, `i` in
+//! order), then each half summed by `numerics::sum_lanes`' tree. The results equal the scalar and AVX2 paths' bit
+//! for bit, and the sequence per output is independent of the tile, so they are batch-invariant. A tile with an
+//! odd number of rows pairs its last row with an all-zero block.
 
 use std::arch::x86_64::*;
 
-use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32};
+use bytemuck::Zeroable;
+
+use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, load_8f};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
 
-/// A block of 32 weights as two registers of 16 floats, in element order.
-type Dequantized = [__m512; 2];
+/// One block of two rows as four registers: register `i` holds elements `8i..8i + 8` of each row.
+type Dequantized = [__m512; 4];
 
 trait Dequantize {
-    type Block;
+    /// All-zero is a valid block, used to pad a tile's odd last row.
+    type Block: Copy + Zeroable;
     /// # Safety
     /// Needs the AVX-512 path's features.
-    unsafe fn dequantize(block: &Self::Block) -> Dequantized;
+    unsafe fn dequantize(b0: &Self::Block, b1: &Self::Block) -> Dequantized;
 }
 
-/// The 32 nibbles of a 4-bit block, in element order, as two registers of 16 i32.
+/// `[x0 ×8 | x1 ×8]` from lanes `LO` and `HI` of `x`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn nibbles_i32(qs: &[u8; 16]) -> [__m512i; 2] {
-    let x = load_16(qs);
-    let low = _mm_and_si128(x, _mm_set1_epi8(0x0f));
-    let high = _mm_and_si128(_mm_srli_epi16::<4>(x), _mm_set1_epi8(0x0f));
-    [_mm512_cvtepu8_epi32(low), _mm512_cvtepu8_epi32(high)]
+fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
+    let index = _mm512_set_epi32(HI, HI, HI, HI, HI, HI, HI, HI, LO, LO, LO, LO, LO, LO, LO, LO);
+    _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
 }
 
-/// 16 floats (any alignment).
+/// The four 8-byte chunks of a block pair's two rows, each as `[row 0's chunk | row 1's chunk]`: chunks 0 and 1 are
+/// the low and high halves of `lo0` / `lo1`, chunks 2 and 3 those of `hi0` / `hi1`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn load_16f(x: &[f32; 16]) -> __m512 {
-    // SAFETY: the reference covers 16 readable floats; `loadu` has no alignment requirement.
-    unsafe { _mm512_loadu_ps(x.as_ptr()) }
+fn interleave_halves(lo0: __m128i, lo1: __m128i, hi0: __m128i, hi1: __m128i) -> [__m128i; 4] {
+    [
+        _mm_unpacklo_epi64(lo0, lo1),
+        _mm_unpackhi_epi64(lo0, lo1),
+        _mm_unpacklo_epi64(hi0, hi1),
+        _mm_unpackhi_epi64(hi0, hi1),
+    ]
+}
+
+/// The 32 nibbles of two 4-bit blocks in element order as four registers of 16 i32 (`[row 0 | row 1]` each).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn nibbles_i32(q0: &[u8; 16], q1: &[u8; 16]) -> [__m512i; 4] {
+    let mask = _mm_set1_epi8(0x0f);
+    let (x0, x1) = (load_16(q0), load_16(q1));
+    let chunks = interleave_halves(
+        _mm_and_si128(x0, mask),
+        _mm_and_si128(x1, mask),
+        _mm_and_si128(_mm_srli_epi16::<4>(x0), mask),
+        _mm_and_si128(_mm_srli_epi16::<4>(x1), mask),
+    );
+    // No closure (`map`): it would not inherit this function's target features.
+    let mut q = [_mm512_setzero_si512(); 4];
+    for i in 0..4 {
+        q[i] = _mm512_cvtepu8_epi32(chunks[i]);
+    }
+    q
+}
+
+/// The scales of two blocks, `[d0, d1, 0, 0]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn two_scales(d0: half::f16, d1: half::f16) -> __m128 {
+    _mm_cvtph_ps(f16_pair(d0, d1))
 }
 
 struct Q4_0;
@@ -46,15 +79,16 @@ impl Dequantize for Q4_0 {
     type Block = BlockQ4_0;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dequantize(b: &BlockQ4_0) -> Dequantized {
-        let d = _mm512_broadcastss_ps(_mm_cvtph_ps(f16_pair(b.d, half::f16::ZERO)));
-        // d · (q − 8): the integer subtraction is exact, leaving one rounding, as in `blocks::dequantize_q4_0`.
-        let [low, high] = nibbles_i32(&b.qs);
+    unsafe fn dequantize(b0: &BlockQ4_0, b1: &BlockQ4_0) -> Dequantized {
+        let d = spread::<0, 1>(two_scales(b0.d, b1.d));
+        // d · (q − 8): the integer subtraction is exact, leaving one rounding, as in the scalar path.
+        let q = nibbles_i32(&b0.qs, &b1.qs);
         let eight = _mm512_set1_epi32(8);
-        [
-            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(low, eight))),
-            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(high, eight))),
-        ]
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            w[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[i], eight)));
+        }
+        w
     }
 }
 
@@ -62,11 +96,15 @@ impl Dequantize for Q4_1 {
     type Block = BlockQ4_1;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dequantize(b: &BlockQ4_1) -> Dequantized {
-        let dm = _mm_cvtph_ps(f16_pair(b.d, b.m));
-        let (d, m) = (_mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
-        let [low, high] = nibbles_i32(&b.qs);
-        [_mm512_fmadd_ps(d, _mm512_cvtepi32_ps(low), m), _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(high), m)]
+    unsafe fn dequantize(b0: &BlockQ4_1, b1: &BlockQ4_1) -> Dequantized {
+        let dm = _mm_cvtph_ps(_mm_unpacklo_epi32(f16_pair(b0.d, b1.d), f16_pair(b0.m, b1.m)));
+        let (d, m) = (spread::<0, 1>(dm), spread::<2, 3>(dm));
+        let q = nibbles_i32(&b0.qs, &b1.qs);
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            w[i] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(q[i]), m);
+        }
+        w
     }
 }
 
@@ -74,14 +112,20 @@ impl Dequantize for Q8_0 {
     type Block = BlockQ8_0;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dequantize(b: &BlockQ8_0) -> Dequantized {
-        let d = _mm512_broadcastss_ps(_mm_cvtph_ps(f16_pair(b.d, half::f16::ZERO)));
-        let q = load_32(&b.qs);
-        let (low, high) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-        [
-            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(low))),
-            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(high))),
-        ]
+    unsafe fn dequantize(b0: &BlockQ8_0, b1: &BlockQ8_0) -> Dequantized {
+        let d = spread::<0, 1>(two_scales(b0.d, b1.d));
+        let (q0, q1) = (load_32(&b0.qs), load_32(&b1.qs));
+        let chunks = interleave_halves(
+            _mm256_castsi256_si128(q0),
+            _mm256_castsi256_si128(q1),
+            _mm256_extracti128_si256::<1>(q0),
+            _mm256_extracti128_si256::<1>(q1),
+        );
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            w[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(chunks[i])));
+        }
+        w
     }
 }
 
@@ -89,19 +133,40 @@ impl Dequantize for F32 {
     type Block = [f32; QK];
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dequantize(b: &[f32; QK]) -> Dequantized {
-        let (halves, _) = b.as_chunks::<16>();
-        [load_16f(&halves[0]), load_16f(&halves[1])]
+    unsafe fn dequantize(b0: &[f32; QK], b1: &[f32; QK]) -> Dequantized {
+        let (c0, c1) = (b0.as_chunks::<8>().0, b1.as_chunks::<8>().0);
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            w[i] = two_halves(load_8f(&c0[i]), load_8f(&c1[i]));
+        }
+        w
     }
 }
 
-/// `Σ v` in a fixed order (halves, then `lanes::hsum`).
+/// `[lo | hi]` as one register.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn hsum(v: __m512) -> f32 {
-    let halves =
-        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-    crate::backend::cpu::kernels::avx2::lanes::hsum(halves)
+fn two_halves(lo: __m256, hi: __m256) -> __m512 {
+    let lo = _mm512_castpd256_pd512(_mm256_castps_pd(lo));
+    _mm512_castpd_ps(_mm512_insertf64x4::<1>(lo, _mm256_castps_pd(hi)))
 }
+
+/// The 8 activations `x` in both halves.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn broadcast_8(x: &[f32; 8]) -> __m512 {
+    _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(load_8f(x))))
+}
+
+/// The sums of the two 8-lane halves of `v`, each by `numerics::sum_lanes`' tree (as in `q8_tiles`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn sum_halves(v: __m512) -> (f32, f32) {
+    let pairs = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
+    let quads = _mm512_add_ps(pairs, _mm512_permute_ps::<0b01_00_11_10>(pairs));
+    let halves = _mm512_add_ps(quads, _mm512_shuffle_f32x4::<0b10_11_00_01>(quads, quads));
+    (_mm512_cvtss_f32(halves), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(halves)))
+}
+
+/// Row pairs of a tile of up to 4 rows.
+const MAX_PAIRS: usize = 2;
 
 /// One `R × C` tile (see `tiling::TileFn` for the slice shapes; activation "blocks" are 32 floats).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -122,31 +187,37 @@ fn tile<F: Dequantize, const R: usize, const C: usize>(
         *col = &cols[c * n_blocks..][..n_blocks];
     }
     let zero = _mm512_setzero_ps();
-    let mut acc = [[zero; R]; C];
-    let mut w = [[zero; 2]; R];
+    let padding = F::Block::zeroed();
+    let mut acc = [[zero; MAX_PAIRS]; C];
+    let mut w = [[zero; 4]; MAX_PAIRS];
     for b in 0..n_blocks {
-        for r in 0..R {
+        for p in 0..R.div_ceil(2) {
+            let second = if 2 * p + 1 < R { &row_blocks[2 * p + 1][b] } else { &padding };
             // SAFETY: this function has the features F's functions need.
-            w[r] = unsafe { F::dequantize(&row_blocks[r][b]) };
+            w[p] = unsafe { F::dequantize(&row_blocks[2 * p][b], second) };
         }
         for c in 0..C {
-            let (a, _) = col_blocks[c][b].as_chunks::<16>();
-            for i in 0..2 {
-                let x = load_16f(&a[i]);
-                for r in 0..R {
-                    acc[c][r] = _mm512_fmadd_ps(w[r][i], x, acc[c][r]);
+            let (a, _) = col_blocks[c][b].as_chunks::<8>();
+            for i in 0..4 {
+                let x = broadcast_8(&a[i]);
+                for p in 0..R.div_ceil(2) {
+                    acc[c][p] = _mm512_fmadd_ps(w[p][i], x, acc[c][p]);
                 }
             }
         }
     }
     for c in 0..C {
-        for r in 0..R {
-            out[c * R + r] = hsum(acc[c][r]);
+        for p in 0..R.div_ceil(2) {
+            let (first, second) = sum_halves(acc[c][p]);
+            out[c * R + 2 * p] = first;
+            if 2 * p + 1 < R {
+                out[c * R + 2 * p + 1] = second;
+            }
         }
     }
 }
 
-/// Rows per tile for every batch: 16 accumulators and 8 dequantized registers fit the 32 zmm registers.
+/// Rows per tile for every batch: 8 accumulators and 8 dequantized registers fit the 32 zmm registers.
 const BATCH_ROWS: usize = 4;
 type Tiles<W> = TileTable<W, [f32; QK], 4, 4>;
 static Q4_0_TILES: Tiles<BlockQ4_0> =

@@ -1,12 +1,15 @@
-//! AVX-512 VNNI tiles of the quantized matmul: two 32-weight blocks per 512-bit register, integer dot products
-//! with `vpdpbusd` (u8 × i8, four products summed into each i32 lane, without saturation), sixteen f32 partial
-//! sums per output (lanes 0..8 for the even block of a pair, 8..16 for the odd one).
+//! AVX-512 VNNI tiles of the quantized matmul: each 512-bit register holds one 32-weight block of two weight rows
+//! side by side (row `r` in the low 256 bits, row `r + 1` in the high), so that each half is, lane for lane, the
+//! 8-lane vector of the AVX2 path and of `numerics` for one output. Integer dot products with `vpdpbusd` (u8 × i8,
+//! four products summed into each i32 lane, without saturation): lane `j` of a half is the exact dot of the block's
+//! elements `4j..4j + 4`.
 //!
-//! Per output `(c, r)` and block pair: the exact integer dot as 16 lane sums, converted to f32, times the lanes'
-//! `dw·da`, added with one FMA into the output's 16-lane accumulator; Q4_1 then adds `mw·sa` into lanes 0 and 8
-//! with a second FMA. A row with an odd number of blocks ends with a pair padded by an all-zero block. After the
-//! last pair the 16 lanes are summed in a fixed order. Nothing in that sequence depends on the tile, which makes
-//! the results batch-invariant (see `tiling`).
+//! Per output `(c, r)` and block, in each half: the lane sums converted to f32, times `dw·da`, added with one FMA
+//! into the output's 8 lanes; Q4_1 then adds `mw · [sa, 0, …, 0]` with a second FMA. After the last block each
+//! half is summed by `numerics::sum_lanes`' tree. So the wider register computes two outputs at once and never
+//! changes how one is summed: the results equal the scalar and AVX2 paths' bit for bit, and nothing depends on
+//! the tile, which makes them batch-invariant (see `tiling`). A tile with an odd number of rows pairs its last
+//! row with an all-zero block.
 //!
 //! Signedness: `vpdpbusd` multiplies unsigned by signed bytes. Q4 weights are unsigned nibbles and meet the signed
 //! activations directly; Q4_0's offset of 8 is folded into the integer accumulator's start (`−8 · Σ x`). Q8_0
@@ -21,7 +24,7 @@ use bytemuck::Zeroable;
 use half::f16;
 
 use super::load_two_32;
-use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, prefetch};
+use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
@@ -31,51 +34,54 @@ use crate::backend::cpu::kernels::tiling::{
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 
-/// Two weight blocks of one row, unpacked.
+/// One block of two rows, unpacked: row `r` in lanes 0..8, row `r + 1` in lanes 8..16.
 #[derive(Clone, Copy)]
 struct RowPair {
-    /// 64 weights in activation order: Q4 nibbles (0..=15) as the unsigned operand; Q8_0 weights as the signed one.
+    /// 64 weights, each row's 32 in activation order: Q4 nibbles (0..=15) as the unsigned operand; Q8_0 weights as
+    /// the signed one.
     q: __m512i,
     /// Q8_0: each i32 lane's `−128 · Σ` of its 4 weights, the integer dot's starting value.
     start: __m512i,
-    /// `[dw0 ×8 | dw1 ×8]`.
+    /// `[dw_r ×8 | dw_r+1 ×8]`.
     d: __m512,
-    /// Q4_1: `[mw0, 0 ×7 | mw1, 0 ×7]`.
+    /// Q4_1: `[mw_r ×8 | mw_r+1 ×8]`.
     m: __m512,
 }
 
-/// Two activation blocks of one column, prepared.
+/// One activation block of one column, in both halves.
 #[derive(Clone, Copy)]
-struct ColPair {
-    /// 64 activations: signed for Q4 weights; offset by 128 as the unsigned operand for Q8_0 weights.
+struct ColBlock {
+    /// The 32 activations twice: signed for Q4 weights; offset by 128 as the unsigned operand for Q8_0 weights.
     q: __m512i,
     /// Q4_0: each i32 lane's `−8 · Σ` of its 4 activations, the integer dot's starting value.
     start: __m512i,
-    /// `[da0 ×8 | da1 ×8]`.
+    /// `da` in every lane.
     d: __m512,
-    /// `[sa0 ×8 | sa1 ×8]`.
+    /// `[sa, 0 ×7 | sa, 0 ×7]`: Q4_1's `mw·sa` lands once per block and output.
     s: __m512,
 }
 
 /// What differs between weight types.
 trait Format {
-    /// All-zero is a valid block (scale 0), used to pad a row's last pair.
+    /// All-zero is a valid block (scale 0), used to pad a tile's odd last row.
     type Block: Copy + Zeroable;
     /// Whether blocks carry a minimum (`+ mw·sa`).
     const HAS_MIN: bool;
-    /// # Safety
-    /// Needs the AVX-512 path's features.
-    unsafe fn row_pair(pair: &[Self::Block; 2]) -> RowPair;
-    /// The pair of activation blocks, prepared for this weight type.
+    /// One block of each of two rows.
     ///
     /// # Safety
     /// Needs the AVX-512 path's features.
-    unsafe fn col_pair(pair: &[BlockQ8A; 2]) -> ColPair;
-    /// The exact integer dot of a weight pair and an activation pair, as 16 lane sums.
+    unsafe fn row_pair(b0: &Self::Block, b1: &Self::Block) -> RowPair;
+    /// One activation block, prepared for this weight type.
     ///
     /// # Safety
     /// Needs the AVX-512 path's features.
-    unsafe fn dot(w: &RowPair, a: &ColPair) -> __m512i;
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock;
+    /// The exact integer dots of a row pair with an activation block, as 2 × 8 lane sums.
+    ///
+    /// # Safety
+    /// Needs the AVX-512 path's features.
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i;
 }
 
 /// Lanes 0..8 from lane `LO` of `x`, lanes 8..16 from lane `HI`.
@@ -83,13 +89,6 @@ trait Format {
 fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
     let index = _mm512_set_epi32(HI, HI, HI, HI, HI, HI, HI, HI, LO, LO, LO, LO, LO, LO, LO, LO);
     _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
-}
-
-/// Lane 0 from lane `LO` of `x`, lane 8 from lane `HI`, zeros elsewhere.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn spread_once<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
-    let index = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, HI, 0, 0, 0, 0, 0, 0, 0, LO);
-    _mm512_maskz_permutexvar_ps(0x0101, index, _mm512_castps128_ps512(x))
 }
 
 /// The nibbles of two 4-bit blocks as 64 weights 0..=15 in activation order:
@@ -109,11 +108,16 @@ fn two_scales(d0: f16, d1: f16) -> __m128 {
     _mm_cvtph_ps(f16_pair(d0, d1))
 }
 
-/// The activations of a pair with `[da ×8 | da ×8]` and `[sa ×8 | sa ×8]`.
+/// The 32 activations of `a` in both halves.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn load_col_pair([a0, a1]: &[BlockQ8A; 2]) -> (__m512i, __m512, __m512) {
-    let ds = _mm_setr_ps(a0.d, a0.s, a1.d, a1.s);
-    (load_two_32(&a0.qs, &a1.qs), spread::<0, 2>(ds), spread::<1, 3>(ds))
+fn broadcast_activations(a: &BlockQ8A) -> __m512i {
+    _mm512_broadcast_i64x4(load_32(&a.qs))
+}
+
+/// `da` in every lane and `[sa, 0 ×7 | sa, 0 ×7]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn activation_scales(a: &BlockQ8A) -> (__m512, __m512) {
+    (_mm512_set1_ps(a.d), _mm512_maskz_mov_ps(0x0101, _mm512_set1_ps(a.s)))
 }
 
 struct Q4_0;
@@ -125,7 +129,7 @@ impl Format for Q4_0 {
     const HAS_MIN: bool = false;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn row_pair([b0, b1]: &[BlockQ4_0; 2]) -> RowPair {
+    unsafe fn row_pair(b0: &BlockQ4_0, b1: &BlockQ4_0) -> RowPair {
         RowPair {
             q: unpack_nibbles(&b0.qs, &b1.qs),
             start: _mm512_setzero_si512(),
@@ -135,14 +139,15 @@ impl Format for Q4_0 {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn col_pair(pair: &[BlockQ8A; 2]) -> ColPair {
-        let (q, d, s) = load_col_pair(pair);
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock {
+        let q = broadcast_activations(a);
         let eight_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), q);
-        ColPair { q, start: _mm512_sub_epi32(_mm512_setzero_si512(), eight_sums), d, s }
+        let (d, s) = activation_scales(a);
+        ColBlock { q, start: _mm512_sub_epi32(_mm512_setzero_si512(), eight_sums), d, s }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dot(w: &RowPair, a: &ColPair) -> __m512i {
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i {
         _mm512_dpbusd_epi32(a.start, w.q, a.q)
     }
 }
@@ -152,7 +157,7 @@ impl Format for Q4_1 {
     const HAS_MIN: bool = true;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn row_pair([b0, b1]: &[BlockQ4_1; 2]) -> RowPair {
+    unsafe fn row_pair(b0: &BlockQ4_1, b1: &BlockQ4_1) -> RowPair {
         // [d0, d1, m0, m1]. Not [d0, m0, d1, m1]: then `d` and the activations' `d` would be spread by the same
         // permutation, and LLVM multiplies the two 4-lane vectors before spreading, including lanes it considers
         // dead, which hold whatever bytes it loaded; denormal garbage there costs a microcode assist per multiply
@@ -162,18 +167,18 @@ impl Format for Q4_1 {
             q: unpack_nibbles(&b0.qs, &b1.qs),
             start: _mm512_setzero_si512(),
             d: spread::<0, 1>(dm),
-            m: spread_once::<2, 3>(dm),
+            m: spread::<2, 3>(dm),
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn col_pair(pair: &[BlockQ8A; 2]) -> ColPair {
-        let (q, d, s) = load_col_pair(pair);
-        ColPair { q, start: _mm512_setzero_si512(), d, s }
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock {
+        let (d, s) = activation_scales(a);
+        ColBlock { q: broadcast_activations(a), start: _mm512_setzero_si512(), d, s }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dot(w: &RowPair, a: &ColPair) -> __m512i {
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i {
         _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q, a.q)
     }
 }
@@ -183,7 +188,7 @@ impl Format for Q8_0 {
     const HAS_MIN: bool = false;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn row_pair([b0, b1]: &[BlockQ8_0; 2]) -> RowPair {
+    unsafe fn row_pair(b0: &BlockQ8_0, b1: &BlockQ8_0) -> RowPair {
         let q = load_two_32(&b0.qs, &b1.qs);
         let sums_128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q);
         RowPair {
@@ -195,68 +200,81 @@ impl Format for Q8_0 {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn col_pair(pair: &[BlockQ8A; 2]) -> ColPair {
-        let (q, d, s) = load_col_pair(pair);
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock {
+        let (d, s) = activation_scales(a);
         // x + 128 as u8 is x with its top bit flipped.
-        ColPair { q: _mm512_xor_si512(q, _mm512_set1_epi8(-128)), start: _mm512_setzero_si512(), d, s }
+        let q = _mm512_xor_si512(broadcast_activations(a), _mm512_set1_epi8(-128));
+        ColBlock { q, start: _mm512_setzero_si512(), d, s }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dot(w: &RowPair, a: &ColPair) -> __m512i {
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i {
         _mm512_dpbusd_epi32(w.start, a.q, w.q)
     }
 }
 
-/// `Σ v` in a fixed order (halves, then `lanes::hsum`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn hsum(v: __m512) -> f32 {
-    let halves =
-        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-    crate::backend::cpu::kernels::avx2::lanes::hsum(halves)
-}
+/// Row pairs of a tile of up to 4 rows.
+const MAX_PAIRS: usize = 2;
 
-/// Unpacks one block pair of each of `R` rows.
+/// Unpacks one block of each of `R` rows into `R.div_ceil(2)` pairs, an odd last row paired with a zero block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn unpack_rows<F: Format, const R: usize>(rows: [&[F::Block; 2]; R]) -> [RowPair; R] {
+fn unpack_rows<F: Format, const R: usize>(blocks: [&F::Block; R]) -> [RowPair; MAX_PAIRS] {
     let (zero, zero_i) = (_mm512_setzero_ps(), _mm512_setzero_si512());
-    let mut w = [RowPair { q: zero_i, start: zero_i, d: zero, m: zero }; R];
-    for r in 0..R {
+    let mut w = [RowPair { q: zero_i, start: zero_i, d: zero, m: zero }; MAX_PAIRS];
+    let padding = F::Block::zeroed();
+    for p in 0..R.div_ceil(2) {
+        let second = if 2 * p + 1 < R { blocks[2 * p + 1] } else { &padding };
         // SAFETY: this function has the features F's functions need.
-        w[r] = unsafe { F::row_pair(rows[r]) };
+        w[p] = unsafe { F::row_pair(blocks[2 * p], second) };
     }
     w
 }
 
-/// Adds one block pair of every row (unpacked) and column of the tile to the accumulators `acc[c][r]`.
+/// Adds one block of every row pair (unpacked) and column of an `R × C` tile to the accumulators `acc[c][p]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn accumulate_unpacked<F: Format, const R: usize, const C: usize>(
-    acc: &mut [[__m512; R]; C],
-    w: &[RowPair; R],
-    cols: [&[BlockQ8A; 2]; C],
+    acc: &mut [[__m512; MAX_PAIRS]; C],
+    w: &[RowPair; MAX_PAIRS],
+    cols: [&BlockQ8A; C],
 ) {
     for c in 0..C {
         // SAFETY: this function has the features F's functions need.
-        let a = unsafe { F::col_pair(cols[c]) };
-        for r in 0..R {
+        let a = unsafe { F::col_block(cols[c]) };
+        for p in 0..R.div_ceil(2) {
             // SAFETY: as above.
-            let p = unsafe { F::dot(&w[r], &a) };
-            let scale = _mm512_mul_ps(w[r].d, a.d);
-            acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c][r]);
+            let dot = unsafe { F::dot(&w[p], &a) };
+            let scale = _mm512_mul_ps(w[p].d, a.d);
+            acc[c][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[c][p]);
             if F::HAS_MIN {
-                acc[c][r] = _mm512_fmadd_ps(w[r].m, a.s, acc[c][r]);
+                acc[c][p] = _mm512_fmadd_ps(w[p].m, a.s, acc[c][p]);
             }
         }
     }
 }
 
-/// Adds one block pair of every row and column of the tile to the accumulators `acc[c][r]`.
+/// The sums of the two 8-lane halves of `v`, each by `numerics::sum_lanes`' tree.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn accumulate_pair<F: Format, const R: usize, const C: usize>(
-    acc: &mut [[__m512; R]; C],
-    rows: [&[F::Block; 2]; R],
-    cols: [&[BlockQ8A; 2]; C],
-) {
-    accumulate_unpacked::<F, R, C>(acc, &unpack_rows::<F, R>(rows), cols);
+fn sum_halves(v: __m512) -> (f32, f32) {
+    // Lane 2i: v[2i] + v[2i+1]; lane 4k: its group of four; lanes 0 and 8: their half (the 128-bit lanes of each
+    // half swapped and added). Addition is commutative bit for bit, so the mirrored lanes hold the same sums.
+    let pairs = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
+    let quads = _mm512_add_ps(pairs, _mm512_permute_ps::<0b01_00_11_10>(pairs));
+    let halves = _mm512_add_ps(quads, _mm512_shuffle_f32x4::<0b10_11_00_01>(quads, quads));
+    (_mm512_cvtss_f32(halves), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(halves)))
+}
+
+/// Writes the `R × C` results of the accumulators: `out[c * R + r]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn store_results<const R: usize, const C: usize>(acc: &[[__m512; MAX_PAIRS]; C], out: &mut [f32]) {
+    for c in 0..C {
+        for p in 0..R.div_ceil(2) {
+            let (first, second) = sum_halves(acc[c][p]);
+            out[c * R + 2 * p] = first;
+            if 2 * p + 1 < R {
+                out[c * R + 2 * p + 1] = second;
+            }
+        }
+    }
 }
 
 /// One `R × C` tile (see `tiling::TileFn` for the slice shapes).
@@ -267,66 +285,40 @@ fn tile<F: Format, const R: usize, const C: usize>(
     n_blocks: usize,
     out: &mut [f32],
 ) {
-    // Whole pairs, then (for an odd block count) a last pair padded with a zero block. No closures here: a
-    // closure does not inherit this function's target features, so intrinsics in one would not inline.
-    let n_pairs = n_blocks / 2;
-    let mut row_pairs: [&[[F::Block; 2]]; R] = [&[]; R];
-    for (r, pairs) in row_pairs.iter_mut().enumerate() {
-        *pairs = rows[r * n_blocks..][..2 * n_pairs].as_chunks::<2>().0;
+    // No closures here: a closure does not inherit this function's target features, so intrinsics in one
+    // would not inline.
+    let mut row_blocks: [&[F::Block]; R] = [&[]; R];
+    for (r, row) in row_blocks.iter_mut().enumerate() {
+        *row = &rows[r * n_blocks..][..n_blocks];
     }
-    let mut col_pairs: [&[[BlockQ8A; 2]]; C] = [&[]; C];
-    for (c, pairs) in col_pairs.iter_mut().enumerate() {
-        *pairs = cols[c * n_blocks..][..2 * n_pairs].as_chunks::<2>().0;
+    let mut col_blocks: [&[BlockQ8A]; C] = [&[]; C];
+    for (c, col) in col_blocks.iter_mut().enumerate() {
+        *col = &cols[c * n_blocks..][..n_blocks];
     }
-    // The padded last pair (all zeros when the block count is even, and then unused).
-    let mut row_last = [[F::Block::zeroed(); 2]; R];
-    let mut col_last = [[BlockQ8A::zeroed(); 2]; C];
-    if n_blocks % 2 == 1 {
-        for r in 0..R {
-            row_last[r][0] = rows[r * n_blocks + n_blocks - 1];
-        }
-        for c in 0..C {
-            col_last[c][0] = cols[c * n_blocks + n_blocks - 1];
-        }
-    }
-    let mut acc = [[_mm512_setzero_ps(); R]; C];
-    let mut row_pair: [&[F::Block; 2]; R] = [&row_last[0]; R];
-    let mut col_pair: [&[BlockQ8A; 2]; C] = [&col_last[0]; C];
+    let mut acc = [[_mm512_setzero_ps(); MAX_PAIRS]; C];
     let ahead = PREFETCH_TILES * R * n_blocks;
-    for p in 0..n_pairs {
+    for b in 0..n_blocks {
+        let mut blocks: [&F::Block; R] = [&row_blocks[0][b]; R];
         for r in 0..R {
-            row_pair[r] = &row_pairs[r][p];
-            let pair_start: *const F::Block = row_pair[r].as_ptr();
-            prefetch(pair_start.wrapping_add(ahead).cast(), size_of::<[F::Block; 2]>());
+            blocks[r] = &row_blocks[r][b];
+            prefetch((blocks[r] as *const F::Block).wrapping_add(ahead).cast(), size_of::<F::Block>());
         }
+        let mut col: [&BlockQ8A; C] = [&col_blocks[0][b]; C];
         for c in 0..C {
-            col_pair[c] = &col_pairs[c][p];
+            col[c] = &col_blocks[c][b];
         }
-        accumulate_pair::<F, R, C>(&mut acc, row_pair, col_pair);
+        accumulate_unpacked::<F, R, C>(&mut acc, &unpack_rows::<F, R>(blocks), col);
     }
-    if n_blocks % 2 == 1 {
-        for r in 0..R {
-            row_pair[r] = &row_last[r];
-        }
-        for c in 0..C {
-            col_pair[c] = &col_last[c];
-        }
-        accumulate_pair::<F, R, C>(&mut acc, row_pair, col_pair);
-    }
-    for c in 0..C {
-        for r in 0..R {
-            out[c * R + r] = hsum(acc[c][r]);
-        }
-    }
+    store_results::<R, C>(&acc, out);
 }
 
-/// Most block pairs per row a row tile's buffer holds: rows of up to 4096 weights (SmolLM2's longest has 1536),
-/// `R × 256` bytes per pair on the stack. Longer rows take the tile functions.
-const MAX_PREPARED_PAIRS: usize = 64;
+/// Most blocks per row a row tile's buffer holds: rows of up to 4096 weights (SmolLM2's longest has 1536), 512
+/// bytes per block on the stack. Longer rows take the tile functions.
+const MAX_PREPARED_BLOCKS: usize = 128;
 
-/// The `tiling::RowTileFn` of this path: `R` rows unpacked once into an L1-resident buffer (`R × 256` bytes per
-/// block pair), then every column tile of `cols` against them. What it saves is the nibble unpacking and scale
-/// conversion a tile repeats for each of its column tiles: about a third of a 4 × 4 tile's instructions.
+/// The `tiling::RowTileFn` of this path: `R` rows unpacked once into an L1-resident buffer, then every column tile
+/// of `cols` against them. What it saves is the nibble unpacking and scale conversion a tile repeats for each of
+/// its column tiles.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn row_tile<F: Format, const R: usize>(
     rows: &[F::Block],
@@ -336,33 +328,20 @@ fn row_tile<F: Format, const R: usize>(
     r0: usize,
     out: &mut OutRows,
 ) -> bool {
-    let (n_pairs, odd) = (n_blocks / 2, n_blocks % 2 == 1);
-    if n_pairs + usize::from(odd) > MAX_PREPARED_PAIRS {
+    if n_blocks > MAX_PREPARED_BLOCKS {
         return false;
     }
-    let mut prepared = [const { MaybeUninit::<[RowPair; R]>::uninit() }; MAX_PREPARED_PAIRS];
+    let mut prepared = [const { MaybeUninit::<[RowPair; MAX_PAIRS]>::uninit() }; MAX_PREPARED_BLOCKS];
     let ahead = PREFETCH_TILES * R * n_blocks;
-    for p in 0..n_pairs {
-        let pair: [&[F::Block; 2]; R] =
-            std::array::from_fn(|r| rows[r * n_blocks + 2 * p..].first_chunk::<2>().expect("two blocks"));
-        for row_pair in pair {
-            let pair_start: *const F::Block = row_pair.as_ptr();
-            prefetch(pair_start.wrapping_add(ahead).cast(), size_of::<[F::Block; 2]>());
+    for (b, slot) in prepared[..n_blocks].iter_mut().enumerate() {
+        let blocks: [&F::Block; R] = std::array::from_fn(|r| &rows[r * n_blocks + b]);
+        for block in blocks {
+            prefetch((block as *const F::Block).wrapping_add(ahead).cast(), size_of::<F::Block>());
         }
-        prepared[p].write(unpack_rows::<F, R>(pair));
+        slot.write(unpack_rows::<F, R>(blocks));
     }
-    if odd {
-        // The padded last pair, as in `tile`.
-        let mut last = [[F::Block::zeroed(); 2]; R];
-        for r in 0..R {
-            last[r][0] = rows[r * n_blocks + n_blocks - 1];
-        }
-        let pair: [&[F::Block; 2]; R] = std::array::from_fn(|r| &last[r]);
-        prepared[n_pairs].write(unpack_rows::<F, R>(pair));
-    }
-    // SAFETY: entries 0..n_pairs (+1 when odd) were written just above; MaybeUninit<T> has T's layout.
-    let prepared: &[[RowPair; R]] =
-        unsafe { std::slice::from_raw_parts(prepared.as_ptr().cast(), n_pairs + usize::from(odd)) };
+    // SAFETY: entries 0..n_blocks were written just above; MaybeUninit<T> has T's layout.
+    let prepared: &[[RowPair; MAX_PAIRS]] = unsafe { std::slice::from_raw_parts(prepared.as_ptr().cast(), n_blocks) };
     let fns: [PreparedTileFn<_, BlockQ8A>; 4] =
         [prepared_tile::<F, R, 1>, prepared_tile::<F, R, 2>, prepared_tile::<F, R, 3>, prepared_tile::<F, R, 4>];
     // SAFETY: the functions need the features this function is compiled with.
@@ -370,44 +349,23 @@ fn row_tile<F: Format, const R: usize>(
     true
 }
 
-/// `tile` with the rows already unpacked (`prepared[p][r]`: pair `p` of row `r`, the last one padded).
+/// `tile` with the rows already unpacked (`prepared[b]`: block `b` of the tile's row pairs).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn prepared_tile<F: Format, const R: usize, const C: usize>(
-    prepared: &[[RowPair; R]],
+    prepared: &[[RowPair; MAX_PAIRS]],
     cols: &[BlockQ8A],
     n_blocks: usize,
     out: &mut [f32],
 ) {
-    let n_pairs = n_blocks / 2;
-    let mut col_pairs: [&[[BlockQ8A; 2]]; C] = [&[]; C];
-    for (c, pairs) in col_pairs.iter_mut().enumerate() {
-        *pairs = cols[c * n_blocks..][..2 * n_pairs].as_chunks::<2>().0;
-    }
-    let mut col_last = [[BlockQ8A::zeroed(); 2]; C];
-    if n_blocks % 2 == 1 {
+    let mut acc = [[_mm512_setzero_ps(); MAX_PAIRS]; C];
+    for (b, w) in prepared.iter().enumerate() {
+        let mut col: [&BlockQ8A; C] = [&cols[b]; C];
         for c in 0..C {
-            col_last[c][0] = cols[c * n_blocks + n_blocks - 1];
+            col[c] = &cols[c * n_blocks + b];
         }
+        accumulate_unpacked::<F, R, C>(&mut acc, w, col);
     }
-    let mut acc = [[_mm512_setzero_ps(); R]; C];
-    let mut col_pair: [&[BlockQ8A; 2]; C] = [&col_last[0]; C];
-    for p in 0..n_pairs {
-        for c in 0..C {
-            col_pair[c] = &col_pairs[c][p];
-        }
-        accumulate_unpacked::<F, R, C>(&mut acc, &prepared[p], col_pair);
-    }
-    if n_blocks % 2 == 1 {
-        for c in 0..C {
-            col_pair[c] = &col_last[c];
-        }
-        accumulate_unpacked::<F, R, C>(&mut acc, &prepared[n_pairs], col_pair);
-    }
-    for c in 0..C {
-        for r in 0..R {
-            out[c * R + r] = hsum(acc[c][r]);
-        }
-    }
+    store_results::<R, C>(&acc, out);
 }
 
 /// Rows per tile for every batch: 4 × 4 tiles (16 accumulators of the 32 zmm registers). On our development Xeon,

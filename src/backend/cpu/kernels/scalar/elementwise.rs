@@ -1,65 +1,161 @@
-//! Scalar reference element-wise kernels (arguments checked by `Kernels`' methods).
+//! Scalar element-wise kernels (arguments checked by `Kernels`' methods): the definitions of `numerics`, one
+//! model vector of 8 lanes at a time, so that every SIMD path computes exactly these values.
 
 use half::f16;
 
-pub(super) fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    let sum_sq: f32 = x.iter().map(|&v| v * v).sum();
-    let scale = 1.0 / (sum_sq / x.len() as f32 + eps).sqrt();
+use crate::backend::cpu::kernels::numerics::{self, for_each_chunk, max_lane, max_of_lanes, sum_lanes, Lanes, LANES};
+
+/// `Σ x[i]²` with fused multiply-adds into 8 lanes (element `i` into lane `i mod 8`), then the lane tree.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn sum_of_squares(x: &[f32]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    for_each_chunk(x, 0.0, |v| {
+        for j in 0..LANES {
+            acc[j] = v[j].mul_add(v[j], acc[j]);
+        }
+    });
+    sum_lanes(acc)
+}
+
+/// `1 / sqrt(sum_sq / n + eps)`: the one scalar step of an RMS norm, shared by every path.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn rms_scale(sum_sq: f32, n: usize, eps: f32) -> f32 {
+    1.0 / (sum_sq / n as f32 + eps).sqrt()
+}
+
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let scale = rms_scale(sum_of_squares(x), x.len(), eps);
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
-        *o = v * scale * w;
+        *o = (v * scale) * w;
     }
 }
 
-pub(super) fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+/// `silu(g) · u = g / (1 + e^(0 − g)) · u`, with `numerics::exp`.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn silu_mul_one(g: f32, u: f32) -> f32 {
+    (g / (1.0 + numerics::exp(0.0 - g))) * u
+}
+
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + (-g).exp()) * u;
+        *o = silu_mul_one(g, u);
     }
 }
 
-pub(super) fn add_assign(x: &mut [f32], y: &[f32]) {
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }
 }
 
-pub(super) fn softmax_inplace(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+/// The softmax's maximum: `max_lane(x[i], lane)` into 8 lanes starting at −inf, then the max tree.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn max_of(x: &[f32]) -> f32 {
+    let mut acc: Lanes = [f32::NEG_INFINITY; LANES];
+    for_each_chunk(x, f32::NEG_INFINITY, |v| {
+        for j in 0..LANES {
+            acc[j] = max_lane(v[j], acc[j]);
+        }
+    });
+    max_of_lanes(acc)
+}
+
+/// `e^(x − max)` of one chunk into `v`, its lanes added to `acc`.
+#[inline(always)]
+fn exp_chunk(v: &mut Lanes, max: f32, acc: &mut Lanes) {
+    for j in 0..LANES {
+        v[j] = numerics::exp(v[j] - max);
+        acc[j] += v[j];
     }
-    let inv = 1.0 / sum;
+}
+
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
+    let max = max_of(x);
+    let mut acc: Lanes = [0.0; LANES];
+    let (chunks, tail) = x.as_chunks_mut::<LANES>();
+    for chunk in chunks {
+        exp_chunk(chunk, max, &mut acc);
+    }
+    if !tail.is_empty() {
+        // Padded with −inf, whose exponential adds +0 to the unused lanes, as in a SIMD path's last register.
+        let mut v = numerics::padded(tail, f32::NEG_INFINITY);
+        exp_chunk(&mut v, max, &mut acc);
+        tail.copy_from_slice(&v[..tail.len()]);
+    }
+    let inv = 1.0 / sum_lanes(acc);
     for v in x.iter_mut() {
         *v *= inv;
     }
 }
 
-pub(super) fn rope(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+/// One pair's rotation as `vfmaddsub` computes it: `x0·c − (x1·s)` and `x1·c + (x0·s)`, each with one rounding
+/// after its rounded product.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn rope_pair(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (x0.mul_add(c, -(x1 * s)), x1.mul_add(c, x0 * s))
+}
+
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn rope(head: &mut [f32], cos: &[f32], sin: &[f32]) {
     for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
-        let (x0, x1) = (pair[0], pair[1]);
-        pair[0] = x0 * c - x1 * s;
-        pair[1] = x0 * s + x1 * c;
+        (pair[0], pair[1]) = rope_pair(pair[0], pair[1], c, s);
     }
 }
 
-pub(super) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
+/// `q · key` with fused multiply-adds into 8 lanes (a padded last chunk adds `0·0`), then the lane tree.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn dot_f16(q: &[f32], key: &[f16]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    let (q_chunks, q_tail) = q.as_chunks::<LANES>();
+    let (k_chunks, k_tail) = key.as_chunks::<LANES>();
+    for (qc, kc) in q_chunks.iter().zip(k_chunks) {
+        for j in 0..LANES {
+            acc[j] = qc[j].mul_add(kc[j].to_f32(), acc[j]);
+        }
+    }
+    if !q_tail.is_empty() {
+        let (mut qc, mut kc) = ([0f32; LANES], [0f32; LANES]);
+        qc[..q_tail.len()].copy_from_slice(q_tail);
+        for (k, &h) in kc.iter_mut().zip(k_tail) {
+            *k = h.to_f32();
+        }
+        for j in 0..LANES {
+            acc[j] = qc[j].mul_add(kc[j], acc[j]);
+        }
+    }
+    sum_lanes(acc)
+}
+
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
     for (i, o) in out.iter_mut().enumerate() {
-        *o = q.iter().zip(&keys[i * stride..][..q.len()]).map(|(&a, &b)| a * b.to_f32()).sum();
+        *o = dot_f16(q, &keys[i * stride..][..q.len()]);
     }
 }
 
-pub(super) fn attention_values_f16(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+/// `out[j] = w · v[j] + out[j]`, fused, position after position.
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn attention_values_f16(
+    weights: &[f32],
+    values: &[f16],
+    stride: usize,
+    out: &mut [f32],
+) {
     let hd = out.len();
     for (i, &w) in weights.iter().enumerate() {
         for (o, &v) in out.iter_mut().zip(&values[i * stride..][..hd]) {
-            *o += w * v.to_f32();
+            *o = w.mul_add(v.to_f32(), *o);
         }
     }
 }
 
 /// The first index holding the maximum of the non-NaN values (0 when all are NaN).
-pub(super) fn argmax(x: &[f32]) -> usize {
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn argmax(x: &[f32]) -> usize {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in x.iter().enumerate() {
         // `v > m` is false for NaN, so NaN never wins; the first non-NaN value starts the search.

@@ -1,59 +1,162 @@
-//! Scalar reference matmuls: one output at a time, blocks in order, one f32 accumulator per output.
+//! Scalar matmuls: one output at a time, blocks in order, 8 lane accumulators per output, exactly the arithmetic
+//! of `numerics` that the SIMD paths reproduce.
+//!
+//! Quantized (`matmul_q8`): for each block, lane `j` holds the exact integer dot of the block's elements
+//! `4j..4j + 4` (activation order); the lane is converted to f32 (exact: |lane| ≤ 4·128·127) and fused-multiply-added
+//! with the block's `dw · da` into accumulator lane `j`; Q4_1 then adds `mw · [sa, 0, …, 0]` with a second fused
+//! multiply-add. Precise (`matmul_f32`): each block dequantized to 32 floats, element `8i + j` fused-multiply-added
+//! with its activation into lane `j`. Both end with `numerics::sum_lanes`.
+//!
+//! No closures or iterator sums in the per-block code: the path is compiled a second time with FMA enabled (see
+//! `scalar`), and a closure the compiler does not inline would be compiled without it, one call per element.
 
+use crate::backend::cpu::kernels::numerics::{sum_lanes, Lanes, LANES};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
 
-/// Weight `j` (in activation order) of a 4-bit block: byte `j` holds element `j` in its low nibble and element
-/// `j + 16` in its high nibble (`ggml-common.h`).
-fn nibble(qs: &[u8; QK / 2], j: usize) -> i32 {
-    i32::from(if j < QK / 2 { qs[j] & 0x0f } else { qs[j - QK / 2] >> 4 })
+/// Integer lane sums of one weight block against one activation block: lane `j` is `Σ_{k=4j}^{4j+3} w_k · qa_k`.
+type LaneSums = [i32; LANES];
+
+/// `lane_j = Σ_{k=4j}^{4j+3} w_k · qa_k` for integer weights `w` in activation order.
+#[inline(always)]
+fn lane_sums(w: &[i32; QK], a: &BlockQ8A) -> LaneSums {
+    let mut lanes = [0i32; LANES];
+    for k in 0..QK {
+        lanes[k / 4] += w[k] * i32::from(a.qs[k]);
+    }
+    lanes
 }
 
-/// `Σ_j (qw_j − 8) · qa_j`: Q4_0's offset applied exactly, in integers (equal to `Σ qw·qa − 8·Σ qa`, the
-/// `− 8·dw·sa` term of the documented formula before scaling).
-fn dot_block_q4_0(w: &BlockQ4_0, a: &BlockQ8A) -> f32 {
-    let isum: i32 = (0..QK).map(|j| (nibble(&w.qs, j) - 8) * i32::from(a.qs[j])).sum();
-    w.d.to_f32() * a.d * isum as f32
+/// The 32 weights of a 4-bit block in activation order, minus `offset`: byte `k` holds element `k` in its low
+/// nibble and element `k + 16` in its high nibble (`ggml-common.h`).
+#[inline(always)]
+fn nibbles(qs: &[u8; QK / 2], offset: i32) -> [i32; QK] {
+    let mut w = [0i32; QK];
+    for k in 0..QK / 2 {
+        w[k] = i32::from(qs[k] & 0x0f) - offset;
+        w[k + QK / 2] = i32::from(qs[k] >> 4) - offset;
+    }
+    w
 }
 
-fn dot_block_q4_1(w: &BlockQ4_1, a: &BlockQ8A) -> f32 {
-    let isum: i32 = (0..QK).map(|j| nibble(&w.qs, j) * i32::from(a.qs[j])).sum();
-    w.d.to_f32() * a.d * isum as f32 + w.m.to_f32() * a.s
+/// What the quantized matmul needs of a weight block.
+trait QuantBlock {
+    /// The block's scale `dw`.
+    fn scale(&self) -> f32;
+    /// Q4_1's minimum `mw`.
+    fn min(&self) -> Option<f32>;
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums;
 }
 
-fn dot_block_q8_0(w: &BlockQ8_0, a: &BlockQ8A) -> f32 {
-    let isum: i32 = w.qs.iter().zip(&a.qs).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum();
-    w.d.to_f32() * a.d * isum as f32
+impl QuantBlock for BlockQ4_0 {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+    #[inline(always)]
+    fn min(&self) -> Option<f32> {
+        None
+    }
+    /// With Q4_0's offset applied exactly, in integers: `Σ (qw − 8) · qa`.
+    #[inline(always)]
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
+        lane_sums(&nibbles(&self.qs, 8), a)
+    }
 }
 
-/// F32 weights against dequantized activations: `da · Σ_j w_j · qa_j` per block.
+impl QuantBlock for BlockQ4_1 {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+    #[inline(always)]
+    fn min(&self) -> Option<f32> {
+        Some(self.m.to_f32())
+    }
+    #[inline(always)]
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
+        lane_sums(&nibbles(&self.qs, 0), a)
+    }
+}
+
+impl QuantBlock for BlockQ8_0 {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+    #[inline(always)]
+    fn min(&self) -> Option<f32> {
+        None
+    }
+    #[inline(always)]
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
+        let mut w = [0i32; QK];
+        for (wk, &q) in w.iter_mut().zip(&self.qs) {
+            *wk = i32::from(q);
+        }
+        lane_sums(&w, a)
+    }
+}
+
+/// Adds one block's terms to the accumulators.
+#[inline(always)]
+fn accumulate_q8<W: QuantBlock>(acc: &mut Lanes, w: &W, a: &BlockQ8A) {
+    let lanes = w.lane_sums(a);
+    let scale = w.scale() * a.d;
+    for j in 0..LANES {
+        acc[j] = (lanes[j] as f32).mul_add(scale, acc[j]);
+    }
+    if let Some(m) = w.min() {
+        // `mw · sa` lands in lane 0; the other lanes add `mw · 0`, as the SIMD paths' vector `[sa, 0, …, 0]` does.
+        let mut s: Lanes = [0.0; LANES];
+        s[0] = a.s;
+        for j in 0..LANES {
+            acc[j] = m.mul_add(s[j], acc[j]);
+        }
+    }
+}
+
+/// F32 weights against dequantized activations: `da · Σ_j w_j · qa_j` per block in element order, the blocks summed
+/// in order (every path runs this one; no model of ours has F32 matrices).
+#[inline(always)]
 fn dot_block_f32(w: &[f32; QK], a: &BlockQ8A) -> f32 {
     let sum: f32 = w.iter().zip(&a.qs).map(|(&x, &q)| x * f32::from(q)).sum();
     a.d * sum
 }
 
-/// Runs `dot_block` over the blocks of every (column, row) pair of `out` in order, summing in one f32.
+/// Calls `output(row, col)` for every (column, row) pair of `out` and writes its result.
+#[inline(always)]
 fn for_each_output<W, A>(
     weights: &[W],
     blocks_per_row: usize,
     act: &[A],
     n_cols: usize,
     out: &mut OutRows,
-    dot_block: impl Fn(&W, &A) -> f32,
+    output: impl Fn(&[W], &[A]) -> f32,
 ) {
     for c in 0..n_cols {
         let col = &act[c * blocks_per_row..][..blocks_per_row];
         for r in out.rows() {
             let row = &weights[r * blocks_per_row..][..blocks_per_row];
-            let sum = row.iter().zip(col).fold(0f32, |sum, (w, a)| sum + dot_block(w, a));
-            out.set(c, r, sum);
+            out.set(c, r, output(row, col));
         }
     }
 }
 
+/// One quantized output: the blocks of `row` against those of `col`.
+#[inline(always)]
+fn output_q8<W: QuantBlock>(row: &[W], col: &[BlockQ8A]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    for (w, a) in row.iter().zip(col) {
+        accumulate_q8(&mut acc, w, a);
+    }
+    sum_lanes(acc)
+}
+
 /// The scalar `Kernels::matmul_q8` (arguments checked by the caller). The SIMD paths use it for F32 weights.
+#[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_q8(
     w: &WeightMatrix,
     act: &[BlockQ8A],
@@ -62,58 +165,88 @@ pub(in crate::backend::cpu::kernels) fn matmul_q8(
 ) {
     let n = w.blocks_per_row();
     match w.data() {
-        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, dot_block_q4_0),
-        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, dot_block_q4_1),
-        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, dot_block_q8_0),
-        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, dot_block_f32),
+        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, output_q8),
+        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, output_q8),
+        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, output_q8),
+        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, |row, col| {
+            row.iter().zip(col).fold(0f32, |sum, (w, a)| sum + dot_block_f32(w, a))
+        }),
     }
 }
 
-/// Dequantizes one block to 32 floats in activation order, with the formulas of `gguf::blocks`.
+/// Dequantizes one block to 32 floats in activation order, as the SIMD paths do: `d · (q − 8)`, `d · q + m`
+/// (fused), `d · q`.
 trait DequantizeBlock {
     fn dequantize(&self) -> [f32; QK];
 }
 
 impl DequantizeBlock for BlockQ4_0 {
+    #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
-        let d = self.d.to_f32();
-        std::array::from_fn(|j| d * (nibble(&self.qs, j) - 8) as f32)
+        let (d, q) = (self.d.to_f32(), nibbles(&self.qs, 8));
+        let mut w = [0f32; QK];
+        for k in 0..QK {
+            w[k] = d * q[k] as f32;
+        }
+        w
     }
 }
 
 impl DequantizeBlock for BlockQ4_1 {
+    #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
-        let (d, m) = (self.d.to_f32(), self.m.to_f32());
-        std::array::from_fn(|j| d * nibble(&self.qs, j) as f32 + m)
+        let (d, m, q) = (self.d.to_f32(), self.m.to_f32(), nibbles(&self.qs, 0));
+        let mut w = [0f32; QK];
+        for k in 0..QK {
+            w[k] = d.mul_add(q[k] as f32, m);
+        }
+        w
     }
 }
 
 impl DequantizeBlock for BlockQ8_0 {
+    #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
         let d = self.d.to_f32();
-        self.qs.map(|q| d * f32::from(q))
+        let mut w = [0f32; QK];
+        for (wk, &q) in w.iter_mut().zip(&self.qs) {
+            *wk = d * f32::from(q);
+        }
+        w
     }
 }
 
 impl DequantizeBlock for [f32; QK] {
+    #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
         *self
     }
 }
 
-fn dot_block_dequantized<W: DequantizeBlock>(w: &W, a: &[f32; QK]) -> f32 {
-    w.dequantize().iter().zip(a).map(|(&x, &y)| x * y).sum()
+/// One precise output: element `8i + j` of each block into lane `j`.
+#[inline(always)]
+fn output_f32<W: DequantizeBlock>(row: &[W], col: &[[f32; QK]]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    for (w, x) in row.iter().zip(col) {
+        let w = w.dequantize();
+        for (wc, xc) in w.as_chunks::<LANES>().0.iter().zip(x.as_chunks::<LANES>().0) {
+            for j in 0..LANES {
+                acc[j] = wc[j].mul_add(xc[j], acc[j]);
+            }
+        }
+    }
+    sum_lanes(acc)
 }
 
-/// The scalar `Kernels::matmul_f32` (arguments checked by the caller): per block an f32 dot in element order,
-/// the block results summed in order.
+/// The scalar `Kernels::matmul_f32` (arguments checked by the caller).
+#[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
     let n = w.blocks_per_row();
     let act = act.as_chunks::<QK>().0;
     match w.data() {
-        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, dot_block_dequantized),
-        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, dot_block_dequantized),
-        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, dot_block_dequantized),
-        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, dot_block_dequantized),
+        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, output_f32),
+        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, output_f32),
+        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, output_f32),
+        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, output_f32),
     }
 }
