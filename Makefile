@@ -1,8 +1,10 @@
 # ember: the two commands of the README, and their parts.
 #   make demo   fetch the model, build the library, and answer a chat message with the C example (CPU backend)
-#   make test   fetch the model, check formatting, lints and the header, run every test: Rust, C under ASan and
-#               valgrind, Go (binding and gateway) and the gateway end to end with the official OpenAI client
-.PHONY: demo test model lint rust-test chat
+#   make test   install the test tools that are missing, fetch the model, check formatting, lints and the header,
+#               run every test: Rust (the numerics tests once more on each other kernel path this CPU runs), the
+#               CUDA kernels compiled by NVRTC and run under the CPU emulation, C under ASan and valgrind, Go
+#               (binding and gateway) and the gateway end to end with the official OpenAI client
+.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat
 
 CARGO ?= cargo
 
@@ -15,14 +17,38 @@ demo: c-demo
 chat: model
 	$(CARGO) run --release --quiet --bin ember-cli -- chat "What is the boiling point of water in Celsius?"
 
+# valgrind, Go >= 1.23, the openai Python package, clippy and rustfmt, when missing.
+tools:
+	@scripts/install-test-tools.sh
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 
+# Every Rust test, with NVRTC (from its PyPI wheel) so that every CUDA kernel is compiled even without a GPU.
 rust-test: model
-	$(CARGO) test --release
+	nvrtc="$$(scripts/fetch-nvrtc.sh)" && LD_LIBRARY_PATH="$$nvrtc$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+		EMBER_REQUIRE_NVRTC=1 $(CARGO) test --release
 
-test: lint rust-test c-test go-test
+# The tests whose results depend on numerics, once more on every kernel path this CPU runs besides the default one
+# (which rust-test used): every path computes the same bits (docs/architecture.md, "Numerics"), and this shows it
+# end to end on this machine, so that an AVX-512 machine also tests the AVX2 and scalar paths.
+NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance
+EMBER_CLI := $(CARGO) run --release --quiet --bin ember-cli --
+numerics-per-path: model
+	@default="$$($(EMBER_CLI) kernels --default)"; \
+	for path in $$($(EMBER_CLI) kernels); do \
+		[ "$$path" = "$$default" ] && continue; \
+		echo "== $(NUMERICS_TESTS) on the $$path kernel path"; \
+		EMBER_CPU_KERNELS=$$path $(CARGO) test --release -q $(NUMERICS_TESTS) \
+			-- --skip the_bounds_catch_broken_kernels || exit 1; \
+	done
+
+# The CUDA kernels under a CPU emulation of CUDA, against float64 references (scripts/gpu-check.sh).
+cuda-emulate:
+	scripts/gpu-check.sh emulate
+
+test: tools lint rust-test numerics-per-path cuda-emulate c-test go-test
 
 include c.mk
 include go.mk

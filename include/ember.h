@@ -135,6 +135,31 @@
 #define ENGINE_STATS_NUM_STEPS (1 << 4)
 
 /**
+ * Presence bit of `EngineStats.cpu_kernels` (set when the engine runs on the CPU).
+ */
+#define ENGINE_STATS_CPU_KERNELS (1 << 5)
+
+/**
+ * Presence bit of `EngineStats.cpu_threads` (set when the engine runs on the CPU).
+ */
+#define ENGINE_STATS_CPU_THREADS (1 << 6)
+
+/**
+ * `EngineStats.cpu_kernels`: the portable scalar path.
+ */
+#define ENGINE_CPU_KERNELS_SCALAR 1
+
+/**
+ * `EngineStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
+ */
+#define ENGINE_CPU_KERNELS_AVX2 2
+
+/**
+ * `EngineStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
+ */
+#define ENGINE_CPU_KERNELS_AVX512 3
+
+/**
  * The major version of the header (`Cargo.toml`'s, checked by a test). Incompatible changes bump it.
  */
 #define EMBER_VERSION_MAJOR 0
@@ -470,6 +495,15 @@ typedef struct EngineStats {
      * Forward steps run since the engine started.
      */
     uint64_t num_steps;
+    /**
+     * The CPU kernel path serving the engine, an `ENGINE_CPU_KERNELS_*` value (every path computes the same
+     * results; the path decides speed only).
+     */
+    uint32_t cpu_kernels;
+    /**
+     * Threads computing each CPU operation, the engine thread included.
+     */
+    uint32_t cpu_threads;
 } EngineStats;
 
 /**

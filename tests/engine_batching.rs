@@ -97,3 +97,25 @@ fn shutdown_cancels_what_is_in_flight() {
     assert_eq!(h.choices()[0].finish_reason, Some(FinishReason::Cancelled));
     assert!(matches!(e.submit(greedy("hi", 4)), Err(ember::engine::SubmitError::EngineStopped)));
 }
+
+/// The engine says which kernel path serves it: once in its start line (through the host's logger, never on
+/// stderr) and in `cpu_serving`, as the C API's `engine_get_stats` reports it.
+#[test]
+fn the_kernel_path_is_logged_at_start_and_reported() {
+    use std::sync::{Arc, Mutex};
+
+    use ember::backend::cpu::kernels::kernels;
+    use ember::engine::{Engine, Logger};
+
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&lines);
+    let logger = Logger::new(move |level, line| sink.lock().unwrap().push(format!("{}: {line}", level.as_str())));
+    let config = EngineConfig { threads: 2, ..EngineConfig::default() };
+    let e = Engine::with_model(config, common::model(), logger).unwrap_or_else(|err| panic!("{err}"));
+    let serving = e.cpu_serving().expect("the engine runs on the CPU");
+    assert_eq!((serving.kernels, serving.threads), (kernels().name, 2));
+    let lines = lines.lock().unwrap();
+    let started: Vec<&String> = lines.iter().filter(|l| l.contains("engine started")).collect();
+    assert_eq!(started.len(), 1, "{lines:?}");
+    assert!(started[0].starts_with("info: ") && started[0].contains(&format!("cpu ({}", kernels().name)), "{lines:?}");
+}

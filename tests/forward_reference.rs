@@ -14,6 +14,7 @@
 
 use serde::Deserialize;
 
+use ember::backend::cpu::kernels::{kernels, KernelOverrides, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
@@ -88,8 +89,8 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &str) -> T {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot parse {path}: {e}"))
 }
 
-/// One thread: the tests of this file run in parallel with each other, one core each.
-fn backend(model: &Model, precision: Precision) -> CpuBackend<'_> {
+/// A backend on `kernels`, one thread: the tests of this file run in parallel with each other, one core each.
+fn backend_on<'m>(model: &'m Model, precision: Precision, kernels: &'static Kernels) -> CpuBackend<'m> {
     let options = CpuBackendOptions {
         threads: 1,
         max_batch_tokens: 512,
@@ -97,7 +98,7 @@ fn backend(model: &Model, precision: Precision) -> CpuBackend<'_> {
         kv_num_blocks: MAX_SEQS * MAX_SEQ_LEN / KV_BLOCK_SIZE,
         precision,
     };
-    CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"))
+    CpuBackend::with_kernels(&model.file, model.config.clone(), options, kernels).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A sequence to run: `tokens[..first_logits]` is prefilled in one chunk, then each later token is fed alone, so
@@ -182,7 +183,7 @@ fn relative_error(ours: &[f32], subset: &[usize], top_ids: &[usize], reference: 
 }
 
 /// The relative error at every prompt position of the reference prompts, case after case.
-fn errors_against_float64(precision: Precision) -> Vec<f64> {
+fn errors_against_float64(precision: Precision, kernels: &'static Kernels) -> Vec<f64> {
     let model = load_model();
     let meta: ReferenceLogits = read_json(REFERENCE_LOGITS_JSON);
     let bytes =
@@ -197,7 +198,7 @@ fn errors_against_float64(precision: Precision) -> Vec<f64> {
 
     let feeds: Vec<Feed<'_>> = meta.cases.iter().map(|c| Feed { tokens: &c.prompt_ids, first_logits: 0 }).collect();
     let mut errors = vec![f64::NAN; positions];
-    let mut backend = backend(&model, precision);
+    let mut backend = backend_on(&model, precision, kernels);
     visit_logits(&model.config, &mut backend, &feeds, |case, pos, row| {
         let c = &meta.cases[case];
         assert_eq!(c.top_ids[pos].len(), meta.top);
@@ -234,31 +235,51 @@ fn max(values: &[f64]) -> f64 {
     values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
-/// The precise path's bound, issue 3's: 1e-3 relative error at every position. Its arithmetic is f32 throughout and
-/// its KV cache stores f32 (`kv_cache.rs`); measured: median ~9e-7, max ~3e-6 over the 149 positions. (With an f16
+/// The precise path's bounds. Issue 3 asked for 1e-3 relative error at every position; its arithmetic is f32
+/// throughout and its KV cache stores f32 (`kv_cache.rs`), and it measures far better: median 9.4e-7, max 5.1e-6
+/// over the 149 positions, on every kernel path (8.9e-7 and 3.3e-6 under an earlier summation order). (With an f16
 /// cache the error was median 7e-4, max 5e-3: f16 rounding of keys and values dominates, which is why the precise
-/// path keeps f32.) The median bound is tighter, to catch a regression long before it reaches 1e-3.
-const PRECISE_MEDIAN_BOUND: f64 = 1e-4;
-const PRECISE_POSITION_BOUND: f64 = 1e-3;
+/// path keeps f32.) The bounds sit 10× above the measurements, so that a kernel erring far below 8-bit activation
+/// noise still fails (`the_bounds_catch_broken_kernels`: a softmax exponential off by 6e-4 gives median 7.5e-5).
+const PRECISE_MEDIAN_BOUND: f64 = 1e-5;
+const PRECISE_POSITION_BOUND: f64 = 5e-5;
+
+/// `x ≤ bound`, false for NaN: every bound below fails a NaN.
+fn within(x: f64, bound: f64) -> bool {
+    x <= bound
+}
+
+/// The precise path's bounds over the relative errors of every position; `Err` names the first violation.
+fn precise_verdict(errors: &[f64]) -> Result<(), String> {
+    for (i, &e) in errors.iter().enumerate() {
+        if !within(e, PRECISE_POSITION_BOUND) {
+            return Err(format!(
+                "position {i} (counted over all cases): relative error {e:.3e} > {PRECISE_POSITION_BOUND:e}"
+            ));
+        }
+    }
+    let med = median(errors);
+    if !within(med, PRECISE_MEDIAN_BOUND) {
+        return Err(format!("median relative error {med:.3e} > {PRECISE_MEDIAN_BOUND:e}"));
+    }
+    Ok(())
+}
 
 #[test]
 fn precise_path_matches_float64_logits_at_every_position() {
-    let errors = errors_against_float64(Precision::Float32);
-    let med = median(&errors);
-    println!("Float32: {} positions, median relative error {med:.2e}, max {:.2e}", errors.len(), max(&errors));
-    for (i, &e) in errors.iter().enumerate() {
-        // Written so that NaN fails too.
-        assert!(
-            e <= PRECISE_POSITION_BOUND,
-            "position {i} (counted over all cases): relative error {e:.3e} > {PRECISE_POSITION_BOUND:e}"
-        );
-    }
-    assert!(med <= PRECISE_MEDIAN_BOUND, "median relative error {med:.3e} > {PRECISE_MEDIAN_BOUND:e}");
+    let errors = errors_against_float64(Precision::Float32, kernels());
+    println!(
+        "Float32: {} positions, median relative error {:.2e}, max {:.2e}",
+        errors.len(),
+        median(&errors),
+        max(&errors)
+    );
+    precise_verdict(&errors).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn fast_path_error_against_float64_is_reported() {
-    let errors = errors_against_float64(Precision::Quantized8);
+    let errors = errors_against_float64(Precision::Quantized8, kernels());
     let (med, worst) = (median(&errors), max(&errors));
     println!("Quantized8: {} positions, median relative error {med:.3}, max {worst:.3}", errors.len());
     // Only a sanity bound: 8-bit activation blocks err by design. A numpy simulation of them (llama.cpp's Q8_1
@@ -270,13 +291,29 @@ fn fast_path_error_against_float64_is_reported() {
 
 /// The greedy reference's positions where it was confident: top-1 probability ahead of top-2 by at least this.
 const CONFIDENT_MARGIN: f64 = 0.2;
+/// Most a probability of the reference token may move at a confident position. Measured on every path (they give
+/// the same bits): max 0.118 (case 0, token 9). Before the paths shared one arithmetic, three valid summation
+/// orders measured 0.103, 0.118 and 0.151 here: that spread is what a legitimate change of rounding can do, so the
+/// bound leaves room for it; the broken kernels of `the_bounds_catch_broken_kernels` measure 0.19 to 0.99.
+const MAX_PROB_DIFF: f64 = 0.18;
+/// Most the mean over confident positions may reach. Measured: 0.0077 (0.0076 to 0.0089 under the three earlier
+/// orders); the broken kernels measure 0.018 to 0.5.
+const MAX_MEAN_PROB_DIFF: f64 = 0.015;
 
-#[test]
-fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
-    let model = load_model();
-    let reference: GreedyRef = read_json(GREEDY_REF);
-    // Feed each prompt and the reference's own tokens; the logits at the prompt's last position and after each fed
-    // reference token are the distributions that produced the reference tokens.
+/// What one reference position compares, as `(case, index in generated_ids)`.
+struct Comparison {
+    at: (usize, usize),
+    confident: bool,
+    argmax_agrees: bool,
+    /// |our probability of the reference token − the reference's|.
+    prob_diff: f64,
+}
+
+/// Feeds each prompt and llama.cpp's own greedy tokens to the fast path on `kernels`, comparing the distribution
+/// at every generated position with the reference's.
+fn teacher_forced(model: &Model, reference: &GreedyRef, kernels: &'static Kernels) -> Vec<Comparison> {
+    // The logits at the prompt's last position and after each fed reference token are the distributions that
+    // produced the reference tokens.
     let sequences: Vec<Vec<TokenId>> = reference
         .cases
         .iter()
@@ -287,17 +324,8 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
         .zip(&reference.cases)
         .map(|(tokens, c)| Feed { tokens, first_logits: c.prompt_ids.len() - 1 })
         .collect();
-
-    /// What one reference position compares, as `(case, index in generated_ids)`.
-    struct Comparison {
-        at: (usize, usize),
-        confident: bool,
-        argmax_agrees: bool,
-        /// |our probability of the reference token − the reference's|.
-        prob_diff: f64,
-    }
     let mut comparisons = Vec::new();
-    let mut backend = backend(&model, Precision::Quantized8);
+    let mut backend = backend_on(model, Precision::Quantized8, kernels);
     visit_logits(&model.config, &mut backend, &feeds, |case, pos, row| {
         let c = &reference.cases[case];
         let i = pos - (c.prompt_ids.len() - 1);
@@ -311,8 +339,11 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
             prob_diff: (probs[token as usize] - top5[0].prob).abs(),
         });
     });
+    comparisons
+}
 
-    let mean = |xs: &[&Comparison]| xs.iter().map(|c| c.prob_diff).sum::<f64>() / xs.len() as f64;
+/// Prints what the comparisons measured.
+fn report(reference: &GreedyRef, comparisons: &[Comparison]) {
     let all: Vec<&Comparison> = comparisons.iter().collect();
     let confident: Vec<&Comparison> = comparisons.iter().filter(|c| c.confident).collect();
     let agreeing = |xs: &[&Comparison]| xs.iter().filter(|c| c.argmax_agrees).count();
@@ -321,7 +352,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
         all.len(),
         agreeing(&all),
         100.0 * agreeing(&all) as f64 / all.len() as f64,
-        mean(&all)
+        mean_prob_diff(&all)
     );
     if let Some(worst) = confident.iter().max_by(|a, b| a.prob_diff.total_cmp(&b.prob_diff)) {
         println!(
@@ -329,7 +360,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
              max {:.4} (case {}, token {})",
             confident.len(),
             agreeing(&confident),
-            mean(&confident),
+            mean_prob_diff(&confident),
             worst.prob_diff,
             worst.at.0,
             worst.at.1
@@ -339,13 +370,145 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
         let (case, i) = c.at;
         println!("  differs: case {case} ({:?}) token {i}, |Δp| {:.3}", reference.cases[case].message, c.prob_diff);
     }
+}
 
-    assert!(confident.len() >= 100, "only {} confident positions: fixture changed?", confident.len());
+fn mean_prob_diff(xs: &[&Comparison]) -> f64 {
+    xs.iter().map(|c| c.prob_diff).sum::<f64>() / xs.len() as f64
+}
+
+/// The bounds: at every confident position the same argmax and a probability within `MAX_PROB_DIFF`, and a mean
+/// within `MAX_MEAN_PROB_DIFF`. `Err` names the first violation.
+fn verdict(comparisons: &[Comparison]) -> Result<(), String> {
+    let confident: Vec<&Comparison> = comparisons.iter().filter(|c| c.confident).collect();
+    if confident.len() < 100 {
+        return Err(format!("only {} confident positions: fixture changed?", confident.len()));
+    }
     for c in &confident {
         let (case, i) = c.at;
-        assert!(c.argmax_agrees, "case {case}, generated token {i}: our argmax differs at a confident position");
-        assert!(c.prob_diff <= 0.15, "case {case}, generated token {i}: |Δp| {:.3} > 0.15", c.prob_diff);
+        if !c.argmax_agrees {
+            return Err(format!("case {case}, generated token {i}: our argmax differs at a confident position"));
+        }
+        if !within(c.prob_diff, MAX_PROB_DIFF) {
+            return Err(format!("case {case}, generated token {i}: |Δp| {:.3} > {MAX_PROB_DIFF}", c.prob_diff));
+        }
     }
-    let mean_confident = mean(&confident);
-    assert!(mean_confident <= 0.03, "mean |Δp| over confident positions {mean_confident:.4} > 0.03");
+    let mean = mean_prob_diff(&confident);
+    if !within(mean, MAX_MEAN_PROB_DIFF) {
+        return Err(format!("mean |Δp| over confident positions {mean:.4} > {MAX_MEAN_PROB_DIFF}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
+    let model = load_model();
+    let reference: GreedyRef = read_json(GREEDY_REF);
+    let comparisons = teacher_forced(&model, &reference, kernels());
+    println!("kernels: {}", kernels().name);
+    report(&reference, &comparisons);
+    verdict(&comparisons).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Kernels with a deliberate fault of the kinds a kernel change can bring, each on top of this CPU's path.
+mod broken {
+    use ember::backend::cpu::kernels::{kernels, BlockQ8A, OutRows, WeightData, WeightMatrix};
+    use ember::model::gguf::blocks::QK;
+
+    /// Activations rounded toward zero instead of to nearest (a cast where a rounding was meant).
+    pub fn quantize_truncating(x: &[f32], out: &mut [BlockQ8A]) {
+        for (xs, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let amax = xs.iter().fold(0f32, |m, &v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &v) in block.qs.iter_mut().zip(xs) {
+                *q = (v * id) as i8;
+                sum += i32::from(*q);
+            }
+            block.d = d;
+            block.s = d * sum as f32;
+        }
+    }
+
+    /// Q4_1's minimum term lost for the last block of every row (an off-by-one in a tail).
+    pub fn matmul_dropping_last_minimum(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+        let mut act = act.to_vec();
+        if let WeightData::Q4_1(_) = w.data() {
+            let n = w.blocks_per_row();
+            for c in 0..n_cols {
+                // `s` feeds only the `mw·sa` term of Q4_1 weights.
+                act[c * n + n - 1].s = 0.0;
+            }
+        }
+        kernels().matmul_q8(w, &act, n_cols, out);
+    }
+
+    /// SiLU with a "fast" sigmoid, `0.5 + x/4` clamped to [0, 1] (the hard sigmoid).
+    pub fn silu_hard_sigmoid(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = g * (0.5 + g / 4.0).clamp(0.0, 1.0) * u;
+        }
+    }
+
+    /// Softmax with an exponential accurate to about 6e-4 (the same reduction, a Taylor polynomial of degree 3: what
+    /// a too-short polynomial gives).
+    pub fn softmax_low_degree_exp(x: &mut [f32]) {
+        let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let exp = |v: f32| {
+            if v < -80.0 {
+                return 0.0;
+            }
+            let n = (v * std::f32::consts::LOG2_E).round();
+            let r = v - n * std::f32::consts::LN_2;
+            let p = 1.0 + r * (1.0 + r * (0.5 + r / 6.0));
+            p * 2f32.powi(n as i32)
+        };
+        let mut sum = 0.0;
+        for v in x.iter_mut() {
+            *v = exp(*v - max);
+            sum += *v;
+        }
+        x.iter_mut().for_each(|v| *v /= sum);
+    }
+}
+
+/// The reference checks are not so loose that a faulty kernel passes them: each deliberately broken kernel, put in
+/// place of this CPU's own, must fail the teacher-forced verdict or, for the kernels the precise path shares (SiLU,
+/// softmax), the float64 one. An error much below 8-bit activation noise (the degree-3 exponential: 6e-4 relative)
+/// is invisible against llama.cpp's own 8-bit logits, and is what the precise path's float64 bounds are for.
+#[test]
+fn the_bounds_catch_broken_kernels() {
+    let model = load_model();
+    let reference: GreedyRef = read_json(GREEDY_REF);
+    let no = KernelOverrides::default();
+    let faults: [(&'static str, KernelOverrides); 4] = [
+        (
+            "truncating activation quantization",
+            KernelOverrides { quantize_row_q8a: Some(broken::quantize_truncating), ..no },
+        ),
+        (
+            "Q4_1 minimum lost in the last block",
+            KernelOverrides { matmul_q8: Some(broken::matmul_dropping_last_minimum), ..no },
+        ),
+        ("hard sigmoid in SiLU", KernelOverrides { silu_mul: Some(broken::silu_hard_sigmoid), ..no }),
+        ("degree-3 exp in softmax", KernelOverrides { softmax_inplace: Some(broken::softmax_low_degree_exp), ..no }),
+    ];
+    let mut passed = Vec::new();
+    for (name, overrides) in faults {
+        let broken = kernels().with_overrides(name, overrides);
+        let comparisons = teacher_forced(&model, &reference, broken);
+        println!("{name}:");
+        report(&reference, &comparisons);
+        let caught = verdict(&comparisons).err().or_else(|| {
+            let shared_by_precise_path = overrides.silu_mul.is_some() || overrides.softmax_inplace.is_some();
+            let errors = errors_against_float64(Precision::Float32, broken);
+            println!("  precise path: median relative error {:.2e}, max {:.2e}", median(&errors), max(&errors));
+            precise_verdict(&errors).err().filter(|_| shared_by_precise_path)
+        });
+        match caught {
+            Some(e) => println!("  caught: {e}"),
+            None => passed.push(name),
+        }
+    }
+    assert!(passed.is_empty(), "broken kernels that pass the reference checks: {passed:?}");
 }

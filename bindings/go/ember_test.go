@@ -493,6 +493,9 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 	if err != nil || stats.Running != 1 || stats.KVBlocksFree >= stats.KVBlocksTotal || stats.Steps == 0 {
 		t.Fatalf("while running: %+v, %v", stats, err)
 	}
+	if path := stats.CPUKernels; path != "scalar" && path != "avx2" && path != "avx512" || stats.CPUThreads == 0 {
+		t.Fatalf("CPU kernels %q on %d threads", path, stats.CPUThreads)
+	}
 	cancel()
 	if _, err := req.Next(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next after cancel = %v", err)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"sync"
@@ -108,11 +109,22 @@ func (e *Engine) Close() {
 }
 
 // Stats are an engine's counters (engine_get_stats): sequences (choices) running and waiting, KV cache blocks
-// free and in all, forward steps run. A request whose end has been read is already gone from them.
+// free and in all, forward steps run. A request whose end has been read is already gone from them. On the CPU
+// backend, CPUKernels names the kernel path ("scalar", "avx2", "avx512") and CPUThreads its threads; both are
+// zero values on a GPU. Every kernel path computes the same results; the path decides speed only.
 type Stats struct {
 	Running, Waiting            uint32
 	KVBlocksFree, KVBlocksTotal uint32
 	Steps                       uint64
+	CPUKernels                  string
+	CPUThreads                  uint32
+}
+
+// cpuKernelNames maps ENGINE_CPU_KERNELS_* values to the paths' names.
+var cpuKernelNames = map[C.uint32_t]string{
+	C.ENGINE_CPU_KERNELS_SCALAR: "scalar",
+	C.ENGINE_CPU_KERNELS_AVX2:   "avx2",
+	C.ENGINE_CPU_KERNELS_AVX512: "avx512",
 }
 
 // Stats reads the engine's counters; StatusInvalidHandle once the engine is closed.
@@ -125,13 +137,23 @@ func (e *Engine) Stats() (Stats, error) {
 	if _, err := call("engine_get_stats", func() C.EngineStatus { return C.ember_go_stats(e.handle, &out) }); err != nil {
 		return Stats{}, err
 	}
-	return Stats{
+	stats := Stats{
 		Running:       uint32(out.num_running),
 		Waiting:       uint32(out.num_waiting),
 		KVBlocksFree:  uint32(out.kv_blocks_free),
 		KVBlocksTotal: uint32(out.kv_blocks_total),
 		Steps:         uint64(out.num_steps),
-	}, nil
+	}
+	if out.present&C.ENGINE_STATS_CPU_KERNELS != 0 {
+		stats.CPUKernels = cpuKernelNames[out.cpu_kernels]
+		if stats.CPUKernels == "" {
+			stats.CPUKernels = fmt.Sprintf("unknown (%d)", uint32(out.cpu_kernels))
+		}
+	}
+	if out.present&C.ENGINE_STATS_CPU_THREADS != 0 {
+		stats.CPUThreads = uint32(out.cpu_threads)
+	}
+	return stats, nil
 }
 
 // Submit hands an OpenAI request body to the engine and returns at once; the engine works on it in the

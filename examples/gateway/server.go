@@ -82,7 +82,8 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 }
 
 // health says whether the gateway takes requests, how many it has in flight, and what the engine itself holds
-// (engine_get_stats: sequences running and waiting, KV cache blocks free and in all).
+// (engine_get_stats: sequences running and waiting, KV cache blocks free and in all, and on the CPU the kernel
+// path and threads serving it).
 func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	status, state := http.StatusOK, "ok"
 	if s.draining.Load() {
@@ -90,10 +91,14 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	}
 	body := map[string]any{"status": state, "model": s.modelID, "requests_in_flight": s.metrics.inFlight.Load()}
 	if stats, err := s.engine.Stats(); err == nil {
-		body["engine"] = map[string]any{
+		engine := map[string]any{
 			"running": stats.Running, "waiting": stats.Waiting,
 			"kv_blocks_free": stats.KVBlocksFree, "kv_blocks_total": stats.KVBlocksTotal,
 		}
+		if stats.CPUKernels != "" {
+			engine["cpu_kernels"], engine["cpu_threads"] = stats.CPUKernels, stats.CPUThreads
+		}
+		body["engine"] = engine
 	}
 	return writeJSON(w, status, body)
 }

@@ -5,6 +5,7 @@
 //! ember-cli tokenize [--model PATH] [--special] TEXT
 //! ember-cli chat     [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
+//! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
 //! ```
 
 use std::io::Write;
@@ -25,7 +26,8 @@ const USAGE: &str = "usage:
   ember-cli info      [--model PATH] [MESSAGE]
   ember-cli tokenize  [--model PATH] [--special] TEXT
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
-  ember-cli synthetic PATH [--seed S] [--tiny]";
+  ember-cli synthetic PATH [--seed S] [--tiny]
+  ember-cli kernels   [--default]";
 
 /// Parsed command-line options (every command takes the subset it needs).
 #[derive(Default)]
@@ -37,6 +39,7 @@ struct Args {
     seed: Option<u64>,
     special: bool,
     tiny: bool,
+    default: bool,
     positional: Vec<String>,
 }
 
@@ -53,6 +56,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--seed" => args.seed = Some(parse_num(&value("--seed")?, "--seed")?),
             "--special" => args.special = true,
             "--tiny" => args.tiny = true,
+            "--default" => args.default = true,
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => args.positional.push(a.clone()),
         }
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         "tokenize" => tokenize(&args),
         "chat" => chat(&args),
         "synthetic" => synthetic(&args),
+        "kernels" => kernel_paths(&args),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     });
     match result {
@@ -190,5 +195,23 @@ fn synthetic(args: &Args) -> Result<(), String> {
     let spec = if args.tiny { SyntheticSpec::tiny(seed) } else { SyntheticSpec::smollm2_135m(seed) };
     spec.writer().write(std::path::Path::new(path)).map_err(|e| format!("cannot write {path}: {e}"))?;
     println!("{path}");
+    Ok(())
+}
+
+/// Prints the kernel paths this CPU runs, slowest first, one per line; with `--default`, the one an engine uses
+/// (the fastest, or the one `EMBER_CPU_KERNELS` names; its warning, if any, on stderr).
+fn kernel_paths(args: &Args) -> Result<(), String> {
+    use ember::backend::cpu::kernels::{kernel_selection, supported_kernels};
+    if args.default {
+        let selection = kernel_selection();
+        if let Some(warning) = &selection.warning {
+            eprintln!("ember-cli: {warning}");
+        }
+        println!("{}", selection.kernels.name);
+    } else {
+        for k in supported_kernels() {
+            println!("{}", k.name);
+        }
+    }
     Ok(())
 }

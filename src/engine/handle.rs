@@ -14,7 +14,7 @@ use super::kv_blocks::BlockAllocator;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
-use super::runner::{cpu_runner, cuda_runner, CacheGeometry};
+use super::runner::{cpu_runner, cuda_runner, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
 use super::scheduler::SchedulerLimits;
 use super::sequence::Sequence;
@@ -56,6 +56,8 @@ pub struct Engine {
     capacity: Capacity,
     cache: CacheGeometry,
     backend_description: String,
+    /// The kernel path and threads, on the CPU backend.
+    cpu: Option<CpuServing>,
     logger: Logger,
 }
 
@@ -91,7 +93,7 @@ impl Engine {
         };
         let clock = EngineClock::new();
         let shared = Arc::new(EngineShared::default());
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<String, String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Started, String>>();
         let thread = {
             let (model, config, shared, logger) =
                 (Arc::clone(&model), config.clone(), Arc::clone(&shared), logger.clone());
@@ -100,8 +102,8 @@ impl Engine {
                 .spawn(move || engine_thread(model, config, cache, shared, clock, logger, ready_tx))
                 .map_err(EngineError::Thread)?
         };
-        let backend_description = match ready_rx.recv() {
-            Ok(Ok(description)) => description,
+        let Started { description: backend_description, cpu } = match ready_rx.recv() {
+            Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(EngineError::Backend(e));
@@ -122,6 +124,7 @@ impl Engine {
             capacity,
             cache,
             backend_description,
+            cpu,
             logger,
         })
     }
@@ -218,6 +221,12 @@ impl Engine {
         self.shared.steps.load(Ordering::Relaxed)
     }
 
+    /// The kernel path and threads serving this engine, when its backend is the CPU (every kernel path computes
+    /// the same results; this tells a host how fast to expect them).
+    pub fn cpu_serving(&self) -> Option<CpuServing> {
+        self.cpu
+    }
+
     /// Stops the engine: unfinished requests end as cancelled, the thread is joined. Also done on drop.
     pub fn shutdown(&mut self) {
         let Some(thread) = self.thread.take() else { return };
@@ -235,6 +244,12 @@ impl Drop for Engine {
     }
 }
 
+/// What the engine thread reports once its backend is built.
+struct Started {
+    description: String,
+    cpu: Option<CpuServing>,
+}
+
 /// The engine thread: builds the backend (reporting success or failure to `ready`), then runs the core.
 fn engine_thread(
     model: Arc<Model>,
@@ -243,16 +258,16 @@ fn engine_thread(
     shared: Arc<EngineShared>,
     clock: EngineClock,
     logger: Logger,
-    ready: mpsc::Sender<Result<String, String>>,
+    ready: mpsc::Sender<Result<Started, String>>,
 ) {
     let runner = match config.backend {
-        BackendKind::Cpu => cpu_runner(&model, &config, cache),
+        BackendKind::Cpu => cpu_runner(&model, &config, cache, &logger),
         BackendKind::Cuda => cuda_runner(&model, &config, cache).map_err(|e| e.to_string()),
         BackendKind::Auto => cuda_runner(&model, &config, cache).or_else(|e| {
             // No GPU here is the ordinary case; a GPU that fails to start is worth a warning.
             let level = if e.is_unavailable() { LogLevel::Info } else { LogLevel::Warn };
             logger.log(level, &format!("backend \"auto\": running on the CPU, the GPU is not usable: {e}"));
-            cpu_runner(&model, &config, cache)
+            cpu_runner(&model, &config, cache, &logger)
         }),
     };
     let runner = match runner {
@@ -263,7 +278,8 @@ fn engine_thread(
         }
     };
     let max_batch_tokens = runner.max_batch_tokens();
-    let _ = ready.send(Ok(format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe())));
+    let description = format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe());
+    let _ = ready.send(Ok(Started { description, cpu: runner.cpu() }));
     let core = EngineCore {
         shared,
         runner,

@@ -1,12 +1,21 @@
 //! The engine's view of a backend: run one batched forward step. Building the backend is done here too, on the
 //! engine thread, because a backend borrows the model file for as long as it lives.
 
+use crate::backend::cpu::kernels::kernel_selection;
 use crate::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use crate::backend::cuda::{CudaBackend, CudaBackendError, CudaBackendOptions};
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
 use super::config::{ActivationPrecision, BackendKind, EngineConfig};
+use super::log::{LogLevel, Logger};
+
+/// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`) and the threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuServing {
+    pub kernels: &'static str,
+    pub threads: usize,
+}
 
 /// One forward step over a batch, whatever the backend.
 pub trait StepRunner {
@@ -27,6 +36,10 @@ pub trait StepRunner {
     }
     /// A description for logs: backend, kernels, threads.
     fn describe(&self) -> String;
+    /// The kernel path and threads, when the backend is the CPU.
+    fn cpu(&self) -> Option<CpuServing> {
+        None
+    }
     /// Most tokens one step may hold: what the runner's buffers were sized for, and the scheduler's budget.
     fn max_batch_tokens(&self) -> usize;
 }
@@ -37,6 +50,7 @@ pub struct LlamaRunner<B> {
     backend: B,
     description: String,
     max_batch_tokens: usize,
+    cpu: Option<CpuServing>,
 }
 
 impl<B: LlamaBackend> StepRunner for LlamaRunner<B>
@@ -49,6 +63,10 @@ where
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn cpu(&self) -> Option<CpuServing> {
+        self.cpu
     }
 
     fn max_batch_tokens(&self) -> usize {
@@ -76,12 +94,17 @@ impl CacheGeometry {
     }
 }
 
-/// Builds the CPU runner.
+/// Builds the CPU runner, logging why its kernel path differs from the one `EMBER_CPU_KERNELS` asked for.
 pub fn cpu_runner<'m>(
     model: &'m Model,
     config: &EngineConfig,
     cache: CacheGeometry,
+    logger: &Logger,
 ) -> Result<Box<dyn StepRunner + 'm>, String> {
+    let selection = kernel_selection();
+    if let Some(warning) = &selection.warning {
+        logger.log(LogLevel::Warn, warning);
+    }
     let threads = if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads };
     let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cpu);
     let options = CpuBackendOptions {
@@ -95,8 +118,11 @@ pub fn cpu_runner<'m>(
         },
     };
     let backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
-    let description = format!("cpu ({} kernels, {threads} threads)", backend.kernel_path());
-    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description, max_batch_tokens }))
+    let kernels = backend.kernel_path();
+    let how = if selection.forced { " (EMBER_CPU_KERNELS)" } else { "" };
+    let description = format!("cpu ({kernels} kernels{how}, {threads} threads)");
+    let cpu = Some(CpuServing { kernels, threads });
+    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description, max_batch_tokens, cpu }))
 }
 
 /// The CUDA backend as a step runner: the forward pass, and the top-k of each logits row on the device.

@@ -1,5 +1,5 @@
 //! Engine-wide counters as a C struct, versioned by `struct_size` like the metrics structs: how many sequences
-//! run and wait, how full the KV cache is. What a host shows on a health page, or checks to know that a
+//! run and wait, how full the KV cache is, which CPU kernel path serves it. What a host shows on a health page, or checks to know that a
 //! cancelled request really left the engine.
 
 use std::mem::{offset_of, size_of};
@@ -20,6 +20,27 @@ pub const ENGINE_STATS_KV_BLOCKS_FREE: u32 = 1 << 2;
 pub const ENGINE_STATS_KV_BLOCKS_TOTAL: u32 = 1 << 3;
 /// Presence bit of `EngineStats.num_steps`.
 pub const ENGINE_STATS_NUM_STEPS: u32 = 1 << 4;
+/// Presence bit of `EngineStats.cpu_kernels` (set when the engine runs on the CPU).
+pub const ENGINE_STATS_CPU_KERNELS: u32 = 1 << 5;
+/// Presence bit of `EngineStats.cpu_threads` (set when the engine runs on the CPU).
+pub const ENGINE_STATS_CPU_THREADS: u32 = 1 << 6;
+
+/// `EngineStats.cpu_kernels`: the portable scalar path.
+pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
+/// `EngineStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
+pub const ENGINE_CPU_KERNELS_AVX2: u32 = 2;
+/// `EngineStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
+pub const ENGINE_CPU_KERNELS_AVX512: u32 = 3;
+
+/// The `ENGINE_CPU_KERNELS_*` value of a kernel path's name (0 for a name this version does not know).
+fn cpu_kernels_code(name: &str) -> u32 {
+    match name {
+        "scalar" => ENGINE_CPU_KERNELS_SCALAR,
+        "avx2" => ENGINE_CPU_KERNELS_AVX2,
+        "avx512" => ENGINE_CPU_KERNELS_AVX512,
+        _ => 0,
+    }
+}
 
 /// Counters of one engine, as of its last step. The engine thread updates them when it has scheduled a step
 /// (before any of the step's tokens reach a host), after the step, and whenever a request finishes: a host that
@@ -41,6 +62,11 @@ pub struct EngineStats {
     pub kv_blocks_total: u32,
     /// Forward steps run since the engine started.
     pub num_steps: u64,
+    /// The CPU kernel path serving the engine, an `ENGINE_CPU_KERNELS_*` value (every path computes the same
+    /// results; the path decides speed only).
+    pub cpu_kernels: u32,
+    /// Threads computing each CPU operation, the engine thread included.
+    pub cpu_threads: u32,
 }
 
 impl Versioned for EngineStats {
@@ -52,6 +78,8 @@ impl Versioned for EngineStats {
         offset_of!(Self, kv_blocks_free) + 4,
         offset_of!(Self, kv_blocks_total) + 4,
         offset_of!(Self, num_steps) + 8,
+        offset_of!(Self, cpu_kernels) + 4,
+        offset_of!(Self, cpu_threads) + 4,
     ];
     fn set_present(&mut self, present: u32) {
         self.present = present;
@@ -72,6 +100,8 @@ const _: () = {
             offset_of!(S, kv_blocks_free),
             offset_of!(S, kv_blocks_total),
             offset_of!(S, num_steps),
+            offset_of!(S, cpu_kernels),
+            offset_of!(S, cpu_threads),
         ]
     ));
     assert!(S::FIELD_ENDS[S::FIELD_ENDS.len() - 1] == size_of::<S>());
@@ -98,18 +128,23 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
         let stats = object.with_engine(|e| {
             let (free, total) = e.kv_blocks();
             let clamp = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+            let cpu = e.cpu_serving();
+            let cpu_bits = if cpu.is_some() { ENGINE_STATS_CPU_KERNELS | ENGINE_STATS_CPU_THREADS } else { 0 };
             EngineStats {
                 struct_size: 0,
                 present: ENGINE_STATS_NUM_RUNNING
                     | ENGINE_STATS_NUM_WAITING
                     | ENGINE_STATS_KV_BLOCKS_FREE
                     | ENGINE_STATS_KV_BLOCKS_TOTAL
-                    | ENGINE_STATS_NUM_STEPS,
+                    | ENGINE_STATS_NUM_STEPS
+                    | cpu_bits,
                 num_running: clamp(e.num_running()),
                 num_waiting: clamp(e.num_waiting()),
                 kv_blocks_free: clamp(free),
                 kv_blocks_total: clamp(total),
                 num_steps: e.num_steps() as u64,
+                cpu_kernels: cpu.map_or(0, |c| cpu_kernels_code(c.kernels)),
+                cpu_threads: cpu.map_or(0, |c| clamp(c.threads)),
             }
         })?;
         // SAFETY: `declared` bytes at `out` are writable by this function's contract.

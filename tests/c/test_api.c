@@ -350,8 +350,13 @@ static void test_cancel_and_choices(Engine *engine) {
     EngineStats stats = {.struct_size = sizeof stats};
     CHECK_STATUS(engine_get_stats(engine, &stats), ENGINE_STATUS_OK);
     CHECK(stats.present == (ENGINE_STATS_NUM_RUNNING | ENGINE_STATS_NUM_WAITING | ENGINE_STATS_KV_BLOCKS_FREE |
-                            ENGINE_STATS_KV_BLOCKS_TOTAL | ENGINE_STATS_NUM_STEPS));
+                            ENGINE_STATS_KV_BLOCKS_TOTAL | ENGINE_STATS_NUM_STEPS | ENGINE_STATS_CPU_KERNELS |
+                            ENGINE_STATS_CPU_THREADS));
     CHECK(stats.num_running == 0 && stats.num_waiting == 0);
+    /* The CPU backend serves this engine: a known kernel path, and its threads. */
+    CHECK(stats.cpu_kernels == ENGINE_CPU_KERNELS_SCALAR || stats.cpu_kernels == ENGINE_CPU_KERNELS_AVX2 ||
+          stats.cpu_kernels == ENGINE_CPU_KERNELS_AVX512);
+    CHECK(stats.cpu_threads >= 1);
     CHECK(stats.kv_blocks_total > 0 && stats.kv_blocks_free == stats.kv_blocks_total);
     /* A caller that knows only the first two counters gets just those. */
     EngineStats small = {.struct_size = 16, .kv_blocks_free = 12345};

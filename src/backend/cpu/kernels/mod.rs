@@ -25,6 +25,8 @@ mod weights;
 
 pub use out_rows::OutRows;
 pub use q8a::{quantize_row_q8a, quantize_row_q8a_scalar, BlockQ8A};
-pub use select::{kernels, kernels_named, supported_kernels, KERNELS_ENV_VAR, KERNEL_NAMES};
+pub use select::{
+    kernel_selection, kernels, kernels_named, supported_kernels, KernelSelection, KERNELS_ENV_VAR, KERNEL_NAMES,
+};
 pub use table::{KernelOverrides, Kernels};
 pub use weights::{WeightData, WeightMatrix, WeightShapeError};

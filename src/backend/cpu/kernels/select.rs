@@ -38,29 +38,47 @@ fn best() -> &'static Kernels {
     supported_kernels().last().unwrap_or_else(scalar::kernels)
 }
 
-/// The kernels to compute with: the fastest path this CPU supports, or the one `EMBER_CPU_KERNELS` names. A
-/// name this CPU cannot run (or an unknown one) falls back to the fastest path with a line on stderr.
-pub fn kernels() -> &'static Kernels {
-    static CHOSEN: OnceLock<&'static Kernels> = OnceLock::new();
+/// Which kernels this process computes with, and how they were chosen.
+#[derive(Debug)]
+pub struct KernelSelection {
+    pub kernels: &'static Kernels,
+    /// Whether `EMBER_CPU_KERNELS` named the path (rather than the CPU's features deciding).
+    pub forced: bool,
+    /// A line for the host's log when `EMBER_CPU_KERNELS` named a path this CPU cannot run or an unknown one (the
+    /// fastest path is used instead). A library does not write to stderr: the engine logs it when it starts.
+    pub warning: Option<String>,
+}
+
+/// The selection [`kernels`] follows: made once per process, on the first call, from `EMBER_CPU_KERNELS` and the
+/// CPU's features.
+pub fn kernel_selection() -> &'static KernelSelection {
+    static CHOSEN: OnceLock<KernelSelection> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let requested = std::env::var(KERNELS_ENV_VAR).ok().filter(|v| !v.is_empty());
         choose(requested.as_deref())
     })
 }
 
-/// `kernels`' rule, with the request passed in so that it is testable without touching the environment.
-fn choose(requested: Option<&str>) -> &'static Kernels {
-    let Some(name) = requested else { return best() };
-    kernels_named(name).unwrap_or_else(|| {
-        let fallback = best();
-        let why = if KERNEL_NAMES.contains(&name) { "is not supported by this CPU" } else { "is unknown" };
-        eprintln!(
-            "ember: {KERNELS_ENV_VAR}={name} {why} (paths: {}); using {}",
-            KERNEL_NAMES.join(", "),
-            fallback.name
-        );
-        fallback
-    })
+/// The kernels to compute with: the fastest path this CPU supports, or the one `EMBER_CPU_KERNELS` names. A
+/// name this CPU cannot run (or an unknown one) falls back to the fastest path, with the reason in
+/// [`kernel_selection`]'s `warning`.
+pub fn kernels() -> &'static Kernels {
+    kernel_selection().kernels
+}
+
+/// `kernel_selection`'s rule, with the request passed in so that it is testable without touching the environment.
+fn choose(requested: Option<&str>) -> KernelSelection {
+    let Some(name) = requested else { return KernelSelection { kernels: best(), forced: false, warning: None } };
+    match kernels_named(name) {
+        Some(kernels) => KernelSelection { kernels, forced: true, warning: None },
+        None => {
+            let fallback = best();
+            let why = if KERNEL_NAMES.contains(&name) { "is not supported by this CPU" } else { "is unknown" };
+            let warning =
+                format!("{KERNELS_ENV_VAR}={name} {why} (paths: {}); using {}", KERNEL_NAMES.join(", "), fallback.name);
+            KernelSelection { kernels: fallback, forced: false, warning: Some(warning) }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -68,13 +86,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_picks_a_supported_path_or_falls_back_to_the_best() {
-        assert_eq!(choose(Some("scalar")).name, "scalar");
-        assert_eq!(choose(None).name, best().name);
-        assert_eq!(choose(Some("sse9")).name, best().name);
+    fn a_request_picks_a_supported_path_or_falls_back_to_the_best_with_a_warning() {
+        let scalar = choose(Some("scalar"));
+        assert_eq!((scalar.kernels.name, scalar.forced, scalar.warning.is_none()), ("scalar", true, true));
+        let default = choose(None);
+        assert_eq!((default.kernels.name, default.forced, default.warning.is_none()), (best().name, false, true));
+        let unknown = choose(Some("sse9"));
+        assert_eq!((unknown.kernels.name, unknown.forced), (best().name, false));
+        let warning = unknown.warning.expect("an unknown path is worth a warning");
+        assert!(warning.contains("EMBER_CPU_KERNELS=sse9 is unknown"), "{warning}");
         for name in KERNEL_NAMES {
+            let chosen = choose(Some(name));
             let expected = kernels_named(name).map_or(best().name, |k| k.name);
-            assert_eq!(choose(Some(name)).name, expected);
+            assert_eq!(chosen.kernels.name, expected);
+            assert_eq!(chosen.warning.is_some(), kernels_named(name).is_none(), "{name}");
         }
     }
 }

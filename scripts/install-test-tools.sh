@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
+# clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
+# proxy is reachable, so the binding and the gateway use the standard library only) and the `openai` Python
+# package (the gateway's end-to-end test). NVRTC, for the CUDA kernels' compile test, is fetched by
+# scripts/fetch-nvrtc.sh when the tests run; the model by scripts/fetch-model.sh.
+#
+# `make test` runs this first. Idempotent and quiet when everything is there: it checks each tool and installs only
+# what is missing. System packages need root: it runs apt-get as root, or through `sudo -n` when that works without
+# a password; otherwise it names what is missing and the one command that installs it, and fails.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo "$@"
+  else
+    echo "error: make test needs ${missing[*]}; install them with: sudo scripts/install-test-tools.sh" >&2
+    exit 1
+  fi
+}
+
+go_is_recent() {
+  GOTOOLCHAIN=local go version 2>/dev/null | grep -qE 'go1\.(2[3-9]|[3-9][0-9])'
+}
+
+missing=()
+apt_packages=()
+for tool in gcc g++ valgrind make; do
+  command -v "$tool" >/dev/null || { missing+=("$tool"); apt_packages+=("$tool"); }
+done
+python3 -m pip --version >/dev/null 2>&1 || { missing+=(pip); apt_packages+=(python3-pip); }
+need_go=false
+go_is_recent || { missing+=("Go >= 1.23"); need_go=true; }
+need_openai=false
+python3 -c 'import openai' 2>/dev/null || { missing+=("the openai Python package"); need_openai=true; }
+need_components=false
+rustup component list --installed 2>/dev/null | grep -q '^clippy' \
+  && rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || need_components=true
+
+if [ ${#missing[@]} -eq 0 ] && ! $need_components; then
+  exit 0
+fi
+[ ${#missing[@]} -gt 0 ] && echo "installing what make test needs: ${missing[*]}" >&2
+
+export DEBIAN_FRONTEND=noninteractive
+if [ ${#apt_packages[@]} -gt 0 ] || $need_go; then
+  if $need_go; then
+    # The first stanza of Debian's sources (the main archive), for the backports suite.
+    awk 'BEGIN{RS="";ORS="\n\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
+      | sed 's/^Suites:.*/Suites: bookworm-backports/' \
+      | as_root tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
+  fi
+  as_root apt-get update -qq
+  [ ${#apt_packages[@]} -gt 0 ] && as_root apt-get install -y -qq "${apt_packages[@]}"
+  $need_go && as_root apt-get install -y -qq -t bookworm-backports golang-go
+fi
+if $need_openai; then
+  # A Python whose packages the system manages (PEP 668) takes it per user.
+  python3 -m pip install --quiet --disable-pip-version-check openai 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages openai
+fi
+if $need_components; then
+  rustup component add clippy rustfmt
+fi
+go_is_recent || { echo "error: Go >= 1.23 is still missing after installing golang-go" >&2; exit 1; }
