@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use super::kv_cache::CpuKvCache;
 use crate::model::llama::batch::SeqChunk;
-use crate::model::llama::LlamaConfig;
+use crate::model::llama::{rope, LlamaConfig};
 use crate::model::TokenId;
 
 struct SeqEntry {
@@ -39,12 +39,12 @@ pub struct StepLayout {
 
 impl StepLayout {
     /// Lays out a validated batch. Rotation angles follow GGUF llama: pair `i` of a head at position `p` turns by
-    /// `p · base^(−2i / rope_dim)`, computed in f64 so that long positions keep their precision.
+    /// `p · base^(−2i / rope_dim)`, computed in f64 so that long positions keep their precision, by `llama::rope`'s
+    /// portable functions so that the tables are the same on every machine.
     pub fn build(&mut self, batch: &[SeqChunk<'_>], config: &LlamaConfig, cache: &CpuKvCache) {
         if self.half_rope != config.rope_dim / 2 || self.inv_freq.is_empty() {
             self.half_rope = config.rope_dim / 2;
-            let base = f64::from(config.rope_base);
-            self.inv_freq = (0..self.half_rope).map(|i| base.powf(-2.0 * i as f64 / config.rope_dim as f64)).collect();
+            self.inv_freq = rope::inv_frequencies(f64::from(config.rope_base), config.rope_dim);
         }
         self.tokens.clear();
         self.positions.clear();
@@ -65,9 +65,9 @@ impl StepLayout {
                 self.positions.push(pos);
                 self.slots.push(cache.slot(s.block_table, pos));
                 for &inv_freq in &self.inv_freq {
-                    let angle = pos as f64 * inv_freq;
-                    self.rope_cos.push(angle.cos() as f32);
-                    self.rope_sin.push(angle.sin() as f32);
+                    let (cos, sin) = rope::cos_sin(pos as f64 * inv_freq);
+                    self.rope_cos.push(cos as f32);
+                    self.rope_sin.push(sin as f32);
                 }
             }
             self.seqs.push(SeqEntry {

@@ -52,8 +52,7 @@ impl Buffers {
         };
         let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
         let half = config.rope_dim / 2;
-        let base = f64::from(config.rope_base);
-        let inv_freq: Vec<f64> = (0..half).map(|i| base.powf(-2.0 * i as f64 / config.rope_dim as f64)).collect();
+        let inv_freq = crate::model::llama::rope::inv_frequencies(f64::from(config.rope_base), config.rope_dim);
         let widths = [d, d, d, kv, kv, d, ff, ff];
         let [x, xn, q, k, v, att, gate, up] = widths.map(|w| alloc(max_tokens * w));
         Ok(Buffers {

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod config;
 pub mod forward;
+pub mod rope;
 pub mod synthetic;
 
 pub use batch::{BatchError, SeqChunk};
