@@ -33,7 +33,7 @@ fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
     _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
 }
 
-/// The four 8-byte chunks of a block pair's two rows, each as `[row 0's chunk | row 1's chunk]`: chunks 0 and 1 are
+/// The four 8-byte chunks of one block of two rows, each as `[row 0's chunk | row 1's chunk]`: chunks 0 and 1 are
 /// the low and high halves of `lo0` / `lo1`, chunks 2 and 3 those of `hi0` / `hi1`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn interleave_halves(lo0: __m128i, lo1: __m128i, hi0: __m128i, hi1: __m128i) -> [__m128i; 4] {

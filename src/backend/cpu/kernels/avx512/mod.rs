@@ -1,6 +1,7 @@
 //! The AVX-512 path: 512-bit VNNI integer dot products (`vpdpbusd`) for the matmuls, on Intel since Ice Lake /
-//! Cascade Lake and AMD since Zen 4. The element-wise kernels and activation quantization are the AVX2 ones:
-//! at the model's widths (64 to 1536 floats) wider registers buy nothing measurable there.
+//! Cascade Lake and AMD since Zen 4, each register holding two outputs' 8-lane vectors side by side so that the
+//! arithmetic is the AVX2 and scalar paths' (`numerics`). The element-wise kernels and activation quantization are
+//! the AVX2 ones: at the model's widths (64 to 1536 floats) wider registers buy nothing measurable there.
 //!
 //! Every function here is compiled with `#[target_feature(enable =
 //! "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]` and reached only through [`KERNELS`], which [`kernels`]

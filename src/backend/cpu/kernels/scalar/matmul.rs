@@ -7,8 +7,8 @@
 //! multiply-add. Precise (`matmul_f32`): each block dequantized to 32 floats, element `8i + j` fused-multiply-added
 //! with its activation into lane `j`. Both end with `numerics::sum_lanes`.
 //!
-//! No closures or iterator sums in the per-block code: the path is compiled a second time with FMA enabled (see
-//! `scalar`), and a closure the compiler does not inline would be compiled without it, one call per element.
+//! No closures or iterator sums in the per-block code: the path is compiled a second time for FMA and AVX2 (see
+//! `scalar`), and a closure the compiler does not inline would be compiled without them, one call per element.
 
 use crate::backend::cpu::kernels::numerics::{sum_lanes, Lanes, LANES};
 use crate::backend::cpu::kernels::out_rows::OutRows;
