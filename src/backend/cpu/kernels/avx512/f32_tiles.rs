@@ -9,6 +9,7 @@ use std::arch::x86_64::*;
 
 use bytemuck::Zeroable;
 
+use super::{spread, store_pair_results, two_scales, MAX_PAIRS};
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, load_8f};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
@@ -24,13 +25,6 @@ trait Dequantize {
     /// # Safety
     /// Needs the AVX-512 path's features.
     unsafe fn dequantize(b0: &Self::Block, b1: &Self::Block) -> Dequantized;
-}
-
-/// `[x0 ×8 | x1 ×8]` from lanes `LO` and `HI` of `x`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
-    let index = _mm512_set_epi32(HI, HI, HI, HI, HI, HI, HI, HI, LO, LO, LO, LO, LO, LO, LO, LO);
-    _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
 }
 
 /// The four 8-byte chunks of one block of two rows, each as `[row 0's chunk | row 1's chunk]`: chunks 0 and 1 are
@@ -62,12 +56,6 @@ fn nibbles_i32(q0: &[u8; 16], q1: &[u8; 16]) -> [__m512i; 4] {
         q[i] = _mm512_cvtepu8_epi32(chunks[i]);
     }
     q
-}
-
-/// The scales of two blocks, `[d0, d1, 0, 0]`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn two_scales(d0: half::f16, d1: half::f16) -> __m128 {
-    _mm_cvtph_ps(f16_pair(d0, d1))
 }
 
 struct Q4_0;
@@ -156,18 +144,6 @@ fn broadcast_8(x: &[f32; 8]) -> __m512 {
     _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(load_8f(x))))
 }
 
-/// The sums of the two 8-lane halves of `v`, each by `numerics::sum_lanes`' tree (as in `q8_tiles`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn sum_halves(v: __m512) -> (f32, f32) {
-    let pairs = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
-    let quads = _mm512_add_ps(pairs, _mm512_permute_ps::<0b01_00_11_10>(pairs));
-    let halves = _mm512_add_ps(quads, _mm512_shuffle_f32x4::<0b10_11_00_01>(quads, quads));
-    (_mm512_cvtss_f32(halves), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(halves)))
-}
-
-/// Row pairs of a tile of up to 4 rows.
-const MAX_PAIRS: usize = 2;
-
 /// One `R × C` tile (see `tiling::TileFn` for the slice shapes; activation "blocks" are 32 floats).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn tile<F: Dequantize, const R: usize, const C: usize>(
@@ -206,15 +182,7 @@ fn tile<F: Dequantize, const R: usize, const C: usize>(
             }
         }
     }
-    for c in 0..C {
-        for p in 0..R.div_ceil(2) {
-            let (first, second) = sum_halves(acc[c][p]);
-            out[c * R + 2 * p] = first;
-            if 2 * p + 1 < R {
-                out[c * R + 2 * p + 1] = second;
-            }
-        }
-    }
+    store_pair_results::<R, C>(&acc, out);
 }
 
 /// Rows per tile for every batch: 8 accumulators and 8 dequantized registers fit the 32 zmm registers.

@@ -12,7 +12,10 @@ mod q8_tiles;
 
 use std::arch::x86_64::*;
 
+use half::f16;
+
 use super::avx2;
+use super::avx2::lanes::f16_pair;
 use super::table::Kernels;
 
 /// Whether this CPU runs the AVX-512 path (its own features plus the AVX2 path's, whose functions it borrows).
@@ -48,4 +51,46 @@ pub(super) fn kernels() -> Option<&'static Kernels> {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn load_two_32(lo: &[i8; 32], hi: &[i8; 32]) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(avx2::lanes::load_32(lo)), avx2::lanes::load_32(hi))
+}
+
+/// Row pairs of a tile of up to 4 rows.
+pub(super) const MAX_PAIRS: usize = 2;
+
+/// Lanes 0..8 from lane `LO` of `x`, lanes 8..16 from lane `HI`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
+    let index = _mm512_set_epi32(HI, HI, HI, HI, HI, HI, HI, HI, LO, LO, LO, LO, LO, LO, LO, LO);
+    _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
+}
+
+/// The scales of two blocks, `[d0, d1, 0, 0]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn two_scales(d0: f16, d1: f16) -> __m128 {
+    _mm_cvtph_ps(f16_pair(d0, d1))
+}
+
+/// The sums of the two 8-lane halves of `v`, each by `numerics::sum_lanes`' tree.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn sum_halves(v: __m512) -> (f32, f32) {
+    // Lane 2i: v[2i] + v[2i+1]; lane 4k: its group of four; lanes 0 and 8: their half (the 128-bit lanes of each
+    // half swapped and added). Addition is commutative bit for bit, so the mirrored lanes hold the same sums.
+    let pairs = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
+    let quads = _mm512_add_ps(pairs, _mm512_permute_ps::<0b01_00_11_10>(pairs));
+    let halves = _mm512_add_ps(quads, _mm512_shuffle_f32x4::<0b10_11_00_01>(quads, quads));
+    (_mm512_cvtss_f32(halves), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(halves)))
+}
+
+/// Writes the `R × C` results of a tile's accumulators `acc[c][p]` (row pair `p`, rows `2p` and `2p + 1`, of column
+/// `c`): `out[c * R + r]`, each by [`sum_halves`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn store_pair_results<const R: usize, const C: usize>(acc: &[[__m512; MAX_PAIRS]; C], out: &mut [f32]) {
+    for c in 0..C {
+        for p in 0..R.div_ceil(2) {
+            let (first, second) = sum_halves(acc[c][p]);
+            out[c * R + 2 * p] = first;
+            if 2 * p + 1 < R {
+                out[c * R + 2 * p + 1] = second;
+            }
+        }
+    }
 }

@@ -21,9 +21,8 @@ use std::mem::{size_of, MaybeUninit};
 use std::ops::Range;
 
 use bytemuck::Zeroable;
-use half::f16;
 
-use super::load_two_32;
+use super::{load_two_32, spread, store_pair_results, two_scales, MAX_PAIRS};
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
@@ -84,13 +83,6 @@ trait Format {
     unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i;
 }
 
-/// Lanes 0..8 from lane `LO` of `x`, lanes 8..16 from lane `HI`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn spread<const LO: i32, const HI: i32>(x: __m128) -> __m512 {
-    let index = _mm512_set_epi32(HI, HI, HI, HI, HI, HI, HI, HI, LO, LO, LO, LO, LO, LO, LO, LO);
-    _mm512_permutexvar_ps(index, _mm512_castps128_ps512(x))
-}
-
 /// The nibbles of two 4-bit blocks as 64 weights 0..=15 in activation order:
 /// `[low(q0) | high(q0) | low(q1) | high(q1)]`, 16 bytes each.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -100,12 +92,6 @@ fn unpack_nibbles(q0: &[u8; 16], q1: &[u8; 16]) -> __m512i {
     let shifted = _mm512_srli_epi16::<4>(doubled);
     // 64-bit lanes 2, 3, 6, 7 (the second copy of each block) take the high nibbles.
     _mm512_and_si512(_mm512_mask_blend_epi64(0b1100_1100, doubled, shifted), _mm512_set1_epi8(0x0f))
-}
-
-/// The scales of two blocks, `[d0, d1, 0, 0]`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn two_scales(d0: f16, d1: f16) -> __m128 {
-    _mm_cvtph_ps(f16_pair(d0, d1))
 }
 
 /// The 32 activations of `a` in both halves.
@@ -213,9 +199,6 @@ impl Format for Q8_0 {
     }
 }
 
-/// Row pairs of a tile of up to 4 rows.
-const MAX_PAIRS: usize = 2;
-
 /// Unpacks one block of each of `R` rows into `R.div_ceil(2)` pairs, an odd last row paired with a zero block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_rows<F: Format, const R: usize>(blocks: [&F::Block; R]) -> [RowPair; MAX_PAIRS] {
@@ -247,31 +230,6 @@ fn accumulate_unpacked<F: Format, const R: usize, const C: usize>(
             acc[c][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[c][p]);
             if F::HAS_MIN {
                 acc[c][p] = _mm512_fmadd_ps(w[p].m, a.s, acc[c][p]);
-            }
-        }
-    }
-}
-
-/// The sums of the two 8-lane halves of `v`, each by `numerics::sum_lanes`' tree.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn sum_halves(v: __m512) -> (f32, f32) {
-    // Lane 2i: v[2i] + v[2i+1]; lane 4k: its group of four; lanes 0 and 8: their half (the 128-bit lanes of each
-    // half swapped and added). Addition is commutative bit for bit, so the mirrored lanes hold the same sums.
-    let pairs = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
-    let quads = _mm512_add_ps(pairs, _mm512_permute_ps::<0b01_00_11_10>(pairs));
-    let halves = _mm512_add_ps(quads, _mm512_shuffle_f32x4::<0b10_11_00_01>(quads, quads));
-    (_mm512_cvtss_f32(halves), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(halves)))
-}
-
-/// Writes the `R × C` results of the accumulators: `out[c * R + r]`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn store_results<const R: usize, const C: usize>(acc: &[[__m512; MAX_PAIRS]; C], out: &mut [f32]) {
-    for c in 0..C {
-        for p in 0..R.div_ceil(2) {
-            let (first, second) = sum_halves(acc[c][p]);
-            out[c * R + 2 * p] = first;
-            if 2 * p + 1 < R {
-                out[c * R + 2 * p + 1] = second;
             }
         }
     }
@@ -309,7 +267,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
         }
         accumulate_unpacked::<F, R, C>(&mut acc, &unpack_rows::<F, R>(blocks), col);
     }
-    store_results::<R, C>(&acc, out);
+    store_pair_results::<R, C>(&acc, out);
 }
 
 /// Most blocks per row a row tile's buffer holds: rows of up to 4096 weights (SmolLM2's longest has 1536), 512
@@ -365,7 +323,7 @@ fn prepared_tile<F: Format, const R: usize, const C: usize>(
         }
         accumulate_unpacked::<F, R, C>(&mut acc, w, col);
     }
-    store_results::<R, C>(&acc, out);
+    store_pair_results::<R, C>(&acc, out);
 }
 
 /// Rows per tile for every batch: 4 × 4 tiles (16 accumulators of the 32 zmm registers). On our development Xeon,
