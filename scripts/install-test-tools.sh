@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
-# proxy is reachable, so the binding and the gateway use the standard library only) and the `openai` Python
-# package (the gateway's end-to-end test). NVRTC, for the CUDA kernels' compile test, is fetched by
+# proxy is reachable, so the binding and the gateway use the standard library only) and two Python packages:
+# `openai` (the gateway's end-to-end test) and `gguf` with numpy (the independent reference of every weight type's
+# dequantization, tests/dequantize_reference.rs). NVRTC, for the CUDA kernels' compile test, is fetched by
 # scripts/fetch-nvrtc.sh when the tests run; the model by scripts/fetch-model.sh.
 #
 # `make test` runs this first. Idempotent and quiet when everything is there: it checks each tool and installs only
@@ -34,8 +35,10 @@ done
 python3 -m pip --version >/dev/null 2>&1 || { missing+=(pip); apt_packages+=(python3-pip); }
 need_go=false
 go_is_recent || { missing+=("Go >= 1.23"); need_go=true; }
-need_openai=false
-python3 -c 'import openai' 2>/dev/null || { missing+=("the openai Python package"); need_openai=true; }
+python_packages=()
+python3 -c 'import openai' 2>/dev/null || { missing+=("the openai Python package"); python_packages+=(openai); }
+python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0"' 2>/dev/null \
+  || { missing+=("the gguf 0.19.0 Python package"); python_packages+=(gguf==0.19.0); }
 need_components=false
 rustup component list --installed 2>/dev/null | grep -q '^clippy' \
   && rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || need_components=true
@@ -57,10 +60,10 @@ if [ ${#apt_packages[@]} -gt 0 ] || $need_go; then
   [ ${#apt_packages[@]} -gt 0 ] && as_root apt-get install -y -qq "${apt_packages[@]}"
   $need_go && as_root apt-get install -y -qq -t bookworm-backports golang-go
 fi
-if $need_openai; then
-  # A Python whose packages the system manages (PEP 668) takes it per user.
-  python3 -m pip install --quiet --disable-pip-version-check openai 2>/dev/null \
-    || python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages openai
+if [ ${#python_packages[@]} -gt 0 ]; then
+  # A Python whose packages the system manages (PEP 668) takes them per user.
+  python3 -m pip install --quiet --disable-pip-version-check "${python_packages[@]}" 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages "${python_packages[@]}"
 fi
 if $need_components; then
   rustup component add clippy rustfmt

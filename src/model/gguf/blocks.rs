@@ -1,9 +1,10 @@
 //! On-disk layouts of the quantized block types ember computes with, and their scalar dequantization.
 //!
-//! Layouts follow ggml (`ggml-common.h`: `block_q4_0`, `block_q4_1`, `block_q8_0`). A block covers 32 consecutive
-//! elements of a row. In the 4-bit types, byte `j` of `qs` holds element `j` in its low nibble and element `j + 16`
-//! in its high nibble. The dequantization functions here are the permanent scalar reference that every kernel is
-//! tested against.
+//! Layouts follow ggml (`ggml-common.h`: `block_q4_0`, `block_q4_1`, `block_q5_0`, `block_q5_1`, `block_q8_0`). A
+//! block covers 32 consecutive elements of a row. In the 4- and 5-bit types, byte `j` of `qs` holds element `j`'s
+//! four low bits in its low nibble and element `j + 16`'s in its high nibble. The dequantization functions here
+//! (and in `kquants`) equal the `gguf` Python package's bit for bit; they are the permanent scalar reference that
+//! every kernel is tested against.
 
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
@@ -28,6 +29,36 @@ pub struct BlockQ4_1 {
     pub qs: [u8; QK / 2],
 }
 
+/// 5-bit symmetric: `x = d * (q - 16)`, the low four bits as in Q4_0, the fifth in `qh`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    pub d: f16,
+    /// Bit `k` of this little-endian u32 is element `k`'s fifth bit.
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+
+/// 5-bit with a minimum: `x = d * q + m`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_1 {
+    pub d: f16,
+    pub m: f16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+
+/// The 32 five-bit values (0..=31) of a Q5_0 / Q5_1 block in element order.
+#[inline(always)]
+pub fn five_bit_values(qs: &[u8; QK / 2], qh: &[u8; 4]) -> [u8; QK] {
+    let high = u32::from_le_bytes(*qh);
+    std::array::from_fn(|k| {
+        let low = if k < QK / 2 { qs[k] & 0x0f } else { qs[k - QK / 2] >> 4 };
+        low | ((((high >> k) & 1) as u8) << 4)
+    })
+}
+
 /// 8-bit symmetric: `x = d * q`.
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
@@ -39,6 +70,8 @@ pub struct BlockQ8_0 {
 // The layouts must match ggml byte for byte: these sizes are what GgmlType::block_bytes promises.
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(std::mem::align_of::<BlockQ4_1>() == 2);
 
@@ -62,6 +95,28 @@ pub fn dequantize_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
         for (j, &q) in b.qs.iter().enumerate() {
             o[j] = d * (q & 0x0f) as f32 + m;
             o[j + QK / 2] = d * (q >> 4) as f32 + m;
+        }
+    }
+}
+
+/// Dequantizes Q5_0 blocks into `out` (`out.len() == blocks.len() * 32`).
+pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK, "output length must be 32 per block");
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (x, &q) in o.iter_mut().zip(&five_bit_values(&b.qs, &b.qh)) {
+            *x = d * (i32::from(q) - 16) as f32;
+        }
+    }
+}
+
+/// Dequantizes Q5_1 blocks into `out` (`out.len() == blocks.len() * 32`).
+pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK, "output length must be 32 per block");
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (x, &q) in o.iter_mut().zip(&five_bit_values(&b.qs, &b.qh)) {
+            *x = d * f32::from(q) + m;
         }
     }
 }

@@ -6,8 +6,10 @@
 //! malformed file. See `parse.rs` for the limits a crafted file is held to.
 
 pub mod blocks;
+pub mod dequantize;
 pub mod dtype;
 mod error;
+pub mod kquants;
 mod parse;
 mod source;
 pub mod tensor;

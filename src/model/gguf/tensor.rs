@@ -6,9 +6,11 @@
 use bytemuck::Pod;
 use half::{bf16, f16};
 
-use super::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use super::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use super::dequantize::dequantize;
 use super::dtype::GgmlType;
 use super::error::GgufError;
+use super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 
 /// A tensor's description, validated against the file when it was opened.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,20 +101,42 @@ impl<'a> TensorView<'a> {
         self.typed(GgmlType::Q8_0)
     }
 
+    pub fn as_q5_0(&self) -> Result<&'a [BlockQ5_0], GgufError> {
+        self.typed(GgmlType::Q5_0)
+    }
+
+    pub fn as_q5_1(&self) -> Result<&'a [BlockQ5_1], GgufError> {
+        self.typed(GgmlType::Q5_1)
+    }
+
+    pub fn as_q2_k(&self) -> Result<&'a [BlockQ2K], GgufError> {
+        self.typed(GgmlType::Q2K)
+    }
+
+    pub fn as_q3_k(&self) -> Result<&'a [BlockQ3K], GgufError> {
+        self.typed(GgmlType::Q3K)
+    }
+
+    pub fn as_q4_k(&self) -> Result<&'a [BlockQ4K], GgufError> {
+        self.typed(GgmlType::Q4K)
+    }
+
+    pub fn as_q5_k(&self) -> Result<&'a [BlockQ5K], GgufError> {
+        self.typed(GgmlType::Q5K)
+    }
+
+    pub fn as_q6_k(&self) -> Result<&'a [BlockQ6K], GgufError> {
+        self.typed(GgmlType::Q6K)
+    }
+
     /// The whole tensor dequantized to f32 (an allocation of 4 bytes per element: for tests, small tensors and
     /// reference computations, not for weights on the hot path).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, GgufError> {
         self.require_supported()?;
         let mut out = vec![0f32; self.n_elements() as usize];
-        match self.dtype() {
-            GgmlType::F32 => out.copy_from_slice(self.as_f32()?),
-            GgmlType::F16 => blocks::dequantize_f16(self.as_f16()?, &mut out),
-            GgmlType::Bf16 => blocks::dequantize_bf16(self.as_bf16()?, &mut out),
-            GgmlType::Q4_0 => blocks::dequantize_q4_0(self.as_q4_0()?, &mut out),
-            GgmlType::Q4_1 => blocks::dequantize_q4_1(self.as_q4_1()?, &mut out),
-            GgmlType::Q8_0 => blocks::dequantize_q8_0(self.as_q8_0()?, &mut out),
-            other => return Err(GgufError::UnsupportedTensorType { tensor: self.info.name.clone(), dtype: other }),
-        }
+        // The reader checked that the data holds exactly the shape's whole blocks.
+        dequantize(self.dtype(), self.bytes, &mut out)
+            .map_err(|_| GgufError::UnsupportedTensorType { tensor: self.info.name.clone(), dtype: self.dtype() })?;
         Ok(out)
     }
 }

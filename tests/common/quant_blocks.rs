@@ -1,0 +1,101 @@
+//! Random, valid GGUF tensor data of every weight type ember computes with: random bytes with each f16 scale
+//! field replaced by a finite value, for the dequantization reference test and the kernel tests. Included with
+//! `#[path]`.
+#![allow(dead_code)] // each includer uses some of the functions
+
+use ember::model::gguf::GgmlType;
+use half::{bf16, f16};
+
+use crate::rng::Rng; // the includer declares `mod rng` (common/rng.rs)
+
+/// Every weight type ember computes with.
+pub const WEIGHT_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.
+fn scale_offsets(dtype: GgmlType) -> &'static [usize] {
+    match dtype {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// Any finite f16, subnormals and negatives included.
+pub fn any_finite_f16(rng: &mut Rng) -> f16 {
+    loop {
+        let v = f16::from_bits(rng.next_u64() as u16);
+        if v.is_finite() {
+            return v;
+        }
+    }
+}
+
+/// `n_blocks` blocks of `dtype` (elements, for the float types): random bytes, scales from `scale`, float
+/// elements finite (uniform in [−1, 1) with `realistic`, else any finite bit pattern).
+pub fn random_blocks(
+    dtype: GgmlType,
+    n_blocks: usize,
+    rng: &mut Rng,
+    realistic: bool,
+    scale: &mut dyn FnMut(&mut Rng) -> f16,
+) -> Vec<u8> {
+    let block_bytes = dtype.block_bytes() as usize;
+    let mut bytes: Vec<u8> = (0..n_blocks * block_bytes).map(|_| rng.byte()).collect();
+    match dtype {
+        GgmlType::F32 => bytes.chunks_exact_mut(4).for_each(|c| {
+            let v = if realistic { rng.uniform(-1.0, 1.0) } else { finite_f32(rng) };
+            c.copy_from_slice(&v.to_le_bytes());
+        }),
+        GgmlType::F16 => bytes.chunks_exact_mut(2).for_each(|c| {
+            let v = if realistic { f16::from_f32(rng.uniform(-1.0, 1.0)) } else { any_finite_f16(rng) };
+            c.copy_from_slice(&v.to_le_bytes());
+        }),
+        GgmlType::Bf16 => bytes.chunks_exact_mut(2).for_each(|c| {
+            let v = if realistic { bf16::from_f32(rng.uniform(-1.0, 1.0)) } else { finite_bf16(rng) };
+            c.copy_from_slice(&v.to_le_bytes());
+        }),
+        _ => {
+            for block in bytes.chunks_exact_mut(block_bytes) {
+                for &at in scale_offsets(dtype) {
+                    block[at..at + 2].copy_from_slice(&scale(rng).to_le_bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
+
+fn finite_f32(rng: &mut Rng) -> f32 {
+    loop {
+        let v = f32::from_bits(rng.next_u64() as u32);
+        if v.is_finite() {
+            return v;
+        }
+    }
+}
+
+fn finite_bf16(rng: &mut Rng) -> bf16 {
+    loop {
+        let v = bf16::from_bits(rng.next_u64() as u16);
+        if v.is_finite() {
+            return v;
+        }
+    }
+}
