@@ -6,13 +6,13 @@
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
-use super::kernels::{kernels, BlockQ8A, Kernels, WeightData, WeightMatrix};
+use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
 use super::kv_cache::{CpuKvCache, KvPrecision};
 use super::model_weights::CpuModelWeights;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
-use crate::model::gguf::blocks::{self, QK};
+use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{Buf, LlamaBackend, Norm, Weight};
@@ -268,7 +268,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         let table = *self.weights.token_embd();
         let out = &mut self.bufs[buf_index(dst)];
         for (row, &token) in out.chunks_exact_mut(d).zip(self.step.tokens()) {
-            dequantize_row(&table, token as usize, row);
+            table.dequantize_row(token as usize, row);
         }
     }
 
@@ -357,18 +357,5 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         let act = self.activations(n_rows, d);
         parallel_matmul(&self.pool, self.kernels, act, n_rows, &mut [MatmulJob { weights: output, out }]);
         Ok(())
-    }
-}
-
-/// Dequantizes row `row` of `w` into `out` (`w.row_len()` floats).
-fn dequantize_row(w: &WeightMatrix<'_>, row: usize, out: &mut [f32]) {
-    let n = w.row_len();
-    let blocks_per_row = n / QK;
-    let b = row * blocks_per_row..(row + 1) * blocks_per_row;
-    match w.data() {
-        WeightData::Q4_0(d) => blocks::dequantize_q4_0(&d[b], out),
-        WeightData::Q4_1(d) => blocks::dequantize_q4_1(&d[b], out),
-        WeightData::Q8_0(d) => blocks::dequantize_q8_0(&d[b], out),
-        WeightData::F32(d) => out.copy_from_slice(&d[row * n..(row + 1) * n]),
     }
 }

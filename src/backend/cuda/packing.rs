@@ -65,7 +65,7 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> Option<PackedMatrix> {
         WeightData::Q4_0(_) => (QuantType::Q4_0, Vec::new(), Vec::new()),
         WeightData::Q4_1(_) => (QuantType::Q4_1, Vec::new(), Vec::new()),
         WeightData::Q8_0(_) => (QuantType::Q8_0, Vec::new(), Vec::new()),
-        WeightData::F32(_) => return None,
+        _ => return None,
     };
     quants.reserve(n_blocks * dtype.quant_words());
     scales.reserve(n_blocks);
@@ -82,7 +82,7 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> Option<PackedMatrix> {
             words(bytemuck::cast_slice(&b.qs), &mut quants);
             scales.push(scale(b.d, f16::ZERO));
         }),
-        WeightData::F32(_) => return None,
+        _ => return None,
     }
     Some(PackedMatrix { dtype, rows, cols, quants, scales })
 }

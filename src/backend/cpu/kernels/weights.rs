@@ -3,47 +3,111 @@
 
 use std::fmt;
 
-use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use half::{bf16, f16};
+
+use crate::model::gguf::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
 use crate::model::gguf::{GgmlType, GgufError, TensorView};
 
-/// The elements of a weight matrix, row after row.
+/// The elements of a weight matrix, row after row: blocks of the quantized types (32 elements, 256 for the
+/// K-quants), values of the float types.
 #[derive(Clone, Copy, Debug)]
 pub enum WeightData<'a> {
     Q4_0(&'a [BlockQ4_0]),
     Q4_1(&'a [BlockQ4_1]),
+    Q5_0(&'a [BlockQ5_0]),
+    Q5_1(&'a [BlockQ5_1]),
     Q8_0(&'a [BlockQ8_0]),
+    Q2K(&'a [BlockQ2K]),
+    Q3K(&'a [BlockQ3K]),
+    Q4K(&'a [BlockQ4K]),
+    Q5K(&'a [BlockQ5K]),
+    Q6K(&'a [BlockQ6K]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
     F32(&'a [f32]),
 }
 
-impl WeightData<'_> {
-    /// Number of stored items: blocks for the quantized types, floats for F32.
-    fn len(&self) -> usize {
-        match self {
-            WeightData::Q4_0(b) => b.len(),
-            WeightData::Q4_1(b) => b.len(),
-            WeightData::Q8_0(b) => b.len(),
-            WeightData::F32(v) => v.len(),
+/// `$body` with `$x` bound to the slice of whichever variant `$data` is.
+macro_rules! with_slice {
+    ($data:expr, $x:ident => $body:expr) => {
+        match $data {
+            WeightData::Q4_0($x) => $body,
+            WeightData::Q4_1($x) => $body,
+            WeightData::Q5_0($x) => $body,
+            WeightData::Q5_1($x) => $body,
+            WeightData::Q8_0($x) => $body,
+            WeightData::Q2K($x) => $body,
+            WeightData::Q3K($x) => $body,
+            WeightData::Q4K($x) => $body,
+            WeightData::Q5K($x) => $body,
+            WeightData::Q6K($x) => $body,
+            WeightData::F16($x) => $body,
+            WeightData::Bf16($x) => $body,
+            WeightData::F32($x) => $body,
         }
+    };
+}
+
+impl WeightData<'_> {
+    /// Number of stored items: blocks for the quantized types, values for the float types.
+    fn len(&self) -> usize {
+        with_slice!(self, b => b.len())
     }
 
     /// Bytes of storage (what a matvec streams from memory).
     pub fn n_bytes(&self) -> usize {
+        with_slice!(self, b => std::mem::size_of_val(*b))
+    }
+
+    /// The GGUF type.
+    pub fn dtype(&self) -> GgmlType {
         match self {
-            WeightData::Q4_0(b) => std::mem::size_of_val(*b),
-            WeightData::Q4_1(b) => std::mem::size_of_val(*b),
-            WeightData::Q8_0(b) => std::mem::size_of_val(*b),
-            WeightData::F32(v) => std::mem::size_of_val(*v),
+            WeightData::Q4_0(_) => GgmlType::Q4_0,
+            WeightData::Q4_1(_) => GgmlType::Q4_1,
+            WeightData::Q5_0(_) => GgmlType::Q5_0,
+            WeightData::Q5_1(_) => GgmlType::Q5_1,
+            WeightData::Q8_0(_) => GgmlType::Q8_0,
+            WeightData::Q2K(_) => GgmlType::Q2K,
+            WeightData::Q3K(_) => GgmlType::Q3K,
+            WeightData::Q4K(_) => GgmlType::Q4K,
+            WeightData::Q5K(_) => GgmlType::Q5K,
+            WeightData::Q6K(_) => GgmlType::Q6K,
+            WeightData::F16(_) => GgmlType::F16,
+            WeightData::Bf16(_) => GgmlType::Bf16,
+            WeightData::F32(_) => GgmlType::F32,
         }
+    }
+
+    /// `bytes` (whole items of type `dtype`) as weight data, or `None` for a type without kernels or data
+    /// misaligned for its blocks.
+    pub fn from_bytes(dtype: GgmlType, bytes: &[u8]) -> Option<WeightData<'_>> {
+        Some(match dtype {
+            GgmlType::Q4_0 => WeightData::Q4_0(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q4_1 => WeightData::Q4_1(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q5_0 => WeightData::Q5_0(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q5_1 => WeightData::Q5_1(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q8_0 => WeightData::Q8_0(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q2K => WeightData::Q2K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q3K => WeightData::Q3K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q4K => WeightData::Q4K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q5K => WeightData::Q5K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Q6K => WeightData::Q6K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::F16 => WeightData::F16(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Bf16 => WeightData::Bf16(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::F32 => WeightData::F32(bytemuck::try_cast_slice(bytes).ok()?),
+            _ => return None,
+        })
     }
 
     /// The type name as GGUF spells it.
     pub fn type_name(&self) -> &'static str {
-        match self {
-            WeightData::Q4_0(_) => "Q4_0",
-            WeightData::Q4_1(_) => "Q4_1",
-            WeightData::Q8_0(_) => "Q8_0",
-            WeightData::F32(_) => "F32",
-        }
+        self.dtype().name()
+    }
+
+    /// Elements per stored item (1 for the float types).
+    fn item_len(&self) -> usize {
+        self.dtype().block_len() as usize
     }
 }
 
@@ -59,8 +123,9 @@ pub struct WeightMatrix<'a> {
 /// Why [`WeightMatrix::new`] refused a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WeightShapeError {
-    /// Rows must be whole 32-element blocks (for F32 too: the kernels walk every type in 32-wide blocks).
-    RowLenNotBlockMultiple { row_len: usize },
+    /// Rows must be whole 32-element blocks (for the float types too: the kernels walk every type in 32-wide
+    /// blocks), and whole 256-element super-blocks for the K-quants.
+    RowLenNotBlockMultiple { row_len: usize, block_len: usize },
     /// `n_rows × row_len` does not fit in `usize`.
     Overflow { n_rows: usize, row_len: usize },
     /// The data holds another number of blocks (or floats, for F32) than the shape needs.
@@ -70,8 +135,8 @@ pub enum WeightShapeError {
 impl fmt::Display for WeightShapeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WeightShapeError::RowLenNotBlockMultiple { row_len } => {
-                write!(f, "weight rows of {row_len} elements are not a multiple of {QK}")
+            WeightShapeError::RowLenNotBlockMultiple { row_len, block_len } => {
+                write!(f, "weight rows of {row_len} elements are not a multiple of {block_len}")
             }
             WeightShapeError::Overflow { n_rows, row_len } => {
                 write!(f, "weight matrix of {n_rows} × {row_len} elements overflows")
@@ -88,14 +153,12 @@ impl std::error::Error for WeightShapeError {}
 impl<'a> WeightMatrix<'a> {
     /// A matrix over `data`, which must hold exactly `n_rows × row_len` weights.
     pub fn new(data: WeightData<'a>, n_rows: usize, row_len: usize) -> Result<Self, WeightShapeError> {
-        if !row_len.is_multiple_of(QK) {
-            return Err(WeightShapeError::RowLenNotBlockMultiple { row_len });
+        let block_len = data.item_len().max(QK);
+        if !row_len.is_multiple_of(block_len) {
+            return Err(WeightShapeError::RowLenNotBlockMultiple { row_len, block_len });
         }
         let n_elements = n_rows.checked_mul(row_len).ok_or(WeightShapeError::Overflow { n_rows, row_len })?;
-        let expected = match data {
-            WeightData::F32(_) => n_elements,
-            _ => n_elements / QK,
-        };
+        let expected = n_elements / data.item_len();
         if data.len() != expected {
             return Err(WeightShapeError::LengthMismatch { type_name: data.type_name(), expected, found: data.len() });
         }
@@ -106,23 +169,24 @@ impl<'a> WeightMatrix<'a> {
     ///
     /// Dimensions past the second count as more rows, in storage order (ggml lays a `[n0, n1, n2]` tensor out as
     /// `n1 · n2` rows of `n0`), so a 1-D tensor is one row. Callers check `n_rows` and `row_len` against the model's
-    /// hyperparameters. Fails with [`GgufError::UnsupportedTensorType`] for types without a matmul kernel (F16,
-    /// BF16 and the K-quants among them) and for F32 rows that are not whole 32-element blocks, or with the view's own
+    /// hyperparameters. Fails with [`GgufError::UnsupportedTensorType`] for types without a matmul kernel (the
+    /// IQ and TQ families, MXFP4, …) and for float rows that are not whole 32-element blocks, or with the view's own
     /// errors when the data is misaligned.
     pub fn from_tensor(view: &TensorView<'a>) -> Result<Self, GgufError> {
-        let data = match view.dtype() {
-            GgmlType::Q4_0 => WeightData::Q4_0(view.as_q4_0()?),
-            GgmlType::Q4_1 => WeightData::Q4_1(view.as_q4_1()?),
-            GgmlType::Q8_0 => WeightData::Q8_0(view.as_q8_0()?),
-            GgmlType::F32 => WeightData::F32(view.as_f32()?),
-            dtype => return Err(GgufError::UnsupportedTensorType { tensor: view.name().to_owned(), dtype }),
+        let dtype = view.dtype();
+        let data = match WeightData::from_bytes(dtype, view.bytes) {
+            Some(data) => data,
+            None if dtype.is_supported_for_compute() => {
+                return Err(GgufError::TensorDataMisaligned { tensor: view.name().to_owned() })
+            }
+            None => return Err(GgufError::UnsupportedTensorType { tensor: view.name().to_owned(), dtype }),
         };
         let shape = view.shape();
         // The reader checked that the shape's element count fits in u64 and matches the data, and that shape[0] is
         // a whole number of blocks; the data is in memory, so the counts fit in usize too.
         let row_len = shape.first().copied().unwrap_or(1) as usize;
         let n_rows = shape.iter().skip(1).product::<u64>() as usize;
-        // Only an F32 tensor can fail here: the reader accepts F32 rows of any length, the kernels walk whole
+        // Only a float tensor can fail here: the reader accepts float rows of any length, the kernels walk whole
         // 32-element blocks. GgufError has no shape variant, and for this tensor "cannot compute with" is the truth.
         WeightMatrix::new(data, n_rows, row_len)
             .map_err(|_| GgufError::UnsupportedTensorType { tensor: view.name().to_owned(), dtype: view.dtype() })
@@ -141,9 +205,35 @@ impl<'a> WeightMatrix<'a> {
         self.row_len
     }
 
-    /// 32-element blocks per row.
+    /// 32-element blocks per row (the activation blocks a row meets).
     pub fn blocks_per_row(&self) -> usize {
         self.row_len / QK
+    }
+
+    /// Dequantizes row `row` into `out` (`row_len` floats), as `model::gguf::dequantize` does (an embedding
+    /// lookup: no allocation).
+    ///
+    /// # Panics
+    /// When `row` is not a row of the matrix or `out` has another length.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        assert!(row < self.n_rows && out.len() == self.row_len, "dequantize_row: row {row} or output length");
+        let n = self.row_len;
+        let items = |per_item: usize| row * n / per_item..(row + 1) * n / per_item;
+        match self.data {
+            WeightData::Q4_0(b) => blocks::dequantize_q4_0(&b[items(QK)], out),
+            WeightData::Q4_1(b) => blocks::dequantize_q4_1(&b[items(QK)], out),
+            WeightData::Q5_0(b) => blocks::dequantize_q5_0(&b[items(QK)], out),
+            WeightData::Q5_1(b) => blocks::dequantize_q5_1(&b[items(QK)], out),
+            WeightData::Q8_0(b) => blocks::dequantize_q8_0(&b[items(QK)], out),
+            WeightData::Q2K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::Q3K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::Q4K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::Q5K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::Q6K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::F16(v) => blocks::dequantize_f16(&v[items(1)], out),
+            WeightData::Bf16(v) => blocks::dequantize_bf16(&v[items(1)], out),
+            WeightData::F32(v) => out.copy_from_slice(&v[items(1)]),
+        }
     }
 }
 
@@ -165,7 +255,7 @@ mod tests {
         );
         assert_eq!(
             WeightMatrix::new(WeightData::Q4_1(&blocks), 6, 48).unwrap_err(),
-            WeightShapeError::RowLenNotBlockMultiple { row_len: 48 }
+            WeightShapeError::RowLenNotBlockMultiple { row_len: 48, block_len: 32 }
         );
         assert!(matches!(
             WeightMatrix::new(WeightData::F32(&[]), usize::MAX, 64),

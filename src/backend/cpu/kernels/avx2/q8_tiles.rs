@@ -309,7 +309,8 @@ pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: 
             WeightData::Q4_0(b) => run_tiles(&Q4_0_TILES, b, n, act, n_cols, out),
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
-            WeightData::F32(_) => scalar::matmul_q8(w, act, n_cols, out),
+            // Float weights on every path, and the types this path has no tiles for yet: the scalar kernel.
+            _ => scalar::matmul_q8(w, act, n_cols, out),
         }
     }
 }

@@ -12,6 +12,7 @@ use bytemuck::Zeroable;
 use super::{spread, store_pair_results, two_scales, MAX_PAIRS};
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, load_8f};
 use crate::backend::cpu::kernels::out_rows::OutRows;
+use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
@@ -201,6 +202,7 @@ static F32_TILES: Tiles<[f32; QK]> =
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
     let n = w.blocks_per_row();
+    let flat = act;
     let act = act.as_chunks::<QK>().0;
     // SAFETY: the tables' functions need the features this function is compiled with.
     unsafe {
@@ -209,6 +211,8 @@ pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
             WeightData::F32(v) => run_tiles(&F32_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+            // The types this path has no tiles for yet: the scalar kernel (the same arithmetic).
+            _ => scalar::matmul_f32(w, flat, n_cols, out),
         }
     }
 }

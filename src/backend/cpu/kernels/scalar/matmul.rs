@@ -3,9 +3,13 @@
 //!
 //! Quantized (`matmul_q8`): for each block, lane `j` holds the exact integer dot of the block's elements
 //! `4j..4j + 4` (activation order); the lane is converted to f32 (exact: |lane| ≤ 4·128·127) and fused-multiply-added
-//! with the block's `dw · da` into accumulator lane `j`; Q4_1 then adds `mw · [sa, 0, …, 0]` with a second fused
-//! multiply-add. Precise (`matmul_f32`): each block dequantized to 32 floats, element `8i + j` fused-multiply-added
-//! with its activation into lane `j`. Both end with `numerics::sum_lanes`.
+//! with the block's `dw · da` into accumulator lane `j`; Q4_1 and Q5_1 then add `mw · [sa, 0, …, 0]` with a second
+//! fused multiply-add. The K-quants (`kquants`: 32-element groups of integers with a scale and minimum per 16) do
+//! the same per group, with each lane's integer sum multiplied by its half's integer scale (exact) before the
+//! conversion, and their minima as a second integer lane sum `min_h · Σ qa` times `−dmin · da` (see `output_q8_k`).
+//! Precise (`matmul_f32`): each block dequantized to floats, element `8i + j` fused-multiply-added with its
+//! activation into lane `j`. Both end with `numerics::sum_lanes`. Float weights (F32, F16, BF16) in the quantized
+//! matmul dot each block with the dequantized activations in element order (`dot_block_f32`).
 //!
 //! No closures or iterator sums in the per-block code: the path is compiled a second time for FMA and AVX2 (see
 //! `scalar`), and a closure the compiler does not inline would be compiled without them, one call per element.
@@ -14,7 +18,10 @@ use crate::backend::cpu::kernels::numerics::{sum_lanes, Lanes, LANES};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
-use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use half::{bf16, f16};
+
+use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{dequantize_k, SuperBlock, GROUPS, QK_K};
 
 /// Integer lane sums of one weight block against one activation block: lane `j` is `Σ_{k=4j}^{4j+3} w_k · qa_k`.
 type LaneSums = [i32; LANES];
@@ -100,6 +107,47 @@ impl QuantBlock for BlockQ8_0 {
     }
 }
 
+/// The 32 weights of a 5-bit block in activation order, minus `offset`.
+#[inline(always)]
+fn five_bits(qs: &[u8; QK / 2], qh: &[u8; 4], offset: i32) -> [i32; QK] {
+    let u = five_bit_values(qs, qh);
+    let mut w = [0i32; QK];
+    for k in 0..QK {
+        w[k] = i32::from(u[k]) - offset;
+    }
+    w
+}
+
+impl QuantBlock for BlockQ5_0 {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+    #[inline(always)]
+    fn min(&self) -> Option<f32> {
+        None
+    }
+    #[inline(always)]
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
+        lane_sums(&five_bits(&self.qs, &self.qh, 16), a)
+    }
+}
+
+impl QuantBlock for BlockQ5_1 {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+    #[inline(always)]
+    fn min(&self) -> Option<f32> {
+        Some(self.m.to_f32())
+    }
+    #[inline(always)]
+    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
+        lane_sums(&five_bits(&self.qs, &self.qh, 0), a)
+    }
+}
+
 /// Adds one block's terms to the accumulators.
 #[inline(always)]
 fn accumulate_q8<W: QuantBlock>(acc: &mut Lanes, w: &W, a: &BlockQ8A) {
@@ -118,28 +166,106 @@ fn accumulate_q8<W: QuantBlock>(acc: &mut Lanes, w: &W, a: &BlockQ8A) {
     }
 }
 
-/// F32 weights against dequantized activations: `da · Σ_j w_j · qa_j` per block in element order, the blocks summed
-/// in order (every path runs this one; no model of ours has F32 matrices).
+/// Group `g` of a K-quant super-block against activation block `a`: lane `j` (elements `4j..4j + 4`, half
+/// `h = j / 4`) adds `(scale_h · Σ (u − OFFSET) · qa) · (d · da)`, then with minima `(min_h · Σ qa) · (−dmin · da)`,
+/// each a fused multiply-add of an exact integer (|·| < 2^24) converted to f32.
+#[inline(always)]
+fn accumulate_group<B: SuperBlock>(acc: &mut Lanes, b: &B, g: usize, a: &BlockQ8A) {
+    let group = b.group(g);
+    let mut dots = [0i32; LANES];
+    let mut sums = [0i32; LANES];
+    for k in 0..QK {
+        let q = i32::from(a.qs[k]);
+        dots[k / 4] += (i32::from(group.u[k]) - B::OFFSET) * q;
+        sums[k / 4] += q;
+    }
+    let scale = b.d() * a.d;
+    for j in 0..LANES {
+        acc[j] = ((group.scales[j / 4] * dots[j]) as f32).mul_add(scale, acc[j]);
+    }
+    if B::HAS_MIN {
+        let min_scale = -b.dmin() * a.d;
+        for j in 0..LANES {
+            acc[j] = ((group.mins[j / 4] * sums[j]) as f32).mul_add(min_scale, acc[j]);
+        }
+    }
+}
+
+/// One quantized output of a K-quant row: super-blocks in order, groups in order within each.
+#[inline(always)]
+fn output_q8_k<B: SuperBlock>(row: &[B], col: &[BlockQ8A]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    for (b, a) in row.iter().zip(col.chunks_exact(GROUPS)) {
+        for (g, a) in a.iter().enumerate() {
+            accumulate_group(&mut acc, b, g, a);
+        }
+    }
+    sum_lanes(acc)
+}
+
+/// The 32 values of a float weight block as f32.
+trait FloatBlock {
+    fn values(&self) -> [f32; QK];
+}
+
+impl FloatBlock for [f32; QK] {
+    #[inline(always)]
+    fn values(&self) -> [f32; QK] {
+        *self
+    }
+}
+
+impl FloatBlock for [f16; QK] {
+    #[inline(always)]
+    fn values(&self) -> [f32; QK] {
+        let mut v = [0f32; QK];
+        for k in 0..QK {
+            v[k] = self[k].to_f32();
+        }
+        v
+    }
+}
+
+impl FloatBlock for [bf16; QK] {
+    #[inline(always)]
+    fn values(&self) -> [f32; QK] {
+        let mut v = [0f32; QK];
+        for k in 0..QK {
+            v[k] = self[k].to_f32();
+        }
+        v
+    }
+}
+
+/// Float weights against dequantized activations: `da · Σ_j w_j · qa_j` per block in element order, the blocks
+/// summed in order (every path runs this one; the models we know keep only norms in float).
 #[inline(always)]
 fn dot_block_f32(w: &[f32; QK], a: &BlockQ8A) -> f32 {
     let sum: f32 = w.iter().zip(&a.qs).map(|(&x, &q)| x * f32::from(q)).sum();
     a.d * sum
 }
 
-/// Calls `output(row, col)` for every (column, row) pair of `out` and writes its result.
+/// One quantized output of a float row.
+#[inline(always)]
+fn output_q8_float<W: FloatBlock>(row: &[W], col: &[BlockQ8A]) -> f32 {
+    row.iter().zip(col).fold(0f32, |sum, (w, a)| sum + dot_block_f32(&w.values(), a))
+}
+
+/// Calls `output(row, col)` for every (column, row) pair of `out` and writes its result; a row holds `w_per_row`
+/// weight items, a column `a_per_row` activation items.
 #[inline(always)]
 fn for_each_output<W, A>(
     weights: &[W],
-    blocks_per_row: usize,
+    (w_per_row, a_per_row): (usize, usize),
     act: &[A],
     n_cols: usize,
     out: &mut OutRows,
     output: impl Fn(&[W], &[A]) -> f32,
 ) {
     for c in 0..n_cols {
-        let col = &act[c * blocks_per_row..][..blocks_per_row];
+        let col = &act[c * a_per_row..][..a_per_row];
         for r in out.rows() {
-            let row = &weights[r * blocks_per_row..][..blocks_per_row];
+            let row = &weights[r * w_per_row..][..w_per_row];
             out.set(c, r, output(row, col));
         }
     }
@@ -164,13 +290,21 @@ pub(in crate::backend::cpu::kernels) fn matmul_q8(
     out: &mut OutRows,
 ) {
     let n = w.blocks_per_row();
+    let (blocks, supers) = ((n, n), (n / GROUPS, n));
     match w.data() {
-        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, output_q8),
-        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, output_q8),
-        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, output_q8),
-        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, |row, col| {
-            row.iter().zip(col).fold(0f32, |sum, (w, a)| sum + dot_block_f32(w, a))
-        }),
+        WeightData::Q4_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
+        WeightData::Q4_1(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
+        WeightData::Q5_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
+        WeightData::Q5_1(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
+        WeightData::Q8_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
+        WeightData::Q2K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
+        WeightData::Q3K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
+        WeightData::Q4K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
+        WeightData::Q5K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
+        WeightData::Q6K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
+        WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
+        WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
+        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
     }
 }
 
@@ -216,10 +350,38 @@ impl DequantizeBlock for BlockQ8_0 {
     }
 }
 
-impl DequantizeBlock for [f32; QK] {
+impl DequantizeBlock for BlockQ5_0 {
     #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
-        *self
+        let mut w = [0f32; QK];
+        crate::model::gguf::blocks::dequantize_q5_0(std::slice::from_ref(self), &mut w);
+        w
+    }
+}
+
+impl DequantizeBlock for BlockQ5_1 {
+    #[inline(always)]
+    fn dequantize(&self) -> [f32; QK] {
+        let mut w = [0f32; QK];
+        crate::model::gguf::blocks::dequantize_q5_1(std::slice::from_ref(self), &mut w);
+        w
+    }
+}
+
+impl<T: FloatBlock> DequantizeBlock for T {
+    #[inline(always)]
+    fn dequantize(&self) -> [f32; QK] {
+        self.values()
+    }
+}
+
+/// Adds `w · x` for one 32-element block, element `8i + j` into lane `j`.
+#[inline(always)]
+fn accumulate_f32(acc: &mut Lanes, w: &[f32; QK], x: &[f32; QK]) {
+    for (wc, xc) in w.as_chunks::<LANES>().0.iter().zip(x.as_chunks::<LANES>().0) {
+        for j in 0..LANES {
+            acc[j] = wc[j].mul_add(xc[j], acc[j]);
+        }
     }
 }
 
@@ -228,11 +390,21 @@ impl DequantizeBlock for [f32; QK] {
 fn output_f32<W: DequantizeBlock>(row: &[W], col: &[[f32; QK]]) -> f32 {
     let mut acc: Lanes = [0.0; LANES];
     for (w, x) in row.iter().zip(col) {
-        let w = w.dequantize();
-        for (wc, xc) in w.as_chunks::<LANES>().0.iter().zip(x.as_chunks::<LANES>().0) {
-            for j in 0..LANES {
-                acc[j] = wc[j].mul_add(xc[j], acc[j]);
-            }
+        accumulate_f32(&mut acc, &w.dequantize(), x);
+    }
+    sum_lanes(acc)
+}
+
+/// One precise output of a K-quant row: each super-block dequantized (as `kquants::dequantize_k`), then its eight
+/// 32-element blocks as in `output_f32`.
+#[inline(always)]
+fn output_f32_k<B: SuperBlock>(row: &[B], col: &[[f32; QK]]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    let mut w = [0f32; QK_K];
+    for (b, x) in row.iter().zip(col.chunks_exact(GROUPS)) {
+        dequantize_k(std::slice::from_ref(b), &mut w);
+        for (wb, xb) in w.as_chunks::<QK>().0.iter().zip(x) {
+            accumulate_f32(&mut acc, wb, xb);
         }
     }
     sum_lanes(acc)
@@ -242,11 +414,21 @@ fn output_f32<W: DequantizeBlock>(row: &[W], col: &[[f32; QK]]) -> f32 {
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
     let n = w.blocks_per_row();
+    let (blocks, supers) = ((n, n), (n / GROUPS, n));
     let act = act.as_chunks::<QK>().0;
     match w.data() {
-        WeightData::Q4_0(b) => for_each_output(b, n, act, n_cols, out, output_f32),
-        WeightData::Q4_1(b) => for_each_output(b, n, act, n_cols, out, output_f32),
-        WeightData::Q8_0(b) => for_each_output(b, n, act, n_cols, out, output_f32),
-        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, n, act, n_cols, out, output_f32),
+        WeightData::Q4_0(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Q4_1(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Q5_0(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Q5_1(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Q8_0(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Q2K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::Q3K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::Q4K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::Q5K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::Q6K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
+        WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
+        WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
     }
 }

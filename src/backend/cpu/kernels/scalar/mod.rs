@@ -14,7 +14,7 @@ mod elementwise;
 mod matmul;
 
 pub(super) use elementwise::{dot_f16, rms_scale, rope_pair, silu_mul_one};
-pub(super) use matmul::matmul_q8;
+pub(super) use matmul::{matmul_f32, matmul_q8};
 
 use super::q8a::quantize_row_q8a_scalar;
 use super::table::Kernels;
