@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 use std::mem::{size_of, MaybeUninit};
 use std::ops::Range;
 
+use super::k_tiles;
 use super::lanes::{f16_pair, hsum, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
@@ -18,7 +19,7 @@ use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
 };
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
-use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// One weight block, unpacked.
 #[derive(Clone, Copy)]
@@ -77,8 +78,25 @@ fn dot_u8_i8(u: __m256i, i: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, i), _mm256_set1_epi16(1))
 }
 
+/// The 32 five-bit values (0..=31) of a Q5_0 / Q5_1 block in activation order: the nibbles, with bit `k` of `qh`
+/// as element `k`'s fifth bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_five_bits(qs: &[u8; 16], qh: &[u8; 4]) -> __m256i {
+    // Byte k of the register sees byte k / 8 of qh, tests its bit k mod 8, and becomes 0x10 where it is set.
+    let bits = _mm256_set1_epi32(i32::from_le_bytes(*qh));
+    let spread = _mm256_shuffle_epi8(
+        bits,
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+    );
+    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+    _mm256_or_si256(unpack_nibbles(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+}
+
 struct Q4_0;
 struct Q4_1;
+struct Q5_0;
+struct Q5_1;
 struct Q8_0;
 
 impl Format for Q4_0 {
@@ -107,6 +125,44 @@ impl Format for Q4_1 {
         let dm = _mm_cvtph_ps(f16_pair(b.d, b.m));
         RowBlock {
             q: unpack_nibbles(&b.qs),
+            signs: _mm256_setzero_si256(),
+            d: _mm256_broadcastss_ps(dm),
+            m: _mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot(w: &RowBlock, a: &ColBlock) -> __m256i {
+        dot_u8_i8(w.q, a.q)
+    }
+}
+
+impl Format for Q5_0 {
+    type Block = BlockQ5_0;
+    const HAS_MIN: bool = false;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn row_block(b: &BlockQ5_0) -> RowBlock {
+        let d = _mm256_broadcastss_ps(_mm_cvtph_ps(f16_pair(b.d, half::f16::ZERO)));
+        RowBlock { q: unpack_five_bits(&b.qs, &b.qh), signs: _mm256_setzero_si256(), d, m: _mm256_setzero_ps() }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot(w: &RowBlock, a: &ColBlock) -> __m256i {
+        // Σ (q − 16)·x = Σ q·x − 2·(8·Σ x), exactly.
+        _mm256_sub_epi32(dot_u8_i8(w.q, a.q), _mm256_slli_epi32::<1>(a.offset))
+    }
+}
+
+impl Format for Q5_1 {
+    type Block = BlockQ5_1;
+    const HAS_MIN: bool = true;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn row_block(b: &BlockQ5_1) -> RowBlock {
+        let dm = _mm_cvtph_ps(f16_pair(b.d, b.m));
+        RowBlock {
+            q: unpack_five_bits(&b.qs, &b.qh),
             signs: _mm256_setzero_si256(),
             d: _mm256_broadcastss_ps(dm),
             m: _mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
@@ -293,6 +349,16 @@ static Q4_1_TILES: TileTable<BlockQ4_1, BlockQ8A, 4, 4> = TileTable {
     batch_rows: BATCH_ROWS,
     row_tiles: Some([row_tile::<Q4_1, 1>, row_tile::<Q4_1, 2>, row_tile::<Q4_1, 3>, row_tile::<Q4_1, 4>]),
 };
+static Q5_0_TILES: TileTable<BlockQ5_0, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q5_0, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q5_0, 1>, row_tile::<Q5_0, 2>, row_tile::<Q5_0, 3>, row_tile::<Q5_0, 4>]),
+};
+static Q5_1_TILES: TileTable<BlockQ5_1, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q5_1, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q5_1, 1>, row_tile::<Q5_1, 2>, row_tile::<Q5_1, 3>, row_tile::<Q5_1, 4>]),
+};
 static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> = TileTable {
     fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]),
     batch_rows: BATCH_ROWS,
@@ -301,16 +367,23 @@ static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> = TileTable {
 
 /// The AVX2 `Kernels::matmul_q8` (arguments checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+pub(in crate::backend::cpu::kernels) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
     let n = w.blocks_per_row();
     // SAFETY: the tables' functions need the features this function is compiled with.
     unsafe {
         match w.data() {
             WeightData::Q4_0(b) => run_tiles(&Q4_0_TILES, b, n, act, n_cols, out),
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
+            WeightData::Q5_0(b) => run_tiles(&Q5_0_TILES, b, n, act, n_cols, out),
+            WeightData::Q5_1(b) => run_tiles(&Q5_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
-            // Float weights on every path, and the types this path has no tiles for yet: the scalar kernel.
-            _ => scalar::matmul_q8(w, act, n_cols, out),
+            WeightData::Q2K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q3K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q4K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q5K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q6K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            // Float weights on every path: the scalar kernel.
+            WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => scalar::matmul_q8(w, act, n_cols, out),
         }
     }
 }

@@ -26,6 +26,7 @@ use super::{load_two_32, spread, store_pair_results, two_scales, MAX_PAIRS};
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::backend::cpu::kernels::avx2;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
@@ -355,8 +356,17 @@ pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: 
             WeightData::Q4_0(b) => run_tiles(&Q4_0_TILES, b, n, act, n_cols, out),
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
-            // Float weights on every path, and the types this path has no tiles for yet: the scalar kernel.
-            _ => scalar::matmul_q8(w, act, n_cols, out),
+            // The 5-bit types and the K-quants: the AVX2 tiles (this path's CPUs have AVX2; the arithmetic is the
+            // same on every path).
+            WeightData::Q5_0(_)
+            | WeightData::Q5_1(_)
+            | WeightData::Q2K(_)
+            | WeightData::Q3K(_)
+            | WeightData::Q4K(_)
+            | WeightData::Q5K(_)
+            | WeightData::Q6K(_) => avx2::matmul_q8(w, act, n_cols, out),
+            // Float weights on every path: the scalar kernel.
+            WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => scalar::matmul_q8(w, act, n_cols, out),
         }
     }
 }
