@@ -1,8 +1,9 @@
-//! Single-threaded timings of the matmul kernels at SmolLM2-135M's shapes, for every path this CPU runs, next to
-//! a large memcpy's bandwidth. Prints a table, then one JSON line per case.
+//! Single-threaded timings of the matmul kernels at SmolLM2-135M's shapes and types, and of every quantized weight
+//! type at one Gemma 3 270M shape (`types 1024->640`), for every path this CPU runs, next to a large memcpy's
+//! bandwidth. Prints a table, then one JSON line per case.
 //!
 //! `cargo bench --bench kernels [-- FILTER...]`: a case runs when every FILTER is a word of its label, e.g.
-//! `avx512 ffn_down n_cols=1` (labels read "path name in->out n_cols=N"). For `n_cols = 1` (decode) two figures: "stream", rotating over enough copies of the matrix to total
+//! `avx512 ffn_down n_cols=1` or `avx2 Q4_K` (labels read "path name in->out TYPE n_cols=N"). For `n_cols = 1` (decode) two figures: "stream", rotating over enough copies of the matrix to total
 //! `STREAM_BYTES` (the model streams ~96 MB per token, so its weights come from L3 or DRAM, not L2), and "hot",
 //! one matrix that stays in L2. Larger `n_cols` (prefill, batched decode) reuse one matrix, as a real prefill
 //! does. The scalar path, a reference rather than a contender, runs only `n_cols` 1 and 4.
@@ -13,12 +14,16 @@ use std::time::{Duration, Instant};
 use ember::backend::cpu::kernels::{
     quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, WeightData, WeightMatrix,
 };
-use ember::model::gguf::blocks::{BlockQ4_1, BlockQ8_0, QK};
+use ember::model::gguf::blocks::QK;
+use ember::model::gguf::GgmlType;
 use half::f16;
 
 #[path = "../tests/common/rng.rs"]
 mod rng;
 use rng::Rng;
+#[path = "../tests/common/quant_blocks.rs"]
+mod quant_blocks;
+use quant_blocks::random_blocks;
 
 /// Bytes of weights a streaming matvec rotates through (above L2, like the model's ~96 MB per token).
 const STREAM_BYTES: usize = 128 << 20;
@@ -27,56 +32,67 @@ const BATCH_TIME: Duration = Duration::from_millis(40);
 const BATCHES: usize = 5;
 const N_COLS: [usize; 5] = [1, 4, 16, 64, 512];
 
-/// One of the model's matrices: `n_rows` outputs of `row_len` inputs.
+/// One of the model's matrices: `n_rows` outputs of `row_len` inputs, of weight type `dtype`.
 struct Shape {
     name: &'static str,
     row_len: usize,
     n_rows: usize,
-    /// Q8_0 (the tied output projection) rather than Q4_1.
-    q8_0: bool,
+    dtype: GgmlType,
 }
 
+/// SmolLM2-135M's matrices (Q4_1, the tied output Q8_0).
 const SHAPES: [Shape; 5] = [
-    Shape { name: "attn_qo 576->576", row_len: 576, n_rows: 576, q8_0: false },
-    Shape { name: "attn_kv 576->192", row_len: 576, n_rows: 192, q8_0: false },
-    Shape { name: "ffn_gate_up 576->1536", row_len: 576, n_rows: 1536, q8_0: false },
-    Shape { name: "ffn_down 1536->576", row_len: 1536, n_rows: 576, q8_0: false },
-    Shape { name: "output 576->49152", row_len: 576, n_rows: 49152, q8_0: true },
+    Shape { name: "attn_qo 576->576", row_len: 576, n_rows: 576, dtype: GgmlType::Q4_1 },
+    Shape { name: "attn_kv 576->192", row_len: 576, n_rows: 192, dtype: GgmlType::Q4_1 },
+    Shape { name: "ffn_gate_up 576->1536", row_len: 576, n_rows: 1536, dtype: GgmlType::Q4_1 },
+    Shape { name: "ffn_down 1536->576", row_len: 1536, n_rows: 576, dtype: GgmlType::Q4_1 },
+    Shape { name: "output 576->49152", row_len: 576, n_rows: 49152, dtype: GgmlType::Q8_0 },
 ];
 
-/// Owned random weights: `copies` matrices of one shape, back to back.
-enum Weights {
-    Q4_1(Vec<BlockQ4_1>),
-    Q8_0(Vec<BlockQ8_0>),
+/// Every quantized type at Gemma 3 270M's `attn_output` shape (1024 -> 640, whole K-quant super-blocks).
+const TYPE_SHAPES: [Shape; 10] = {
+    const fn at(dtype: GgmlType) -> Shape {
+        Shape { name: "types 1024->640", row_len: 1024, n_rows: 640, dtype }
+    }
+    [
+        at(GgmlType::Q4_0),
+        at(GgmlType::Q4_1),
+        at(GgmlType::Q5_0),
+        at(GgmlType::Q5_1),
+        at(GgmlType::Q8_0),
+        at(GgmlType::Q2K),
+        at(GgmlType::Q3K),
+        at(GgmlType::Q4K),
+        at(GgmlType::Q5K),
+        at(GgmlType::Q6K),
+    ]
+};
+
+impl Shape {
+    /// Bytes of one matrix.
+    fn bytes(&self) -> usize {
+        self.n_rows * self.row_len / self.dtype.block_len() as usize * self.dtype.block_bytes() as usize
+    }
 }
+
+/// Owned random weights: `copies` matrices of one shape, back to back, in 4-byte words (every block type's
+/// alignment).
+struct Weights(Vec<u32>);
 
 impl Weights {
     fn random(shape: &Shape, copies: usize, rng: &mut Rng) -> Self {
-        let n_blocks = copies * shape.n_rows * shape.row_len / QK;
-        let mut scale = || f16::from_f32(rng.uniform(0.001, 0.05));
-        if shape.q8_0 {
-            let mut blocks: Vec<_> = (0..n_blocks).map(|_| BlockQ8_0 { d: scale(), qs: [0; QK] }).collect();
-            blocks.iter_mut().for_each(|b| b.qs = std::array::from_fn(|_| rng.next_u64() as i8));
-            Weights::Q8_0(blocks)
-        } else {
-            let mut blocks: Vec<_> =
-                (0..n_blocks).map(|_| BlockQ4_1 { d: scale(), m: f16::ZERO, qs: [0; 16] }).collect();
-            blocks.iter_mut().for_each(|b| {
-                b.m = f16::from_f32(rng.uniform(-0.3, 0.0));
-                b.qs = std::array::from_fn(|_| rng.next_u64() as u8);
-            });
-            Weights::Q4_1(blocks)
-        }
+        let n_items = copies * shape.n_rows * shape.row_len / shape.dtype.block_len() as usize;
+        let range = if shape.dtype.block_len() == 256 { (0.0002, 0.002) } else { (0.001, 0.05) };
+        let mut scale = |rng: &mut Rng| f16::from_f32(rng.uniform(range.0, range.1));
+        let mut bytes = random_blocks(shape.dtype, n_items, rng, true, &mut scale);
+        bytes.resize(bytes.len().next_multiple_of(4), 0);
+        Weights(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
     }
 
     /// Copy `i` as a matrix.
-    fn matrix(&self, shape: &Shape, i: usize) -> WeightMatrix<'_> {
-        let per_copy = shape.n_rows * shape.row_len / QK;
-        let range = i * per_copy..(i + 1) * per_copy;
-        let data = match self {
-            Weights::Q4_1(b) => WeightData::Q4_1(&b[range]),
-            Weights::Q8_0(b) => WeightData::Q8_0(&b[range]),
-        };
+    fn matrix<'a>(&'a self, shape: &Shape, i: usize) -> WeightMatrix<'a> {
+        let bytes = &bytemuck::cast_slice::<u32, u8>(&self.0)[i * shape.bytes()..(i + 1) * shape.bytes()];
+        let data = WeightData::from_bytes(shape.dtype, bytes).expect("a quantized type, aligned");
         WeightMatrix::new(data, shape.n_rows, shape.row_len).expect("bench shapes are valid")
     }
 }
@@ -151,7 +167,7 @@ impl Case<'_> {
              \"n_cols\":{},\"mode\":\"{}\",\"us_per_call\":{:.3},\"weight_gb_s\":{:.3},\"gmac_s\":{:.3}}}",
             self.kernels.name,
             self.shape.name,
-            if self.shape.q8_0 { "Q8_0" } else { "Q4_1" },
+            self.shape.dtype.name(),
             self.shape.row_len,
             self.shape.n_rows,
             self.n_cols,
@@ -168,8 +184,8 @@ fn main() {
     let selected = |label: &str| filters.iter().all(|f| label.split(' ').any(|word| word == f));
     let mut rng = Rng(42);
     let mut cases = Vec::new();
-    for shape in &SHAPES {
-        let one_matrix = shape.n_rows * shape.row_len / QK * if shape.q8_0 { 34 } else { 20 };
+    for shape in SHAPES.iter().chain(&TYPE_SHAPES) {
+        let one_matrix = shape.bytes();
         let copies = STREAM_BYTES.div_ceil(one_matrix);
         let weights = Weights::random(shape, copies, &mut rng);
         let x: Vec<f32> = (0..512 * shape.row_len).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -181,7 +197,7 @@ fn main() {
                 if kernels.name == "scalar" && n_cols > 4 {
                     continue;
                 }
-                if !selected(&format!("{} {} n_cols={n_cols}", kernels.name, shape.name)) {
+                if !selected(&format!("{} {} {} n_cols={n_cols}", kernels.name, shape.name, shape.dtype)) {
                     continue;
                 }
                 let act = &act[..n_cols * shape.row_len / QK];
@@ -202,9 +218,10 @@ fn main() {
                     });
                     let case = Case { kernels, shape, n_cols, mode, seconds, weight_bytes: one_matrix };
                     println!(
-                        "{:<7} {:<22} n_cols {:>3} {:<6} {:>10.1} us  {:>7.2} GB/s  {:>7.2} GMAC/s",
+                        "{:<7} {:<22} {:<5} n_cols {:>3} {:<6} {:>10.1} us  {:>7.2} GB/s  {:>7.2} GMAC/s",
                         kernels.name,
                         shape.name,
+                        shape.dtype.name(),
                         n_cols,
                         mode,
                         seconds * 1e6,

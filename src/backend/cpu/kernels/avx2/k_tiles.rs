@@ -18,9 +18,7 @@ use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
 };
-use crate::model::gguf::kquants::{
-    k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS,
-};
+use crate::model::gguf::kquants::{k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS};
 
 /// One 32-element group, unpacked.
 #[derive(Clone, Copy)]
@@ -77,8 +75,8 @@ pub(in crate::backend::cpu::kernels) trait Unpack: SuperBlock {
 /// The unpacking any K-quant can use: its scalar decoding (`kquants::SuperBlock::group`), loaded into registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn unpack_decoded<B: SuperBlock>(b: &B) -> Unpacked {
-    let mut groups = [GroupRegs { u: _mm256_setzero_si256(), scales: _mm256_setzero_ps(), mins: _mm256_setzero_ps() };
-        GROUPS];
+    let mut groups =
+        [GroupRegs { u: _mm256_setzero_si256(), scales: _mm256_setzero_ps(), mins: _mm256_setzero_ps() }; GROUPS];
     for (g, regs) in groups.iter_mut().enumerate() {
         let group = b.group(g);
         // SAFETY: `u` is 32 bytes; the load has no alignment requirement.
@@ -180,6 +178,8 @@ fn col_block<B: SuperBlock>(a: &BlockQ8A) -> ColBlock {
 }
 
 /// Adds one super-block of every row (unpacked) and column of a tile to the accumulators `acc[c][r]`.
+// The group index picks the same group from the rows and the columns; an iterator over one would hide that.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn accumulate<B: SuperBlock, const R: usize, const C: usize>(
     acc: &mut [[__m256; R]; C],

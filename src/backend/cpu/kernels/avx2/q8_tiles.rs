@@ -86,7 +86,9 @@ fn unpack_five_bits(qs: &[u8; 16], qh: &[u8; 4]) -> __m256i {
     let bits = _mm256_set1_epi32(i32::from_le_bytes(*qh));
     let spread = _mm256_shuffle_epi8(
         bits,
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
     );
     let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
@@ -367,7 +369,12 @@ static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> = TileTable {
 
 /// The AVX2 `Kernels::matmul_q8` (arguments checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+pub(in crate::backend::cpu::kernels) fn matmul_q8(
+    w: &WeightMatrix,
+    act: &[BlockQ8A],
+    n_cols: usize,
+    out: &mut OutRows,
+) {
     let n = w.blocks_per_row();
     // SAFETY: the tables' functions need the features this function is compiled with.
     unsafe {

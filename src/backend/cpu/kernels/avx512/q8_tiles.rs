@@ -23,10 +23,10 @@ use std::ops::Range;
 use bytemuck::Zeroable;
 
 use super::{load_two_32, spread, store_pair_results, two_scales, MAX_PAIRS};
+use crate::backend::cpu::kernels::avx2;
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
-use crate::backend::cpu::kernels::avx2;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
