@@ -10,6 +10,7 @@ CARGO ?= cargo
 
 model:
 	@scripts/fetch-model.sh >/dev/null
+	@scripts/fetch-model.sh gemma3-270m >/dev/null
 
 demo: c-demo
 

@@ -179,8 +179,8 @@ fn other_bad_metadata_is_refused_naming_the_key() {
     assert_eq!(missing(keys::PRE), keys::PRE);
     assert_eq!(missing(keys::MODEL), keys::MODEL);
 
-    let err = load(tiny_gguf("smollm").set_metadata(keys::MODEL, Value::String("llama".into()))).unwrap_err();
-    assert!(matches!(&err, TokenizerError::UnsupportedModel { model } if model == "llama"), "{err}");
+    let err = load(tiny_gguf("smollm").set_metadata(keys::MODEL, Value::String("bert".into()))).unwrap_err();
+    assert!(matches!(&err, TokenizerError::UnsupportedModel { model } if model == "bert"), "{err}");
 
     let err =
         load(tiny_gguf("smollm").set_metadata(keys::TOKEN_TYPE, Value::Array(Array::I32(vec![1, 1])))).unwrap_err();
@@ -209,6 +209,31 @@ fn eog_ids_gather_eos_eot_and_end_markers() {
         ..TokenizerSpec::new(&tokens, &[], "gpt-2")
     };
     let tok = Tokenizer::from_spec(&spec).unwrap();
-    // 1 is `<|im_end|>` typed normal: not an end marker here (llama.cpp would promote it; see `EOG_TEXTS`).
-    assert_eq!(tok.eog_ids(), [0, 2, 3, 4]);
+    // 1 is `<|im_end|>` typed normal: an end marker all the same, made a control token, as llama.cpp does.
+    assert_eq!(tok.eog_ids(), [0, 1, 2, 3, 4]);
+    assert!(tok.is_control(1));
+}
+
+#[test]
+fn sentencepiece_adds_the_space_prefix_at_the_start_and_after_special_tokens() {
+    use ember::model::tokenizer::VocabKind;
+    let tokens = strings(&["a", "\u{2581}", "\u{2581}a", "<x>"]);
+    let types = [TokenType::Normal, TokenType::Normal, TokenType::Normal, TokenType::Control].map(|t| t as i32);
+    let scores = [0.0, 0.0, -1.0, 0.0];
+    let spec = |add_space_prefix| TokenizerSpec {
+        kind: VocabKind::SentencePiece,
+        token_types: Some(&types),
+        scores: Some(&scores),
+        add_space_prefix,
+        ..TokenizerSpec::new(&tokens, &[], "")
+    };
+    let tok = Tokenizer::from_spec(&spec(true)).unwrap();
+    assert_eq!(tok.encode("a<x>a", true), [2, 3, 2]);
+    assert_eq!(tok.decode(&[2, 3, 2], true).unwrap(), " a<x> a");
+    let tok = Tokenizer::from_spec(&spec(false)).unwrap();
+    assert_eq!(tok.encode("a<x>a", true), [0, 3, 0]);
+    assert!(matches!(
+        Tokenizer::from_spec(&TokenizerSpec { scores: Some(&scores[..2]), ..spec(true) }),
+        Err(TokenizerError::ScoreCount { scores: 2, tokens: 4 })
+    ));
 }

@@ -14,8 +14,10 @@ use crate::model::gguf::GgufError;
 pub enum TokenizerError {
     /// A key is missing or has the wrong type (the GGUF error names the key).
     Gguf(GgufError),
-    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`).
+    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`) and SentencePiece (`llama`).
     UnsupportedModel { model: String },
+    /// `tokenizer.ggml.scores` has another length than `tokenizer.ggml.tokens`.
+    ScoreCount { scores: usize, tokens: usize },
     /// `tokenizer.ggml.pre` names a pre-tokenizer ember does not implement. Refused rather than approximated: a
     /// wrong pre-tokenizer silently changes token ids.
     UnknownPreTokenizer { pre: String },
@@ -46,7 +48,14 @@ impl fmt::Display for TokenizerError {
         match self {
             Gguf(e) => write!(f, "tokenizer metadata: {e}"),
             UnsupportedModel { model } => {
-                write!(f, "tokenizer.ggml.model is {model:?}; ember implements only byte-level BPE (\"gpt2\")")
+                write!(
+                    f,
+                    "tokenizer.ggml.model is {model:?}; ember implements byte-level BPE (\"gpt2\") and SentencePiece \
+                     (\"llama\")"
+                )
+            }
+            ScoreCount { scores, tokens } => {
+                write!(f, "tokenizer.ggml.scores has {scores} entries but tokenizer.ggml.tokens has {tokens}")
             }
             UnknownPreTokenizer { pre } => write!(
                 f,

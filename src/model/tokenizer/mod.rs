@@ -1,9 +1,10 @@
-//! The byte-level BPE tokenizer of GGUF vocabularies with `tokenizer.ggml.model = "gpt2"`, equal token for token to
-//! llama.cpp's (`src/llama-vocab.cpp`, `src/unicode.cpp`).
+//! The tokenizers of GGUF vocabularies, equal token for token to llama.cpp's (`src/llama-vocab.cpp`,
+//! `src/unicode.cpp`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`) and SentencePiece (`"llama"`).
 //!
-//! Encoding a text: cut out special tokens (`special.rs`), split the rest into pieces (`pretokenize.rs`), write each
-//! piece's bytes in GPT-2's byte-level alphabet (`byte_level.rs`) and merge them (`bpe.rs`). Decoding: each token's
-//! bytes were computed at load (`vocab.rs`); `stream.rs` decodes incrementally.
+//! Encoding a text: cut out special tokens (`special.rs`); then for BPE split the rest into pieces
+//! (`pretokenize.rs`), write each piece's bytes in GPT-2's byte-level alphabet (`byte_level.rs`) and merge them
+//! (`bpe.rs`); for SentencePiece merge each fragment's characters by score (`spm.rs`). Decoding: each token's bytes
+//! were computed at load (`vocab.rs`); `stream.rs` decodes incrementally.
 //!
 //! A [`Tokenizer`] is immutable once built, so one instance serves any number of threads (`Send + Sync`). `encode`
 //! keeps its working buffers, and its memory of the pieces it has already encoded, for the one call: measured on
@@ -15,27 +16,48 @@ mod error;
 mod pretokenize;
 mod spec;
 mod special;
+mod spm;
 mod stream;
 mod vocab;
 
 pub use crate::model::TokenId;
 pub use error::TokenizerError;
 pub use pretokenize::{Pieces, PreTokenizer};
-pub use spec::{keys, TokenizerSpec, BYTE_LEVEL_BPE_MODEL};
+pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL};
 pub use stream::StreamDecoder;
 pub use vocab::TokenType;
 
 use crate::model::gguf::GgufFile;
 use bpe::{Bpe, PieceEncoder};
 use special::{Fragment, SpecialTokens};
+use spm::Spm;
 use vocab::Vocab;
 
-/// Texts of control tokens that end generation, from llama.cpp's `special_eog_ids` detection in
-/// `llama_vocab::impl::load`. llama.cpp's list is longer (it adds model-specific markers such as `<|eom_id|>`,
-/// `<EOT>`, `<|return|>`) and it also promotes a non-control token with one of these texts to control; ember keeps
-/// the common chat markers and trusts the vocabulary's token types.
-const EOG_TEXTS: [&str; 6] =
-    ["<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "<end_of_turn>"];
+/// Texts of tokens that end generation, from llama.cpp's `special_eog_ids` detection in `llama_vocab::impl::load`.
+/// As there, a token with one of these texts is an end-of-generation token and is made a control token when the
+/// file typed it otherwise (llama.cpp logs "control-looking token ... will be overridden"; Gemma 3's `</s>` is one).
+const EOG_TEXTS: [&str; 13] = [
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<end_of_turn>",
+    "<end_of_utterance>",
+    "<EOT>",
+    "_<EOT>",
+    "</s>",
+];
+
+/// How text becomes tokens, by vocabulary kind.
+enum Encoder {
+    // Boxed: the BPE's byte table is large beside SentencePiece's state.
+    Bpe { bpe: Box<Bpe>, pre: PreTokenizer },
+    SentencePiece { spm: Spm, add_space_prefix: bool },
+}
 
 // One tokenizer is shared by every request thread.
 const _: () = {
@@ -46,8 +68,7 @@ const _: () = {
 /// A loaded vocabulary: encodes text to token ids and decodes them back.
 pub struct Tokenizer {
     vocab: Vocab,
-    bpe: Bpe,
-    pre: PreTokenizer,
+    encoder: Encoder,
     specials: SpecialTokens,
     bos_id: Option<TokenId>,
     eos_id: Option<TokenId>,
@@ -67,9 +88,10 @@ impl Tokenizer {
 
     /// Builds a tokenizer from plain parts, checking them as a file's keys are checked.
     pub fn from_spec(spec: &TokenizerSpec<'_>) -> Result<Self, TokenizerError> {
-        let pre = PreTokenizer::from_gguf_name(spec.pre)
-            .ok_or_else(|| TokenizerError::UnknownPreTokenizer { pre: spec.pre.to_owned() })?;
-        let vocab = Vocab::new(spec.tokens, spec.token_types)?;
+        let mut vocab = Vocab::with_kind(spec.tokens, spec.token_types, spec.kind)?;
+        if let Some(scores) = spec.scores.filter(|s| s.len() != vocab.len()) {
+            return Err(TokenizerError::ScoreCount { scores: scores.len(), tokens: vocab.len() });
+        }
         let in_range = |key: &'static str, id: Option<TokenId>| match id {
             Some(id) if id as usize >= vocab.len() => {
                 Err(TokenizerError::SpecialIdOutOfRange { key, id, vocab_size: vocab.len() })
@@ -84,21 +106,29 @@ impl Tokenizer {
         if spec.add_bos && bos_id.is_none() {
             return Err(TokenizerError::AddBosWithoutBos);
         }
-        let bpe = Bpe::new(&vocab, spec.merges)?;
+        let encoder = match spec.kind {
+            VocabKind::ByteLevelBpe => Encoder::Bpe {
+                bpe: Box::new(Bpe::new(&vocab, spec.merges)?),
+                pre: PreTokenizer::from_gguf_name(spec.pre)
+                    .ok_or_else(|| TokenizerError::UnknownPreTokenizer { pre: spec.pre.to_owned() })?,
+            },
+            VocabKind::SentencePiece => Encoder::SentencePiece {
+                spm: Spm::new(&vocab, spec.scores, unknown_id),
+                add_space_prefix: spec.add_space_prefix,
+            },
+        };
+        let eog_texts: Vec<TokenId> =
+            vocab.iter().filter(|&(_, text, _)| EOG_TEXTS.contains(&text)).map(|(id, _, _)| id).collect();
+        for &id in &eog_texts {
+            vocab.make_control(id);
+        }
         let specials = SpecialTokens::new(&vocab);
-        let mut eog_ids: Vec<TokenId> = vocab
-            .iter()
-            .filter(|&(_, text, t)| t == TokenType::Control && EOG_TEXTS.contains(&text))
-            .map(|(id, _, _)| id)
-            .chain(eos_id)
-            .chain(eot_id)
-            .collect();
+        let mut eog_ids: Vec<TokenId> = eog_texts.into_iter().chain(eos_id).chain(eot_id).collect();
         eog_ids.sort_unstable();
         eog_ids.dedup();
         Ok(Tokenizer {
             vocab,
-            bpe,
-            pre,
+            encoder,
             specials,
             bos_id,
             eos_id,
@@ -114,16 +144,33 @@ impl Tokenizer {
     ///
     /// With `parse_special`, the texts of control tokens (such as `<|im_start|>`) in `text` become those tokens;
     /// without it they are ordinary text. User-defined tokens are recognized either way (llama.cpp's behaviour).
+    ///
+    /// SentencePiece vocabularies with `add_space_prefix` give the text, and each text after a special token, a
+    /// leading space first (llama.cpp's `tokenize_impl`).
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3);
-        let mut encoder = PieceEncoder::new(&self.bpe);
-        for fragment in self.specials.partition(text, parse_special) {
-            match fragment {
-                Fragment::Token(id) => out.push(id),
-                Fragment::Text(text) => {
-                    for piece in self.pre.pieces(text) {
-                        encoder.encode(piece, &mut out);
+        let fragments = self.specials.partition(text, parse_special);
+        match &self.encoder {
+            Encoder::Bpe { bpe, pre } => {
+                let mut encoder = PieceEncoder::new(bpe);
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(text) => pre.pieces(text).for_each(|piece| encoder.encode(piece, &mut out)),
                     }
+                }
+            }
+            Encoder::SentencePiece { spm, add_space_prefix } => {
+                let mut after_special = true;
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(text) if *add_space_prefix && after_special => {
+                            spm.encode(&self.vocab, &format!(" {text}"), &mut out)
+                        }
+                        Fragment::Text(text) => spm.encode(&self.vocab, text, &mut out),
+                    }
+                    after_special = matches!(fragment, Fragment::Token(_));
                 }
             }
         }
@@ -158,7 +205,8 @@ impl Tokenizer {
         self.vocab.len()
     }
 
-    /// The id of the token whose text (byte-level alphabet for normal tokens: `"Ġthe"`) is `text`.
+    /// The id of the token whose text (byte-level alphabet for normal BPE tokens: `"Ġthe"`; `▁` for spaces in
+    /// SentencePiece) is `text`.
     pub fn token_to_id(&self, text: &str) -> Option<TokenId> {
         self.vocab.id(text)
     }
@@ -177,9 +225,20 @@ impl Tokenizer {
         self.token_type(id) == Some(TokenType::Control)
     }
 
-    /// The pre-tokenizer the vocabulary names.
-    pub fn pre_tokenizer(&self) -> PreTokenizer {
-        self.pre
+    /// The pre-tokenizer a byte-level BPE vocabulary names (`None` for SentencePiece).
+    pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
+        match &self.encoder {
+            Encoder::Bpe { pre, .. } => Some(*pre),
+            Encoder::SentencePiece { .. } => None,
+        }
+    }
+
+    /// How the vocabulary tokenizes.
+    pub fn kind(&self) -> VocabKind {
+        match self.encoder {
+            Encoder::Bpe { .. } => VocabKind::ByteLevelBpe,
+            Encoder::SentencePiece { .. } => VocabKind::SentencePiece,
+        }
     }
 
     /// Beginning-of-sequence token (`tokenizer.ggml.bos_token_id`).
@@ -197,7 +256,8 @@ impl Tokenizer {
         self.pad_id
     }
 
-    /// Unknown token (`tokenizer.ggml.unknown_token_id`); byte-level BPE never produces it.
+    /// Unknown token (`tokenizer.ggml.unknown_token_id`); byte-level BPE never produces it, SentencePiece only for a
+    /// byte without a `<0xNN>` token.
     pub fn unknown_id(&self) -> Option<TokenId> {
         self.unknown_id
     }
@@ -227,7 +287,7 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
             .field("vocab_size", &self.vocab_size())
-            .field("pre", &self.pre)
+            .field("kind", &self.kind())
             .field("bos_id", &self.bos_id)
             .field("eos_id", &self.eos_id)
             .field("eog_ids", &self.eog_ids)

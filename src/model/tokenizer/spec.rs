@@ -18,23 +18,43 @@ pub mod keys {
     pub const UNKNOWN_ID: &str = "tokenizer.ggml.unknown_token_id";
     pub const EOT_ID: &str = "tokenizer.ggml.eot_token_id";
     pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    pub const SCORES: &str = "tokenizer.ggml.scores";
+    pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 }
 
-/// The only `tokenizer.ggml.model` ember reads: byte-level BPE.
+/// `tokenizer.ggml.model` of byte-level BPE vocabularies.
 pub const BYTE_LEVEL_BPE_MODEL: &str = "gpt2";
+/// `tokenizer.ggml.model` of SentencePiece vocabularies (llama.cpp's `LLAMA_VOCAB_TYPE_SPM`).
+pub const SENTENCEPIECE_MODEL: &str = "llama";
 
-/// A byte-level BPE vocabulary as plain parts, each field named for the GGUF key it stands for.
+/// How a vocabulary turns text into tokens (`tokenizer.ggml.model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VocabKind {
+    /// `gpt2`: byte-level BPE with a pre-tokenizer and ranked merges; normal tokens in GPT-2's byte alphabet.
+    ByteLevelBpe,
+    /// `llama`: SentencePiece, score-driven merges with byte fallback; `▁` for spaces.
+    SentencePiece,
+}
+
+/// A vocabulary as plain parts, each field named for the GGUF key it stands for.
 #[derive(Clone, Copy, Debug)]
 pub struct TokenizerSpec<'a> {
+    /// `tokenizer.ggml.model`.
+    pub kind: VocabKind,
     /// `tokenizer.ggml.tokens`: the text of each token, by id, in the byte-level alphabet for normal tokens.
     pub tokens: &'a [String],
     /// `tokenizer.ggml.token_type`: the raw type of each token (the values of
     /// [`TokenType`](super::TokenType)); `None` makes every token normal, as llama.cpp does without the key.
     pub token_types: Option<&'a [i32]>,
-    /// `tokenizer.ggml.merges`: `"left right"` token texts; an entry's rank is its index.
+    /// `tokenizer.ggml.merges`: `"left right"` token texts; an entry's rank is its index (byte-level BPE).
     pub merges: &'a [String],
-    /// `tokenizer.ggml.pre`: the pre-tokenizer's name.
+    /// `tokenizer.ggml.pre`: the pre-tokenizer's name (byte-level BPE).
     pub pre: &'a str,
+    /// `tokenizer.ggml.scores`: each token's merge priority (SentencePiece; `None`: all 0, as llama.cpp).
+    pub scores: Option<&'a [f32]>,
+    /// `tokenizer.ggml.add_space_prefix`: whether a text (and the text after a special token) gets a leading
+    /// space before SentencePiece (true when absent, llama.cpp's default).
+    pub add_space_prefix: bool,
     /// `tokenizer.ggml.bos_token_id`.
     pub bos_id: Option<TokenId>,
     /// `tokenizer.ggml.eos_token_id`.
@@ -45,15 +65,18 @@ pub struct TokenizerSpec<'a> {
     pub unknown_id: Option<TokenId>,
     /// `tokenizer.ggml.eot_token_id`.
     pub eot_id: Option<TokenId>,
-    /// `tokenizer.ggml.add_bos_token`: whether prompts should start with BOS (false when absent, llama.cpp's default
-    /// for `gpt2` vocabularies).
+    /// `tokenizer.ggml.add_bos_token`: whether prompts should start with BOS (when absent, llama.cpp's default:
+    /// false for `gpt2`, true for `llama` vocabularies).
     pub add_bos: bool,
 }
 
 impl<'a> TokenizerSpec<'a> {
-    /// A vocabulary with no special ids, for building up in tests.
+    /// A byte-level BPE vocabulary with no special ids, for building up in tests.
     pub fn new(tokens: &'a [String], merges: &'a [String], pre: &'a str) -> Self {
         TokenizerSpec {
+            kind: VocabKind::ByteLevelBpe,
+            scores: None,
+            add_space_prefix: false,
             tokens,
             token_types: None,
             merges,
@@ -67,26 +90,32 @@ impl<'a> TokenizerSpec<'a> {
         }
     }
 
-    /// Reads the `tokenizer.ggml.*` keys of `file`. Tokens, merges, model and pre-tokenizer are required; a key of
-    /// the wrong type is an error even where the key is optional.
+    /// Reads the `tokenizer.ggml.*` keys of `file`. Tokens and model are required, and for byte-level BPE merges
+    /// and pre-tokenizer too; a key of the wrong type is an error even where the key is optional.
     pub fn from_gguf(file: &'a GgufFile) -> Result<Self, TokenizerError> {
         let model = file.str(keys::MODEL)?;
-        if model != BYTE_LEVEL_BPE_MODEL {
-            return Err(TokenizerError::UnsupportedModel { model: model.to_owned() });
-        }
+        let kind = match model {
+            BYTE_LEVEL_BPE_MODEL => VocabKind::ByteLevelBpe,
+            SENTENCEPIECE_MODEL => VocabKind::SentencePiece,
+            _ => return Err(TokenizerError::UnsupportedModel { model: model.to_owned() }),
+        };
+        let bpe = kind == VocabKind::ByteLevelBpe;
         Ok(TokenizerSpec {
+            kind,
             tokens: file.string_array(keys::TOKENS)?,
             token_types: file.optional(keys::TOKEN_TYPE, GgufFile::i32_array)?,
-            merges: file.string_array(keys::MERGES)?,
-            // Required: without it llama.cpp falls back to a "default" pre-tokenizer and warns that generation
-            // quality will be degraded; ember refuses instead.
-            pre: file.str(keys::PRE)?,
+            merges: if bpe { file.string_array(keys::MERGES)? } else { &[] },
+            // Required for BPE: without it llama.cpp falls back to a "default" pre-tokenizer and warns that
+            // generation quality will be degraded; ember refuses instead. SentencePiece has no pre-tokenizer.
+            pre: if bpe { file.str(keys::PRE)? } else { "" },
+            scores: if bpe { None } else { file.optional(keys::SCORES, GgufFile::f32_array)? },
+            add_space_prefix: !bpe && file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(true),
             bos_id: file.optional(keys::BOS_ID, GgufFile::u32)?,
             eos_id: file.optional(keys::EOS_ID, GgufFile::u32)?,
             pad_id: file.optional(keys::PAD_ID, GgufFile::u32)?,
             unknown_id: file.optional(keys::UNKNOWN_ID, GgufFile::u32)?,
             eot_id: file.optional(keys::EOT_ID, GgufFile::u32)?,
-            add_bos: file.optional(keys::ADD_BOS, GgufFile::bool)?.unwrap_or(false),
+            add_bos: file.optional(keys::ADD_BOS, GgufFile::bool)?.unwrap_or(!bpe),
         })
     }
 }

@@ -4,6 +4,8 @@
 use rustc_hash::FxHashMap;
 
 use super::byte_level;
+use super::spec::VocabKind;
+use super::spm::SPACE;
 use super::{TokenId, TokenizerError};
 
 /// What a token is, as `tokenizer.ggml.token_type` says (llama.cpp's `llama_token_type`; the numbers are the GGUF
@@ -62,9 +64,19 @@ pub(crate) struct Vocab {
 }
 
 impl Vocab {
-    /// Builds the table from `texts` and optional raw `tokenizer.ggml.token_type` values (absent: all normal, as in
-    /// llama.cpp).
+    /// Builds a byte-level BPE table (see [`Vocab::with_kind`]).
+    #[cfg(test)]
     pub(crate) fn new(texts: &[String], raw_types: Option<&[i32]>) -> Result<Self, TokenizerError> {
+        Self::with_kind(texts, raw_types, VocabKind::ByteLevelBpe)
+    }
+
+    /// Builds the table from `texts` and optional raw `tokenizer.ggml.token_type` values (absent: all normal, as in
+    /// llama.cpp); `kind` decides what normal and byte tokens decode to.
+    pub(crate) fn with_kind(
+        texts: &[String],
+        raw_types: Option<&[i32]>,
+        kind: VocabKind,
+    ) -> Result<Self, TokenizerError> {
         if texts.is_empty() {
             return Err(TokenizerError::EmptyVocabulary);
         }
@@ -99,7 +111,7 @@ impl Vocab {
         let mut piece_bytes = Vec::new();
         let mut piece_ends = Vec::with_capacity(texts.len());
         for (text, &token_type) in texts.iter().zip(&types) {
-            push_piece(text, token_type, &mut piece_bytes);
+            push_piece(text, token_type, kind, &mut piece_bytes);
             piece_ends.push(piece_bytes.len());
         }
         Ok(Vocab { texts, types, ids, piece_bytes, piece_ends })
@@ -121,6 +133,11 @@ impl Vocab {
         self.types.get(id as usize).copied()
     }
 
+    /// Makes token `id` a control token (llama.cpp does so for end-of-generation markers the file typed otherwise).
+    pub(crate) fn make_control(&mut self, id: TokenId) {
+        self.types[id as usize] = TokenType::Control;
+    }
+
     /// All tokens as `(id, text, type)`, in id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (TokenId, &str, TokenType)> {
         (0..).zip(self.texts.iter().zip(&self.types)).map(|(id, (text, &t))| (id, &**text, t))
@@ -138,15 +155,26 @@ impl Vocab {
     }
 }
 
-/// Appends what one token decodes to, following llama.cpp's `token_to_piece` for BPE vocabularies: control,
-/// unknown and user-defined tokens are their text; normal tokens are their byte-level text decoded; the other types
-/// (unused, byte, undefined) decode to nothing.
-fn push_piece(text: &str, token_type: TokenType, out: &mut Vec<u8>) {
-    match token_type {
-        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => out.extend_from_slice(text.as_bytes()),
-        TokenType::Normal => byte_level::decode_token_text(text, out),
-        TokenType::Undefined | TokenType::Unused | TokenType::Byte => {}
+/// Appends what one token decodes to, following llama.cpp's `token_to_piece`: control, unknown and user-defined
+/// tokens are their text; normal tokens are their byte-level text decoded (BPE) or their text with `▁` as a space
+/// (SentencePiece); a SentencePiece byte token `<0xNN>` is its byte; the other types decode to nothing.
+fn push_piece(text: &str, token_type: TokenType, kind: VocabKind, out: &mut Vec<u8>) {
+    match (token_type, kind) {
+        (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => out.extend_from_slice(text.as_bytes()),
+        (TokenType::Normal, VocabKind::ByteLevelBpe) => byte_level::decode_token_text(text, out),
+        (TokenType::Normal, VocabKind::SentencePiece) => out.extend_from_slice(text.replace(SPACE, " ").as_bytes()),
+        (TokenType::Byte, VocabKind::SentencePiece) => out.extend(byte_token_value(text)),
+        (TokenType::Undefined | TokenType::Unused | TokenType::Byte, _) => {}
     }
+}
+
+/// The byte a SentencePiece byte token such as `<0x0A>` stands for (`None` for another text).
+fn byte_token_value(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
 }
 
 #[cfg(test)]
