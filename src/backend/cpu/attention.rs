@@ -1,15 +1,17 @@
-//! Attention of one layer on the CPU: RoPE, appending keys and values to the paged cache, then causal
-//! grouped-query attention of every new token over its sequence's cache.
+//! Attention of one layer on the CPU: the heads' RMS norms where the architecture has them, RoPE (adjacent pairs,
+//! or NEOX halves), appending keys and values to the paged cache, then causal grouped-query attention of every new
+//! token over its sequence's cache, within the layer's sliding window where it has one.
 //!
 //! Work is split by key/value head and by ranges of the step's rows: a task takes one KV head and scores all the
 //! query heads that share it (3 for SmolLM2) against each cached key, so the cache is read once per KV head rather
 //! than once per query head. It walks the sequence's block table block by block. A query at position `p` reads
-//! keys and values `0..=p` of its own sequence, its own included, with the same operations in the same order
+//! keys and values `0..=p` of its own sequence (`p + 1 − window..=p` in a windowed layer), its own included, with
+//! the same operations in the same order
 //! whatever the task split: prefill and decode run the same code per query, so a token's result does not depend
 //! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences.
 //!
 //! Tasks write into a staging buffer laid out `[kv_head][row][group × head_dim]`, where each task's rows are one
-//! contiguous slice; one copy afterwards puts the heads in place in the `[row][n_embd]` output.
+//! contiguous slice; one copy afterwards puts the heads in place in the `[row][q_dim]` output.
 
 use std::sync::Mutex;
 
@@ -34,6 +36,8 @@ struct TaskScratch {
     queries: Vec<f32>,
     /// `[group][head_dim]`: the weighted sums of values.
     outputs: Vec<f32>,
+    /// `[head_dim]`: a head being normalized or rotated.
+    head: Vec<f32>,
 }
 
 /// Scratch memory of the attention: one working set per thread (at most that many tasks run at once) and the
@@ -42,6 +46,8 @@ pub struct AttentionScratch {
     tasks: Vec<Mutex<TaskScratch>>,
     /// `[n_head_kv][max_rows][group × head_dim]`.
     stage: Vec<f32>,
+    /// `[head_dim]`: a key head being normalized or rotated.
+    key_head: Vec<f32>,
 }
 
 impl AttentionScratch {
@@ -53,23 +59,59 @@ impl AttentionScratch {
                     scores: vec![0.0; group * config.context_length],
                     queries: vec![0.0; group * config.head_dim],
                     outputs: vec![0.0; group * config.head_dim],
+                    head: vec![0.0; config.head_dim],
                 })
             })
             .collect();
-        AttentionScratch { tasks, stage: vec![0.0; max_rows * config.n_embd] }
+        AttentionScratch { tasks, stage: vec![0.0; max_rows * config.q_dim()], key_head: vec![0.0; config.head_dim] }
     }
 }
 
 /// The operands of one layer's attention.
 pub struct AttentionIo<'a> {
-    /// `[T][n_embd]`: queries before RoPE.
+    /// `[T][q_dim]`: queries before their norms and RoPE.
     pub q: &'a [f32],
     /// `[T][kv_dim]`: keys before RoPE (rotated in place, then stored).
     pub k: &'a mut [f32],
     /// `[T][kv_dim]`.
     pub v: &'a [f32],
-    /// `[T][n_embd]`: the output.
+    /// `[T][q_dim]`: the output.
     pub out: &'a mut [f32],
+    /// The query and key heads' norm weights (`head_dim` each) when the architecture normalizes heads.
+    pub head_norms: Option<(&'a [f32], &'a [f32])>,
+}
+
+/// Prepares one query or key head in place: its RMS norm (`weight`, through `tmp`), then RoPE of its first
+/// `rope_dim` dimensions, on adjacent pairs or, with `neox`, on dimensions `i` and `i + rope_dim / 2` (gathered
+/// into pairs in `tmp`, rotated by the same kernel, scattered back: the same arithmetic per pair).
+#[allow(clippy::too_many_arguments)]
+fn prepare_head(
+    kernels: &Kernels,
+    config: &LlamaConfig,
+    head: &mut [f32],
+    norm: Option<&[f32]>,
+    cos: &[f32],
+    sin: &[f32],
+    tmp: &mut [f32],
+) {
+    if let Some(weight) = norm {
+        kernels.rms_norm(head, weight, config.rms_eps, tmp);
+        head.copy_from_slice(tmp);
+    }
+    let rot = &mut head[..config.rope_dim];
+    if config.rope_neox {
+        let half = rot.len() / 2;
+        let pairs = &mut tmp[..rot.len()];
+        for i in 0..half {
+            (pairs[2 * i], pairs[2 * i + 1]) = (rot[i], rot[i + half]);
+        }
+        kernels.rope(pairs, cos, sin);
+        for i in 0..half {
+            (rot[i], rot[i + half]) = (pairs[2 * i], pairs[2 * i + 1]);
+        }
+    } else {
+        kernels.rope(rot, cos, sin);
+    }
 }
 
 /// A cache element type and what attention computes over a run of consecutive cache slots of it (see
@@ -117,17 +159,22 @@ pub fn attention_layer(
     layer: usize,
     io: AttentionIo<'_>,
 ) {
-    let (hd, kv_dim, d) = (config.head_dim, config.kv_dim(), config.n_embd);
+    let (hd, kv_dim, d) = (config.head_dim, config.kv_dim(), config.q_dim());
     let rows = step.n_tokens();
     let group = config.n_head / config.n_head_kv;
     let group_width = group * hd;
+    let attends = config.layers[layer];
+    let (q_norm, k_norm) = match io.head_norms {
+        Some((q, k)) => (Some(q), Some(k)),
+        None => (None, None),
+    };
 
-    // RoPE on the new keys, then append keys and values to the cache.
+    // Norms and RoPE on the new keys, then append keys and values to the cache.
     for t in 0..rows {
-        let (cos, sin) = step.rope(t);
+        let (cos, sin) = step.rope(attends.rope, t);
         let key = &mut io.k[t * kv_dim..(t + 1) * kv_dim];
         for head in key.chunks_exact_mut(hd) {
-            kernels.rope(&mut head[..config.rope_dim], cos, sin);
+            prepare_head(kernels, config, head, k_norm, cos, sin, &mut scratch.key_head);
         }
         cache.store(layer, step.slot(t), key, &io.v[t * kv_dim..(t + 1) * kv_dim]);
     }
@@ -137,7 +184,7 @@ pub fn attention_layer(
     let rows_per_task = rows.div_ceil(per_head);
     type Slot<'s> = Mutex<Option<(usize, usize, &'s mut [f32])>>;
     let slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
-    let AttentionScratch { tasks, stage } = scratch;
+    let AttentionScratch { tasks, stage, .. } = scratch;
     let tasks = &*tasks;
     let mut n_tasks = 0;
     for (kv_head, plane) in stage[..config.n_head_kv * rows * group_width].chunks_mut(rows * group_width).enumerate() {
@@ -159,18 +206,20 @@ pub fn attention_layer(
         let work = &mut *guard;
         for (i, out_row) in out.chunks_exact_mut(group_width).enumerate() {
             let t = first_row + i;
-            let (cos, sin) = step.rope(t);
+            let (cos, sin) = step.rope(attends.rope, t);
             for (g, query) in work.queries.chunks_exact_mut(hd).enumerate() {
                 let h = kv_head * group + g;
                 query.copy_from_slice(&q[t * d + h * hd..t * d + (h + 1) * hd]);
-                kernels.rope(&mut query[..config.rope_dim], cos, sin);
+                prepare_head(kernels, config, query, q_norm, cos, sin, &mut work.head);
                 query.iter_mut().for_each(|x| *x *= scale);
             }
+            let positions = step.position(t) + 1;
             let row = RowAttention {
                 kernels,
                 cache,
                 block_table: step.block_table_of_row(t),
-                positions: step.position(t) + 1,
+                first: attends.window.map_or(0, |w| positions.saturating_sub(w)),
+                positions,
                 offset: kv_head * hd,
                 kv_dim,
                 head_dim: hd,
@@ -210,7 +259,8 @@ struct RowAttention<'a> {
     kernels: &'a Kernels,
     cache: &'a CpuKvCache,
     block_table: &'a [u32],
-    /// Positions attended to: `0..positions` (the query's own included).
+    /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
+    first: usize,
     positions: usize,
     /// Offset of the KV head within a cache row.
     offset: usize,
@@ -224,39 +274,45 @@ impl RowAttention<'_> {
     /// Scores every position against each query of `work.queries`, softmaxes, and sums the values into
     /// `work.outputs`. Keys and values are each read once, block by block.
     fn run<T: KvElement>(&self, keys: &[T], values: &[T], work: &mut TaskScratch) {
-        let (hd, n) = (self.head_dim, self.positions);
-        let block_size = self.cache.block_size();
-        let TaskScratch { scores, queries, outputs } = work;
-        let mut pos = 0;
-        for &block in &self.block_table[..n.div_ceil(block_size)] {
-            let len = block_size.min(n - pos);
-            let keys = self.run_of(keys, block, len);
+        let (hd, first, n) = (self.head_dim, self.first, self.positions);
+        let TaskScratch { scores, queries, outputs, .. } = work;
+        // Score `i` belongs to position `first + i`.
+        for (block, from, len, pos) in self.runs() {
+            let keys = self.run_of(keys, block, from, len);
             for (g, query) in queries.chunks_exact(hd).enumerate() {
-                let out = &mut scores[g * self.context + pos..][..len];
+                let out = &mut scores[g * self.context + pos - first..][..len];
                 T::scores(self.kernels, query, keys, self.kv_dim, out);
             }
-            pos += len;
         }
         for g in 0..queries.len() / hd {
-            self.kernels.softmax_inplace(&mut scores[g * self.context..g * self.context + n]);
+            self.kernels.softmax_inplace(&mut scores[g * self.context..g * self.context + n - first]);
         }
         outputs.iter_mut().for_each(|x| *x = 0.0);
-        let mut pos = 0;
-        for &block in &self.block_table[..n.div_ceil(block_size)] {
-            let len = block_size.min(n - pos);
-            let values = self.run_of(values, block, len);
+        for (block, from, len, pos) in self.runs() {
+            let values = self.run_of(values, block, from, len);
             for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
-                let weights = &scores[g * self.context + pos..][..len];
+                let weights = &scores[g * self.context + pos - first..][..len];
                 T::values(self.kernels, weights, values, self.kv_dim, output);
             }
-            pos += len;
         }
     }
 
-    /// This KV head's rows in the first `len` slots of cache block `block` of one layer's `plane` (keys or
-    /// values): from the head's first element in the first slot to its last in slot `len − 1`, `kv_dim` apart.
-    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, len: usize) -> &'p [T] {
-        let first = (block as usize * self.cache.block_size()) * self.kv_dim + self.offset;
+    /// The attended positions as runs of cache slots, in position order: `(block, first slot, slots, position of
+    /// the first slot)`.
+    fn runs(&self) -> impl Iterator<Item = (u32, usize, usize, usize)> + '_ {
+        let bs = self.cache.block_size();
+        let (first, n) = (self.first, self.positions);
+        (first / bs..n.div_ceil(bs)).map(move |b| {
+            let from = first.max(b * bs) - b * bs;
+            let to = n.min((b + 1) * bs) - b * bs;
+            (self.block_table[b], from, to - from, b * bs + from)
+        })
+    }
+
+    /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
+    /// values): from the head's first element in slot `from` to its last in slot `from + len − 1`, `kv_dim` apart.
+    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize) -> &'p [T] {
+        let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
         &plane[first..first + (len - 1) * self.kv_dim + self.head_dim]
     }
 }

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
+use super::kernels::numerics::gelu_tanh;
 use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
 use super::kv_cache::{CpuKvCache, KvPrecision};
 use super::model_weights::CpuModelWeights;
@@ -16,7 +17,7 @@ use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{Buf, LlamaBackend, Norm, Weight};
-use crate::model::llama::LlamaConfig;
+use crate::model::llama::{FfnActivation, LlamaConfig};
 
 /// How activations meet the quantized weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -111,11 +112,11 @@ pub struct CpuBackend<'m> {
     attention: AttentionScratch,
     /// Indexed by `buf_index`, plus `TMP`; each `[max_batch_tokens][width of that buffer]`.
     bufs: [Vec<f32>; N_BUFS],
-    /// `[max_batch_tokens][n_embd]`: the SwiGLU product, swapped into `Gate`.
+    /// `[max_batch_tokens][n_ff]`: the gated activation's product, swapped into `Gate`.
     hidden: Vec<f32>,
-    /// `[max_batch_tokens][max(n_embd, n_ff) / 32]`: quantized activations of the current matmul input.
+    /// `[max_batch_tokens][max(n_embd, n_ff, q_dim) / 32]`: quantized activations of the current matmul input.
     act_q8: Vec<BlockQ8A>,
-    /// `[max_batch_tokens][max(n_embd, n_ff)]` on the precise path (empty otherwise): the matmul input.
+    /// `[max_batch_tokens][max(n_embd, n_ff, q_dim)]` on the precise path (empty otherwise): the matmul input.
     act_f32: Vec<f32>,
 }
 
@@ -164,8 +165,12 @@ impl<'m> CpuBackend<'m> {
             kv_precision,
         );
         let t = options.max_batch_tokens;
-        let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
-        let widths = [d, d, d, kv, kv, d, ff, ff, d];
+        let (d, kv, ff, q) = (config.n_embd, config.kv_dim(), config.n_ff, config.q_dim());
+        if !q.is_multiple_of(QK) {
+            return bad(format!("query width {q} must be a multiple of {QK}"));
+        }
+        let widths = [d, d, q, kv, kv, q, ff, ff, d];
+        let widest = d.max(ff).max(q);
         Ok(CpuBackend {
             kernels,
             pool,
@@ -175,9 +180,9 @@ impl<'m> CpuBackend<'m> {
             attention: AttentionScratch::new(&config, options.threads, options.max_batch_tokens),
             bufs: widths.map(|w| vec![0.0; t * w]),
             hidden: vec![0.0; t * ff],
-            act_q8: vec![bytemuck::Zeroable::zeroed(); t * d.max(ff) / QK],
+            act_q8: vec![bytemuck::Zeroable::zeroed(); t * widest / QK],
             act_f32: match options.precision {
-                Precision::Float32 => vec![0.0; t * d.max(ff)],
+                Precision::Float32 => vec![0.0; t * widest],
                 Precision::Quantized8 => Vec::new(),
             },
             config,
@@ -207,7 +212,8 @@ impl<'m> CpuBackend<'m> {
         match b {
             Buf::K | Buf::V => self.config.kv_dim(),
             Buf::Gate | Buf::Up => self.config.n_ff,
-            Buf::X | Buf::Xn | Buf::Q | Buf::Att => self.config.n_embd,
+            Buf::Q | Buf::Att => self.config.q_dim(),
+            Buf::X | Buf::Xn => self.config.n_embd,
         }
     }
 
@@ -269,6 +275,9 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         let out = &mut self.bufs[buf_index(dst)];
         for (row, &token) in out.chunks_exact_mut(d).zip(self.step.tokens()) {
             table.dequantize_row(token as usize, row);
+            if let Some(scale) = self.config.embed_scale {
+                row.iter_mut().for_each(|x| *x *= scale);
+            }
         }
     }
 
@@ -307,12 +316,29 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         kernels.add_assign(&mut sum[..n], &tmp[..n]);
     }
 
+    fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf) {
+        let (d, t, eps) = (self.config.n_embd, self.step.n_tokens(), self.config.rms_eps);
+        let w = self.weights.norm(weight);
+        let kernels = self.kernels;
+        let [src_buf, tmp] = self.bufs.get_disjoint_mut([buf_index(src), TMP]).expect("distinct buffers");
+        let src_buf = &src_buf[..t * d];
+        parallel_rows_mut(&self.pool, &mut tmp[..t * d], d, &|rows, out| {
+            for (i, row) in rows.enumerate() {
+                kernels.rms_norm(&src_buf[row * d..(row + 1) * d], w, eps, &mut out[i * d..(i + 1) * d]);
+            }
+        });
+        let [sum, tmp] = self.bufs.get_disjoint_mut([buf_index(dst), TMP]).expect("distinct buffers");
+        kernels.add_assign(&mut sum[..t * d], &tmp[..t * d]);
+    }
+
     fn attention(&mut self, layer: usize) {
         let [q, k, v, att] = self
             .bufs
             .get_disjoint_mut([buf_index(Buf::Q), buf_index(Buf::K), buf_index(Buf::V), buf_index(Buf::Att)])
             .expect("distinct buffers");
-        let io = AttentionIo { q, k, v, out: att };
+        let head_norms =
+            self.config.qk_norm.then(|| (self.weights.norm(Norm::QHead(layer)), self.weights.norm(Norm::KHead(layer))));
+        let io = AttentionIo { q, k, v, out: att, head_norms };
         attention_layer(
             &self.pool,
             self.kernels,
@@ -325,14 +351,22 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         );
     }
 
-    fn swiglu(&mut self) {
+    fn gated_activation(&mut self) {
         let (ff, t) = (self.config.n_ff, self.step.n_tokens());
-        let kernels = self.kernels;
+        let (kernels, activation) = (self.kernels, self.config.ffn_activation);
         let [gate, up] = self.bufs.get_disjoint_mut([buf_index(Buf::Gate), buf_index(Buf::Up)]).expect("distinct");
         let (gate_in, up_in) = (&gate[..t * ff], &up[..t * ff]);
         parallel_rows_mut(&self.pool, &mut self.hidden[..t * ff], ff, &|rows, out| {
             let r = rows.start * ff..rows.end * ff;
-            kernels.silu_mul(&gate_in[r.clone()], &up_in[r], out);
+            match activation {
+                FfnActivation::Silu => kernels.silu_mul(&gate_in[r.clone()], &up_in[r], out),
+                // Shared code on every path (`numerics::gelu_tanh`), so the same bits everywhere.
+                FfnActivation::GeluTanh => {
+                    for ((o, &g), &u) in out.iter_mut().zip(&gate_in[r.clone()]).zip(&up_in[r]) {
+                        *o = gelu_tanh(g) * u;
+                    }
+                }
+            }
         });
         std::mem::swap(&mut self.bufs[buf_index(Buf::Gate)], &mut self.hidden);
     }

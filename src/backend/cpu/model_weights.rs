@@ -20,6 +20,11 @@ struct LayerWeights<'m> {
     ffn_down: WeightMatrix<'m>,
     attn_norm: &'m [f32],
     ffn_norm: &'m [f32],
+    /// The norms some architectures add (see `LlamaConfig::qk_norm`, `post_norms`); empty when absent.
+    post_attn_norm: &'m [f32],
+    post_ffn_norm: &'m [f32],
+    q_norm: &'m [f32],
+    k_norm: &'m [f32],
 }
 
 /// Every weight the forward pass reads, borrowed from the model file.
@@ -37,6 +42,7 @@ impl<'m> CpuModelWeights<'m> {
     pub fn new(file: &'m GgufFile, config: &LlamaConfig) -> Result<Self, GgufError> {
         let matrix = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
         let norm = |name: &str| file.tensor(name)?.as_f32();
+        let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(&[][..]) };
         let token_embd = matrix("token_embd.weight")?;
         let output = if config.tied_output { token_embd } else { matrix("output.weight")? };
         let layers = (0..config.n_layer)
@@ -51,6 +57,10 @@ impl<'m> CpuModelWeights<'m> {
                     ffn_down: matrix(&Weight::FfnDown(l).tensor_name())?,
                     attn_norm: norm(&Norm::Attn(l).tensor_name())?,
                     ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
+                    post_attn_norm: norm_if(config.post_norms, Norm::PostAttn(l))?,
+                    post_ffn_norm: norm_if(config.post_norms, Norm::PostFfn(l))?,
+                    q_norm: norm_if(config.qk_norm, Norm::QHead(l))?,
+                    k_norm: norm_if(config.qk_norm, Norm::KHead(l))?,
                 })
             })
             .collect::<Result<Vec<_>, GgufError>>()?;
@@ -73,6 +83,10 @@ impl<'m> CpuModelWeights<'m> {
         match n {
             Norm::Attn(l) => self.layers[l].attn_norm,
             Norm::Ffn(l) => self.layers[l].ffn_norm,
+            Norm::PostAttn(l) => self.layers[l].post_attn_norm,
+            Norm::PostFfn(l) => self.layers[l].post_ffn_norm,
+            Norm::QHead(l) => self.layers[l].q_norm,
+            Norm::KHead(l) => self.layers[l].k_norm,
             Norm::Output => self.output_norm,
         }
     }

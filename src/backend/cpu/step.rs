@@ -24,7 +24,8 @@ pub struct StepLayout {
     positions: Vec<usize>,
     /// `[T]`: each token's KV cache slot.
     slots: Vec<usize>,
-    /// `[T][rope_dim / 2]`: cos and sin of each token's rotation angles.
+    /// `[rope base][T][rope_dim / 2]`: cos and sin of each token's rotation angles, one table per distinct RoPE
+    /// base of the model (`LlamaConfig::rope_bases`).
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     seqs: Vec<SeqEntry>,
@@ -33,8 +34,8 @@ pub struct StepLayout {
     /// Every sequence's block table, concatenated.
     block_tables: Vec<u32>,
     half_rope: usize,
-    /// `[rope_dim / 2]`: `base^(−2i / rope_dim)`.
-    inv_freq: Vec<f64>,
+    /// `[rope base][rope_dim / 2]`: `base^(−2i / rope_dim)`.
+    inv_freq: Vec<Vec<f64>>,
 }
 
 impl StepLayout {
@@ -42,9 +43,10 @@ impl StepLayout {
     /// `p · base^(−2i / rope_dim)`, computed in f64 so that long positions keep their precision, by `llama::rope`'s
     /// portable functions so that the tables are the same on every machine.
     pub fn build(&mut self, batch: &[SeqChunk<'_>], config: &LlamaConfig, cache: &CpuKvCache) {
-        if self.half_rope != config.rope_dim / 2 || self.inv_freq.is_empty() {
+        if self.half_rope != config.rope_dim / 2 || self.inv_freq.len() != config.rope_bases.len() {
             self.half_rope = config.rope_dim / 2;
-            self.inv_freq = rope::inv_frequencies(f64::from(config.rope_base), config.rope_dim);
+            self.inv_freq =
+                config.rope_bases.iter().map(|&b| rope::inv_frequencies(f64::from(b), config.rope_dim)).collect();
         }
         self.tokens.clear();
         self.positions.clear();
@@ -64,17 +66,21 @@ impl StepLayout {
                 self.row_seq.push(self.seqs.len() as u32);
                 self.positions.push(pos);
                 self.slots.push(cache.slot(s.block_table, pos));
-                for &inv_freq in &self.inv_freq {
-                    let (cos, sin) = rope::cos_sin(pos as f64 * inv_freq);
-                    self.rope_cos.push(cos as f32);
-                    self.rope_sin.push(sin as f32);
-                }
             }
             self.seqs.push(SeqEntry {
                 rows: first_row..self.tokens.len(),
                 blocks: first_block..self.block_tables.len(),
                 want_logits: s.want_logits,
             });
+        }
+        for inv_freq in &self.inv_freq {
+            for &pos in &self.positions {
+                for &f in inv_freq {
+                    let (cos, sin) = rope::cos_sin(pos as f64 * f);
+                    self.rope_cos.push(cos as f32);
+                    self.rope_sin.push(sin as f32);
+                }
+            }
         }
     }
 
@@ -95,9 +101,11 @@ impl StepLayout {
         self.slots[row]
     }
 
-    /// The cos and sin tables of row `row`'s rotation.
-    pub fn rope(&self, row: usize) -> (&[f32], &[f32]) {
-        let r = row * self.half_rope..(row + 1) * self.half_rope;
+    /// The cos and sin tables of row `row`'s rotation with RoPE base `base` (an index into
+    /// `LlamaConfig::rope_bases`).
+    pub fn rope(&self, base: usize, row: usize) -> (&[f32], &[f32]) {
+        let at = (base * self.tokens.len() + row) * self.half_rope;
+        let r = at..at + self.half_rope;
         (&self.rope_cos[r.clone()], &self.rope_sin[r])
     }
 

@@ -132,6 +132,10 @@ impl DeviceWeights {
             Norm::Attn(l) => &self.layers[l].attn_norm,
             Norm::Ffn(l) => &self.layers[l].ffn_norm,
             Norm::Output => &self.output_norm,
+            // `CudaBackend::new` refuses configs with q/k norms or post-norms, so no step names these.
+            Norm::PostAttn(_) | Norm::PostFfn(_) | Norm::QHead(_) | Norm::KHead(_) => {
+                unreachable!("the CUDA backend runs llama models only; {n:?} has no device weight")
+            }
         }
     }
 

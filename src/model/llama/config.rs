@@ -1,16 +1,111 @@
-//! Llama hyperparameters read from GGUF metadata, and the check that every tensor the forward pass needs is
-//! present with the shape those hyperparameters imply.
+//! The hyperparameters of a decoder-only transformer read from GGUF metadata, with what distinguishes its
+//! architecture as data (`Architecture`, `LayerAttention`, the flags of `LlamaConfig`), and the check that every
+//! tensor the forward pass needs is present with the shape those hyperparameters imply.
 //!
-//! Keys follow llama.cpp's `LLM_KV_*` names with the `llama.` architecture prefix. Tensor names follow its
-//! `LLM_TENSOR_*` names (`token_embd.weight`, `blk.N.attn_q.weight`, ...).
+//! Keys follow llama.cpp's `LLM_KV_*` names with the architecture's prefix (`llama.`, `gemma3.`). Tensor names
+//! follow its `LLM_TENSOR_*` names (`token_embd.weight`, `blk.N.attn_q.weight`, ...). Architectures:
+//! - `llama`: pre-norm blocks, SwiGLU, RoPE on adjacent pairs, one RoPE base.
+//! - `gemma3` (llama.cpp's `src/models/gemma3.cpp`): embeddings scaled by √n_embd; RMS norms of each query and
+//!   key head before RoPE; norms of the attention and FFN outputs before their residual adds; GELU-gated FFN;
+//!   RoPE on the two halves of a head (NEOX); five of every six layers attend to a sliding window, with their own
+//!   RoPE base (`rope.freq_base_swa`, 10000 when absent), the sixth to the whole context.
 
 use std::fmt;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
-/// The hyperparameters of a llama model.
+/// The architectures ember runs (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    Llama,
+    Gemma3,
+}
+
+impl Architecture {
+    /// The `general.architecture` value, also the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Gemma3 => "gemma3",
+        }
+    }
+
+    fn keys(self) -> &'static Keys {
+        match self {
+            Architecture::Llama => &LLAMA_KEYS,
+            Architecture::Gemma3 => &GEMMA3_KEYS,
+        }
+    }
+}
+
+/// The metadata keys of one architecture (`&'static` so that errors can name them).
+struct Keys {
+    block_count: &'static str,
+    embedding_length: &'static str,
+    feed_forward_length: &'static str,
+    head_count: &'static str,
+    head_count_kv: &'static str,
+    context_length: &'static str,
+    key_length: &'static str,
+    value_length: &'static str,
+    rope_freq_base: &'static str,
+    rope_freq_base_swa: &'static str,
+    rope_dimension_count: &'static str,
+    rms_eps: &'static str,
+    vocab_size: &'static str,
+    sliding_window: &'static str,
+}
+
+macro_rules! keys_of {
+    ($arch:literal) => {
+        Keys {
+            block_count: concat!($arch, ".block_count"),
+            embedding_length: concat!($arch, ".embedding_length"),
+            feed_forward_length: concat!($arch, ".feed_forward_length"),
+            head_count: concat!($arch, ".attention.head_count"),
+            head_count_kv: concat!($arch, ".attention.head_count_kv"),
+            context_length: concat!($arch, ".context_length"),
+            key_length: concat!($arch, ".attention.key_length"),
+            value_length: concat!($arch, ".attention.value_length"),
+            rope_freq_base: concat!($arch, ".rope.freq_base"),
+            rope_freq_base_swa: concat!($arch, ".rope.freq_base_swa"),
+            rope_dimension_count: concat!($arch, ".rope.dimension_count"),
+            rms_eps: concat!($arch, ".attention.layer_norm_rms_epsilon"),
+            vocab_size: concat!($arch, ".vocab_size"),
+            sliding_window: concat!($arch, ".attention.sliding_window"),
+        }
+    };
+}
+static LLAMA_KEYS: Keys = keys_of!("llama");
+static GEMMA3_KEYS: Keys = keys_of!("gemma3");
+
+/// Gemma 3's layer pattern (llama.cpp's `set_swa_pattern(6)`): layer `l` attends to a sliding window unless
+/// `l mod 6 == 5`.
+const GEMMA3_SWA_PERIOD: usize = 6;
+
+/// How one layer attends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerAttention {
+    /// Index into [`LlamaConfig::rope_bases`] of this layer's RoPE base.
+    pub rope: usize,
+    /// A query at position `p` sees positions `p + 1 − window ..= p` only (`None`: all of `0..=p`).
+    pub window: Option<usize>,
+}
+
+/// The gated activation of the feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnActivation {
+    /// `silu(gate) · up` (SwiGLU).
+    Silu,
+    /// `gelu(gate) · up` with GELU's tanh approximation (GeGLU).
+    GeluTanh,
+}
+
+/// The hyperparameters of a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
+    /// What distinguishes the forward pass beyond the sizes.
+    pub arch: Architecture,
     /// Transformer blocks (`llama.block_count`).
     pub n_layer: usize,
     /// Width of the residual stream (`llama.embedding_length`).
@@ -21,10 +116,24 @@ pub struct LlamaConfig {
     pub n_head: usize,
     /// Key/value heads (`llama.attention.head_count_kv`); each serves `n_head / n_head_kv` query heads.
     pub n_head_kv: usize,
-    /// Width of one head: `n_embd / n_head`.
+    /// Width of one head: `attention.key_length`, else `n_embd / n_head`.
     pub head_dim: usize,
-    /// RoPE base frequency (`llama.rope.freq_base`, 10000 when absent as in llama.cpp).
+    /// RoPE base frequency of the full-attention layers (`rope.freq_base`, 10000 when absent as in llama.cpp).
     pub rope_base: f32,
+    /// The distinct RoPE bases the layers use (`rope_base` first); [`LayerAttention::rope`] indexes it.
+    pub rope_bases: Vec<f32>,
+    /// Per layer: its RoPE base and attention window.
+    pub layers: Vec<LayerAttention>,
+    /// RoPE rotates dimension `i` with `i + rope_dim / 2` (NEOX, Gemma) rather than `2i` with `2i + 1` (llama).
+    pub rope_neox: bool,
+    /// Embeddings are multiplied by this after the lookup (Gemma: √n_embd).
+    pub embed_scale: Option<f32>,
+    /// Each query and key head is RMS-normalized (with `attn_q_norm` / `attn_k_norm`) before RoPE.
+    pub qk_norm: bool,
+    /// The attention and FFN outputs are RMS-normalized (`post_attention_norm`, `post_ffw_norm`) before their
+    /// residual adds.
+    pub post_norms: bool,
+    pub ffn_activation: FfnActivation,
     /// Leading dimensions of each head that RoPE rotates (`llama.rope.dimension_count`, default `head_dim`).
     pub rope_dim: usize,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
@@ -42,7 +151,7 @@ pub struct LlamaConfig {
 pub enum ModelConfigError {
     /// Reading a key or tensor failed (missing, wrong type, unsupported tensor type).
     Gguf(GgufError),
-    /// `general.architecture` is not `llama`.
+    /// `general.architecture` is not one ember runs.
     UnsupportedArchitecture(String),
     /// A hyperparameter is out of range or inconsistent with another.
     Invalid { key: &'static str, detail: String },
@@ -57,7 +166,7 @@ impl fmt::Display for ModelConfigError {
         match self {
             ModelConfigError::Gguf(e) => e.fmt(f),
             ModelConfigError::UnsupportedArchitecture(a) => {
-                write!(f, "unsupported model architecture {a:?} (ember runs llama models)")
+                write!(f, "unsupported model architecture {a:?} (ember runs llama and gemma3 models)")
             }
             ModelConfigError::Invalid { key, detail } => write!(f, "invalid {key}: {detail}"),
             ModelConfigError::TensorShape { tensor, expected, found } => {
@@ -105,54 +214,89 @@ fn invalid(key: &'static str, detail: String) -> ModelConfigError {
 impl LlamaConfig {
     /// Reads and validates the hyperparameters, then checks every tensor's presence, type and shape.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelConfigError> {
-        let arch = file.str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ModelConfigError::UnsupportedArchitecture(arch.to_owned()));
-        }
-        let n_layer = positive(file, "llama.block_count", MAX_LAYERS)?;
-        let n_embd = positive(file, "llama.embedding_length", MAX_DIM)?;
-        let n_ff = positive(file, "llama.feed_forward_length", MAX_DIM)?;
-        let n_head = positive(file, "llama.attention.head_count", MAX_DIM)?;
-        let n_head_kv = positive(file, "llama.attention.head_count_kv", MAX_DIM)?;
-        let context_length = positive(file, "llama.context_length", MAX_DIM)?;
-        if n_embd % n_head != 0 {
-            return Err(invalid(
-                "llama.attention.head_count",
-                format!("{n_head} heads do not divide the embedding width {n_embd}"),
-            ));
-        }
+        let arch = match file.str("general.architecture")? {
+            "llama" => Architecture::Llama,
+            "gemma3" => Architecture::Gemma3,
+            other => return Err(ModelConfigError::UnsupportedArchitecture(other.to_owned())),
+        };
+        let k = arch.keys();
+        let n_layer = positive(file, k.block_count, MAX_LAYERS)?;
+        let n_embd = positive(file, k.embedding_length, MAX_DIM)?;
+        let n_ff = positive(file, k.feed_forward_length, MAX_DIM)?;
+        let n_head = positive(file, k.head_count, MAX_DIM)?;
+        let n_head_kv = positive(file, k.head_count_kv, MAX_DIM)?;
+        let context_length = positive(file, k.context_length, MAX_DIM)?;
+        let head_dim = match file.optional(k.key_length, GgufFile::u32)? {
+            Some(_) => positive(file, k.key_length, MAX_DIM)?,
+            None if n_embd % n_head != 0 => {
+                return Err(invalid(k.head_count, format!("{n_head} heads do not divide the embedding width {n_embd}")))
+            }
+            None => n_embd / n_head,
+        };
         if n_head % n_head_kv != 0 {
             return Err(invalid(
-                "llama.attention.head_count_kv",
+                k.head_count_kv,
                 format!("{n_head_kv} key/value heads do not divide the {n_head} query heads"),
             ));
         }
-        let head_dim = n_embd / n_head;
-        let rope_base = file.optional("llama.rope.freq_base", GgufFile::f32)?.unwrap_or(10_000.0);
-        if !(rope_base.is_finite() && rope_base > 0.0) {
-            return Err(invalid("llama.rope.freq_base", format!("{rope_base} is not a positive number")));
+        if let Some(v) = file.optional(k.value_length, GgufFile::u32)? {
+            if v as usize != head_dim {
+                return Err(invalid(k.value_length, format!("{v} differs from the key length {head_dim}")));
+            }
         }
-        let rope_dim = file.optional("llama.rope.dimension_count", GgufFile::u32)?.map_or(head_dim, |d| d as usize);
+        let base = |key: &'static str| -> Result<f32, ModelConfigError> {
+            let b = file.optional(key, GgufFile::f32)?.unwrap_or(10_000.0);
+            if !(b.is_finite() && b > 0.0) {
+                return Err(invalid(key, format!("{b} is not a positive number")));
+            }
+            Ok(b)
+        };
+        let rope_base = base(k.rope_freq_base)?;
+        let rope_dim = file.optional(k.rope_dimension_count, GgufFile::u32)?.map_or(head_dim, |d| d as usize);
         if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(invalid(
-                "llama.rope.dimension_count",
+                k.rope_dimension_count,
                 format!("{rope_dim} must be even and in 2..={head_dim} (the head width)"),
             ));
         }
-        let rms_eps = file.f32("llama.attention.layer_norm_rms_epsilon")?;
+        let rms_eps = file.f32(k.rms_eps)?;
         if !(rms_eps.is_finite() && rms_eps > 0.0) {
-            return Err(invalid("llama.attention.layer_norm_rms_epsilon", format!("{rms_eps} is not positive")));
+            return Err(invalid(k.rms_eps, format!("{rms_eps} is not positive")));
         }
         let embd_shape = file.tensor("token_embd.weight")?.shape().to_vec();
         let vocab_from_table = embd_shape.get(1).copied().unwrap_or(0);
-        let vocab_size = match file.optional("llama.vocab_size", GgufFile::u32)? {
+        let vocab_size = match file.optional(k.vocab_size, GgufFile::u32)? {
             Some(v) => v as usize,
             None => usize::try_from(vocab_from_table).unwrap_or(0),
         };
         if vocab_size == 0 || vocab_size > (1 << 24) {
-            return Err(invalid("llama.vocab_size", format!("{vocab_size} is not in 1..=16777216")));
+            return Err(invalid(k.vocab_size, format!("{vocab_size} is not in 1..=16777216")));
         }
+        let full = LayerAttention { rope: 0, window: None };
+        let (rope_bases, layers) = match arch {
+            Architecture::Llama => (vec![rope_base], vec![full; n_layer]),
+            Architecture::Gemma3 => {
+                let window = match file.optional(k.sliding_window, GgufFile::u32)? {
+                    Some(0) | None => None,
+                    Some(w) => Some(w as usize),
+                };
+                let local = LayerAttention { rope: 1, window };
+                let layers =
+                    (0..n_layer)
+                        .map(|l| {
+                            if window.is_some() && l % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 {
+                                local
+                            } else {
+                                full
+                            }
+                        })
+                        .collect();
+                (vec![rope_base, base(k.rope_freq_base_swa)?], layers)
+            }
+        };
+        let gemma = arch == Architecture::Gemma3;
         let config = LlamaConfig {
+            arch,
             n_layer,
             n_embd,
             n_ff,
@@ -160,6 +304,13 @@ impl LlamaConfig {
             n_head_kv,
             head_dim,
             rope_base,
+            rope_bases,
+            layers,
+            rope_neox: gemma,
+            embed_scale: gemma.then(|| (n_embd as f32).sqrt()),
+            qk_norm: gemma,
+            post_norms: gemma,
+            ffn_activation: if gemma { FfnActivation::GeluTanh } else { FfnActivation::Silu },
             rope_dim,
             rms_eps,
             context_length,
@@ -168,6 +319,11 @@ impl LlamaConfig {
         };
         config.check_tensors(file)?;
         Ok(config)
+    }
+
+    /// Width of the query projection and of the attention output: `n_head * head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
     }
 
     /// Width of the key (and value) projection: `n_head_kv * head_dim`.
@@ -184,19 +340,28 @@ impl LlamaConfig {
     /// norm weight (must be F32).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
         let (d, ff, kv, v) = (self.n_embd as u64, self.n_ff as u64, self.kv_dim() as u64, self.vocab_size as u64);
+        let (q, hd) = (self.q_dim() as u64, self.head_dim as u64);
         let mut out = vec![("token_embd.weight".to_owned(), vec![d, v], false)];
         for l in 0..self.n_layer {
-            for (suffix, shape, norm) in [
+            let mut tensors = vec![
                 ("attn_norm.weight", vec![d], true),
-                ("attn_q.weight", vec![d, d], false),
+                ("attn_q.weight", vec![d, q], false),
                 ("attn_k.weight", vec![d, kv], false),
                 ("attn_v.weight", vec![d, kv], false),
-                ("attn_output.weight", vec![d, d], false),
+                ("attn_output.weight", vec![q, d], false),
                 ("ffn_norm.weight", vec![d], true),
                 ("ffn_gate.weight", vec![d, ff], false),
                 ("ffn_up.weight", vec![d, ff], false),
                 ("ffn_down.weight", vec![ff, d], false),
-            ] {
+            ];
+            if self.qk_norm {
+                tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)]);
+            }
+            if self.post_norms {
+                tensors
+                    .extend([("post_attention_norm.weight", vec![d], true), ("post_ffw_norm.weight", vec![d], true)]);
+            }
+            for (suffix, shape, norm) in tensors {
                 out.push((Self::layer_tensor(l, suffix), shape, norm));
             }
         }

@@ -1,14 +1,16 @@
-//! The llama forward pass, written once over the [`LlamaBackend`] operations that each backend implements.
+//! The forward pass, written once over the [`LlamaBackend`] operations that each backend implements; what an
+//! architecture changes is data of [`LlamaConfig`] (the bracketed steps below), not another copy of this loop.
 //!
 //! ```text
-//! x = embed(tokens)                                    [T, d]   T = new tokens of the whole batch
+//! x = embed(tokens) [· embed_scale]                    [T, d]   T = new tokens of the whole batch
 //! for each block l:
 //!     xn = rms_norm(x, attn_norm[l])
-//!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, d], [T, kv], [T, kv]
-//!     att = attention(rope(q), rope(k), v, KV cache)   [T, d]   causal, grouped-query, per sequence
-//!     x += att·Wo[l]ᵀ
+//!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, q], [T, kv], [T, kv]
+//!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
+//!                                                               [q and k heads RMS-normalized before RoPE]
+//!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
 //!     xn = rms_norm(x, ffn_norm[l])
-//!     x += (silu(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ  [T, ff] inside
+//!     x += (act(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ   act: SiLU [or GELU]; [post_norms: normalized first]
 //! logits = rms_norm(x, output_norm)·Woutᵀ              [S, vocab] only for the S rows that want logits
 //! ```
 //!
@@ -26,15 +28,15 @@ pub enum Buf {
     X,
     /// A normalized copy of `X`, or a projection to add to it, `[T, n_embd]`.
     Xn,
-    /// Queries, `[T, n_embd]` (`n_head` heads of `head_dim`).
+    /// Queries, `[T, q_dim]` (`n_head` heads of `head_dim`).
     Q,
     /// Keys of the new tokens, `[T, kv_dim]`.
     K,
     /// Values of the new tokens, `[T, kv_dim]`.
     V,
-    /// Attention output, `[T, n_embd]`.
+    /// Attention output, `[T, q_dim]`.
     Att,
-    /// FFN gate projection, then the SwiGLU product, `[T, n_ff]`.
+    /// FFN gate projection, then the gated activation's product, `[T, n_ff]`.
     Gate,
     /// FFN up projection, `[T, n_ff]`.
     Up,
@@ -73,6 +75,14 @@ impl Weight {
 pub enum Norm {
     Attn(usize),
     Ffn(usize),
+    /// Of the attention output, before the residual add (`post_norms`).
+    PostAttn(usize),
+    /// Of the FFN output, before the residual add (`post_norms`).
+    PostFfn(usize),
+    /// Of each query head (`qk_norm`; `head_dim` wide).
+    QHead(usize),
+    /// Of each key head (`qk_norm`; `head_dim` wide).
+    KHead(usize),
     Output,
 }
 
@@ -82,6 +92,10 @@ impl Norm {
         match self {
             Norm::Attn(l) => LlamaConfig::layer_tensor(l, "attn_norm.weight"),
             Norm::Ffn(l) => LlamaConfig::layer_tensor(l, "ffn_norm.weight"),
+            Norm::PostAttn(l) => LlamaConfig::layer_tensor(l, "post_attention_norm.weight"),
+            Norm::PostFfn(l) => LlamaConfig::layer_tensor(l, "post_ffw_norm.weight"),
+            Norm::QHead(l) => LlamaConfig::layer_tensor(l, "attn_q_norm.weight"),
+            Norm::KHead(l) => LlamaConfig::layer_tensor(l, "attn_k_norm.weight"),
             Norm::Output => "output_norm.weight".to_owned(),
         }
     }
@@ -95,7 +109,7 @@ pub trait LlamaBackend {
 
     /// Starts a step: checks the batch and takes its tokens, positions and block tables.
     fn begin(&mut self, batch: &[SeqChunk<'_>]) -> Result<(), Self::Error>;
-    /// `dst[t] = token_embd[tokens[t]]`.
+    /// `dst[t] = token_embd[tokens[t]]`, times `embed_scale` when the config has one.
     fn embed(&mut self, dst: Buf);
     /// `dst[t] = src[t] / rms(src[t]) ⊙ weight`.
     fn rms_norm(&mut self, src: Buf, weight: Norm, dst: Buf);
@@ -104,11 +118,14 @@ pub trait LlamaBackend {
     fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]);
     /// `dst[t] += w · src[t]` (the residual add fused into the projection that feeds it).
     fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf);
-    /// Rotates `Q` and `K` by their positions (RoPE), appends `K` and `V` to each sequence's KV cache at
-    /// `layer`, and writes causal grouped-query attention over the cache to `Att`.
+    /// `dst[t] += src[t] / rms(src[t]) ⊙ weight` (a normalized residual branch, `post_norms`).
+    fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf);
+    /// Normalizes the heads of `Q` and `K` when the config has `qk_norm`, rotates them by their positions
+    /// (RoPE, with `layer`'s base and style), appends `K` and `V` to each sequence's KV cache at `layer`, and
+    /// writes causal grouped-query attention over the cache (within `layer`'s window) to `Att`.
     fn attention(&mut self, layer: usize);
-    /// `Gate = silu(Gate) ⊙ Up`.
-    fn swiglu(&mut self);
+    /// `Gate = act(Gate) ⊙ Up`, `act` the config's `ffn_activation`.
+    fn gated_activation(&mut self);
     /// Ends the step: final norm of `X` and the output projection for each sequence that wants logits, in
     /// batch order, into `out` (`[S, vocab]`).
     fn logits(&mut self, out: &mut [f32]) -> Result<(), Self::Error>;
@@ -127,11 +144,21 @@ pub fn forward<B: LlamaBackend>(
         backend.rms_norm(Buf::X, Norm::Attn(l), Buf::Xn);
         backend.matmul(Buf::Xn, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
         backend.attention(l);
-        backend.matmul_add(Buf::Att, Weight::AttnOutput(l), Buf::X);
+        residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
         backend.rms_norm(Buf::X, Norm::Ffn(l), Buf::Xn);
         backend.matmul(Buf::Xn, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
-        backend.swiglu();
-        backend.matmul_add(Buf::Gate, Weight::FfnDown(l), Buf::X);
+        backend.gated_activation();
+        residual(config, backend, Buf::Gate, Weight::FfnDown(l), Norm::PostFfn(l));
     }
     backend.logits(logits)
+}
+
+/// `X += w · src`, or with `post_norms` `X += rms_norm(w · src, post)` (through `Xn`).
+fn residual<B: LlamaBackend>(config: &LlamaConfig, backend: &mut B, src: Buf, w: Weight, post: Norm) {
+    if config.post_norms {
+        backend.matmul(src, &[(w, Buf::Xn)]);
+        backend.rms_norm_add(Buf::Xn, post, Buf::X);
+    } else {
+        backend.matmul_add(src, w, Buf::X);
+    }
 }

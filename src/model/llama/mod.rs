@@ -1,5 +1,6 @@
-//! The llama architecture: hyperparameters from GGUF metadata, the tensors a model must provide, the forward pass
-//! over backend operations, and synthetic models of any llama shape.
+//! The decoder-only transformer ember runs (llama, and gemma3 as data over the same layers): hyperparameters from
+//! GGUF metadata, the tensors a model must provide, the forward pass over backend operations, and synthetic models
+//! of any llama shape.
 
 pub mod batch;
 pub mod config;
@@ -8,6 +9,6 @@ pub mod rope;
 pub mod synthetic;
 
 pub use batch::{BatchError, SeqChunk};
-pub use config::{LlamaConfig, ModelConfigError};
+pub use config::{Architecture, FfnActivation, LayerAttention, LlamaConfig, ModelConfigError};
 pub use forward::{forward, LlamaBackend};
 pub use synthetic::SyntheticSpec;

@@ -8,7 +8,7 @@ use crate::model::gguf::blocks::{quantize_q4_1, quantize_q8_0, QK};
 use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{GgmlType, Value};
 
-use super::config::LlamaConfig;
+use super::config::{Architecture, FfnActivation, LayerAttention, LlamaConfig};
 
 /// Shapes of a synthetic model and the seed of its weights.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +72,14 @@ impl SyntheticSpec {
             .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
             .metadata("llama.vocab_size", u32v(self.vocab_size));
         let config = LlamaConfig {
+            arch: Architecture::Llama,
+            rope_bases: vec![100_000.0],
+            layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
+            rope_neox: false,
+            embed_scale: None,
+            qk_norm: false,
+            post_norms: false,
+            ffn_activation: FfnActivation::Silu,
             n_layer: self.n_layer,
             n_embd: self.n_embd,
             n_ff: self.n_ff,

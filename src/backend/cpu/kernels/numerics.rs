@@ -109,6 +109,22 @@ pub fn exp(x: f32) -> f32 {
     (p * pow2(n1)) * pow2(n2)
 }
 
+/// `√(2/π)`, GELU's tanh-approximation constant.
+pub const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The cubic coefficient of GELU's tanh approximation.
+pub const GELU_CUBIC: f32 = 0.044_715;
+
+/// GELU with the tanh approximation, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, with
+/// `tanh(z) = 1 − 2 / (1 + e^{2z})` from [`exp`] (±1 where `e^{2z}` overflows or vanishes): plain f32 operations
+/// and one shared exponential, so the same bits on every path. (llama.cpp reads GELU from an f16 table; this is
+/// within f32 rounding of the formula instead.)
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    let z = GELU_SQRT_2_OVER_PI * (x + GELU_CUBIC * (x * x * x));
+    let tanh = 1.0 - 2.0 / (1.0 + exp(2.0 * z));
+    0.5 * x * (1.0 + tanh)
+}
+
 /// `2^k` for `k` in −126..=127, built from its exponent bits (other `k` give what the SIMD bit operations give).
 #[inline(always)]
 fn pow2(k: i32) -> f32 {
@@ -140,6 +156,19 @@ mod tests {
         assert!(exp(f32::NAN).is_nan());
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn gelu_tanh_follows_its_formula() {
+        for i in -2000..=2000 {
+            let x = i as f64 / 100.0;
+            let want = 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh());
+            let got = f64::from(gelu_tanh(x as f32));
+            assert!((got - want).abs() <= 1e-6 * (1.0 + want.abs()), "gelu({x}) = {got}, want {want}");
+        }
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert_eq!(gelu_tanh(-100.0), 0.0);
+        assert_eq!(gelu_tanh(100.0), 100.0);
     }
 
     #[test]
