@@ -57,6 +57,7 @@ c-test: model c-lib
 	$(EMBER_CC) $(EMBER_CFLAGS) -O1 tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_static $(EMBER_STATIC)
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_static 2
+	EMBER_MODEL=models/gemma-3-270m-q4_k_m.gguf ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
 	$(call ember_valgrind_run,test_api_shared)
 	$(call ember_valgrind_run,test_api_static)
 

@@ -15,6 +15,7 @@ PYTHON ?= python3
 GO_EMBER_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 GO_EMBER_LIB_DIR := $(GO_EMBER_TARGET_DIR)/release
 GO_EMBER_GATEWAY := $(GO_EMBER_TARGET_DIR)/go/ember-gateway
+GO_EMBER_GEMMA3 := $(abspath models/gemma-3-270m-q4_k_m.gguf)
 
 # GOTOOLCHAIN=local: go.mod says `go 1.23`, and without it Go would try to download a toolchain. The binding's
 # own link flags point at target/release; CGO_LDFLAGS comes first, so a CARGO_TARGET_DIR elsewhere wins (the
@@ -34,6 +35,9 @@ go-test: model gateway
 	cd bindings/go && $(GO_ENV) $(GO) test -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
 	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
+	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
+	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) $(GO) test -count=1 ./...
+	EMBER_MODEL=$(GO_EMBER_GEMMA3) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 
 go-bench: model gateway
 	$(GO_ENV) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) scripts/bench-gateway.py

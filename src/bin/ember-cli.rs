@@ -4,6 +4,8 @@
 //! ember-cli info     [--model PATH] [MESSAGE]      model facts and a tokenized chat prompt
 //! ember-cli tokenize [--model PATH] [--special] TEXT
 //! ember-cli chat     [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
+//! ember-cli complete [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
+//!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
 //! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
 //! ```
@@ -26,6 +28,7 @@ const USAGE: &str = "usage:
   ember-cli info      [--model PATH] [MESSAGE]
   ember-cli tokenize  [--model PATH] [--special] TEXT
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
+  ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
   ember-cli synthetic PATH [--seed S] [--tiny]
   ember-cli kernels   [--default]";
 
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         "info" => info(&args),
         "tokenize" => tokenize(&args),
         "chat" => chat(&args),
+        "complete" => complete(&args),
         "synthetic" => synthetic(&args),
         "kernels" => kernel_paths(&args),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
@@ -142,6 +146,21 @@ fn chat(args: &Args) -> Result<(), String> {
     let (model, load_ms) = load(args)?;
     let message = args.positional.first().ok_or("chat needs a MESSAGE")?;
     let prompt = chat_prompt(&model, message)?;
+    run(args, &model, load_ms, message, &prompt)
+}
+
+/// Continues `PROMPT` as plain text: BOS when the vocabulary asks for it, then the text (special tokens parsed, as
+/// the completions API does).
+fn complete(args: &Args) -> Result<(), String> {
+    let (model, load_ms) = load(args)?;
+    let text = args.positional.first().ok_or("complete needs a PROMPT")?;
+    let mut prompt: Vec<u32> = model.tokenizer.bos_id().filter(|_| model.tokenizer.add_bos()).into_iter().collect();
+    prompt.extend(model.tokenizer.encode(text, true));
+    run(args, &model, load_ms, text, &prompt)
+}
+
+/// Generates from `prompt` on the CPU, printing the text as it comes and a line of timings.
+fn run(args: &Args, model: &Model, load_ms: f64, message: &str, prompt: &[u32]) -> Result<(), String> {
     let mut options = CpuBackendOptions::single_sequence(model.config.context_length.min(4096));
     if let Some(t) = args.threads {
         options.threads = t;
@@ -156,7 +175,7 @@ fn chat(args: &Args) -> Result<(), String> {
         SamplingParams { temperature: args.temperature.unwrap_or(0.0), seed: args.seed, ..Default::default() };
     sampling.validate(model.config.vocab_size).map_err(|e| e.to_string())?;
     let request = GenerateRequest {
-        prompt: &prompt,
+        prompt,
         max_tokens: args.max_tokens.unwrap_or(128),
         sampling,
         stop_ids: model.tokenizer.eog_ids(),

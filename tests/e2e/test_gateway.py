@@ -30,7 +30,8 @@ import openai
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GATEWAY = os.path.join(ROOT, os.environ.get("EMBER_GATEWAY", "target/go/ember-gateway"))
 MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+# The gateway names the model after its file, without the extension.
+MODEL_ID = os.path.splitext(os.path.basename(MODEL))[0]
 FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
 # Bound on waiting for the gateway to do something (start, drop a request); never a measured duration.
 PATIENCE_S = 60
