@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-# Copied unchanged from the team's shared tools (shared/tools/reference_forward.py): an independent float64 llama
-# forward pass, checked against llama.cpp. make_reference_logits.py imports it to write test fixtures.
+# Copied from the team's shared tools (shared/tools/reference_forward.py): an independent float64 llama forward
+# pass, checked against llama.cpp. make_reference_logits.py imports it to write test fixtures. Extended by ember
+# (the only change): Llama 3's RoPE frequency factors, the `rope_freqs.weight` tensor, divide each pair's rotation
+# speed as llama.cpp's ggml_rope_ext does with its freq_factors argument; tests/llama3_rope_factors.rs checks ember
+# against this on a synthetic model.
 """Independent float64 reference of the llama forward pass for a GGUF model (numpy + the `gguf` package).
 
 For checking ember's forward pass, not for speed: weights are dequantized to float64, activations stay float64
@@ -51,11 +54,13 @@ def rms_norm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
 
 
-def rope(x, positions, base, rot_dim):
-    """GGUF llama layout: rotate adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/rot_dim)."""
+def rope(x, positions, base, rot_dim, factors=None):
+    """GGUF llama layout: rotate adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/rot_dim) [/ factors[i]]."""
     out = x.copy()
     half = rot_dim // 2
     inv = base ** (-np.arange(half) * 2.0 / rot_dim)
+    if factors is not None:
+        inv = inv / factors
     ang = positions[:, None] * inv[None, :]                     # [T, half]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]  # broadcast over heads
     x0, x1 = x[..., 0:rot_dim:2], x[..., 1:rot_dim:2]
@@ -76,7 +81,9 @@ def forward(hp, w, ids, dump=None):
         q = (h @ w[p + "attn_q.weight"].T).reshape(T, H, hd)
         k = (h @ w[p + "attn_k.weight"].T).reshape(T, Hkv, hd)
         v = (h @ w[p + "attn_v.weight"].T).reshape(T, Hkv, hd)
-        q, k = rope(q, pos, hp["rope_base"], hp["rope_dim"]), rope(k, pos, hp["rope_base"], hp["rope_dim"])
+        factors = w.get("rope_freqs.weight")
+        q = rope(q, pos, hp["rope_base"], hp["rope_dim"], factors)
+        k = rope(k, pos, hp["rope_base"], hp["rope_dim"], factors)
         rep = H // Hkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)  # query head i uses kv head i // rep
         att = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd) + mask

@@ -40,13 +40,12 @@ pub struct StepLayout {
 
 impl StepLayout {
     /// Lays out a validated batch. Rotation angles follow GGUF llama: pair `i` of a head at position `p` turns by
-    /// `p · base^(−2i / rope_dim)`, computed in f64 so that long positions keep their precision, by `llama::rope`'s
+    /// `p · base^(−2i / rope_dim)` (divided by Llama 3's frequency factors: `LlamaConfig::inv_frequencies`), computed in f64 so that long positions keep their precision, by `llama::rope`'s
     /// portable functions so that the tables are the same on every machine.
     pub fn build(&mut self, batch: &[SeqChunk<'_>], config: &LlamaConfig, cache: &CpuKvCache) {
         if self.half_rope != config.rope_dim / 2 || self.inv_freq.len() != config.rope_bases.len() {
             self.half_rope = config.rope_dim / 2;
-            self.inv_freq =
-                config.rope_bases.iter().map(|&b| rope::inv_frequencies(f64::from(b), config.rope_dim)).collect();
+            self.inv_freq = (0..config.rope_bases.len()).map(|b| config.inv_frequencies(b)).collect();
         }
         self.tokens.clear();
         self.positions.clear();

@@ -52,7 +52,7 @@ impl Buffers {
         };
         let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
         let half = config.rope_dim / 2;
-        let inv_freq = crate::model::llama::rope::inv_frequencies(f64::from(config.rope_base), config.rope_dim);
+        let inv_freq = config.inv_frequencies(0);
         let widths = [d, d, d, kv, kv, d, ff, ff];
         let [x, xn, q, k, v, att, gate, up] = widths.map(|w| alloc(max_tokens * w));
         Ok(Buffers {

@@ -79,6 +79,9 @@ macro_rules! keys_of {
 static LLAMA_KEYS: Keys = keys_of!("llama");
 static GEMMA3_KEYS: Keys = keys_of!("gemma3");
 
+/// Llama 3's RoPE frequency factors.
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// Gemma 3's layer pattern (llama.cpp's `set_swa_pattern(6)`): layer `l` attends to a sliding window unless
 /// `l mod 6 == 5`.
 const GEMMA3_SWA_PERIOD: usize = 6;
@@ -134,6 +137,9 @@ pub struct LlamaConfig {
     /// residual adds.
     pub post_norms: bool,
     pub ffn_activation: FfnActivation,
+    /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2` values): pair `i` turns by
+    /// `p · base^(−2i / rope_dim) / factor[i]`. `None` when the file has no such tensor.
+    pub rope_freq_factors: Option<Vec<f32>>,
     /// Leading dimensions of each head that RoPE rotates (`llama.rope.dimension_count`, default `head_dim`).
     pub rope_dim: usize,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
@@ -295,7 +301,21 @@ impl LlamaConfig {
             }
         };
         let gemma = arch == Architecture::Gemma3;
+        let rope_freq_factors = match file.tensor_info(ROPE_FREQS) {
+            None => None,
+            Some(_) => {
+                let factors = file.tensor(ROPE_FREQS)?.as_f32()?.to_vec();
+                if factors.len() != rope_dim / 2 || !factors.iter().all(|f| f.is_finite() && *f > 0.0) {
+                    return Err(invalid(
+                        "rope_freqs.weight",
+                        format!("needs {} positive factors (found {})", rope_dim / 2, factors.len()),
+                    ));
+                }
+                Some(factors)
+            }
+        };
         let config = LlamaConfig {
+            rope_freq_factors,
             arch,
             n_layer,
             n_embd,
@@ -319,6 +339,16 @@ impl LlamaConfig {
         };
         config.check_tensors(file)?;
         Ok(config)
+    }
+
+    /// `base^(−2i / rope_dim)` for `i` in `0..rope_dim / 2` with RoPE base `rope_bases[base]`, divided by the
+    /// frequency factors where the model has them: the rotation speeds every backend tabulates.
+    pub fn inv_frequencies(&self, base: usize) -> Vec<f64> {
+        let mut inv = super::rope::inv_frequencies(f64::from(self.rope_bases[base]), self.rope_dim);
+        if let Some(factors) = &self.rope_freq_factors {
+            inv.iter_mut().zip(factors).for_each(|(f, &d)| *f /= f64::from(d));
+        }
+        inv
     }
 
     /// Width of the query projection and of the attention output: `n_head * head_dim`.
@@ -366,6 +396,9 @@ impl LlamaConfig {
             }
         }
         out.push(("output_norm.weight".to_owned(), vec![d], true));
+        if self.rope_freq_factors.is_some() {
+            out.push((ROPE_FREQS.to_owned(), vec![self.rope_dim as u64 / 2], true));
+        }
         if !self.tied_output {
             out.push(("output.weight".to_owned(), vec![d, v], false));
         }

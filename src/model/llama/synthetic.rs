@@ -21,6 +21,8 @@ pub struct SyntheticSpec {
     pub vocab_size: usize,
     pub context_length: usize,
     pub seed: u64,
+    /// Llama 3's RoPE frequency factors (`rope_freqs.weight`, `head_dim / 2` values), or none.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl SyntheticSpec {
@@ -35,6 +37,7 @@ impl SyntheticSpec {
             vocab_size: 49152,
             context_length: 8192,
             seed,
+            rope_freq_factors: None,
         }
     }
 
@@ -49,6 +52,7 @@ impl SyntheticSpec {
             vocab_size: 512,
             context_length: 256,
             seed,
+            rope_freq_factors: None,
         }
     }
 
@@ -80,6 +84,7 @@ impl SyntheticSpec {
             qk_norm: false,
             post_norms: false,
             ffn_activation: FfnActivation::Silu,
+            rope_freq_factors: self.rope_freq_factors.clone(),
             n_layer: self.n_layer,
             n_embd: self.n_embd,
             n_ff: self.n_ff,
@@ -94,7 +99,9 @@ impl SyntheticSpec {
             tied_output: true,
         };
         for (name, shape, is_norm) in config.expected_tensors() {
-            w = if is_norm {
+            w = if let Some(factors) = self.rope_freq_factors.as_ref().filter(|_| name == "rope_freqs.weight") {
+                w.tensor_f32(&name, &shape, factors)
+            } else if is_norm {
                 let values: Vec<f32> = (0..shape[0]).map(|_| 1.0 + 0.1 * rng.symmetric()).collect();
                 w.tensor_f32(&name, &shape, &values)
             } else {
