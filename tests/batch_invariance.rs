@@ -7,12 +7,18 @@
 //! `kernels/tiling.rs`); this test holds it to the promise on the real model, where a kernel that tiles by token
 //! count, an attention that reads a neighbour's KV blocks or a reduction split by thread would show.
 //!
+//! Gemma 3 270M (the second architecture: sliding-window layers, head norms, NEOX RoPE) is held to the same promise
+//! on the fast path.
+//!
 //! Every chunk of every scenario asks for logits, so each comparison covers the chunk's last position; the
 //! reference, one token per step, has logits at every position.
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
+
+#[path = "common/gemma3.rs"]
+mod gemma3;
 
 /// Short texts, one per sequence (16: the largest batch).
 const TEXTS: [&str; 16] = [
@@ -190,13 +196,21 @@ fn assert_rows_match(what: &str, rows: &[(usize, usize, Bits)], reference: &[Vec
 
 #[test]
 fn logits_do_not_depend_on_batch_chunking_or_threads() {
-    let model = load_model();
-    let corpus = corpus(&model);
-    let mut one = backend(&model, 1, Precision::Quantized8);
-    let mut two = backend(&model, 2, Precision::Quantized8);
+    fast_path_is_batch_invariant(&load_model());
+}
 
-    let reference = alone(&model, &mut one, &corpus, TEXTS.len());
-    let reference_two_threads = alone(&model, &mut two, &corpus, TEXTS.len());
+#[test]
+fn gemma3_logits_do_not_depend_on_batch_chunking_or_threads() {
+    fast_path_is_batch_invariant(&Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}")));
+}
+
+fn fast_path_is_batch_invariant(model: &Model) {
+    let corpus = corpus(model);
+    let mut one = backend(model, 1, Precision::Quantized8);
+    let mut two = backend(model, 2, Precision::Quantized8);
+
+    let reference = alone(model, &mut one, &corpus, TEXTS.len());
+    let reference_two_threads = alone(model, &mut two, &corpus, TEXTS.len());
     for (seq, (a, b)) in reference.iter().zip(&reference_two_threads).enumerate() {
         assert!(a == b, "sequence {seq} alone: 1 and 2 threads give different logits");
     }
@@ -204,7 +218,7 @@ fn logits_do_not_depend_on_batch_chunking_or_threads() {
     let mut compared = 0;
     for (name, scripts) in scenarios() {
         for (threads, backend) in [(1, &mut one), (2, &mut two)] {
-            let rows = run(&model, backend, &corpus, &scripts);
+            let rows = run(model, backend, &corpus, &scripts);
             assert_rows_match(&format!("{name}, {threads} threads"), &rows, &reference);
             compared += rows.len();
         }
