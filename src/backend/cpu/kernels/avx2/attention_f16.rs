@@ -3,8 +3,8 @@
 //!
 //! Scores: four positions at a time, each with its own 8-lane accumulator, reduced together by one transposing
 //! `hadd` tree instead of four horizontal sums; the last 1–3 positions of a run are reduced one by one. Values: the
-//! output row stays in registers across the run (one load and one store per run, not per position), with one FMA
-//! per element and position, in position order.
+//! output row stays in registers across the run (one load and one store per run, not per position; rows wider than
+//! 128 in slabs of 64), with one FMA per element and position, in position order.
 //!
 //! Rows whose width is not a multiple of 8 (no model we know) take the scalar path's functions. The quads' `hadd`
 //! tree adds each position's lanes in `numerics::sum_lanes`' order, as `hsum` does for the last positions.
@@ -73,6 +73,13 @@ pub(in crate::backend::cpu::kernels) fn attention_values_f16(
     match out.len() {
         64 => values_in_registers::<8>(weights, values, stride, whole_chunks(out)),
         128 => values_in_registers::<16>(weights, values, stride, whole_chunks(out)),
+        // Wider heads (Gemma 3: 256) in slabs of 64 outputs, each slab a pass over the positions: every output
+        // still adds its positions in order, one FMA each.
+        hd if hd.is_multiple_of(64) => {
+            for (slab, out) in out.chunks_exact_mut(64).enumerate() {
+                values_in_registers::<8>(weights, &values[slab * 64..], stride, whole_chunks(out));
+            }
+        }
         hd => {
             for (i, &w) in weights.iter().enumerate() {
                 for (o, &v) in out.iter_mut().zip(&values[i * stride..][..hd]) {

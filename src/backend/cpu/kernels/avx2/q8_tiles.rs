@@ -81,7 +81,7 @@ fn dot_u8_i8(u: __m256i, i: __m256i) -> __m256i {
 /// The 32 five-bit values (0..=31) of a Q5_0 / Q5_1 block in activation order: the nibbles, with bit `k` of `qh`
 /// as element `k`'s fifth bit.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_five_bits(qs: &[u8; 16], qh: &[u8; 4]) -> __m256i {
+pub(in crate::backend::cpu::kernels) fn unpack_five_bits(qs: &[u8; 16], qh: &[u8; 4]) -> __m256i {
     // Byte k of the register sees byte k / 8 of qh, tests its bit k mod 8, and becomes 0x10 where it is set.
     let bits = _mm256_set1_epi32(i32::from_le_bytes(*qh));
     let spread = _mm256_shuffle_epi8(

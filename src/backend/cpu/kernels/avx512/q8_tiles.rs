@@ -5,14 +5,15 @@
 //! elements `4j..4j + 4`.
 //!
 //! Per output `(c, r)` and block, in each half: the lane sums converted to f32, times `dw·da`, added with one FMA
-//! into the output's 8 lanes; Q4_1 then adds `mw · [sa, 0, …, 0]` with a second FMA. After the last block each
+//! into the output's 8 lanes; Q4_1 and Q5_1 then add `mw · [sa, 0, …, 0]` with a second FMA. After the last block each
 //! half is summed by `numerics::sum_lanes`' tree. So the wider register computes two outputs at once and never
 //! changes how one is summed: the results equal the scalar and AVX2 paths' bit for bit, and nothing depends on
 //! the tile, which makes them batch-invariant (see `tiling`). A tile with an odd number of rows pairs its last
 //! row with an all-zero block.
 //!
-//! Signedness: `vpdpbusd` multiplies unsigned by signed bytes. Q4 weights are unsigned nibbles and meet the signed
-//! activations directly; Q4_0's offset of 8 is folded into the integer accumulator's start (`−8 · Σ x`). Q8_0
+//! Signedness: `vpdpbusd` multiplies unsigned by signed bytes. Q4 and Q5 weights are unsigned (0..=15, 0..=31) and
+//! meet the signed activations directly; Q4_0's offset of 8 and Q5_0's of 16 are folded into the integer
+//! accumulator's start (`−8 · Σ x`, `−16 · Σ x`). Q8_0
 //! weights are signed, so the activations are offset instead: `(x + 128)` is a valid u8 and the accumulator starts
 //! at `−128 · Σ w`, so `Σ (x + 128)·w − 128·Σ w = Σ x·w`, exact for every input (unlike the sign trick).
 
@@ -32,7 +33,7 @@ use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
 };
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
-use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// One block of two rows, unpacked: row `r` in lanes 0..8, row `r + 1` in lanes 8..16.
 #[derive(Clone, Copy)]
@@ -107,8 +108,17 @@ fn activation_scales(a: &BlockQ8A) -> (__m512, __m512) {
     (_mm512_set1_ps(a.d), _mm512_maskz_mov_ps(0x0101, _mm512_set1_ps(a.s)))
 }
 
+/// The five-bit values of two 5-bit blocks, each in activation order: `[q0's 32 | q1's 32]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_five_bits(b0: (&[u8; 16], &[u8; 4]), b1: (&[u8; 16], &[u8; 4])) -> __m512i {
+    let (low, high) = (avx2::unpack_five_bits(b0.0, b0.1), avx2::unpack_five_bits(b1.0, b1.1));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
+}
+
 struct Q4_0;
 struct Q4_1;
+struct Q5_0;
+struct Q5_1;
 struct Q8_0;
 
 impl Format for Q4_0 {
@@ -152,6 +162,63 @@ impl Format for Q4_1 {
         let dm = _mm_cvtph_ps(_mm_unpacklo_epi32(f16_pair(b0.d, b1.d), f16_pair(b0.m, b1.m)));
         RowPair {
             q: unpack_nibbles(&b0.qs, &b1.qs),
+            start: _mm512_setzero_si512(),
+            d: spread::<0, 1>(dm),
+            m: spread::<2, 3>(dm),
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock {
+        let (d, s) = activation_scales(a);
+        ColBlock { q: broadcast_activations(a), start: _mm512_setzero_si512(), d, s }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i {
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q, a.q)
+    }
+}
+
+impl Format for Q5_0 {
+    type Block = BlockQ5_0;
+    const HAS_MIN: bool = false;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn row_pair(b0: &BlockQ5_0, b1: &BlockQ5_0) -> RowPair {
+        RowPair {
+            q: unpack_five_bits((&b0.qs, &b0.qh), (&b1.qs, &b1.qh)),
+            start: _mm512_setzero_si512(),
+            d: spread::<0, 1>(two_scales(b0.d, b1.d)),
+            m: _mm512_setzero_ps(),
+        }
+    }
+
+    /// Q5_0's offset of 16 folded into the accumulator's start, as Q4_0's 8 is.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn col_block(a: &BlockQ8A) -> ColBlock {
+        let q = broadcast_activations(a);
+        let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), q);
+        let (d, s) = activation_scales(a);
+        ColBlock { q, start: _mm512_sub_epi32(_mm512_setzero_si512(), sums), d, s }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dot(w: &RowPair, a: &ColBlock) -> __m512i {
+        _mm512_dpbusd_epi32(a.start, w.q, a.q)
+    }
+}
+
+impl Format for Q5_1 {
+    type Block = BlockQ5_1;
+    const HAS_MIN: bool = true;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn row_pair(b0: &BlockQ5_1, b1: &BlockQ5_1) -> RowPair {
+        // [d0, d1, m0, m1], as for Q4_1.
+        let dm = _mm_cvtph_ps(_mm_unpacklo_epi32(f16_pair(b0.d, b1.d), f16_pair(b0.m, b1.m)));
+        RowPair {
+            q: unpack_five_bits((&b0.qs, &b0.qh), (&b1.qs, &b1.qh)),
             start: _mm512_setzero_si512(),
             d: spread::<0, 1>(dm),
             m: spread::<2, 3>(dm),
@@ -340,6 +407,16 @@ static Q4_1_TILES: TileTable<BlockQ4_1, BlockQ8A, 4, 4> = TileTable {
     batch_rows: BATCH_ROWS,
     row_tiles: Some([row_tile::<Q4_1, 1>, row_tile::<Q4_1, 2>, row_tile::<Q4_1, 3>, row_tile::<Q4_1, 4>]),
 };
+static Q5_0_TILES: TileTable<BlockQ5_0, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q5_0, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q5_0, 1>, row_tile::<Q5_0, 2>, row_tile::<Q5_0, 3>, row_tile::<Q5_0, 4>]),
+};
+static Q5_1_TILES: TileTable<BlockQ5_1, BlockQ8A, 4, 4> = TileTable {
+    fns: tile_fns!(tile, Q5_1, [1, 2, 3, 4], [1, 2, 3, 4]),
+    batch_rows: BATCH_ROWS,
+    row_tiles: Some([row_tile::<Q5_1, 1>, row_tile::<Q5_1, 2>, row_tile::<Q5_1, 3>, row_tile::<Q5_1, 4>]),
+};
 static Q8_0_TILES: TileTable<BlockQ8_0, BlockQ8A, 4, 4> = TileTable {
     fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]),
     batch_rows: BATCH_ROWS,
@@ -355,16 +432,13 @@ pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: 
         match w.data() {
             WeightData::Q4_0(b) => run_tiles(&Q4_0_TILES, b, n, act, n_cols, out),
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
+            WeightData::Q5_0(b) => run_tiles(&Q5_0_TILES, b, n, act, n_cols, out),
+            WeightData::Q5_1(b) => run_tiles(&Q5_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
-            // The 5-bit types and the K-quants: the AVX2 tiles (this path's CPUs have AVX2; the arithmetic is the
-            // same on every path).
-            WeightData::Q5_0(_)
-            | WeightData::Q5_1(_)
-            | WeightData::Q2K(_)
-            | WeightData::Q3K(_)
-            | WeightData::Q4K(_)
-            | WeightData::Q5K(_)
-            | WeightData::Q6K(_) => avx2::matmul_q8(w, act, n_cols, out),
+            // The K-quants: the AVX2 tiles (this path's CPUs have AVX2; the arithmetic is the same on every path).
+            WeightData::Q2K(_) | WeightData::Q3K(_) | WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_) => {
+                avx2::matmul_q8(w, act, n_cols, out)
+            }
             // Float weights on every path: the scalar kernel.
             WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => scalar::matmul_q8(w, act, n_cols, out),
         }
