@@ -46,6 +46,9 @@ pub trait SuperBlock: Pod {
     fn dmin(&self) -> f32;
     /// Group `g` (0..8) decoded.
     fn group(&self, g: usize) -> Group;
+    /// The integer scale and minimum of every half of 16 elements, half `t = 2g + h` of group `g` (what
+    /// [`SuperBlock::group`] gives as `scales[h]` and `mins[h]`), without the values.
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]);
 }
 
 /// 2-bit: `x = d·sc·q − dmin·m`, a 4-bit scale and minimum per 16 elements.
@@ -165,6 +168,9 @@ impl SuperBlock for BlockQ2K {
             mins: [i32::from(half(0) >> 4), i32::from(half(1) >> 4)],
         }
     }
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]) {
+        (self.scales.map(|s| i32::from(s & 0x0f)), self.scales.map(|s| i32::from(s >> 4)))
+    }
 }
 
 impl SuperBlock for BlockQ3K {
@@ -184,6 +190,15 @@ impl SuperBlock for BlockQ3K {
         let u = std::array::from_fn(|j| crumb(&self.qs, i, s, j) | (((self.hmask[j] >> g) & 1) << 2));
         Group { u, scales: [q3k_scale(&self.scales, 2 * g), q3k_scale(&self.scales, 2 * g + 1)], mins: [0, 0] }
     }
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]) {
+        (std::array::from_fn(|t| q3k_scale(&self.scales, t)), [0; 16])
+    }
+}
+
+/// Q4_K / Q5_K's scales and minima per half: each group's pair, twice.
+fn k_half_scales(scales: &[u8; 12]) -> ([i32; 16], [i32; 16]) {
+    let pairs: [(u8, u8); GROUPS] = std::array::from_fn(|g| k_scale_min(scales, g));
+    (std::array::from_fn(|t| i32::from(pairs[t / 2].0)), std::array::from_fn(|t| i32::from(pairs[t / 2].1)))
 }
 
 /// Group `g`'s four low bits in Q4_K / Q5_K's `qs`.
@@ -208,6 +223,9 @@ impl SuperBlock for BlockQ4K {
         let (sc, m) = (i32::from(sc), i32::from(m));
         Group { u: std::array::from_fn(|j| k_nibble(&self.qs, g, j)), scales: [sc, sc], mins: [m, m] }
     }
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]) {
+        k_half_scales(&self.scales)
+    }
 }
 
 impl SuperBlock for BlockQ5K {
@@ -226,6 +244,9 @@ impl SuperBlock for BlockQ5K {
         let (sc, m) = (i32::from(sc), i32::from(m));
         let u = std::array::from_fn(|j| k_nibble(&self.qs, g, j) | (((self.qh[j] >> g) & 1) << 4));
         Group { u, scales: [sc, sc], mins: [m, m] }
+    }
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]) {
+        k_half_scales(&self.scales)
     }
 }
 
@@ -250,6 +271,9 @@ impl SuperBlock for BlockQ6K {
         });
         Group { u, scales: [i32::from(self.scales[2 * g]), i32::from(self.scales[2 * g + 1])], mins: [0, 0] }
     }
+    fn half_scales(&self) -> ([i32; 16], [i32; 16]) {
+        (self.scales.map(i32::from), [0; 16])
+    }
 }
 
 /// Dequantizes K-quant super-blocks into `out` (`out.len() == blocks.len() * 256`), bit-identical to the `gguf`
@@ -273,6 +297,26 @@ pub fn dequantize_k<B: SuperBlock>(blocks: &[B], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `half_scales` is `group`'s scales and minima, for every type, on arbitrary bytes.
+    #[test]
+    fn half_scales_agree_with_the_groups() {
+        fn check<B: SuperBlock>(bytes: &[u8]) {
+            let b: B = bytemuck::pod_read_unaligned(&bytes[..std::mem::size_of::<B>()]);
+            let (scales, mins) = b.half_scales();
+            for g in 0..GROUPS {
+                let group = b.group(g);
+                assert_eq!(group.scales, [scales[2 * g], scales[2 * g + 1]], "{} group {g}", B::NAME);
+                assert_eq!(group.mins, [mins[2 * g], mins[2 * g + 1]], "{} group {g}", B::NAME);
+            }
+        }
+        let bytes: Vec<u8> = (0..256u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        check::<BlockQ2K>(&bytes);
+        check::<BlockQ3K>(&bytes);
+        check::<BlockQ4K>(&bytes);
+        check::<BlockQ5K>(&bytes);
+        check::<BlockQ6K>(&bytes);
+    }
 
     #[test]
     fn q4_k_scales_unpack_their_six_bit_fields() {

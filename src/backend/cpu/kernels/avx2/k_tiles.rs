@@ -1,5 +1,7 @@
-//! AVX2 tiles of the quantized matmul for the K-quants (Q2_K … Q6_K): each 256-element super-block unpacked into
-//! eight 32-element groups, one register of unsigned values per group, against eight activation blocks.
+//! AVX2 tiles of the quantized matmul for the K-quants (Q2_K … Q6_K): each 256-element super-block's scales decoded
+//! once (`Header`), then its eight 32-element groups unpacked with SIMD shifts and masks, one register of unsigned
+//! values per group, against eight activation blocks. A tile unpacks each group right before using it; a row tile
+//! unpacks whole super-blocks once for all its column tiles.
 //!
 //! Per output, super-block and group, the arithmetic of the scalar `output_q8_k` (`numerics`: 8 lanes, lane `j`
 //! holding elements `4j..4j + 4`): the exact integer lane sums `Σ (u − OFFSET)·qa` (`vpmaddubsw`, `vpmaddwd`),
@@ -18,7 +20,7 @@ use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::tiling::{
     run_tiles, tile_fns, walk_prepared_columns, PreparedTileFn, TileTable, PREFETCH_TILES,
 };
-use crate::model::gguf::kquants::{k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS};
+use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS};
 
 /// One 32-element group, unpacked.
 #[derive(Clone, Copy)]
@@ -59,110 +61,140 @@ fn dot_u8_i8(u: __m256i, i: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, i), _mm256_set1_epi16(1))
 }
 
-/// `[a; 4]` then `[b; 4]` as f32.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn halves(a: i32, b: i32) -> __m256 {
-    _mm256_set_m128(_mm_set1_ps(b as f32), _mm_set1_ps(a as f32))
+/// What a super-block's groups share, decoded once per super-block and row.
+#[derive(Clone, Copy)]
+struct Header {
+    /// The 16 integer half scales as f32 (`SuperBlock::half_scales`): halves 0..8 (groups 0..4), then 8..16.
+    scales: [__m256; 2],
+    /// The 16 integer half minima, likewise.
+    mins: [__m256; 2],
+    /// `d` in every lane.
+    d: __m256,
+    /// `−dmin` in every lane.
+    dmin_neg: __m256,
 }
 
-/// How a K-quant's super-block is unpacked into registers.
+/// How a K-quant's groups are unpacked into registers.
 pub(in crate::backend::cpu::kernels) trait Unpack: SuperBlock {
+    /// The unsigned values `u` of group `g` (0..8) in element order.
+    ///
     /// # Safety
     /// Needs AVX2, FMA and F16C.
-    unsafe fn unpack(&self) -> Unpacked;
+    unsafe fn values(&self, g: usize) -> __m256i;
 }
 
-/// The unpacking any K-quant can use: its scalar decoding (`kquants::SuperBlock::group`), loaded into registers.
+/// 32 bytes from `bytes` at `at` (no alignment needed).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_decoded<B: SuperBlock>(b: &B) -> Unpacked {
-    let mut groups =
-        [GroupRegs { u: _mm256_setzero_si256(), scales: _mm256_setzero_ps(), mins: _mm256_setzero_ps() }; GROUPS];
-    for (g, regs) in groups.iter_mut().enumerate() {
-        let group = b.group(g);
-        // SAFETY: `u` is 32 bytes; the load has no alignment requirement.
-        let u = unsafe { _mm256_loadu_si256(group.u.as_ptr().cast()) };
-        *regs = GroupRegs {
-            u,
-            scales: halves(group.scales[0], group.scales[1]),
-            mins: halves(group.mins[0], group.mins[1]),
-        };
-    }
-    Unpacked { groups, d: _mm256_set1_ps(b.d()), dmin_neg: _mm256_set1_ps(-b.dmin()) }
+fn load_at(bytes: &[u8], at: usize) -> __m256i {
+    let run: &[u8; 32] = bytes[at..at + 32].try_into().expect("32 bytes");
+    // SAFETY: `run` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(run.as_ptr().cast()) }
+}
+
+/// Each byte of `x` shifted right by `n` (within 16-bit lanes: the caller masks off what crosses from the next byte).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn shift_right(x: __m256i, n: usize) -> __m256i {
+    _mm256_srl_epi16(x, _mm_cvtsi32_si128(n as i32))
+}
+
+/// Bits `2s..2s + 2` of the 32 bytes at `32i` of a Q2_K / Q3_K `qs` or a Q6_K `qh`: the 2-bit fields of group
+/// `4i + s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn crumbs(bytes: &[u8], i: usize, s: usize) -> __m256i {
+    _mm256_and_si256(shift_right(load_at(bytes, 32 * i), 2 * s), _mm256_set1_epi8(3))
+}
+
+/// Bit `g` of each of 32 bytes, moved to bit `to`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bit_of(bytes: &[u8], g: usize, to: i32) -> __m256i {
+    let bit = _mm256_and_si256(shift_right(load_at(bytes, 0), g), _mm256_set1_epi8(1));
+    _mm256_sll_epi16(bit, _mm_cvtsi32_si128(to))
+}
+
+/// The four low bits of Q4_K / Q5_K group `g`: the low or high nibbles of 32 bytes of `qs`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_nibbles(qs: &[u8], g: usize) -> __m256i {
+    _mm256_and_si256(shift_right(load_at(qs, 32 * (g / 2)), 4 * (g % 2)), _mm256_set1_epi8(0x0f))
 }
 
 impl Unpack for BlockQ2K {
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn unpack(&self) -> Unpacked {
-        unpack_decoded(self)
+    unsafe fn values(&self, g: usize) -> __m256i {
+        crumbs(&self.qs, g / 4, g % 4)
     }
 }
 
 impl Unpack for BlockQ3K {
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn unpack(&self) -> Unpacked {
-        unpack_decoded(self)
+    unsafe fn values(&self, g: usize) -> __m256i {
+        _mm256_or_si256(crumbs(&self.qs, g / 4, g % 4), bit_of(&self.hmask, g, 2))
+    }
+}
+
+impl Unpack for BlockQ4K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn values(&self, g: usize) -> __m256i {
+        k_nibbles(&self.qs, g)
     }
 }
 
 impl Unpack for BlockQ5K {
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn unpack(&self) -> Unpacked {
-        unpack_decoded(self)
-    }
-}
-
-impl Unpack for BlockQ4K {
-    /// Groups `2c` and `2c + 1` are the low and high nibbles of the same 32 bytes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn unpack(&self) -> Unpacked {
-        let low = _mm256_set1_epi8(0x0f);
-        let mut groups = [GroupRegs { u: low, scales: _mm256_setzero_ps(), mins: _mm256_setzero_ps() }; GROUPS];
-        for c in 0..GROUPS / 2 {
-            // SAFETY: bytes 32c..32c + 32 of the 128-byte `qs`; no alignment requirement.
-            let bytes = unsafe { _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast()) };
-            groups[2 * c].u = _mm256_and_si256(bytes, low);
-            groups[2 * c + 1].u = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), low);
-        }
-        for (g, regs) in groups.iter_mut().enumerate() {
-            let (sc, m) = k_scale_min(&self.scales, g);
-            let (sc, m) = (i32::from(sc), i32::from(m));
-            (regs.scales, regs.mins) = (halves(sc, sc), halves(m, m));
-        }
-        Unpacked { groups, d: _mm256_set1_ps(self.d()), dmin_neg: _mm256_set1_ps(-self.dmin()) }
+    unsafe fn values(&self, g: usize) -> __m256i {
+        _mm256_or_si256(k_nibbles(&self.qs, g), bit_of(&self.qh, g, 4))
     }
 }
 
 impl Unpack for BlockQ6K {
-    /// Each 128-element half: two 32-byte runs of `ql` (low, then high nibbles) and one of `qh` (bit pairs).
+    /// Group `4i + s`: nibble `s / 2` of the 32-byte run `s % 2` of half `i`'s `ql`, and bit pair `s` of its `qh`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn unpack(&self) -> Unpacked {
-        let (low, pair) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
-        let zero = _mm256_setzero_ps();
-        let mut groups = [GroupRegs { u: low, scales: zero, mins: zero }; GROUPS];
-        for i in 0..2 {
-            // SAFETY: bytes 64i..64i + 64 of the 128-byte `ql` and 32i..32i + 32 of the 64-byte `qh`.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * i).cast()),
-                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * i + 32).cast()),
-                    _mm256_loadu_si256(self.qh.as_ptr().add(32 * i).cast()),
-                )
-            };
-            // (Shifts of 16-bit lanes, then masks: the bits that cross from the neighbouring byte are masked off.)
-            let g = &mut groups[4 * i..4 * i + 4];
-            let six_bits = |nibbles: __m256i, pairs: __m256i| {
-                _mm256_or_si256(_mm256_and_si256(nibbles, low), _mm256_slli_epi16::<4>(_mm256_and_si256(pairs, pair)))
-            };
-            g[0].u = six_bits(ql0, qh);
-            g[1].u = six_bits(ql1, _mm256_srli_epi16::<2>(qh));
-            g[2].u = six_bits(_mm256_srli_epi16::<4>(ql0), _mm256_srli_epi16::<4>(qh));
-            g[3].u = six_bits(_mm256_srli_epi16::<4>(ql1), _mm256_srli_epi16::<6>(qh));
-        }
-        for (g, regs) in groups.iter_mut().enumerate() {
-            regs.scales = halves(i32::from(self.scales[2 * g]), i32::from(self.scales[2 * g + 1]));
-        }
-        Unpacked { groups, d: _mm256_set1_ps(self.d()), dmin_neg: zero }
+    unsafe fn values(&self, g: usize) -> __m256i {
+        let (i, s) = (g / 4, g % 4);
+        let low = shift_right(load_at(&self.ql, 64 * i + 32 * (s % 2)), 4 * (s / 2));
+        let low = _mm256_and_si256(low, _mm256_set1_epi8(0x0f));
+        _mm256_or_si256(low, _mm256_slli_epi16::<4>(crumbs(&self.qh, i, s)))
     }
+}
+
+/// The header of super-block `b`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn header<B: SuperBlock>(b: &B) -> Header {
+    let (scales, mins) = b.half_scales();
+    let eight = |v: &[i32; 16], h: usize| {
+        let half: &[i32; 8] = v[8 * h..8 * h + 8].try_into().expect("8 values");
+        // SAFETY: `half` is 8 readable i32; `loadu` has no alignment requirement.
+        _mm256_cvtepi32_ps(unsafe { _mm256_loadu_si256(half.as_ptr().cast()) })
+    };
+    Header {
+        scales: [eight(&scales, 0), eight(&scales, 1)],
+        mins: [eight(&mins, 0), eight(&mins, 1)],
+        d: _mm256_set1_ps(b.d()),
+        dmin_neg: _mm256_set1_ps(-b.dmin()),
+    }
+}
+
+/// Group `g` of super-block `b` in registers: its values, and its halves' scale and minimum in lanes 0..4, 4..8.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group<B: Unpack>(b: &B, h: &Header, g: usize) -> GroupRegs {
+    let (first, second) = (2 * (g % 4) as i32, 2 * (g % 4) as i32 + 1);
+    let lanes = _mm256_setr_epi32(first, first, first, first, second, second, second, second);
+    GroupRegs {
+        // SAFETY: this function has the features `values` needs.
+        u: unsafe { b.values(g) },
+        scales: _mm256_permutevar8x32_ps(h.scales[g / 4], lanes),
+        mins: if B::HAS_MIN { _mm256_permutevar8x32_ps(h.mins[g / 4], lanes) } else { _mm256_setzero_ps() },
+    }
+}
+
+/// Super-block `b` unpacked whole, for the prepared row tiles.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack<B: Unpack>(b: &B) -> Unpacked {
+    let h = header(b);
+    let mut groups = [GroupRegs { u: _mm256_setzero_si256(), scales: h.d, mins: h.d }; GROUPS];
+    for (g, regs) in groups.iter_mut().enumerate() {
+        *regs = group(b, &h, g);
+    }
+    Unpacked { groups, d: h.d, dmin_neg: h.dmin_neg }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -177,48 +209,35 @@ fn col_block<B: SuperBlock>(a: &BlockQ8A) -> ColBlock {
     }
 }
 
-/// Adds one super-block of every row (unpacked) and column of a tile to the accumulators `acc[c][r]`.
-// The group index picks the same group from the rows and the columns; an iterator over one would hide that.
-#[allow(clippy::needless_range_loop)]
+/// Adds group `g` of one super-block of every row (`regs`, with the rows' `d` and `−dmin` in `scales`) and column
+/// of a tile to the accumulators `acc[c][r]`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn accumulate<B: SuperBlock, const R: usize, const C: usize>(
+fn accumulate_group<B: SuperBlock, const R: usize, const C: usize>(
     acc: &mut [[__m256; R]; C],
-    w: &[Unpacked; R],
-    cols: [&[BlockQ8A; GROUPS]; C],
+    regs: &[GroupRegs; R],
+    scales: &[(__m256, __m256); R],
+    cols: &[&[BlockQ8A; GROUPS]; C],
+    g: usize,
 ) {
-    for g in 0..GROUPS {
-        for c in 0..C {
-            let a = col_block::<B>(&cols[c][g]);
-            for r in 0..R {
-                let regs = &w[r].groups[g];
-                let mut dot = dot_u8_i8(regs.u, a.q);
-                if B::OFFSET != 0 {
-                    dot = _mm256_sub_epi32(dot, a.offset);
-                }
-                let p = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), regs.scales);
-                acc[c][r] = _mm256_fmadd_ps(p, _mm256_mul_ps(w[r].d, a.d), acc[c][r]);
-                if B::HAS_MIN {
-                    let n = _mm256_mul_ps(a.sums, regs.mins);
-                    acc[c][r] = _mm256_fmadd_ps(n, _mm256_mul_ps(w[r].dmin_neg, a.d), acc[c][r]);
-                }
+    for c in 0..C {
+        let a = col_block::<B>(&cols[c][g]);
+        for r in 0..R {
+            let mut dot = dot_u8_i8(regs[r].u, a.q);
+            if B::OFFSET != 0 {
+                dot = _mm256_sub_epi32(dot, a.offset);
+            }
+            let p = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), regs[r].scales);
+            acc[c][r] = _mm256_fmadd_ps(p, _mm256_mul_ps(scales[r].0, a.d), acc[c][r]);
+            if B::HAS_MIN {
+                let n = _mm256_mul_ps(a.sums, regs[r].mins);
+                acc[c][r] = _mm256_fmadd_ps(n, _mm256_mul_ps(scales[r].1, a.d), acc[c][r]);
             }
         }
     }
 }
 
-/// Unpacks one super-block of each of `R` rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_rows<B: Unpack, const R: usize>(blocks: [&B; R]) -> [Unpacked; R] {
-    let mut w = [MaybeUninit::<Unpacked>::uninit(); R];
-    for r in 0..R {
-        // SAFETY: this function has the features `unpack` needs.
-        w[r].write(unsafe { blocks[r].unpack() });
-    }
-    // SAFETY: every entry was written just above.
-    w.map(|u| unsafe { u.assume_init() })
-}
-
-/// One `R × C` tile (see `tiling::TileFn`; a "block" here is a super-block and its eight activation blocks).
+/// One `R × C` tile (see `tiling::TileFn`; a "block" here is a super-block and its eight activation blocks). Each
+/// super-block's groups are unpacked one at a time, into registers, right before they are used.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile<B: Unpack, const R: usize, const C: usize>(
     rows: &[B],
@@ -228,6 +247,7 @@ fn tile<B: Unpack, const R: usize, const C: usize>(
 ) {
     let mut acc = [[_mm256_setzero_ps(); R]; C];
     let ahead = PREFETCH_TILES * R * n_blocks;
+    let zero = _mm256_setzero_ps();
     for b in 0..n_blocks {
         let mut blocks: [&B; R] = [&rows[b]; R];
         for r in 0..R {
@@ -238,7 +258,19 @@ fn tile<B: Unpack, const R: usize, const C: usize>(
         for c in 0..C {
             col[c] = &cols[c * n_blocks + b];
         }
-        accumulate::<B, R, C>(&mut acc, &unpack_rows::<B, R>(blocks), col);
+        let mut headers = [Header { scales: [zero; 2], mins: [zero; 2], d: zero, dmin_neg: zero }; R];
+        let mut scales = [(zero, zero); R];
+        for r in 0..R {
+            headers[r] = header(blocks[r]);
+            scales[r] = (headers[r].d, headers[r].dmin_neg);
+        }
+        for g in 0..GROUPS {
+            let mut regs = [GroupRegs { u: _mm256_setzero_si256(), scales: zero, mins: zero }; R];
+            for r in 0..R {
+                regs[r] = group(blocks[r], &headers[r], g);
+            }
+            accumulate_group::<B, R, C>(&mut acc, &regs, &scales, &col, g);
+        }
     }
     for c in 0..C {
         for r in 0..R {
@@ -266,8 +298,12 @@ fn row_tile<B: Unpack, const R: usize>(
     }
     let mut prepared = [const { MaybeUninit::<[Unpacked; R]>::uninit() }; MAX_PREPARED_BLOCKS];
     for (b, slot) in prepared[..n_blocks].iter_mut().enumerate() {
-        let blocks: [&B; R] = std::array::from_fn(|r| &rows[r * n_blocks + b]);
-        slot.write(unpack_rows::<B, R>(blocks));
+        let mut unpacked = [MaybeUninit::<Unpacked>::uninit(); R];
+        for (r, u) in unpacked.iter_mut().enumerate() {
+            u.write(unpack(&rows[r * n_blocks + b]));
+        }
+        // SAFETY: every entry was written just above.
+        slot.write(unpacked.map(|u| unsafe { u.assume_init() }));
     }
     // SAFETY: entries 0..n_blocks were written just above; MaybeUninit<T> has T's layout.
     let prepared: &[[Unpacked; R]] = unsafe { std::slice::from_raw_parts(prepared.as_ptr().cast(), n_blocks) };
@@ -287,12 +323,23 @@ fn prepared_tile<B: Unpack, const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let zero = _mm256_setzero_ps();
     for (b, w) in prepared.iter().enumerate() {
         let mut col: [&[BlockQ8A; GROUPS]; C] = [&cols[b]; C];
         for c in 0..C {
             col[c] = &cols[c * n_blocks + b];
         }
-        accumulate::<B, R, C>(&mut acc, w, col);
+        let mut scales = [(zero, zero); R];
+        for r in 0..R {
+            scales[r] = (w[r].d, w[r].dmin_neg);
+        }
+        for g in 0..GROUPS {
+            let mut regs = [GroupRegs { u: _mm256_setzero_si256(), scales: zero, mins: zero }; R];
+            for r in 0..R {
+                regs[r] = w[r].groups[g];
+            }
+            accumulate_group::<B, R, C>(&mut acc, &regs, &scales, &col, g);
+        }
     }
     for c in 0..C {
         for r in 0..R {
