@@ -479,6 +479,9 @@ fn element_wise_kernels_are_bit_identical_to_scalar() {
             k.silu_mul(&gate, &y, &mut got);
             s.silu_mul(&gate, &y, &mut want);
             assert_same_bits(&got, &want, &what("silu_mul"));
+            k.gelu_mul(&gate, &y, &mut got);
+            s.gelu_mul(&gate, &y, &mut want);
+            assert_same_bits(&got, &want, &what("gelu_mul"));
 
             let (mut a, mut b) = (x.clone(), x.clone());
             k.add_assign(&mut a, &y);

@@ -6,7 +6,6 @@
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
-use super::kernels::numerics::gelu_tanh;
 use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
 use super::kv_cache::{CpuKvCache, KvPrecision};
 use super::model_weights::CpuModelWeights;
@@ -360,12 +359,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             let r = rows.start * ff..rows.end * ff;
             match activation {
                 FfnActivation::Silu => kernels.silu_mul(&gate_in[r.clone()], &up_in[r], out),
-                // Shared code on every path (`numerics::gelu_tanh`), so the same bits everywhere.
-                FfnActivation::GeluTanh => {
-                    for ((o, &g), &u) in out.iter_mut().zip(&gate_in[r.clone()]).zip(&up_in[r]) {
-                        *o = gelu_tanh(g) * u;
-                    }
-                }
+                FfnActivation::GeluTanh => kernels.gelu_mul(&gate_in[r.clone()], &up_in[r], out),
             }
         });
         std::mem::swap(&mut self.bufs[buf_index(Buf::Gate)], &mut self.hidden);

@@ -34,6 +34,7 @@ pub struct Kernels {
     pub(super) matmul_f32: MatmulF32Fn,
     pub(super) rms_norm: unsafe fn(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]),
     pub(super) silu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
+    pub(super) gelu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
     pub(super) add_assign: unsafe fn(x: &mut [f32], y: &[f32]),
     pub(super) softmax_inplace: unsafe fn(x: &mut [f32]),
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
@@ -168,6 +169,16 @@ impl Kernels {
         assert!(gate.len() == up.len() && gate.len() == out.len(), "silu_mul: lengths differ");
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.silu_mul)(gate, up, out) }
+    }
+
+    /// The GeGLU gate: `out[i] = gelu(gate[i]) · up[i]`, GELU's tanh approximation (`numerics::gelu_tanh`).
+    ///
+    /// # Panics
+    /// When the three lengths differ.
+    pub fn gelu_mul(&self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        assert!(gate.len() == up.len() && gate.len() == out.len(), "gelu_mul: lengths differ");
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.gelu_mul)(gate, up, out) }
     }
 
     /// `x[i] += y[i]` (the residual add); exact, so identical on every path.

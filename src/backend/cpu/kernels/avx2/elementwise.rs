@@ -141,3 +141,9 @@ pub(in crate::backend::cpu::kernels) fn argmax(x: &[f32]) -> usize {
     }
     tail.iter().position(|&v| v == max).map_or(0, |i| xs.len() * 8 + i)
 }
+
+/// `gelu(g) · u`: the scalar definition (`numerics::gelu_tanh`), compiled here with FMA; the same bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::backend::cpu::kernels) fn gelu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    crate::backend::cpu::kernels::scalar::gelu_mul(gate, up, out)
+}

@@ -16,7 +16,7 @@ mod quantize;
 use super::table::Kernels;
 
 pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
-pub(super) use elementwise::{add_assign, argmax, rms_norm, rope, silu_mul, softmax_inplace};
+pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace};
 pub(super) use q8_tiles::{matmul_q8, unpack_five_bits};
 pub(super) use quantize::quantize_row_q8a;
 
@@ -32,6 +32,7 @@ static KERNELS: Kernels = Kernels {
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm,
     silu_mul,
+    gelu_mul,
     add_assign,
     softmax_inplace,
     rope,

@@ -34,6 +34,7 @@ static KERNELS: Kernels = Kernels {
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm: avx2::rms_norm,
     silu_mul: avx2::silu_mul,
+    gelu_mul: avx2::gelu_mul,
     add_assign: avx2::add_assign,
     softmax_inplace: avx2::softmax_inplace,
     rope: avx2::rope,

@@ -44,6 +44,15 @@ pub(in crate::backend::cpu::kernels) fn silu_mul(gate: &[f32], up: &[f32], out: 
     }
 }
 
+/// `gelu(g) · u` with `numerics::gelu_tanh`, element by element: the definition every path runs (the SIMD paths
+/// run this code compiled with FMA, so no software `fmaf` is called).
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) fn gelu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = numerics::gelu_tanh(g) * u;
+    }
+}
+
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {

@@ -13,7 +13,7 @@
 mod elementwise;
 mod matmul;
 
-pub(super) use elementwise::{dot_f16, rms_scale, rope_pair, silu_mul_one};
+pub(super) use elementwise::{dot_f16, gelu_mul, rms_scale, rope_pair, silu_mul_one};
 pub(super) use matmul::{matmul_f32, matmul_q8};
 
 use super::q8a::quantize_row_q8a_scalar;
@@ -45,6 +45,10 @@ macro_rules! scalar_table {
             $(#[target_feature(enable = $features)])?
             pub(super) fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
                 elementwise::silu_mul(gate, up, out)
+            }
+            $(#[target_feature(enable = $features)])?
+            pub(super) fn gelu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+                elementwise::gelu_mul(gate, up, out)
             }
             $(#[target_feature(enable = $features)])?
             pub(super) fn add_assign(x: &mut [f32], y: &[f32]) {
@@ -79,6 +83,7 @@ macro_rules! scalar_table {
             matmul_f32: $module::matmul_f32,
             rms_norm: $module::rms_norm,
             silu_mul: $module::silu_mul,
+            gelu_mul: $module::gelu_mul,
             add_assign: $module::add_assign,
             softmax_inplace: $module::softmax_inplace,
             rope: $module::rope,
@@ -145,6 +150,9 @@ mod tests {
                 (p.silu_mul)(&x, &y, &mut a);
                 (f.silu_mul)(&x, &y, &mut b);
                 assert_eq!(bits(&a), bits(&b), "silu_mul {len}");
+                (p.gelu_mul)(&x, &y, &mut a);
+                (f.gelu_mul)(&x, &y, &mut b);
+                assert_eq!(bits(&a), bits(&b), "gelu_mul {len}");
                 let (mut s, mut t) = (x.clone(), x.clone());
                 (p.softmax_inplace)(&mut s);
                 (f.softmax_inplace)(&mut t);
