@@ -9,30 +9,7 @@ mod gemma3;
 use std::sync::Arc;
 
 use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
-use ember::model::{Model, TokenId};
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct GreedyRef {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    prompt_ids: Vec<TokenId>,
-    generated_ids: Vec<TokenId>,
-    top5_per_position: Vec<Position>,
-}
-
-#[derive(Deserialize)]
-struct Position {
-    top5: Vec<Top>,
-}
-
-#[derive(Deserialize)]
-struct Top {
-    prob: f64,
-}
+use ember::model::Model;
 
 /// llama.cpp's top-1 − top-2 margin below which the greedy token is a near-tie: `generate_greedy`'s for SmolLM2
 /// (teacher forcing measures our probabilities within 0.081 of llama.cpp's on Gemma, so a margin below twice
@@ -42,8 +19,7 @@ const NEAR_TIE: f64 = 0.15;
 #[test]
 fn batched_greedy_completions_follow_llama_cpp_until_a_near_tie_with_metrics() {
     let model = Arc::new(Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}")));
-    let reference: GreedyRef =
-        serde_json::from_str(include_str!("fixtures/gemma3/greedy_ref.json")).expect("greedy_ref.json parses");
+    let reference = gemma3::greedy_ref();
     let config = EngineConfig { threads: 2, max_num_seqs: 8, enable_per_request_metrics: true, ..Default::default() };
     let engine = Engine::with_model(config, model, Logger::silent()).unwrap_or_else(|e| panic!("{e}"));
     let handles: Vec<_> = reference

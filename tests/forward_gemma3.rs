@@ -12,31 +12,6 @@ use ember::backend::cpu::kernels::kernels;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct GreedyRef {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    prompt: String,
-    prompt_ids: Vec<TokenId>,
-    generated_ids: Vec<TokenId>,
-    top5_per_position: Vec<Position>,
-}
-
-#[derive(Deserialize)]
-struct Position {
-    top5: Vec<Top>,
-}
-
-#[derive(Deserialize)]
-struct Top {
-    id: TokenId,
-    prob: f64,
-}
 
 const KV_BLOCK_SIZE: usize = 16;
 /// Room per sequence: the longest case (950 prompt tokens + 48 generated).
@@ -65,8 +40,7 @@ fn argmax(x: &[f32]) -> usize {
 #[test]
 fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
     let model = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
-    let reference: GreedyRef =
-        serde_json::from_str(include_str!("fixtures/gemma3/greedy_ref.json")).expect("greedy_ref.json parses");
+    let reference = gemma3::greedy_ref();
     let n = reference.cases.len();
     let options = CpuBackendOptions {
         threads: 2,
