@@ -10,6 +10,9 @@ use crate::model::gguf::{GgmlType, Value};
 
 use super::config::{Architecture, FfnActivation, LayerAttention, LlamaConfig};
 
+/// The RoPE base of every synthetic model (its metadata and the config it implies).
+const ROPE_BASE: f32 = 100_000.0;
+
 /// Shapes of a synthetic model and the seed of its weights.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SyntheticSpec {
@@ -71,13 +74,13 @@ impl SyntheticSpec {
             .metadata("llama.feed_forward_length", u32v(self.n_ff))
             .metadata("llama.attention.head_count", u32v(self.n_head))
             .metadata("llama.attention.head_count_kv", u32v(self.n_head_kv))
-            .metadata("llama.rope.freq_base", Value::F32(100_000.0))
+            .metadata("llama.rope.freq_base", Value::F32(ROPE_BASE))
             .metadata("llama.rope.dimension_count", u32v(head_dim))
             .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
             .metadata("llama.vocab_size", u32v(self.vocab_size));
         let config = LlamaConfig {
             arch: Architecture::Llama,
-            rope_bases: vec![100_000.0],
+            rope_bases: vec![ROPE_BASE],
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
             rope_neox: false,
             embed_scale: None,
@@ -91,7 +94,7 @@ impl SyntheticSpec {
             n_head: self.n_head,
             n_head_kv: self.n_head_kv,
             head_dim,
-            rope_base: 100_000.0,
+            rope_base: ROPE_BASE,
             rope_dim: head_dim,
             rms_eps: 1e-5,
             context_length: self.context_length,
