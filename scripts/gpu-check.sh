@@ -6,8 +6,9 @@
 #   scripts/gpu-check.sh run [--skip-synthetic]
 #                                          on the GPU machine (x86_64, CUDA 13 + driver 580, no Rust, no network):
 #                                          every check that the files present allow; results under $OUT
-#   scripts/gpu-check.sh emulate           here: the kernels run under a CPU emulation of CUDA (g++), against
-#                                          float64 references and each other (see src/backend/cuda/kernels/emulation)
+#   scripts/gpu-check.sh emulate           here: the kernels run under a CPU emulation of CUDA (g++), on weights of
+#                                          every type packed by the backend, against float64 references and each
+#                                          other (see src/backend/cuda/kernels/emulation)
 #
 # `run`, in order (under 5 minutes; each step has its own time limit):
 #   1. device facts (nvidia-smi), and the kernels compiled by NVRTC for the device (ember-gpu-check info);
@@ -67,6 +68,9 @@ emulate() {
   local dir="src/backend/cuda/kernels/emulation" build="$WORK/emulation"
   mkdir -p "$build"
   python3 "$dir/host_source.py" src/backend/cuda/kernels "$build/kernels_host.h"
+  # Weights of every type as the backend packs them, with the CPU's dequantization (tests/cuda_packed_fixtures.rs).
+  EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" cargo test --release --quiet --test cuda_packed_fixtures
+  export EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin"
   g++ -std=c++20 -O2 -ffp-contract=off -Wno-unknown-pragmas -pthread -I "$dir" -I "$build" \
     "$dir/kernel_checks.cpp" -o "$build/kernel_checks"
   "$build/kernel_checks"

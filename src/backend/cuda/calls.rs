@@ -413,22 +413,22 @@ impl TopKCall<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::packing::QuantType;
+    use crate::backend::cuda::packing::PackedType;
 
-    fn matrix<'a>(dtype: QuantType, rows: usize, cols: usize) -> MatrixArray<'a> {
+    fn matrix<'a>(dtype: PackedType, rows: usize, cols: usize) -> MatrixArray<'a> {
         let blocks = rows * cols / 32;
         MatrixArray {
             dtype,
             rows,
             cols,
             quants: DeviceArray::fake(0x1000, blocks * dtype.quant_words()),
-            scales: DeviceArray::fake(0x9000_0000, blocks),
+            scales: DeviceArray::fake(0x9000_0000, blocks * dtype.scale_words()),
         }
     }
 
     #[test]
     fn a_projection_checks_every_operand_and_sizes_its_grid() {
-        let (q, k) = (matrix(QuantType::Q4_1, 576, 576), matrix(QuantType::Q4_1, 192, 576));
+        let (q, k) = (matrix(PackedType::Q4_1, 576, 576), matrix(PackedType::Q4_1, 192, 576));
         let outputs = [(q, DeviceArray::fake(0x10, 2 * 576)), (k, DeviceArray::fake(0x20, 2 * 192))];
         let call = |outputs, x_len, n_tokens| ProjectSmallCall {
             outputs,
@@ -444,13 +444,14 @@ mod tests {
         assert!(call(&outputs, 2 * 576 - 1, 2).args().is_err(), "short input");
         assert!(call(&outputs, 9 * 576, 9).args().is_err(), "too many tokens");
         assert!(call(&outputs[..1], 3 * 576, 3).args().is_err(), "short output");
-        let mixed = [(q, DeviceArray::fake(0x10, 576)), (matrix(QuantType::Q8_0, 192, 576), DeviceArray::fake(0, 192))];
+        let mixed =
+            [(q, DeviceArray::fake(0x10, 576)), (matrix(PackedType::Q8_0, 192, 576), DeviceArray::fake(0, 192))];
         assert!(call(&mixed, 576, 1).args().is_err(), "two types in one launch");
     }
 
     #[test]
     fn the_matmul_tile_follows_the_token_count() {
-        let w = matrix(QuantType::Q8_0, 49152, 576);
+        let w = matrix(PackedType::Q8_0, 49152, 576);
         let call = |n| MatmulCall {
             matrix: w,
             x: DeviceArray::fake(0, n * 576),

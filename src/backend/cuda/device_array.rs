@@ -7,7 +7,7 @@ use std::ops::Range;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use super::error::CudaBackendError;
-use super::packing::QuantType;
+use super::packing::PackedType;
 
 /// A device array as a kernel operand: its address and its length in elements.
 ///
@@ -68,12 +68,12 @@ fn internal(detail: String) -> CudaBackendError {
 /// A packed weight matrix on the device (see `packing.rs`).
 #[derive(Clone, Copy, Debug)]
 pub struct MatrixArray<'a> {
-    pub dtype: QuantType,
+    pub dtype: PackedType,
     pub rows: usize,
     pub cols: usize,
     /// `[rows][cols / 32][dtype.quant_words()]`.
     pub quants: DeviceArray<'a, u32>,
-    /// `[rows][cols / 32]`.
+    /// `[rows][cols / 32][dtype.scale_words()]`.
     pub scales: DeviceArray<'a, u32>,
 }
 
@@ -84,7 +84,10 @@ impl MatrixArray<'_> {
             return Err(internal(format!("{what} has rows of {} weights, not whole blocks", self.cols)));
         }
         let n_blocks = self.rows * self.cols / 32;
-        Ok((self.quants.covering(n_blocks * self.dtype.quant_words(), what)?, self.scales.covering(n_blocks, what)?))
+        Ok((
+            self.quants.covering(n_blocks * self.dtype.quant_words(), what)?,
+            self.scales.covering(n_blocks * self.dtype.scale_words(), what)?,
+        ))
     }
 }
 
@@ -105,7 +108,7 @@ mod tests {
     #[test]
     fn a_matrix_must_cover_its_shape() {
         let m = |quants, scales| MatrixArray {
-            dtype: QuantType::Q4_1,
+            dtype: PackedType::Q4_1,
             rows: 2,
             cols: 64,
             quants: DeviceArray::fake(0x40, quants),

@@ -6,16 +6,17 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKer
 use super::calls::*;
 use super::error::CudaBackendError;
 use super::module::KernelModule;
-use super::packing::QuantType;
+use super::packing::PackedType;
 
 /// Every kernel of the program, looked up once in the loaded module.
 pub struct Kernels {
-    embed: [CudaFunction; 3],
+    /// Each indexed by [`PackedType`] number.
+    embed: Vec<CudaFunction>,
     rms_norm: CudaFunction,
-    project_small: [CudaFunction; 3],
-    project_swiglu_small: [CudaFunction; 3],
+    project_small: Vec<CudaFunction>,
+    project_swiglu_small: Vec<CudaFunction>,
     /// `[type][tile]`, tiles of 16, 32 and 64 tokens.
-    matmul: [[CudaFunction; 3]; 3],
+    matmul: Vec<[CudaFunction; 3]>,
     rope_table: CudaFunction,
     rope_store: CudaFunction,
     attention: CudaFunction,
@@ -27,7 +28,7 @@ pub struct Kernels {
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
         ["rms_norm", "rope_table", "rope_store", "attention", "swiglu", "top_k"].map(String::from).into();
-    for t in QuantType::ALL.map(QuantType::kernel_suffix) {
+    for t in PackedType::ALL.map(PackedType::kernel_suffix) {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_swiglu_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
     }
@@ -44,11 +45,10 @@ fn tile_index(n_tokens: usize) -> usize {
 
 impl Kernels {
     pub fn load(module: &KernelModule) -> Result<Self, CudaBackendError> {
-        let per_type = |prefix: &str| -> Result<[CudaFunction; 3], CudaBackendError> {
-            let [a, b, c] = QuantType::ALL.map(|t| module.function(&format!("{prefix}_{}", t.kernel_suffix())));
-            Ok([a?, b?, c?])
+        let per_type = |prefix: &str| -> Result<Vec<CudaFunction>, CudaBackendError> {
+            PackedType::ALL.iter().map(|t| module.function(&format!("{prefix}_{}", t.kernel_suffix()))).collect()
         };
-        let matmul_of = |t: QuantType| -> Result<[CudaFunction; 3], CudaBackendError> {
+        let matmul_of = |t: PackedType| -> Result<[CudaFunction; 3], CudaBackendError> {
             let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("matmul_{}_n{n}", t.kernel_suffix())));
             Ok([a?, b?, c?])
         };
@@ -57,7 +57,7 @@ impl Kernels {
             rms_norm: module.function("rms_norm")?,
             project_small: per_type("project_small")?,
             project_swiglu_small: per_type("project_swiglu_small")?,
-            matmul: [matmul_of(QuantType::Q4_0)?, matmul_of(QuantType::Q4_1)?, matmul_of(QuantType::Q8_0)?],
+            matmul: PackedType::ALL.into_iter().map(matmul_of).collect::<Result<_, _>>()?,
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
@@ -140,11 +140,21 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        let names = kernel_names();
-        assert_eq!(names.len(), 6 + 3 * 6);
-        for name in names {
-            let defined = source.contains(&format!(" {name}(const ")) || source.contains(&format!("({name}, "));
-            assert!(defined, "kernel {name} is not defined in the sources");
+        assert_eq!(kernel_names().len(), 6 + PackedType::ALL.len() * 6);
+        // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
+        // the compiled PTX); here, that its list is ours, in our order.
+        let list: String = PackedType::ALL
+            .iter()
+            .map(|t| format!("X({}, TYPE_{}) ", t.kernel_suffix(), t.kernel_suffix().to_uppercase()))
+            .collect();
+        let flat = source.replace(['\\', '\n'], " ").split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(list.trim_end()), "FOR_EACH_WEIGHT_TYPE does not list {list}");
+        for t in PackedType::ALL {
+            let number = format!("#define TYPE_{} {}", t.kernel_suffix().to_uppercase(), t as usize);
+            assert!(source.contains(&number), "common.cuh lacks {number:?}");
+        }
+        for name in ["rms_norm", "rope_table", "rope_store", "attention", "swiglu", "top_k"] {
+            assert!(source.contains(&format!(" {name}(const ")), "kernel {name} is not defined in the sources");
         }
     }
 }

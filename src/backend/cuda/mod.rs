@@ -25,7 +25,7 @@ mod kv_cache;
 mod launch;
 pub mod module;
 mod ops;
-mod packing;
+pub mod packing;
 mod step_meta;
 mod weights;
 

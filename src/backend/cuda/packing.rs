@@ -1,41 +1,119 @@
-//! The device layout of quantized weight matrices: each ggml block split into its quants and its scales.
+//! The device layout of weight matrices: every ggml type as groups of 32 elements, each split into its values and
+//! its scales.
 //!
-//! A Q4_1 block is 20 bytes and a Q8_0 block 34, so blocks laid end to end leave most of them misaligned for the
-//! 4- and 16-byte loads a GPU reads memory with. Split, both halves align: the quants of a block are 4 (4-bit
-//! types) or 8 (Q8_0) whole 32-bit words, exactly the block's `qs` bytes read little-endian, and its scales one
-//! 32-bit word. The weights stay quantized; only where their bytes sit changes. `kernels/common.cuh` reads this
-//! layout (`slice_dequant`); the tests below hold a Rust copy of that reading to ggml's dequantization.
+//! A Q4_1 block is 20 bytes and a Q4_K super-block 144, so blocks laid end to end leave most of them misaligned for
+//! the 4- and 16-byte loads a GPU reads memory with, and a K-quant scatters one group's bits over its super-block.
+//! Packed, every 32-element group is `quant_words` 32-bit words of values and `scale_words` words of scales, both
+//! arrays aligned, and one slice of 8 elements reads one word (or part of one) of each bit plane. The weights stay
+//! quantized with ggml's own codes and scales, so the dequantized values are ggml's exactly; only where the bits
+//! sit changes. `kernels/common.cuh` ("Packed weight matrices") documents the layout and reads it; the CPU
+//! emulation of the kernels reads matrices this module packed (`tests/cuda_packed_fixtures.rs`) and checks what the
+//! kernels compute from them against the CPU's dequantization.
+//!
+//! What it costs: a K-quant's super-block scale and minimum are repeated in each of its 8 groups beside the group's
+//! own integer scales (2 words per 32 elements), so Q4_K takes 6.0 bits per weight on the device against 4.5 in
+//! the file, Q6_K 8.0 against 6.56 (about 1.5 more for every K-quant); a legacy type's f16 scales take a whole word
+//! (Q4_0 5.0 against 4.5, Q4_1 and Q5_1 their file size).
 
 use half::f16;
 
 use crate::backend::cpu::kernels::{WeightData, WeightMatrix};
-use crate::model::gguf::blocks::QK;
+use crate::model::gguf::blocks::{five_bit_values, QK};
+use crate::model::gguf::kquants::{SuperBlock, GROUPS};
 
-/// The quantized block types the kernels read, numbered as `TYPE_*` in `common.cuh`.
+/// The weight types the kernels read, numbered as `TYPE_*` in `common.cuh`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QuantType {
+pub enum PackedType {
     Q4_0 = 0,
     Q4_1 = 1,
     Q8_0 = 2,
+    Q5_0 = 3,
+    Q5_1 = 4,
+    Q2K = 5,
+    Q3K = 6,
+    Q4K = 7,
+    Q5K = 8,
+    Q6K = 9,
+    F16 = 10,
+    Bf16 = 11,
+    F32 = 12,
 }
 
-impl QuantType {
-    pub const ALL: [QuantType; 3] = [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0];
+impl PackedType {
+    /// In `TYPE_*` order (a type's position is its number), as `FOR_EACH_WEIGHT_TYPE` lists them.
+    pub const ALL: [PackedType; 13] = [
+        PackedType::Q4_0,
+        PackedType::Q4_1,
+        PackedType::Q8_0,
+        PackedType::Q5_0,
+        PackedType::Q5_1,
+        PackedType::Q2K,
+        PackedType::Q3K,
+        PackedType::Q4K,
+        PackedType::Q5K,
+        PackedType::Q6K,
+        PackedType::F16,
+        PackedType::Bf16,
+        PackedType::F32,
+    ];
 
-    /// 32-bit words of quants per block.
+    /// 32-bit words of values per group (`QWORDS`).
     pub fn quant_words(self) -> usize {
         match self {
-            QuantType::Q4_0 | QuantType::Q4_1 => 4,
-            QuantType::Q8_0 => 8,
+            PackedType::Q2K => 2,
+            PackedType::Q3K => 3,
+            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q4K => 4,
+            PackedType::Q5_0 | PackedType::Q5_1 | PackedType::Q5K => 5,
+            PackedType::Q6K => 6,
+            PackedType::Q8_0 => 8,
+            PackedType::F16 | PackedType::Bf16 => 16,
+            PackedType::F32 => 32,
         }
     }
 
-    /// The suffix of this type's kernels' names (`project_small_q4_1`).
+    /// 32-bit words of scales per group (`SWORDS`).
+    pub fn scale_words(self) -> usize {
+        match self {
+            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q8_0 | PackedType::Q5_0 | PackedType::Q5_1 => 1,
+            PackedType::Q2K | PackedType::Q3K | PackedType::Q4K | PackedType::Q5K | PackedType::Q6K => 2,
+            PackedType::F16 | PackedType::Bf16 | PackedType::F32 => 0,
+        }
+    }
+
+    /// The suffix of this type's kernels' names (`project_small_q4_k`).
     pub fn kernel_suffix(self) -> &'static str {
         match self {
-            QuantType::Q4_0 => "q4_0",
-            QuantType::Q4_1 => "q4_1",
-            QuantType::Q8_0 => "q8_0",
+            PackedType::Q4_0 => "q4_0",
+            PackedType::Q4_1 => "q4_1",
+            PackedType::Q8_0 => "q8_0",
+            PackedType::Q5_0 => "q5_0",
+            PackedType::Q5_1 => "q5_1",
+            PackedType::Q2K => "q2_k",
+            PackedType::Q3K => "q3_k",
+            PackedType::Q4K => "q4_k",
+            PackedType::Q5K => "q5_k",
+            PackedType::Q6K => "q6_k",
+            PackedType::F16 => "f16",
+            PackedType::Bf16 => "bf16",
+            PackedType::F32 => "f32",
+        }
+    }
+
+    fn of(data: &WeightData<'_>) -> PackedType {
+        match data {
+            WeightData::Q4_0(_) => PackedType::Q4_0,
+            WeightData::Q4_1(_) => PackedType::Q4_1,
+            WeightData::Q8_0(_) => PackedType::Q8_0,
+            WeightData::Q5_0(_) => PackedType::Q5_0,
+            WeightData::Q5_1(_) => PackedType::Q5_1,
+            WeightData::Q2K(_) => PackedType::Q2K,
+            WeightData::Q3K(_) => PackedType::Q3K,
+            WeightData::Q4K(_) => PackedType::Q4K,
+            WeightData::Q5K(_) => PackedType::Q5K,
+            WeightData::Q6K(_) => PackedType::Q6K,
+            WeightData::F16(_) => PackedType::F16,
+            WeightData::Bf16(_) => PackedType::Bf16,
+            WeightData::F32(_) => PackedType::F32,
         }
     }
 }
@@ -43,164 +121,200 @@ impl QuantType {
 /// A weight matrix in the device layout, on the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedMatrix {
-    pub dtype: QuantType,
+    pub dtype: PackedType,
     pub rows: usize,
     /// Weights per row, a multiple of 32.
     pub cols: usize,
-    /// `[rows][cols / 32][dtype.quant_words()]`: each block's `qs` bytes as little-endian words.
+    /// `[rows][cols / 32][dtype.quant_words()]`.
     pub quants: Vec<u32>,
-    /// `[rows][cols / 32]`: f16 bits of `d` in the low half, of `m` (Q4_1; 0 otherwise) in the high half.
+    /// `[rows][cols / 32][dtype.scale_words()]`.
     pub scales: Vec<u32>,
 }
 
-/// Packs `matrix`; `None` for a type the kernels do not read (F32).
-pub fn pack(matrix: &WeightMatrix<'_>) -> Option<PackedMatrix> {
-    let (rows, cols) = (matrix.n_rows(), matrix.row_len());
-    let n_blocks = rows * cols / QK;
-    let words = |qs: &[u8], out: &mut Vec<u32>| {
-        out.extend(qs.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+/// Packs `matrix` (rows of any weight type are whole groups of 32: blocks are 32 or 256 elements).
+pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
+    let data = matrix.data();
+    let dtype = PackedType::of(&data);
+    let groups = matrix.n_rows() * matrix.row_len() / QK;
+    let mut out = Planes {
+        quants: Vec::with_capacity(groups * dtype.quant_words()),
+        scales: Vec::with_capacity(groups * dtype.scale_words()),
     };
-    let scale = |d: f16, m: f16| u32::from(d.to_bits()) | (u32::from(m.to_bits()) << 16);
-    let (dtype, mut quants, mut scales) = match matrix.data() {
-        WeightData::Q4_0(_) => (QuantType::Q4_0, Vec::new(), Vec::new()),
-        WeightData::Q4_1(_) => (QuantType::Q4_1, Vec::new(), Vec::new()),
-        WeightData::Q8_0(_) => (QuantType::Q8_0, Vec::new(), Vec::new()),
-        _ => return None,
-    };
-    quants.reserve(n_blocks * dtype.quant_words());
-    scales.reserve(n_blocks);
-    match matrix.data() {
+    let legacy_scale = |d: f16, m: f16| u32::from(d.to_bits()) | (u32::from(m.to_bits()) << 16);
+    match data {
         WeightData::Q4_0(blocks) => blocks.iter().for_each(|b| {
-            words(&b.qs, &mut quants);
-            scales.push(scale(b.d, f16::ZERO));
+            out.raw_bytes(&b.qs);
+            out.scales.push(legacy_scale(b.d, f16::ZERO));
         }),
         WeightData::Q4_1(blocks) => blocks.iter().for_each(|b| {
-            words(&b.qs, &mut quants);
-            scales.push(scale(b.d, b.m));
+            out.raw_bytes(&b.qs);
+            out.scales.push(legacy_scale(b.d, b.m));
         }),
         WeightData::Q8_0(blocks) => blocks.iter().for_each(|b| {
-            words(bytemuck::cast_slice(&b.qs), &mut quants);
-            scales.push(scale(b.d, f16::ZERO));
+            out.raw_bytes(bytemuck::cast_slice(&b.qs));
+            out.scales.push(legacy_scale(b.d, f16::ZERO));
         }),
-        _ => return None,
+        WeightData::Q5_0(blocks) => blocks.iter().for_each(|b| {
+            out.five_bits(&five_bit_values(&b.qs, &b.qh));
+            out.scales.push(legacy_scale(b.d, f16::ZERO));
+        }),
+        WeightData::Q5_1(blocks) => blocks.iter().for_each(|b| {
+            out.five_bits(&five_bit_values(&b.qs, &b.qh));
+            out.scales.push(legacy_scale(b.d, b.m));
+        }),
+        WeightData::Q2K(blocks) => out.k_quant(blocks, |p, u| p.pairs(u, 0)),
+        WeightData::Q3K(blocks) => out.k_quant(blocks, |p, u| {
+            p.pairs(u, 0);
+            p.bits(u, 2);
+        }),
+        WeightData::Q4K(blocks) => out.k_quant(blocks, |p, u| p.nibbles(u, 0)),
+        WeightData::Q5K(blocks) => out.k_quant(blocks, |p, u| p.five_bits(u)),
+        WeightData::Q6K(blocks) => out.k_quant(blocks, |p, u| {
+            p.nibbles(u, 0);
+            p.pairs(u, 4);
+        }),
+        WeightData::F16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
+        WeightData::Bf16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
+        WeightData::F32(values) => out.raw_bytes(bytemuck::cast_slice(values)),
     }
-    Some(PackedMatrix { dtype, rows, cols, quants, scales })
+    debug_assert_eq!(out.quants.len(), groups * dtype.quant_words());
+    debug_assert_eq!(out.scales.len(), groups * dtype.scale_words());
+    PackedMatrix { dtype, rows: matrix.n_rows(), cols: matrix.row_len(), quants: out.quants, scales: out.scales }
+}
+
+/// The packed words, appended group after group.
+struct Planes {
+    quants: Vec<u32>,
+    scales: Vec<u32>,
+}
+
+/// Element `4s + i` (first run) or `4s + 16 + i` (second run) of slice `s`: the order every plane follows.
+fn element(s: usize, second: bool, i: usize) -> usize {
+    4 * s + if second { 16 } else { 0 } + i
+}
+
+impl Planes {
+    /// Bytes as little-endian words, unchanged (Q4_0 and Q4_1, whose `qs` already are the nibble plane; Q8_0; the
+    /// float types, in element order).
+    fn raw_bytes(&mut self, bytes: &[u8]) {
+        self.quants.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+    }
+
+    /// 4 words: bits `shift..shift + 4` of each code, byte `i` of word `s` holding elements `4s + i` (low nibble)
+    /// and `4s + 16 + i` (high nibble).
+    fn nibbles(&mut self, u: &[u8; QK], shift: u32) {
+        for s in 0..4 {
+            let mut word = 0u32;
+            for i in 0..4 {
+                let lo = u32::from(u[element(s, false, i)] >> shift) & 0xf;
+                let hi = u32::from(u[element(s, true, i)] >> shift) & 0xf;
+                word |= (lo | (hi << 4)) << (8 * i);
+            }
+            self.quants.push(word);
+        }
+    }
+
+    /// 2 words: bits `shift..shift + 2` of each code, slice `s` in the 16 bits at `16 · (s % 2)` of word `s / 2`,
+    /// element `4s + i` at bit `2i`, `4s + 16 + i` at bit `8 + 2i`.
+    fn pairs(&mut self, u: &[u8; QK], shift: u32) {
+        let mut words = [0u32; 2];
+        for s in 0..4 {
+            for i in 0..4 {
+                let lo = u32::from(u[element(s, false, i)] >> shift) & 3;
+                let hi = u32::from(u[element(s, true, i)] >> shift) & 3;
+                words[s / 2] |= (lo << (2 * i) | hi << (8 + 2 * i)) << (16 * (s % 2));
+            }
+        }
+        self.quants.extend(words);
+    }
+
+    /// 1 word: bit `shift` of each code, slice `s` in byte `s`, element `4s + i` at bit `i`, `4s + 16 + i` at
+    /// bit `4 + i`.
+    fn bits(&mut self, u: &[u8; QK], shift: u32) {
+        let mut word = 0u32;
+        for s in 0..4 {
+            for i in 0..4 {
+                let lo = u32::from(u[element(s, false, i)] >> shift) & 1;
+                let hi = u32::from(u[element(s, true, i)] >> shift) & 1;
+                word |= (lo << i | hi << (4 + i)) << (8 * s);
+            }
+        }
+        self.quants.push(word);
+    }
+
+    /// Five-bit codes: the nibble plane, then the fifth bits.
+    fn five_bits(&mut self, u: &[u8; QK]) {
+        self.nibbles(u, 0);
+        self.bits(u, 4);
+    }
+
+    /// Every group of every super-block: its codes through `values`, then the super-block's `d | dmin << 16` (as
+    /// stored, f16) and the group's integer scales (signed bytes) and minima (unsigned bytes) of its two halves.
+    fn k_quant<B: SuperBlock>(&mut self, blocks: &[B], values: impl Fn(&mut Self, &[u8; QK])) {
+        for b in blocks {
+            let header =
+                u32::from(f16::from_f32(b.d()).to_bits()) | (u32::from(f16::from_f32(b.dmin()).to_bits()) << 16);
+            for g in 0..GROUPS {
+                let group = b.group(g);
+                values(self, &group.u);
+                // Scales are −32..=63 and minima 0..=63 in every K-quant, so bytes hold them exactly.
+                let byte = |v: i32| u32::from(v as i8 as u8);
+                let ints = byte(group.scales[0])
+                    | byte(group.scales[1]) << 8
+                    | byte(group.mins[0]) << 16
+                    | byte(group.mins[1]) << 24;
+                self.scales.extend([header, ints]);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gguf::blocks::{
-        dequantize_q4_0, dequantize_q4_1, dequantize_q8_0, quantize_q4_1, quantize_q8_0, BlockQ4_0,
-    };
-
-    /// `slice_offsets` of common.cuh: where slice `s`'s two runs of 4 elements start in the block.
-    fn slice_offsets(dtype: QuantType, s: usize) -> (usize, usize) {
-        match dtype {
-            QuantType::Q8_0 => (8 * s, 8 * s + 4),
-            QuantType::Q4_0 | QuantType::Q4_1 => (4 * s, 4 * s + 16),
-        }
-    }
-
-    /// `slice_dequant` of common.cuh, statement for statement: slice `s` of block `block` of `m`.
-    fn slice_dequant(m: &PackedMatrix, block: usize, s: usize) -> ([f32; 4], [f32; 4]) {
-        let qb = &m.quants[block * m.dtype.quant_words()..][..m.dtype.quant_words()];
-        let scale = m.scales[block];
-        let d = f16::from_bits((scale & 0xffff) as u16).to_f32();
-        let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
-        match m.dtype {
-            QuantType::Q8_0 => {
-                let (w0, w1) = (qb[2 * s], qb[2 * s + 1]);
-                for i in 0..4 {
-                    a[i] = d * f32::from(((w0 >> (8 * i)) & 0xff) as u8 as i8);
-                    b[i] = d * f32::from(((w1 >> (8 * i)) & 0xff) as u8 as i8);
-                }
-            }
-            QuantType::Q4_1 => {
-                let (w, mn) = (qb[s], f16::from_bits((scale >> 16) as u16).to_f32());
-                for i in 0..4 {
-                    a[i] = d * ((w >> (8 * i)) & 0xf) as f32 + mn;
-                    b[i] = d * ((w >> (8 * i + 4)) & 0xf) as f32 + mn;
-                }
-            }
-            QuantType::Q4_0 => {
-                let w = qb[s];
-                for i in 0..4 {
-                    a[i] = d * (((w >> (8 * i)) & 0xf) as i32 - 8) as f32;
-                    b[i] = d * (((w >> (8 * i + 4)) & 0xf) as i32 - 8) as f32;
-                }
-            }
-        }
-        (a, b)
-    }
-
-    /// Every element of `m` as the kernels read it, row after row.
-    fn kernel_view(m: &PackedMatrix) -> Vec<f32> {
-        let mut out = vec![f32::NAN; m.rows * m.cols];
-        for block in 0..m.rows * m.cols / QK {
-            for s in 0..4 {
-                let (first, second) = slice_offsets(m.dtype, s);
-                let (a, b) = slice_dequant(m, block, s);
-                for i in 0..4 {
-                    out[block * QK + first + i] = a[i];
-                    out[block * QK + second + i] = b[i];
-                }
-            }
-        }
-        out
-    }
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
+    use crate::model::gguf::blocks::{quantize_q4_1, BlockQ4_0};
 
     #[test]
-    fn the_kernels_read_q4_1_as_ggml_dequantizes_it() {
-        let (rows, cols) = (3, 96);
-        let x = values(rows * cols, 1);
-        let blocks: Vec<_> = x.chunks_exact(QK).map(|c| quantize_q4_1(c.try_into().unwrap())).collect();
-        let matrix = WeightMatrix::new(WeightData::Q4_1(&blocks), rows, cols).unwrap();
-        let packed = pack(&matrix).unwrap();
-        assert_eq!((packed.quants.len(), packed.scales.len()), (rows * 3 * 4, rows * 3));
-        let mut expected = vec![0f32; rows * cols];
-        dequantize_q4_1(&blocks, &mut expected);
-        assert_eq!(kernel_view(&packed), expected);
-    }
-
-    #[test]
-    fn the_kernels_read_q8_0_as_ggml_dequantizes_it() {
-        let (rows, cols) = (2, 64);
-        let x = values(rows * cols, 2);
-        let blocks: Vec<_> = x.chunks_exact(QK).map(|c| quantize_q8_0(c.try_into().unwrap())).collect();
-        let matrix = WeightMatrix::new(WeightData::Q8_0(&blocks), rows, cols).unwrap();
-        let packed = pack(&matrix).unwrap();
-        assert_eq!(packed.quants.len(), rows * 2 * 8);
-        let mut expected = vec![0f32; rows * cols];
-        dequantize_q8_0(&blocks, &mut expected);
-        assert_eq!(kernel_view(&packed), expected);
-    }
-
-    #[test]
-    fn the_kernels_read_q4_0_as_ggml_dequantizes_it() {
-        // Every nibble value in both halves of each byte, with scales of both signs.
+    fn q4_blocks_keep_their_bytes_and_scales() {
         let blocks: Vec<BlockQ4_0> = (0..4)
             .map(|b| BlockQ4_0 {
                 d: f16::from_f32(if b % 2 == 0 { 0.25 } else { -1.5 }),
-                qs: std::array::from_fn(|j| ((j + b) % 16) as u8 | ((((15 - j) + 3 * b) % 16) as u8) << 4),
+                qs: std::array::from_fn(|j| (j as u8 + b as u8) | ((15 - j as u8) << 4)),
             })
             .collect();
-        let matrix = WeightMatrix::new(WeightData::Q4_0(&blocks), 2, 64).unwrap();
-        let packed = pack(&matrix).unwrap();
-        let mut expected = vec![0f32; 128];
-        dequantize_q4_0(&blocks, &mut expected);
-        assert_eq!(kernel_view(&packed), expected);
+        let packed = pack(&WeightMatrix::new(WeightData::Q4_0(&blocks), 2, 64).unwrap());
+        assert_eq!((packed.quants.len(), packed.scales.len()), (16, 4));
+        assert_eq!(packed.quants[4], u32::from_le_bytes([0xf1, 0xe2, 0xd3, 0xc4]), "block 1's first word, as stored");
+        assert_eq!(packed.scales[1], u32::from(f16::from_f32(-1.5).to_bits()));
+        let x: Vec<f32> = (0..64).map(|i| i as f32 / 7.0 - 3.0).collect();
+        let q41: Vec<_> = x.chunks_exact(QK).map(|c| quantize_q4_1(c.try_into().unwrap())).collect();
+        let packed = pack(&WeightMatrix::new(WeightData::Q4_1(&q41), 1, 64).unwrap());
+        assert_eq!(packed.scales[0] >> 16, u32::from(q41[0].m.to_bits()));
     }
 
     #[test]
-    fn f32_weights_are_not_packed() {
-        let data = vec![0f32; 64];
-        assert!(pack(&WeightMatrix::new(WeightData::F32(&data), 2, 32).unwrap()).is_none());
+    fn planes_put_each_code_where_the_kernels_read_it() {
+        // Codes that name their element: every bit of every plane lands at a distinct, predictable place.
+        let u: [u8; QK] = std::array::from_fn(|k| k as u8 * 2 + 1);
+        let mut p = Planes { quants: Vec::new(), scales: Vec::new() };
+        p.nibbles(&u, 0);
+        p.pairs(&u, 4);
+        p.bits(&u, 2);
+        for (k, &code) in u.iter().enumerate() {
+            let (s, i, second) = ((k % 16) / 4, k % 4, k >= 16);
+            let nibble = (p.quants[s] >> (8 * i + if second { 4 } else { 0 })) & 0xf;
+            let pair = (p.quants[4 + s / 2] >> (16 * (s % 2) + 2 * i + if second { 8 } else { 0 })) & 3;
+            let bit = (p.quants[6] >> (8 * s + i + if second { 4 } else { 0 })) & 1;
+            assert_eq!(nibble, u32::from(code) & 0xf, "nibble of element {k}");
+            assert_eq!(pair, (u32::from(code) >> 4) & 3, "pair of element {k}");
+            assert_eq!(bit, (u32::from(code) >> 2) & 1, "bit of element {k}");
+        }
+    }
+
+    #[test]
+    fn every_type_has_its_kernels_number() {
+        for (i, t) in PackedType::ALL.iter().enumerate() {
+            assert_eq!(*t as usize, i);
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The model's weights on the device, uploaded once when the backend is built and kept quantized: each matrix in
-//! the split layout of `packing.rs`, the norms as f32.
+//! the layout of `packing.rs`, the norms as f32.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
-use super::packing::{pack, QuantType};
+use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
 use crate::model::llama::forward::{Norm, Weight};
@@ -15,29 +15,28 @@ use crate::model::llama::LlamaConfig;
 
 /// One packed matrix in device memory.
 pub struct DeviceMatrix {
-    pub dtype: QuantType,
+    pub dtype: PackedType,
     pub rows: usize,
     pub cols: usize,
     /// `[rows][cols / 32][dtype.quant_words()]`.
     quants: CudaSlice<u32>,
-    /// `[rows][cols / 32]`.
+    /// `[rows][cols / 32][dtype.scale_words()]` (one unused word for the float types).
     scales: CudaSlice<u32>,
 }
 
 impl DeviceMatrix {
     fn upload(file: &GgufFile, name: &str, stream: &Arc<CudaStream>) -> Result<Self, CudaBackendError> {
-        let view = file.tensor(name)?;
-        let matrix = WeightMatrix::from_tensor(&view)?;
-        let packed = pack(&matrix).ok_or_else(|| {
-            CudaBackendError::Unsupported(format!("{name} is {} (the kernels read Q4_0, Q4_1, Q8_0)", view.dtype()))
-        })?;
+        let matrix = WeightMatrix::from_tensor(&file.tensor(name)?)?;
+        let packed = pack(&matrix);
+        // The float types have no scales; a device allocation of no bytes is an error, so they get one unused word.
+        let scales = if packed.scales.is_empty() { vec![0] } else { packed.scales };
         let upload = CudaBackendError::driver("uploading the weights");
         Ok(DeviceMatrix {
             dtype: packed.dtype,
             rows: packed.rows,
             cols: packed.cols,
             quants: stream.clone_htod(&packed.quants).map_err(upload)?,
-            scales: stream.clone_htod(&packed.scales).map_err(CudaBackendError::driver("uploading the weights"))?,
+            scales: stream.clone_htod(&scales).map_err(CudaBackendError::driver("uploading the weights"))?,
         })
     }
 

@@ -19,10 +19,27 @@ typedef unsigned short u16;
 
 #define FULL_MASK 0xffffffffu
 
-// Quantized block types, as `QuantType` numbers them in `packing.rs`.
+// Weight types, as `PackedType` numbers them in `packing.rs`.
 #define TYPE_Q4_0 0
 #define TYPE_Q4_1 1
 #define TYPE_Q8_0 2
+#define TYPE_Q5_0 3
+#define TYPE_Q5_1 4
+#define TYPE_Q2_K 5
+#define TYPE_Q3_K 6
+#define TYPE_Q4_K 7
+#define TYPE_Q5_K 8
+#define TYPE_Q6_K 9
+#define TYPE_F16 10
+#define TYPE_BF16 11
+#define TYPE_F32 12
+
+// Calls X(suffix, TYPE) for every weight type: each kernel that reads weights is instantiated once per type, named
+// with the suffix (`project_small_q4_k`), the list `PackedType::ALL` and `kernel_suffix` give on the Rust side.
+#define FOR_EACH_WEIGHT_TYPE(X) \
+    X(q4_0, TYPE_Q4_0) X(q4_1, TYPE_Q4_1) X(q8_0, TYPE_Q8_0) X(q5_0, TYPE_Q5_0) X(q5_1, TYPE_Q5_1) \
+    X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
+    X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32)
 
 // Every quantized block covers 32 consecutive elements of a row (ggml's QK).
 #define QK 32
@@ -69,21 +86,51 @@ __device__ float block_sum(float v, float* scratch) {
     return warp_sum(v);
 }
 
-// ---- Packed quantized matrices ----
+// ---- Packed weight matrices ----
 //
-// `packing.rs` splits each ggml block into its quants and its scales (so both load aligned):
-//   qs: [rows][blocks per row][QWORDS] u32, the block's quant bytes unchanged (little-endian words);
-//   sc: [rows][blocks per row] u32, f16 bits of d in the low half, of m (Q4_1 only) in the high half.
-// A block is read as 4 slices of 8 elements; slice s of a 4-bit block is word s, whose byte i holds element
-// 4s + i in its low nibble and element 4s + 16 + i in its high nibble (ggml's order); slice s of a Q8_0 block is
-// words 2s and 2s + 1, elements 8s .. 8s + 7.
+// `packing.rs` writes every weight type as groups of 32 consecutive elements of a row (ggml's QK; a K-quant
+// super-block of 256 is 8 groups), each group in two aligned arrays:
+//   qs: [rows][groups per row][QWORDS] u32, the group's values;
+//   sc: [rows][groups per row][SWORDS] u32, what turns them into weights.
+// A group is read as 4 slices of 8 elements; slice s covers elements 4s .. 4s + 3 and 4s + 16 .. 4s + 19 (ggml's
+// 4-bit order, so Q4_0 and Q4_1 keep their bytes), except Q8_0, whose slice s is elements 8s .. 8s + 7.
+//
+// The quantized types store an unsigned code u per element in up to three planes, laid out so that one slice reads
+// one word (or half a word, or a byte) of each:
+//   nibbles (4 words): byte i of word s holds u of element 4s + i in its low and of 4s + 16 + i in its high nibble;
+//   pairs   (2 words): the 16 bits at 16·(s % 2) of word s / 2 hold 2 bits of element 4s + i at bit 2i and of
+//                      4s + 16 + i at bit 8 + 2i;
+//   bits    (1 word):  byte s holds 1 bit of element 4s + i at bit i and of 4s + 16 + i at bit 4 + i.
+// Q4_*: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4, 5). Q2_K: pairs.
+// Q3_K: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16 and BF16: 16 words of two elements,
+// F32: 32 words, in element order (which the slices' offsets read as they are).
+//
+// Scale words: Q4_0, Q5_0, Q8_0: f16 d; Q4_1, Q5_1: f16 d | f16 m << 16. K-quants (2 words): the super-block's
+// f16 d | f16 dmin << 16, then the group's integer scales and minima as bytes: signed scale of elements 0..16,
+// of 16..32, unsigned minimum of 0..16, of 16..32. Floats have none (SWORDS 0). The formulas are ggml's (and
+// `blocks.rs` / `kquants.rs`'s): Q4_0 d·(u − 8), Q5_0 d·(u − 16), Q4_1 and Q5_1 d·u + m, Q8_0 d·q; K-quants
+// (d·scale)·(u − OFFSET) − dmin·min, OFFSET 0 but Q3_K 4 and Q6_K 32, no minimum for Q3_K and Q6_K. Every product
+// of two stored numbers here is exact in f32 (11 by at most 8 significant bits), as on the CPU.
 
+// OFFSET: what the K-quant formula subtracts from u (0 for the other types, which do not use it).
 template <int TYPE> struct Quant;
-template <> struct Quant<TYPE_Q4_0> { static const int QWORDS = 4; };
-template <> struct Quant<TYPE_Q4_1> { static const int QWORDS = 4; };
-template <> struct Quant<TYPE_Q8_0> { static const int QWORDS = 8; };
+template <> struct Quant<TYPE_Q4_0> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_Q4_1> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_Q8_0> { static const int QWORDS = 8, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_Q5_0> { static const int QWORDS = 5, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_Q5_1> { static const int QWORDS = 5, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_Q2_K> { static const int QWORDS = 2, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_Q3_K> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 4; };
+template <> struct Quant<TYPE_Q4_K> { static const int QWORDS = 4, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_Q5_K> { static const int QWORDS = 5, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_Q6_K> { static const int QWORDS = 6, SWORDS = 2, OFFSET = 32; };
+template <> struct Quant<TYPE_F16> { static const int QWORDS = 16, SWORDS = 0, OFFSET = 0; };
+template <> struct Quant<TYPE_BF16> { static const int QWORDS = 16, SWORDS = 0, OFFSET = 0; };
+template <> struct Quant<TYPE_F32> { static const int QWORDS = 32, SWORDS = 0, OFFSET = 0; };
 
-// Offsets within the block of slice s's two runs of 4 elements.
+template <int TYPE> __device__ __forceinline__ constexpr bool is_k_quant() { return TYPE >= TYPE_Q2_K && TYPE <= TYPE_Q6_K; }
+
+// Offsets within the group of slice s's two runs of 4 elements.
 template <int TYPE>
 __device__ __forceinline__ void slice_offsets(int s, int& first, int& second) {
     if (TYPE == TYPE_Q8_0) {
@@ -95,30 +142,100 @@ __device__ __forceinline__ void slice_offsets(int s, int& first, int& second) {
     }
 }
 
-// Dequantizes slice s of the block at `qb` (its QWORDS words) with scale word `scale`: `a` gets the elements at
-// the slice's first offset, `b` those at its second. The formulas are ggml's (and `blocks.rs`'s): Q8_0 x = d·q,
-// Q4_1 x = d·q + m, Q4_0 x = d·(q − 8).
+// The planes of slice s, each adding its field to the codes ua (first run) and ub (second run), shifted left by
+// `shift`.
+__device__ __forceinline__ void add_nibbles(const u32* plane, int s, int shift, int ua[4], int ub[4]) {
+    const u32 w = plane[s];
+    for (int i = 0; i < 4; i++) {
+        ua[i] |= (int)((w >> (8 * i)) & 0xfu) << shift;
+        ub[i] |= (int)((w >> (8 * i + 4)) & 0xfu) << shift;
+    }
+}
+__device__ __forceinline__ void add_pairs(const u32* plane, int s, int shift, int ua[4], int ub[4]) {
+    const u32 w = plane[s / 2] >> (16 * (s % 2));
+    for (int i = 0; i < 4; i++) {
+        ua[i] |= (int)((w >> (2 * i)) & 3u) << shift;
+        ub[i] |= (int)((w >> (8 + 2 * i)) & 3u) << shift;
+    }
+}
+__device__ __forceinline__ void add_bits(const u32* plane, int s, int shift, int ua[4], int ub[4]) {
+    const u32 w = plane[0] >> (8 * s);
+    for (int i = 0; i < 4; i++) {
+        ua[i] |= (int)((w >> i) & 1u) << shift;
+        ub[i] |= (int)((w >> (4 + i)) & 1u) << shift;
+    }
+}
+
+// The unsigned codes of slice s of a quantized group (not Q8_0).
 template <int TYPE>
-__device__ __forceinline__ void slice_dequant(const u32* qb, u32 scale, int s, float a[4], float b[4]) {
-    const float d = f16_to_f32((u16)(scale & 0xffffu));
-    if (TYPE == TYPE_Q8_0) {
-        const u32 w0 = qb[2 * s], w1 = qb[2 * s + 1];
+__device__ __forceinline__ void slice_codes(const u32* qg, int s, int ua[4], int ub[4]) {
+    for (int i = 0; i < 4; i++) ua[i] = ub[i] = 0;
+    if (TYPE == TYPE_Q2_K || TYPE == TYPE_Q3_K) {
+        add_pairs(qg, s, 0, ua, ub);
+        if (TYPE == TYPE_Q3_K) add_bits(qg + 2, s, 2, ua, ub);
+    } else {
+        add_nibbles(qg, s, 0, ua, ub);
+        if (TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1 || TYPE == TYPE_Q5_K) add_bits(qg + 4, s, 4, ua, ub);
+        if (TYPE == TYPE_Q6_K) add_pairs(qg + 4, s, 4, ua, ub);
+    }
+}
+
+__device__ __forceinline__ float bf16_to_f32(u32 bits) { return __int_as_float((int)(bits << 16)); }
+
+// Dequantizes slice s of the group whose values are at `qg` (QWORDS words) and scales at `sg` (SWORDS words): `a`
+// gets the elements at the slice's first offset, `b` those at its second.
+template <int TYPE>
+__device__ __forceinline__ void slice_dequant(const u32* qg, const u32* sg, int s, float a[4], float b[4]) {
+    if (TYPE == TYPE_F32) {
+        for (int i = 0; i < 4; i++) {
+            a[i] = __int_as_float((int)qg[4 * s + i]);
+            b[i] = __int_as_float((int)qg[16 + 4 * s + i]);
+        }
+    } else if (TYPE == TYPE_F16 || TYPE == TYPE_BF16) {
+        for (int i = 0; i < 4; i++) {
+            const u32 wa = qg[2 * s + i / 2] >> (16 * (i % 2)), wb = qg[8 + 2 * s + i / 2] >> (16 * (i % 2));
+            a[i] = TYPE == TYPE_F16 ? f16_to_f32((u16)(wa & 0xffffu)) : bf16_to_f32(wa & 0xffffu);
+            b[i] = TYPE == TYPE_F16 ? f16_to_f32((u16)(wb & 0xffffu)) : bf16_to_f32(wb & 0xffffu);
+        }
+    } else if (TYPE == TYPE_Q8_0) {
+        const float d = f16_to_f32((u16)(sg[0] & 0xffffu));
+        const u32 w0 = qg[2 * s], w1 = qg[2 * s + 1];
         for (int i = 0; i < 4; i++) {
             a[i] = d * (float)(signed char)((w0 >> (8 * i)) & 0xffu);
             b[i] = d * (float)(signed char)((w1 >> (8 * i)) & 0xffu);
         }
-    } else if (TYPE == TYPE_Q4_1) {
-        const u32 w = qb[s];
-        const float m = f16_to_f32((u16)(scale >> 16));
+    } else if (is_k_quant<TYPE>()) {
+        int ua[4], ub[4];
+        slice_codes<TYPE>(qg, s, ua, ub);
+        const float d = f16_to_f32((u16)(sg[0] & 0xffffu)), dmin = f16_to_f32((u16)(sg[0] >> 16));
+        const u32 ints = sg[1];
+        const float scale_a = d * (float)(signed char)(ints & 0xffu), scale_b = d * (float)(signed char)((ints >> 8) & 0xffu);
+        const float min_a = dmin * (float)((ints >> 16) & 0xffu), min_b = dmin * (float)(ints >> 24);
+        const int offset = Quant<TYPE>::OFFSET;
         for (int i = 0; i < 4; i++) {
-            a[i] = d * (float)((w >> (8 * i)) & 0xfu) + m;
-            b[i] = d * (float)((w >> (8 * i + 4)) & 0xfu) + m;
+            a[i] = scale_a * (float)(ua[i] - offset);
+            b[i] = scale_b * (float)(ub[i] - offset);
+            if (TYPE != TYPE_Q3_K && TYPE != TYPE_Q6_K) {
+                a[i] = a[i] - min_a;
+                b[i] = b[i] - min_b;
+            }
         }
     } else {
-        const u32 w = qb[s];
-        for (int i = 0; i < 4; i++) {
-            a[i] = d * (float)((int)((w >> (8 * i)) & 0xfu) - 8);
-            b[i] = d * (float)((int)((w >> (8 * i + 4)) & 0xfu) - 8);
+        int ua[4], ub[4];
+        slice_codes<TYPE>(qg, s, ua, ub);
+        const float d = f16_to_f32((u16)(sg[0] & 0xffffu));
+        if (TYPE == TYPE_Q4_1 || TYPE == TYPE_Q5_1) {
+            const float m = f16_to_f32((u16)(sg[0] >> 16));
+            for (int i = 0; i < 4; i++) {
+                a[i] = d * (float)ua[i] + m;
+                b[i] = d * (float)ub[i] + m;
+            }
+        } else {
+            const int offset = TYPE == TYPE_Q5_0 ? 16 : 8;
+            for (int i = 0; i < 4; i++) {
+                a[i] = d * (float)(ua[i] - offset);
+                b[i] = d * (float)(ub[i] - offset);
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 
 struct Embed {
     const u32* qs;      // packed quants of the table, [vocab][width / 32][QWORDS]
-    const u32* sc;      // packed scales, [vocab][width / 32]
+    const u32* sc;      // packed scales, [vocab][width / 32][SWORDS]
     const int* tokens;  // [n_tokens]
     float* out;         // [n_tokens][width]
     int n_tokens;
@@ -28,7 +28,7 @@ __device__ void embed(const Embed& p) {
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (valid) {
             const size_t block = (size_t)token * nb + b;
-            slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc[block], s, a, c);
+            slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc + block * Quant<TYPE>::SWORDS, s, a, c);
         }
         for (int i = 0; i < 4; i++) {
             out[b * QK + first + i] = a[i];
@@ -37,6 +37,6 @@ __device__ void embed(const Embed& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(EMBED_THREADS) embed_q4_0(const Embed p) { embed<TYPE_Q4_0>(p); }
-extern "C" __global__ void __launch_bounds__(EMBED_THREADS) embed_q4_1(const Embed p) { embed<TYPE_Q4_1>(p); }
-extern "C" __global__ void __launch_bounds__(EMBED_THREADS) embed_q8_0(const Embed p) { embed<TYPE_Q8_0>(p); }
+#define EMBED_KERNEL(SUFFIX, TYPE) \
+    extern "C" __global__ void __launch_bounds__(EMBED_THREADS) embed_##SUFFIX(const Embed p) { embed<TYPE>(p); }
+FOR_EACH_WEIGHT_TYPE(EMBED_KERNEL)

@@ -15,7 +15,7 @@
 
 struct Matmul {
     const u32* qs;   // packed quants, [rows][k / 32][QWORDS]
-    const u32* sc;   // packed scales, [rows][k / 32]
+    const u32* sc;   // packed scales, [rows][k / 32][SWORDS]
     const float* x;  // input, [n_tokens][k]
     float* y;        // output, [n_tokens][rows]
     int rows;
@@ -49,7 +49,7 @@ __device__ void matmul_tiled(const Matmul& p) {
         float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (row0 + wr < p.rows) {
             const size_t block = (size_t)(row0 + wr) * nb + b;
-            slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc[block], ws_s, wa, wb);
+            slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc + block * Quant<TYPE>::SWORDS, ws_s, wa, wb);
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -115,12 +115,8 @@ __device__ void matmul_tiled(const Matmul& p) {
 #define MATMUL_KERNEL(NAME, TYPE, TN) \
     extern "C" __global__ void __launch_bounds__(MM_THREADS) NAME(const Matmul p) { matmul_tiled<TYPE, TN>(p); }
 
-MATMUL_KERNEL(matmul_q4_0_n16, TYPE_Q4_0, 1)
-MATMUL_KERNEL(matmul_q4_0_n32, TYPE_Q4_0, 2)
-MATMUL_KERNEL(matmul_q4_0_n64, TYPE_Q4_0, 4)
-MATMUL_KERNEL(matmul_q4_1_n16, TYPE_Q4_1, 1)
-MATMUL_KERNEL(matmul_q4_1_n32, TYPE_Q4_1, 2)
-MATMUL_KERNEL(matmul_q4_1_n64, TYPE_Q4_1, 4)
-MATMUL_KERNEL(matmul_q8_0_n16, TYPE_Q8_0, 1)
-MATMUL_KERNEL(matmul_q8_0_n32, TYPE_Q8_0, 2)
-MATMUL_KERNEL(matmul_q8_0_n64, TYPE_Q8_0, 4)
+#define MATMUL_KERNELS(SUFFIX, TYPE)                 \
+    MATMUL_KERNEL(matmul_##SUFFIX##_n16, TYPE, 1) \
+    MATMUL_KERNEL(matmul_##SUFFIX##_n32, TYPE, 2) \
+    MATMUL_KERNEL(matmul_##SUFFIX##_n64, TYPE, 4)
+FOR_EACH_WEIGHT_TYPE(MATMUL_KERNELS)

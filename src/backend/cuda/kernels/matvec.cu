@@ -1,6 +1,6 @@
 // Projections of a few tokens (decode steps): y[t] = W·x[t] for up to MMV_MAX_TOKENS tokens, reading each weight
 // once for all of them. One warp computes one output row; the step is bound by reading the weights, so every warp
-// reads whole 128-byte runs (8 consecutive blocks' quants, one 4-byte slice per lane) per iteration.
+// reads whole runs of 8 consecutive groups (128 bytes of a 4-bit type: one 4-byte slice per lane) per iteration.
 //
 // The dot products follow the order fixed in common.cuh: the 4 lanes of a block butterfly their slices into the
 // block's share, and the shares are added in column order, as `matmul_tiled` adds them.
@@ -19,7 +19,7 @@ static_assert(MMV_THREADS == NORM_THREADS, "the fused norm must sum like rms_nor
 // Up to three matrices with the same input and row length, computed by one launch (q, k and v; gate and up).
 struct Projection {
     const u32* qs[3];      // packed quants of each matrix, [rows[m]][k / 32][QWORDS]
-    const u32* sc[3];      // packed scales, [rows[m]][k / 32]
+    const u32* sc[3];      // packed scales, [rows[m]][k / 32][SWORDS]
     float* y[3];           // outputs, [n_tokens][rows[m]]
     const float* x;        // input, [n_tokens][k]
     const float* norm_w;   // RMSNorm weight [k], or null for no norm
@@ -69,7 +69,7 @@ __device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_
         const int col = b * QK;
         if (valid) {
             const size_t block = row * nb + b;
-            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc[block], s, wa, wb);
+            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc + block * Quant<TYPE>::SWORDS, s, wa, wb);
             if (p.norm_w) {
                 na = load_float4(p.norm_w + col + first);
                 nb4 = load_float4(p.norm_w + col + second);
@@ -150,9 +150,11 @@ __device__ void project_swiglu_small(const Projection& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q4_0(const Projection p) { project_small<TYPE_Q4_0>(p); }
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q4_1(const Projection p) { project_small<TYPE_Q4_1>(p); }
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_q8_0(const Projection p) { project_small<TYPE_Q8_0>(p); }
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q4_0(const Projection p) { project_swiglu_small<TYPE_Q4_0>(p); }
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q4_1(const Projection p) { project_swiglu_small<TYPE_Q4_1>(p); }
-extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_q8_0(const Projection p) { project_swiglu_small<TYPE_Q8_0>(p); }
+#define PROJECT_KERNELS(SUFFIX, TYPE)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_##SUFFIX(const Projection p) {     \
+        project_small<TYPE>(p);                                                                             \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_##SUFFIX(const Projection p) { \
+        project_swiglu_small<TYPE>(p);                                                                      \
+    }
+FOR_EACH_WEIGHT_TYPE(PROJECT_KERNELS)

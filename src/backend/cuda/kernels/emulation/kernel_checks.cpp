@@ -17,42 +17,70 @@ static float uniform() { return (float)((next_u64() >> 40) / (double)(1ull << 24
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
-// ---- A random matrix in the packed layout (packing.rs), with its values dequantized by ggml's formulas ----
+// ---- Weight matrices packed by the backend (packing.rs), with the CPU's dequantization of the same blocks ----
+// tests/cuda_packed_fixtures.rs writes one pool matrix of random valid blocks per weight type; a test matrix takes
+// random rows of its type's pool and a run of whole 32-element groups of each (every packed group is
+// self-contained, scales included), so K-quant groups are read at every position of their super-blocks.
 struct Mat { int type, rows, cols; std::vector<u32> qs, sc; std::vector<float> ref; };
-static Mat random_matrix(int type, int rows, int cols) {
-    Mat m{type, rows, cols};
-    int nb = rows * cols / 32, qw = type == TYPE_Q8_0 ? 8 : 4;
-    m.qs.resize(nb * qw); m.sc.resize(nb); m.ref.resize(rows * cols);
-    for (int b = 0; b < nb; b++) {
-        unsigned char q[32];
-        for (int j = 0; j < 32; j++) q[j] = (unsigned char)(next_u64() & 0xff);
-        float df = 0.02f + 0.1f * std::fabs(uniform()); if (next_u64() & 1) df = -df;
-        u16 d = host_f32_to_f16(df), mm = host_f32_to_f16(0.5f * uniform());
-        float dv = host_f16_to_f32(d), mv = host_f16_to_f32(mm);
-        for (int w = 0; w < qw; w++) m.qs[b * qw + w] = q[4*w] | (q[4*w+1] << 8) | (q[4*w+2] << 16) | ((u32)q[4*w+3] << 24);
-        m.sc[b] = d | (type == TYPE_Q4_1 ? ((u32)mm << 16) : 0);
-        float* r = &m.ref[b * 32];
-        if (type == TYPE_Q8_0) for (int j = 0; j < 32; j++) r[j] = dv * (float)(signed char)q[j];
-        else for (int j = 0; j < 16; j++) {
-            int lo = q[j] & 15, hi = q[j] >> 4;
-            if (type == TYPE_Q4_1) { r[j] = dv * lo + mv; r[j + 16] = dv * hi + mv; }
-            else { r[j] = dv * (lo - 8); r[j + 16] = dv * (hi - 8); }
-        }
+struct Pool { int rows = 0, cols = 0, qw = 0, sw = 0; std::vector<u32> qs, sc; std::vector<float> ref; };
+#define COUNT_TYPE(SUFFIX, TYPE) +1
+static const int N_TYPES = 0 FOR_EACH_WEIGHT_TYPE(COUNT_TYPE);
+static Pool pools[N_TYPES];
+
+static bool load_pools(const char* path) {
+    FILE* f = path ? std::fopen(path, "rb") : nullptr;
+    if (!f) { printf("error: set EMBER_PACKED_FIXTURES to the file tests/cuda_packed_fixtures.rs writes\n"); return false; }
+    auto word = [&] { u32 w = 0; if (std::fread(&w, 4, 1, f) != 1) w = ~0u; return w; };
+    auto words = [&](std::vector<u32>& v, size_t n) { v.resize(n); return std::fread(v.data(), 4, n, f) == n; };
+    bool ok = true;
+    for (u32 i = 0, n = word(); ok && i < n; i++) {
+        u32 type = word(), rows = word(), cols = word(), nq = word(), ns = word();
+        ok = type < (u32)N_TYPES && rows && cols % 32 == 0;
+        if (!ok) break;
+        Pool& p = pools[type];
+        u32 groups = rows * cols / 32;
+        p.rows = rows; p.cols = cols; p.qw = nq / groups; p.sw = ns / groups;
+        std::vector<u32> ref_bits;
+        ok = nq % groups == 0 && ns % groups == 0 && words(p.qs, nq) && words(p.sc, ns) && words(ref_bits, (size_t)rows * cols);
+        p.ref.resize(ref_bits.size()); std::memcpy(p.ref.data(), ref_bits.data(), ref_bits.size() * 4);
     }
+    std::fclose(f);
+    for (int t = 0; ok && t < N_TYPES; t++) ok = pools[t].rows > 0;
+    if (!ok) printf("error: %s is not a complete fixture file (one matrix of every type)\n", path);
+    return ok;
+}
+
+static Mat random_matrix(int type, int rows, int cols) {
+    const Pool& p = pools[type];
+    Mat m{type, rows, cols};
+    int groups = cols / 32, pool_groups = p.cols / 32, g0 = (int)(next_u64() % (pool_groups - groups + 1));
+    for (int r = 0; r < rows; r++) {
+        int src = (int)(next_u64() % p.rows);
+        size_t first = (size_t)src * pool_groups + g0;
+        m.qs.insert(m.qs.end(), p.qs.begin() + first * p.qw, p.qs.begin() + (first + groups) * p.qw);
+        m.sc.insert(m.sc.end(), p.sc.begin() + first * p.sw, p.sc.begin() + (first + groups) * p.sw);
+        m.ref.insert(m.ref.end(), p.ref.begin() + first * 32, p.ref.begin() + (first + groups) * 32);
+    }
+    if (m.sc.empty()) m.sc.push_back(0);  // the float types read none; weights.rs uploads one unused word too
     return m;
 }
 static std::vector<float> randv(size_t n, float scale = 1.0f) { std::vector<float> v(n); for (auto& x : v) x = scale * uniform(); return v; }
 static bool bits_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
 static double rel(double got, double ref) { return std::fabs(got - ref) / (1.0 + std::fabs(ref)); }
 
-static const char* TN[3] = {"q4_0", "q4_1", "q8_0"};
+#define TYPE_NAME(SUFFIX, TYPE) #SUFFIX,
+static const char* TN[] = {FOR_EACH_WEIGHT_TYPE(TYPE_NAME)};
 using ProjFn = void (*)(const Projection);
-static ProjFn project_small_fn[3] = {project_small_q4_0, project_small_q4_1, project_small_q8_0};
-static ProjFn project_swiglu_fn[3] = {project_swiglu_small_q4_0, project_swiglu_small_q4_1, project_swiglu_small_q8_0};
+#define PROJECT_SMALL_FN(SUFFIX, TYPE) project_small_##SUFFIX,
+#define PROJECT_SWIGLU_FN(SUFFIX, TYPE) project_swiglu_small_##SUFFIX,
+static ProjFn project_small_fn[] = {FOR_EACH_WEIGHT_TYPE(PROJECT_SMALL_FN)};
+static ProjFn project_swiglu_fn[] = {FOR_EACH_WEIGHT_TYPE(PROJECT_SWIGLU_FN)};
 using MmFn = void (*)(const Matmul);
-static MmFn matmul_fn[3][3] = {{matmul_q4_0_n16, matmul_q4_0_n32, matmul_q4_0_n64}, {matmul_q4_1_n16, matmul_q4_1_n32, matmul_q4_1_n64}, {matmul_q8_0_n16, matmul_q8_0_n32, matmul_q8_0_n64}};
+#define MATMUL_FNS(SUFFIX, TYPE) {matmul_##SUFFIX##_n16, matmul_##SUFFIX##_n32, matmul_##SUFFIX##_n64},
+static MmFn matmul_fn[][3] = {FOR_EACH_WEIGHT_TYPE(MATMUL_FNS)};
 using EmbFn = void (*)(const Embed);
-static EmbFn embed_fn[3] = {embed_q4_0, embed_q4_1, embed_q8_0};
+#define EMBED_FN(SUFFIX, TYPE) embed_##SUFFIX,
+static EmbFn embed_fn[] = {FOR_EACH_WEIGHT_TYPE(EMBED_FN)};
 
 static void run_rms_norm(const float* x, const float* w, float* out, const int* rows, int n_rows, int width, float eps) {
     RmsNorm a{x, w, out, rows, n_rows, width, eps, 0};
@@ -81,7 +109,7 @@ static std::vector<double> ref_norm(const float* x, const float* w, int K, float
 static double ref_dot(const Mat& m, int r, const double* x) { double s = 0; for (int k = 0; k < m.cols; k++) s += (double)m.ref[(size_t)r * m.cols + k] * x[k]; return s; }
 
 static void test_embed() {
-    for (int type = 0; type < 3; type++) {
+    for (int type = 0; type < N_TYPES; type++) {
         Mat m = random_matrix(type, 10, 96);
         int tokens[3] = {3, 0, 9};
         std::vector<float> out(3 * 96, -1);
@@ -102,7 +130,7 @@ static void test_rms_norm() {
 
 // project_small against a float64 reference, with and without the fused norm, and xn against rms_norm.
 static void test_project_small() {
-    for (int type = 0; type < 3; type++) for (int K : {96, 320}) for (int T : {1, 3, 8}) for (int norm = 0; norm < 2; norm++) {
+    for (int type = 0; type < N_TYPES; type++) for (int K : {96, 320}) for (int T : {1, 3, 8}) for (int norm = 0; norm < 2; norm++) {
         Mat a = random_matrix(type, 21, K), b = random_matrix(type, 7, K), c = random_matrix(type, 5, K);
         auto x = randv(T * K, 2.0f), w = randv(K);
         std::vector<float> ya(T * 21, 0.5f), yb(T * 7), yc(T * 5), xn(T * K, -7);
@@ -128,7 +156,7 @@ static void test_project_small() {
 
 // The tiled matmul against the reference, and bit for bit against project_small one token at a time.
 static void test_matmul_and_invariance() {
-    for (int type = 0; type < 3; type++) for (int K : {96, 320}) for (int T : {9, 17, 40, 70}) {
+    for (int type = 0; type < N_TYPES; type++) for (int K : {96, 320}) for (int T : {9, 17, 40, 70}) {
         Mat m = random_matrix(type, 100, K);
         auto x = randv(T * K, 2.0f), w = randv(K);
         std::vector<float> xn(T * K), y(T * 100), y_small(100);
@@ -155,7 +183,7 @@ static void test_matmul_and_invariance() {
 }
 
 static void test_swiglu() {
-    for (int type = 0; type < 3; type++) {
+    for (int type = 0; type < N_TYPES; type++) {
         int K = 192, R = 48;
         Mat g = random_matrix(type, R, K), u = random_matrix(type, R, K);
         auto x = randv(12 * K), w = randv(K);
@@ -270,6 +298,7 @@ static void test_top_k() {
 }
 
 int main(int argc, char** argv) {
+    if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
         {"matmul", test_matmul_and_invariance}, {"swiglu", test_swiglu}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
     for (auto& [name, f] : tests) {
