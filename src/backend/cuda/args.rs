@@ -15,7 +15,7 @@ pub struct EmbedArgs {
     pub(super) n_tokens: i32,
     pub(super) width: i32,
     pub(super) vocab: i32,
-    pub(super) pad: i32,
+    pub(super) scale: f32,
 }
 
 /// `struct RmsNorm` of rms_norm.cu.
@@ -29,7 +29,7 @@ pub struct RmsNormArgs {
     pub(super) n_rows: i32,
     pub(super) width: i32,
     pub(super) eps: f32,
-    pub(super) pad: i32,
+    pub(super) add: i32,
 }
 
 /// `struct Projection` of matvec.cu.
@@ -48,6 +48,8 @@ pub struct ProjectionArgs {
     pub(super) n_tokens: i32,
     pub(super) add: i32,
     pub(super) eps: f32,
+    pub(super) act: i32,
+    pub(super) pad: i32,
 }
 
 /// `struct Matmul` of matmul.cu.
@@ -94,7 +96,7 @@ pub struct RopeStoreArgs {
     pub(super) n_head_kv: i32,
     pub(super) head_dim: i32,
     pub(super) rope_dim: i32,
-    pub(super) pad: i32,
+    pub(super) neox: i32,
 }
 
 /// `struct Attention` of attention.cu.
@@ -114,16 +116,18 @@ pub struct AttentionArgs {
     pub(super) head_dim: i32,
     pub(super) block_size: i32,
     pub(super) scale: f32,
+    pub(super) window: i32,
+    pub(super) pad: i32,
 }
 
-/// `struct Swiglu` of elementwise.cu.
+/// `struct Gated` of elementwise.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SwigluArgs {
+pub struct GatedArgs {
     pub(super) gate: u64,
     pub(super) up: u64,
     pub(super) n: i32,
-    pub(super) pad: i32,
+    pub(super) act: i32,
 }
 
 /// `struct TopK` of top_k.cu.
@@ -142,12 +146,12 @@ pub struct TopKArgs {
 // The sizes the .cu files' static_asserts hold their structs to.
 const _: () = assert!(std::mem::size_of::<EmbedArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
-const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 128);
+const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 40);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
-const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 80);
-const _: () = assert!(std::mem::size_of::<SwigluArgs>() == 24);
+const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 88);
+const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
 
 // SAFETY (all nine): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
@@ -159,7 +163,7 @@ unsafe impl DeviceRepr for MatmulArgs {}
 unsafe impl DeviceRepr for RopeTableArgs {}
 unsafe impl DeviceRepr for RopeStoreArgs {}
 unsafe impl DeviceRepr for AttentionArgs {}
-unsafe impl DeviceRepr for SwigluArgs {}
+unsafe impl DeviceRepr for GatedArgs {}
 unsafe impl DeviceRepr for TopKArgs {}
 
 #[cfg(test)]
@@ -210,9 +214,13 @@ mod tests {
 
     #[test]
     fn every_argument_struct_mirrors_its_kernel_struct() {
-        mirrors!(EmbedArgs, "Embed", [qs, sc, tokens, out, n_tokens, width, vocab, pad]);
-        mirrors!(RmsNormArgs, "RmsNorm", [x, w, out, rows, n_rows, width, eps, pad]);
-        mirrors!(ProjectionArgs, "Projection", [qs, sc, y, x, norm_w, xn, rows, n_mats, k, n_tokens, add, eps]);
+        mirrors!(EmbedArgs, "Embed", [qs, sc, tokens, out, n_tokens, width, vocab, scale]);
+        mirrors!(RmsNormArgs, "RmsNorm", [x, w, out, rows, n_rows, width, eps, add]);
+        mirrors!(
+            ProjectionArgs,
+            "Projection",
+            [qs, sc, y, x, norm_w, xn, rows, n_mats, k, n_tokens, add, eps, act, pad]
+        );
         mirrors!(MatmulArgs, "Matmul", [qs, sc, x, y, rows, k, n_tokens, add]);
         mirrors!(RopeTableArgs, "RopeTable", [positions, inv_freq, cos, sin, n_tokens, half]);
         mirrors!(
@@ -220,7 +228,7 @@ mod tests {
             "RopeStore",
             [
                 q, k, v, cos, sin, positions, slots, k_cache, v_cache, n_tokens, n_head, n_head_kv, head_dim, rope_dim,
-                pad
+                neox
             ]
         );
         mirrors!(
@@ -239,10 +247,12 @@ mod tests {
                 n_head_kv,
                 head_dim,
                 block_size,
-                scale
+                scale,
+                window,
+                pad
             ]
         );
-        mirrors!(SwigluArgs, "Swiglu", [gate, up, n, pad]);
+        mirrors!(GatedArgs, "Gated", [gate, up, n, act]);
         mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
     }
 }

@@ -27,7 +27,7 @@ use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
 use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{forward, Buf, LlamaBackend, Norm, Weight};
-use crate::model::llama::{Architecture, LlamaConfig};
+use crate::model::llama::LlamaConfig;
 use crate::model::TokenId;
 
 /// Sizes of a CUDA backend.
@@ -284,12 +284,6 @@ impl CudaBackend {
 /// Checks the options against the model and the kernels' limits.
 fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(), CudaBackendError> {
     let bad = |m: String| Err(CudaBackendError::Options(m));
-    if config.arch != Architecture::Llama {
-        return Err(CudaBackendError::Unsupported(format!(
-            "the CUDA backend runs llama models; {} runs on the CPU backend",
-            config.arch.name()
-        )));
-    }
     if options.max_batch_tokens == 0 || options.max_batch_tokens > 1 << 16 {
         return bad(format!("max_batch_tokens {} is not in 1..=65536", options.max_batch_tokens));
     }
@@ -358,17 +352,18 @@ impl LlamaBackend for CudaBackend {
     }
 
     fn attention(&mut self, layer: usize) {
+        if self.config.qk_norm {
+            self.record(Op::HeadNorms { layer });
+        }
         self.record(Op::Attention { layer });
     }
 
-    fn rms_norm_add(&mut self, _src: Buf, weight: Norm, _dst: Buf) {
-        // `CudaBackend::new` refuses configs with post-norms, the only ones whose forward pass calls this.
-        unreachable!("the CUDA backend runs llama models only ({weight:?})")
+    fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf) {
+        self.record(Op::RmsNormAdd { src, weight, dst });
     }
 
     fn gated_activation(&mut self) {
-        // SwiGLU: `CudaBackend::new` refuses other activations.
-        self.record(Op::Swiglu);
+        self.record(Op::Gated);
     }
 
     fn logits(&mut self, out: &mut [f32]) -> Result<(), CudaBackendError> {

@@ -19,16 +19,23 @@ pub struct Buffers {
     pub logits_input: CudaSlice<f32>,
     /// `[max_tokens][vocab]`.
     pub logits: CudaSlice<f32>,
-    /// `[max_tokens][rope_dim / 2]`: cos of each new token's rotation angles.
-    pub rope_cos: CudaSlice<f32>,
-    /// `[max_tokens][rope_dim / 2]`.
-    pub rope_sin: CudaSlice<f32>,
-    /// `[rope_dim / 2]`: base^(−2i / rope_dim), computed on the host in f64 as the CPU backend does.
-    pub inv_freq: CudaSlice<f64>,
+    /// One per RoPE base of the model (`LlamaConfig::rope_bases`; Gemma 3 has two: local and global layers).
+    pub rope: Vec<RopeTables>,
     /// `[max_tokens][TOP_K_MAX]`.
     pub top_ids: CudaSlice<i32>,
     /// `[max_tokens][TOP_K_MAX]`.
     pub top_values: CudaSlice<f32>,
+}
+
+/// The rotation angles of one RoPE base.
+pub struct RopeTables {
+    /// `[max_tokens][rope_dim / 2]`: cos of each new token's rotation angles.
+    pub cos: CudaSlice<f32>,
+    /// `[max_tokens][rope_dim / 2]`.
+    pub sin: CudaSlice<f32>,
+    /// `[rope_dim / 2]`: base^(−2i / rope_dim) (with Llama 3's frequency factors), computed on the host in f64 as
+    /// the CPU backend does.
+    pub inv_freq: CudaSlice<f64>,
 }
 
 /// The position of `b` in `Buffers::activations`.
@@ -52,16 +59,26 @@ impl Buffers {
         };
         let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
         let half = config.rope_dim / 2;
-        let inv_freq = config.inv_frequencies(0);
-        let widths = [d, d, d, kv, kv, d, ff, ff];
+        let rope = (0..config.rope_bases.len())
+            .map(|base| {
+                Ok(RopeTables {
+                    cos: alloc(max_tokens * half)?,
+                    sin: alloc(max_tokens * half)?,
+                    inv_freq: stream
+                        .clone_htod(&config.inv_frequencies(base))
+                        .map_err(CudaBackendError::driver("uploading RoPE frequencies"))?,
+                })
+            })
+            .collect::<Result<Vec<_>, CudaBackendError>>()?;
+        // Queries and attention outputs are q_dim wide (n_embd for llama; Gemma 3's heads are wider).
+        let q = config.q_dim();
+        let widths = [d, d, q, kv, kv, q, ff, ff];
         let [x, xn, q, k, v, att, gate, up] = widths.map(|w| alloc(max_tokens * w));
         Ok(Buffers {
             activations: [x?, xn?, q?, k?, v?, att?, gate?, up?],
             logits_input: alloc(max_tokens * d)?,
             logits: alloc(max_tokens * config.vocab_size)?,
-            rope_cos: alloc(max_tokens * half)?,
-            rope_sin: alloc(max_tokens * half)?,
-            inv_freq: stream.clone_htod(&inv_freq).map_err(CudaBackendError::driver("uploading RoPE frequencies"))?,
+            rope,
             top_ids: stream
                 .alloc_zeros(max_tokens * TOP_K_MAX)
                 .map_err(CudaBackendError::driver("allocating activation buffers"))?,

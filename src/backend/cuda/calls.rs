@@ -6,6 +6,7 @@ use cudarc::driver::LaunchConfig;
 use super::args::*;
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
+use crate::model::llama::FfnActivation;
 
 /// Tokens `project_small` computes at once (`MMV_MAX_TOKENS` of matvec.cu); more go to `matmul_tiled`.
 pub const SMALL_BATCH_MAX_TOKENS: usize = 8;
@@ -28,6 +29,14 @@ const ATT_THREADS: u32 = 128;
 const ELEMENTWISE_THREADS: u32 = 256;
 const TOP_K_THREADS: u32 = 256;
 
+/// `ACT_*` of common.cuh.
+fn activation_code(a: FfnActivation) -> i32 {
+    match a {
+        FfnActivation::Silu => 0,
+        FfnActivation::GeluTanh => 1,
+    }
+}
+
 fn internal(detail: String) -> CudaBackendError {
     CudaBackendError::Internal(detail)
 }
@@ -46,13 +55,14 @@ fn config(grid: (u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// `out[t] = table[tokens[t]]`, dequantized; `out` is `[n_tokens][table.cols]`.
+/// `out[t] = table[tokens[t]] · scale`, dequantized; `out` is `[n_tokens][table.cols]`.
 pub struct EmbedCall<'a> {
     pub table: MatrixArray<'a>,
     /// `[n_tokens]`, each `< table.rows` (checked on the host before the upload).
     pub tokens: DeviceArray<'a, i32>,
     pub out: DeviceArray<'a, f32>,
     pub n_tokens: usize,
+    pub scale: f32,
 }
 
 impl EmbedCall<'_> {
@@ -66,13 +76,14 @@ impl EmbedCall<'_> {
             n_tokens: int(self.n_tokens, "tokens")?,
             width: int(self.table.cols, "the embedding width")?,
             vocab: int(self.table.rows, "the vocabulary")?,
-            pad: 0,
+            scale: self.scale,
         };
         Ok((args, config((blocks(self.n_tokens, 1)?, 1), EMBED_THREADS)))
     }
 }
 
-/// `out[i] = x[r] / rms(x[r]) ⊙ weight` with `r = rows[i]`, or `r = i` without `rows`.
+/// `out[i] (+)= x[r] / rms(x[r]) ⊙ weight` with `r = rows[i]`, or `r = i` without `rows`; `out` may be `x` itself
+/// (in place, without `rows`).
 pub struct RmsNormCall<'a> {
     /// `[at least n_rows, or every row that rows names][width]`.
     pub x: DeviceArray<'a, f32>,
@@ -84,6 +95,8 @@ pub struct RmsNormCall<'a> {
     pub n_rows: usize,
     pub width: usize,
     pub eps: f32,
+    /// Adds into `out` instead of overwriting it.
+    pub add: bool,
 }
 
 impl RmsNormCall<'_> {
@@ -101,7 +114,7 @@ impl RmsNormCall<'_> {
             n_rows: int(self.n_rows, "rows")?,
             width: int(self.width, "the norm's width")?,
             eps: self.eps,
-            pad: 0,
+            add: i32::from(self.add),
         };
         Ok((args, config((blocks(self.n_rows, 1)?, 1), NORM_THREADS)))
     }
@@ -118,8 +131,8 @@ pub struct FusedNorm<'a> {
 }
 
 /// `y_m[t] (+)= W_m · x'[t]` for up to three matrices of the same type and row length, `x'` being `x`
-/// normalized when `norm` is set; at most [`SMALL_BATCH_MAX_TOKENS`] tokens. With `swiglu`, exactly two matrices
-/// (gate, up) of equal shape, and `y_0 = silu(gate·x')·(up·x')`, `y_1 = up·x'`.
+/// normalized when `norm` is set; at most [`SMALL_BATCH_MAX_TOKENS`] tokens. With `gated`, exactly two matrices
+/// (gate, up) of equal shape, and `y_0 = act(gate·x')·(up·x')`, `y_1 = up·x'`.
 pub struct ProjectSmallCall<'a> {
     /// Each matrix with its output, `[n_tokens][rows]`.
     pub outputs: &'a [(MatrixArray<'a>, DeviceArray<'a, f32>)],
@@ -128,15 +141,16 @@ pub struct ProjectSmallCall<'a> {
     pub n_tokens: usize,
     pub norm: Option<FusedNorm<'a>>,
     pub add: bool,
-    pub swiglu: bool,
+    /// The gated unit's activation, for a projection of gate and up.
+    pub gated: Option<FfnActivation>,
 }
 
 impl ProjectSmallCall<'_> {
     pub fn args(&self) -> Result<(ProjectionArgs, LaunchConfig), CudaBackendError> {
         let n = self.outputs.len();
         let Some((first, _)) = self.outputs.first() else { return Err(internal("a projection of no matrix".into())) };
-        if n > 3 || (self.swiglu && (n != 2 || self.add)) {
-            return Err(internal(format!("{n} matrices in one projection (swiglu {}, add {})", self.swiglu, self.add)));
+        if n > 3 || (self.gated.is_some() && (n != 2 || self.add)) {
+            return Err(internal(format!("{n} matrices in one projection (gated {:?}, add {})", self.gated, self.add)));
         }
         if self.n_tokens == 0 || self.n_tokens > SMALL_BATCH_MAX_TOKENS {
             return Err(internal(format!("{} tokens for project_small", self.n_tokens)));
@@ -148,13 +162,14 @@ impl ProjectSmallCall<'_> {
             k: int(k, "the row length")?,
             n_tokens: self.n_tokens as i32,
             add: i32::from(self.add),
+            act: self.gated.map_or(0, activation_code),
             ..ProjectionArgs::default()
         };
         for (m, (matrix, y)) in self.outputs.iter().enumerate() {
             if matrix.dtype != first.dtype || matrix.cols != k {
                 return Err(internal("one projection of matrices of different types or row lengths".into()));
             }
-            if self.swiglu && matrix.rows != first.rows {
+            if self.gated.is_some() && matrix.rows != first.rows {
                 return Err(internal("gate and up of different heights".into()));
             }
             (args.qs[m], args.sc[m]) = matrix.addresses("a projection's matrix")?;
@@ -169,7 +184,7 @@ impl ProjectSmallCall<'_> {
             };
             args.eps = norm.eps;
         }
-        let rows = if self.swiglu { first.rows } else { self.outputs.iter().map(|(m, _)| m.rows).sum() };
+        let rows = if self.gated.is_some() { first.rows } else { self.outputs.iter().map(|(m, _)| m.rows).sum() };
         Ok((args, config((blocks(rows, MMV_ROWS_PER_BLOCK)?, 1), MMV_THREADS)))
     }
 }
@@ -292,6 +307,8 @@ pub struct RopeStoreCall<'a> {
     pub cache: LayerCache<'a>,
     pub shape: HeadShape,
     pub n_tokens: usize,
+    /// NEOX-style pairs `(i, i + rope_dim / 2)` instead of adjacent ones.
+    pub neox: bool,
 }
 
 impl RopeStoreCall<'_> {
@@ -313,13 +330,14 @@ impl RopeStoreCall<'_> {
             n_head_kv: int(s.n_head_kv, "KV heads")?,
             head_dim: int(s.head_dim, "the head width")?,
             rope_dim: int(s.rope_dim, "rope_dim")?,
-            pad: 0,
+            neox: i32::from(self.neox),
         };
         Ok((args, config((blocks(n, 1)?, 1), ROPE_THREADS)))
     }
 }
 
-/// Causal attention of every new token over its sequence's cached positions `0..=position`.
+/// Causal attention of every new token over its sequence's cached positions `0..=position` (the last `window`
+/// of them in a sliding-window layer).
 pub struct AttentionCall<'a> {
     /// `[n_tokens][n_head · head_dim]`, rotated.
     pub q: DeviceArray<'a, f32>,
@@ -333,6 +351,7 @@ pub struct AttentionCall<'a> {
     pub shape: HeadShape,
     pub block_size: usize,
     pub n_tokens: usize,
+    pub window: Option<usize>,
 }
 
 impl AttentionCall<'_> {
@@ -354,26 +373,33 @@ impl AttentionCall<'_> {
             head_dim: int(s.head_dim, "the head width")?,
             block_size: int(self.block_size, "the block size")?,
             scale: 1.0 / (s.head_dim as f32).sqrt(),
+            window: match self.window {
+                Some(0) => return Err(internal("a window of no positions".into())),
+                Some(w) => int(w, "the window")?,
+                None => 0,
+            },
+            pad: 0,
         };
         let kv_heads = u32::try_from(s.n_head_kv).map_err(|_| internal("too many KV heads".into()))?;
         Ok((args, config((blocks(n, 1)?, kv_heads), ATT_THREADS)))
     }
 }
 
-/// `gate = silu(gate) ⊙ up` over `n` elements.
-pub struct SwigluCall<'a> {
+/// `gate = act(gate) ⊙ up` over `n` elements.
+pub struct GatedCall<'a> {
     pub gate: DeviceArray<'a, f32>,
     pub up: DeviceArray<'a, f32>,
     pub n: usize,
+    pub activation: FfnActivation,
 }
 
-impl SwigluCall<'_> {
-    pub fn args(&self) -> Result<(SwigluArgs, LaunchConfig), CudaBackendError> {
-        let args = SwigluArgs {
+impl GatedCall<'_> {
+    pub fn args(&self) -> Result<(GatedArgs, LaunchConfig), CudaBackendError> {
+        let args = GatedArgs {
             gate: self.gate.covering(self.n, "the gate")?,
             up: self.up.covering(self.n, "the up projection")?,
             n: int(self.n, "elements")?,
-            pad: 0,
+            act: activation_code(self.activation),
         };
         Ok((args, config((blocks(self.n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
     }
@@ -436,7 +462,7 @@ mod tests {
             n_tokens,
             norm: None,
             add: false,
-            swiglu: false,
+            gated: None,
         };
         let (args, cfg) = call(&outputs, 2 * 576, 2).args().unwrap();
         assert_eq!((args.rows, args.n_mats, args.k, args.n_tokens), ([576, 192, 0], 2, 576, 2));

@@ -35,20 +35,22 @@ pub struct StepRun<'a> {
 }
 
 impl StepRun<'_> {
-    /// Enqueues the whole step: the RoPE angles, `launches`, then the logits.
+    /// Enqueues the whole step: the RoPE angles of each base, `launches`, then the logits.
     pub fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaBackendError> {
         let half = self.config.rope_dim / 2;
-        self.kernels.rope_table(
-            self.stream,
-            &RopeTableCall {
-                positions: self.meta.sub(self.layout.positions())?,
-                inv_freq: DeviceArray::new(&self.buffers.inv_freq, self.stream),
-                cos: DeviceArray::new(&self.buffers.rope_cos, self.stream),
-                sin: DeviceArray::new(&self.buffers.rope_sin, self.stream),
-                n_tokens: self.rows,
-                half,
-            },
-        )?;
+        for tables in &self.buffers.rope {
+            self.kernels.rope_table(
+                self.stream,
+                &RopeTableCall {
+                    positions: self.meta.sub(self.layout.positions())?,
+                    inv_freq: DeviceArray::new(&tables.inv_freq, self.stream),
+                    cos: DeviceArray::new(&tables.cos, self.stream),
+                    sin: DeviceArray::new(&tables.sin, self.stream),
+                    n_tokens: self.rows,
+                    half,
+                },
+            )?;
+        }
         for launch in launches {
             self.enqueue_one(launch)?;
         }
@@ -62,8 +64,8 @@ impl StepRun<'_> {
         self.buffers.activation(b, self.stream)
     }
 
-    fn norm_weight(&self, n: Norm) -> DeviceArray<'_, f32> {
-        DeviceArray::new(self.weights.norm(n), self.stream)
+    fn norm_weight(&self, n: Norm) -> Result<DeviceArray<'_, f32>, CudaBackendError> {
+        Ok(DeviceArray::new(self.weights.norm(n)?, self.stream))
     }
 
     fn heads(&self) -> HeadShape {
@@ -81,36 +83,42 @@ impl StepRun<'_> {
                     tokens: self.meta.sub(self.layout.tokens())?,
                     out: self.activation(dst),
                     n_tokens: self.rows,
+                    scale: self.config.embed_scale.unwrap_or(1.0),
                 },
             ),
-            Launch::RmsNorm { src, weight, dst } => self.rms_norm(src, weight, dst),
+            Launch::RmsNorm { src, weight, dst, add } => self.rms_norm(src, weight, dst, add),
+            Launch::HeadNorms { layer } => self.head_norms(layer),
             Launch::Project { src, norm, outputs, add } => {
                 let outputs: Vec<(Weight, Buf)> = outputs.iter().collect();
                 self.project(src, norm, &outputs, add)
             }
-            Launch::ProjectSwiglu { src, norm, gate, up } => {
+            Launch::ProjectGated { src, norm, gate, up } => {
                 if self.rows <= SMALL_BATCH_MAX_TOKENS {
                     self.project_small(src, norm, &[(gate, Buf::Gate), (up, Buf::Up)], false, true)
                 } else {
                     self.project(src, norm, &[(gate, Buf::Gate), (up, Buf::Up)], false)?;
-                    self.swiglu()
+                    self.gated_activation()
                 }
             }
-            Launch::RopeStore { layer } => k.rope_store(
-                s,
-                &RopeStoreCall {
-                    q: self.activation(Buf::Q),
-                    k: self.activation(Buf::K),
-                    v: self.activation(Buf::V),
-                    cos: DeviceArray::new(&self.buffers.rope_cos, s),
-                    sin: DeviceArray::new(&self.buffers.rope_sin, s),
-                    positions: self.meta.sub(self.layout.positions())?,
-                    slots: self.meta.sub(self.layout.slots())?,
-                    cache: self.cache.layer(layer, s)?,
-                    shape: self.heads(),
-                    n_tokens: self.rows,
-                },
-            ),
+            Launch::RopeStore { layer } => {
+                let tables = &self.buffers.rope[self.config.layers[layer].rope];
+                k.rope_store(
+                    s,
+                    &RopeStoreCall {
+                        q: self.activation(Buf::Q),
+                        k: self.activation(Buf::K),
+                        v: self.activation(Buf::V),
+                        cos: DeviceArray::new(&tables.cos, s),
+                        sin: DeviceArray::new(&tables.sin, s),
+                        positions: self.meta.sub(self.layout.positions())?,
+                        slots: self.meta.sub(self.layout.slots())?,
+                        cache: self.cache.layer(layer, s)?,
+                        shape: self.heads(),
+                        n_tokens: self.rows,
+                        neox: self.config.rope_neox,
+                    },
+                )
+            }
             Launch::Attention { layer } => k.attention(
                 s,
                 &AttentionCall {
@@ -123,32 +131,54 @@ impl StepRun<'_> {
                     shape: self.heads(),
                     block_size: self.cache.block_size(),
                     n_tokens: self.rows,
+                    window: self.config.layers[layer].window,
                 },
             ),
-            Launch::Swiglu => self.swiglu(),
+            Launch::Gated => self.gated_activation(),
         }
     }
 
-    fn rms_norm(&self, src: Buf, weight: Norm, dst: Buf) -> Result<(), CudaBackendError> {
+    fn rms_norm(&self, src: Buf, weight: Norm, dst: Buf, add: bool) -> Result<(), CudaBackendError> {
         let call = RmsNormCall {
             x: self.activation(src),
-            weight: self.norm_weight(weight),
+            weight: self.norm_weight(weight)?,
             out: self.activation(dst),
             rows: None,
             n_rows: self.rows,
             width: self.config.n_embd,
             eps: self.config.rms_eps,
+            add,
         };
         self.kernels.rms_norm(self.stream, &call)
     }
 
-    fn swiglu(&self) -> Result<(), CudaBackendError> {
-        let call = SwigluCall {
+    /// The q/k norms of `layer`: every head of `Q` and of `K` normalized in place (rows of `head_dim`).
+    fn head_norms(&self, layer: usize) -> Result<(), CudaBackendError> {
+        let c = self.config;
+        for (buf, norm, heads) in [(Buf::Q, Norm::QHead(layer), c.n_head), (Buf::K, Norm::KHead(layer), c.n_head_kv)] {
+            let call = RmsNormCall {
+                x: self.activation(buf),
+                weight: self.norm_weight(norm)?,
+                out: self.activation(buf),
+                rows: None,
+                n_rows: self.rows * heads,
+                width: c.head_dim,
+                eps: c.rms_eps,
+                add: false,
+            };
+            self.kernels.rms_norm(self.stream, &call)?;
+        }
+        Ok(())
+    }
+
+    fn gated_activation(&self) -> Result<(), CudaBackendError> {
+        let call = GatedCall {
             gate: self.activation(Buf::Gate),
             up: self.activation(Buf::Up),
             n: self.rows * self.config.n_ff,
+            activation: self.config.ffn_activation,
         };
-        self.kernels.swiglu(self.stream, &call)
+        self.kernels.gated_activation(self.stream, &call)
     }
 
     /// `out (+)= w · src'` for each `(w, out)`, `src'` being `src` normalized when `norm` is set.
@@ -180,7 +210,7 @@ impl StepRun<'_> {
         }
         let src = match norm {
             Some(n) => {
-                self.rms_norm(src, n.weight, n.dst)?;
+                self.rms_norm(src, n.weight, n.dst, false)?;
                 n.dst
             }
             None => src,
@@ -204,9 +234,9 @@ impl StepRun<'_> {
         norm: Option<NormInput>,
         outputs: &[(Weight, Buf)],
         add: bool,
-        swiglu: bool,
+        gated: bool,
     ) -> Result<(), CudaBackendError> {
-        self.project_small_with(src, norm.map(|n| (n, true)), outputs, add, swiglu)
+        self.project_small_with(src, norm.map(|n| (n, true)), outputs, add, gated)
     }
 
     /// One `project_small` launch; `norm` says whether this launch also writes the normalized input.
@@ -216,7 +246,7 @@ impl StepRun<'_> {
         norm: Option<(NormInput, bool)>,
         outputs: &[(Weight, Buf)],
         add: bool,
-        swiglu: bool,
+        gated: bool,
     ) -> Result<(), CudaBackendError> {
         let arrays: Vec<_> =
             outputs.iter().map(|&(w, out)| (self.weights.matrix(w).array(self.stream), self.activation(out))).collect();
@@ -224,13 +254,16 @@ impl StepRun<'_> {
             outputs: &arrays,
             x: self.activation(src),
             n_tokens: self.rows,
-            norm: norm.map(|(n, writes)| FusedNorm {
-                weight: self.norm_weight(n.weight),
-                normalized: writes.then(|| self.activation(n.dst)),
-                eps: self.config.rms_eps,
-            }),
+            norm: match norm {
+                Some((n, writes)) => Some(FusedNorm {
+                    weight: self.norm_weight(n.weight)?,
+                    normalized: writes.then(|| self.activation(n.dst)),
+                    eps: self.config.rms_eps,
+                }),
+                None => None,
+            },
             add,
-            swiglu,
+            gated: gated.then_some(self.config.ffn_activation),
         };
         self.kernels.project_small(self.stream, &call)
     }
@@ -243,12 +276,13 @@ impl StepRun<'_> {
             s,
             &RmsNormCall {
                 x: self.activation(Buf::X),
-                weight: self.norm_weight(Norm::Output),
+                weight: self.norm_weight(Norm::Output)?,
                 out: input,
                 rows: Some(self.meta.sub(self.layout.logit_rows())?),
                 n_rows: rows,
                 width: self.config.n_embd,
                 eps: self.config.rms_eps,
+                add: false,
             },
         )?;
         let output = self.weights.output().array(s);
@@ -256,7 +290,7 @@ impl StepRun<'_> {
         if rows <= SMALL_BATCH_MAX_TOKENS {
             let outputs = [(output, logits)];
             let call =
-                ProjectSmallCall { outputs: &outputs, x: input, n_tokens: rows, norm: None, add: false, swiglu: false };
+                ProjectSmallCall { outputs: &outputs, x: input, n_tokens: rows, norm: None, add: false, gated: None };
             self.kernels.project_small(s, &call)
         } else {
             let call = MatmulCall { matrix: output, x: input, y: logits, n_tokens: rows, add: false };

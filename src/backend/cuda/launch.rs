@@ -14,22 +14,22 @@ pub struct Kernels {
     embed: Vec<CudaFunction>,
     rms_norm: CudaFunction,
     project_small: Vec<CudaFunction>,
-    project_swiglu_small: Vec<CudaFunction>,
+    project_gated_small: Vec<CudaFunction>,
     /// `[type][tile]`, tiles of 16, 32 and 64 tokens.
     matmul: Vec<[CudaFunction; 3]>,
     rope_table: CudaFunction,
     rope_store: CudaFunction,
     attention: CudaFunction,
-    swiglu: CudaFunction,
+    gated_activation: CudaFunction,
     top_k: CudaFunction,
 }
 
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
-        ["rms_norm", "rope_table", "rope_store", "attention", "swiglu", "top_k"].map(String::from).into();
+        ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"].map(String::from).into();
     for t in PackedType::ALL.map(PackedType::kernel_suffix) {
-        names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_swiglu_small_{t}")]);
+        names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
     }
     names
@@ -56,12 +56,12 @@ impl Kernels {
             embed: per_type("embed")?,
             rms_norm: module.function("rms_norm")?,
             project_small: per_type("project_small")?,
-            project_swiglu_small: per_type("project_swiglu_small")?,
+            project_gated_small: per_type("project_gated_small")?,
             matmul: PackedType::ALL.into_iter().map(matmul_of).collect::<Result<_, _>>()?,
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
-            swiglu: module.function("swiglu")?,
+            gated_activation: module.function("gated_activation")?,
             top_k: module.function("top_k")?,
         })
     }
@@ -79,7 +79,7 @@ impl Kernels {
     pub fn project_small(&self, stream: &CudaStream, call: &ProjectSmallCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
         let dtype = call.outputs[0].0.dtype as usize;
-        let function = if call.swiglu { &self.project_swiglu_small[dtype] } else { &self.project_small[dtype] };
+        let function = if call.gated.is_some() { &self.project_gated_small[dtype] } else { &self.project_small[dtype] };
         launch(stream, function, &args, cfg)
     }
 
@@ -103,9 +103,9 @@ impl Kernels {
         launch(stream, &self.attention, &args, cfg)
     }
 
-    pub fn swiglu(&self, stream: &CudaStream, call: &SwigluCall<'_>) -> Result<(), CudaBackendError> {
+    pub fn gated_activation(&self, stream: &CudaStream, call: &GatedCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        launch(stream, &self.swiglu, &args, cfg)
+        launch(stream, &self.gated_activation, &args, cfg)
     }
 
     pub fn top_k(&self, stream: &CudaStream, call: &TopKCall<'_>) -> Result<(), CudaBackendError> {
@@ -153,7 +153,7 @@ mod tests {
             let number = format!("#define TYPE_{} {}", t.kernel_suffix().to_uppercase(), t as usize);
             assert!(source.contains(&number), "common.cuh lacks {number:?}");
         }
-        for name in ["rms_norm", "rope_table", "rope_store", "attention", "swiglu", "top_k"] {
+        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"] {
             assert!(source.contains(&format!(" {name}(const ")), "kernel {name} is not defined in the sources");
         }
     }

@@ -6,8 +6,10 @@
 //!
 //! - `RmsNorm(X → Xn)` then `Matmul(Xn → …)` becomes one projection that normalizes as it reads (for steps of
 //!   at most `SMALL_BATCH_MAX_TOKENS` tokens, the only ones `project_small` runs); it still writes `Xn`;
-//! - `Matmul(… → [Gate, Up])` then `Swiglu` becomes one projection that writes silu(gate)·up into `Gate`;
-//! - `MatmulAdd` is a projection that adds into its output (the residual add);
+//! - `Matmul(… → [Gate, Up])` then `Gated` becomes one projection that writes act(gate)·up into `Gate`;
+//! - `MatmulAdd` is a projection that adds into its output (the residual add); `RmsNormAdd` (Gemma 3's normalized
+//!   residual branch) is a norm that adds into its output, never fused;
+//! - `HeadNorms(l)` (q/k norms) normalizes the heads of `Q` and `K` in place, one launch each;
 //! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention.
 //!
 //! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
@@ -46,8 +48,10 @@ pub enum Op {
     RmsNorm { src: Buf, weight: Norm, dst: Buf },
     Matmul { src: Buf, outputs: Outputs },
     MatmulAdd { src: Buf, weight: Weight, dst: Buf },
+    RmsNormAdd { src: Buf, weight: Norm, dst: Buf },
+    HeadNorms { layer: usize },
     Attention { layer: usize },
-    Swiglu,
+    Gated,
 }
 
 /// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
@@ -64,10 +68,12 @@ pub enum Launch {
     Embed {
         dst: Buf,
     },
+    /// `dst (+)= src / rms(src) ⊙ weight`.
     RmsNorm {
         src: Buf,
         weight: Norm,
         dst: Buf,
+        add: bool,
     },
     /// `out (+)= w · src'` for each output, where `src'` is `src` normalized when `norm` is set.
     Project {
@@ -76,12 +82,15 @@ pub enum Launch {
         outputs: Outputs,
         add: bool,
     },
-    /// `Gate = silu(gate · src') ⊙ (up · src')`, `Up = up · src'`.
-    ProjectSwiglu {
+    /// `Gate = act(gate · src') ⊙ (up · src')`, `Up = up · src'`.
+    ProjectGated {
         src: Buf,
         norm: Option<NormInput>,
         gate: Weight,
         up: Weight,
+    },
+    HeadNorms {
+        layer: usize,
     },
     RopeStore {
         layer: usize,
@@ -89,7 +98,7 @@ pub enum Launch {
     Attention {
         layer: usize,
     },
-    Swiglu,
+    Gated,
 }
 
 /// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
@@ -105,33 +114,35 @@ pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
                 {
                     project(src, Some(NormInput { weight, dst }), outputs, ops.get(i + 2), 2)
                 }
-                _ => (Launch::RmsNorm { src, weight, dst }, 1),
+                _ => (Launch::RmsNorm { src, weight, dst, add: false }, 1),
             },
             Op::Matmul { src, outputs } => project(src, None, outputs, ops.get(i + 1), 1),
             Op::MatmulAdd { src, weight, dst } => {
                 (Launch::Project { src, norm: None, outputs: Outputs::new(&[(weight, dst)]), add: true }, 1)
             }
+            Op::RmsNormAdd { src, weight, dst } => (Launch::RmsNorm { src, weight, dst, add: true }, 1),
+            Op::HeadNorms { layer } => (Launch::HeadNorms { layer }, 1),
             Op::Attention { layer } => {
                 out.push(Launch::RopeStore { layer });
                 (Launch::Attention { layer }, 1)
             }
             Op::Embed { dst } => (Launch::Embed { dst }, 1),
-            Op::Swiglu => (Launch::Swiglu, 1),
+            Op::Gated => (Launch::Gated, 1),
         };
         out.push(launch);
         i += used;
     }
 }
 
-/// A projection of `outputs` (ops consumed so far: `used`), fused with the SwiGLU that follows it when it
-/// computes exactly `Gate` and `Up`.
+/// A projection of `outputs` (ops consumed so far: `used`), fused with the gated activation that follows it when
+/// it computes exactly `Gate` and `Up`.
 fn project(src: Buf, norm: Option<NormInput>, outputs: Outputs, next: Option<&Op>, used: usize) -> (Launch, usize) {
     let mut it = outputs.iter();
-    if let (Some(Op::Swiglu), Some((gate, Buf::Gate)), Some((up, Buf::Up)), None) =
+    if let (Some(Op::Gated), Some((gate, Buf::Gate)), Some((up, Buf::Up)), None) =
         (next, it.next(), it.next(), it.next())
     {
         if src != Buf::Gate && src != Buf::Up {
-            return (Launch::ProjectSwiglu { src, norm, gate, up }, used + 1);
+            return (Launch::ProjectGated { src, norm, gate, up }, used + 1);
         }
     }
     (Launch::Project { src, norm, outputs, add: false }, used)
@@ -160,7 +171,7 @@ mod tests {
                 src: Buf::Xn,
                 outputs: Outputs::new(&[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]),
             },
-            Op::Swiglu,
+            Op::Gated,
             Op::MatmulAdd { src: Buf::Gate, weight: Weight::FfnDown(l), dst: Buf::X },
         ]
     }
@@ -191,7 +202,7 @@ mod tests {
                     outputs: Outputs::new(&[(Weight::AttnOutput(4), Buf::X)]),
                     add: true
                 },
-                Launch::ProjectSwiglu {
+                Launch::ProjectGated {
                     src: Buf::X,
                     norm: norm(Norm::Ffn(4)),
                     gate: Weight::FfnGate(4),
@@ -212,9 +223,9 @@ mod tests {
         let mut launches = Vec::new();
         plan(&layer_ops(0), false, &mut launches);
         assert_eq!(launches.len(), 8);
-        assert_eq!(launches[0], Launch::RmsNorm { src: Buf::X, weight: Norm::Attn(0), dst: Buf::Xn });
+        assert_eq!(launches[0], Launch::RmsNorm { src: Buf::X, weight: Norm::Attn(0), dst: Buf::Xn, add: false });
         assert!(matches!(launches[1], Launch::Project { src: Buf::Xn, norm: None, add: false, .. }));
-        assert!(matches!(launches[6], Launch::ProjectSwiglu { src: Buf::Xn, norm: None, .. }));
+        assert!(matches!(launches[6], Launch::ProjectGated { src: Buf::Xn, norm: None, .. }));
     }
 
     #[test]
@@ -228,7 +239,7 @@ mod tests {
             Op::Matmul { src: Buf::Att, outputs: gate_up },
             // Gate and up in the other order: silu would apply to the wrong one.
             Op::Matmul { src: Buf::Xn, outputs: up_gate },
-            Op::Swiglu,
+            Op::Gated,
             // A projection that overwrites the norm's input.
             Op::RmsNorm { src: Buf::X, weight: Norm::Output, dst: Buf::Xn },
             Op::Matmul { src: Buf::Xn, outputs: Outputs::new(&[(Weight::AttnQ(0), Buf::X)]) },
@@ -238,8 +249,45 @@ mod tests {
         assert!(matches!(launches[0], Launch::RmsNorm { .. }));
         assert!(matches!(launches[1], Launch::Project { src: Buf::Att, norm: None, .. }));
         assert!(matches!(launches[2], Launch::Project { src: Buf::Xn, .. }));
-        assert_eq!(launches[3], Launch::Swiglu);
+        assert_eq!(launches[3], Launch::Gated);
         assert!(matches!(launches[4], Launch::RmsNorm { .. }));
         assert!(matches!(launches[5], Launch::Project { src: Buf::Xn, norm: None, .. }));
+    }
+
+    /// The ops `forward` records for one Gemma 3 layer: q/k norms, and normalized residual branches.
+    fn gemma_layer_ops(l: usize) -> Vec<Op> {
+        let mut ops = layer_ops(l);
+        ops.insert(2, Op::HeadNorms { layer: l });
+        let branch = |src, weight, post| {
+            [
+                Op::Matmul { src, outputs: Outputs::new(&[(weight, Buf::Xn)]) },
+                Op::RmsNormAdd { src: Buf::Xn, weight: post, dst: Buf::X },
+            ]
+        };
+        ops.splice(4..5, branch(Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l)));
+        let last = ops.len() - 1;
+        ops.splice(last.., branch(Buf::Gate, Weight::FfnDown(l), Norm::PostFfn(l)));
+        ops
+    }
+
+    #[test]
+    fn a_gemma_layer_adds_its_normalized_branches_unfused() {
+        let mut launches = Vec::new();
+        plan(&gemma_layer_ops(2), true, &mut launches);
+        let post = |src, weight, norm| {
+            [
+                Launch::Project { src, norm: None, outputs: Outputs::new(&[(weight, Buf::Xn)]), add: false },
+                Launch::RmsNorm { src: Buf::Xn, weight: norm, dst: Buf::X, add: true },
+            ]
+        };
+        assert!(matches!(launches[0], Launch::Project { src: Buf::X, norm: Some(_), .. }));
+        assert_eq!(
+            launches[1..4],
+            [Launch::HeadNorms { layer: 2 }, Launch::RopeStore { layer: 2 }, Launch::Attention { layer: 2 }]
+        );
+        assert_eq!(launches[4..6], post(Buf::Att, Weight::AttnOutput(2), Norm::PostAttn(2)));
+        assert!(matches!(launches[6], Launch::ProjectGated { src: Buf::X, norm: Some(_), .. }));
+        assert_eq!(launches[7..9], post(Buf::Gate, Weight::FfnDown(2), Norm::PostFfn(2)));
+        assert_eq!(launches.len(), 9);
     }
 }

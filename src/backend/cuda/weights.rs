@@ -62,6 +62,10 @@ struct LayerWeights {
     matrices: [DeviceMatrix; 7],
     attn_norm: CudaSlice<f32>,
     ffn_norm: CudaSlice<f32>,
+    /// Gemma 3's norms of the attention and feed-forward outputs (`post_norms`).
+    post_norms: Option<[CudaSlice<f32>; 2]>,
+    /// The per-head norms of queries and keys (`qk_norm`), `[head_dim]` each.
+    head_norms: Option<[CudaSlice<f32>; 2]>,
 }
 
 /// Position of a layer's matrix in `LayerWeights::matrices`, and its layer.
@@ -110,6 +114,14 @@ impl DeviceWeights {
                     ],
                     attn_norm: norm(&Norm::Attn(l).tensor_name())?,
                     ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
+                    post_norms: match config.post_norms {
+                        true => Some([norm(&Norm::PostAttn(l).tensor_name())?, norm(&Norm::PostFfn(l).tensor_name())?]),
+                        false => None,
+                    },
+                    head_norms: match config.qk_norm {
+                        true => Some([norm(&Norm::QHead(l).tensor_name())?, norm(&Norm::KHead(l).tensor_name())?]),
+                        false => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, CudaBackendError>>()?;
@@ -126,16 +138,20 @@ impl DeviceWeights {
         &self.layers[layer].matrices[i]
     }
 
-    pub fn norm(&self, n: Norm) -> &CudaSlice<f32> {
-        match n {
-            Norm::Attn(l) => &self.layers[l].attn_norm,
-            Norm::Ffn(l) => &self.layers[l].ffn_norm,
-            Norm::Output => &self.output_norm,
-            // `CudaBackend::new` refuses configs with q/k norms or post-norms, so no step names these.
-            Norm::PostAttn(_) | Norm::PostFfn(_) | Norm::QHead(_) | Norm::KHead(_) => {
-                unreachable!("the CUDA backend runs llama models only; {n:?} has no device weight")
-            }
-        }
+    /// The weight of norm `n`; an error for a norm the model does not have (the forward pass names only those its
+    /// config has, so this is an internal error).
+    pub fn norm(&self, n: Norm) -> Result<&CudaSlice<f32>, CudaBackendError> {
+        let layer = |l: usize| self.layers.get(l);
+        let found = match n {
+            Norm::Attn(l) => layer(l).map(|w| &w.attn_norm),
+            Norm::Ffn(l) => layer(l).map(|w| &w.ffn_norm),
+            Norm::PostAttn(l) => layer(l).and_then(|w| w.post_norms.as_ref()).map(|[a, _]| a),
+            Norm::PostFfn(l) => layer(l).and_then(|w| w.post_norms.as_ref()).map(|[_, f]| f),
+            Norm::QHead(l) => layer(l).and_then(|w| w.head_norms.as_ref()).map(|[q, _]| q),
+            Norm::KHead(l) => layer(l).and_then(|w| w.head_norms.as_ref()).map(|[_, k]| k),
+            Norm::Output => Some(&self.output_norm),
+        };
+        found.ok_or_else(|| CudaBackendError::Internal(format!("the model has no norm {n:?}")))
     }
 
     pub fn token_embd(&self) -> &DeviceMatrix {

@@ -2,7 +2,7 @@
 // of `LlamaBackend::attention`, after `rope_store` has put every new token's key and value in the cache.
 //
 // As on the CPU, a query at position p reads keys and values 0..=p of its own sequence from the cache, its own
-// included, so a token's result does not depend on whether it came in a prompt chunk or as a decode.
+// included (p + 1 − window ..= p in a sliding-window layer), so a token's result does not depend on whether it came in a prompt chunk or as a decode.
 //
 // One block per (token, KV head): the block serves the `group` query heads that share the KV head, so each key
 // and value row is read once for all of them. Positions are walked in chunks of ATT_CHUNK with an online softmax
@@ -31,8 +31,10 @@ struct Attention {
     int head_dim;              // a multiple of 8, ≤ ATT_MAX_HEAD_DIM
     int block_size;            // positions per cache block
     float scale;               // 1 / sqrt(head_dim)
+    int window;                // a query sees the last `window` positions only; 0: all of them
+    int pad_;
 };
-static_assert(sizeof(Attention) == 80, "Attention must match AttentionArgs in launch.rs");
+static_assert(sizeof(Attention) == 88, "Attention must match AttentionArgs in launch.rs");
 
 // The maximum (is_max) or sum over the block of each of the `group` values in v; every thread gets them.
 __device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_max,
@@ -87,7 +89,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
     for (int j = 0; j < ATT_MAX_OUT; j++) acc[j] = 0.0f;
     __syncthreads();
 
-    for (int c0 = 0; c0 <= pos; c0 += ATT_CHUNK) {
+    const int first = p.window > 0 ? max(0, pos + 1 - p.window) : 0;
+    for (int c0 = first; c0 <= pos; c0 += ATT_CHUNK) {
         const int n = min(ATT_CHUNK, pos + 1 - c0);
         // Scores: thread i takes position c0 + i and dots its key with every query of the group.
         float score[ATT_MAX_GROUP];

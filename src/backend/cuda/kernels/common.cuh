@@ -273,5 +273,17 @@ __device__ float inverse_rms(const float* x, int width, float eps, float* scratc
     return 1.0f / sqrtf(ss / (float)width + eps);
 }
 
-// silu(g)·u as the CPU's scalar kernel writes it: g / (1 + e^−g) · u.
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+// The gated unit's activations, numbered as `FfnActivation` (`act` of the kernels that apply one).
+#define ACT_SILU 0
+#define ACT_GELU_TANH 1
+
+// act(g)·u with the CPU's formulas: silu(g) = g / (1 + e^−g); GELU's tanh approximation
+// 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))), tanh z written 1 − 2 / (1 + e^2z) as `numerics::gelu_tanh` does.
+__device__ __forceinline__ float gated_mul(float g, float u, int act) {
+    if (act == ACT_GELU_TANH) {
+        const float z = 0.7978845608028654f * (g + 0.044715f * (g * g * g));
+        const float tanh_z = 1.0f - 2.0f / (1.0f + expf(2.0f * z));
+        return 0.5f * g * (1.0f + tanh_z) * u;
+    }
+    return g / (1.0f + expf(-g)) * u;
+}

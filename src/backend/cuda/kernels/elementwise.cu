@@ -2,19 +2,15 @@
 
 #define ELEMENTWISE_THREADS 256
 
-struct Swiglu {
-    float* gate;      // [n]: silu(gate) ⊙ up, in place
+struct Gated {
+    float* gate;      // [n]: act(gate) ⊙ up, in place
     const float* up;  // [n]
     int n;
-    int pad_;
+    int act;          // ACT_SILU or ACT_GELU_TANH
 };
-static_assert(sizeof(Swiglu) == 24, "Swiglu must match SwigluArgs in launch.rs");
+static_assert(sizeof(Gated) == 24, "Gated must match GatedArgs in args.rs");
 
-extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) swiglu(const Swiglu p) {
+extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) gated_activation(const Gated p) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < p.n) {
-        const float g = p.gate[i];
-        // The CPU's scalar formula: g / (1 + e^−g) · u.
-        p.gate[i] = g / (1.0f + expf(-g)) * p.up[i];
-    }
+    if (i < p.n) p.gate[i] = gated_mul(p.gate[i], p.up[i], p.act);
 }

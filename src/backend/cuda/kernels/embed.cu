@@ -1,4 +1,5 @@
-// Token embeddings: out[t] = dequantize(table row tokens[t]). One block per token, one thread per 8-element slice.
+// Token embeddings: out[t] = dequantize(table row tokens[t]) · scale (1 for llama, √n_embd for Gemma 3). One block
+// per token, one thread per 8-element slice.
 
 #define EMBED_THREADS 128
 
@@ -10,7 +11,7 @@ struct Embed {
     int n_tokens;
     int width;          // a multiple of 32
     int vocab;
-    int pad_;
+    float scale;        // the embedding scale; 1 leaves the values as they are
 };
 static_assert(sizeof(Embed) == 48, "Embed must match EmbedArgs in launch.rs");
 
@@ -31,8 +32,8 @@ __device__ void embed(const Embed& p) {
             slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc + block * Quant<TYPE>::SWORDS, s, a, c);
         }
         for (int i = 0; i < 4; i++) {
-            out[b * QK + first + i] = a[i];
-            out[b * QK + second + i] = c[i];
+            out[b * QK + first + i] = a[i] * p.scale;
+            out[b * QK + second + i] = c[i] * p.scale;
         }
     }
 }

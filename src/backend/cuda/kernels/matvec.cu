@@ -9,7 +9,7 @@
 // - an RMSNorm of the input (`norm_w` set): each block recomputes the T inverse norms (T·K reads, from L2) and
 //   normalizes as it reads; block 0 also writes the normalized input to `xn` (the backend's `Xn` stays what the
 //   forward pass says it is);
-// - SwiGLU (`project_swiglu_small_*`): the warp computes gate row r and up row r and writes silu(g)·u.
+// - the gated unit (`project_gated_small_*`): the warp computes gate row r and up row r and writes act(g)·u.
 
 #define MMV_MAX_TOKENS 8
 #define MMV_WARPS 4
@@ -25,13 +25,15 @@ struct Projection {
     const float* norm_w;   // RMSNorm weight [k], or null for no norm
     float* xn;             // where the normalized input goes, [n_tokens][k], or null (with norm_w only)
     int rows[3];
-    int n_mats;            // 1..=3 (2 for the SwiGLU kernel: gate, up)
+    int n_mats;            // 1..=3 (2 for the gated kernel: gate, up)
     int k;                 // row length, a multiple of 32
     int n_tokens;          // 1..=MMV_MAX_TOKENS
     int add;               // 1: y += W·x (the residual add), 0: y = W·x
     float eps;             // RMSNorm epsilon
+    int act;               // the gated kernel's activation: ACT_SILU or ACT_GELU_TANH
+    int pad_;
 };
-static_assert(sizeof(Projection) == 128, "Projection must match ProjectionArgs in launch.rs");
+static_assert(sizeof(Projection) == 136, "Projection must match ProjectionArgs in launch.rs");
 
 // Computes 1 / rms of each input row into inv_rms (unused without a norm) and, in block 0, writes the normalized
 // input to xn.
@@ -126,9 +128,9 @@ __device__ void project_small(const Projection& p) {
     }
 }
 
-// Gate (matrix 0) and up (matrix 1) of the feed-forward, both `rows[0]` rows: y[0] = silu(gate)·up, y[1] = up.
+// Gate (matrix 0) and up (matrix 1) of the feed-forward, both `rows[0]` rows: y[0] = act(gate)·up, y[1] = up.
 template <int TYPE>
-__device__ void project_swiglu_small(const Projection& p) {
+__device__ void project_gated_small(const Projection& p) {
     __shared__ float inv_rms[MMV_MAX_TOKENS];
     __shared__ float scratch[32];
     prepare_norm(p, inv_rms, scratch);
@@ -143,7 +145,7 @@ __device__ void project_swiglu_small(const Projection& p) {
         for (int t = 0; t < MMV_MAX_TOKENS; t++) {
             if (t < p.n_tokens) {
                 const size_t at = (size_t)t * p.rows[0] + row;
-                p.y[0][at] = silu_mul(gate[t], up[t]);
+                p.y[0][at] = gated_mul(gate[t], up[t], p.act);
                 p.y[1][at] = up[t];
             }
         }
@@ -154,7 +156,7 @@ __device__ void project_swiglu_small(const Projection& p) {
     extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_small_##SUFFIX(const Projection p) {     \
         project_small<TYPE>(p);                                                                             \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_swiglu_small_##SUFFIX(const Projection p) { \
-        project_swiglu_small<TYPE>(p);                                                                      \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS) project_gated_small_##SUFFIX(const Projection p) {  \
+        project_gated_small<TYPE>(p);                                                                      \
     }
 FOR_EACH_WEIGHT_TYPE(PROJECT_KERNELS)

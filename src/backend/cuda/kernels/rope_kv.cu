@@ -2,7 +2,8 @@
 // query reads the cache (a prompt chunk's tokens attend to each other).
 //
 // Rotation as GGUF llama and the CPU backend do it: adjacent pairs (x[2i], x[2i+1]) of each head's first rope_dim
-// elements turn by pos · base^(−2i / rope_dim). The angles are computed once per step (`rope_table`), in f64 as the
+// elements turn by pos · base^(−2i / rope_dim); in the NEOX style (Gemma 3) the pairs are (x[i], x[i + rope_dim / 2]).
+// Each layer turns by the table of its RoPE base (one table per distinct base and step). The angles are computed once per step (`rope_table`), in f64 as the
 // CPU's `StepLayout` does, so that long positions keep their precision and both backends turn by the same angle.
 
 #define ROPE_THREADS 128
@@ -41,20 +42,23 @@ struct RopeStore {
     int n_head_kv;
     int head_dim;          // even
     int rope_dim;          // even, ≤ head_dim
-    int pad_;
+    int neox;              // 1: pairs (i, i + rope_dim / 2), 0: adjacent pairs
 };
 static_assert(sizeof(RopeStore) == 96, "RopeStore must match RopeStoreArgs in launch.rs");
 
-// Rotates the pairs of `n_heads` heads of `x` (one token's row) in place; pair j of the row is elements 2j, 2j+1.
+// Rotates the pairs of `n_heads` heads of `x` (one token's row) in place; pair j of the row is elements 2j, 2j+1,
+// or in the NEOX style elements i and i + rope_dim / 2 of its head (i = j mod head_dim / 2).
 __device__ __forceinline__ void rotate_row(float* x, int n_heads, const RopeStore& p, const float* cos,
                                            const float* sin) {
     const int pairs_per_head = p.head_dim / 2;
     for (int j = threadIdx.x; j < n_heads * pairs_per_head; j += blockDim.x) {
         const int pair = j % pairs_per_head;
         if (2 * pair >= p.rope_dim) continue;
-        const float x0 = x[2 * j], x1 = x[2 * j + 1], c = cos[pair], s = sin[pair];
-        x[2 * j] = x0 * c - x1 * s;
-        x[2 * j + 1] = x0 * s + x1 * c;
+        const int i0 = p.neox ? (j / pairs_per_head) * p.head_dim + pair : 2 * j;
+        const int i1 = p.neox ? i0 + p.rope_dim / 2 : 2 * j + 1;
+        const float x0 = x[i0], x1 = x[i1], c = cos[pair], s = sin[pair];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
     }
 }
 
