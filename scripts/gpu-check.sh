@@ -15,6 +15,7 @@
 #   2. unless --skip-synthetic: a synthetic model of SmolLM2-135M's exact shapes with seeded random weights, written
 #      on the machine (the 98 MB model cannot travel with the binaries in one run): the GPU against the CPU backend
 #      on the machine's cores (ember-gpu-check consistency), then throughput and latency (ember-gpu-check bench);
+#      then the same consistency check on a synthetic Gemma 3 270M (its shapes and weight types, a 48-token window);
 #   3. when the real model is there, whole or as models/part.aa + models/part.ab (two runs carry one part each, the
 #      first part waiting on the machine): the reference check (GPU logits against the float64 fixtures, argmax
 #      against llama.cpp's greedy runs), then the engine tests and tests/cuda_backend.rs on the GPU path;
@@ -121,6 +122,10 @@ run() {
     step synthetic 60 "$bin" synthetic "$synthetic" --seed 1
     step consistency 120 "$bin" consistency --model "$synthetic" --json "$results/consistency.json"
     step bench 180 "$bin" bench --model "$synthetic" --json "$results/bench.json"
+    # Gemma 3's architecture and weight types (Q4_K, Q6_K, Q5_0, Q8_0), a window the 100-token prompts cross.
+    local gemma="$WORK/synthetic-gemma3.gguf"
+    step synthetic-gemma3 60 "$bin" synthetic "$gemma" --seed 1 --arch gemma3 --window 48
+    step consistency-gemma3 120 "$bin" consistency --model "$gemma" --json "$results/consistency-gemma3.json"
   fi
 
   if [ ! -f "$MODEL" ] && [ -f models/part.aa ] && [ -f models/part.ab ]; then

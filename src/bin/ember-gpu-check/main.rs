@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! ember-gpu-check info [--json PATH]                        the device, and how long NVRTC takes for the kernels
-//! ember-gpu-check synthetic PATH [--seed S]                 write a model of SmolLM2-135M's shapes, random weights
+//! ember-gpu-check synthetic PATH [--seed S] [--arch gemma3 [--window W]]
+//!                                                           write a model of SmolLM2-135M's (or Gemma 3 270M's)
+//!                                                           shapes and types, random weights
 //! ember-gpu-check consistency --model PATH [--json PATH]    GPU against CPU logits; batch and graph invariance
 //! ember-gpu-check reference --model PATH [--json PATH] [--cpu]  the real model against the float64 and llama.cpp fixtures
 //! ember-gpu-check bench --model PATH [--json PATH] [--quick] decode, prefill, concurrency, TTFT and ITL
@@ -29,7 +31,7 @@ use ember::model::llama::SyntheticSpec;
 use serde_json::json;
 
 const USAGE: &str = "usage: ember-gpu-check info [--json PATH]
-       ember-gpu-check synthetic PATH [--seed S]
+       ember-gpu-check synthetic PATH [--seed S] [--arch llama|gemma3] [--window W]
        ember-gpu-check consistency --model PATH [--json PATH] [--threads N]
        ember-gpu-check reference --model PATH [--fixtures DIR] [--json PATH] [--cpu]
        ember-gpu-check bench --model PATH [--json PATH] [--quick]
@@ -47,6 +49,9 @@ pub struct Args {
     pub quick: bool,
     /// `reference` on the CPU backend: tries the check where there is no GPU.
     pub cpu: bool,
+    /// `synthetic`: the architecture, and Gemma 3's sliding window (its real 512 when absent).
+    pub arch: String,
+    pub window: Option<usize>,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
@@ -62,6 +67,8 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         threads: ember::backend::cpu::default_threads(),
         quick: false,
         cpu: false,
+        arch: "llama".into(),
+        window: None,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -75,6 +82,10 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             }
             "--quick" => args.quick = true,
             "--cpu" => args.cpu = true,
+            "--arch" => args.arch = value("--arch")?,
+            "--window" => {
+                args.window = Some(value("--window")?.parse().ok().filter(|&n| n > 0).ok_or("--window: not a count")?)
+            }
             other if other.starts_with("--") => return Err(format!("unknown option {other:?}\n{USAGE}")),
             other => args.positional.push(other.to_owned()),
         }
@@ -145,10 +156,19 @@ fn info(args: &Args) -> Result<(), String> {
 
 fn synthetic(args: &Args) -> Result<(), String> {
     let path = args.positional.first().ok_or("synthetic needs a PATH")?;
-    let spec = SyntheticSpec::smollm2_135m(args.seed);
+    let (spec, shapes) = match args.arch.as_str() {
+        "llama" => (SyntheticSpec::smollm2_135m(args.seed), "SmolLM2-135M's shapes".to_owned()),
+        "gemma3" => {
+            let real = SyntheticSpec::gemma3_270m(args.seed);
+            let window = args.window.or(real.sliding_window);
+            let what = format!("Gemma 3 270M's shapes and weight types, a window of {}", window.unwrap_or(0));
+            (SyntheticSpec { sliding_window: window, ..real }, what)
+        }
+        other => return Err(format!("--arch {other:?}: llama or gemma3")),
+    };
     synthetic_vocab::synthetic_model_with_vocab(&spec)
         .write(Path::new(path))
         .map_err(|e| format!("cannot write {path}: {e}"))?;
-    println!("wrote {path}: SmolLM2-135M's shapes, weights of seed {}, a byte-level vocabulary", args.seed);
+    println!("wrote {path}: {shapes}, weights of seed {}, a byte-level vocabulary", args.seed);
     Ok(())
 }

@@ -63,19 +63,24 @@ pub fn run(args: &Args) -> Result<(), String> {
     let dir = Path::new(args.positional.first().ok_or("table needs a DIR")?);
     let info = load(dir, "info.json");
     let consistency = load(dir, "consistency.json");
+    let consistency_gemma = load(dir, "consistency-gemma3.json");
     let reference = load(dir, "reference.json");
     let bench = load(dir, "bench.json");
     let device = info.as_ref().and_then(|i| i.get("device")).and_then(Value::as_str).unwrap_or("unknown device");
-    let mut lines = vec![
+    let gpu_vs_cpu = |what: &str, file: &Option<Value>| {
         verdict(
-            "GPU vs CPU logits (synthetic model)",
-            &consistency,
+            what,
+            file,
             format!(
                 "max rel. error {:.1e}, bit-equal batches/graphs {}",
-                number(&consistency, "/rel_error_vs_cpu_f32/max").unwrap_or(f64::NAN),
-                consistency.as_ref().and_then(|c| c.get("batch_invariant")).map_or("?".into(), |v| v.to_string())
+                number(file, "/rel_error_vs_cpu_f32/max").unwrap_or(f64::NAN),
+                file.as_ref().and_then(|c| c.get("batch_invariant")).map_or("?".into(), |v| v.to_string())
             ),
-        ),
+        )
+    };
+    let mut lines = vec![
+        gpu_vs_cpu("GPU vs CPU logits (synthetic SmolLM2)", &consistency),
+        gpu_vs_cpu("GPU vs CPU logits (synthetic Gemma 3)", &consistency_gemma),
         verdict(
             "real model vs float64 / llama.cpp",
             &reference,

@@ -1,8 +1,11 @@
-//! Synthetic llama models: real shapes and types, seeded random weights.
+//! Synthetic models (`llama`, `gemma3`): real shapes and types, seeded random weights.
 //!
 //! Used where the real model cannot be (tests of shape handling, and the GPU machine, which receives at most
-//! 64 MiB per run while the real model is 98 MB): a model of SmolLM2-135M's exact shapes runs the same kernels at
-//! the same cost. The weights carry no knowledge, so outputs are meaningless but deterministic.
+//! 64 MiB per run while the real models are 98 and 253 MB): a model of SmolLM2-135M's or Gemma 3 270M's exact
+//! shapes and weight types runs the same kernels at the same cost. The weights carry no knowledge, so outputs are
+//! meaningless but deterministic.
+
+use half::f16;
 
 use crate::model::gguf::blocks::{quantize_q4_1, quantize_q8_0, QK};
 use crate::model::gguf::writer::GgufWriter;
@@ -26,6 +29,12 @@ pub struct SyntheticSpec {
     pub seed: u64,
     /// Llama 3's RoPE frequency factors (`rope_freqs.weight`, `head_dim / 2` values), or none.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// `Llama`, or `Gemma3` (its norms, activation, RoPE style and windows, and its file's weight types).
+    pub arch: Architecture,
+    /// Width of one head; `None`: `n_embd / n_head`.
+    pub head_dim: Option<usize>,
+    /// Gemma 3's sliding window (five layers in six), or none.
+    pub sliding_window: Option<usize>,
 }
 
 impl SyntheticSpec {
@@ -41,6 +50,27 @@ impl SyntheticSpec {
             context_length: 8192,
             seed,
             rope_freq_factors: None,
+            arch: Architecture::Llama,
+            head_dim: None,
+            sliding_window: None,
+        }
+    }
+
+    /// Gemma 3 270M's shapes (the vocabulary too: its embedding is most of the model).
+    pub fn gemma3_270m(seed: u64) -> Self {
+        SyntheticSpec {
+            n_layer: 18,
+            n_embd: 640,
+            n_ff: 2048,
+            n_head: 4,
+            n_head_kv: 1,
+            vocab_size: 262_144,
+            context_length: 32_768,
+            seed,
+            rope_freq_factors: None,
+            arch: Architecture::Gemma3,
+            head_dim: Some(256),
+            sliding_window: Some(512),
         }
     }
 
@@ -56,36 +86,69 @@ impl SyntheticSpec {
             context_length: 256,
             seed,
             rope_freq_factors: None,
+            arch: Architecture::Llama,
+            head_dim: None,
+            sliding_window: None,
         }
     }
 
-    /// The llama metadata and weights (no tokenizer metadata: callers that need one add it).
-    /// Matrices are Q4_1 and the (tied) embedding Q8_0, as in the real model; norms are F32 near 1.
+    /// A Gemma 3 model small enough for a unit test: 7 layers (six windowed, one global), rows of 256 where the
+    /// real file has K-quants.
+    pub fn tiny_gemma3(seed: u64) -> Self {
+        SyntheticSpec {
+            n_layer: 7,
+            n_embd: 96,
+            n_ff: 256,
+            n_head: 4,
+            n_head_kv: 1,
+            vocab_size: 512,
+            context_length: 256,
+            seed,
+            rope_freq_factors: None,
+            arch: Architecture::Gemma3,
+            head_dim: Some(64),
+            sliding_window: Some(8),
+        }
+    }
+
+    /// The metadata and weights (no tokenizer metadata: callers that need one add it); norms are F32 near 1.
+    /// Llama: matrices Q4_1 and the (tied) embedding Q8_0, as in SmolLM2's file. Gemma 3: Gemma 3 270M's file's
+    /// types where the rows allow them (Q4_K and Q6_K need rows of multiples of 256; Q5_0 and Q8_0 elsewhere).
     pub fn writer(&self) -> GgufWriter {
         let mut rng = SplitMix64(self.seed);
-        let head_dim = self.n_embd / self.n_head;
+        let head_dim = self.head_dim.unwrap_or(self.n_embd / self.n_head);
+        let gemma = self.arch == Architecture::Gemma3;
+        let arch = self.arch.name();
+        let key = |k: &str| format!("{arch}.{k}");
         let u32v = |v: usize| Value::U32(v as u32);
         let mut w = GgufWriter::new()
-            .metadata("general.architecture", Value::String("llama".into()))
-            .metadata("general.name", Value::String(format!("synthetic llama (seed {})", self.seed)))
-            .metadata("llama.block_count", u32v(self.n_layer))
-            .metadata("llama.context_length", u32v(self.context_length))
-            .metadata("llama.embedding_length", u32v(self.n_embd))
-            .metadata("llama.feed_forward_length", u32v(self.n_ff))
-            .metadata("llama.attention.head_count", u32v(self.n_head))
-            .metadata("llama.attention.head_count_kv", u32v(self.n_head_kv))
-            .metadata("llama.rope.freq_base", Value::F32(ROPE_BASE))
-            .metadata("llama.rope.dimension_count", u32v(head_dim))
-            .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
-            .metadata("llama.vocab_size", u32v(self.vocab_size));
+            .metadata("general.architecture", Value::String(arch.into()))
+            .metadata("general.name", Value::String(format!("synthetic {arch} (seed {})", self.seed)))
+            .metadata(&key("block_count"), u32v(self.n_layer))
+            .metadata(&key("context_length"), u32v(self.context_length))
+            .metadata(&key("embedding_length"), u32v(self.n_embd))
+            .metadata(&key("feed_forward_length"), u32v(self.n_ff))
+            .metadata(&key("attention.head_count"), u32v(self.n_head))
+            .metadata(&key("attention.head_count_kv"), u32v(self.n_head_kv))
+            .metadata(&key("attention.key_length"), u32v(head_dim))
+            .metadata(&key("attention.value_length"), u32v(head_dim))
+            .metadata(&key("rope.freq_base"), Value::F32(ROPE_BASE))
+            .metadata(&key("rope.dimension_count"), u32v(head_dim))
+            .metadata(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+            .metadata(&key("vocab_size"), u32v(self.vocab_size));
+        if let Some(window) = self.sliding_window.filter(|_| gemma) {
+            w = w
+                .metadata(&key("attention.sliding_window"), u32v(window))
+                .metadata(&key("rope.freq_base_swa"), Value::F32(ROPE_BASE_LOCAL));
+        }
         let config = LlamaConfig {
-            arch: Architecture::Llama,
+            arch: self.arch,
             rope_bases: vec![ROPE_BASE],
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
-            rope_neox: false,
+            rope_neox: gemma,
             embed_scale: None,
-            qk_norm: false,
-            post_norms: false,
+            qk_norm: gemma,
+            post_norms: gemma,
             ffn_activation: FfnActivation::Silu,
             rope_freq_factors: self.rope_freq_factors.clone(),
             n_layer: self.n_layer,
@@ -110,13 +173,65 @@ impl SyntheticSpec {
             } else {
                 // Uniform weights scaled like a trained model's (std ≈ 1/sqrt(fan_in)) keep activations in range.
                 let scale = 1.7 / (shape[0] as f32).sqrt();
-                let dtype = if name == "token_embd.weight" { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
-                let data = random_blocks(&mut rng, dtype, (shape[0] * shape[1]) as usize, scale);
+                let dtype = if gemma { gemma3_type(&name, shape[0]) } else { llama_type(&name) };
+                let n = (shape[0] * shape[1]) as usize;
+                let data = match dtype {
+                    GgmlType::Q8_0 | GgmlType::Q4_1 => random_blocks(&mut rng, dtype, n, scale),
+                    _ => random_bytes_blocks(&mut rng, dtype, n, scale),
+                };
                 w.tensor(&name, dtype, &shape, data)
             };
         }
         w
     }
+}
+
+/// The RoPE base of a synthetic Gemma's sliding-window layers.
+const ROPE_BASE_LOCAL: f32 = 10_000.0;
+
+/// SmolLM2's file: matrices Q4_1, the embedding Q8_0.
+fn llama_type(name: &str) -> GgmlType {
+    if name == "token_embd.weight" {
+        GgmlType::Q8_0
+    } else {
+        GgmlType::Q4_1
+    }
+}
+
+/// Gemma 3 270M's Q4_K_M file: Q4_K, and Q6_K for values and down projections, where rows are whole super-blocks;
+/// the embedding and values Q8_0, the other matrices Q5_0 where they are not.
+fn gemma3_type(name: &str, row_len: u64) -> GgmlType {
+    let high = name == "token_embd.weight" || name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight");
+    match (row_len % 256 == 0, high) {
+        (true, true) => GgmlType::Q6K,
+        (true, false) => GgmlType::Q4K,
+        (false, true) => GgmlType::Q8_0,
+        (false, false) => GgmlType::Q5_0,
+    }
+}
+
+/// Blocks of `dtype` with random quants, scales and minima, and f16 super-scales chosen so that the weights'
+/// spread is about `scale` (centred for the types with minima): what a quantizer would not write, but valid.
+fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) -> Vec<u8> {
+    // Byte offsets of d (and dmin) in a block (`ggml-common.h`), and d for a spread of `scale`: the integer
+    // products' spread is ~ 63·7.5 (Q4_K: scale × nibble), 64·18 (Q6_K), 9 (Q5_0).
+    let (d_at, dmin_at, d) = match dtype {
+        GgmlType::Q4K => (0, Some(2), scale / 470.0),
+        GgmlType::Q6K => (208, None, scale / 1150.0),
+        GgmlType::Q5_0 => (0, None, scale / 9.0),
+        other => unreachable!("no random blocks of {other:?}"),
+    };
+    let block = dtype.block_bytes() as usize;
+    let n_blocks = n / dtype.block_len() as usize;
+    let mut out: Vec<u8> = (0..n_blocks * block).map(|_| rng.next() as u8).collect();
+    for b in out.chunks_exact_mut(block) {
+        b[d_at..d_at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        if let Some(at) = dmin_at {
+            // Minima average 31.5 and values 7.5·31.5·d: dmin = 7.5·d centres the weights.
+            b[at..at + 2].copy_from_slice(&f16::from_f32(7.5 * d).to_le_bytes());
+        }
+    }
+    out
 }
 
 fn random_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) -> Vec<u8> {
@@ -163,5 +278,20 @@ mod tests {
         assert_eq!((c.n_layer, c.n_embd, c.kv_dim(), c.vocab_size), (2, 64, 32, 512));
         assert_eq!(a, SyntheticSpec::tiny(7).writer().to_bytes());
         assert_ne!(a, SyntheticSpec::tiny(8).writer().to_bytes());
+    }
+
+    #[test]
+    fn gemma3_models_have_its_architecture_windows_and_types() {
+        let bytes = SyntheticSpec::tiny_gemma3(5).writer().to_bytes();
+        let f = GgufFile::from_bytes(&bytes).unwrap();
+        let c = LlamaConfig::from_gguf(&f).unwrap();
+        assert_eq!((c.arch, c.head_dim, c.q_dim(), c.rope_bases.len()), (Architecture::Gemma3, 64, 256, 2));
+        let windows: Vec<_> = c.layers.iter().map(|l| l.window).collect();
+        assert_eq!(windows, [Some(8), Some(8), Some(8), Some(8), Some(8), None, Some(8)]);
+        let dtype = |name: &str| f.tensor(name).unwrap().dtype();
+        assert_eq!(dtype("blk.0.attn_q.weight"), GgmlType::Q5_0, "rows of 96");
+        assert_eq!(dtype("blk.0.attn_output.weight"), GgmlType::Q4K, "rows of 256");
+        assert_eq!(dtype("blk.0.ffn_down.weight"), GgmlType::Q6K);
+        assert_eq!(dtype("token_embd.weight"), GgmlType::Q8_0);
     }
 }
