@@ -202,7 +202,7 @@ fn llama_type(name: &str) -> GgmlType {
 /// the embedding and values Q8_0, the other matrices Q5_0 where they are not.
 fn gemma3_type(name: &str, row_len: u64) -> GgmlType {
     let high = name == "token_embd.weight" || name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight");
-    match (row_len % 256 == 0, high) {
+    match (row_len.is_multiple_of(256), high) {
         (true, true) => GgmlType::Q6K,
         (true, false) => GgmlType::Q4K,
         (false, true) => GgmlType::Q8_0,
