@@ -24,13 +24,13 @@ use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ
 
 /// One 32-element group, unpacked.
 #[derive(Clone, Copy)]
-struct GroupRegs {
+pub(in crate::backend::cpu::kernels) struct GroupRegs {
     /// The unsigned values `u` in element order (at most 63).
-    u: __m256i,
+    pub(in crate::backend::cpu::kernels) u: __m256i,
     /// The integer scale of each lane's half, as f32: `[s0; 4]` then `[s1; 4]`.
-    scales: __m256,
+    pub(in crate::backend::cpu::kernels) scales: __m256,
     /// The integer minimum of each lane's half, as f32 (zero for the types without minima).
-    mins: __m256,
+    pub(in crate::backend::cpu::kernels) mins: __m256,
 }
 
 /// One super-block, unpacked.
@@ -63,15 +63,15 @@ fn dot_u8_i8(u: __m256i, i: __m256i) -> __m256i {
 
 /// What a super-block's groups share, decoded once per super-block and row.
 #[derive(Clone, Copy)]
-struct Header {
+pub(in crate::backend::cpu::kernels) struct Header {
     /// The 16 integer half scales as f32 (`SuperBlock::half_scales`): halves 0..8 (groups 0..4), then 8..16.
     scales: [__m256; 2],
     /// The 16 integer half minima, likewise.
     mins: [__m256; 2],
     /// `d` in every lane.
-    d: __m256,
+    pub(in crate::backend::cpu::kernels) d: __m256,
     /// `−dmin` in every lane.
-    dmin_neg: __m256,
+    pub(in crate::backend::cpu::kernels) dmin_neg: __m256,
 }
 
 /// How a K-quant's groups are unpacked into registers.
@@ -158,7 +158,7 @@ impl Unpack for BlockQ6K {
 
 /// The header of super-block `b`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn header<B: SuperBlock>(b: &B) -> Header {
+pub(in crate::backend::cpu::kernels) fn header<B: SuperBlock>(b: &B) -> Header {
     let (scales, mins) = b.half_scales();
     let eight = |v: &[i32; 16], h: usize| {
         let half: &[i32; 8] = v[8 * h..8 * h + 8].try_into().expect("8 values");
@@ -175,7 +175,7 @@ fn header<B: SuperBlock>(b: &B) -> Header {
 
 /// Group `g` of super-block `b` in registers: its values, and its halves' scale and minimum in lanes 0..4, 4..8.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn group<B: Unpack>(b: &B, h: &Header, g: usize) -> GroupRegs {
+pub(in crate::backend::cpu::kernels) fn group<B: Unpack>(b: &B, h: &Header, g: usize) -> GroupRegs {
     let (first, second) = (2 * (g % 4) as i32, 2 * (g % 4) as i32 + 1);
     let lanes = _mm256_setr_epi32(first, first, first, first, second, second, second, second);
     GroupRegs {

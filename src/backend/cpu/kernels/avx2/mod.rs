@@ -8,7 +8,7 @@ mod attention_f16;
 mod elementwise;
 mod exp;
 mod f32_tiles;
-mod k_tiles;
+pub(super) mod k_tiles;
 pub(super) mod lanes;
 mod q8_tiles;
 mod quantize;
@@ -17,7 +17,7 @@ use super::table::Kernels;
 
 pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
 pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace};
-pub(super) use q8_tiles::{matmul_q8, unpack_five_bits};
+pub(super) use q8_tiles::unpack_five_bits;
 pub(super) use quantize::quantize_row_q8a;
 
 /// Whether this CPU runs the AVX2 path (and thus the functions re-exported above).

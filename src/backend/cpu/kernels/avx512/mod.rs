@@ -8,6 +8,7 @@
 //! hands out after detecting all of those features.
 
 mod f32_tiles;
+mod k_tiles;
 mod q8_tiles;
 
 use std::arch::x86_64::*;

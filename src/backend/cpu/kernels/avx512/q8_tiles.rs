@@ -23,7 +23,7 @@ use std::ops::Range;
 
 use bytemuck::Zeroable;
 
-use super::{load_two_32, spread, store_pair_results, two_scales, MAX_PAIRS};
+use super::{k_tiles, load_two_32, spread, store_pair_results, two_scales, MAX_PAIRS};
 use crate::backend::cpu::kernels::avx2;
 use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, prefetch};
 use crate::backend::cpu::kernels::out_rows::OutRows;
@@ -435,10 +435,11 @@ pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: 
             WeightData::Q5_0(b) => run_tiles(&Q5_0_TILES, b, n, act, n_cols, out),
             WeightData::Q5_1(b) => run_tiles(&Q5_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
-            // The K-quants: the AVX2 tiles (this path's CPUs have AVX2; the arithmetic is the same on every path).
-            WeightData::Q2K(_) | WeightData::Q3K(_) | WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_) => {
-                avx2::matmul_q8(w, act, n_cols, out)
-            }
+            WeightData::Q2K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q3K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q4K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q5K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
+            WeightData::Q6K(b) => k_tiles::matmul_q8_k(b, n, act, n_cols, out),
             // Float weights on every path: the scalar kernel.
             WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => scalar::matmul_q8(w, act, n_cols, out),
         }
