@@ -5,10 +5,10 @@
 //!
 //! Per output, super-block and group, the arithmetic of the scalar `output_q8_k` (`numerics`: 8 lanes, lane `j`
 //! holding elements `4j..4j + 4`): the exact integer lane sums `Σ (u − OFFSET)·qa` (`vpmaddubsw`, `vpmaddwd`),
-//! converted to f32 and multiplied by the lane's half's integer scale (exact: the product stays below 2^24, so it
-//! equals the scalar path's integer product converted), then one FMA with `d·da`; the types with minima add
-//! `(Σ qa · min_h)` (exact again) times `−dmin·da` with a second FMA. After the last super-block the lanes are
-//! summed by `lanes::hsum`. Nothing depends on the tile shape, so results are batch-invariant (see `tiling`).
+//! converted to f32, one FMA with `(d·scale_h)·da`; the types with minima add `(Σ qa · da)` times `−dmin·min_h`
+//! with a second FMA. `d·scale_h` and `−dmin·min_h` (exact) are computed once per row and group (`group`), `Σ qa ·
+//! da` once per column and group (`col_block`). After the last super-block the lanes are summed by `lanes::hsum`.
+//! Nothing depends on the tile shape, so results are batch-invariant (see `tiling`).
 
 use std::arch::x86_64::*;
 use std::mem::{size_of, MaybeUninit};
@@ -27,9 +27,9 @@ use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ
 pub(in crate::backend::cpu::kernels) struct GroupRegs {
     /// The unsigned values `u` in element order (at most 63).
     pub(in crate::backend::cpu::kernels) u: __m256i,
-    /// The integer scale of each lane's half, as f32: `[s0; 4]` then `[s1; 4]`.
+    /// `d` times the integer scale of each lane's half (exact): `[d·s0; 4]` then `[d·s1; 4]`.
     pub(in crate::backend::cpu::kernels) scales: __m256,
-    /// The integer minimum of each lane's half, as f32 (zero for the types without minima).
+    /// `−dmin` times the integer minimum of each lane's half (exact; zero for the types without minima).
     pub(in crate::backend::cpu::kernels) mins: __m256,
 }
 
@@ -37,10 +37,6 @@ pub(in crate::backend::cpu::kernels) struct GroupRegs {
 #[derive(Clone, Copy)]
 pub(in crate::backend::cpu::kernels) struct Unpacked {
     groups: [GroupRegs; GROUPS],
-    /// `d` in every lane.
-    d: __m256,
-    /// `−dmin` in every lane.
-    dmin_neg: __m256,
 }
 
 /// One activation block, prepared for every row of a tile.
@@ -49,8 +45,8 @@ struct ColBlock {
     q: __m256i,
     /// `OFFSET · Σ qa` over each lane's four activations.
     offset: __m256i,
-    /// `Σ qa` over each lane's four activations, as f32.
-    sums: __m256,
+    /// `Σ qa · da` over each lane's four activations.
+    sums_d: __m256,
     /// `da` in every lane.
     d: __m256,
 }
@@ -173,16 +169,22 @@ pub(in crate::backend::cpu::kernels) fn header<B: SuperBlock>(b: &B) -> Header {
     }
 }
 
-/// Group `g` of super-block `b` in registers: its values, and its halves' scale and minimum in lanes 0..4, 4..8.
+/// Group `g` of super-block `b` in registers: its values, and its halves' `d·scale` and `−dmin·min` in lanes 0..4,
+/// 4..8.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn group<B: Unpack>(b: &B, h: &Header, g: usize) -> GroupRegs {
     let (first, second) = (2 * (g % 4) as i32, 2 * (g % 4) as i32 + 1);
     let lanes = _mm256_setr_epi32(first, first, first, first, second, second, second, second);
+    let mins = if B::HAS_MIN {
+        _mm256_mul_ps(h.dmin_neg, _mm256_permutevar8x32_ps(h.mins[g / 4], lanes))
+    } else {
+        _mm256_setzero_ps()
+    };
     GroupRegs {
         // SAFETY: this function has the features `values` needs.
         u: unsafe { b.values(g) },
-        scales: _mm256_permutevar8x32_ps(h.scales[g / 4], lanes),
-        mins: if B::HAS_MIN { _mm256_permutevar8x32_ps(h.mins[g / 4], lanes) } else { _mm256_setzero_ps() },
+        scales: _mm256_mul_ps(h.d, _mm256_permutevar8x32_ps(h.scales[g / 4], lanes)),
+        mins,
     }
 }
 
@@ -194,7 +196,7 @@ fn unpack<B: Unpack>(b: &B) -> Unpacked {
     for (g, regs) in groups.iter_mut().enumerate() {
         *regs = group(b, &h, g);
     }
-    Unpacked { groups, d: h.d, dmin_neg: h.dmin_neg }
+    Unpacked { groups }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -204,18 +206,16 @@ fn col_block<B: SuperBlock>(a: &BlockQ8A) -> ColBlock {
     ColBlock {
         q,
         offset: _mm256_mullo_epi32(sums, _mm256_set1_epi32(B::OFFSET)),
-        sums: _mm256_cvtepi32_ps(sums),
+        sums_d: _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(a.d)),
         d: _mm256_set1_ps(a.d),
     }
 }
 
-/// Adds group `g` of one super-block of every row (`regs`, with the rows' `d` and `−dmin` in `scales`) and column
-/// of a tile to the accumulators `acc[c][r]`.
+/// Adds group `g` of one super-block of every row (`regs`) and column of a tile to the accumulators `acc[c][r]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn accumulate_group<B: SuperBlock, const R: usize, const C: usize>(
     acc: &mut [[__m256; R]; C],
     regs: &[GroupRegs; R],
-    scales: &[(__m256, __m256); R],
     cols: &[&[BlockQ8A; GROUPS]; C],
     g: usize,
 ) {
@@ -226,11 +226,9 @@ fn accumulate_group<B: SuperBlock, const R: usize, const C: usize>(
             if B::OFFSET != 0 {
                 dot = _mm256_sub_epi32(dot, a.offset);
             }
-            let p = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), regs[r].scales);
-            acc[c][r] = _mm256_fmadd_ps(p, _mm256_mul_ps(scales[r].0, a.d), acc[c][r]);
+            acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(regs[r].scales, a.d), acc[c][r]);
             if B::HAS_MIN {
-                let n = _mm256_mul_ps(a.sums, regs[r].mins);
-                acc[c][r] = _mm256_fmadd_ps(n, _mm256_mul_ps(scales[r].1, a.d), acc[c][r]);
+                acc[c][r] = _mm256_fmadd_ps(a.sums_d, regs[r].mins, acc[c][r]);
             }
         }
     }
@@ -259,17 +257,15 @@ fn tile<B: Unpack, const R: usize, const C: usize>(
             col[c] = &cols[c * n_blocks + b];
         }
         let mut headers = [Header { scales: [zero; 2], mins: [zero; 2], d: zero, dmin_neg: zero }; R];
-        let mut scales = [(zero, zero); R];
         for r in 0..R {
             headers[r] = header(blocks[r]);
-            scales[r] = (headers[r].d, headers[r].dmin_neg);
         }
         for g in 0..GROUPS {
             let mut regs = [GroupRegs { u: _mm256_setzero_si256(), scales: zero, mins: zero }; R];
             for r in 0..R {
                 regs[r] = group(blocks[r], &headers[r], g);
             }
-            accumulate_group::<B, R, C>(&mut acc, &regs, &scales, &col, g);
+            accumulate_group::<B, R, C>(&mut acc, &regs, &col, g);
         }
     }
     for c in 0..C {
@@ -329,16 +325,12 @@ fn prepared_tile<B: Unpack, const R: usize, const C: usize>(
         for c in 0..C {
             col[c] = &cols[c * n_blocks + b];
         }
-        let mut scales = [(zero, zero); R];
-        for r in 0..R {
-            scales[r] = (w[r].d, w[r].dmin_neg);
-        }
         for g in 0..GROUPS {
             let mut regs = [GroupRegs { u: _mm256_setzero_si256(), scales: zero, mins: zero }; R];
             for r in 0..R {
                 regs[r] = w[r].groups[g];
             }
-            accumulate_group::<B, R, C>(&mut acc, &regs, &scales, &col, g);
+            accumulate_group::<B, R, C>(&mut acc, &regs, &col, g);
         }
     }
     for c in 0..C {

@@ -5,8 +5,8 @@
 //! Groups are unpacked by the AVX2 code (`Unpack`, `header`, `group`: the same values, scales and minima) and
 //! paired; each half then computes, lane for lane, what an AVX2 register computes for one output: the exact
 //! integer dot `Σ (u − OFFSET)·qa` (`vpdpbusd` from a start of `−OFFSET · Σ qa`, the same integer as AVX2's
-//! `vpmaddubsw` sum minus the offset term), converted, times the half's integer scale, one FMA with `d·da`, and for
-//! the types with minima `(Σ qa · min)` times `−dmin·da` with a second FMA. So the results equal the AVX2 and scalar
+//! `vpmaddubsw` sum minus the offset term), converted, one FMA with `(d·scale_h)·da`, and for the types with minima
+//! `(Σ qa · da)` times `−dmin·min_h` with a second FMA. So the results equal the AVX2 and scalar
 //! paths' bit for bit, and nothing depends on the tile (batch invariance, see `tiling`). A tile with an odd number
 //! of rows pairs its last row with an all-zero super-block (its half is computed and dropped).
 
@@ -31,9 +31,9 @@ use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ
 struct PairGroup {
     /// The unsigned values, each row's 32 in element order.
     u: __m512i,
-    /// Each lane's half's integer scale, as f32.
+    /// `d` times each lane's half's integer scale.
     scales: __m512,
-    /// Each lane's half's integer minimum, as f32.
+    /// `−dmin` times each lane's half's integer minimum.
     mins: __m512,
 }
 
@@ -41,10 +41,6 @@ struct PairGroup {
 #[derive(Clone, Copy)]
 struct PairBlock {
     groups: [PairGroup; GROUPS],
-    /// `[d_r ×8 | d_r+1 ×8]`.
-    d: __m512,
-    /// `[−dmin_r ×8 | −dmin_r+1 ×8]`.
-    dmin_neg: __m512,
 }
 
 /// One activation block of one column, in both halves.
@@ -53,8 +49,8 @@ struct ColBlock {
     q: __m512i,
     /// `−OFFSET · Σ qa` of each lane's four activations: the integer dot's start.
     start: __m512i,
-    /// `Σ qa` of each lane's four activations, as f32.
-    sums: __m512,
+    /// `Σ qa · da` of each lane's four activations.
+    sums_d: __m512,
     /// `da` in every lane.
     d: __m512,
 }
@@ -80,7 +76,7 @@ fn pair_block<B: Unpack>(b0: &B, b1: &B) -> PairBlock {
         let (r0, r1): (GroupRegs, GroupRegs) = (group(b0, &h0, g), group(b1, &h1, g));
         *pair = PairGroup { u: join_i(r0.u, r1.u), scales: join(r0.scales, r1.scales), mins: join(r0.mins, r1.mins) };
     }
-    PairBlock { groups, d: join(h0.d, h1.d), dmin_neg: join(h0.dmin_neg, h1.dmin_neg) }
+    PairBlock { groups }
 }
 
 /// Super-block `b` of each of `R` rows, paired (an odd last row with a zero super-block); pairs past the tile's
@@ -90,7 +86,7 @@ fn pair_rows<B: Unpack + Zeroable, const R: usize>(blocks: [&B; R]) -> [PairBloc
     let padding = B::zeroed();
     let (zero, zero_i) = (_mm512_setzero_ps(), _mm512_setzero_si512());
     let empty = PairGroup { u: zero_i, scales: zero, mins: zero };
-    let mut out = [PairBlock { groups: [empty; GROUPS], d: zero, dmin_neg: zero }; MAX_PAIRS];
+    let mut out = [PairBlock { groups: [empty; GROUPS] }; MAX_PAIRS];
     for (p, pair) in out.iter_mut().enumerate().take(R.div_ceil(2)) {
         let second = if 2 * p + 1 < R { blocks[2 * p + 1] } else { &padding };
         *pair = pair_block(blocks[2 * p], second);
@@ -105,7 +101,7 @@ fn col_block<B: Unpack>(a: &BlockQ8A) -> ColBlock {
     ColBlock {
         q,
         start: _mm512_mullo_epi32(sums, _mm512_set1_epi32(-B::OFFSET)),
-        sums: _mm512_cvtepi32_ps(sums),
+        sums_d: _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(a.d)),
         d: _mm512_set1_ps(a.d),
     }
 }
@@ -123,11 +119,9 @@ fn accumulate_group<B: Unpack, const R: usize, const C: usize>(
         for p in 0..R.div_ceil(2) {
             let regs = &w[p].groups[g];
             let dot = _mm512_dpbusd_epi32(a.start, regs.u, a.q);
-            let product = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), regs.scales);
-            acc[c][p] = _mm512_fmadd_ps(product, _mm512_mul_ps(w[p].d, a.d), acc[c][p]);
+            acc[c][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(regs.scales, a.d), acc[c][p]);
             if B::HAS_MIN {
-                let n = _mm512_mul_ps(a.sums, regs.mins);
-                acc[c][p] = _mm512_fmadd_ps(n, _mm512_mul_ps(w[p].dmin_neg, a.d), acc[c][p]);
+                acc[c][p] = _mm512_fmadd_ps(a.sums_d, regs.mins, acc[c][p]);
             }
         }
     }

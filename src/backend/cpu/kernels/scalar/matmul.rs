@@ -167,8 +167,11 @@ fn accumulate_q8<W: QuantBlock>(acc: &mut Lanes, w: &W, a: &BlockQ8A) {
 }
 
 /// Group `g` of a K-quant super-block against activation block `a`: lane `j` (elements `4j..4j + 4`, half
-/// `h = j / 4`) adds `(scale_h · Σ (u − OFFSET) · qa) · (d · da)`, then with minima `(min_h · Σ qa) · (−dmin · da)`,
-/// each a fused multiply-add of an exact integer (|·| < 2^24) converted to f32.
+/// `h = j / 4`) adds `f32(Σ (u − OFFSET) · qa) · ((d · scale_h) · da)`, then with minima
+/// `(f32(Σ qa) · da) · (−dmin · min_h)`, each one fused multiply-add. `d · scale_h` and `dmin · min_h` are exact
+/// (an f16 times an integer of at most 8 bits), so per output each term rounds once in its product and once in its
+/// FMA; the factors are ordered so that a SIMD path computes `d · scale_h` and `−dmin · min_h` once per row and
+/// group, and `Σ qa · da` once per column and group, leaving one multiply and two FMAs per output.
 #[inline(always)]
 fn accumulate_group<B: SuperBlock>(acc: &mut Lanes, b: &B, g: usize, a: &BlockQ8A) {
     let group = b.group(g);
@@ -179,14 +182,14 @@ fn accumulate_group<B: SuperBlock>(acc: &mut Lanes, b: &B, g: usize, a: &BlockQ8
         dots[k / 4] += (i32::from(group.u[k]) - B::OFFSET) * q;
         sums[k / 4] += q;
     }
-    let scale = b.d() * a.d;
     for j in 0..LANES {
-        acc[j] = ((group.scales[j / 4] * dots[j]) as f32).mul_add(scale, acc[j]);
+        let scale = (b.d() * group.scales[j / 4] as f32) * a.d;
+        acc[j] = (dots[j] as f32).mul_add(scale, acc[j]);
     }
     if B::HAS_MIN {
-        let min_scale = -b.dmin() * a.d;
         for j in 0..LANES {
-            acc[j] = ((group.mins[j / 4] * sums[j]) as f32).mul_add(min_scale, acc[j]);
+            let min = -b.dmin() * group.mins[j / 4] as f32;
+            acc[j] = (sums[j] as f32 * a.d).mul_add(min, acc[j]);
         }
     }
 }
