@@ -10,8 +10,9 @@
 //!
 //! Without NVRTC the tests skip with a message, unless `EMBER_REQUIRE_NVRTC=1` (as CI sets it): then they fail.
 
+use ember::backend::cuda::packing::PackedType;
 use ember::backend::cuda::{
-    compile, kernel_names, nvrtc_library_present, program_source, CudaBackendError, KERNEL_FILES,
+    compile, kernel_names, nvrtc_library_present, program_source, program_source_for, CudaBackendError, KERNEL_FILES,
 };
 
 /// Whether NVRTC is here; panics when it is not but must be.
@@ -69,5 +70,23 @@ fn a_kernel_that_does_not_compile_is_reported_with_its_file_and_line() {
             assert!(log.contains("broken.cu(2)") && log.contains("undefined_name"), "unexpected log: {log}");
         }
         other => panic!("a broken kernel compiled: {other:?}"),
+    }
+}
+
+#[test]
+fn a_model_compiles_the_kernels_of_its_own_weight_types_only() {
+    if !nvrtc_available() {
+        return;
+    }
+    // SmolLM2's file: Q4_1 matrices, a Q8_0 embedding.
+    let types = [PackedType::Q8_0, PackedType::Q4_1];
+    let ptx = compile(&program_source_for(&KERNEL_FILES, Some(&types)), "compute_90").unwrap_or_else(|e| panic!("{e}"));
+    let ptx = ptx.to_src();
+    for t in PackedType::ALL {
+        let name = format!(".entry matmul_{}_n16(", t.kernel_suffix());
+        assert_eq!(ptx.contains(&name), types.contains(&t), "{name} compiled: {}", ptx.contains(&name));
+    }
+    for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"] {
+        assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} is missing from the PTX");
     }
 }

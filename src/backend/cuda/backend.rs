@@ -117,9 +117,10 @@ impl CudaBackend {
         check_options(&config, &options)?;
         guard(|| {
             let stream = &device.stream;
-            let module = KernelModule::load(&device.context, device.info.compute_capability)?;
-            let kernels = Kernels::load(&module)?;
             let weights = DeviceWeights::upload(file, &config, stream)?;
+            let types = weights.types();
+            let module = KernelModule::load(&device.context, device.info.compute_capability, &types)?;
+            let kernels = Kernels::load(&module, &types)?;
             let cache = DeviceKvCache::new(
                 stream,
                 config.n_layer,

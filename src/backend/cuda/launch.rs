@@ -10,13 +10,13 @@ use super::packing::PackedType;
 
 /// Every kernel of the program, looked up once in the loaded module.
 pub struct Kernels {
-    /// Each indexed by [`PackedType`] number.
-    embed: Vec<CudaFunction>,
+    /// Each indexed by [`PackedType`] number; `None` for a type the model does not have (not compiled).
+    embed: Vec<Option<CudaFunction>>,
     rms_norm: CudaFunction,
-    project_small: Vec<CudaFunction>,
-    project_gated_small: Vec<CudaFunction>,
+    project_small: Vec<Option<CudaFunction>>,
+    project_gated_small: Vec<Option<CudaFunction>>,
     /// `[type][tile]`, tiles of 16, 32 and 64 tokens.
-    matmul: Vec<[CudaFunction; 3]>,
+    matmul: Vec<Option<[CudaFunction; 3]>>,
     rope_table: CudaFunction,
     rope_store: CudaFunction,
     attention: CudaFunction,
@@ -44,13 +44,18 @@ fn tile_index(n_tokens: usize) -> usize {
 }
 
 impl Kernels {
-    pub fn load(module: &KernelModule) -> Result<Self, CudaBackendError> {
-        let per_type = |prefix: &str| -> Result<Vec<CudaFunction>, CudaBackendError> {
-            PackedType::ALL.iter().map(|t| module.function(&format!("{prefix}_{}", t.kernel_suffix()))).collect()
+    /// Looks up every kernel of `module`, which was compiled with the per-type kernels of `types`.
+    pub fn load(module: &KernelModule, types: &[PackedType]) -> Result<Self, CudaBackendError> {
+        let per_type = |prefix: &str| -> Result<Vec<Option<CudaFunction>>, CudaBackendError> {
+            let of = |t: &PackedType| module.function(&format!("{prefix}_{}", t.kernel_suffix()));
+            PackedType::ALL.iter().map(|t| types.contains(t).then(|| of(t)).transpose()).collect()
         };
-        let matmul_of = |t: PackedType| -> Result<[CudaFunction; 3], CudaBackendError> {
+        let matmul_of = |t: PackedType| -> Result<Option<[CudaFunction; 3]>, CudaBackendError> {
+            if !types.contains(&t) {
+                return Ok(None);
+            }
             let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("matmul_{}_n{n}", t.kernel_suffix())));
-            Ok([a?, b?, c?])
+            Ok(Some([a?, b?, c?]))
         };
         Ok(Kernels {
             embed: per_type("embed")?,
@@ -68,7 +73,7 @@ impl Kernels {
 
     pub fn embed(&self, stream: &CudaStream, call: &EmbedCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        launch(stream, &self.embed[call.table.dtype as usize], &args, cfg)
+        launch(stream, compiled(&self.embed, call.table.dtype)?, &args, cfg)
     }
 
     pub fn rms_norm(&self, stream: &CudaStream, call: &RmsNormCall<'_>) -> Result<(), CudaBackendError> {
@@ -78,14 +83,14 @@ impl Kernels {
 
     pub fn project_small(&self, stream: &CudaStream, call: &ProjectSmallCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        let dtype = call.outputs[0].0.dtype as usize;
-        let function = if call.gated.is_some() { &self.project_gated_small[dtype] } else { &self.project_small[dtype] };
-        launch(stream, function, &args, cfg)
+        let dtype = call.outputs[0].0.dtype;
+        let table = if call.gated.is_some() { &self.project_gated_small } else { &self.project_small };
+        launch(stream, compiled(table, dtype)?, &args, cfg)
     }
 
     pub fn matmul(&self, stream: &CudaStream, call: &MatmulCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        launch(stream, &self.matmul[call.matrix.dtype as usize][tile_index(call.n_tokens)], &args, cfg)
+        launch(stream, &compiled(&self.matmul, call.matrix.dtype)?[tile_index(call.n_tokens)], &args, cfg)
     }
 
     pub fn rope_table(&self, stream: &CudaStream, call: &RopeTableCall<'_>) -> Result<(), CudaBackendError> {
@@ -112,6 +117,14 @@ impl Kernels {
         let (args, cfg) = call.args()?;
         launch(stream, &self.top_k, &args, cfg)
     }
+}
+
+/// The kernel of `dtype` in a per-type table; an internal error for a type that was not compiled (the backend
+/// compiles every type its weights have, so no call names another).
+fn compiled<T>(table: &[Option<T>], dtype: PackedType) -> Result<&T, CudaBackendError> {
+    table[dtype as usize]
+        .as_ref()
+        .ok_or_else(|| CudaBackendError::Internal(format!("no {dtype:?} kernels were compiled for this model")))
 }
 
 /// Launches `function` with its one parameter struct `args`; a grid of no blocks launches nothing.

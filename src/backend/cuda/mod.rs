@@ -34,4 +34,4 @@ pub use calls::TOP_K_MAX;
 pub use device::{driver_library_present, nvrtc_library_present, probe, DeviceInfo};
 pub use error::CudaBackendError;
 pub use launch::kernel_names;
-pub use module::{compile, kernels_ptx, program_source, KERNEL_FILES};
+pub use module::{compile, kernels_ptx, kernels_ptx_for, program_source, program_source_for, KERNEL_FILES};

@@ -13,6 +13,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
 use super::device::{guard, nvrtc_library_present};
 use super::error::CudaBackendError;
+use super::packing::PackedType;
 
 const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
 
@@ -46,9 +47,24 @@ pub fn virtual_arch(compute_capability: (i32, i32)) -> Option<&'static str> {
     ARCHITECTURES.iter().rev().find(|&&(major, minor, _)| (major, minor) <= compute_capability).map(|a| a.2)
 }
 
-/// `common.cuh` followed by `files`, each behind a `#line` marker naming it.
+/// `common.cuh` followed by `files`, each behind a `#line` marker naming it: the kernels of every weight type.
 pub fn program_source(files: &[(&str, &str)]) -> String {
+    program_source_for(files, None)
+}
+
+/// [`program_source`] with the per-type kernels of `types` only (all types for `None`).
+pub fn program_source_for(files: &[(&str, &str)], types: Option<&[PackedType]>) -> String {
     let mut source = String::new();
+    if let Some(types) = types {
+        let list: String = types
+            .iter()
+            .map(|t| format!(" X({}, TYPE_{})", t.kernel_suffix(), t.kernel_suffix().to_uppercase()))
+            .collect();
+        source.push_str(&format!(
+            "#define EMBER_WEIGHT_TYPES(X){list}
+"
+        ));
+    }
     for (name, text) in std::iter::once(&COMMON).chain(files) {
         source.push_str(&format!("#line 1 \"{name}\"\n"));
         source.push_str(text);
@@ -79,20 +95,34 @@ pub fn compile(source: &str, arch: &'static str) -> Result<Ptx, CudaBackendError
     })
 }
 
-/// The whole program's PTX for `arch`, compiled on first use and kept for the life of the process.
+/// The whole program's PTX for `arch` (the kernels of every weight type), compiled on first use and kept for the
+/// life of the process.
+pub fn kernels_ptx(arch: &'static str) -> Result<Ptx, CudaBackendError> {
+    kernels_ptx_for(arch, &PackedType::ALL)
+}
+
+/// The program's PTX for `arch` with the per-type kernels of `types` only, compiled on first use and kept for the
+/// life of the process: a model of one or two weight types compiles a fifth of the kernels or less (on our CI
+/// machine NVRTC takes 2.2 s for SmolLM2's two types and 11.7 s for all thirteen, per architecture).
 ///
 /// A process-wide cache, although ember keeps no global state otherwise: compiling takes seconds, the result is a
-/// pure function of the embedded sources and `arch`, and engines share nothing through it but the time saved.
-pub fn kernels_ptx(arch: &'static str) -> Result<Ptx, CudaBackendError> {
-    static CACHE: OnceLock<Mutex<HashMap<&'static str, Ptx>>> = OnceLock::new();
+/// pure function of the embedded sources, `arch` and `types`, and engines share nothing through it but the time
+/// saved.
+pub fn kernels_ptx_for(arch: &'static str, types: &[PackedType]) -> Result<Ptx, CudaBackendError> {
+    /// PTX by architecture and (sorted) weight types.
+    type PtxCache = HashMap<(&'static str, Vec<PackedType>), Ptx>;
+    static CACHE: OnceLock<Mutex<PtxCache>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut types = types.to_vec();
+    types.sort_by_key(|t| *t as usize);
+    types.dedup();
     // Held while compiling: a second engine starting at the same time waits for the first's result.
     let mut compiled = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(ptx) = compiled.get(arch) {
+    if let Some(ptx) = compiled.get(&(arch, types.clone())) {
         return Ok(ptx.clone());
     }
-    let ptx = compile(&program_source(&KERNEL_FILES), arch)?;
-    compiled.insert(arch, ptx.clone());
+    let ptx = compile(&program_source_for(&KERNEL_FILES, Some(&types)), arch)?;
+    compiled.insert((arch, types), ptx.clone());
     Ok(ptx)
 }
 
@@ -102,15 +132,20 @@ pub struct KernelModule {
 }
 
 impl KernelModule {
-    /// Compiles (or takes from the cache) the program for the device's architecture and loads it.
-    pub fn load(context: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Self, CudaBackendError> {
+    /// Compiles (or takes from the cache) the program for the device's architecture, with the kernels of weight
+    /// types `types`, and loads it.
+    pub fn load(
+        context: &Arc<CudaContext>,
+        compute_capability: (i32, i32),
+        types: &[PackedType],
+    ) -> Result<Self, CudaBackendError> {
         let arch = virtual_arch(compute_capability).ok_or_else(|| {
             CudaBackendError::Unsupported(format!(
                 "compute capability {}.{}: the kernels need 7.5 or newer",
                 compute_capability.0, compute_capability.1
             ))
         })?;
-        let ptx = kernels_ptx(arch)?;
+        let ptx = kernels_ptx_for(arch, types)?;
         let module = guard(|| context.load_module(ptx).map_err(CudaBackendError::driver("loading the kernels")))?;
         Ok(KernelModule { module })
     }

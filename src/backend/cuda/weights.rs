@@ -133,6 +133,16 @@ impl DeviceWeights {
         })
     }
 
+    /// The weight types of the model's matrices, each once.
+    pub fn types(&self) -> Vec<PackedType> {
+        let layers = self.layers.iter().flat_map(|l| &l.matrices);
+        let mut types: Vec<PackedType> =
+            layers.chain([&self.token_embd]).chain(&self.output).map(|m| m.dtype).collect();
+        types.sort_by_key(|t| *t as usize);
+        types.dedup();
+        types
+    }
+
     pub fn matrix(&self, w: Weight) -> &DeviceMatrix {
         let (layer, i) = matrix_index(w);
         &self.layers[layer].matrices[i]

@@ -36,10 +36,15 @@ typedef unsigned short u16;
 
 // Calls X(suffix, TYPE) for every weight type: each kernel that reads weights is instantiated once per type, named
 // with the suffix (`project_small_q4_k`), the list `PackedType::ALL` and `kernel_suffix` give on the Rust side.
+// A backend compiles only the types its model has: `module.rs` then defines EMBER_WEIGHT_TYPES, their list, first.
+#ifdef EMBER_WEIGHT_TYPES
+#define FOR_EACH_WEIGHT_TYPE(X) EMBER_WEIGHT_TYPES(X)
+#else
 #define FOR_EACH_WEIGHT_TYPE(X) \
     X(q4_0, TYPE_Q4_0) X(q4_1, TYPE_Q4_1) X(q8_0, TYPE_Q8_0) X(q5_0, TYPE_Q5_0) X(q5_1, TYPE_Q5_1) \
     X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
     X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32)
+#endif
 
 // Every quantized block covers 32 consecutive elements of a row (ggml's QK).
 #define QK 32
