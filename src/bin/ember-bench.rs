@@ -224,7 +224,8 @@ impl Bench<'_> {
         let tokens = self.prompt(len);
         let table: Vec<u32> = (0..self.layout.kv_num_blocks as u32).collect();
         let mut logits = vec![0f32; self.config.vocab_size];
-        let chunk = SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, want_logits: true };
+        let chunk =
+            SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, window_table: &[], want_logits: true };
         let mut speeds = Vec::with_capacity(runs);
         for run in 0..=runs {
             let start = Instant::now();

@@ -207,6 +207,7 @@ impl EngineCore<'_> {
                     tokens: &s.tokens[s.num_computed..end],
                     start_pos: s.num_computed,
                     block_table: &s.block_table,
+                    window_table: &[],
                     want_logits: end == s.tokens.len(),
                 }
             })

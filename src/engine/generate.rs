@@ -70,7 +70,8 @@ pub fn generate<B: LlamaBackend>(
     let mut pos = 0;
     for chunk in request.prompt.chunks(layout.max_batch_tokens.max(1)) {
         let last = pos + chunk.len() == request.prompt.len();
-        let seq = SeqChunk { tokens: chunk, start_pos: pos, block_table: &block_table, want_logits: last };
+        let seq =
+            SeqChunk { tokens: chunk, start_pos: pos, block_table: &block_table, window_table: &[], want_logits: last };
         forward(config, backend, &[seq], if last { &mut logits } else { &mut [] })?;
         pos += chunk.len();
     }
@@ -92,7 +93,13 @@ pub fn generate<B: LlamaBackend>(
         if pos >= context || tokens.len() >= request.max_tokens {
             break FinishReason::Length;
         }
-        let seq = SeqChunk { tokens: &[token], start_pos: pos, block_table: &block_table, want_logits: true };
+        let seq = SeqChunk {
+            tokens: &[token],
+            start_pos: pos,
+            block_table: &block_table,
+            window_table: &[],
+            want_logits: true,
+        };
         forward(config, backend, &[seq], &mut logits)?;
         pos += 1;
     };

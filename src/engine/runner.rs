@@ -112,6 +112,7 @@ pub fn cpu_runner<'m>(
         max_batch_tokens,
         kv_block_size: cache.block_size,
         kv_num_blocks: cache.num_blocks,
+        kv_window_blocks: None,
         precision: match config.activation_precision {
             ActivationPrecision::Q8 => Precision::Quantized8,
             ActivationPrecision::F32 => Precision::Float32,
