@@ -279,7 +279,7 @@ fn engine_thread(
     };
     let max_batch_tokens = runner.max_batch_tokens();
     let description = format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe());
-    let _ = ready.send(Ok(Started { description, cpu: runner.cpu() }));
+    let cpu = runner.cpu();
     let core = EngineCore {
         shared,
         runner,
@@ -292,7 +292,9 @@ fn engine_thread(
         greedy_ids: Vec::new(),
         greedy_values: Vec::new(),
     };
+    // Counters before the host hears that the engine started: it never sees the cache's blocks taken.
     core.publish_initial();
+    let _ = ready.send(Ok(Started { description, cpu }));
     core.run();
     drop(logger);
 }
