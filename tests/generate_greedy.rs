@@ -105,6 +105,7 @@ fn greedy_generation_follows_llama_cpp_until_a_near_tie() {
         max_batch_tokens: options.max_batch_tokens,
         kv_block_size: options.kv_block_size,
         kv_num_blocks: options.kv_num_blocks,
+        kv_window_blocks: None,
     };
     println!("{} threads, {} kernels", options.threads, fast.kernel_path());
 
