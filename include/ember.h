@@ -145,6 +145,16 @@
 #define ENGINE_STATS_CPU_THREADS (1 << 6)
 
 /**
+ * Presence bit of `EngineStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
+ */
+#define ENGINE_STATS_KV_WINDOW_BLOCKS_FREE (1 << 7)
+
+/**
+ * Presence bit of `EngineStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
+ */
+#define ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL (1 << 8)
+
+/**
  * `EngineStats.cpu_kernels`: the portable scalar path.
  */
 #define ENGINE_CPU_KERNELS_SCALAR 1
@@ -484,11 +494,12 @@ typedef struct EngineStats {
      */
     uint32_t num_waiting;
     /**
-     * KV cache blocks free.
+     * KV cache blocks free (of the global pool, which holds every layer's keys and values but those of
+     * sliding-window layers when the engine gives them a pool of their own).
      */
     uint32_t kv_blocks_free;
     /**
-     * KV cache blocks in all.
+     * KV cache blocks in all (of the global pool).
      */
     uint32_t kv_blocks_total;
     /**
@@ -504,6 +515,16 @@ typedef struct EngineStats {
      * Threads computing each CPU operation, the engine thread included.
      */
     uint32_t cpu_threads;
+    /**
+     * Blocks free in the sliding-window layers' own pool (a model with such layers, e.g. Gemma 3, on the CPU):
+     * a sequence holds there only the blocks of positions its windows still reach, so the pool needs fewer
+     * blocks than the global one. All free again once no request runs.
+     */
+    uint32_t kv_window_blocks_free;
+    /**
+     * Blocks of the sliding-window layers' pool in all.
+     */
+    uint32_t kv_window_blocks_total;
 } EngineStats;
 
 /**

@@ -60,6 +60,7 @@ fn backend(model: &Model, threads: usize, precision: Precision) -> CpuBackend<'_
         max_batch_tokens: TEXTS.len() * SEQ_LEN,
         kv_block_size: KV_BLOCK_SIZE,
         kv_num_blocks: TEXTS.len() * BLOCKS_PER_SEQ,
+        kv_window_blocks: None,
         precision,
     };
     CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"))
@@ -143,7 +144,13 @@ fn run(
             }
             let len = s.chunks[*fed];
             let tokens = &corpus[s.seq][*pos..*pos + len];
-            batch.push(SeqChunk { tokens, start_pos: *pos, block_table: &tables[s.seq], want_logits: true });
+            batch.push(SeqChunk {
+                tokens,
+                start_pos: *pos,
+                block_table: &tables[s.seq],
+                window_table: &[],
+                want_logits: true,
+            });
             expect.push((s.seq, *pos + len - 1));
             *fed += 1;
             *pos += len;

@@ -152,6 +152,7 @@ where
                 tokens: &tokens[s][pos..pos + n],
                 start_pos: pos,
                 block_table: &tables[s],
+                window_table: &[],
                 want_logits: true,
             })
             .collect();
@@ -186,6 +187,7 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
         max_batch_tokens: 512,
         kv_block_size: BLOCK,
         kv_num_blocks: MAX_SEQS * BLOCKS_PER_SEQ,
+        kv_window_blocks: None,
         precision: Precision::Float32,
     };
     let mut cpu = CpuBackend::new(&file, config.clone(), cpu_options).unwrap();
@@ -247,7 +249,13 @@ fn device_top_k_is_the_top_of_the_logits() {
     let tables: Vec<Vec<u32>> = (0..3).map(table).collect();
     let tokens: Vec<Vec<TokenId>> = (0..3).map(|i| (0..10).map(|j| token(i, j)).collect()).collect();
     let batch: Vec<SeqChunk<'_>> = (0..3)
-        .map(|s| SeqChunk { tokens: &tokens[s], start_pos: 0, block_table: &tables[s], want_logits: true })
+        .map(|s| SeqChunk {
+            tokens: &tokens[s],
+            start_pos: 0,
+            block_table: &tables[s],
+            window_table: &[],
+            want_logits: true,
+        })
         .collect();
     let mut logits = vec![0f32; 3 * vocab];
     forward(&config, &mut gpu, &batch, &mut logits).unwrap();

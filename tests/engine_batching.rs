@@ -25,6 +25,7 @@ fn sixteen_concurrent_requests_match_each_run_alone() {
             assert_eq!(ids_of(h), expected[i], "budget {budget}, message {:?}", MESSAGES[i]);
         }
         assert_eq!(e.kv_blocks().0, e.kv_blocks().1, "all blocks free again");
+        assert_eq!(e.kv_window_blocks(), None, "a llama model has no sliding-window layers, so no window pool");
     }
 }
 

@@ -47,6 +47,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
         max_batch_tokens: 1024,
         kv_block_size: KV_BLOCK_SIZE,
         kv_num_blocks: n * MAX_SEQ_LEN / KV_BLOCK_SIZE,
+        kv_window_blocks: None,
         precision: Precision::Quantized8,
     };
     let config = model.config.clone();
@@ -64,6 +65,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
             tokens: &sequences[i][..c.prompt_ids.len() - 1],
             start_pos: 0,
             block_table: &tables[i],
+            window_table: &[],
             want_logits: false,
         };
         forward(&config, &mut backend, &[chunk], &mut []).unwrap_or_else(|e| panic!("prefill {i}: {e}"));
@@ -86,6 +88,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
                     tokens: &sequences[i][pos..=pos],
                     start_pos: pos,
                     block_table: &tables[i],
+                    window_table: &[],
                     want_logits: true,
                 }
             })

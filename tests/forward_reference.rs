@@ -96,6 +96,7 @@ fn backend_on<'m>(model: &'m Model, precision: Precision, kernels: &'static Kern
         max_batch_tokens: 512,
         kv_block_size: KV_BLOCK_SIZE,
         kv_num_blocks: MAX_SEQS * MAX_SEQ_LEN / KV_BLOCK_SIZE,
+        kv_window_blocks: None,
         precision,
     };
     CpuBackend::with_kernels(&model.file, model.config.clone(), options, kernels).unwrap_or_else(|e| panic!("{e}"))
@@ -133,6 +134,7 @@ fn visit_logits(
             tokens: &f.tokens[..f.first_logits],
             start_pos: 0,
             block_table: table,
+            window_table: &[],
             want_logits: false,
         })
         .collect();
@@ -159,6 +161,7 @@ fn visit_logits(
                 tokens: &feeds[i].tokens[pos..=pos],
                 start_pos: pos,
                 block_table: &tables[i],
+                window_table: &[],
                 want_logits: true,
             })
             .collect();

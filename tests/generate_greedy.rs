@@ -85,7 +85,7 @@ fn backend(model: &Model, precision: Precision) -> CpuBackend<'_> {
 fn next_token_logits(model: &Model, backend: &mut CpuBackend<'_>, tokens: &[TokenId]) -> Vec<f32> {
     let table: Vec<u32> = (0..backend.options().kv_num_blocks as u32).collect();
     let mut logits = vec![0f32; model.config.vocab_size];
-    let chunk = SeqChunk { tokens, start_pos: 0, block_table: &table, want_logits: true };
+    let chunk = SeqChunk { tokens, start_pos: 0, block_table: &table, window_table: &[], want_logits: true };
     forward(&model.config, backend, &[chunk], &mut logits).unwrap_or_else(|e| panic!("{e}"));
     logits
 }
@@ -105,6 +105,7 @@ fn greedy_generation_follows_llama_cpp_until_a_near_tie() {
         max_batch_tokens: options.max_batch_tokens,
         kv_block_size: options.kv_block_size,
         kv_num_blocks: options.kv_num_blocks,
+        kv_window_blocks: None,
     };
     println!("{} threads, {} kernels", options.threads, fast.kernel_path());
 

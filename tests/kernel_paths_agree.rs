@@ -56,6 +56,7 @@ fn run(
         max_batch_tokens: 512,
         kv_block_size: KV_BLOCK_SIZE,
         kv_num_blocks: n * MAX_SEQ_LEN / KV_BLOCK_SIZE,
+        kv_window_blocks: None,
         precision,
     };
     let config = model.config.clone();
@@ -91,6 +92,7 @@ fn run(
                 tokens: &seqs[*i][range.clone()],
                 start_pos: range.start,
                 block_table: &tables[*i],
+                window_table: &[],
                 want_logits: true,
             })
             .collect();

@@ -56,13 +56,20 @@ fn ours(path: &Path) -> Vec<Vec<f32>> {
         max_batch_tokens: 64,
         kv_block_size: 16,
         kv_num_blocks: 4,
+        kv_window_blocks: None,
         precision: Precision::Float32,
     };
     let mut backend = CpuBackend::new(&file, config.clone(), options).unwrap_or_else(|e| panic!("{e}"));
     let table = [0u32, 1, 2, 3];
     (0..IDS.len())
         .map(|pos| {
-            let chunk = SeqChunk { tokens: &IDS[pos..=pos], start_pos: pos, block_table: &table, want_logits: true };
+            let chunk = SeqChunk {
+                tokens: &IDS[pos..=pos],
+                start_pos: pos,
+                block_table: &table,
+                window_table: &[],
+                want_logits: true,
+            };
             let mut logits = vec![0f32; config.vocab_size];
             forward(&config, &mut backend, &[chunk], &mut logits).unwrap_or_else(|e| panic!("{e}"));
             logits

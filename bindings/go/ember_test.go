@@ -493,6 +493,11 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 	if err != nil || stats.Running != 1 || stats.KVBlocksFree >= stats.KVBlocksTotal || stats.Steps == 0 {
 		t.Fatalf("while running: %+v, %v", stats, err)
 	}
+	// Gemma 3 has sliding-window layers, with a pool of their own that the request holds blocks of; SmolLM2 none.
+	if gemma := strings.Contains(modelPath(), "gemma"); gemma != (stats.KVWindowBlocksTotal > 0) ||
+		gemma && stats.KVWindowBlocksFree >= stats.KVWindowBlocksTotal {
+		t.Fatalf("window pool while running: %+v", stats)
+	}
 	if path := stats.CPUKernels; path != "scalar" && path != "avx2" && path != "avx512" || stats.CPUThreads == 0 {
 		t.Fatalf("CPU kernels %q on %d threads", path, stats.CPUThreads)
 	}
@@ -502,7 +507,8 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 	}
 	// The engine ended the request before Next returned: it holds nothing any more.
 	stats, err = engine.Stats()
-	if err != nil || stats.Running != 0 || stats.Waiting != 0 || stats.KVBlocksFree != stats.KVBlocksTotal {
+	if err != nil || stats.Running != 0 || stats.Waiting != 0 || stats.KVBlocksFree != stats.KVBlocksTotal ||
+		stats.KVWindowBlocksFree != stats.KVWindowBlocksTotal {
 		t.Fatalf("after cancel: %+v, %v", stats, err)
 	}
 	engine.Close()

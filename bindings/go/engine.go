@@ -111,13 +111,16 @@ func (e *Engine) Close() {
 // Stats are an engine's counters (engine_get_stats): sequences (choices) running and waiting, KV cache blocks
 // free and in all, forward steps run. A request whose end has been read is already gone from them. On the CPU
 // backend, CPUKernels names the kernel path ("scalar", "avx2", "avx512") and CPUThreads its threads; both are
-// zero values on a GPU. Every kernel path computes the same results; the path decides speed only.
+// zero values on a GPU. Every kernel path computes the same results; the path decides speed only. A model with
+// sliding-window layers (Gemma 3) keeps them in a block pool of their own, which KVWindowBlocksFree and
+// KVWindowBlocksTotal count (zero values when the engine has no such pool); KVBlocks* count the other pool.
 type Stats struct {
-	Running, Waiting            uint32
-	KVBlocksFree, KVBlocksTotal uint32
-	Steps                       uint64
-	CPUKernels                  string
-	CPUThreads                  uint32
+	Running, Waiting                        uint32
+	KVBlocksFree, KVBlocksTotal             uint32
+	KVWindowBlocksFree, KVWindowBlocksTotal uint32
+	Steps                                   uint64
+	CPUKernels                              string
+	CPUThreads                              uint32
 }
 
 // cpuKernelNames maps ENGINE_CPU_KERNELS_* values to the paths' names.
@@ -152,6 +155,10 @@ func (e *Engine) Stats() (Stats, error) {
 	}
 	if out.present&C.ENGINE_STATS_CPU_THREADS != 0 {
 		stats.CPUThreads = uint32(out.cpu_threads)
+	}
+	if out.present&C.ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL != 0 {
+		stats.KVWindowBlocksFree = uint32(out.kv_window_blocks_free)
+		stats.KVWindowBlocksTotal = uint32(out.kv_window_blocks_total)
 	}
 	return stats, nil
 }

@@ -82,8 +82,8 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 }
 
 // health says whether the gateway takes requests, how many it has in flight, and what the engine itself holds
-// (engine_get_stats: sequences running and waiting, KV cache blocks free and in all, and on the CPU the kernel
-// path and threads serving it).
+// (engine_get_stats: sequences running and waiting, KV cache blocks free and in all, those of the sliding-window
+// layers' pool when the model has one, and on the CPU the kernel path and threads serving it).
 func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	status, state := http.StatusOK, "ok"
 	if s.draining.Load() {
@@ -94,6 +94,10 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 		engine := map[string]any{
 			"running": stats.Running, "waiting": stats.Waiting,
 			"kv_blocks_free": stats.KVBlocksFree, "kv_blocks_total": stats.KVBlocksTotal,
+		}
+		if stats.KVWindowBlocksTotal > 0 {
+			engine["kv_window_blocks_free"] = stats.KVWindowBlocksFree
+			engine["kv_window_blocks_total"] = stats.KVWindowBlocksTotal
 		}
 		if stats.CPUKernels != "" {
 			engine["cpu_kernels"], engine["cpu_threads"] = stats.CPUKernels, stats.CPUThreads

@@ -1,12 +1,17 @@
 //! ember-bench: the CPU forward pass of the real model, timed end to end. Prints a table and writes it as JSON.
 //!
 //! ```text
-//! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick]
+//! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
 //! ```
+//!
+//! A model with sliding-window layers (Gemma 3) keeps them in a KV pool of their own, sized for one sequence's
+//! windows (`engine::generate::single_sequence_window_blocks`), as the engine and `ember-cli` do;
+//! `--no-kv-window-pool` keeps every layer in the one pool of the whole context instead, to measure the difference.
 //!
 //! What it measures, in this order (the peak-RSS run first, so that no earlier allocation sets the high-water mark):
 //! - peak RSS (`VmHWM` of `/proc/self/status`) of a generation that fills a 4096-position KV cache (1024 with
-//!   `--quick`): a short prompt, then greedy decoding with the end-of-generation tokens biased away;
+//!   `--quick`): a short prompt, then greedy decoding with the end-of-generation tokens biased away; beside it the
+//!   bytes the KV cache allocated (all of them written by then);
 //! - prefill speed at 128 and 512 prompt tokens: one forward step of the whole prompt as a fresh sequence, logits
 //!   for its last token, as a server's first step of a request computes them;
 //! - single-stream decode speed over 128 tokens (32 with `--quick`) after a 128-token prompt, through
@@ -29,12 +34,12 @@ use std::time::Instant;
 
 use ember::backend::cpu::kv_cache::CpuKvCache;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
-use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
+use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
-const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick]";
+const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]";
 
 /// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
 const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
@@ -50,10 +55,18 @@ struct Args {
     threads: usize,
     json: PathBuf,
     quick: bool,
+    /// Keep the sliding-window layers in the global KV pool.
+    no_window_pool: bool,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
-    let mut args = Args { model: None, threads: 2, json: PathBuf::from("target/ember-bench.json"), quick: false };
+    let mut args = Args {
+        model: None,
+        threads: 2,
+        json: PathBuf::from("target/ember-bench.json"),
+        quick: false,
+        no_window_pool: false,
+    };
     let mut it = raw.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -65,6 +78,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             }
             "--json" => args.json = value("--json")?.into(),
             "--quick" => args.quick = true,
+            "--no-kv-window-pool" => args.no_window_pool = true,
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -223,8 +237,16 @@ impl Bench<'_> {
     fn prefill(&mut self, len: usize, runs: usize) -> Result<Vec<f64>, String> {
         let tokens = self.prompt(len);
         let table: Vec<u32> = (0..self.layout.kv_num_blocks as u32).collect();
+        // A fresh sequence's first chunk: its window blocks are the first of the pool, as for the global one.
+        let window_table: Vec<u32> = (0..self.layout.kv_window_blocks.unwrap_or(0) as u32).collect();
         let mut logits = vec![0f32; self.config.vocab_size];
-        let chunk = SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, want_logits: true };
+        let chunk = SeqChunk {
+            tokens: &tokens,
+            start_pos: 0,
+            block_table: &table,
+            window_table: &window_table,
+            want_logits: true,
+        };
         let mut speeds = Vec::with_capacity(runs);
         for run in 0..=runs {
             let start = Instant::now();
@@ -242,12 +264,12 @@ fn run(args: &Args) -> Result<(), String> {
     let load_at_start = load_average();
     let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
     let config = &model.config;
-    let options = CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.rss_positions) };
-    let layout = SingleSequenceLayout {
-        max_batch_tokens: options.max_batch_tokens,
-        kv_block_size: options.kv_block_size,
-        kv_num_blocks: options.kv_num_blocks,
-    };
+    let mut options =
+        CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.rss_positions) };
+    if !args.no_window_pool {
+        options.kv_window_blocks = single_sequence_window_blocks(config, &options);
+    }
+    let layout = SingleSequenceLayout::of(&options);
     // The plan's sizes are constants; this guards their edits, not user input.
     let longest_prefill = plan.prefill_lengths.iter().max().copied().unwrap_or(0);
     if longest_prefill > layout.max_batch_tokens
@@ -268,6 +290,8 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let kernel_path = bench.backend.kernel_path();
     let weight_bytes = bench.backend.weight_bytes_per_token();
+    let kv_bytes = bench.backend.kv_cache_bytes();
+    let whole_kv_bytes = CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions);
     let quick = if args.quick { ", quick" } else { "" };
     println!("ember-bench: {}, {} threads, {kernel_path} kernels{quick}", model.name(), args.threads);
 
@@ -292,7 +316,6 @@ fn run(args: &Args) -> Result<(), String> {
     let memcpy = Measurement::take(|| Ok(memcpy_gb_per_second(plan.memcpy_bytes, plan.memcpy_runs)))?;
     let ratio = weight_bytes as f64 * decode.median() / (memcpy.median() * 1e9);
     let load_at_end = load_average();
-    let kv_bytes = CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions);
     let (cpu, cpus) = (cpu_model(), std::thread::available_parallelism().map_or(0, |n| n.get()));
 
     println!("cpu: {cpu}, {cpus} CPUs; load average {load_at_start} at start, {load_at_end} at end");
@@ -313,6 +336,13 @@ fn run(args: &Args) -> Result<(), String> {
         None => println!("peak RSS: /proc/self/status has no VmHWM here"),
     }
     println!("  (of which KV cache {:.1} MiB, model file {:.1} MiB)", mib(kv_bytes as u64), mib(model.file.file_len()));
+    match layout.kv_window_blocks {
+        Some(blocks) => println!(
+            "  (sliding-window layers in a pool of {blocks} blocks; every layer whole: KV cache {:.1} MiB)",
+            mib(whole_kv_bytes as u64)
+        ),
+        None => println!("  (every layer keeps the whole context)"),
+    }
 
     let report = serde_json::json!({
         "model": model.name(),
@@ -327,7 +357,14 @@ fn run(args: &Args) -> Result<(), String> {
         "memcpy_gb_per_s": { "bytes": plan.memcpy_bytes, "result": memcpy.json() },
         "weight_bytes_per_token": weight_bytes,
         "decode_bandwidth_over_memcpy": ratio,
-        "peak_rss": { "positions": plan.rss_positions, "bytes": peak_rss, "kv_cache_bytes": kv_bytes, "decode_tokens_per_s": long.json() },
+        "peak_rss": {
+            "positions": plan.rss_positions,
+            "bytes": peak_rss,
+            "kv_cache_bytes": kv_bytes,
+            "kv_cache_bytes_every_layer_whole": whole_kv_bytes,
+            "kv_window_pool_blocks": layout.kv_window_blocks,
+            "decode_tokens_per_s": long.json()
+        },
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
-use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
+use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
 use ember::model::llama::SyntheticSpec;
@@ -165,11 +165,9 @@ fn run(args: &Args, model: &Model, load_ms: f64, message: &str, prompt: &[u32]) 
     if let Some(t) = args.threads {
         options.threads = t;
     }
-    let layout = SingleSequenceLayout {
-        max_batch_tokens: options.max_batch_tokens,
-        kv_block_size: options.kv_block_size,
-        kv_num_blocks: options.kv_num_blocks,
-    };
+    // Sliding-window layers keep only their windows' blocks.
+    options.kv_window_blocks = single_sequence_window_blocks(&model.config, &options);
+    let layout = SingleSequenceLayout::of(&options);
     let mut backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
     let sampling =
         SamplingParams { temperature: args.temperature.unwrap_or(0.0), seed: args.seed, ..Default::default() };

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use rustc_hash::FxHashMap;
 
 use super::finish::FinishReason;
-use super::kv_blocks::BlockAllocator;
+use super::kv_pools::KvPools;
 use super::output::CancelWaker;
 use super::runner::StepRunner;
 use super::scheduler::{Scheduler, SchedulerLimits, StepPlan};
@@ -45,6 +45,8 @@ pub struct EngineShared {
     /// Sequences waiting for admission (new or preempted).
     pub waiting: AtomicUsize,
     pub free_blocks: AtomicUsize,
+    /// Free blocks of the sliding-window layers' pool (0 without one).
+    pub free_window_blocks: AtomicUsize,
     /// Forward steps run since start.
     pub steps: AtomicUsize,
 }
@@ -87,7 +89,7 @@ pub struct EngineCore<'m> {
     pub tokenizer: &'m Tokenizer,
     pub clock: EngineClock,
     pub limits: SchedulerLimits,
-    pub blocks: BlockAllocator,
+    pub blocks: KvPools,
     /// The most positions a sequence may have (model context and cache capacity).
     pub context: usize,
     pub vocab_size: usize,
@@ -184,6 +186,12 @@ impl EngineCore<'_> {
     ) {
         let step_start = self.clock.now();
         scheduler.schedule(seqs, &mut self.blocks, plan);
+        for &id in &plan.failed {
+            if let Some(s) = seqs.get(&id) {
+                s.request.fail("internal error: the sliding-window KV pool ran out of blocks".to_owned());
+            }
+            self.finish(seqs, scheduler, id, FinishReason::Error);
+        }
         // Counters before any of the step's tokens reach a host: one that has seen a request's token also sees
         // it running and its blocks taken.
         self.publish(scheduler);
@@ -207,6 +215,7 @@ impl EngineCore<'_> {
                     tokens: &s.tokens[s.num_computed..end],
                     start_pos: s.num_computed,
                     block_table: &s.block_table,
+                    window_table: &s.window_table,
                     want_logits: end == s.tokens.len(),
                 }
             })
@@ -308,7 +317,7 @@ impl EngineCore<'_> {
     ) {
         let Some(mut seq) = seqs.remove(&id) else { return };
         scheduler.remove(id);
-        self.blocks.release(&mut seq.block_table);
+        self.blocks.release(&mut seq.block_table, &mut seq.window_table);
         // Counters first: a host that sees the request finish also sees its blocks free.
         self.publish(scheduler);
         if reason == FinishReason::Cancelled {
@@ -319,19 +328,35 @@ impl EngineCore<'_> {
 
     /// Publishes the counters before the first request arrives.
     pub fn publish_initial(&self) {
-        self.shared.free_blocks.store(self.blocks.num_free(), Ordering::Relaxed);
+        self.publish_blocks();
     }
 
     fn publish(&self, scheduler: &Scheduler) {
         self.shared.running.store(scheduler.num_running(), Ordering::Relaxed);
         self.shared.waiting.store(scheduler.num_waiting(), Ordering::Relaxed);
-        self.shared.free_blocks.store(self.blocks.num_free(), Ordering::Relaxed);
+        self.publish_blocks();
+    }
+
+    fn publish_blocks(&self) {
+        self.shared.free_blocks.store(self.blocks.global.num_free(), Ordering::Relaxed);
+        self.shared.free_window_blocks.store(self.blocks.window_free(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+impl EngineCore<'_> {
+    /// Runs the loop on this thread until every request submitted so far has finished (tests drive the engine
+    /// without its thread; at least one request must be in the inbox, or this waits for one).
+    pub(super) fn run_until_idle(&mut self) {
+        let mut state = LoopState::new(self.limits);
+        while self.iteration(&mut state) && !state.scheduler.is_idle() {}
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::kv_blocks::BlockAllocator;
     use crate::engine::output::{RequestEvent, RequestHandle, RequestShared};
     use crate::engine::sampling::{Sampler, SamplingParams};
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
@@ -373,7 +398,7 @@ mod tests {
             tokenizer: &tokenizer,
             clock,
             limits: SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 16 },
-            blocks: BlockAllocator::new(4, 16),
+            blocks: KvPools::new(BlockAllocator::new(4, 16), None),
             context: 64,
             vocab_size: 3,
             greedy_ids: Vec::new(),

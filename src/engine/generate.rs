@@ -5,7 +5,9 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use super::finish::FinishReason;
+use super::kv_window::WindowBlocks;
 use super::sampling::{Sampler, SamplingParams};
+use crate::backend::cpu::CpuBackendOptions;
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::TokenId;
 
@@ -28,6 +30,30 @@ pub struct SingleSequenceLayout {
     pub max_batch_tokens: usize,
     pub kv_block_size: usize,
     pub kv_num_blocks: usize,
+    /// The sliding-window layers' pool, when the backend has one: the sequence keeps only the blocks its windows
+    /// still read there. At least [`single_sequence_window_blocks`], or a step past the window fails (the backend
+    /// refuses its window table).
+    pub kv_window_blocks: Option<usize>,
+}
+
+impl SingleSequenceLayout {
+    /// The layout of a CPU backend built with `options`.
+    pub fn of(options: &CpuBackendOptions) -> Self {
+        SingleSequenceLayout {
+            max_batch_tokens: options.max_batch_tokens,
+            kv_block_size: options.kv_block_size,
+            kv_num_blocks: options.kv_num_blocks,
+            kv_window_blocks: options.kv_window_blocks,
+        }
+    }
+}
+
+/// The window pool one sequence needs with `options` on a model with `config`'s layers (`None` when the model has
+/// no sliding-window layers): what `CpuBackendOptions::kv_window_blocks` is set to for the windowed layers to keep
+/// only their windows.
+pub fn single_sequence_window_blocks(config: &LlamaConfig, options: &CpuBackendOptions) -> Option<usize> {
+    let (max_chunk, bs, global) = (options.max_batch_tokens, options.kv_block_size, options.kv_num_blocks);
+    config.max_window().map(|window| WindowBlocks::pool_size(window, max_chunk, bs, 1, global))
 }
 
 /// What came out, with the two phases timed.
@@ -50,7 +76,8 @@ impl Generation {
 }
 
 /// Generates from `request.prompt` on `backend`, calling `on_token` with each generated token as soon as it is
-/// sampled (return `ControlFlow::Break` to stop early). The sequence owns KV blocks `0..` of the backend's cache.
+/// sampled (return `ControlFlow::Break` to stop early). The sequence owns KV blocks `0..` of the backend's cache,
+/// and the window pool's blocks as it needs them.
 pub fn generate<B: LlamaBackend>(
     config: &LlamaConfig,
     backend: &mut B,
@@ -61,6 +88,17 @@ pub fn generate<B: LlamaBackend>(
     let start = Instant::now();
     let context = config.context_length.min(layout.kv_num_blocks * layout.kv_block_size);
     let block_table: Vec<u32> = (0..layout.kv_num_blocks as u32).collect();
+    let mut window = match (layout.kv_window_blocks, config.max_window()) {
+        (Some(blocks), Some(w)) => Some(WindowBlocks::new(blocks, layout.kv_block_size, w)),
+        _ => None,
+    };
+    let mut window_table = Vec::new();
+    // A pool too small leaves the table short of the step: the backend refuses it, with its reason.
+    let mut fit = |start: usize, end: usize, table: &mut Vec<u32>| {
+        if let Some(window) = &mut window {
+            window.fit(table, start, end);
+        }
+    };
     let mut sampler = Sampler::new(request.sampling.clone(), request.prompt, request.default_seed);
     let mut logits = vec![0f32; config.vocab_size];
     let mut tokens = Vec::new();
@@ -70,7 +108,14 @@ pub fn generate<B: LlamaBackend>(
     let mut pos = 0;
     for chunk in request.prompt.chunks(layout.max_batch_tokens.max(1)) {
         let last = pos + chunk.len() == request.prompt.len();
-        let seq = SeqChunk { tokens: chunk, start_pos: pos, block_table: &block_table, want_logits: last };
+        fit(pos, pos + chunk.len(), &mut window_table);
+        let seq = SeqChunk {
+            tokens: chunk,
+            start_pos: pos,
+            block_table: &block_table,
+            window_table: &window_table,
+            want_logits: last,
+        };
         forward(config, backend, &[seq], if last { &mut logits } else { &mut [] })?;
         pos += chunk.len();
     }
@@ -92,7 +137,14 @@ pub fn generate<B: LlamaBackend>(
         if pos >= context || tokens.len() >= request.max_tokens {
             break FinishReason::Length;
         }
-        let seq = SeqChunk { tokens: &[token], start_pos: pos, block_table: &block_table, want_logits: true };
+        fit(pos, pos + 1, &mut window_table);
+        let seq = SeqChunk {
+            tokens: &[token],
+            start_pos: pos,
+            block_table: &block_table,
+            window_table: &window_table,
+            want_logits: true,
+        };
         forward(config, backend, &[seq], &mut logits)?;
         pos += 1;
     };

@@ -11,6 +11,8 @@ use std::thread::JoinHandle;
 use super::config::{BackendKind, ConfigError, EngineConfig};
 use super::core::{EngineCore, EngineShared, NewRequest};
 use super::kv_blocks::BlockAllocator;
+use super::kv_pools::KvPools;
+use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
@@ -102,7 +104,7 @@ impl Engine {
                 .spawn(move || engine_thread(model, config, cache, shared, clock, logger, ready_tx))
                 .map_err(EngineError::Thread)?
         };
-        let Started { description: backend_description, cpu } = match ready_rx.recv() {
+        let Started { description: backend_description, cpu, cache } = match ready_rx.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -113,7 +115,14 @@ impl Engine {
                 return Err(EngineError::Backend("the engine thread stopped while starting".into()));
             }
         };
-        logger.log(LogLevel::Info, &format!("engine started: {backend_description}, {} KV positions", cache.tokens()));
+        let window_pool = match cache.window_blocks {
+            Some(n) => format!(" (sliding-window layers: a pool of {n} blocks)"),
+            None => String::new(),
+        };
+        logger.log(
+            LogLevel::Info,
+            &format!("engine started: {backend_description}, {} KV positions{window_pool}", cache.tokens()),
+        );
         Ok(Engine {
             config,
             model,
@@ -211,9 +220,18 @@ impl Engine {
         self.shared.waiting.load(Ordering::Relaxed)
     }
 
-    /// KV cache blocks free, and in all.
+    /// KV cache blocks free, and in all (the global pool, which every layer uses but the sliding-window ones that
+    /// have their own pool).
     pub fn kv_blocks(&self) -> (usize, usize) {
         (self.shared.free_blocks.load(Ordering::Relaxed), self.cache.num_blocks)
+    }
+
+    /// Blocks of the sliding-window layers' own pool free, and in all; `None` when the engine has no such pool
+    /// (the model has no sliding-window layers). A sequence holds only the blocks of positions its next step may
+    /// still read there, so all are free again once no request runs, like the global pool's.
+    pub fn kv_window_blocks(&self) -> Option<(usize, usize)> {
+        let free = self.shared.free_window_blocks.load(Ordering::Relaxed);
+        self.cache.window_blocks.map(|total| (free, total))
     }
 
     /// Forward steps run so far.
@@ -248,6 +266,8 @@ impl Drop for Engine {
 struct Started {
     description: String,
     cpu: Option<CpuServing>,
+    /// The geometry of the backend built (its window pool, if any).
+    cache: CacheGeometry,
 }
 
 /// The engine thread: builds the backend (reporting success or failure to `ready`), then runs the core.
@@ -260,15 +280,21 @@ fn engine_thread(
     logger: Logger,
     ready: mpsc::Sender<Result<Started, String>>,
 ) {
-    let runner = match config.backend {
-        BackendKind::Cpu => cpu_runner(&model, &config, cache, &logger),
-        BackendKind::Cuda => cuda_runner(&model, &config, cache).map_err(|e| e.to_string()),
-        BackendKind::Auto => cuda_runner(&model, &config, cache).or_else(|e| {
-            // No GPU here is the ordinary case; a GPU that fails to start is worth a warning.
-            let level = if e.is_unavailable() { LogLevel::Info } else { LogLevel::Warn };
-            logger.log(level, &format!("backend \"auto\": running on the CPU, the GPU is not usable: {e}"));
-            cpu_runner(&model, &config, cache, &logger)
-        }),
+    // The CPU keeps sliding-window layers in a pool of their own; the CUDA backend runs no such model.
+    let cpu_cache =
+        cache.with_window_pool(&model.config, config.max_num_batched_tokens_on(BackendKind::Cpu), config.max_num_seqs);
+    let (runner, cache) = match config.backend {
+        BackendKind::Cpu => (cpu_runner(&model, &config, cpu_cache, &logger), cpu_cache),
+        BackendKind::Cuda => (cuda_runner(&model, &config, cache).map_err(|e| e.to_string()), cache),
+        BackendKind::Auto => match cuda_runner(&model, &config, cache) {
+            Ok(runner) => (Ok(runner), cache),
+            Err(e) => {
+                // No GPU here is the ordinary case; a GPU that fails to start is worth a warning.
+                let level = if e.is_unavailable() { LogLevel::Info } else { LogLevel::Warn };
+                logger.log(level, &format!("backend \"auto\": running on the CPU, the GPU is not usable: {e}"));
+                (cpu_runner(&model, &config, cpu_cache, &logger), cpu_cache)
+            }
+        },
     };
     let runner = match runner {
         Ok(r) => r,
@@ -279,20 +305,26 @@ fn engine_thread(
     };
     let max_batch_tokens = runner.max_batch_tokens();
     let description = format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe());
-    let _ = ready.send(Ok(Started { description, cpu: runner.cpu() }));
+    let cpu = runner.cpu();
+    let window = cache.window_blocks.zip(model.config.max_window());
     let core = EngineCore {
         shared,
         runner,
         tokenizer: &model.tokenizer,
         clock,
         limits: SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },
-        blocks: BlockAllocator::new(cache.num_blocks, cache.block_size),
+        blocks: KvPools::new(
+            BlockAllocator::new(cache.num_blocks, cache.block_size),
+            window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)),
+        ),
         context: model.config.context_length.min(cache.tokens()),
         vocab_size: model.config.vocab_size,
         greedy_ids: Vec::new(),
         greedy_values: Vec::new(),
     };
+    // Counters before the host hears that the engine started: it never sees the cache's blocks taken.
     core.publish_initial();
+    let _ = ready.send(Ok(Started { description, cpu, cache }));
     core.run();
     drop(logger);
 }

@@ -51,6 +51,12 @@ impl BlockAllocator {
     pub fn release(&mut self, table: &mut Vec<u32>) {
         self.free.append(table);
     }
+
+    /// Returns one block (taken by `grow`, and not returned since).
+    pub fn release_one(&mut self, block: u32) {
+        debug_assert!((block as usize) < self.num_blocks && self.free.len() < self.num_blocks);
+        self.free.push(block);
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@ pub mod finish;
 pub mod generate;
 mod handle;
 pub mod kv_blocks;
+pub mod kv_pools;
+pub mod kv_window;
 pub mod log;
 pub mod metrics;
 pub mod output;
@@ -17,6 +19,8 @@ pub mod scheduler;
 pub mod sequence;
 pub mod stats;
 pub mod stop;
+#[cfg(test)]
+mod window_pool_tests;
 
 pub use config::{BackendKind, ConfigError, EngineConfig};
 pub use finish::FinishReason;

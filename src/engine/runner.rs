@@ -8,6 +8,7 @@ use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
 use super::config::{ActivationPrecision, BackendKind, EngineConfig};
+use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 
 /// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`) and the threads.
@@ -75,18 +76,32 @@ where
 }
 
 /// KV cache geometry the engine decided on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheGeometry {
     pub block_size: usize,
+    /// Blocks of the global pool (what `kv_cache_tokens` asks for).
     pub num_blocks: usize,
+    /// Blocks of the sliding-window layers' own pool, when there is one.
+    pub window_blocks: Option<usize>,
 }
 
 impl CacheGeometry {
+    /// The global pool of `config`, no window pool.
     pub fn from_config(config: &EngineConfig) -> Self {
         CacheGeometry {
             block_size: config.kv_block_size,
             num_blocks: config.kv_cache_tokens.div_ceil(config.kv_block_size),
+            window_blocks: None,
         }
+    }
+
+    /// This geometry with a window pool for `model`'s sliding-window layers when it has any, sized for up to
+    /// `max_num_seqs` sequences in steps of up to `max_chunk_tokens` tokens (`WindowBlocks::pool_size`).
+    pub fn with_window_pool(self, model: &LlamaConfig, max_chunk_tokens: usize, max_num_seqs: usize) -> Self {
+        let window_blocks = model.max_window().map(|window| {
+            WindowBlocks::pool_size(window, max_chunk_tokens, self.block_size, max_num_seqs, self.num_blocks)
+        });
+        CacheGeometry { window_blocks, ..self }
     }
 
     pub fn tokens(&self) -> usize {
@@ -112,6 +127,7 @@ pub fn cpu_runner<'m>(
         max_batch_tokens,
         kv_block_size: cache.block_size,
         kv_num_blocks: cache.num_blocks,
+        kv_window_blocks: cache.window_blocks,
         precision: match config.activation_precision {
             ActivationPrecision::Q8 => Precision::Quantized8,
             ActivationPrecision::F32 => Precision::Float32,

@@ -9,13 +9,14 @@
 //!
 //! When a running sequence needs a block and none is free, the most recently admitted running sequence is
 //! preempted: its blocks are freed and it goes back to the head of the waiting queue, to be recomputed. A step that
-//! preempted admits nobody (admitting would only thrash).
+//! preempted admits nobody (admitting would only thrash). Only the global pool decides: a sliding-window model's
+//! window pool has room whenever the global one has (`kv_window.rs`).
 
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use super::kv_blocks::BlockAllocator;
+use super::kv_pools::{Grow, KvPools};
 use super::sequence::{SeqId, Sequence};
 
 /// Limits of one step.
@@ -40,6 +41,9 @@ pub struct StepPlan {
     pub preempted: Vec<SeqId>,
     /// Sequences scheduled for the first time ever.
     pub first_scheduled: Vec<SeqId>,
+    /// Sequences dropped for a window-pool shortage, which the pool's sizing rules out (an engine bug): out of
+    /// the queues, blocks freed; the engine fails their requests with an internal error.
+    pub failed: Vec<SeqId>,
 }
 
 /// The queues: waiting (FCFS, preempted sequences at the head) and running (in admission order).
@@ -78,15 +82,11 @@ impl Scheduler {
     }
 
     /// Plans the next step into `plan`.
-    pub fn schedule(
-        &mut self,
-        seqs: &mut FxHashMap<SeqId, Sequence>,
-        blocks: &mut BlockAllocator,
-        plan: &mut StepPlan,
-    ) {
+    pub fn schedule(&mut self, seqs: &mut FxHashMap<SeqId, Sequence>, blocks: &mut KvPools, plan: &mut StepPlan) {
         plan.chunks.clear();
         plan.preempted.clear();
         plan.first_scheduled.clear();
+        plan.failed.clear();
         let mut budget = self.limits.max_num_batched_tokens;
 
         for decoding in [true, false] {
@@ -99,12 +99,12 @@ impl Scheduler {
                     continue;
                 }
                 let n = seq.num_uncomputed().min(budget);
-                if self.reserve(id, seq_positions(seqs, id, n), seqs, blocks, plan) {
+                if self.reserve(id, n, seqs, blocks, plan) {
                     plan.chunks.push(Scheduled { seq: id, n_tokens: n });
                     budget -= n;
                     i += 1;
                 }
-                // Otherwise the sequence itself was preempted: `running[i]` is now the next one (or none).
+                // Otherwise the sequence itself was preempted (or failed): `running[i]` is now the next one.
             }
         }
 
@@ -115,8 +115,15 @@ impl Scheduler {
             let Some(&id) = self.waiting.front() else { break };
             let seq = seqs.get_mut(&id).expect("waiting sequences exist");
             let n = seq.num_uncomputed().min(budget);
-            if !blocks.grow(&mut seq.block_table, seq.num_computed + n) {
-                break;
+            match blocks.grow(&mut seq.block_table, &mut seq.window_table, seq.num_computed, seq.num_computed + n) {
+                Grow::Done => {}
+                Grow::NoRoom => break,
+                Grow::WindowShortage => {
+                    blocks.release(&mut seq.block_table, &mut seq.window_table);
+                    self.waiting.pop_front();
+                    plan.failed.push(id);
+                    continue;
+                }
             }
             self.waiting.pop_front();
             self.running.push(id);
@@ -129,24 +136,32 @@ impl Scheduler {
         }
     }
 
-    /// Makes room for sequence `id` to hold `positions` positions, preempting the most recently admitted running
-    /// sequences as needed. False when `id` itself had to be preempted.
+    /// Makes room for sequence `id` to compute its next `n` tokens, preempting the most recently admitted running
+    /// sequences as needed. False when `id` itself had to be preempted (or failed).
     fn reserve(
         &mut self,
         id: SeqId,
-        positions: usize,
+        n: usize,
         seqs: &mut FxHashMap<SeqId, Sequence>,
-        blocks: &mut BlockAllocator,
+        blocks: &mut KvPools,
         plan: &mut StepPlan,
     ) -> bool {
         loop {
             let seq = seqs.get_mut(&id).expect("running sequences exist");
-            if blocks.grow(&mut seq.block_table, positions) {
-                return true;
+            let start = seq.num_computed;
+            match blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) {
+                Grow::Done => return true,
+                Grow::NoRoom => {}
+                Grow::WindowShortage => {
+                    blocks.release(&mut seq.block_table, &mut seq.window_table);
+                    self.running.retain(|&s| s != id);
+                    plan.failed.push(id);
+                    return false;
+                }
             }
             let victim = self.running.pop().expect("the sequence itself is running");
             let v = seqs.get_mut(&victim).expect("running sequences exist");
-            blocks.release(&mut v.block_table);
+            blocks.release(&mut v.block_table, &mut v.window_table);
             v.num_computed = 0;
             v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
             self.waiting.push_front(victim);
@@ -157,9 +172,4 @@ impl Scheduler {
             }
         }
     }
-}
-
-/// Positions sequence `id` will hold after computing `n` more tokens.
-fn seq_positions(seqs: &FxHashMap<SeqId, Sequence>, id: SeqId, n: usize) -> usize {
-    seqs[&id].num_computed + n
 }

@@ -24,6 +24,9 @@ pub struct Sequence {
     pub num_computed: usize,
     /// KV cache blocks holding positions `0..num_computed` (and room scheduled for more).
     pub block_table: Vec<u32>,
+    /// Window-pool blocks of the sliding-window layers, indexed like `block_table`: those of the positions the
+    /// next step may still read, `NO_BLOCK` before them (empty without a window pool).
+    pub window_table: Vec<u32>,
     pub max_tokens: usize,
     /// Tokens that end the sequence (end-of-generation unless ignored, plus the request's stop ids).
     pub stop_ids: Arc<[TokenId]>,
@@ -64,6 +67,7 @@ impl Sequence {
             prompt_len: prompt.len(),
             num_computed: 0,
             block_table: Vec::new(),
+            window_table: Vec::new(),
             max_tokens,
             stop_ids,
             sampler,

@@ -1,5 +1,5 @@
 //! Engine-wide counters as a C struct, versioned by `struct_size` like the metrics structs: how many sequences
-//! run and wait, how full the KV cache is, which CPU kernel path serves it. What a host shows on a health page, or checks to know that a
+//! run and wait, how full the KV cache is (both block pools), which CPU kernel path serves it. What a host shows on a health page, or checks to know that a
 //! cancelled request really left the engine.
 
 use std::mem::{offset_of, size_of};
@@ -24,6 +24,10 @@ pub const ENGINE_STATS_NUM_STEPS: u32 = 1 << 4;
 pub const ENGINE_STATS_CPU_KERNELS: u32 = 1 << 5;
 /// Presence bit of `EngineStats.cpu_threads` (set when the engine runs on the CPU).
 pub const ENGINE_STATS_CPU_THREADS: u32 = 1 << 6;
+/// Presence bit of `EngineStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
+pub const ENGINE_STATS_KV_WINDOW_BLOCKS_FREE: u32 = 1 << 7;
+/// Presence bit of `EngineStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
+pub const ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL: u32 = 1 << 8;
 
 /// `EngineStats.cpu_kernels`: the portable scalar path.
 pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
@@ -56,9 +60,10 @@ pub struct EngineStats {
     pub num_running: u32,
     /// Sequences waiting for admission (new, or preempted and waiting to be recomputed).
     pub num_waiting: u32,
-    /// KV cache blocks free.
+    /// KV cache blocks free (of the global pool, which holds every layer's keys and values but those of
+    /// sliding-window layers when the engine gives them a pool of their own).
     pub kv_blocks_free: u32,
-    /// KV cache blocks in all.
+    /// KV cache blocks in all (of the global pool).
     pub kv_blocks_total: u32,
     /// Forward steps run since the engine started.
     pub num_steps: u64,
@@ -67,6 +72,12 @@ pub struct EngineStats {
     pub cpu_kernels: u32,
     /// Threads computing each CPU operation, the engine thread included.
     pub cpu_threads: u32,
+    /// Blocks free in the sliding-window layers' own pool (a model with such layers, e.g. Gemma 3, on the CPU):
+    /// a sequence holds there only the blocks of positions its windows still reach, so the pool needs fewer
+    /// blocks than the global one. All free again once no request runs.
+    pub kv_window_blocks_free: u32,
+    /// Blocks of the sliding-window layers' pool in all.
+    pub kv_window_blocks_total: u32,
 }
 
 impl Versioned for EngineStats {
@@ -80,6 +91,8 @@ impl Versioned for EngineStats {
         offset_of!(Self, num_steps) + 8,
         offset_of!(Self, cpu_kernels) + 4,
         offset_of!(Self, cpu_threads) + 4,
+        offset_of!(Self, kv_window_blocks_free) + 4,
+        offset_of!(Self, kv_window_blocks_total) + 4,
     ];
     fn set_present(&mut self, present: u32) {
         self.present = present;
@@ -102,6 +115,8 @@ const _: () = {
             offset_of!(S, num_steps),
             offset_of!(S, cpu_kernels),
             offset_of!(S, cpu_threads),
+            offset_of!(S, kv_window_blocks_free),
+            offset_of!(S, kv_window_blocks_total),
         ]
     ));
     assert!(S::FIELD_ENDS[S::FIELD_ENDS.len() - 1] == size_of::<S>());
@@ -130,6 +145,11 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
             let clamp = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
             let cpu = e.cpu_serving();
             let cpu_bits = if cpu.is_some() { ENGINE_STATS_CPU_KERNELS | ENGINE_STATS_CPU_THREADS } else { 0 };
+            let window = e.kv_window_blocks();
+            let window_bits = match window {
+                Some(_) => ENGINE_STATS_KV_WINDOW_BLOCKS_FREE | ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL,
+                None => 0,
+            };
             EngineStats {
                 struct_size: 0,
                 present: ENGINE_STATS_NUM_RUNNING
@@ -137,7 +157,8 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                     | ENGINE_STATS_KV_BLOCKS_FREE
                     | ENGINE_STATS_KV_BLOCKS_TOTAL
                     | ENGINE_STATS_NUM_STEPS
-                    | cpu_bits,
+                    | cpu_bits
+                    | window_bits,
                 num_running: clamp(e.num_running()),
                 num_waiting: clamp(e.num_waiting()),
                 kv_blocks_free: clamp(free),
@@ -145,6 +166,8 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 num_steps: e.num_steps() as u64,
                 cpu_kernels: cpu.map_or(0, |c| cpu_kernels_code(c.kernels)),
                 cpu_threads: cpu.map_or(0, |c| clamp(c.threads)),
+                kv_window_blocks_free: window.map_or(0, |(free, _)| clamp(free)),
+                kv_window_blocks_total: window.map_or(0, |(_, total)| clamp(total)),
             }
         })?;
         // SAFETY: `declared` bytes at `out` are writable by this function's contract.

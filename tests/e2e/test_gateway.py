@@ -275,6 +275,9 @@ class GatewayTest(unittest.TestCase):
         engine = health["engine"]
         self.assertEqual((engine["running"], engine["waiting"]), (0, 0), health)
         self.assertEqual(engine["kv_blocks_free"], engine["kv_blocks_total"], health)
+        # A model with sliding-window layers (Gemma 3) has a second pool, for them: free again too.
+        self.assertEqual("kv_window_blocks_total" in engine, "gemma" in MODEL.lower(), health)
+        self.assertEqual(engine.get("kv_window_blocks_free"), engine.get("kv_window_blocks_total"), health)
 
 
 class ShutdownTest(unittest.TestCase):

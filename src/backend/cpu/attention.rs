@@ -4,11 +4,12 @@
 //!
 //! Work is split by key/value head and by ranges of the step's rows: a task takes one KV head and scores all the
 //! query heads that share it (3 for SmolLM2) against each cached key, so the cache is read once per KV head rather
-//! than once per query head. It walks the sequence's block table block by block. A query at position `p` reads
-//! keys and values `0..=p` of its own sequence (`p + 1 − window..=p` in a windowed layer), its own included, with
-//! the same operations in the same order
+//! than once per query head. It walks the sequence's block table block by block (a windowed layer in the window
+//! pool walks the window table). A query at position `p` reads keys and values `0..=p` of its own sequence
+//! (`p + 1 − window..=p` in a windowed layer), its own included, with the same operations in the same order
 //! whatever the task split: prefill and decode run the same code per query, so a token's result does not depend
-//! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences.
+//! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences, nor on the pool its
+//! layer's keys live in.
 //!
 //! Tasks write into a staging buffer laid out `[kv_head][row][group × head_dim]`, where each task's rows are one
 //! contiguous slice; one copy afterwards puts the heads in place in the `[row][q_dim]` output.
@@ -164,6 +165,8 @@ pub fn attention_layer(
     let group = config.n_head / config.n_head_kv;
     let group_width = group * hd;
     let attends = config.layers[layer];
+    // A windowed layer may live in the window pool: its slots and table are that pool's.
+    let kv_pool = cache.pool_of(layer);
     let (q_norm, k_norm) = match io.head_norms {
         Some((q, k)) => (Some(q), Some(k)),
         None => (None, None),
@@ -176,7 +179,7 @@ pub fn attention_layer(
         for head in key.chunks_exact_mut(hd) {
             prepare_head(kernels, config, head, k_norm, cos, sin, &mut scratch.key_head);
         }
-        cache.store(layer, step.slot(t), key, &io.v[t * kv_dim..(t + 1) * kv_dim]);
+        cache.store(layer, step.slot(t, kv_pool), key, &io.v[t * kv_dim..(t + 1) * kv_dim]);
     }
 
     // Tasks: (KV head, contiguous rows), each owning its rows of that head's plane of the staging buffer.
@@ -217,7 +220,7 @@ pub fn attention_layer(
             let row = RowAttention {
                 kernels,
                 cache,
-                block_table: step.block_table_of_row(t),
+                block_table: step.block_table_of_row(t, kv_pool),
                 first: attends.window.map_or(0, |w| positions.saturating_sub(w)),
                 positions,
                 offset: kv_head * hd,

@@ -7,14 +7,14 @@ use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
 use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
-use super::kv_cache::{CpuKvCache, KvPrecision};
+use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
 use super::model_weights::CpuModelWeights;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
-use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
+use crate::model::llama::batch::{validate_batch, validate_window_tables, BatchError, SeqChunk};
 use crate::model::llama::forward::{Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::{FfnActivation, LlamaConfig};
 
@@ -39,6 +39,10 @@ pub struct CpuBackendOptions {
     pub kv_block_size: usize,
     /// KV cache blocks.
     pub kv_num_blocks: usize,
+    /// Blocks of a second pool for the sliding-window layers, addressed through `SeqChunk::window_table` (the
+    /// caller releases blocks that have left every window). `None`: every layer is in the one pool of
+    /// `kv_num_blocks`, the windowed layers storing each position too. Only for a model with windowed layers.
+    pub kv_window_blocks: Option<usize>,
     pub precision: Precision,
 }
 
@@ -50,6 +54,7 @@ impl CpuBackendOptions {
             max_batch_tokens: 512,
             kv_block_size: 16,
             kv_num_blocks: context.div_ceil(16),
+            kv_window_blocks: None,
             precision: Precision::Quantized8,
         }
     }
@@ -147,6 +152,14 @@ impl<'m> CpuBackend<'m> {
         if options.kv_num_blocks == 0 || options.kv_num_blocks > u32::MAX as usize {
             return bad(format!("kv_num_blocks {} is not in 1..=4294967295", options.kv_num_blocks));
         }
+        match (options.kv_window_blocks, config.max_window()) {
+            (Some(_), None) => return bad("kv_window_blocks is set, but the model has no sliding-window layers".into()),
+            // The last block number is the table's `NO_BLOCK`.
+            (Some(n), Some(_)) if n == 0 || n >= u32::MAX as usize => {
+                return bad(format!("kv_window_blocks {n} is not in 1..=4294967294"));
+            }
+            _ => {}
+        }
         if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
             return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
         }
@@ -156,11 +169,20 @@ impl<'m> CpuBackend<'m> {
             Precision::Quantized8 => KvPrecision::F16,
             Precision::Float32 => KvPrecision::F32,
         };
+        let pools: Vec<KvPool> = config
+            .layers
+            .iter()
+            .map(|l| match (l.window, options.kv_window_blocks) {
+                (Some(_), Some(_)) => KvPool::Window,
+                _ => KvPool::Global,
+            })
+            .collect();
         let cache = CpuKvCache::new(
-            config.n_layer,
+            &pools,
             config.kv_dim(),
             options.kv_block_size,
             options.kv_num_blocks,
+            options.kv_window_blocks.unwrap_or(0),
             kv_precision,
         );
         let t = options.max_batch_tokens;
@@ -200,6 +222,11 @@ impl<'m> CpuBackend<'m> {
     /// The kernel path in use (`"scalar"`, `"avx2"`, `"avx512"`).
     pub fn kernel_path(&self) -> &'static str {
         self.kernels.name
+    }
+
+    /// Bytes allocated for the KV cache, both pools (committed by the OS only as positions are written).
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.cache.allocated_bytes()
     }
 
     /// Bytes of weights a decode step reads.
@@ -263,6 +290,12 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             self.config.vocab_size,
             self.cache.block_size(),
             self.cache.num_blocks(),
+        )?;
+        validate_window_tables(
+            batch,
+            self.config.max_window().unwrap_or(0),
+            self.cache.block_size(),
+            self.cache.window_blocks(),
         )?;
         self.step.build(batch, &self.config, &self.cache);
         Ok(())

@@ -13,6 +13,11 @@
 //!
 //! The storage is allocated zeroed (`calloc`-style), so the OS commits pages only as positions are written: a
 //! large cache costs resident memory in proportion to its use.
+//!
+//! Two pools of blocks, when the model has sliding-window layers and the engine asked for it: the other layers'
+//! blocks (the global pool, `block_table`) and the windowed layers' own, smaller pool (`window_table`), which only
+//! needs room for the positions still inside some query's window. A windowed layer in the global pool would
+//! store every position of the context for nothing.
 
 use half::f16;
 
@@ -35,7 +40,16 @@ enum Storage {
     },
 }
 
-/// One layer's keys and values, each `[num_blocks * block_size][kv_dim]` flattened.
+/// Which block pool a layer's keys and values live in (and so which of a sequence's tables addresses them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvPool {
+    /// `SeqChunk::block_table`: every layer's pool unless the layer is in the window pool.
+    Global,
+    /// `SeqChunk::window_table`: the sliding-window layers' pool.
+    Window,
+}
+
+/// One layer's keys and values, each `[num_blocks * block_size][kv_dim]` flattened (its pool's `num_blocks`).
 #[derive(Clone, Copy)]
 pub enum KvLayer<'a> {
     F16 { keys: &'a [f16], values: &'a [f16] },
@@ -47,27 +61,48 @@ pub struct CpuKvCache {
     kv_dim: usize,
     block_size: usize,
     num_blocks: usize,
+    /// Blocks of the window pool (0 when no layer is in it).
+    window_blocks: usize,
+    /// `[n_layer]`: each layer's pool.
+    pools: Vec<KvPool>,
     storage: Storage,
 }
 
 impl CpuKvCache {
-    /// Allocates the cache (lazily committed, see the module documentation).
+    /// Allocates the cache (lazily committed, see the module documentation): one layer per entry of `pools`, with
+    /// `num_blocks` blocks for those in the global pool and `window_blocks` for those in the window pool.
     ///
     /// # Panics
     /// When the size overflows `usize` (callers validate sizes from configuration first).
-    pub fn new(n_layer: usize, kv_dim: usize, block_size: usize, num_blocks: usize, precision: KvPrecision) -> Self {
-        let per_layer = num_blocks.checked_mul(block_size).and_then(|n| n.checked_mul(kv_dim)).expect("KV size");
+    pub fn new(
+        pools: &[KvPool],
+        kv_dim: usize,
+        block_size: usize,
+        num_blocks: usize,
+        window_blocks: usize,
+        precision: KvPrecision,
+    ) -> Self {
+        let elements = |blocks: usize| blocks.checked_mul(block_size).and_then(|n| n.checked_mul(kv_dim));
+        let sizes: Vec<usize> = pools
+            .iter()
+            .map(|pool| match pool {
+                KvPool::Global => elements(num_blocks),
+                KvPool::Window => elements(window_blocks),
+            })
+            .collect::<Option<_>>()
+            .expect("KV size");
         let storage = match precision {
             KvPrecision::F16 => Storage::F16 {
-                keys: (0..n_layer).map(|_| vec![0u16; per_layer]).collect(),
-                values: (0..n_layer).map(|_| vec![0u16; per_layer]).collect(),
+                keys: sizes.iter().map(|&n| vec![0u16; n]).collect(),
+                values: sizes.iter().map(|&n| vec![0u16; n]).collect(),
             },
             KvPrecision::F32 => Storage::F32 {
-                keys: (0..n_layer).map(|_| vec![0f32; per_layer]).collect(),
-                values: (0..n_layer).map(|_| vec![0f32; per_layer]).collect(),
+                keys: sizes.iter().map(|&n| vec![0f32; n]).collect(),
+                values: sizes.iter().map(|&n| vec![0f32; n]).collect(),
             },
         };
-        CpuKvCache { kv_dim, block_size, num_blocks, storage }
+        let window_blocks = if pools.contains(&KvPool::Window) { window_blocks } else { 0 };
+        CpuKvCache { kv_dim, block_size, num_blocks, window_blocks, pools: pools.to_vec(), storage }
     }
 
     /// Bytes of f16 keys and values for `positions` positions of a model with these dimensions.
@@ -79,8 +114,27 @@ impl CpuKvCache {
         self.block_size
     }
 
+    /// Blocks of the global pool.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
+    }
+
+    /// Blocks of the window pool, when some layer is in it.
+    pub fn window_blocks(&self) -> Option<usize> {
+        (self.window_blocks > 0).then_some(self.window_blocks)
+    }
+
+    /// The pool of `layer`.
+    pub fn pool_of(&self, layer: usize) -> KvPool {
+        self.pools[layer]
+    }
+
+    /// Bytes allocated for keys and values, every layer together (resident only as far as written).
+    pub fn allocated_bytes(&self) -> usize {
+        match &self.storage {
+            Storage::F16 { keys, values } => keys.iter().chain(values).map(|l| l.len() * 2).sum(),
+            Storage::F32 { keys, values } => keys.iter().chain(values).map(|l| l.len() * 4).sum(),
+        }
     }
 
     /// The row index of position `pos` of a sequence with `block_table` (validated by the batch check).
@@ -126,7 +180,7 @@ mod tests {
     #[test]
     fn positions_map_through_the_block_table() {
         for precision in [KvPrecision::F16, KvPrecision::F32] {
-            let mut c = CpuKvCache::new(2, 4, 16, 8, precision);
+            let mut c = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 0, precision);
             let table = [5u32, 2];
             assert_eq!(c.slot(&table, 0), 80);
             assert_eq!(c.slot(&table, 17), 33);
@@ -143,5 +197,23 @@ mod tests {
             assert_eq!((k3, v0, other), (3.0, -1.0, 0.0));
         }
         assert_eq!(CpuKvCache::bytes_for(30, 192, 4096), 94_371_840);
+    }
+
+    #[test]
+    fn window_layers_get_the_window_pools_blocks() {
+        let pools = [KvPool::Window, KvPool::Global, KvPool::Window];
+        let c = CpuKvCache::new(&pools, 4, 16, 8, 3, KvPrecision::F16);
+        assert_eq!(
+            (c.num_blocks(), c.window_blocks(), c.pool_of(1), c.pool_of(2)),
+            (8, Some(3), KvPool::Global, KvPool::Window)
+        );
+        let len = |layer| match c.layer(layer) {
+            KvLayer::F16 { keys, values } => (keys.len(), values.len()),
+            KvLayer::F32 { .. } => panic!("precision changed"),
+        };
+        assert_eq!((len(0), len(1), len(2)), ((3 * 16 * 4, 3 * 16 * 4), (8 * 16 * 4, 8 * 16 * 4), (192, 192)));
+        assert_eq!(c.allocated_bytes(), 2 * 2 * (3 + 8 + 3) * 16 * 4);
+        let global_only = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 3, KvPrecision::F32);
+        assert_eq!((global_only.window_blocks(), global_only.allocated_bytes()), (None, 2 * 4 * 2 * 8 * 16 * 4));
     }
 }

@@ -1,9 +1,10 @@
 //! The layout of one forward step on the CPU: which rows belong to which sequence, each token's position, KV
-//! cache slot and RoPE angles. Built once in `begin`, read by every layer; its buffers are reused across steps.
+//! cache slot (in each block pool) and RoPE angles. Built once in `begin`, read by every layer; its buffers are
+//! reused across steps.
 
 use std::ops::Range;
 
-use super::kv_cache::CpuKvCache;
+use super::kv_cache::{CpuKvCache, KvPool};
 use crate::model::llama::batch::SeqChunk;
 use crate::model::llama::{rope, LlamaConfig};
 use crate::model::TokenId;
@@ -12,6 +13,8 @@ struct SeqEntry {
     rows: Range<usize>,
     /// Range of its block table in `StepLayout::block_tables`.
     blocks: Range<usize>,
+    /// Range of its window table in `StepLayout::window_tables` (empty without a window pool).
+    window_blocks: Range<usize>,
     want_logits: bool,
 }
 
@@ -22,8 +25,10 @@ pub struct StepLayout {
     tokens: Vec<TokenId>,
     /// `[T]`: each token's position in its sequence.
     positions: Vec<usize>,
-    /// `[T]`: each token's KV cache slot.
+    /// `[T]`: each token's KV cache slot in the global pool.
     slots: Vec<usize>,
+    /// `[T]`: each token's slot in the window pool (empty without a window pool).
+    window_slots: Vec<usize>,
     /// `[rope base][T][rope_dim / 2]`: cos and sin of each token's rotation angles, one table per distinct RoPE
     /// base of the model (`LlamaConfig::rope_bases`).
     rope_cos: Vec<f32>,
@@ -33,6 +38,8 @@ pub struct StepLayout {
     row_seq: Vec<u32>,
     /// Every sequence's block table, concatenated.
     block_tables: Vec<u32>,
+    /// Every sequence's window table, concatenated (empty without a window pool).
+    window_tables: Vec<u32>,
     half_rope: usize,
     /// `[rope base][rope_dim / 2]`: `base^(−2i / rope_dim)`.
     inv_freq: Vec<Vec<f64>>,
@@ -50,25 +57,34 @@ impl StepLayout {
         self.tokens.clear();
         self.positions.clear();
         self.slots.clear();
+        self.window_slots.clear();
         self.rope_cos.clear();
         self.rope_sin.clear();
         self.seqs.clear();
         self.row_seq.clear();
         self.block_tables.clear();
+        self.window_tables.clear();
+        let window_pool = cache.window_blocks().is_some();
         for s in batch {
             let first_row = self.tokens.len();
             let first_block = self.block_tables.len();
+            let first_window_block = self.window_tables.len();
             self.block_tables.extend_from_slice(s.block_table);
+            self.window_tables.extend_from_slice(s.window_table);
             for (i, &token) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + i;
                 self.tokens.push(token);
                 self.row_seq.push(self.seqs.len() as u32);
                 self.positions.push(pos);
                 self.slots.push(cache.slot(s.block_table, pos));
+                if window_pool {
+                    self.window_slots.push(cache.slot(s.window_table, pos));
+                }
             }
             self.seqs.push(SeqEntry {
                 rows: first_row..self.tokens.len(),
                 blocks: first_block..self.block_tables.len(),
+                window_blocks: first_window_block..self.window_tables.len(),
                 want_logits: s.want_logits,
             });
         }
@@ -96,8 +112,12 @@ impl StepLayout {
         self.positions[row]
     }
 
-    pub fn slot(&self, row: usize) -> usize {
-        self.slots[row]
+    /// Row `row`'s KV cache slot in `pool`.
+    pub fn slot(&self, row: usize, pool: KvPool) -> usize {
+        match pool {
+            KvPool::Global => self.slots[row],
+            KvPool::Window => self.window_slots[row],
+        }
     }
 
     /// The cos and sin tables of row `row`'s rotation with RoPE base `base` (an index into
@@ -108,9 +128,13 @@ impl StepLayout {
         (&self.rope_cos[r.clone()], &self.rope_sin[r])
     }
 
-    /// The block table of row `row`'s sequence.
-    pub fn block_table_of_row(&self, row: usize) -> &[u32] {
-        &self.block_tables[self.seqs[self.row_seq[row] as usize].blocks.clone()]
+    /// Row `row`'s sequence's table of blocks in `pool`.
+    pub fn block_table_of_row(&self, row: usize, pool: KvPool) -> &[u32] {
+        let seq = &self.seqs[self.row_seq[row] as usize];
+        match pool {
+            KvPool::Global => &self.block_tables[seq.blocks.clone()],
+            KvPool::Window => &self.window_tables[seq.window_blocks.clone()],
+        }
     }
 
     /// The rows whose logits are wanted (each such sequence's last new token), in batch order.

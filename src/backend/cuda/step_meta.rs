@@ -176,9 +176,15 @@ mod tests {
         let mut meta = StepMeta::new(LAYOUT);
         let batch = [
             // A prompt chunk at positions 3..6 over blocks 7 and 2 (block size 4): slots 31, 8, 9.
-            SeqChunk { tokens: &[10, 11, 12], start_pos: 3, block_table: &[7, 2, 5], want_logits: false },
+            SeqChunk {
+                tokens: &[10, 11, 12],
+                start_pos: 3,
+                block_table: &[7, 2, 5],
+                window_table: &[],
+                want_logits: false,
+            },
             // A decode at position 0 of block 4.
-            SeqChunk { tokens: &[20], start_pos: 0, block_table: &[4], want_logits: true },
+            SeqChunk { tokens: &[20], start_pos: 0, block_table: &[4], window_table: &[], want_logits: true },
         ];
         meta.build(&batch, 4, None).unwrap();
         assert_eq!((meta.rows(), meta.n_logits(), meta.logit_rows()), (4, 1, 1));
@@ -195,8 +201,8 @@ mod tests {
     fn a_padded_decode_step_has_inert_rows() {
         let mut meta = StepMeta::new(LAYOUT);
         let batch = [
-            SeqChunk { tokens: &[5], start_pos: 6, block_table: &[1, 3], want_logits: true },
-            SeqChunk { tokens: &[6], start_pos: 1, block_table: &[0], want_logits: true },
+            SeqChunk { tokens: &[5], start_pos: 6, block_table: &[1, 3], window_table: &[], want_logits: true },
+            SeqChunk { tokens: &[6], start_pos: 1, block_table: &[0], window_table: &[], want_logits: true },
         ];
         assert!(StepMeta::is_decode(&batch));
         meta.build(&batch, 4, Some(4)).unwrap();
@@ -210,12 +216,14 @@ mod tests {
     #[test]
     fn impossible_layouts_are_refused() {
         let mut meta = StepMeta::new(LAYOUT);
-        let prompt = [SeqChunk { tokens: &[1, 2], start_pos: 0, block_table: &[0], want_logits: true }];
+        let prompt =
+            [SeqChunk { tokens: &[1, 2], start_pos: 0, block_table: &[0], window_table: &[], want_logits: true }];
         assert!(!StepMeta::is_decode(&prompt));
         assert!(meta.build(&prompt, 4, Some(4)).is_err(), "a prompt chunk is never padded");
-        let decode = [SeqChunk { tokens: &[1], start_pos: 0, block_table: &[0], want_logits: true }];
+        let decode = [SeqChunk { tokens: &[1], start_pos: 0, block_table: &[0], window_table: &[], want_logits: true }];
         assert!(meta.build(&decode, 4, Some(9)).is_err(), "more rows than the buffers hold");
-        let long = [SeqChunk { tokens: &[1], start_pos: 70, block_table: &[0; 18], want_logits: true }];
+        let long =
+            [SeqChunk { tokens: &[1], start_pos: 70, block_table: &[0; 18], window_table: &[], want_logits: true }];
         assert!(meta.build(&long, 4, None).is_err(), "more table entries than the section holds");
     }
 }

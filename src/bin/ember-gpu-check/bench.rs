@@ -87,6 +87,7 @@ impl Seqs {
                     tokens: &self.tokens[s],
                     start_pos: 0,
                     block_table: &self.tables[s],
+                    window_table: &[],
                     want_logits: true,
                 })
                 .collect();
@@ -105,6 +106,7 @@ impl Seqs {
                         tokens: &self.tokens[s][pos..],
                         start_pos: pos,
                         block_table: &self.tables[s],
+                        window_table: &[],
                         want_logits: true,
                     }
                 })
@@ -139,7 +141,13 @@ fn backend_bench(model: &Model, plan: &Plan) -> Result<Value, String> {
     let mut times = Vec::new();
     for run in 0..=plan.prefill_runs {
         let started = Instant::now();
-        let batch = [SeqChunk { tokens: &seq.tokens[0], start_pos: 0, block_table: &seq.tables[0], want_logits: true }];
+        let batch = [SeqChunk {
+            tokens: &seq.tokens[0],
+            start_pos: 0,
+            block_table: &seq.tables[0],
+            window_table: &[],
+            want_logits: true,
+        }];
         backend.forward_top_k(&batch, 1, &mut [0], &mut [0.0]).map_err(|e| e.to_string())?;
         if run > 0 {
             times.push(started.elapsed().as_secs_f64());

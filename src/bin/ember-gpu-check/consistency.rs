@@ -60,6 +60,7 @@ where
                 tokens: &all[i][pos..pos + n],
                 start_pos: pos,
                 block_table: &tables[i],
+                window_table: &[],
                 want_logits: true,
             })
             .collect();
@@ -83,6 +84,7 @@ fn cpu<'m>(
         max_batch_tokens: SEQS * PROMPT,
         kv_block_size: BLOCK,
         kv_num_blocks: SEQS * BLOCKS_PER_SEQ,
+        kv_window_blocks: None,
         precision,
     };
     CpuBackend::new(file, config.clone(), options).map_err(|e| e.to_string())
@@ -130,7 +132,13 @@ pub fn run(args: &Args) -> Result<(), String> {
     let all: Vec<Vec<TokenId>> = seqs.iter().map(|&s| tokens(s, vocab)).collect();
     let tables: Vec<Vec<u32>> = seqs.iter().map(|&s| table(s)).collect();
     let batch: Vec<SeqChunk<'_>> = (0..SEQS)
-        .map(|i| SeqChunk { tokens: &all[i][last..=last], start_pos: last, block_table: &tables[i], want_logits: true })
+        .map(|i| SeqChunk {
+            tokens: &all[i][last..=last],
+            start_pos: last,
+            block_table: &tables[i],
+            window_table: &[],
+            want_logits: true,
+        })
         .collect();
     let (mut ids, mut values) = (vec![0; SEQS * k], vec![0f32; SEQS * k]);
     graphed.forward_top_k(&batch, k, &mut ids, &mut values).map_err(|e| e.to_string())?;

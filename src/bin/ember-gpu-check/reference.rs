@@ -95,6 +95,7 @@ where
             tokens: &tokens[..first],
             start_pos: 0,
             block_table: table,
+            window_table: &[],
             want_logits: false,
         })
         .collect();
@@ -115,6 +116,7 @@ where
                 tokens: &feeds[i].0[pos..=pos],
                 start_pos: pos,
                 block_table: &tables[i],
+                window_table: &[],
                 want_logits: true,
             })
             .collect();
@@ -156,6 +158,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             max_batch_tokens: 512,
             kv_block_size: BLOCK,
             kv_num_blocks,
+            kv_window_blocks: None,
             precision: Precision::Quantized8,
         };
         let mut backend = CpuBackend::new(&file, config.clone(), options).map_err(|e| e.to_string())?;

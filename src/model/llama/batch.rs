@@ -2,11 +2,17 @@
 //!
 //! A step mixes prefill chunks (many new tokens of one prompt) and decodes (one new token) of different
 //! sequences; the engine builds it, a backend runs it. Positions index each sequence's KV cache, which lives in
-//! fixed-size blocks: position `p` is slot `p % block_size` of block `block_table[p / block_size]`.
+//! fixed-size blocks: position `p` is slot `p % block_size` of block `block_table[p / block_size]`. A backend may
+//! keep the layers with a sliding window in a second, smaller pool of blocks (`window_table`, indexed the same
+//! way), since those layers never read a key older than their window again.
 
 use std::fmt;
 
 use crate::model::TokenId;
+
+/// A window table's entry whose block went back to the window pool: every query still to come is past its
+/// positions' window, so no layer reads them again.
+pub const NO_BLOCK: u32 = u32::MAX;
 
 /// One sequence's share of a forward step.
 #[derive(Clone, Copy, Debug)]
@@ -18,6 +24,11 @@ pub struct SeqChunk<'a> {
     pub start_pos: usize,
     /// The sequence's KV cache blocks, covering at least positions `0 .. start_pos + tokens.len()`.
     pub block_table: &'a [u32],
+    /// The sequence's blocks in the window pool, for the sliding-window layers of a backend that keeps them in a
+    /// pool of their own (empty otherwise). Indexed like `block_table`; only the entries of positions
+    /// `start_pos + 1 − max_window .. start_pos + tokens.len()` must name blocks (the keys the chunk's first query
+    /// reads, through the ones it writes), earlier ones may be [`NO_BLOCK`].
+    pub window_table: &'a [u32],
     /// Whether to return logits for the last new token (false for all but the last chunk of a prompt).
     pub want_logits: bool,
 }
@@ -108,4 +119,73 @@ pub fn validate_batch(
         return Err(BatchError::TooManyTokens { tokens: total, max: max_tokens });
     }
     Ok(total)
+}
+
+/// Checks the window tables of a batch: with a window pool of `num_blocks` blocks, each table must name one of its
+/// blocks for every position a chunk's queries read or write in a layer of window `window` (the widest of the
+/// model's); without a pool (`None`), every table must be empty, so that an engine and a backend that disagree on
+/// the pool fail loudly.
+pub fn validate_window_tables(
+    batch: &[SeqChunk<'_>],
+    window: usize,
+    block_size: usize,
+    num_blocks: Option<usize>,
+) -> Result<(), BatchError> {
+    for (i, s) in batch.iter().enumerate() {
+        let Some(num_blocks) = num_blocks else {
+            if !s.window_table.is_empty() {
+                let detail = "a window table, but the backend keeps every layer in one block pool".to_owned();
+                return Err(BatchError::BadBlockTable { seq: i, detail });
+            }
+            continue;
+        };
+        let resident = (s.start_pos + 1).saturating_sub(window) / block_size..s.end_pos().div_ceil(block_size);
+        if s.window_table.len() < resident.end {
+            let detail = format!("{} window blocks cover fewer than {} positions", s.window_table.len(), s.end_pos());
+            return Err(BatchError::BadBlockTable { seq: i, detail });
+        }
+        if let Some(at) = s.window_table[resident.clone()].iter().position(|&b| b as usize >= num_blocks) {
+            let entry = resident.start + at;
+            let detail = format!(
+                "window block {} (positions from {}) of {num_blocks}",
+                s.window_table[entry],
+                entry * block_size
+            );
+            return Err(BatchError::BadBlockTable { seq: i, detail });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk<'a>(tokens: &'a [TokenId], start_pos: usize, window_table: &'a [u32]) -> SeqChunk<'a> {
+        SeqChunk { tokens, start_pos, block_table: &[], window_table, want_logits: false }
+    }
+
+    #[test]
+    fn window_tables_need_blocks_from_the_first_query_window_to_the_last_key() {
+        // Window 8, blocks of 4: a chunk of 3 at position 13 reads keys from 6 (block 1) and writes up to 15.
+        let tokens = [1, 2, 3];
+        let ok = [NO_BLOCK, 5, 0, 2];
+        assert_eq!(validate_window_tables(&[chunk(&tokens, 13, &ok)], 8, 4, Some(6)), Ok(()));
+        let released_too_early = [NO_BLOCK, NO_BLOCK, 0, 2];
+        let e = validate_window_tables(&[chunk(&tokens, 13, &released_too_early)], 8, 4, Some(6)).unwrap_err();
+        assert!(e.to_string().contains("window block 4294967295 (positions from 4) of 6"), "{e}");
+        let short = [NO_BLOCK, 5, 0];
+        assert!(validate_window_tables(&[chunk(&tokens, 13, &short)], 8, 4, Some(6)).is_err());
+        let foreign = [NO_BLOCK, 5, 6, 2];
+        assert!(validate_window_tables(&[chunk(&tokens, 13, &foreign)], 8, 4, Some(6)).is_err());
+        // Early in a sequence the window reaches back to position 0.
+        assert_eq!(validate_window_tables(&[chunk(&tokens, 0, &[3])], 8, 4, Some(6)), Ok(()));
+    }
+
+    #[test]
+    fn without_a_window_pool_window_tables_must_be_empty() {
+        let tokens = [1];
+        assert_eq!(validate_window_tables(&[chunk(&tokens, 0, &[])], 8, 4, None), Ok(()));
+        assert!(validate_window_tables(&[chunk(&tokens, 0, &[0])], 8, 4, None).is_err());
+    }
 }

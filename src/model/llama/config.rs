@@ -351,6 +351,12 @@ impl LlamaConfig {
         inv
     }
 
+    /// The widest sliding window of any layer (`None` when every layer sees the whole context): the keys a
+    /// query at position `p` may read in a windowed layer are all within `p + 1 − max_window ..= p`.
+    pub fn max_window(&self) -> Option<usize> {
+        self.layers.iter().filter_map(|l| l.window).max()
+    }
+
     /// Width of the query projection and of the attention output: `n_head * head_dim`.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim

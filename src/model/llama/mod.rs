@@ -8,7 +8,7 @@ pub mod forward;
 pub mod rope;
 pub mod synthetic;
 
-pub use batch::{BatchError, SeqChunk};
+pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{Architecture, FfnActivation, LayerAttention, LlamaConfig, ModelConfigError};
 pub use forward::{forward, LlamaBackend};
 pub use synthetic::SyntheticSpec;
