@@ -130,12 +130,16 @@ impl SyntheticSpec {
             .metadata(&key("feed_forward_length"), u32v(self.n_ff))
             .metadata(&key("attention.head_count"), u32v(self.n_head))
             .metadata(&key("attention.head_count_kv"), u32v(self.n_head_kv))
-            .metadata(&key("attention.key_length"), u32v(head_dim))
-            .metadata(&key("attention.value_length"), u32v(head_dim))
             .metadata(&key("rope.freq_base"), Value::F32(ROPE_BASE))
             .metadata(&key("rope.dimension_count"), u32v(head_dim))
             .metadata(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
             .metadata(&key("vocab_size"), u32v(self.vocab_size));
+        if self.head_dim.is_some() {
+            // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
+            w = w
+                .metadata(&key("attention.key_length"), u32v(head_dim))
+                .metadata(&key("attention.value_length"), u32v(head_dim));
+        }
         if let Some(window) = self.sliding_window.filter(|_| gemma) {
             w = w
                 .metadata(&key("attention.sliding_window"), u32v(window))
