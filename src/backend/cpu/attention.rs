@@ -14,7 +14,7 @@
 //! Tasks write into a staging buffer laid out `[kv_head][row][group × head_dim]`, where each task's rows are one
 //! contiguous slice; one copy afterwards puts the heads in place in the `[row][q_dim]` output.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 
 use half::f16;
 
@@ -246,15 +246,26 @@ pub fn attention_layer(
 }
 
 /// A free working set: one always exists, because no more tasks run at once than there are threads.
+///
+/// A working set whose task panicked (its mutex poisoned) is taken like any other: it is scratch memory that every
+/// task overwrites before reading, and skipping it would leave a later step spinning here for ever once every set
+/// had been poisoned (the panic itself reaches the caller through the pool).
 fn acquire(tasks: &[Mutex<TaskScratch>]) -> std::sync::MutexGuard<'_, TaskScratch> {
     loop {
-        for slot in tasks {
-            if let Ok(guard) = slot.try_lock() {
-                return guard;
-            }
+        if let Some(guard) = try_acquire(tasks) {
+            return guard;
         }
         std::hint::spin_loop();
     }
+}
+
+/// One pass of [`acquire`]: the first working set no other task holds.
+fn try_acquire(tasks: &[Mutex<TaskScratch>]) -> Option<std::sync::MutexGuard<'_, TaskScratch>> {
+    tasks.iter().find_map(|slot| match slot.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    })
 }
 
 /// Attention of one query row for the query heads of one KV head.
@@ -317,5 +328,29 @@ impl RowAttention<'_> {
     fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize) -> &'p [T] {
         let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
         &plane[first..first + (len - 1) * self.kv_dim + self.head_dim]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch() -> Mutex<TaskScratch> {
+        Mutex::new(TaskScratch { scores: Vec::new(), queries: Vec::new(), outputs: Vec::new(), head: Vec::new() })
+    }
+
+    #[test]
+    fn a_working_set_poisoned_by_a_panicking_task_is_still_handed_out() {
+        let tasks = [scratch()];
+        let poison = std::panic::catch_unwind(|| {
+            let _guard = tasks[0].lock().unwrap();
+            panic!("a task panics while holding its working set");
+        });
+        assert!(poison.is_err() && tasks[0].is_poisoned());
+        // Before, a poisoned set counted as busy: with every set poisoned, `acquire` spun for ever.
+        let mut guard = try_acquire(&tasks).expect("the poisoned working set is free");
+        guard.head.push(1.0);
+        assert_eq!(guard.head, [1.0]);
+        assert!(try_acquire(&tasks).is_none(), "a held set is not handed out twice");
     }
 }
