@@ -441,6 +441,15 @@ mod tests {
     use super::*;
     use crate::backend::cuda::packing::PackedType;
 
+    #[test]
+    fn activation_numbers_are_the_kernels_act_numbers() {
+        let source = crate::backend::cuda::module::program_source(&crate::backend::cuda::module::KERNEL_FILES);
+        for (a, name) in [(FfnActivation::Silu, "ACT_SILU"), (FfnActivation::GeluTanh, "ACT_GELU_TANH")] {
+            let define = format!("#define {name} {}", activation_code(a));
+            assert!(source.contains(&define), "common.cuh lacks {define:?}");
+        }
+    }
+
     fn matrix<'a>(dtype: PackedType, rows: usize, cols: usize) -> MatrixArray<'a> {
         let blocks = rows * cols / 32;
         MatrixArray {

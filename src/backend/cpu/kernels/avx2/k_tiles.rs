@@ -65,9 +65,9 @@ pub(in crate::backend::cpu::kernels) struct Header {
     /// The 16 integer half minima, likewise.
     mins: [__m256; 2],
     /// `d` in every lane.
-    pub(in crate::backend::cpu::kernels) d: __m256,
+    d: __m256,
     /// `−dmin` in every lane.
-    pub(in crate::backend::cpu::kernels) dmin_neg: __m256,
+    dmin_neg: __m256,
 }
 
 /// How a K-quant's groups are unpacked into registers.
