@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub force_include_usage: bool,
     /// CPU activation precision (`"q8"` or `"f32"`).
     pub activation_precision: ActivationPrecision,
+    /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
+    /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
+    pub enable_prefix_caching: bool,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +77,7 @@ impl Default for EngineConfig {
             disable_log_stats: false,
             force_include_usage: false,
             activation_precision: ActivationPrecision::Q8,
+            enable_prefix_caching: true,
         }
     }
 }
