@@ -4,6 +4,7 @@
 mod common;
 
 use common::{engine, greedy, MESSAGES};
+use ember::engine::metrics;
 use ember::engine::sampling::SamplingParams;
 use ember::engine::{Engine, EngineConfig, EngineError, Logger, SubmitRequest};
 
@@ -22,7 +23,8 @@ fn timestamps_are_ordered_for_every_request() {
         assert!(s.token_ts.windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(s.num_generation_tokens, h.choices()[0].completion_tokens);
         assert_eq!(s.num_prompt_tokens, h.prompt_tokens());
-        assert!(s.compute_share_s > 0.0 && s.prefill_time_s > 0.0);
+        assert!(metrics::compute_share_s(&s) > 0.0 && metrics::prefill_time_s(&s) > 0.0);
+        assert_eq!(metrics::num_computed_prompt_tokens(&s), s.num_prompt_tokens, "no preemption, no cache hit");
         let m = h.timing_metrics(0);
         assert!(m.queue_time_ms.unwrap() >= 0.0 && m.time_to_first_token_ms.unwrap() >= 0.0);
         let n = s.num_generation_tokens;

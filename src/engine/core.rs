@@ -1,5 +1,7 @@
-//! The engine thread: takes submitted requests, runs steps (schedule → one batched forward → sample → report),
-//! and sleeps when there is nothing to do.
+//! The engine thread: takes submitted requests, runs steps and sleeps when there is nothing to do. A step is a
+//! pipeline of typed stages (docs/architecture.md has the diagram):
+//! `Scheduler::schedule → SchedulerOutput → StepRunner::execute → RunnerOutput → Scheduler::update_from_output →
+//! output stage (text, stop strings) → retire finished sequences`.
 //!
 //! Like vLLM's engine core, this loop only records timestamped events; intervals are computed from them by
 //! `metrics.rs`. A token's timestamp is taken right after it was sampled, on the host.
@@ -7,18 +9,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use rustc_hash::FxHashMap;
-
 use super::finish::FinishReason;
 use super::kv_pools::KvPools;
 use super::output::CancelWaker;
-use super::runner::StepRunner;
-use super::scheduler::{Scheduler, SchedulerLimits, StepPlan};
-use super::sequence::{SeqId, Sequence, TokenOutcome};
+use super::scheduler::{Scheduler, SchedulerLimits};
+use super::sequence::{SeqId, Sequence};
 use super::stats::EngineClock;
-use crate::model::llama::SeqChunk;
+use super::step_runner::StepRunner;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::TokenId;
 
 /// A request accepted by `submit`, on its way to the engine thread.
 pub struct NewRequest {
@@ -58,53 +56,36 @@ impl CancelWaker for EngineShared {
     }
 }
 
-/// The loop's working state, kept apart from `EngineCore` so that a panic can be handled with both in hand.
-struct LoopState {
-    seqs: FxHashMap<SeqId, Sequence>,
-    scheduler: Scheduler,
-    plan: StepPlan,
-    /// `[sequences wanting logits][vocab]`, reused across steps.
-    logits: Vec<f32>,
-    batch_tokens: Vec<(SeqId, usize)>,
-    next_seq: SeqId,
-}
-
-impl LoopState {
-    fn new(limits: SchedulerLimits) -> Self {
-        LoopState {
-            seqs: FxHashMap::default(),
-            scheduler: Scheduler::new(limits),
-            plan: StepPlan::default(),
-            logits: Vec::new(),
-            batch_tokens: Vec::new(),
-            next_seq: 0,
-        }
-    }
-}
-
 /// Everything the engine thread owns.
 pub struct EngineCore<'m> {
     pub shared: Arc<EngineShared>,
-    pub runner: Box<dyn StepRunner + 'm>,
-    pub tokenizer: &'m Tokenizer,
-    pub clock: EngineClock,
-    pub limits: SchedulerLimits,
-    pub blocks: KvPools,
-    /// The most positions a sequence may have (model context and cache capacity).
-    pub context: usize,
-    pub vocab_size: usize,
-    /// `[sequences wanting logits]`: token ids (and their logits) when the backend took the argmax itself.
-    pub greedy_ids: Vec<TokenId>,
-    pub greedy_values: Vec<f32>,
+    scheduler: Scheduler,
+    runner: StepRunner<'m>,
+    tokenizer: &'m Tokenizer,
+    clock: EngineClock,
+    next_seq: SeqId,
 }
 
-impl EngineCore<'_> {
+impl<'m> EngineCore<'m> {
+    /// A core whose sequences take blocks from `blocks` and may have up to `context` positions each.
+    pub fn new(
+        shared: Arc<EngineShared>,
+        runner: StepRunner<'m>,
+        tokenizer: &'m Tokenizer,
+        clock: EngineClock,
+        limits: SchedulerLimits,
+        blocks: KvPools,
+        context: usize,
+    ) -> Self {
+        let scheduler = Scheduler::new(limits, blocks, context);
+        EngineCore { shared, scheduler, runner, tokenizer, clock, next_seq: 0 }
+    }
+
     /// Runs until shutdown; then every unfinished request ends as cancelled. A panic (a bug) fails every request
     /// the engine holds and stops the engine, so no host waits forever on a request that will never finish.
     pub fn run(mut self) {
-        let mut state = LoopState::new(self.limits);
         loop {
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.iteration(&mut state))) {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.iteration())) {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(panic) => {
@@ -113,7 +94,7 @@ impl EngineCore<'_> {
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown panic".into());
-                    self.abort(&mut state, &format!("internal error: the engine thread panicked: {what}"));
+                    self.abort(&format!("internal error: the engine thread panicked: {what}"));
                     return;
                 }
             }
@@ -122,10 +103,10 @@ impl EngineCore<'_> {
 
     /// One turn of the loop: take what the host sent (sleeping while there is nothing to do), handle
     /// cancellations, run a step. False once the engine has shut down.
-    fn iteration(&mut self, st: &mut LoopState) -> bool {
+    fn iteration(&mut self) -> bool {
         let (new, check_cancels, shutdown) = {
             let mut inbox = self.shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            while inbox.new.is_empty() && !inbox.cancel_pending && !inbox.shutdown && st.scheduler.is_idle() {
+            while inbox.new.is_empty() && !inbox.cancel_pending && !inbox.shutdown && self.scheduler.is_idle() {
                 inbox = self.shared.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
             }
             let cancels = std::mem::take(&mut inbox.cancel_pending);
@@ -133,213 +114,129 @@ impl EngineCore<'_> {
         };
         for request in new {
             for mut seq in request.sequences {
-                seq.id = st.next_seq;
-                st.next_seq += 1;
-                st.scheduler.add_waiting(seq.id);
-                st.seqs.insert(seq.id, seq);
+                seq.id = self.next_seq;
+                self.next_seq += 1;
+                self.scheduler.add(seq);
             }
+        }
+        if shutdown || check_cancels {
+            let cancelled: Vec<SeqId> =
+                self.scheduler.sequences().filter(|s| shutdown || s.request.is_cancelled()).map(|s| s.id).collect();
+            for id in cancelled {
+                self.scheduler.finish(id, FinishReason::Cancelled);
+            }
+            self.retire_finished();
         }
         if shutdown {
-            let ids: Vec<SeqId> = st.seqs.keys().copied().collect();
-            for id in ids {
-                self.finish(&mut st.seqs, &mut st.scheduler, id, FinishReason::Cancelled);
-            }
-            self.publish(&st.scheduler);
+            self.publish();
             return false;
         }
-        if check_cancels {
-            let cancelled: Vec<SeqId> =
-                st.seqs.iter().filter(|(_, s)| s.request.is_cancelled()).map(|(&id, _)| id).collect();
-            for id in cancelled {
-                self.finish(&mut st.seqs, &mut st.scheduler, id, FinishReason::Cancelled);
-            }
+        if !self.scheduler.is_idle() {
+            self.step();
         }
-        if !st.scheduler.is_idle() {
-            self.step(&mut st.seqs, &mut st.scheduler, &mut st.plan, &mut st.logits, &mut st.batch_tokens);
-        }
-        self.publish(&st.scheduler);
+        self.publish();
         true
     }
 
+    /// One step, as a pipeline: the scheduler plans, the runner computes and samples, the scheduler applies what
+    /// was sampled, the output stage turns tokens into text, and finished sequences are retired.
+    fn step(&mut self) {
+        let step_start = self.clock.now();
+        let plan = self.scheduler.schedule(step_start);
+        if !plan.failed.is_empty() {
+            let message = "internal error: the sliding-window KV pool ran out of blocks";
+            self.fail_requests(&plan.failed, message);
+        }
+        // Counters before any of the step's tokens reach a host: one that has seen a request's token also sees
+        // it running and its blocks taken.
+        self.publish();
+        if plan.chunks.is_empty() {
+            // Nothing fits (cannot happen with validated requests: each fits an empty cache alone).
+            return;
+        }
+        let ran = self.runner.execute(&plan, self.scheduler.sequences_mut(), &self.clock);
+        self.shared.steps.fetch_add(1, Ordering::Relaxed);
+        match ran {
+            Ok(ran) => {
+                let updated = self.scheduler.update_from_output(&plan, &ran, &self.clock, step_start);
+                self.emit_outputs(&updated);
+            }
+            Err(e) => {
+                let ids: Vec<SeqId> = plan.chunks.iter().map(|c| c.seq).collect();
+                self.fail_requests(&ids, &format!("forward pass failed: {e}"));
+            }
+        }
+        self.retire_finished();
+    }
+
+    /// The output stage: detokenizes each updated sequence's new tokens and matches its stop strings.
+    fn emit_outputs(&mut self, updated: &[SeqId]) {
+        for &id in updated {
+            let seq = self.scheduler.sequences_mut().get_mut(&id).expect("updated sequences exist");
+            if let Some(reason) = seq.emit_text(self.tokenizer) {
+                self.scheduler.finish(id, reason);
+            }
+        }
+    }
+
+    /// Fails the requests of sequences `ids`, each once with `message`: every choice of such a request ends,
+    /// those not in the failed step too (those already finished keep their reason).
+    fn fail_requests(&mut self, ids: &[SeqId], message: &str) {
+        let mut failed: Vec<u64> = Vec::new();
+        for &id in ids {
+            let Some(seq) = self.scheduler.sequences().find(|s| s.id == id) else { continue };
+            let request = seq.request.id();
+            if !failed.contains(&request) {
+                failed.push(request);
+                seq.request.fail(message.to_owned());
+            }
+        }
+        for request in failed {
+            self.scheduler.finish_request(request, FinishReason::Error);
+        }
+    }
+
+    /// Releases finished sequences and tells their requests, counters first: a host that sees a request finish
+    /// also sees its blocks free.
+    fn retire_finished(&mut self) {
+        let done = self.scheduler.take_finished();
+        if done.is_empty() {
+            return;
+        }
+        self.publish();
+        for mut seq in done {
+            let reason = seq.finish_reason().expect("finished sequences have a reason");
+            if reason == FinishReason::Cancelled {
+                seq.release_rest();
+            }
+            seq.request.finish_choice(seq.choice, reason);
+        }
+    }
+
     /// After a panic: refuse new work, and fail every request held or still in the inbox.
-    fn abort(&mut self, st: &mut LoopState, message: &str) {
+    fn abort(&mut self, message: &str) {
         let pending = {
             let mut inbox = self.shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
             inbox.shutdown = true;
             std::mem::take(&mut inbox.new)
         };
-        for seq in pending.into_iter().flat_map(|r| r.sequences).chain(st.seqs.drain().map(|(_, s)| s)) {
+        for seq in pending.into_iter().flat_map(|r| r.sequences).chain(self.scheduler.drain()) {
             seq.request.fail(message.to_owned());
         }
-        self.shared.running.store(0, Ordering::Relaxed);
-        self.shared.waiting.store(0, Ordering::Relaxed);
-    }
-
-    /// One step: plan, forward, sample, report.
-    fn step(
-        &mut self,
-        seqs: &mut FxHashMap<SeqId, Sequence>,
-        scheduler: &mut Scheduler,
-        plan: &mut StepPlan,
-        logits: &mut Vec<f32>,
-        batch_tokens: &mut Vec<(SeqId, usize)>,
-    ) {
-        let step_start = self.clock.now();
-        scheduler.schedule(seqs, &mut self.blocks, plan);
-        for &id in &plan.failed {
-            if let Some(s) = seqs.get(&id) {
-                s.request.fail("internal error: the sliding-window KV pool ran out of blocks".to_owned());
-            }
-            self.finish(seqs, scheduler, id, FinishReason::Error);
-        }
-        // Counters before any of the step's tokens reach a host: one that has seen a request's token also sees
-        // it running and its blocks taken.
-        self.publish(scheduler);
-        for &id in &plan.first_scheduled {
-            let s = &seqs[&id];
-            s.request.with_stats(s.choice, |st| st.scheduled_ts = Some(step_start));
-        }
-        if plan.chunks.is_empty() {
-            // Nothing fits (cannot happen with validated requests: each fits an empty cache alone).
-            return;
-        }
-
-        // Build the batch. A chunk wants logits when it reaches the sequence's last known token.
-        let batch: Vec<SeqChunk<'_>> = plan
-            .chunks
-            .iter()
-            .map(|c| {
-                let s = &seqs[&c.seq];
-                let end = s.num_computed + c.n_tokens;
-                SeqChunk {
-                    tokens: &s.tokens[s.num_computed..end],
-                    start_pos: s.num_computed,
-                    block_table: &s.block_table,
-                    window_table: &s.window_table,
-                    want_logits: end == s.tokens.len(),
-                }
-            })
-            .collect();
-        let n_logits = batch.iter().filter(|c| c.want_logits).count();
-        // When every sequence that samples is plain greedy, a backend may pick the argmax itself, so only token ids
-        // come back from the device (the CPU backend declines and returns logits).
-        let all_greedy = plan.chunks.iter().zip(&batch).filter(|(_, b)| b.want_logits).all(|(c, _)| {
-            let p = seqs[&c.seq].sampler.params();
-            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty()
-        });
-        let mut device_ids = false;
-        let result = match all_greedy && n_logits > 0 {
-            true => {
-                self.greedy_ids.resize(n_logits, 0);
-                self.greedy_values.resize(n_logits, 0.0);
-                match self.runner.run_top_k(&batch, 1, &mut self.greedy_ids, &mut self.greedy_values) {
-                    Some(r) => {
-                        device_ids = true;
-                        r
-                    }
-                    None => {
-                        logits.resize(n_logits * self.vocab_size, 0.0);
-                        self.runner.run(&batch, logits)
-                    }
-                }
-            }
-            false => {
-                logits.resize(n_logits * self.vocab_size, 0.0);
-                self.runner.run(&batch, logits)
-            }
-        };
-        drop(batch);
-        self.shared.steps.fetch_add(1, Ordering::Relaxed);
-
-        if let Err(message) = result {
-            let failed: Vec<SeqId> = plan.chunks.iter().map(|c| c.seq).collect();
-            for id in failed {
-                if let Some(s) = seqs.get(&id) {
-                    s.request.fail(format!("forward pass failed: {message}"));
-                }
-                self.finish(seqs, scheduler, id, FinishReason::Error);
-            }
-            return;
-        }
-
-        // Advance, sample, report.
-        batch_tokens.clear();
-        let mut row = 0;
-        let mut finished = Vec::new();
-        for c in &plan.chunks {
-            let s = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            // A decode computes just the token sampled last step; anything else (a prompt chunk, a recomputation
-            // after preemption) is prefill work.
-            let decode = c.n_tokens == 1 && s.num_computed + 1 == s.tokens.len() && s.num_generated() > 0;
-            let prefill = !decode;
-            s.num_computed += c.n_tokens;
-            batch_tokens.push((c.seq, if prefill { c.n_tokens } else { 0 }));
-            if s.num_computed != s.tokens.len() {
-                continue;
-            }
-            let token = if device_ids {
-                self.greedy_ids[row]
-            } else {
-                s.sampler.sample(&mut logits[row * self.vocab_size..(row + 1) * self.vocab_size])
-            };
-            row += 1;
-            let ts = self.clock.now();
-            if let TokenOutcome::Finished(reason) = s.append_token(token, ts, self.tokenizer, self.context) {
-                finished.push((c.seq, reason));
-            }
-        }
-
-        // Attribute the step's time: compute share by tokens, prefill time to the sequences that prefilled.
-        let step_s = self.clock.now() - step_start;
-        let total: usize = plan.chunks.iter().map(|c| c.n_tokens).sum();
-        for (c, &(_, prefill_tokens)) in plan.chunks.iter().zip(batch_tokens.iter()) {
-            let s = &seqs[&c.seq];
-            s.request.with_stats(s.choice, |st| {
-                st.compute_share_s += step_s * c.n_tokens as f64 / total as f64;
-                if prefill_tokens > 0 {
-                    st.prefill_time_s += step_s;
-                    st.num_computed_prompt_tokens += prefill_tokens as u32;
-                }
-            });
-        }
-        for (id, reason) in finished {
-            self.finish(seqs, scheduler, id, reason);
-        }
-    }
-
-    /// Ends a sequence: frees its blocks, forgets it, and tells its request.
-    fn finish(
-        &mut self,
-        seqs: &mut FxHashMap<SeqId, Sequence>,
-        scheduler: &mut Scheduler,
-        id: SeqId,
-        reason: FinishReason,
-    ) {
-        let Some(mut seq) = seqs.remove(&id) else { return };
-        scheduler.remove(id);
-        self.blocks.release(&mut seq.block_table, &mut seq.window_table);
-        // Counters first: a host that sees the request finish also sees its blocks free.
-        self.publish(scheduler);
-        if reason == FinishReason::Cancelled {
-            seq.release_rest();
-        }
-        seq.request.finish_choice(seq.choice, reason);
+        self.publish();
     }
 
     /// Publishes the counters before the first request arrives.
     pub fn publish_initial(&self) {
-        self.publish_blocks();
+        self.publish();
     }
 
-    fn publish(&self, scheduler: &Scheduler) {
-        self.shared.running.store(scheduler.num_running(), Ordering::Relaxed);
-        self.shared.waiting.store(scheduler.num_waiting(), Ordering::Relaxed);
-        self.publish_blocks();
-    }
-
-    fn publish_blocks(&self) {
-        self.shared.free_blocks.store(self.blocks.global.num_free(), Ordering::Relaxed);
-        self.shared.free_window_blocks.store(self.blocks.window_free(), Ordering::Relaxed);
+    fn publish(&self) {
+        self.shared.running.store(self.scheduler.num_running(), Ordering::Relaxed);
+        self.shared.waiting.store(self.scheduler.num_waiting(), Ordering::Relaxed);
+        let blocks = self.scheduler.blocks();
+        self.shared.free_blocks.store(blocks.global.num_free(), Ordering::Relaxed);
+        self.shared.free_window_blocks.store(blocks.window_free(), Ordering::Relaxed);
     }
 }
 
@@ -348,24 +245,33 @@ impl EngineCore<'_> {
     /// Runs the loop on this thread until every request submitted so far has finished (tests drive the engine
     /// without its thread; at least one request must be in the inbox, or this waits for one).
     pub(super) fn run_until_idle(&mut self) {
-        let mut state = LoopState::new(self.limits);
-        while self.iteration(&mut state) && !state.scheduler.is_idle() {}
+        while self.iteration() && !self.scheduler.is_idle() {}
+    }
+
+    pub(super) fn blocks(&self) -> &KvPools {
+        self.scheduler.blocks()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
     use crate::engine::kv_blocks::BlockAllocator;
     use crate::engine::output::{RequestEvent, RequestHandle, RequestShared};
+    use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
+    use crate::engine::step_runner::StepError;
+    use crate::model::llama::batch::BatchError;
+    use crate::model::llama::SeqChunk;
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
 
     /// A backend with a bug: it panics on the first step.
-    struct PanickingRunner;
+    struct PanickingForward;
 
-    impl StepRunner for PanickingRunner {
-        fn run(&mut self, _: &[SeqChunk<'_>], _: &mut [f32]) -> Result<(), String> {
+    impl BatchForward for PanickingForward {
+        fn run(&mut self, _: &[SeqChunk<'_>], _: &mut [f32]) -> Result<(), StepError> {
             panic!("kernel bug");
         }
         fn describe(&self) -> String {
@@ -376,35 +282,76 @@ mod tests {
         }
     }
 
+    /// A backend whose every step fails, counting the steps it was given.
+    struct FailingForward(Arc<AtomicUsize>);
+
+    impl BatchForward for FailingForward {
+        fn run(&mut self, _: &[SeqChunk<'_>], _: &mut [f32]) -> Result<(), StepError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Err(StepError::Batch(BatchError::Empty))
+        }
+        fn describe(&self) -> String {
+            "failing".into()
+        }
+        fn max_batch_tokens(&self) -> usize {
+            16
+        }
+    }
+
+    fn tokenizer() -> Tokenizer {
+        let tokens: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        Tokenizer::from_spec(&TokenizerSpec::new(&tokens, &[], "smollm")).unwrap()
+    }
+
+    /// A request of `n` choices of the prompt `[0, 1]`, with stats, put in `shared`'s inbox.
+    fn submit(shared: &Arc<EngineShared>, clock: EngineClock, id: u64, n: usize) -> RequestHandle {
+        let waker: std::sync::Weak<dyn CancelWaker> = Arc::downgrade(shared) as _;
+        let r = RequestShared::new(id, n, 2, false, clock, Some(Default::default()), waker);
+        let sequences = (0..n)
+            .map(|choice| {
+                let sampler = Sampler::new(SamplingParams::default(), &[0, 1], 0);
+                Sequence::new(0, Arc::clone(&r), choice, &[0, 1], 4, Arc::from(vec![]), sampler, vec![])
+            })
+            .collect();
+        shared.inbox.lock().unwrap().new.push(NewRequest { sequences });
+        RequestHandle::new(r)
+    }
+
+    fn core<'m>(
+        shared: &Arc<EngineShared>,
+        clock: EngineClock,
+        forward: Box<dyn BatchForward + 'm>,
+        tokenizer: &'m Tokenizer,
+        max_num_seqs: usize,
+    ) -> EngineCore<'m> {
+        let limits = SchedulerLimits { max_num_seqs, max_num_batched_tokens: 16 };
+        let blocks = KvPools::new(BlockAllocator::new(4, 16), None);
+        EngineCore::new(Arc::clone(shared), StepRunner::new(forward, 3), tokenizer, clock, limits, blocks, 64)
+    }
+
+    /// Every event of a request that has ended, without waiting.
+    fn events(h: &RequestHandle) -> Vec<RequestEvent> {
+        let mut all = Vec::new();
+        while let Some(e) = h.poll(Some(std::time::Duration::ZERO)) {
+            let last = matches!(e, RequestEvent::Error { .. })
+                || all.iter().filter(|x| matches!(x, RequestEvent::Finished { .. })).count() + 1 == h.num_choices()
+                    && matches!(e, RequestEvent::Finished { .. });
+            all.push(e);
+            if last {
+                break;
+            }
+        }
+        all
+    }
+
     #[test]
     fn a_panic_in_a_step_fails_every_request_and_stops_the_engine() {
-        let tokens: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        let tokenizer = Tokenizer::from_spec(&TokenizerSpec::new(&tokens, &[], "smollm")).unwrap();
+        let tokenizer = tokenizer();
         let shared = Arc::new(EngineShared::default());
         let clock = EngineClock::new();
-        let request = |id| {
-            let waker: std::sync::Weak<dyn CancelWaker> = Arc::downgrade(&shared) as _;
-            let r = RequestShared::new(id, 1, 2, false, clock, None, waker);
-            let sampler = Sampler::new(SamplingParams::default(), &[0, 1], 0);
-            let seq = Sequence::new(0, Arc::clone(&r), 0, &[0, 1], 4, Arc::from(vec![]), sampler, vec![]);
-            (RequestHandle::new(r), NewRequest { sequences: vec![seq] })
-        };
-        let (first, first_new) = request(1);
-        let (second, second_new) = request(2);
-        shared.inbox.lock().unwrap().new.extend([first_new, second_new]);
-        let core = EngineCore {
-            shared: Arc::clone(&shared),
-            runner: Box::new(PanickingRunner),
-            tokenizer: &tokenizer,
-            clock,
-            limits: SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 16 },
-            blocks: KvPools::new(BlockAllocator::new(4, 16), None),
-            context: 64,
-            vocab_size: 3,
-            greedy_ids: Vec::new(),
-            greedy_values: Vec::new(),
-        };
-        core.run(); // returns instead of unwinding
+        let first = submit(&shared, clock, 1, 1);
+        let second = submit(&shared, clock, 2, 1);
+        core(&shared, clock, Box::new(PanickingForward), &tokenizer, 4).run(); // returns instead of unwinding
         for h in [first, second] {
             match h.poll(None) {
                 Some(RequestEvent::Error { message }) => assert!(message.contains("kernel bug"), "{message}"),
@@ -412,5 +359,54 @@ mod tests {
             }
         }
         assert!(shared.inbox.lock().unwrap().shutdown, "new submissions are refused");
+    }
+
+    #[test]
+    fn a_failed_step_fails_each_request_once_with_every_choice_ended() {
+        let tokenizer = tokenizer();
+        let clock = EngineClock::new();
+        // Both choices in the failing step (4 sequences fit), or only the first (1 fits: the sibling waits).
+        for max_num_seqs in [4, 1] {
+            let shared = Arc::new(EngineShared::default());
+            let steps = Arc::new(AtomicUsize::new(0));
+            let h = submit(&shared, clock, 1, 2);
+            let mut core = core(&shared, clock, Box::new(FailingForward(Arc::clone(&steps))), &tokenizer, max_num_seqs);
+            core.run_until_idle();
+            let events = events(&h);
+            assert_eq!(events.len(), 1, "one event, the error: {events:?}");
+            assert!(matches!(&events[0], RequestEvent::Error { message } if message.contains("forward pass failed")));
+            let reasons: Vec<_> = h.choices().iter().map(|c| c.finish_reason).collect();
+            assert_eq!(reasons, [Some(FinishReason::Error); 2], "max_num_seqs {max_num_seqs}");
+            assert_eq!(steps.load(Ordering::Relaxed), 1, "the waiting sibling never ran");
+            for choice in 0..2 {
+                assert!(h.stats(choice).unwrap().finished_ts.is_some());
+            }
+            assert_eq!(core.blocks().global.num_free(), 4, "every block is free again");
+            assert_eq!((shared.running.load(Ordering::Relaxed), shared.waiting.load(Ordering::Relaxed)), (0, 0));
+        }
+    }
+
+    #[test]
+    fn a_request_ends_once_and_a_choice_keeps_its_first_end() {
+        let shared = Arc::new(EngineShared::default());
+        let clock = EngineClock::new();
+        let waker: std::sync::Weak<dyn CancelWaker> = Arc::downgrade(&shared) as _;
+        let r = RequestShared::new(1, 2, 2, false, clock, Some(Default::default()), waker);
+        let h = RequestHandle::new(Arc::clone(&r));
+        r.finish_choice(1, FinishReason::Stop);
+        r.fail("first".into());
+        let failed_at = h.stats(0).unwrap().finished_ts.expect("the failure ended choice 0");
+        let stopped_at = h.stats(1).unwrap().finished_ts.expect("choice 1 stopped");
+        // A late finish of a failed choice, and a second failure, change nothing.
+        r.finish_choice(0, FinishReason::Length);
+        r.fail("second".into());
+        assert_eq!(h.stats(0).unwrap().finished_ts, Some(failed_at));
+        assert_eq!(h.stats(1).unwrap().finished_ts, Some(stopped_at));
+        let reasons: Vec<_> = h.choices().iter().map(|c| c.finish_reason).collect();
+        assert_eq!(reasons, [Some(FinishReason::Error), Some(FinishReason::Stop)]);
+        let events = events(&h);
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[0], RequestEvent::Finished { choice: 1, reason: FinishReason::Stop });
+        assert_eq!(events[1], RequestEvent::Error { message: "first".into() });
     }
 }

@@ -16,11 +16,12 @@ use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
-use super::runner::{cpu_runner, cuda_runner, CacheGeometry, CpuServing};
+use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
 use super::scheduler::SchedulerLimits;
 use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
+use super::step_runner::StepRunner;
 use crate::model::{Model, ModelError, TokenId};
 
 /// Why an engine could not start.
@@ -284,15 +285,15 @@ fn engine_thread(
     let cpu_cache =
         cache.with_window_pool(&model.config, config.max_num_batched_tokens_on(BackendKind::Cpu), config.max_num_seqs);
     let (runner, cache) = match config.backend {
-        BackendKind::Cpu => (cpu_runner(&model, &config, cpu_cache, &logger), cpu_cache),
-        BackendKind::Cuda => (cuda_runner(&model, &config, cache).map_err(|e| e.to_string()), cache),
-        BackendKind::Auto => match cuda_runner(&model, &config, cache) {
+        BackendKind::Cpu => (cpu_forward(&model, &config, cpu_cache, &logger), cpu_cache),
+        BackendKind::Cuda => (cuda_forward(&model, &config, cache).map_err(|e| e.to_string()), cache),
+        BackendKind::Auto => match cuda_forward(&model, &config, cache) {
             Ok(runner) => (Ok(runner), cache),
             Err(e) => {
                 // No GPU here is the ordinary case; a GPU that fails to start is worth a warning.
                 let level = if e.is_unavailable() { LogLevel::Info } else { LogLevel::Warn };
                 logger.log(level, &format!("backend \"auto\": running on the CPU, the GPU is not usable: {e}"));
-                (cpu_runner(&model, &config, cpu_cache, &logger), cpu_cache)
+                (cpu_forward(&model, &config, cpu_cache, &logger), cpu_cache)
             }
         },
     };
@@ -307,21 +308,19 @@ fn engine_thread(
     let description = format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe());
     let cpu = runner.cpu();
     let window = cache.window_blocks.zip(model.config.max_window());
-    let core = EngineCore {
+    let blocks = KvPools::new(
+        BlockAllocator::new(cache.num_blocks, cache.block_size),
+        window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)),
+    );
+    let core = EngineCore::new(
         shared,
-        runner,
-        tokenizer: &model.tokenizer,
+        StepRunner::new(runner, model.config.vocab_size),
+        &model.tokenizer,
         clock,
-        limits: SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },
-        blocks: KvPools::new(
-            BlockAllocator::new(cache.num_blocks, cache.block_size),
-            window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)),
-        ),
-        context: model.config.context_length.min(cache.tokens()),
-        vocab_size: model.config.vocab_size,
-        greedy_ids: Vec::new(),
-        greedy_values: Vec::new(),
-    };
+        SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },
+        blocks,
+        model.config.context_length.min(cache.tokens()),
+    );
     // Counters before the host hears that the engine started: it never sees the cache's blocks taken.
     core.publish_initial();
     let _ = ready.send(Ok(Started { description, cpu, cache }));

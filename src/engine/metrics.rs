@@ -78,14 +78,15 @@ pub struct ExtendedTimingMetrics {
 pub fn build_extended_timing_metrics(stats: Option<&RequestStateStats>) -> ExtendedTimingMetrics {
     let Some(s) = stats else { return ExtendedTimingMetrics::default() };
     let ms = |later: Option<f64>, earlier: Option<f64>| Some((later? - earlier?) * 1000.0);
-    let prefill_s = s.prefill_time_s;
+    let prefill_s = prefill_time_s(s);
+    let computed_prompt_tokens = num_computed_prompt_tokens(s);
     let mut gaps: Vec<f64> = s.token_ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
     gaps.sort_by(f64::total_cmp);
     ExtendedTimingMetrics {
         e2e_latency_ms: ms(s.finished_ts, s.arrival_ts),
         ttft_from_arrival_ms: ms(s.first_token_ts, s.arrival_ts),
-        prefill_time_ms: (s.num_computed_prompt_tokens > 0).then_some(prefill_s * 1000.0),
-        prefill_tokens_per_second: (prefill_s > 0.0).then(|| f64::from(s.num_computed_prompt_tokens) / prefill_s),
+        prefill_time_ms: (computed_prompt_tokens > 0).then_some(prefill_s * 1000.0),
+        prefill_tokens_per_second: (prefill_s > 0.0).then(|| f64::from(computed_prompt_tokens) / prefill_s),
         num_prompt_tokens: Some(s.num_prompt_tokens),
         num_cached_prompt_tokens: Some(s.num_cached_prompt_tokens),
         num_preemptions: Some(s.num_preemptions),
@@ -93,9 +94,29 @@ pub fn build_extended_timing_metrics(stats: Option<&RequestStateStats>) -> Exten
         itl_p90_ms: nearest_rank(&gaps, 90.0),
         itl_p99_ms: nearest_rank(&gaps, 99.0),
         itl_max_ms: gaps.last().copied(),
-        compute_share_ms: Some(s.compute_share_s * 1000.0),
+        compute_share_ms: Some(compute_share_s(s) * 1000.0),
         output_wait_ms: (s.num_polled_tokens > 0).then(|| s.output_wait_s * 1000.0 / f64::from(s.num_polled_tokens)),
     }
+}
+
+/// Σ over the request's steps of the step's duration × (its tokens in the step ÷ all tokens in the step).
+pub fn compute_share_s(s: &RequestStateStats) -> f64 {
+    s.steps
+        .iter()
+        .filter(|e| e.batch_tokens > 0)
+        .map(|e| (e.end_ts - e.start_ts) * f64::from(e.tokens) / f64::from(e.batch_tokens))
+        .sum()
+}
+
+/// Σ of the durations of the steps that computed prompt tokens of the request (recomputation included); a
+/// prefix-cache hit computes nothing, so it adds nothing.
+pub fn prefill_time_s(s: &RequestStateStats) -> f64 {
+    s.steps.iter().filter(|e| e.prefill).map(|e| e.end_ts - e.start_ts).sum()
+}
+
+/// Prompt tokens actually computed, recomputation after a preemption included (cached ones are not).
+pub fn num_computed_prompt_tokens(s: &RequestStateStats) -> u32 {
+    s.steps.iter().filter(|e| e.prefill).map(|e| e.tokens).sum()
 }
 
 /// The nearest-rank percentile of sorted values: the value at rank ⌈p/100 · N⌉ (1-based); `None` when empty.
@@ -122,6 +143,7 @@ pub fn token_times_since_arrival_ms(stats: Option<&RequestStateStats>) -> Vec<f6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::stats::StepEvent;
 
     fn stats(queued: Option<f64>, scheduled: Option<f64>, tokens: &[f64]) -> RequestStateStats {
         let mut s = RequestStateStats {
@@ -222,9 +244,16 @@ mod tests {
         let mut s = stats(Some(1.0), Some(1.5), &[2.0, 2.1, 2.3, 2.6, 3.0]);
         s.finished_ts = Some(3.5);
         s.num_prompt_tokens = 10;
-        s.num_computed_prompt_tokens = 10;
-        s.prefill_time_s = 0.4;
-        s.compute_share_s = 0.25;
+        // A prefill step of 0.4 s shared with 30 other tokens, then four decodes of 0.1 s shared with 3 others.
+        let step = |start_ts, end_ts, tokens, batch_tokens, prefill| StepEvent {
+            start_ts,
+            end_ts,
+            tokens,
+            batch_tokens,
+            prefill,
+        };
+        s.steps.push(step(1.5, 1.9, 10, 40, true));
+        s.steps.extend((0..4).map(|i| step(2.0 + f64::from(i) * 0.1, 2.1 + f64::from(i) * 0.1, 1, 4, false)));
         s.output_wait_s = 0.01;
         s.num_polled_tokens = 5;
         let e = build_extended_timing_metrics(Some(&s));
@@ -237,7 +266,7 @@ mod tests {
         close(e.itl_p90_ms, 400.0);
         close(e.itl_p99_ms, 400.0);
         close(e.itl_max_ms, 400.0);
-        close(e.compute_share_ms, 250.0);
+        close(e.compute_share_ms, 0.4 * 10.0 / 40.0 * 1000.0 + 4.0 * 100.0 / 4.0);
         close(e.output_wait_ms, 2.0);
         assert_eq!(token_times_since_arrival_ms(Some(&s)).len(), 5);
         close(token_times_since_arrival_ms(Some(&s)).first().copied(), 1500.0);

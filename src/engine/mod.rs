@@ -18,6 +18,7 @@ pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
 pub mod stats;
+pub mod step_runner;
 pub mod stop;
 #[cfg(test)]
 mod window_pool_tests;

@@ -151,13 +151,14 @@ impl RequestShared {
     }
 
     /// Engine side: choice `choice` ended.
+    /// A choice ends once: a later call (its request failed first) changes nothing, its end time included.
     pub fn finish_choice(&self, choice: usize, reason: FinishReason) {
         let now = self.clock.now();
-        self.with_stats(choice, |s| s.finished_ts = Some(now));
         let mut out = lock(&self.output);
         if out.choices[choice].finish_reason.is_some() {
             return;
         }
+        self.with_stats(choice, |s| s.finished_ts = Some(now));
         out.choices[choice].finish_reason = Some(reason);
         let event = RequestEvent::Finished { choice, reason };
         if out.choices.iter().all(|c| c.finish_reason.is_some()) && out.terminal.is_none() {
@@ -168,10 +169,14 @@ impl RequestShared {
         self.ready.notify_all();
     }
 
-    /// Engine side: the request failed; its unfinished choices end with `FinishReason::Error`.
+    /// Engine side: the request failed; its unfinished choices end with `FinishReason::Error`. A request ends
+    /// once: when every choice has already ended (finished, or failed before), nothing happens.
     pub fn fail(&self, message: String) {
         let now = self.clock.now();
         let mut out = lock(&self.output);
+        if out.terminal.is_some() {
+            return;
+        }
         for (choice, c) in out.choices.iter_mut().enumerate() {
             if c.finish_reason.is_none() {
                 c.finish_reason = Some(FinishReason::Error);

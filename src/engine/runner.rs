@@ -1,4 +1,5 @@
-//! The engine's view of a backend: run one batched forward step. Building the backend is done here too, on the
+//! The engine's view of a backend: run one batched forward pass (`BatchForward`; sampling is the step runner's,
+//! `step_runner.rs`). Building the backend is done here too, on the
 //! engine thread, because a backend borrows the model file for as long as it lives.
 
 use crate::backend::cpu::kernels::kernel_selection;
@@ -10,6 +11,7 @@ use crate::model::{Model, TokenId};
 use super::config::{ActivationPrecision, BackendKind, EngineConfig};
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
+use super::step_runner::StepError;
 
 /// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`) and the threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,10 +20,10 @@ pub struct CpuServing {
     pub threads: usize,
 }
 
-/// One forward step over a batch, whatever the backend.
-pub trait StepRunner {
+/// One forward pass over a batch, whatever the backend.
+pub trait BatchForward {
     /// Runs `batch`; writes one logits row per sequence with `want_logits`, in batch order.
-    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String>;
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError>;
     /// Runs `batch` like [`run`](Self::run), but writes for each sequence with `want_logits` only its `k` largest
     /// logits, where the backend computes them: `ids` and `values` are `[S][k]`, largest first, the lower id first
     /// among equal logits (so `k = 1` gives the greedy argmax). `None` when the backend cannot (nothing was run;
@@ -32,7 +34,7 @@ pub trait StepRunner {
         _k: usize,
         _ids: &mut [TokenId],
         _values: &mut [f32],
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<(), StepError>> {
         None
     }
     /// A description for logs: backend, kernels, threads.
@@ -46,7 +48,7 @@ pub trait StepRunner {
 }
 
 /// Runs the llama forward pass on any [`LlamaBackend`].
-pub struct LlamaRunner<B> {
+pub struct LlamaForward<B> {
     config: LlamaConfig,
     backend: B,
     description: String,
@@ -54,12 +56,12 @@ pub struct LlamaRunner<B> {
     cpu: Option<CpuServing>,
 }
 
-impl<B: LlamaBackend> StepRunner for LlamaRunner<B>
+impl<B: LlamaBackend> BatchForward for LlamaForward<B>
 where
-    B::Error: std::fmt::Display,
+    B::Error: Into<StepError>,
 {
-    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String> {
-        forward(&self.config, &mut self.backend, batch, logits).map_err(|e| e.to_string())
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError> {
+        forward(&self.config, &mut self.backend, batch, logits).map_err(Into::into)
     }
 
     fn describe(&self) -> String {
@@ -110,12 +112,12 @@ impl CacheGeometry {
 }
 
 /// Builds the CPU runner, logging why its kernel path differs from the one `EMBER_CPU_KERNELS` asked for.
-pub fn cpu_runner<'m>(
+pub fn cpu_forward<'m>(
     model: &'m Model,
     config: &EngineConfig,
     cache: CacheGeometry,
     logger: &Logger,
-) -> Result<Box<dyn StepRunner + 'm>, String> {
+) -> Result<Box<dyn BatchForward + 'm>, String> {
     let selection = kernel_selection();
     if let Some(warning) = &selection.warning {
         logger.log(LogLevel::Warn, warning);
@@ -138,20 +140,20 @@ pub fn cpu_runner<'m>(
     let how = if selection.forced { " (EMBER_CPU_KERNELS)" } else { "" };
     let description = format!("cpu ({kernels} kernels{how}, {threads} threads)");
     let cpu = Some(CpuServing { kernels, threads });
-    Ok(Box::new(LlamaRunner { config: model.config.clone(), backend, description, max_batch_tokens, cpu }))
+    Ok(Box::new(LlamaForward { config: model.config.clone(), backend, description, max_batch_tokens, cpu }))
 }
 
-/// The CUDA backend as a step runner: the forward pass, and the top-k of each logits row on the device.
-struct CudaRunner {
+/// The CUDA backend's forward pass, and the top-k of each logits row on the device.
+struct CudaForward {
     backend: CudaBackend,
     description: String,
     max_batch_tokens: usize,
 }
 
-impl StepRunner for CudaRunner {
-    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String> {
+impl BatchForward for CudaForward {
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError> {
         let config = self.backend.config().clone();
-        forward(&config, &mut self.backend, batch, logits).map_err(|e| e.to_string())
+        forward(&config, &mut self.backend, batch, logits).map_err(Into::into)
     }
 
     fn run_top_k(
@@ -160,8 +162,8 @@ impl StepRunner for CudaRunner {
         k: usize,
         ids: &mut [TokenId],
         values: &mut [f32],
-    ) -> Option<Result<(), String>> {
-        Some(self.backend.forward_top_k(batch, k, ids, values).map_err(|e| e.to_string()))
+    ) -> Option<Result<(), StepError>> {
+        Some(self.backend.forward_top_k(batch, k, ids, values).map_err(Into::into))
     }
 
     fn describe(&self) -> String {
@@ -174,11 +176,11 @@ impl StepRunner for CudaRunner {
 }
 
 /// Builds the CUDA runner on device 0. An error for which `is_unavailable()` holds means there is no usable GPU.
-pub fn cuda_runner<'m>(
+pub fn cuda_forward<'m>(
     model: &'m Model,
     config: &EngineConfig,
     cache: CacheGeometry,
-) -> Result<Box<dyn StepRunner + 'm>, CudaBackendError> {
+) -> Result<Box<dyn BatchForward + 'm>, CudaBackendError> {
     let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cuda);
     let options = CudaBackendOptions {
         device: 0,
@@ -196,5 +198,5 @@ pub fn cuda_runner<'m>(
         info.compute_capability.1,
         info.total_memory_bytes >> 20
     );
-    Ok(Box::new(CudaRunner { backend, description, max_batch_tokens }))
+    Ok(Box::new(CudaForward { backend, description, max_batch_tokens }))
 }

@@ -1,5 +1,6 @@
-//! The scheduling policy (vLLM-style continuous batching): each step decides how many tokens each sequence
-//! computes. Allocation details stay behind the block allocator.
+//! The scheduler (vLLM-style continuous batching): it owns the sequences, their queues and their KV blocks, decides
+//! each step how many tokens each sequence computes ([`Scheduler::schedule`]), and applies what the step sampled
+//! ([`Scheduler::update_from_output`]).
 //!
 //! Order of a step, within a budget of `max_num_batched_tokens` tokens and `max_num_seqs` sequences:
 //! 1. running sequences that decode (one token each), so their inter-token latency does not depend on prompts
@@ -16,8 +17,11 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
+use super::finish::FinishReason;
 use super::kv_pools::{Grow, KvPools};
-use super::sequence::{SeqId, Sequence};
+use super::sequence::{SeqId, SeqStatus, Sequence};
+use super::stats::{EngineClock, StepEvent};
+use super::step_runner::RunnerOutput;
 
 /// Limits of one step.
 #[derive(Clone, Copy, Debug)]
@@ -26,47 +30,74 @@ pub struct SchedulerLimits {
     pub max_num_batched_tokens: usize,
 }
 
-/// A sequence's share of a step: compute its next `n_tokens` uncomputed tokens.
+/// A sequence's share of a step: compute its tokens `start..start + n_tokens`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scheduled {
+pub struct ScheduledChunk {
     pub seq: SeqId,
+    /// The first position computed (the sequence's computed positions before the step).
+    pub start: usize,
     pub n_tokens: usize,
+    /// Whether the chunk reaches the sequence's last token, so that the step samples its next one.
+    pub samples: bool,
+    /// Whether this is prefill work: a prompt, or a recomputation after preemption (a decode computes just the
+    /// token sampled the step before).
+    pub prefill: bool,
 }
 
-/// The plan of one step (reused across steps).
+/// What the scheduler decided for one step.
 #[derive(Debug, Default)]
-pub struct StepPlan {
-    pub chunks: Vec<Scheduled>,
-    /// Sequences preempted while planning (already back in the waiting queue, blocks freed).
+pub struct SchedulerOutput {
+    /// The batch, in the order the runner computes it.
+    pub chunks: Vec<ScheduledChunk>,
+    /// Sequences preempted while scheduling (back in the waiting queue, blocks freed).
     pub preempted: Vec<SeqId>,
-    /// Sequences scheduled for the first time ever.
-    pub first_scheduled: Vec<SeqId>,
-    /// Sequences dropped for a window-pool shortage, which the pool's sizing rules out (an engine bug): out of
-    /// the queues, blocks freed; the engine fails their requests with an internal error.
+    /// Sequences dropped for a window-pool shortage, which the pool's sizing rules out (an engine bug): already
+    /// finished with `Error`, blocks freed; the engine fails their requests with an internal error.
     pub failed: Vec<SeqId>,
 }
 
-/// The queues: waiting (FCFS, preempted sequences at the head) and running (in admission order).
-#[derive(Debug)]
+impl SchedulerOutput {
+    /// Tokens computed by the step.
+    pub fn num_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.n_tokens).sum()
+    }
+}
+
+/// The sequences, their queues (waiting: FCFS, preempted sequences at the head; running: in admission order) and
+/// the KV block pools they take blocks from.
 pub struct Scheduler {
     limits: SchedulerLimits,
+    seqs: FxHashMap<SeqId, Sequence>,
     waiting: VecDeque<SeqId>,
     running: Vec<SeqId>,
+    blocks: KvPools,
+    /// The most positions a sequence may have (model context and cache capacity).
+    context: usize,
 }
 
 impl Scheduler {
-    pub fn new(limits: SchedulerLimits) -> Self {
-        Scheduler { limits, waiting: VecDeque::new(), running: Vec::new() }
+    pub fn new(limits: SchedulerLimits, blocks: KvPools, context: usize) -> Self {
+        Scheduler { limits, seqs: FxHashMap::default(), waiting: VecDeque::new(), running: Vec::new(), blocks, context }
     }
 
-    pub fn add_waiting(&mut self, seq: SeqId) {
-        self.waiting.push_back(seq);
+    /// Takes a new sequence (numbered by the caller) into the waiting queue.
+    pub fn add(&mut self, seq: Sequence) {
+        debug_assert_eq!(seq.status, SeqStatus::Waiting);
+        self.waiting.push_back(seq.id);
+        self.seqs.insert(seq.id, seq);
     }
 
-    /// Forgets a sequence (finished or cancelled); its blocks are the caller's to release.
-    pub fn remove(&mut self, seq: SeqId) {
-        self.running.retain(|&s| s != seq);
-        self.waiting.retain(|&s| s != seq);
+    /// The sequences, for the runner to read their tokens and tables and to sample with their samplers.
+    pub fn sequences_mut(&mut self) -> &mut FxHashMap<SeqId, Sequence> {
+        &mut self.seqs
+    }
+
+    pub fn sequences(&self) -> impl Iterator<Item = &Sequence> {
+        self.seqs.values()
+    }
+
+    pub fn blocks(&self) -> &KvPools {
+        &self.blocks
     }
 
     pub fn num_running(&self) -> usize {
@@ -78,29 +109,27 @@ impl Scheduler {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+        self.seqs.is_empty()
     }
 
-    /// Plans the next step into `plan`.
-    pub fn schedule(&mut self, seqs: &mut FxHashMap<SeqId, Sequence>, blocks: &mut KvPools, plan: &mut StepPlan) {
-        plan.chunks.clear();
-        plan.preempted.clear();
-        plan.first_scheduled.clear();
-        plan.failed.clear();
+    /// Plans the next step; `now` (monotonic) becomes the `scheduled_ts` of sequences scheduled for the first
+    /// time.
+    pub fn schedule(&mut self, now: f64) -> SchedulerOutput {
+        let mut out = SchedulerOutput::default();
         let mut budget = self.limits.max_num_batched_tokens;
 
         for decoding in [true, false] {
             let mut i = 0;
             while i < self.running.len() && budget > 0 {
                 let id = self.running[i];
-                let seq = seqs.get_mut(&id).expect("running sequences exist");
+                let seq = &self.seqs[&id];
                 if (seq.num_uncomputed() == 1) != decoding {
                     i += 1;
                     continue;
                 }
                 let n = seq.num_uncomputed().min(budget);
-                if self.reserve(id, n, seqs, blocks, plan) {
-                    plan.chunks.push(Scheduled { seq: id, n_tokens: n });
+                if self.reserve(id, n, &mut out) {
+                    out.chunks.push(self.chunk(id, n));
                     budget -= n;
                     i += 1;
                 }
@@ -108,68 +137,164 @@ impl Scheduler {
             }
         }
 
-        if !plan.preempted.is_empty() {
-            return;
+        if !out.preempted.is_empty() {
+            return out;
         }
         while budget > 0 && self.running.len() < self.limits.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
-            let seq = seqs.get_mut(&id).expect("waiting sequences exist");
+            let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
             let n = seq.num_uncomputed().min(budget);
-            match blocks.grow(&mut seq.block_table, &mut seq.window_table, seq.num_computed, seq.num_computed + n) {
+            match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, seq.num_computed, seq.num_computed + n)
+            {
                 Grow::Done => {}
                 Grow::NoRoom => break,
                 Grow::WindowShortage => {
-                    blocks.release(&mut seq.block_table, &mut seq.window_table);
                     self.waiting.pop_front();
-                    plan.failed.push(id);
+                    self.fail(id, &mut out);
                     continue;
                 }
             }
+            if seq.status == SeqStatus::Waiting {
+                seq.request.with_stats(seq.choice, |s| s.scheduled_ts = Some(now));
+            }
+            seq.status = SeqStatus::Running;
             self.waiting.pop_front();
             self.running.push(id);
-            if !seq.ever_scheduled {
-                seq.ever_scheduled = true;
-                plan.first_scheduled.push(id);
-            }
-            plan.chunks.push(Scheduled { seq: id, n_tokens: n });
+            out.chunks.push(self.chunk(id, n));
             budget -= n;
         }
+        out
+    }
+
+    /// The chunk of sequence `id` computing its next `n` tokens.
+    fn chunk(&self, id: SeqId, n: usize) -> ScheduledChunk {
+        let s = &self.seqs[&id];
+        let end = s.num_computed + n;
+        let decode = n == 1 && end == s.tokens.len() && s.num_generated() > 0;
+        ScheduledChunk { seq: id, start: s.num_computed, n_tokens: n, samples: end == s.tokens.len(), prefill: !decode }
     }
 
     /// Makes room for sequence `id` to compute its next `n` tokens, preempting the most recently admitted running
     /// sequences as needed. False when `id` itself had to be preempted (or failed).
-    fn reserve(
-        &mut self,
-        id: SeqId,
-        n: usize,
-        seqs: &mut FxHashMap<SeqId, Sequence>,
-        blocks: &mut KvPools,
-        plan: &mut StepPlan,
-    ) -> bool {
+    fn reserve(&mut self, id: SeqId, n: usize, out: &mut SchedulerOutput) -> bool {
         loop {
-            let seq = seqs.get_mut(&id).expect("running sequences exist");
+            let seq = self.seqs.get_mut(&id).expect("running sequences exist");
             let start = seq.num_computed;
-            match blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) {
+            match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) {
                 Grow::Done => return true,
                 Grow::NoRoom => {}
                 Grow::WindowShortage => {
-                    blocks.release(&mut seq.block_table, &mut seq.window_table);
                     self.running.retain(|&s| s != id);
-                    plan.failed.push(id);
+                    self.fail(id, out);
                     return false;
                 }
             }
             let victim = self.running.pop().expect("the sequence itself is running");
-            let v = seqs.get_mut(&victim).expect("running sequences exist");
-            blocks.release(&mut v.block_table, &mut v.window_table);
+            let v = self.seqs.get_mut(&victim).expect("running sequences exist");
+            self.blocks.release(&mut v.block_table, &mut v.window_table);
             v.num_computed = 0;
+            v.status = SeqStatus::Preempted;
             v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
             self.waiting.push_front(victim);
-            plan.preempted.push(victim);
-            plan.chunks.retain(|c| c.seq != victim);
+            out.preempted.push(victim);
+            out.chunks.retain(|c| c.seq != victim);
             if victim == id {
                 return false;
             }
         }
+    }
+
+    /// Ends a sequence that lost its window blocks (out of the queues already): blocks freed, `Error`.
+    fn fail(&mut self, id: SeqId, out: &mut SchedulerOutput) {
+        let seq = self.seqs.get_mut(&id).expect("scheduled sequences exist");
+        self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+        seq.status = SeqStatus::Finished(FinishReason::Error);
+        out.failed.push(id);
+    }
+
+    /// Applies a step that ran: each chunk's positions are computed, each sampled token is appended (which may
+    /// end its sequence: stop id, length), and each sequence's request records the step. `step_start` is when
+    /// the step began. Returns the sequences that got a token, for the output stage.
+    pub fn update_from_output(
+        &mut self,
+        step: &SchedulerOutput,
+        ran: &RunnerOutput,
+        clock: &EngineClock,
+        step_start: f64,
+    ) -> Vec<SeqId> {
+        let mut sampled = ran.sampled.iter();
+        let mut updated = Vec::with_capacity(ran.sampled.len());
+        for c in &step.chunks {
+            let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            seq.num_computed += c.n_tokens;
+            if !c.samples {
+                continue;
+            }
+            let token = sampled.next().expect("one sampled token per sampling chunk");
+            debug_assert_eq!(token.seq, c.seq);
+            if let Some(reason) = seq.append_token(token.token, token.ts, self.context) {
+                seq.status = SeqStatus::Finished(reason);
+            }
+            updated.push(c.seq);
+        }
+        let end_ts = clock.now();
+        let batch_tokens = step.num_tokens() as u32;
+        for c in &step.chunks {
+            let s = &self.seqs[&c.seq];
+            let event =
+                StepEvent { start_ts: step_start, end_ts, tokens: c.n_tokens as u32, batch_tokens, prefill: c.prefill };
+            s.request.with_stats(s.choice, |st| st.steps.push(event));
+        }
+        updated
+    }
+
+    /// Ends sequence `id` with `reason`, unless it has already ended; [`take_finished`](Self::take_finished)
+    /// releases it.
+    pub fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            if seq.finish_reason().is_none() {
+                seq.status = SeqStatus::Finished(reason);
+            }
+        }
+    }
+
+    /// Ends every sequence of request `request` (its other choices too) that has not ended, with `reason`.
+    pub fn finish_request(&mut self, request: u64, reason: FinishReason) {
+        for seq in self.seqs.values_mut().filter(|s| s.request.id() == request) {
+            if seq.finish_reason().is_none() {
+                seq.status = SeqStatus::Finished(reason);
+            }
+        }
+    }
+
+    /// Removes the finished sequences, releasing their blocks, and hands them over (ordered by id, so that a
+    /// request's choices end in order).
+    pub fn take_finished(&mut self) -> Vec<Sequence> {
+        let mut ids: Vec<SeqId> = self.seqs.values().filter(|s| s.finish_reason().is_some()).map(|s| s.id).collect();
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        ids.sort_unstable();
+        self.running.retain(|id| !ids.contains(id));
+        self.waiting.retain(|id| !ids.contains(id));
+        ids.iter()
+            .map(|id| {
+                let mut seq = self.seqs.remove(id).expect("listed sequences exist");
+                self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+                seq
+            })
+            .collect()
+    }
+
+    /// Removes every sequence (the engine stopped after a bug), releasing their blocks.
+    pub fn drain(&mut self) -> Vec<Sequence> {
+        self.running.clear();
+        self.waiting.clear();
+        let mut all: Vec<Sequence> = self.seqs.drain().map(|(_, s)| s).collect();
+        for seq in &mut all {
+            self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+        }
+        all.sort_unstable_by_key(|s| s.id);
+        all
     }
 }

@@ -1,4 +1,8 @@
 //! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer and stop matching.
+//!
+//! A step touches a sequence in two stages: the scheduler's update appends the sampled token and applies the
+//! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
+//! text and matches the stop strings.
 
 use std::sync::Arc;
 
@@ -36,14 +40,22 @@ pub struct Sequence {
     /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
     unreleased_tokens: u32,
     unreleased_ts_sum: f64,
-    /// Whether the sequence was ever scheduled (its `scheduled_ts` is set once).
-    pub ever_scheduled: bool,
+    /// Where the sequence is in its life; the scheduler's queues agree with it.
+    pub status: SeqStatus,
+    /// Generated tokens already turned into text (or withheld by the stop matcher) by the output stage.
+    num_emitted: usize,
 }
 
-/// What one sampled token did to the sequence.
+/// A sequence's state. Only the scheduler changes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenOutcome {
-    Continue,
+pub enum SeqStatus {
+    /// Never scheduled: in the waiting queue.
+    Waiting,
+    /// Admitted: in the running queue, its blocks allocated.
+    Running,
+    /// Its blocks were taken back for another sequence: at the head of the waiting queue, to be recomputed.
+    Preempted,
+    /// Ended; the scheduler releases it (blocks, queues) before the next step.
     Finished(FinishReason),
 }
 
@@ -75,7 +87,16 @@ impl Sequence {
             stops: StopMatcher::new(stops),
             unreleased_tokens: 0,
             unreleased_ts_sum: 0.0,
-            ever_scheduled: false,
+            status: SeqStatus::Waiting,
+            num_emitted: 0,
+        }
+    }
+
+    /// The reason the sequence ended, once it has.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        match self.status {
+            SeqStatus::Finished(reason) => Some(reason),
+            _ => None,
         }
     }
 
@@ -89,9 +110,10 @@ impl Sequence {
         self.tokens.len() - self.num_computed
     }
 
-    /// Records token `token`, sampled at monotonic time `ts`, and decides whether the sequence goes on.
-    /// `context` is the most positions the sequence may have.
-    pub fn append_token(&mut self, token: TokenId, ts: f64, tokenizer: &Tokenizer, context: usize) -> TokenOutcome {
+    /// The scheduler's update: records token `token`, sampled at monotonic time `ts`, and decides what needs no
+    /// text: a stop id ends the sequence (`Stop`), so do `max_tokens` and `context` (the most positions the
+    /// sequence may have; `Length`). `None` while it goes on.
+    pub fn append_token(&mut self, token: TokenId, ts: f64, context: usize) -> Option<FinishReason> {
         self.tokens.push(token);
         self.sampler.accept(token);
         self.request.count_token(self.choice, token);
@@ -99,25 +121,41 @@ impl Sequence {
         self.unreleased_tokens += 1;
         self.unreleased_ts_sum += ts;
         if self.stop_ids.contains(&token) {
-            self.release_rest();
-            return TokenOutcome::Finished(FinishReason::Stop);
-        }
-        // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error would end the sequence.
-        let piece = match self.detokenizer.push(tokenizer, token) {
-            Ok(piece) => piece.to_owned(),
-            Err(_) => return TokenOutcome::Finished(FinishReason::Error),
-        };
-        let released = self.stops.push(&piece);
-        self.release(released.text);
-        if released.stopped {
-            self.release_final(String::new());
-            return TokenOutcome::Finished(FinishReason::Stop);
+            return Some(FinishReason::Stop);
         }
         if self.num_generated() >= self.max_tokens || self.tokens.len() >= context {
-            self.release_rest();
-            return TokenOutcome::Finished(FinishReason::Length);
+            return Some(FinishReason::Length);
         }
-        TokenOutcome::Continue
+        None
+    }
+
+    /// The output stage: turns the tokens appended since the last call into text, releasing what the stop
+    /// matcher lets through. `Some(Stop)` when a stop string matched (the text from it on is withheld, and the
+    /// sequence must end even if the update had not ended it); at the end of a sequence, releases what the
+    /// detokenizer and stop matcher still hold. A stop id produces no text.
+    pub fn emit_text(&mut self, tokenizer: &Tokenizer) -> Option<FinishReason> {
+        while self.num_emitted < self.num_generated() {
+            let token = self.tokens[self.prompt_len + self.num_emitted];
+            self.num_emitted += 1;
+            if self.stop_ids.contains(&token) {
+                break;
+            }
+            // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error ends the sequence.
+            let piece = match self.detokenizer.push(tokenizer, token) {
+                Ok(piece) => piece.to_owned(),
+                Err(_) => return Some(FinishReason::Error),
+            };
+            let released = self.stops.push(&piece);
+            self.release(released.text);
+            if released.stopped {
+                self.release_final(String::new());
+                return Some(FinishReason::Stop);
+            }
+        }
+        if self.finish_reason().is_some() {
+            self.release_rest();
+        }
+        None
     }
 
     /// Releases text to the host together with the tokens not yet accounted for.

@@ -65,24 +65,37 @@ pub struct RequestStateStats {
     pub num_generation_tokens: u32,
     /// Tokens of the prompt.
     pub num_prompt_tokens: u32,
-    /// Prompt tokens whose keys and values were reused instead of computed.
+    /// Prompt tokens whose keys and values were found in the prefix cache when the request was first scheduled,
+    /// and not computed.
     pub num_cached_prompt_tokens: u32,
-    /// Prompt tokens actually computed, recomputation after a preemption included.
-    pub num_computed_prompt_tokens: u32,
     /// Times the request was preempted (its KV cache freed, to be recomputed).
     pub num_preemptions: u32,
     /// Monotonic: the time of every generated token, in order (`token_ts.len() == num_generation_tokens`).
     pub token_ts: Vec<f64>,
-    /// Seconds of wall time of the engine steps that computed this request's prompt tokens.
-    pub prefill_time_s: f64,
-    /// Seconds of engine compute attributed to this request: over the steps it took part in, the step's duration
-    /// times its share of the step's tokens.
-    pub compute_share_s: f64,
+    /// Every engine step that computed tokens of this request, in order: what its compute share, prefill time
+    /// and computed prompt tokens are derived from (`metrics.rs`).
+    pub steps: Vec<StepEvent>,
     /// Seconds that delivered tokens waited in the output queue between being generated and being polled,
     /// summed over tokens.
     pub output_wait_s: f64,
     /// Tokens the host has polled so far (the denominator of the mean output wait).
     pub num_polled_tokens: u32,
+}
+
+/// One engine step, as one request took part in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepEvent {
+    /// Monotonic: the step began (before scheduling).
+    pub start_ts: f64,
+    /// Monotonic: the step's tokens had been sampled and recorded.
+    pub end_ts: f64,
+    /// Tokens of this request computed in the step.
+    pub tokens: u32,
+    /// Tokens of every request computed in the step.
+    pub batch_tokens: u32,
+    /// Whether this request's tokens were prefill work: its prompt, or a recomputation after a preemption (a
+    /// decode computes just the token sampled the step before).
+    pub prefill: bool,
 }
 
 impl RequestStateStats {

@@ -13,12 +13,13 @@ use super::kv_blocks::BlockAllocator;
 use super::kv_pools::KvPools;
 use super::kv_window::WindowBlocks;
 use super::output::{CancelWaker, RequestEvent, RequestHandle, RequestShared};
-use super::runner::StepRunner;
+use super::runner::BatchForward;
 use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
 use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
-use crate::model::llama::batch::validate_window_tables;
+use super::step_runner::{StepError, StepRunner};
+use crate::model::llama::batch::{validate_window_tables, BatchError};
 use crate::model::llama::{SeqChunk, NO_BLOCK};
 use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -45,9 +46,9 @@ struct CheckingRunner {
     seen: Arc<Mutex<Seen>>,
 }
 
-impl StepRunner for CheckingRunner {
-    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), String> {
-        validate_window_tables(batch, WINDOW, BLOCK, Some(self.pool)).map_err(|e| e.to_string())?;
+impl BatchForward for CheckingRunner {
+    fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError> {
+        validate_window_tables(batch, WINDOW, BLOCK, Some(self.pool))?;
         let cap = WindowBlocks::cap(WINDOW, BUDGET, BLOCK);
         let mut in_step = FxHashSet::default();
         let mut seen = self.seen.lock().unwrap();
@@ -55,10 +56,12 @@ impl StepRunner for CheckingRunner {
             let needed = (s.start_pos + 1).saturating_sub(WINDOW) / BLOCK..s.end_pos().div_ceil(BLOCK);
             let held: Vec<u32> = s.window_table.iter().copied().filter(|&b| b != NO_BLOCK).collect();
             if held.len() != needed.len() || held.len() > cap || s.window_table.len() != needed.end {
-                return Err(format!("chunk at {}..{}: window table {:?}", s.start_pos, s.end_pos(), s.window_table));
+                let detail = format!("chunk at {}..{}: window table {:?}", s.start_pos, s.end_pos(), s.window_table);
+                return Err(BatchError::BadBlockTable { seq: 0, detail }.into());
             }
             if let Some(b) = held.iter().find(|&&b| !in_step.insert(b)) {
-                return Err(format!("window block {b} is in two sequences' tables"));
+                let detail = format!("window block {b} is in two sequences' tables");
+                return Err(BatchError::BadBlockTable { seq: 0, detail }.into());
             }
             seen.most_held = seen.most_held.max(held.len());
         }
@@ -106,18 +109,16 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
     let pool =
         window_blocks.unwrap_or_else(|| WindowBlocks::pool_size(WINDOW, BUDGET, BLOCK, max_num_seqs, global_blocks));
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let mut core = EngineCore {
-        shared: Arc::clone(&shared),
-        runner: Box::new(CheckingRunner { pool, seen: Arc::clone(&seen) }),
-        tokenizer: &tokenizer,
+    let forward = Box::new(CheckingRunner { pool, seen: Arc::clone(&seen) });
+    let mut core = EngineCore::new(
+        Arc::clone(&shared),
+        StepRunner::new(forward, VOCAB),
+        &tokenizer,
         clock,
-        limits: SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET },
-        blocks: KvPools::new(BlockAllocator::new(global_blocks, BLOCK), Some(WindowBlocks::new(pool, BLOCK, WINDOW))),
-        context: CONTEXT,
-        vocab_size: VOCAB,
-        greedy_ids: Vec::new(),
-        greedy_values: Vec::new(),
-    };
+        SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET },
+        KvPools::new(BlockAllocator::new(global_blocks, BLOCK), Some(WindowBlocks::new(pool, BLOCK, WINDOW))),
+        CONTEXT,
+    );
     core.run_until_idle();
     let ends = handles
         .iter()
@@ -141,7 +142,7 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         })
         .collect();
     let preemptions = handles.iter().map(|h| h.stats(0).unwrap().num_preemptions).sum();
-    let free = (core.blocks.global.num_free(), core.blocks.window_free());
+    let free = (core.blocks().global.num_free(), core.blocks().window_free());
     drop(core);
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     Run { ends, preemptions, seen, free, pool }

@@ -1,0 +1,145 @@
+//! The runner stage of a step: the scheduler's chunks become one batched forward pass, and each chunk that reaches
+//! its sequence's last token gets its next token sampled. Sampling lives here, behind the runner, so the engine
+//! core never asks how: a backend that can take the argmax on the device returns token ids only (a GPU need not
+//! copy 49,152-float rows to the host for greedy requests); otherwise the logits rows come back and each
+//! sequence's sampler draws from its own row on the host.
+
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+
+use super::runner::BatchForward;
+use super::scheduler::SchedulerOutput;
+use super::sequence::{SeqId, Sequence};
+use super::stats::EngineClock;
+use crate::backend::cuda::CudaBackendError;
+use crate::model::llama::batch::BatchError;
+use crate::model::llama::SeqChunk;
+use crate::model::TokenId;
+
+/// Why a step's forward pass failed.
+#[derive(Debug)]
+pub enum StepError {
+    /// The batch was refused by the backend's checks (an engine bug: the scheduler builds valid batches).
+    Batch(BatchError),
+    /// The GPU failed (a driver call, a poisoned device, a panic caught at the backend's boundary).
+    Cuda(CudaBackendError),
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Batch(e) => write!(f, "invalid batch: {e}"),
+            StepError::Cuda(e) => write!(f, "CUDA: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+impl From<BatchError> for StepError {
+    fn from(e: BatchError) -> Self {
+        StepError::Batch(e)
+    }
+}
+
+impl From<CudaBackendError> for StepError {
+    fn from(e: CudaBackendError) -> Self {
+        match e {
+            CudaBackendError::Batch(b) => StepError::Batch(b),
+            other => StepError::Cuda(other),
+        }
+    }
+}
+
+/// A token sampled for a sequence, and when (monotonic): right after it was on the host.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampledToken {
+    pub seq: SeqId,
+    pub token: TokenId,
+    pub ts: f64,
+}
+
+/// What a step computed: one sampled token per chunk that samples, in the scheduler's chunk order.
+#[derive(Debug, Default)]
+pub struct RunnerOutput {
+    pub sampled: Vec<SampledToken>,
+}
+
+/// Runs steps on a backend, with the buffers reused from step to step.
+pub struct StepRunner<'m> {
+    forward: Box<dyn BatchForward + 'm>,
+    vocab_size: usize,
+    /// `[sampling chunks][vocab]`.
+    logits: Vec<f32>,
+    /// `[sampling chunks]`: the argmax of each row, when the backend took it on the device.
+    device_ids: Vec<TokenId>,
+    device_values: Vec<f32>,
+}
+
+impl<'m> StepRunner<'m> {
+    pub fn new(forward: Box<dyn BatchForward + 'm>, vocab_size: usize) -> Self {
+        StepRunner { forward, vocab_size, logits: Vec::new(), device_ids: Vec::new(), device_values: Vec::new() }
+    }
+
+    /// Runs `step` over `seqs` (the scheduler's) and samples the next token of every chunk that reaches its
+    /// sequence's end, with that sequence's sampler.
+    pub fn execute(
+        &mut self,
+        step: &SchedulerOutput,
+        seqs: &mut FxHashMap<SeqId, Sequence>,
+        clock: &EngineClock,
+    ) -> Result<RunnerOutput, StepError> {
+        let n_rows = step.chunks.iter().filter(|c| c.samples).count();
+        let device_greedy = self.forward_batch(step, seqs, n_rows)?;
+        let mut out = RunnerOutput { sampled: Vec::with_capacity(n_rows) };
+        for (row, c) in step.chunks.iter().filter(|c| c.samples).enumerate() {
+            let token = match device_greedy {
+                true => self.device_ids[row],
+                false => {
+                    let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+                    seq.sampler.sample(&mut self.logits[row * self.vocab_size..(row + 1) * self.vocab_size])
+                }
+            };
+            out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now() });
+        }
+        Ok(out)
+    }
+
+    /// The forward pass. True when the backend took each row's argmax itself (every sampling sequence is plain
+    /// greedy and the backend can), false when the logits rows are in `self.logits`.
+    fn forward_batch(
+        &mut self,
+        step: &SchedulerOutput,
+        seqs: &FxHashMap<SeqId, Sequence>,
+        n_rows: usize,
+    ) -> Result<bool, StepError> {
+        let batch: Vec<SeqChunk<'_>> = step
+            .chunks
+            .iter()
+            .map(|c| {
+                let s = &seqs[&c.seq];
+                SeqChunk {
+                    tokens: &s.tokens[c.start..c.start + c.n_tokens],
+                    start_pos: c.start,
+                    block_table: &s.block_table,
+                    window_table: &s.window_table,
+                    want_logits: c.samples,
+                }
+            })
+            .collect();
+        let all_greedy = step.chunks.iter().filter(|c| c.samples).all(|c| {
+            let p = seqs[&c.seq].sampler.params();
+            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty()
+        });
+        if all_greedy && n_rows > 0 {
+            self.device_ids.resize(n_rows, 0);
+            self.device_values.resize(n_rows, 0.0);
+            if let Some(ran) = self.forward.run_top_k(&batch, 1, &mut self.device_ids, &mut self.device_values) {
+                return ran.map(|()| true);
+            }
+        }
+        self.logits.resize(n_rows * self.vocab_size, 0.0);
+        self.forward.run(&batch, &mut self.logits).map(|()| false)
+    }
+}
