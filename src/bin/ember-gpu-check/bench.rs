@@ -3,7 +3,7 @@
 //! - the backend alone (`CudaBackend::forward_top_k` with k = 1: greedy decoding with the argmax on the device,
 //!   only token ids coming back): what the GPU path can do;
 //! - the engine (`backend: "cuda"`): what a user of the library gets, scheduling and sampling included. Until the
-//!   engine asks its runner for the top-k (`StepRunner::run_top_k`), it copies whole logits rows to the host and
+//!   engine asks its runner for the top-k (`BatchForward::run_top_k`), it copies whole logits rows to the host and
 //!   samples there, which bounds its aggregate decode rate; the two sets of numbers side by side show that cost.
 //!
 //! Measured: prefill of a 512-token prompt (tok/s, and the engine's TTFT on an idle engine), single-stream decode,
