@@ -8,6 +8,9 @@ pub mod generate;
 mod handle;
 pub mod kv_blocks;
 pub mod kv_pools;
+pub mod kv_prefix;
+#[cfg(test)]
+mod kv_prefix_tests;
 pub mod kv_window;
 pub mod log;
 pub mod metrics;
