@@ -216,7 +216,8 @@ fn usage_counts_each_prompt_once_and_every_choice() {
     let body: Value = serde_json::from_str(&request.response_json().unwrap()).unwrap();
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 5, "completion_tokens": 4 * TOKENS, "total_tokens": 5 + 4 * TOKENS})
+        json!({"prompt_tokens": 5, "completion_tokens": 4 * TOKENS, "total_tokens": 5 + 4 * TOKENS,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 

@@ -6,7 +6,7 @@
 //! Like vLLM's engine core, this loop only records timestamped events; intervals are computed from them by
 //! `metrics.rs`. A token's timestamp is taken right after it was sampled, on the host.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::finish::FinishReason;
@@ -47,6 +47,13 @@ pub struct EngineShared {
     pub free_window_blocks: AtomicUsize,
     /// Forward steps run since start.
     pub steps: AtomicUsize,
+    /// Sequences preempted since start (their blocks taken back, to be recomputed).
+    pub preemptions: AtomicU64,
+    /// Prefix cache: prompt tokens looked up at admission, and those found cached, since start.
+    pub prefix_cache_queries: AtomicU64,
+    pub prefix_cache_hits: AtomicU64,
+    /// Blocks findable in the prefix cache now (held by sequences or free).
+    pub prefix_cache_blocks: AtomicUsize,
 }
 
 impl CancelWaker for EngineShared {
@@ -237,6 +244,11 @@ impl<'m> EngineCore<'m> {
         let blocks = self.scheduler.blocks();
         self.shared.free_blocks.store(blocks.global.num_free(), Ordering::Relaxed);
         self.shared.free_window_blocks.store(blocks.window_free(), Ordering::Relaxed);
+        let counters = self.scheduler.counters();
+        self.shared.preemptions.store(counters.preemptions, Ordering::Relaxed);
+        self.shared.prefix_cache_queries.store(counters.prefix_cache.queries, Ordering::Relaxed);
+        self.shared.prefix_cache_hits.store(counters.prefix_cache.hits, Ordering::Relaxed);
+        self.shared.prefix_cache_blocks.store(blocks.global.num_cached(), Ordering::Relaxed);
     }
 }
 
@@ -258,7 +270,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
-    use crate::engine::kv_blocks::BlockAllocator;
+    use crate::engine::kv_prefix::PrefixCachingAllocator;
     use crate::engine::output::{RequestEvent, RequestHandle, RequestShared};
     use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
@@ -325,7 +337,7 @@ mod tests {
         max_num_seqs: usize,
     ) -> EngineCore<'m> {
         let limits = SchedulerLimits { max_num_seqs, max_num_batched_tokens: 16 };
-        let blocks = KvPools::new(BlockAllocator::new(4, 16), None);
+        let blocks = KvPools::new(PrefixCachingAllocator::new(4, 16, 0, true), None);
         EngineCore::new(Arc::clone(shared), StepRunner::new(forward, 3), tokenizer, clock, limits, blocks, 64)
     }
 

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
 use super::core::{EngineCore, EngineShared, NewRequest};
-use super::kv_blocks::BlockAllocator;
+use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_pools::KvPools;
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
@@ -23,6 +23,18 @@ use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use crate::model::{Model, ModelError, TokenId};
+
+/// What the prefix cache has done since the engine started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixCacheCounters {
+    /// Prompt tokens looked up when sequences were admitted (a preempted sequence's readmission included).
+    pub queries: u64,
+    /// Of those, tokens whose KV blocks were found cached and not computed.
+    pub hits: u64,
+    /// Blocks findable in the cache now, held by running sequences or free (a free one is evicted, least
+    /// recently used first, when a block is needed).
+    pub cached_blocks: usize,
+}
 
 /// Why an engine could not start.
 #[derive(Debug)]
@@ -58,6 +70,8 @@ pub struct Engine {
     next_request: AtomicU64,
     capacity: Capacity,
     cache: CacheGeometry,
+    /// Whether the global pool caches prefixes (`enable_prefix_caching`, and a model without a window pool).
+    prefix_caching: bool,
     backend_description: String,
     /// The kernel path and threads, on the CPU backend.
     cpu: Option<CpuServing>,
@@ -105,7 +119,7 @@ impl Engine {
                 .spawn(move || engine_thread(model, config, cache, shared, clock, logger, ready_tx))
                 .map_err(EngineError::Thread)?
         };
-        let Started { description: backend_description, cpu, cache } = match ready_rx.recv() {
+        let Started { description: backend_description, cpu, cache, prefix_caching } = match ready_rx.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -133,6 +147,7 @@ impl Engine {
             next_request: AtomicU64::new(1),
             capacity,
             cache,
+            prefix_caching,
             backend_description,
             cpu,
             logger,
@@ -184,7 +199,7 @@ impl Engine {
                 params.seed = params.seed.map(|s| s.wrapping_add(choice as u64));
                 let default_seed = mix(self.config.seed, id, choice as u64);
                 let sampler = Sampler::new(params, prompt, default_seed);
-                sequences.push(Sequence::new(
+                let mut seq = Sequence::new(
                     0,
                     Arc::clone(&shared),
                     choice,
@@ -193,7 +208,9 @@ impl Engine {
                     Arc::clone(&stop_ids),
                     sampler,
                     request.stop.clone(),
-                ));
+                );
+                seq.bills_prompt = j == 0;
+                sequences.push(seq);
             }
         }
         let queued = self.clock.now();
@@ -240,6 +257,21 @@ impl Engine {
         self.shared.steps.load(Ordering::Relaxed)
     }
 
+    /// Sequences preempted so far (their KV blocks taken back for others, to be recomputed).
+    pub fn num_preemptions(&self) -> u64 {
+        self.shared.preemptions.load(Ordering::Relaxed)
+    }
+
+    /// The prefix cache's counters; `None` when the engine does not cache prefixes (`enable_prefix_caching`
+    /// false, or a model whose sliding-window layers have a block pool of their own).
+    pub fn prefix_cache(&self) -> Option<PrefixCacheCounters> {
+        self.prefix_caching.then(|| PrefixCacheCounters {
+            queries: self.shared.prefix_cache_queries.load(Ordering::Relaxed),
+            hits: self.shared.prefix_cache_hits.load(Ordering::Relaxed),
+            cached_blocks: self.shared.prefix_cache_blocks.load(Ordering::Relaxed),
+        })
+    }
+
     /// The kernel path and threads serving this engine, when its backend is the CPU (every kernel path computes
     /// the same results; this tells a host how fast to expect them).
     pub fn cpu_serving(&self) -> Option<CpuServing> {
@@ -269,6 +301,8 @@ struct Started {
     cpu: Option<CpuServing>,
     /// The geometry of the backend built (its window pool, if any).
     cache: CacheGeometry,
+    /// Whether the global pool caches prefixes.
+    prefix_caching: bool,
 }
 
 /// The engine thread: builds the backend (reporting success or failure to `ready`), then runs the core.
@@ -308,10 +342,23 @@ fn engine_thread(
     let description = format!("{}, max_num_batched_tokens {max_batch_tokens}", runner.describe());
     let cpu = runner.cpu();
     let window = cache.window_blocks.zip(model.config.max_window());
-    let blocks = KvPools::new(
-        BlockAllocator::new(cache.num_blocks, cache.block_size),
-        window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)),
+    // A cached prefix needs every layer's keys and values of its positions, and a window pool keeps only the
+    // windows' (vLLM's hybrid allocator, which caches both kinds, is the model for lifting this).
+    let prefix_caching = config.enable_prefix_caching && window.is_none();
+    if config.enable_prefix_caching && !prefix_caching {
+        logger.log(
+            LogLevel::Info,
+            "prefix caching is off: the model's sliding-window layers keep only their windows' KV blocks",
+        );
+    }
+    let global = PrefixCachingAllocator::new(
+        cache.num_blocks,
+        cache.block_size,
+        prefix_root(&model, &config),
+        prefix_caching,
     );
+    let blocks =
+        KvPools::new(global, window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)));
     let core = EngineCore::new(
         shared,
         StepRunner::new(runner, model.config.vocab_size),
@@ -323,9 +370,20 @@ fn engine_thread(
     );
     // Counters before the host hears that the engine started: it never sees the cache's blocks taken.
     core.publish_initial();
-    let _ = ready.send(Ok(Started { description, cpu, cache }));
+    let _ = ready.send(Ok(Started { description, cpu, cache, prefix_caching }));
     core.run();
     drop(logger);
+}
+
+/// The root of the prefix cache's block hashes: what the keys and values depend on besides the tokens (the
+/// model's shapes and parameters, the activation precision). An engine's pool only ever holds its own model's
+/// blocks; the root keeps a block's hash meaningful on its own.
+fn prefix_root(model: &Model, config: &EngineConfig) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    format!("{:?}", model.config).hash(&mut hasher);
+    format!("{:?}", config.activation_precision).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A per-(engine seed, request, choice) seed: splitmix64 of their combination.

@@ -3,13 +3,14 @@
 //! grow together and are released together; admission and preemption are decided on the global pool alone, since
 //! the window pool is sized so that it has room whenever the global one has.
 
-use super::kv_blocks::BlockAllocator;
+use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
 
 /// The engine's block pools.
 #[derive(Debug)]
 pub struct KvPools {
-    pub global: BlockAllocator,
+    /// Every layer's blocks (but the windowed layers' when they have their own pool), with the prefix cache.
+    pub global: PrefixCachingAllocator,
     /// The sliding-window layers' pool (`None` for a model without such layers, or a backend without the pool).
     pub window: Option<WindowBlocks>,
 }
@@ -26,7 +27,7 @@ pub enum Grow {
 }
 
 impl KvPools {
-    pub fn new(global: BlockAllocator, window: Option<WindowBlocks>) -> Self {
+    pub fn new(global: PrefixCachingAllocator, window: Option<WindowBlocks>) -> Self {
         KvPools { global, window }
     }
 

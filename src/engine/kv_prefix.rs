@@ -58,7 +58,8 @@ pub fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[TokenId], block_size
     }
 }
 
-/// Tokens looked up and tokens found, summed over [`PrefixCachingAllocator::find_cached_prefix`] calls.
+/// Prompt tokens looked up when sequences were admitted, and those found cached (kept by the scheduler, which
+/// counts only lookups whose admission went through: a sequence that waits for room is looked up again).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrefixCacheStats {
     pub queries: u64,
@@ -106,7 +107,6 @@ pub struct PrefixCachingAllocator {
     head: u32,
     tail: u32,
     num_free: usize,
-    stats: PrefixCacheStats,
 }
 
 impl PrefixCachingAllocator {
@@ -135,7 +135,6 @@ impl PrefixCachingAllocator {
             head: if n == 0 { NIL } else { 0 },
             tail: if n == 0 { NIL } else { n - 1 },
             num_free: num_blocks,
-            stats: PrefixCacheStats::default(),
         }
     }
 
@@ -171,11 +170,6 @@ impl PrefixCachingAllocator {
         self.blocks[block as usize].refs
     }
 
-    /// Lookups so far (see [`PrefixCacheStats`]).
-    pub fn stats(&self) -> PrefixCacheStats {
-        self.stats
-    }
-
     /// Blocks needed to hold `positions` positions.
     pub fn blocks_for(&self, positions: usize) -> usize {
         positions.div_ceil(self.block_size)
@@ -193,7 +187,7 @@ impl PrefixCachingAllocator {
     /// cover (a multiple of the block size), which the sequence need not compute. `hashes` are the sequence's
     /// block hashes ([`Self::extend_hashes`]). The caller passes `max_tokens = tokens.len() − 1`, so that the last
     /// prompt token is computed (its logits are needed); a fully cached prompt then leaves its last block to
-    /// compute when the prompt fills it. Counts `max_tokens` queried tokens and the covered ones as hits.
+    /// compute when the prompt fills it.
     pub fn find_cached_prefix(
         &mut self,
         hashes: &[BlockHash],
@@ -222,10 +216,7 @@ impl PrefixCachingAllocator {
             table.push(b);
             parent = hash;
         }
-        let covered = table.len() * bs;
-        self.stats.queries += max_tokens as u64;
-        self.stats.hits += covered as u64;
-        covered
+        table.len() * bs
     }
 
     /// Grows `table` to hold `positions` positions, taking blocks at the free queue's head (a cached one taken is

@@ -2,7 +2,7 @@
 //! counts, by hand and in a seeded random run against a model of what each block holds.
 
 use super::kv_blocks::BlockAllocator;
-use super::kv_prefix::{extend_hashes, BlockHash, PrefixCacheStats, PrefixCachingAllocator};
+use super::kv_prefix::{extend_hashes, BlockHash, PrefixCachingAllocator};
 use crate::model::TokenId;
 
 const ROOT: u64 = 0x5eed;
@@ -87,7 +87,6 @@ fn a_shared_prefix_is_found_and_shared() {
     assert_ne!(b.table[2], a.table[2]);
     assert_eq!((pool.ref_count(a.table[0]), pool.ref_count(a.table[1]), pool.ref_count(a.table[2])), (2, 2, 1));
     assert_eq!(pool.num_referenced(), 4);
-    assert_eq!(pool.stats(), PrefixCacheStats { queries: 9 + 10, hits: 8 });
     pool.check_invariants();
 
     // A prompt differing in its first block finds nothing, though its second block's tokens match.
@@ -319,7 +318,6 @@ fn without_caching_it_is_the_plain_allocator() {
         assert_eq!(pool.find_cached_prefix(&full, &tokens, tokens.len(), &mut Vec::new()), 0);
         pool.check_invariants();
     }
-    assert_eq!(pool.stats(), PrefixCacheStats::default());
 }
 
 /// Deterministic random numbers (xorshift64).
@@ -439,5 +437,4 @@ fn random_traffic_keeps_the_pool_consistent_and_hits_exact() {
     pool.check_invariants();
     assert_eq!((pool.num_referenced(), pool.num_free()), (0, BLOCKS));
     assert!(hit_tokens > 1000 && finished > 500, "the run exercised sharing: {hit_tokens} hit tokens, {finished} done");
-    assert_eq!(pool.stats().hits, hit_tokens as u64);
 }

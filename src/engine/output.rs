@@ -5,7 +5,7 @@
 //! metrics never waits for the model.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,9 @@ pub struct RequestShared {
     /// One per choice; `None` when the engine records no stats.
     stats: Option<Vec<Mutex<RequestStateStats>>>,
     cancelled: AtomicBool,
+    /// Prompt tokens found in the prefix cache, over the request's prompts (each counted once, for its first
+    /// choice): `usage.prompt_tokens_details.cached_tokens`. Kept whether or not stats are recorded.
+    cached_prompt_tokens: AtomicU32,
     engine: Weak<dyn CancelWaker>,
 }
 
@@ -111,6 +114,7 @@ impl RequestShared {
             ready: Condvar::new(),
             stats: stats.map(|s| (0..n).map(|_| Mutex::new(s.clone())).collect()),
             cancelled: AtomicBool::new(false),
+            cached_prompt_tokens: AtomicU32::new(0),
             engine,
         })
     }
@@ -141,6 +145,11 @@ impl RequestShared {
         out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum }));
         drop(out);
         self.ready.notify_all();
+    }
+
+    /// Engine side: `n` tokens of one of the request's prompts were found in the prefix cache.
+    pub fn add_cached_prompt_tokens(&self, n: u32) {
+        self.cached_prompt_tokens.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Engine side: records a generated token for usage (whether or not it released text).
@@ -225,6 +234,11 @@ impl RequestHandle {
 
     pub fn prompt_tokens(&self) -> u32 {
         self.shared.prompt_tokens
+    }
+
+    /// Prompt tokens whose KV the prefix cache supplied, over the request's prompts (each prompt counted once).
+    pub fn cached_prompt_tokens(&self) -> u32 {
+        self.shared.cached_prompt_tokens.load(Ordering::Relaxed)
     }
 
     /// Whether the request asked for metrics in its response.

@@ -6,7 +6,9 @@
 //! 1. running sequences that decode (one token each), so their inter-token latency does not depend on prompts
 //!    arriving;
 //! 2. running sequences still prefilling, each a chunk of what the budget leaves;
-//! 3. waiting sequences, first come first served, while their first chunk's KV blocks are free.
+//! 3. waiting sequences, first come first served, while their first chunk's KV blocks are free. A sequence
+//!    admitted takes first the longest prefix of its tokens whose full blocks are in the prefix cache
+//!    (`kv_prefix.rs`), and computes from there; its blocks become findable as its steps fill them.
 //!
 //! When a running sequence needs a block and none is free, the most recently admitted running sequence is
 //! preempted: its blocks are freed and it goes back to the head of the waiting queue, to be recomputed. A step that
@@ -19,6 +21,7 @@ use rustc_hash::FxHashMap;
 
 use super::finish::FinishReason;
 use super::kv_pools::{Grow, KvPools};
+use super::kv_prefix::PrefixCacheStats;
 use super::sequence::{SeqId, SeqStatus, Sequence};
 use super::stats::{EngineClock, StepEvent};
 use super::step_runner::RunnerOutput;
@@ -63,6 +66,13 @@ impl SchedulerOutput {
     }
 }
 
+/// What the scheduler has done since the engine started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerCounters {
+    pub preemptions: u64,
+    pub prefix_cache: PrefixCacheStats,
+}
+
 /// The sequences, their queues (waiting: FCFS, preempted sequences at the head; running: in admission order) and
 /// the KV block pools they take blocks from.
 pub struct Scheduler {
@@ -73,16 +83,26 @@ pub struct Scheduler {
     blocks: KvPools,
     /// The most positions a sequence may have (model context and cache capacity).
     context: usize,
+    counters: SchedulerCounters,
 }
 
 impl Scheduler {
     pub fn new(limits: SchedulerLimits, blocks: KvPools, context: usize) -> Self {
-        Scheduler { limits, seqs: FxHashMap::default(), waiting: VecDeque::new(), running: Vec::new(), blocks, context }
+        Scheduler {
+            limits,
+            seqs: FxHashMap::default(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            blocks,
+            context,
+            counters: SchedulerCounters::default(),
+        }
     }
 
     /// Takes a new sequence (numbered by the caller) into the waiting queue.
-    pub fn add(&mut self, seq: Sequence) {
+    pub fn add(&mut self, mut seq: Sequence) {
         debug_assert_eq!(seq.status, SeqStatus::Waiting);
+        self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
         self.waiting.push_back(seq.id);
         self.seqs.insert(seq.id, seq);
     }
@@ -98,6 +118,10 @@ impl Scheduler {
 
     pub fn blocks(&self) -> &KvPools {
         &self.blocks
+    }
+
+    pub fn counters(&self) -> SchedulerCounters {
+        self.counters
     }
 
     pub fn num_running(&self) -> usize {
@@ -142,28 +166,57 @@ impl Scheduler {
         }
         while budget > 0 && self.running.len() < self.limits.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
-            let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
-            let n = seq.num_uncomputed().min(budget);
-            match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, seq.num_computed, seq.num_computed + n)
-            {
-                Grow::Done => {}
-                Grow::NoRoom => break,
-                Grow::WindowShortage => {
-                    self.waiting.pop_front();
-                    self.fail(id, &mut out);
-                    continue;
-                }
-            }
-            if seq.status == SeqStatus::Waiting {
-                seq.request.with_stats(seq.choice, |s| s.scheduled_ts = Some(now));
-            }
-            seq.status = SeqStatus::Running;
+            let Some(n) = self.admit(id, budget, now, &mut out) else { break };
             self.waiting.pop_front();
-            self.running.push(id);
-            out.chunks.push(self.chunk(id, n));
-            budget -= n;
+            if n > 0 {
+                self.running.push(id);
+                out.chunks.push(self.chunk(id, n));
+                budget -= n;
+            }
         }
         out
+    }
+
+    /// Admits waiting sequence `id`: takes the longest cached prefix of its tokens (all but the last, whose
+    /// logits are needed), then blocks for a first chunk of what is left, up to `budget` tokens. `Some(n)`, the
+    /// chunk's size, once admitted (0: it failed for a window-pool shortage and is finished); `None` when there is
+    /// no room, with nothing taken.
+    fn admit(&mut self, id: SeqId, budget: usize, now: f64, out: &mut SchedulerOutput) -> Option<usize> {
+        let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
+        debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
+        let queried = seq.tokens.len() - 1;
+        let cached = self.blocks.global.find_cached_prefix(&seq.block_hashes, &seq.tokens, queried, &mut seq.block_table);
+        seq.num_computed = cached;
+        let n = seq.num_uncomputed().min(budget);
+        match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, cached, cached + n) {
+            Grow::Done => {}
+            Grow::NoRoom => {
+                // Give the cached blocks back: the sequence is looked up afresh when there is room.
+                self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+                seq.num_computed = 0;
+                return None;
+            }
+            Grow::WindowShortage => {
+                self.fail(id, out);
+                return Some(0);
+            }
+        }
+        if self.blocks.global.caching() {
+            self.counters.prefix_cache.queries += queried as u64;
+            self.counters.prefix_cache.hits += cached as u64;
+        }
+        if seq.status == SeqStatus::Waiting {
+            let cached_prompt = cached.min(seq.prompt_len) as u32;
+            seq.request.with_stats(seq.choice, |s| {
+                s.scheduled_ts = Some(now);
+                s.num_cached_prompt_tokens = cached_prompt;
+            });
+            if seq.bills_prompt {
+                seq.request.add_cached_prompt_tokens(cached_prompt);
+            }
+        }
+        seq.status = SeqStatus::Running;
+        Some(n)
     }
 
     /// The chunk of sequence `id` computing its next `n` tokens.
@@ -195,6 +248,7 @@ impl Scheduler {
             v.num_computed = 0;
             v.status = SeqStatus::Preempted;
             v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
+            self.counters.preemptions += 1;
             self.waiting.push_front(victim);
             out.preempted.push(victim);
             out.chunks.retain(|c| c.seq != victim);
@@ -236,6 +290,13 @@ impl Scheduler {
                 seq.status = SeqStatus::Finished(reason);
             }
             updated.push(c.seq);
+        }
+        // Blocks the step filled become findable (the tokens sampled this step are not computed yet, but their
+        // blocks are hashed now, to be registered once they are).
+        for c in &step.chunks {
+            let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
+            self.blocks.global.cache_full_blocks(&seq.block_table, &seq.block_hashes, &seq.tokens, seq.num_computed);
         }
         let end_ts = clock.now();
         let batch_tokens = step.num_tokens() as u32;

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::finish::FinishReason;
+use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::sampling::Sampler;
 use super::stop::StopMatcher;
@@ -42,6 +43,12 @@ pub struct Sequence {
     unreleased_ts_sum: f64,
     /// Where the sequence is in its life; the scheduler's queues agree with it.
     pub status: SeqStatus,
+    /// Hashes of the sequence's full blocks of tokens, in order: its keys in the prefix cache (`kv_prefix.rs`;
+    /// empty when the engine caches no prefixes).
+    pub block_hashes: Vec<BlockHash>,
+    /// Whether this choice is the first of its prompt: the one whose cached prompt tokens `usage` reports (a
+    /// prompt is billed once, however many choices share it).
+    pub bills_prompt: bool,
     /// Generated tokens already turned into text (or withheld by the stop matcher) by the output stage.
     num_emitted: usize,
 }
@@ -88,6 +95,8 @@ impl Sequence {
             unreleased_tokens: 0,
             unreleased_ts_sum: 0.0,
             status: SeqStatus::Waiting,
+            block_hashes: Vec::new(),
+            bills_prompt: choice == 0,
             num_emitted: 0,
         }
     }

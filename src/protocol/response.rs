@@ -38,19 +38,32 @@ impl ResponseHeader {
     }
 }
 
-/// `usage`: prompt tokens counted once per prompt (not once per choice), completion tokens summed over choices.
+/// `usage`: prompt tokens counted once per prompt (not once per choice), completion tokens summed over choices,
+/// and OpenAI's `prompt_tokens_details.cached_tokens`: the prompt tokens whose KV the prefix cache supplied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct PromptTokensDetails {
+    pub cached_tokens: u64,
 }
 
 impl Usage {
-    pub fn new(prompt_tokens: u32, choices: &[ChoiceOutput]) -> Self {
-        let prompt_tokens = u64::from(prompt_tokens);
+    /// The usage of `handle`'s request, from its choices' outputs.
+    pub fn of(handle: &RequestHandle, choices: &[ChoiceOutput]) -> Self {
+        let prompt_tokens = u64::from(handle.prompt_tokens());
         let completion_tokens = choices.iter().map(|c| u64::from(c.completion_tokens)).sum();
-        Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: u64::from(handle.cached_prompt_tokens()) },
+        }
     }
 }
 
@@ -124,7 +137,7 @@ pub(crate) fn response_body(
         created: header.created,
         model: &header.model,
         choices: choices.collect(),
-        usage: Usage::new(handle.prompt_tokens(), &outputs),
+        usage: Usage::of(handle, &outputs),
         metrics: gate.response(&metrics),
         error: handle.error().map(ApiError::server),
     })
@@ -156,7 +169,8 @@ mod tests {
             "id": "chatcmpl-test", "object": "chat.completion", "created": 1_700_000_000, "model": "m",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "logprobs": null,
                          "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9,
+                      "prompt_tokens_details": {"cached_tokens": 0}},
             "metrics": {"time_to_first_token_ms": 500.0, "generation_time_ms": 250.0, "queue_time_ms": 500.0,
                         "mean_itl_ms": 250.0, "tokens_per_second": 2.0 / 0.75},
         });
@@ -187,7 +201,9 @@ mod tests {
         assert_eq!(b["metrics"], Value::Null);
         assert_eq!(b["choices"][0]["metrics"]["time_to_first_token_ms"], json!(500.0));
         assert_eq!(b["choices"][1]["metrics"]["time_to_first_token_ms"], json!(1500.0));
-        assert_eq!(b["usage"], json!({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}));
+        let details = json!({"cached_tokens": 0});
+        let usage = json!({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9, "prompt_tokens_details": details});
+        assert_eq!(b["usage"], usage);
         let b = body(ApiKind::Completion, MetricsGate::new(true, true, false), &r);
         assert!(b["metrics"].is_null() && b["choices"][1].get("metrics").is_none());
     }

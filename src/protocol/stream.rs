@@ -185,7 +185,7 @@ impl ChunkEncoder {
         if self.include_usage {
             let outputs = handle.choices();
             let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
-            let usage = Slot::Value(Usage::new(handle.prompt_tokens(), &outputs));
+            let usage = Slot::Value(Usage::of(handle, &outputs));
             self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics)));
         }
         self.ended = true;
@@ -302,7 +302,9 @@ mod tests {
         let (last, others) = chunks.split_last().unwrap();
         assert!(others.iter().all(|c| c["usage"].is_null() && c.get("metrics").is_none()));
         assert_eq!(last["choices"], json!([]));
-        assert_eq!(last["usage"], json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}));
+        let details = json!({"cached_tokens": 0});
+        let usage = json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": details});
+        assert_eq!(last["usage"], usage);
         // Scheduled at 1.5 s, tokens at 2.0 and 2.5 s (see FakeRequest).
         let expected = json!({"time_to_first_token_ms": 500.0, "generation_time_ms": 500.0, "queue_time_ms": 500.0,
                               "mean_itl_ms": 500.0, "tokens_per_second": 2.0});
