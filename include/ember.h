@@ -155,6 +155,26 @@
 #define ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL (1 << 8)
 
 /**
+ * Presence bit of `EngineStats.prefix_cache_blocks` (set when the engine caches prefixes).
+ */
+#define ENGINE_STATS_PREFIX_CACHE_BLOCKS (1 << 9)
+
+/**
+ * Presence bit of `EngineStats.num_preemptions`.
+ */
+#define ENGINE_STATS_NUM_PREEMPTIONS (1 << 10)
+
+/**
+ * Presence bit of `EngineStats.prefix_cache_queries` (set when the engine caches prefixes).
+ */
+#define ENGINE_STATS_PREFIX_CACHE_QUERIES (1 << 11)
+
+/**
+ * Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
+ */
+#define ENGINE_STATS_PREFIX_CACHE_HITS (1 << 12)
+
+/**
  * `EngineStats.cpu_kernels`: the portable scalar path.
  */
 #define ENGINE_CPU_KERNELS_SCALAR 1
@@ -525,6 +545,23 @@ typedef struct EngineStats {
      * Blocks of the sliding-window layers' pool in all.
      */
     uint32_t kv_window_blocks_total;
+    /**
+     * Blocks of the global pool findable in the prefix cache now, held by running sequences or free (counted in
+     * `kv_blocks_free`: a free cached block is evicted, least recently used first, when a block is needed).
+     */
+    uint32_t prefix_cache_blocks;
+    /**
+     * Sequences preempted since the engine started (their KV blocks taken back for others, to be recomputed).
+     */
+    uint32_t num_preemptions;
+    /**
+     * Prompt tokens looked up in the prefix cache when sequences were admitted, since the engine started.
+     */
+    uint64_t prefix_cache_queries;
+    /**
+     * Of those, the tokens found cached (not computed): `hits / queries` is the cache's hit rate.
+     */
+    uint64_t prefix_cache_hits;
 } EngineStats;
 
 /**

@@ -187,9 +187,7 @@ fn cancellation_mid_prefill_returns_its_references_and_leaves_what_it_computed_c
 #[test]
 fn a_conversation_resent_turn_by_turn_reuses_its_history() {
     let m = model();
-    let render = |messages: &[ChatMessage]| {
-        m.tokenizer.encode(&m.chat_template.render(messages, true).unwrap(), true)
-    };
+    let render = |messages: &[ChatMessage]| m.tokenizer.encode(&m.chat_template.render(messages, true).unwrap(), true);
     let on = engine(config(true));
     let off = engine(config(false));
     let mut history = vec![ChatMessage::new("user", "Name three primary colors.")];

@@ -498,6 +498,11 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 		gemma && stats.KVWindowBlocksFree >= stats.KVWindowBlocksTotal {
 		t.Fatalf("window pool while running: %+v", stats)
 	}
+	// A model without a window pool caches prefixes (on by default); the request's prompt was looked up.
+	if gemma := strings.Contains(modelPath(), "gemma"); gemma != (stats.PrefixCache == nil) ||
+		!gemma && (stats.PrefixCache.Queries == 0 || stats.PrefixCache.Hits > stats.PrefixCache.Queries) {
+		t.Fatalf("prefix cache while running: %+v", stats)
+	}
 	if path := stats.CPUKernels; path != "scalar" && path != "avx2" && path != "avx512" || stats.CPUThreads == 0 {
 		t.Fatalf("CPU kernels %q on %d threads", path, stats.CPUThreads)
 	}

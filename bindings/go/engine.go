@@ -114,13 +114,24 @@ func (e *Engine) Close() {
 // zero values on a GPU. Every kernel path computes the same results; the path decides speed only. A model with
 // sliding-window layers (Gemma 3) keeps them in a block pool of their own, which KVWindowBlocksFree and
 // KVWindowBlocksTotal count (zero values when the engine has no such pool); KVBlocks* count the other pool.
+// PrefixCache is nil when the engine caches no prefixes; Preemptions counts sequences preempted since start.
 type Stats struct {
 	Running, Waiting                        uint32
 	KVBlocksFree, KVBlocksTotal             uint32
 	KVWindowBlocksFree, KVWindowBlocksTotal uint32
 	Steps                                   uint64
+	Preemptions                             uint32
 	CPUKernels                              string
 	CPUThreads                              uint32
+	PrefixCache                             *PrefixCacheStats
+}
+
+// PrefixCacheStats are the prefix cache's counters: prompt tokens looked up when sequences were admitted
+// (Queries) and found cached (Hits), since the engine started, and the blocks findable now (Blocks, counted in
+// KVBlocksFree when no sequence holds them).
+type PrefixCacheStats struct {
+	Queries, Hits uint64
+	Blocks        uint32
 }
 
 // cpuKernelNames maps ENGINE_CPU_KERNELS_* values to the paths' names.
@@ -146,6 +157,7 @@ func (e *Engine) Stats() (Stats, error) {
 		KVBlocksFree:  uint32(out.kv_blocks_free),
 		KVBlocksTotal: uint32(out.kv_blocks_total),
 		Steps:         uint64(out.num_steps),
+		Preemptions:   uint32(out.num_preemptions),
 	}
 	if out.present&C.ENGINE_STATS_CPU_KERNELS != 0 {
 		stats.CPUKernels = cpuKernelNames[out.cpu_kernels]
@@ -159,6 +171,13 @@ func (e *Engine) Stats() (Stats, error) {
 	if out.present&C.ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL != 0 {
 		stats.KVWindowBlocksFree = uint32(out.kv_window_blocks_free)
 		stats.KVWindowBlocksTotal = uint32(out.kv_window_blocks_total)
+	}
+	if out.present&C.ENGINE_STATS_PREFIX_CACHE_HITS != 0 {
+		stats.PrefixCache = &PrefixCacheStats{
+			Queries: uint64(out.prefix_cache_queries),
+			Hits:    uint64(out.prefix_cache_hits),
+			Blocks:  uint32(out.prefix_cache_blocks),
+		}
 	}
 	return stats, nil
 }

@@ -83,7 +83,8 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 
 // health says whether the gateway takes requests, how many it has in flight, and what the engine itself holds
 // (engine_get_stats: sequences running and waiting, KV cache blocks free and in all, those of the sliding-window
-// layers' pool when the model has one, and on the CPU the kernel path and threads serving it).
+// layers' pool when the model has one, preemptions, the prefix cache's counters when it has one, and on the CPU
+// the kernel path and threads serving it).
 func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	status, state := http.StatusOK, "ok"
 	if s.draining.Load() {
@@ -101,6 +102,11 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 		}
 		if stats.CPUKernels != "" {
 			engine["cpu_kernels"], engine["cpu_threads"] = stats.CPUKernels, stats.CPUThreads
+		}
+		engine["preemptions"] = stats.Preemptions
+		if p := stats.PrefixCache; p != nil {
+			engine["prefix_cache_queries"], engine["prefix_cache_hits"] = p.Queries, p.Hits
+			engine["prefix_cache_blocks"] = p.Blocks
 		}
 		body["engine"] = engine
 	}

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
 use super::core::{EngineCore, EngineShared, NewRequest};
-use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_pools::KvPools;
+use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
@@ -351,12 +351,8 @@ fn engine_thread(
             "prefix caching is off: the model's sliding-window layers keep only their windows' KV blocks",
         );
     }
-    let global = PrefixCachingAllocator::new(
-        cache.num_blocks,
-        cache.block_size,
-        prefix_root(&model, &config),
-        prefix_caching,
-    );
+    let global =
+        PrefixCachingAllocator::new(cache.num_blocks, cache.block_size, prefix_root(&model, &config), prefix_caching);
     let blocks =
         KvPools::new(global, window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)));
     let core = EngineCore::new(

@@ -185,7 +185,8 @@ impl Scheduler {
         let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
         debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
         let queried = seq.tokens.len() - 1;
-        let cached = self.blocks.global.find_cached_prefix(&seq.block_hashes, &seq.tokens, queried, &mut seq.block_table);
+        let cached =
+            self.blocks.global.find_cached_prefix(&seq.block_hashes, &seq.tokens, queried, &mut seq.block_table);
         seq.num_computed = cached;
         let n = seq.num_uncomputed().min(budget);
         match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, cached, cached + n) {

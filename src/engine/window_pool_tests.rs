@@ -9,8 +9,8 @@ use rustc_hash::FxHashSet;
 
 use super::core::{EngineCore, EngineShared, NewRequest};
 use super::finish::FinishReason;
-use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_pools::KvPools;
+use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
 use super::output::{CancelWaker, RequestEvent, RequestHandle, RequestShared};
 use super::runner::BatchForward;
@@ -116,7 +116,10 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         &tokenizer,
         clock,
         SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET },
-        KvPools::new(PrefixCachingAllocator::new(global_blocks, BLOCK, 0, false), Some(WindowBlocks::new(pool, BLOCK, WINDOW))),
+        KvPools::new(
+            PrefixCachingAllocator::new(global_blocks, BLOCK, 0, false),
+            Some(WindowBlocks::new(pool, BLOCK, WINDOW)),
+        ),
         CONTEXT,
     );
     core.run_until_idle();

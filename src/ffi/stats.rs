@@ -1,5 +1,6 @@
 //! Engine-wide counters as a C struct, versioned by `struct_size` like the metrics structs: how many sequences
-//! run and wait, how full the KV cache is (both block pools), which CPU kernel path serves it. What a host shows on a health page, or checks to know that a
+//! run and wait, how full the KV cache is (both block pools), what the prefix cache holds and found, which CPU
+//! kernel path serves it. What a host shows on a health page, or checks to know that a
 //! cancelled request really left the engine.
 
 use std::mem::{offset_of, size_of};
@@ -28,6 +29,14 @@ pub const ENGINE_STATS_CPU_THREADS: u32 = 1 << 6;
 pub const ENGINE_STATS_KV_WINDOW_BLOCKS_FREE: u32 = 1 << 7;
 /// Presence bit of `EngineStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
 pub const ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL: u32 = 1 << 8;
+/// Presence bit of `EngineStats.prefix_cache_blocks` (set when the engine caches prefixes).
+pub const ENGINE_STATS_PREFIX_CACHE_BLOCKS: u32 = 1 << 9;
+/// Presence bit of `EngineStats.num_preemptions`.
+pub const ENGINE_STATS_NUM_PREEMPTIONS: u32 = 1 << 10;
+/// Presence bit of `EngineStats.prefix_cache_queries` (set when the engine caches prefixes).
+pub const ENGINE_STATS_PREFIX_CACHE_QUERIES: u32 = 1 << 11;
+/// Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
+pub const ENGINE_STATS_PREFIX_CACHE_HITS: u32 = 1 << 12;
 
 /// `EngineStats.cpu_kernels`: the portable scalar path.
 pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
@@ -78,6 +87,15 @@ pub struct EngineStats {
     pub kv_window_blocks_free: u32,
     /// Blocks of the sliding-window layers' pool in all.
     pub kv_window_blocks_total: u32,
+    /// Blocks of the global pool findable in the prefix cache now, held by running sequences or free (counted in
+    /// `kv_blocks_free`: a free cached block is evicted, least recently used first, when a block is needed).
+    pub prefix_cache_blocks: u32,
+    /// Sequences preempted since the engine started (their KV blocks taken back for others, to be recomputed).
+    pub num_preemptions: u32,
+    /// Prompt tokens looked up in the prefix cache when sequences were admitted, since the engine started.
+    pub prefix_cache_queries: u64,
+    /// Of those, the tokens found cached (not computed): `hits / queries` is the cache's hit rate.
+    pub prefix_cache_hits: u64,
 }
 
 impl Versioned for EngineStats {
@@ -93,6 +111,10 @@ impl Versioned for EngineStats {
         offset_of!(Self, cpu_threads) + 4,
         offset_of!(Self, kv_window_blocks_free) + 4,
         offset_of!(Self, kv_window_blocks_total) + 4,
+        offset_of!(Self, prefix_cache_blocks) + 4,
+        offset_of!(Self, num_preemptions) + 4,
+        offset_of!(Self, prefix_cache_queries) + 8,
+        offset_of!(Self, prefix_cache_hits) + 8,
     ];
     fn set_present(&mut self, present: u32) {
         self.present = present;
@@ -117,6 +139,10 @@ const _: () = {
             offset_of!(S, cpu_threads),
             offset_of!(S, kv_window_blocks_free),
             offset_of!(S, kv_window_blocks_total),
+            offset_of!(S, prefix_cache_blocks),
+            offset_of!(S, num_preemptions),
+            offset_of!(S, prefix_cache_queries),
+            offset_of!(S, prefix_cache_hits),
         ]
     ));
     assert!(S::FIELD_ENDS[S::FIELD_ENDS.len() - 1] == size_of::<S>());
@@ -150,6 +176,15 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 Some(_) => ENGINE_STATS_KV_WINDOW_BLOCKS_FREE | ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL,
                 None => 0,
             };
+            let prefix = e.prefix_cache();
+            let prefix_bits = match prefix {
+                Some(_) => {
+                    ENGINE_STATS_PREFIX_CACHE_BLOCKS
+                        | ENGINE_STATS_PREFIX_CACHE_QUERIES
+                        | ENGINE_STATS_PREFIX_CACHE_HITS
+                }
+                None => 0,
+            };
             EngineStats {
                 struct_size: 0,
                 present: ENGINE_STATS_NUM_RUNNING
@@ -157,8 +192,10 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                     | ENGINE_STATS_KV_BLOCKS_FREE
                     | ENGINE_STATS_KV_BLOCKS_TOTAL
                     | ENGINE_STATS_NUM_STEPS
+                    | ENGINE_STATS_NUM_PREEMPTIONS
                     | cpu_bits
-                    | window_bits,
+                    | window_bits
+                    | prefix_bits,
                 num_running: clamp(e.num_running()),
                 num_waiting: clamp(e.num_waiting()),
                 kv_blocks_free: clamp(free),
@@ -168,6 +205,10 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 cpu_threads: cpu.map_or(0, |c| clamp(c.threads)),
                 kv_window_blocks_free: window.map_or(0, |(free, _)| clamp(free)),
                 kv_window_blocks_total: window.map_or(0, |(_, total)| clamp(total)),
+                prefix_cache_blocks: prefix.map_or(0, |p| clamp(p.cached_blocks)),
+                num_preemptions: u32::try_from(e.num_preemptions()).unwrap_or(u32::MAX),
+                prefix_cache_queries: prefix.map_or(0, |p| p.queries),
+                prefix_cache_hits: prefix.map_or(0, |p| p.hits),
             }
         })?;
         // SAFETY: `declared` bytes at `out` are writable by this function's contract.

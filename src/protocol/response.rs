@@ -202,7 +202,8 @@ mod tests {
         assert_eq!(b["choices"][0]["metrics"]["time_to_first_token_ms"], json!(500.0));
         assert_eq!(b["choices"][1]["metrics"]["time_to_first_token_ms"], json!(1500.0));
         let details = json!({"cached_tokens": 0});
-        let usage = json!({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9, "prompt_tokens_details": details});
+        let usage =
+            json!({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9, "prompt_tokens_details": details});
         assert_eq!(b["usage"], usage);
         let b = body(ApiKind::Completion, MetricsGate::new(true, true, false), &r);
         assert!(b["metrics"].is_null() && b["choices"][1].get("metrics").is_none());

@@ -303,7 +303,8 @@ mod tests {
         assert!(others.iter().all(|c| c["usage"].is_null() && c.get("metrics").is_none()));
         assert_eq!(last["choices"], json!([]));
         let details = json!({"cached_tokens": 0});
-        let usage = json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": details});
+        let usage =
+            json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": details});
         assert_eq!(last["usage"], usage);
         // Scheduled at 1.5 s, tokens at 2.0 and 2.5 s (see FakeRequest).
         let expected = json!({"time_to_first_token_ms": 500.0, "generation_time_ms": 500.0, "queue_time_ms": 500.0,

@@ -350,16 +350,23 @@ static void test_cancel_and_choices(Engine *engine) {
     EngineStats stats = {.struct_size = sizeof stats};
     CHECK_STATUS(engine_get_stats(engine, &stats), ENGINE_STATUS_OK);
     const uint32_t window_bits = ENGINE_STATS_KV_WINDOW_BLOCKS_FREE | ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL;
-    CHECK((stats.present & ~window_bits) ==
+    const uint32_t prefix_bits =
+        ENGINE_STATS_PREFIX_CACHE_BLOCKS | ENGINE_STATS_PREFIX_CACHE_QUERIES | ENGINE_STATS_PREFIX_CACHE_HITS;
+    CHECK((stats.present & ~(window_bits | prefix_bits)) ==
           (ENGINE_STATS_NUM_RUNNING | ENGINE_STATS_NUM_WAITING | ENGINE_STATS_KV_BLOCKS_FREE |
            ENGINE_STATS_KV_BLOCKS_TOTAL | ENGINE_STATS_NUM_STEPS | ENGINE_STATS_CPU_KERNELS |
-           ENGINE_STATS_CPU_THREADS));
-    /* A model with sliding-window layers (Gemma 3) keeps them in a block pool of their own: free again too. */
+           ENGINE_STATS_CPU_THREADS | ENGINE_STATS_NUM_PREEMPTIONS));
+    /* A model with sliding-window layers (Gemma 3) keeps them in a block pool of their own: free again too. Such
+       a model has no prefix cache (a cached prefix needs every layer's KV); any other has one by default. */
     const char *model = getenv("EMBER_MODEL");
-    const uint32_t expected_window_bits = model != NULL && strstr(model, "gemma") != NULL ? window_bits : 0;
-    CHECK((stats.present & window_bits) == expected_window_bits);
-    if (expected_window_bits != 0) {
+    const int windowed = model != NULL && strstr(model, "gemma") != NULL;
+    CHECK((stats.present & window_bits) == (windowed ? window_bits : 0));
+    CHECK((stats.present & prefix_bits) == (windowed ? 0 : prefix_bits));
+    if (windowed) {
         CHECK(stats.kv_window_blocks_total > 0 && stats.kv_window_blocks_free == stats.kv_window_blocks_total);
+    } else {
+        CHECK(stats.prefix_cache_hits <= stats.prefix_cache_queries);
+        CHECK(stats.prefix_cache_blocks <= stats.kv_blocks_total);
     }
     CHECK(stats.num_running == 0 && stats.num_waiting == 0);
     /* The CPU backend serves this engine: a known kernel path, and its threads. */

@@ -278,6 +278,9 @@ class GatewayTest(unittest.TestCase):
         # A model with sliding-window layers (Gemma 3) has a second pool, for them: free again too.
         self.assertEqual("kv_window_blocks_total" in engine, "gemma" in MODEL.lower(), health)
         self.assertEqual(engine.get("kv_window_blocks_free"), engine.get("kv_window_blocks_total"), health)
+        # Other models cache prefixes by default: the counters are there, hits never above queries.
+        self.assertEqual("prefix_cache_hits" in engine, "gemma" not in MODEL.lower(), health)
+        self.assertLessEqual(engine.get("prefix_cache_hits", 0), engine.get("prefix_cache_queries", 0), health)
 
 
 class ShutdownTest(unittest.TestCase):
