@@ -357,7 +357,7 @@ impl EngineCore<'_> {
 mod tests {
     use super::*;
     use crate::engine::kv_blocks::BlockAllocator;
-    use crate::engine::output::{RequestEvent, RequestHandle, RequestShared};
+    use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
     use crate::engine::sampling::{Sampler, SamplingParams};
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -407,7 +407,9 @@ mod tests {
         core.run(); // returns instead of unwinding
         for h in [first, second] {
             match h.poll(None) {
-                Some(RequestEvent::Error { message }) => assert!(message.contains("kernel bug"), "{message}"),
+                EventPoll::Event(RequestEvent::Error { message }) => {
+                    assert!(message.contains("kernel bug"), "{message}")
+                }
                 other => panic!("expected an error event, got {other:?}"),
             }
         }
