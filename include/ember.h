@@ -259,7 +259,8 @@ enum EngineStatus
      */
     ENGINE_STATUS_NOT_FINISHED = 9,
     /**
-     * The stream has ended: every chunk has been returned.
+     * The stream has ended: every chunk (`engine_next_chunk_json`) or event (`engine_poll`) has been returned.
+     * An answer, not a failure: later calls answer it again, at once.
      */
     ENGINE_STATUS_STREAM_DONE = 10,
     /**
@@ -301,12 +302,14 @@ enum EngineEventKind
      */
     ENGINE_EVENT_KIND_DELTA = 1,
     /**
-     * Choice `choice` ended, for `finish_reason`. Once every choice has ended and its events have been taken,
-     * every poll answers the last choice's `FINISHED` again.
+     * Choice `choice` ended, for `finish_reason`. One per choice; the last choice's is the request's final
+     * event, after which `engine_poll` answers `ENGINE_STATUS_STREAM_DONE`.
      */
     ENGINE_EVENT_KIND_FINISHED = 2,
     /**
-     * The request failed; `text`/`text_len` is the message. Every later poll answers it again.
+     * The request failed; `text`/`text_len` is the message. The request's final event: its unfinished choices
+     * end with `ENGINE_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
+     * `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
      */
     ENGINE_EVENT_KIND_ERROR = 3,
 };
@@ -774,15 +777,21 @@ EngineStatus engine_next_chunk_json(struct Engine *engine,
  * Takes the next event of a request, waiting up to `timeout_ms` milliseconds for one (0: do not wait; -1: wait
  * until one comes; other negative values are invalid). Consecutive deltas of one choice are merged.
  *
- * Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on failure `*out` is untouched:
- * `ENGINE_STATUS_TIMEOUT` (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not
- * live, the request belongs to another engine, or it was freed while this call waited),
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
+ * A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
+ * `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
+ * `ERROR`) is returned once; every later call returns `ENGINE_STATUS_STREAM_DONE` at once, without waiting,
+ * whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
+ *
+ * Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
+ * `ENGINE_STATUS_STREAM_DONE` (the final event has been returned: not an error), `ENGINE_STATUS_TIMEOUT`
+ * (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
+ * to another engine, or it was freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`,
+ * bad timeout).
  *
  * Thread safety: any thread. Several threads may poll one request at once: each event goes to exactly one of
- * them, and each thread's `text` stays valid until that thread's own next poll of the request. Freeing the
- * request or the engine wakes a waiting poll. Do not mix `engine_poll` and `engine_next_chunk_json` on one
- * request: both take its events.
+ * them (the final event too: the others get `ENGINE_STATUS_STREAM_DONE`), and each thread's `text` stays valid
+ * until that thread's own next poll of the request. Freeing the request or the engine wakes a waiting poll. Do
+ * not mix `engine_poll` and `engine_next_chunk_json` on one request: both take its events.
  *
  * # Safety
  * `out` is NULL or points to writable storage for an `EngineEvent`.

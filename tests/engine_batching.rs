@@ -4,7 +4,7 @@
 mod common;
 
 use common::{engine, greedy, ids_of, MESSAGES};
-use ember::engine::{EngineConfig, FinishReason, RequestEvent};
+use ember::engine::{EngineConfig, EventPoll, FinishReason, RequestEvent};
 
 const MAX_TOKENS: usize = 12;
 
@@ -51,7 +51,7 @@ fn cancellation_mid_generation_frees_its_blocks() {
     let mut tokens = 0;
     while tokens < 3 {
         match h.poll(None) {
-            Some(RequestEvent::Delta { tokens: t, .. }) => tokens += t,
+            EventPoll::Event(RequestEvent::Delta { tokens: t, .. }) => tokens += t,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -62,19 +62,18 @@ fn cancellation_mid_generation_frees_its_blocks() {
     assert!(h.choices()[0].completion_tokens < 200);
     assert_eq!(e.kv_blocks().0, e.kv_blocks().1, "cancelled request's blocks are free");
     assert_eq!((e.num_running(), e.num_waiting()), (0, 0));
-    // Polling after the end keeps answering it.
-    for _ in 0..2 {
-        loop {
-            match h.poll(None) {
-                Some(RequestEvent::Finished { reason, .. }) => {
-                    assert_eq!(reason, FinishReason::Cancelled);
-                    break;
-                }
-                Some(RequestEvent::Delta { .. }) => continue,
-                other => panic!("unexpected {other:?}"),
-            }
+    // The cancellation is the stream's final event, handed out once; every poll after it answers `Done` at once.
+    let mut finishes = Vec::new();
+    loop {
+        match h.poll(None) {
+            EventPoll::Event(RequestEvent::Finished { reason, .. }) => finishes.push(reason),
+            EventPoll::Event(RequestEvent::Delta { .. }) => {}
+            EventPoll::Done => break,
+            other => panic!("unexpected {other:?}"),
         }
     }
+    assert_eq!(finishes, [FinishReason::Cancelled]);
+    assert_eq!(h.poll(None), EventPoll::Done);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
 use ember::engine::kv_window::WindowBlocks;
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, Logger, RequestEvent, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, EventPoll, Logger, RequestEvent, SubmitRequest};
 use ember::model::Model;
 
 const MAX_TOKENS: usize = 64;
@@ -71,8 +71,8 @@ fn a_sequence_past_the_window_holds_only_its_window_blocks_and_gets_the_tokens_o
         let (free, total) = engine.kv_window_blocks().expect("a window pool");
         assert!(total - free <= cap, "{} window blocks in use", total - free);
         match h.poll(None) {
-            Some(RequestEvent::Delta { .. }) => {}
-            Some(RequestEvent::Finished { .. }) => break,
+            EventPoll::Event(RequestEvent::Delta { .. }) => {}
+            EventPoll::Event(RequestEvent::Finished { .. }) => break,
             other => panic!("unexpected {other:?}"),
         }
     }

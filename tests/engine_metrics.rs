@@ -6,7 +6,7 @@ mod common;
 use common::{engine, greedy, MESSAGES};
 use ember::engine::metrics;
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, EngineError, Logger, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, EngineError, EventPoll, Logger, RequestEvent, SubmitRequest};
 
 #[test]
 fn timestamps_are_ordered_for_every_request() {
@@ -108,8 +108,10 @@ fn output_wait_counts_time_tokens_spend_queued_for_the_host() {
     let h = e.submit(greedy("Count from 1 to 20.", 8)).unwrap();
     h.wait(); // every token sits in the queue until now
     let mut polled = 0;
-    while let Some(ember::engine::RequestEvent::Delta { tokens, .. }) = h.poll(None) {
-        polled += tokens;
+    while let EventPoll::Event(event) = h.poll(None) {
+        if let RequestEvent::Delta { tokens, .. } = event {
+            polled += tokens;
+        }
     }
     assert!(polled > 0);
     let x = h.extended_metrics(0);

@@ -6,7 +6,7 @@ mod common;
 
 use common::{chat_ids, engine, greedy, ids_of, model, MESSAGES};
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
 use ember::model::TokenId;
 
@@ -169,7 +169,7 @@ fn cancellation_mid_prefill_returns_its_references_and_leaves_what_it_computed_c
     let short = e.submit(greedy("hi", 64)).unwrap();
     let victim = e.submit(completion(long.clone(), 4)).unwrap();
     match short.poll(None) {
-        Some(RequestEvent::Delta { .. }) => {}
+        EventPoll::Event(RequestEvent::Delta { .. }) => {}
         other => panic!("expected the short request's first text, got {other:?}"),
     }
     victim.cancel();

@@ -110,9 +110,7 @@ func TestDeltasAddUpToTheResponse(t *testing.T) {
 	if finishes != 1 {
 		t.Errorf("%d FINISHED events for one choice, want 1", finishes)
 	}
-	if _, err := req.Next(); err != io.EOF {
-		t.Errorf("Next after the end = %v, want io.EOF", err)
-	}
+	requireStreamDone(t, req)
 	body, err := req.ResponseJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -132,17 +130,40 @@ func TestDeltasAddUpToTheResponse(t *testing.T) {
 func TestSeveralChoicesEndTogether(t *testing.T) {
 	req := submit(t, shared, context.Background(),
 		[]byte(`{"prompt": "Once upon a time", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 7}`))
-	ended := map[int]FinishReason{}
+	var ended []Event
 	for event, err := range req.Events() {
 		if err != nil {
 			t.Fatal(err)
 		}
 		if event.Kind == EventFinished {
-			ended[event.Choice] = event.FinishReason
+			ended = append(ended, event)
 		}
 	}
-	if len(ended) != 2 || ended[0] != FinishLength || ended[1] != FinishLength {
-		t.Errorf("choices ended %v, want both by length", ended)
+	// One FINISHED per choice, none repeated: the stream ends on engine_poll's STREAM_DONE.
+	if len(ended) != 2 || ended[0].Choice == ended[1].Choice || ended[0].FinishReason != FinishLength ||
+		ended[1].FinishReason != FinishLength {
+		t.Errorf("finish events %+v, want one per choice, both by length", ended)
+	}
+	requireStreamDone(t, req)
+}
+
+// requireStreamDone checks a request whose final event has been read: engine_poll answers StatusStreamDone
+// without waiting, every time, and Next io.EOF.
+func requireStreamDone(t *testing.T, req *Request) {
+	t.Helper()
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		if _, status, err := req.poll(); err != nil || status != StatusStreamDone {
+			t.Fatalf("poll %d after the end: status %v, err %v; want StatusStreamDone", i, status, err)
+		}
+		if waited := time.Since(start); waited >= pollIntervalMs*time.Millisecond {
+			t.Errorf("poll %d after the end waited %v", i, waited)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := req.Next(); err != io.EOF {
+			t.Errorf("Next after the end = %v, want io.EOF", err)
+		}
 	}
 }
 
@@ -259,6 +280,7 @@ func TestCancelEndsTheRequestNormally(t *testing.T) {
 	if last.Kind != EventFinished || last.FinishReason != FinishCancelled {
 		t.Errorf("last event %+v, want FINISHED cancelled", last)
 	}
+	requireStreamDone(t, req)
 }
 
 // near says whether two positive quantities agree within a relative tolerance.

@@ -80,14 +80,12 @@ type Request struct {
 
 	// The reader's state.
 	cancelSent bool
-	// finished holds the choices whose end the reader has seen.
-	finished map[int]bool
 	// end is what every read returns once the request has ended: io.EOF, ctx.Err() or a *RequestFailedError.
 	end error
 }
 
 func newRequest(ctx context.Context, engine *Engine, handle C.uintptr_t) *Request {
-	r := &Request{engine: engine, handle: handle, ctx: ctx, finished: map[int]bool{}}
+	r := &Request{engine: engine, handle: handle, ctx: ctx}
 	runtime.SetFinalizer(r, (*Request).Close)
 	return r
 }
@@ -101,24 +99,19 @@ func (r *Request) Next() (Event, error) {
 	for r.end == nil {
 		r.cancelIfContextEnded()
 		event, status, err := r.poll()
-		if err != nil {
+		switch {
+		case err != nil:
 			return Event{}, err
-		}
-		if status == StatusTimeout {
+		case status == StatusTimeout:
 			continue
-		}
-		switch event.Kind {
-		case eventError:
+		case status == StatusStreamDone:
+			// engine_poll has handed out the final event (the last choice's FINISHED): the stream is over.
+			r.end = r.endOfStream()
+			continue
+		case event.Kind == eventError:
+			// The final event of a failed request; no FINISHED follows for its unfinished choices.
 			r.end = &RequestFailedError{Message: event.Text}
 			continue
-		case EventFinished:
-			// engine_poll answers the last choice's FINISHED again once every choice has ended and its events
-			// have been taken (include/ember.h, EngineEventKind): a second FINISHED of one choice is the end.
-			if r.finished[event.Choice] {
-				r.end = r.endOfStream()
-				continue
-			}
-			r.finished[event.Choice] = true
 		}
 		if !r.cancelSent {
 			return event, nil
@@ -240,7 +233,8 @@ func (r *Request) endOfStream() error {
 	return io.EOF
 }
 
-// poll takes one event, waiting at most pollIntervalMs. Its text is copied before the locked thread can poll
+// poll takes one event, waiting at most pollIntervalMs: StatusOK with the event, StatusTimeout, or
+// StatusStreamDone once the final event has been taken. Its text is copied before the locked thread can poll
 // again: ember keeps it only until this thread's next poll of the request.
 func (r *Request) poll() (Event, Status, error) {
 	var event Event
@@ -259,7 +253,7 @@ func (r *Request) poll() (Event, Status, error) {
 			}
 		}
 		return status
-	}, StatusTimeout)
+	}, StatusTimeout, StatusStreamDone)
 	return event, status, err
 }
 

@@ -72,9 +72,11 @@ int main(int argc, char **argv) {
 
     printf("> %s\n", message);
     EngineFinishReason reason = ENGINE_FINISH_REASON_NONE;
-    while (reason == ENGINE_FINISH_REASON_NONE) {
+    for (;;) {
         EngineEvent event;
         status = engine_poll(engine, request, -1, &event);
+        /* After the final event (the last choice's FINISHED, or an ERROR) every poll answers STREAM_DONE. */
+        if (status == ENGINE_STATUS_STREAM_DONE) break;
         if (status != ENGINE_STATUS_OK) die("engine_poll", status);
         switch (event.kind) {
         case ENGINE_EVENT_KIND_DELTA:

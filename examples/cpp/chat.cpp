@@ -18,14 +18,11 @@ int main(int argc, char **argv) {
         ember::Request request = engine.submit(R"({"messages": [{"role": "user", "content": ")" + escaped +
                                                R"("}], "max_tokens": 64, "temperature": 0})");
         std::cout << "> " << message << "\n";
-        for (;;) {
-            ember::Event event = *request.poll();
-            if (event.kind == ENGINE_EVENT_KIND_DELTA) {
-                std::cout << event.text << std::flush;
-            } else if (event.kind == ENGINE_EVENT_KIND_FINISHED) {
-                break;
-            } else {
-                std::cerr << "\nthe request failed: " << event.text << "\n";
+        while (std::optional<ember::Event> event = request.poll()) {  // std::nullopt after the final event
+            if (event->kind == ENGINE_EVENT_KIND_DELTA) {
+                std::cout << event->text << std::flush;
+            } else if (event->kind == ENGINE_EVENT_KIND_ERROR) {
+                std::cerr << "\nthe request failed: " << event->text << "\n";
                 return 1;
             }
         }

@@ -73,11 +73,13 @@ class Request {
     Request &operator=(const Request &) = delete;
     ~Request() { engine_request_free(handle_); }
 
-    // The next event, waiting up to timeout_ms (-1: no limit, 0: do not wait); std::nullopt on timeout.
+    // The next event, waiting up to timeout_ms (-1: no limit, 0: do not wait); std::nullopt once the final event
+    // (the last choice's FINISHED, or the ERROR) has been returned, at once on every later call. A timeout throws
+    // (status TIMEOUT), as in next_chunk_json: `while (auto event = request.poll()) { ... }` reads a request.
     std::optional<Event> poll(int32_t timeout_ms = -1) {
         EngineEvent event;
         EngineStatus status = engine_poll(engine_, handle_, timeout_ms, &event);
-        if (status == ENGINE_STATUS_TIMEOUT) return std::nullopt;
+        if (status == ENGINE_STATUS_STREAM_DONE) return std::nullopt;
         detail::check(status, "engine_poll");
         std::string text = event.text != nullptr ? std::string(event.text, event.text_len) : std::string();
         return Event{event.kind, event.choice, std::move(text), event.num_tokens, event.finish_reason};

@@ -271,7 +271,7 @@ mod tests {
 
     use super::*;
     use crate::engine::kv_prefix::PrefixCachingAllocator;
-    use crate::engine::output::{RequestEvent, RequestHandle, RequestShared};
+    use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
     use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
     use crate::engine::step_runner::StepError;
@@ -341,19 +341,16 @@ mod tests {
         EngineCore::new(Arc::clone(shared), StepRunner::new(forward, 3), tokenizer, clock, limits, blocks, 64)
     }
 
-    /// Every event of a request that has ended, without waiting.
+    /// Every event of a request that has ended, up to the end of its stream.
     fn events(h: &RequestHandle) -> Vec<RequestEvent> {
         let mut all = Vec::new();
-        while let Some(e) = h.poll(Some(std::time::Duration::ZERO)) {
-            let last = matches!(e, RequestEvent::Error { .. })
-                || all.iter().filter(|x| matches!(x, RequestEvent::Finished { .. })).count() + 1 == h.num_choices()
-                    && matches!(e, RequestEvent::Finished { .. });
-            all.push(e);
-            if last {
-                break;
+        loop {
+            match h.poll(Some(std::time::Duration::ZERO)) {
+                EventPoll::Event(e) => all.push(e),
+                EventPoll::Done => return all,
+                EventPoll::TimedOut => panic!("the request has not ended: {all:?}"),
             }
         }
-        all
     }
 
     #[test]
@@ -366,7 +363,9 @@ mod tests {
         core(&shared, clock, Box::new(PanickingForward), &tokenizer, 4).run(); // returns instead of unwinding
         for h in [first, second] {
             match h.poll(None) {
-                Some(RequestEvent::Error { message }) => assert!(message.contains("kernel bug"), "{message}"),
+                EventPoll::Event(RequestEvent::Error { message }) => {
+                    assert!(message.contains("kernel bug"), "{message}")
+                }
                 other => panic!("expected an error event, got {other:?}"),
             }
         }

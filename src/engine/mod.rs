@@ -30,5 +30,5 @@ pub use config::{BackendKind, ConfigError, EngineConfig};
 pub use finish::FinishReason;
 pub use handle::{Engine, EngineError};
 pub use log::{LogLevel, Logger};
-pub use output::{ChoiceOutput, RequestEvent, RequestHandle};
+pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
 pub use request::{SubmitError, SubmitRequest};

@@ -22,10 +22,21 @@ use crate::model::TokenId;
 pub enum RequestEvent {
     /// New text of a choice (UTF-8, never a partial character), covering `tokens` generated tokens.
     Delta { choice: usize, text: String, tokens: u32 },
-    /// A choice ended. After the last choice's `Finished`, every poll answers it again.
+    /// A choice ended. The last choice's `Finished` is the request's final event.
     Finished { choice: usize, reason: FinishReason },
-    /// The request failed; every later poll answers this again.
+    /// The request failed: its final event (choices not yet finished end with `FinishReason::Error`).
     Error { message: String },
+}
+
+/// The answer to [`RequestHandle::poll`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventPoll {
+    /// The next event. The request's final one (the last choice's `Finished`, or `Error`) is handed out once.
+    Event(RequestEvent),
+    /// The final event has been handed out: the stream is over, and every later poll answers this at once.
+    Done,
+    /// Nothing happened within the timeout.
+    TimedOut,
 }
 
 /// A queued delta with the sum of its tokens' timestamps, so that the wait of every token can be charged when
@@ -60,8 +71,10 @@ pub struct ChoiceOutput {
 struct OutputState {
     queue: VecDeque<Queued>,
     choices: Vec<ChoiceOutput>,
-    /// The answer to polls once the queue is drained and the request has ended.
+    /// The event that ended the request (the last choice's `Finished`, or the `Error`), once it has ended.
     terminal: Option<RequestEvent>,
+    /// A poll has handed out the final event: later polls answer `Done`, whatever may still be queued.
+    final_taken: bool,
 }
 
 /// The engine-side hook that a cancellation wakes.
@@ -110,6 +123,7 @@ impl RequestShared {
                 queue: VecDeque::new(),
                 choices: vec![ChoiceOutput::default(); n],
                 terminal: None,
+                final_taken: false,
             }),
             ready: Condvar::new(),
             stats: stats.map(|s| (0..n).map(|_| Mutex::new(s.clone())).collect()),
@@ -207,6 +221,16 @@ impl RequestShared {
     }
 }
 
+/// Whether `event`, just taken from the queue, is the request's final one: an `Error`, or the `Finished` that
+/// ended the last choice (`terminal`; every choice finishes once, so an equal event is that one).
+fn is_final(event: &RequestEvent, terminal: Option<&RequestEvent>) -> bool {
+    match event {
+        RequestEvent::Error { .. } => true,
+        RequestEvent::Finished { .. } => terminal == Some(event),
+        RequestEvent::Delta { .. } => false,
+    }
+}
+
 /// The host's handle on a request: poll its events, read its output and metrics, cancel it.
 #[derive(Clone)]
 pub struct RequestHandle {
@@ -246,30 +270,43 @@ impl RequestHandle {
         self.shared.include_metrics
     }
 
-    /// The next event: waits up to `timeout` (`None` = until one comes). `None` when the wait timed out.
-    /// Consecutive deltas of one choice are merged into one event. Once the request has ended and its events
-    /// are drained, every poll answers the terminal event again at once.
-    pub fn poll(&self, timeout: Option<Duration>) -> Option<RequestEvent> {
+    /// The next event: waits up to `timeout` (`None` = until one comes). Consecutive deltas of one choice are
+    /// merged into one event. The final event is handed out once; every poll after it answers `Done` at once.
+    pub fn poll(&self, timeout: Option<Duration>) -> EventPoll {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut out = lock(&self.shared.output);
         loop {
-            if let Some(front) = out.queue.pop_front() {
-                return Some(self.deliver(front, &mut out));
+            if out.final_taken {
+                return EventPoll::Done;
             }
-            if let Some(t) = &out.terminal {
-                return Some(t.clone());
+            if let Some(front) = out.queue.pop_front() {
+                let event = self.deliver(front, &mut out);
+                if is_final(&event, out.terminal.as_ref()) {
+                    out.final_taken = true;
+                    // A request of several choices that fails is failed once per running choice: only the first
+                    // `Error` is an event.
+                    out.queue.clear();
+                }
+                return EventPoll::Event(event);
             }
             out = match deadline {
                 None => self.shared.ready.wait(out).unwrap_or_else(|e| e.into_inner()),
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return None;
+                        return EventPoll::TimedOut;
                     }
                     self.shared.ready.wait_timeout(out, left).unwrap_or_else(|e| e.into_inner()).0
                 }
             };
         }
+    }
+
+    /// The engine side of the request, for tests that play it by hand (an engine failure, say, which no real
+    /// request can be made to provoke).
+    #[cfg(test)]
+    pub(crate) fn engine_side(&self) -> &RequestShared {
+        &self.shared
     }
 
     /// Turns a queued item into an event, merging following deltas of the same choice and charging the tokens'
@@ -362,5 +399,108 @@ impl RequestHandle {
     /// A copy of choice `choice`'s raw stats (`None` when stats are off).
     pub fn stats(&self, choice: usize) -> Option<RequestStateStats> {
         self.shared.stats.as_ref().and_then(|s| s.get(choice)).map(|s| lock(s).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Weak};
+    use std::thread;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Stands in for the engine a cancellation would wake.
+    struct NoEngine;
+
+    impl CancelWaker for NoEngine {
+        fn wake(&self) {}
+    }
+
+    /// A request of `n` choices whose engine side the test plays by hand.
+    fn request(n: usize) -> (Arc<RequestShared>, RequestHandle) {
+        let no_engine: Weak<dyn CancelWaker> = Weak::<NoEngine>::new();
+        let shared = RequestShared::new(1, n, 2, false, EngineClock::new(), None, no_engine);
+        (Arc::clone(&shared), RequestHandle::new(shared))
+    }
+
+    const NOW: Option<Duration> = Some(Duration::ZERO);
+
+    fn finished(choice: usize, reason: FinishReason) -> EventPoll {
+        EventPoll::Event(RequestEvent::Finished { choice, reason })
+    }
+
+    #[test]
+    fn the_final_event_comes_once_then_every_poll_is_done_at_once() {
+        let (shared, h) = request(1);
+        assert_eq!(h.poll(NOW), EventPoll::TimedOut);
+        shared.push_delta(0, "Hel".into(), 1, 0.0);
+        shared.push_delta(0, "lo".into(), 2, 0.0);
+        shared.finish_choice(0, FinishReason::Stop);
+        let delta = RequestEvent::Delta { choice: 0, text: "Hello".into(), tokens: 3 };
+        assert_eq!(h.poll(NOW), EventPoll::Event(delta), "consecutive deltas merge");
+        assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
+        for _ in 0..3 {
+            // No timeout: a poll after the end must not wait for an event that never comes.
+            assert_eq!(h.poll(None), EventPoll::Done);
+            assert_eq!(h.poll(NOW), EventPoll::Done);
+        }
+        assert!(h.is_finished());
+    }
+
+    #[test]
+    fn an_earlier_choice_finishing_does_not_end_the_stream() {
+        let (shared, h) = request(2);
+        shared.finish_choice(1, FinishReason::Length);
+        assert_eq!(h.poll(NOW), finished(1, FinishReason::Length));
+        assert_eq!(h.poll(NOW), EventPoll::TimedOut, "choice 0 still runs");
+        shared.finish_choice(0, FinishReason::Cancelled);
+        shared.finish_choice(0, FinishReason::Stop); // a second finish of a choice is ignored
+        assert_eq!(h.poll(NOW), finished(0, FinishReason::Cancelled));
+        assert_eq!(h.poll(NOW), EventPoll::Done);
+    }
+
+    #[test]
+    fn an_error_comes_once_even_when_every_choice_fails_it() {
+        let (shared, h) = request(3);
+        shared.finish_choice(2, FinishReason::Stop);
+        // The engine fails a request once per running choice.
+        shared.fail("forward pass failed: boom".into());
+        shared.fail("forward pass failed: boom".into());
+        assert_eq!(h.poll(NOW), finished(2, FinishReason::Stop));
+        let error = RequestEvent::Error { message: "forward pass failed: boom".into() };
+        assert_eq!(h.poll(NOW), EventPoll::Event(error));
+        assert_eq!(h.poll(NOW), EventPoll::Done);
+        shared.fail("forward pass failed: boom".into()); // even one that comes after the first was taken
+        assert_eq!(h.poll(None), EventPoll::Done);
+        assert_eq!(h.error().as_deref(), Some("forward pass failed: boom"), "the message stays readable");
+        let reasons: Vec<_> = h.choices().iter().map(|c| c.finish_reason).collect();
+        assert_eq!(reasons, [Some(FinishReason::Error), Some(FinishReason::Error), Some(FinishReason::Stop)]);
+    }
+
+    #[test]
+    fn threads_waiting_on_one_request_all_end_and_exactly_one_gets_the_final_event() {
+        let (shared, h) = request(1);
+        let pollers: Vec<_> = (0..4)
+            .map(|_| {
+                let h = h.clone();
+                thread::spawn(move || {
+                    let mut finals = 0;
+                    loop {
+                        match h.poll(None) {
+                            EventPoll::Event(RequestEvent::Finished { .. }) => finals += 1,
+                            EventPoll::Event(_) => {}
+                            EventPoll::Done => return finals,
+                            EventPoll::TimedOut => unreachable!("no timeout was given"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(20)); // let them block
+        shared.push_delta(0, "a".into(), 1, 0.0);
+        shared.finish_choice(0, FinishReason::Length);
+        let finals: usize = pollers.into_iter().map(|p| p.join().unwrap()).sum();
+        assert_eq!(finals, 1);
     }
 }

@@ -12,7 +12,7 @@ use super::finish::FinishReason;
 use super::kv_pools::KvPools;
 use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
-use super::output::{CancelWaker, RequestEvent, RequestHandle, RequestShared};
+use super::output::{CancelWaker, EventPoll, RequestEvent, RequestHandle, RequestShared};
 use super::runner::BatchForward;
 use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
@@ -127,14 +127,9 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         .iter()
         .map(|h| {
             let mut error = None;
-            while let Some(event) = h.poll(Some(std::time::Duration::ZERO)) {
-                match event {
-                    RequestEvent::Error { message } => {
-                        error = Some(message);
-                        break;
-                    }
-                    RequestEvent::Finished { .. } => break,
-                    _ => {}
+            while let EventPoll::Event(event) = h.poll(Some(std::time::Duration::ZERO)) {
+                if let RequestEvent::Error { message } = event {
+                    error = Some(message);
                 }
             }
             let choice = &h.choices()[0];

@@ -59,6 +59,16 @@ fn poll(h: Handles, timeout_ms: i32, event: &mut EngineEvent) -> EngineStatus {
     unsafe { engine_poll(h.engine(), h.request(), timeout_ms, event) }
 }
 
+/// Every poll after the final event answers `STREAM_DONE` at once, whatever the timeout.
+fn assert_stream_done(h: Handles, event: &mut EngineEvent) {
+    for timeout_ms in [-1, 0, 1000, -1] {
+        let start = std::time::Instant::now();
+        assert_eq!(poll(h, timeout_ms, event), EngineStatus::StreamDone, "timeout {timeout_ms}");
+        assert!(start.elapsed() < std::time::Duration::from_millis(500), "STREAM_DONE without waiting");
+        assert_eq!(last_error::get(), "engine_poll: the final event has been returned");
+    }
+}
+
 const SHORT: &str = r#"{"prompt": "Hi", "max_tokens": 3, "temperature": 0}"#;
 const LONG: &str = r#"{"prompt": "Count: 1, 2, 3,", "max_tokens": 64, "temperature": 0}"#;
 
@@ -82,6 +92,8 @@ fn a_request_end_to_end() {
         }
     }
     assert!(!text.is_empty() && (1..=3).contains(&tokens));
+    assert_stream_done(h, &mut event);
+    assert_eq!(event.kind, EngineEventKind::Finished, "STREAM_DONE leaves the event untouched");
     let mut m = PerRequestTimingMetrics {
         struct_size: size_of::<PerRequestTimingMetrics>() as u32,
         present: 0,
@@ -148,24 +160,89 @@ fn several_threads_share_the_events_of_one_request() {
     let pollers: Vec<_> = (0..3)
         .map(|_| {
             std::thread::spawn(move || {
-                let (mut event, mut tokens) = (empty_event(), 0);
+                let (mut event, mut tokens, mut finishes) = (empty_event(), 0, Vec::new());
+                // Every thread polls to STREAM_DONE, which comes once the final event has gone to one of them.
                 loop {
-                    assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
+                    match poll(h, -1, &mut event) {
+                        EngineStatus::Ok => {}
+                        EngineStatus::StreamDone => return (tokens, finishes),
+                        other => panic!("{other:?}: {}", last_error::get()),
+                    }
                     match event.kind {
                         EngineEventKind::Delta => tokens += event.num_tokens,
-                        _ => return (tokens, event.finish_reason),
+                        EngineEventKind::Finished => finishes.push(event.finish_reason),
+                        EngineEventKind::Error => panic!("the request failed"),
                     }
                 }
             })
         })
         .collect();
-    let results: Vec<(u32, EngineFinishReason)> = pollers.into_iter().map(|t| t.join().unwrap()).collect();
-    assert!(results.iter().all(|r| r.1 == EngineFinishReason::Length));
+    let results: Vec<(u32, Vec<EngineFinishReason>)> = pollers.into_iter().map(|t| t.join().unwrap()).collect();
+    let finishes: Vec<EngineFinishReason> = results.iter().flat_map(|r| r.1.iter().copied()).collect();
+    assert_eq!(finishes, [EngineFinishReason::Length], "the final event goes to exactly one thread");
     let mut count = 0;
     // SAFETY: a writable count; a NULL buffer with capacity 0 asks for the size.
     let status = unsafe { engine_get_token_timestamps(request, 0, ptr::null_mut(), 0, &mut count) };
     assert_eq!(status, EngineStatus::BufferTooSmall);
     assert_eq!(results.iter().map(|r| r.0 as usize).sum::<usize>(), count, "every token delivered exactly once");
+    engine_request_free(request);
+    engine_free(engine);
+}
+
+#[test]
+fn a_cancelled_request_of_two_choices_finishes_each_once_then_is_done() {
+    let engine = new_engine();
+    let request = submit(engine, r#"{"prompt": "Hi", "max_tokens": 200, "n": 2, "temperature": 0}"#);
+    let h = Handles { engine: engine.addr(), request: request.addr() };
+    assert_eq!(engine_cancel(request), EngineStatus::Ok);
+    let (mut event, mut finished) = (empty_event(), [0; 2]);
+    loop {
+        match poll(h, -1, &mut event) {
+            EngineStatus::StreamDone => break,
+            status => assert_eq!(status, EngineStatus::Ok),
+        }
+        assert_ne!(event.kind, EngineEventKind::Error);
+        if event.kind == EngineEventKind::Finished {
+            assert_eq!(event.finish_reason, EngineFinishReason::Cancelled);
+            finished[event.choice as usize] += 1;
+        }
+    }
+    assert_eq!(finished, [1, 1]);
+    assert_stream_done(h, &mut event);
+    engine_request_free(request);
+    engine_free(engine);
+}
+
+#[test]
+fn an_error_is_the_final_event_and_its_message_stays_in_the_response() {
+    let engine = new_engine();
+    let request = submit(engine, SHORT);
+    let h = Handles { engine: engine.addr(), request: request.addr() };
+    let object = registry::REQUESTS.get(request.addr()).unwrap();
+    // No real request makes the engine fail: play its side. The engine may still be generating; its later
+    // deltas must not follow the error.
+    object.handle.engine_side().fail("forward pass failed: injected".into());
+    let mut event = empty_event();
+    loop {
+        assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
+        if event.kind != EngineEventKind::Delta {
+            break;
+        }
+    }
+    assert_eq!((event.kind, event.choice, event.finish_reason), (EngineEventKind::Error, 0, EngineFinishReason::None));
+    // SAFETY: `text_len` bytes at `text`, valid until this thread's next poll of the request.
+    let message = unsafe { std::slice::from_raw_parts(event.text.cast::<u8>(), event.text_len) };
+    assert_eq!(message, b"forward pass failed: injected");
+    assert_stream_done(h, &mut event);
+    let mut json = ptr::null_mut();
+    // SAFETY: a writable out pointer.
+    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EngineStatus::Ok);
+    // SAFETY: a NUL-terminated string from ember, freed below.
+    let body = unsafe { CStr::from_ptr(json) }.to_str().unwrap().to_owned();
+    engine_string_free(json);
+    assert!(body.contains("forward pass failed: injected") && body.contains(r#""finish_reason":"error""#), "{body}");
+    object.handle.cancel(); // stop the generation the failure did not stop
+    drop(object);
     engine_request_free(request);
     engine_free(engine);
 }

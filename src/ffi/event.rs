@@ -8,7 +8,7 @@ use super::boundary::{boundary, Failure};
 use super::engine::Engine;
 use super::request::{request_of_engine, EngineRequest, RequestObject};
 use super::status::EngineStatus;
-use crate::engine::{FinishReason, RequestEvent};
+use crate::engine::{EventPoll, FinishReason, RequestEvent};
 
 /// What an `EngineEvent` reports.
 #[repr(u32)]
@@ -16,10 +16,12 @@ use crate::engine::{FinishReason, RequestEvent};
 pub enum EngineEventKind {
     /// New text of choice `choice`: `text`/`text_len`, covering `num_tokens` generated tokens.
     Delta = 1,
-    /// Choice `choice` ended, for `finish_reason`. Once every choice has ended and its events have been taken,
-    /// every poll answers the last choice's `FINISHED` again.
+    /// Choice `choice` ended, for `finish_reason`. One per choice; the last choice's is the request's final
+    /// event, after which `engine_poll` answers `ENGINE_STATUS_STREAM_DONE`.
     Finished = 2,
-    /// The request failed; `text`/`text_len` is the message. Every later poll answers it again.
+    /// The request failed; `text`/`text_len` is the message. The request's final event: its unfinished choices
+    /// end with `ENGINE_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
+    /// `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
     Error = 3,
 }
 
@@ -74,15 +76,21 @@ pub struct EngineEvent {
 /// Takes the next event of a request, waiting up to `timeout_ms` milliseconds for one (0: do not wait; -1: wait
 /// until one comes; other negative values are invalid). Consecutive deltas of one choice are merged.
 ///
-/// Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on failure `*out` is untouched:
-/// `ENGINE_STATUS_TIMEOUT` (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not
-/// live, the request belongs to another engine, or it was freed while this call waited),
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
+/// A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
+/// `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
+/// `ERROR`) is returned once; every later call returns `ENGINE_STATUS_STREAM_DONE` at once, without waiting,
+/// whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
+///
+/// Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
+/// `ENGINE_STATUS_STREAM_DONE` (the final event has been returned: not an error), `ENGINE_STATUS_TIMEOUT`
+/// (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
+/// to another engine, or it was freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`,
+/// bad timeout).
 ///
 /// Thread safety: any thread. Several threads may poll one request at once: each event goes to exactly one of
-/// them, and each thread's `text` stays valid until that thread's own next poll of the request. Freeing the
-/// request or the engine wakes a waiting poll. Do not mix `engine_poll` and `engine_next_chunk_json` on one
-/// request: both take its events.
+/// them (the final event too: the others get `ENGINE_STATUS_STREAM_DONE`), and each thread's `text` stays valid
+/// until that thread's own next poll of the request. Freeing the request or the engine wakes a waiting poll. Do
+/// not mix `engine_poll` and `engine_next_chunk_json` on one request: both take its events.
 ///
 /// # Safety
 /// `out` is NULL or points to writable storage for an `EngineEvent`.
@@ -97,16 +105,20 @@ pub unsafe extern "C" fn engine_poll(
         let out = Out::new(out, "out")?;
         let timeout = args::timeout(timeout_ms)?;
         let object = request_of_engine(engine, request)?;
-        let Some(event) = object.handle.poll(timeout) else {
-            return Err(Failure::new(EngineStatus::Timeout, format!("no event within {timeout_ms} ms")));
-        };
+        let next = object.handle.poll(timeout);
         if object.is_freed() {
             return Err(Failure::invalid_handle("the request was freed while this call waited"));
         }
-        let event = to_c_event(&object, event);
-        // SAFETY: `out` is non-NULL and writable by this function's contract.
-        unsafe { out.write(event) };
-        Ok(())
+        match next {
+            EventPoll::Event(event) => {
+                let event = to_c_event(&object, event);
+                // SAFETY: `out` is non-NULL and writable by this function's contract.
+                unsafe { out.write(event) };
+                Ok(())
+            }
+            EventPoll::Done => Err(Failure::new(EngineStatus::StreamDone, "the final event has been returned")),
+            EventPoll::TimedOut => Err(Failure::new(EngineStatus::Timeout, format!("no event within {timeout_ms} ms"))),
+        }
     })
 }
 

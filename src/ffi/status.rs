@@ -36,7 +36,8 @@ pub enum EngineStatus {
     Timeout = 8,
     /// The request has not finished yet, so there is no final response.
     NotFinished = 9,
-    /// The stream has ended: every chunk has been returned.
+    /// The stream has ended: every chunk (`engine_next_chunk_json`) or event (`engine_poll`) has been returned.
+    /// An answer, not a failure: later calls answer it again, at once.
     StreamDone = 10,
     /// The caller's buffer is too short; the size needed was written.
     BufferTooSmall = 11,

@@ -8,7 +8,7 @@ use super::metrics_gate::MetricsGate;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
-use crate::engine::{Engine, RequestHandle, SubmitRequest};
+use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 
 /// An OpenAI request submitted to an engine.
 ///
@@ -94,8 +94,11 @@ impl ApiRequest {
                 return ready;
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let Some(event) = self.handle.poll(left) else { return ChunkPoll::TimedOut };
-            self.chunks.push(&self.header, event, &self.handle);
+            match self.handle.poll(left) {
+                EventPoll::Event(event) => self.chunks.push(&self.header, event, &self.handle),
+                EventPoll::Done => self.chunks.push_done(&self.header, &self.handle),
+                EventPoll::TimedOut => return ChunkPoll::TimedOut,
+            }
         }
     }
 }

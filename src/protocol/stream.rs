@@ -130,29 +130,33 @@ impl ChunkEncoder {
                     self.emit(header, choice, piece, None, Slot::Absent);
                 }
             }
-            // A second `Finished` for a choice is the request's terminal event, repeated: the queue is drained,
-            // so any choice not yet finished here had its events taken by another consumer of the handle.
-            // Finish those from the accumulated output so the stream still ends.
-            RequestEvent::Finished { choice, .. } if self.finished[choice] => {
-                // Every choice has its reason once the request has ended; `Stop` is never actually used.
-                for (choice, output) in handle.choices().iter().enumerate() {
-                    if !self.finished[choice] {
-                        self.finish(header, choice, output.finish_reason.unwrap_or(FinishReason::Stop), handle);
-                    }
-                }
-                self.end(header, handle);
-            }
             RequestEvent::Finished { choice, reason } => {
                 self.finish(header, choice, reason, handle);
                 if self.finished.iter().all(|&f| f) {
                     self.end(header, handle);
                 }
             }
-            RequestEvent::Error { message } => {
-                self.ready.push_back(ApiError::server(message).to_json());
-                self.ended = true;
+            RequestEvent::Error { message } => self.fail(message),
+        }
+    }
+
+    /// The handle's events are over (its poll answered `Done`). When this encoder has not seen the end, another
+    /// consumer of the handle took the final events: end the stream from the accumulated output, as those
+    /// events would have (an error body, or the missing finish chunks and the usage chunk).
+    pub fn push_done(&mut self, header: &ResponseHeader, handle: &RequestHandle) {
+        if self.ended {
+            return;
+        }
+        if let Some(message) = handle.error() {
+            return self.fail(message);
+        }
+        for (choice, output) in handle.choices().iter().enumerate() {
+            if !self.finished[choice] {
+                // Every choice has its reason once the request has ended; `Stop` is never actually used.
+                self.finish(header, choice, output.finish_reason.unwrap_or(FinishReason::Stop), handle);
             }
         }
+        self.end(header, handle);
     }
 
     /// The role chunk that opens a chat choice, once.
@@ -178,6 +182,12 @@ impl ChunkEncoder {
         };
         let metrics = self.gate.choice(|| handle.timing_metrics(choice));
         self.emit(header, choice, piece, Some(reason.as_str()), metrics);
+    }
+
+    /// The one `{"error": ...}` body that ends a failed request's stream.
+    fn fail(&mut self, message: String) {
+        self.ready.push_back(ApiError::server(message).to_json());
+        self.ended = true;
     }
 
     /// The usage chunk, when asked for; then the stream is over.
@@ -233,6 +243,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::engine::EventPoll;
     use crate::protocol::test_support::{header, FakeRequest};
 
     fn encoder(kind: ApiKind, choices: usize, include_usage: bool, gate: (bool, bool, bool)) -> ChunkEncoder {
@@ -355,15 +366,27 @@ mod tests {
         r.finish(0, FinishReason::Stop);
         r.finish(1, FinishReason::Cancelled);
         // The host polls the handle directly for choice 0's delta and finish, then switches to chunks.
-        assert!(matches!(r.handle.poll(None), Some(crate::engine::RequestEvent::Delta { .. })));
-        assert!(matches!(r.handle.poll(None), Some(crate::engine::RequestEvent::Finished { choice: 0, .. })));
+        assert!(matches!(r.handle.poll(None), EventPoll::Event(RequestEvent::Delta { .. })));
+        assert!(matches!(r.handle.poll(None), EventPoll::Event(RequestEvent::Finished { choice: 0, .. })));
         let (chunks, done) = r.drain(&mut e, &header());
-        assert!(done, "the repeated terminal event closes the stream");
+        assert!(done, "the handle's end closes the stream");
         let reasons: Vec<(u64, &str)> = chunks
             .iter()
             .filter_map(|c| Some((c["choices"][0]["index"].as_u64()?, c["choices"][0]["finish_reason"].as_str()?)))
             .collect();
         assert_eq!(reasons, [(1, "cancelled"), (0, "stop")]);
         assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], json!(1));
+    }
+
+    #[test]
+    fn an_error_taken_by_another_consumer_still_ends_the_stream_with_its_body() {
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Completion, 1, true, (false, false, false));
+        r.shared.fail("forward pass failed: boom".into());
+        assert!(matches!(r.handle.poll(None), EventPoll::Event(RequestEvent::Error { .. })));
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        assert_eq!(chunks.len(), 1, "{chunks:?}");
+        assert_eq!(chunks[0]["error"]["message"], json!("forward pass failed: boom"));
     }
 }

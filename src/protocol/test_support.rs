@@ -9,7 +9,7 @@ use super::response::ResponseHeader;
 use super::stream::{ChunkEncoder, ChunkPoll};
 use crate::engine::output::{CancelWaker, RequestShared};
 use crate::engine::stats::{EngineClock, RequestStateStats};
-use crate::engine::{FinishReason, RequestHandle};
+use crate::engine::{EventPoll, FinishReason, RequestHandle};
 
 /// Stands in for the engine a cancellation would wake.
 struct NoEngine;
@@ -60,8 +60,9 @@ impl FakeRequest {
                 Some(ChunkPoll::Done) => return (chunks, true),
                 Some(ChunkPoll::TimedOut) => unreachable!("the encoder never times out"),
                 None => match self.handle.poll(Some(std::time::Duration::ZERO)) {
-                    Some(event) => encoder.push(header, event, &self.handle),
-                    None => return (chunks, false),
+                    EventPoll::Event(event) => encoder.push(header, event, &self.handle),
+                    EventPoll::Done => encoder.push_done(header, &self.handle),
+                    EventPoll::TimedOut => return (chunks, false),
                 },
             }
         }

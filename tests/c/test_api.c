@@ -2,8 +2,9 @@
  * The C API as a host uses it, and misuses it: every function of include/ember.h, NULL pointers everywhere,
  * freed, stale and foreign handles, invalid JSON and UTF-8, double frees, concurrent polls of one request, a
  * request freed while another thread polls it, an engine freed while its requests are polled, struct_size
- * smaller than the struct. Built against the shared and the static library and run under AddressSanitizer and
- * valgrind (see c.mk): any memory error, leak or crash fails the run, and so does any CHECK.
+ * smaller than the struct, polls after a request's final event (STREAM_DONE at once, repeatedly). Built
+ * against the shared and the static library and run under AddressSanitizer and valgrind (see c.mk): any memory
+ * error, leak or crash fails the run, and so does any CHECK.
  *
  * Usage: test_api [THREADS] [--short]
  *   THREADS  engine threads (default 1); the model comes from EMBER_MODEL or the default path.
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int checks_run = 0;
 
@@ -63,6 +65,28 @@ static EngineRequest *submit(Engine *engine, const char *json) {
     return request;
 }
 
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* After its final event, every poll of a request answers STREAM_DONE at once, whatever the timeout, and leaves
+   the event untouched. */
+static void check_stream_done(Engine *engine, EngineRequest *request) {
+    const int32_t timeouts[] = {-1, 0, 5000, -1};
+    for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++) {
+        EngineEvent ev, untouched;
+        memset(&ev, 0x5A, sizeof ev);
+        memcpy(&untouched, &ev, sizeof ev);
+        double start = now_ms();
+        CHECK_STATUS(engine_poll(engine, request, timeouts[i], &ev), ENGINE_STATUS_STREAM_DONE);
+        CHECK(now_ms() - start < 2500); /* did not wait for the 5000 ms */
+        CHECK(memcmp(&ev, &untouched, sizeof ev) == 0);
+        CHECK(last_error_has("engine_poll: the final event has been returned"));
+    }
+}
+
 /* What draining a single-choice request by engine_poll produced. */
 typedef struct {
     char text[4096];
@@ -80,6 +104,8 @@ static void drain(Engine *engine, EngineRequest *request, Drained *d) {
         if (ev.kind == ENGINE_EVENT_KIND_FINISHED) {
             CHECK(ev.text == NULL && ev.text_len == 0 && ev.choice == 0);
             d->reason = ev.finish_reason;
+            /* The one choice's FINISHED is the final event: the stream is over. */
+            CHECK_STATUS(engine_poll(engine, request, -1, &ev), ENGINE_STATUS_STREAM_DONE);
             return;
         }
         CHECK(ev.kind == ENGINE_EVENT_KIND_DELTA);
@@ -242,11 +268,7 @@ static void test_generation_and_metrics(Engine *engine, Drained *reference) {
     CHECK(reference->reason == ENGINE_FINISH_REASON_LENGTH || reference->reason == ENGINE_FINISH_REASON_STOP);
     printf("  generated %u tokens in %u deltas: \"%.*s\"\n", reference->tokens, reference->deltas,
            (int)reference->text_len, reference->text);
-    /* Polling after the end keeps answering FINISHED, at once. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_STATUS(engine_poll(engine, request, 0, &ev), ENGINE_STATUS_OK);
-        CHECK(ev.kind == ENGINE_EVENT_KIND_FINISHED && ev.finish_reason == reference->reason);
-    }
+    check_stream_done(engine, request);
 
     PerRequestTimingMetrics m;
     memset(&m, 0xAB, sizeof m);
@@ -321,22 +343,26 @@ static void test_generation_and_metrics(Engine *engine, Drained *reference) {
     CHECK(last_error_has("engine_request_free") && last_error_has("not a live request handle"));
 }
 
-/* A cancelled request ends with CANCELLED and still has a response; n = 2 choices have their own metrics. */
+/* A cancelled request ends with CANCELLED, one FINISHED per choice, then STREAM_DONE; it still has a response;
+   n = 2 choices have their own metrics. */
 static void test_cancel_and_choices(Engine *engine) {
     EngineRequest *request = submit(engine, "{\"prompt\": \"Hi\", \"max_tokens\": 200, \"n\": 2,"
                                             " \"temperature\": 0}");
     CHECK_STATUS(engine_cancel(request), ENGINE_STATUS_OK);
     CHECK_STATUS(engine_cancel(request), ENGINE_STATUS_OK); /* idempotent */
     int finished[2] = {0, 0};
-    while (!finished[0] || !finished[1]) {
-        EngineEvent ev;
-        CHECK_STATUS(engine_poll(engine, request, -1, &ev), ENGINE_STATUS_OK);
+    EngineStatus status;
+    EngineEvent ev;
+    while ((status = engine_poll(engine, request, -1, &ev)) == ENGINE_STATUS_OK) {
         CHECK(ev.kind != ENGINE_EVENT_KIND_ERROR && ev.choice < 2);
         if (ev.kind == ENGINE_EVENT_KIND_FINISHED) {
             CHECK(ev.finish_reason == ENGINE_FINISH_REASON_CANCELLED);
-            finished[ev.choice] = 1;
+            finished[ev.choice]++;
         }
     }
+    CHECK_STATUS(status, ENGINE_STATUS_STREAM_DONE);
+    CHECK(finished[0] == 1 && finished[1] == 1);
+    check_stream_done(engine, request);
     PerRequestTimingMetrics m = {.struct_size = sizeof m};
     CHECK_STATUS(engine_get_choice_timing_metrics(request, 1, &m), ENGINE_STATUS_OK);
     CHECK_STATUS(engine_get_choice_timing_metrics(request, 2, &m), ENGINE_STATUS_CHOICE_OUT_OF_RANGE);
@@ -445,21 +471,28 @@ static void test_handle_misuse(Engine *engine, Engine *other) {
     engine_request_free(request);
 }
 
-/* Several threads poll one request: every event goes to one of them, and each thread's text stays valid. */
+/* Several threads poll one request: every event goes to one of them (the final FINISHED too: the others see
+   STREAM_DONE), and each thread's text stays valid. */
 typedef struct {
     Engine *engine;
     EngineRequest *request;
     uint32_t tokens;
+    uint32_t finishes;
     size_t bytes;
     char copy[4096];
 } Poller;
 
-static void *poll_until_finished(void *arg) {
+static void *poll_until_done(void *arg) {
     Poller *p = arg;
     for (;;) {
         EngineEvent ev;
-        CHECK_STATUS(engine_poll(p->engine, p->request, -1, &ev), ENGINE_STATUS_OK);
-        if (ev.kind == ENGINE_EVENT_KIND_FINISHED) return NULL;
+        EngineStatus status = engine_poll(p->engine, p->request, -1, &ev);
+        if (status == ENGINE_STATUS_STREAM_DONE) return NULL;
+        CHECK_STATUS(status, ENGINE_STATUS_OK);
+        if (ev.kind == ENGINE_EVENT_KIND_FINISHED) {
+            p->finishes++;
+            continue;
+        }
         CHECK(ev.kind == ENGINE_EVENT_KIND_DELTA && p->bytes + ev.text_len < sizeof p->copy);
         memcpy(p->copy + p->bytes, ev.text, ev.text_len); /* reads this thread's text: ASan checks it is live */
         p->bytes += ev.text_len;
@@ -474,17 +507,20 @@ static void test_concurrent_polls(Engine *engine, const Drained *reference) {
     pthread_t threads[THREADS];
     for (int i = 0; i < THREADS; i++) {
         pollers[i] = (Poller){.engine = engine, .request = request};
-        CHECK(pthread_create(&threads[i], NULL, poll_until_finished, &pollers[i]) == 0);
+        CHECK(pthread_create(&threads[i], NULL, poll_until_done, &pollers[i]) == 0);
     }
-    uint32_t tokens = 0;
+    uint32_t tokens = 0, finishes = 0;
     size_t bytes = 0;
     for (int i = 0; i < THREADS; i++) {
         CHECK(pthread_join(threads[i], NULL) == 0);
         tokens += pollers[i].tokens;
+        finishes += pollers[i].finishes;
         bytes += pollers[i].bytes;
     }
-    /* Greedy: the same tokens as the single-threaded run, split among the threads. */
+    /* Greedy: the same tokens as the single-threaded run, split among the threads; one FINISHED in all. */
     CHECK(tokens == reference->tokens && bytes == reference->text_len);
+    CHECK(finishes == 1);
+    check_stream_done(engine, request);
     engine_request_free(request);
 }
 
