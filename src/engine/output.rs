@@ -283,8 +283,8 @@ impl RequestHandle {
                 let event = self.deliver(front, &mut out);
                 if is_final(&event, out.terminal.as_ref()) {
                     out.final_taken = true;
-                    // A request of several choices that fails is failed once per running choice: only the first
-                    // `Error` is an event.
+                    // Nothing is queued after the final event (a request ends once: `fail` and `finish_choice`
+                    // do nothing after it); should anything be, `Done` still ends the stream.
                     out.queue.clear();
                 }
                 return EventPoll::Event(event);
@@ -464,7 +464,7 @@ mod tests {
     fn an_error_comes_once_even_when_every_choice_fails_it() {
         let (shared, h) = request(3);
         shared.finish_choice(2, FinishReason::Stop);
-        // The engine fails a request once per running choice.
+        // A second failure (the engine fails a request once; this holds even if it did not) changes nothing.
         shared.fail("forward pass failed: boom".into());
         shared.fail("forward pass failed: boom".into());
         assert_eq!(h.poll(NOW), finished(2, FinishReason::Stop));
