@@ -12,7 +12,8 @@
 //!
 //! Requests go through the protocol layer (`ApiRequest`, as `engine_submit` does), temperature 0.
 //!
-//! `cargo bench --bench prefix_cache -- [--quick] [--threads 2] [--repeats 3] [--turns 9] [--clients 16]
+//! `cargo bench --bench prefix_cache -- [--quick] [--threads 2] [--repeats 3] [--turns 9] [--user-tokens 200]
+//! [--answer-tokens 32] [--scenario chat|clients|both] [--clients 16]
 //! [--requests-per-client 4] [--json PATH]`. Prints a table per scenario and writes JSON (default
 //! `target/bench-prefix-cache.json`).
 
@@ -28,9 +29,9 @@ use serde_json::{json, Value};
 
 /// The two settings compared; index 0 is off, 1 is on, in every `[_; 2]` below.
 const MODES: [bool; 2] = [false, true];
-/// Tokens each user turn of the conversation is filled to (before its closing question).
+/// Tokens each user turn of the conversation is filled to, its closing question included (`--user-tokens`).
 const USER_TURN_TOKENS: usize = 200;
-/// `max_tokens` of each assistant turn.
+/// `max_tokens` of each assistant turn (`--answer-tokens`).
 const ANSWER_TOKENS: usize = 32;
 /// `max_tokens` of each request of the concurrent scenario.
 const SHORT_ANSWER_TOKENS: usize = 16;
@@ -81,6 +82,11 @@ struct Args {
     turns: Option<usize>,
     clients: usize,
     requests_per_client: Option<usize>,
+    user_tokens: usize,
+    answer_tokens: usize,
+    /// Run the multi-turn chat, the concurrent clients, or both (`--scenario chat|clients|both`).
+    chat: bool,
+    clients_scenario: bool,
     json: String,
 }
 
@@ -105,6 +111,10 @@ fn parse_args() -> Args {
         turns: None,
         clients: 16,
         requests_per_client: None,
+        user_tokens: USER_TURN_TOKENS,
+        answer_tokens: ANSWER_TOKENS,
+        chat: true,
+        clients_scenario: true,
         json: "target/bench-prefix-cache.json".into(),
     };
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -124,6 +134,16 @@ fn parse_args() -> Args {
             "--turns" => args.turns = Some(count(i)),
             "--clients" => args.clients = count(i),
             "--requests-per-client" => args.requests_per_client = Some(count(i)),
+            "--user-tokens" => args.user_tokens = count(i),
+            "--answer-tokens" => args.answer_tokens = count(i),
+            "--scenario" => {
+                (args.chat, args.clients_scenario) = match value(i).as_str() {
+                    "chat" => (true, false),
+                    "clients" => (false, true),
+                    "both" => (true, true),
+                    other => panic!("--scenario chat|clients|both, not {other}"),
+                }
+            }
             "--json" => args.json = value(i),
             other => panic!("unknown argument {other}"),
         }
@@ -202,9 +222,9 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 
 /// User turn `turn`: sentences picked by a fixed stride (each turn a different sequence) until ~200 tokens,
 /// then a question, so that the model has something to answer.
-fn user_turn(model: &Model, turn: usize) -> String {
+fn user_turn(model: &Model, turn: usize, tokens: usize) -> String {
     let question = "Summarise these notes in one sentence.";
-    let budget = USER_TURN_TOKENS - model.tokenizer.encode(question, false).len();
+    let budget = tokens.saturating_sub(model.tokenizer.encode(question, false).len());
     let mut text = format!("Here is part {} of my notes.", turn + 1);
     for j in 0.. {
         let candidate = format!("{text} {}", SENTENCES[(turn * 5 + j * 7) % SENTENCES.len()]);
@@ -218,14 +238,15 @@ fn user_turn(model: &Model, turn: usize) -> String {
 
 /// One conversation per setting, turn by turn (off and on alternating which goes first), each on a fresh engine
 /// that serves all its turns. Each setting keeps its own history: its assistant turns are its own answers.
-fn conversation(model: &Arc<Model>, threads: usize, users: &[String], repeat: usize) -> [Vec<Served>; 2] {
+fn conversation(model: &Arc<Model>, args: &Args, users: &[String], repeat: usize) -> [Vec<Served>; 2] {
+    let threads = args.threads;
     let engines = MODES.map(|on| engine(model, threads, on));
     let mut histories: [Vec<Value>; 2] = Default::default();
     let mut turns: [Vec<Served>; 2] = Default::default();
     for (t, user) in users.iter().enumerate() {
         for m in order(repeat + t) {
             histories[m].push(json!({"role": "user", "content": user}));
-            let served = serve(&engines[m], &histories[m], ANSWER_TOKENS, false);
+            let served = serve(&engines[m], &histories[m], args.answer_tokens, false);
             histories[m].push(json!({"role": "assistant", "content": served.text}));
             turns[m].push(served);
         }
@@ -255,9 +276,10 @@ fn turn_rows(runs: &[[Vec<Served>; 2]], turns: usize) -> Vec<TurnRow> {
         .collect()
 }
 
-fn print_turns(rows: &[TurnRow], repeats: usize) {
+fn print_turns(rows: &[TurnRow], args: &Args) {
+    let (repeats, user_tokens, answer_tokens) = (args.repeats(), args.user_tokens, args.answer_tokens);
     println!(
-        "\nmulti-turn chat: ~{USER_TURN_TOKENS}-token user turns, answers of up to {ANSWER_TOKENS} tokens, \
+        "\nmulti-turn chat: ~{user_tokens}-token user turns, answers of up to {answer_tokens} tokens, \
          median of {repeats} conversation(s); one engine per setting serves all turns of a conversation, \
          each repeat on fresh engines (no cache carried over)"
     );
@@ -459,35 +481,49 @@ fn main() {
     serve(&engine(&model, args.threads, false), &[json!({"role": "user", "content": QUESTIONS[0]})], 4, false);
     println!("prefix caching benchmark: {} threads, backend cpu", args.threads);
 
-    let users: Vec<String> = (0..args.turns()).map(|t| user_turn(&model, t)).collect();
-    let runs: Vec<[Vec<Served>; 2]> =
-        (0..args.repeats()).map(|r| conversation(&model, args.threads, &users, r)).collect();
-    let rows = turn_rows(&runs, args.turns());
-    print_turns(&rows, args.repeats());
+    let users: Vec<String> = (0..args.turns()).map(|t| user_turn(&model, t, args.user_tokens)).collect();
+    let rows = if args.chat {
+        let runs: Vec<[Vec<Served>; 2]> = (0..args.repeats()).map(|r| conversation(&model, &args, &users, r)).collect();
+        let rows = turn_rows(&runs, args.turns());
+        print_turns(&rows, &args);
+        rows
+    } else {
+        Vec::new()
+    };
 
     let mut loads: [Vec<Load>; 2] = Default::default();
-    for r in 0..args.repeats() {
-        for m in order(r) {
-            loads[m].push(concurrent_load(&model, args.threads, MODES[m], args.clients, args.requests_per_client()));
+    if args.clients_scenario {
+        for r in 0..args.repeats() {
+            for m in order(r) {
+                let load = concurrent_load(&model, args.threads, MODES[m], args.clients, args.requests_per_client());
+                loads[m].push(load);
+            }
         }
     }
     let summaries = [LoadSummary::new(&loads[0]), LoadSummary::new(&loads[1])];
     let shared = shared_prefix_tokens(&model);
-    print_load(&summaries, &args, shared);
+    if args.clients_scenario {
+        print_load(&summaries, &args, shared);
+    }
 
-    let doc = json!({
-        "bench": "prefix_cache", "threads": args.threads, "repeats": args.repeats(), "quick": args.quick,
-        "fresh_engines_per_repeat": true,
-        "multi_turn": {
-            "turns": args.turns(), "user_turn_tokens": USER_TURN_TOKENS, "max_tokens": ANSWER_TOKENS,
+    // A scenario that did not run is null.
+    let multi_turn = args.chat.then(|| {
+        json!({
+            "turns": args.turns(), "user_turn_tokens": args.user_tokens, "max_tokens": args.answer_tokens,
             "per_turn": turns_json(&rows),
-        },
-        "shared_system_prompt": {
+        })
+    });
+    let shared_system_prompt = args.clients_scenario.then(|| {
+        json!({
             "clients": args.clients, "requests_per_client": args.requests_per_client(),
             "max_tokens": SHORT_ANSWER_TOKENS, "shared_prefix_tokens": shared,
             "kv_block_size": EngineConfig::default().kv_block_size,
             "off": summaries[0].json(), "on": summaries[1].json(),
-        },
+        })
+    });
+    let doc = json!({
+        "bench": "prefix_cache", "threads": args.threads, "repeats": args.repeats(), "quick": args.quick,
+        "fresh_engines_per_repeat": true, "multi_turn": multi_turn, "shared_system_prompt": shared_system_prompt,
     });
     println!("{doc}");
     if let Err(e) = std::fs::write(&args.json, format!("{doc:#}\n")) {
