@@ -226,3 +226,22 @@ fn usage_reports_the_cached_prompt_tokens() {
     }
     assert!(cached[1] > cached[0], "the repeat finds its own prompt: {cached:?}");
 }
+
+#[test]
+fn a_block_ending_in_a_token_sampled_but_never_computed_is_not_cached() {
+    // 31 prompt tokens and one generated: the sequence ends (length) with 32 tokens, two full blocks, but the
+    // 32nd was sampled and never computed, so its block's last slot holds no key or value.
+    let e = engine(config(true));
+    let first = e.submit(completion(prompt_of(31), 1)).unwrap();
+    let sampled = ids_of(&first);
+    assert_eq!(sampled.len(), 1);
+    // The same 32 tokens and two more: only the first block may come from the cache.
+    let mut longer = prompt_of(31);
+    longer.extend_from_slice(&sampled);
+    longer.extend_from_slice(&prompt_of(34)[31..]);
+    let expected = ids_of(&engine(config(false)).submit(completion(longer.clone(), 6)).unwrap());
+    let h = e.submit(completion(longer, 6)).unwrap();
+    assert_eq!(ids_of(&h), expected);
+    assert_eq!(cached_tokens(&h), 16, "the second block was never complete in the cache");
+    assert_idle(&e);
+}
