@@ -9,6 +9,7 @@ mod json;
 mod metrics_gate;
 mod prompt;
 mod request;
+mod request_fields;
 mod response;
 mod stream;
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::fields::{
     as_array, as_object, as_str, as_u64, get, opt_bool, opt_f32, opt_integer_bits, opt_str, opt_u64, type_error, Object,
 };
 use super::prompt::PromptInput;
+use super::request_fields::check_fields;
 use crate::engine::sampling::SamplingParams;
 use crate::model::TokenId;
 
@@ -53,8 +54,9 @@ pub(crate) struct ParsedRequest {
 
 impl ParsedRequest {
     /// Reads `json`. `kind: Some(k)` forces the endpoint; `None` decides by which of `messages` (chat) and
-    /// `prompt` (completion) is present: both or neither is an error. Unknown fields are ignored, as OpenAI-
-    /// compatible servers commonly do; a known field with the wrong type is an error naming it.
+    /// `prompt` (completion) is present: both or neither is an error. A field ember does not implement is an
+    /// error naming it, as the OpenAI API answers unknown arguments (`request_fields.rs`); so is a known field
+    /// with the wrong type.
     pub fn parse(json: &str, kind: Option<ApiKind>) -> Result<Self, ApiError> {
         let body: Value = serde_json::from_str(json)
             .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
@@ -76,6 +78,7 @@ impl ParsedRequest {
             ApiKind::Chat => PromptInput::parse_messages(required(o, "messages")?)?,
             ApiKind::Completion => PromptInput::parse_prompt(required(o, "prompt")?)?,
         };
+        check_fields(o, kind)?;
         let (max_tokens, max_tokens_name) = parse_max_tokens(o, kind)?;
         let stream = opt_bool(o, "stream")?.unwrap_or(false);
         let include_usage = parse_stream_options(o, stream)?;
@@ -246,7 +249,7 @@ mod tests {
             "min_p": 0.1, "n": 2, "stop": ["a", "b"], "seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5,
             "repetition_penalty": 1.1, "logit_bias": {"12": -100, "7": 2.5}, "stream": true,
             "stream_options": {"include_usage": true}, "include_metrics": true, "include_choice_metrics": true,
-            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": "unknown fields are ignored""#,
+            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": false"#,
         )
         .unwrap();
         let s = &r.sampling;
@@ -257,6 +260,8 @@ mod tests {
         assert_eq!((r.model.as_deref(), r.max_tokens, r.n), (Some("m"), Some(5), 2));
         assert_eq!((r.stop, r.stop_token_ids), (vec!["a".to_owned(), "b".to_owned()], vec![2]));
         assert!(r.stream && r.include_usage && r.include_metrics && r.include_choice_metrics && r.ignore_eos);
+        let unknown = chat(r#", "tools": [{"type": "function"}]"#).unwrap_err();
+        assert_eq!(unknown.param.as_deref(), Some("tools"), "an unimplemented field is refused by name");
         assert_eq!(r.names.max_tokens, "max_completion_tokens");
     }
 
@@ -273,8 +278,11 @@ mod tests {
         assert!(ParsedRequest::parse("{}", None).unwrap_err().message.contains("needs messages"));
         let forced = ParsedRequest::parse(r#"{"prompt": "x"}"#, Some(ApiKind::Chat)).unwrap_err();
         assert_eq!((forced.param.as_deref(), forced.message.as_str()), (Some("messages"), "messages is required"));
-        let forced = ParsedRequest::parse(&format!("{CHAT}, \"prompt\": [1]}}"), Some(ApiKind::Completion)).unwrap();
+        let forced = ParsedRequest::parse(r#"{"prompt": [1]}"#, Some(ApiKind::Completion)).unwrap();
         assert_eq!(forced.input, PromptInput::Tokens(vec![vec![1]]));
+        // The other endpoint's input is not silently dropped.
+        let forced = ParsedRequest::parse(&format!("{CHAT}, \"prompt\": [1]}}"), Some(ApiKind::Completion));
+        assert_eq!(forced.unwrap_err().param.as_deref(), Some("messages"));
     }
 
     #[test]

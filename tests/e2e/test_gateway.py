@@ -236,6 +236,26 @@ class GatewayTest(unittest.TestCase):
             plain.client.chat.completions.create(model=MODEL_ID, messages=[])
         self.assertEqual(caught.exception.param, "messages")
 
+    def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
+        # A client must not believe it got JSON mode, log probabilities or a tool call that ember did not give.
+        refused = [
+            ({"response_format": {"type": "json_object"}}, {}),
+            ({"logprobs": True, "top_logprobs": 2}, {}),
+            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, {}),
+            ({}, {"temprature": 0.5}),
+        ]
+        for fields, extra in refused:
+            with self.assertRaises(openai.BadRequestError) as caught:
+                plain.client.chat.completions.create(
+                    model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, extra_body=extra, **fields)
+            self.assertEqual(caught.exception.status_code, 400)
+            self.assertIn(caught.exception.param, list(fields) + list(extra), caught.exception.message)
+        # The same fields with the values that ask for nothing are accepted.
+        response = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
+            response_format={"type": "text"})
+        self.assertEqual(response.choices[0].logprobs, None)
+
     def test_models_and_health(self):
         self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])
         health = plain.get_json("/health")

@@ -1,0 +1,189 @@
+//! Every request field ember knows, and the check that refuses the others: a field is either implemented, or
+//! accepted without effect (listed), or refused with an error naming it, never silently ignored. A client that
+//! sends `response_format` believes it gets JSON; if ember cannot give it, the client must hear so.
+//!
+//! `docs/protocol.md` has the same list as a table; change both together.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::fields::Object;
+use super::request::ApiKind;
+
+/// How ember treats a field it knows.
+#[derive(Clone, Copy)]
+enum Known {
+    /// Implemented: read (and type-checked) by the parser.
+    Read,
+    /// Accepted and without effect (its type is not checked either).
+    NoEffect,
+    /// Not implemented: accepted only with a value that asks for nothing (the predicate), which the text names.
+    OnlyOff(fn(&Value) -> bool, &'static str),
+}
+
+fn is_false(v: &Value) -> bool {
+    v == &Value::Bool(false)
+}
+
+/// `logprobs` is a boolean in chat and a count in completions: off is `false` or 0.
+fn no_logprobs(v: &Value) -> bool {
+    is_false(v) || v.as_u64() == Some(0)
+}
+
+fn is_zero(v: &Value) -> bool {
+    v.as_u64() == Some(0)
+}
+
+fn is_one(v: &Value) -> bool {
+    v.as_u64() == Some(1)
+}
+
+fn is_true(v: &Value) -> bool {
+    v == &Value::Bool(true)
+}
+
+fn is_empty_array(v: &Value) -> bool {
+    v.as_array().is_some_and(Vec::is_empty)
+}
+
+fn is_none_choice(v: &Value) -> bool {
+    v.as_str() == Some("none")
+}
+
+fn is_text_format(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"))
+}
+
+fn is_empty_string(v: &Value) -> bool {
+    v.as_str() == Some("")
+}
+
+/// The fields of both endpoints (`messages` only makes a chat request and `prompt` a completion one, which the
+/// parser decides before this check).
+const FIELDS: &[(&str, Known)] = &[
+    ("messages", Known::Read),
+    ("prompt", Known::Read),
+    ("model", Known::Read),
+    ("max_completion_tokens", Known::Read),
+    ("max_tokens", Known::Read),
+    ("temperature", Known::Read),
+    ("top_p", Known::Read),
+    ("top_k", Known::Read),
+    ("min_p", Known::Read),
+    ("n", Known::Read),
+    ("stop", Known::Read),
+    ("seed", Known::Read),
+    ("presence_penalty", Known::Read),
+    ("frequency_penalty", Known::Read),
+    ("repetition_penalty", Known::Read),
+    ("logit_bias", Known::Read),
+    ("stream", Known::Read),
+    ("stream_options", Known::Read),
+    ("include_metrics", Known::Read),
+    ("include_choice_metrics", Known::Read),
+    ("ignore_eos", Known::Read),
+    ("stop_token_ids", Known::Read),
+    ("user", Known::NoEffect),
+    // Without tools, parallel tool calls cannot happen, whatever this says.
+    ("parallel_tool_calls", Known::NoEffect),
+    ("logprobs", Known::OnlyOff(no_logprobs, "false or 0")),
+    ("top_logprobs", Known::OnlyOff(is_zero, "0")),
+    ("echo", Known::OnlyOff(is_false, "false")),
+    ("best_of", Known::OnlyOff(is_one, "1")),
+    ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
+    ("tools", Known::OnlyOff(is_empty_array, "[]")),
+    ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
+    ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
+    ("min_tokens", Known::OnlyOff(is_zero, "0")),
+    ("include_stop_str_in_output", Known::OnlyOff(is_false, "false")),
+    ("skip_special_tokens", Known::OnlyOff(is_true, "true, which is what ember does")),
+];
+
+/// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,
+/// `messages` in a completion), and a known but unimplemented one set to anything but its "off" value. A field
+/// set to `null` is absent, like everywhere in the parser (OpenAI's clients send `null` for unset options).
+pub(crate) fn check_fields(o: &Object, kind: ApiKind) -> Result<(), ApiError> {
+    let other_input = match kind {
+        ApiKind::Chat => "prompt",
+        ApiKind::Completion => "messages",
+    };
+    for (name, value) in o.iter().filter(|(_, v)| !v.is_null()) {
+        let known = FIELDS.iter().find(|(known, _)| known == name && *known != other_input);
+        match known.map(|&(_, how)| how) {
+            Some(Known::Read | Known::NoEffect) => {}
+            Some(Known::OnlyOff(is_off, _)) if is_off(value) => {}
+            Some(Known::OnlyOff(_, accepted)) => {
+                return Err(ApiError::invalid(
+                    name.as_str(),
+                    format!("{name} is not supported by ember (only {accepted} is accepted)"),
+                ))
+            }
+            None => return Err(ApiError::invalid(name.as_str(), format!("unrecognized request argument: {name}"))),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(body: Value) -> Result<(), ApiError> {
+        check_fields(body.as_object().unwrap(), ApiKind::Chat)
+    }
+
+    fn refused(body: Value) -> (String, String) {
+        let e = check(body).unwrap_err();
+        (e.param.unwrap(), e.message)
+    }
+
+    #[test]
+    fn every_implemented_field_passes() {
+        let all: Object =
+            FIELDS.iter().filter(|(_, k)| matches!(k, Known::Read)).map(|(n, _)| (n.to_string(), json!(1))).collect();
+        let all_but =
+            |other: &str| all.iter().filter(|(n, _)| *n != other).map(|(n, v)| (n.clone(), v.clone())).collect();
+        assert!(check_fields(&all_but("prompt"), ApiKind::Chat).is_ok());
+        assert!(check_fields(&all_but("messages"), ApiKind::Completion).is_ok());
+        let e = check_fields(&all, ApiKind::Chat).unwrap_err();
+        assert_eq!(e.message, "unrecognized request argument: prompt", "a chat request has no prompt");
+        assert!(check(json!({"messages": [], "user": "u", "parallel_tool_calls": true})).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let (param, message) = refused(json!({"messages": [], "temprature": 0.5}));
+        assert_eq!(param, "temprature");
+        assert_eq!(message, "unrecognized request argument: temprature");
+        assert!(check(json!({"messages": [], "functions": null})).is_ok(), "null is absent");
+    }
+
+    #[test]
+    fn unimplemented_fields_pass_only_when_off() {
+        let off = json!({"logprobs": false, "top_logprobs": 0, "echo": false, "best_of": 1, "suffix": "",
+            "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 0,
+            "include_stop_str_in_output": false, "skip_special_tokens": true});
+        assert!(check(off).is_ok());
+        assert!(check(json!({"logprobs": 0})).is_ok(), "completions' logprobs is a count");
+        for (name, on) in [
+            ("logprobs", json!(true)),
+            ("logprobs", json!(5)),
+            ("top_logprobs", json!(3)),
+            ("echo", json!(true)),
+            ("best_of", json!(2)),
+            ("suffix", json!("}")),
+            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            ("tool_choice", json!("auto")),
+            ("response_format", json!({"type": "json_object"})),
+            ("min_tokens", json!(4)),
+            ("include_stop_str_in_output", json!(true)),
+            ("skip_special_tokens", json!(false)),
+        ] {
+            let (param, message) = refused(json!({ name: on }));
+            assert_eq!(param, name);
+            assert!(message.starts_with(&format!("{name} is not supported by ember")), "{message}");
+        }
+    }
+}
