@@ -191,7 +191,7 @@ impl<'m> EngineCore<'m> {
     fn fail_requests(&mut self, ids: &[SeqId], message: &str) {
         let mut failed: Vec<u64> = Vec::new();
         for &id in ids {
-            let Some(seq) = self.scheduler.sequences().find(|s| s.id == id) else { continue };
+            let Some(seq) = self.scheduler.sequence(id) else { continue };
             let request = seq.request.id();
             if !failed.contains(&request) {
                 failed.push(request);

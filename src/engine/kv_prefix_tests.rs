@@ -3,6 +3,7 @@
 
 use super::kv_blocks::BlockAllocator;
 use super::kv_prefix::{extend_hashes, BlockHash, PrefixCachingAllocator};
+use super::sampling::rng::Xoshiro256StarStar;
 use crate::model::TokenId;
 
 const ROOT: u64 = 0x5eed;
@@ -282,7 +283,7 @@ fn a_lookup_checks_the_tokens_and_the_parent() {
 
 #[test]
 fn without_caching_it_is_the_plain_allocator() {
-    let mut rng = XorShift(0x0123_4567_89ab_cdef);
+    let mut rng = TestRng::new(0x0123_4567_89ab_cdef);
     let mut plain = BlockAllocator::new(16, 4);
     let mut pool = PrefixCachingAllocator::new(16, 4, ROOT, false);
     let (mut tp, mut tq): (Vec<Vec<u32>>, Vec<Vec<u32>>) = (vec![Vec::new(); 5], vec![Vec::new(); 5]);
@@ -320,19 +321,16 @@ fn without_caching_it_is_the_plain_allocator() {
     }
 }
 
-/// Deterministic random numbers (xorshift64).
-struct XorShift(u64);
+/// Deterministic random numbers: the sampler's generator, seeded.
+struct TestRng(Xoshiro256StarStar);
 
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+impl TestRng {
+    fn new(seed: u64) -> Self {
+        TestRng(Xoshiro256StarStar::from_seed(seed))
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.0.next_u64() % n as u64) as usize
     }
 }
 
@@ -344,7 +342,7 @@ impl XorShift {
 fn random_traffic_keeps_the_pool_consistent_and_hits_exact() {
     const BS: usize = 4;
     const BLOCKS: usize = 48;
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut rng = TestRng::new(0x9e37_79b9_7f4a_7c15);
     let mut pool = PrefixCachingAllocator::new(BLOCKS, BS, ROOT, true);
     let stems: Vec<Vec<TokenId>> = (0..4).map(|_| (0..40).map(|_| rng.below(6) as TokenId).collect()).collect();
     // written[b]: the token prefix whose last block block `b` holds, as far as computed.

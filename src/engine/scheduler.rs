@@ -112,6 +112,10 @@ impl Scheduler {
         &mut self.seqs
     }
 
+    pub fn sequence(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
     pub fn sequences(&self) -> impl Iterator<Item = &Sequence> {
         self.seqs.values()
     }
@@ -282,20 +286,16 @@ impl Scheduler {
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
             seq.num_computed += c.n_tokens;
-            if !c.samples {
-                continue;
+            if c.samples {
+                let token = sampled.next().expect("one sampled token per sampling chunk");
+                debug_assert_eq!(token.seq, c.seq);
+                if let Some(reason) = seq.append_token(token.token, token.ts, self.context) {
+                    seq.status = SeqStatus::Finished(reason);
+                }
+                updated.push(c.seq);
             }
-            let token = sampled.next().expect("one sampled token per sampling chunk");
-            debug_assert_eq!(token.seq, c.seq);
-            if let Some(reason) = seq.append_token(token.token, token.ts, self.context) {
-                seq.status = SeqStatus::Finished(reason);
-            }
-            updated.push(c.seq);
-        }
-        // Blocks the step filled become findable (the tokens sampled this step are not computed yet, but their
-        // blocks are hashed now, to be registered once they are).
-        for c in &step.chunks {
-            let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            // Blocks the step filled become findable (a token sampled this step is not computed yet, but its
+            // block is hashed now, to be registered once it is).
             self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
             self.blocks.global.cache_full_blocks(&seq.block_table, &seq.block_hashes, &seq.tokens, seq.num_computed);
         }

@@ -38,7 +38,7 @@ mod exp;
 mod filters;
 mod params;
 mod penalties;
-mod rng;
+pub(crate) mod rng;
 mod row;
 
 pub use params::{SamplingError, SamplingParams, GREEDY_TEMPERATURE};
