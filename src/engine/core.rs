@@ -165,7 +165,7 @@ impl<'m> EngineCore<'m> {
         self.shared.steps.fetch_add(1, Ordering::Relaxed);
         match ran {
             Ok(ran) => {
-                let updated = self.scheduler.update_from_output(&plan, &ran, &self.clock, step_start);
+                let updated = self.scheduler.update_from_output(&plan, ran, &self.clock, step_start);
                 self.emit_outputs(&updated);
             }
             Err(e) => {

@@ -158,6 +158,11 @@ impl Engine {
         &self.config
     }
 
+    /// The model, shared: for what outlives a borrow of the engine (a request naming its tokens).
+    pub fn shared_model(&self) -> Arc<Model> {
+        Arc::clone(&self.model)
+    }
+
     pub fn model(&self) -> &Model {
         &self.model
     }
@@ -210,6 +215,7 @@ impl Engine {
                     request.stop.clone(),
                 );
                 seq.bills_prompt = j == 0;
+                seq.logprobs = request.logprobs;
                 sequences.push(seq);
             }
         }

@@ -14,14 +14,16 @@ use super::metrics::{
     build_extended_timing_metrics, build_per_request_timing_metrics, token_times_since_arrival_ms,
     ExtendedTimingMetrics, PerRequestTimingMetrics,
 };
+use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
 use crate::model::TokenId;
 
 /// Something that happened to a request, in the order the host should see it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestEvent {
-    /// New text of a choice (UTF-8, never a partial character), covering `tokens` generated tokens.
-    Delta { choice: usize, text: String, tokens: u32 },
+    /// New text of a choice (UTF-8, never a partial character), covering `tokens` generated tokens; with their
+    /// log probabilities when the request asked for them (empty otherwise; a stop token has none).
+    Delta { choice: usize, text: String, tokens: u32, logprobs: Vec<TokenLogprob> },
     /// A choice ended. The last choice's `Finished` is the request's final event.
     Finished { choice: usize, reason: FinishReason },
     /// The request failed: its final event (choices not yet finished end with `FinishReason::Error`).
@@ -47,6 +49,7 @@ struct QueuedDelta {
     text: String,
     tokens: u32,
     ts_sum: f64,
+    logprobs: Vec<TokenLogprob>,
 }
 
 #[derive(Debug)]
@@ -64,6 +67,8 @@ pub struct ChoiceOutput {
     pub completion_tokens: u32,
     /// Their ids.
     pub token_ids: Vec<TokenId>,
+    /// The log probabilities of the tokens whose text is in `text`, when the request asked for them.
+    pub logprobs: Vec<TokenLogprob>,
     pub finish_reason: Option<FinishReason>,
 }
 
@@ -152,11 +157,13 @@ impl RequestShared {
         }
     }
 
-    /// Engine side: `text` released for `choice`, covering `tokens` tokens whose timestamps sum to `ts_sum`.
-    pub fn push_delta(&self, choice: usize, text: String, tokens: u32, ts_sum: f64) {
+    /// Engine side: `text` released for `choice`, covering `tokens` tokens whose timestamps sum to `ts_sum`, with
+    /// the log probabilities of those tokens when the request asked for them.
+    pub fn push_delta(&self, choice: usize, text: String, tokens: u32, ts_sum: f64, logprobs: Vec<TokenLogprob>) {
         let mut out = lock(&self.output);
         out.choices[choice].text.push_str(&text);
-        out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum }));
+        out.choices[choice].logprobs.extend_from_slice(&logprobs);
+        out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum, logprobs }));
         drop(out);
         self.ready.notify_all();
     }
@@ -324,13 +331,14 @@ impl RequestHandle {
             delta.text.push_str(&next.text);
             delta.tokens += next.tokens;
             delta.ts_sum += next.ts_sum;
+            delta.logprobs.extend(next.logprobs);
         }
         let now = self.shared.clock.now();
         self.shared.with_stats(delta.choice, |s| {
             s.output_wait_s += (f64::from(delta.tokens) * now - delta.ts_sum).max(0.0);
             s.num_polled_tokens += delta.tokens;
         });
-        RequestEvent::Delta { choice: delta.choice, text: delta.text, tokens: delta.tokens }
+        RequestEvent::Delta { choice: delta.choice, text: delta.text, tokens: delta.tokens, logprobs: delta.logprobs }
     }
 
     /// Asks the engine to stop this request; its choices end with `FinishReason::Cancelled` (those already
@@ -434,10 +442,10 @@ mod tests {
     fn the_final_event_comes_once_then_every_poll_is_done_at_once() {
         let (shared, h) = request(1);
         assert_eq!(h.poll(NOW), EventPoll::TimedOut);
-        shared.push_delta(0, "Hel".into(), 1, 0.0);
-        shared.push_delta(0, "lo".into(), 2, 0.0);
+        shared.push_delta(0, "Hel".into(), 1, 0.0, Vec::new());
+        shared.push_delta(0, "lo".into(), 2, 0.0, Vec::new());
         shared.finish_choice(0, FinishReason::Stop);
-        let delta = RequestEvent::Delta { choice: 0, text: "Hello".into(), tokens: 3 };
+        let delta = RequestEvent::Delta { choice: 0, text: "Hello".into(), tokens: 3, logprobs: Vec::new() };
         assert_eq!(h.poll(NOW), EventPoll::Event(delta), "consecutive deltas merge");
         assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
         for _ in 0..3 {
@@ -498,7 +506,7 @@ mod tests {
             })
             .collect();
         thread::sleep(Duration::from_millis(20)); // let them block
-        shared.push_delta(0, "a".into(), 1, 0.0);
+        shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
         shared.finish_choice(0, FinishReason::Length);
         let finals: usize = pollers.into_iter().map(|p| p.join().unwrap()).sum();
         assert_eq!(finals, 1);

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::sampling::{SamplingError, SamplingParams};
+use super::sampling::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
 
 /// Most choices one request may ask for.
@@ -30,6 +30,9 @@ pub struct SubmitRequest {
     pub ignore_eos: bool,
     /// The request asks for `metrics` in its response (the second half of the double gate).
     pub include_metrics: bool,
+    /// `Some(k)`: report each generated token's log probability with its `k` most likely alternatives
+    /// (`k` ≤ [`MAX_TOP_LOGPROBS`]); see `sampling/logprobs.rs` for what they are.
+    pub logprobs: Option<usize>,
 }
 
 impl SubmitRequest {
@@ -44,6 +47,7 @@ impl SubmitRequest {
             n: 1,
             ignore_eos: false,
             include_metrics: false,
+            logprobs: None,
         }
     }
 }
@@ -152,6 +156,9 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
     if let Some(&t) = request.stop_token_ids.iter().find(|&&t| t as usize >= capacity.vocab_size) {
         return invalid("stop_token_ids", format!("stop token {t} is outside the vocabulary"));
     }
+    if let Some(k) = request.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+        return invalid("logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
+    }
     request.sampling.validate(capacity.vocab_size).map_err(SubmitError::Sampling)?;
     let (limit, limited_by) = capacity.limit();
     request
@@ -213,6 +220,8 @@ mod tests {
         assert_eq!(field(SubmitRequest { max_tokens: Some(0), ..base.clone() }), Some("max_tokens"));
         assert_eq!(field(SubmitRequest { stop: vec![String::new()], ..base.clone() }), Some("stop"));
         assert_eq!(field(SubmitRequest { stop_token_ids: vec![99], ..base.clone() }), Some("stop_token_ids"));
+        assert_eq!(field(SubmitRequest { logprobs: Some(21), ..base.clone() }), Some("logprobs"));
+        assert_eq!(validate_request(&SubmitRequest { logprobs: Some(20), ..base.clone() }, CAP), Ok(vec![98]));
         let hot = SamplingParams { temperature: 3.0, ..Default::default() };
         assert_eq!(field(SubmitRequest { sampling: hot, ..base }), Some("temperature"));
     }

@@ -277,19 +277,19 @@ impl Scheduler {
     pub fn update_from_output(
         &mut self,
         step: &SchedulerOutput,
-        ran: &RunnerOutput,
+        ran: RunnerOutput,
         clock: &EngineClock,
         step_start: f64,
     ) -> Vec<SeqId> {
-        let mut sampled = ran.sampled.iter();
         let mut updated = Vec::with_capacity(ran.sampled.len());
+        let mut sampled = ran.sampled.into_iter();
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
             seq.num_computed += c.n_tokens;
             if c.samples {
                 let token = sampled.next().expect("one sampled token per sampling chunk");
                 debug_assert_eq!(token.seq, c.seq);
-                if let Some(reason) = seq.append_token(token.token, token.ts, self.context) {
+                if let Some(reason) = seq.append_token(token.token, token.ts, token.logprob, self.context) {
                     seq.status = SeqStatus::Finished(reason);
                 }
                 updated.push(c.seq);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::finish::FinishReason;
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
-use super::sampling::Sampler;
+use super::sampling::{Sampler, TokenLogprob};
 use super::stop::StopMatcher;
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
@@ -36,11 +36,16 @@ pub struct Sequence {
     /// Tokens that end the sequence (end-of-generation unless ignored, plus the request's stop ids).
     pub stop_ids: Arc<[TokenId]>,
     pub sampler: Sampler,
+    /// `Some(k)`: every sampled token gets its log probability and its `k` most likely alternatives
+    /// (`logprobs` / `top_logprobs`). Set after construction; `None` by default.
+    pub logprobs: Option<usize>,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
     /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
     unreleased_tokens: u32,
     unreleased_ts_sum: f64,
+    /// Their log probabilities, when asked for: they travel with the text they produced.
+    unreleased_logprobs: Vec<TokenLogprob>,
     /// Where the sequence is in its life; the scheduler's queues agree with it.
     pub status: SeqStatus,
     /// Hashes of the sequence's full blocks of tokens, in order: its keys in the prefix cache (`kv_prefix.rs`;
@@ -90,10 +95,12 @@ impl Sequence {
             max_tokens,
             stop_ids,
             sampler,
+            logprobs: None,
             detokenizer: StreamDecoder::new(false),
             stops: StopMatcher::new(stops),
             unreleased_tokens: 0,
             unreleased_ts_sum: 0.0,
+            unreleased_logprobs: Vec::new(),
             status: SeqStatus::Waiting,
             block_hashes: Vec::new(),
             bills_prompt: choice == 0,
@@ -119,11 +126,22 @@ impl Sequence {
         self.tokens.len() - self.num_computed
     }
 
-    /// The scheduler's update: records token `token`, sampled at monotonic time `ts`, and decides what needs no
-    /// text: a stop id ends the sequence (`Stop`), so do `max_tokens` and `context` (the most positions the
-    /// sequence may have; `Length`). `None` while it goes on.
-    pub fn append_token(&mut self, token: TokenId, ts: f64, context: usize) -> Option<FinishReason> {
+    /// The scheduler's update: records token `token`, sampled at monotonic time `ts` (with its log probability
+    /// when asked for), and decides what needs no text: a stop id ends the sequence (`Stop`), so do `max_tokens`
+    /// and `context` (the most positions the sequence may have; `Length`). `None` while it goes on.
+    pub fn append_token(
+        &mut self,
+        token: TokenId,
+        ts: f64,
+        logprob: Option<TokenLogprob>,
+        context: usize,
+    ) -> Option<FinishReason> {
         self.tokens.push(token);
+        // A stop id produces no text, so it has no place among the logprobs of the text either (as it has none
+        // in OpenAI's responses).
+        if let Some(lp) = logprob.filter(|_| !self.stop_ids.contains(&token)) {
+            self.unreleased_logprobs.push(lp);
+        }
         self.sampler.accept(token);
         self.request.count_token(self.choice, token);
         self.request.with_stats(self.choice, |s| s.record_token(ts));
@@ -175,10 +193,12 @@ impl Sequence {
     }
 
     /// Releases `text`, even empty. An empty final release only drops the pending token accounting: tokens
-    /// that produced no text (a stop token) never reach the host, so they never wait in its queue.
+    /// that produced no text (a stop token, a stop string withheld) never reach the host, so they never wait in
+    /// its queue, and their log probabilities are not reported.
     fn release_final(&mut self, text: String) {
+        let logprobs = std::mem::take(&mut self.unreleased_logprobs);
         if !text.is_empty() {
-            self.request.push_delta(self.choice, text, self.unreleased_tokens, self.unreleased_ts_sum);
+            self.request.push_delta(self.choice, text, self.unreleased_tokens, self.unreleased_ts_sum, logprobs);
         }
         self.unreleased_tokens = 0;
         self.unreleased_ts_sum = 0.0;

@@ -9,6 +9,7 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use super::runner::BatchForward;
+use super::sampling::{LogprobSampler, TokenLogprob};
 use super::scheduler::SchedulerOutput;
 use super::sequence::{SeqId, Sequence};
 use super::stats::EngineClock;
@@ -53,11 +54,13 @@ impl From<CudaBackendError> for StepError {
 }
 
 /// A token sampled for a sequence, and when (monotonic): right after it was on the host.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SampledToken {
     pub seq: SeqId,
     pub token: TokenId,
     pub ts: f64,
+    /// Its log probability and alternatives, when the sequence asked for them (`Sequence::logprobs`).
+    pub logprob: Option<TokenLogprob>,
 }
 
 /// What a step computed: one sampled token per chunk that samples, in the scheduler's chunk order.
@@ -75,11 +78,19 @@ pub struct StepRunner<'m> {
     /// `[sampling chunks]`: the argmax of each row, when the backend took it on the device.
     device_ids: Vec<TokenId>,
     device_values: Vec<f32>,
+    logprobs: LogprobSampler,
 }
 
 impl<'m> StepRunner<'m> {
     pub fn new(forward: Box<dyn BatchForward + 'm>, vocab_size: usize) -> Self {
-        StepRunner { forward, vocab_size, logits: Vec::new(), device_ids: Vec::new(), device_values: Vec::new() }
+        StepRunner {
+            forward,
+            vocab_size,
+            logits: Vec::new(),
+            device_ids: Vec::new(),
+            device_values: Vec::new(),
+            logprobs: LogprobSampler::default(),
+        }
     }
 
     /// Runs `step` over `seqs` (the scheduler's) and samples the next token of every chunk that reaches its
@@ -94,20 +105,27 @@ impl<'m> StepRunner<'m> {
         let device_greedy = self.forward_batch(step, seqs, n_rows)?;
         let mut out = RunnerOutput { sampled: Vec::with_capacity(n_rows) };
         for (row, c) in step.chunks.iter().filter(|c| c.samples).enumerate() {
-            let token = match device_greedy {
-                true => self.device_ids[row],
+            let (token, logprob) = match device_greedy {
+                true => (self.device_ids[row], None),
                 false => {
                     let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-                    seq.sampler.sample(&mut self.logits[row * self.vocab_size..(row + 1) * self.vocab_size])
+                    let logits = &mut self.logits[row * self.vocab_size..(row + 1) * self.vocab_size];
+                    match seq.logprobs {
+                        None => (seq.sampler.sample(logits), None),
+                        Some(top) => {
+                            let lp = self.logprobs.sample(&mut seq.sampler, logits, top);
+                            (lp.token, Some(lp))
+                        }
+                    }
                 }
             };
-            out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now() });
+            out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob });
         }
         Ok(out)
     }
 
     /// The forward pass. True when the backend took each row's argmax itself (every sampling sequence is plain
-    /// greedy and the backend can), false when the logits rows are in `self.logits`.
+    /// greedy without log probabilities, and the backend can), false when the logits rows are in `self.logits`.
     fn forward_batch(
         &mut self,
         step: &SchedulerOutput,
@@ -130,7 +148,7 @@ impl<'m> StepRunner<'m> {
             .collect();
         let all_greedy = step.chunks.iter().filter(|c| c.samples).all(|c| {
             let p = seqs[&c.seq].sampler.params();
-            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty()
+            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty() && seqs[&c.seq].logprobs.is_none()
         });
         if all_greedy && n_rows > 0 {
             self.device_ids.resize(n_rows, 0);

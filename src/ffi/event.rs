@@ -125,7 +125,7 @@ pub unsafe extern "C" fn engine_poll(
 /// The C form of `event`; its text is kept in `object` for the calling thread.
 fn to_c_event(object: &RequestObject, event: RequestEvent) -> EngineEvent {
     let (kind, choice, text, num_tokens, finish_reason) = match event {
-        RequestEvent::Delta { choice, text, tokens } => {
+        RequestEvent::Delta { choice, text, tokens, .. } => {
             (EngineEventKind::Delta, choice, Some(text), tokens, EngineFinishReason::None)
         }
         RequestEvent::Finished { choice, reason } => (EngineEventKind::Finished, choice, None, 0, reason.into()),

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::error::ApiError;
+use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ResponseHeader};
@@ -25,6 +26,8 @@ pub struct ApiRequest {
     header: ResponseHeader,
     gate: MetricsGate,
     chunks: ChunkEncoder,
+    /// Names the tokens of the log probabilities, when the request asked for them.
+    logprobs: Option<SharedPieces>,
 }
 
 impl ApiRequest {
@@ -44,6 +47,7 @@ impl ApiRequest {
             n: request.n,
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
+            logprobs: request.logprobs,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();
@@ -54,8 +58,9 @@ impl ApiRequest {
         );
         let include_usage = request.include_usage || config.force_include_usage;
         let header = ResponseHeader::new(request.kind, request.model.unwrap_or_else(|| model.name()), handle.id());
-        let chunks = ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate);
-        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks })
+        let logprobs = request.logprobs.map(|_| SharedPieces(engine.shared_model()));
+        let chunks = ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone());
+        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks, logprobs })
     }
 
     /// The engine request: poll it, cancel it, read its metrics.
@@ -82,7 +87,8 @@ impl ApiRequest {
     /// A request the engine failed still gets a body: its unfinished choices end with `"error"`, and an `error`
     /// object says why.
     pub fn response_json(&self) -> Option<String> {
-        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle))
+        let pieces = self.logprobs.as_ref().map(|p| p.0.as_ref());
+        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, pieces))
     }
 
     /// The next streaming chunk body (JSON, no "data: " framing), consuming the handle's events; waits up to

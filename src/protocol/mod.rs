@@ -6,6 +6,7 @@ mod api_request;
 mod error;
 mod fields;
 mod json;
+mod logprobs;
 mod metrics_gate;
 mod prompt;
 mod request;

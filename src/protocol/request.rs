@@ -10,7 +10,7 @@ use super::fields::{
 };
 use super::prompt::PromptInput;
 use super::request_fields::check_fields;
-use crate::engine::sampling::SamplingParams;
+use crate::engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
 
 /// Which OpenAI endpoint a request is for.
@@ -48,6 +48,9 @@ pub(crate) struct ParsedRequest {
     pub include_choice_metrics: bool,
     /// Our addition: generate past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// `Some(k)`: each generated token's log probability and its `k` most likely alternatives (chat: `logprobs:
+    /// true` with `top_logprobs: k`; completions: `logprobs: k`).
+    pub logprobs: Option<usize>,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -97,6 +100,7 @@ impl ParsedRequest {
             include_metrics: opt_bool(o, "include_metrics")?.unwrap_or(false),
             include_choice_metrics: opt_bool(o, "include_choice_metrics")?.unwrap_or(false),
             ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+            logprobs: parse_logprobs(o, kind)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",
@@ -202,6 +206,38 @@ fn parse_stop(o: &Object) -> Result<Vec<String>, ApiError> {
     }
 }
 
+/// Chat: `logprobs` (a boolean) and `top_logprobs` (0..=20, only with `logprobs: true`, as OpenAI requires).
+/// Completions: `logprobs` is the count of alternatives itself (0..=20; OpenAI's legacy API allows 5, vLLM 20),
+/// and `top_logprobs` is not a completions field.
+fn parse_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> {
+    let count = |name: &str| -> Result<Option<usize>, ApiError> {
+        let Some(k) = opt_u64(o, name)? else { return Ok(None) };
+        if k > MAX_TOP_LOGPROBS as u64 {
+            return Err(ApiError::invalid(name, format!("{name} must be in 0..={MAX_TOP_LOGPROBS}, got {k}")));
+        }
+        Ok(Some(k as usize))
+    };
+    match kind {
+        ApiKind::Chat => {
+            let on = opt_bool(o, "logprobs")?.unwrap_or(false);
+            match (on, count("top_logprobs")?) {
+                (true, top) => Ok(Some(top.unwrap_or(0))),
+                (false, None) => Ok(None),
+                (false, Some(_)) => Err(ApiError::invalid("top_logprobs", "top_logprobs requires logprobs to be true")),
+            }
+        }
+        ApiKind::Completion => {
+            if get(o, "top_logprobs").is_some() {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "top_logprobs is a chat field; a completions request sets logprobs to the number of alternatives",
+                ));
+            }
+            count("logprobs")
+        }
+    }
+}
+
 fn parse_stop_token_ids(o: &Object) -> Result<Vec<TokenId>, ApiError> {
     let Some(value) = get(o, "stop_token_ids") else { return Ok(Vec::new()) };
     as_array(value, "stop_token_ids")?
@@ -249,7 +285,7 @@ mod tests {
             "min_p": 0.1, "n": 2, "stop": ["a", "b"], "seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5,
             "repetition_penalty": 1.1, "logit_bias": {"12": -100, "7": 2.5}, "stream": true,
             "stream_options": {"include_usage": true}, "include_metrics": true, "include_choice_metrics": true,
-            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": false"#,
+            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": true, "top_logprobs": 3"#,
         )
         .unwrap();
         let s = &r.sampling;
@@ -263,6 +299,29 @@ mod tests {
         let unknown = chat(r#", "tools": [{"type": "function"}]"#).unwrap_err();
         assert_eq!(unknown.param.as_deref(), Some("tools"), "an unimplemented field is refused by name");
         assert_eq!(r.names.max_tokens, "max_completion_tokens");
+        assert_eq!(r.logprobs, Some(3));
+    }
+
+    #[test]
+    fn logprobs_are_a_flag_and_a_count_in_chat_and_a_count_in_completions() {
+        assert_eq!(chat("").unwrap().logprobs, None);
+        assert_eq!(chat(r#", "logprobs": false"#).unwrap().logprobs, None);
+        assert_eq!(chat(r#", "logprobs": true"#).unwrap().logprobs, Some(0));
+        assert_eq!(chat(r#", "logprobs": true, "top_logprobs": 20"#).unwrap().logprobs, Some(20));
+        assert_eq!(param(r#", "logprobs": true, "top_logprobs": 21"#), "top_logprobs");
+        assert_eq!(param(r#", "top_logprobs": 2"#), "top_logprobs", "alternatives need logprobs: true");
+        assert_eq!(param(r#", "logprobs": 1"#), "logprobs", "chat's logprobs is a boolean");
+        let completion = |extra: &str| ParsedRequest::parse(&format!(r#"{{"prompt": "x"{extra}}}"#), None);
+        assert_eq!(completion("").unwrap().logprobs, None);
+        assert_eq!(completion(r#", "logprobs": 0"#).unwrap().logprobs, Some(0));
+        assert_eq!(completion(r#", "logprobs": 5"#).unwrap().logprobs, Some(5));
+        for (extra, field) in [
+            (r#", "logprobs": 21"#, "logprobs"),
+            (r#", "logprobs": true"#, "logprobs"),
+            (r#", "top_logprobs": 1"#, "top_logprobs"),
+        ] {
+            assert_eq!(completion(extra).unwrap_err().param.as_deref(), Some(field), "{extra}");
+        }
     }
 
     #[test]

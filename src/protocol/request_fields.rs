@@ -25,11 +25,6 @@ fn is_false(v: &Value) -> bool {
     v == &Value::Bool(false)
 }
 
-/// `logprobs` is a boolean in chat and a count in completions: off is `false` or 0.
-fn no_logprobs(v: &Value) -> bool {
-    is_false(v) || v.as_u64() == Some(0)
-}
-
 fn is_zero(v: &Value) -> bool {
     v.as_u64() == Some(0)
 }
@@ -86,8 +81,8 @@ const FIELDS: &[(&str, Known)] = &[
     ("user", Known::NoEffect),
     // Without tools, parallel tool calls cannot happen, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
-    ("logprobs", Known::OnlyOff(no_logprobs, "false or 0")),
-    ("top_logprobs", Known::OnlyOff(is_zero, "0")),
+    ("logprobs", Known::Read),
+    ("top_logprobs", Known::Read),
     ("echo", Known::OnlyOff(is_false, "false")),
     ("best_of", Known::OnlyOff(is_one, "1")),
     ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
@@ -162,15 +157,11 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_pass_only_when_off() {
-        let off = json!({"logprobs": false, "top_logprobs": 0, "echo": false, "best_of": 1, "suffix": "",
+        let off = json!({"echo": false, "best_of": 1, "suffix": "",
             "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 0,
             "include_stop_str_in_output": false, "skip_special_tokens": true});
         assert!(check(off).is_ok());
-        assert!(check(json!({"logprobs": 0})).is_ok(), "completions' logprobs is a count");
         for (name, on) in [
-            ("logprobs", json!(true)),
-            ("logprobs", json!(5)),
-            ("top_logprobs", json!(3)),
             ("echo", json!(true)),
             ("best_of", json!(2)),
             ("suffix", json!("}")),

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::json::{encode, Slot};
+use super::logprobs::{encode_logprobs, LogprobsJson, TextOffsets, TokenPieces};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson};
 use super::request::ApiKind;
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
@@ -87,8 +88,8 @@ struct Choice<'a> {
     index: usize,
     #[serde(flatten)]
     output: ChoiceOutputJson<'a>,
-    /// Always `null`: ember does not return log probabilities (`()` serializes as `null`).
-    logprobs: (),
+    /// `null` unless the request asked for log probabilities.
+    logprobs: Option<LogprobsJson>,
     /// OpenAI's `"stop"` / `"length"`, and ours: `"cancelled"`, `"error"`.
     finish_reason: Option<&'static str>,
     #[serde(skip_serializing_if = "Slot::is_absent")]
@@ -109,12 +110,14 @@ struct AssistantMessage<'a> {
     content: &'a str,
 }
 
-/// The whole response body of an ended request.
+/// The whole response body of an ended request. `logprobs`: the request asked for log probabilities, and this
+/// names their tokens.
 pub(crate) fn response_body(
     kind: ApiKind,
     header: &ResponseHeader,
     gate: MetricsGate,
     handle: &RequestHandle,
+    logprobs: Option<&dyn TokenPieces>,
 ) -> String {
     let outputs = handle.choices();
     let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
@@ -124,7 +127,7 @@ pub(crate) fn response_body(
             ApiKind::Chat => ChoiceOutputJson::Message(AssistantMessage { role: "assistant", content: &c.text }),
             ApiKind::Completion => ChoiceOutputJson::Text(&c.text),
         },
-        logprobs: (),
+        logprobs: logprobs.map(|p| encode_logprobs(kind, &c.logprobs, p, &mut TextOffsets::default())),
         finish_reason: c.finish_reason.map(FinishReason::as_str),
         metrics: gate.choice(|| metrics[index]),
     });
@@ -151,7 +154,7 @@ mod tests {
     use crate::protocol::test_support::{header, FakeRequest};
 
     fn body(kind: ApiKind, gate: MetricsGate, r: &FakeRequest) -> Value {
-        serde_json::from_str(&response_body(kind, &header(), gate, &r.handle)).unwrap()
+        serde_json::from_str(&response_body(kind, &header(), gate, &r.handle, None)).unwrap()
     }
 
     fn one_choice_request() -> FakeRequest {

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::json::{encode, Slot};
+use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
@@ -46,6 +47,8 @@ pub(crate) struct ChunkEncoder {
     ready: VecDeque<String>,
     /// The last chunk has been encoded: once `ready` is empty, the stream is done.
     ended: bool,
+    /// When the request asked for log probabilities: their token names, and each choice's text offsets so far.
+    logprobs: Option<(SharedPieces, Vec<TextOffsets>)>,
 }
 
 #[derive(Serialize)]
@@ -66,8 +69,9 @@ struct ChunkChoice<'a> {
     index: usize,
     #[serde(flatten)]
     piece: Piece<'a>,
-    /// Always `null` (`()` serializes as `null`): ember does not return log probabilities.
-    logprobs: (),
+    /// The log probabilities of the tokens of this chunk's text; `null` unless asked for (and in role and finish
+    /// chunks, which have no tokens).
+    logprobs: Option<LogprobsJson>,
     finish_reason: Option<&'static str>,
     /// The choice's own metrics, in its finish chunk, when `include_choice_metrics` opened them.
     #[serde(skip_serializing_if = "Slot::is_absent")]
@@ -92,9 +96,16 @@ struct Delta<'a> {
 
 impl ChunkEncoder {
     /// An encoder for a request of `num_choices` choices. `gate` is the request's own; it is closed here when
-    /// there is no usage chunk.
-    pub fn new(kind: ApiKind, num_choices: usize, include_usage: bool, gate: MetricsGate) -> Self {
+    /// there is no usage chunk. `logprobs`: the request asked for log probabilities, named by these pieces.
+    pub fn new(
+        kind: ApiKind,
+        num_choices: usize,
+        include_usage: bool,
+        gate: MetricsGate,
+        logprobs: Option<SharedPieces>,
+    ) -> Self {
         ChunkEncoder {
+            logprobs: logprobs.map(|p| (p, vec![TextOffsets::default(); num_choices])),
             kind,
             announced: vec![false; num_choices],
             finished: vec![false; num_choices],
@@ -120,14 +131,18 @@ impl ChunkEncoder {
             return;
         }
         match event {
-            RequestEvent::Delta { choice, text, .. } => {
+            RequestEvent::Delta { choice, text, logprobs, .. } => {
                 self.announce(header, choice);
                 if !text.is_empty() {
                     let piece = match self.kind {
                         ApiKind::Chat => Piece::Delta(Delta { role: None, content: Some(&text) }),
                         ApiKind::Completion => Piece::Text(&text),
                     };
-                    self.emit(header, choice, piece, None, Slot::Absent);
+                    let kind = self.kind;
+                    let logprobs = self.logprobs.as_mut().map(|(pieces, offsets)| {
+                        encode_logprobs(kind, &logprobs, pieces.0.as_ref(), &mut offsets[choice])
+                    });
+                    self.emit(header, choice, piece, None, Slot::Absent, logprobs);
                 }
             }
             RequestEvent::Finished { choice, reason } => {
@@ -169,6 +184,7 @@ impl ChunkEncoder {
                 Piece::Delta(Delta { role: Some("assistant"), content: Some("") }),
                 None,
                 Slot::Absent,
+                None,
             );
         }
     }
@@ -181,7 +197,7 @@ impl ChunkEncoder {
             ApiKind::Completion => Piece::Text(""),
         };
         let metrics = self.gate.choice(|| handle.timing_metrics(choice));
-        self.emit(header, choice, piece, Some(reason.as_str()), metrics);
+        self.emit(header, choice, piece, Some(reason.as_str()), metrics, None);
     }
 
     /// The one `{"error": ...}` body that ends a failed request's stream.
@@ -208,8 +224,9 @@ impl ChunkEncoder {
         piece: Piece<'_>,
         finish_reason: Option<&'static str>,
         metrics: Slot<TimingMetricsJson>,
+        logprobs: Option<LogprobsJson>,
     ) {
-        let choice = ChunkChoice { index, piece, logprobs: (), finish_reason, metrics };
+        let choice = ChunkChoice { index, piece, logprobs, finish_reason, metrics };
         // OpenAI: with include_usage, every chunk but the last has `"usage": null`.
         let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
         self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent));
@@ -247,7 +264,7 @@ mod tests {
     use crate::protocol::test_support::{header, FakeRequest};
 
     fn encoder(kind: ApiKind, choices: usize, include_usage: bool, gate: (bool, bool, bool)) -> ChunkEncoder {
-        ChunkEncoder::new(kind, choices, include_usage, MetricsGate::new(gate.0, gate.1, gate.2))
+        ChunkEncoder::new(kind, choices, include_usage, MetricsGate::new(gate.0, gate.1, gate.2), None)
     }
 
     /// The `choices[0]` of each chunk, with the chunk's own fields checked.

@@ -43,7 +43,7 @@ impl FakeRequest {
     pub fn token(&self, choice: usize, text: &str, ts: f64) {
         self.shared.with_stats(choice, |s| s.record_token(ts));
         self.shared.count_token(choice, 100);
-        self.shared.push_delta(choice, text.to_owned(), 1, ts);
+        self.shared.push_delta(choice, text.to_owned(), 1, ts, Vec::new());
     }
 
     pub fn finish(&self, choice: usize, reason: FinishReason) {

@@ -36,11 +36,13 @@ mod candidates;
 mod draw;
 mod exp;
 mod filters;
+mod logprobs;
 mod params;
 mod penalties;
 pub(crate) mod rng;
 mod row;
 
+pub use logprobs::{LogprobSampler, TokenLogprob, IMPOSSIBLE_LOGPROB, MAX_TOP_LOGPROBS};
 pub use params::{SamplingError, SamplingParams, GREEDY_TEMPERATURE};
 
 use candidates::{gather_band, gather_bands, set_weights, Candidate};
