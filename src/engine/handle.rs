@@ -216,6 +216,7 @@ impl Engine {
                 );
                 seq.bills_prompt = j == 0;
                 seq.logprobs = request.logprobs;
+                seq.min_tokens = request.min_tokens;
                 sequences.push(seq);
             }
         }

@@ -33,6 +33,9 @@ pub struct SubmitRequest {
     /// `Some(k)`: report each generated token's log probability with its `k` most likely alternatives
     /// (`k` ≤ [`MAX_TOP_LOGPROBS`]); see `sampling/logprobs.rs` for what they are.
     pub logprobs: Option<usize>,
+    /// Tokens each choice generates before its stop ids can be sampled and its stop strings match (vLLM's
+    /// `min_tokens`); at most `max_tokens`. The context can still end a choice earlier.
+    pub min_tokens: usize,
 }
 
 impl SubmitRequest {
@@ -48,6 +51,7 @@ impl SubmitRequest {
             ignore_eos: false,
             include_metrics: false,
             logprobs: None,
+            min_tokens: 0,
         }
     }
 }
@@ -156,6 +160,9 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
     if let Some(&t) = request.stop_token_ids.iter().find(|&&t| t as usize >= capacity.vocab_size) {
         return invalid("stop_token_ids", format!("stop token {t} is outside the vocabulary"));
     }
+    if let Some(max) = request.max_tokens.filter(|&max| request.min_tokens > max) {
+        return invalid("min_tokens", format!("min_tokens ({}) exceeds max_tokens ({max})", request.min_tokens));
+    }
     if let Some(k) = request.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
     }
@@ -220,6 +227,11 @@ mod tests {
         assert_eq!(field(SubmitRequest { max_tokens: Some(0), ..base.clone() }), Some("max_tokens"));
         assert_eq!(field(SubmitRequest { stop: vec![String::new()], ..base.clone() }), Some("stop"));
         assert_eq!(field(SubmitRequest { stop_token_ids: vec![99], ..base.clone() }), Some("stop_token_ids"));
+        assert_eq!(field(SubmitRequest { min_tokens: 3, max_tokens: Some(2), ..base.clone() }), Some("min_tokens"));
+        assert_eq!(
+            validate_request(&SubmitRequest { min_tokens: 3, max_tokens: Some(3), ..base.clone() }, CAP),
+            Ok(vec![3])
+        );
         assert_eq!(field(SubmitRequest { logprobs: Some(21), ..base.clone() }), Some("logprobs"));
         assert_eq!(validate_request(&SubmitRequest { logprobs: Some(20), ..base.clone() }, CAP), Ok(vec![98]));
         let hot = SamplingParams { temperature: 3.0, ..Default::default() };

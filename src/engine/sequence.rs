@@ -10,7 +10,7 @@ use super::finish::FinishReason;
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::sampling::{Sampler, TokenLogprob};
-use super::stop::StopMatcher;
+use super::stop::{Released, StopMatcher};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
 
@@ -39,6 +39,9 @@ pub struct Sequence {
     /// `Some(k)`: every sampled token gets its log probability and its `k` most likely alternatives
     /// (`logprobs` / `top_logprobs`). Set after construction; `None` by default.
     pub logprobs: Option<usize>,
+    /// `min_tokens`: until this many tokens are generated, stop ids cannot be sampled and stop strings do not
+    /// match (vLLM's semantics). Set after construction; 0 by default.
+    pub min_tokens: usize,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
     /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
@@ -96,6 +99,7 @@ impl Sequence {
             stop_ids,
             sampler,
             logprobs: None,
+            min_tokens: 0,
             detokenizer: StreamDecoder::new(false),
             stops: StopMatcher::new(stops),
             unreleased_tokens: 0,
@@ -118,6 +122,11 @@ impl Sequence {
 
     pub fn num_generated(&self) -> usize {
         self.tokens.len() - self.prompt_len
+    }
+
+    /// Whether the next token must not be a stop id (`min_tokens` not reached yet).
+    pub fn bans_stops(&self) -> bool {
+        self.num_generated() < self.min_tokens
     }
 
     /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
@@ -172,7 +181,11 @@ impl Sequence {
                 Ok(piece) => piece.to_owned(),
                 Err(_) => return Some(FinishReason::Error),
             };
-            let released = self.stops.push(&piece);
+            // Before `min_tokens` tokens, text passes by the stop strings unmatched.
+            let released = match self.num_emitted <= self.min_tokens {
+                true => Released { text: piece, stopped: false },
+                false => self.stops.push(&piece),
+            };
             self.release(released.text);
             if released.stopped {
                 self.release_final(String::new());

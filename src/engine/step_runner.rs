@@ -69,6 +69,18 @@ pub struct RunnerOutput {
     pub sampled: Vec<SampledToken>,
 }
 
+/// `min_tokens`: until a sequence has generated that many tokens, its stop ids (end-of-generation and
+/// `stop_token_ids`) cannot be sampled (vLLM's semantics).
+fn ban_early_stops(seq: &Sequence, logits: &mut [f32]) {
+    if seq.bans_stops() {
+        for &id in seq.stop_ids.iter() {
+            if let Some(logit) = logits.get_mut(id as usize) {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 /// Runs steps on a backend, with the buffers reused from step to step.
 pub struct StepRunner<'m> {
     forward: Box<dyn BatchForward + 'm>,
@@ -110,13 +122,13 @@ impl<'m> StepRunner<'m> {
                 false => {
                     let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
                     let logits = &mut self.logits[row * self.vocab_size..(row + 1) * self.vocab_size];
-                    match seq.logprobs {
-                        None => (seq.sampler.sample(logits), None),
-                        Some(top) => {
-                            let lp = self.logprobs.sample(&mut seq.sampler, logits, top);
-                            (lp.token, Some(lp))
-                        }
+                    // Log probabilities are the raw model's: kept before any mask.
+                    if seq.logprobs.is_some() {
+                        self.logprobs.keep_raw(logits);
                     }
+                    ban_early_stops(seq, logits);
+                    let token = seq.sampler.sample(logits);
+                    (token, seq.logprobs.map(|top| self.logprobs.report(token, top)))
                 }
             };
             out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob });
@@ -148,7 +160,8 @@ impl<'m> StepRunner<'m> {
             .collect();
         let all_greedy = step.chunks.iter().filter(|c| c.samples).all(|c| {
             let p = seqs[&c.seq].sampler.params();
-            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty() && seqs[&c.seq].logprobs.is_none()
+            let s = &seqs[&c.seq];
+            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty() && s.logprobs.is_none() && !s.bans_stops()
         });
         if all_greedy && n_rows > 0 {
             self.device_ids.resize(n_rows, 0);

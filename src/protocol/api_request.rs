@@ -48,6 +48,7 @@ impl ApiRequest {
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
             logprobs: request.logprobs,
+            min_tokens: request.min_tokens,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();

@@ -51,6 +51,8 @@ pub(crate) struct ParsedRequest {
     /// `Some(k)`: each generated token's log probability and its `k` most likely alternatives (chat: `logprobs:
     /// true` with `top_logprobs: k`; completions: `logprobs: k`).
     pub logprobs: Option<usize>,
+    /// `min_tokens` (vLLM's extension).
+    pub min_tokens: usize,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -101,6 +103,7 @@ impl ParsedRequest {
             include_choice_metrics: opt_bool(o, "include_choice_metrics")?.unwrap_or(false),
             ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
             logprobs: parse_logprobs(o, kind)?,
+            min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",
@@ -300,6 +303,8 @@ mod tests {
         assert_eq!(unknown.param.as_deref(), Some("tools"), "an unimplemented field is refused by name");
         assert_eq!(r.names.max_tokens, "max_completion_tokens");
         assert_eq!(r.logprobs, Some(3));
+        assert_eq!(chat(r#", "min_tokens": 4"#).unwrap().min_tokens, 4);
+        assert_eq!(param(r#", "min_tokens": -1"#), "min_tokens");
     }
 
     #[test]

@@ -25,10 +25,6 @@ fn is_false(v: &Value) -> bool {
     v == &Value::Bool(false)
 }
 
-fn is_zero(v: &Value) -> bool {
-    v.as_u64() == Some(0)
-}
-
 fn is_one(v: &Value) -> bool {
     v.as_u64() == Some(1)
 }
@@ -89,7 +85,7 @@ const FIELDS: &[(&str, Known)] = &[
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
     ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
-    ("min_tokens", Known::OnlyOff(is_zero, "0")),
+    ("min_tokens", Known::Read),
     ("include_stop_str_in_output", Known::OnlyOff(is_false, "false")),
     ("skip_special_tokens", Known::OnlyOff(is_true, "true, which is what ember does")),
 ];
@@ -158,7 +154,7 @@ mod tests {
     #[test]
     fn unimplemented_fields_pass_only_when_off() {
         let off = json!({"echo": false, "best_of": 1, "suffix": "",
-            "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 0,
+            "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
             "include_stop_str_in_output": false, "skip_special_tokens": true});
         assert!(check(off).is_ok());
         for (name, on) in [
@@ -168,7 +164,6 @@ mod tests {
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("auto")),
             ("response_format", json!({"type": "json_object"})),
-            ("min_tokens", json!(4)),
             ("include_stop_str_in_output", json!(true)),
             ("skip_special_tokens", json!(false)),
         ] {

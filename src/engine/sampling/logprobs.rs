@@ -48,9 +48,20 @@ impl LogprobSampler {
     /// randomness is consumed) and returns it with its log probability and the `top` most likely alternatives
     /// (`top` is capped at the vocabulary size). The row is scratch space afterwards, as with `sample`.
     pub fn sample(&mut self, sampler: &mut Sampler, logits: &mut [f32], top: usize) -> TokenLogprob {
+        self.keep_raw(logits);
+        let token = sampler.sample(logits);
+        self.report(token, top)
+    }
+
+    /// Keeps the raw row, before anything (a token mask, the sampler) changes it.
+    pub fn keep_raw(&mut self, logits: &[f32]) {
         self.raw.clear();
         self.raw.extend_from_slice(logits);
-        let token = sampler.sample(logits);
+    }
+
+    /// The log probabilities of `token` and of the `top` most likely tokens in the row [`keep_raw`](Self::keep_raw)
+    /// kept.
+    pub fn report(&mut self, token: TokenId, top: usize) -> TokenLogprob {
         self.logprobs_of(token, top)
     }
 
