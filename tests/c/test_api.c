@@ -432,6 +432,33 @@ static void test_stream_chunks(Engine *engine) {
     engine_request_free(request);
 }
 
+/* Log probabilities reach the host in the response JSON, in the shape of each endpoint. */
+static void test_logprobs_json(Engine *engine) {
+    EngineRequest *request = submit(engine, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+                                            " \"max_tokens\": 3, \"temperature\": 0, \"logprobs\": true,"
+                                            " \"top_logprobs\": 2}");
+    Drained d;
+    drain(engine, request, &d);
+    char *json = NULL;
+    CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_OK);
+    CHECK(strstr(json, "\"logprobs\":{\"content\":[{\"token\":") != NULL);
+    CHECK(strstr(json, "\"top_logprobs\":[{\"token\":") != NULL && strstr(json, "\"bytes\":[") != NULL);
+    engine_string_free(json);
+    engine_request_free(request);
+
+    request = submit(engine, "{\"prompt\": \"The sky is\", \"max_tokens\": 3, \"temperature\": 0, \"logprobs\": 1}");
+    drain(engine, request, &d);
+    CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_OK);
+    CHECK(strstr(json, "\"token_logprobs\":[-") != NULL && strstr(json, "\"text_offset\":[0") != NULL);
+    engine_string_free(json);
+    engine_request_free(request);
+
+    request = (EngineRequest *)0x1;
+    CHECK_STATUS(engine_submit(engine, "{\"prompt\": \"a\", \"logprobs\": 21}", &request),
+                 ENGINE_STATUS_INVALID_REQUEST);
+    CHECK(last_error_has("\"param\":\"logprobs\"") && request == (EngineRequest *)0x1);
+}
+
 /* Handles that are not what they claim: random values, the other type, another engine's request. */
 static void test_handle_misuse(Engine *engine, Engine *other) {
     EngineEvent ev;
@@ -635,6 +662,8 @@ int main(int argc, char **argv) {
     test_cancel_and_choices(engine);
     printf("stream chunks\n");
     test_stream_chunks(engine);
+    printf("logprobs in the JSON\n");
+    test_logprobs_json(engine);
     printf("handle misuse\n");
     test_handle_misuse(engine, other);
     printf("concurrent polls\n");

@@ -237,10 +237,10 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(caught.exception.param, "messages")
 
     def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
-        # A client must not believe it got JSON mode, log probabilities or a tool call that ember did not give.
+        # A client must not believe it got JSON mode, a tool call or best-of sampling that ember did not give.
         refused = [
             ({"response_format": {"type": "json_object"}}, {}),
-            ({"logprobs": True, "top_logprobs": 2}, {}),
+            ({}, {"best_of": 3}),
             ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, {}),
             ({}, {"temprature": 0.5}),
         ]
@@ -255,6 +255,42 @@ class GatewayTest(unittest.TestCase):
             model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
             response_format={"type": "text"})
         self.assertEqual(response.choices[0].logprobs, None)
+
+    def test_logprobs_chat_and_completions_stream_and_not(self):
+        # Chat: the typed ChoiceLogprobs, one entry per token, exactly top_logprobs alternatives.
+        response = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=6, temperature=0,
+            logprobs=True, top_logprobs=3)
+        content = response.choices[0].logprobs.content
+        self.assertTrue(content)
+        self.assertEqual(b"".join(bytes(t.bytes) for t in content).decode("utf-8", "replace")
+                         .startswith(response.choices[0].message.content), True)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            self.assertEqual(t.top_logprobs[0].logprob, t.logprob, "greedy samples the most likely token")
+        stream = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=6, temperature=0,
+            logprobs=True, top_logprobs=3, stream=True)
+        streamed = [t for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+        self.assertEqual([(t.token, t.logprob) for t in streamed], [(t.token, t.logprob) for t in content])
+        # Completions: the legacy parallel arrays, the sampled token always among top_logprobs.
+        response = plain.client.completions.create(
+            model=MODEL_ID, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=2)
+        lp = response.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), len(lp.token_logprobs))
+        self.assertEqual(len(lp.tokens), len(lp.text_offset))
+        self.assertEqual(lp.text_offset[0], 0)
+        for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertEqual(top.get(token), logprob)
+        stream = plain.client.completions.create(
+            model=MODEL_ID, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=2, stream=True)
+        streamed = [t for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+        self.assertEqual(streamed, lp.tokens)
+        with self.assertRaises(openai.BadRequestError) as caught:
+            plain.client.chat.completions.create(
+                model=MODEL_ID, messages=chat_messages("Hi"), logprobs=True, top_logprobs=21)
+        self.assertEqual(caught.exception.param, "top_logprobs")
 
     def test_models_and_health(self):
         self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])
