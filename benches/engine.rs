@@ -2,8 +2,9 @@
 //! (128-token prompts, 128 generated tokens each), TTFT (from scheduling, the metric, and from arrival, what a client
 //! waits) and ITL percentiles, with timing stats on and off, and the CPU an idle engine uses.
 //!
-//! `cargo bench --bench engine [-- --quick] [--threads N] [--max-num-batched-tokens N] [--json PATH]`. Prints a table and writes JSON
-//! (default `target/bench-engine.json`).
+//! `cargo bench --bench engine [-- --quick] [--threads N] [--max-num-batched-tokens N] [--logprobs K] [--json PATH]`.
+//! Prints a table and writes JSON (default `target/bench-engine.json`). `--logprobs K` adds, at each level, a run
+//! whose requests ask for log probabilities with `K` alternatives (stats on), interleaved with the plain ones.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +19,19 @@ struct Args {
     threads: usize,
     /// The engine's `max_num_batched_tokens` (None: its default).
     max_num_batched_tokens: Option<usize>,
+    /// Also run with `logprobs: Some(K)`.
+    logprobs: Option<usize>,
     json: String,
 }
 
 fn parse_args() -> Args {
-    let mut args =
-        Args { quick: false, threads: 2, max_num_batched_tokens: None, json: "target/bench-engine.json".into() };
+    let mut args = Args {
+        quick: false,
+        threads: 2,
+        max_num_batched_tokens: None,
+        logprobs: None,
+        json: "target/bench-engine.json".into(),
+    };
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < raw.len() {
@@ -36,6 +44,10 @@ fn parse_args() -> Args {
             "--max-num-batched-tokens" => {
                 i += 1;
                 args.max_num_batched_tokens = Some(raw[i].parse().expect("--max-num-batched-tokens N"));
+            }
+            "--logprobs" => {
+                i += 1;
+                args.logprobs = Some(raw[i].parse().expect("--logprobs K"));
             }
             "--json" => {
                 i += 1;
@@ -66,6 +78,7 @@ fn prompt(model: &Model, index: usize, len: usize) -> Vec<TokenId> {
 struct Run {
     concurrency: usize,
     stats_on: bool,
+    logprobs: Option<usize>,
     wall_s: f64,
     generated: u64,
     /// Tokens generated after every request had its first token, over the time that took: the steady decode
@@ -85,7 +98,14 @@ impl Run {
     }
 }
 
-fn run(model: &Arc<Model>, args: &Args, concurrency: usize, gen: usize, stats_on: bool) -> Run {
+fn run(
+    model: &Arc<Model>,
+    args: &Args,
+    concurrency: usize,
+    gen: usize,
+    stats_on: bool,
+    logprobs: Option<usize>,
+) -> Run {
     let defaults = EngineConfig::default();
     let config = EngineConfig {
         threads: args.threads,
@@ -95,7 +115,12 @@ fn run(model: &Arc<Model>, args: &Args, concurrency: usize, gen: usize, stats_on
     };
     let engine = Engine::with_model(config, Arc::clone(model), Logger::silent()).expect("engine");
     let requests: Vec<SubmitRequest> = (0..concurrency)
-        .map(|i| SubmitRequest { max_tokens: Some(gen), ignore_eos: true, ..SubmitRequest::new(prompt(model, i, 128)) })
+        .map(|i| SubmitRequest {
+            max_tokens: Some(gen),
+            ignore_eos: true,
+            logprobs,
+            ..SubmitRequest::new(prompt(model, i, 128))
+        })
         .collect();
     let start = Instant::now();
     let handles: Vec<_> = requests.into_iter().map(|r| engine.submit(r).expect("submit")).collect();
@@ -125,7 +150,7 @@ fn run(model: &Arc<Model>, args: &Args, concurrency: usize, gen: usize, stats_on
         let after = stats.iter().flat_map(|s| s.token_ts.iter()).filter(|&&t| t > all_started).count();
         after as f64 / (end - all_started)
     });
-    Run { concurrency, stats_on, wall_s, generated, decode_phase_tps, ttft_ms, ttft_arrival_ms, itl_ms }
+    Run { concurrency, stats_on, logprobs, wall_s, generated, decode_phase_tps, ttft_ms, ttft_arrival_ms, itl_ms }
 }
 
 /// CPU seconds (user + system) this process has used.
@@ -146,7 +171,10 @@ fn main() {
     let mut runs = Vec::new();
     for &c in levels {
         for stats_on in [true, false] {
-            runs.push(run(&model, &args, c, gen, stats_on));
+            runs.push(run(&model, &args, c, gen, stats_on, None));
+        }
+        if let Some(k) = args.logprobs {
+            runs.push(run(&model, &args, c, gen, true, Some(k)));
         }
     }
 
@@ -181,7 +209,11 @@ fn main() {
         println!(
             "{:>4} {:>6} {:>9.1} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
             r.concurrency,
-            if r.stats_on { "on" } else { "off" },
+            match (r.logprobs, r.stats_on) {
+                (Some(k), _) => format!("lp{k}"),
+                (None, true) => "on".into(),
+                (None, false) => "off".into(),
+            },
             r.decode_tps(),
             r.decode_phase_tps.map_or("-".to_owned(), |x| format!("{x:.1}")),
             pct(&r.ttft_ms, 50.0),
@@ -192,7 +224,7 @@ fn main() {
             pct(&r.itl_ms, 99.0)
         );
         json.push(serde_json::json!({
-            "concurrency": r.concurrency, "stats": r.stats_on, "generated_tokens": r.generated, "wall_s": r.wall_s,
+            "concurrency": r.concurrency, "stats": r.stats_on, "logprobs": r.logprobs, "generated_tokens": r.generated, "wall_s": r.wall_s,
             "aggregate_tokens_per_s": r.decode_tps(), "decode_phase_tokens_per_s": r.decode_phase_tps,
             "ttft_ms_p50": nearest_rank(&r.ttft_ms, 50.0), "ttft_ms_p99": nearest_rank(&r.ttft_ms, 99.0),
             "ttft_from_arrival_ms_p50": nearest_rank(&r.ttft_arrival_ms, 50.0),
@@ -201,10 +233,24 @@ fn main() {
         }));
     }
     let phase = |r: &Run| r.decode_phase_tps.unwrap_or(0.0);
-    let single = runs.iter().find(|r| r.concurrency == 1 && r.stats_on).map(phase).unwrap_or(0.0);
-    let top = runs.iter().filter(|r| r.stats_on).max_by_key(|r| r.concurrency).map(phase).unwrap_or(0.0);
-    let on: f64 = runs.iter().filter(|r| r.stats_on).map(Run::decode_tps).sum();
-    let off: f64 = runs.iter().filter(|r| !r.stats_on).map(Run::decode_tps).sum();
+    let plain = |r: &&Run| r.logprobs.is_none();
+    if let Some(k) = args.logprobs {
+        for r in runs.iter().filter(|r| r.logprobs.is_some()) {
+            let base = runs.iter().filter(plain).find(|b| b.stats_on && b.concurrency == r.concurrency);
+            if let Some(base) = base {
+                println!(
+                    "logprobs {k} / plain at {}: decode phase {:.3}, e2e {:.3}",
+                    r.concurrency,
+                    phase(r) / phase(base),
+                    r.decode_tps() / base.decode_tps()
+                );
+            }
+        }
+    }
+    let single = runs.iter().filter(plain).find(|r| r.concurrency == 1 && r.stats_on).map(phase).unwrap_or(0.0);
+    let top = runs.iter().filter(plain).filter(|r| r.stats_on).max_by_key(|r| r.concurrency).map(phase).unwrap_or(0.0);
+    let on: f64 = runs.iter().filter(plain).filter(|r| r.stats_on).map(Run::decode_tps).sum();
+    let off: f64 = runs.iter().filter(plain).filter(|r| !r.stats_on).map(Run::decode_tps).sum();
     println!("decode rate at max concurrency / single stream: {:.2}x", top / single);
     println!("stats on / off throughput (sum over levels): {:.3}", on / off);
     println!("idle engine CPU: {:.2}% of one core", idle * 100.0);

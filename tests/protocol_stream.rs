@@ -194,3 +194,27 @@ fn a_request_queued_behind_another_times_out_then_streams() {
     let chunks = chunks(&mut queued);
     assert_eq!(assemble(&chunks, ApiKind::Completion, 1)[0].1, "length");
 }
+
+/// `echo`: each completion choice's text starts with its prompt (a string as given, token ids decoded), in the
+/// whole body and as the first chunk of each streamed choice; usage counts only the generated tokens.
+#[test]
+fn echo_puts_the_prompt_before_each_choice() {
+    let e = engine(EngineConfig::default());
+    let ids = e.model().tokenizer.encode("Roses are red,", false);
+    for prompt in [json!("Roses are red,"), json!(ids)] {
+        let body = json!({"prompt": [prompt.clone(), prompt], "max_tokens": 4, "temperature": 0, "echo": true, "n": 2});
+        let v = whole(&submit(&e, &body));
+        let plain = whole(&submit(&e, &json!({"prompt": "Roses are red,", "max_tokens": 4, "temperature": 0})));
+        let generated = plain["choices"][0]["text"].as_str().unwrap();
+        for c in v["choices"].as_array().unwrap() {
+            assert_eq!(c["text"].as_str().unwrap(), format!("Roses are red,{generated}"), "{v}");
+        }
+        assert_eq!(v["usage"]["completion_tokens"], json!(4 * plain["usage"]["completion_tokens"].as_u64().unwrap()));
+        let mut stream = submit(&e, &json!({"prompt": "Roses are red,", "max_tokens": 4, "temperature": 0,
+            "echo": true, "stream": true}));
+        let texts: Vec<String> =
+            chunks(&mut stream).iter().map(|c| c["choices"][0]["text"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(texts[0], "Roses are red,");
+        assert_eq!(texts.concat(), format!("Roses are red,{generated}"));
+    }
+}

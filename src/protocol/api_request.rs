@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
 use super::request::{ApiKind, ParsedRequest};
-use super::response::{response_body, ResponseHeader};
+use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 
@@ -28,6 +28,8 @@ pub struct ApiRequest {
     chunks: ChunkEncoder,
     /// Names the tokens of the log probabilities, when the request asked for them.
     logprobs: Option<SharedPieces>,
+    /// With `echo`: each choice's prompt text (empty otherwise).
+    echo: Vec<String>,
 }
 
 impl ApiRequest {
@@ -38,6 +40,7 @@ impl ApiRequest {
     pub fn submit(engine: &Engine, json: &str, kind: Option<ApiKind>) -> Result<ApiRequest, ApiError> {
         let request = ParsedRequest::parse(json, kind)?;
         let model = engine.model();
+        let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let submit = SubmitRequest {
             prompts: request.input.into_token_prompts(model)?,
             sampling: request.sampling,
@@ -60,8 +63,12 @@ impl ApiRequest {
         let include_usage = request.include_usage || config.force_include_usage;
         let header = ResponseHeader::new(request.kind, request.model.unwrap_or_else(|| model.name()), handle.id());
         let logprobs = request.logprobs.map(|_| SharedPieces(engine.shared_model()));
-        let chunks = ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone());
-        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks, logprobs })
+        // Choice `p × n + j` is prompt `p`'s.
+        let echo: Vec<String> =
+            echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
+        let chunks =
+            ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone(), echo.clone());
+        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks, logprobs, echo })
     }
 
     /// The engine request: poll it, cancel it, read its metrics.
@@ -88,8 +95,8 @@ impl ApiRequest {
     /// A request the engine failed still gets a body: its unfinished choices end with `"error"`, and an `error`
     /// object says why.
     pub fn response_json(&self) -> Option<String> {
-        let pieces = self.logprobs.as_ref().map(|p| p.0.as_ref());
-        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, pieces))
+        let extras = ChoiceExtras { logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()), echo: &self.echo };
+        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))
     }
 
     /// The next streaming chunk body (JSON, no "data: " framing), consuming the handle's events; waits up to

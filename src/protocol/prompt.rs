@@ -73,6 +73,20 @@ impl PromptInput {
         }
     }
 
+    /// The text `echo` puts before each prompt's completions: the prompt string itself, or the token ids decoded
+    /// (special tokens written out). Chat messages have none (`echo` is a completions field).
+    pub fn echo_texts(&self, model: &Model) -> Vec<String> {
+        match self {
+            PromptInput::Texts(texts) => texts.clone(),
+            // Ids were checked against the vocabulary by now (the engine accepted them); an unknown one echoes
+            // as nothing rather than failing a request that succeeded.
+            PromptInput::Tokens(prompts) => {
+                prompts.iter().map(|ids| model.tokenizer.decode(ids, true).unwrap_or_default()).collect()
+            }
+            PromptInput::Messages(_) => Vec::new(),
+        }
+    }
+
     /// The engine's prompts. Text is tokenized with special tokens parsed (so a chat template's `<|im_start|>`
     /// becomes its control token) and starts with BOS when the model asks for it (`tokenizer.ggml.add_bos_token`)
     /// and the text did not already begin with it. Token-id prompts are used as given; the engine checks them.

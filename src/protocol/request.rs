@@ -53,6 +53,8 @@ pub(crate) struct ParsedRequest {
     pub logprobs: Option<usize>,
     /// `min_tokens` (vLLM's extension).
     pub min_tokens: usize,
+    /// `echo` (completions): each choice's text starts with its prompt.
+    pub echo: bool,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -88,13 +90,15 @@ impl ParsedRequest {
         let stream = opt_bool(o, "stream")?.unwrap_or(false);
         let include_usage = parse_stream_options(o, stream)?;
         opt_str(o, "user")?; // Accepted for compatibility; only its type is checked.
+        let n = opt_u64(o, "n")?.map_or(1, saturating_usize);
+        check_best_of(o, n)?;
         Ok(ParsedRequest {
             kind,
             model: opt_str(o, "model")?.map(str::to_owned),
             input,
             sampling: parse_sampling(o)?,
             max_tokens,
-            n: opt_u64(o, "n")?.map_or(1, saturating_usize),
+            n,
             stop: parse_stop(o)?,
             stop_token_ids: parse_stop_token_ids(o)?,
             stream,
@@ -104,6 +108,7 @@ impl ParsedRequest {
             ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
             logprobs: parse_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
+            echo: parse_echo(o, kind)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",
@@ -209,6 +214,33 @@ fn parse_stop(o: &Object) -> Result<Vec<String>, ApiError> {
     }
 }
 
+/// `best_of`: OpenAI generates that many candidates and returns the `n` most likely. ember does not rank
+/// candidates, so only `best_of` = `n` (every candidate is returned, the ranking is moot) is accepted.
+fn check_best_of(o: &Object, n: usize) -> Result<(), ApiError> {
+    match opt_u64(o, "best_of")? {
+        Some(b) if saturating_usize(b) != n => Err(ApiError::invalid(
+            "best_of",
+            format!("best_of ({b}) other than n ({n}) is not supported by ember: it does not rank candidates"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `echo` (completions only). With log probabilities it would need the prompt's, which ember does not compute.
+fn parse_echo(o: &Object, kind: ApiKind) -> Result<bool, ApiError> {
+    let echo = opt_bool(o, "echo")?.unwrap_or(false);
+    if echo && kind == ApiKind::Chat {
+        return Err(ApiError::invalid("echo", "echo is a completions field"));
+    }
+    if echo && get(o, "logprobs").is_some_and(|v| v.as_u64().is_some()) {
+        return Err(ApiError::invalid(
+            "echo",
+            "echo with logprobs is not supported by ember: it would need the prompt's log probabilities",
+        ));
+    }
+    Ok(echo)
+}
+
 /// Chat: `logprobs` (a boolean) and `top_logprobs` (0..=20, only with `logprobs: true`, as OpenAI requires).
 /// Completions: `logprobs` is the count of alternatives itself (0..=20; OpenAI's legacy API allows 5, vLLM 20),
 /// and `top_logprobs` is not a completions field.
@@ -305,6 +337,15 @@ mod tests {
         assert_eq!(r.logprobs, Some(3));
         assert_eq!(chat(r#", "min_tokens": 4"#).unwrap().min_tokens, 4);
         assert_eq!(param(r#", "min_tokens": -1"#), "min_tokens");
+        assert!(chat(r#", "best_of": 2, "n": 2"#).is_ok(), "best_of = n returns every candidate");
+        assert_eq!(param(r#", "best_of": 2"#), "best_of");
+        assert_eq!(param(r#", "echo": true"#), "echo", "a completions field");
+        let completion = |extra: &str| ParsedRequest::parse(&format!(r#"{{"prompt": "x"{extra}}}"#), None);
+        assert!(completion(r#", "echo": true"#).unwrap().echo);
+        assert!(!completion(r#", "echo": false"#).unwrap().echo);
+        let e = completion(r#", "echo": true, "logprobs": 0"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("echo"));
+        assert_eq!(completion(r#", "echo": 1"#).unwrap_err().param.as_deref(), Some("echo"));
     }
 
     #[test]

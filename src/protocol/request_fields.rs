@@ -25,10 +25,6 @@ fn is_false(v: &Value) -> bool {
     v == &Value::Bool(false)
 }
 
-fn is_one(v: &Value) -> bool {
-    v.as_u64() == Some(1)
-}
-
 fn is_true(v: &Value) -> bool {
     v == &Value::Bool(true)
 }
@@ -79,8 +75,8 @@ const FIELDS: &[(&str, Known)] = &[
     ("parallel_tool_calls", Known::NoEffect),
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
-    ("echo", Known::OnlyOff(is_false, "false")),
-    ("best_of", Known::OnlyOff(is_one, "1")),
+    ("echo", Known::Read),
+    ("best_of", Known::Read),
     ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
@@ -153,13 +149,11 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_pass_only_when_off() {
-        let off = json!({"echo": false, "best_of": 1, "suffix": "",
+        let off = json!({"suffix": "",
             "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
             "include_stop_str_in_output": false, "skip_special_tokens": true});
         assert!(check(off).is_ok());
         for (name, on) in [
-            ("echo", json!(true)),
-            ("best_of", json!(2)),
             ("suffix", json!("}")),
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("auto")),

@@ -110,16 +110,27 @@ struct AssistantMessage<'a> {
     content: &'a str,
 }
 
-/// The whole response body of an ended request. `logprobs`: the request asked for log probabilities, and this
-/// names their tokens.
+/// What a request asked to add to its choices: log probabilities (named by these pieces), and with `echo` each
+/// choice's prompt before its text (empty: no echo).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ChoiceExtras<'a> {
+    pub logprobs: Option<&'a dyn TokenPieces>,
+    pub echo: &'a [String],
+}
+
+/// The whole response body of an ended request.
 pub(crate) fn response_body(
     kind: ApiKind,
     header: &ResponseHeader,
     gate: MetricsGate,
     handle: &RequestHandle,
-    logprobs: Option<&dyn TokenPieces>,
+    extras: ChoiceExtras<'_>,
 ) -> String {
-    let outputs = handle.choices();
+    let mut outputs = handle.choices();
+    for (output, prompt) in outputs.iter_mut().zip(extras.echo) {
+        output.text.insert_str(0, prompt);
+    }
+    let logprobs = extras.logprobs;
     let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
     let choices = outputs.iter().enumerate().map(|(index, c)| Choice {
         index,
@@ -154,7 +165,7 @@ mod tests {
     use crate::protocol::test_support::{header, FakeRequest};
 
     fn body(kind: ApiKind, gate: MetricsGate, r: &FakeRequest) -> Value {
-        serde_json::from_str(&response_body(kind, &header(), gate, &r.handle, None)).unwrap()
+        serde_json::from_str(&response_body(kind, &header(), gate, &r.handle, ChoiceExtras::default())).unwrap()
     }
 
     fn one_choice_request() -> FakeRequest {

@@ -49,6 +49,8 @@ pub(crate) struct ChunkEncoder {
     ended: bool,
     /// When the request asked for log probabilities: their token names, and each choice's text offsets so far.
     logprobs: Option<(SharedPieces, Vec<TextOffsets>)>,
+    /// Per choice, with `echo`: its prompt, until the choice's first chunk carries it.
+    echo: Vec<Option<String>>,
 }
 
 #[derive(Serialize)]
@@ -97,14 +99,17 @@ struct Delta<'a> {
 impl ChunkEncoder {
     /// An encoder for a request of `num_choices` choices. `gate` is the request's own; it is closed here when
     /// there is no usage chunk. `logprobs`: the request asked for log probabilities, named by these pieces.
+    /// `echo`: each choice's prompt text, which opens its stream (empty: no echo).
     pub fn new(
         kind: ApiKind,
         num_choices: usize,
         include_usage: bool,
         gate: MetricsGate,
         logprobs: Option<SharedPieces>,
+        echo: Vec<String>,
     ) -> Self {
         ChunkEncoder {
+            echo: echo.into_iter().map(Some).collect(),
             logprobs: logprobs.map(|p| (p, vec![TextOffsets::default(); num_choices])),
             kind,
             announced: vec![false; num_choices],
@@ -174,8 +179,11 @@ impl ChunkEncoder {
         self.end(header, handle);
     }
 
-    /// The role chunk that opens a chat choice, once.
+    /// The role chunk that opens a chat choice, once; the prompt that opens a completion choice with `echo`.
     fn announce(&mut self, header: &ResponseHeader, choice: usize) {
+        if let Some(prompt) = self.echo.get_mut(choice).and_then(Option::take) {
+            self.emit(header, choice, Piece::Text(&prompt), None, Slot::Absent, None);
+        }
         if self.kind == ApiKind::Chat && !self.announced[choice] {
             self.announced[choice] = true;
             self.emit(
@@ -264,7 +272,7 @@ mod tests {
     use crate::protocol::test_support::{header, FakeRequest};
 
     fn encoder(kind: ApiKind, choices: usize, include_usage: bool, gate: (bool, bool, bool)) -> ChunkEncoder {
-        ChunkEncoder::new(kind, choices, include_usage, MetricsGate::new(gate.0, gate.1, gate.2), None)
+        ChunkEncoder::new(kind, choices, include_usage, MetricsGate::new(gate.0, gate.1, gate.2), None, Vec::new())
     }
 
     /// The `choices[0]` of each chunk, with the chunk's own fields checked.
@@ -316,6 +324,23 @@ mod tests {
             json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}),
         ];
         assert_eq!(choices(&chunks, "text_completion"), expected);
+    }
+
+    #[test]
+    fn echo_opens_each_completion_choice_with_its_prompt() {
+        let r = FakeRequest::new(2, 10);
+        let gate = MetricsGate::new(false, false, false);
+        let mut e = ChunkEncoder::new(ApiKind::Completion, 2, false, gate, None, vec!["A:".into(), "B:".into()]);
+        r.token(0, "a", 2.0);
+        r.finish(0, FinishReason::Stop);
+        r.finish(1, FinishReason::Length);
+        let (chunks, done) = r.drain(&mut e, &header());
+        assert!(done);
+        let pieces: Vec<(u64, &str)> = chunks
+            .iter()
+            .map(|c| (c["choices"][0]["index"].as_u64().unwrap(), c["choices"][0]["text"].as_str().unwrap()))
+            .collect();
+        assert_eq!(pieces, [(0, "A:"), (0, "a"), (0, ""), (1, "B:"), (1, "")], "a choice without text still echoes");
     }
 
     #[test]
