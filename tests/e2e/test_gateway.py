@@ -2,8 +2,8 @@
 """End-to-end test of examples/gateway with the official OpenAI Python client (`pip install openai`).
 
 Starts the built gateway on free loopback ports (--listen 127.0.0.1:0; it prints its address) over the real model,
-and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics` and
-their double gate, metrics headers, OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
+and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics`, the
+llama.cpp `timings` and their double gate, metrics headers (X-Ember-*, Server-Timing), OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
 and a graceful SIGTERM.
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
@@ -33,6 +33,9 @@ MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-In
 # The gateway names the model after its file, without the extension.
 MODEL_ID = os.path.splitext(os.path.basename(MODEL))[0]
 FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
+# llama-server's `timings` fields (docs/per_request_metrics.md, "llama.cpp `timings`").
+TIMINGS = ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+           "predicted_ms", "predicted_per_token_ms", "predicted_per_second")
 # Bound on waiting for the gateway to do something (start, drop a request); never a measured duration.
 PATIENCE_S = 60
 
@@ -145,6 +148,19 @@ class GatewayTest(unittest.TestCase):
         self.assertTrue(math.isclose(metrics["mean_itl_ms"], gen / (n - 1), rel_tol=1e-6), metrics)
         self.assertTrue(math.isclose(metrics["tokens_per_second"], n / ((ttft + gen) / 1000), rel_tol=1e-6), metrics)
 
+    def assert_timings(self, timings, metrics, usage):
+        """llama.cpp's `timings`: every field, counts that add up to `usage`, and the `metrics` times."""
+        self.assertEqual(sorted(timings), sorted(TIMINGS), timings)
+        self.assertEqual(timings["cache_n"] + timings["prompt_n"], usage["prompt_tokens"])
+        self.assertEqual(timings["cache_n"], usage["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(timings["predicted_n"], usage["completion_tokens"])
+        self.assertEqual(timings["prompt_ms"], metrics["time_to_first_token_ms"])
+        self.assertEqual(timings["predicted_ms"], metrics["generation_time_ms"])
+        self.assertEqual(timings["predicted_per_token_ms"], metrics["mean_itl_ms"])
+        self.assertTrue(math.isclose(timings["prompt_per_second"] * timings["prompt_ms"],
+                                     timings["prompt_n"] * 1000, rel_tol=1e-6), timings)
+        self.assertTrue(math.isclose(timings["predicted_per_second"], 1000 / metrics["mean_itl_ms"], rel_tol=1e-6))
+
     def test_chat(self):
         response = plain.client.chat.completions.create(
             model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=8)
@@ -168,8 +184,9 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(last.choices, [])
         self.assertEqual(last.usage.completion_tokens, 6)
         self.assert_consistent_metrics(last.model_extra.get("metrics"), last.usage.completion_tokens)
-        # Only the usage chunk carries metrics.
-        self.assertTrue(all("metrics" not in c.model_extra for c in chunks[:-1]))
+        self.assert_timings(last.model_extra.get("timings"), last.model_extra["metrics"], last.usage.model_dump())
+        # Only the usage chunk carries metrics and timings.
+        self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks[:-1]))
 
     def test_completions(self):
         response = plain.client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=5)
@@ -191,15 +208,34 @@ class GatewayTest(unittest.TestCase):
                               **kwargs)
             self.assertEqual(response.usage.completion_tokens, 8)
             self.assert_consistent_metrics(response.model_extra.get("metrics"), 8)
+            self.assert_timings(response.model_extra.get("timings"), response.model_extra["metrics"],
+                                response.usage.model_dump())
+
+    def test_timings_in_the_raw_json_as_llama_server_sends_them(self):
+        # What a tool written for llama-server parses: the body's own JSON, not the client's model.
+        raw = with_metrics.client.chat.completions.with_raw_response.create(
+            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, temperature=0,
+            extra_body={"include_metrics": True, "ignore_eos": True})
+        body = raw.http_response.json()
+        self.assertIn("timings", body)
+        self.assert_timings(body["timings"], body["metrics"], body["usage"])
+        self.assertIsInstance(body["timings"]["predicted_n"], int)
+        # Several choices: null, as `metrics` (whose prompt time would it be?).
+        raw = with_metrics.client.completions.with_raw_response.create(
+            model=MODEL_ID, prompt="Hi", max_tokens=2, n=2, extra_body={"include_metrics": True})
+        body = raw.http_response.json()
+        self.assertIsNone(body["timings"])
+        self.assertIsNone(body["metrics"])
 
     def test_no_metrics_when_not_asked(self):
         response = with_metrics.client.chat.completions.create(
             model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4)
         self.assertNotIn("metrics", response.model_extra)
+        self.assertNotIn("timings", response.model_extra)
         chunks = list(with_metrics.client.chat.completions.create(
             model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
             stream_options={"include_usage": True}))
-        self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
+        self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks))
 
     def test_no_metrics_when_not_enabled(self):
         response = plain.client.chat.completions.create(
@@ -222,9 +258,20 @@ class GatewayTest(unittest.TestCase):
         for header, field in names.items():
             # Headers are rounded to 3 decimals.
             self.assertAlmostEqual(float(raw.headers[header]), body.model_extra["metrics"][field], delta=6e-4)
+        # Server-Timing: queue, ttft, gen, e2e in that order, the first three the X-Ember values.
+        entries = [entry.split(";dur=") for entry in raw.headers["Server-Timing"].split(", ")]
+        self.assertEqual([name for name, _ in entries], ["queue", "ttft", "gen", "e2e"])
+        durations = {name: float(dur) for name, dur in entries}
+        self.assertEqual(durations["queue"], float(raw.headers["X-Ember-Queue-Time-Ms"]))
+        self.assertEqual(durations["ttft"], float(raw.headers["X-Ember-Time-To-First-Token-Ms"]))
+        self.assertEqual(durations["gen"], float(raw.headers["X-Ember-Generation-Time-Ms"]))
+        # End to end spans the other three (arrival ≤ queued, and the end follows the last token); the slack is
+        # the rounding of four values to 3 decimals, not a timing bound.
+        self.assertGreaterEqual(durations["e2e"] + 2e-3, durations["queue"] + durations["ttft"] + durations["gen"])
         raw = plain.client.chat.completions.with_raw_response.create(
             model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2)
         self.assertFalse([h for h in raw.headers if h.lower().startswith("x-ember-")])
+        self.assertNotIn("server-timing", raw.headers)
 
     def test_invalid_request_is_400(self):
         with self.assertRaises(openai.BadRequestError) as caught:
