@@ -40,6 +40,12 @@ pub(crate) struct ParsedRequest {
     pub stop: Vec<String>,
     /// `stop_token_ids` (vLLM's extension): token ids that end a choice besides the model's own.
     pub stop_token_ids: Vec<TokenId>,
+    /// vLLM's `include_stop_str_in_output`: what stopped a choice stays at the end of its text.
+    pub include_stop_str_in_output: bool,
+    /// vLLM's `skip_special_tokens` (default true): false writes control tokens' text.
+    pub skip_special_tokens: bool,
+    /// Completions' `suffix`: the text after the gap of a fill-in-the-middle prompt; `None` when absent or "".
+    pub suffix: Option<String>,
     pub stream: bool,
     /// `stream_options.include_usage`: the stream ends with a usage chunk.
     pub include_usage: bool,
@@ -82,6 +88,11 @@ impl ParsedRequest {
         let (max_tokens, max_tokens_name) = parse_max_tokens(o, kind)?;
         let stream = opt_bool(o, "stream")?.unwrap_or(false);
         let include_usage = parse_stream_options(o, stream)?;
+        // OpenAI's `suffix` is "" by default, so "" is no suffix.
+        let suffix = opt_str(o, "suffix")?.filter(|s| !s.is_empty()).map(str::to_owned);
+        if suffix.is_some() && kind == ApiKind::Chat {
+            return Err(ApiError::invalid("suffix", "suffix is a completions field: a chat request cannot have one"));
+        }
         opt_str(o, "user")?; // Accepted for compatibility; only its type is checked.
         Ok(ParsedRequest {
             kind,
@@ -92,6 +103,9 @@ impl ParsedRequest {
             n: opt_u64(o, "n")?.map_or(1, saturating_usize),
             stop: parse_stop(o)?,
             stop_token_ids: parse_stop_token_ids(o)?,
+            include_stop_str_in_output: opt_bool(o, "include_stop_str_in_output")?.unwrap_or(false),
+            skip_special_tokens: opt_bool(o, "skip_special_tokens")?.unwrap_or(true),
+            suffix,
             stream,
             include_usage,
             include_metrics: opt_bool(o, "include_metrics")?.unwrap_or(false),
@@ -238,6 +252,7 @@ mod tests {
         assert_eq!(r.input, PromptInput::Messages(vec![ChatMessage::new("user", "hi")]));
         assert_eq!(r.sampling, SamplingParams::default());
         assert_eq!((r.max_tokens, r.n, r.stream, r.include_usage), (None, 1, false, false));
+        assert_eq!((r.include_stop_str_in_output, r.skip_special_tokens, r.suffix), (false, true, None));
         assert_eq!((r.include_metrics, r.include_choice_metrics, r.ignore_eos), (false, false, false));
         assert_eq!(r.names, RequestFieldNames { prompt: "messages", max_tokens: "max_tokens" });
     }
@@ -249,9 +264,11 @@ mod tests {
             "min_p": 0.1, "n": 2, "stop": ["a", "b"], "seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5,
             "repetition_penalty": 1.1, "logit_bias": {"12": -100, "7": 2.5}, "stream": true,
             "stream_options": {"include_usage": true}, "include_metrics": true, "include_choice_metrics": true,
-            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": false"#,
+            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": false,
+            "include_stop_str_in_output": true, "skip_special_tokens": false, "suffix": """#,
         )
         .unwrap();
+        assert!(r.include_stop_str_in_output && !r.skip_special_tokens && r.suffix.is_none());
         let s = &r.sampling;
         assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p), (0.5, 0.9, 40, 0.1));
         assert_eq!((s.presence_penalty, s.frequency_penalty, s.repetition_penalty), (0.5, -0.5, 1.1));
@@ -325,6 +342,9 @@ mod tests {
             (r#", "user": 5"#, "user"),
             (r#", "stop_token_ids": 2"#, "stop_token_ids"),
             (r#", "stop_token_ids": [2, "3"]"#, "stop_token_ids[1]"),
+            (r#", "include_stop_str_in_output": 1"#, "include_stop_str_in_output"),
+            (r#", "skip_special_tokens": "false""#, "skip_special_tokens"),
+            (r#", "suffix": 3"#, "suffix"),
         ] {
             assert_eq!(param(extra), field, "{extra}");
         }
@@ -335,6 +355,17 @@ mod tests {
         assert_eq!(param(r#", "max_tokens": 4, "max_completion_tokens": 5"#), "max_completion_tokens");
         assert_eq!(chat(r#", "max_tokens": 4, "max_completion_tokens": 4"#).unwrap().max_tokens, Some(4));
         assert_eq!(param(r#", "stream_options": {"include_usage": true}"#), "stream_options");
+        let e = chat(r#", "suffix": "}""#).unwrap_err();
+        assert_eq!((e.param.as_deref(), e.error_type), (Some("suffix"), "invalid_request_error"));
+        assert!(e.message.contains("completions"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_completion_reads_its_suffix() {
+        let r = ParsedRequest::parse(r#"{"prompt": "def f(", "suffix": "  return x"}"#, None).unwrap();
+        assert_eq!(r.suffix.as_deref(), Some("  return x"));
+        let r = ParsedRequest::parse(r#"{"prompt": "x", "suffix": null}"#, None).unwrap();
+        assert_eq!(r.suffix, None);
     }
 
     #[test]

@@ -38,10 +38,6 @@ fn is_one(v: &Value) -> bool {
     v.as_u64() == Some(1)
 }
 
-fn is_true(v: &Value) -> bool {
-    v == &Value::Bool(true)
-}
-
 fn is_empty_array(v: &Value) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
 }
@@ -52,10 +48,6 @@ fn is_none_choice(v: &Value) -> bool {
 
 fn is_text_format(v: &Value) -> bool {
     v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"))
-}
-
-fn is_empty_string(v: &Value) -> bool {
-    v.as_str() == Some("")
 }
 
 /// The fields of both endpoints (`messages` only makes a chat request and `prompt` a completion one, which the
@@ -83,6 +75,11 @@ const FIELDS: &[(&str, Known)] = &[
     ("include_choice_metrics", Known::Read),
     ("ignore_eos", Known::Read),
     ("stop_token_ids", Known::Read),
+    ("include_stop_str_in_output", Known::Read),
+    ("skip_special_tokens", Known::Read),
+    // Completions only: the parser refuses a non-empty suffix in a chat request, and the prompt stage one for a
+    // model without infill tokens.
+    ("suffix", Known::Read),
     ("user", Known::NoEffect),
     // Without tools, parallel tool calls cannot happen, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
@@ -90,13 +87,10 @@ const FIELDS: &[(&str, Known)] = &[
     ("top_logprobs", Known::OnlyOff(is_zero, "0")),
     ("echo", Known::OnlyOff(is_false, "false")),
     ("best_of", Known::OnlyOff(is_one, "1")),
-    ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
     ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
     ("min_tokens", Known::OnlyOff(is_zero, "0")),
-    ("include_stop_str_in_output", Known::OnlyOff(is_false, "false")),
-    ("skip_special_tokens", Known::OnlyOff(is_true, "true, which is what ember does")),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,
@@ -162,9 +156,8 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_pass_only_when_off() {
-        let off = json!({"logprobs": false, "top_logprobs": 0, "echo": false, "best_of": 1, "suffix": "",
-            "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 0,
-            "include_stop_str_in_output": false, "skip_special_tokens": true});
+        let off = json!({"logprobs": false, "top_logprobs": 0, "echo": false, "best_of": 1,
+            "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 0});
         assert!(check(off).is_ok());
         assert!(check(json!({"logprobs": 0})).is_ok(), "completions' logprobs is a count");
         for (name, on) in [
@@ -173,13 +166,10 @@ mod tests {
             ("top_logprobs", json!(3)),
             ("echo", json!(true)),
             ("best_of", json!(2)),
-            ("suffix", json!("}")),
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("auto")),
             ("response_format", json!({"type": "json_object"})),
             ("min_tokens", json!(4)),
-            ("include_stop_str_in_output", json!(true)),
-            ("skip_special_tokens", json!(false)),
         ] {
             let (param, message) = refused(json!({ name: on }));
             assert_eq!(param, name);
