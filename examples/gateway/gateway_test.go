@@ -95,7 +95,7 @@ func TestRefusalsAreOpenAIErrors(t *testing.T) {
 }
 
 func TestMetricsHeadersOnlyForOneChoice(t *testing.T) {
-	resp := post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3}`)
+	resp := post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "temperature": 0}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -125,7 +125,7 @@ func TestMetricsHeadersOnlyForOneChoice(t *testing.T) {
 			t.Errorf("Server-Timing %s %s, %s %s", name, dur, same[name], header)
 		}
 	}
-	resp = post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "n": 2}`)
+	resp = post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "n": 2, "temperature": 0}`)
 	for _, name := range append(metricsHeaderNames[:], "Server-Timing") {
 		if resp.Header.Get(name) != "" {
 			t.Errorf("%s on a two-choice response", name)
@@ -156,7 +156,7 @@ func TestServerTimingLeavesAbsentMetricsOut(t *testing.T) {
 
 func TestStreamIsServerSentEvents(t *testing.T) {
 	resp := post(t, "/v1/chat/completions",
-		`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true}`)
+		`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "stream": true}`)
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
@@ -207,7 +207,7 @@ x_seconds_count 4
 }
 
 func TestMetricsCountRequestsAndFeedHistograms(t *testing.T) {
-	post(t, "/v1/completions", `{"prompt": "One, two,", "max_tokens": 4, "ignore_eos": true}`)
+	post(t, "/v1/completions", `{"prompt": "One, two,", "max_tokens": 4, "temperature": 0, "ignore_eos": true}`)
 	resp, err := http.Get(testServer.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,11 @@ pub enum ApiKind {
 /// completion": "Defaults to 16"); chat has no such default and fills the remaining context.
 pub const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
+/// OpenAI's default `temperature` (API reference: "Defaults to 1"), for a request that does not set one. The
+/// engine's own `SamplingParams::default()` stays greedy: Rust callers of `Engine::submit` build their
+/// parameters themselves, while OpenAI clients expect OpenAI's default.
+pub const OPENAI_DEFAULT_TEMPERATURE: f32 = 1.0;
+
 /// A request body, read and type-checked, not yet tokenized.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ParsedRequest {
@@ -163,8 +168,9 @@ fn parse_stream_options(o: &Object, stream: bool) -> Result<bool, ApiError> {
         .unwrap_or(false))
 }
 
-/// The sampling fields, each with the default that turns it off. `top_k: -1` also turns top-k off (vLLM's
-/// convention, which clients written for vLLM send).
+/// The sampling fields, each with the default that turns it off, except `temperature`, whose default is OpenAI's
+/// ([`OPENAI_DEFAULT_TEMPERATURE`]: a request that wants greedy output says `temperature: 0`). `top_k: -1` also
+/// turns top-k off (vLLM's convention, which clients written for vLLM send).
 fn parse_sampling(o: &Object) -> Result<SamplingParams, ApiError> {
     let defaults = SamplingParams::default();
     let top_k = match get(o, "top_k") {
@@ -177,7 +183,7 @@ fn parse_sampling(o: &Object) -> Result<SamplingParams, ApiError> {
         }
     };
     Ok(SamplingParams {
-        temperature: opt_f32(o, "temperature")?.unwrap_or(defaults.temperature),
+        temperature: opt_f32(o, "temperature")?.unwrap_or(OPENAI_DEFAULT_TEMPERATURE),
         top_k,
         top_p: opt_f32(o, "top_p")?.unwrap_or(defaults.top_p),
         min_p: opt_f32(o, "min_p")?.unwrap_or(defaults.min_p),
@@ -250,7 +256,7 @@ mod tests {
         let r = chat("").unwrap();
         assert_eq!(r.kind, ApiKind::Chat);
         assert_eq!(r.input, PromptInput::Messages(vec![ChatMessage::new("user", "hi")]));
-        assert_eq!(r.sampling, SamplingParams::default());
+        assert_eq!(r.sampling, SamplingParams { temperature: 1.0, ..SamplingParams::default() }, "OpenAI's default");
         assert_eq!((r.max_tokens, r.n, r.stream, r.include_usage), (None, 1, false, false));
         assert_eq!((r.include_stop_str_in_output, r.skip_special_tokens, r.suffix), (false, true, None));
         assert_eq!((r.include_metrics, r.include_choice_metrics, r.ignore_eos), (false, false, false));
@@ -369,10 +375,17 @@ mod tests {
     }
 
     #[test]
+    fn temperature_defaults_to_openais_and_zero_is_greedy() {
+        assert_eq!(chat("").unwrap().sampling.temperature, OPENAI_DEFAULT_TEMPERATURE);
+        assert_eq!(chat(r#", "temperature": 0"#).unwrap().sampling.temperature, 0.0);
+        assert_eq!(SamplingParams::default().temperature, 0.0, "the engine's own default stays greedy");
+    }
+
+    #[test]
     fn nulls_are_defaults_and_vllm_conventions_are_accepted() {
         let r =
             chat(r#", "temperature": null, "stop": null, "stream_options": null, "top_k": -1, "seed": -1"#).unwrap();
-        assert_eq!((r.sampling.temperature, r.sampling.top_k, r.sampling.seed), (0.0, 0, Some(u64::MAX)));
+        assert_eq!((r.sampling.temperature, r.sampling.top_k, r.sampling.seed), (1.0, 0, Some(u64::MAX)));
         assert!(r.stop.is_empty());
     }
 }

@@ -9,7 +9,8 @@ and a graceful SIGTERM.
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
 
 Environment: EMBER_GATEWAY (the binary; default target/go/ember-gateway), EMBER_MODEL (default
-models/SmolLM2-135M-Instruct.Q4_1.gguf), both relative to the repository root. Requests are greedy and short.
+models/SmolLM2-135M-Instruct.Q4_1.gguf), both relative to the repository root. Requests are greedy (`temperature=0`:
+ember's default is OpenAI's 1) and short.
 """
 
 import concurrent.futures
@@ -163,7 +164,7 @@ class GatewayTest(unittest.TestCase):
 
     def test_chat(self):
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=8)
+            model=MODEL_ID, temperature=0, messages=chat_messages("What is the capital of France?"), max_tokens=8)
         self.assertEqual(response.object, "chat.completion")
         self.assertEqual(len(response.choices), 1)
         self.assertTrue(response.choices[0].message.content)
@@ -173,7 +174,7 @@ class GatewayTest(unittest.TestCase):
 
     def test_chat_stream_with_usage_and_metrics(self):
         stream = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Name a color."), max_tokens=6, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Name a color."), max_tokens=6, stream=True,
             stream_options={"include_usage": True}, extra_body={"include_metrics": True, "ignore_eos": True})
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -189,13 +190,15 @@ class GatewayTest(unittest.TestCase):
         self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks[:-1]))
 
     def test_completions(self):
-        response = plain.client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=5)
+        response = plain.client.completions.create(
+            model=MODEL_ID, temperature=0, prompt="The capital of France is", max_tokens=5)
         self.assertEqual(response.object, "text_completion")
         self.assertTrue(response.choices[0].text)
         self.assertTrue(0 < response.usage.completion_tokens <= 5)
 
     def test_completions_stream(self):
-        stream = plain.client.completions.create(model=MODEL_ID, prompt="One, two, three,", max_tokens=4, stream=True)
+        stream = plain.client.completions.create(
+            model=MODEL_ID, temperature=0, prompt="One, two, three,", max_tokens=4, stream=True)
         text = "".join(c.choices[0].text for c in stream if c.choices)
         self.assertTrue(text)
 
@@ -204,8 +207,8 @@ class GatewayTest(unittest.TestCase):
             (with_metrics.client.chat.completions.create, {"messages": chat_messages("Count to ten.")}),
             (with_metrics.client.completions.create, {"prompt": "Once upon a time"}),
         ):
-            response = create(model=MODEL_ID, max_tokens=8, extra_body={"include_metrics": True, "ignore_eos": True},
-                              **kwargs)
+            response = create(model=MODEL_ID, temperature=0, max_tokens=8,
+                              extra_body={"include_metrics": True, "ignore_eos": True}, **kwargs)
             self.assertEqual(response.usage.completion_tokens, 8)
             self.assert_consistent_metrics(response.model_extra.get("metrics"), 8)
             self.assert_timings(response.model_extra.get("timings"), response.model_extra["metrics"],
@@ -214,7 +217,7 @@ class GatewayTest(unittest.TestCase):
     def test_timings_in_the_raw_json_as_llama_server_sends_them(self):
         # What a tool written for llama-server parses: the body's own JSON, not the client's model.
         raw = with_metrics.client.chat.completions.with_raw_response.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, temperature=0,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4,
             extra_body={"include_metrics": True, "ignore_eos": True})
         body = raw.http_response.json()
         self.assertIn("timings", body)
@@ -222,34 +225,34 @@ class GatewayTest(unittest.TestCase):
         self.assertIsInstance(body["timings"]["predicted_n"], int)
         # Several choices: null, as `metrics` (whose prompt time would it be?).
         raw = with_metrics.client.completions.with_raw_response.create(
-            model=MODEL_ID, prompt="Hi", max_tokens=2, n=2, extra_body={"include_metrics": True})
+            model=MODEL_ID, temperature=0, prompt="Hi", max_tokens=2, n=2, extra_body={"include_metrics": True})
         body = raw.http_response.json()
         self.assertIsNone(body["timings"])
         self.assertIsNone(body["metrics"])
 
     def test_no_metrics_when_not_asked(self):
         response = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4)
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4)
         self.assertNotIn("metrics", response.model_extra)
         self.assertNotIn("timings", response.model_extra)
         chunks = list(with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, stream=True,
             stream_options={"include_usage": True}))
         self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks))
 
     def test_no_metrics_when_not_enabled(self):
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, extra_body={"include_metrics": True})
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, extra_body={"include_metrics": True})
         self.assertNotIn("metrics", response.model_extra)
         chunks = list(plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, stream=True,
             stream_options={"include_usage": True}, extra_body={"include_metrics": True}))
         self.assertIsNotNone(chunks[-1].usage)
         self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
 
     def test_metrics_headers(self):
         raw = with_metrics.client.chat.completions.with_raw_response.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=5,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=5,
             extra_body={"include_metrics": True, "ignore_eos": True})
         body = raw.parse()
         names = {"X-Ember-Time-To-First-Token-Ms": "time_to_first_token_ms",
@@ -269,7 +272,7 @@ class GatewayTest(unittest.TestCase):
         # the rounding of four values to 3 decimals, not a timing bound.
         self.assertGreaterEqual(durations["e2e"] + 2e-3, durations["queue"] + durations["ttft"] + durations["gen"])
         raw = plain.client.chat.completions.with_raw_response.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2)
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2)
         self.assertFalse([h for h in raw.headers if h.lower().startswith("x-ember-")])
         self.assertNotIn("server-timing", raw.headers)
 
@@ -280,7 +283,7 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(caught.exception.param, "temperature")
         self.assertEqual(caught.exception.type, "invalid_request_error")
         with self.assertRaises(openai.BadRequestError) as caught:
-            plain.client.chat.completions.create(model=MODEL_ID, messages=[])
+            plain.client.chat.completions.create(model=MODEL_ID, temperature=0, messages=[])
         self.assertEqual(caught.exception.param, "messages")
 
     def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
@@ -294,12 +297,12 @@ class GatewayTest(unittest.TestCase):
         for fields, extra in refused:
             with self.assertRaises(openai.BadRequestError) as caught:
                 plain.client.chat.completions.create(
-                    model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, extra_body=extra, **fields)
+                    model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2, extra_body=extra, **fields)
             self.assertEqual(caught.exception.status_code, 400)
             self.assertIn(caught.exception.param, list(fields) + list(extra), caught.exception.message)
         # The same fields with the values that ask for nothing are accepted.
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
             response_format={"type": "text"})
         self.assertEqual(response.choices[0].logprobs, None)
 
@@ -314,7 +317,7 @@ class GatewayTest(unittest.TestCase):
 
         def one(i):
             response = with_metrics.client.chat.completions.create(
-                model=MODEL_ID, messages=chat_messages(f"Say the number {i}."), max_tokens=4,
+                model=MODEL_ID, temperature=0, messages=chat_messages(f"Say the number {i}."), max_tokens=4,
                 extra_body={"ignore_eos": True})
             return response.usage.completion_tokens
 
@@ -327,7 +330,7 @@ class GatewayTest(unittest.TestCase):
         before = with_metrics.counter("chat", 499)
         # Without cancellation this request would run for minutes.
         stream = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Tell me a long story."), max_tokens=4000, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Tell me a long story."), max_tokens=4000, stream=True,
             extra_body={"ignore_eos": True})
         for _, _chunk in zip(range(3), stream):
             pass
@@ -358,7 +361,7 @@ class ShutdownTest(unittest.TestCase):
 
         def request():
             result["response"] = gateway.client.completions.create(
-                model=MODEL_ID, prompt="Once upon a time", max_tokens=128, extra_body={"ignore_eos": True})
+                model=MODEL_ID, temperature=0, prompt="Once upon a time", max_tokens=128, extra_body={"ignore_eos": True})
 
         worker = threading.Thread(target=request)
         worker.start()
