@@ -93,12 +93,14 @@ fn main() {
         serde_json::json!({
             "messages": [{"role": "user", "content": MESSAGE}],
             "max_tokens": args.max_tokens,
+            "temperature": 0,
             "ignore_eos": true,
         })
         .to_string(),
     );
     // Warm-up, as the gateway's: the first touch of the model's pages.
-    let warm_up = serde_json::json!({"messages": [{"role": "user", "content": MESSAGE}], "max_tokens": 4});
+    let warm_up =
+        serde_json::json!({"messages": [{"role": "user", "content": MESSAGE}], "max_tokens": 4, "temperature": 0});
     one_request(&engine, &warm_up.to_string());
 
     let loads: Vec<Load> =

@@ -72,7 +72,7 @@ def start_gateway(args):
 def gateway_load(host, port, clients, requests_per_client, max_tokens):
     """Closed loop: every client sends its next request when the last one is answered."""
     body = json.dumps({"messages": [{"role": "user", "content": MESSAGE}], "max_tokens": max_tokens,
-                       "ignore_eos": True})
+                       "temperature": 0, "ignore_eos": True})
 
     def client(_):
         connection = http.client.HTTPConnection(host, port, timeout=600)

@@ -4,7 +4,7 @@
 //	engine, err := ember.NewEngine(ember.Config{Threads: 2, EnablePerRequestMetrics: true})
 //	if err != nil { ... }
 //	defer engine.Close()
-//	req, err := engine.Submit(ctx, []byte(`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}`))
+//	req, err := engine.Submit(ctx, []byte(`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32, "temperature": 0}`))
 //	if err != nil { ... } // an *ember.Error; StatusInvalidRequest carries the OpenAI error body
 //	defer req.Close()
 //	for event, err := range req.Events() { ... } // text deltas, then each choice's end

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // chat is a greedy chat request body.
 func chat(content string, maxTokens int, extra string) []byte {
-	return []byte(`{"messages": [{"role": "user", "content": "` + content + `"}], "max_tokens": ` +
+	return []byte(`{"messages": [{"role": "user", "content": "` + content + `"}], "temperature": 0, "max_tokens": ` +
 		itoa(maxTokens) + extra + `}`)
 }
 
@@ -168,7 +168,7 @@ func requireStreamDone(t *testing.T, req *Request) {
 }
 
 func TestChunksEndWithUsage(t *testing.T) {
-	req := submit(t, shared, context.Background(), []byte(`{"prompt": "The sky is", "max_tokens": 4, "stream": true,
+	req := submit(t, shared, context.Background(), []byte(`{"prompt": "The sky is", "max_tokens": 4, "temperature": 0, "stream": true,
 		"stream_options": {"include_usage": true}, "include_metrics": true}`))
 	var chunks []map[string]any
 	for chunk, err := range req.Chunks() {
@@ -194,7 +194,8 @@ func TestChunksEndWithUsage(t *testing.T) {
 }
 
 func TestRefusedRequestCarriesTheOpenAIError(t *testing.T) {
-	_, err := shared.Submit(context.Background(), chat("Hi", 4, `, "temperature": 5`))
+	_, err := shared.Submit(context.Background(),
+		[]byte(`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 5}`))
 	var e *Error
 	if !errors.As(err, &e) || e.Status != StatusInvalidRequest || e.Op != "engine_submit" {
 		t.Fatalf("err = %v, want an *Error with StatusInvalidRequest", err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"ember"
 )
@@ -158,9 +159,10 @@ var metricsHeaderNames = [...]string{
 	"X-Ember-Tokens-Per-Second",
 }
 
-// setMetricsHeaders adds the five timing metrics of a one-choice request as headers; absent metrics get no
-// header. A request with several choices gets none, as its body's `metrics` is null: one timing for several
-// sequences would be ambiguous.
+// setMetricsHeaders adds the five timing metrics of a one-choice request as headers, and the standard
+// Server-Timing header (which browsers' developer tools and many HTTP clients display); absent metrics get no
+// header or entry. A request with several choices gets none, as its body's `metrics` is null: one timing for
+// several sequences would be ambiguous.
 func setMetricsHeaders(h http.Header, req *ember.Request) {
 	if _, err := req.ChoiceTimingMetrics(1); err == nil {
 		return
@@ -175,6 +177,30 @@ func setMetricsHeaders(h http.Header, req *ember.Request) {
 			h.Set(metricsHeaderNames[i], strconv.FormatFloat(*value, 'f', 3, 64))
 		}
 	}
+	var e2e *float64
+	if x, err := req.ExtendedMetrics(0); err == nil {
+		e2e = x.E2ELatencyMs
+	}
+	if value := serverTiming(m, e2e); value != "" {
+		h.Set("Server-Timing", value)
+	}
+}
+
+// serverTiming is the Server-Timing header value (W3C Server Timing: `name;dur=milliseconds`, comma-separated)
+// of a request's metrics: `queue` (queue_time_ms), `ttft` (time_to_first_token_ms: from scheduling, so queue
+// and ttft add up to the wait for the first token), `gen` (generation_time_ms) and `e2e` (the engine's
+// submit-to-end latency). Absent metrics are left out; "" when none is present.
+func serverTiming(m ember.TimingMetrics, e2eMs *float64) string {
+	var entries []string
+	for _, metric := range [...]struct {
+		name string
+		ms   *float64
+	}{{"queue", m.QueueTimeMs}, {"ttft", m.TimeToFirstTokenMs}, {"gen", m.GenerationTimeMs}, {"e2e", e2eMs}} {
+		if metric.ms != nil {
+			entries = append(entries, metric.name+";dur="+strconv.FormatFloat(*metric.ms, 'f', 3, 64))
+		}
+	}
+	return strings.Join(entries, ", ")
 }
 
 // observe feeds the histograms with the ended request's metrics, one observation per choice (sequence).

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,7 +95,7 @@ func TestRefusalsAreOpenAIErrors(t *testing.T) {
 }
 
 func TestMetricsHeadersOnlyForOneChoice(t *testing.T) {
-	resp := post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3}`)
+	resp := post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "temperature": 0}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -103,17 +104,59 @@ func TestMetricsHeadersOnlyForOneChoice(t *testing.T) {
 			t.Errorf("no %s header", name)
 		}
 	}
-	resp = post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "n": 2}`)
-	for _, name := range metricsHeaderNames {
+	// Server-Timing: the four entries, in order, each a duration in milliseconds that agrees with its X-Ember
+	// header (same metric, same formatting).
+	entries := strings.Split(resp.Header.Get("Server-Timing"), ", ")
+	names := []string{"queue", "ttft", "gen", "e2e"}
+	if len(entries) != len(names) {
+		t.Fatalf("Server-Timing %q: want %v", resp.Header.Get("Server-Timing"), names)
+	}
+	for i, entry := range entries {
+		name, dur, ok := strings.Cut(entry, ";dur=")
+		if _, err := strconv.ParseFloat(dur, 64); !ok || name != names[i] || err != nil {
+			t.Errorf("Server-Timing entry %q: want %s;dur=<ms>", entry, names[i])
+		}
+	}
+	same := map[string]string{"queue": metricsHeaderNames[0], "ttft": metricsHeaderNames[1],
+		"gen": metricsHeaderNames[2]}
+	for _, entry := range entries[:3] {
+		name, dur, _ := strings.Cut(entry, ";dur=")
+		if header := resp.Header.Get(same[name]); header != dur {
+			t.Errorf("Server-Timing %s %s, %s %s", name, dur, same[name], header)
+		}
+	}
+	resp = post(t, "/v1/completions", `{"prompt": "The sky is", "max_tokens": 3, "n": 2, "temperature": 0}`)
+	for _, name := range append(metricsHeaderNames[:], "Server-Timing") {
 		if resp.Header.Get(name) != "" {
 			t.Errorf("%s on a two-choice response", name)
 		}
 	}
 }
 
+func TestServerTimingLeavesAbsentMetricsOut(t *testing.T) {
+	ms := func(x float64) *float64 { return &x }
+	cases := []struct {
+		m    ember.TimingMetrics
+		e2e  *float64
+		want string
+	}{
+		{ember.TimingMetrics{}, nil, ""},
+		{ember.TimingMetrics{QueueTimeMs: ms(0.05)}, nil, "queue;dur=0.050"},
+		{ember.TimingMetrics{QueueTimeMs: ms(0.05), TimeToFirstTokenMs: ms(21.4), GenerationTimeMs: ms(0),
+			MeanITLMs: ms(9)}, ms(45.25), "queue;dur=0.050, ttft;dur=21.400, gen;dur=0.000, e2e;dur=45.250"},
+		// Cancelled before scheduling: no queue time, but an end.
+		{ember.TimingMetrics{}, ms(3), "e2e;dur=3.000"},
+	}
+	for _, c := range cases {
+		if got := serverTiming(c.m, c.e2e); got != c.want {
+			t.Errorf("serverTiming(%+v, %v) = %q, want %q", c.m, c.e2e, got, c.want)
+		}
+	}
+}
+
 func TestStreamIsServerSentEvents(t *testing.T) {
 	resp := post(t, "/v1/chat/completions",
-		`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true}`)
+		`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "stream": true}`)
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
@@ -138,7 +181,7 @@ func TestStreamIsServerSentEvents(t *testing.T) {
 			t.Errorf("event %q is not JSON", data)
 		}
 	}
-	if resp.Header.Get(metricsHeaderNames[0]) != "" {
+	if resp.Header.Get(metricsHeaderNames[0]) != "" || resp.Header.Get("Server-Timing") != "" {
 		t.Error("a streaming response carries metrics headers")
 	}
 }
@@ -164,7 +207,7 @@ x_seconds_count 4
 }
 
 func TestMetricsCountRequestsAndFeedHistograms(t *testing.T) {
-	post(t, "/v1/completions", `{"prompt": "One, two,", "max_tokens": 4, "ignore_eos": true}`)
+	post(t, "/v1/completions", `{"prompt": "One, two,", "max_tokens": 4, "temperature": 0, "ignore_eos": true}`)
 	resp, err := http.Get(testServer.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

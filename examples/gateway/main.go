@@ -49,7 +49,7 @@ func parseOptions() options {
 	flag.BoolVar(&o.disableLogStats, "disable-log-stats", false,
 		"record no timing stats (no metrics anywhere; conflicts with --enable-per-request-metrics)")
 	flag.BoolVar(&o.metricsHeaders, "metrics-headers", false,
-		"also return the timing metrics as X-Ember-* headers of non-streaming responses")
+		"also return the timing metrics as X-Ember-* and Server-Timing headers of non-streaming responses")
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
 	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGTERM, how long requests in progress may take before they are cancelled")

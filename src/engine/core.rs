@@ -274,6 +274,7 @@ mod tests {
     use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
     use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
+    use crate::engine::sequence::TextOptions;
     use crate::engine::step_runner::StepError;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
@@ -322,7 +323,7 @@ mod tests {
         let sequences = (0..n)
             .map(|choice| {
                 let sampler = Sampler::new(SamplingParams::default(), &[0, 1], 0);
-                Sequence::new(0, Arc::clone(&r), choice, &[0, 1], 4, Arc::from(vec![]), sampler, vec![])
+                Sequence::new(0, Arc::clone(&r), choice, &[0, 1], 4, Arc::from(vec![]), sampler, TextOptions::default())
             })
             .collect();
         shared.inbox.lock().unwrap().new.push(NewRequest { sequences });

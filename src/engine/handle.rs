@@ -19,7 +19,7 @@ use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
 use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
 use super::scheduler::SchedulerLimits;
-use super::sequence::Sequence;
+use super::sequence::{Sequence, TextOptions};
 use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use crate::model::{Model, ModelError, TokenId};
@@ -212,7 +212,11 @@ impl Engine {
                     max_tokens[p],
                     Arc::clone(&stop_ids),
                     sampler,
-                    request.stop.clone(),
+                    TextOptions {
+                        stop: request.stop.clone(),
+                        include_stop_str: request.include_stop_str_in_output,
+                        include_special: !request.skip_special_tokens,
+                    },
                 );
                 seq.bills_prompt = j == 0;
                 seq.logprobs = request.logprobs;

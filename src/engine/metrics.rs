@@ -44,6 +44,62 @@ pub fn build_per_request_timing_metrics(
     }
 }
 
+/// llama.cpp server's `timings` object, field for field, so that tools written for llama-server read ember's
+/// responses unchanged. Each field is defined from ember's own metrics (`docs/per_request_metrics.md`, "llama.cpp
+/// `timings`"); what llama-server leaves to a division by zero (inf, NaN) is `None` here.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LlamaCppTimings {
+    /// Prompt tokens the prefix cache supplied: `num_cached_prompt_tokens`. `None` until first scheduled.
+    pub cache_n: Option<u32>,
+    /// Prompt tokens the request had to evaluate: `num_prompt_tokens − num_cached_prompt_tokens`. `None` until
+    /// first scheduled.
+    pub prompt_n: Option<u32>,
+    /// From the start of prompt processing to the first sampled token: `time_to_first_token_ms`.
+    pub prompt_ms: Option<f64>,
+    /// `prompt_ms / prompt_n`, when `prompt_n > 0`.
+    pub prompt_per_token_ms: Option<f64>,
+    /// `prompt_n / prompt_ms × 1000`, when `prompt_ms > 0`.
+    pub prompt_per_second: Option<f64>,
+    /// Generated tokens, a stop token included (`completion_tokens`).
+    pub predicted_n: Option<u32>,
+    /// First to last generated token: `generation_time_ms` (0 for one token).
+    pub predicted_ms: Option<f64>,
+    /// `predicted_ms / (predicted_n − 1)` = `mean_itl_ms`: the `n − 1` gaps `predicted_ms` spans.
+    pub predicted_per_token_ms: Option<f64>,
+    /// `(predicted_n − 1) / predicted_ms × 1000`, when `predicted_ms > 0`: a decode-only rate.
+    pub predicted_per_second: Option<f64>,
+}
+
+/// Builds llama.cpp's `timings` from a request's stats (its `n` is `num_generation_tokens`). The times are the
+/// five metrics' own (one arithmetic for both objects); only the counts and the rates are new here. No stats →
+/// every field absent.
+pub fn build_llamacpp_timings(stats: Option<&RequestStateStats>) -> LlamaCppTimings {
+    let Some(s) = stats else { return LlamaCppTimings::default() };
+    let n = s.num_generation_tokens;
+    let five = build_per_request_timing_metrics(Some(s), n);
+    // The cache is looked up when the request is first scheduled: before, neither count is known.
+    let scheduled = s.scheduled_ts.is_some();
+    let cache_n = scheduled.then_some(s.num_cached_prompt_tokens);
+    let prompt_n = scheduled.then(|| s.num_prompt_tokens.saturating_sub(s.num_cached_prompt_tokens));
+    let prompt_ms = five.time_to_first_token_ms;
+    let predicted_ms = five.generation_time_ms;
+    // A rate over a zero-length interval, or a mean over no tokens, would be inf or NaN: absent instead.
+    let per_token = |ms: Option<f64>, count: u32| ms.filter(|_| count > 0).map(|ms| ms / f64::from(count));
+    let per_second = |ms: Option<f64>, count: u32| ms.filter(|&ms| ms > 0.0).map(|ms| f64::from(count) * 1000.0 / ms);
+    LlamaCppTimings {
+        cache_n,
+        prompt_n,
+        prompt_ms,
+        prompt_per_token_ms: prompt_n.and_then(|p| per_token(prompt_ms, p)),
+        prompt_per_second: prompt_n.and_then(|p| per_second(prompt_ms, p)),
+        predicted_n: Some(n),
+        predicted_ms,
+        predicted_per_token_ms: five.mean_itl_ms,
+        // One token spans no gap and has `predicted_ms` 0, so it has no rate either.
+        predicted_per_second: per_second(predicted_ms, n.saturating_sub(1)),
+    }
+}
+
 /// Metrics beyond the five, for latency debugging and billing. Milliseconds unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ExtendedTimingMetrics {
@@ -237,6 +293,86 @@ mod tests {
     fn n_comes_from_the_caller_not_the_token_list() {
         let s = stats(Some(1.0), Some(1.5), &[2.0, 2.5]);
         close(build_per_request_timing_metrics(Some(&s), 3).mean_itl_ms, 250.0);
+    }
+
+    /// `stats` with a prompt of `prompt` tokens, `cached` of them from the prefix cache.
+    fn with_prompt(mut s: RequestStateStats, prompt: u32, cached: u32) -> RequestStateStats {
+        s.num_prompt_tokens = prompt;
+        s.num_cached_prompt_tokens = cached;
+        s
+    }
+
+    #[test]
+    fn llamacpp_timings_from_complete_stats() {
+        // Scheduled at 1.5 s, first token at 2.0 s, last at 2.6 s: 500 ms of prompt, 600 ms over 3 gaps.
+        let s = with_prompt(stats(Some(1.0), Some(1.5), &[2.0, 2.1, 2.3, 2.6]), 37, 24);
+        let t = build_llamacpp_timings(Some(&s));
+        assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (Some(24), Some(13), Some(4)));
+        close(t.prompt_ms, 500.0);
+        close(t.prompt_per_token_ms, 500.0 / 13.0);
+        close(t.prompt_per_second, 13.0 / 0.5);
+        close(t.predicted_ms, 600.0);
+        close(t.predicted_per_token_ms, 200.0);
+        close(t.predicted_per_second, 5.0);
+        // The same times as the five metrics, by construction.
+        let m = build_per_request_timing_metrics(Some(&s), 4);
+        assert_eq!((t.prompt_ms, t.predicted_ms), (m.time_to_first_token_ms, m.generation_time_ms));
+        assert_eq!(t.predicted_per_token_ms, m.mean_itl_ms);
+    }
+
+    #[test]
+    fn llamacpp_timings_without_stats_or_before_scheduling() {
+        assert_eq!(build_llamacpp_timings(None), LlamaCppTimings::default());
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), None, &[]), 10, 0)));
+        assert_eq!(t, LlamaCppTimings { predicted_n: Some(0), ..Default::default() });
+    }
+
+    #[test]
+    fn llamacpp_timings_of_zero_tokens() {
+        // Scheduled, cancelled before its first token: the counts, and no time.
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), Some(1.5), &[]), 10, 4)));
+        assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (Some(4), Some(6), Some(0)));
+        assert_eq!((t.prompt_ms, t.prompt_per_token_ms, t.prompt_per_second), (None, None, None));
+        assert_eq!((t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second), (None, None, None));
+    }
+
+    #[test]
+    fn llamacpp_timings_of_one_token() {
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), Some(1.5), &[2.0]), 10, 0)));
+        assert_eq!(t.predicted_n, Some(1));
+        close(t.predicted_ms, 0.0);
+        assert_eq!((t.predicted_per_token_ms, t.predicted_per_second), (None, None), "one token has no gap");
+        close(t.prompt_per_second, 20.0);
+    }
+
+    #[test]
+    fn llamacpp_timings_of_zero_length_intervals_are_absent_not_infinite() {
+        // First token sampled at the scheduling instant, and every token at one instant.
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), Some(1.0), &[1.0, 1.0, 1.0]), 8, 0)));
+        close(t.prompt_ms, 0.0);
+        close(t.prompt_per_token_ms, 0.0);
+        assert_eq!(t.prompt_per_second, None);
+        close(t.predicted_ms, 0.0);
+        close(t.predicted_per_token_ms, 0.0);
+        assert_eq!(t.predicted_per_second, None);
+        // A prompt entirely evaluated before (prompt_n 0, which the engine avoids: it computes the last token).
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), Some(1.5), &[2.0]), 8, 8)));
+        assert_eq!((t.prompt_n, t.prompt_per_token_ms), (Some(0), None));
+        close(t.prompt_per_second, 0.0);
+        let all = [t.prompt_ms, t.prompt_per_token_ms, t.prompt_per_second, t.predicted_ms];
+        assert!(all.iter().flatten().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn llamacpp_timings_with_missing_timestamps() {
+        // Tokens without a scheduling time: no prompt time, no counts; the generation time still defined.
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), None, &[2.0, 3.0]), 8, 0)));
+        assert_eq!((t.cache_n, t.prompt_n, t.prompt_ms), (None, None, None));
+        close(t.predicted_ms, 1000.0);
+        close(t.predicted_per_second, 1.0);
+        // More cached tokens than the prompt (inconsistent stats) cannot underflow.
+        let t = build_llamacpp_timings(Some(&with_prompt(stats(Some(1.0), Some(1.5), &[2.0]), 4, 9)));
+        assert_eq!(t.prompt_n, Some(0));
     }
 
     #[test]

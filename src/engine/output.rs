@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::finish::FinishReason;
 use super::metrics::{
-    build_extended_timing_metrics, build_per_request_timing_metrics, token_times_since_arrival_ms,
-    ExtendedTimingMetrics, PerRequestTimingMetrics,
+    build_extended_timing_metrics, build_llamacpp_timings, build_per_request_timing_metrics,
+    token_times_since_arrival_ms, ExtendedTimingMetrics, LlamaCppTimings, PerRequestTimingMetrics,
 };
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
@@ -385,6 +385,14 @@ impl RequestHandle {
                 build_per_request_timing_metrics(Some(&s), s.num_generation_tokens)
             }
             _ => build_per_request_timing_metrics(None, 0),
+        }
+    }
+
+    /// llama.cpp server's `timings` of choice `choice` (all absent when stats are off).
+    pub fn llamacpp_timings(&self, choice: usize) -> LlamaCppTimings {
+        match &self.shared.stats {
+            Some(stats) if choice < stats.len() => build_llamacpp_timings(Some(&lock(&stats[choice]))),
+            _ => build_llamacpp_timings(None),
         }
     }
 

@@ -22,8 +22,15 @@ pub struct SubmitRequest {
     pub max_tokens: Option<usize>,
     /// Extra token ids that end a choice (besides the model's end-of-generation tokens).
     pub stop_token_ids: Vec<TokenId>,
-    /// Strings that end a choice; the stop string itself is not part of the output.
+    /// Strings that end a choice; the stop string itself is not part of the output unless
+    /// `include_stop_str_in_output`.
     pub stop: Vec<String>,
+    /// Keep what stopped a choice at the end of its text: the stop string, or a stop token's text (vLLM's
+    /// `include_stop_str_in_output`; a control token has text only with `skip_special_tokens` false).
+    pub include_stop_str_in_output: bool,
+    /// Control tokens write nothing into the text (vLLM's `skip_special_tokens`, default true); false writes
+    /// their text (`<|im_start|>`, ...).
+    pub skip_special_tokens: bool,
     /// Independent choices sampled from each prompt, each its own sequence.
     pub n: usize,
     /// Generate past the model's end-of-generation tokens (benchmarks).
@@ -47,6 +54,8 @@ impl SubmitRequest {
             max_tokens: None,
             stop_token_ids: Vec::new(),
             stop: Vec::new(),
+            include_stop_str_in_output: false,
+            skip_special_tokens: true,
             n: 1,
             ignore_eos: false,
             include_metrics: false,

@@ -14,6 +14,18 @@ use super::stop::{Released, StopMatcher};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
 
+/// How a sequence's tokens become its output text.
+#[derive(Clone, Debug, Default)]
+pub struct TextOptions {
+    /// Strings that end the sequence.
+    pub stop: Vec<String>,
+    /// Keep what stopped the sequence at the end of its output: the stop string, or a stop token's text (empty
+    /// for a control token unless `include_special`), as vLLM's `include_stop_str_in_output` does.
+    pub include_stop_str: bool,
+    /// Write control tokens' text (vLLM's `skip_special_tokens: false`); otherwise they write nothing.
+    pub include_special: bool,
+}
+
 /// Engine-wide sequence number (requests have ids; each of their choices is a sequence).
 pub type SeqId = u64;
 
@@ -44,6 +56,8 @@ pub struct Sequence {
     pub min_tokens: usize,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
+    /// A stop token's text is part of the output (`TextOptions::include_stop_str`).
+    include_stop_token_text: bool,
     /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
     unreleased_tokens: u32,
     unreleased_ts_sum: f64,
@@ -84,7 +98,7 @@ impl Sequence {
         max_tokens: usize,
         stop_ids: Arc<[TokenId]>,
         sampler: Sampler,
-        stops: Vec<String>,
+        text: TextOptions,
     ) -> Self {
         Sequence {
             id,
@@ -100,8 +114,9 @@ impl Sequence {
             sampler,
             logprobs: None,
             min_tokens: 0,
-            detokenizer: StreamDecoder::new(false),
-            stops: StopMatcher::new(stops),
+            detokenizer: StreamDecoder::new(text.include_special),
+            stops: StopMatcher::new(text.stop, text.include_stop_str),
+            include_stop_token_text: text.include_stop_str,
             unreleased_tokens: 0,
             unreleased_ts_sum: 0.0,
             unreleased_logprobs: Vec::new(),
@@ -168,12 +183,14 @@ impl Sequence {
     /// The output stage: turns the tokens appended since the last call into text, releasing what the stop
     /// matcher lets through. `Some(Stop)` when a stop string matched (the text from it on is withheld, and the
     /// sequence must end even if the update had not ended it); at the end of a sequence, releases what the
-    /// detokenizer and stop matcher still hold. A stop id produces no text.
+    /// detokenizer and stop matcher still hold. A stop id produces no text, unless its text is kept
+    /// (`include_stop_str`): then it goes through the stop matcher like any text, and ends the output.
     pub fn emit_text(&mut self, tokenizer: &Tokenizer) -> Option<FinishReason> {
         while self.num_emitted < self.num_generated() {
             let token = self.tokens[self.prompt_len + self.num_emitted];
             self.num_emitted += 1;
-            if self.stop_ids.contains(&token) {
+            let stop_token = self.stop_ids.contains(&token);
+            if stop_token && !self.include_stop_token_text {
                 break;
             }
             // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error ends the sequence.
@@ -190,6 +207,9 @@ impl Sequence {
             if released.stopped {
                 self.release_final(String::new());
                 return Some(FinishReason::Stop);
+            }
+            if stop_token {
+                break;
             }
         }
         if self.finish_reason().is_some() {

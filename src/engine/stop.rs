@@ -3,12 +3,15 @@
 //! Text arrives in pieces (one per token). A stop string may straddle pieces, so the matcher keeps back the
 //! longest suffix of the text seen so far that is a prefix of some stop string — and nothing more, so a stream
 //! is delayed only while a stop string is actually possible. When a stop string completes, the text before it is
-//! released and the rest (the stop string included) is dropped, as OpenAI's API does.
+//! released and the rest (the stop string included) is dropped, as OpenAI's API does; with vLLM's
+//! `include_stop_str_in_output`, the stop string is released too, and only what follows it is dropped.
 
 /// Matches a request's stop strings against its output text.
 #[derive(Clone, Debug, Default)]
 pub struct StopMatcher {
     stops: Vec<String>,
+    /// A completed stop string is part of the released text.
+    include_stop: bool,
     /// Text received but not yet released: a possible beginning of a stop string.
     held: String,
 }
@@ -23,8 +26,9 @@ pub struct Released {
 }
 
 impl StopMatcher {
-    pub fn new(stops: Vec<String>) -> Self {
-        StopMatcher { stops, held: String::new() }
+    /// Matches `stops`; `include_stop` keeps a completed stop string at the end of the output.
+    pub fn new(stops: Vec<String>, include_stop: bool) -> Self {
+        StopMatcher { stops, include_stop, held: String::new() }
     }
 
     /// Feeds the next piece of output.
@@ -33,9 +37,12 @@ impl StopMatcher {
             return Released { text: piece.to_owned(), stopped: false };
         }
         self.held.push_str(piece);
-        // The earliest completed stop string wins.
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
-            let text = self.held[..at].to_owned();
+        // The earliest completed stop string wins; of two starting at the same place, the shorter, which the text
+        // completed first.
+        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len()))).min();
+        if let Some((at, len)) = first {
+            let end = if self.include_stop { at + len } else { at };
+            let text = self.held[..end].to_owned();
             self.held.clear();
             return Released { text, stopped: true };
         }
@@ -69,7 +76,11 @@ mod tests {
     use super::*;
 
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool, String) {
-        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        run_with(stops, pieces, false)
+    }
+
+    fn run_with(stops: &[&str], pieces: &[&str], include_stop: bool) -> (Vec<String>, bool, String) {
+        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect(), include_stop);
         let mut out = Vec::new();
         for p in pieces {
             let r = m.push(p);
@@ -109,5 +120,20 @@ mod tests {
         assert_eq!(out.concat(), "abc");
         let (out, stopped, rest) = run(&["ééé"], &["ééz"]);
         assert_eq!((out.concat(), stopped, rest), ("ééz".into(), false, String::new()));
+    }
+
+    #[test]
+    fn include_stop_keeps_the_stop_string_and_drops_what_follows() {
+        let (out, stopped, _) = run_with(&["END"], &["hello E", "N", "D more"], true);
+        assert!(stopped);
+        assert_eq!(out, ["hello ", "", "END"], "held back as before, then released with the stop");
+        let (out, stopped, _) = run_with(&["é!", "x"], &["ab", "cé", "!x"], true);
+        assert_eq!((out.concat(), stopped), ("abcé!".into(), true));
+        // Two stops at the same place: the shorter completed first.
+        let (out, _, _) = run_with(&["abc", "ab"], &["zabcd"], true);
+        assert_eq!(out.concat(), "zab");
+        // Without a stop, nothing changes.
+        let (out, stopped, rest) = run_with(&["###"], &["a#", "b", "##"], true);
+        assert_eq!((out, stopped, rest), (vec!["a".into(), "#b".into(), String::new()], false, "##".into()));
     }
 }

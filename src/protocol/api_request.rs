@@ -42,11 +42,13 @@ impl ApiRequest {
         let model = engine.model();
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let submit = SubmitRequest {
-            prompts: request.input.into_token_prompts(model)?,
+            prompts: request.input.into_token_prompts(model, request.suffix.as_deref())?,
             sampling: request.sampling,
             max_tokens: request.max_tokens,
             stop_token_ids: request.stop_token_ids,
             stop: request.stop,
+            include_stop_str_in_output: request.include_stop_str_in_output,
+            skip_special_tokens: request.skip_special_tokens,
             n: request.n,
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,

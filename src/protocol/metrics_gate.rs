@@ -6,11 +6,15 @@
 //! one timing for several sequences would be ambiguous; `include_choice_metrics: true` (same gate) puts each
 //! choice's own metrics in the choice. A stream carries metrics only in its usage chunk, so a stream without
 //! `include_usage` carries none.
+//!
+//! llama.cpp server's `timings` object follows the same rule as the response-level `metrics` (same gate, `null`
+//! with several choices, only on a stream's usage chunk), so that a client written for llama-server finds it
+//! where it looks and never mistakes one choice's timings for the request's.
 
 use serde::Serialize;
 
 use super::json::Slot;
-use crate::engine::metrics::PerRequestTimingMetrics;
+use crate::engine::metrics::{LlamaCppTimings, PerRequestTimingMetrics};
 
 /// The five metrics as JSON: milliseconds (and tokens per second), each `null` when the engine could not compute
 /// it (see `crate::engine::metrics` for each definition).
@@ -31,6 +35,37 @@ impl From<PerRequestTimingMetrics> for TimingMetricsJson {
             queue_time_ms: m.queue_time_ms,
             mean_itl_ms: m.mean_itl_ms,
             tokens_per_second: m.tokens_per_second,
+        }
+    }
+}
+
+/// llama.cpp server's `timings`, with its field names (see `crate::engine::metrics::LlamaCppTimings` for each
+/// definition); `null` where llama-server would divide by zero.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub(crate) struct TimingsJson {
+    pub cache_n: Option<u32>,
+    pub prompt_n: Option<u32>,
+    pub prompt_ms: Option<f64>,
+    pub prompt_per_token_ms: Option<f64>,
+    pub prompt_per_second: Option<f64>,
+    pub predicted_n: Option<u32>,
+    pub predicted_ms: Option<f64>,
+    pub predicted_per_token_ms: Option<f64>,
+    pub predicted_per_second: Option<f64>,
+}
+
+impl From<LlamaCppTimings> for TimingsJson {
+    fn from(t: LlamaCppTimings) -> Self {
+        TimingsJson {
+            cache_n: t.cache_n,
+            prompt_n: t.prompt_n,
+            prompt_ms: t.prompt_ms,
+            prompt_per_token_ms: t.prompt_per_token_ms,
+            prompt_per_second: t.prompt_per_second,
+            predicted_n: t.predicted_n,
+            predicted_ms: t.predicted_ms,
+            predicted_per_token_ms: t.predicted_per_token_ms,
+            predicted_per_second: t.predicted_per_second,
         }
     }
 }
@@ -60,6 +95,16 @@ impl MetricsGate {
         match metrics {
             _ if !self.open => Slot::Absent,
             [one] => Slot::Value((*one).into()),
+            _ => Slot::Null,
+        }
+    }
+
+    /// The response-level `timings` of a request of `num_choices` choices; `timings` (choice 0's) is computed only
+    /// when shown.
+    pub fn timings(&self, num_choices: usize, timings: impl FnOnce() -> LlamaCppTimings) -> Slot<TimingsJson> {
+        match num_choices {
+            _ if !self.open => Slot::Absent,
+            1 => Slot::Value(timings().into()),
             _ => Slot::Null,
         }
     }
@@ -110,6 +155,37 @@ mod tests {
         let gate = MetricsGate::new(true, true, true);
         assert_eq!(gate.for_stream(false), MetricsGate::new(false, false, false));
         assert_eq!(gate.for_stream(true), gate);
+    }
+
+    #[test]
+    fn timings_follow_the_response_metrics_rule() {
+        let t = LlamaCppTimings { cache_n: Some(3), predicted_n: Some(2), ..Default::default() };
+        for (engine, request) in [(false, false), (false, true), (true, false)] {
+            assert_eq!(MetricsGate::new(engine, request, true).timings(1, || t), Slot::Absent);
+        }
+        let gate = MetricsGate::new(true, true, false);
+        assert_eq!(gate.timings(1, || t), Slot::Value(t.into()));
+        assert_eq!(gate.timings(2, || unreachable!("not computed for several choices")), Slot::Null);
+        assert_eq!(gate.for_stream(false).timings(1, || t), Slot::Absent, "a stream without usage has none");
+    }
+
+    #[test]
+    fn timings_json_has_llama_server_names() {
+        let t = LlamaCppTimings {
+            cache_n: Some(24),
+            prompt_n: Some(13),
+            prompt_ms: Some(81.5),
+            prompt_per_token_ms: Some(6.25),
+            prompt_per_second: Some(160.0),
+            predicted_n: Some(1),
+            predicted_ms: Some(0.0),
+            predicted_per_token_ms: None,
+            predicted_per_second: None,
+        };
+        assert_eq!(
+            super::super::json::encode(&TimingsJson::from(t)),
+            r#"{"cache_n":24,"prompt_n":13,"prompt_ms":81.5,"prompt_per_token_ms":6.25,"prompt_per_second":160.0,"predicted_n":1,"predicted_ms":0.0,"predicted_per_token_ms":null,"predicted_per_second":null}"#
+        );
     }
 
     #[test]

@@ -18,5 +18,5 @@ mod test_support;
 
 pub use api_request::ApiRequest;
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, SERVER_ERROR};
-pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS};
+pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
 pub use stream::ChunkPoll;

@@ -7,6 +7,7 @@ use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;
+use crate::model::tokenizer::Tokenizer;
 use crate::model::{Model, TokenId};
 
 /// A request's input, before tokenization.
@@ -90,7 +91,20 @@ impl PromptInput {
     /// The engine's prompts. Text is tokenized with special tokens parsed (so a chat template's `<|im_start|>`
     /// becomes its control token) and starts with BOS when the model asks for it (`tokenizer.ggml.add_bos_token`)
     /// and the text did not already begin with it. Token-id prompts are used as given; the engine checks them.
-    pub fn into_token_prompts(self, model: &Model) -> Result<Vec<Vec<TokenId>>, ApiError> {
+    ///
+    /// With a `suffix` (completions), each prompt is the text before the gap of a fill-in-the-middle prompt
+    /// ([`fim_prompt`]); a model without infill tokens refuses it, naming `suffix`.
+    pub fn into_token_prompts(self, model: &Model, suffix: Option<&str>) -> Result<Vec<Vec<TokenId>>, ApiError> {
+        if let Some(suffix) = suffix {
+            let tokenizer = &model.tokenizer;
+            let prefixes = match self {
+                PromptInput::Tokens(prompts) => prompts,
+                PromptInput::Texts(texts) => texts.iter().map(|text| tokenizer.encode(text, false)).collect(),
+                // The parser refuses a suffix in a chat request.
+                PromptInput::Messages(_) => return Err(ApiError::invalid("suffix", "suffix is a completions field")),
+            };
+            return prefixes.into_iter().map(|prefix| fim_prompt(tokenizer, prefix, suffix)).collect();
+        }
         let texts = match self {
             PromptInput::Tokens(prompts) => return Ok(prompts),
             PromptInput::Texts(texts) => texts,
@@ -166,6 +180,31 @@ fn tokenize(model: &Model, text: &str) -> Vec<TokenId> {
     ids
 }
 
+/// A fill-in-the-middle prompt in llama.cpp's `/infill` order (prefix, suffix, middle: "PSM"):
+/// `[BOS] FIM_PRE prefix FIM_SUF suffix FIM_MID`, BOS when the model asks for it. The model then writes the text
+/// that goes between `prefix` and `suffix`. Both texts are tokenized without parsing special tokens, as llama.cpp
+/// does: the prompt's structure is the FIM tokens placed here, and a `<fim_suffix>` written in the code being
+/// completed must not move it.
+fn fim_prompt(tokenizer: &Tokenizer, prefix: Vec<TokenId>, suffix: &str) -> Result<Vec<TokenId>, ApiError> {
+    let Some(fim) = tokenizer.fim_tokens() else {
+        return Err(ApiError::invalid(
+            "suffix",
+            "suffix needs a model with fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id, \
+             fim_suf_token_id and fim_mid_token_id), and this model has none",
+        ));
+    };
+    let suffix = tokenizer.encode(suffix, false);
+    let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
+    let mut ids = Vec::with_capacity(prefix.len() + suffix.len() + 4);
+    ids.extend(bos);
+    ids.push(fim.pre);
+    ids.extend(prefix);
+    ids.push(fim.suf);
+    ids.extend(suffix);
+    ids.push(fim.mid);
+    Ok(ids)
+}
+
 fn missing(param: &str) -> ApiError {
     ApiError::invalid(param, format!("{param} is required"))
 }
@@ -218,6 +257,39 @@ mod tests {
         assert_eq!(parse(json!([[1, 2], [3]])), PromptInput::Tokens(vec![vec![1, 2], vec![3]]));
         // One prompt of many tokens is not many prompts.
         assert_eq!(parse(json!(vec![7; 1000])), PromptInput::Tokens(vec![vec![7; 1000]]));
+    }
+
+    fn tokenizer(fim: bool, add_bos: bool) -> Tokenizer {
+        use crate::model::tokenizer::{TokenType, TokenizerSpec};
+        let tokens: Vec<String> = ["<s>", "<pre>", "<suf>", "<mid>", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let types = [0, 1, 2, 3].map(|_| TokenType::Control as i32).into_iter().chain([1, 1]).collect::<Vec<_>>();
+        let spec = TokenizerSpec {
+            token_types: Some(&types),
+            bos_id: Some(0),
+            add_bos,
+            fim_pre_id: Some(1),
+            fim_suf_id: Some(2),
+            fim_mid_id: fim.then_some(3),
+            ..TokenizerSpec::new(&tokens, &[], "smollm")
+        };
+        Tokenizer::from_spec(&spec).unwrap()
+    }
+
+    #[test]
+    fn a_fim_prompt_is_prefix_suffix_middle() {
+        let t = tokenizer(true, false);
+        assert_eq!(fim_prompt(&t, vec![4, 4], "b").unwrap(), [1, 4, 4, 2, 5, 3]);
+        assert_eq!(fim_prompt(&t, vec![], "").unwrap(), [1, 2, 3], "an empty prefix is still a gap to fill");
+        let t = tokenizer(true, true);
+        assert_eq!(fim_prompt(&t, vec![4], "b").unwrap(), [0, 1, 4, 2, 5, 3], "BOS first when the model asks");
+    }
+
+    #[test]
+    fn a_suffix_without_fim_tokens_is_refused_by_name() {
+        // Two of the three tokens are not enough.
+        let e = fim_prompt(&tokenizer(false, false), vec![4], "b").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("suffix"));
+        assert!(e.message.contains("fill-in-the-middle"), "{}", e.message);
     }
 
     #[test]

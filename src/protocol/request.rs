@@ -26,6 +26,11 @@ pub enum ApiKind {
 /// completion": "Defaults to 16"); chat has no such default and fills the remaining context.
 pub const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
+/// OpenAI's default `temperature` (API reference: "Defaults to 1"), for a request that does not set one. The
+/// engine's own `SamplingParams::default()` stays greedy: Rust callers of `Engine::submit` build their
+/// parameters themselves, while OpenAI clients expect OpenAI's default.
+pub const OPENAI_DEFAULT_TEMPERATURE: f32 = 1.0;
+
 /// A request body, read and type-checked, not yet tokenized.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ParsedRequest {
@@ -40,6 +45,12 @@ pub(crate) struct ParsedRequest {
     pub stop: Vec<String>,
     /// `stop_token_ids` (vLLM's extension): token ids that end a choice besides the model's own.
     pub stop_token_ids: Vec<TokenId>,
+    /// vLLM's `include_stop_str_in_output`: what stopped a choice stays at the end of its text.
+    pub include_stop_str_in_output: bool,
+    /// vLLM's `skip_special_tokens` (default true): false writes control tokens' text.
+    pub skip_special_tokens: bool,
+    /// Completions' `suffix`: the text after the gap of a fill-in-the-middle prompt; `None` when absent or "".
+    pub suffix: Option<String>,
     pub stream: bool,
     /// `stream_options.include_usage`: the stream ends with a usage chunk.
     pub include_usage: bool,
@@ -89,6 +100,11 @@ impl ParsedRequest {
         let (max_tokens, max_tokens_name) = parse_max_tokens(o, kind)?;
         let stream = opt_bool(o, "stream")?.unwrap_or(false);
         let include_usage = parse_stream_options(o, stream)?;
+        // OpenAI's `suffix` is "" by default, so "" is no suffix.
+        let suffix = opt_str(o, "suffix")?.filter(|s| !s.is_empty()).map(str::to_owned);
+        if suffix.is_some() && kind == ApiKind::Chat {
+            return Err(ApiError::invalid("suffix", "suffix is a completions field: a chat request cannot have one"));
+        }
         opt_str(o, "user")?; // Accepted for compatibility; only its type is checked.
         let n = opt_u64(o, "n")?.map_or(1, saturating_usize);
         check_best_of(o, n)?;
@@ -101,6 +117,9 @@ impl ParsedRequest {
             n,
             stop: parse_stop(o)?,
             stop_token_ids: parse_stop_token_ids(o)?,
+            include_stop_str_in_output: opt_bool(o, "include_stop_str_in_output")?.unwrap_or(false),
+            skip_special_tokens: opt_bool(o, "skip_special_tokens")?.unwrap_or(true),
+            suffix,
             stream,
             include_usage,
             include_metrics: opt_bool(o, "include_metrics")?.unwrap_or(false),
@@ -161,8 +180,9 @@ fn parse_stream_options(o: &Object, stream: bool) -> Result<bool, ApiError> {
         .unwrap_or(false))
 }
 
-/// The sampling fields, each with the default that turns it off. `top_k: -1` also turns top-k off (vLLM's
-/// convention, which clients written for vLLM send).
+/// The sampling fields, each with the default that turns it off, except `temperature`, whose default is OpenAI's
+/// ([`OPENAI_DEFAULT_TEMPERATURE`]: a request that wants greedy output says `temperature: 0`). `top_k: -1` also
+/// turns top-k off (vLLM's convention, which clients written for vLLM send).
 fn parse_sampling(o: &Object) -> Result<SamplingParams, ApiError> {
     let defaults = SamplingParams::default();
     let top_k = match get(o, "top_k") {
@@ -175,7 +195,7 @@ fn parse_sampling(o: &Object) -> Result<SamplingParams, ApiError> {
         }
     };
     Ok(SamplingParams {
-        temperature: opt_f32(o, "temperature")?.unwrap_or(defaults.temperature),
+        temperature: opt_f32(o, "temperature")?.unwrap_or(OPENAI_DEFAULT_TEMPERATURE),
         top_k,
         top_p: opt_f32(o, "top_p")?.unwrap_or(defaults.top_p),
         min_p: opt_f32(o, "min_p")?.unwrap_or(defaults.min_p),
@@ -307,8 +327,9 @@ mod tests {
         let r = chat("").unwrap();
         assert_eq!(r.kind, ApiKind::Chat);
         assert_eq!(r.input, PromptInput::Messages(vec![ChatMessage::new("user", "hi")]));
-        assert_eq!(r.sampling, SamplingParams::default());
+        assert_eq!(r.sampling, SamplingParams { temperature: 1.0, ..SamplingParams::default() }, "OpenAI's default");
         assert_eq!((r.max_tokens, r.n, r.stream, r.include_usage), (None, 1, false, false));
+        assert_eq!((r.include_stop_str_in_output, r.skip_special_tokens, r.suffix), (false, true, None));
         assert_eq!((r.include_metrics, r.include_choice_metrics, r.ignore_eos), (false, false, false));
         assert_eq!(r.names, RequestFieldNames { prompt: "messages", max_tokens: "max_tokens" });
     }
@@ -320,9 +341,11 @@ mod tests {
             "min_p": 0.1, "n": 2, "stop": ["a", "b"], "seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5,
             "repetition_penalty": 1.1, "logit_bias": {"12": -100, "7": 2.5}, "stream": true,
             "stream_options": {"include_usage": true}, "include_metrics": true, "include_choice_metrics": true,
-            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": true, "top_logprobs": 3"#,
+            "ignore_eos": true, "user": "u", "stop_token_ids": [2], "tools": [], "logprobs": true, "top_logprobs": 3,
+            "include_stop_str_in_output": true, "skip_special_tokens": false, "suffix": """#,
         )
         .unwrap();
+        assert!(r.include_stop_str_in_output && !r.skip_special_tokens && r.suffix.is_none());
         let s = &r.sampling;
         assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p), (0.5, 0.9, 40, 0.1));
         assert_eq!((s.presence_penalty, s.frequency_penalty, s.repetition_penalty), (0.5, -0.5, 1.1));
@@ -430,6 +453,9 @@ mod tests {
             (r#", "user": 5"#, "user"),
             (r#", "stop_token_ids": 2"#, "stop_token_ids"),
             (r#", "stop_token_ids": [2, "3"]"#, "stop_token_ids[1]"),
+            (r#", "include_stop_str_in_output": 1"#, "include_stop_str_in_output"),
+            (r#", "skip_special_tokens": "false""#, "skip_special_tokens"),
+            (r#", "suffix": 3"#, "suffix"),
         ] {
             assert_eq!(param(extra), field, "{extra}");
         }
@@ -440,13 +466,31 @@ mod tests {
         assert_eq!(param(r#", "max_tokens": 4, "max_completion_tokens": 5"#), "max_completion_tokens");
         assert_eq!(chat(r#", "max_tokens": 4, "max_completion_tokens": 4"#).unwrap().max_tokens, Some(4));
         assert_eq!(param(r#", "stream_options": {"include_usage": true}"#), "stream_options");
+        let e = chat(r#", "suffix": "}""#).unwrap_err();
+        assert_eq!((e.param.as_deref(), e.error_type), (Some("suffix"), "invalid_request_error"));
+        assert!(e.message.contains("completions"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_completion_reads_its_suffix() {
+        let r = ParsedRequest::parse(r#"{"prompt": "def f(", "suffix": "  return x"}"#, None).unwrap();
+        assert_eq!(r.suffix.as_deref(), Some("  return x"));
+        let r = ParsedRequest::parse(r#"{"prompt": "x", "suffix": null}"#, None).unwrap();
+        assert_eq!(r.suffix, None);
+    }
+
+    #[test]
+    fn temperature_defaults_to_openais_and_zero_is_greedy() {
+        assert_eq!(chat("").unwrap().sampling.temperature, OPENAI_DEFAULT_TEMPERATURE);
+        assert_eq!(chat(r#", "temperature": 0"#).unwrap().sampling.temperature, 0.0);
+        assert_eq!(SamplingParams::default().temperature, 0.0, "the engine's own default stays greedy");
     }
 
     #[test]
     fn nulls_are_defaults_and_vllm_conventions_are_accepted() {
         let r =
             chat(r#", "temperature": null, "stop": null, "stream_options": null, "top_k": -1, "seed": -1"#).unwrap();
-        assert_eq!((r.sampling.temperature, r.sampling.top_k, r.sampling.seed), (0.0, 0, Some(u64::MAX)));
+        assert_eq!((r.sampling.temperature, r.sampling.top_k, r.sampling.seed), (1.0, 0, Some(u64::MAX)));
         assert!(r.stop.is_empty());
     }
 }

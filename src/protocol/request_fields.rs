@@ -21,13 +21,6 @@ enum Known {
     OnlyOff(fn(&Value) -> bool, &'static str),
 }
 
-fn is_false(v: &Value) -> bool {
-    v == &Value::Bool(false)
-}
-
-fn is_true(v: &Value) -> bool {
-    v == &Value::Bool(true)
-}
 
 fn is_empty_array(v: &Value) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
@@ -39,10 +32,6 @@ fn is_none_choice(v: &Value) -> bool {
 
 fn is_text_format(v: &Value) -> bool {
     v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"))
-}
-
-fn is_empty_string(v: &Value) -> bool {
-    v.as_str() == Some("")
 }
 
 /// The fields of both endpoints (`messages` only makes a chat request and `prompt` a completion one, which the
@@ -70,6 +59,11 @@ const FIELDS: &[(&str, Known)] = &[
     ("include_choice_metrics", Known::Read),
     ("ignore_eos", Known::Read),
     ("stop_token_ids", Known::Read),
+    ("include_stop_str_in_output", Known::Read),
+    ("skip_special_tokens", Known::Read),
+    // Completions only: the parser refuses a non-empty suffix in a chat request, and the prompt stage one for a
+    // model without infill tokens.
+    ("suffix", Known::Read),
     ("user", Known::NoEffect),
     // Without tools, parallel tool calls cannot happen, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
@@ -77,13 +71,10 @@ const FIELDS: &[(&str, Known)] = &[
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),
     ("best_of", Known::Read),
-    ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
     ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
     ("min_tokens", Known::Read),
-    ("include_stop_str_in_output", Known::OnlyOff(is_false, "false")),
-    ("skip_special_tokens", Known::OnlyOff(is_true, "true, which is what ember does")),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,
@@ -149,17 +140,12 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_pass_only_when_off() {
-        let off = json!({"suffix": "",
-            "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
-            "include_stop_str_in_output": false, "skip_special_tokens": true});
+        let off = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}});
         assert!(check(off).is_ok());
         for (name, on) in [
-            ("suffix", json!("}")),
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("auto")),
             ("response_format", json!({"type": "json_object"})),
-            ("include_stop_str_in_output", json!(true)),
-            ("skip_special_tokens", json!(false)),
         ] {
             let (param, message) = refused(json!({ name: on }));
             assert_eq!(param, name);

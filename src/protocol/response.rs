@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, TextOffsets, TokenPieces};
-use super::metrics_gate::{MetricsGate, TimingMetricsJson};
+use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::request::ApiKind;
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
@@ -78,6 +78,9 @@ struct Body<'a> {
     usage: Usage,
     #[serde(skip_serializing_if = "Slot::is_absent")]
     metrics: Slot<TimingMetricsJson>,
+    /// llama.cpp server's `timings`, behind the same gate as `metrics`.
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    timings: Slot<TimingsJson>,
     /// Only when the engine failed the request: why (its unfinished choices end with `"error"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ApiError>,
@@ -153,6 +156,7 @@ pub(crate) fn response_body(
         choices: choices.collect(),
         usage: Usage::of(handle, &outputs),
         metrics: gate.response(&metrics),
+        timings: gate.timings(outputs.len(), || handle.llamacpp_timings(0)),
         error: handle.error().map(ApiError::server),
     })
 }
@@ -187,6 +191,9 @@ mod tests {
                       "prompt_tokens_details": {"cached_tokens": 0}},
             "metrics": {"time_to_first_token_ms": 500.0, "generation_time_ms": 250.0, "queue_time_ms": 500.0,
                         "mean_itl_ms": 250.0, "tokens_per_second": 2.0 / 0.75},
+            "timings": {"cache_n": 0, "prompt_n": 7, "prompt_ms": 500.0, "prompt_per_token_ms": 500.0 / 7.0,
+                        "prompt_per_second": 14.0, "predicted_n": 2, "predicted_ms": 250.0,
+                        "predicted_per_token_ms": 250.0, "predicted_per_second": 4.0},
         });
         assert_eq!(body(ApiKind::Chat, MetricsGate::new(true, true, false), &r), expected);
     }
@@ -201,6 +208,7 @@ mod tests {
                 (Some("text_completion"), Some("Paris"))
             );
             assert!(b.get("metrics").is_none() && b["choices"][0].get("metrics").is_none(), "{b}");
+            assert!(b.get("timings").is_none(), "{b}");
         }
     }
 
@@ -212,7 +220,7 @@ mod tests {
         r.finish(0, FinishReason::Stop);
         r.finish(1, FinishReason::Length);
         let b = body(ApiKind::Completion, MetricsGate::new(true, true, true), &r);
-        assert_eq!(b["metrics"], Value::Null);
+        assert_eq!((&b["metrics"], &b["timings"]), (&Value::Null, &Value::Null));
         assert_eq!(b["choices"][0]["metrics"]["time_to_first_token_ms"], json!(500.0));
         assert_eq!(b["choices"][1]["metrics"]["time_to_first_token_ms"], json!(1500.0));
         let details = json!({"cached_tokens": 0});

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
-use super::metrics_gate::{MetricsGate, TimingMetricsJson};
+use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
 use crate::engine::{FinishReason, RequestEvent, RequestHandle};
@@ -64,6 +64,9 @@ struct Chunk<'a> {
     usage: Slot<Usage>,
     #[serde(skip_serializing_if = "Slot::is_absent")]
     metrics: Slot<TimingMetricsJson>,
+    /// llama.cpp server's `timings`: on the usage chunk only, like `metrics`.
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    timings: Slot<TimingsJson>,
 }
 
 #[derive(Serialize)]
@@ -220,7 +223,8 @@ impl ChunkEncoder {
             let outputs = handle.choices();
             let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
             let usage = Slot::Value(Usage::of(handle, &outputs));
-            self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics)));
+            let timings = self.gate.timings(outputs.len(), || handle.llamacpp_timings(0));
+            self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics), timings));
         }
         self.ended = true;
     }
@@ -237,7 +241,7 @@ impl ChunkEncoder {
         let choice = ChunkChoice { index, piece, logprobs, finish_reason, metrics };
         // OpenAI: with include_usage, every chunk but the last has `"usage": null`.
         let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
-        self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent));
+        self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent, Slot::Absent));
     }
 
     fn chunk(
@@ -246,6 +250,7 @@ impl ChunkEncoder {
         choices: Vec<ChunkChoice<'_>>,
         usage: Slot<Usage>,
         metrics: Slot<TimingMetricsJson>,
+        timings: Slot<TimingsJson>,
     ) -> String {
         let object = match self.kind {
             ApiKind::Chat => "chat.completion.chunk",
@@ -259,6 +264,7 @@ impl ChunkEncoder {
             choices,
             usage,
             metrics,
+            timings,
         })
     }
 }
@@ -307,7 +313,9 @@ mod tests {
         ];
         assert_eq!(choices(&all, "chat.completion.chunk"), expected);
         // Without a usage chunk there is no usage key, and no metrics anywhere, whatever the gate says.
-        assert!(all.iter().all(|c| c.get("usage").is_none() && c.get("metrics").is_none()));
+        assert!(all
+            .iter()
+            .all(|c| c.get("usage").is_none() && c.get("metrics").is_none() && c.get("timings").is_none()));
         assert_eq!(e.next_ready(), Some(ChunkPoll::Done), "done stays done");
     }
 
@@ -353,7 +361,9 @@ mod tests {
         let (chunks, done) = r.drain(&mut e, &header());
         assert!(done);
         let (last, others) = chunks.split_last().unwrap();
-        assert!(others.iter().all(|c| c["usage"].is_null() && c.get("metrics").is_none()));
+        assert!(others
+            .iter()
+            .all(|c| c["usage"].is_null() && c.get("metrics").is_none() && c.get("timings").is_none()));
         assert_eq!(last["choices"], json!([]));
         let details = json!({"cached_tokens": 0});
         let usage =
@@ -363,6 +373,10 @@ mod tests {
         let expected = json!({"time_to_first_token_ms": 500.0, "generation_time_ms": 500.0, "queue_time_ms": 500.0,
                               "mean_itl_ms": 500.0, "tokens_per_second": 2.0});
         assert_eq!(last["metrics"], expected);
+        let expected = json!({"cache_n": 0, "prompt_n": 10, "prompt_ms": 500.0, "prompt_per_token_ms": 50.0,
+                              "prompt_per_second": 20.0, "predicted_n": 2, "predicted_ms": 500.0,
+                              "predicted_per_token_ms": 500.0, "predicted_per_second": 2.0});
+        assert_eq!(last["timings"], expected);
     }
 
     #[test]
@@ -382,6 +396,7 @@ mod tests {
         }
         let last = chunks.last().unwrap();
         assert_eq!((last["metrics"].clone(), last["usage"]["completion_tokens"].clone()), (Value::Null, json!(2)));
+        assert_eq!(last["timings"], Value::Null);
     }
 
     #[test]

@@ -18,7 +18,8 @@ impl CancelWaker for NoEngine {
     fn wake(&self) {}
 }
 
-/// A request with stats on, queued at 1.0 s and scheduled at 1.5 s (engine clock).
+/// A request with stats on, queued at 1.0 s and scheduled at 1.5 s (engine clock), nothing found in the prefix
+/// cache.
 pub(crate) struct FakeRequest {
     pub shared: Arc<RequestShared>,
     pub handle: RequestHandle,
@@ -32,6 +33,7 @@ impl FakeRequest {
         let shared = RequestShared::new(1, choices, prompt_tokens, true, clock, Some(stats), no_engine);
         for choice in 0..choices {
             shared.with_stats(choice, |s| {
+                s.num_prompt_tokens = prompt_tokens;
                 s.queued_ts = Some(1.0);
                 s.scheduled_ts = Some(1.5);
             });

@@ -2,14 +2,15 @@
 """End-to-end test of examples/gateway with the official OpenAI Python client (`pip install openai`).
 
 Starts the built gateway on free loopback ports (--listen 127.0.0.1:0; it prints its address) over the real model,
-and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics` and
-their double gate, metrics headers, OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
+and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics`, the
+llama.cpp `timings` and their double gate, metrics headers (X-Ember-*, Server-Timing), OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
 and a graceful SIGTERM.
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
 
 Environment: EMBER_GATEWAY (the binary; default target/go/ember-gateway), EMBER_MODEL (default
-models/SmolLM2-135M-Instruct.Q4_1.gguf), both relative to the repository root. Requests are greedy and short.
+models/SmolLM2-135M-Instruct.Q4_1.gguf), both relative to the repository root. Requests are greedy (`temperature=0`:
+ember's default is OpenAI's 1) and short.
 """
 
 import concurrent.futures
@@ -33,6 +34,9 @@ MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-In
 # The gateway names the model after its file, without the extension.
 MODEL_ID = os.path.splitext(os.path.basename(MODEL))[0]
 FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
+# llama-server's `timings` fields (docs/per_request_metrics.md, "llama.cpp `timings`").
+TIMINGS = ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+           "predicted_ms", "predicted_per_token_ms", "predicted_per_second")
 # Bound on waiting for the gateway to do something (start, drop a request); never a measured duration.
 PATIENCE_S = 60
 
@@ -145,9 +149,22 @@ class GatewayTest(unittest.TestCase):
         self.assertTrue(math.isclose(metrics["mean_itl_ms"], gen / (n - 1), rel_tol=1e-6), metrics)
         self.assertTrue(math.isclose(metrics["tokens_per_second"], n / ((ttft + gen) / 1000), rel_tol=1e-6), metrics)
 
+    def assert_timings(self, timings, metrics, usage):
+        """llama.cpp's `timings`: every field, counts that add up to `usage`, and the `metrics` times."""
+        self.assertEqual(sorted(timings), sorted(TIMINGS), timings)
+        self.assertEqual(timings["cache_n"] + timings["prompt_n"], usage["prompt_tokens"])
+        self.assertEqual(timings["cache_n"], usage["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(timings["predicted_n"], usage["completion_tokens"])
+        self.assertEqual(timings["prompt_ms"], metrics["time_to_first_token_ms"])
+        self.assertEqual(timings["predicted_ms"], metrics["generation_time_ms"])
+        self.assertEqual(timings["predicted_per_token_ms"], metrics["mean_itl_ms"])
+        self.assertTrue(math.isclose(timings["prompt_per_second"] * timings["prompt_ms"],
+                                     timings["prompt_n"] * 1000, rel_tol=1e-6), timings)
+        self.assertTrue(math.isclose(timings["predicted_per_second"], 1000 / metrics["mean_itl_ms"], rel_tol=1e-6))
+
     def test_chat(self):
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("What is the capital of France?"), max_tokens=8)
+            model=MODEL_ID, temperature=0, messages=chat_messages("What is the capital of France?"), max_tokens=8)
         self.assertEqual(response.object, "chat.completion")
         self.assertEqual(len(response.choices), 1)
         self.assertTrue(response.choices[0].message.content)
@@ -157,7 +174,7 @@ class GatewayTest(unittest.TestCase):
 
     def test_chat_stream_with_usage_and_metrics(self):
         stream = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Name a color."), max_tokens=6, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Name a color."), max_tokens=6, stream=True,
             stream_options={"include_usage": True}, extra_body={"include_metrics": True, "ignore_eos": True})
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -168,17 +185,20 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(last.choices, [])
         self.assertEqual(last.usage.completion_tokens, 6)
         self.assert_consistent_metrics(last.model_extra.get("metrics"), last.usage.completion_tokens)
-        # Only the usage chunk carries metrics.
-        self.assertTrue(all("metrics" not in c.model_extra for c in chunks[:-1]))
+        self.assert_timings(last.model_extra.get("timings"), last.model_extra["metrics"], last.usage.model_dump())
+        # Only the usage chunk carries metrics and timings.
+        self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks[:-1]))
 
     def test_completions(self):
-        response = plain.client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=5)
+        response = plain.client.completions.create(
+            model=MODEL_ID, temperature=0, prompt="The capital of France is", max_tokens=5)
         self.assertEqual(response.object, "text_completion")
         self.assertTrue(response.choices[0].text)
         self.assertTrue(0 < response.usage.completion_tokens <= 5)
 
     def test_completions_stream(self):
-        stream = plain.client.completions.create(model=MODEL_ID, prompt="One, two, three,", max_tokens=4, stream=True)
+        stream = plain.client.completions.create(
+            model=MODEL_ID, temperature=0, prompt="One, two, three,", max_tokens=4, stream=True)
         text = "".join(c.choices[0].text for c in stream if c.choices)
         self.assertTrue(text)
 
@@ -187,33 +207,52 @@ class GatewayTest(unittest.TestCase):
             (with_metrics.client.chat.completions.create, {"messages": chat_messages("Count to ten.")}),
             (with_metrics.client.completions.create, {"prompt": "Once upon a time"}),
         ):
-            response = create(model=MODEL_ID, max_tokens=8, extra_body={"include_metrics": True, "ignore_eos": True},
-                              **kwargs)
+            response = create(model=MODEL_ID, temperature=0, max_tokens=8,
+                              extra_body={"include_metrics": True, "ignore_eos": True}, **kwargs)
             self.assertEqual(response.usage.completion_tokens, 8)
             self.assert_consistent_metrics(response.model_extra.get("metrics"), 8)
+            self.assert_timings(response.model_extra.get("timings"), response.model_extra["metrics"],
+                                response.usage.model_dump())
+
+    def test_timings_in_the_raw_json_as_llama_server_sends_them(self):
+        # What a tool written for llama-server parses: the body's own JSON, not the client's model.
+        raw = with_metrics.client.chat.completions.with_raw_response.create(
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4,
+            extra_body={"include_metrics": True, "ignore_eos": True})
+        body = raw.http_response.json()
+        self.assertIn("timings", body)
+        self.assert_timings(body["timings"], body["metrics"], body["usage"])
+        self.assertIsInstance(body["timings"]["predicted_n"], int)
+        # Several choices: null, as `metrics` (whose prompt time would it be?).
+        raw = with_metrics.client.completions.with_raw_response.create(
+            model=MODEL_ID, temperature=0, prompt="Hi", max_tokens=2, n=2, extra_body={"include_metrics": True})
+        body = raw.http_response.json()
+        self.assertIsNone(body["timings"])
+        self.assertIsNone(body["metrics"])
 
     def test_no_metrics_when_not_asked(self):
         response = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4)
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4)
         self.assertNotIn("metrics", response.model_extra)
+        self.assertNotIn("timings", response.model_extra)
         chunks = list(with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, stream=True,
             stream_options={"include_usage": True}))
-        self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
+        self.assertTrue(all("metrics" not in c.model_extra and "timings" not in c.model_extra for c in chunks))
 
     def test_no_metrics_when_not_enabled(self):
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, extra_body={"include_metrics": True})
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, extra_body={"include_metrics": True})
         self.assertNotIn("metrics", response.model_extra)
         chunks = list(plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=4, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=4, stream=True,
             stream_options={"include_usage": True}, extra_body={"include_metrics": True}))
         self.assertIsNotNone(chunks[-1].usage)
         self.assertTrue(all("metrics" not in c.model_extra for c in chunks))
 
     def test_metrics_headers(self):
         raw = with_metrics.client.chat.completions.with_raw_response.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=5,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=5,
             extra_body={"include_metrics": True, "ignore_eos": True})
         body = raw.parse()
         names = {"X-Ember-Time-To-First-Token-Ms": "time_to_first_token_ms",
@@ -222,9 +261,20 @@ class GatewayTest(unittest.TestCase):
         for header, field in names.items():
             # Headers are rounded to 3 decimals.
             self.assertAlmostEqual(float(raw.headers[header]), body.model_extra["metrics"][field], delta=6e-4)
+        # Server-Timing: queue, ttft, gen, e2e in that order, the first three the X-Ember values.
+        entries = [entry.split(";dur=") for entry in raw.headers["Server-Timing"].split(", ")]
+        self.assertEqual([name for name, _ in entries], ["queue", "ttft", "gen", "e2e"])
+        durations = {name: float(dur) for name, dur in entries}
+        self.assertEqual(durations["queue"], float(raw.headers["X-Ember-Queue-Time-Ms"]))
+        self.assertEqual(durations["ttft"], float(raw.headers["X-Ember-Time-To-First-Token-Ms"]))
+        self.assertEqual(durations["gen"], float(raw.headers["X-Ember-Generation-Time-Ms"]))
+        # End to end spans the other three (arrival ≤ queued, and the end follows the last token); the slack is
+        # the rounding of four values to 3 decimals, not a timing bound.
+        self.assertGreaterEqual(durations["e2e"] + 2e-3, durations["queue"] + durations["ttft"] + durations["gen"])
         raw = plain.client.chat.completions.with_raw_response.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2)
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2)
         self.assertFalse([h for h in raw.headers if h.lower().startswith("x-ember-")])
+        self.assertNotIn("server-timing", raw.headers)
 
     def test_invalid_request_is_400(self):
         with self.assertRaises(openai.BadRequestError) as caught:
@@ -233,7 +283,7 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(caught.exception.param, "temperature")
         self.assertEqual(caught.exception.type, "invalid_request_error")
         with self.assertRaises(openai.BadRequestError) as caught:
-            plain.client.chat.completions.create(model=MODEL_ID, messages=[])
+            plain.client.chat.completions.create(model=MODEL_ID, temperature=0, messages=[])
         self.assertEqual(caught.exception.param, "messages")
 
     def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
@@ -247,12 +297,12 @@ class GatewayTest(unittest.TestCase):
         for fields, extra in refused:
             with self.assertRaises(openai.BadRequestError) as caught:
                 plain.client.chat.completions.create(
-                    model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, extra_body=extra, **fields)
+                    model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2, extra_body=extra, **fields)
             self.assertEqual(caught.exception.status_code, 400)
             self.assertIn(caught.exception.param, list(fields) + list(extra), caught.exception.message)
         # The same fields with the values that ask for nothing are accepted.
         response = plain.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2, logprobs=False, tools=None,
             response_format={"type": "text"})
         self.assertEqual(response.choices[0].logprobs, None)
 
@@ -303,7 +353,7 @@ class GatewayTest(unittest.TestCase):
 
         def one(i):
             response = with_metrics.client.chat.completions.create(
-                model=MODEL_ID, messages=chat_messages(f"Say the number {i}."), max_tokens=4,
+                model=MODEL_ID, temperature=0, messages=chat_messages(f"Say the number {i}."), max_tokens=4,
                 extra_body={"ignore_eos": True})
             return response.usage.completion_tokens
 
@@ -316,7 +366,7 @@ class GatewayTest(unittest.TestCase):
         before = with_metrics.counter("chat", 499)
         # Without cancellation this request would run for minutes.
         stream = with_metrics.client.chat.completions.create(
-            model=MODEL_ID, messages=chat_messages("Tell me a long story."), max_tokens=4000, stream=True,
+            model=MODEL_ID, temperature=0, messages=chat_messages("Tell me a long story."), max_tokens=4000, stream=True,
             extra_body={"ignore_eos": True})
         for _, _chunk in zip(range(3), stream):
             pass
@@ -347,7 +397,7 @@ class ShutdownTest(unittest.TestCase):
 
         def request():
             result["response"] = gateway.client.completions.create(
-                model=MODEL_ID, prompt="Once upon a time", max_tokens=128, extra_body={"ignore_eos": True})
+                model=MODEL_ID, temperature=0, prompt="Once upon a time", max_tokens=128, extra_body={"ignore_eos": True})
 
         worker = threading.Thread(target=request)
         worker.start()

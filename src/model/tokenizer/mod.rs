@@ -76,8 +76,19 @@ pub struct Tokenizer {
     unknown_id: Option<TokenId>,
     eot_id: Option<TokenId>,
     add_bos: bool,
+    /// The fill-in-the-middle tokens (prefix, suffix, middle), when the vocabulary names all three.
+    fim: Option<FimTokens>,
     /// The end-of-generation tokens, ascending, without duplicates.
     eog_ids: Vec<TokenId>,
+}
+
+/// The three tokens of a fill-in-the-middle (infill) prompt: `pre` opens the text before the gap, `suf` the text
+/// after it, `mid` asks for the gap's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FimTokens {
+    pub pre: TokenId,
+    pub suf: TokenId,
+    pub mid: TokenId,
 }
 
 impl Tokenizer {
@@ -103,6 +114,15 @@ impl Tokenizer {
         let pad_id = in_range(keys::PAD_ID, spec.pad_id)?;
         let unknown_id = in_range(keys::UNKNOWN_ID, spec.unknown_id)?;
         let eot_id = in_range(keys::EOT_ID, spec.eot_id)?;
+        // Infill needs all three; a vocabulary naming only some of them cannot build the prompt.
+        let fim = match (
+            in_range(keys::FIM_PRE_ID, spec.fim_pre_id)?,
+            in_range(keys::FIM_SUF_ID, spec.fim_suf_id)?,
+            in_range(keys::FIM_MID_ID, spec.fim_mid_id)?,
+        ) {
+            (Some(pre), Some(suf), Some(mid)) => Some(FimTokens { pre, suf, mid }),
+            _ => None,
+        };
         if spec.add_bos && bos_id.is_none() {
             return Err(TokenizerError::AddBosWithoutBos);
         }
@@ -136,6 +156,7 @@ impl Tokenizer {
             unknown_id,
             eot_id,
             add_bos: spec.add_bos,
+            fim,
             eog_ids,
         })
     }
@@ -265,6 +286,11 @@ impl Tokenizer {
     /// End-of-turn token (`tokenizer.ggml.eot_token_id`).
     pub fn eot_id(&self) -> Option<TokenId> {
         self.eot_id
+    }
+
+    /// The fill-in-the-middle tokens, when the vocabulary has all three (`tokenizer.ggml.fim_*_token_id`).
+    pub fn fim_tokens(&self) -> Option<FimTokens> {
+        self.fim
     }
 
     /// Whether prompts should start with BOS (`tokenizer.ggml.add_bos_token`); `encode` never adds it.

@@ -20,6 +20,9 @@ pub mod keys {
     pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
     pub const SCORES: &str = "tokenizer.ggml.scores";
     pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+    pub const FIM_PRE_ID: &str = "tokenizer.ggml.fim_pre_token_id";
+    pub const FIM_SUF_ID: &str = "tokenizer.ggml.fim_suf_token_id";
+    pub const FIM_MID_ID: &str = "tokenizer.ggml.fim_mid_token_id";
 }
 
 /// `tokenizer.ggml.model` of byte-level BPE vocabularies.
@@ -68,6 +71,11 @@ pub struct TokenizerSpec<'a> {
     /// `tokenizer.ggml.add_bos_token`: whether prompts should start with BOS (when absent, llama.cpp's default:
     /// false for `gpt2`, true for `llama` vocabularies).
     pub add_bos: bool,
+    /// `tokenizer.ggml.fim_pre_token_id`, `fim_suf_token_id`, `fim_mid_token_id`: the fill-in-the-middle
+    /// tokens that open the prefix, the suffix and the middle of an infill prompt.
+    pub fim_pre_id: Option<TokenId>,
+    pub fim_suf_id: Option<TokenId>,
+    pub fim_mid_id: Option<TokenId>,
 }
 
 impl<'a> TokenizerSpec<'a> {
@@ -87,6 +95,9 @@ impl<'a> TokenizerSpec<'a> {
             unknown_id: None,
             eot_id: None,
             add_bos: false,
+            fim_pre_id: None,
+            fim_suf_id: None,
+            fim_mid_id: None,
         }
     }
 
@@ -116,6 +127,9 @@ impl<'a> TokenizerSpec<'a> {
             unknown_id: file.optional(keys::UNKNOWN_ID, GgufFile::u32)?,
             eot_id: file.optional(keys::EOT_ID, GgufFile::u32)?,
             add_bos: file.optional(keys::ADD_BOS, GgufFile::bool)?.unwrap_or(!bpe),
+            fim_pre_id: file.optional(keys::FIM_PRE_ID, GgufFile::u32)?,
+            fim_suf_id: file.optional(keys::FIM_SUF_ID, GgufFile::u32)?,
+            fim_mid_id: file.optional(keys::FIM_MID_ID, GgufFile::u32)?,
         })
     }
 }
