@@ -211,8 +211,11 @@ fn echo_puts_the_prompt_before_each_choice() {
             assert_eq!(c["text"].as_str().unwrap(), format!("Roses are red,{generated}"), "{v}");
         }
         assert_eq!(v["usage"]["completion_tokens"], json!(4 * plain["usage"]["completion_tokens"].as_u64().unwrap()));
-        let mut stream = submit(&e, &json!({"prompt": "Roses are red,", "max_tokens": 4, "temperature": 0,
-            "echo": true, "stream": true}));
+        let mut stream = submit(
+            &e,
+            &json!({"prompt": "Roses are red,", "max_tokens": 4, "temperature": 0,
+            "echo": true, "stream": true}),
+        );
         let texts: Vec<String> =
             chunks(&mut stream).iter().map(|c| c["choices"][0]["text"].as_str().unwrap().to_owned()).collect();
         assert_eq!(texts[0], "Roses are red,");

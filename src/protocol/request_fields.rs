@@ -21,7 +21,6 @@ enum Known {
     OnlyOff(fn(&Value) -> bool, &'static str),
 }
 
-
 fn is_empty_array(v: &Value) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
 }
