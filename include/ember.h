@@ -568,6 +568,15 @@ typedef struct EngineStats {
 } EngineStats;
 
 /**
+ * A sampled token and its log probability: the log-softmax of the model's raw logits over the whole vocabulary
+ * (before bias, penalties, temperature and filters; `docs/protocol.md`, "Log probabilities").
+ */
+typedef struct EngineTokenLogprob {
+    uint32_t token;
+    float logprob;
+} EngineTokenLogprob;
+
+/**
  * One event of a request, written by `engine_poll`.
  */
 typedef struct EngineEvent {
@@ -692,6 +701,29 @@ EngineStatus engine_get_stats(const struct Engine *engine, struct EngineStats *o
  * As `engine_get_choice_timing_metrics`.
  */
 EngineStatus engine_get_timing_metrics(const struct EngineRequest *request, struct PerRequestTimingMetrics *out);
+
+/**
+ * Copies choice `choice`'s sampled tokens whose text is in its output, in order, with their log probabilities,
+ * into `buffer`, and writes their number to `*out_count`. Empty unless the request asked for log probabilities
+ * (`"logprobs"`); an end-of-generation or stop token has no entry.
+ *
+ * Returns `ENGINE_STATUS_OK`; `ENGINE_STATUS_BUFFER_TOO_SMALL` when `capacity` is below their number: then
+ * `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask for
+ * the size); other failures write nothing: `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_CHOICE_OUT_OF_RANGE`,
+ * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_count`, NULL `buffer` with a non-zero `capacity`). While the
+ * request runs, more tokens may come between a size query and the copy.
+ *
+ * Thread safety: any thread, concurrently with polls.
+ *
+ * # Safety
+ * `buffer` is NULL or points to `capacity` writable `EngineTokenLogprob`s; `out_count` is NULL or points to a
+ * writable `size_t`.
+ */
+EngineStatus engine_get_token_logprobs(const struct EngineRequest *request,
+                                       uint32_t choice,
+                                       struct EngineTokenLogprob *buffer,
+                                       size_t capacity,
+                                       size_t *out_count);
 
 /**
  * Copies the timestamps of choice `choice`'s generated tokens, in milliseconds since the request was submitted

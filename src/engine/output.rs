@@ -412,6 +412,13 @@ impl RequestHandle {
         }
     }
 
+    /// The sampled tokens of choice `choice` whose text is in its output, with their log probabilities (empty
+    /// unless the request asked for them; see `sampling/logprobs.rs`).
+    pub fn token_logprobs(&self, choice: usize) -> Vec<(TokenId, f32)> {
+        let out = lock(&self.shared.output);
+        out.choices.get(choice).map(|c| c.logprobs.iter().map(|t| (t.token, t.logprob)).collect()).unwrap_or_default()
+    }
+
     /// A copy of choice `choice`'s raw stats (`None` when stats are off).
     pub fn stats(&self, choice: usize) -> Option<RequestStateStats> {
         self.shared.stats.as_ref().and_then(|s| s.get(choice)).map(|s| lock(s).clone())

@@ -58,6 +58,43 @@ impl<T: Copy> Out<T> {
     }
 }
 
+/// Copies `items` into the host's `buffer` of `capacity` entries and writes their number to `*out_count`, with
+/// the size-query protocol of the `engine_get_token_*` functions: a NULL `buffer` with `capacity` 0 asks for the
+/// size; a `capacity` below `items.len()` writes only the size needed and fails with `BUFFER_TOO_SMALL` (the
+/// buffer untouched). `what` names the items in the error.
+///
+/// # Safety
+/// `buffer` is NULL or points to `capacity` writable `T`s; `out_count` is NULL or points to a writable `usize`.
+pub(super) unsafe fn copy_to_buffer<T: Copy>(
+    items: &[T],
+    buffer: *mut T,
+    capacity: usize,
+    out_count: Out<usize>,
+    what: &str,
+) -> Result<(), Failure> {
+    if items.len() > capacity {
+        // SAFETY: `out_count` is non-NULL and writable by this function's contract.
+        unsafe { out_count.write(items.len()) };
+        return Err(Failure::new(
+            EngineStatus::BufferTooSmall,
+            format!("{} {what} do not fit a buffer of {capacity}", items.len()),
+        ));
+    }
+    if !items.is_empty() {
+        // SAFETY: `buffer` is non-NULL (the callers refuse a NULL buffer with a non-zero capacity, and capacity ≥
+        // len > 0) and holds `capacity` ≥ `items.len()` writable `T`s by this function's contract; the two do
+        // not overlap (`items` is ours). Unaligned, as `Out::write`.
+        unsafe {
+            for (i, item) in items.iter().enumerate() {
+                ptr::write_unaligned(buffer.add(i), *item);
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { out_count.write(items.len()) };
+    Ok(())
+}
+
 /// A poll timeout: 0 = do not wait, -1 = wait until something happens, other positive values = milliseconds.
 /// `None` means "no limit".
 pub(super) fn timeout(timeout_ms: i32) -> Result<Option<Duration>, Failure> {

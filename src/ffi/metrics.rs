@@ -6,7 +6,6 @@
 //! The definitions of the fields are the engine's (`src/engine/metrics.rs`, `docs/per_request_metrics.md`).
 
 use std::mem::{offset_of, size_of};
-use std::ptr;
 
 use super::boundary::{boundary, Failure};
 use super::registry::REQUESTS;
@@ -195,7 +194,7 @@ const _: () = {
 };
 
 /// The request behind `request`, and its choice `choice` checked to exist.
-fn request_and_choice(request: *const EngineRequest, choice: u32) -> Result<std::sync::Arc<RequestObject>, Failure> {
+pub(super) fn request_and_choice(request: *const EngineRequest, choice: u32) -> Result<std::sync::Arc<RequestObject>, Failure> {
     let object = REQUESTS.get(request.addr())?;
     let n = object.handle.num_choices();
     if choice as usize >= n {
@@ -381,22 +380,8 @@ pub unsafe extern "C" fn engine_get_token_timestamps(
         }
         let object = request_and_choice(request, choice)?;
         let times = object.handle.token_times_ms(choice as usize);
-        if times.len() > capacity {
-            // SAFETY: `out_count` is non-NULL and writable by this function's contract.
-            unsafe { out_count.write(times.len()) };
-            return Err(Failure::new(
-                EngineStatus::BufferTooSmall,
-                format!("{} timestamps do not fit a buffer of {capacity}", times.len()),
-            ));
-        }
-        if !times.is_empty() {
-            // SAFETY: `buffer` is non-NULL (checked: capacity ≥ len > 0) and holds `capacity` ≥ `times.len()`
-            // writable doubles by this function's contract; the two do not overlap (`times` is ours).
-            unsafe { ptr::copy_nonoverlapping(times.as_ptr(), buffer, times.len()) };
-        }
-        // SAFETY: as above.
-        unsafe { out_count.write(times.len()) };
-        Ok(())
+        // SAFETY: `buffer` and `out_count` as this function's contract says, which is `copy_to_buffer`'s.
+        unsafe { super::args::copy_to_buffer(&times, buffer, capacity, out_count, "timestamps") }
     })
 }
 

@@ -23,6 +23,7 @@ pub mod event;
 pub mod json;
 mod last_error;
 pub mod log;
+pub mod logprobs;
 pub mod metrics;
 mod registry;
 pub mod request;
@@ -36,6 +37,7 @@ pub use event::{engine_poll, EngineEvent, EngineEventKind, EngineFinishReason};
 pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
 pub use last_error::engine_last_error_message;
 pub use log::{engine_set_log_callback, EngineLogCallback, EngineLogLevel};
+pub use logprobs::{engine_get_token_logprobs, EngineTokenLogprob};
 pub use metrics::{
     engine_get_choice_timing_metrics, engine_get_extended_metrics, engine_get_timing_metrics,
     engine_get_token_timestamps, ExtendedTimingMetrics, PerRequestTimingMetrics,

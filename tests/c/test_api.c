@@ -444,10 +444,26 @@ static void test_logprobs_json(Engine *engine) {
     CHECK(strstr(json, "\"logprobs\":{\"content\":[{\"token\":") != NULL);
     CHECK(strstr(json, "\"top_logprobs\":[{\"token\":") != NULL && strstr(json, "\"bytes\":[") != NULL);
     engine_string_free(json);
+    /* The sampled tokens' numbers through the getter: a size query, a short buffer (untouched), the copy. */
+    size_t needed = 0;
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, NULL, 0, &needed), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(needed >= 1 && needed <= 3);
+    EngineTokenLogprob lps[4] = {{0, 1.0f}, {0, 1.0f}, {0, 1.0f}, {0, 1.0f}};
+    size_t count = 0;
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, lps, needed - 1, &count), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(count == needed && lps[0].logprob == 1.0f);
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, NULL, 2, &count), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, lps, 4, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_get_token_logprobs(request, 1, lps, 4, &count), ENGINE_STATUS_CHOICE_OUT_OF_RANGE);
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, lps, 4, &count), ENGINE_STATUS_OK);
+    CHECK(count == needed && lps[count].logprob == 1.0f);
+    for (size_t i = 0; i < count; i++) CHECK(lps[i].logprob <= 0.0f && lps[i].logprob > -9999.0f);
     engine_request_free(request);
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, lps, 4, &count), ENGINE_STATUS_INVALID_HANDLE);
 
     request = submit(engine, "{\"prompt\": \"The sky is\", \"max_tokens\": 3, \"temperature\": 0, \"logprobs\": 1}");
     drain(engine, request, &d);
+    CHECK_STATUS(engine_get_token_logprobs(request, 0, NULL, 0, &needed), ENGINE_STATUS_BUFFER_TOO_SMALL);
     CHECK_STATUS(engine_response_json(request, &json), ENGINE_STATUS_OK);
     CHECK(strstr(json, "\"token_logprobs\":[-") != NULL && strstr(json, "\"text_offset\":[0") != NULL);
     engine_string_free(json);
