@@ -5,6 +5,7 @@ pub mod config;
 mod core;
 pub mod finish;
 pub mod generate;
+pub mod guided;
 mod handle;
 pub mod kv_blocks;
 pub mod kv_pools;
