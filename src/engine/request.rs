@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::guided::GuidedRequest;
 use super::sampling::{SamplingError, SamplingParams};
 use crate::model::TokenId;
 
@@ -30,6 +31,9 @@ pub struct SubmitRequest {
     pub ignore_eos: bool,
     /// The request asks for `metrics` in its response (the second half of the double gate).
     pub include_metrics: bool,
+    /// Structured outputs: every choice's text is constrained to this (compiled at submit; an invalid one is
+    /// refused, naming its field).
+    pub guided: Option<GuidedRequest>,
 }
 
 impl SubmitRequest {
@@ -44,6 +48,7 @@ impl SubmitRequest {
             n: 1,
             ignore_eos: false,
             include_metrics: false,
+            guided: None,
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::finish::FinishReason;
+use super::guided::{Accepted, GuidedMatcher};
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::sampling::Sampler;
@@ -51,6 +52,9 @@ pub struct Sequence {
     pub bills_prompt: bool,
     /// Generated tokens already turned into text (or withheld by the stop matcher) by the output stage.
     num_emitted: usize,
+    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
+    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
+    pub guided: Option<Box<GuidedMatcher>>,
 }
 
 /// A sequence's state. Only the scheduler changes it.
@@ -98,6 +102,7 @@ impl Sequence {
             block_hashes: Vec::new(),
             bills_prompt: choice == 0,
             num_emitted: 0,
+            guided: None,
         }
     }
 
@@ -120,8 +125,8 @@ impl Sequence {
     }
 
     /// The scheduler's update: records token `token`, sampled at monotonic time `ts`, and decides what needs no
-    /// text: a stop id ends the sequence (`Stop`), so do `max_tokens` and `context` (the most positions the
-    /// sequence may have; `Length`). `None` while it goes on.
+    /// text: a stop id ends the sequence (`Stop`), so does a constrained choice's grammar once complete; then
+    /// `max_tokens` and `context` (the most positions the sequence may have; `Length`). `None` while it goes on.
     pub fn append_token(&mut self, token: TokenId, ts: f64, context: usize) -> Option<FinishReason> {
         self.tokens.push(token);
         self.sampler.accept(token);
@@ -131,6 +136,18 @@ impl Sequence {
         self.unreleased_ts_sum += ts;
         if self.stop_ids.contains(&token) {
             return Some(FinishReason::Stop);
+        }
+        if let Some(guided) = &mut self.guided {
+            match guided.accept(token) {
+                Accepted::More => {}
+                Accepted::Complete => return Some(FinishReason::Stop),
+                // The mask could not be computed (a parser limit), so the token was drawn unconstrained: the
+                // output can no longer be guaranteed, and the request fails saying why.
+                Accepted::Failed(message) => {
+                    self.request.fail(message);
+                    return Some(FinishReason::Error);
+                }
+            }
         }
         if self.num_generated() >= self.max_tokens || self.tokens.len() >= context {
             return Some(FinishReason::Length);

@@ -21,12 +21,14 @@
 //! `timing.rs` keeps the mask times per token and how long a step waited for its masks, for the bench.
 
 mod compile;
+mod masks;
 mod matcher;
 mod spec;
 mod timing;
 mod vocab;
 
 pub use compile::{CompiledGrammar, GuidedCompiler};
+pub(crate) use masks::MaskJobs;
 pub use matcher::{Accepted, GuidedMatcher};
 pub use spec::{GuidedRequest, GuidedSpec};
 pub use timing::{MaskTimeSummary, MaskTimes};
