@@ -44,7 +44,7 @@ impl ApiRequest {
             n: request.n,
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
-            guided: None,
+            guided: request.guided,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();

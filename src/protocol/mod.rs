@@ -5,6 +5,7 @@
 mod api_request;
 mod error;
 mod fields;
+mod guided;
 mod json;
 mod metrics_gate;
 mod prompt;

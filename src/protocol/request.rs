@@ -8,8 +8,10 @@ use super::error::{ApiError, RequestFieldNames};
 use super::fields::{
     as_array, as_object, as_str, as_u64, get, opt_bool, opt_f32, opt_integer_bits, opt_str, opt_u64, type_error, Object,
 };
+use super::guided::parse_guided;
 use super::prompt::PromptInput;
 use super::request_fields::check_fields;
+use crate::engine::guided::GuidedRequest;
 use crate::engine::sampling::SamplingParams;
 use crate::model::TokenId;
 
@@ -48,6 +50,8 @@ pub(crate) struct ParsedRequest {
     pub include_choice_metrics: bool,
     /// Our addition: generate past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit.
+    pub guided: Option<GuidedRequest>,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -97,6 +101,7 @@ impl ParsedRequest {
             include_metrics: opt_bool(o, "include_metrics")?.unwrap_or(false),
             include_choice_metrics: opt_bool(o, "include_choice_metrics")?.unwrap_or(false),
             ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+            guided: parse_guided(o)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",

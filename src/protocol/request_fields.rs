@@ -1,6 +1,6 @@
 //! Every request field ember knows, and the check that refuses the others: a field is either implemented, or
 //! accepted without effect (listed), or refused with an error naming it, never silently ignored. A client that
-//! sends `response_format` believes it gets JSON; if ember cannot give it, the client must hear so.
+//! sends `tools` believes the model may call them; if ember cannot give that, the client must hear so.
 //!
 //! `docs/protocol.md` has the same list as a table; change both together.
 
@@ -50,10 +50,6 @@ fn is_none_choice(v: &Value) -> bool {
     v.as_str() == Some("none")
 }
 
-fn is_text_format(v: &Value) -> bool {
-    v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"))
-}
-
 fn is_empty_string(v: &Value) -> bool {
     v.as_str() == Some("")
 }
@@ -83,6 +79,11 @@ const FIELDS: &[(&str, Known)] = &[
     ("include_choice_metrics", Known::Read),
     ("ignore_eos", Known::Read),
     ("stop_token_ids", Known::Read),
+    ("response_format", Known::Read),
+    ("guided_json", Known::Read),
+    ("guided_regex", Known::Read),
+    ("guided_choice", Known::Read),
+    ("guided_grammar", Known::Read),
     ("user", Known::NoEffect),
     // Without tools, parallel tool calls cannot happen, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
@@ -93,7 +94,6 @@ const FIELDS: &[(&str, Known)] = &[
     ("suffix", Known::OnlyOff(is_empty_string, "\"\"")),
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
-    ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
     ("min_tokens", Known::OnlyOff(is_zero, "0")),
     ("include_stop_str_in_output", Known::OnlyOff(is_false, "false")),
     ("skip_special_tokens", Known::OnlyOff(is_true, "true, which is what ember does")),
@@ -176,7 +176,6 @@ mod tests {
             ("suffix", json!("}")),
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("auto")),
-            ("response_format", json!({"type": "json_object"})),
             ("min_tokens", json!(4)),
             ("include_stop_str_in_output", json!(true)),
             ("skip_special_tokens", json!(false)),
