@@ -1,4 +1,5 @@
-//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer and stop matching.
+//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer, stop matching and, when
+//! its output is constrained, its grammar matcher.
 //!
 //! A step touches a sequence in two stages: the scheduler's update appends the sampled token and applies the
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
