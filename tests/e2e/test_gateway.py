@@ -260,7 +260,7 @@ class GatewayTest(unittest.TestCase):
     def test_structured_output_parses_into_a_pydantic_model(self):
         class Person(pydantic.BaseModel):
             name: str = pydantic.Field(max_length=16)
-            age: int
+            age: int = pydantic.Field(ge=0, le=150)
             color: typing.Literal["red", "green", "blue"]
 
         # The client turns the model into a strict json_schema response_format and parses the content back.
