@@ -185,3 +185,47 @@ fn the_model_field_is_echoed_or_defaults_to_the_model_name() {
     assert_eq!(model_of(chat(json!({}))), json!(e.model().name()));
     assert!(!e.model().name().is_empty());
 }
+
+#[test]
+fn an_invalid_structured_output_constraint_is_refused_naming_its_field_and_the_problem() {
+    let e = engine();
+    let schema =
+        |s: Value| json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}});
+    for (extra, param, problem) in [
+        (schema(json!({"type": "objekt"})), "response_format.json_schema.schema", "objekt"),
+        (
+            schema(json!({"type": "integer", "minimum": 3, "maximum": 1})),
+            "response_format.json_schema.schema",
+            "minimum",
+        ),
+        (json!({"guided_json": {"properties": {"a": {"$ref": "#/nowhere"}}}}), "guided_json", "nowhere"),
+        (json!({"guided_regex": "[a-"}), "guided_regex", "regex"),
+        (json!({"guided_grammar": "start: undefined_rule"}), "guided_grammar", "undefined_rule"),
+        (json!({"guided_choice": []}), "guided_choice", "empty"),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}),
+            "response_format.json_schema.name",
+            "required",
+        ),
+    ] {
+        let error = refused(&e, &chat(extra.clone()));
+        assert_eq!((error.error_type, error.param.as_deref()), (INVALID_REQUEST_ERROR, Some(param)), "{extra}");
+        assert!(error.message.contains(problem), "{extra}: {}", error.message);
+    }
+}
+
+#[test]
+fn a_json_schema_response_format_gives_content_that_parses() {
+    let e = engine();
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+        "additionalProperties": false});
+    let body = chat(json!({"max_tokens": 16, "response_format": {"type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema, "strict": true}}}));
+    let request = submit(&e, &body).unwrap();
+    request.handle().wait();
+    let response: Value = serde_json::from_str(&request.response_json().unwrap()).unwrap();
+    let choice = &response["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{response}");
+    let content: Value = serde_json::from_str(choice["message"]["content"].as_str().unwrap()).unwrap();
+    assert!(content["ok"].is_boolean(), "{content}");
+}

@@ -127,11 +127,10 @@ fn close(a: f64, b: f64) -> bool {
 /// generated tokens: `mean_itl = generation / (n − 1)` and `tokens_per_second = n / ((ttft + generation) / 1000)`
 /// (both intervals start where the other ends, so together they span scheduling → last token).
 fn check_metrics(m: &Value, engine_view: PerRequestTimingMetrics, tokens: u64, what: &str) {
+    // serde_json keeps the body's key order (its `preserve_order` feature): the fields in the list's order.
     let keys: Vec<&str> =
         m.as_object().unwrap_or_else(|| panic!("{what}: not an object: {m}")).keys().map(|k| k.as_str()).collect();
-    let mut expected_keys = METRIC_NAMES.to_vec();
-    expected_keys.sort_unstable();
-    assert_eq!(keys, expected_keys, "{what}");
+    assert_eq!(keys, METRIC_NAMES, "{what}");
     let field = |name: &str| m[name].as_f64().unwrap_or_else(|| panic!("{what}: {name} is {}", m[name]));
     let (ttft, generation, queue) =
         (field("time_to_first_token_ms"), field("generation_time_ms"), field("queue_time_ms"));
@@ -158,9 +157,7 @@ fn check_metrics(m: &Value, engine_view: PerRequestTimingMetrics, tokens: u64, w
 fn check_timings(t: &Value, engine_view: LlamaCppTimings, m: &Value, usage: &Value, tokens: u64, what: &str) {
     let keys: Vec<&str> =
         t.as_object().unwrap_or_else(|| panic!("{what}: not an object: {t}")).keys().map(|k| k.as_str()).collect();
-    let mut expected_keys = TIMINGS_NAMES.to_vec();
-    expected_keys.sort_unstable();
-    assert_eq!(keys, expected_keys, "{what}");
+    assert_eq!(keys, TIMINGS_NAMES, "{what}");
     let field = |name: &str| t[name].as_f64().unwrap_or_else(|| panic!("{what}: {name} is {}", t[name]));
     assert_eq!(t["cache_n"], usage["prompt_tokens_details"]["cached_tokens"], "{what}: {t}");
     assert_eq!(t["cache_n"].as_u64().unwrap() + t["prompt_n"].as_u64().unwrap(), usage["prompt_tokens"], "{what}");

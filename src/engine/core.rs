@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::finish::FinishReason;
+use super::guided::MaskTimes;
 use super::kv_pools::KvPools;
 use super::output::CancelWaker;
 use super::scheduler::{Scheduler, SchedulerLimits};
@@ -54,6 +55,8 @@ pub struct EngineShared {
     pub prefix_cache_hits: AtomicU64,
     /// Blocks findable in the prefix cache now (held by sequences or free).
     pub prefix_cache_blocks: AtomicUsize,
+    /// Structured outputs: mask times per token, and the steps' waits for them.
+    pub mask_times: Arc<MaskTimes>,
 }
 
 impl CancelWaker for EngineShared {

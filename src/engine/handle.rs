@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
 use super::core::{EngineCore, EngineShared, NewRequest};
+use super::guided::{GuidedCompiler, MaskTimeSummary};
 use super::kv_pools::KvPools;
 use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
@@ -76,6 +77,8 @@ pub struct Engine {
     /// The kernel path and threads, on the CPU backend.
     cpu: Option<CpuServing>,
     logger: Logger,
+    /// Compiles structured-output constraints against the model's vocabulary (built on first use).
+    guided: GuidedCompiler,
 }
 
 impl fmt::Debug for Engine {
@@ -151,6 +154,7 @@ impl Engine {
             backend_description,
             cpu,
             logger,
+            guided: GuidedCompiler::new(),
         })
     }
 
@@ -176,6 +180,12 @@ impl Engine {
     pub fn submit(&self, request: SubmitRequest) -> Result<RequestHandle, SubmitError> {
         let arrival = self.config.records_stats().then(|| RequestStateStats::arrived(&self.clock));
         let max_tokens = validate_request(&request, self.capacity)?;
+        let grammar = match &request.guided {
+            Some(guided) => Some(self.guided.compile(&self.model.tokenizer, guided).map_err(|message| {
+                SubmitError::Invalid { field: guided.field, message: format!("invalid {}: {message}", guided.field) }
+            })?),
+            None => None,
+        };
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let waker: Weak<dyn CancelWaker> = Arc::downgrade(&self.shared) as Weak<dyn CancelWaker>;
         let n_choices = request.prompts.len() * request.n;
@@ -221,6 +231,7 @@ impl Engine {
                 seq.bills_prompt = j == 0;
                 seq.logprobs = request.logprobs;
                 seq.min_tokens = request.min_tokens;
+                seq.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
                 sequences.push(seq);
             }
         }
@@ -281,6 +292,12 @@ impl Engine {
             hits: self.shared.prefix_cache_hits.load(Ordering::Relaxed),
             cached_blocks: self.shared.prefix_cache_blocks.load(Ordering::Relaxed),
         })
+    }
+
+    /// Structured outputs: how long each token's mask took to compute, and how long steps waited for their masks
+    /// after the forward pass (the masks are computed beside it).
+    pub fn mask_times(&self) -> MaskTimeSummary {
+        self.shared.mask_times.summary()
     }
 
     /// The kernel path and threads serving this engine, when its backend is the CPU (every kernel path computes
@@ -366,9 +383,10 @@ fn engine_thread(
         PrefixCachingAllocator::new(cache.num_blocks, cache.block_size, prefix_root(&model, &config), prefix_caching);
     let blocks =
         KvPools::new(global, window.map(|(blocks, window)| WindowBlocks::new(blocks, cache.block_size, window)));
+    let mask_times = Arc::clone(&shared.mask_times);
     let core = EngineCore::new(
         shared,
-        StepRunner::new(runner, model.config.vocab_size),
+        StepRunner::new(runner, model.config.vocab_size).with_mask_times(mask_times),
         &model.tokenizer,
         clock,
         SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },

@@ -5,6 +5,9 @@ pub mod config;
 mod core;
 pub mod finish;
 pub mod generate;
+pub mod guided;
+#[cfg(test)]
+mod guided_step_tests;
 mod handle;
 pub mod kv_blocks;
 pub mod kv_pools;

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::guided::GuidedRequest;
 use super::sampling::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
 
@@ -43,6 +44,9 @@ pub struct SubmitRequest {
     /// Tokens each choice generates before its stop ids can be sampled and its stop strings match (vLLM's
     /// `min_tokens`); at most `max_tokens`. The context can still end a choice earlier.
     pub min_tokens: usize,
+    /// Structured outputs: every choice's text is constrained to this (compiled at submit; an invalid one is
+    /// refused, naming its field).
+    pub guided: Option<GuidedRequest>,
 }
 
 impl SubmitRequest {
@@ -61,6 +65,7 @@ impl SubmitRequest {
             include_metrics: false,
             logprobs: None,
             min_tokens: 0,
+            guided: None,
         }
     }
 }

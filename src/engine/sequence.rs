@@ -1,4 +1,5 @@
-//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer and stop matching.
+//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer, stop matching and, when
+//! its output is constrained, its grammar matcher.
 //!
 //! A step touches a sequence in two stages: the scheduler's update appends the sampled token and applies the
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
@@ -7,6 +8,7 @@
 use std::sync::Arc;
 
 use super::finish::FinishReason;
+use super::guided::{Accepted, GuidedMatcher};
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::sampling::{Sampler, TokenLogprob};
@@ -73,6 +75,9 @@ pub struct Sequence {
     pub bills_prompt: bool,
     /// Generated tokens already turned into text (or withheld by the stop matcher) by the output stage.
     num_emitted: usize,
+    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
+    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
+    pub guided: Option<Box<GuidedMatcher>>,
 }
 
 /// A sequence's state. Only the scheduler changes it.
@@ -124,6 +129,7 @@ impl Sequence {
             block_hashes: Vec::new(),
             bills_prompt: choice == 0,
             num_emitted: 0,
+            guided: None,
         }
     }
 
@@ -151,8 +157,9 @@ impl Sequence {
     }
 
     /// The scheduler's update: records token `token`, sampled at monotonic time `ts` (with its log probability
-    /// when asked for), and decides what needs no text: a stop id ends the sequence (`Stop`), so do `max_tokens`
-    /// and `context` (the most positions the sequence may have; `Length`). `None` while it goes on.
+    /// when asked for), and decides what needs no text: a stop id ends the sequence (`Stop`), so does a
+    /// constrained choice's grammar once complete; then `max_tokens` and `context` (the most positions the
+    /// sequence may have; `Length`). `None` while it goes on.
     pub fn append_token(
         &mut self,
         token: TokenId,
@@ -173,6 +180,18 @@ impl Sequence {
         self.unreleased_ts_sum += ts;
         if self.stop_ids.contains(&token) {
             return Some(FinishReason::Stop);
+        }
+        if let Some(guided) = &mut self.guided {
+            match guided.accept(token) {
+                Accepted::More => {}
+                Accepted::Complete => return Some(FinishReason::Stop),
+                // The mask could not be computed (a parser limit), so the token was drawn unconstrained: the
+                // output can no longer be guaranteed, and the request fails saying why.
+                Accepted::Failed(message) => {
+                    self.request.fail(message);
+                    return Some(FinishReason::Error);
+                }
+            }
         }
         if self.num_generated() >= self.max_tokens || self.tokens.len() >= context {
             return Some(FinishReason::Length);

@@ -5,9 +5,12 @@
 //! sequence's sampler draws from its own row on the host.
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
+use super::guided::{MaskJobs, MaskTimes};
 use super::runner::BatchForward;
 use super::sampling::{LogprobSampler, TokenLogprob};
 use super::scheduler::SchedulerOutput;
@@ -91,6 +94,8 @@ pub struct StepRunner<'m> {
     device_ids: Vec<TokenId>,
     device_values: Vec<f32>,
     logprobs: LogprobSampler,
+    /// Where the structured-output masks' times go (the engine's, shared with its host).
+    mask_times: Arc<MaskTimes>,
 }
 
 impl<'m> StepRunner<'m> {
@@ -102,7 +107,14 @@ impl<'m> StepRunner<'m> {
             device_ids: Vec::new(),
             device_values: Vec::new(),
             logprobs: LogprobSampler::default(),
+            mask_times: Arc::default(),
         }
+    }
+
+    /// Records the structured-output mask times in `times` (the engine's counters).
+    pub fn with_mask_times(mut self, times: Arc<MaskTimes>) -> Self {
+        self.mask_times = times;
+        self
     }
 
     /// Runs `step` over `seqs` (the scheduler's) and samples the next token of every chunk that reaches its
@@ -114,7 +126,7 @@ impl<'m> StepRunner<'m> {
         clock: &EngineClock,
     ) -> Result<RunnerOutput, StepError> {
         let n_rows = step.chunks.iter().filter(|c| c.samples).count();
-        let device_greedy = self.forward_batch(step, seqs, n_rows)?;
+        let device_greedy = self.forward_with_masks(step, seqs, n_rows)?;
         let mut out = RunnerOutput { sampled: Vec::with_capacity(n_rows) };
         for (row, c) in step.chunks.iter().filter(|c| c.samples).enumerate() {
             let (token, logprob) = match device_greedy {
@@ -126,6 +138,7 @@ impl<'m> StepRunner<'m> {
                     if seq.logprobs.is_some() {
                         self.logprobs.keep_raw(logits);
                     }
+                    apply_mask(logits, seq);
                     ban_early_stops(seq, logits);
                     let token = seq.sampler.sample(logits);
                     (token, seq.logprobs.map(|top| self.logprobs.report(token, top)))
@@ -136,13 +149,42 @@ impl<'m> StepRunner<'m> {
         Ok(out)
     }
 
+    /// The forward pass, with the structured-output masks of the constrained sampling sequences computed on a
+    /// second thread meanwhile (off the critical path: they depend only on tokens accepted before the step).
+    /// Their matchers are back in their sequences when this returns, whatever the forward's outcome.
+    fn forward_with_masks(
+        &mut self,
+        step: &SchedulerOutput,
+        seqs: &mut FxHashMap<SeqId, Sequence>,
+        n_rows: usize,
+    ) -> Result<bool, StepError> {
+        let mut jobs = MaskJobs::take(step, seqs);
+        if jobs.is_empty() {
+            return self.forward_batch(step, seqs, n_rows, false);
+        }
+        let (ran, wait) = std::thread::scope(|s| {
+            let worker = s.spawn(|| jobs.compute());
+            let ran = self.forward_batch(step, seqs, n_rows, true);
+            let forward_done = Instant::now();
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
+            (ran, forward_done.elapsed())
+        });
+        self.mask_times.record_step(jobs.times(), wait);
+        jobs.restore(seqs);
+        ran
+    }
+
     /// The forward pass. True when the backend took each row's argmax itself (every sampling sequence is plain
-    /// greedy without log probabilities, and the backend can), false when the logits rows are in `self.logits`.
+    /// greedy, unconstrained and without log probabilities, and the backend can), false when the logits rows are
+    /// in `self.logits`.
     fn forward_batch(
         &mut self,
         step: &SchedulerOutput,
         seqs: &FxHashMap<SeqId, Sequence>,
         n_rows: usize,
+        constrained: bool,
     ) -> Result<bool, StepError> {
         let batch: Vec<SeqChunk<'_>> = step
             .chunks
@@ -163,7 +205,7 @@ impl<'m> StepRunner<'m> {
             let s = &seqs[&c.seq];
             p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty() && s.logprobs.is_none() && !s.bans_stops()
         });
-        if all_greedy && n_rows > 0 {
+        if all_greedy && !constrained && n_rows > 0 {
             self.device_ids.resize(n_rows, 0);
             self.device_values.resize(n_rows, 0.0);
             if let Some(ran) = self.forward.run_top_k(&batch, 1, &mut self.device_ids, &mut self.device_values) {
@@ -172,5 +214,14 @@ impl<'m> StepRunner<'m> {
         }
         self.logits.resize(n_rows * self.vocab_size, 0.0);
         self.forward.run(&batch, &mut self.logits).map(|()| false)
+    }
+}
+
+/// Structured outputs: the tokens the sequence's grammar does not allow next get −∞ before its sampler sees the
+/// row, so temperature, top-p and the rest act on the allowed ones. A mask that could not be computed leaves the
+/// row as it is; the scheduler's update then fails the choice (`GuidedMatcher::accept`).
+fn apply_mask(logits: &mut [f32], seq: &mut Sequence) {
+    if let Some(guided) = seq.guided.as_mut() {
+        let _ = guided.apply_mask(logits);
     }
 }

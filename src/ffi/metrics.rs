@@ -194,7 +194,10 @@ const _: () = {
 };
 
 /// The request behind `request`, and its choice `choice` checked to exist.
-pub(super) fn request_and_choice(request: *const EngineRequest, choice: u32) -> Result<std::sync::Arc<RequestObject>, Failure> {
+pub(super) fn request_and_choice(
+    request: *const EngineRequest,
+    choice: u32,
+) -> Result<std::sync::Arc<RequestObject>, Failure> {
     let object = REQUESTS.get(request.addr())?;
     let n = object.handle.num_choices();
     if choice as usize >= n {

@@ -54,6 +54,7 @@ impl ApiRequest {
             include_metrics: request.include_metrics,
             logprobs: request.logprobs,
             min_tokens: request.min_tokens,
+            guided: request.guided,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();

@@ -5,6 +5,7 @@
 mod api_request;
 mod error;
 mod fields;
+mod guided;
 mod json;
 mod logprobs;
 mod metrics_gate;

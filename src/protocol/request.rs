@@ -8,8 +8,10 @@ use super::error::{ApiError, RequestFieldNames};
 use super::fields::{
     as_array, as_object, as_str, as_u64, get, opt_bool, opt_f32, opt_integer_bits, opt_str, opt_u64, type_error, Object,
 };
+use super::guided::parse_guided;
 use super::prompt::PromptInput;
 use super::request_fields::check_fields;
+use crate::engine::guided::GuidedRequest;
 use crate::engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
 
@@ -66,6 +68,8 @@ pub(crate) struct ParsedRequest {
     pub min_tokens: usize,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
+    /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit.
+    pub guided: Option<GuidedRequest>,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -128,6 +132,7 @@ impl ParsedRequest {
             logprobs: parse_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
             echo: parse_echo(o, kind)?,
+            guided: parse_guided(o)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",

@@ -1,6 +1,6 @@
 //! Every request field ember knows, and the check that refuses the others: a field is either implemented, or
 //! accepted without effect (listed), or refused with an error naming it, never silently ignored. A client that
-//! sends `response_format` believes it gets JSON; if ember cannot give it, the client must hear so.
+//! sends `tools` believes the model may call them; if ember cannot give that, the client must hear so.
 //!
 //! `docs/protocol.md` has the same list as a table; change both together.
 
@@ -27,10 +27,6 @@ fn is_empty_array(v: &Value) -> bool {
 
 fn is_none_choice(v: &Value) -> bool {
     v.as_str() == Some("none")
-}
-
-fn is_text_format(v: &Value) -> bool {
-    v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"))
 }
 
 /// The fields of both endpoints (`messages` only makes a chat request and `prompt` a completion one, which the
@@ -63,6 +59,11 @@ const FIELDS: &[(&str, Known)] = &[
     // Completions only: the parser refuses a non-empty suffix in a chat request, and the prompt stage one for a
     // model without infill tokens.
     ("suffix", Known::Read),
+    ("response_format", Known::Read),
+    ("guided_json", Known::Read),
+    ("guided_regex", Known::Read),
+    ("guided_choice", Known::Read),
+    ("guided_grammar", Known::Read),
     ("user", Known::NoEffect),
     // Without tools, parallel tool calls cannot happen, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
@@ -72,7 +73,6 @@ const FIELDS: &[(&str, Known)] = &[
     ("best_of", Known::Read),
     ("tools", Known::OnlyOff(is_empty_array, "[]")),
     ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
-    ("response_format", Known::OnlyOff(is_text_format, "{\"type\": \"text\"}")),
     ("min_tokens", Known::Read),
 ];
 
@@ -141,11 +141,9 @@ mod tests {
     fn unimplemented_fields_pass_only_when_off() {
         let off = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}});
         assert!(check(off).is_ok());
-        for (name, on) in [
-            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
-            ("tool_choice", json!("auto")),
-            ("response_format", json!({"type": "json_object"})),
-        ] {
+        for (name, on) in
+            [("tools", json!([{"type": "function", "function": {"name": "f"}}])), ("tool_choice", json!("auto"))]
+        {
             let (param, message) = refused(json!({ name: on }));
             assert_eq!(param, name);
             assert!(message.starts_with(&format!("{name} is not supported by ember")), "{message}");

@@ -3,8 +3,9 @@
 
 Starts the built gateway on free loopback ports (--listen 127.0.0.1:0; it prints its address) over the real model,
 and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics`, the
-llama.cpp `timings` and their double gate, metrics headers (X-Ember-*, Server-Timing), OpenAI errors, 32 concurrent clients, a client that disconnects mid-stream,
-and a graceful SIGTERM.
+llama.cpp `timings` and their double gate, metrics headers (X-Ember-*, Server-Timing), log probabilities, structured
+outputs (a pydantic model through `parse`), OpenAI errors, 32 concurrent clients, a client that disconnects
+mid-stream, and a graceful SIGTERM.
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
 
@@ -23,10 +24,12 @@ import subprocess
 import tempfile
 import threading
 import time
+import typing
 import unittest
 import urllib.request
 
 import openai
+import pydantic
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GATEWAY = os.path.join(ROOT, os.environ.get("EMBER_GATEWAY", "target/go/ember-gateway"))
@@ -289,7 +292,6 @@ class GatewayTest(unittest.TestCase):
     def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
         # A client must not believe it got JSON mode, a tool call or best-of sampling that ember did not give.
         refused = [
-            ({"response_format": {"type": "json_object"}}, {}),
             ({}, {"best_of": 3}),
             ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, {}),
             ({}, {"temprature": 0.5}),
@@ -341,6 +343,35 @@ class GatewayTest(unittest.TestCase):
             plain.client.chat.completions.create(
                 model=MODEL_ID, messages=chat_messages("Hi"), logprobs=True, top_logprobs=21)
         self.assertEqual(caught.exception.param, "top_logprobs")
+
+    def test_structured_output_parses_into_a_pydantic_model(self):
+        class Person(pydantic.BaseModel):
+            name: str = pydantic.Field(max_length=16)
+            age: int = pydantic.Field(ge=0, le=150)
+            color: typing.Literal["red", "green", "blue"]
+
+        # The client turns the model into a strict json_schema response_format and parses the content back.
+        completions = getattr(plain.client.beta.chat, "completions", None) or plain.client.chat.completions
+        response = completions.parse(
+            model=MODEL_ID, messages=chat_messages("Describe a person with a name, an age and a favourite color."),
+            response_format=Person, max_tokens=64, temperature=0)
+        choice = response.choices[0]
+        self.assertEqual(choice.finish_reason, "stop", choice.message.content)
+        self.assertIsNotNone(choice.message.parsed)
+        self.assertIn(choice.message.parsed.color, ("red", "green", "blue"))
+
+    def test_guided_choice_and_an_invalid_schema(self):
+        response = plain.client.chat.completions.create(
+            model=MODEL_ID, messages=chat_messages("Is the sky blue? Answer yes or no."), max_tokens=4,
+            extra_body={"guided_choice": ["yes", "no"]})
+        self.assertIn(response.choices[0].message.content, ("yes", "no"))
+        with self.assertRaises(openai.BadRequestError) as caught:
+            plain.client.chat.completions.create(
+                model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2,
+                response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}})
+        self.assertEqual(caught.exception.status_code, 400)
+        self.assertEqual(caught.exception.param, "response_format.json_schema.schema")
+        self.assertIn("objekt", caught.exception.message)
 
     def test_models_and_health(self):
         self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])
