@@ -19,11 +19,18 @@ use crate::model::gguf::{GgufError, GgufFile};
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant turn's tool calls, in OpenAI's shape (`[{"id", "type", "function": {"name", "arguments"}}]`),
+    /// for templates that render them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A `tool` turn's answer to this call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage { role: role.into(), content: content.into(), tool_calls: None, tool_call_id: None }
     }
 }
 
@@ -87,6 +94,9 @@ impl fmt::Debug for ChatTemplate {
 #[derive(Serialize)]
 struct RenderContext<'a> {
     messages: &'a [ChatMessage],
+    /// The request's tools (OpenAI's `[{"type": "function", "function": {...}}]`), as transformers passes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a serde_json::Value>,
     add_generation_prompt: bool,
     bos_token: &'a str,
     eos_token: &'a str,
@@ -130,10 +140,32 @@ impl ChatTemplate {
 
     /// Renders `messages`; with `add_generation_prompt` the prompt ends where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Renders `messages` with `tools` (a JSON array of OpenAI tool objects) in the template's `tools` variable,
+    /// for templates that format tools ([`supports_tools`](Self::supports_tools)); others ignore it.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render(describe(&e)))?;
-        let ctx =
-            RenderContext { messages, add_generation_prompt, bos_token: &self.bos_token, eos_token: &self.eos_token };
+        let ctx = RenderContext {
+            messages,
+            tools,
+            add_generation_prompt,
+            bos_token: &self.bos_token,
+            eos_token: &self.eos_token,
+        };
         template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)))
+    }
+
+    /// Whether the template reads a `tools` variable: it has a format of its own for tool definitions (and
+    /// presumably for calls). Templates without one, like SmolLM2's, never show the model a tool.
+    pub fn supports_tools(&self) -> bool {
+        self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains("tools")).unwrap_or(false)
     }
 }
 
@@ -163,6 +195,22 @@ mod tests {
         let out = t.render(&[user("hi")], true).unwrap();
         assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
         assert_eq!(t.render(&[user("hi")], false).unwrap(), "<|im_start|>user\nhi<|im_end|>\n");
+    }
+
+    #[test]
+    fn tools_reach_templates_that_read_them() {
+        let plain = ChatTemplate::new(None, "", "").unwrap();
+        assert!(!plain.supports_tools());
+        let src = "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}\
+                   {% for m in messages %}{{ m.role }}:{{ m.content }}{% if m.tool_calls %}\
+                   {{ m.tool_calls[0].function.name }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "", "").unwrap();
+        assert!(t.supports_tools());
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let call = serde_json::json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+        let messages = [user("hi"), ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") }];
+        assert_eq!(t.render_with_tools(&messages, Some(&tools), false).unwrap(), "[get_weather]user:hi;assistant:f;");
+        assert_eq!(t.render(&messages[..1], false).unwrap(), "user:hi;");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::metrics_gate::MetricsGate;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
+use super::tools::{call_id, CallShape};
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 
 /// An OpenAI request submitted to an engine.
@@ -30,6 +31,8 @@ pub struct ApiRequest {
     logprobs: Option<SharedPieces>,
     /// With `echo`: each choice's prompt text (empty otherwise).
     echo: Vec<String>,
+    /// When `tool_choice` forces a call: its shape, and each choice's call id.
+    calls: Option<(CallShape, Vec<String>)>,
 }
 
 impl ApiRequest {
@@ -42,7 +45,7 @@ impl ApiRequest {
         let model = engine.model();
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let submit = SubmitRequest {
-            prompts: request.input.into_token_prompts(model, request.suffix.as_deref())?,
+            prompts: request.input.into_token_prompts(model, request.suffix.as_deref(), request.tools.as_ref())?,
             sampling: request.sampling,
             max_tokens: request.max_tokens,
             stop_token_ids: request.stop_token_ids,
@@ -69,9 +72,24 @@ impl ApiRequest {
         // Choice `p × n + j` is prompt `p`'s.
         let echo: Vec<String> =
             echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
-        let chunks =
+        let mut chunks =
             ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone(), echo.clone());
-        Ok(ApiRequest { handle, kind: request.kind, stream: request.stream, header, gate, chunks, logprobs, echo })
+        let calls: Option<(CallShape, Vec<String>)> =
+            request.tools.map(|t| (t.shape, (0..handle.num_choices()).map(|i| call_id(i as u64)).collect()));
+        if let Some((shape, ids)) = &calls {
+            chunks = chunks.with_calls(shape, ids);
+        }
+        Ok(ApiRequest {
+            handle,
+            kind: request.kind,
+            stream: request.stream,
+            header,
+            gate,
+            chunks,
+            logprobs,
+            echo,
+            calls,
+        })
     }
 
     /// The engine request: poll it, cancel it, read its metrics.
@@ -98,7 +116,11 @@ impl ApiRequest {
     /// A request the engine failed still gets a body: its unfinished choices end with `"error"`, and an `error`
     /// object says why.
     pub fn response_json(&self) -> Option<String> {
-        let extras = ChoiceExtras { logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()), echo: &self.echo };
+        let extras = ChoiceExtras {
+            logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()),
+            echo: &self.echo,
+            calls: self.calls.as_ref().map(|(shape, ids)| (shape, ids.as_slice())),
+        };
         self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))
     }
 

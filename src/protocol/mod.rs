@@ -16,6 +16,7 @@ mod response;
 mod stream;
 #[cfg(test)]
 mod test_support;
+mod tools;
 
 pub use api_request::ApiRequest;
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, SERVER_ERROR};

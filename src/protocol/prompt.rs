@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
+use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;
 use crate::model::tokenizer::Tokenizer;
@@ -94,7 +95,16 @@ impl PromptInput {
     ///
     /// With a `suffix` (completions), each prompt is the text before the gap of a fill-in-the-middle prompt
     /// ([`fim_prompt`]); a model without infill tokens refuses it, naming `suffix`.
-    pub fn into_token_prompts(self, model: &Model, suffix: Option<&str>) -> Result<Vec<Vec<TokenId>>, ApiError> {
+    ///
+    /// With `tools` (chat), a template that formats tools gets them in its `tools` variable; another gets ember's
+    /// description of them in the system message (`tools.rs`). Either way, earlier tool calls in `messages` reach
+    /// the model: through the template's own format, or written out as the text ember's calls have.
+    pub fn into_token_prompts(
+        self,
+        model: &Model,
+        suffix: Option<&str>,
+        tools: Option<&ToolsRequest>,
+    ) -> Result<Vec<Vec<TokenId>>, ApiError> {
         if let Some(suffix) = suffix {
             let tokenizer = &model.tokenizer;
             let prefixes = match self {
@@ -109,11 +119,14 @@ impl PromptInput {
             PromptInput::Tokens(prompts) => return Ok(prompts),
             PromptInput::Texts(texts) => texts,
             PromptInput::Messages(messages) => {
-                let rendered = model
-                    .chat_template
-                    .render(&messages, true)
-                    .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-                vec![rendered]
+                let template = &model.chat_template;
+                let rendered = match (tools, template.supports_tools()) {
+                    (Some(t), true) => template.render_with_tools(&messages, Some(&t.tools_json), true),
+                    (Some(t), false) => template.render(&calls_as_text(&t.with_instruction(&messages)), true),
+                    (None, true) => template.render(&messages, true),
+                    (None, false) => template.render(&calls_as_text(&messages), true),
+                };
+                vec![rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))?]
             }
         };
         Ok(texts.iter().map(|text| tokenize(model, text)).collect())
@@ -129,8 +142,19 @@ fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
     if role.is_empty() {
         return Err(ApiError::invalid(role_param, "a message role must not be empty"));
     }
+    let tool_calls = match get(message, "tool_calls") {
+        None => None,
+        Some(calls) => Some(parse_tool_calls(calls, &format!("{param}.tool_calls"))?),
+    };
+    let tool_call_id = get(message, "tool_call_id").map(|v| as_str(v, &format!("{param}.tool_call_id"))).transpose()?;
     let content_param = format!("{param}.content");
-    let content = match get(message, "content").ok_or_else(|| missing(&content_param))? {
+    // An assistant turn that called tools may have no content (OpenAI's clients send null).
+    let content = match get(message, "content") {
+        None if tool_calls.is_some() => return Ok(with_calls(ChatMessage::new(role, ""), tool_calls, tool_call_id)),
+        None => return Err(missing(&content_param)),
+        Some(content) => content,
+    };
+    let content = match content {
         Value::String(text) => text.clone(),
         Value::Array(parts) => {
             let texts = parts.iter().enumerate().map(|(j, part)| text_part(part, &format!("{content_param}[{j}]")));
@@ -138,7 +162,27 @@ fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
         }
         other => return Err(type_error(&content_param, "a string or an array of text parts", other)),
     };
-    Ok(ChatMessage::new(role, content))
+    Ok(with_calls(ChatMessage::new(role, content), tool_calls, tool_call_id))
+}
+
+fn with_calls(message: ChatMessage, tool_calls: Option<Value>, tool_call_id: Option<&str>) -> ChatMessage {
+    ChatMessage { tool_calls, tool_call_id: tool_call_id.map(str::to_owned), ..message }
+}
+
+/// An assistant turn's `tool_calls`: `[{"id", "type": "function", "function": {"name", "arguments"}}]`, kept as
+/// sent for the template once their shape is checked.
+fn parse_tool_calls(value: &Value, param: &str) -> Result<Value, ApiError> {
+    for (i, call) in as_array(value, param)?.iter().enumerate() {
+        let call_param = format!("{param}[{i}]");
+        let function_param = format!("{call_param}.function");
+        let function =
+            as_object(get(as_object(call, &call_param)?, "function").unwrap_or(&Value::Null), &function_param)?;
+        for key in ["name", "arguments"] {
+            let key_param = format!("{function_param}.{key}");
+            as_str(get(function, key).ok_or_else(|| missing(&key_param))?, &key_param)?;
+        }
+    }
+    Ok(value.clone())
 }
 
 /// One content part; only text parts exist for a text-only model.

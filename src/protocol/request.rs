@@ -11,6 +11,7 @@ use super::fields::{
 use super::guided::parse_guided;
 use super::prompt::PromptInput;
 use super::request_fields::check_fields;
+use super::tools::{parse_tools, ToolsRequest};
 use crate::engine::guided::GuidedRequest;
 use crate::engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
@@ -68,8 +69,11 @@ pub(crate) struct ParsedRequest {
     pub min_tokens: usize,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
-    /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit.
+    /// Structured outputs (`response_format`, vLLM's `guided_*`, or a forced tool call), compiled by the engine
+    /// at submit.
     pub guided: Option<GuidedRequest>,
+    /// `tools` with a `tool_choice` that forces a call (chat only).
+    pub tools: Option<ToolsRequest>,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -112,6 +116,7 @@ impl ParsedRequest {
         opt_str(o, "user")?; // Accepted for compatibility; only its type is checked.
         let n = opt_u64(o, "n")?.map_or(1, saturating_usize);
         check_best_of(o, n)?;
+        let (tools, guided) = parse_tools_and_guided(o, kind, stream)?;
         Ok(ParsedRequest {
             kind,
             model: opt_str(o, "model")?.map(str::to_owned),
@@ -132,7 +137,8 @@ impl ParsedRequest {
             logprobs: parse_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
             echo: parse_echo(o, kind)?,
-            guided: parse_guided(o)?,
+            guided,
+            tools,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",
@@ -237,6 +243,38 @@ fn parse_stop(o: &Object) -> Result<Vec<String>, ApiError> {
         }
         Some(other) => Err(type_error("stop", "a string or an array of strings", other)),
     }
+}
+
+/// `tools` and `tool_choice` (chat only), and the structured-output fields: a forced call is a constraint of its
+/// own, so it cannot be combined with another.
+fn parse_tools_and_guided(
+    o: &Object,
+    kind: ApiKind,
+    stream: bool,
+) -> Result<(Option<ToolsRequest>, Option<GuidedRequest>), ApiError> {
+    let guided = parse_guided(o)?;
+    if kind == ApiKind::Completion {
+        if let Some(name) = ["tools", "tool_choice"].into_iter().find(|n| get(o, n).is_some()) {
+            return Err(ApiError::invalid(name, format!("{name} is a chat field")));
+        }
+        return Ok((None, guided));
+    }
+    let Some(tools) = parse_tools(o)? else { return Ok((None, guided)) };
+    if let Some(other) = guided {
+        let field = other.field.split('.').next().unwrap_or(other.field);
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} cannot constrain a request whose tool_choice already forces a tool call"),
+        ));
+    }
+    if stream && get(o, "logprobs").and_then(Value::as_bool) == Some(true) {
+        return Err(ApiError::invalid(
+            "logprobs",
+            "logprobs in a streamed tool call are not supported by ember (they are in a whole response)",
+        ));
+    }
+    let constraint = tools.constraint();
+    Ok((Some(tools), Some(constraint)))
 }
 
 /// `best_of`: OpenAI generates that many candidates and returns the `n` most likely. ember does not rank
@@ -359,8 +397,18 @@ mod tests {
         assert_eq!((r.model.as_deref(), r.max_tokens, r.n), (Some("m"), Some(5), 2));
         assert_eq!((r.stop, r.stop_token_ids), (vec!["a".to_owned(), "b".to_owned()], vec![2]));
         assert!(r.stream && r.include_usage && r.include_metrics && r.include_choice_metrics && r.ignore_eos);
-        let unknown = chat(r#", "tools": [{"type": "function"}]"#).unwrap_err();
-        assert_eq!(unknown.param.as_deref(), Some("tools"), "an unimplemented field is refused by name");
+        let bad_tool = chat(r#", "tools": [{"type": "function"}], "tool_choice": "required""#).unwrap_err();
+        assert_eq!(bad_tool.param.as_deref(), Some("tools[0].function"), "a malformed tool is refused by path");
+        let forced = chat(r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required""#);
+        assert!(forced.as_ref().is_ok_and(|r| r.tools.is_some() && r.guided.is_some()), "{forced:?}");
+        let both = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+            "response_format": {"type": "json_object"}"#;
+        assert_eq!(param(both), "response_format", "one constraint per request");
+        let streamed = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+            "stream": true, "logprobs": true"#;
+        assert_eq!(param(streamed), "logprobs");
+        let completion = ParsedRequest::parse(r#"{"prompt": "x", "tools": []}"#, None).unwrap_err();
+        assert_eq!(completion.param.as_deref(), Some("tools"), "a chat field");
         assert_eq!(r.names.max_tokens, "max_completion_tokens");
         assert_eq!(r.logprobs, Some(3));
         assert_eq!(chat(r#", "min_tokens": 4"#).unwrap().min_tokens, 4);

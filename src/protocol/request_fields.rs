@@ -1,10 +1,9 @@
 //! Every request field ember knows, and the check that refuses the others: a field is either implemented, or
 //! accepted without effect (listed), or refused with an error naming it, never silently ignored. A client that
-//! sends `tools` believes the model may call them; if ember cannot give that, the client must hear so.
+//! sends `response_format` believes it gets JSON; if ember cannot give it, the client must hear so. (The values
+//! an implemented field cannot take are its parser's to refuse, also by name: `tool_choice: "auto"`, say.)
 //!
 //! `docs/protocol.md` has the same list as a table; change both together.
-
-use serde_json::Value;
 
 use super::error::ApiError;
 use super::fields::Object;
@@ -17,16 +16,6 @@ enum Known {
     Read,
     /// Accepted and without effect (its type is not checked either).
     NoEffect,
-    /// Not implemented: accepted only with a value that asks for nothing (the predicate), which the text names.
-    OnlyOff(fn(&Value) -> bool, &'static str),
-}
-
-fn is_empty_array(v: &Value) -> bool {
-    v.as_array().is_some_and(Vec::is_empty)
-}
-
-fn is_none_choice(v: &Value) -> bool {
-    v.as_str() == Some("none")
 }
 
 /// The fields of both endpoints (`messages` only makes a chat request and `prompt` a completion one, which the
@@ -65,36 +54,28 @@ const FIELDS: &[(&str, Known)] = &[
     ("guided_choice", Known::Read),
     ("guided_grammar", Known::Read),
     ("user", Known::NoEffect),
-    // Without tools, parallel tool calls cannot happen, whatever this says.
+    // ember makes one call per choice, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),
     ("best_of", Known::Read),
-    ("tools", Known::OnlyOff(is_empty_array, "[]")),
-    ("tool_choice", Known::OnlyOff(is_none_choice, "\"none\"")),
+    ("tools", Known::Read),
+    ("tool_choice", Known::Read),
     ("min_tokens", Known::Read),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,
-/// `messages` in a completion), and a known but unimplemented one set to anything but its "off" value. A field
-/// set to `null` is absent, like everywhere in the parser (OpenAI's clients send `null` for unset options).
+/// `messages` in a completion). A field set to `null` is absent, like everywhere in the parser (OpenAI's clients send `null` for unset options).
 pub(crate) fn check_fields(o: &Object, kind: ApiKind) -> Result<(), ApiError> {
     let other_input = match kind {
         ApiKind::Chat => "prompt",
         ApiKind::Completion => "messages",
     };
-    for (name, value) in o.iter().filter(|(_, v)| !v.is_null()) {
+    for (name, _) in o.iter().filter(|(_, v)| !v.is_null()) {
         let known = FIELDS.iter().find(|(known, _)| known == name && *known != other_input);
         match known.map(|&(_, how)| how) {
             Some(Known::Read | Known::NoEffect) => {}
-            Some(Known::OnlyOff(is_off, _)) if is_off(value) => {}
-            Some(Known::OnlyOff(_, accepted)) => {
-                return Err(ApiError::invalid(
-                    name.as_str(),
-                    format!("{name} is not supported by ember (only {accepted} is accepted)"),
-                ))
-            }
             None => return Err(ApiError::invalid(name.as_str(), format!("unrecognized request argument: {name}"))),
         }
     }
@@ -103,7 +84,7 @@ pub(crate) fn check_fields(o: &Object, kind: ApiKind) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
@@ -135,18 +116,5 @@ mod tests {
         assert_eq!(param, "temprature");
         assert_eq!(message, "unrecognized request argument: temprature");
         assert!(check(json!({"messages": [], "functions": null})).is_ok(), "null is absent");
-    }
-
-    #[test]
-    fn unimplemented_fields_pass_only_when_off() {
-        let off = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}});
-        assert!(check(off).is_ok());
-        for (name, on) in
-            [("tools", json!([{"type": "function", "function": {"name": "f"}}])), ("tool_choice", json!("auto"))]
-        {
-            let (param, message) = refused(json!({ name: on }));
-            assert_eq!(param, name);
-            assert!(message.starts_with(&format!("{name} is not supported by ember")), "{message}");
-        }
     }
 }

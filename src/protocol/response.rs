@@ -12,6 +12,7 @@ use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, TextOffsets, TokenPieces};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::request::ApiKind;
+use super::tools::{parse_call, CallShape, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
 /// What every body and chunk of one request repeats: `id`, `created`, `model`.
@@ -110,15 +111,34 @@ enum ChoiceOutputJson<'a> {
 #[derive(Serialize)]
 struct AssistantMessage<'a> {
     role: &'static str,
-    content: &'a str,
+    /// `null` when the message is a tool call.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolCallJson<'a>; 1]>,
 }
 
-/// What a request asked to add to its choices: log probabilities (named by these pieces), and with `echo` each
-/// choice's prompt before its text (empty: no echo).
+/// OpenAI's `message.tool_calls[i]`: `arguments` is the JSON text of the arguments, as the model wrote it.
+#[derive(Serialize)]
+struct ToolCallJson<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionCallJson,
+}
+
+#[derive(Serialize)]
+struct FunctionCallJson {
+    name: String,
+    arguments: String,
+}
+
+/// What a request asked to add to its choices: log probabilities (named by these pieces), with `echo` each
+/// choice's prompt before its text (empty: no echo), and a forced tool call's shape with each choice's call id.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ChoiceExtras<'a> {
     pub logprobs: Option<&'a dyn TokenPieces>,
     pub echo: &'a [String],
+    pub calls: Option<(&'a CallShape, &'a [String])>,
 }
 
 /// The whole response body of an ended request.
@@ -135,15 +155,32 @@ pub(crate) fn response_body(
     }
     let logprobs = extras.logprobs;
     let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
-    let choices = outputs.iter().enumerate().map(|(index, c)| Choice {
-        index,
-        output: match kind {
-            ApiKind::Chat => ChoiceOutputJson::Message(AssistantMessage { role: "assistant", content: &c.text }),
-            ApiKind::Completion => ChoiceOutputJson::Text(&c.text),
-        },
-        logprobs: logprobs.map(|p| encode_logprobs(kind, &c.logprobs, p, &mut TextOffsets::default())),
-        finish_reason: c.finish_reason.map(FinishReason::as_str),
-        metrics: gate.choice(|| metrics[index]),
+    let choices = outputs.iter().enumerate().map(|(index, c)| {
+        // A forced call that completed (a choice cut short by max_tokens keeps its text and its reason).
+        let call = extras
+            .calls
+            .filter(|_| c.finish_reason == Some(FinishReason::Stop))
+            .and_then(|(shape, ids)| Some((&ids[index], parse_call(shape, &c.text)?)));
+        let (output, finish_reason) = match (kind, call) {
+            (ApiKind::Chat, Some((id, (name, arguments)))) => {
+                let function = FunctionCallJson { name, arguments };
+                let tool_calls = Some([ToolCallJson { id, kind: "function", function }]);
+                let message = AssistantMessage { role: "assistant", content: None, tool_calls };
+                (ChoiceOutputJson::Message(message), Some(TOOL_CALLS_FINISH_REASON))
+            }
+            (ApiKind::Chat, _) => {
+                let message = AssistantMessage { role: "assistant", content: Some(&c.text), tool_calls: None };
+                (ChoiceOutputJson::Message(message), c.finish_reason.map(FinishReason::as_str))
+            }
+            (ApiKind::Completion, _) => (ChoiceOutputJson::Text(&c.text), c.finish_reason.map(FinishReason::as_str)),
+        };
+        Choice {
+            index,
+            output,
+            logprobs: logprobs.map(|p| encode_logprobs(kind, &c.logprobs, p, &mut TextOffsets::default())),
+            finish_reason,
+            metrics: gate.choice(|| metrics[index]),
+        }
     });
     encode(&Body {
         id: &header.id,

@@ -18,6 +18,7 @@ use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
+use super::tools::{CallDelta, CallShape, CallStream, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{FinishReason, RequestEvent, RequestHandle};
 
 /// The answer to "what is the next chunk?".
@@ -51,6 +52,8 @@ pub(crate) struct ChunkEncoder {
     logprobs: Option<(SharedPieces, Vec<TextOffsets>)>,
     /// Per choice, with `echo`: its prompt, until the choice's first chunk carries it.
     echo: Vec<Option<String>>,
+    /// Per choice, when the request forces a tool call: its text becomes `tool_calls` deltas (empty otherwise).
+    calls: Vec<CallStream>,
 }
 
 #[derive(Serialize)]
@@ -97,6 +100,52 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolCallDelta<'a>; 1]>,
+}
+
+impl<'a> Delta<'a> {
+    fn content(content: Option<&'a str>) -> Self {
+        Delta { role: None, content, tool_calls: None }
+    }
+}
+
+/// OpenAI's streamed tool call: the first delta has the id, type and name (arguments `""`), later ones pieces of
+/// the arguments. ember makes one call per choice, index 0.
+#[derive(Serialize)]
+struct ToolCallDelta<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionDelta<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+impl<'a> ToolCallDelta<'a> {
+    fn of(delta: &'a CallDelta) -> Self {
+        match delta {
+            CallDelta::Header { id, name } => ToolCallDelta {
+                index: 0,
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionDelta { name: Some(name), arguments: "" },
+            },
+            CallDelta::Arguments(piece) => ToolCallDelta {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionDelta { name: None, arguments: piece },
+            },
+        }
+    }
 }
 
 impl ChunkEncoder {
@@ -121,6 +170,20 @@ impl ChunkEncoder {
             gate: gate.for_stream(include_usage),
             ready: VecDeque::new(),
             ended: false,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Every choice's output is a tool call of `shape` (`tool_choice` forces one), with these ids, one per choice.
+    pub fn with_calls(mut self, shape: &CallShape, ids: &[String]) -> Self {
+        self.calls = ids.iter().map(|id| CallStream::new(shape.clone(), id.clone())).collect();
+        self
+    }
+
+    fn emit_calls(&mut self, header: &ResponseHeader, choice: usize, deltas: Vec<CallDelta>) {
+        for d in &deltas {
+            let piece = Piece::Delta(Delta { role: None, content: None, tool_calls: Some([ToolCallDelta::of(d)]) });
+            self.emit(header, choice, piece, None, Slot::Absent, None);
         }
     }
 
@@ -141,9 +204,13 @@ impl ChunkEncoder {
         match event {
             RequestEvent::Delta { choice, text, logprobs, .. } => {
                 self.announce(header, choice);
+                if let Some(call) = self.calls.get_mut(choice) {
+                    let deltas = call.push(&text);
+                    return self.emit_calls(header, choice, deltas);
+                }
                 if !text.is_empty() {
                     let piece = match self.kind {
-                        ApiKind::Chat => Piece::Delta(Delta { role: None, content: Some(&text) }),
+                        ApiKind::Chat => Piece::Delta(Delta::content(Some(&text))),
                         ApiKind::Completion => Piece::Text(&text),
                     };
                     let kind = self.kind;
@@ -192,7 +259,7 @@ impl ChunkEncoder {
             self.emit(
                 header,
                 choice,
-                Piece::Delta(Delta { role: Some("assistant"), content: Some("") }),
+                Piece::Delta(Delta { role: Some("assistant"), content: Some(""), tool_calls: None }),
                 None,
                 Slot::Absent,
                 None,
@@ -203,12 +270,21 @@ impl ChunkEncoder {
     fn finish(&mut self, header: &ResponseHeader, choice: usize, reason: FinishReason, handle: &RequestHandle) {
         self.announce(header, choice);
         self.finished[choice] = true;
+        let mut finish_reason = reason.as_str();
+        if let Some(call) = self.calls.get_mut(choice) {
+            let deltas = call.finish();
+            // A call cut short (`max_tokens`) keeps its own reason; a complete one is OpenAI's "tool_calls".
+            if reason == FinishReason::Stop && call.is_complete() {
+                finish_reason = TOOL_CALLS_FINISH_REASON;
+            }
+            self.emit_calls(header, choice, deltas);
+        }
         let piece = match self.kind {
-            ApiKind::Chat => Piece::Delta(Delta { role: None, content: None }),
+            ApiKind::Chat => Piece::Delta(Delta::content(None)),
             ApiKind::Completion => Piece::Text(""),
         };
         let metrics = self.gate.choice(|| handle.timing_metrics(choice));
-        self.emit(header, choice, piece, Some(reason.as_str()), metrics, None);
+        self.emit(header, choice, piece, Some(finish_reason), metrics, None);
     }
 
     /// The one `{"error": ...}` body that ends a failed request's stream.

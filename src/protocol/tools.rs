@@ -1,0 +1,456 @@
+//! Tools: `tools` and `tool_choice` in, `message.tool_calls` out.
+//!
+//! ember makes a tool call certain rather than hoped for. With `tool_choice: "required"` or a named function the
+//! output is constrained (structured outputs, `engine/guided`) to one valid call: the named function's
+//! `parameters` schema, or `{"name": …, "arguments": …}` over the tools' names and schemas. The text is then
+//! returned as `tool_calls` with `finish_reason: "tool_calls"`. The model sees the tools through its chat
+//! template's `tools` variable when the template has one; otherwise ember puts them in a system message of its
+//! own ([`ToolsRequest::instruction`]), since a constrained call the model was never told about would be a guess.
+//!
+//! `tool_choice: "auto"` leaves the decision to the model, which only a template with a tool-call format can
+//! express and only that format's parser can read back. ember has no such parser yet, so `"auto"` is refused
+//! with an error naming `tool_choice` (it is OpenAI's default when tools are given) rather than returning a call
+//! as text. `"none"` generates a message, and the tools are not shown to the model. One call per choice:
+//! `parallel_tool_calls` has no effect.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::fields::{as_array, as_object, as_str, get, type_error, Object};
+use crate::engine::guided::{GuidedRequest, GuidedSpec};
+use crate::model::chat_template::ChatMessage;
+
+/// The `finish_reason` of a choice whose output is a complete call.
+pub(crate) const TOOL_CALLS_FINISH_REASON: &str = "tool_calls";
+
+/// One function a request offers.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Tool {
+    pub name: String,
+    /// Its arguments' JSON schema (`{"type": "object"}` when the tool gives none, as OpenAI reads it).
+    pub parameters: Value,
+}
+
+/// What the output must be.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum CallShape {
+    /// The arguments of this function, alone (`tool_choice` names it).
+    Arguments { name: String },
+    /// `{"name": NAME, "arguments": ARGS}` for one of the tools (`"required"`).
+    NameAndArguments,
+}
+
+/// A request's tools and the call they force.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ToolsRequest {
+    pub tools: Vec<Tool>,
+    /// `tools` as sent, for the chat template.
+    pub tools_json: Value,
+    pub shape: CallShape,
+}
+
+/// OpenAI's rule for function names: `^[a-zA-Z0-9_-]{1,64}$`. It also keeps them free of JSON escapes, which the
+/// streaming of calls relies on.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Reads `tools` and `tool_choice`. `None`: no call is forced (no tools, or `tool_choice: "none"`).
+pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> {
+    let tools = match get(o, "tools") {
+        None => Vec::new(),
+        Some(v) => as_array(v, "tools")?.iter().enumerate().map(|(i, t)| parse_tool(t, i)).collect::<Result<_, _>>()?,
+    };
+    let choice = get(o, "tool_choice");
+    if tools.is_empty() {
+        return match choice {
+            None => Ok(None),
+            Some(v) if v.as_str() == Some("none") => Ok(None),
+            Some(_) => Err(ApiError::invalid("tool_choice", "tool_choice needs tools")),
+        };
+    }
+    let shape = match choice {
+        None => return Err(auto_refused("tools")),
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => return Ok(None),
+            "auto" => return Err(auto_refused("tool_choice")),
+            "required" => CallShape::NameAndArguments,
+            other => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("tool_choice must be \"none\", \"auto\", \"required\" or a function, got \"{other}\""),
+                ))
+            }
+        },
+        Some(v @ Value::Object(_)) => CallShape::Arguments { name: named_choice(v, &tools)? },
+        Some(other) => return Err(type_error("tool_choice", "a string or an object", other)),
+    };
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ApiError::invalid("tools", format!("two tools are named \"{}\"", w[0])));
+    }
+    Ok(Some(ToolsRequest { tools, tools_json: get(o, "tools").cloned().unwrap_or(Value::Null), shape }))
+}
+
+fn auto_refused(param: &str) -> ApiError {
+    ApiError::invalid(
+        param,
+        "tool_choice \"auto\" (the default with tools) is not supported by ember: it cannot yet read a model's own \
+         tool-call format back; set tool_choice to \"required\" or to a function (ember then constrains the \
+         output to a valid call), or to \"none\"",
+    )
+}
+
+/// `tools[index]`: `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
+fn parse_tool(value: &Value, index: usize) -> Result<Tool, ApiError> {
+    let param = format!("tools[{index}]");
+    let tool = as_object(value, &param)?;
+    let kind_param = format!("{param}.type");
+    let kind =
+        as_str(get(tool, "type").ok_or_else(|| ApiError::invalid(&kind_param, "type is required"))?, &kind_param)?;
+    if kind != "function" {
+        return Err(ApiError::invalid(kind_param, format!("only \"function\" tools exist, got \"{kind}\"")));
+    }
+    let function_param = format!("{param}.function");
+    let function = as_object(
+        get(tool, "function").ok_or_else(|| ApiError::invalid(&function_param, "function is required"))?,
+        &function_param,
+    )?;
+    let name_param = format!("{function_param}.name");
+    let name =
+        as_str(get(function, "name").ok_or_else(|| ApiError::invalid(&name_param, "name is required"))?, &name_param)?;
+    if !valid_name(name) {
+        return Err(ApiError::invalid(
+            name_param,
+            format!("a function name is 1 to 64 of a-z, A-Z, 0-9, _ and -, got \"{name}\""),
+        ));
+    }
+    let parameters = match get(function, "parameters") {
+        None => json!({"type": "object"}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(other) => return Err(type_error(&format!("{function_param}.parameters"), "a JSON schema object", other)),
+    };
+    Ok(Tool { name: name.to_owned(), parameters })
+}
+
+/// `{"type": "function", "function": {"name": NAME}}`, naming one of `tools`.
+fn named_choice(v: &Value, tools: &[Tool]) -> Result<String, ApiError> {
+    let o = as_object(v, "tool_choice")?;
+    if get(o, "type").and_then(Value::as_str) != Some("function") {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}",
+        ));
+    }
+    let function = as_object(get(o, "function").unwrap_or(&Value::Null), "tool_choice.function")?;
+    let name = as_str(get(function, "name").unwrap_or(&Value::Null), "tool_choice.function.name")?;
+    if !tools.iter().any(|t| t.name == name) {
+        return Err(ApiError::invalid("tool_choice.function.name", format!("no tool is named \"{name}\"")));
+    }
+    Ok(name.to_owned())
+}
+
+impl ToolsRequest {
+    /// The constraint that makes the output one valid call.
+    pub fn constraint(&self) -> GuidedRequest {
+        let schema = match &self.shape {
+            CallShape::Arguments { name } => {
+                self.tools.iter().find(|t| &t.name == name).map(|t| t.parameters.clone()).unwrap_or(json!({}))
+            }
+            // `name` before `arguments`, which the schema's property order makes the output's (serde_json keeps
+            // insertion order here: the `preserve_order` feature), so that a stream knows the function first.
+            CallShape::NameAndArguments => json!({"anyOf": self.tools.iter().map(|t| json!({
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            })).collect::<Vec<_>>()}),
+        };
+        GuidedRequest::new(GuidedSpec::JsonSchema(schema), "tools")
+    }
+
+    /// For a template without a tool format: the messages with ember's description of the tools in the system
+    /// message (the first message's, or a new first one).
+    pub fn with_instruction(&self, messages: &[ChatMessage]) -> Vec<ChatMessage> {
+        let tools: Vec<Value> =
+            self.tools.iter().map(|t| json!({"name": t.name, "parameters": t.parameters})).collect();
+        let listed = serde_json::to_string(&tools).unwrap_or_default();
+        let instruction = match &self.shape {
+            CallShape::Arguments { name } => {
+                format!("You call the function \"{name}\". Functions: {listed}\nReply with its arguments as JSON.")
+            }
+            CallShape::NameAndArguments => format!(
+                "You call one of these functions: {listed}\nReply with JSON: {{\"name\": the function, \"arguments\": \
+                 its arguments}}."
+            ),
+        };
+        let mut out = messages.to_vec();
+        match out.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{instruction}", first.content),
+            _ => out.insert(0, ChatMessage::new("system", instruction)),
+        }
+        out
+    }
+}
+
+/// For a template without a tool format: each assistant turn's `tool_calls` written into its content as the text
+/// ember's calls have (`{"name": …, "arguments": …}`, one per line), so that the model sees what it called. A
+/// `tool` turn keeps its role and content (templates like SmolLM2's render any role).
+pub(crate) fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .map(|m| {
+            let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) else { return m.clone() };
+            let mut lines: Vec<String> = Vec::with_capacity(calls.len() + 1);
+            if !m.content.is_empty() {
+                lines.push(m.content.clone());
+            }
+            for call in calls {
+                let name = call["function"]["name"].as_str().unwrap_or_default();
+                let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+                let name = serde_json::to_string(name).unwrap_or_default();
+                lines.push(format!("{{\"name\": {name}, \"arguments\": {arguments}}}"));
+            }
+            ChatMessage { content: lines.join("\n"), tool_calls: None, ..m.clone() }
+        })
+        .collect()
+}
+
+/// A new call id: `call_` and 24 hex digits, unique without global state (as response ids are).
+pub(crate) fn call_id(salt: u64) -> String {
+    let draw = RandomState::new().hash_one(salt);
+    let more = RandomState::new().hash_one(salt ^ 0x9e37_79b9_7f4a_7c15);
+    format!("call_{draw:016x}{:08x}", more as u32)
+}
+
+/// The prefix of a `NameAndArguments` output up to its arguments: the constraint's fixed layout writes exactly
+/// `{"name": "NAME", "arguments": ` (names have no escapes), then the arguments, then `}`.
+fn split_name_prefix(text: &str) -> Option<(&str, usize)> {
+    let rest = text.strip_prefix("{\"name\": \"")?;
+    let end = rest.find('"')?;
+    let after = &rest[end..];
+    let args_at = after.strip_prefix("\", \"arguments\": ")?;
+    Some((&rest[..end], text.len() - args_at.len()))
+}
+
+/// A whole output read as a call: the function's name and its arguments' JSON text. `None` when the text is not a
+/// complete call (generation ended early).
+pub(crate) fn parse_call(shape: &CallShape, text: &str) -> Option<(String, String)> {
+    let (name, arguments) = match shape {
+        CallShape::Arguments { name } => (name.clone(), text),
+        CallShape::NameAndArguments => {
+            let (name, at) = split_name_prefix(text)?;
+            (name.to_owned(), text[at..].strip_suffix('}')?)
+        }
+    };
+    serde_json::from_str::<Value>(arguments).ok()?;
+    Some((name, arguments.to_owned()))
+}
+
+/// What a stream sends of a call as its text comes: the header (id and name) once the name is known, then pieces
+/// of the arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum CallDelta {
+    Header { id: String, name: String },
+    Arguments(String),
+}
+
+/// One choice's call, streamed: the text is buffered until the name is known, and the last character is held
+/// back until the end, since for `NameAndArguments` it may be the object's closing brace, not an argument's.
+#[derive(Clone, Debug)]
+pub(crate) struct CallStream {
+    shape: CallShape,
+    id: String,
+    text: String,
+    header_sent: bool,
+    /// Bytes of `text` accounted for: the name prefix and the arguments sent.
+    sent: usize,
+}
+
+impl CallStream {
+    pub fn new(shape: CallShape, id: String) -> Self {
+        CallStream { shape, id, text: String::new(), header_sent: false, sent: 0 }
+    }
+
+    /// Whether the text so far is a complete call.
+    pub fn is_complete(&self) -> bool {
+        parse_call(&self.shape, &self.text).is_some()
+    }
+
+    /// The deltas `piece` of output text releases.
+    pub fn push(&mut self, piece: &str) -> Vec<CallDelta> {
+        let mut out = Vec::new();
+        self.text.push_str(piece);
+        if !self.header_sent {
+            let name = match &self.shape {
+                CallShape::Arguments { name } => name.clone(),
+                CallShape::NameAndArguments => {
+                    let Some((name, at)) = split_name_prefix(&self.text) else { return out };
+                    self.sent = at;
+                    name.to_owned()
+                }
+            };
+            self.header_sent = true;
+            out.push(CallDelta::Header { id: self.id.clone(), name });
+        }
+        let hold = usize::from(self.shape == CallShape::NameAndArguments);
+        let mut until = self.text.len().saturating_sub(hold).max(self.sent);
+        while !self.text.is_char_boundary(until) {
+            until -= 1;
+        }
+        if until > self.sent {
+            out.push(CallDelta::Arguments(self.text[self.sent..until].to_owned()));
+            self.sent = until;
+        }
+        out
+    }
+
+    /// The rest at the end of the output: what was held back, without the closing brace of a complete call.
+    pub fn finish(&mut self) -> Vec<CallDelta> {
+        if !self.header_sent {
+            return Vec::new();
+        }
+        let mut rest = &self.text[self.sent..];
+        if self.shape == CallShape::NameAndArguments {
+            rest = rest.strip_suffix('}').unwrap_or(rest);
+        }
+        let out = match rest.is_empty() {
+            true => Vec::new(),
+            false => vec![CallDelta::Arguments(rest.to_owned())],
+        };
+        self.sent = self.text.len();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> Result<Option<ToolsRequest>, ApiError> {
+        parse_tools(body.as_object().unwrap())
+    }
+
+    fn weather() -> Value {
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "d",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+            {"type": "function", "function": {"name": "now"}}])
+    }
+
+    #[test]
+    fn tool_choice_decides_the_shape_and_auto_is_refused_by_name() {
+        let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
+        assert_eq!(r.shape, CallShape::NameAndArguments);
+        assert_eq!(r.tools[1].parameters, json!({"type": "object"}), "no parameters: an object");
+        let named = json!({"type": "function", "function": {"name": "now"}});
+        let r = parse(json!({"tools": weather(), "tool_choice": named})).unwrap().unwrap();
+        assert_eq!(r.shape, CallShape::Arguments { name: "now".into() });
+        assert_eq!(parse(json!({"tools": weather(), "tool_choice": "none"})).unwrap(), None);
+        assert_eq!(parse(json!({"tools": [], "tool_choice": "none"})).unwrap(), None);
+        assert_eq!(parse(json!({})).unwrap(), None);
+        for (body, param) in [
+            (json!({"tools": weather()}), "tools"),
+            (json!({"tools": weather(), "tool_choice": "auto"}), "tool_choice"),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tools": weather(), "tool_choice": "sometimes"}), "tool_choice"),
+            (
+                json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "x"}}}),
+                "tool_choice.function.name",
+            ),
+            (json!({"tools": weather(), "tool_choice": 3}), "tool_choice"),
+            (json!({"tools": [{"type": "retrieval"}], "tool_choice": "required"}), "tools[0].type"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a b"}}], "tool_choice": "required"}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": 1}}], "tool_choice": "required"}),
+                "tools[0].function.parameters",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}),
+                "tools",
+            ),
+            (json!({"tools": {}, "tool_choice": "required"}), "tools"),
+        ] {
+            let e = parse(body.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+        assert!(parse(json!({"tools": weather()})).unwrap_err().message.contains("\"required\""));
+    }
+
+    #[test]
+    fn the_constraint_puts_the_name_first() {
+        let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
+        let GuidedSpec::JsonSchema(schema) = r.constraint().spec else { panic!() };
+        let first = &schema["anyOf"][0];
+        assert_eq!(first["properties"].as_object().unwrap().keys().collect::<Vec<_>>(), ["name", "arguments"]);
+        assert_eq!(first["properties"]["name"], json!({"const": "get_weather"}));
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        let r = parse(json!({"tools": weather(), "tool_choice": named})).unwrap().unwrap();
+        let GuidedSpec::JsonSchema(schema) = r.constraint().spec else { panic!() };
+        assert_eq!(schema["required"], json!(["city"]));
+    }
+
+    #[test]
+    fn outputs_parse_as_calls_only_when_complete() {
+        let both = CallShape::NameAndArguments;
+        let text = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
+        assert_eq!(parse_call(&both, text), Some(("get_weather".into(), r#"{"city": "Paris"}"#.into())));
+        assert_eq!(parse_call(&both, &text[..text.len() - 3]), None);
+        let named = CallShape::Arguments { name: "f".into() };
+        assert_eq!(parse_call(&named, r#"{"a": 1}"#), Some(("f".into(), r#"{"a": 1}"#.into())));
+        assert_eq!(parse_call(&named, r#"{"a": "#), None);
+    }
+
+    /// Any split of the text into pieces streams the same call: the header once, then the arguments exactly.
+    #[test]
+    fn a_streamed_call_is_the_whole_call_whatever_the_pieces() {
+        let text = r#"{"name": "get_weather", "arguments": {"city": "Pär"}}"#;
+        for shape in [CallShape::NameAndArguments, CallShape::Arguments { name: "get_weather".into() }] {
+            let text = match shape {
+                CallShape::NameAndArguments => text,
+                CallShape::Arguments { .. } => r#"{"city": "Pär"}"#,
+            };
+            let expected = parse_call(&shape, text).unwrap();
+            for size in 1..text.len() {
+                let mut s = CallStream::new(shape.clone(), "call_1".into());
+                let mut deltas = Vec::new();
+                let mut piece = String::new();
+                for c in text.chars() {
+                    piece.push(c);
+                    if piece.len() >= size {
+                        deltas.extend(s.push(&std::mem::take(&mut piece)));
+                    }
+                }
+                deltas.extend(s.push(&piece));
+                deltas.extend(s.finish());
+                let headers: Vec<&CallDelta> =
+                    deltas.iter().filter(|d| matches!(d, CallDelta::Header { .. })).collect();
+                assert_eq!(headers, [&CallDelta::Header { id: "call_1".into(), name: expected.0.clone() }]);
+                assert!(matches!(deltas[0], CallDelta::Header { .. }), "the header comes first");
+                let args: String = deltas
+                    .iter()
+                    .filter_map(|d| if let CallDelta::Arguments(a) = d { Some(a.as_str()) } else { None })
+                    .collect();
+                assert_eq!(args, expected.1, "pieces of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_instruction_joins_the_system_message() {
+        let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
+        let m = r.with_instruction(&[ChatMessage::new("user", "hi")]);
+        assert_eq!((m.len(), m[0].role.as_str()), (2, "system"));
+        assert!(m[0].content.contains("get_weather") && m[0].content.contains("\"arguments\""));
+        let m = r.with_instruction(&[ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "hi")]);
+        assert_eq!(m.len(), 2);
+        assert!(m[0].content.starts_with("Be brief.\n\n"));
+        assert!(call_id(1).starts_with("call_") && call_id(1).len() == 29 && call_id(1) != call_id(1));
+    }
+}
