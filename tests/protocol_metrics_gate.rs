@@ -114,8 +114,11 @@ fn close(a: f64, b: f64) -> bool {
 /// generated tokens: `mean_itl = generation / (n − 1)` and `tokens_per_second = n / ((ttft + generation) / 1000)`
 /// (both intervals start where the other ends, so together they span scheduling → last token).
 fn check_metrics(m: &Value, engine_view: PerRequestTimingMetrics, tokens: u64, what: &str) {
-    let keys: Vec<&str> =
+    // Sorted: the order a parsed object's keys iterate in depends on serde_json's `preserve_order` feature, which
+    // llguidance turns on for the whole build.
+    let mut keys: Vec<&str> =
         m.as_object().unwrap_or_else(|| panic!("{what}: not an object: {m}")).keys().map(|k| k.as_str()).collect();
+    keys.sort_unstable();
     let mut expected_keys = METRIC_NAMES.to_vec();
     expected_keys.sort_unstable();
     assert_eq!(keys, expected_keys, "{what}");
