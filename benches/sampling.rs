@@ -1,5 +1,6 @@
 //! Microseconds per `Sampler::sample` call on one 49,152-logit row (SmolLM2's vocabulary), for the sampling
-//! settings a chat server sees most. Prints a table, then one JSON line per case.
+//! settings a chat server sees most, and with log probabilities (`LogprobSampler`, `top_logprobs` 20): what
+//! `logprobs` adds per generated token. Prints a table, then one JSON line per case.
 //!
 //! Run: `cargo bench --bench sampling [-- NAME]` (NAME: only the cases whose name contains it). The row is synthetic (no forward pass is needed): a bulk of logits drawn
 //! from N(0, 2²) and 32 plausible next tokens spread between 6 and 16, roughly the shape of a chat model's row
@@ -8,7 +9,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use ember::engine::sampling::{Sampler, SamplingParams};
+use ember::engine::sampling::{LogprobSampler, Sampler, SamplingParams};
 use ember::model::TokenId;
 
 #[path = "../tests/common/rng.rs"]
@@ -36,32 +37,43 @@ struct Case {
     name: &'static str,
     params: SamplingParams,
     accepted: usize,
+    /// Sample with log probabilities and this many alternatives.
+    logprobs: Option<usize>,
 }
 
 fn cases() -> Vec<Case> {
     let base = SamplingParams::default();
     vec![
-        Case { name: "greedy", params: base.clone(), accepted: 0 },
-        Case { name: "temperature 0.8", params: SamplingParams { temperature: 0.8, ..base.clone() }, accepted: 0 },
+        Case { name: "greedy", params: base.clone(), accepted: 0, logprobs: None },
+        Case {
+            name: "temperature 0.8",
+            params: SamplingParams { temperature: 0.8, ..base.clone() },
+            accepted: 0,
+            logprobs: None,
+        },
         Case {
             name: "temperature 0.8 + top_p 0.95",
             params: SamplingParams { temperature: 0.8, top_p: 0.95, ..base.clone() },
             accepted: 0,
+            logprobs: None,
         },
         Case {
             name: "top_k 40 + top_p 0.9 + temperature 0.7",
             params: SamplingParams { temperature: 0.7, top_k: 40, top_p: 0.9, ..base.clone() },
             accepted: 0,
+            logprobs: None,
         },
         Case {
             name: "min_p 0.05 (temperature 1)",
             params: SamplingParams { temperature: 1.0, min_p: 0.05, ..base.clone() },
             accepted: 0,
+            logprobs: None,
         },
         Case {
             name: "greedy + repetition 1.1 + presence 0.5",
             params: SamplingParams { repetition_penalty: 1.1, presence_penalty: 0.5, ..base.clone() },
             accepted: ACCEPTED,
+            logprobs: None,
         },
         Case {
             name: "temperature 0.8 + top_p 0.95 + penalties",
@@ -70,9 +82,17 @@ fn cases() -> Vec<Case> {
                 top_p: 0.95,
                 repetition_penalty: 1.1,
                 presence_penalty: 0.5,
-                ..base
+                ..base.clone()
             },
             accepted: ACCEPTED,
+            logprobs: None,
+        },
+        Case { name: "greedy + logprobs 20", params: base.clone(), accepted: 0, logprobs: Some(20) },
+        Case {
+            name: "temperature 0.8 + top_p 0.95 + logprobs 20",
+            params: SamplingParams { temperature: 0.8, top_p: 0.95, ..base },
+            accepted: 0,
+            logprobs: Some(20),
         },
     ]
 }
@@ -95,11 +115,19 @@ fn main() {
         for _ in 0..case.accepted {
             sampler.accept((rng.next_u64() % VOCAB as u64) as TokenId);
         }
+        let mut with_logprobs = LogprobSampler::default();
         let mut timings_us = Vec::with_capacity(ITERATIONS);
         for iteration in 0..WARMUP + ITERATIONS {
             work.copy_from_slice(&row);
             let start = Instant::now();
-            black_box(sampler.sample(black_box(&mut work)));
+            match case.logprobs {
+                None => {
+                    black_box(sampler.sample(black_box(&mut work)));
+                }
+                Some(top) => {
+                    black_box(with_logprobs.sample(&mut sampler, black_box(&mut work), top));
+                }
+            }
             let elapsed = start.elapsed();
             if iteration >= WARMUP {
                 timings_us.push(elapsed.as_secs_f64() * 1e6);
