@@ -110,6 +110,19 @@ mod tests {
         assert!(check(json!({"messages": [], "user": "u", "parallel_tool_calls": true})).is_ok());
     }
 
+    /// The docs' field tables list every field the parser knows, so that the two cannot drift apart.
+    #[test]
+    fn docs_protocol_md_lists_every_field() {
+        let docs = include_str!("../../docs/protocol.md");
+        // A row's first cell names one field or a few (`presence_penalty`, `frequency_penalty`), or a sub-field.
+        let first_cells: Vec<&str> =
+            docs.lines().filter(|l| l.starts_with("| `")).filter_map(|l| l.split('|').nth(1)).collect();
+        for (name, _) in FIELDS {
+            let named = |cell: &&str| cell.contains(&format!("`{name}`")) || cell.contains(&format!("`{name}."));
+            assert!(first_cells.iter().any(named), "docs/protocol.md has no table row for `{name}`");
+        }
+    }
+
     #[test]
     fn unknown_fields_are_refused_by_name() {
         let (param, message) = refused(json!({"messages": [], "temprature": 0.5}));
