@@ -149,7 +149,7 @@ fn run(
                 start_pos: *pos,
                 block_table: &tables[s.seq],
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             });
             expect.push((s.seq, *pos + len - 1));
             *fed += 1;

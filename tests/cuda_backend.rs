@@ -153,7 +153,7 @@ where
                 start_pos: pos,
                 block_table: &tables[s],
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             })
             .collect();
         let mut logits = vec![0f32; seqs.len() * vocab];
@@ -254,7 +254,7 @@ fn device_top_k_is_the_top_of_the_logits() {
             start_pos: 0,
             block_table: &tables[s],
             window_table: &[],
-            want_logits: true,
+            logit_rows: 1,
         })
         .collect();
     let mut logits = vec![0f32; 3 * vocab];

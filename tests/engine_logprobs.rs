@@ -254,3 +254,112 @@ fn logprobs_leave_sampling_unchanged() {
         assert!(!with["choices"][i]["logprobs"]["content"].as_array().unwrap().is_empty());
     }
 }
+
+/// The `logprobs` arrays of a stream's chunks of choice 0, concatenated.
+fn streamed_completion_logprobs(chunks: &[Value]) -> Value {
+    let mut joined = json!({"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []});
+    for c in chunks {
+        let lp = &c["choices"][0]["logprobs"];
+        if lp.is_null() {
+            continue;
+        }
+        for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+            let more = lp[key].as_array().unwrap().clone();
+            joined[key].as_array_mut().unwrap().extend(more);
+        }
+    }
+    joined
+}
+
+/// `echo` with `logprobs` (the legacy API's way to score a text): the prompt's tokens lead the choice's logprobs,
+/// the first with `null`s, each offset pointing at its token in the echoed text; the completion's continue after
+/// it. A stream carries the same, the prompt's in its first chunk. The scores are those a prompt's generation
+/// would give: teacher-forcing the prompt and its greedy continuation scores the continuation as it was sampled.
+#[test]
+fn echo_with_logprobs_scores_the_prompt_then_the_completion() {
+    let e = engine();
+    let prompt = "The three primary colors are red, yellow and";
+    let body = json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 2, "echo": true});
+    let v = whole(&submit(&e, &body));
+    let choice = &v["choices"][0];
+    let text = choice["text"].as_str().unwrap();
+    assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{text:?}");
+    let lp = &choice["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let n_prompt = common::model().tokenizer.encode(prompt, true).len();
+    assert_eq!(tokens.len(), n_prompt + 6);
+    assert_eq!(tokens.concat(), text, "byte-level BPE: the tokens spell the text");
+    assert_eq!((lp["token_logprobs"][0].clone(), lp["top_logprobs"][0].clone()), (Value::Null, Value::Null));
+    let chars: Vec<char> = text.chars().collect();
+    for (i, token) in tokens.iter().enumerate() {
+        let offset = lp["text_offset"][i].as_u64().unwrap() as usize;
+        assert!(chars[offset..].iter().collect::<String>().starts_with(token), "token {i} {token:?} at {offset}");
+        if i > 0 {
+            let top = lp["top_logprobs"][i].as_object().unwrap();
+            assert!(top.contains_key(*token) && (2..=3).contains(&top.len()), "{i}: {top:?}");
+            assert!(lp["token_logprobs"][i].as_f64().unwrap() <= 0.0);
+        }
+    }
+    // Streamed: the first chunk is the echoed prompt with its scores, and the chunks add up to the whole body.
+    let mut streamed = submit(
+        &e,
+        &json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 2,
+        "echo": true, "stream": true}),
+    );
+    let all = chunks(&mut streamed);
+    assert_eq!(all[0]["choices"][0]["text"], prompt);
+    assert_eq!(all[0]["choices"][0]["logprobs"]["tokens"].as_array().unwrap().len(), n_prompt);
+    assert_eq!(&streamed_completion_logprobs(&all), lp);
+    // Teacher-forced: echoing the whole text with no new token scores the completion as its generation did.
+    let forced = json!({"prompt": text, "max_tokens": 1, "temperature": 0, "logprobs": 2, "echo": true});
+    let f = whole(&submit(&e, &forced));
+    let flp = &f["choices"][0]["logprobs"];
+    for i in n_prompt..n_prompt + 6 {
+        assert_eq!(flp["tokens"][i], lp["tokens"][i]);
+        assert_eq!(flp["token_logprobs"][i], lp["token_logprobs"][i], "token {i}: scored as generated");
+        assert_eq!(flp["top_logprobs"][i], lp["top_logprobs"][i]);
+    }
+}
+
+/// vLLM's `prompt_logprobs`: per choice, `null` then one map per prompt token (the token first, with its rank,
+/// then the most likely), in the whole body and in each choice's first chunk; alone, with `n`, and with echo.
+#[test]
+fn prompt_logprobs_in_vllm_shape_whole_and_streamed() {
+    let e = engine();
+    let prompt = "Water boils at one hundred degrees";
+    let ids = common::model().tokenizer.encode(prompt, true);
+    let body = json!({"prompt": prompt, "max_tokens": 3, "temperature": 0, "prompt_logprobs": 3, "n": 2});
+    let v = whole(&submit(&e, &body));
+    let first = &v["choices"][0]["prompt_logprobs"];
+    let positions = first.as_array().unwrap();
+    assert_eq!(positions.len(), ids.len());
+    assert!(positions[0].is_null());
+    for (pos, entry) in positions.iter().enumerate().skip(1) {
+        let map = entry.as_object().unwrap();
+        let (key, own) = map.iter().next().unwrap();
+        assert_eq!(key, &ids[pos].to_string(), "position {pos}: the prompt token first");
+        assert!(own["rank"].as_u64().unwrap() >= 1 && own["logprob"].as_f64().unwrap() <= 0.0);
+        assert!((3..=4).contains(&map.len()), "{map:?}");
+        let ranks: Vec<u64> = map.values().skip(1).map(|t| t["rank"].as_u64().unwrap()).collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]) && ranks[0] <= 2, "{ranks:?}");
+        let decoded: String = map[key]["decoded_token"].as_str().unwrap().to_owned();
+        assert_eq!(decoded.as_bytes(), common::model().tokenizer.token_bytes(ids[pos], true).unwrap());
+    }
+    assert_eq!(&v["choices"][1]["prompt_logprobs"], first, "every choice of the prompt");
+    assert!(v["choices"][0]["logprobs"].is_null(), "no generated-token logprobs unless asked");
+    let mut streamed = submit(
+        &e,
+        &json!({"prompt": prompt, "max_tokens": 3, "temperature": 0,
+        "prompt_logprobs": 3, "stream": true}),
+    );
+    let all = chunks(&mut streamed);
+    assert_eq!(&all[0]["choices"][0]["prompt_logprobs"], first, "the first chunk");
+    assert_eq!(all[0]["choices"][0]["text"], "");
+    assert!(all[1..].iter().all(|c| c["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|ch| ch.get("prompt_logprobs").is_none())));
+    let plain = whole(&submit(&e, &json!({"prompt": prompt, "max_tokens": 3, "temperature": 0})));
+    assert!(plain["choices"][0].get("prompt_logprobs").is_none(), "absent unless asked for");
+}

@@ -66,7 +66,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
             start_pos: 0,
             block_table: &tables[i],
             window_table: &[],
-            want_logits: false,
+            logit_rows: 0,
         };
         forward(&config, &mut backend, &[chunk], &mut []).unwrap_or_else(|e| panic!("prefill {i}: {e}"));
     }
@@ -89,7 +89,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
                     start_pos: pos,
                     block_table: &tables[i],
                     window_table: &[],
-                    want_logits: true,
+                    logit_rows: 1,
                 }
             })
             .collect();

@@ -135,7 +135,7 @@ fn visit_logits(
             start_pos: 0,
             block_table: table,
             window_table: &[],
-            want_logits: false,
+            logit_rows: 0,
         })
         .collect();
     if !prefill.is_empty() {
@@ -162,7 +162,7 @@ fn visit_logits(
                 start_pos: pos,
                 block_table: &tables[i],
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             })
             .collect();
         let out = &mut logits[..running.len() * vocab];

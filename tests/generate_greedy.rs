@@ -85,7 +85,7 @@ fn backend(model: &Model, precision: Precision) -> CpuBackend<'_> {
 fn next_token_logits(model: &Model, backend: &mut CpuBackend<'_>, tokens: &[TokenId]) -> Vec<f32> {
     let table: Vec<u32> = (0..backend.options().kv_num_blocks as u32).collect();
     let mut logits = vec![0f32; model.config.vocab_size];
-    let chunk = SeqChunk { tokens, start_pos: 0, block_table: &table, window_table: &[], want_logits: true };
+    let chunk = SeqChunk { tokens, start_pos: 0, block_table: &table, window_table: &[], logit_rows: 1 };
     forward(&model.config, backend, &[chunk], &mut logits).unwrap_or_else(|e| panic!("{e}"));
     logits
 }

@@ -93,7 +93,7 @@ fn run(
                 start_pos: range.start,
                 block_table: &tables[*i],
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             })
             .collect();
         let mut logits = vec![0f32; batch.len() * vocab];

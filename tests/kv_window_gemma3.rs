@@ -94,7 +94,7 @@ fn windowed_layers_in_their_own_pool_give_the_logits_of_every_layer_whole() {
                     start_pos: start,
                     block_table: &tables[i],
                     window_table: if windowed { &window_tables[i] } else { &[] },
-                    want_logits: true,
+                    logit_rows: 1,
                 })
                 .collect()
         };

@@ -68,7 +68,7 @@ fn ours(path: &Path) -> Vec<Vec<f32>> {
                 start_pos: pos,
                 block_table: &table,
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             };
             let mut logits = vec![0f32; config.vocab_size];
             forward(&config, &mut backend, &[chunk], &mut logits).unwrap_or_else(|e| panic!("{e}"));

@@ -240,13 +240,8 @@ impl Bench<'_> {
         // A fresh sequence's first chunk: its window blocks are the first of the pool, as for the global one.
         let window_table: Vec<u32> = (0..self.layout.kv_window_blocks.unwrap_or(0) as u32).collect();
         let mut logits = vec![0f32; self.config.vocab_size];
-        let chunk = SeqChunk {
-            tokens: &tokens,
-            start_pos: 0,
-            block_table: &table,
-            window_table: &window_table,
-            want_logits: true,
-        };
+        let chunk =
+            SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, window_table: &window_table, logit_rows: 1 };
         let mut speeds = Vec::with_capacity(runs);
         for run in 0..=runs {
             let start = Instant::now();

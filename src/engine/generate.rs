@@ -114,7 +114,7 @@ pub fn generate<B: LlamaBackend>(
             start_pos: pos,
             block_table: &block_table,
             window_table: &window_table,
-            want_logits: last,
+            logit_rows: usize::from(last),
         };
         forward(config, backend, &[seq], if last { &mut logits } else { &mut [] })?;
         pos += chunk.len();
@@ -143,7 +143,7 @@ pub fn generate<B: LlamaBackend>(
             start_pos: pos,
             block_table: &block_table,
             window_table: &window_table,
-            want_logits: true,
+            logit_rows: 1,
         };
         forward(config, backend, &[seq], &mut logits)?;
         pos += 1;

@@ -15,6 +15,7 @@ use super::sequence::{Sequence, TextOptions};
 use super::stats::EngineClock;
 use super::step_runner::{StepError, StepRunner};
 use super::FinishReason;
+use crate::model::llama::batch::total_logit_rows;
 use crate::model::llama::SeqChunk;
 use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
 use crate::model::TokenId;
@@ -24,7 +25,7 @@ struct PrefersA;
 
 impl BatchForward for PrefersA {
     fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError> {
-        for row in logits.chunks_mut(3).take(batch.iter().filter(|c| c.want_logits).count()) {
+        for row in logits.chunks_mut(3).take(total_logit_rows(batch)) {
             row.copy_from_slice(&[5.0, 1.0, 0.0]);
         }
         Ok(())
@@ -36,7 +37,7 @@ impl BatchForward for PrefersA {
         ids: &mut [TokenId],
         values: &mut [f32],
     ) -> Option<Result<(), StepError>> {
-        let rows = batch.iter().filter(|c| c.want_logits).count();
+        let rows = total_logit_rows(batch);
         ids[..rows].fill(0);
         values[..rows].fill(5.0);
         Some(Ok(()))

@@ -16,6 +16,7 @@ use super::kv_prefix::PrefixCachingAllocator;
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
+use super::prompt_logprobs::PromptScoring;
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
 use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
@@ -231,6 +232,11 @@ impl Engine {
                 seq.bills_prompt = j == 0;
                 seq.logprobs = request.logprobs;
                 seq.min_tokens = request.min_tokens;
+                // A prompt is scored once, by its first choice, for all of them.
+                seq.prompt_scoring = request
+                    .prompt_logprobs
+                    .filter(|_| j == 0)
+                    .map(|top| Box::new(PromptScoring::new(top, choice..choice + request.n)));
                 seq.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
                 sequences.push(seq);
             }

@@ -18,6 +18,7 @@ pub mod kv_window;
 pub mod log;
 pub mod metrics;
 pub mod output;
+pub mod prompt_logprobs;
 pub mod request;
 pub mod runner;
 pub mod sampling;

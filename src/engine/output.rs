@@ -14,6 +14,7 @@ use super::metrics::{
     build_extended_timing_metrics, build_llamacpp_timings, build_per_request_timing_metrics,
     token_times_since_arrival_ms, ExtendedTimingMetrics, LlamaCppTimings, PerRequestTimingMetrics,
 };
+use super::prompt_logprobs::PromptTokenLogprob;
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
 use crate::model::TokenId;
@@ -69,6 +70,9 @@ pub struct ChoiceOutput {
     pub token_ids: Vec<TokenId>,
     /// The log probabilities of the tokens whose text is in `text`, when the request asked for them.
     pub logprobs: Vec<TokenLogprob>,
+    /// The log probabilities of the choice's prompt tokens after the first (`prompt_logprobs`), once computed;
+    /// shared by the choices of one prompt.
+    pub prompt_logprobs: Option<Arc<[PromptTokenLogprob]>>,
     pub finish_reason: Option<FinishReason>,
 }
 
@@ -166,6 +170,15 @@ impl RequestShared {
         out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum, logprobs }));
         drop(out);
         self.ready.notify_all();
+    }
+
+    /// Engine side: the log probabilities of the prompt of `choices` (`prompt_logprobs`), before any of them has
+    /// an event.
+    pub fn set_prompt_logprobs(&self, choices: std::ops::Range<usize>, scored: Arc<[PromptTokenLogprob]>) {
+        let mut out = lock(&self.output);
+        for c in out.choices.get_mut(choices).unwrap_or_default() {
+            c.prompt_logprobs = Some(Arc::clone(&scored));
+        }
     }
 
     /// Engine side: `n` tokens of one of the request's prompts were found in the prefix cache.
@@ -410,6 +423,12 @@ impl RequestHandle {
             Some(stats) if choice < stats.len() => token_times_since_arrival_ms(Some(&lock(&stats[choice]))),
             _ => Vec::new(),
         }
+    }
+
+    /// The log probabilities of choice `choice`'s prompt tokens after the first, when the request asked for them
+    /// (`SubmitRequest::prompt_logprobs`) and they are computed: before the choice's first event.
+    pub fn prompt_logprobs(&self, choice: usize) -> Option<Arc<[PromptTokenLogprob]>> {
+        lock(&self.shared.output).choices.get(choice).and_then(|c| c.prompt_logprobs.clone())
     }
 
     /// The sampled tokens of choice `choice` whose text is in its output, with their log probabilities (empty

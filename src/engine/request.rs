@@ -41,6 +41,10 @@ pub struct SubmitRequest {
     /// `Some(k)`: report each generated token's log probability with its `k` most likely alternatives
     /// (`k` ≤ [`MAX_TOP_LOGPROBS`]); see `sampling/logprobs.rs` for what they are.
     pub logprobs: Option<usize>,
+    /// `Some(k)`: report each prompt token's log probability (the first's excepted) with its `k` most likely
+    /// alternatives and its rank (vLLM's `prompt_logprobs`; `k` ≤ [`MAX_TOP_LOGPROBS`]), computed once per
+    /// prompt; see `prompt_logprobs.rs`.
+    pub prompt_logprobs: Option<usize>,
     /// Tokens each choice generates before its stop ids can be sampled and its stop strings match (vLLM's
     /// `min_tokens`); at most `max_tokens`. The context can still end a choice earlier.
     pub min_tokens: usize,
@@ -64,6 +68,7 @@ impl SubmitRequest {
             ignore_eos: false,
             include_metrics: false,
             logprobs: None,
+            prompt_logprobs: None,
             min_tokens: 0,
             guided: None,
         }
@@ -180,6 +185,9 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
     if let Some(k) = request.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
     }
+    if let Some(k) = request.prompt_logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+        return invalid("prompt_logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
+    }
     request.sampling.validate(capacity.vocab_size).map_err(SubmitError::Sampling)?;
     let (limit, limited_by) = capacity.limit();
     request
@@ -248,6 +256,8 @@ mod tests {
         );
         assert_eq!(field(SubmitRequest { logprobs: Some(21), ..base.clone() }), Some("logprobs"));
         assert_eq!(validate_request(&SubmitRequest { logprobs: Some(20), ..base.clone() }, CAP), Ok(vec![98]));
+        assert_eq!(field(SubmitRequest { prompt_logprobs: Some(21), ..base.clone() }), Some("prompt_logprobs"));
+        assert!(validate_request(&SubmitRequest { prompt_logprobs: Some(20), ..base.clone() }, CAP).is_ok());
         let hot = SamplingParams { temperature: 3.0, ..Default::default() };
         assert_eq!(field(SubmitRequest { sampling: hot, ..base }), Some("temperature"));
     }

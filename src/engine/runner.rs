@@ -22,9 +22,9 @@ pub struct CpuServing {
 
 /// One forward pass over a batch, whatever the backend.
 pub trait BatchForward {
-    /// Runs `batch`; writes one logits row per sequence with `want_logits`, in batch order.
+    /// Runs `batch`; writes the logits rows its chunks ask for (`SeqChunk::logit_rows`), in batch order.
     fn run(&mut self, batch: &[SeqChunk<'_>], logits: &mut [f32]) -> Result<(), StepError>;
-    /// Runs `batch` like [`run`](Self::run), but writes for each sequence with `want_logits` only its `k` largest
+    /// Runs `batch` like [`run`](Self::run), but writes for each logits row only its `k` largest
     /// logits, where the backend computes them: `ids` and `values` are `[S][k]`, largest first, the lower id first
     /// among equal logits (so `k = 1` gives the greedy argmax). `None` when the backend cannot (nothing was run;
     /// call `run`). Lets a GPU return a few numbers per sequence instead of a 49,152-float row.

@@ -155,7 +155,7 @@ impl Scheduler {
                     i += 1;
                     continue;
                 }
-                let n = seq.num_uncomputed().min(budget);
+                let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
                 if self.reserve(id, n, &mut out) {
                     out.chunks.push(self.chunk(id, n));
                     budget -= n;
@@ -182,17 +182,17 @@ impl Scheduler {
     }
 
     /// Admits waiting sequence `id`: takes the longest cached prefix of its tokens (all but the last, whose
-    /// logits are needed), then blocks for a first chunk of what is left, up to `budget` tokens. `Some(n)`, the
+    /// logits are needed, and no positions whose prompt log probabilities are still to compute), then blocks for a first chunk of what is left, up to `budget` tokens. `Some(n)`, the
     /// chunk's size, once admitted (0: it failed for a window-pool shortage and is finished); `None` when there is
     /// no room, with nothing taken.
     fn admit(&mut self, id: SeqId, budget: usize, now: f64, out: &mut SchedulerOutput) -> Option<usize> {
         let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
         debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
-        let queried = seq.tokens.len() - 1;
+        let queried = seq.cacheable_prefix();
         let cached =
             self.blocks.global.find_cached_prefix(&seq.block_hashes, &seq.tokens, queried, &mut seq.block_table);
         seq.num_computed = cached;
-        let n = seq.num_uncomputed().min(budget);
+        let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
         match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, cached, cached + n) {
             Grow::Done => {}
             Grow::NoRoom => {

@@ -5,12 +5,14 @@
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
 //! text and matches the stop strings.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::finish::FinishReason;
 use super::guided::{Accepted, GuidedMatcher};
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
+use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
 use super::sampling::{Sampler, TokenLogprob};
 use super::stop::{Released, StopMatcher};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
@@ -56,6 +58,9 @@ pub struct Sequence {
     /// `min_tokens`: until this many tokens are generated, stop ids cannot be sampled and stop strings do not
     /// match (vLLM's semantics). Set after construction; 0 by default.
     pub min_tokens: usize,
+    /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
+    /// (`prompt_logprobs.rs`). Set after construction on a prompt's first choice; `None` by default.
+    pub prompt_scoring: Option<Box<PromptScoring>>,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
     /// A stop token's text is part of the output (`TextOptions::include_stop_str`).
@@ -119,6 +124,7 @@ impl Sequence {
             sampler,
             logprobs: None,
             min_tokens: 0,
+            prompt_scoring: None,
             detokenizer: StreamDecoder::new(text.include_special),
             stops: StopMatcher::new(text.stop, text.include_stop_str),
             include_stop_token_text: text.include_stop_str,
@@ -143,6 +149,40 @@ impl Sequence {
 
     pub fn num_generated(&self) -> usize {
         self.tokens.len() - self.prompt_len
+    }
+
+    /// Whether the sequence still has prompt positions to score (`prompt_logprobs`).
+    fn is_scoring(&self) -> bool {
+        self.prompt_scoring.as_ref().is_some_and(|s| !s.is_published())
+    }
+
+    /// The most leading positions the prefix cache may serve at admission (it serves whole blocks of them): all
+    /// but the last token, whose logits are needed; while the prompt is scored, only the positions scored.
+    pub fn cacheable_prefix(&self) -> usize {
+        let all_but_last = self.tokens.len().saturating_sub(1);
+        match &self.prompt_scoring {
+            Some(s) if self.is_scoring() => all_but_last.min(s.cacheable_positions()),
+            _ => all_but_last,
+        }
+    }
+
+    /// The most tokens one step may compute for the sequence (bounded while it scores its prompt, since every row
+    /// then returns logits).
+    pub fn max_chunk_tokens(&self) -> usize {
+        if self.is_scoring() {
+            SCORING_CHUNK_TOKENS
+        } else {
+            usize::MAX
+        }
+    }
+
+    /// The positions of a chunk `start .. start + n` whose logits rows score the prompt (empty when it scores
+    /// nothing).
+    pub fn rows_to_score(&self, start: usize, n: usize) -> Range<usize> {
+        match &self.prompt_scoring {
+            Some(s) if self.is_scoring() => s.rows_to_score(start, n, self.prompt_len),
+            _ => start..start,
+        }
     }
 
     /// Whether the next token must not be a stop id (`min_tokens` not reached yet).

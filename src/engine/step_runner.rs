@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use super::guided::{MaskJobs, MaskTimes};
 use super::runner::BatchForward;
 use super::sampling::{LogprobSampler, TokenLogprob};
-use super::scheduler::SchedulerOutput;
+use super::scheduler::{ScheduledChunk, SchedulerOutput};
 use super::sequence::{SeqId, Sequence};
 use super::stats::EngineClock;
 use crate::backend::cuda::CudaBackendError;
@@ -88,8 +88,10 @@ fn ban_early_stops(seq: &Sequence, logits: &mut [f32]) {
 pub struct StepRunner<'m> {
     forward: Box<dyn BatchForward + 'm>,
     vocab_size: usize,
-    /// `[sampling chunks][vocab]`.
+    /// `[logits rows][vocab]`: each chunk's rows (`chunk_rows`), in chunk order.
     logits: Vec<f32>,
+    /// Per chunk of the step: its logits rows (`SeqChunk::logit_rows`).
+    chunk_rows: Vec<usize>,
     /// `[sampling chunks]`: the argmax of each row, when the backend took it on the device.
     device_ids: Vec<TokenId>,
     device_values: Vec<f32>,
@@ -104,6 +106,7 @@ impl<'m> StepRunner<'m> {
             forward,
             vocab_size,
             logits: Vec::new(),
+            chunk_rows: Vec::new(),
             device_ids: Vec::new(),
             device_values: Vec::new(),
             logprobs: LogprobSampler::default(),
@@ -118,32 +121,58 @@ impl<'m> StepRunner<'m> {
     }
 
     /// Runs `step` over `seqs` (the scheduler's) and samples the next token of every chunk that reaches its
-    /// sequence's end, with that sequence's sampler.
+    /// sequence's end, with that sequence's sampler; scores the prompt positions of chunks that ask for it
+    /// (`prompt_logprobs.rs`), publishing a prompt's result once it is complete.
     pub fn execute(
         &mut self,
         step: &SchedulerOutput,
         seqs: &mut FxHashMap<SeqId, Sequence>,
         clock: &EngineClock,
     ) -> Result<RunnerOutput, StepError> {
-        let n_rows = step.chunks.iter().filter(|c| c.samples).count();
+        self.chunk_rows.clear();
+        self.chunk_rows.extend(step.chunks.iter().map(|c| logit_rows(c, &seqs[&c.seq])));
+        let n_rows: usize = self.chunk_rows.iter().sum();
         let device_greedy = self.forward_with_masks(step, seqs, n_rows)?;
-        let mut out = RunnerOutput { sampled: Vec::with_capacity(n_rows) };
-        for (row, c) in step.chunks.iter().filter(|c| c.samples).enumerate() {
-            let (token, logprob) = match device_greedy {
-                true => (self.device_ids[row], None),
-                false => {
-                    let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-                    let logits = &mut self.logits[row * self.vocab_size..(row + 1) * self.vocab_size];
-                    // Log probabilities are the raw model's: kept before any mask.
-                    if seq.logprobs.is_some() {
-                        self.logprobs.keep_raw(logits);
-                    }
-                    apply_mask(logits, seq);
-                    ban_early_stops(seq, logits);
-                    let token = seq.sampler.sample(logits);
-                    (token, seq.logprobs.map(|top| self.logprobs.report(token, top)))
+        let mut out = RunnerOutput { sampled: Vec::with_capacity(step.chunks.len()) };
+        let (mut row, vocab) = (0, self.vocab_size);
+        for (c, &k) in step.chunks.iter().zip(&self.chunk_rows) {
+            let rows = row..row + k;
+            row += k;
+            if device_greedy {
+                // One row per sampling chunk, nothing scored (`forward_batch`).
+                if c.samples {
+                    let token = self.device_ids[out.sampled.len()];
+                    out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob: None });
                 }
-            };
+                continue;
+            }
+            let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            let first_pos = c.start + c.n_tokens - k;
+            for pos in seq.rows_to_score(c.start, c.n_tokens) {
+                let r = rows.start + pos - first_pos;
+                self.logprobs.keep_raw(&self.logits[r * vocab..(r + 1) * vocab]);
+                let scoring = seq.prompt_scoring.as_mut().expect("a sequence that scores has its scoring");
+                let entry = self.logprobs.report_prompt_token(seq.tokens[pos + 1], scoring.top);
+                scoring.push(pos, entry);
+            }
+            if let Some(scoring) = seq.prompt_scoring.as_mut() {
+                if let Some(done) = scoring.take_finished(seq.prompt_len) {
+                    seq.request.set_prompt_logprobs(scoring.choices.clone(), done);
+                }
+            }
+            if !c.samples {
+                continue;
+            }
+            let r = rows.end - 1;
+            let logits = &mut self.logits[r * vocab..(r + 1) * vocab];
+            // Log probabilities are the raw model's: kept before any mask.
+            if seq.logprobs.is_some() {
+                self.logprobs.keep_raw(logits);
+            }
+            apply_mask(logits, seq);
+            ban_early_stops(seq, logits);
+            let token = seq.sampler.sample(logits);
+            let logprob = seq.logprobs.map(|top| self.logprobs.report(token, top));
             out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob });
         }
         Ok(out)
@@ -189,23 +218,32 @@ impl<'m> StepRunner<'m> {
         let batch: Vec<SeqChunk<'_>> = step
             .chunks
             .iter()
-            .map(|c| {
+            .zip(self.chunk_rows.iter().copied())
+            .map(|(c, rows)| {
                 let s = &seqs[&c.seq];
                 SeqChunk {
                     tokens: &s.tokens[c.start..c.start + c.n_tokens],
                     start_pos: c.start,
                     block_table: &s.block_table,
                     window_table: &s.window_table,
-                    want_logits: c.samples,
+                    logit_rows: rows,
                 }
             })
             .collect();
-        let all_greedy = step.chunks.iter().filter(|c| c.samples).all(|c| {
-            let p = seqs[&c.seq].sampler.params();
-            let s = &seqs[&c.seq];
-            p.is_greedy() && !p.has_penalties() && p.logit_bias.is_empty() && s.logprobs.is_none() && !s.bans_stops()
-        });
+        // The device's argmax serves one row per sampling chunk: nothing may be scored.
+        let one_row_each = step.chunks.iter().zip(&self.chunk_rows).all(|(c, &k)| k == usize::from(c.samples));
+        let all_greedy = one_row_each
+            && step.chunks.iter().filter(|c| c.samples).all(|c| {
+                let p = seqs[&c.seq].sampler.params();
+                let s = &seqs[&c.seq];
+                p.is_greedy()
+                    && !p.has_penalties()
+                    && p.logit_bias.is_empty()
+                    && s.logprobs.is_none()
+                    && !s.bans_stops()
+            });
         if all_greedy && !constrained && n_rows > 0 {
+            // `n_rows` is then the number of sampling chunks.
             self.device_ids.resize(n_rows, 0);
             self.device_values.resize(n_rows, 0.0);
             if let Some(ran) = self.forward.run_top_k(&batch, 1, &mut self.device_ids, &mut self.device_values) {
@@ -214,6 +252,18 @@ impl<'m> StepRunner<'m> {
         }
         self.logits.resize(n_rows * self.vocab_size, 0.0);
         self.forward.run(&batch, &mut self.logits).map(|()| false)
+    }
+}
+
+/// The logits rows chunk `c` of `seq` asks for: its last one when it samples, and from its first position that
+/// scores the prompt when it scores (the rows from there to the end are contiguous: the prompt's last position
+/// samples).
+fn logit_rows(c: &ScheduledChunk, seq: &Sequence) -> usize {
+    let scored = seq.rows_to_score(c.start, c.n_tokens);
+    if scored.is_empty() {
+        usize::from(c.samples)
+    } else {
+        c.start + c.n_tokens - scored.start
     }
 }
 

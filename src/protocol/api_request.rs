@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 use super::error::ApiError;
 use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
+use super::prompt_logprobs::PromptScores;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
 use super::tools::{call_id, CallShape};
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
+use crate::model::TokenId;
 
 /// An OpenAI request submitted to an engine.
 ///
@@ -33,6 +35,8 @@ pub struct ApiRequest {
     echo: Vec<String>,
     /// When `tool_choice` forces a call: its shape, and each choice's call id.
     calls: Option<(CallShape, Vec<String>)>,
+    /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`), and their token names.
+    prompt_scores: Option<(PromptScores, SharedPieces)>,
 }
 
 impl ApiRequest {
@@ -44,8 +48,15 @@ impl ApiRequest {
         let request = ParsedRequest::parse(json, kind)?;
         let model = engine.model();
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
+        let prompt_logprobs = request.scored_prompt_alternatives();
+        let prompts = request.input.into_token_prompts(model, request.suffix.as_deref(), request.tools.as_ref())?;
+        // Choice `p × n + j` is prompt `p`'s.
+        let first_tokens: Vec<TokenId> =
+            prompts.iter().flat_map(|p| std::iter::repeat_n(p.first().copied().unwrap_or(0), request.n)).collect();
+        let scores =
+            PromptScores::new(request.prompt_logprobs, request.logprobs.filter(|_| request.echo), first_tokens);
         let submit = SubmitRequest {
-            prompts: request.input.into_token_prompts(model, request.suffix.as_deref(), request.tools.as_ref())?,
+            prompts,
             sampling: request.sampling,
             max_tokens: request.max_tokens,
             stop_token_ids: request.stop_token_ids,
@@ -56,6 +67,7 @@ impl ApiRequest {
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
             logprobs: request.logprobs,
+            prompt_logprobs,
             min_tokens: request.min_tokens,
             guided: request.guided,
         };
@@ -69,7 +81,6 @@ impl ApiRequest {
         let include_usage = request.include_usage || config.force_include_usage;
         let header = ResponseHeader::new(request.kind, request.model.unwrap_or_else(|| model.name()), handle.id());
         let logprobs = request.logprobs.map(|_| SharedPieces(engine.shared_model()));
-        // Choice `p × n + j` is prompt `p`'s.
         let echo: Vec<String> =
             echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
         let mut chunks =
@@ -78,6 +89,10 @@ impl ApiRequest {
             request.tools.map(|t| (t.shape, (0..handle.num_choices()).map(|i| call_id(i as u64)).collect()));
         if let Some((shape, ids)) = &calls {
             chunks = chunks.with_calls(shape, ids);
+        }
+        let prompt_scores = scores.map(|s| (s, SharedPieces(engine.shared_model())));
+        if let Some((scores, pieces)) = &prompt_scores {
+            chunks = chunks.with_prompt_scores(scores.clone(), pieces.clone());
         }
         Ok(ApiRequest {
             handle,
@@ -89,6 +104,7 @@ impl ApiRequest {
             logprobs,
             echo,
             calls,
+            prompt_scores,
         })
     }
 
@@ -120,6 +136,7 @@ impl ApiRequest {
             logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()),
             echo: &self.echo,
             calls: self.calls.as_ref().map(|(shape, ids)| (shape, ids.as_slice())),
+            prompt_scores: self.prompt_scores.as_ref().map(|(scores, pieces)| (scores, pieces.0.as_ref())),
         };
         self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))
     }

@@ -18,6 +18,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use super::request::ApiKind;
+use crate::engine::prompt_logprobs::PromptTokenLogprob;
 use crate::engine::sampling::TokenLogprob;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::Model;
@@ -80,12 +81,33 @@ struct ChatTopLogprob {
     bytes: Vec<u8>,
 }
 
+/// `token_logprobs` and `top_logprobs` are `null` for an echoed prompt's first token, which nothing predicts.
 #[derive(Debug, PartialEq, Serialize)]
 pub(crate) struct CompletionLogprobs {
     tokens: Vec<String>,
-    token_logprobs: Vec<f32>,
-    top_logprobs: Vec<TopMap>,
+    token_logprobs: Vec<Option<f32>>,
+    top_logprobs: Vec<Option<TopMap>>,
     text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    fn with_capacity(n: usize) -> Self {
+        CompletionLogprobs {
+            tokens: Vec::with_capacity(n),
+            token_logprobs: Vec::with_capacity(n),
+            top_logprobs: Vec::with_capacity(n),
+            text_offset: Vec::with_capacity(n),
+        }
+    }
+
+    /// One token's entries.
+    fn push(&mut self, bytes: &[u8], offset: usize, scores: Option<(f32, TopMap)>) {
+        self.tokens.push(text_of(bytes));
+        self.text_offset.push(offset);
+        let (logprob, top) = scores.unzip();
+        self.token_logprobs.push(logprob);
+        self.top_logprobs.push(top);
+    }
 }
 
 /// One position's alternatives as a JSON object from token text to log probability, in order, most likely first.
@@ -116,6 +138,11 @@ pub(crate) struct TextOffsets {
 }
 
 impl TextOffsets {
+    /// Offsets that start after `chars` characters (an echoed prompt's).
+    pub fn starting_at(chars: usize) -> Self {
+        TextOffsets { chars, pending: Vec::new() }
+    }
+
     /// The offset of a token with text `bytes`, which then counts towards the next offsets.
     fn next(&mut self, bytes: &[u8]) -> usize {
         let offset = self.chars;
@@ -164,30 +191,78 @@ pub(crate) fn encode_logprobs(
             refusal: (),
         }),
         ApiKind::Completion => {
-            let mut out = CompletionLogprobs {
-                tokens: Vec::with_capacity(tokens.len()),
-                token_logprobs: Vec::with_capacity(tokens.len()),
-                top_logprobs: Vec::with_capacity(tokens.len()),
-                text_offset: Vec::with_capacity(tokens.len()),
-            };
+            let mut out = CompletionLogprobs::with_capacity(tokens.len());
             for t in tokens {
                 let bytes = pieces.piece(t.token);
-                out.text_offset.push(offsets.next(bytes));
-                out.tokens.push(text_of(bytes));
-                out.token_logprobs.push(t.logprob);
-                let mut top: Vec<(String, f32)> = Vec::with_capacity(t.top.len() + 1);
-                let sampled = std::iter::once((t.token, t.logprob)).filter(|s| !t.top.iter().any(|a| a.0 == s.0));
-                for (id, logprob) in t.top.iter().copied().chain(sampled) {
-                    let text = text_of(pieces.piece(id));
-                    if !top.iter().any(|(seen, _)| *seen == text) {
-                        top.push((text, logprob));
-                    }
-                }
-                out.top_logprobs.push(TopMap(top));
+                let offset = offsets.next(bytes);
+                out.push(bytes, offset, Some((t.logprob, top_map(t, usize::MAX, pieces))));
             }
             LogprobsJson::Completion(out)
         }
     }
+}
+
+/// One position's `top_logprobs` map: its `top` most likely tokens, then the token itself if not among them (the
+/// API "will always return the logprob of the sampled token").
+fn top_map(t: &TokenLogprob, top: usize, pieces: &dyn TokenPieces) -> TopMap {
+    let alternatives = &t.top[..top.min(t.top.len())];
+    let mut out: Vec<(String, f32)> = Vec::with_capacity(alternatives.len() + 1);
+    let itself = std::iter::once((t.token, t.logprob)).filter(|s| !alternatives.iter().any(|a| a.0 == s.0));
+    for (id, logprob) in alternatives.iter().copied().chain(itself) {
+        let text = text_of(pieces.piece(id));
+        if !out.iter().any(|(seen, _)| *seen == text) {
+            out.push((text, logprob));
+        }
+    }
+    TopMap(out)
+}
+
+/// The echoed prompt's share of a completion's `logprobs` (`echo` with `logprobs`): its first token with `null`s
+/// (nothing predicts it), then each scored token with its `top` most likely alternatives. Offsets point into
+/// `echo_text`, the prompt as echoed; a token whose text is not there (a BOS the tokenizer added, or a control
+/// token not written out) takes no room. The choice's own tokens then continue from
+/// [`TextOffsets::starting_at`] the echo's length.
+pub(crate) fn encode_echoed_prompt(
+    first: TokenId,
+    scored: &[PromptTokenLogprob],
+    top: usize,
+    pieces: &dyn TokenPieces,
+    echo_text: &str,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::with_capacity(scored.len() + 1);
+    let mut at = 0;
+    let tokens = std::iter::once((first, None)).chain(scored.iter().map(|s| (s.logprob.token, Some(&s.logprob))));
+    for (token, scores) in tokens {
+        let bytes = pieces.piece(token);
+        let offset = chars_before(echo_text, at);
+        let rest = &echo_text.as_bytes()[at..];
+        if rest.starts_with(bytes) {
+            at += bytes.len();
+        } else if bytes.first() == Some(&b' ') && rest.starts_with(&bytes[1..]) {
+            // A SentencePiece tokenizer's dummy prefix: the first word's space is the tokenizer's, not the text's.
+            at += bytes.len() - 1;
+        }
+        out.push(bytes, offset, scores.map(|t| (t.logprob, top_map(t, top, pieces))));
+    }
+    out
+}
+
+/// The characters of `text` that end before byte `at` (a character `at` cuts is not counted, as [`TextOffsets`]
+/// counts a partial one).
+fn chars_before(text: &str, at: usize) -> usize {
+    let boundary = (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    text[..boundary].chars().count()
+}
+
+/// A completion choice's `logprobs` with its echoed prompt's first.
+pub(crate) fn prepend_echoed(mut prompt: CompletionLogprobs, rest: LogprobsJson) -> LogprobsJson {
+    if let LogprobsJson::Completion(rest) = rest {
+        prompt.tokens.extend(rest.tokens);
+        prompt.token_logprobs.extend(rest.token_logprobs);
+        prompt.top_logprobs.extend(rest.top_logprobs);
+        prompt.text_offset.extend(rest.text_offset);
+    }
+    LogprobsJson::Completion(prompt)
 }
 
 #[cfg(test)]
@@ -252,6 +327,30 @@ pub(crate) mod tests {
         assert_eq!(v["text_offset"], json!([0, 3, 5, 5, 7]));
         let top = TopMap(vec![("lo".into(), -0.25), ("Hel".into(), -0.5)]);
         assert_eq!(serde_json::to_string(&top).unwrap(), r#"{"lo":-0.25,"Hel":-0.5}"#, "most likely first");
+    }
+
+    #[test]
+    fn an_echoed_prompt_leads_with_nulls_and_its_offsets_skip_what_the_text_lacks() {
+        use crate::engine::prompt_logprobs::PromptTokenLogprob;
+        // Token 4 ("<|im_end|>" in this table) plays a BOS the tokenizer added: it is not in the echoed text.
+        let scored = |token| PromptTokenLogprob { logprob: lp(token, -1.0, &[(1, -0.5), (token, -1.0)]), rank: 2 };
+        let all = [scored(0), scored(1), scored(2), scored(3)];
+        let prompt = encode_echoed_prompt(4, &all, 1, &pieces(), "Hello\u{e9}!");
+        let v = serde_json::to_value(&prompt).unwrap();
+        assert_eq!(v["tokens"], json!(["<|im_end|>", "Hel", "lo", "\u{FFFD}", "\u{FFFD}!"]));
+        assert_eq!(v["text_offset"], json!([0, 0, 3, 5, 5]));
+        assert_eq!(v["token_logprobs"], json!([null, -1.0, -1.0, -1.0, -1.0]));
+        assert_eq!(v["top_logprobs"][0], Value::Null);
+        assert_eq!(v["top_logprobs"][1], json!({"lo": -0.5, "Hel": -1.0}), "top 1, then the token itself");
+        let mut after_echo = TextOffsets::starting_at(7);
+        let own = encode_logprobs(ApiKind::Completion, &[lp(1, -0.25, &[])], &pieces(), &mut after_echo);
+        let joined = serde_json::to_value(prepend_echoed(prompt, own)).unwrap();
+        assert_eq!(joined["text_offset"], json!([0, 0, 3, 5, 5, 7]), "the completion continues after the echo");
+        // A SentencePiece dummy prefix: " Hel" spells "Hel" at the start of the text.
+        let spaced = Pieces(vec![b" Hel", b"lo"]);
+        let sp = |t| PromptTokenLogprob { logprob: lp(t, -1.0, &[]), rank: 1 };
+        let v = serde_json::to_value(encode_echoed_prompt(0, &[sp(1)], 0, &spaced, "Hello")).unwrap();
+        assert_eq!(v["text_offset"], json!([0, 3]));
     }
 
     #[test]

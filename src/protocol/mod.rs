@@ -10,6 +10,7 @@ mod json;
 mod logprobs;
 mod metrics_gate;
 mod prompt;
+mod prompt_logprobs;
 mod request;
 mod request_fields;
 mod response;

@@ -65,6 +65,9 @@ pub(crate) struct ParsedRequest {
     /// `Some(k)`: each generated token's log probability and its `k` most likely alternatives (chat: `logprobs:
     /// true` with `top_logprobs: k`; completions: `logprobs: k`).
     pub logprobs: Option<usize>,
+    /// `Some(k)`: each prompt token's log probability (the first's excepted) and its `k` most likely
+    /// alternatives (vLLM's `prompt_logprobs`, completions only).
+    pub prompt_logprobs: Option<usize>,
     /// `min_tokens` (vLLM's extension).
     pub min_tokens: usize,
     /// `echo` (completions): each choice's text starts with its prompt.
@@ -79,6 +82,17 @@ pub(crate) struct ParsedRequest {
 }
 
 impl ParsedRequest {
+    /// The alternatives the engine computes per prompt token: `prompt_logprobs`'s, or with `echo` the
+    /// `logprobs` of the echoed prompt, whichever is more (each use keeps its own most likely ones). `None`: the
+    /// prompt is not scored.
+    pub fn scored_prompt_alternatives(&self) -> Option<usize> {
+        let echoed = self.logprobs.filter(|_| self.echo);
+        match (self.prompt_logprobs, echoed) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Reads `json`. `kind: Some(k)` forces the endpoint; `None` decides by which of `messages` (chat) and
     /// `prompt` (completion) is present: both or neither is an error. A field ember does not implement is an
     /// error naming it, as the OpenAI API answers unknown arguments (`request_fields.rs`); so is a known field
@@ -135,6 +149,7 @@ impl ParsedRequest {
             include_choice_metrics: opt_bool(o, "include_choice_metrics")?.unwrap_or(false),
             ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
             logprobs: parse_logprobs(o, kind)?,
+            prompt_logprobs: parse_prompt_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
             echo: parse_echo(o, kind)?,
             guided,
@@ -289,36 +304,42 @@ fn check_best_of(o: &Object, n: usize) -> Result<(), ApiError> {
     }
 }
 
-/// `echo` (completions only). With log probabilities it would need the prompt's, which ember does not compute.
+/// `echo` (completions only): each choice's text starts with its prompt; with `logprobs`, so do its log
+/// probabilities (the prompt's are then computed, as for `prompt_logprobs`).
 fn parse_echo(o: &Object, kind: ApiKind) -> Result<bool, ApiError> {
     let echo = opt_bool(o, "echo")?.unwrap_or(false);
     if echo && kind == ApiKind::Chat {
         return Err(ApiError::invalid("echo", "echo is a completions field"));
     }
-    if echo && get(o, "logprobs").is_some_and(|v| v.as_u64().is_some()) {
-        return Err(ApiError::invalid(
-            "echo",
-            "echo with logprobs is not supported by ember: it would need the prompt's log probabilities",
-        ));
-    }
     Ok(echo)
+}
+
+/// `prompt_logprobs` (vLLM's extension; completions only in ember): 0..=20 alternatives per prompt token.
+fn parse_prompt_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> {
+    let k = alternatives(o, "prompt_logprobs")?;
+    if k.is_some() && kind == ApiKind::Chat {
+        return Err(ApiError::invalid("prompt_logprobs", "prompt_logprobs is a completions field in ember"));
+    }
+    Ok(k)
+}
+
+/// A count of alternatives per token, 0..=20 (`top_logprobs`, completions' `logprobs`, `prompt_logprobs`).
+fn alternatives(o: &Object, name: &str) -> Result<Option<usize>, ApiError> {
+    let Some(k) = opt_u64(o, name)? else { return Ok(None) };
+    if k > MAX_TOP_LOGPROBS as u64 {
+        return Err(ApiError::invalid(name, format!("{name} must be in 0..={MAX_TOP_LOGPROBS}, got {k}")));
+    }
+    Ok(Some(k as usize))
 }
 
 /// Chat: `logprobs` (a boolean) and `top_logprobs` (0..=20, only with `logprobs: true`, as OpenAI requires).
 /// Completions: `logprobs` is the count of alternatives itself (0..=20; OpenAI's legacy API allows 5, vLLM 20),
 /// and `top_logprobs` is not a completions field.
 fn parse_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> {
-    let count = |name: &str| -> Result<Option<usize>, ApiError> {
-        let Some(k) = opt_u64(o, name)? else { return Ok(None) };
-        if k > MAX_TOP_LOGPROBS as u64 {
-            return Err(ApiError::invalid(name, format!("{name} must be in 0..={MAX_TOP_LOGPROBS}, got {k}")));
-        }
-        Ok(Some(k as usize))
-    };
     match kind {
         ApiKind::Chat => {
             let on = opt_bool(o, "logprobs")?.unwrap_or(false);
-            match (on, count("top_logprobs")?) {
+            match (on, alternatives(o, "top_logprobs")?) {
                 (true, top) => Ok(Some(top.unwrap_or(0))),
                 (false, None) => Ok(None),
                 (false, Some(_)) => Err(ApiError::invalid("top_logprobs", "top_logprobs requires logprobs to be true")),
@@ -331,7 +352,7 @@ fn parse_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> 
                     "top_logprobs is a chat field; a completions request sets logprobs to the number of alternatives",
                 ));
             }
-            count("logprobs")
+            alternatives(o, "logprobs")
         }
     }
 }
@@ -419,9 +440,16 @@ mod tests {
         let completion = |extra: &str| ParsedRequest::parse(&format!(r#"{{"prompt": "x"{extra}}}"#), None);
         assert!(completion(r#", "echo": true"#).unwrap().echo);
         assert!(!completion(r#", "echo": false"#).unwrap().echo);
-        let e = completion(r#", "echo": true, "logprobs": 0"#).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("echo"));
+        let echoed = completion(r#", "echo": true, "logprobs": 2"#).unwrap();
+        assert!(echoed.echo && echoed.logprobs == Some(2), "echo with logprobs scores the prompt");
         assert_eq!(completion(r#", "echo": 1"#).unwrap_err().param.as_deref(), Some("echo"));
+        assert_eq!(completion(r#", "prompt_logprobs": 3"#).unwrap().prompt_logprobs, Some(3));
+        assert_eq!(completion(r#", "prompt_logprobs": 0"#).unwrap().prompt_logprobs, Some(0));
+        assert_eq!(completion("").unwrap().prompt_logprobs, None);
+        for bad in [r#", "prompt_logprobs": 21"#, r#", "prompt_logprobs": -1"#, r#", "prompt_logprobs": true"#] {
+            assert_eq!(completion(bad).unwrap_err().param.as_deref(), Some("prompt_logprobs"), "{bad}");
+        }
+        assert_eq!(param(r#", "prompt_logprobs": 1"#), "prompt_logprobs", "a completions field in ember");
     }
 
     #[test]

@@ -59,6 +59,7 @@ const FIELDS: &[(&str, Known)] = &[
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),
+    ("prompt_logprobs", Known::Read),
     ("best_of", Known::Read),
     ("tools", Known::Read),
     ("tool_choice", Known::Read),

@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::json::{encode, Slot};
-use super::logprobs::{encode_logprobs, LogprobsJson, TextOffsets, TokenPieces};
+use super::logprobs::{encode_logprobs, prepend_echoed, LogprobsJson, TextOffsets, TokenPieces};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
+use super::prompt_logprobs::{PositionJson, PromptScores};
 use super::request::ApiKind;
 use super::tools::{parse_call, CallShape, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
@@ -98,6 +99,9 @@ struct Choice<'a> {
     finish_reason: Option<&'static str>,
     #[serde(skip_serializing_if = "Slot::is_absent")]
     metrics: Slot<TimingMetricsJson>,
+    /// vLLM's `prompt_logprobs`, only when asked for (`null` if the prompt was never scored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_logprobs: Option<Option<Vec<Option<PositionJson>>>>,
 }
 
 /// A choice's output: `"message": {...}` (chat) or `"text": "..."` (completion).
@@ -133,12 +137,14 @@ struct FunctionCallJson {
 }
 
 /// What a request asked to add to its choices: log probabilities (named by these pieces), with `echo` each
-/// choice's prompt before its text (empty: no echo), and a forced tool call's shape with each choice's call id.
+/// choice's prompt before its text (empty: no echo), a forced tool call's shape with each choice's call id, and
+/// its prompts' scores (`prompt_logprobs`, `echo` with `logprobs`).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ChoiceExtras<'a> {
     pub logprobs: Option<&'a dyn TokenPieces>,
     pub echo: &'a [String],
     pub calls: Option<(&'a CallShape, &'a [String])>,
+    pub prompt_scores: Option<(&'a PromptScores, &'a dyn TokenPieces)>,
 }
 
 /// The whole response body of an ended request.
@@ -174,12 +180,24 @@ pub(crate) fn response_body(
             }
             (ApiKind::Completion, _) => (ChoiceOutputJson::Text(&c.text), c.finish_reason.map(FinishReason::as_str)),
         };
+        let echo = extras.echo.get(index).map_or("", String::as_str);
+        let echoed = extras.prompt_scores.and_then(|(scores, pieces)| scores.echoed(index, handle, pieces, echo));
+        let logprobs = logprobs.map(|p| {
+            let own = encode_logprobs(kind, &c.logprobs, p, &mut TextOffsets::starting_at(echo.chars().count()));
+            match echoed {
+                Some(prompt) => prepend_echoed(prompt, own),
+                None => own,
+            }
+        });
         Choice {
             index,
             output,
-            logprobs: logprobs.map(|p| encode_logprobs(kind, &c.logprobs, p, &mut TextOffsets::default())),
+            logprobs,
             finish_reason,
             metrics: gate.choice(|| metrics[index]),
+            prompt_logprobs: extras
+                .prompt_scores
+                .and_then(|(scores, pieces)| scores.prompt_logprobs_json(index, handle, pieces)),
         }
     });
     encode(&Body {

@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
+use super::prompt_logprobs::{PositionJson, PromptScores};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
 use super::tools::{CallDelta, CallShape, CallStream, TOOL_CALLS_FINISH_REASON};
@@ -54,6 +55,9 @@ pub(crate) struct ChunkEncoder {
     echo: Vec<Option<String>>,
     /// Per choice, when the request forces a tool call: its text becomes `tool_calls` deltas (empty otherwise).
     calls: Vec<CallStream>,
+    /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`): each choice's first chunk
+    /// carries its prompt's scores.
+    prompt_scores: Option<(PromptScores, SharedPieces)>,
 }
 
 #[derive(Serialize)]
@@ -84,6 +88,9 @@ struct ChunkChoice<'a> {
     /// The choice's own metrics, in its finish chunk, when `include_choice_metrics` opened them.
     #[serde(skip_serializing_if = "Slot::is_absent")]
     metrics: Slot<TimingMetricsJson>,
+    /// vLLM's `prompt_logprobs`, in a completion choice's first chunk when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_logprobs: Option<Option<Vec<Option<PositionJson>>>>,
 }
 
 /// What a chunk adds to a choice: `"delta": {...}` (chat) or `"text": "..."` (completion).
@@ -160,9 +167,12 @@ impl ChunkEncoder {
         logprobs: Option<SharedPieces>,
         echo: Vec<String>,
     ) -> Self {
+        // A choice's text offsets count from the end of its echoed prompt.
+        let offsets: Vec<TextOffsets> =
+            (0..num_choices).map(|c| TextOffsets::starting_at(echo.get(c).map_or(0, |e| e.chars().count()))).collect();
         ChunkEncoder {
             echo: echo.into_iter().map(Some).collect(),
-            logprobs: logprobs.map(|p| (p, vec![TextOffsets::default(); num_choices])),
+            logprobs: logprobs.map(|p| (p, offsets)),
             kind,
             announced: vec![false; num_choices],
             finished: vec![false; num_choices],
@@ -171,7 +181,14 @@ impl ChunkEncoder {
             ready: VecDeque::new(),
             ended: false,
             calls: Vec::new(),
+            prompt_scores: None,
         }
+    }
+
+    /// The request scores its prompts: each completion choice opens with a chunk that carries them.
+    pub fn with_prompt_scores(mut self, scores: PromptScores, pieces: SharedPieces) -> Self {
+        self.prompt_scores = Some((scores, pieces));
+        self
     }
 
     /// Every choice's output is a tool call of `shape` (`tool_choice` forces one), with these ids, one per choice.
@@ -203,7 +220,7 @@ impl ChunkEncoder {
         }
         match event {
             RequestEvent::Delta { choice, text, logprobs, .. } => {
-                self.announce(header, choice);
+                self.announce(header, choice, handle);
                 if let Some(call) = self.calls.get_mut(choice) {
                     let deltas = call.push(&text);
                     return self.emit_calls(header, choice, deltas);
@@ -249,26 +266,43 @@ impl ChunkEncoder {
         self.end(header, handle);
     }
 
-    /// The role chunk that opens a chat choice, once; the prompt that opens a completion choice with `echo`.
-    fn announce(&mut self, header: &ResponseHeader, choice: usize) {
-        if let Some(prompt) = self.echo.get_mut(choice).and_then(Option::take) {
-            self.emit(header, choice, Piece::Text(&prompt), None, Slot::Absent, None);
+    /// What opens a choice, once: a chat choice's role chunk; a completion choice's prompt with `echo`, and its
+    /// prompt's scores when asked for (a chunk of its own, empty text without `echo`).
+    fn announce(&mut self, header: &ResponseHeader, choice: usize, handle: &RequestHandle) {
+        if self.announced[choice] {
+            return;
         }
-        if self.kind == ApiKind::Chat && !self.announced[choice] {
-            self.announced[choice] = true;
-            self.emit(
-                header,
-                choice,
-                Piece::Delta(Delta { role: Some("assistant"), content: Some(""), tool_calls: None }),
-                None,
-                Slot::Absent,
-                None,
-            );
+        self.announced[choice] = true;
+        if self.kind == ApiKind::Chat {
+            let role = Piece::Delta(Delta { role: Some("assistant"), content: Some(""), tool_calls: None });
+            return self.emit(header, choice, role, None, Slot::Absent, None);
         }
+        let echo = self.echo.get_mut(choice).and_then(Option::take);
+        if echo.is_none() && self.prompt_scores.is_none() {
+            return;
+        }
+        let text = echo.unwrap_or_default();
+        let (logprobs, prompt_logprobs) = match &self.prompt_scores {
+            Some((scores, pieces)) => (
+                scores.echoed(choice, handle, pieces.0.as_ref(), &text).map(LogprobsJson::Completion),
+                scores.prompt_logprobs_json(choice, handle, pieces.0.as_ref()),
+            ),
+            None => (None, None),
+        };
+        let opening = ChunkChoice {
+            index: choice,
+            piece: Piece::Text(&text),
+            logprobs,
+            finish_reason: None,
+            metrics: Slot::Absent,
+            prompt_logprobs,
+        };
+        let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
+        self.ready.push_back(self.chunk(header, vec![opening], usage, Slot::Absent, Slot::Absent));
     }
 
     fn finish(&mut self, header: &ResponseHeader, choice: usize, reason: FinishReason, handle: &RequestHandle) {
-        self.announce(header, choice);
+        self.announce(header, choice, handle);
         self.finished[choice] = true;
         let mut finish_reason = reason.as_str();
         if let Some(call) = self.calls.get_mut(choice) {
@@ -314,7 +348,7 @@ impl ChunkEncoder {
         metrics: Slot<TimingMetricsJson>,
         logprobs: Option<LogprobsJson>,
     ) {
-        let choice = ChunkChoice { index, piece, logprobs, finish_reason, metrics };
+        let choice = ChunkChoice { index, piece, logprobs, finish_reason, metrics, prompt_logprobs: None };
         // OpenAI: with include_usage, every chunk but the last has `"usage": null`.
         let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
         self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent, Slot::Absent));

@@ -279,6 +279,34 @@ class GatewayTest(unittest.TestCase):
         self.assertFalse([h for h in raw.headers if h.lower().startswith("x-ember-")])
         self.assertNotIn("server-timing", raw.headers)
 
+    def test_prompt_scores_with_echo_and_prompt_logprobs(self):
+        # The legacy way to score a text: echo with logprobs, the prompt's tokens first (the first with nulls).
+        prompt = "The capital of France is"
+        response = plain.client.completions.create(
+            model=MODEL_ID, prompt=prompt, max_tokens=3, temperature=0, logprobs=1, echo=True)
+        choice = response.choices[0]
+        self.assertTrue(choice.text.startswith(prompt))
+        lp = choice.logprobs
+        self.assertEqual("".join(lp.tokens), choice.text)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
+        self.assertEqual(lp.text_offset, sorted(lp.text_offset))
+        # vLLM's prompt_logprobs (an extension, so through extra_body and the response's extra fields).
+        response = plain.client.completions.create(
+            model=MODEL_ID, prompt=prompt, max_tokens=2, temperature=0, extra_body={"prompt_logprobs": 2})
+        scored = response.choices[0].to_dict()["prompt_logprobs"]
+        self.assertIsNone(scored[0])
+        self.assertEqual(len(scored), len(lp.tokens) - 3, "one entry per prompt token")
+        for position, token in zip(scored[1:], lp.tokens[1:]):
+            first = next(iter(position.values()))
+            self.assertEqual(first["decoded_token"], token, "the prompt token comes first")
+            self.assertGreaterEqual(first["rank"], 1)
+        with self.assertRaises(openai.BadRequestError) as caught:
+            plain.client.chat.completions.create(
+                model=MODEL_ID, messages=chat_messages("Hi"), extra_body={"prompt_logprobs": 1})
+        self.assertEqual(caught.exception.param, "prompt_logprobs")
+
     def test_invalid_request_is_400(self):
         with self.assertRaises(openai.BadRequestError) as caught:
             plain.client.chat.completions.create(model=MODEL_ID, messages=chat_messages("Hi"), temperature=5)

@@ -15,7 +15,8 @@ struct SeqEntry {
     blocks: Range<usize>,
     /// Range of its window table in `StepLayout::window_tables` (empty without a window pool).
     window_blocks: Range<usize>,
-    want_logits: bool,
+    /// The last rows of `rows` whose logits are wanted (`SeqChunk::logit_rows`).
+    logit_rows: usize,
 }
 
 /// Per-token and per-sequence facts of the current step.
@@ -85,7 +86,7 @@ impl StepLayout {
                 rows: first_row..self.tokens.len(),
                 blocks: first_block..self.block_tables.len(),
                 window_blocks: first_window_block..self.window_tables.len(),
-                want_logits: s.want_logits,
+                logit_rows: s.logit_rows,
             });
         }
         for inv_freq in &self.inv_freq {
@@ -137,8 +138,8 @@ impl StepLayout {
         }
     }
 
-    /// The rows whose logits are wanted (each such sequence's last new token), in batch order.
+    /// The rows whose logits are wanted (each sequence's last `logit_rows` new tokens), in batch order.
     pub fn logit_rows(&self) -> impl Iterator<Item = usize> + '_ {
-        self.seqs.iter().filter(|s| s.want_logits).map(|s| s.rows.end - 1)
+        self.seqs.iter().flat_map(|s| s.rows.end - s.logit_rows..s.rows.end)
     }
 }

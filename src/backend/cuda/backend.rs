@@ -25,7 +25,7 @@ use super::step_meta::{MetaLayout, StepMeta};
 use super::weights::DeviceWeights;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
-use crate::model::llama::batch::{validate_batch, BatchError, SeqChunk};
+use crate::model::llama::batch::{total_logit_rows, validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{forward, Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 use crate::model::TokenId;
@@ -191,7 +191,7 @@ impl CudaBackend {
         ids: &mut [TokenId],
         values: &mut [f32],
     ) -> Result<(), CudaBackendError> {
-        let rows = batch.iter().filter(|s| s.want_logits).count();
+        let rows = total_logit_rows(batch);
         if k == 0 || k > TOP_K_MAX || k > self.config.vocab_size {
             return Err(CudaBackendError::Options(format!("top-k of {k} (1..={TOP_K_MAX})")));
         }

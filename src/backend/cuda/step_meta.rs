@@ -65,7 +65,8 @@ pub struct StepMeta {
     host: Vec<i32>,
     /// Rows the kernels compute: the batch's tokens, or more when padded for a graph.
     rows: usize,
-    /// Sequences that want logits, in batch order: the first rows of the logits.
+    /// Logits rows the caller wants (each sequence's last `logit_rows` tokens), in batch order: the first rows of
+    /// the logits.
     n_logits: usize,
     /// Logits rows the kernels compute: `n_logits`, or `rows` when padded.
     logit_rows: usize,
@@ -80,7 +81,7 @@ impl StepMeta {
 
     /// Whether every sequence of `batch` decodes one token and wants its logits: the steps graphs replay.
     pub fn is_decode(batch: &[SeqChunk<'_>]) -> bool {
-        batch.iter().all(|s| s.tokens.len() == 1 && s.want_logits)
+        batch.iter().all(|s| s.tokens.len() == 1 && s.logit_rows == 1)
     }
 
     /// Lays out a batch that passed `validate_batch` with this `block_size`, padded to `pad_to` rows when given
@@ -107,6 +108,7 @@ impl StepMeta {
             for (dst, &block) in self.host[table_start..table_start + needed].iter_mut().zip(s.block_table) {
                 *dst = block as i32;
             }
+            let first_row = row;
             for (i, &token) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + i;
                 self.host[l.tokens().start + row] = token as i32;
@@ -116,8 +118,8 @@ impl StepMeta {
                 self.host[l.table_offsets().start + row] = entries as i32;
                 row += 1;
             }
-            if s.want_logits {
-                self.host[l.logit_rows().start + n_logits] = row as i32 - 1;
+            for i in s.logit_token_range() {
+                self.host[l.logit_rows().start + n_logits] = (first_row + i) as i32;
                 n_logits += 1;
             }
             entries += needed;
@@ -145,7 +147,7 @@ impl StepMeta {
         self.rows
     }
 
-    /// Logits rows the caller gets (one per sequence that wants them).
+    /// Logits rows the caller gets (each sequence's last `logit_rows`).
     pub fn n_logits(&self) -> usize {
         self.n_logits
     }
@@ -176,15 +178,9 @@ mod tests {
         let mut meta = StepMeta::new(LAYOUT);
         let batch = [
             // A prompt chunk at positions 3..6 over blocks 7 and 2 (block size 4): slots 31, 8, 9.
-            SeqChunk {
-                tokens: &[10, 11, 12],
-                start_pos: 3,
-                block_table: &[7, 2, 5],
-                window_table: &[],
-                want_logits: false,
-            },
+            SeqChunk { tokens: &[10, 11, 12], start_pos: 3, block_table: &[7, 2, 5], window_table: &[], logit_rows: 0 },
             // A decode at position 0 of block 4.
-            SeqChunk { tokens: &[20], start_pos: 0, block_table: &[4], window_table: &[], want_logits: true },
+            SeqChunk { tokens: &[20], start_pos: 0, block_table: &[4], window_table: &[], logit_rows: 1 },
         ];
         meta.build(&batch, 4, None).unwrap();
         assert_eq!((meta.rows(), meta.n_logits(), meta.logit_rows()), (4, 1, 1));
@@ -198,11 +194,26 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_can_want_the_logits_of_its_last_rows() {
+        let mut meta = StepMeta::new(LAYOUT);
+        let batch = [
+            SeqChunk { tokens: &[20], start_pos: 0, block_table: &[4], window_table: &[], logit_rows: 1 },
+            // A scored prompt chunk: its last 2 of 3 rows (rows 2 and 3 of the step).
+            SeqChunk { tokens: &[10, 11, 12], start_pos: 0, block_table: &[7], window_table: &[], logit_rows: 2 },
+            SeqChunk { tokens: &[30, 31], start_pos: 0, block_table: &[5], window_table: &[], logit_rows: 2 },
+        ];
+        assert!(!StepMeta::is_decode(&batch));
+        meta.build(&batch, 4, None).unwrap();
+        assert_eq!((meta.rows(), meta.n_logits(), meta.logit_rows()), (6, 5, 5));
+        assert_eq!(section(&meta, LAYOUT.logit_rows(), 5), [0, 2, 3, 4, 5]);
+    }
+
+    #[test]
     fn a_padded_decode_step_has_inert_rows() {
         let mut meta = StepMeta::new(LAYOUT);
         let batch = [
-            SeqChunk { tokens: &[5], start_pos: 6, block_table: &[1, 3], window_table: &[], want_logits: true },
-            SeqChunk { tokens: &[6], start_pos: 1, block_table: &[0], window_table: &[], want_logits: true },
+            SeqChunk { tokens: &[5], start_pos: 6, block_table: &[1, 3], window_table: &[], logit_rows: 1 },
+            SeqChunk { tokens: &[6], start_pos: 1, block_table: &[0], window_table: &[], logit_rows: 1 },
         ];
         assert!(StepMeta::is_decode(&batch));
         meta.build(&batch, 4, Some(4)).unwrap();
@@ -216,14 +227,12 @@ mod tests {
     #[test]
     fn impossible_layouts_are_refused() {
         let mut meta = StepMeta::new(LAYOUT);
-        let prompt =
-            [SeqChunk { tokens: &[1, 2], start_pos: 0, block_table: &[0], window_table: &[], want_logits: true }];
+        let prompt = [SeqChunk { tokens: &[1, 2], start_pos: 0, block_table: &[0], window_table: &[], logit_rows: 1 }];
         assert!(!StepMeta::is_decode(&prompt));
         assert!(meta.build(&prompt, 4, Some(4)).is_err(), "a prompt chunk is never padded");
-        let decode = [SeqChunk { tokens: &[1], start_pos: 0, block_table: &[0], window_table: &[], want_logits: true }];
+        let decode = [SeqChunk { tokens: &[1], start_pos: 0, block_table: &[0], window_table: &[], logit_rows: 1 }];
         assert!(meta.build(&decode, 4, Some(9)).is_err(), "more rows than the buffers hold");
-        let long =
-            [SeqChunk { tokens: &[1], start_pos: 70, block_table: &[0; 18], window_table: &[], want_logits: true }];
+        let long = [SeqChunk { tokens: &[1], start_pos: 70, block_table: &[0; 18], window_table: &[], logit_rows: 1 }];
         assert!(meta.build(&long, 4, None).is_err(), "more table entries than the section holds");
     }
 }

@@ -88,7 +88,7 @@ impl Seqs {
                     start_pos: 0,
                     block_table: &self.tables[s],
                     window_table: &[],
-                    want_logits: true,
+                    logit_rows: 1,
                 })
                 .collect();
             backend.forward_top_k(&batch, 1, &mut ids[group.clone()], &mut values[group]).map_err(|e| e.to_string())?;
@@ -107,7 +107,7 @@ impl Seqs {
                         start_pos: pos,
                         block_table: &self.tables[s],
                         window_table: &[],
-                        want_logits: true,
+                        logit_rows: 1,
                     }
                 })
                 .collect();
@@ -146,7 +146,7 @@ fn backend_bench(model: &Model, plan: &Plan) -> Result<Value, String> {
             start_pos: 0,
             block_table: &seq.tables[0],
             window_table: &[],
-            want_logits: true,
+            logit_rows: 1,
         }];
         backend.forward_top_k(&batch, 1, &mut [0], &mut [0.0]).map_err(|e| e.to_string())?;
         if run > 0 {

@@ -61,7 +61,7 @@ where
                 start_pos: pos,
                 block_table: &tables[i],
                 window_table: &[],
-                want_logits: true,
+                logit_rows: 1,
             })
             .collect();
         forward(config, backend, &batch, &mut logits).map_err(|e| format!("step at {pos}: {e}"))?;
@@ -137,7 +137,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             start_pos: last,
             block_table: &tables[i],
             window_table: &[],
-            want_logits: true,
+            logit_rows: 1,
         })
         .collect();
     let (mut ids, mut values) = (vec![0; SEQS * k], vec![0f32; SEQS * k]);

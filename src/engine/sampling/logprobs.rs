@@ -17,6 +17,7 @@
 
 use super::candidates::{more_likely_first, Candidate};
 use super::{filters, row, Sampler};
+use crate::engine::prompt_logprobs::PromptTokenLogprob;
 use crate::model::TokenId;
 
 /// The most alternatives a request may ask for per token (`top_logprobs`), as in the OpenAI API and vLLM.
@@ -63,6 +64,20 @@ impl LogprobSampler {
     /// kept.
     pub fn report(&mut self, token: TokenId, top: usize) -> TokenLogprob {
         self.logprobs_of(token, top)
+    }
+
+    /// A prompt token's entry (`prompt_logprobs`): as [`report`](Self::report), with its rank in the row.
+    pub fn report_prompt_token(&mut self, token: TokenId, top: usize) -> PromptTokenLogprob {
+        let logprob = self.logprobs_of(token, top);
+        PromptTokenLogprob { logprob, rank: self.rank_of(token) }
+    }
+
+    /// 1 + the number of tokens strictly more likely than `token` in the kept row (NaN counts as impossible).
+    fn rank_of(&self, token: TokenId) -> u32 {
+        let Some(&logit) = self.raw.get(token as usize).filter(|x| !x.is_nan()) else {
+            return self.raw.iter().filter(|x| !x.is_nan()).count() as u32 + 1;
+        };
+        self.raw.iter().filter(|&&x| x > logit).count() as u32 + 1
     }
 
     /// The log probabilities of `token` and of the `top` most likely tokens in the raw row `self.raw`.
@@ -148,6 +163,17 @@ mod tests {
             assert!((out.logprob as f64 - expected[3]).abs() < 1e-4);
             assert_eq!(out.top.len(), 2);
         }
+    }
+
+    #[test]
+    fn a_prompt_token_has_its_rank() {
+        let mut s = LogprobSampler::default();
+        s.keep_raw(&[1.0, 3.0, 2.0, 3.0, f32::NAN]);
+        let entry = s.report_prompt_token(2, 1);
+        assert_eq!((entry.rank, entry.logprob.token, entry.logprob.top.len()), (3, 2, 1));
+        assert_eq!(s.report_prompt_token(1, 0).rank, 1, "ties share the better rank");
+        assert_eq!(s.report_prompt_token(4, 0).rank, 5, "a NaN logit ranks after every number");
+        assert_eq!(s.report_prompt_token(9, 0).rank, 5, "so does a token outside the row");
     }
 
     #[test]

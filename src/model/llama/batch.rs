@@ -29,8 +29,11 @@ pub struct SeqChunk<'a> {
     /// `start_pos + 1 − max_window .. start_pos + tokens.len()` must name blocks (the keys the chunk's first query
     /// reads, through the ones it writes), earlier ones may be [`NO_BLOCK`].
     pub window_table: &'a [u32],
-    /// Whether to return logits for the last new token (false for all but the last chunk of a prompt).
-    pub want_logits: bool,
+    /// Logits are returned for the chunk's last `logit_rows` new tokens, in order (at most `tokens.len()`): 0 for
+    /// a prompt chunk that samples nothing, 1 for the last token's (what samples the next one), more to score the
+    /// chunk's own tokens (a prompt's log probabilities: row `i` predicts the token after position
+    /// `start_pos + i`).
+    pub logit_rows: usize,
 }
 
 impl SeqChunk<'_> {
@@ -38,6 +41,16 @@ impl SeqChunk<'_> {
     pub fn end_pos(&self) -> usize {
         self.start_pos + self.tokens.len()
     }
+
+    /// The indices in `tokens` whose logits are returned: the last `logit_rows`.
+    pub fn logit_token_range(&self) -> std::ops::Range<usize> {
+        self.tokens.len().saturating_sub(self.logit_rows)..self.tokens.len()
+    }
+}
+
+/// Logits rows a batch returns: the sum of its chunks' `logit_rows`.
+pub fn total_logit_rows(batch: &[SeqChunk<'_>]) -> usize {
+    batch.iter().map(|s| s.logit_rows).sum()
 }
 
 /// Why a batch cannot run.
@@ -53,8 +66,10 @@ pub enum BatchError {
     BadBlockTable { seq: usize, detail: String },
     /// A token id outside the vocabulary.
     BadToken { seq: usize, token: TokenId, vocab_size: usize },
-    /// The logits buffer does not have one row per requested sequence.
+    /// The logits buffer does not have one row per requested logits row.
     LogitsBuffer { expected: usize, found: usize },
+    /// A chunk asks for more logits rows than it has tokens.
+    TooManyLogitRows { seq: usize, rows: usize, tokens: usize },
 }
 
 impl fmt::Display for BatchError {
@@ -73,6 +88,9 @@ impl fmt::Display for BatchError {
             }
             BatchError::LogitsBuffer { expected, found } => {
                 write!(f, "logits buffer holds {found} floats, {expected} needed")
+            }
+            BatchError::TooManyLogitRows { seq, rows, tokens } => {
+                write!(f, "sequence {seq} asks for {rows} logits rows of its {tokens} tokens")
             }
         }
     }
@@ -95,6 +113,9 @@ pub fn validate_batch(
             return Err(BatchError::Empty);
         }
         total += s.tokens.len();
+        if s.logit_rows > s.tokens.len() {
+            return Err(BatchError::TooManyLogitRows { seq: i, rows: s.logit_rows, tokens: s.tokens.len() });
+        }
         if s.end_pos() > context {
             return Err(BatchError::BeyondContext { seq: i, end_pos: s.end_pos(), context });
         }
@@ -162,7 +183,7 @@ mod tests {
     use super::*;
 
     fn chunk<'a>(tokens: &'a [TokenId], start_pos: usize, window_table: &'a [u32]) -> SeqChunk<'a> {
-        SeqChunk { tokens, start_pos, block_table: &[], window_table, want_logits: false }
+        SeqChunk { tokens, start_pos, block_table: &[], window_table, logit_rows: 0 }
     }
 
     #[test]

@@ -126,12 +126,13 @@ pub trait LlamaBackend {
     fn attention(&mut self, layer: usize);
     /// `Gate = act(Gate) ⊙ Up`, `act` the config's `ffn_activation`.
     fn gated_activation(&mut self);
-    /// Ends the step: final norm of `X` and the output projection for each sequence that wants logits, in
-    /// batch order, into `out` (`[S, vocab]`).
+    /// Ends the step: final norm of `X` and the output projection for each row that wants logits
+    /// (`SeqChunk::logit_rows`), in batch order, into `out` (`[rows, vocab]`).
     fn logits(&mut self, out: &mut [f32]) -> Result<(), Self::Error>;
 }
 
-/// Runs one forward step of `batch`, writing one row of logits per sequence with `want_logits` into `logits`.
+/// Runs one forward step of `batch`, writing the logits rows its chunks ask for (`SeqChunk::logit_rows`, in batch
+/// order) into `logits`.
 pub fn forward<B: LlamaBackend>(
     config: &LlamaConfig,
     backend: &mut B,
