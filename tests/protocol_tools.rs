@@ -1,12 +1,17 @@
 //! Tools on the real model, through the OpenAI layer: a forced call (`tool_choice: "required"` or a named
 //! function) is always a valid call of the tools' schemas, whole and streamed; a call cut short is text; `"auto"`
-//! is refused by name; a conversation that carries earlier calls and their results renders.
+//! is a message or a valid call, in ember's format (SmolLM2's template has none) and in Hermes' (a fixture
+//! template on the same model), and refused for a template whose format ember cannot read; a conversation that
+//! carries earlier calls and their results renders.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use ember::engine::{Engine, EngineConfig};
+use ember::engine::{Engine, EngineConfig, Logger};
+use ember::model::chat_template::ChatTemplate;
+use ember::model::Model;
 use ember::protocol::{ApiRequest, ChunkPoll};
 use serde_json::{json, Value};
 
@@ -14,14 +19,68 @@ fn engine() -> Engine {
     common::engine(EngineConfig { kv_cache_tokens: 4096, ..Default::default() })
 }
 
+/// The real model with another chat template.
+fn engine_with_template(source: &str) -> Engine {
+    let mut model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
+    model.chat_template = ChatTemplate::new(Some(source), "", "<|im_end|>").unwrap();
+    let config = EngineConfig { kv_cache_tokens: 4096, threads: 2, ..Default::default() };
+    Engine::with_model(config, Arc::new(model), Logger::silent()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// What a stream said: its content, its calls' (id, name, arguments) and its finish reasons.
+struct Streamed {
+    content: String,
+    calls: Vec<(String, String, String)>,
+    reasons: Vec<String>,
+}
+
+fn streamed(e: &Engine, body: &Value) -> Streamed {
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let mut r = ApiRequest::submit(e, &body.to_string(), None).unwrap_or_else(|err| panic!("{body}: {err}"));
+    let mut s = Streamed { content: String::new(), calls: Vec::new(), reasons: Vec::new() };
+    loop {
+        match r.next_chunk_json(Some(Duration::from_secs(600))) {
+            ChunkPoll::Chunk(json) => {
+                let chunk: Value = serde_json::from_str(&json).unwrap();
+                let choice = &chunk["choices"][0];
+                if let Some(reason) = choice["finish_reason"].as_str() {
+                    s.reasons.push(reason.to_owned());
+                }
+                if let Some(text) = choice["delta"]["content"].as_str() {
+                    assert!(s.calls.is_empty() || text.is_empty(), "content after the call: {chunk}");
+                    s.content.push_str(text);
+                }
+                for d in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                    assert_eq!(d["index"], 0);
+                    if let Some(id) = d["id"].as_str() {
+                        assert_eq!(d["function"]["arguments"], "", "the header has no arguments: {chunk}");
+                        s.calls.push((
+                            id.to_owned(),
+                            d["function"]["name"].as_str().unwrap().to_owned(),
+                            String::new(),
+                        ));
+                    } else {
+                        let call = s.calls.last_mut().expect("the header comes first");
+                        call.2.push_str(d["function"]["arguments"].as_str().unwrap());
+                    }
+                }
+            }
+            ChunkPoll::Done => return s,
+            ChunkPoll::TimedOut => panic!("no chunk in 10 minutes"),
+        }
+    }
+}
+
 fn tools() -> Value {
     json!([
         {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
             "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-                "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
+                "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
+                "additionalProperties": false}}},
         {"type": "function", "function": {"name": "get_time", "description": "The time in a time zone",
             "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 24}},
-                "required": ["zone"]}}}
+                "required": ["zone"], "additionalProperties": false}}}
     ])
 }
 
@@ -108,25 +167,94 @@ fn a_forced_call_is_a_valid_call_whole_and_streamed() {
 }
 
 #[test]
-fn a_call_cut_short_is_text_and_auto_is_refused() {
+fn a_call_cut_short_is_text_and_none_is_a_message() {
     let e = engine();
     let v = whole(&e, &body(json!("required"), json!({"max_tokens": 4})));
     let c = &v["choices"][0];
     assert_eq!(c["finish_reason"], "length", "{v}");
     assert!(c["message"].get("tool_calls").is_none() && c["message"]["content"].is_string(), "{v}");
-    for (choice, param) in [(json!("auto"), "tool_choice"), (Value::Null, "tools")] {
-        let mut b = body(choice, json!({}));
-        if b["tool_choice"].is_null() {
-            b.as_object_mut().unwrap().remove("tool_choice");
-        }
-        let err = ApiRequest::submit(&e, &b.to_string(), None).unwrap_err();
-        assert_eq!(err.param.as_deref(), Some(param), "{}", err.message);
-        assert!(err.message.contains("\"required\""), "{}", err.message);
-    }
     let none = whole(&e, &body(json!("none"), json!({"max_tokens": 8})));
     assert!(
         none["choices"][0]["message"]["content"].is_string() && none["choices"][0]["finish_reason"] != "tool_calls"
     );
+}
+
+/// An `"auto"` response, whole and streamed (the same greedy generation): either one valid call, with what the
+/// model wrote before it as content, or a message; the stream says the same thing. Returns the whole message.
+fn check_auto(e: &Engine, body: &Value) -> Value {
+    let v = whole(e, body);
+    let (c, s) = (&v["choices"][0], streamed(e, body));
+    let message = &c["message"];
+    assert_eq!(s.reasons, [c["finish_reason"].as_str().unwrap()], "{v}");
+    assert_eq!(s.content, message["content"].as_str().unwrap_or_default(), "{v}");
+    match message["tool_calls"].as_array() {
+        Some(calls) => {
+            assert_eq!((calls.len(), c["finish_reason"].as_str()), (1, Some("tool_calls")), "{v}");
+            let (name, _) = check_call(&calls[0]);
+            let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
+            assert_eq!(s.calls.len(), 1, "one streamed call");
+            assert!(s.calls[0].0.starts_with("call_"));
+            assert_eq!((s.calls[0].1.as_str(), s.calls[0].2.as_str()), (name.as_str(), arguments), "{v}");
+        }
+        None => {
+            assert!(message["content"].is_string() && c["finish_reason"] != "tool_calls", "{v}");
+            assert!(s.calls.is_empty(), "no streamed call for a message: {v}");
+        }
+    }
+    message.clone()
+}
+
+/// A body without `tool_choice` ("auto", OpenAI's default with tools), with this `logit_bias`.
+fn auto_body(logit_bias: Value) -> Value {
+    // Room for a call whose strings the bias fills up to their maxLength.
+    let mut b = body(Value::Null, json!({"logit_bias": logit_bias, "max_tokens": 128}));
+    b.as_object_mut().unwrap().remove("tool_choice");
+    b
+}
+
+/// Token ids of the real vocabulary, for `logit_bias` keys.
+fn ids(pieces: &[&str]) -> Value {
+    let t = &common::model().tokenizer;
+    pieces.iter().map(|p| (t.token_to_id(p).unwrap_or_else(|| panic!("{p}")).to_string(), json!(100))).collect()
+}
+
+#[test]
+fn auto_in_embers_format_is_a_message_or_a_valid_call() {
+    let e = engine();
+    // The model decides: SmolLM2 answers this in prose, but either way the response must be well formed.
+    check_auto(&e, &auto_body(json!({})));
+    // Its first token made `{` (the bias): the grammar then makes the reply one valid call.
+    let message = check_auto(&e, &auto_body(ids(&["{", "{\""])));
+    assert!(message["tool_calls"].is_array() && message["content"].is_null(), "{message}");
+    // The same call cut short is a message, whole and streamed.
+    let mut short = auto_body(ids(&["{", "{\""]));
+    short["max_tokens"] = json!(6);
+    let message = check_auto(&e, &short);
+    assert!(message["content"].as_str().is_some_and(|t| t.starts_with('{')), "{message}");
+    // A message streams as content (the first token cannot begin a call).
+    let message = check_auto(&e, &auto_body(ids(&["The"])));
+    assert!(message["content"].as_str().is_some_and(|t| t.starts_with("The")), "{message}");
+}
+
+#[test]
+fn auto_in_hermes_format_is_a_message_or_a_tagged_valid_call() {
+    let e = engine_with_template(include_str!("fixtures/hermes_template.jinja"));
+    check_auto(&e, &auto_body(json!({})));
+    // The bias makes the tag likely (it is in the prompt, and each of its tokens is pushed up); once written,
+    // the grammar makes what follows one valid call, and the tags are not part of it.
+    let message = check_auto(&e, &auto_body(ids(&["<", "tool", "_", "call", ">"])));
+    assert!(message["tool_calls"].is_array(), "{message}");
+    // A template that formats tools in a way ember cannot read back: "auto" is refused by name, a forced call is
+    // still one.
+    let other = engine_with_template("{{ tools | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}");
+    let err = ApiRequest::submit(&other, &auto_body(json!({})).to_string(), None).unwrap_err();
+    assert_eq!(err.param.as_deref(), Some("tools"), "{}", err.message);
+    let mut explicit = auto_body(json!({}));
+    explicit["tool_choice"] = json!("auto");
+    let err = ApiRequest::submit(&other, &explicit.to_string(), None).unwrap_err();
+    assert_eq!(err.param.as_deref(), Some("tool_choice"), "{}", err.message);
+    let forced = whole(&other, &body(json!("required"), json!({})));
+    assert_eq!(forced["choices"][0]["finish_reason"], "tool_calls", "{forced}");
 }
 
 #[test]

@@ -79,6 +79,8 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     is_fallback: bool,
+    /// The Jinja text, kept for [`ChatTemplate::source`] (minijinja lends it only for as long as a `Template`).
+    source: String,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -115,8 +117,8 @@ impl ChatTemplate {
         });
         let is_fallback = source.is_none();
         let source = source.unwrap_or(CHATML_TEMPLATE).to_owned();
-        env.add_template_owned(TEMPLATE_NAME, source).map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback })
+        env.add_template_owned(TEMPLATE_NAME, source.clone()).map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback, source })
     }
 
     /// The template of a GGUF model (`tokenizer.chat_template`, ChatML when absent), with the texts of its
@@ -160,6 +162,12 @@ impl ChatTemplate {
             eos_token: &self.eos_token,
         };
         template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)))
+    }
+
+    /// The template's Jinja source (ChatML's for the fallback), for what only its text says: which tool-call
+    /// format it teaches the model (`protocol/tool_format.rs`).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Whether the template reads a `tools` variable: it has a format of its own for tool definitions (and
@@ -206,6 +214,7 @@ mod tests {
                    {{ m.tool_calls[0].function.name }}{% endif %};{% endfor %}";
         let t = ChatTemplate::new(Some(src), "", "").unwrap();
         assert!(t.supports_tools());
+        assert_eq!((t.source(), plain.source()), (src, CHATML_TEMPLATE));
         let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather"}}]);
         let call = serde_json::json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
         let messages = [user("hi"), ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") }];

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
@@ -10,7 +11,7 @@ use super::prompt_logprobs::PromptScores;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
-use super::tools::{call_id, CallShape};
+use super::tools::call_id;
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 use crate::model::TokenId;
 
@@ -33,8 +34,8 @@ pub struct ApiRequest {
     logprobs: Option<SharedPieces>,
     /// With `echo`: each choice's prompt text (empty otherwise).
     echo: Vec<String>,
-    /// When `tool_choice` forces a call: its shape, and each choice's call id.
-    calls: Option<(CallShape, Vec<String>)>,
+    /// With tools: how outputs are read as calls, and each choice's call id.
+    calls: Option<(CallReader, Vec<String>)>,
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`), and their token names.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
 }
@@ -55,6 +56,12 @@ impl ApiRequest {
             prompts.iter().flat_map(|p| std::iter::repeat_n(p.first().copied().unwrap_or(0), request.n)).collect();
         let scores =
             PromptScores::new(request.prompt_logprobs, request.logprobs.filter(|_| request.echo), first_tokens);
+        // The tools' constraint depends on the model's tool-call format, known only here.
+        let reader = request.tools.as_ref().map(|t| t.reader(&model.chat_template)).transpose()?;
+        let guided = match (&request.tools, &reader) {
+            (Some(tools), Some(reader)) => Some(tools.constraint(reader)),
+            _ => request.guided,
+        };
         let submit = SubmitRequest {
             prompts,
             sampling: request.sampling,
@@ -69,7 +76,7 @@ impl ApiRequest {
             logprobs: request.logprobs,
             prompt_logprobs,
             min_tokens: request.min_tokens,
-            guided: request.guided,
+            guided,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();
@@ -85,10 +92,10 @@ impl ApiRequest {
             echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
         let mut chunks =
             ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone(), echo.clone());
-        let calls: Option<(CallShape, Vec<String>)> =
-            request.tools.map(|t| (t.shape, (0..handle.num_choices()).map(|i| call_id(i as u64)).collect()));
-        if let Some((shape, ids)) = &calls {
-            chunks = chunks.with_calls(shape, ids);
+        let calls: Option<(CallReader, Vec<String>)> =
+            reader.map(|r| (r, (0..handle.num_choices()).map(|i| call_id(i as u64)).collect()));
+        if let Some((reader, ids)) = &calls {
+            chunks = chunks.with_calls(reader, ids);
         }
         let prompt_scores = scores.map(|s| (s, SharedPieces(engine.shared_model())));
         if let Some((scores, pieces)) = &prompt_scores {
@@ -135,7 +142,7 @@ impl ApiRequest {
         let extras = ChoiceExtras {
             logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()),
             echo: &self.echo,
-            calls: self.calls.as_ref().map(|(shape, ids)| (shape, ids.as_slice())),
+            calls: self.calls.as_ref().map(|(reader, ids)| (reader, ids.as_slice())),
             prompt_scores: self.prompt_scores.as_ref().map(|(scores, pieces)| (scores, pieces.0.as_ref())),
         };
         self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))

@@ -3,6 +3,9 @@
 //! and out, no I/O, no HTTP. See `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
 
 mod api_request;
+mod auto_call;
+mod auto_stream;
+mod call_reader;
 mod error;
 mod fields;
 mod guided;
@@ -17,6 +20,7 @@ mod response;
 mod stream;
 #[cfg(test)]
 mod test_support;
+mod tool_format;
 mod tools;
 
 pub use api_request::ApiRequest;

@@ -72,10 +72,11 @@ pub(crate) struct ParsedRequest {
     pub min_tokens: usize,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
-    /// Structured outputs (`response_format`, vLLM's `guided_*`, or a forced tool call), compiled by the engine
-    /// at submit.
+    /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit. A request
+    /// with `tools` has none: its constraint is the tools' (`ToolsRequest::constraint`, once the model's
+    /// tool-call format is known).
     pub guided: Option<GuidedRequest>,
-    /// `tools` with a `tool_choice` that forces a call (chat only).
+    /// `tools` with a `tool_choice` other than `"none"` (chat only).
     pub tools: Option<ToolsRequest>,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
@@ -260,8 +261,8 @@ fn parse_stop(o: &Object) -> Result<Vec<String>, ApiError> {
     }
 }
 
-/// `tools` and `tool_choice` (chat only), and the structured-output fields: a forced call is a constraint of its
-/// own, so it cannot be combined with another.
+/// `tools` and `tool_choice` (chat only), and the structured-output fields: tools are a constraint of their own
+/// (a forced call, or `"auto"`'s lazy grammar), so they cannot be combined with another.
 fn parse_tools_and_guided(
     o: &Object,
     kind: ApiKind,
@@ -279,17 +280,20 @@ fn parse_tools_and_guided(
         let field = other.field.split('.').next().unwrap_or(other.field);
         return Err(ApiError::invalid(
             field,
-            format!("{field} cannot constrain a request whose tool_choice already forces a tool call"),
+            format!(
+                "{field} cannot constrain a request with tools: their calls are constrained already (with \
+                 tool_choice \"auto\", the default, too); set tool_choice to \"none\" to use {field}"
+            ),
         ));
     }
     if stream && get(o, "logprobs").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::invalid(
             "logprobs",
-            "logprobs in a streamed tool call are not supported by ember (they are in a whole response)",
+            "logprobs in a stream with tools are not supported by ember (they are in a whole response): a streamed \
+             call's deltas carry no tokens",
         ));
     }
-    let constraint = tools.constraint();
-    Ok((Some(tools), Some(constraint)))
+    Ok((Some(tools), None))
 }
 
 /// `best_of`: OpenAI generates that many candidates and returns the `n` most likely. ember does not rank
@@ -421,10 +425,20 @@ mod tests {
         let bad_tool = chat(r#", "tools": [{"type": "function"}], "tool_choice": "required""#).unwrap_err();
         assert_eq!(bad_tool.param.as_deref(), Some("tools[0].function"), "a malformed tool is refused by path");
         let forced = chat(r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required""#);
-        assert!(forced.as_ref().is_ok_and(|r| r.tools.is_some() && r.guided.is_some()), "{forced:?}");
+        assert!(forced.as_ref().is_ok_and(|r| r.tools.is_some() && r.guided.is_none()), "{forced:?}");
         let both = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
             "response_format": {"type": "json_object"}"#;
         assert_eq!(param(both), "response_format", "one constraint per request");
+        let auto = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "guided_regex": "a""#;
+        assert_eq!(param(auto), "guided_regex", "\"auto\" (the default) constrains as well");
+        let auto = chat(r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto""#);
+        assert!(auto.as_ref().is_ok_and(|r| r.tools.is_some()), "{auto:?}");
+        let none = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
+            "guided_regex": "a""#;
+        assert!(chat(none).is_ok_and(|r| r.tools.is_none() && r.guided.is_some()), "no call, one constraint");
+        let streamed_auto = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "stream": true,
+            "logprobs": true"#;
+        assert_eq!(param(streamed_auto), "logprobs");
         let streamed = r#", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
             "stream": true, "logprobs": true"#;
         assert_eq!(param(streamed), "logprobs");

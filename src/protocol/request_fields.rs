@@ -1,7 +1,8 @@
 //! Every request field ember knows, and the check that refuses the others: a field is either implemented, or
 //! accepted without effect (listed), or refused with an error naming it, never silently ignored. A client that
 //! sends `response_format` believes it gets JSON; if ember cannot give it, the client must hear so. (The values
-//! an implemented field cannot take are its parser's to refuse, also by name: `tool_choice: "auto"`, say.)
+//! an implemented field cannot take are its parser's to refuse, also by name: `tool_choice: "auto"` for a chat
+//! template whose tool-call format ember cannot read, say.)
 //!
 //! `docs/protocol.md` has the same list as a table; change both together.
 

@@ -7,13 +7,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, prepend_echoed, LogprobsJson, TextOffsets, TokenPieces};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
 use super::request::ApiKind;
-use super::tools::{parse_call, CallShape, TOOL_CALLS_FINISH_REASON};
+use super::tools::TOOL_CALLS_FINISH_REASON;
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
 /// What every body and chunk of one request repeats: `id`, `created`, `model`.
@@ -115,7 +116,7 @@ enum ChoiceOutputJson<'a> {
 #[derive(Serialize)]
 struct AssistantMessage<'a> {
     role: &'static str,
-    /// `null` when the message is a tool call.
+    /// `null` when the message is a tool call with no text before it.
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolCallJson<'a>; 1]>,
@@ -137,13 +138,13 @@ struct FunctionCallJson {
 }
 
 /// What a request asked to add to its choices: log probabilities (named by these pieces), with `echo` each
-/// choice's prompt before its text (empty: no echo), a forced tool call's shape with each choice's call id, and
-/// its prompts' scores (`prompt_logprobs`, `echo` with `logprobs`).
+/// choice's prompt before its text (empty: no echo), with tools how calls are read with each choice's call id,
+/// and its prompts' scores (`prompt_logprobs`, `echo` with `logprobs`).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ChoiceExtras<'a> {
     pub logprobs: Option<&'a dyn TokenPieces>,
     pub echo: &'a [String],
-    pub calls: Option<(&'a CallShape, &'a [String])>,
+    pub calls: Option<(&'a CallReader, &'a [String])>,
     pub prompt_scores: Option<(&'a PromptScores, &'a dyn TokenPieces)>,
 }
 
@@ -162,16 +163,16 @@ pub(crate) fn response_body(
     let logprobs = extras.logprobs;
     let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
     let choices = outputs.iter().enumerate().map(|(index, c)| {
-        // A forced call that completed (a choice cut short by max_tokens keeps its text and its reason).
+        // A call that completed (a choice cut short by max_tokens keeps its text and its reason).
         let call = extras
             .calls
             .filter(|_| c.finish_reason == Some(FinishReason::Stop))
-            .and_then(|(shape, ids)| Some((&ids[index], parse_call(shape, &c.text)?)));
+            .and_then(|(reader, ids)| Some((&ids[index], reader.read(&c.text)?)));
         let (output, finish_reason) = match (kind, call) {
-            (ApiKind::Chat, Some((id, (name, arguments)))) => {
-                let function = FunctionCallJson { name, arguments };
+            (ApiKind::Chat, Some((id, call))) => {
+                let function = FunctionCallJson { name: call.name, arguments: call.arguments };
                 let tool_calls = Some([ToolCallJson { id, kind: "function", function }]);
-                let message = AssistantMessage { role: "assistant", content: None, tool_calls };
+                let message = AssistantMessage { role: "assistant", content: call.content, tool_calls };
                 (ChoiceOutputJson::Message(message), Some(TOOL_CALLS_FINISH_REASON))
             }
             (ApiKind::Chat, _) => {
@@ -311,5 +312,33 @@ mod tests {
         assert_ne!(a.id, b.id);
         assert!(ResponseHeader::new(ApiKind::Completion, "m".into(), 1).id.starts_with("cmpl-"));
         assert!(a.created > 1_600_000_000);
+    }
+
+    /// `"auto"` (Hermes): the text before the call is the message's content; a message without a call, or a
+    /// call cut short, is an ordinary message.
+    #[test]
+    fn an_auto_call_keeps_the_text_before_it() {
+        use crate::protocol::auto_call::{AutoCalls, AutoFormat};
+        let reader = CallReader::Auto(AutoCalls { format: AutoFormat::Hermes, names: vec!["f".into()] });
+        let ids = ["call_1".to_owned()];
+        let run = |text: &str, reason: FinishReason| {
+            let r = FakeRequest::new(1, 7);
+            r.token(0, text, 2.0);
+            r.finish(0, reason);
+            let extras = ChoiceExtras { calls: Some((&reader, &ids)), ..ChoiceExtras::default() };
+            let gate = MetricsGate::new(false, false, false);
+            let b: Value =
+                serde_json::from_str(&response_body(ApiKind::Chat, &header(), gate, &r.handle, extras)).unwrap();
+            (b["choices"][0]["message"].clone(), b["choices"][0]["finish_reason"].clone())
+        };
+        let call = "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        let tool_calls =
+            json!([{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]);
+        let message = json!({"role": "assistant", "content": "Let me look.", "tool_calls": tool_calls});
+        assert_eq!(run(call, FinishReason::Stop), (message, json!("tool_calls")));
+        let message = json!({"role": "assistant", "content": call});
+        assert_eq!(run(call, FinishReason::Length), (message, json!("length")), "cut short: max_tokens, not a call");
+        let message = json!({"role": "assistant", "content": "Hello."});
+        assert_eq!(run("Hello.", FinishReason::Stop), (message, json!("stop")));
     }
 }

@@ -12,6 +12,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::auto_stream::AutoDelta;
+use super::call_reader::{CallReader, ChoiceCallStream};
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
@@ -19,7 +21,7 @@ use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
-use super::tools::{CallDelta, CallShape, CallStream, TOOL_CALLS_FINISH_REASON};
+use super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{FinishReason, RequestEvent, RequestHandle};
 
 /// The answer to "what is the next chunk?".
@@ -53,8 +55,8 @@ pub(crate) struct ChunkEncoder {
     logprobs: Option<(SharedPieces, Vec<TextOffsets>)>,
     /// Per choice, with `echo`: its prompt, until the choice's first chunk carries it.
     echo: Vec<Option<String>>,
-    /// Per choice, when the request forces a tool call: its text becomes `tool_calls` deltas (empty otherwise).
-    calls: Vec<CallStream>,
+    /// Per choice, with tools: its text becomes content or `tool_calls` deltas (empty otherwise).
+    calls: Vec<ChoiceCallStream>,
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`): each choice's first chunk
     /// carries its prompt's scores.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
@@ -191,16 +193,21 @@ impl ChunkEncoder {
         self
     }
 
-    /// Every choice's output is a tool call of `shape` (`tool_choice` forces one), with these ids, one per choice.
-    pub fn with_calls(mut self, shape: &CallShape, ids: &[String]) -> Self {
-        self.calls = ids.iter().map(|id| CallStream::new(shape.clone(), id.clone())).collect();
+    /// Every choice's output is read as a tool call by `reader`, with these ids, one per choice.
+    pub fn with_calls(mut self, reader: &CallReader, ids: &[String]) -> Self {
+        self.calls = ids.iter().map(|id| reader.stream(id.clone())).collect();
         self
     }
 
-    fn emit_calls(&mut self, header: &ResponseHeader, choice: usize, deltas: Vec<CallDelta>) {
+    fn emit_calls(&mut self, header: &ResponseHeader, choice: usize, deltas: Vec<AutoDelta>) {
         for d in &deltas {
-            let piece = Piece::Delta(Delta { role: None, content: None, tool_calls: Some([ToolCallDelta::of(d)]) });
-            self.emit(header, choice, piece, None, Slot::Absent, None);
+            let delta = match d {
+                AutoDelta::Content(text) => Delta::content(Some(text)),
+                AutoDelta::Call(call) => {
+                    Delta { role: None, content: None, tool_calls: Some([ToolCallDelta::of(call)]) }
+                }
+            };
+            self.emit(header, choice, Piece::Delta(delta), None, Slot::Absent, None);
         }
     }
 
@@ -555,5 +562,43 @@ mod tests {
         assert!(done);
         assert_eq!(chunks.len(), 1, "{chunks:?}");
         assert_eq!(chunks[0]["error"]["message"], json!("forward pass failed: boom"));
+    }
+
+    /// An `"auto"` choice (ember's format): a message streams as content, a call as tool-call deltas, and text
+    /// held back while it could have become a call is flushed before the finish chunk.
+    #[test]
+    fn an_auto_stream_sends_content_or_a_call() {
+        use crate::protocol::auto_call::{AutoCalls, AutoFormat};
+        let reader = CallReader::Auto(AutoCalls { format: AutoFormat::Ember, names: vec!["f".into()] });
+        let run = |pieces: &[&str], reason: FinishReason| {
+            let r = FakeRequest::new(1, 10);
+            let mut e = encoder(ApiKind::Chat, 1, false, (false, false, false)).with_calls(&reader, &["call_1".into()]);
+            // Drained after each piece: the handle's queue would join pieces that wait together.
+            let mut chunks = Vec::new();
+            for p in pieces {
+                r.token(0, p, 2.0);
+                chunks.extend(r.drain(&mut e, &header()).0);
+            }
+            r.finish(0, reason);
+            let (last, done) = r.drain(&mut e, &header());
+            assert!(done);
+            chunks.extend(last);
+            let choices = choices(&chunks, "chat.completion.chunk");
+            choices[1..].iter().map(|c| (c["delta"].clone(), c["finish_reason"].clone())).collect::<Vec<_>>()
+        };
+        let content = |text: &str| (json!({"content": text}), Value::Null);
+        let finish = |reason: &str| (json!({}), json!(reason));
+        assert_eq!(run(&[" ", "Hi", "!"], FinishReason::Stop), [content(" Hi"), content("!"), finish("stop")]);
+        assert_eq!(run(&["\n", " "], FinishReason::Length), [content("\n "), finish("length")], "flushed");
+        let header = json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "f", "arguments": ""}}]});
+        let args = |a: &str| (json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}), Value::Null);
+        assert_eq!(
+            run(&["{\"name\": \"f\", ", "\"arguments\": {\"a\"", ": 1}}"], FinishReason::Stop),
+            [(header, Value::Null), args("{\"a"), args("\": 1}"), finish("tool_calls")],
+            "the last character waits: it could be the call's closing brace"
+        );
+        // Cut short before the name: nothing was announced, so the text comes as content.
+        assert_eq!(run(&["{\"na"], FinishReason::Length), [content("{\"na"), finish("length")]);
     }
 }

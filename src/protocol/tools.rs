@@ -1,27 +1,35 @@
 //! Tools: `tools` and `tool_choice` in, `message.tool_calls` out.
 //!
-//! ember makes a tool call certain rather than hoped for. With `tool_choice: "required"` or a named function the
-//! output is constrained (structured outputs, `engine/guided`) to one valid call: the named function's
-//! `parameters` schema, or `{"name": …, "arguments": …}` over the tools' names and schemas. The text is then
-//! returned as `tool_calls` with `finish_reason: "tool_calls"`. The model sees the tools through its chat
-//! template's `tools` variable when the template has one; otherwise ember puts them in a system message of its
-//! own ([`ToolsRequest::instruction`]), since a constrained call the model was never told about would be a guess.
+//! ember makes a tool call valid rather than hoped for: every call it returns was generated under a constraint
+//! (structured outputs, `engine/guided`) over the tools' names and `parameters` schemas.
 //!
-//! `tool_choice: "auto"` leaves the decision to the model, which only a template with a tool-call format can
-//! express and only that format's parser can read back. ember has no such parser yet, so `"auto"` is refused
-//! with an error naming `tool_choice` (it is OpenAI's default when tools are given) rather than returning a call
-//! as text. `"none"` generates a message, and the tools are not shown to the model. One call per choice:
-//! `parallel_tool_calls` has no effect.
+//! - `tool_choice: "required"` or a named function: the output is one call, constrained to the named
+//!   function's `parameters` schema, or to `{"name": …, "arguments": …}` over the tools.
+//! - `"auto"` (OpenAI's default when tools are given): the model decides between a message and a call, in the
+//!   tool-call format of its chat template (`tool_format.rs`): Hermes' `<tool_call>` tags, or, for a template
+//!   without a tool format, ember's own (a reply that is exactly one `{"name": …, "arguments": …}` object).
+//!   A lazy grammar leaves text free and makes a begun call a valid one (`auto_call.rs`); the call is read back
+//!   from the output (`call_reader.rs`), and streamed once it is certain (`auto_stream.rs`). A template that
+//!   formats tools in another way is refused for `"auto"`, naming `tool_choice` (or `tools`).
+//! - `"none"`: a message; the tools are not shown to the model.
+//!
+//! A complete call is returned as `tool_calls` with `finish_reason: "tool_calls"`. The model sees the tools
+//! through its chat template's `tools` variable when the template has one; otherwise ember puts them in a
+//! system message of its own ([`ToolsRequest::with_instruction`]), since a call the model was never told about
+//! would be a guess. One call per choice: `parallel_tool_calls` has no effect.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use serde_json::{json, Value};
 
+use super::auto_call::{AutoCalls, AutoFormat};
+use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, get, type_error, Object};
+use super::tool_format::tool_format;
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
-use crate::model::chat_template::ChatMessage;
+use crate::model::chat_template::{ChatMessage, ChatTemplate};
 
 /// The `finish_reason` of a choice whose output is a complete call.
 pub(crate) const TOOL_CALLS_FINISH_REASON: &str = "tool_calls";
@@ -43,13 +51,22 @@ pub(crate) enum CallShape {
     NameAndArguments,
 }
 
-/// A request's tools and the call they force.
+/// Whether the output must be a call.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ToolChoice {
+    /// `"auto"`: the model decides. `explicit`: `tool_choice` said so (else it is the default of `tools`).
+    Auto { explicit: bool },
+    /// `"required"` or a named function: a call of this shape.
+    Forced(CallShape),
+}
+
+/// A request's tools and what it asks of them.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ToolsRequest {
     pub tools: Vec<Tool>,
     /// `tools` as sent, for the chat template.
     pub tools_json: Value,
-    pub shape: CallShape,
+    pub choice: ToolChoice,
 }
 
 /// OpenAI's rule for function names: `^[a-zA-Z0-9_-]{1,64}$`. It also keeps them free of JSON escapes, which the
@@ -58,7 +75,7 @@ fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// Reads `tools` and `tool_choice`. `None`: no call is forced (no tools, or `tool_choice: "none"`).
+/// Reads `tools` and `tool_choice`. `None`: no call can be made (no tools, or `tool_choice: "none"`).
 pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> {
     let tools = match get(o, "tools") {
         None => Vec::new(),
@@ -72,12 +89,12 @@ pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> 
             Some(_) => Err(ApiError::invalid("tool_choice", "tool_choice needs tools")),
         };
     }
-    let shape = match choice {
-        None => return Err(auto_refused("tools")),
+    let choice = match choice {
+        None => ToolChoice::Auto { explicit: false },
         Some(Value::String(s)) => match s.as_str() {
             "none" => return Ok(None),
-            "auto" => return Err(auto_refused("tool_choice")),
-            "required" => CallShape::NameAndArguments,
+            "auto" => ToolChoice::Auto { explicit: true },
+            "required" => ToolChoice::Forced(CallShape::NameAndArguments),
             other => {
                 return Err(ApiError::invalid(
                     "tool_choice",
@@ -85,7 +102,7 @@ pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> 
                 ))
             }
         },
-        Some(v @ Value::Object(_)) => CallShape::Arguments { name: named_choice(v, &tools)? },
+        Some(v @ Value::Object(_)) => ToolChoice::Forced(CallShape::Arguments { name: named_choice(v, &tools)? }),
         Some(other) => return Err(type_error("tool_choice", "a string or an object", other)),
     };
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -93,16 +110,7 @@ pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> 
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(ApiError::invalid("tools", format!("two tools are named \"{}\"", w[0])));
     }
-    Ok(Some(ToolsRequest { tools, tools_json: get(o, "tools").cloned().unwrap_or(Value::Null), shape }))
-}
-
-fn auto_refused(param: &str) -> ApiError {
-    ApiError::invalid(
-        param,
-        "tool_choice \"auto\" (the default with tools) is not supported by ember: it cannot yet read a model's own \
-         tool-call format back; set tool_choice to \"required\" or to a function (ember then constrains the \
-         output to a valid call), or to \"none\"",
-    )
+    Ok(Some(ToolsRequest { tools, tools_json: get(o, "tools").cloned().unwrap_or(Value::Null), choice }))
 }
 
 /// `tools[index]`: `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
@@ -155,22 +163,47 @@ fn named_choice(v: &Value, tools: &[Tool]) -> Result<String, ApiError> {
 }
 
 impl ToolsRequest {
-    /// The constraint that makes the output one valid call.
-    pub fn constraint(&self) -> GuidedRequest {
-        let schema = match &self.shape {
-            CallShape::Arguments { name } => {
+    /// How the outputs are read back as calls, for a model with `template`: `"auto"` needs a tool-call format
+    /// ember can read (`tool_format.rs`), and is refused naming `tool_choice` (or `tools`, whose default it is)
+    /// for any other.
+    pub fn reader(&self, template: &ChatTemplate) -> Result<CallReader, ApiError> {
+        match &self.choice {
+            ToolChoice::Forced(shape) => Ok(CallReader::Forced(shape.clone())),
+            ToolChoice::Auto { explicit } => match AutoFormat::of(tool_format(template)) {
+                Some(format) => Ok(CallReader::Auto(AutoCalls::new(format, &self.tools))),
+                None => Err(ApiError::invalid(
+                    if *explicit { "tool_choice" } else { "tools" },
+                    "tool_choice \"auto\" (the default with tools) is not supported for this model: its chat \
+                     template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call> and \
+                     its own for templates without one); set tool_choice to \"required\" or to a function \
+                     (ember then constrains the output to a valid call), or to \"none\"",
+                )),
+            },
+        }
+    }
+
+    /// The constraint on the output: one valid call (forced), or free text or one valid call (`"auto"`).
+    pub fn constraint(&self, reader: &CallReader) -> GuidedRequest {
+        let schema = match reader {
+            CallReader::Forced(CallShape::Arguments { name }) => {
                 self.tools.iter().find(|t| &t.name == name).map(|t| t.parameters.clone()).unwrap_or(json!({}))
             }
-            // `name` before `arguments`, which the schema's property order makes the output's (serde_json keeps
-            // insertion order here: the `preserve_order` feature), so that a stream knows the function first.
-            CallShape::NameAndArguments => json!({"anyOf": self.tools.iter().map(|t| json!({
-                "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })).collect::<Vec<_>>()}),
+            CallReader::Forced(CallShape::NameAndArguments) => self.call_schema(),
+            CallReader::Auto(calls) => return calls.constraint(&self.call_schema()),
         };
         GuidedRequest::new(GuidedSpec::JsonSchema(schema), "tools")
+    }
+
+    /// `{"name": NAME, "arguments": ARGS}` for one of the tools. `name` before `arguments`, which the schema's
+    /// property order makes the output's (serde_json keeps insertion order here: the `preserve_order` feature),
+    /// so that a stream knows the function first.
+    fn call_schema(&self) -> Value {
+        json!({"anyOf": self.tools.iter().map(|t| json!({
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": false,
+        })).collect::<Vec<_>>()})
     }
 
     /// For a template without a tool format: the messages with ember's description of the tools in the system
@@ -179,13 +212,17 @@ impl ToolsRequest {
         let tools: Vec<Value> =
             self.tools.iter().map(|t| json!({"name": t.name, "parameters": t.parameters})).collect();
         let listed = serde_json::to_string(&tools).unwrap_or_default();
-        let instruction = match &self.shape {
-            CallShape::Arguments { name } => {
+        let instruction = match &self.choice {
+            ToolChoice::Forced(CallShape::Arguments { name }) => {
                 format!("You call the function \"{name}\". Functions: {listed}\nReply with its arguments as JSON.")
             }
-            CallShape::NameAndArguments => format!(
+            ToolChoice::Forced(CallShape::NameAndArguments) => format!(
                 "You call one of these functions: {listed}\nReply with JSON: {{\"name\": the function, \"arguments\": \
                  its arguments}}."
+            ),
+            ToolChoice::Auto { .. } => format!(
+                "You can call these functions: {listed}\nTo call a function, reply with only a JSON object: \
+                 {{\"name\": the function, \"arguments\": its arguments}}. Otherwise, answer normally."
             ),
         };
         let mut out = messages.to_vec();
@@ -281,6 +318,11 @@ impl CallStream {
         parse_call(&self.shape, &self.text).is_some()
     }
 
+    /// Whether the call's header (its id and name) has been sent.
+    pub fn header_sent(&self) -> bool {
+        self.header_sent
+    }
+
     /// The deltas `piece` of output text releases.
     pub fn push(&mut self, piece: &str) -> Vec<CallDelta> {
         let mut out = Vec::new();
@@ -342,20 +384,23 @@ mod tests {
     }
 
     #[test]
-    fn tool_choice_decides_the_shape_and_auto_is_refused_by_name() {
+    fn tool_choice_decides_what_is_asked() {
         let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
-        assert_eq!(r.shape, CallShape::NameAndArguments);
+        assert_eq!(r.choice, ToolChoice::Forced(CallShape::NameAndArguments));
         assert_eq!(r.tools[1].parameters, json!({"type": "object"}), "no parameters: an object");
         let named = json!({"type": "function", "function": {"name": "now"}});
         let r = parse(json!({"tools": weather(), "tool_choice": named})).unwrap().unwrap();
-        assert_eq!(r.shape, CallShape::Arguments { name: "now".into() });
+        assert_eq!(r.choice, ToolChoice::Forced(CallShape::Arguments { name: "now".into() }));
+        let r = parse(json!({"tools": weather(), "tool_choice": "auto"})).unwrap().unwrap();
+        assert_eq!(r.choice, ToolChoice::Auto { explicit: true });
+        let r = parse(json!({"tools": weather()})).unwrap().unwrap();
+        assert_eq!(r.choice, ToolChoice::Auto { explicit: false }, "OpenAI's default with tools");
         assert_eq!(parse(json!({"tools": weather(), "tool_choice": "none"})).unwrap(), None);
         assert_eq!(parse(json!({"tools": [], "tool_choice": "none"})).unwrap(), None);
         assert_eq!(parse(json!({})).unwrap(), None);
         for (body, param) in [
-            (json!({"tools": weather()}), "tools"),
-            (json!({"tools": weather(), "tool_choice": "auto"}), "tool_choice"),
             (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tool_choice": "auto"}), "tool_choice"),
             (json!({"tools": weather(), "tool_choice": "sometimes"}), "tool_choice"),
             (
                 json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "x"}}}),
@@ -372,7 +417,7 @@ mod tests {
                 "tools[0].function.parameters",
             ),
             (
-                json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}),
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]}),
                 "tools",
             ),
             (json!({"tools": {}, "tool_choice": "required"}), "tools"),
@@ -380,19 +425,41 @@ mod tests {
             let e = parse(body.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
         }
-        assert!(parse(json!({"tools": weather()})).unwrap_err().message.contains("\"required\""));
+    }
+
+    #[test]
+    fn auto_reads_the_templates_format_and_refuses_one_it_cannot_read() {
+        let plain = ChatTemplate::new(None, "", "").unwrap();
+        let hermes = ChatTemplate::new(Some("{{ tools | tojson }} <tool_call></tool_call>"), "", "").unwrap();
+        let other = ChatTemplate::new(Some("{{ tools | tojson }} [TOOL_CALLS]"), "", "").unwrap();
+        let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
+        let names = vec!["get_weather".to_owned(), "now".to_owned()];
+        let reader = auto.reader(&plain).unwrap();
+        assert_eq!(reader, CallReader::Auto(AutoCalls { format: AutoFormat::Ember, names: names.clone() }));
+        assert!(matches!(auto.constraint(&reader).spec, GuidedSpec::Lark(_)));
+        let reader = auto.reader(&hermes).unwrap();
+        assert_eq!(reader, CallReader::Auto(AutoCalls { format: AutoFormat::Hermes, names }));
+        assert_eq!(auto.reader(&other).unwrap_err().param.as_deref(), Some("tools"), "the default names tools");
+        let explicit = parse(json!({"tools": weather(), "tool_choice": "auto"})).unwrap().unwrap();
+        let e = explicit.reader(&other).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice"));
+        assert!(e.message.contains("\"required\""), "{}", e.message);
+        let forced = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
+        assert_eq!(forced.reader(&other).unwrap(), CallReader::Forced(CallShape::NameAndArguments), "any template");
     }
 
     #[test]
     fn the_constraint_puts_the_name_first() {
+        let plain = ChatTemplate::new(None, "", "").unwrap();
+        let constraint = |r: &ToolsRequest| r.constraint(&r.reader(&plain).unwrap());
         let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
-        let GuidedSpec::JsonSchema(schema) = r.constraint().spec else { panic!() };
+        let GuidedSpec::JsonSchema(schema) = constraint(&r).spec else { panic!() };
         let first = &schema["anyOf"][0];
         assert_eq!(first["properties"].as_object().unwrap().keys().collect::<Vec<_>>(), ["name", "arguments"]);
         assert_eq!(first["properties"]["name"], json!({"const": "get_weather"}));
         let named = json!({"type": "function", "function": {"name": "get_weather"}});
         let r = parse(json!({"tools": weather(), "tool_choice": named})).unwrap().unwrap();
-        let GuidedSpec::JsonSchema(schema) = r.constraint().spec else { panic!() };
+        let GuidedSpec::JsonSchema(schema) = constraint(&r).spec else { panic!() };
         assert_eq!(schema["required"], json!(["city"]));
     }
 
@@ -451,6 +518,10 @@ mod tests {
         let m = r.with_instruction(&[ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "hi")]);
         assert_eq!(m.len(), 2);
         assert!(m[0].content.starts_with("Be brief.\n\n"));
+        // "auto" leaves the choice to the model, and says how a call is written.
+        let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
+        let m = auto.with_instruction(&[ChatMessage::new("user", "hi")]);
+        assert!(m[0].content.contains("only a JSON object") && m[0].content.contains("Otherwise, answer normally"));
         assert!(call_id(1).starts_with("call_") && call_id(1).len() == 29 && call_id(1) != call_id(1));
     }
 }

@@ -318,10 +318,11 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(caught.exception.param, "messages")
 
     def test_unimplemented_and_unknown_fields_are_refused_by_name(self):
-        # A client must not believe it got JSON mode, a tool call or best-of sampling that ember did not give.
+        # A client must not believe it got a constraint, a tool call or best-of sampling that ember did not give.
         refused = [
             ({}, {"best_of": 3}),
-            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, {}),
+            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+              "response_format": {"type": "json_object"}}, {}),
             ({}, {"temprature": 0.5}),
         ]
         for fields, extra in refused:
@@ -433,10 +434,51 @@ class GatewayTest(unittest.TestCase):
                 reasons.append(chunk.choices[0].finish_reason)
         self.assertEqual((names, reasons), (["get_weather"], ["tool_calls"]))
         self.assertIsInstance(json.loads(arguments)["city"], str)
-        # "auto", OpenAI's default with tools, needs a tool-call parser ember does not have: refused by name.
-        with self.assertRaises(openai.BadRequestError) as caught:
-            plain.client.chat.completions.create(model=MODEL_ID, messages=messages, tools=tools, max_tokens=4)
-        self.assertEqual(caught.exception.param, "tools")
+
+    def test_auto_tool_choice_is_a_message_or_a_call(self):
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                           "required": ["city"], "additionalProperties": False}}}]
+        messages = chat_messages("What is the weather in Paris?")
+        # No tool_choice: "auto", OpenAI's default with tools. The model decides; unbiased SmolLM2 answers in prose,
+        # and a bias on the tokens "{" and "{\"" (SmolLM2's ids 107 and 39428) makes it begin a call, which the
+        # grammar then makes valid. Either way the response, whole or streamed, must be well formed and agree.
+        for bias in ({}, {"107": 100, "39428": 100}):
+            response = plain.client.chat.completions.create(
+                model=MODEL_ID, messages=messages, tools=tools, max_tokens=64, temperature=0, logit_bias=bias)
+            choice = response.choices[0]
+            stream = plain.client.chat.completions.create(
+                model=MODEL_ID, messages=messages, tools=tools, max_tokens=64, temperature=0, logit_bias=bias,
+                stream=True)
+            content, calls, reasons = "", [], []
+            for chunk in stream:
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                content += delta.content or ""
+                for d in delta.tool_calls or []:
+                    if d.id:
+                        calls.append([d.id, d.function.name, ""])
+                    calls[-1][2] += d.function.arguments or ""
+                if chunk.choices[0].finish_reason:
+                    reasons.append(chunk.choices[0].finish_reason)
+            self.assertEqual(reasons, [choice.finish_reason])
+            if choice.message.tool_calls:
+                self.assertEqual(choice.finish_reason, "tool_calls")
+                self.assertIsNone(choice.message.content)
+                call = choice.message.tool_calls[0]
+                self.assertTrue(call.id.startswith("call_"))
+                self.assertEqual(call.function.name, "get_weather")
+                self.assertIsInstance(json.loads(call.function.arguments)["city"], str)
+                self.assertEqual([c[1:] for c in calls], [[call.function.name, call.function.arguments]])
+                self.assertEqual(content, "")
+            else:
+                self.assertNotEqual(choice.finish_reason, "tool_calls")
+                self.assertIsInstance(choice.message.content, str)
+                self.assertEqual((content, calls), (choice.message.content, []))
+            if bias:
+                self.assertEqual(choice.finish_reason, "tool_calls", "the biased reply is a call")
 
     def test_models_and_health(self):
         self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])

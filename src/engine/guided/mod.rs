@@ -30,5 +30,5 @@ mod vocab;
 pub use compile::{CompiledGrammar, GuidedCompiler};
 pub(crate) use masks::MaskJobs;
 pub use matcher::{Accepted, GuidedMatcher};
-pub use spec::{GuidedRequest, GuidedSpec};
+pub use spec::{json_layout, GuidedRequest, GuidedSpec};
 pub use timing::{MaskTimeSummary, MaskTimes};

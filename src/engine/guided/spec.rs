@@ -36,8 +36,9 @@ impl GuidedRequest {
 
 /// How JSON is written when the schema does not say (its `x-guidance` object can): one fixed layout, the one
 /// Python's `json.dumps` writes. Flexible whitespace would let a small model pad its output with newlines until
-/// `max_tokens` runs out; a fixed layout leaves it only the values to choose.
-fn json_layout() -> Value {
+/// `max_tokens` runs out; a fixed layout leaves it only the values to choose. Public for grammars that embed a
+/// schema (`%json` in Lark), which set it themselves.
+pub fn json_layout() -> Value {
     json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
 }
 

@@ -1,0 +1,66 @@
+//! How a request's outputs are read back as tool calls, whole or streamed: a forced call (`"required"`, a named
+//! function) is the whole output; an `"auto"` one is found in the model's format (`auto_call.rs`).
+
+use super::auto_call::{AutoCalls, ReadCall};
+use super::auto_stream::{AutoDelta, AutoStream};
+use super::tools::{parse_call, CallShape, CallStream};
+
+/// A request's way of reading calls.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum CallReader {
+    Forced(CallShape),
+    Auto(AutoCalls),
+}
+
+impl CallReader {
+    /// A whole output read as a call; `None` when it is not one (a message, or a call cut short).
+    pub fn read<'t>(&self, text: &'t str) -> Option<ReadCall<'t>> {
+        match self {
+            CallReader::Forced(shape) => {
+                parse_call(shape, text).map(|(name, arguments)| ReadCall { content: None, name, arguments })
+            }
+            CallReader::Auto(calls) => calls.read(text),
+        }
+    }
+
+    /// The streaming of one choice whose call will have this id.
+    pub fn stream(&self, id: String) -> ChoiceCallStream {
+        match self {
+            CallReader::Forced(shape) => ChoiceCallStream::Forced(CallStream::new(shape.clone(), id)),
+            CallReader::Auto(calls) => ChoiceCallStream::Auto(AutoStream::new(calls.clone(), id)),
+        }
+    }
+}
+
+/// One choice's text as it streams: all of it a call (forced), or content or a call (`"auto"`).
+#[derive(Clone, Debug)]
+pub(crate) enum ChoiceCallStream {
+    Forced(CallStream),
+    Auto(AutoStream),
+}
+
+impl ChoiceCallStream {
+    /// The deltas `piece` of output text releases.
+    pub fn push(&mut self, piece: &str) -> Vec<AutoDelta> {
+        match self {
+            ChoiceCallStream::Forced(s) => s.push(piece).into_iter().map(AutoDelta::Call).collect(),
+            ChoiceCallStream::Auto(s) => s.push(piece),
+        }
+    }
+
+    /// What is left at the end of the output.
+    pub fn finish(&mut self) -> Vec<AutoDelta> {
+        match self {
+            ChoiceCallStream::Forced(s) => s.finish().into_iter().map(AutoDelta::Call).collect(),
+            ChoiceCallStream::Auto(s) => s.finish(),
+        }
+    }
+
+    /// Whether the text so far is a complete call (the finish chunk then says `"tool_calls"`).
+    pub fn is_complete(&self) -> bool {
+        match self {
+            ChoiceCallStream::Forced(s) => s.is_complete(),
+            ChoiceCallStream::Auto(s) => s.is_complete(),
+        }
+    }
+}
