@@ -34,7 +34,8 @@ rust-test: model
 # The tests whose results depend on numerics, once more on every kernel path this CPU runs besides the default one
 # (which rust-test used): every path computes the same bits (docs/architecture.md, "Numerics"), and this shows it
 # end to end on this machine, so that an AVX-512 machine also tests the AVX2 and scalar paths.
-NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3
+NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3 \
+	--test engine_prompt_logprobs
 EMBER_CLI := $(CARGO) run --release --quiet --bin ember-cli --
 numerics-per-path: model
 	@default="$$($(EMBER_CLI) kernels --default)"; \
