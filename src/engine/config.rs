@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::speculative::SpeculativeConfig;
+
 /// Which backend runs the forward pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,6 +62,8 @@ pub struct EngineConfig {
     /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
     /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
     pub enable_prefix_caching: bool,
+    /// n-gram speculative decoding (`speculative.rs`); `None` (the default): off.
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +82,7 @@ impl Default for EngineConfig {
             force_include_usage: false,
             activation_precision: ActivationPrecision::Q8,
             enable_prefix_caching: true,
+            speculative: None,
         }
     }
 }
@@ -129,6 +134,9 @@ impl EngineConfig {
             if !(lo..=hi).contains(&value) {
                 return err(vec![name], format!("{name} = {value} is not in {lo}..={hi}"));
             }
+        }
+        if let Some(problem) = self.speculative.as_ref().and_then(SpeculativeConfig::problem) {
+            return err(vec!["speculative"], problem);
         }
         if self.threads > 1024 {
             return err(vec!["threads"], format!("threads = {} is not in 0..=1024", self.threads));
@@ -196,6 +204,16 @@ mod tests {
         assert!(EngineConfig::from_json("[1]").is_err());
         let zero = EngineConfig::from_json(r#"{"max_num_batched_tokens": 0}"#).unwrap_err();
         assert_eq!(zero.options, ["max_num_batched_tokens"]);
+    }
+
+    #[test]
+    fn speculation_is_off_by_default_and_checked_when_on() {
+        assert_eq!(EngineConfig::default().speculative, None);
+        let on = r#"{"speculative": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}}"#;
+        let c = EngineConfig::from_json(on).unwrap().speculative.unwrap();
+        assert_eq!((c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max), (4, 2, 3));
+        let bad = r#"{"speculative": {"method": "ngram", "num_speculative_tokens": 99}}"#;
+        assert_eq!(EngineConfig::from_json(bad).unwrap_err().options, ["speculative"]);
     }
 
     #[test]

@@ -179,12 +179,28 @@ impl<'m> EngineCore<'m> {
         self.retire_finished();
     }
 
-    /// The output stage: detokenizes each updated sequence's new tokens and matches its stop strings.
+    /// The output stage: detokenizes each updated sequence's new tokens and matches its stop strings; a
+    /// verified draft's further tokens are appended and matched one at a time, so that a stop inside the run ends
+    /// the sequence exactly where plain decoding would have.
     fn emit_outputs(&mut self, updated: &[SeqId]) {
+        let context = self.scheduler.context();
         for &id in updated {
-            let seq = self.scheduler.sequences_mut().get_mut(&id).expect("updated sequences exist");
-            if let Some(reason) = seq.emit_text(self.tokenizer) {
-                self.scheduler.finish(id, reason);
+            loop {
+                let seq = self.scheduler.sequences_mut().get_mut(&id).expect("updated sequences exist");
+                if let Some(reason) = seq.emit_text(self.tokenizer) {
+                    seq.accepted_pending.clear();
+                    self.scheduler.finish(id, reason);
+                    break;
+                }
+                if seq.finish_reason().is_some() {
+                    break;
+                }
+                match seq.append_accepted(context) {
+                    None => break,
+                    Some(None) => {}
+                    // Its text is released by the next emit_text, which sees the sequence ended.
+                    Some(Some(reason)) => self.scheduler.finish(id, reason),
+                }
             }
         }
     }
@@ -340,7 +356,7 @@ mod tests {
         tokenizer: &'m Tokenizer,
         max_num_seqs: usize,
     ) -> EngineCore<'m> {
-        let limits = SchedulerLimits { max_num_seqs, max_num_batched_tokens: 16 };
+        let limits = SchedulerLimits { max_num_seqs, max_num_batched_tokens: 16, speculative: None };
         let blocks = KvPools::new(PrefixCachingAllocator::new(4, 16, 0, true), None);
         EngineCore::new(Arc::clone(shared), StepRunner::new(forward, 3), tokenizer, clock, limits, blocks, 64)
     }

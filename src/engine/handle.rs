@@ -395,7 +395,11 @@ fn engine_thread(
         StepRunner::new(runner, model.config.vocab_size).with_mask_times(mask_times),
         &model.tokenizer,
         clock,
-        SchedulerLimits { max_num_seqs: config.max_num_seqs, max_num_batched_tokens: max_batch_tokens },
+        SchedulerLimits {
+            max_num_seqs: config.max_num_seqs,
+            max_num_batched_tokens: max_batch_tokens,
+            speculative: config.speculative,
+        },
         blocks,
         model.config.context_length.min(cache.tokens()),
     );

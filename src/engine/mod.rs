@@ -24,6 +24,7 @@ pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculative;
 pub mod stats;
 pub mod step_runner;
 pub mod stop;

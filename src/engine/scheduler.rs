@@ -23,6 +23,7 @@ use super::finish::FinishReason;
 use super::kv_pools::{Grow, KvPools};
 use super::kv_prefix::PrefixCacheStats;
 use super::sequence::{SeqId, SeqStatus, Sequence};
+use super::speculative::{SpeculativeConfig, STEP_DRAFT_BUDGET};
 use super::stats::{EngineClock, StepEvent};
 use super::step_runner::RunnerOutput;
 
@@ -31,6 +32,8 @@ use super::step_runner::RunnerOutput;
 pub struct SchedulerLimits {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
+    /// n-gram speculative decoding, when on (`speculative.rs`).
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 /// A sequence's share of a step: compute its tokens `start..start + n_tokens`.
@@ -45,6 +48,8 @@ pub struct ScheduledChunk {
     /// Whether this is prefill work: a prompt, or a recomputation after preemption (a decode computes just the
     /// token sampled the step before).
     pub prefill: bool,
+    /// Draft tokens after the sequence's last token, to verify (`speculative.rs`; 0 without a draft).
+    pub draft: usize,
 }
 
 /// What the scheduler decided for one step.
@@ -71,6 +76,9 @@ impl SchedulerOutput {
 pub struct SchedulerCounters {
     pub preemptions: u64,
     pub prefix_cache: PrefixCacheStats,
+    /// Draft tokens verified, and those accepted (`speculative.rs`).
+    pub draft_tokens: u64,
+    pub accepted_draft_tokens: u64,
 }
 
 /// The sequences, their queues (waiting: FCFS, preempted sequences at the head; running: in admission order) and
@@ -136,6 +144,11 @@ impl Scheduler {
         self.waiting.len()
     }
 
+    /// The most positions a sequence may have.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
     pub fn is_idle(&self) -> bool {
         self.seqs.is_empty()
     }
@@ -146,6 +159,7 @@ impl Scheduler {
         let mut out = SchedulerOutput::default();
         let mut budget = self.limits.max_num_batched_tokens;
 
+        let mut draft_budget = STEP_DRAFT_BUDGET;
         for decoding in [true, false] {
             let mut i = 0;
             while i < self.running.len() && budget > 0 {
@@ -155,6 +169,15 @@ impl Scheduler {
                     i += 1;
                     continue;
                 }
+                if decoding {
+                    if let Some(n) = self.plan_draft(id, budget, &mut draft_budget) {
+                        out.chunks.push(self.chunk(id, n));
+                        budget -= n;
+                        i += 1;
+                        continue;
+                    }
+                }
+                let seq = &self.seqs[&id];
                 let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
                 if self.reserve(id, n, &mut out) {
                     out.chunks.push(self.chunk(id, n));
@@ -224,12 +247,52 @@ impl Scheduler {
         Some(n)
     }
 
-    /// The chunk of sequence `id` computing its next `n` tokens.
+    /// Plans decoding sequence `id`'s draft (`speculative.rs`): `Some(n)`, the chunk's size (its last token and
+    /// the draft), when speculation is on, the sequence may speculate, something matches and its blocks are
+    /// free (a draft never preempts anyone); `None` for a plain decode. Within `budget` tokens and
+    /// `draft_budget` draft tokens (which it spends), and short of `max_tokens` and the context.
+    fn plan_draft(&mut self, id: SeqId, budget: usize, draft_budget: &mut usize) -> Option<usize> {
+        let spec = self.limits.speculative?;
+        // The window pool releases blocks as positions pass the window, and rejected positions go back.
+        if self.blocks.window.is_some() {
+            return None;
+        }
+        let seq = self.seqs.get_mut(&id).expect("running sequences exist");
+        if !seq.can_speculate() {
+            return None;
+        }
+        // A step yields up to draft + 1 tokens; none may be past max_tokens or the context.
+        let to_max_tokens = seq.max_tokens.saturating_sub(seq.num_generated() + 1);
+        let to_context = self.context.saturating_sub(seq.tokens.len() + 1);
+        let limit = budget.saturating_sub(1).min(*draft_budget).min(to_max_tokens).min(to_context);
+        let draft = spec.propose(&seq.tokens, limit);
+        if draft.is_empty() {
+            return None;
+        }
+        let (start, n) = (seq.num_computed, 1 + draft.len());
+        if self.blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) != Grow::Done {
+            return None;
+        }
+        *draft_budget -= draft.len();
+        seq.draft_input.clear();
+        seq.draft_input.extend(seq.tokens.last().copied());
+        seq.draft_input.extend(draft);
+        Some(n)
+    }
+
+    /// The chunk of sequence `id` computing its next `n` tokens (with a draft: its last token and the draft).
     fn chunk(&self, id: SeqId, n: usize) -> ScheduledChunk {
         let s = &self.seqs[&id];
-        let end = s.num_computed + n;
-        let decode = n == 1 && end == s.tokens.len() && s.num_generated() > 0;
-        ScheduledChunk { seq: id, start: s.num_computed, n_tokens: n, samples: end == s.tokens.len(), prefill: !decode }
+        let end = (s.num_computed + n).min(s.tokens.len());
+        let decode = end == s.tokens.len() && s.num_uncomputed() == 1 && s.num_generated() > 0;
+        ScheduledChunk {
+            seq: id,
+            start: s.num_computed,
+            n_tokens: n,
+            samples: end == s.tokens.len(),
+            prefill: !decode,
+            draft: n - (end - s.num_computed),
+        }
     }
 
     /// Makes room for sequence `id` to compute its next `n` tokens, preempting the most recently admitted running
@@ -251,6 +314,7 @@ impl Scheduler {
             let v = self.seqs.get_mut(&victim).expect("running sequences exist");
             self.blocks.release(&mut v.block_table, &mut v.window_table);
             v.num_computed = 0;
+            v.draft_input.clear();
             v.status = SeqStatus::Preempted;
             v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
             self.counters.preemptions += 1;
@@ -282,15 +346,35 @@ impl Scheduler {
         step_start: f64,
     ) -> Vec<SeqId> {
         let mut updated = Vec::with_capacity(ran.sampled.len());
-        let mut sampled = ran.sampled.into_iter();
+        let mut sampled = ran.sampled.into_iter().peekable();
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            seq.num_computed += c.n_tokens;
+            seq.num_computed += c.n_tokens - c.draft;
             if c.samples {
-                let token = sampled.next().expect("one sampled token per sampling chunk");
+                let token = sampled.next().expect("a sampled token per sampling chunk");
                 debug_assert_eq!(token.seq, c.seq);
                 if let Some(reason) = seq.append_token(token.token, token.ts, token.logprob, self.context) {
                     seq.status = SeqStatus::Finished(reason);
+                }
+                if c.draft > 0 {
+                    // With a draft, the accepted draft tokens and the model's next one follow (one instant). The
+                    // output stage appends them one by one (`Sequence::append_accepted`), so that a stop string
+                    // inside the run ends the choice where plain decoding would have. Their positions were
+                    // computed in the step; the rejected ones' are left behind `num_computed`, for the next step
+                    // to overwrite.
+                    seq.accepted_pending.clear();
+                    while let Some(more) = sampled.next_if(|t| t.seq == c.seq) {
+                        seq.accepted_pending.push_back((more.token, more.ts));
+                    }
+                    // d1..da then the model's token: `a` follow the first.
+                    let accepted = seq.accepted_pending.len();
+                    seq.draft_input.clear();
+                    self.counters.draft_tokens += c.draft as u64;
+                    self.counters.accepted_draft_tokens += accepted as u64;
+                    seq.request.with_stats(seq.choice, |s| {
+                        s.num_draft_tokens += c.draft as u32;
+                        s.num_accepted_tokens += accepted as u32;
+                    });
                 }
                 updated.push(c.seq);
             }

@@ -5,6 +5,7 @@
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
 //! text and matches the stop strings.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -61,6 +62,12 @@ pub struct Sequence {
     /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
     /// (`prompt_logprobs.rs`). Set after construction on a prompt's first choice; `None` by default.
     pub prompt_scoring: Option<Box<PromptScoring>>,
+    /// The step's input when it verifies a draft (`speculative.rs`): the last token, then the draft. Empty
+    /// otherwise; the scheduler sets it for the step it plans.
+    pub draft_input: Vec<TokenId>,
+    /// Tokens a verified draft yields after the first (the accepted draft tokens, then the model's own), with
+    /// their timestamp, for the output stage to append one at a time ([`append_accepted`](Self::append_accepted)).
+    pub accepted_pending: VecDeque<(TokenId, f64)>,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
     /// A stop token's text is part of the output (`TextOptions::include_stop_str`).
@@ -125,6 +132,8 @@ impl Sequence {
             logprobs: None,
             min_tokens: 0,
             prompt_scoring: None,
+            draft_input: Vec::new(),
+            accepted_pending: VecDeque::new(),
             detokenizer: StreamDecoder::new(text.include_special),
             stops: StopMatcher::new(text.stop, text.include_stop_str),
             include_stop_token_text: text.include_stop_str,
@@ -185,6 +194,27 @@ impl Sequence {
         }
     }
 
+    /// Whether the sequence may verify drafts: its next token is the plain greedy argmax, nothing else shaping
+    /// or reporting the row (`speculative.rs`).
+    pub fn can_speculate(&self) -> bool {
+        let p = self.sampler.params();
+        p.is_greedy()
+            && !p.has_penalties()
+            && p.logit_bias.is_empty()
+            && self.logprobs.is_none()
+            && self.guided.is_none()
+            && !self.bans_stops()
+    }
+
+    /// The tokens chunk `start .. start + n` computes: the sequence's own, or the last one and the draft.
+    pub fn chunk_tokens(&self, start: usize, n: usize) -> &[TokenId] {
+        if !self.draft_input.is_empty() && start + 1 == self.tokens.len() {
+            &self.draft_input[..n]
+        } else {
+            &self.tokens[start..start + n]
+        }
+    }
+
     /// Whether the next token must not be a stop id (`min_tokens` not reached yet).
     pub fn bans_stops(&self) -> bool {
         self.num_generated() < self.min_tokens
@@ -237,6 +267,20 @@ impl Sequence {
             return Some(FinishReason::Length);
         }
         None
+    }
+
+    /// The output stage, after [`emit_text`](Self::emit_text) and while the sequence goes on: appends the next
+    /// token a verified draft yielded (`accepted_pending`), as the scheduler's update appends one; its position's
+    /// predecessor was computed in the step. `None` when nothing is pending; `Some(reason)` when it ended the
+    /// sequence (the rest are dropped).
+    pub fn append_accepted(&mut self, context: usize) -> Option<Option<FinishReason>> {
+        let (token, ts) = self.accepted_pending.pop_front()?;
+        self.num_computed += 1;
+        let ended = self.append_token(token, ts, None, context);
+        if ended.is_some() {
+            self.accepted_pending.clear();
+        }
+        Some(ended)
     }
 
     /// The output stage: turns the tokens appended since the last call into text, releasing what the stop

@@ -70,6 +70,9 @@ pub struct RequestStateStats {
     pub num_cached_prompt_tokens: u32,
     /// Times the request was preempted (its KV cache freed, to be recomputed).
     pub num_preemptions: u32,
+    /// Draft tokens verified for it (speculative decoding), and those accepted.
+    pub num_draft_tokens: u32,
+    pub num_accepted_tokens: u32,
     /// Monotonic: the time of every generated token, in order (`token_ts.len() == num_generation_tokens`).
     pub token_ts: Vec<f64>,
     /// Every engine step that computed tokens of this request, in order: what its compute share, prefill time

@@ -66,7 +66,8 @@ pub struct SampledToken {
     pub logprob: Option<TokenLogprob>,
 }
 
-/// What a step computed: one sampled token per chunk that samples, in the scheduler's chunk order.
+/// What a step computed: the sampled tokens of each chunk that samples, in the scheduler's chunk order: one, or
+/// for a chunk with a draft its accepted draft tokens and the model's next token (`speculative.rs`).
 #[derive(Debug, Default)]
 pub struct RunnerOutput {
     pub sampled: Vec<SampledToken>,
@@ -135,7 +136,8 @@ impl<'m> StepRunner<'m> {
         let device_greedy = self.forward_with_masks(step, seqs, n_rows)?;
         let mut out = RunnerOutput { sampled: Vec::with_capacity(step.chunks.len()) };
         let (mut row, vocab) = (0, self.vocab_size);
-        for (c, &k) in step.chunks.iter().zip(&self.chunk_rows) {
+        let chunk_rows = std::mem::take(&mut self.chunk_rows);
+        for (c, &k) in step.chunks.iter().zip(&chunk_rows) {
             let rows = row..row + k;
             row += k;
             if device_greedy {
@@ -163,6 +165,10 @@ impl<'m> StepRunner<'m> {
             if !c.samples {
                 continue;
             }
+            if c.draft > 0 {
+                self.verify_draft(c, seq, rows.start, clock, &mut out);
+                continue;
+            }
             let r = rows.end - 1;
             let logits = &mut self.logits[r * vocab..(r + 1) * vocab];
             // Log probabilities are the raw model's: kept before any mask.
@@ -175,7 +181,35 @@ impl<'m> StepRunner<'m> {
             let logprob = seq.logprobs.map(|top| self.logprobs.report(token, top));
             out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob });
         }
+        self.chunk_rows = chunk_rows;
         Ok(out)
+    }
+
+    /// Greedy verification of chunk `c`'s draft (`speculative.rs`), whose rows start at `first_row`: row `i` is
+    /// the model's choice after the last token and `i` draft tokens. Pushes the accepted draft tokens, then the
+    /// model's own next token, all with one timestamp.
+    fn verify_draft(
+        &mut self,
+        c: &ScheduledChunk,
+        seq: &mut Sequence,
+        first_row: usize,
+        clock: &EngineClock,
+        out: &mut RunnerOutput,
+    ) {
+        let vocab = self.vocab_size;
+        let draft = &seq.draft_input[1..];
+        let mut accepted = 0;
+        let token = loop {
+            let r = first_row + accepted;
+            let choice = seq.sampler.sample(&mut self.logits[r * vocab..(r + 1) * vocab]);
+            if accepted == c.draft || choice != draft[accepted] {
+                break choice;
+            }
+            accepted += 1;
+        };
+        let ts = clock.now();
+        let tokens = draft[..accepted].iter().copied().chain(std::iter::once(token));
+        out.sampled.extend(tokens.map(|token| SampledToken { seq: c.seq, token, ts, logprob: None }));
     }
 
     /// The forward pass, with the structured-output masks of the constrained sampling sequences computed on a
@@ -222,7 +256,7 @@ impl<'m> StepRunner<'m> {
             .map(|(c, rows)| {
                 let s = &seqs[&c.seq];
                 SeqChunk {
-                    tokens: &s.tokens[c.start..c.start + c.n_tokens],
+                    tokens: s.chunk_tokens(c.start, c.n_tokens),
                     start_pos: c.start,
                     block_table: &s.block_table,
                     window_table: &s.window_table,
@@ -259,6 +293,10 @@ impl<'m> StepRunner<'m> {
 /// scores the prompt when it scores (the rows from there to the end are contiguous: the prompt's last position
 /// samples).
 fn logit_rows(c: &ScheduledChunk, seq: &Sequence) -> usize {
+    if c.draft > 0 {
+        // Every row verifies one draft token, the last one yields the token after the draft.
+        return c.n_tokens;
+    }
     let scored = seq.rows_to_score(c.start, c.n_tokens);
     if scored.is_empty() {
         usize::from(c.samples)

@@ -124,7 +124,7 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         StepRunner::new(forward, VOCAB),
         &tokenizer,
         clock,
-        SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET },
+        SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET, speculative: None },
         KvPools::new(
             PrefixCachingAllocator::new(global_blocks, BLOCK, 0, false),
             Some(WindowBlocks::new(pool, BLOCK, WINDOW)),
