@@ -2,6 +2,7 @@
 //! cache), samples, detokenizes, matches stops and records each request's timing.
 
 pub mod config;
+pub mod config_json;
 mod core;
 pub mod finish;
 pub mod generate;

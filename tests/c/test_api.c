@@ -193,7 +193,18 @@ static void test_bad_configurations(void) {
     Engine *engine = (Engine *)0x1;
     CHECK_STATUS(engine_new("{not json", &engine), ENGINE_STATUS_INVALID_CONFIG);
     CHECK_STATUS(engine_new("{\"max_num_seq\": 4}", &engine), ENGINE_STATUS_INVALID_CONFIG);
-    CHECK(last_error_has("max_num_seq"));
+    CHECK(last_error_has("unknown configuration key \"max_num_seq\""));
+    /* Valid JSON that is not an object is no configuration. */
+    const char *not_objects[] = {"[]", "null", "3", "\"threads\"", "true"};
+    for (size_t i = 0; i < sizeof not_objects / sizeof not_objects[0]; i++) {
+        CHECK_STATUS(engine_new(not_objects[i], &engine), ENGINE_STATUS_INVALID_CONFIG);
+        CHECK(last_error_has("must be a JSON object"));
+    }
+    /* A wrong type names its key. */
+    CHECK_STATUS(engine_new("{\"seed\": \"x\"}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("engine_new: seed: invalid type: string \"x\", expected a non-negative integer"));
+    CHECK_STATUS(engine_new("{\"backend\": 1}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("engine_new: backend: "));
     CHECK_STATUS(engine_new("{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}", &engine),
                  ENGINE_STATUS_INVALID_CONFIG);
     CHECK(last_error_has("disable_log_stats"));
