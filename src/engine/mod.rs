@@ -4,6 +4,7 @@
 pub mod config;
 pub mod config_json;
 mod core;
+pub mod cpu_threads;
 pub mod finish;
 pub mod generate;
 pub mod guided;
