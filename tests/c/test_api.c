@@ -49,6 +49,19 @@ static void check_status(EngineStatus got, EngineStatus expected, const char *ca
 /* Whether this thread's last error message contains `needle`. */
 static int last_error_has(const char *needle) { return strstr(engine_last_error_message(), needle) != NULL; }
 
+/* The last error names the function that failed, not a function it shares code with. */
+static int last_error_names(const char *function) {
+    const char *message = engine_last_error_message();
+    size_t n = strlen(function);
+    return strncmp(message, function, n) == 0 && message[n] == ':';
+}
+
+#define CHECK_FAILS_AS(call, expected, function)                                                                     \
+    do {                                                                                                             \
+        CHECK_STATUS(call, expected);                                                                                \
+        CHECK(last_error_names(function));                                                                           \
+    } while (0)
+
 static char engine_config[128];
 
 static Engine *new_engine(void) {
@@ -154,31 +167,37 @@ static void test_null_arguments(void) {
     size_t count = 7;
     char *json = NULL;
 
-    CHECK_STATUS(engine_new(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_new(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_new");
     CHECK(last_error_has("engine_new: out is NULL"));
-    CHECK_STATUS(engine_submit(NULL, "{}", &request), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_submit(NULL, "{}", &request), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
     CHECK(request == (EngineRequest *)0x1);
-    CHECK_STATUS(engine_submit(NULL, NULL, &request), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_submit(NULL, "{}", NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_poll(NULL, NULL, 0, &ev), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_poll(NULL, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_cancel(NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_timing_metrics(NULL, &m), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_timing_metrics(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_choice_timing_metrics(NULL, 0, &m), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, &x), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_submit(NULL, NULL, &request), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
+    CHECK_FAILS_AS(engine_submit(NULL, "{}", NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
+    CHECK_FAILS_AS(engine_poll(NULL, NULL, 0, &ev), ENGINE_STATUS_INVALID_ARGUMENT, "engine_poll");
+    CHECK_FAILS_AS(engine_poll(NULL, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_poll");
+    CHECK_FAILS_AS(engine_cancel(NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_cancel");
+    CHECK_FAILS_AS(engine_get_timing_metrics(NULL, &m), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_timing_metrics");
+    CHECK_FAILS_AS(engine_get_timing_metrics(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_timing_metrics");
+    CHECK_FAILS_AS(engine_get_choice_timing_metrics(NULL, 0, &m),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_choice_timing_metrics");
+    CHECK_FAILS_AS(engine_get_extended_metrics(NULL, 0, &x),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_extended_metrics");
+    CHECK_FAILS_AS(engine_get_extended_metrics(NULL, 0, NULL),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_extended_metrics");
+    CHECK_FAILS_AS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_token_timestamps");
+    CHECK_FAILS_AS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_token_timestamps");
     CHECK(count == 7);
     EngineStats stats = {.struct_size = sizeof stats};
-    CHECK_STATUS(engine_get_stats(NULL, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_stats(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_get_stats(NULL, &stats), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
+    CHECK_FAILS_AS(engine_get_stats(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
     stats.struct_size = 4;
-    CHECK_STATUS(engine_get_stats((Engine *)0x12345678, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_next_chunk_json(NULL, NULL, 0, &json), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_get_stats((Engine *)0x12345678, &stats), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
+    CHECK_FAILS_AS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT, "engine_response_json");
+    CHECK_FAILS_AS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_response_json");
+    CHECK_FAILS_AS(engine_next_chunk_json(NULL, NULL, 0, &json),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_next_chunk_json");
     CHECK(json == NULL);
     CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
     /* The frees take NULL as a no-op, and succeed: the last error is cleared. */
