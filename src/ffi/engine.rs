@@ -109,7 +109,7 @@ mod tests {
     #[test]
     fn refused_configurations_leave_out_untouched() {
         let mut out: *mut Engine = ptr::null_mut();
-        let cases: [(&std::ffi::CStr, EngineStatus, &str); 7] = [
+        let cases: [(&std::ffi::CStr, EngineStatus, &str); 9] = [
             (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "engine_new: threads: invalid type"),
             (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "unknown configuration key \"max_num_seq\""),
             (c"[]", EngineStatus::InvalidConfig, "must be a JSON object"),
@@ -121,6 +121,8 @@ mod tests {
                 "disable_log_stats",
             ),
             (c"{\"model\": \"/nonexistent/model.gguf\"}", EngineStatus::ModelLoadFailed, "/nonexistent/model.gguf"),
+            (c"{\"model\": \"/\"}", EngineStatus::ModelLoadFailed, "is a directory, not a regular file"),
+            (c"{\"model\": \"/dev/null\"}", EngineStatus::ModelLoadFailed, "is not a regular file"),
         ];
         for (json, status, needle) in cases {
             // SAFETY: a C string literal and a writable pointer.

@@ -230,7 +230,12 @@ static void test_bad_configurations(void) {
     CHECK_STATUS(engine_new("{\"threads\": -1}", &engine), ENGINE_STATUS_INVALID_CONFIG);
     CHECK_STATUS(engine_new("{\"model\": \"\xff\xfe\"}", &engine), ENGINE_STATUS_INVALID_UTF8);
     CHECK_STATUS(engine_new("{\"model\": \"/nonexistent/model.gguf\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
-    CHECK(last_error_has("/nonexistent/model.gguf"));
+    CHECK(last_error_has("/nonexistent/model.gguf") && last_error_has("not found"));
+    /* Paths that exist but are no regular file say so, not "not found". */
+    CHECK_STATUS(engine_new("{\"model\": \"/tmp\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
+    CHECK(last_error_has("is a directory, not a regular file") && !last_error_has("not found"));
+    CHECK_STATUS(engine_new("{\"model\": \"/dev/null\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
+    CHECK(last_error_has("exists but is not a regular file") && !last_error_has("not found"));
     CHECK(engine == (Engine *)0x1); /* never written on failure */
 }
 
