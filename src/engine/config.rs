@@ -1,16 +1,18 @@
 //! The engine's configuration. Field names are the configuration keys of `engine_new`'s JSON (a public contract):
-//! unknown keys are refused, so a misspelt option is an error rather than silently ignored.
+//! unknown keys are refused, so a misspelt option is an error rather than silently ignored. Parsing the JSON, with
+//! errors that name their key, is `config_json.rs`.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::speculative::SpeculativeConfig;
 
 /// Which backend runs the forward pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+// Read through a string so that a wrong type says "expected a string" and an unknown name lists the names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum BackendKind {
     /// The GPU when a CUDA driver and device are present, otherwise the CPU (the choice is logged).
     #[default]
@@ -20,9 +22,21 @@ pub enum BackendKind {
     Cuda,
 }
 
+impl TryFrom<String> for BackendKind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        match name.as_str() {
+            "auto" => Ok(BackendKind::Auto),
+            "cpu" => Ok(BackendKind::Cpu),
+            "cuda" => Ok(BackendKind::Cuda),
+            _ => Err(format!("unknown backend {name:?}, expected \"auto\", \"cpu\" or \"cuda\"")),
+        }
+    }
+}
+
 /// How the CPU backend multiplies activations with quantized weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum ActivationPrecision {
     /// 8-bit activation blocks with integer dot products (fast; what llama.cpp does).
     #[default]
@@ -31,8 +45,19 @@ pub enum ActivationPrecision {
     F32,
 }
 
-/// Engine options. `Default` gives the documented defaults.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+impl TryFrom<String> for ActivationPrecision {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        match name.as_str() {
+            "q8" => Ok(ActivationPrecision::Q8),
+            "f32" => Ok(ActivationPrecision::F32),
+            _ => Err(format!("unknown activation precision {name:?}, expected \"q8\" or \"f32\"")),
+        }
+    }
+}
+
+/// Engine options. `Default` gives the documented defaults. `Serialize` lists the keys (`config_json.rs`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// The GGUF model; `None` follows the model-path rule (`EMBER_MODEL`, then the default location).
@@ -142,19 +167,6 @@ impl EngineConfig {
             return err(vec!["threads"], format!("threads = {} is not in 0..=1024", self.threads));
         }
         Ok(())
-    }
-
-    /// Parses a JSON object of options (absent keys keep their defaults; unknown keys are errors).
-    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
-        let trimmed = json.trim();
-        let config: EngineConfig = if trimmed.is_empty() {
-            EngineConfig::default()
-        } else {
-            serde_json::from_str(trimmed)
-                .map_err(|e| ConfigError { options: vec![], message: format!("invalid engine configuration: {e}") })?
-        };
-        config.validate()?;
-        Ok(config)
     }
 
     /// `max_num_batched_tokens` as the engine uses it with `backend` (`Cpu` or `Cuda`): the configured value, or

@@ -2,7 +2,9 @@
 //! cache), samples, detokenizes, matches stops and records each request's timing.
 
 pub mod config;
+pub mod config_json;
 mod core;
+pub mod cpu_threads;
 pub mod finish;
 pub mod generate;
 pub mod guided;

@@ -9,6 +9,7 @@ use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
 use super::config::{ActivationPrecision, BackendKind, EngineConfig};
+use super::cpu_threads::{bounded_threads, ThreadCount};
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::step_runner::StepError;
@@ -111,7 +112,8 @@ impl CacheGeometry {
     }
 }
 
-/// Builds the CPU runner, logging why its kernel path differs from the one `EMBER_CPU_KERNELS` asked for.
+/// Builds the CPU runner, logging why its kernel path differs from the one `EMBER_CPU_KERNELS` asked for and why
+/// its thread count differs from `threads` (`cpu_threads.rs`).
 pub fn cpu_forward<'m>(
     model: &'m Model,
     config: &EngineConfig,
@@ -122,7 +124,10 @@ pub fn cpu_forward<'m>(
     if let Some(warning) = &selection.warning {
         logger.log(LogLevel::Warn, warning);
     }
-    let threads = if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads };
+    let ThreadCount { threads, warning } = bounded_threads(config.threads, crate::backend::cpu::default_threads());
+    if let Some(warning) = warning {
+        logger.log(LogLevel::Warn, &warning);
+    }
     let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cpu);
     let options = CpuBackendOptions {
         threads,

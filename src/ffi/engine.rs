@@ -109,15 +109,20 @@ mod tests {
     #[test]
     fn refused_configurations_leave_out_untouched() {
         let mut out: *mut Engine = ptr::null_mut();
-        let cases: [(&std::ffi::CStr, EngineStatus, &str); 4] = [
-            (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "invalid engine configuration"),
-            (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "max_num_seq"),
+        let cases: [(&std::ffi::CStr, EngineStatus, &str); 9] = [
+            (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "engine_new: threads: invalid type"),
+            (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "unknown configuration key \"max_num_seq\""),
+            (c"[]", EngineStatus::InvalidConfig, "must be a JSON object"),
+            (c"null", EngineStatus::InvalidConfig, "must be a JSON object"),
+            (c"3", EngineStatus::InvalidConfig, "must be a JSON object"),
             (
                 c"{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}",
                 EngineStatus::InvalidConfig,
                 "disable_log_stats",
             ),
             (c"{\"model\": \"/nonexistent/model.gguf\"}", EngineStatus::ModelLoadFailed, "/nonexistent/model.gguf"),
+            (c"{\"model\": \"/\"}", EngineStatus::ModelLoadFailed, "is a directory, not a regular file"),
+            (c"{\"model\": \"/dev/null\"}", EngineStatus::ModelLoadFailed, "is not a regular file"),
         ];
         for (json, status, needle) in cases {
             // SAFETY: a C string literal and a writable pointer.

@@ -287,8 +287,30 @@ pub unsafe extern "C" fn engine_get_timing_metrics(
     request: *const EngineRequest,
     out: *mut PerRequestTimingMetrics,
 ) -> EngineStatus {
-    // SAFETY: same contract.
-    unsafe { engine_get_choice_timing_metrics(request, 0, out) }
+    // Its own boundary, not a call of `engine_get_choice_timing_metrics`, so that errors name this function.
+    // SAFETY: same contract as `write_timing_metrics`.
+    boundary("engine_get_timing_metrics", || unsafe { write_timing_metrics(request, 0, out) })
+}
+
+/// The body of both timing-metrics functions.
+///
+/// # Safety
+/// As `engine_get_choice_timing_metrics`.
+unsafe fn write_timing_metrics(
+    request: *const EngineRequest,
+    choice: u32,
+    out: *mut PerRequestTimingMetrics,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::invalid_argument("out is NULL"));
+    }
+    // SAFETY: non-NULL; readable by this function's contract.
+    let declared = unsafe { declared_size(out) }?;
+    let object = request_and_choice(request, choice)?;
+    let metrics = timing_to_c(object.handle.timing_metrics(choice as usize));
+    // SAFETY: `declared` bytes at `out` are writable by this function's contract.
+    unsafe { write_within(out, metrics, declared) };
+    Ok(())
 }
 
 /// Writes the five timing metrics of choice `choice` of a request into `*out`, as far as `out->struct_size`
@@ -309,18 +331,8 @@ pub unsafe extern "C" fn engine_get_choice_timing_metrics(
     choice: u32,
     out: *mut PerRequestTimingMetrics,
 ) -> EngineStatus {
-    boundary("engine_get_choice_timing_metrics", || {
-        if out.is_null() {
-            return Err(Failure::invalid_argument("out is NULL"));
-        }
-        // SAFETY: non-NULL; readable by this function's contract.
-        let declared = unsafe { declared_size(out) }?;
-        let object = request_and_choice(request, choice)?;
-        let metrics = timing_to_c(object.handle.timing_metrics(choice as usize));
-        // SAFETY: `declared` bytes at `out` are writable by this function's contract.
-        unsafe { write_within(out, metrics, declared) };
-        Ok(())
-    })
+    // SAFETY: this function's contract is `write_timing_metrics`'s.
+    boundary("engine_get_choice_timing_metrics", || unsafe { write_timing_metrics(request, choice, out) })
 }
 
 /// Writes the extended metrics of choice `choice` into `*out`, as far as `out->struct_size` (set by the caller,
@@ -487,6 +499,12 @@ mod tests {
         // SAFETY: a valid out struct; the handle is never dereferenced.
         let status = unsafe { engine_get_timing_metrics(std::ptr::null(), &mut m) };
         assert_eq!(status, EngineStatus::InvalidArgument);
+        let message = super::super::last_error::get();
+        assert!(message.starts_with("engine_get_timing_metrics: "), "each function names itself: {message}");
+        // SAFETY: as above.
+        let status = unsafe { engine_get_choice_timing_metrics(std::ptr::null(), 0, &mut m) };
+        assert_eq!(status, EngineStatus::InvalidArgument);
+        assert!(super::super::last_error::get().starts_with("engine_get_choice_timing_metrics: "));
         // SAFETY: as above.
         let status = unsafe { engine_get_timing_metrics(super::super::registry::to_pointer(0x1234_5678), &mut m) };
         assert_eq!(status, EngineStatus::InvalidHandle);

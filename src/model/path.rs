@@ -9,30 +9,52 @@ pub const MODEL_ENV_VAR: &str = "EMBER_MODEL";
 /// Where `scripts/fetch-model.sh` puts the model, relative to the project root.
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// No model file where the rule points.
+/// What is wrong with the path the rule points to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathProblem {
+    /// Nothing there (or a dangling symlink).
+    Missing,
+    /// Something that exists but is not a regular file: a directory, a device such as `/dev/null`, a pipe.
+    NotARegularFile { is_dir: bool },
+    /// The path could not be examined (e.g. a directory on the way is not searchable): the OS's reason.
+    Inaccessible(String),
+}
+
+/// No model file where the rule points: nothing there, or not a regular file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelNotFound {
     pub path: PathBuf,
     /// Which part of the rule chose the path.
     pub source: &'static str,
+    pub problem: PathProblem,
 }
 
 impl fmt::Display for ModelNotFound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "model file not found at {} ({}); run scripts/fetch-model.sh to download it, \
-             or set {MODEL_ENV_VAR} to a GGUF file",
-            self.path.display(),
-            self.source
-        )
+        let (path, source) = (self.path.display(), self.source);
+        match &self.problem {
+            PathProblem::Missing => write!(
+                f,
+                "model file not found at {path} ({source}); run scripts/fetch-model.sh to download it, \
+                 or set {MODEL_ENV_VAR} to a GGUF file"
+            ),
+            PathProblem::NotARegularFile { is_dir: true } => {
+                write!(f, "model path {path} ({source}) is a directory, not a regular file: name a GGUF file")
+            }
+            PathProblem::NotARegularFile { is_dir: false } => write!(
+                f,
+                "model path {path} ({source}) exists but is not a regular file (a device, pipe or socket): \
+                 name a GGUF file"
+            ),
+            PathProblem::Inaccessible(reason) => write!(f, "model path {path} ({source}) cannot be examined: {reason}"),
+        }
     }
 }
 
 impl std::error::Error for ModelNotFound {}
 
 /// Resolves the model path: `explicit` when given, else `$EMBER_MODEL` when set and non-empty, else
-/// [`DEFAULT_MODEL_PATH`] (relative to the current directory). The file must exist.
+/// [`DEFAULT_MODEL_PATH`] (relative to the current directory). It must be an existing regular file (or a symlink to one).
 pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf, ModelNotFound> {
     let env = std::env::var_os(MODEL_ENV_VAR).filter(|v| !v.is_empty());
     resolve_with(explicit, env.as_deref().map(Path::new))
@@ -46,11 +68,14 @@ pub fn resolve_with(explicit: Option<&Path>, env: Option<&Path>) -> Result<PathB
         (None, Some(p)) => (p.to_owned(), "from EMBER_MODEL"),
         (None, None) => (PathBuf::from(DEFAULT_MODEL_PATH), "default location"),
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(ModelNotFound { path, source })
-    }
+    // `metadata` follows symlinks: a link to a GGUF file is a file; a dangling link is missing.
+    let problem = match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => return Ok(path),
+        Ok(meta) => PathProblem::NotARegularFile { is_dir: meta.is_dir() },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => PathProblem::Missing,
+        Err(e) => PathProblem::Inaccessible(e.to_string()),
+    };
+    Err(ModelNotFound { path, source, problem })
 }
 
 #[cfg(test)]
@@ -68,6 +93,18 @@ mod tests {
         assert!(err.to_string().contains("scripts/fetch-model.sh"));
         let err = resolve_with(None, Some(missing)).unwrap_err();
         assert_eq!(err.source, "from EMBER_MODEL");
+        assert_eq!(err.problem, PathProblem::Missing);
+    }
+
+    #[test]
+    fn a_path_that_exists_but_is_no_regular_file_says_so() {
+        let dir = resolve_with(Some(Path::new("/")), None).unwrap_err();
+        assert_eq!(dir.problem, PathProblem::NotARegularFile { is_dir: true });
+        assert!(dir.to_string().contains("/ (explicit path) is a directory, not a regular file"), "{dir}");
+        let device = resolve_with(Some(Path::new("/dev/null")), None).unwrap_err();
+        assert_eq!(device.problem, PathProblem::NotARegularFile { is_dir: false });
+        assert!(device.to_string().contains("exists but is not a regular file"), "{device}");
+        assert!(!device.to_string().contains("not found"), "{device}");
     }
 
     #[test]

@@ -49,6 +49,19 @@ static void check_status(EngineStatus got, EngineStatus expected, const char *ca
 /* Whether this thread's last error message contains `needle`. */
 static int last_error_has(const char *needle) { return strstr(engine_last_error_message(), needle) != NULL; }
 
+/* The last error names the function that failed, not a function it shares code with. */
+static int last_error_names(const char *function) {
+    const char *message = engine_last_error_message();
+    size_t n = strlen(function);
+    return strncmp(message, function, n) == 0 && message[n] == ':';
+}
+
+#define CHECK_FAILS_AS(call, expected, function)                                                                     \
+    do {                                                                                                             \
+        CHECK_STATUS(call, expected);                                                                                \
+        CHECK(last_error_names(function));                                                                           \
+    } while (0)
+
 static char engine_config[128];
 
 static Engine *new_engine(void) {
@@ -154,31 +167,37 @@ static void test_null_arguments(void) {
     size_t count = 7;
     char *json = NULL;
 
-    CHECK_STATUS(engine_new(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_new(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_new");
     CHECK(last_error_has("engine_new: out is NULL"));
-    CHECK_STATUS(engine_submit(NULL, "{}", &request), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_submit(NULL, "{}", &request), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
     CHECK(request == (EngineRequest *)0x1);
-    CHECK_STATUS(engine_submit(NULL, NULL, &request), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_submit(NULL, "{}", NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_poll(NULL, NULL, 0, &ev), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_poll(NULL, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_cancel(NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_timing_metrics(NULL, &m), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_timing_metrics(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_choice_timing_metrics(NULL, 0, &m), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, &x), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_extended_metrics(NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_submit(NULL, NULL, &request), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
+    CHECK_FAILS_AS(engine_submit(NULL, "{}", NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_submit");
+    CHECK_FAILS_AS(engine_poll(NULL, NULL, 0, &ev), ENGINE_STATUS_INVALID_ARGUMENT, "engine_poll");
+    CHECK_FAILS_AS(engine_poll(NULL, NULL, 0, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_poll");
+    CHECK_FAILS_AS(engine_cancel(NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_cancel");
+    CHECK_FAILS_AS(engine_get_timing_metrics(NULL, &m), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_timing_metrics");
+    CHECK_FAILS_AS(engine_get_timing_metrics(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_timing_metrics");
+    CHECK_FAILS_AS(engine_get_choice_timing_metrics(NULL, 0, &m),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_choice_timing_metrics");
+    CHECK_FAILS_AS(engine_get_extended_metrics(NULL, 0, &x),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_extended_metrics");
+    CHECK_FAILS_AS(engine_get_extended_metrics(NULL, 0, NULL),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_extended_metrics");
+    CHECK_FAILS_AS(engine_get_token_timestamps(NULL, 0, NULL, 0, &count),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_token_timestamps");
+    CHECK_FAILS_AS(engine_get_token_timestamps(NULL, 0, NULL, 0, NULL),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_token_timestamps");
     CHECK(count == 7);
     EngineStats stats = {.struct_size = sizeof stats};
-    CHECK_STATUS(engine_get_stats(NULL, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_get_stats(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_get_stats(NULL, &stats), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
+    CHECK_FAILS_AS(engine_get_stats(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
     stats.struct_size = 4;
-    CHECK_STATUS(engine_get_stats((Engine *)0x12345678, &stats), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_next_chunk_json(NULL, NULL, 0, &json), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_FAILS_AS(engine_get_stats((Engine *)0x12345678, &stats), ENGINE_STATUS_INVALID_ARGUMENT, "engine_get_stats");
+    CHECK_FAILS_AS(engine_response_json(NULL, &json), ENGINE_STATUS_INVALID_ARGUMENT, "engine_response_json");
+    CHECK_FAILS_AS(engine_response_json(NULL, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_response_json");
+    CHECK_FAILS_AS(engine_next_chunk_json(NULL, NULL, 0, &json),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_next_chunk_json");
     CHECK(json == NULL);
     CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
     /* The frees take NULL as a no-op, and succeed: the last error is cleared. */
@@ -193,14 +212,30 @@ static void test_bad_configurations(void) {
     Engine *engine = (Engine *)0x1;
     CHECK_STATUS(engine_new("{not json", &engine), ENGINE_STATUS_INVALID_CONFIG);
     CHECK_STATUS(engine_new("{\"max_num_seq\": 4}", &engine), ENGINE_STATUS_INVALID_CONFIG);
-    CHECK(last_error_has("max_num_seq"));
+    CHECK(last_error_has("unknown configuration key \"max_num_seq\""));
+    /* Valid JSON that is not an object is no configuration. */
+    const char *not_objects[] = {"[]", "null", "3", "\"threads\"", "true"};
+    for (size_t i = 0; i < sizeof not_objects / sizeof not_objects[0]; i++) {
+        CHECK_STATUS(engine_new(not_objects[i], &engine), ENGINE_STATUS_INVALID_CONFIG);
+        CHECK(last_error_has("must be a JSON object"));
+    }
+    /* A wrong type names its key. */
+    CHECK_STATUS(engine_new("{\"seed\": \"x\"}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("engine_new: seed: invalid type: string \"x\", expected a non-negative integer"));
+    CHECK_STATUS(engine_new("{\"backend\": 1}", &engine), ENGINE_STATUS_INVALID_CONFIG);
+    CHECK(last_error_has("engine_new: backend: "));
     CHECK_STATUS(engine_new("{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}", &engine),
                  ENGINE_STATUS_INVALID_CONFIG);
     CHECK(last_error_has("disable_log_stats"));
     CHECK_STATUS(engine_new("{\"threads\": -1}", &engine), ENGINE_STATUS_INVALID_CONFIG);
     CHECK_STATUS(engine_new("{\"model\": \"\xff\xfe\"}", &engine), ENGINE_STATUS_INVALID_UTF8);
     CHECK_STATUS(engine_new("{\"model\": \"/nonexistent/model.gguf\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
-    CHECK(last_error_has("/nonexistent/model.gguf"));
+    CHECK(last_error_has("/nonexistent/model.gguf") && last_error_has("not found"));
+    /* Paths that exist but are no regular file say so, not "not found". */
+    CHECK_STATUS(engine_new("{\"model\": \"/tmp\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
+    CHECK(last_error_has("is a directory, not a regular file") && !last_error_has("not found"));
+    CHECK_STATUS(engine_new("{\"model\": \"/dev/null\"}", &engine), ENGINE_STATUS_MODEL_LOAD_FAILED);
+    CHECK(last_error_has("exists but is not a regular file") && !last_error_has("not found"));
     CHECK(engine == (Engine *)0x1); /* never written on failure */
 }
 

@@ -1,0 +1,169 @@
+//! `engine_new`'s JSON into an [`EngineConfig`], with every error naming the key at fault: a host reads
+//! "threads: invalid type: string \"x\", expected a non-negative integer", not serde's bare "expected usize at
+//! line 1 column 15".
+//!
+//! Each key's value is read on its own first (so the error is known to be that key's), then the whole object.
+//! The keys are those `EngineConfig` serializes to, so a field added to the struct is a key here too.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::config::{ConfigError, EngineConfig};
+
+/// Every configuration key, in the struct's order.
+pub fn config_keys() -> &'static [&'static str] {
+    static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let Ok(Value::Object(fields)) = serde_json::to_value(EngineConfig::default()) else {
+            unreachable!("EngineConfig serializes to a JSON object of its fields")
+        };
+        // Leaked once per process (a handful of short names, reachable from this static) so that errors can
+        // name keys as `&'static str`, like `validate`'s.
+        fields.keys().map(|key| &*key.clone().leak()).collect()
+    })
+}
+
+impl EngineConfig {
+    /// Parses a JSON object of options (absent keys keep their defaults; unknown keys are errors); blank text
+    /// means all defaults. Every error names its key, except for text that is not a JSON object at all.
+    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        let trimmed = json.trim();
+        let config = if trimmed.is_empty() { EngineConfig::default() } else { parse_object(trimmed)? };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+fn parse_object(json: &str) -> Result<EngineConfig, ConfigError> {
+    let value: Value = serde_json::from_str(json).map_err(|e| ConfigError {
+        options: vec![],
+        message: format!("invalid engine configuration: not valid JSON: {e}"),
+    })?;
+    let Value::Object(object) = value else {
+        return Err(ConfigError {
+            options: vec![],
+            message: format!(
+                "invalid engine configuration: it must be a JSON object of options (e.g. {{\"threads\": 2}}), \
+                 not {}",
+                kind_of(&value)
+            ),
+        });
+    };
+    for (key, value) in &object {
+        let key = known_key(key)?;
+        let alone = Map::from_iter([(key.to_owned(), value.clone())]);
+        EngineConfig::deserialize(Value::Object(alone)).map_err(|e| ConfigError {
+            options: vec![key],
+            message: format!("{key}: {}", plain_words(&e.to_string())),
+        })?;
+    }
+    // Every value was read alone above, so the whole object can only fail on something serde adds later.
+    EngineConfig::deserialize(Value::Object(object))
+        .map_err(|e| ConfigError { options: vec![], message: format!("invalid engine configuration: {e}") })
+}
+
+/// `key` as one of [`config_keys`], or the error naming it and listing the keys.
+fn known_key(key: &str) -> Result<&'static str, ConfigError> {
+    config_keys().iter().copied().find(|known| *known == key).ok_or_else(|| ConfigError {
+        options: vec![],
+        message: format!("unknown configuration key {key:?}; the keys are: {}", config_keys().join(", ")),
+    })
+}
+
+/// serde's Rust type names as a C host reads them.
+fn plain_words(message: &str) -> String {
+    const RUST_NAMES: [(&str, &str); 4] = [
+        ("expected usize", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected path string", "expected a path string"),
+    ];
+    let mut message = message.to_owned();
+    for (rust, plain) in RUST_NAMES {
+        message = message.replace(rust, plain);
+    }
+    message
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_keys_are_the_structs_fields() {
+        let keys = config_keys();
+        assert_eq!(keys.len(), 13, "{keys:?}");
+        assert!(["model", "threads", "seed", "enable_prefix_caching"].iter().all(|k| keys.contains(k)));
+    }
+
+    #[test]
+    fn a_wrong_type_for_any_key_names_the_key() {
+        // An array is the wrong type for every key: none is a list.
+        for &key in config_keys() {
+            let e = EngineConfig::from_json(&format!(r#"{{"{key}": [1]}}"#)).unwrap_err();
+            assert_eq!(e.options, [key]);
+            assert!(e.message.starts_with(&format!("{key}: invalid type: sequence")), "{}", e.message);
+            assert!(!e.message.contains("line 1"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn type_errors_are_in_plain_words() {
+        let message = |json: &str| EngineConfig::from_json(json).unwrap_err().message;
+        assert_eq!(
+            message(r#"{"threads": "x"}"#),
+            r#"threads: invalid type: string "x", expected a non-negative integer"#
+        );
+        assert_eq!(message(r#"{"seed": -1}"#), "seed: invalid value: integer `-1`, expected a non-negative integer");
+        assert_eq!(message(r#"{"model": 3}"#), "model: invalid type: integer `3`, expected a path string");
+        assert_eq!(message(r#"{"backend": 3}"#), "backend: invalid type: integer `3`, expected a string");
+        assert_eq!(
+            message(r#"{"backend": "tpu"}"#),
+            r#"backend: unknown backend "tpu", expected "auto", "cpu" or "cuda""#
+        );
+        assert!(message(r#"{"activation_precision": "f16"}"#).starts_with("activation_precision: unknown activation"));
+        assert_eq!(
+            message(r#"{"enable_per_request_metrics": "yes"}"#),
+            r#"enable_per_request_metrics: invalid type: string "yes", expected a boolean"#
+        );
+        assert!(message(r#"{"max_num_seqs": 1.5}"#).starts_with("max_num_seqs: invalid type: floating point"));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = EngineConfig::from_json(r#"{"threads": 2, "max_num_seq": 4}"#).unwrap_err();
+        assert!(e.message.starts_with(r#"unknown configuration key "max_num_seq"; the keys are: model, "#), "{e}");
+    }
+
+    #[test]
+    fn anything_but_an_object_is_refused() {
+        for (json, kind) in [("[]", "an array"), ("3", "a number"), (r#""x""#, "a string"), ("null", "null")] {
+            let e = EngineConfig::from_json(json).unwrap_err();
+            assert!(e.message.contains("must be a JSON object") && e.message.ends_with(kind), "{json}: {e}");
+        }
+        assert!(EngineConfig::from_json("{").unwrap_err().message.contains("not valid JSON"));
+        assert_eq!(EngineConfig::from_json("{}").unwrap(), EngineConfig::default());
+    }
+
+    #[test]
+    fn valid_values_still_parse() {
+        let c = EngineConfig::from_json(r#"{"model": "m.gguf", "backend": "cpu", "activation_precision": "f32"}"#);
+        let c = c.unwrap();
+        assert_eq!(c.model.as_deref(), Some(std::path::Path::new("m.gguf")));
+        assert_eq!(c.backend, super::super::config::BackendKind::Cpu);
+        assert_eq!(c.activation_precision, super::super::config::ActivationPrecision::F32);
+    }
+}
