@@ -21,7 +21,7 @@
 //! [`STEP_DRAFT_BUDGET`] tokens over all its sequences: with many sequences decoding the step is compute-bound
 //! already, and verifying drafts would cost more than it saves.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::TokenId;
 
@@ -32,7 +32,7 @@ pub const STEP_DRAFT_BUDGET: usize = 16;
 pub const MAX_SPECULATIVE_TOKENS: usize = 16;
 
 /// The drafting method.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SpeculativeMethod {
     /// Prompt lookup: drafts from the sequence's own earlier tokens.
@@ -41,7 +41,7 @@ pub enum SpeculativeMethod {
 
 /// The engine's `speculative` option: `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a,
 /// "prompt_lookup_max": b}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
     pub method: SpeculativeMethod,
