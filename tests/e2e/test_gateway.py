@@ -287,7 +287,10 @@ class GatewayTest(unittest.TestCase):
         choice = response.choices[0]
         self.assertTrue(choice.text.startswith(prompt))
         lp = choice.logprobs
-        self.assertEqual("".join(lp.tokens), choice.text)
+        # The tokens spell the text, but for a BOS the tokenizer added (Gemma's "<bos>"), which takes no room.
+        added = 1 if not choice.text.startswith(lp.tokens[0]) else 0
+        self.assertEqual(lp.text_offset[:added + 1], [0] * (added + 1))
+        self.assertEqual("".join(lp.tokens[added:]), choice.text)
         self.assertIsNone(lp.token_logprobs[0])
         self.assertIsNone(lp.top_logprobs[0])
         self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
@@ -444,7 +447,9 @@ class GatewayTest(unittest.TestCase):
         # No tool_choice: "auto", OpenAI's default with tools. The model decides; unbiased SmolLM2 answers in prose,
         # and a bias on the tokens "{" and "{\"" (SmolLM2's ids 107 and 39428) makes it begin a call, which the
         # grammar then makes valid. Either way the response, whole or streamed, must be well formed and agree.
-        for bias in ({}, {"107": 100, "39428": 100}):
+        # The bias names SmolLM2's token ids: another model (Gemma 3, the second run) gets the unbiased case only.
+        biases = [{}, {"107": 100, "39428": 100}] if MODEL_ID.startswith("SmolLM2") else [{}]
+        for bias in biases:
             response = plain.client.chat.completions.create(
                 model=MODEL_ID, messages=messages, tools=tools, max_tokens=64, temperature=0, logit_bias=bias)
             choice = response.choices[0]
