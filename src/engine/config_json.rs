@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::config::{ConfigError, EngineConfig};
+use super::guided::json_kind;
 
 /// Every configuration key, in the struct's order.
 pub fn config_keys() -> &'static [&'static str] {
@@ -47,7 +48,7 @@ fn parse_object(json: &str) -> Result<EngineConfig, ConfigError> {
             message: format!(
                 "invalid engine configuration: it must be a JSON object of options (e.g. {{\"threads\": 2}}), \
                  not {}",
-                kind_of(&value)
+                json_kind(&value)
             ),
         });
     };
@@ -85,17 +86,6 @@ fn plain_words(message: &str) -> String {
         message = message.replace(rust, plain);
     }
     message
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -30,5 +30,6 @@ mod vocab;
 pub use compile::{CompiledGrammar, GuidedCompiler};
 pub(crate) use masks::MaskJobs;
 pub use matcher::{Accepted, GuidedMatcher};
+pub(crate) use spec::json_kind;
 pub use spec::{json_layout, GuidedRequest, GuidedSpec};
 pub use timing::{MaskTimeSummary, MaskTimes};

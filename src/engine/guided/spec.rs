@@ -49,7 +49,7 @@ impl GuidedSpec {
             GuidedSpec::JsonObject => Ok(json_grammar(json!({"type": "object"}))),
             GuidedSpec::JsonSchema(schema) => match schema {
                 Value::Object(_) | Value::Bool(_) => Ok(json_grammar(schema.clone())),
-                other => Err(format!("a JSON schema is an object (or a boolean), not {}", kind(other))),
+                other => Err(format!("a JSON schema is an object (or a boolean), not {}", json_kind(other))),
             },
             GuidedSpec::Regex(rx) => Ok(TopLevelGrammar::from_regex(rx)),
             GuidedSpec::Choice(choices) => {
@@ -80,7 +80,8 @@ fn json_grammar(mut schema: Value) -> TopLevelGrammar {
     TopLevelGrammar::from_json_schema(schema)
 }
 
-fn kind(v: &Value) -> &'static str {
+/// A JSON value's kind, as error messages name it ("a string", "an array", ...).
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
