@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::speculative::SpeculativeConfig;
+use crate::model::gguf::LoadMode;
 
 /// Which backend runs the forward pass.
 // Read through a string so that a wrong type says "expected a string" and an unknown name lists the names.
@@ -62,6 +63,10 @@ impl TryFrom<String> for ActivationPrecision {
 pub struct EngineConfig {
     /// The GGUF model; `None` follows the model-path rule (`EMBER_MODEL`, then the default location).
     pub model: Option<PathBuf>,
+    /// How the model file is brought in: `"read"` (the default: into memory, so later changes to the file cannot
+    /// affect the engine) or `"mmap"` (mapped; shared page cache, but the file must not be truncated or rewritten
+    /// while the engine runs).
+    pub load: LoadMode,
     pub backend: BackendKind,
     /// CPU threads; 0 = all available cores.
     pub threads: usize,
@@ -95,6 +100,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             model: None,
+            load: LoadMode::Read,
             backend: BackendKind::Auto,
             threads: 0,
             max_num_seqs: 64,

@@ -104,7 +104,7 @@ impl Engine {
         config.validate().map_err(EngineError::Config)?;
         let model = match model {
             Some(m) => m,
-            None => Arc::new(Model::load(config.model.as_deref()).map_err(EngineError::Model)?),
+            None => Arc::new(Model::load_with(config.model.as_deref(), config.load).map_err(EngineError::Model)?),
         };
         let cache = CacheGeometry::from_config(&config);
         let capacity = Capacity {

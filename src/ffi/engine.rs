@@ -109,7 +109,8 @@ mod tests {
     #[test]
     fn refused_configurations_leave_out_untouched() {
         let mut out: *mut Engine = ptr::null_mut();
-        let cases: [(&std::ffi::CStr, EngineStatus, &str); 9] = [
+        let cases: [(&std::ffi::CStr, EngineStatus, &str); 10] = [
+            (c"{\"load\": \"disk\"}", EngineStatus::InvalidConfig, "load: unknown load mode \"disk\""),
             (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "engine_new: threads: invalid type"),
             (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "unknown configuration key \"max_num_seq\""),
             (c"[]", EngineStatus::InvalidConfig, "must be a JSON object"),

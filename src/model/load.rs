@@ -1,4 +1,4 @@
-//! A model ready to use: the memory-mapped file, its hyperparameters, tokenizer and chat template, loaded and
+//! A model ready to use: the file (read into memory or mapped), its hyperparameters, tokenizer and chat template, loaded and
 //! validated together.
 
 use std::fmt;
@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::chat_template::{ChatTemplate, TemplateError};
-use super::gguf::{GgufError, GgufFile};
+use super::gguf::{GgufError, GgufFile, LoadMode};
 use super::llama::{LlamaConfig, ModelConfigError};
 use super::path::{resolve_model_path, ModelNotFound};
 use super::tokenizer::{Tokenizer, TokenizerError};
@@ -46,9 +46,15 @@ impl std::error::Error for ModelError {}
 
 impl Model {
     /// Loads the model at `path`, or where the model-path rule points when `None` (see [`resolve_model_path`]).
+    /// The file is read into memory ([`LoadMode::Read`]).
     pub fn load(path: Option<&Path>) -> Result<Self, ModelError> {
+        Self::load_with(path, LoadMode::default())
+    }
+
+    /// Loads the model at `path` (or where the model-path rule points), bringing the file in as `mode` says.
+    pub fn load_with(path: Option<&Path>, mode: LoadMode) -> Result<Self, ModelError> {
         let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
-        let file = GgufFile::open(&path).map_err(ModelError::Gguf)?;
+        let file = GgufFile::open_with(&path, mode).map_err(ModelError::Gguf)?;
         Self::from_file(path, file)
     }
 

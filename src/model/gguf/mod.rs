@@ -1,4 +1,5 @@
-//! GGUF reader: a memory-mapped model file with its metadata and tensors, validated once when it is opened.
+//! GGUF reader: a model file (read into memory or memory-mapped, `LoadMode`) with its metadata and tensors,
+//! validated once when it is opened.
 //!
 //! Reads GGUF versions 2 and 3 (little-endian). Opening checks the whole structure — magic, version, every
 //! metadata value, every tensor info, alignment, and that each tensor's data lies inside the file — so that
@@ -29,6 +30,7 @@ pub use tensor::{TensorInfo, TensorView};
 pub use value::{Array, Value, ValueType};
 
 use parse::Cursor;
+pub use source::LoadMode;
 use source::Source;
 
 /// An open GGUF file.
@@ -47,9 +49,14 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
-    /// Memory-maps and validates the file at `path`.
+    /// Reads and validates the file at `path` ([`LoadMode::Read`], the default).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
-        Self::from_source(Source::map(path.as_ref())?)
+        Self::open_with(path, LoadMode::default())
+    }
+
+    /// Brings in the file at `path` as `mode` says, and validates it.
+    pub fn open_with(path: impl AsRef<Path>, mode: LoadMode) -> Result<Self, GgufError> {
+        Self::from_source(Source::open(path.as_ref(), mode)?)
     }
 
     /// Validates a file held in memory (copied into an aligned buffer).

@@ -1,12 +1,45 @@
-//! The bytes of a GGUF file: a read-only memory map of the file, or an owned buffer (tests, synthetic models).
+//! The bytes of a GGUF file: read into memory the process owns, a read-only memory map of the file, or an owned
+//! buffer (tests, synthetic models).
 
 use std::fs::File;
+use std::io::Read;
 use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 
 use super::error::GgufError;
 
-/// Where a file's bytes live. Both variants start at an address aligned to at least 8 bytes, so tensor data at an
-/// offset aligned to `general.alignment` can be viewed as `f32`, `f16` or quant blocks without copying.
+/// How a model file's bytes get into the process: the engine option `load` (a public contract,
+/// `docs/c_api.md`, "Model files").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum LoadMode {
+    /// Read the whole file into anonymous memory when the model is opened. The default: the engine never touches
+    /// the file again, so a file truncated, rewritten or deleted under a live engine has no effect on it. Costs
+    /// the file's size in private memory per loaded model, and the read itself.
+    #[default]
+    Read,
+    /// Memory-map the file read-only. Pages come from the page cache on first use and are shared with every
+    /// process mapping the same file, and loading is near instant; but the file must not be truncated or
+    /// rewritten in place while the model is loaded: touching a page past a new end of file raises SIGBUS in
+    /// whatever thread touches it, which kills the process. Replacing the file by rename is safe (the map keeps
+    /// the old inode).
+    Mmap,
+}
+
+impl TryFrom<String> for LoadMode {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        match name.as_str() {
+            "read" => Ok(LoadMode::Read),
+            "mmap" => Ok(LoadMode::Mmap),
+            _ => Err(format!("unknown load mode {name:?}, expected \"read\" or \"mmap\"")),
+        }
+    }
+}
+
+/// Where a file's bytes live. Every variant starts at an address aligned to at least 8 bytes, so tensor data at
+/// an offset aligned to `general.alignment` can be viewed as `f32`, `f16` or quant blocks without copying.
 pub enum Source {
     Mapped(memmap2::Mmap),
     /// Stored as `u64` words for alignment; `len` is the byte length.
@@ -17,15 +50,36 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn map(path: &Path) -> Result<Self, GgufError> {
+    /// The file at `path`, brought in as `mode` says.
+    pub fn open(path: &Path, mode: LoadMode) -> Result<Self, GgufError> {
+        match mode {
+            LoadMode::Read => Self::read(path),
+            LoadMode::Mmap => Self::map(path),
+        }
+    }
+
+    fn map(path: &Path) -> Result<Self, GgufError> {
         let io = |source| GgufError::Io { path: path.to_owned(), source };
         let file = File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process. Like every reader of memory-mapped model
-        // files (llama.cpp included), we rely on nobody truncating or rewriting the file while it is open;
-        // doing so is documented as unsupported. A memory map is the requirement: weights stay in the
-        // page cache, shared between processes, instead of being copied into the heap.
+        // SAFETY: the map is read-only and private to this process. Its validity past this call rests on nobody
+        // truncating or rewriting the file while it is open (SIGBUS otherwise): `LoadMode::Mmap` is the opt-in
+        // that documents this as the caller's promise, and `LoadMode::Read`, the default, has no such rule.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Ok(Source::Mapped(map))
+    }
+
+    fn read(path: &Path) -> Result<Self, GgufError> {
+        let io = |source| GgufError::Io { path: path.to_owned(), source };
+        let mut file = File::open(path).map_err(io)?;
+        let len = usize::try_from(file.metadata().map_err(io)?.len())
+            .map_err(|_| io(std::io::Error::other("the file is larger than the address space")))?;
+        // Zeroed words come from fresh (lazily zeroed) pages, so this costs the read, not a second pass.
+        let mut words = vec![0u64; len.div_ceil(8)];
+        // read_exact: a file that shrinks while it is read is an error here, not a short model later.
+        file.read_exact(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len]).map_err(io)?;
+        // A file that grew while it was read keeps the size it had when opened: the header and tensor table
+        // are validated against these bytes only.
+        Ok(Source::Owned { words, len })
     }
 
     pub fn owned(bytes: &[u8]) -> Self {
