@@ -280,6 +280,12 @@ enum EngineStatus
      * relied on; the process is unharmed. Please report the message.
      */
     ENGINE_STATUS_PANIC = 14,
+    /**
+     * The handle was created by another process: this process is a child forked from it, and an engine's
+     * threads do not survive `fork()`. Nothing was done, and the handle's memory is left as fork copied it
+     * (freeing it in the child is also refused). Create engines after fork (`docs/c_api.md`).
+     */
+    ENGINE_STATUS_FORKED = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -32,6 +32,8 @@ const (
 	StatusTooManyHandles   Status = C.ENGINE_STATUS_TOO_MANY_HANDLES
 	// StatusPanic: a bug inside ember, caught at the C boundary.
 	StatusPanic Status = C.ENGINE_STATUS_PANIC
+	// StatusForked: a handle used in a child forked from the process that created it; create engines after fork.
+	StatusForked Status = C.ENGINE_STATUS_FORKED
 )
 
 // String is ember's static English description of the status (engine_status_message).

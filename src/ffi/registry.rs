@@ -13,6 +13,12 @@
 //! - bits 32..64: a serial number, per type, never 0, incremented on every issue. A freed handle stays invalid
 //!   until 2^32 later handles of its type have been issued *and* one of them lands in its old slot.
 //!
+//! Fork: a handle belongs to the process that created it. A child forked from that process inherits the tables
+//! but not the engine threads (fork copies only the calling thread), so its submissions would never run and
+//! freeing its engines would join threads that do not exist. Each slot records its creator's pid; a lookup from
+//! another process is refused with `ENGINE_STATUS_FORKED`, and nothing of the object is touched or dropped in
+//! the child (its memory stays as fork copied it).
+//!
 //! Locking: each table is an `RwLock` held only to find, insert or remove an entry and clone its `Arc`; all
 //! work on an object happens after the lock is released, on the cloned `Arc`, so a handle freed by one thread
 //! while another uses it is never freed under it (the object lives until the last user drops its `Arc`).
@@ -78,7 +84,13 @@ struct Slots<T> {
 struct Slot<T> {
     /// The handle value issued for this slot's object; 0 while vacant.
     handle: usize,
+    /// The process that created the object.
+    pid: u32,
     object: Option<Arc<T>>,
+}
+
+impl<T> Slot<T> {
+    const VACANT: Slot<T> = Slot { handle: 0, pid: 0, object: None };
 }
 
 impl<T> HandleTable<T> {
@@ -92,7 +104,7 @@ impl<T> HandleTable<T> {
         let index = match t.vacant.pop() {
             Some(i) => i,
             None if t.slots.len() < MAX_SLOTS => {
-                t.slots.push(Slot { handle: 0, object: None });
+                t.slots.push(Slot::VACANT);
                 t.slots.len() - 1
             }
             None => {
@@ -104,28 +116,47 @@ impl<T> HandleTable<T> {
         };
         t.serial = t.serial.wrapping_add(1).max(1);
         let handle = (t.serial as usize) << 32 | usize::from(t.kind.tag) << INDEX_BITS | (index + 1);
-        t.slots[index] = Slot { handle, object: Some(object) };
+        t.slots[index] = Slot { handle, pid: std::process::id(), object: Some(object) };
         Ok(handle)
     }
 
     /// The object of a live handle.
     pub fn get(&self, handle: usize) -> Result<Arc<T>, Failure> {
         let t = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        let index = t.find(handle)?;
+        let index = t.find_here(handle)?;
         Ok(Arc::clone(t.slots[index].object.as_ref().expect("a slot holding a handle holds its object")))
     }
 
-    /// Unregisters a live handle and returns its object; the handle is invalid from now on.
+    /// Unregisters a live handle and returns its object; the handle is invalid from now on. In a forked child
+    /// the handle of a parent's object is refused and stays registered, so that its object is never dropped there.
     pub fn remove(&self, handle: usize) -> Result<Arc<T>, Failure> {
         let mut t = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let index = t.find(handle)?;
-        let slot = std::mem::replace(&mut t.slots[index], Slot { handle: 0, object: None });
+        let index = t.find_here(handle)?;
+        let slot = std::mem::replace(&mut t.slots[index], Slot::VACANT);
         t.vacant.push(index);
         Ok(slot.object.expect("a slot holding a handle holds its object"))
     }
 }
 
 impl<T> Slots<T> {
+    /// The slot index of the live handle `handle`, created by this process.
+    fn find_here(&self, handle: usize) -> Result<usize, Failure> {
+        let index = self.find(handle)?;
+        let (creator, here) = (self.slots[index].pid, std::process::id());
+        if creator != here {
+            return Err(Failure::new(
+                EngineStatus::Forked,
+                format!(
+                    "this {} handle was created by process {creator}, and this is process {here}, forked from it: \
+                     ember's engine threads do not survive fork(), so a forked child cannot use its parent's engines \
+                     or requests; create engines after fork (docs/c_api.md, \"Processes and fork\")",
+                    self.kind.name
+                ),
+            ));
+        }
+        Ok(index)
+    }
+
     /// The slot index of the live handle `handle`, or why it is not one.
     fn find(&self, handle: usize) -> Result<usize, Failure> {
         let (kind, a_kind) = (self.kind.name, self.kind.a_name);
@@ -234,6 +265,18 @@ mod tests {
         let e = table.get(request_like).unwrap_err();
         let expected = "a request handle was passed where an engine handle is expected";
         assert!(matches!(e.detail, super::super::boundary::Detail::Text(ref m) if m == expected));
+    }
+
+    #[test]
+    fn a_handle_of_another_process_is_refused_and_kept() {
+        let table: HandleTable<u32> = HandleTable::new(KIND);
+        let h = table.insert(Arc::new(1)).unwrap();
+        // What a forked child sees: the slot says another process created it.
+        table.inner.write().unwrap().slots[(h & INDEX_MASK) - 1].pid = std::process::id() + 1;
+        assert_eq!(table.get(h).unwrap_err().status, EngineStatus::Forked);
+        assert_eq!(table.remove(h).unwrap_err().status, EngineStatus::Forked);
+        table.inner.write().unwrap().slots[(h & INDEX_MASK) - 1].pid = std::process::id();
+        assert_eq!(*table.get(h).unwrap(), 1, "still registered: nothing was dropped");
     }
 
     #[test]

@@ -48,10 +48,14 @@ pub enum EngineStatus {
     /// A bug inside ember was caught at the C boundary (a Rust panic). The call had no effect that can be
     /// relied on; the process is unharmed. Please report the message.
     Panic = 14,
+    /// The handle was created by another process: this process is a child forked from it, and an engine's
+    /// threads do not survive `fork()`. Nothing was done, and the handle's memory is left as fork copied it
+    /// (freeing it in the child is also refused). Create engines after fork (`docs/c_api.md`).
+    Forked = 15,
 }
 
 /// Every status, in number order (private: cbindgen would export a public constant).
-const ALL_STATUSES: [EngineStatus; 15] = [
+const ALL_STATUSES: [EngineStatus; 16] = [
     EngineStatus::Ok,
     EngineStatus::InvalidArgument,
     EngineStatus::InvalidUtf8,
@@ -67,6 +71,7 @@ const ALL_STATUSES: [EngineStatus; 15] = [
     EngineStatus::ChoiceOutOfRange,
     EngineStatus::TooManyHandles,
     EngineStatus::Panic,
+    EngineStatus::Forked,
 ];
 
 impl EngineStatus {
@@ -88,6 +93,7 @@ impl EngineStatus {
             EngineStatus::ChoiceOutOfRange => "choice index out of range\0",
             EngineStatus::TooManyHandles => "too many live handles\0",
             EngineStatus::Panic => "internal error in ember (caught panic)\0",
+            EngineStatus::Forked => "the handle belongs to the parent process (used after fork)\0",
         }
     }
 }
