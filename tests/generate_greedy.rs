@@ -26,6 +26,8 @@ use ember::model::{Model, TokenId};
 
 #[path = "common/logits.rs"]
 mod logits;
+#[path = "common/per_path.rs"]
+mod per_path;
 use logits::{argmax, softmax};
 
 const GREEDY_REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/greedy_ref.json");
@@ -94,7 +96,9 @@ fn next_token_logits(model: &Model, backend: &mut CpuBackend<'_>, tokens: &[Toke
 fn greedy_generation_follows_llama_cpp_until_a_near_tie() {
     let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(GREEDY_REF).unwrap_or_else(|e| panic!("cannot read {GREEDY_REF}: {e}"));
-    let reference: GreedyRef = serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot parse {GREEDY_REF}: {e}"));
+    let mut reference: GreedyRef =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot parse {GREEDY_REF}: {e}"));
+    reference.cases.truncate(per_path::cases_to_check(reference.cases.len()));
     let eog = model.tokenizer.eog_ids();
     assert!(!eog.is_empty(), "the tokenizer has no end-of-generation ids");
 
