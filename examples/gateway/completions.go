@@ -4,14 +4,19 @@ package main
 // engine's response body, or its streaming chunks as server-sent events ending with `data: [DONE]`.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"ember"
 )
@@ -34,6 +39,19 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 	return func(w http.ResponseWriter, r *http.Request) int {
 		s.active.Add(1)
 		defer s.active.Done()
+		// Beyond the bound, refuse at once: a queue without bound would hold every client's connection and
+		// memory while each waits longer than it would take it to retry.
+		if s.slots != nil {
+			select {
+			case s.slots <- struct{}{}:
+				defer func() { <-s.slots }()
+			default:
+				w.Header().Set("Retry-After", "1")
+				return newAPIError(http.StatusServiceUnavailable, "server_error", fmt.Sprintf(
+					"the gateway is serving its limit of %d concurrent requests: retry later", cap(s.slots)),
+					"").write(w)
+			}
+		}
 		body, stream, bad := s.readBody(w, r, kind)
 		if bad != nil {
 			return bad.write(w)
@@ -66,21 +84,32 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 // readBody reads a completion request and checks what the gateway itself relies on: a JSON object with the
 // endpoint's input field. It returns the body and its `stream` flag. Everything else the engine checks.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint) ([]byte, bool, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes))
-	if err != nil {
-		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
-				fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
-			return nil, false, &e
-		}
+	if bad := checkContentType(r.Header.Get("Content-Type")); bad != nil {
+		return nil, false, bad
+	}
+	body, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+		return nil, false, &e
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		e := newAPIError(http.StatusRequestTimeout, "invalid_request_error",
+			fmt.Sprintf("the request body did not arrive within %s", s.limits.readBodyTimeout), "")
+		return nil, false, &e
+	case err != nil:
 		e := invalidRequest("cannot read the request body: "+err.Error(), "")
 		return nil, false, &e
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		e := invalidRequest("the request body is not a JSON object: "+err.Error(), "")
-		return nil, false, &e
+	// The body is in: from here the connection is only watched for the client going away (net/http's
+	// background read), which must not time out, or it would end the request's context mid-generation.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	if bad := checkJSONObject(body); bad != nil {
+		return nil, false, bad
 	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(body, &fields) // checkJSONObject has parsed it
 	// The C API picks the kind from the fields (engine_submit), so a body of the other kind sent here would be
 	// served as that kind: refuse it, as OpenAI does a chat request without messages.
 	if _, ok := fields[kind.field]; !ok {
@@ -91,6 +120,83 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint)
 	var stream bool
 	_ = json.Unmarshal(fields["stream"], &stream)
 	return body, stream, nil
+}
+
+// checkContentType refuses bodies that say they are not JSON. No Content-Type passes, and so does
+// application/x-www-form-urlencoded, which `curl -d` sends unless told otherwise: the body must still be JSON.
+func checkContentType(contentType string) *apiError {
+	if contentType == "" {
+		return nil
+	}
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		e := invalidRequest(fmt.Sprintf("the Content-Type header %q cannot be parsed: %v", contentType, err), "")
+		return &e
+	}
+	if mediaType != "application/json" && mediaType != "application/x-www-form-urlencoded" {
+		e := invalidRequest(fmt.Sprintf("Content-Type %s is not accepted: send the body as application/json",
+			mediaType), "")
+		return &e
+	}
+	// JSON is UTF-8 (RFC 8259); a body in another charset would reach the engine misread.
+	if charset, ok := params["charset"]; ok && !strings.EqualFold(charset, "utf-8") {
+		e := invalidRequest(fmt.Sprintf("charset %s is not accepted: the body must be UTF-8", charset), "")
+		return &e
+	}
+	return nil
+}
+
+// checkJSONObject says what is wrong with a body that is not one JSON object, in UTF-8, with the byte at
+// fault where there is one.
+func checkJSONObject(body []byte) *apiError {
+	var message string
+	if len(bytes.TrimSpace(body)) == 0 {
+		message = "the request body is empty: send a JSON object"
+	} else if !utf8.Valid(body) {
+		// encoding/json would let invalid bytes in strings through as U+FFFD; the engine refuses them too,
+		// but only the gateway can say where they are.
+		message = fmt.Sprintf("the request body is not valid UTF-8 (byte offset %d)", invalidUTF8Offset(body))
+	} else {
+		var fields map[string]json.RawMessage
+		err := json.Unmarshal(body, &fields)
+		var syntax *json.SyntaxError
+		var notObject *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			message = fmt.Sprintf("the request body is not valid JSON: %v (byte offset %d)", err, syntax.Offset)
+		case errors.As(err, &notObject):
+			message = "the request body must be a JSON object, not " + articled(notObject.Value)
+		case err != nil:
+			message = "the request body is not a JSON object: " + err.Error()
+		case fields == nil:
+			message = "the request body must be a JSON object, not null"
+		default:
+			return nil
+		}
+	}
+	e := invalidRequest(message, "")
+	return &e
+}
+
+// invalidUTF8Offset is the offset of the first byte that does not start a valid UTF-8 sequence.
+func invalidUTF8Offset(b []byte) int {
+	offset := 0
+	for offset < len(b) {
+		r, size := utf8.DecodeRune(b[offset:])
+		if r == utf8.RuneError && size <= 1 {
+			return offset
+		}
+		offset += size
+	}
+	return offset
+}
+
+// articled puts "a" or "an" before the name of a JSON value's kind ("array", "string", "number", "bool").
+func articled(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
 }
 
 // respond waits for the whole response body and writes it.

@@ -18,7 +18,11 @@ import (
 	"ember"
 )
 
-var testServer *httptest.Server
+var (
+	testServer *httptest.Server
+	// testEngine serves every gateway the tests start (hardening_test.go starts its own, with their limits).
+	testEngine *ember.Engine
+)
 
 func TestMain(m *testing.M) {
 	model := os.Getenv("EMBER_MODEL")
@@ -30,8 +34,10 @@ func TestMain(m *testing.M) {
 		println(err.Error(), "- run scripts/fetch-model.sh or set EMBER_MODEL")
 		os.Exit(1)
 	}
-	s := newServer(engine, "test-model", true)
-	s.maxBodyBytes = 4096
+	testEngine = engine
+	l := defaultLimits()
+	l.maxBodyBytes = 4096
+	s := newServer(engine, "test-model", true, l)
 	testServer = httptest.NewServer(s.routes())
 	code := m.Run()
 	testServer.Close()

@@ -2,6 +2,8 @@
 //
 //	ember-gateway [--model PATH] [--listen 127.0.0.1:8080] [--threads N] [--enable-per-request-metrics]
 //	              [--disable-log-stats] [--metrics-headers] [--served-model-name NAME] [--shutdown-timeout 30s]
+//	              [--max-body-bytes 8388608] [--max-concurrent-requests 256] [--read-header-timeout 10s]
+//	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
 // GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT stops accepting connections, lets
@@ -36,6 +38,7 @@ type options struct {
 	metricsHeaders          bool
 	servedModelName         string
 	shutdownTimeout         time.Duration
+	limits                  limits
 }
 
 func parseOptions() options {
@@ -53,6 +56,20 @@ func parseOptions() options {
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
 	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGTERM, how long requests in progress may take before they are cancelled")
+	o.limits = defaultLimits()
+	flag.Int64Var(&o.limits.maxBodyBytes, "max-body-bytes", o.limits.maxBodyBytes,
+		"largest request body accepted, in bytes (413 beyond; 0: no limit)")
+	flag.IntVar(&o.limits.maxConcurrentRequests, "max-concurrent-requests", o.limits.maxConcurrentRequests,
+		"completion requests in flight at most; more are answered 503 with Retry-After at once (0: no limit)")
+	flag.DurationVar(&o.limits.readHeaderTimeout, "read-header-timeout", o.limits.readHeaderTimeout,
+		"how long a client may take to send a request's headers (0: no limit)")
+	flag.DurationVar(&o.limits.readBodyTimeout, "read-body-timeout", o.limits.readBodyTimeout,
+		"how long a request's body may take to arrive after its headers (408 beyond; 0: no limit)")
+	flag.DurationVar(&o.limits.writeTimeout, "write-timeout", o.limits.writeTimeout,
+		"how long one write may block; a client that reads nothing for this long is dropped, and its request "+
+			"cancelled (a stream may last any time while its client reads; 0: no limit)")
+	flag.DurationVar(&o.limits.idleTimeout, "idle-timeout", o.limits.idleTimeout,
+		"how long a keep-alive connection may wait for its next request (0: no limit)")
 	flag.Parse()
 	return o
 }
@@ -81,8 +98,9 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	s := newServer(engine, modelID(o), o.metricsHeaders)
-	httpServer := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s := newServer(engine, modelID(o), o.metricsHeaders, o.limits)
+	httpServer := &http.Server{}
+	s.configure(httpServer)
 	// The one line on stdout: scripts read the address from it (useful with port 0).
 	fmt.Printf("ember-gateway listening on http://%s\n", listener.Addr())
 

@@ -21,9 +21,11 @@ type server struct {
 	started int64
 	// metricsHeaders returns the timing metrics as headers of non-streaming responses.
 	metricsHeaders bool
-	// maxBodyBytes caps a request body.
-	maxBodyBytes int64
-	metrics      *gatewayMetrics
+	// limits bound what one client can hold (limits.go).
+	limits limits
+	// slots holds one token per completion request in flight, up to limits.maxConcurrentRequests; nil: no bound.
+	slots   chan struct{}
+	metrics *gatewayMetrics
 	// draining is set once shutdown has begun: /health then answers 503 so that load balancers stop sending.
 	draining atomic.Bool
 	// active counts the completion handlers running, so that a forced shutdown can wait for them.
@@ -31,12 +33,15 @@ type server struct {
 }
 
 // newServer starts counting from now.
-func newServer(engine *ember.Engine, modelID string, metricsHeaders bool) *server {
-	return &server{
+func newServer(engine *ember.Engine, modelID string, metricsHeaders bool, l limits) *server {
+	s := &server{
 		engine: engine, modelID: modelID, started: time.Now().Unix(), metricsHeaders: metricsHeaders,
-		maxBodyBytes: 8 << 20, // 8 MiB: far above any prompt the model's context can hold
-		metrics:      newGatewayMetrics(),
+		limits: l, metrics: newGatewayMetrics(),
 	}
+	if l.maxConcurrentRequests > 0 {
+		s.slots = make(chan struct{}, l.maxConcurrentRequests)
+	}
+	return s
 }
 
 func (s *server) routes() http.Handler {
@@ -55,6 +60,7 @@ func (s *server) routes() http.Handler {
 // counted answers a route's one method (any, for "") and counts the answer's status by endpoint.
 func (s *server) counted(endpoint, method string, handle func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		w = s.guard(w, r)
 		var status int
 		if method != "" && r.Method != method {
 			w.Header().Set("Allow", method)
