@@ -18,6 +18,11 @@ impl Rng {
         lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
     }
 
+    /// A value in `0..n` (`n` > 0; the modulo bias is negligible for the small `n` the tests use).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
     pub fn byte(&mut self) -> u8 {
         self.next_u64() as u8
     }

@@ -1,0 +1,255 @@
+//! Seeded, deterministic mutation tests of every parser a host feeds (issue 15): the GGUF reader (header,
+//! metadata, tensor table, then what loading reads from it: hyperparameters, tokenizer, chat template), the engine
+//! configuration JSON, the request JSON (through `ApiRequest::submit`, what `engine_submit` calls), the tokenizer
+//! (arbitrary text in, arbitrary ids out) and the chat template renderer (arbitrary messages). Thousands of inputs
+//! each, made from real seeds by bit flips, byte inserts and deletes, truncation, splicing and, for GGUF, integer
+//! fields overwritten with extremes (a count of 2^60 must fail fast, not allocate). Every input must give `Ok` or
+//! `Err`: a panic fails the test. Fixed seeds: every run checks the same inputs, and a failure names its input.
+
+mod common;
+#[path = "common/gemma3.rs"]
+mod gemma3;
+#[path = "common/rng.rs"]
+mod rng;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ember::engine::{EngineConfig, SubmitRequest};
+use ember::model::chat_template::{ChatMessage, ChatTemplate};
+use ember::model::gguf::writer::GgufWriter;
+use ember::model::gguf::{Array, GgmlType, GgufFile, Value};
+use ember::model::llama::LlamaConfig;
+use ember::model::tokenizer::{TokenId, Tokenizer};
+use ember::model::Model;
+use ember::protocol::ApiRequest;
+use rng::Rng;
+
+const GGUF_INPUTS: usize = 20_000;
+const CONFIG_INPUTS: usize = 20_000;
+
+/// One mutation of `seed`, made by `rng`: 1 to 4 edits of the kinds a fuzzer makes.
+fn mutate(rng: &mut Rng, seed: &[u8], dictionary: &[&[u8]]) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let at = if b.is_empty() { 0 } else { rng.below(b.len() as u64) as usize };
+        match rng.below(7) {
+            0 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
+            1 => b.insert(at, rng.byte()),
+            2 if !b.is_empty() => {
+                b.remove(at);
+            }
+            3 => b.truncate(at),
+            4 => {
+                // Splice: a copy of another stretch of the seed.
+                let from = rng.below(seed.len().max(1) as u64) as usize;
+                let len = rng.below(16) as usize;
+                let piece: Vec<u8> = seed.iter().skip(from).take(len).copied().collect();
+                b.splice(at..at, piece);
+            }
+            5 => {
+                let word = dictionary[rng.below(dictionary.len() as u64) as usize];
+                b.splice(at..at, word.iter().copied());
+            }
+            _ if b.len() >= at + 8 => {
+                // An integer field overwritten with an extreme (counts, lengths, offsets, type ids, dimensions).
+                let extremes = [0u64, 1, u64::MAX, 1 << 60, u32::MAX as u64, 0x8000_0000, 13, 1 << 32];
+                let v = extremes[rng.below(extremes.len() as u64) as usize];
+                let width = [1usize, 4, 8][rng.below(3) as usize];
+                b[at..at + width].copy_from_slice(&v.to_le_bytes()[..width]);
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+/// Runs `f` on input `i`, failing with the input's description if it panics.
+fn must_not_panic(parser: &str, i: usize, input: &dyn std::fmt::Debug, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        panic!("{parser}: input {i} panicked: {input:?}");
+    }
+}
+
+/// A small GGUF with a bit of everything the reader and the loader look at: typed scalars, arrays, strings, a
+/// byte-level BPE vocabulary, a chat template, llama hyperparameters and two tensors.
+fn gguf_seed() -> Vec<u8> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    GgufWriter::new()
+        .metadata("general.architecture", Value::String("llama".into()))
+        .metadata("general.name", Value::String("fuzz".into()))
+        .metadata("llama.context_length", Value::U32(64))
+        .metadata("llama.embedding_length", Value::U32(8))
+        .metadata("llama.block_count", Value::U32(1))
+        .metadata("llama.feed_forward_length", Value::U32(16))
+        .metadata("llama.attention.head_count", Value::U32(2))
+        .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
+        .metadata("llama.rope.freq_base", Value::F64(10000.0))
+        .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
+        .metadata("tokenizer.ggml.tokens", Value::Array(Array::String(s(&["a", "b", "ab", "<|im_end|>"]))))
+        .metadata("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![1, 1, 1, 3])))
+        .metadata("tokenizer.ggml.merges", Value::Array(Array::String(s(&["a b"]))))
+        .metadata("tokenizer.ggml.eos_token_id", Value::U32(3))
+        .metadata("tokenizer.chat_template", Value::String(ChatTemplateSeed::TEXT.into()))
+        .metadata("fuzz.flags", Value::Array(Array::Bool(vec![true, false])))
+        .metadata("fuzz.big", Value::I64(-1))
+        .tensor_f32("token_embd.weight", &[8, 4], &[0.5; 32])
+        .tensor("blk.0.ffn_down.weight", GgmlType::F16, &[16, 8], vec![0; 256])
+        .to_bytes()
+}
+
+struct ChatTemplateSeed;
+
+impl ChatTemplateSeed {
+    const TEXT: &'static str = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
+        {% if add_generation_prompt %}<|assistant|>{% endif %}";
+}
+
+#[test]
+fn mutated_gguf_files_are_refused_or_read_never_a_panic() {
+    let seed = gguf_seed();
+    let dictionary: &[&[u8]] = &[b"GGUF", &[0xFF; 8], b"tokenizer.ggml.tokens", b"general.alignment", &[9, 0, 0, 0]];
+    let mut rng = Rng(0x6767_7566);
+    let (mut opened, mut loaded) = (0, 0);
+    for i in 0..GGUF_INPUTS {
+        let input = mutate(&mut rng, &seed, dictionary);
+        must_not_panic("gguf", i, &input, || {
+            let Ok(file) = GgufFile::from_bytes(&input) else { return };
+            opened += 1;
+            let _ = LlamaConfig::from_gguf(&file);
+            let _ = ChatTemplate::from_gguf(&file);
+            if let Ok(tok) = Tokenizer::from_gguf(&file) {
+                loaded += 1;
+                let ids = tok.encode("abba<|im_end|>", true);
+                let _ = tok.decode(&ids, true);
+            }
+        });
+    }
+    println!("gguf: {GGUF_INPUTS} mutations, {opened} opened, {loaded} with a tokenizer");
+    assert!(opened > 0, "no mutation left a readable file: the mutations are too destructive to test reading");
+}
+
+#[test]
+fn mutated_engine_configurations_are_refused_or_read_never_a_panic() {
+    let seed = serde_json::to_string(&EngineConfig::default()).unwrap();
+    let dictionary: &[&[u8]] =
+        &[b"null", b"-1", b"1e999", b"\"mmap\"", b"{}", b"[]", b"18446744073709551616", b"\\u0000"];
+    let mut rng = Rng(0x636f_6e66);
+    let mut accepted = 0;
+    for i in 0..CONFIG_INPUTS {
+        let input = String::from_utf8_lossy(&mutate(&mut rng, seed.as_bytes(), dictionary)).into_owned();
+        must_not_panic("config", i, &input, || {
+            if let Ok(config) = EngineConfig::from_json(&input) {
+                accepted += usize::from(config.validate().is_ok());
+            }
+        });
+    }
+    println!("config: {CONFIG_INPUTS} mutations, {accepted} accepted");
+}
+
+#[test]
+fn mutated_requests_are_refused_or_served_never_a_panic() {
+    let engine = common::engine(EngineConfig { kv_cache_tokens: 2048, max_num_seqs: 8, ..Default::default() });
+    let seeds = [
+        r#"{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0, "stop": ["."], "logprobs": true, "top_logprobs": 2, "n": 2, "seed": 3, "stream": true, "stream_options": {"include_usage": true}}"#,
+        r#"{"prompt": ["Hello", "World"], "max_tokens": 1, "echo": true, "logprobs": 1, "logit_bias": {"42": -100}, "presence_penalty": 0.5, "top_p": 0.9}"#,
+        r#"{"prompt": [1, 2, 3], "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}"#,
+        r#"{"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 4, "tools": [{"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], "tool_choice": "required"}"#,
+    ];
+    let dictionary: &[&[u8]] =
+        &[b"null", b"-1", b"1e308", b"[]", b"{}", b"\"\\ud800\"", b"999999999", b"true", b"\"\""];
+    let mut rng = Rng(0x7265_7175);
+    let (mut served, mut refused) = (0, 0);
+    for i in 0..3000 {
+        let seed = seeds[i % seeds.len()];
+        let input = String::from_utf8_lossy(&mutate(&mut rng, seed.as_bytes(), dictionary)).into_owned();
+        must_not_panic("request", i, &input, || match ApiRequest::submit(&engine, &input, None) {
+            Ok(request) => {
+                served += 1;
+                // Cancel at once: what is fuzzed is the reading of the request, not generation.
+                request.handle().cancel();
+                request.handle().wait();
+                let _ = request.response_json();
+            }
+            Err(e) => {
+                refused += 1;
+                let body = e.to_json();
+                assert!(body.contains("\"message\""), "an error without a message: {body}");
+            }
+        });
+    }
+    println!("request: 3000 mutations, {served} served (then cancelled), {refused} refused");
+    assert!(served > 0 && refused > 0, "{served} served, {refused} refused: the mutations miss one side");
+    // Nothing of the 3000 is left behind in the engine.
+    let h = engine.submit(SubmitRequest { max_tokens: Some(1), ..SubmitRequest::new(vec![1, 2, 3]) }).unwrap();
+    h.wait();
+}
+
+/// Text of every kind the tokenizers meet: words, special-token lookalikes, control bytes, invalid UTF-8 made
+/// lossy, long runs.
+fn text_seeds() -> Vec<Vec<u8>> {
+    vec![
+        b"The quick brown fox jumps over the lazy dog.".to_vec(),
+        "<|im_start|>user\nH\u{e9}llo, \u{4e16}\u{754c} \u{1F600}<|im_end|><start_of_turn><bos>".as_bytes().to_vec(),
+        b"\x00\x01\x04\x06\xf1\xf2\xff\xfe  \t\n\r\n   123456789 -- ''' \"\"\"".to_vec(),
+        "a".repeat(300).into_bytes(),
+    ]
+}
+
+fn fuzz_tokenizer(name: &str, tok: &Tokenizer, seed_value: u64) {
+    let seeds = text_seeds();
+    let dictionary: &[&[u8]] = &[b"<|im_end|>", b"<end_of_turn>", b"<bos>", b"<|endoftext|>", "\u{200b}".as_bytes()];
+    let mut rng = Rng(seed_value);
+    let vocab = tok.vocab_size() as u64;
+    for i in 0..3000 {
+        let text = String::from_utf8_lossy(&mutate(&mut rng, &seeds[i % seeds.len()], dictionary)).into_owned();
+        must_not_panic(name, i, &text, || {
+            for parse_special in [false, true] {
+                let ids = tok.encode(&text, parse_special);
+                assert!(ids.iter().all(|&id| u64::from(id) < vocab), "an id outside the vocabulary");
+                tok.decode(&ids, true).expect("the encoding of a text decodes");
+            }
+        });
+        // Arbitrary ids: in range they decode, out of range they are an error.
+        let ids: Vec<TokenId> = (0..rng.below(12)).map(|_| rng.below(vocab + 4) as TokenId).collect();
+        must_not_panic(name, i, &ids, || {
+            let decoded = tok.decode(&ids, rng.below(2) == 0);
+            assert_eq!(decoded.is_ok(), ids.iter().all(|&id| u64::from(id) < vocab), "{ids:?}: {decoded:?}");
+        });
+    }
+}
+
+#[test]
+fn tokenizers_take_arbitrary_text_and_ids() {
+    fuzz_tokenizer("smollm2 tokenizer", &common::model().tokenizer, 0x746f_6b31);
+    let gemma = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
+    fuzz_tokenizer("gemma3 tokenizer", &gemma.tokenizer, 0x746f_6b32);
+}
+
+#[test]
+fn chat_templates_render_arbitrary_messages_or_refuse_them() {
+    let gemma = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
+    let templates = [("smollm2", &common::model().chat_template), ("gemma3", &gemma.chat_template)];
+    let roles = ["system", "user", "assistant", "tool", "", "model", "{{ raise_exception('x') }}"];
+    let seeds = text_seeds();
+    let dictionary: &[&[u8]] = &[b"{{", b"}}", b"{%", b"%}", b"{# ", b"<|im_start|>"];
+    let mut rng = Rng(0x6368_6174);
+    let mut rendered = 0;
+    for i in 0..2000 {
+        let messages: Vec<ChatMessage> = (0..rng.below(5))
+            .map(|_| {
+                let role = roles[rng.below(roles.len() as u64) as usize];
+                let seed = &seeds[rng.below(seeds.len() as u64) as usize];
+                let content = mutate(&mut rng, seed, dictionary);
+                ChatMessage::new(role, String::from_utf8_lossy(&content))
+            })
+            .collect();
+        let add_generation_prompt = rng.below(2) == 0;
+        for (name, template) in templates {
+            must_not_panic(name, i, &messages, || {
+                rendered += usize::from(template.render(&messages, add_generation_prompt).is_ok());
+            });
+        }
+    }
+    println!("chat templates: 2000 message lists on each of 2 templates, {rendered} rendered");
+}
