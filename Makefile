@@ -5,7 +5,8 @@
 #               CUDA kernels compiled by NVRTC and run under the CPU emulation, C under ASan and valgrind, Go
 #               (binding and gateway) and the gateway end to end with the official OpenAI client
 #   make soak   the churn test at 10,000 requests (make test runs it at 2,000): one engine, 32 host threads
-.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat soak
+#   make fuzz   each cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) seconds (docs/fuzzing.md); not in make test
+.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat soak fuzz
 
 CARGO ?= cargo
 
@@ -59,6 +60,16 @@ cuda-emulate:
 SOAK_REQUESTS ?= 10000
 soak: model
 	EMBER_CHURN_REQUESTS=$(SOAK_REQUESTS) $(CARGO) test --release --test churn -- --nocapture
+
+# libFuzzer needs nightly flags: RUSTC_BOOTSTRAP=1 lets stable rustc take them (docs/fuzzing.md). Inputs that
+# crash land in fuzz/artifacts/TARGET/; the corpus grows in fuzz/corpus/TARGET/ (both git-ignored).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := gguf engine_config request tokenizer chat_template
+fuzz: model
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	for t in $(FUZZ_TARGETS); do \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
+	done
 
 test: tools lint rust-test numerics-per-path cuda-emulate c-test go-test
 

@@ -9,19 +9,20 @@
 mod common;
 #[path = "common/gemma3.rs"]
 mod gemma3;
+#[path = "common/parser_checks.rs"]
+mod parser_checks;
 #[path = "common/rng.rs"]
 mod rng;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ember::engine::{EngineConfig, SubmitRequest};
-use ember::model::chat_template::{ChatMessage, ChatTemplate};
+use ember::model::chat_template::ChatMessage;
 use ember::model::gguf::writer::GgufWriter;
-use ember::model::gguf::{Array, GgmlType, GgufFile, Value};
-use ember::model::llama::LlamaConfig;
+use ember::model::gguf::{Array, GgmlType, Value};
 use ember::model::tokenizer::{TokenId, Tokenizer};
 use ember::model::Model;
-use ember::protocol::ApiRequest;
+use parser_checks::GgufOutcome;
 use rng::Rng;
 
 const GGUF_INPUTS: usize = 20_000;
@@ -113,15 +114,12 @@ fn mutated_gguf_files_are_refused_or_read_never_a_panic() {
     let (mut opened, mut loaded) = (0, 0);
     for i in 0..GGUF_INPUTS {
         let input = mutate(&mut rng, &seed, dictionary);
-        must_not_panic("gguf", i, &input, || {
-            let Ok(file) = GgufFile::from_bytes(&input) else { return };
-            opened += 1;
-            let _ = LlamaConfig::from_gguf(&file);
-            let _ = ChatTemplate::from_gguf(&file);
-            if let Ok(tok) = Tokenizer::from_gguf(&file) {
+        must_not_panic("gguf", i, &input, || match parser_checks::check_gguf(&input) {
+            GgufOutcome::Refused => {}
+            GgufOutcome::Opened => opened += 1,
+            GgufOutcome::Tokenizer => {
+                opened += 1;
                 loaded += 1;
-                let ids = tok.encode("abba<|im_end|>", true);
-                let _ = tok.decode(&ids, true);
             }
         });
     }
@@ -138,11 +136,7 @@ fn mutated_engine_configurations_are_refused_or_read_never_a_panic() {
     let mut accepted = 0;
     for i in 0..CONFIG_INPUTS {
         let input = String::from_utf8_lossy(&mutate(&mut rng, seed.as_bytes(), dictionary)).into_owned();
-        must_not_panic("config", i, &input, || {
-            if let Ok(config) = EngineConfig::from_json(&input) {
-                accepted += usize::from(config.validate().is_ok());
-            }
-        });
+        must_not_panic("config", i, &input, || accepted += usize::from(parser_checks::check_config(&input)));
     }
     println!("config: {CONFIG_INPUTS} mutations, {accepted} accepted");
 }
@@ -163,18 +157,11 @@ fn mutated_requests_are_refused_or_served_never_a_panic() {
     for i in 0..3000 {
         let seed = seeds[i % seeds.len()];
         let input = String::from_utf8_lossy(&mutate(&mut rng, seed.as_bytes(), dictionary)).into_owned();
-        must_not_panic("request", i, &input, || match ApiRequest::submit(&engine, &input, None) {
-            Ok(request) => {
+        must_not_panic("request", i, &input, || {
+            if parser_checks::check_request(&engine, &input) {
                 served += 1;
-                // Cancel at once: what is fuzzed is the reading of the request, not generation.
-                request.handle().cancel();
-                request.handle().wait();
-                let _ = request.response_json();
-            }
-            Err(e) => {
+            } else {
                 refused += 1;
-                let body = e.to_json();
-                assert!(body.contains("\"message\""), "an error without a message: {body}");
             }
         });
     }
@@ -203,19 +190,11 @@ fn fuzz_tokenizer(name: &str, tok: &Tokenizer, seed_value: u64) {
     let vocab = tok.vocab_size() as u64;
     for i in 0..3000 {
         let text = String::from_utf8_lossy(&mutate(&mut rng, &seeds[i % seeds.len()], dictionary)).into_owned();
-        must_not_panic(name, i, &text, || {
-            for parse_special in [false, true] {
-                let ids = tok.encode(&text, parse_special);
-                assert!(ids.iter().all(|&id| u64::from(id) < vocab), "an id outside the vocabulary");
-                tok.decode(&ids, true).expect("the encoding of a text decodes");
-            }
-        });
+        must_not_panic(name, i, &text, || parser_checks::check_text(tok, &text));
         // Arbitrary ids: in range they decode, out of range they are an error.
         let ids: Vec<TokenId> = (0..rng.below(12)).map(|_| rng.below(vocab + 4) as TokenId).collect();
-        must_not_panic(name, i, &ids, || {
-            let decoded = tok.decode(&ids, rng.below(2) == 0);
-            assert_eq!(decoded.is_ok(), ids.iter().all(|&id| u64::from(id) < vocab), "{ids:?}: {decoded:?}");
-        });
+        let include_special = rng.below(2) == 0;
+        must_not_panic(name, i, &ids, || parser_checks::check_ids(tok, &ids, include_special));
     }
 }
 
@@ -247,7 +226,7 @@ fn chat_templates_render_arbitrary_messages_or_refuse_them() {
         let add_generation_prompt = rng.below(2) == 0;
         for (name, template) in templates {
             must_not_panic(name, i, &messages, || {
-                rendered += usize::from(template.render(&messages, add_generation_prompt).is_ok());
+                rendered += usize::from(parser_checks::check_template(template, &messages, add_generation_prompt));
             });
         }
     }
