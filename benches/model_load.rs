@@ -9,6 +9,9 @@
 //!
 //! `cargo bench --bench model_load -- [--rounds N]`: a table per part and one JSON line each.
 
+#[path = "../tests/common/proc_status.rs"]
+mod proc_status;
+
 use std::process::Command;
 use std::time::Instant;
 
@@ -19,6 +22,7 @@ use ember::model::llama::LlamaConfig;
 use ember::model::path::resolve_model_path;
 use ember::model::tokenizer::Tokenizer;
 use ember::model::Model;
+use proc_status::proc_status_kib;
 
 const RUNS: usize = 20;
 
@@ -78,7 +82,7 @@ fn child(mode: &str) {
     let start = Instant::now();
     let engine = Engine::new(EngineConfig { load, threads: 2, ..Default::default() }).expect("engine");
     let start_ms = start.elapsed().as_secs_f64() * 1000.0;
-    let (anon_loaded, file_loaded) = (kib("RssAnon"), kib("RssFile"));
+    let (anon_loaded, file_loaded) = (proc_status_kib("RssAnon"), proc_status_kib("RssFile"));
     let prompt: Vec<_> = (100..116).collect();
     let request = SubmitRequest { max_tokens: Some(64), ignore_eos: true, ..SubmitRequest::new(prompt) };
     let h = engine.submit(request).expect("submit");
@@ -87,16 +91,9 @@ fn child(mode: &str) {
     println!(
         "{}",
         serde_json::json!({"mode": mode, "engine_start_ms": start_ms, "rss_anon_kib_loaded": anon_loaded,
-            "rss_file_kib_loaded": file_loaded, "rss_anon_kib": kib("RssAnon"), "rss_file_kib": kib("RssFile"),
+            "rss_file_kib_loaded": file_loaded, "rss_anon_kib": proc_status_kib("RssAnon"), "rss_file_kib": proc_status_kib("RssFile"),
             "decode_tps": tps})
     );
-}
-
-/// A `/proc/self/status` field in KiB (0 where there is none).
-fn kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'));
-    line.and_then(|l| l[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
 /// Each mode in its own process, alternating, `rounds` times; the median of each figure.

@@ -13,6 +13,9 @@
 //!
 //! `EMBER_CHURN_REQUESTS` sets the count: `make test` runs the default 2,000, `make soak` 10,000.
 
+#[path = "common/proc_status.rs"]
+mod proc_status;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
@@ -24,6 +27,7 @@ use ember::ffi::{
     engine_poll, engine_request_free, engine_response_json, engine_string_free, engine_submit, Engine, EngineEvent,
     EngineEventKind, EngineFinishReason, EngineRequest, EngineStats, EngineStatus,
 };
+use proc_status::proc_status_kib;
 use serde_json::Value;
 
 /// The system allocator, counting the bytes live on the heap: what a leak grows, exactly, where RSS also moves
@@ -397,12 +401,6 @@ fn stats(engine: *mut Engine) -> EngineStats {
     s
 }
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("VmRSS: 0 kB");
-    line["VmRSS:".len()..].trim().trim_end_matches("kB").trim().parse().unwrap_or(0)
-}
-
 #[test]
 fn thousands_of_mixed_requests_from_32_threads_each_end_once_and_leave_the_engine_idle() {
     let total: usize = std::env::var("EMBER_CHURN_REQUESTS").map_or(DEFAULT_REQUESTS, |v| v.parse().unwrap());
@@ -412,7 +410,7 @@ fn thousands_of_mixed_requests_from_32_threads_each_end_once_and_leave_the_engin
     assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EngineStatus::Ok, "{}", last_error());
     warm_up(engine);
     wait_idle(engine);
-    let (warm_rss, warm_heap) = (rss_kib(), LIVE_HEAP_BYTES.load(Ordering::Relaxed));
+    let (warm_rss, warm_heap) = (proc_status_kib("VmRSS"), LIVE_HEAP_BYTES.load(Ordering::Relaxed));
 
     // Two halves, each ending idle: a leak grows the heap in both, a buffer reaching a new high-water mark (a
     // wider step than any before) in one only.
@@ -424,7 +422,7 @@ fn thousands_of_mixed_requests_from_32_threads_each_end_once_and_leave_the_engin
     tallies.extend(churn(h, total - total / 2, HOST_THREADS as u64));
     let elapsed = start.elapsed();
     let idle = wait_idle(engine);
-    let (end_rss, end_heap) = (rss_kib(), LIVE_HEAP_BYTES.load(Ordering::Relaxed));
+    let (end_rss, end_heap) = (proc_status_kib("VmRSS"), LIVE_HEAP_BYTES.load(Ordering::Relaxed));
 
     let mut sum = Tally::default();
     for t in &tallies {
