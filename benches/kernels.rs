@@ -30,7 +30,10 @@ const STREAM_BYTES: usize = 128 << 20;
 /// Each measurement batch runs at least this long; the reported time is the median of `BATCHES` batches.
 const BATCH_TIME: Duration = Duration::from_millis(40);
 const BATCHES: usize = 5;
-const N_COLS: [usize; 5] = [1, 4, 16, 64, 512];
+const N_COLS: [usize; 10] = [1, 2, 3, 4, 5, 8, 9, 16, 64, 512];
+/// Columns up to this many also run streamed: a decode step verifying a speculative draft (`engine/speculative.rs`)
+/// computes a few columns against weights that come from memory, as a matvec does.
+const STREAM_MAX_COLS: usize = 8;
 
 /// One of the model's matrices: `n_rows` outputs of `row_len` inputs, of weight type `dtype`.
 struct Shape {
@@ -207,7 +210,7 @@ fn main() {
                     kernels.matmul_q8(&w, black_box(act), n_cols, &mut OutRows::new(out, n_cols, shape.n_rows));
                 };
                 let mut modes = vec![("hot", 1)];
-                if n_cols == 1 {
+                if n_cols <= STREAM_MAX_COLS {
                     modes.insert(0, ("stream", copies));
                 }
                 for (mode, rotation) in modes {

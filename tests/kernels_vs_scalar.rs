@@ -173,7 +173,9 @@ fn fits(dtype: GgmlType, row_len: usize) -> bool {
 /// SmolLM2's shapes and Gemma 3's (640 wide, 1024 query rows, 2048 FFN rows).
 const MODEL_SHAPES: [(usize, usize); 7] =
     [(576, 576), (576, 192), (576, 1536), (1536, 576), (640, 1024), (1024, 640), (2048, 640)];
-const ODD_N_COLS: [usize; 8] = [1, 2, 3, 5, 7, 16, 17, 64];
+/// Column counts around the walk's choices (`tiling::run_tiles`): one tile, two even ones (5 as 3 + 2, 8 as
+/// 4 + 4), the first count whose rows are unpacked once per panel (9), a panel's whole tiles and an edge.
+const ODD_N_COLS: [usize; 10] = [1, 2, 3, 5, 7, 8, 9, 16, 17, 64];
 
 /// The SIMD paths are offered exactly where the CPU runs them, so the comparisons below cover every path this
 /// machine has (and a CI machine without AVX-512 still tests AVX2).

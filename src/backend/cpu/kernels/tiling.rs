@@ -70,7 +70,7 @@ pub(super) unsafe fn walk_prepared_columns<P, A, const R: usize, const CM: usize
 pub(super) struct TileTable<W: 'static, A: 'static, const RM: usize, const CM: usize> {
     pub fns: [[TileFn<W, A>; CM]; RM],
     /// `row_tiles[R - 1]`, for paths where unpacking the weights costs enough that doing it once per panel rather
-    /// than once per column tile pays (used when a panel holds more than one column tile).
+    /// than once per column tile pays (used when a panel holds more than two column tiles).
     pub row_tiles: Option<[RowTileFn<W, A>; RM]>,
     /// Rows per tile when the batch has several columns (at most `RM`). A matvec uses all `RM` rows, to keep as many
     /// independent rows in flight as possible; a wider batch may want fewer, so that its `rows × CM` accumulators fit
@@ -93,7 +93,13 @@ const PANEL_BYTES: usize = 256 * 1024;
 /// n_blocks`), tile by tile. Arguments were checked by `Kernels`.
 ///
 /// Order: column panels, then row tiles, then column tiles within the panel. Each row tile's weights are unpacked
-/// once per panel and stay in L1 while the panel's columns pass by.
+/// once per panel and stay in L1 while the panel's columns pass by, when the panel has more than two column tiles
+/// (`row_tiles`). Up to two, the tile functions unpack the weights themselves, once per column tile, and the
+/// columns are split evenly (5 as 3 + 2, not 4 + 1): writing and re-reading the unpacked rows costs more than a
+/// second unpacking, and a 1-column tile pays for its unpacking alone. This is what a decode step verifying a
+/// speculative draft computes (a few columns against weights streamed from memory); on a 2-vCPU EPYC (AVX-512)
+/// it made SmolLM2's matrices 1.07–1.39× faster at 5 columns and 1.14–1.31× at 8 (`cargo bench --bench kernels
+/// -- avx512 n_cols=5`, medians of 3 interleaved runs).
 ///
 /// Inlined into each path's `matmul_q8` / `matmul_f32`, so that every path has its own copy of this walk, compiled
 /// with the path's target features: as one copy shared by the paths, its code (and the speed of the AVX2 Q8_0
@@ -123,7 +129,7 @@ pub(super) unsafe fn run_tiles<W, A, const RM: usize, const CM: usize>(
         while r0 < rows.end {
             let n_r = rows_per_tile.min(rows.end - r0);
             let tile_rows = &weights[r0 * n_blocks..(r0 + n_r) * n_blocks];
-            if let Some(row_tiles) = table.row_tiles.as_ref().filter(|_| panel_end - panel_start > CM) {
+            if let Some(row_tiles) = table.row_tiles.as_ref().filter(|_| panel_end - panel_start > 2 * CM) {
                 // SAFETY: as for the tile functions below; the row tile function checks its own buffer's size.
                 if unsafe { row_tiles[n_r - 1](tile_rows, n_blocks, act, panel_start..panel_end, r0, out) } {
                     r0 += n_r;
@@ -132,7 +138,9 @@ pub(super) unsafe fn run_tiles<W, A, const RM: usize, const CM: usize>(
             }
             let mut c0 = panel_start;
             while c0 < panel_end {
-                let n_c = CM.min(panel_end - c0);
+                // The fewest tiles that hold the columns left, as even as they go.
+                let left = panel_end - c0;
+                let n_c = left.div_ceil(left.div_ceil(CM));
                 let tile_cols = &act[c0 * n_blocks..(c0 + n_c) * n_blocks];
                 let results = &mut tile.as_flattened_mut()[..n_r * n_c];
                 // SAFETY: the caller guarantees the table's CPU features; the slices hold exactly n_r rows and n_c
