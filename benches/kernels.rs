@@ -3,10 +3,11 @@
 //! bandwidth. Prints a table, then one JSON line per case.
 //!
 //! `cargo bench --bench kernels [-- FILTER...]`: a case runs when every FILTER is a word of its label, e.g.
-//! `avx512 ffn_down n_cols=1` or `avx2 Q4_K` (labels read "path name in->out TYPE n_cols=N"). For `n_cols = 1` (decode) two figures: "stream", rotating over enough copies of the matrix to total
-//! `STREAM_BYTES` (the model streams ~96 MB per token, so its weights come from L3 or DRAM, not L2), and "hot",
-//! one matrix that stays in L2. Larger `n_cols` (prefill, batched decode) reuse one matrix, as a real prefill
-//! does. The scalar path, a reference rather than a contender, runs only `n_cols` 1 and 4.
+//! `avx512 ffn_down n_cols=1` or `avx2 Q4_K` (labels read "path name in->out TYPE n_cols=N"). For `n_cols` up to
+//! 8 (a decode, or one verifying a speculative draft) two figures: "stream", rotating over enough copies of the
+//! matrix to total `STREAM_BYTES` (the model streams ~96 MB per token, so its weights come from L3 or DRAM, not
+//! L2), and "hot", one matrix that stays in L2. Larger `n_cols` (prefill, batched decode) reuse one matrix, as a
+//! real prefill does. The scalar path, a reference rather than a contender, runs only `n_cols` up to 4.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
