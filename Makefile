@@ -37,7 +37,7 @@ rust-test: model
 # (which rust-test used): every path computes the same bits (docs/architecture.md, "Numerics"), and this shows it
 # end to end on this machine, so that an AVX-512 machine also tests the AVX2 and scalar paths.
 NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3 \
-	--test engine_prompt_logprobs
+	--test engine_prompt_logprobs --test engine_speculative
 # The scalar path computes the vector paths' bits some ten times slower: it checks the first cases of the greedy
 # references only (tests/common/per_path.rs), so that CI stays well under 30 minutes on an AVX2-only machine.
 SCALAR_NUMERICS_CASES := 4

@@ -30,7 +30,9 @@ MODEL="models/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 WORK="target/gpu-check"
 # Engine-level tests that run on the GPU path there (their engines use backend "auto").
-ENGINE_TESTS=(engine_batching engine_metrics protocol_errors protocol_metrics_gate protocol_stream)
+# engine_speculative: a draft verified as a k + 1-token chunk, each row's argmax taken on the device, must give
+# the tokens plain decoding gives.
+ENGINE_TESTS=(engine_batching engine_metrics protocol_errors protocol_metrics_gate protocol_stream engine_speculative)
 
 prepare() {
   set -e

@@ -1,13 +1,18 @@
 //! n-gram speculative decoding on the real model: a greedy request's tokens with speculation are bit-identical
 //! to without (the kernels compute a row of a chunk as they compute a decode row), on reference prompts and on
-//! extractive ones where drafts are accepted; stop strings, `max_tokens` and EOS inside an accepted run end a
-//! choice exactly as without; tokens accepted in one step share that step's timestamp.
+//! extractive ones where drafts are accepted, and so are a seeded sampled request's, with its log probabilities,
+//! `logit_bias` and `min_tokens`; stop strings, `max_tokens` and EOS inside an accepted run end a choice exactly
+//! as without, and a cancel leaves a consistent prefix of the output; tokens accepted in one step share that
+//! step's timestamp; a request that opts out never drafts.
 
 mod common;
+#[path = "common/per_path.rs"]
+mod per_path;
 
 use common::{chat_ids, engine, greedy, MESSAGES};
+use ember::engine::sampling::SamplingParams;
 use ember::engine::speculative::{SpeculativeConfig, SpeculativeMethod};
-use ember::engine::{Engine, EngineConfig, RequestHandle, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
 
 fn speculative(k: usize) -> EngineConfig {
     EngineConfig {
@@ -33,9 +38,12 @@ fn extractive(i: usize) -> SubmitRequest {
     SubmitRequest { max_tokens: Some(48), ..SubmitRequest::new(chat_ids(&message)) }
 }
 
+/// The reference messages, extractive requests and a counting completion (on the scalar kernel path, the first
+/// cases only: `make numerics-per-path`).
 fn requests() -> Vec<SubmitRequest> {
-    let mut all: Vec<SubmitRequest> = MESSAGES.iter().map(|m| greedy(m, 32)).collect();
-    all.extend((0..4).map(extractive));
+    let cases = per_path::cases_to_check(MESSAGES.len());
+    let mut all: Vec<SubmitRequest> = MESSAGES.iter().take(cases).map(|m| greedy(m, 32)).collect();
+    all.extend((0..cases.min(4)).map(extractive));
     // A completion that counts: the n-grams of the prompt predict the continuation.
     let count = ember::engine::SubmitRequest {
         max_tokens: Some(40),
@@ -108,4 +116,114 @@ fn stops_and_limits_inside_an_accepted_run_end_the_choice_as_without() {
         assert_eq!(h.choices(), expected, "variant {i}");
         assert_eq!(h.stats(0).unwrap().num_generation_tokens, expected[0].completion_tokens, "variant {i}");
     }
+}
+
+/// The requests of `requests()`, sampled: temperature 0.8 with top-p, seeded, some with two choices, log
+/// probabilities, a bias and `min_tokens`.
+fn sampled_requests() -> Vec<SubmitRequest> {
+    requests()
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let eos = common::model().tokenizer.eos_id();
+            SubmitRequest {
+                sampling: SamplingParams {
+                    temperature: 0.8,
+                    top_p: 0.95,
+                    seed: Some(1000 + i as u64),
+                    logit_bias: match (i % 3, eos) {
+                        (0, Some(eos)) => vec![(eos, -2.0)],
+                        _ => Vec::new(),
+                    },
+                    ..SamplingParams::default()
+                },
+                n: 1 + i % 2,
+                logprobs: (i % 4 == 1).then_some(3),
+                min_tokens: if i % 5 == 2 { 6 } else { 0 },
+                ..r
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn seeded_sampled_outputs_are_identical_with_speculation_logprobs_included() {
+    let requests = sampled_requests();
+    let p = plain();
+    let reference: Vec<_> = requests.iter().map(|r| outputs(&p, std::slice::from_ref(r)).remove(0).choices()).collect();
+    let e = engine(speculative(4));
+    let (mut drafted, mut accepted) = (0, 0);
+    for (i, r) in requests.iter().enumerate() {
+        let h = outputs(&e, std::slice::from_ref(r)).remove(0);
+        assert_eq!(h.choices(), reference[i], "request {i}, alone");
+        for choice in 0..r.n {
+            let s = h.stats(choice).unwrap();
+            drafted += s.num_draft_tokens;
+            accepted += s.num_accepted_tokens;
+        }
+    }
+    assert!(accepted > 0, "sampled requests accept drafts too ({accepted} of {drafted})");
+    println!("sampled: drafted {drafted}, accepted {accepted}");
+    for (i, h) in outputs(&e, &requests).iter().enumerate() {
+        assert_eq!(h.choices(), reference[i], "request {i}, batched");
+    }
+}
+
+#[test]
+fn a_request_that_opts_out_never_drafts() {
+    let e = engine(speculative(4));
+    let on = outputs(&e, &[extractive(0)]).remove(0);
+    assert!(on.stats(0).unwrap().num_draft_tokens > 0, "the extractive request drafts");
+    let off = outputs(&e, &[SubmitRequest { speculative_decoding: false, ..extractive(0) }]).remove(0);
+    assert_eq!(off.stats(0).unwrap().num_draft_tokens, 0);
+    assert_eq!(off.choices(), on.choices(), "the same tokens either way");
+}
+
+/// A cancel takes effect between steps, as without speculation: the choice ends `cancelled` with a prefix of
+/// the full output, its text, ids and counts agreeing, whatever run of accepted tokens it came in.
+#[test]
+fn a_cancel_leaves_a_consistent_prefix_of_the_output() {
+    let e = engine(speculative(8));
+    let full = outputs(&e, &[extractive(2)]).remove(0).choices().remove(0);
+    for events_before_cancel in [1, 3, 6] {
+        let h = e.submit(extractive(2)).unwrap();
+        let mut seen = 0;
+        while seen < events_before_cancel {
+            match h.poll(None) {
+                EventPoll::Event(RequestEvent::Delta { .. }) => seen += 1,
+                EventPoll::Event(other) => panic!("the request ended early: {other:?}"),
+                EventPoll::Done | EventPoll::TimedOut => panic!("the request ended early"),
+            }
+        }
+        h.cancel();
+        h.wait();
+        let got = h.choices().remove(0);
+        assert_eq!(got.finish_reason, Some(FinishReason::Cancelled), "after {events_before_cancel} events");
+        assert!(full.token_ids.starts_with(&got.token_ids), "a prefix of the ids");
+        assert!(full.text.starts_with(&got.text), "a prefix of the text: {:?}", got.text);
+        assert_eq!(got.completion_tokens as usize, got.token_ids.len());
+        assert_eq!(h.stats(0).unwrap().num_generation_tokens, got.completion_tokens);
+    }
+}
+
+/// Rejected draft positions never reach the prefix cache: a follow-up whose prompt is a speculative request's
+/// prompt and output reuses the blocks that request filled (rejected drafts were written into some of them
+/// before being overwritten) and still gives plain decoding's tokens.
+#[test]
+fn a_follow_up_reusing_blocks_filled_under_speculation_gives_plain_tokens() {
+    let follow_up = |e: &Engine| {
+        let first = outputs(e, &[extractive(1)]).remove(0).choices().remove(0);
+        let mut prompt = extractive(1).prompts.remove(0);
+        prompt.extend(&first.token_ids);
+        prompt.extend(chat_ids("Now repeat it once more.").iter().skip(1));
+        let h = outputs(e, &[SubmitRequest { max_tokens: Some(24), ..SubmitRequest::new(prompt.clone()) }]).remove(0);
+        (h.choices(), h.stats(0).unwrap().num_cached_prompt_tokens as usize, prompt.len())
+    };
+    let (expected, _, _) = follow_up(&plain());
+    let e = engine(speculative(8));
+    let (got, cached, prompt_len) = follow_up(&e);
+    assert_eq!(got, expected);
+    let first_prompt = extractive(1).prompts[0].len();
+    assert!(cached > first_prompt, "blocks of the first output were reused: {cached} of {prompt_len} cached");
+    assert!(e.speculation().unwrap().accepted_tokens > 0, "the first request speculated");
 }

@@ -55,6 +55,9 @@ pub struct EngineShared {
     pub prefix_cache_hits: AtomicU64,
     /// Blocks findable in the prefix cache now (held by sequences or free).
     pub prefix_cache_blocks: AtomicUsize,
+    /// Speculative decoding: draft tokens verified since start, and those accepted.
+    pub draft_tokens: AtomicU64,
+    pub accepted_draft_tokens: AtomicU64,
     /// Structured outputs: mask times per token, and the steps' waits for them.
     pub mask_times: Arc<MaskTimes>,
 }
@@ -164,7 +167,9 @@ impl<'m> EngineCore<'m> {
             // Nothing fits (cannot happen with validated requests: each fits an empty cache alone).
             return;
         }
+        let forward_start = self.clock.now();
         let ran = self.runner.execute(&plan, self.scheduler.sequences_mut(), &self.clock);
+        self.scheduler.observe_step(&plan, self.clock.now() - forward_start);
         self.shared.steps.fetch_add(1, Ordering::Relaxed);
         match ran {
             Ok(ran) => {
@@ -268,6 +273,8 @@ impl<'m> EngineCore<'m> {
         self.shared.prefix_cache_queries.store(counters.prefix_cache.queries, Ordering::Relaxed);
         self.shared.prefix_cache_hits.store(counters.prefix_cache.hits, Ordering::Relaxed);
         self.shared.prefix_cache_blocks.store(blocks.global.num_cached(), Ordering::Relaxed);
+        self.shared.draft_tokens.store(counters.draft_tokens, Ordering::Relaxed);
+        self.shared.accepted_draft_tokens.store(counters.accepted_draft_tokens, Ordering::Relaxed);
     }
 }
 

@@ -38,6 +38,15 @@ pub struct PrefixCacheCounters {
     pub cached_blocks: usize,
 }
 
+/// Speculative decoding's counters since the engine started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpeculationCounters {
+    /// Draft tokens verified.
+    pub draft_tokens: u64,
+    /// Of those, tokens accepted.
+    pub accepted_tokens: u64,
+}
+
 /// Why an engine could not start.
 #[derive(Debug)]
 pub enum EngineError {
@@ -232,6 +241,7 @@ impl Engine {
                 seq.bills_prompt = j == 0;
                 seq.logprobs = request.logprobs;
                 seq.min_tokens = request.min_tokens;
+                seq.speculate = request.speculative_decoding;
                 // A prompt is scored once, by its first choice, for all of them.
                 seq.prompt_scoring = request
                     .prompt_logprobs
@@ -297,6 +307,14 @@ impl Engine {
             queries: self.shared.prefix_cache_queries.load(Ordering::Relaxed),
             hits: self.shared.prefix_cache_hits.load(Ordering::Relaxed),
             cached_blocks: self.shared.prefix_cache_blocks.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Speculative decoding's counters; `None` when the engine does not speculate (no `speculative` option).
+    pub fn speculation(&self) -> Option<SpeculationCounters> {
+        self.config.speculative.map(|_| SpeculationCounters {
+            draft_tokens: self.shared.draft_tokens.load(Ordering::Relaxed),
+            accepted_tokens: self.shared.accepted_draft_tokens.load(Ordering::Relaxed),
         })
     }
 

@@ -27,6 +27,8 @@ pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
 pub mod speculative;
+#[cfg(test)]
+mod speculative_step_tests;
 pub mod stats;
 pub mod step_runner;
 pub mod stop;
@@ -35,7 +37,7 @@ mod window_pool_tests;
 
 pub use config::{BackendKind, ConfigError, EngineConfig};
 pub use finish::FinishReason;
-pub use handle::{Engine, EngineError};
+pub use handle::{Engine, EngineError, PrefixCacheCounters, SpeculationCounters};
 pub use log::{LogLevel, Logger};
 pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
 pub use request::{SubmitError, SubmitRequest};

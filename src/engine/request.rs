@@ -51,6 +51,9 @@ pub struct SubmitRequest {
     /// Structured outputs: every choice's text is constrained to this (compiled at submit; an invalid one is
     /// refused, naming its field).
     pub guided: Option<GuidedRequest>,
+    /// Whether the request's choices may speculate when the engine does (`speculative/`; default true): false
+    /// keeps them out of speculative decoding, whose outputs are the same but whose timing differs.
+    pub speculative_decoding: bool,
 }
 
 impl SubmitRequest {
@@ -71,6 +74,7 @@ impl SubmitRequest {
             prompt_logprobs: None,
             min_tokens: 0,
             guided: None,
+            speculative_decoding: true,
         }
     }
 }

@@ -8,7 +8,9 @@
 //! 2. running sequences still prefilling, each a chunk of what the budget leaves;
 //! 3. waiting sequences, first come first served, while their first chunk's KV blocks are free. A sequence
 //!    admitted takes first the longest prefix of its tokens whose full blocks are in the prefix cache
-//!    (`kv_prefix.rs`), and computes from there; its blocks become findable as its steps fill them.
+//!    (`kv_prefix.rs`), and computes from there; its blocks become findable as its steps fill them;
+//! 4. with speculative decoding on, draft tokens for the decoding sequences, as many as the planner finds worth
+//!    their cost in what the budget and the free blocks leave (`speculative/`).
 //!
 //! When a running sequence needs a block and none is free, the most recently admitted running sequence is
 //! preempted: its blocks are freed and it goes back to the head of the waiting queue, to be recomputed. A step that
@@ -23,7 +25,7 @@ use super::finish::FinishReason;
 use super::kv_pools::{Grow, KvPools};
 use super::kv_prefix::PrefixCacheStats;
 use super::sequence::{SeqId, SeqStatus, Sequence};
-use super::speculative::{SpeculativeConfig, STEP_DRAFT_BUDGET};
+use super::speculative::{SpeculativeConfig, Speculator};
 use super::stats::{EngineClock, StepEvent};
 use super::step_runner::RunnerOutput;
 
@@ -32,7 +34,7 @@ use super::step_runner::RunnerOutput;
 pub struct SchedulerLimits {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
-    /// n-gram speculative decoding, when on (`speculative.rs`).
+    /// n-gram speculative decoding, when on (`speculative/`).
     pub speculative: Option<SpeculativeConfig>,
 }
 
@@ -48,7 +50,7 @@ pub struct ScheduledChunk {
     /// Whether this is prefill work: a prompt, or a recomputation after preemption (a decode computes just the
     /// token sampled the step before).
     pub prefill: bool,
-    /// Draft tokens after the sequence's last token, to verify (`speculative.rs`; 0 without a draft).
+    /// Draft tokens after the sequence's last token, to verify (`speculative/`; 0 without a draft).
     pub draft: usize,
 }
 
@@ -76,7 +78,7 @@ impl SchedulerOutput {
 pub struct SchedulerCounters {
     pub preemptions: u64,
     pub prefix_cache: PrefixCacheStats,
-    /// Draft tokens verified, and those accepted (`speculative.rs`).
+    /// Draft tokens verified, and those accepted (`speculative/`).
     pub draft_tokens: u64,
     pub accepted_draft_tokens: u64,
 }
@@ -92,6 +94,8 @@ pub struct Scheduler {
     /// The most positions a sequence may have (model context and cache capacity).
     context: usize,
     counters: SchedulerCounters,
+    /// Speculative decoding, when on: what decides each step's drafts (`speculative/`).
+    speculator: Option<Speculator>,
 }
 
 impl Scheduler {
@@ -104,6 +108,7 @@ impl Scheduler {
             blocks,
             context,
             counters: SchedulerCounters::default(),
+            speculator: limits.speculative.map(Speculator::new),
         }
     }
 
@@ -159,7 +164,6 @@ impl Scheduler {
         let mut out = SchedulerOutput::default();
         let mut budget = self.limits.max_num_batched_tokens;
 
-        let mut draft_budget = STEP_DRAFT_BUDGET;
         for decoding in [true, false] {
             let mut i = 0;
             while i < self.running.len() && budget > 0 {
@@ -169,15 +173,6 @@ impl Scheduler {
                     i += 1;
                     continue;
                 }
-                if decoding {
-                    if let Some(n) = self.plan_draft(id, budget, &mut draft_budget) {
-                        out.chunks.push(self.chunk(id, n));
-                        budget -= n;
-                        i += 1;
-                        continue;
-                    }
-                }
-                let seq = &self.seqs[&id];
                 let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
                 if self.reserve(id, n, &mut out) {
                     out.chunks.push(self.chunk(id, n));
@@ -201,6 +196,7 @@ impl Scheduler {
                 budget -= n;
             }
         }
+        self.add_drafts(&mut out, budget);
         out
     }
 
@@ -247,37 +243,52 @@ impl Scheduler {
         Some(n)
     }
 
-    /// Plans decoding sequence `id`'s draft (`speculative.rs`): `Some(n)`, the chunk's size (its last token and
-    /// the draft), when speculation is on, the sequence may speculate, something matches and its blocks are
-    /// free (a draft never preempts anyone); `None` for a plain decode. Within `budget` tokens and
-    /// `draft_budget` draft tokens (which it spends), and short of `max_tokens` and the context.
-    fn plan_draft(&mut self, id: SeqId, budget: usize, draft_budget: &mut usize) -> Option<usize> {
-        let spec = self.limits.speculative?;
+    /// Speculative decoding (`speculative/`): gives the step's decoding sequences that may speculate the draft
+    /// tokens the planner finds worth their cost, within the step's remaining `budget`. A draft's positions need
+    /// free blocks: a draft never preempts anyone. Sequences without a draft keep their plain decode.
+    fn add_drafts(&mut self, out: &mut SchedulerOutput, budget: usize) {
+        let Some(speculator) = self.speculator.as_ref() else { return };
         // The window pool releases blocks as positions pass the window, and rejected positions go back.
-        if self.blocks.window.is_some() {
-            return None;
+        if budget == 0 || self.blocks.window.is_some() || !speculator.may_pay(out.num_tokens()) {
+            return;
         }
-        let seq = self.seqs.get_mut(&id).expect("running sequences exist");
-        if !seq.can_speculate() {
-            return None;
+        let (mut drafts, mut offers) = (Vec::new(), Vec::new());
+        for (i, c) in out.chunks.iter().enumerate() {
+            let seq = &self.seqs[&c.seq];
+            if c.prefill || c.n_tokens != 1 || !seq.can_speculate() {
+                continue;
+            }
+            // A step yields up to draft + 1 tokens; none may be past max_tokens or the context.
+            let to_max_tokens = seq.max_tokens.saturating_sub(seq.num_generated() + 1);
+            let to_context = self.context.saturating_sub(seq.tokens.len() + 1);
+            if let Some(draft) = speculator.config.propose(&seq.tokens, to_max_tokens.min(to_context)) {
+                offers.push(speculator.offer(&seq.acceptance, draft.match_len, draft.tokens.len()));
+                drafts.push((i, draft));
+            }
         }
-        // A step yields up to draft + 1 tokens; none may be past max_tokens or the context.
-        let to_max_tokens = seq.max_tokens.saturating_sub(seq.num_generated() + 1);
-        let to_context = self.context.saturating_sub(seq.tokens.len() + 1);
-        let limit = budget.saturating_sub(1).min(*draft_budget).min(to_max_tokens).min(to_context);
-        let draft = spec.propose(&seq.tokens, limit);
-        if draft.is_empty() {
-            return None;
+        let taken = speculator.plan(out.num_tokens(), &offers, budget);
+        for ((i, draft), d) in drafts.into_iter().zip(taken).filter(|&(_, d)| d > 0) {
+            let c = &mut out.chunks[i];
+            let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            if self.blocks.grow(&mut seq.block_table, &mut seq.window_table, c.start, c.start + 1 + d) != Grow::Done {
+                continue;
+            }
+            seq.draft_input.clear();
+            seq.draft_input.extend(seq.tokens.last().copied());
+            seq.draft_input.extend(&draft.tokens[..d]);
+            seq.draft_match_len = draft.match_len;
+            c.n_tokens = 1 + d;
+            c.draft = d;
         }
-        let (start, n) = (seq.num_computed, 1 + draft.len());
-        if self.blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) != Grow::Done {
-            return None;
+    }
+
+    /// Records how long step `step` took (from scheduling to its tokens sampled), for the speculation planner's
+    /// cost model.
+    pub fn observe_step(&mut self, step: &SchedulerOutput, seconds: f64) {
+        if let Some(speculator) = self.speculator.as_mut() {
+            let every_row_samples = step.chunks.iter().all(|c| !c.prefill);
+            speculator.observe_step(step.num_tokens(), seconds, every_row_samples);
         }
-        *draft_budget -= draft.len();
-        seq.draft_input.clear();
-        seq.draft_input.extend(seq.tokens.last().copied());
-        seq.draft_input.extend(draft);
-        Some(n)
     }
 
     /// The chunk of sequence `id` computing its next `n` tokens (with a draft: its last token and the draft).
@@ -364,11 +375,14 @@ impl Scheduler {
                     // to overwrite.
                     seq.accepted_pending.clear();
                     while let Some(more) = sampled.next_if(|t| t.seq == c.seq) {
-                        seq.accepted_pending.push_back((more.token, more.ts));
+                        seq.accepted_pending.push_back((more.token, more.ts, more.logprob));
                     }
                     // d1..da then the model's token: `a` follow the first.
                     let accepted = seq.accepted_pending.len();
                     seq.draft_input.clear();
+                    if let Some(speculator) = self.speculator.as_mut() {
+                        speculator.record(&mut seq.acceptance, seq.draft_match_len, c.draft, accepted);
+                    }
                     self.counters.draft_tokens += c.draft as u64;
                     self.counters.accepted_draft_tokens += accepted as u64;
                     seq.request.with_stats(seq.choice, |s| {

@@ -15,6 +15,7 @@ use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
 use super::sampling::{Sampler, TokenLogprob};
+use super::speculative::acceptance::SeqAcceptance;
 use super::stop::{Released, StopMatcher};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
@@ -62,12 +63,20 @@ pub struct Sequence {
     /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
     /// (`prompt_logprobs.rs`). Set after construction on a prompt's first choice; `None` by default.
     pub prompt_scoring: Option<Box<PromptScoring>>,
-    /// The step's input when it verifies a draft (`speculative.rs`): the last token, then the draft. Empty
+    /// Whether the sequence may speculate when the engine does (the request's `speculative_decoding`). Set
+    /// after construction; true by default.
+    pub speculate: bool,
+    /// The step's input when it verifies a draft (`speculative/`): the last token, then the draft. Empty
     /// otherwise; the scheduler sets it for the step it plans.
     pub draft_input: Vec<TokenId>,
+    /// The length of the match the draft being verified came from (`speculative/ngram.rs`).
+    pub draft_match_len: usize,
+    /// How the sequence's drafts have fared (`speculative/acceptance.rs`).
+    pub acceptance: SeqAcceptance,
     /// Tokens a verified draft yields after the first (the accepted draft tokens, then the model's own), with
-    /// their timestamp, for the output stage to append one at a time ([`append_accepted`](Self::append_accepted)).
-    pub accepted_pending: VecDeque<(TokenId, f64)>,
+    /// their timestamp and log probability, for the output stage to append one at a time
+    /// ([`append_accepted`](Self::append_accepted)).
+    pub accepted_pending: VecDeque<(TokenId, f64, Option<TokenLogprob>)>,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
     /// A stop token's text is part of the output (`TextOptions::include_stop_str`).
@@ -132,7 +141,10 @@ impl Sequence {
             logprobs: None,
             min_tokens: 0,
             prompt_scoring: None,
+            speculate: true,
             draft_input: Vec::new(),
+            draft_match_len: 0,
+            acceptance: SeqAcceptance::default(),
             accepted_pending: VecDeque::new(),
             detokenizer: StreamDecoder::new(text.include_special),
             stops: StopMatcher::new(text.stop, text.include_stop_str),
@@ -194,16 +206,12 @@ impl Sequence {
         }
     }
 
-    /// Whether the sequence may verify drafts: its next token is the plain greedy argmax, nothing else shaping
-    /// or reporting the row (`speculative.rs`).
+    /// Whether the sequence may verify drafts (`speculative/`): it did not opt out, and nothing that depends on
+    /// the tokens before a row shapes the row, other than what the step runner applies per row (the
+    /// `min_tokens` ban): no penalties (their counts would need the draft tokens before acceptance), no grammar
+    /// (its matcher would need to walk the draft).
     pub fn can_speculate(&self) -> bool {
-        let p = self.sampler.params();
-        p.is_greedy()
-            && !p.has_penalties()
-            && p.logit_bias.is_empty()
-            && self.logprobs.is_none()
-            && self.guided.is_none()
-            && !self.bans_stops()
+        self.speculate && !self.sampler.params().has_penalties() && self.guided.is_none()
     }
 
     /// The tokens chunk `start .. start + n` computes: the sequence's own, or the last one and the draft.
@@ -217,7 +225,13 @@ impl Sequence {
 
     /// Whether the next token must not be a stop id (`min_tokens` not reached yet).
     pub fn bans_stops(&self) -> bool {
-        self.num_generated() < self.min_tokens
+        self.bans_stops_after(0)
+    }
+
+    /// Whether the token after the next `ahead` ones must not be a stop id: the ban of a draft's row `ahead`,
+    /// which samples as if the draft tokens before it had been generated.
+    pub fn bans_stops_after(&self, ahead: usize) -> bool {
+        self.num_generated() + ahead < self.min_tokens
     }
 
     /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
@@ -274,9 +288,9 @@ impl Sequence {
     /// predecessor was computed in the step. `None` when nothing is pending; `Some(reason)` when it ended the
     /// sequence (the rest are dropped).
     pub fn append_accepted(&mut self, context: usize) -> Option<Option<FinishReason>> {
-        let (token, ts) = self.accepted_pending.pop_front()?;
+        let (token, ts, logprob) = self.accepted_pending.pop_front()?;
         self.num_computed += 1;
-        let ended = self.append_token(token, ts, None, context);
+        let ended = self.append_token(token, ts, logprob, context);
         if ended.is_some() {
             self.accepted_pending.clear();
         }

@@ -74,9 +74,10 @@ pub struct RunnerOutput {
 }
 
 /// `min_tokens`: until a sequence has generated that many tokens, its stop ids (end-of-generation and
-/// `stop_token_ids`) cannot be sampled (vLLM's semantics).
-fn ban_early_stops(seq: &Sequence, logits: &mut [f32]) {
-    if seq.bans_stops() {
+/// `stop_token_ids`) cannot be sampled (vLLM's semantics). `ahead`: the row samples the token after that many
+/// more (a draft's row, `speculative/`).
+fn ban_early_stops(seq: &Sequence, ahead: usize, logits: &mut [f32]) {
+    if seq.bans_stops_after(ahead) {
         for &id in seq.stop_ids.iter() {
             if let Some(logit) = logits.get_mut(id as usize) {
                 *logit = f32::NEG_INFINITY;
@@ -141,10 +142,10 @@ impl<'m> StepRunner<'m> {
             let rows = row..row + k;
             row += k;
             if device_greedy {
-                // One row per sampling chunk, nothing scored (`forward_batch`).
+                // Only sampling rows, nothing scored (`forward_batch`): a decode's one row, or a draft's rows.
                 if c.samples {
-                    let token = self.device_ids[out.sampled.len()];
-                    out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob: None });
+                    let ids = &self.device_ids[rows];
+                    push_verified(&mut out, c, &seqs[&c.seq].draft_input, clock, |j| (ids[j], None));
                 }
                 continue;
             }
@@ -165,51 +166,19 @@ impl<'m> StepRunner<'m> {
             if !c.samples {
                 continue;
             }
-            if c.draft > 0 {
-                self.verify_draft(c, seq, rows.start, clock, &mut out);
-                continue;
-            }
-            let r = rows.end - 1;
-            let logits = &mut self.logits[r * vocab..(r + 1) * vocab];
-            // Log probabilities are the raw model's: kept before any mask.
-            if seq.logprobs.is_some() {
-                self.logprobs.keep_raw(logits);
-            }
-            apply_mask(logits, seq);
-            ban_early_stops(seq, logits);
-            let token = seq.sampler.sample(logits);
-            let logprob = seq.logprobs.map(|top| self.logprobs.report(token, top));
-            out.sampled.push(SampledToken { seq: c.seq, token, ts: clock.now(), logprob });
+            // A decode's row is its last; a draft's rows are all the chunk's, sampled in order while they
+            // confirm the draft.
+            let first = rows.end - 1 - c.draft;
+            let (logits, logprobs) = (&mut self.logits, &mut self.logprobs);
+            let draft = std::mem::take(&mut seq.draft_input);
+            push_verified(&mut out, c, &draft, clock, |j| {
+                let r = first + j;
+                sample_row(seq, j, &mut logits[r * vocab..(r + 1) * vocab], logprobs)
+            });
+            seq.draft_input = draft;
         }
         self.chunk_rows = chunk_rows;
         Ok(out)
-    }
-
-    /// Greedy verification of chunk `c`'s draft (`speculative.rs`), whose rows start at `first_row`: row `i` is
-    /// the model's choice after the last token and `i` draft tokens. Pushes the accepted draft tokens, then the
-    /// model's own next token, all with one timestamp.
-    fn verify_draft(
-        &mut self,
-        c: &ScheduledChunk,
-        seq: &mut Sequence,
-        first_row: usize,
-        clock: &EngineClock,
-        out: &mut RunnerOutput,
-    ) {
-        let vocab = self.vocab_size;
-        let draft = &seq.draft_input[1..];
-        let mut accepted = 0;
-        let token = loop {
-            let r = first_row + accepted;
-            let choice = seq.sampler.sample(&mut self.logits[r * vocab..(r + 1) * vocab]);
-            if accepted == c.draft || choice != draft[accepted] {
-                break choice;
-            }
-            accepted += 1;
-        };
-        let ts = clock.now();
-        let tokens = draft[..accepted].iter().copied().chain(std::iter::once(token));
-        out.sampled.extend(tokens.map(|token| SampledToken { seq: c.seq, token, ts, logprob: None }));
     }
 
     /// The forward pass, with the structured-output masks of the constrained sampling sequences computed on a
@@ -264,8 +233,9 @@ impl<'m> StepRunner<'m> {
                 }
             })
             .collect();
-        // The device's argmax serves one row per sampling chunk: nothing may be scored.
-        let one_row_each = step.chunks.iter().zip(&self.chunk_rows).all(|(c, &k)| k == usize::from(c.samples));
+        // The device's argmax serves the rows that sample (a decode's, a draft's): nothing may be scored.
+        let one_row_each =
+            step.chunks.iter().zip(&self.chunk_rows).all(|(c, &k)| k == usize::from(c.samples) + c.draft);
         let all_greedy = one_row_each
             && step.chunks.iter().filter(|c| c.samples).all(|c| {
                 let p = seqs[&c.seq].sampler.params();
@@ -277,7 +247,6 @@ impl<'m> StepRunner<'m> {
                     && !s.bans_stops()
             });
         if all_greedy && !constrained && n_rows > 0 {
-            // `n_rows` is then the number of sampling chunks.
             self.device_ids.resize(n_rows, 0);
             self.device_values.resize(n_rows, 0.0);
             if let Some(ran) = self.forward.run_top_k(&batch, 1, &mut self.device_ids, &mut self.device_values) {
@@ -286,6 +255,52 @@ impl<'m> StepRunner<'m> {
         }
         self.logits.resize(n_rows * self.vocab_size, 0.0);
         self.forward.run(&batch, &mut self.logits).map(|()| false)
+    }
+}
+
+/// Samples row `ahead` of a sequence's step (0: its next token; `j`: the token after `j` draft tokens) with its
+/// own sampler, as plain decoding samples: the grammar mask, the `min_tokens` ban, then the sampler; with the
+/// token's log probability (of the raw row) when the sequence asks for them.
+fn sample_row(
+    seq: &mut Sequence,
+    ahead: usize,
+    logits: &mut [f32],
+    logprobs: &mut LogprobSampler,
+) -> (TokenId, Option<TokenLogprob>) {
+    // Log probabilities are the raw model's: kept before any mask.
+    if seq.logprobs.is_some() {
+        logprobs.keep_raw(logits);
+    }
+    apply_mask(logits, seq);
+    ban_early_stops(seq, ahead, logits);
+    let token = seq.sampler.sample(logits);
+    (token, seq.logprobs.map(|top| logprobs.report(token, top)))
+}
+
+/// Pushes chunk `c`'s tokens: the token `sample(0)` without a draft; with one (`draft_input`: the last token,
+/// then the draft), `sample(j)` for `j = 0, 1, …` while it equals draft token `j`, and the first that does not
+/// (or the one after the whole draft). Sampling stops at the first disagreement, so exactly one sample is drawn
+/// per token pushed, as plain decoding draws them (`speculative/`: why the output is unchanged). The tokens
+/// share one timestamp: when the last of them was on the host.
+fn push_verified(
+    out: &mut RunnerOutput,
+    c: &ScheduledChunk,
+    draft_input: &[TokenId],
+    clock: &EngineClock,
+    mut sample: impl FnMut(usize) -> (TokenId, Option<TokenLogprob>),
+) {
+    let draft = draft_input.get(1..).filter(|_| c.draft > 0).unwrap_or_default();
+    let first = out.sampled.len();
+    for j in 0..=draft.len() {
+        let (token, logprob) = sample(j);
+        out.sampled.push(SampledToken { seq: c.seq, token, ts: 0.0, logprob });
+        if draft.get(j) != Some(&token) {
+            break;
+        }
+    }
+    let ts = clock.now();
+    for t in &mut out.sampled[first..] {
+        t.ts = ts;
     }
 }
 

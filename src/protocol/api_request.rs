@@ -77,6 +77,7 @@ impl ApiRequest {
             prompt_logprobs,
             min_tokens: request.min_tokens,
             guided,
+            speculative_decoding: request.speculative_decoding,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();

@@ -70,6 +70,8 @@ pub(crate) struct ParsedRequest {
     pub prompt_logprobs: Option<usize>,
     /// `min_tokens` (vLLM's extension).
     pub min_tokens: usize,
+    /// Our addition: `speculative_decoding: false` keeps the request out of the engine's speculative decoding.
+    pub speculative_decoding: bool,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
     /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit. A request
@@ -152,6 +154,7 @@ impl ParsedRequest {
             logprobs: parse_logprobs(o, kind)?,
             prompt_logprobs: parse_prompt_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
+            speculative_decoding: opt_bool(o, "speculative_decoding")?.unwrap_or(true),
             echo: parse_echo(o, kind)?,
             guided,
             tools,
@@ -447,6 +450,9 @@ mod tests {
         assert_eq!(r.names.max_tokens, "max_completion_tokens");
         assert_eq!(r.logprobs, Some(3));
         assert_eq!(chat(r#", "min_tokens": 4"#).unwrap().min_tokens, 4);
+        assert!(chat("").unwrap().speculative_decoding, "speculates by default");
+        assert!(!chat(r#", "speculative_decoding": false"#).unwrap().speculative_decoding);
+        assert_eq!(param(r#", "speculative_decoding": 0"#), "speculative_decoding");
         assert_eq!(param(r#", "min_tokens": -1"#), "min_tokens");
         assert!(chat(r#", "best_of": 2, "n": 2"#).is_ok(), "best_of = n returns every candidate");
         assert_eq!(param(r#", "best_of": 2"#), "best_of");

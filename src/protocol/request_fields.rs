@@ -65,6 +65,7 @@ const FIELDS: &[(&str, Known)] = &[
     ("tools", Known::Read),
     ("tool_choice", Known::Read),
     ("min_tokens", Known::Read),
+    ("speculative_decoding", Known::Read),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,

@@ -1,0 +1,195 @@
+//! n-gram speculative decoding (prompt lookup; vLLM's `ngram` method, llama.cpp's lookup decoding): several
+//! tokens per pass over the weights, for a sequence whose text repeats what it has seen.
+//!
+//! # How
+//!
+//! A decoding sequence's last `n` tokens (`n` from `prompt_lookup_max` down to `prompt_lookup_min`) are looked up
+//! in its own tokens (prompt and generated so far); the tokens that followed their most recent earlier occurrence
+//! are the draft, up to `num_speculative_tokens` (`ngram.rs`). The step computes the sequence's last token and
+//! the draft as one chunk (`d + 1` positions, every row's logits), and the step runner samples the rows in order
+//! with the sequence's own sampler, accepting draft tokens while the sampled token equals the draft's: 1 to
+//! `d + 1` tokens per step. Rejected positions' keys and values are left behind `num_computed` and overwritten
+//! by the next step; prefix-cache blocks are registered only up to `num_computed`, so no rejected position is
+//! ever cached.
+//!
+//! # Exactness, greedy and sampled
+//!
+//! The kernels compute a row of a chunk bit for bit as they compute a decode row (batch invariance,
+//! `docs/architecture.md`), so each row's logits are the ones plain decoding would see at that position. Every
+//! token emitted is drawn by the same sampler from the same row, one random number per emitted token in the same
+//! order, as plain decoding draws them (a rejected draft token consumes nothing: the row that rejected it emits
+//! the model's own token with that draw). So a greedy request's tokens, and a seeded sampled request's, are
+//! identical with and without speculation.
+//!
+//! For temperature > 0 this is the speculative-sampling acceptance rule (Leviathan et al., Chen et al.) for a
+//! draft that is one token with certainty (`q(x) = 1`): that rule accepts `x` with probability
+//! `min(1, p(x)/q(x)) = p(x)` and otherwise draws from `max(0, p − q)` renormalized, which is `p` without `x`.
+//! Drawing `y ~ p` and accepting when `y = x` accepts with probability `p(x)` and, on rejection, leaves `y`
+//! distributed as `p` without `x`: the same rule, coupled to the draw plain decoding makes.
+//!
+//! # When
+//!
+//! Every decoding sequence may speculate (greedy or sampled, with `logit_bias`, `logprobs` and `min_tokens`)
+//! unless it opted out (`speculative_decoding: false`), has penalties (their counts would have to include the
+//! draft tokens before they are accepted) or a grammar (its matcher would have to walk the draft), and not on a
+//! model whose sliding-window layers keep a pool of their own (its release rule assumes positions only grow).
+//!
+//! How many draft tokens each sequence verifies is decided per step (`plan.rs`): from the step's cost, learned
+//! per step size (`step_cost.rs`), and each draft token's chance of acceptance, learned per match length and
+//! sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few drafts or none.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::TokenId;
+
+pub mod acceptance;
+pub mod ngram;
+pub mod plan;
+pub mod step_cost;
+
+use acceptance::{AcceptanceRates, SeqAcceptance};
+use ngram::Draft;
+use plan::{plan_drafts, DraftOffer};
+use step_cost::StepCostModel;
+
+/// The most tokens a draft may have (`num_speculative_tokens`) and the longest n-gram looked up.
+pub const MAX_SPECULATIVE_TOKENS: usize = 16;
+
+/// The drafting method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpeculativeMethod {
+    /// Prompt lookup: drafts from the sequence's own earlier tokens.
+    Ngram,
+}
+
+/// The engine's `speculative` option: `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a,
+/// "prompt_lookup_max": b}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeConfig {
+    pub method: SpeculativeMethod,
+    /// Most draft tokens per sequence and step.
+    pub num_speculative_tokens: usize,
+    /// The shortest n-gram looked up.
+    #[serde(default = "default_lookup_min")]
+    pub prompt_lookup_min: usize,
+    /// The longest n-gram looked up (tried first: a longer match predicts better).
+    #[serde(default = "default_lookup_max")]
+    pub prompt_lookup_max: usize,
+}
+
+fn default_lookup_min() -> usize {
+    2
+}
+
+fn default_lookup_max() -> usize {
+    4
+}
+
+impl SpeculativeConfig {
+    /// Why the option cannot work, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        let (k, min, max) = (self.num_speculative_tokens, self.prompt_lookup_min, self.prompt_lookup_max);
+        if !(1..=MAX_SPECULATIVE_TOKENS).contains(&k) {
+            return Some(format!(
+                "speculative.num_speculative_tokens must be in 1..={MAX_SPECULATIVE_TOKENS}, got {k}"
+            ));
+        }
+        if min == 0 || min > max || max > MAX_SPECULATIVE_TOKENS {
+            return Some(format!(
+                "speculative needs 1 <= prompt_lookup_min <= prompt_lookup_max <= {MAX_SPECULATIVE_TOKENS}, got \
+                 {min} and {max}"
+            ));
+        }
+        None
+    }
+
+    /// The draft that follows `tokens`, at most `limit` tokens (and the configured most): see `ngram.rs`.
+    pub fn propose(&self, tokens: &[TokenId], limit: usize) -> Option<Draft> {
+        let limit = self.num_speculative_tokens.min(limit);
+        ngram::propose(tokens, self.prompt_lookup_min, self.prompt_lookup_max, limit)
+    }
+}
+
+/// The engine's speculation: its option and what it has learned (step costs, acceptance rates). The scheduler
+/// holds it when speculation is on.
+#[derive(Clone, Debug)]
+pub struct Speculator {
+    pub config: SpeculativeConfig,
+    cost: StepCostModel,
+    rates: AcceptanceRates,
+}
+
+impl Speculator {
+    pub fn new(config: SpeculativeConfig) -> Self {
+        Speculator { config, cost: StepCostModel::default(), rates: AcceptanceRates::default() }
+    }
+
+    /// Records a step that ran (`StepCostModel::observe`).
+    pub fn observe_step(&mut self, tokens: usize, seconds: f64, every_row_samples: bool) {
+        self.cost.observe(tokens, seconds, every_row_samples);
+    }
+
+    /// Whether any draft could pay in a step of `base_tokens` tokens: one certain token must beat the plain
+    /// step's rate (it cannot when each token costs what the last did). Checked before drafts are looked up, so
+    /// that a compute-bound step of many sequences does not search their texts for nothing.
+    pub fn may_pay(&self, base_tokens: usize) -> bool {
+        match (self.cost.estimate(base_tokens), self.cost.estimate(base_tokens + 1)) {
+            (Some(base), Some(more)) => (base_tokens + 1) as f64 / more > base_tokens as f64 / base,
+            _ => false,
+        }
+    }
+
+    /// The offer of a sequence whose draft came from a `match_len`-token match and has `len` tokens.
+    pub fn offer(&self, seq: &SeqAcceptance, match_len: usize, len: usize) -> DraftOffer {
+        DraftOffer { len, p: self.rates.probability(seq, match_len) }
+    }
+
+    /// The draft tokens each offer gets in a step of `base_tokens` tokens with room for `max_draft_tokens`
+    /// more (`plan.rs`).
+    pub fn plan(&self, base_tokens: usize, offers: &[DraftOffer], max_draft_tokens: usize) -> Vec<usize> {
+        plan_drafts(base_tokens, offers, max_draft_tokens, &self.cost)
+    }
+
+    /// Records a verification (`AcceptanceRates::record`).
+    pub fn record(&mut self, seq: &mut SeqAcceptance, match_len: usize, drafted: usize, accepted: usize) {
+        self.rates.record(seq, match_len, drafted, accepted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ngram(k: usize, min: usize, max: usize) -> SpeculativeConfig {
+        SpeculativeConfig {
+            method: SpeculativeMethod::Ngram,
+            num_speculative_tokens: k,
+            prompt_lookup_min: min,
+            prompt_lookup_max: max,
+        }
+    }
+
+    #[test]
+    fn a_draft_is_at_most_the_configured_length_and_the_callers_limit() {
+        let tokens = [1, 2, 3, 4, 5, 6, 7, 1, 2];
+        assert_eq!(ngram(3, 1, 3).propose(&tokens, 16).unwrap().tokens, [3, 4, 5]);
+        assert_eq!(ngram(3, 1, 3).propose(&tokens, 2).unwrap().tokens, [3, 4]);
+        assert_eq!(ngram(3, 3, 3).propose(&tokens, 16), None, "below the shortest n-gram");
+    }
+
+    #[test]
+    fn impossible_options_are_named() {
+        assert!(ngram(4, 2, 4).problem().is_none());
+        assert!(ngram(0, 2, 4).problem().unwrap().contains("num_speculative_tokens"));
+        assert!(ngram(4, 3, 2).problem().unwrap().contains("prompt_lookup_min"));
+        assert!(ngram(4, 0, 2).problem().is_some());
+        let parsed: SpeculativeConfig =
+            serde_json::from_str(r#"{"method": "ngram", "num_speculative_tokens": 5}"#).unwrap();
+        assert_eq!(parsed, ngram(5, 2, 4));
+        assert!(
+            serde_json::from_str::<SpeculativeConfig>(r#"{"method": "eagle", "num_speculative_tokens": 5}"#).is_err()
+        );
+    }
+}
