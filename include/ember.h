@@ -110,6 +110,16 @@
 #define ENGINE_EXTENDED_NUM_PREEMPTIONS (1 << 12)
 
 /**
+ * Presence bit of `ExtendedTimingMetrics.num_draft_tokens`.
+ */
+#define ENGINE_EXTENDED_NUM_DRAFT_TOKENS (1 << 13)
+
+/**
+ * Presence bit of `ExtendedTimingMetrics.num_accepted_tokens`.
+ */
+#define ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS (1 << 14)
+
+/**
  * Presence bit of `EngineStats.num_running`.
  */
 #define ENGINE_STATS_NUM_RUNNING (1 << 0)
@@ -173,6 +183,16 @@
  * Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
  */
 #define ENGINE_STATS_PREFIX_CACHE_HITS (1 << 12)
+
+/**
+ * Presence bit of `EngineStats.spec_decode_num_draft_tokens` (set when the engine speculates).
+ */
+#define ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS (1 << 13)
+
+/**
+ * Presence bit of `EngineStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
+ */
+#define ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS (1 << 14)
 
 /**
  * `EngineStats.cpu_kernels`: the portable scalar path.
@@ -498,6 +518,14 @@ typedef struct ExtendedTimingMetrics {
      * Times the choice was preempted (its KV cache released and later recomputed).
      */
     uint32_t num_preemptions;
+    /**
+     * Speculative decoding: draft tokens verified for the choice (0 when the engine does not speculate).
+     */
+    uint32_t num_draft_tokens;
+    /**
+     * Of those, the tokens accepted: `num_accepted_tokens / num_draft_tokens` is the choice's acceptance rate.
+     */
+    uint32_t num_accepted_tokens;
 } ExtendedTimingMetrics;
 
 /**
@@ -571,6 +599,15 @@ typedef struct EngineStats {
      * Of those, the tokens found cached (not computed): `hits / queries` is the cache's hit rate.
      */
     uint64_t prefix_cache_hits;
+    /**
+     * Speculative decoding: draft tokens verified since the engine started (vLLM's
+     * `spec_decode_num_draft_tokens`).
+     */
+    uint64_t spec_decode_num_draft_tokens;
+    /**
+     * Of those, the tokens accepted: `accepted / draft` is the engine's acceptance rate.
+     */
+    uint64_t spec_decode_num_accepted_tokens;
 } EngineStats;
 
 /**

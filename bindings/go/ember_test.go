@@ -544,3 +544,46 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 		t.Error("Stats of a closed engine succeeded")
 	}
 }
+
+// An engine that speculates counts drafts per request and in its stats; a request that opts out has none. The
+// same text comes out either way.
+func TestSpeculativeDecodingCountsDrafts(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, Speculative: &SpeculativeConfig{NumSpeculativeTokens: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	body := func(extra string) []byte {
+		return []byte(`{"prompt": "one two three four, one two three four, one two three four, one two", ` +
+			`"max_tokens": 12, "temperature": 0` + extra + `}`)
+	}
+	var texts [2]string
+	var drafts [2]uint32
+	for i, extra := range []string{"", `, "speculative_decoding": false`} {
+		req := submit(t, engine, context.Background(), body(extra))
+		if err := req.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		x, err := req.ExtendedMetrics(0)
+		if err != nil || x.NumDraftTokens == nil || x.NumAcceptedTokens == nil || *x.NumAcceptedTokens > *x.NumDraftTokens {
+			t.Fatalf("draft counts %v %v, %v", x.NumDraftTokens, x.NumAcceptedTokens, err)
+		}
+		drafts[i] = *x.NumDraftTokens
+		raw, err := req.ResponseJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[i] = decodeBody(t, raw).Choices[0].Text
+	}
+	gemma := strings.Contains(modelPath(), "gemma") // its sliding-window pool rules speculation out
+	if (drafts[0] > 0) == gemma || drafts[1] != 0 || texts[0] != texts[1] {
+		t.Fatalf("drafts %v, texts %q", drafts, texts)
+	}
+	stats, err := engine.Stats()
+	if err != nil || stats.SpecDecode == nil || stats.SpecDecode.NumDraftTokens != uint64(drafts[0]) {
+		t.Fatalf("engine counters %+v, %v", stats.SpecDecode, err)
+	}
+	if stats, err := shared.Stats(); err != nil || stats.SpecDecode != nil {
+		t.Fatalf("an engine without the option reports no counters: %+v, %v", stats.SpecDecode, err)
+	}
+}

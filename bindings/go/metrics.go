@@ -53,6 +53,10 @@ type ExtendedMetrics struct {
 	NumCachedPromptTokens *uint32
 	// NumPreemptions counts the times the choice was preempted (its KV cache released and later recomputed).
 	NumPreemptions *uint32
+	// NumDraftTokens counts the speculative draft tokens verified for the choice (0 when the engine does not
+	// speculate), NumAcceptedTokens those accepted.
+	NumDraftTokens    *uint32
+	NumAcceptedTokens *uint32
 }
 
 // TimingMetrics reads the five timing metrics of choice 0. It may be called at any time: while the request
@@ -113,6 +117,8 @@ func (r *Request) ExtendedMetrics(choice int) (ExtendedMetrics, error) {
 		NumPromptTokens:        presentCount(p, C.ENGINE_EXTENDED_NUM_PROMPT_TOKENS, out.num_prompt_tokens),
 		NumCachedPromptTokens:  presentCount(p, C.ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS, out.num_cached_prompt_tokens),
 		NumPreemptions:         presentCount(p, C.ENGINE_EXTENDED_NUM_PREEMPTIONS, out.num_preemptions),
+		NumDraftTokens:         presentCount(p, C.ENGINE_EXTENDED_NUM_DRAFT_TOKENS, out.num_draft_tokens),
+		NumAcceptedTokens:      presentCount(p, C.ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS, out.num_accepted_tokens),
 	}, nil
 }
 

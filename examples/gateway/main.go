@@ -36,6 +36,7 @@ type options struct {
 	enablePerRequestMetrics bool
 	disableLogStats         bool
 	metricsHeaders          bool
+	speculativeTokens       int
 	servedModelName         string
 	shutdownTimeout         time.Duration
 	limits                  limits
@@ -53,6 +54,8 @@ func parseOptions() options {
 		"record no timing stats (no metrics anywhere; conflicts with --enable-per-request-metrics)")
 	flag.BoolVar(&o.metricsHeaders, "metrics-headers", false,
 		"also return the timing metrics as X-Ember-* and Server-Timing headers of non-streaming responses")
+	flag.IntVar(&o.speculativeTokens, "speculative-tokens", 0,
+		"n-gram speculative decoding with drafts of up to this many tokens (1..16; 0: off; docs/c_api.md)")
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
 	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGTERM, how long requests in progress may take before they are cancelled")
@@ -82,11 +85,16 @@ func main() {
 }
 
 func run(o options) error {
+	var speculative *ember.SpeculativeConfig
+	if o.speculativeTokens > 0 {
+		speculative = &ember.SpeculativeConfig{NumSpeculativeTokens: o.speculativeTokens}
+	}
 	engine, err := ember.NewEngine(ember.Config{
 		Model:                   o.model,
 		Threads:                 o.threads,
 		EnablePerRequestMetrics: o.enablePerRequestMetrics,
 		DisableLogStats:         o.disableLogStats,
+		Speculative:             speculative,
 		Log:                     logEngineLine,
 	})
 	if err != nil {

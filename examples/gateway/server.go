@@ -114,6 +114,10 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 			engine["prefix_cache_queries"], engine["prefix_cache_hits"] = p.Queries, p.Hits
 			engine["prefix_cache_blocks"] = p.Blocks
 		}
+		if d := stats.SpecDecode; d != nil {
+			engine["spec_decode_num_draft_tokens"] = d.NumDraftTokens
+			engine["spec_decode_num_accepted_tokens"] = d.NumAcceptedTokens
+		}
 		body["engine"] = engine
 	}
 	return writeJSON(w, status, body)

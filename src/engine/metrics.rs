@@ -116,6 +116,9 @@ pub struct ExtendedTimingMetrics {
     /// Prompt tokens whose keys and values were reused rather than computed.
     pub num_cached_prompt_tokens: Option<u32>,
     pub num_preemptions: Option<u32>,
+    /// Speculative decoding (`speculative/`): draft tokens verified for the request, and those accepted.
+    pub num_draft_tokens: Option<u32>,
+    pub num_accepted_tokens: Option<u32>,
     /// Inter-token latency percentiles over the `n − 1` gaps between consecutive tokens (nearest-rank: the
     /// smallest gap with at least p% of gaps ≤ it); absent for n < 2.
     pub itl_p50_ms: Option<f64>,
@@ -146,6 +149,8 @@ pub fn build_extended_timing_metrics(stats: Option<&RequestStateStats>) -> Exten
         num_prompt_tokens: Some(s.num_prompt_tokens),
         num_cached_prompt_tokens: Some(s.num_cached_prompt_tokens),
         num_preemptions: Some(s.num_preemptions),
+        num_draft_tokens: Some(s.num_draft_tokens),
+        num_accepted_tokens: Some(s.num_accepted_tokens),
         itl_p50_ms: nearest_rank(&gaps, 50.0),
         itl_p90_ms: nearest_rank(&gaps, 90.0),
         itl_p99_ms: nearest_rank(&gaps, 99.0),
@@ -415,6 +420,7 @@ mod tests {
         assert_eq!((e.e2e_latency_ms, e.ttft_from_arrival_ms, e.prefill_time_ms), (None, None, None));
         assert_eq!((e.itl_p50_ms, e.itl_max_ms, e.output_wait_ms), (None, None, None));
         assert_eq!(e.num_preemptions, Some(0));
+        assert_eq!((e.num_draft_tokens, e.num_accepted_tokens), (Some(0), Some(0)));
     }
 
     #[test]

@@ -5,13 +5,11 @@
 //!
 //! The definitions of the fields are the engine's (`src/engine/metrics.rs`, `docs/per_request_metrics.md`).
 
-use std::mem::{offset_of, size_of};
-
 use super::boundary::{boundary, Failure};
 use super::registry::REQUESTS;
 use super::request::{EngineRequest, RequestObject};
 use super::status::EngineStatus;
-use super::versioned::{contiguous, declared_size, write_within, Versioned};
+use super::versioned::{declared_size, versioned_fields, write_within};
 use crate::engine::metrics as engine_metrics;
 
 /// Presence bit of `PerRequestTimingMetrics.time_to_first_token_ms`.
@@ -73,6 +71,10 @@ pub const ENGINE_EXTENDED_NUM_PROMPT_TOKENS: u32 = 1 << 10;
 pub const ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS: u32 = 1 << 11;
 /// Presence bit of `ExtendedTimingMetrics.num_preemptions`.
 pub const ENGINE_EXTENDED_NUM_PREEMPTIONS: u32 = 1 << 12;
+/// Presence bit of `ExtendedTimingMetrics.num_draft_tokens`.
+pub const ENGINE_EXTENDED_NUM_DRAFT_TOKENS: u32 = 1 << 13;
+/// Presence bit of `ExtendedTimingMetrics.num_accepted_tokens`.
+pub const ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS: u32 = 1 << 14;
 
 /// Metrics beyond the five, of one choice, for latency debugging and billing. Absent fields are NaN (0 for the
 /// counts) with their bit clear in `present`.
@@ -109,89 +111,37 @@ pub struct ExtendedTimingMetrics {
     pub num_cached_prompt_tokens: u32,
     /// Times the choice was preempted (its KV cache released and later recomputed).
     pub num_preemptions: u32,
+    /// Speculative decoding: draft tokens verified for the choice (0 when the engine does not speculate).
+    pub num_draft_tokens: u32,
+    /// Of those, the tokens accepted: `num_accepted_tokens / num_draft_tokens` is the choice's acceptance rate.
+    pub num_accepted_tokens: u32,
 }
 
-impl Versioned for PerRequestTimingMetrics {
-    const FIELD_ENDS: &'static [usize] = &[
-        4,
-        8,
-        offset_of!(Self, time_to_first_token_ms) + 8,
-        offset_of!(Self, generation_time_ms) + 8,
-        offset_of!(Self, queue_time_ms) + 8,
-        offset_of!(Self, mean_itl_ms) + 8,
-        offset_of!(Self, tokens_per_second) + 8,
-    ];
-    fn set_present(&mut self, present: u32) {
-        self.present = present;
-    }
-    fn present(&self) -> u32 {
-        self.present
-    }
-}
+versioned_fields!(PerRequestTimingMetrics {
+    time_to_first_token_ms: f64,
+    generation_time_ms: f64,
+    queue_time_ms: f64,
+    mean_itl_ms: f64,
+    tokens_per_second: f64,
+});
 
-impl Versioned for ExtendedTimingMetrics {
-    const FIELD_ENDS: &'static [usize] = &[
-        4,
-        8,
-        offset_of!(Self, e2e_latency_ms) + 8,
-        offset_of!(Self, ttft_from_arrival_ms) + 8,
-        offset_of!(Self, prefill_time_ms) + 8,
-        offset_of!(Self, prefill_tokens_per_second) + 8,
-        offset_of!(Self, itl_p50_ms) + 8,
-        offset_of!(Self, itl_p90_ms) + 8,
-        offset_of!(Self, itl_p99_ms) + 8,
-        offset_of!(Self, itl_max_ms) + 8,
-        offset_of!(Self, compute_share_ms) + 8,
-        offset_of!(Self, output_wait_ms) + 8,
-        offset_of!(Self, num_prompt_tokens) + 4,
-        offset_of!(Self, num_cached_prompt_tokens) + 4,
-        offset_of!(Self, num_preemptions) + 4,
-    ];
-    fn set_present(&mut self, present: u32) {
-        self.present = present;
-    }
-    fn present(&self) -> u32 {
-        self.present
-    }
-}
-
-const _: () = {
-    type P = PerRequestTimingMetrics;
-    assert!(contiguous(
-        P::FIELD_ENDS,
-        &[
-            offset_of!(P, present),
-            offset_of!(P, time_to_first_token_ms),
-            offset_of!(P, generation_time_ms),
-            offset_of!(P, queue_time_ms),
-            offset_of!(P, mean_itl_ms),
-            offset_of!(P, tokens_per_second),
-        ]
-    ));
-    assert!(P::FIELD_ENDS[P::FIELD_ENDS.len() - 1] == size_of::<P>());
-    type E = ExtendedTimingMetrics;
-    assert!(contiguous(
-        E::FIELD_ENDS,
-        &[
-            offset_of!(E, present),
-            offset_of!(E, e2e_latency_ms),
-            offset_of!(E, ttft_from_arrival_ms),
-            offset_of!(E, prefill_time_ms),
-            offset_of!(E, prefill_tokens_per_second),
-            offset_of!(E, itl_p50_ms),
-            offset_of!(E, itl_p90_ms),
-            offset_of!(E, itl_p99_ms),
-            offset_of!(E, itl_max_ms),
-            offset_of!(E, compute_share_ms),
-            offset_of!(E, output_wait_ms),
-            offset_of!(E, num_prompt_tokens),
-            offset_of!(E, num_cached_prompt_tokens),
-            offset_of!(E, num_preemptions),
-        ]
-    ));
-    // 4 bytes of trailing padding, never written.
-    assert!(E::FIELD_ENDS[E::FIELD_ENDS.len() - 1] + 4 == size_of::<E>());
-};
+versioned_fields!(ExtendedTimingMetrics {
+    e2e_latency_ms: f64,
+    ttft_from_arrival_ms: f64,
+    prefill_time_ms: f64,
+    prefill_tokens_per_second: f64,
+    itl_p50_ms: f64,
+    itl_p90_ms: f64,
+    itl_p99_ms: f64,
+    itl_max_ms: f64,
+    compute_share_ms: f64,
+    output_wait_ms: f64,
+    num_prompt_tokens: u32,
+    num_cached_prompt_tokens: u32,
+    num_preemptions: u32,
+    num_draft_tokens: u32,
+    num_accepted_tokens: u32,
+});
 
 /// The request behind `request`, and its choice `choice` checked to exist.
 pub(super) fn request_and_choice(
@@ -257,6 +207,8 @@ fn extended_to_c(m: engine_metrics::ExtendedTimingMetrics) -> ExtendedTimingMetr
         count_bit(m.num_prompt_tokens, ENGINE_EXTENDED_NUM_PROMPT_TOKENS),
         count_bit(m.num_cached_prompt_tokens, ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS),
         count_bit(m.num_preemptions, ENGINE_EXTENDED_NUM_PREEMPTIONS),
+        count_bit(m.num_draft_tokens, ENGINE_EXTENDED_NUM_DRAFT_TOKENS),
+        count_bit(m.num_accepted_tokens, ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS),
     ];
     let present = fields.iter().map(|f| f.1).chain(counts.iter().map(|c| c.1)).fold(0, |a, b| a | b);
     ExtendedTimingMetrics {
@@ -275,6 +227,8 @@ fn extended_to_c(m: engine_metrics::ExtendedTimingMetrics) -> ExtendedTimingMetr
         num_prompt_tokens: counts[0].0,
         num_cached_prompt_tokens: counts[1].0,
         num_preemptions: counts[2].0,
+        num_draft_tokens: counts[3].0,
+        num_accepted_tokens: counts[4].0,
     }
 }
 
@@ -479,6 +433,8 @@ mod tests {
             num_prompt_tokens: Some(7),
             num_cached_prompt_tokens: Some(0),
             num_preemptions: Some(1),
+            num_draft_tokens: Some(3),
+            num_accepted_tokens: Some(2),
             ..Default::default()
         });
         let mut bytes = vec![0xAB; 128];
@@ -489,8 +445,10 @@ mod tests {
         // The last count (ends at full - 4) is cut: it and the padding are untouched, the other counts written.
         assert!(bytes[full - 8..].iter().all(|&b| b == 0xAB));
         assert_eq!(u32::from_ne_bytes(bytes[88..92].try_into().unwrap()), 7);
+        assert_eq!(u32::from_ne_bytes(bytes[100..104].try_into().unwrap()), 3);
         let present = u32::from_ne_bytes(bytes[4..8].try_into().unwrap());
-        assert_eq!(present, ENGINE_EXTENDED_NUM_PROMPT_TOKENS | ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS);
+        let counts = ENGINE_EXTENDED_NUM_PROMPT_TOKENS | ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS;
+        assert_eq!(present, counts | ENGINE_EXTENDED_NUM_PREEMPTIONS | ENGINE_EXTENDED_NUM_DRAFT_TOKENS);
     }
 
     #[test]

@@ -3,13 +3,11 @@
 //! kernel path serves it. What a host shows on a health page, or checks to know that a
 //! cancelled request really left the engine.
 
-use std::mem::{offset_of, size_of};
-
 use super::boundary::{boundary, Failure};
 use super::engine::Engine;
 use super::registry::ENGINES;
 use super::status::EngineStatus;
-use super::versioned::{contiguous, declared_size, write_within, Versioned};
+use super::versioned::{declared_size, versioned_fields, write_within};
 
 /// Presence bit of `EngineStats.num_running`.
 pub const ENGINE_STATS_NUM_RUNNING: u32 = 1 << 0;
@@ -37,6 +35,10 @@ pub const ENGINE_STATS_NUM_PREEMPTIONS: u32 = 1 << 10;
 pub const ENGINE_STATS_PREFIX_CACHE_QUERIES: u32 = 1 << 11;
 /// Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
 pub const ENGINE_STATS_PREFIX_CACHE_HITS: u32 = 1 << 12;
+/// Presence bit of `EngineStats.spec_decode_num_draft_tokens` (set when the engine speculates).
+pub const ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS: u32 = 1 << 13;
+/// Presence bit of `EngineStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
+pub const ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS: u32 = 1 << 14;
 
 /// `EngineStats.cpu_kernels`: the portable scalar path.
 pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
@@ -96,57 +98,30 @@ pub struct EngineStats {
     pub prefix_cache_queries: u64,
     /// Of those, the tokens found cached (not computed): `hits / queries` is the cache's hit rate.
     pub prefix_cache_hits: u64,
+    /// Speculative decoding: draft tokens verified since the engine started (vLLM's
+    /// `spec_decode_num_draft_tokens`).
+    pub spec_decode_num_draft_tokens: u64,
+    /// Of those, the tokens accepted: `accepted / draft` is the engine's acceptance rate.
+    pub spec_decode_num_accepted_tokens: u64,
 }
 
-impl Versioned for EngineStats {
-    const FIELD_ENDS: &'static [usize] = &[
-        4,
-        8,
-        offset_of!(Self, num_running) + 4,
-        offset_of!(Self, num_waiting) + 4,
-        offset_of!(Self, kv_blocks_free) + 4,
-        offset_of!(Self, kv_blocks_total) + 4,
-        offset_of!(Self, num_steps) + 8,
-        offset_of!(Self, cpu_kernels) + 4,
-        offset_of!(Self, cpu_threads) + 4,
-        offset_of!(Self, kv_window_blocks_free) + 4,
-        offset_of!(Self, kv_window_blocks_total) + 4,
-        offset_of!(Self, prefix_cache_blocks) + 4,
-        offset_of!(Self, num_preemptions) + 4,
-        offset_of!(Self, prefix_cache_queries) + 8,
-        offset_of!(Self, prefix_cache_hits) + 8,
-    ];
-    fn set_present(&mut self, present: u32) {
-        self.present = present;
-    }
-    fn present(&self) -> u32 {
-        self.present
-    }
-}
-
-const _: () = {
-    type S = EngineStats;
-    assert!(contiguous(
-        S::FIELD_ENDS,
-        &[
-            offset_of!(S, present),
-            offset_of!(S, num_running),
-            offset_of!(S, num_waiting),
-            offset_of!(S, kv_blocks_free),
-            offset_of!(S, kv_blocks_total),
-            offset_of!(S, num_steps),
-            offset_of!(S, cpu_kernels),
-            offset_of!(S, cpu_threads),
-            offset_of!(S, kv_window_blocks_free),
-            offset_of!(S, kv_window_blocks_total),
-            offset_of!(S, prefix_cache_blocks),
-            offset_of!(S, num_preemptions),
-            offset_of!(S, prefix_cache_queries),
-            offset_of!(S, prefix_cache_hits),
-        ]
-    ));
-    assert!(S::FIELD_ENDS[S::FIELD_ENDS.len() - 1] == size_of::<S>());
-};
+versioned_fields!(EngineStats {
+    num_running: u32,
+    num_waiting: u32,
+    kv_blocks_free: u32,
+    kv_blocks_total: u32,
+    num_steps: u64,
+    cpu_kernels: u32,
+    cpu_threads: u32,
+    kv_window_blocks_free: u32,
+    kv_window_blocks_total: u32,
+    prefix_cache_blocks: u32,
+    num_preemptions: u32,
+    prefix_cache_queries: u64,
+    prefix_cache_hits: u64,
+    spec_decode_num_draft_tokens: u64,
+    spec_decode_num_accepted_tokens: u64,
+});
 
 /// Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
 ///
@@ -176,6 +151,11 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 Some(_) => ENGINE_STATS_KV_WINDOW_BLOCKS_FREE | ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL,
                 None => 0,
             };
+            let speculation = e.speculation();
+            let speculation_bits = match speculation {
+                Some(_) => ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS | ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+                None => 0,
+            };
             let prefix = e.prefix_cache();
             let prefix_bits = match prefix {
                 Some(_) => {
@@ -195,7 +175,8 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                     | ENGINE_STATS_NUM_PREEMPTIONS
                     | cpu_bits
                     | window_bits
-                    | prefix_bits,
+                    | prefix_bits
+                    | speculation_bits,
                 num_running: clamp(e.num_running()),
                 num_waiting: clamp(e.num_waiting()),
                 kv_blocks_free: clamp(free),
@@ -209,6 +190,8 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 num_preemptions: u32::try_from(e.num_preemptions()).unwrap_or(u32::MAX),
                 prefix_cache_queries: prefix.map_or(0, |p| p.queries),
                 prefix_cache_hits: prefix.map_or(0, |p| p.hits),
+                spec_decode_num_draft_tokens: speculation.map_or(0, |s| s.draft_tokens),
+                spec_decode_num_accepted_tokens: speculation.map_or(0, |s| s.accepted_tokens),
             }
         })?;
         // SAFETY: `declared` bytes at `out` are writable by this function's contract.

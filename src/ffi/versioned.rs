@@ -10,7 +10,7 @@ use std::ptr;
 use super::boundary::Failure;
 
 /// A C struct versioned by its leading `struct_size`, then a `present` mask whose bit `i` marks data field `i`.
-pub(super) trait Versioned: Copy {
+pub(crate) trait Versioned: Copy {
     /// The end offset (bytes) of every field in declaration order: `struct_size`, `present`, then the data
     /// fields. Fields are contiguous (each impl asserts it with [`contiguous`]), so copying up to an end writes
     /// exactly whole fields.
@@ -19,11 +19,49 @@ pub(super) trait Versioned: Copy {
     fn present(&self) -> u32;
 }
 
+/// Implements [`Versioned`] for `$ty`, a `#[repr(C)]` struct of `struct_size: u32`, `present: u32`, then the
+/// data fields listed, in declaration order, each with its type; gives it `FIELD_NAMES`, their names in order
+/// (field `i` has presence bit `1 << i`). This list is the one the others are checked against: at compile time
+/// the struct's layout (each field's type, contiguous fields in this order, nothing after the last but the
+/// alignment's padding, at most 32 presence bits); in `tests/c_struct_fields.rs` the header's struct and
+/// presence bits, the Go binding and the docs.
+macro_rules! versioned_fields {
+    ($ty:ident { $($field:ident: $field_ty:ty),+ $(,)? }) => {
+        impl $crate::ffi::versioned::Versioned for $ty {
+            const FIELD_ENDS: &'static [usize] =
+                &[4, 8, $(::std::mem::offset_of!($ty, $field) + ::std::mem::size_of::<$field_ty>()),+];
+            fn set_present(&mut self, present: u32) {
+                self.present = present;
+            }
+            fn present(&self) -> u32 {
+                self.present
+            }
+        }
+
+        impl $ty {
+            /// The data fields' names, in declaration order: field `i` has presence bit `1 << i`.
+            pub const FIELD_NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
+        }
+
+        $(const _: fn(&$ty) -> &$field_ty = |s| &s.$field;)+
+
+        const _: () = {
+            let ends = <$ty as $crate::ffi::versioned::Versioned>::FIELD_ENDS;
+            let next_offsets = [::std::mem::offset_of!($ty, present), $(::std::mem::offset_of!($ty, $field)),+];
+            assert!($crate::ffi::versioned::contiguous(ends, &next_offsets));
+            let (end, align) = (ends[ends.len() - 1], ::std::mem::align_of::<$ty>());
+            assert!(end.div_ceil(align) * align == ::std::mem::size_of::<$ty>());
+            assert!(ends.len() - 2 <= 32);
+        };
+    };
+}
+pub(super) use versioned_fields;
+
 /// Bytes of `struct_size` and `present`: the least a caller may declare.
 const MIN_STRUCT_SIZE: usize = 8;
 
 /// Whether consecutive fields touch (no interior padding that a prefix copy would write as garbage).
-pub(super) const fn contiguous(ends: &[usize], offsets_of_next: &[usize]) -> bool {
+pub(crate) const fn contiguous(ends: &[usize], offsets_of_next: &[usize]) -> bool {
     let mut i = 0;
     while i < offsets_of_next.len() {
         if ends[i] != offsets_of_next[i] {

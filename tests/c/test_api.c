@@ -729,6 +729,44 @@ static int forked_child(Engine *parent_engine, EngineRequest *parent_request) {
     return failures;
 }
 
+/* An engine that speculates: a request's draft counts in its extended metrics, the engine's in its stats; a
+   request that opts out has none. A model whose sliding-window layers have a pool of their own (Gemma 3) never
+   speculates, and says so with zero counts. */
+static void test_speculative(void) {
+    char config[256];
+    snprintf(config, sizeof config,
+             "{\"threads\": 1, \"kv_cache_tokens\": 1024, \"speculative\": {\"method\": \"ngram\", "
+             "\"num_speculative_tokens\": 4}}");
+    Engine *engine = NULL;
+    CHECK_STATUS(engine_new(config, &engine), ENGINE_STATUS_OK);
+    const char *body = "{\"prompt\": \"one two three four, one two three four, one two three four, one two\", "
+                       "\"max_tokens\": 12, \"temperature\": 0%s}";
+    char json[256];
+    uint32_t drafts[2];
+    for (int opt_out = 0; opt_out < 2; opt_out++) {
+        snprintf(json, sizeof json, body, opt_out ? ", \"speculative_decoding\": false" : "");
+        EngineRequest *request = submit(engine, json);
+        Drained d;
+        drain(engine, request, &d);
+        ExtendedTimingMetrics x = {.struct_size = sizeof x};
+        CHECK_STATUS(engine_get_extended_metrics(request, 0, &x), ENGINE_STATUS_OK);
+        CHECK((x.present & ENGINE_EXTENDED_NUM_DRAFT_TOKENS) && (x.present & ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS));
+        CHECK(x.num_accepted_tokens <= x.num_draft_tokens);
+        drafts[opt_out] = x.num_draft_tokens;
+        engine_request_free(request);
+    }
+    const char *model = getenv("EMBER_MODEL");
+    const int windowed = model != NULL && strstr(model, "gemma") != NULL;
+    CHECK((windowed ? drafts[0] == 0 : drafts[0] > 0) && drafts[1] == 0);
+    EngineStats stats = {.struct_size = sizeof stats};
+    CHECK_STATUS(engine_get_stats(engine, &stats), ENGINE_STATUS_OK);
+    const uint32_t spec_bits = ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS | ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS;
+    CHECK((stats.present & spec_bits) == spec_bits);
+    CHECK(stats.spec_decode_num_draft_tokens == drafts[0]);
+    CHECK(stats.spec_decode_num_accepted_tokens <= stats.spec_decode_num_draft_tokens);
+    engine_free(engine);
+}
+
 static void test_fork(Engine *engine) {
     EngineRequest *request = submit(engine, requests->reference);
     pid_t child = fork();
@@ -790,6 +828,8 @@ int main(int argc, char **argv) {
     test_engine_freed_while_polled(other);
     printf("fork\n");
     test_fork(engine);
+    printf("speculative decoding\n");
+    test_speculative();
 
     engine_free(engine);
     CHECK(strcmp(engine_last_error_message(), "") == 0);
