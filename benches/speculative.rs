@@ -204,6 +204,7 @@ fn main() {
         num_speculative_tokens: args.k,
         prompt_lookup_min: 2,
         prompt_lookup_max: 4,
+        draft_policy: Default::default(),
     };
     let engines = [
         Engine::with_model(base.clone(), model.clone(), Logger::silent()).expect("engine"),

@@ -11,10 +11,16 @@ mod per_path;
 
 use common::{chat_ids, engine, greedy, MESSAGES};
 use ember::engine::sampling::SamplingParams;
-use ember::engine::speculative::{SpeculativeConfig, SpeculativeMethod};
+use ember::engine::speculative::{DraftPolicy, SpeculativeConfig, SpeculativeMethod};
 use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
 
+/// An engine that speculates with drafts of up to `k` tokens, every draft verified whole (`always`): what these
+/// tests check must not depend on the planner's timing-learned choices, and every draft exercises verification.
 fn speculative(k: usize) -> EngineConfig {
+    speculative_with(k, DraftPolicy::Always)
+}
+
+fn speculative_with(k: usize, draft_policy: DraftPolicy) -> EngineConfig {
     EngineConfig {
         kv_cache_tokens: 8192,
         speculative: Some(SpeculativeConfig {
@@ -22,6 +28,7 @@ fn speculative(k: usize) -> EngineConfig {
             num_speculative_tokens: k,
             prompt_lookup_min: 1,
             prompt_lookup_max: 4,
+            draft_policy,
         }),
         ..Default::default()
     }
@@ -91,6 +98,12 @@ fn greedy_outputs_are_bit_identical_with_speculation_one_at_a_time_and_batched()
     // All at once: batched with each other, drafts within the step's budget.
     for (i, h) in outputs(&e, &requests).iter().enumerate() {
         assert_eq!(h.choices(), reference[i], "request {i}, batched");
+    }
+    // The default policy drafts what its cost model finds worth it (how much depends on the machine's timing):
+    // the same outputs.
+    let adaptive = engine(speculative_with(8, DraftPolicy::Adaptive));
+    for (i, h) in outputs(&adaptive, &requests).iter().enumerate() {
+        assert_eq!(h.choices(), reference[i], "request {i}, adaptive");
     }
 }
 

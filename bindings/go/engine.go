@@ -51,13 +51,15 @@ type Config struct {
 
 // SpeculativeConfig is the engine's `speculative` option: a decoding sequence drafts up to NumSpeculativeTokens
 // (1..16) tokens from its own earlier text, found by its last PromptLookupMax down to PromptLookupMin tokens
-// (0: the defaults, 4 and 2). Outputs are the same as without; only their timing changes.
+// (0: the defaults, 4 and 2). DraftPolicy is "adaptive" (the default, ""): each step verifies the draft tokens
+// that pay, or "always": every draft whole. Outputs are the same as without; only their timing changes.
 type SpeculativeConfig struct {
 	// Method is "ngram" (the only one); "" means "ngram".
 	Method               string `json:"method"`
 	NumSpeculativeTokens int    `json:"num_speculative_tokens"`
 	PromptLookupMin      int    `json:"prompt_lookup_min,omitempty"`
 	PromptLookupMax      int    `json:"prompt_lookup_max,omitempty"`
+	DraftPolicy          string `json:"draft_policy,omitempty"`
 }
 
 // Engine is a model loaded in memory with the thread that serves its requests. Its methods are safe for

@@ -245,7 +245,8 @@ impl Scheduler {
 
     /// Speculative decoding (`speculative/`): gives the step's decoding sequences that may speculate the draft
     /// tokens the planner finds worth their cost, within the step's remaining `budget`. A draft's positions need
-    /// free blocks: a draft never preempts anyone. Sequences without a draft keep their plain decode.
+    /// free blocks, beyond one for each running sequence: a draft never preempts anyone, now or by taking the
+    /// block a neighbour's next decode needs. Sequences without a draft keep their plain decode.
     fn add_drafts(&mut self, out: &mut SchedulerOutput, budget: usize) {
         let Some(speculator) = self.speculator.as_ref() else { return };
         // The window pool releases blocks as positions pass the window, and rejected positions go back.
@@ -270,6 +271,10 @@ impl Scheduler {
         for ((i, draft), d) in drafts.into_iter().zip(taken).filter(|&(_, d)| d > 0) {
             let c = &mut out.chunks[i];
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
+            let needed = self.blocks.global.blocks_for(c.start + 1 + d).saturating_sub(seq.block_table.len());
+            if needed > 0 && self.blocks.global.num_free() < needed + self.running.len() {
+                continue;
+            }
             if self.blocks.grow(&mut seq.block_table, &mut seq.window_table, c.start, c.start + 1 + d) != Grow::Done {
                 continue;
             }

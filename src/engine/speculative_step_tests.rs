@@ -99,6 +99,7 @@ fn run(speculative: bool, device: bool) -> (Vec<Vec<TokenId>>, u64, u64, usize) 
         num_speculative_tokens: 4,
         prompt_lookup_min: 2,
         prompt_lookup_max: 3,
+        draft_policy: Default::default(),
     });
     let limits = SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 64, speculative };
     let blocks = KvPools::new(PrefixCachingAllocator::new(16, 16, 0, true), None);

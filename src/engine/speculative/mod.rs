@@ -63,8 +63,20 @@ pub enum SpeculativeMethod {
     Ngram,
 }
 
+/// How many of the tokens a draft offers a step verifies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DraftPolicy {
+    /// As many as raise the step's expected throughput (`plan.rs`): none when drafting does not pay.
+    #[default]
+    Adaptive,
+    /// All of them, within the step's token budget and free blocks (vLLM's `ngram` behaviour): for a backend
+    /// known to verify cheaply, and for tests, whose steps must not depend on timing.
+    Always,
+}
+
 /// The engine's `speculative` option: `{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a,
-/// "prompt_lookup_max": b}`.
+/// "prompt_lookup_max": b, "draft_policy": "adaptive" | "always"}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
@@ -77,6 +89,9 @@ pub struct SpeculativeConfig {
     /// The longest n-gram looked up (tried first: a longer match predicts better).
     #[serde(default = "default_lookup_max")]
     pub prompt_lookup_max: usize,
+    /// How much of each draft a step verifies.
+    #[serde(default)]
+    pub draft_policy: DraftPolicy,
 }
 
 fn default_lookup_min() -> usize {
@@ -132,9 +147,13 @@ impl Speculator {
     }
 
     /// Whether any draft could pay in a step of `base_tokens` tokens: one certain token must beat the plain
-    /// step's rate (it cannot when each token costs what the last did). Checked before drafts are looked up, so
-    /// that a compute-bound step of many sequences does not search their texts for nothing.
+    /// step's rate (it cannot when each token costs what the last did); always with [`DraftPolicy::Always`].
+    /// Checked before drafts are looked up, so that a compute-bound step of many sequences does not search their
+    /// texts for nothing.
     pub fn may_pay(&self, base_tokens: usize) -> bool {
+        if self.config.draft_policy == DraftPolicy::Always {
+            return true;
+        }
         match (self.cost.estimate(base_tokens), self.cost.estimate(base_tokens + 1)) {
             (Some(base), Some(more)) => (base_tokens + 1) as f64 / more > base_tokens as f64 / base,
             _ => false,
@@ -147,9 +166,23 @@ impl Speculator {
     }
 
     /// The draft tokens each offer gets in a step of `base_tokens` tokens with room for `max_draft_tokens`
-    /// more (`plan.rs`).
+    /// more: what the planner finds worth it (`plan.rs`), or with [`DraftPolicy::Always`] every offered token
+    /// that fits, in the offers' order.
     pub fn plan(&self, base_tokens: usize, offers: &[DraftOffer], max_draft_tokens: usize) -> Vec<usize> {
-        plan_drafts(base_tokens, offers, max_draft_tokens, &self.cost)
+        match self.config.draft_policy {
+            DraftPolicy::Adaptive => plan_drafts(base_tokens, offers, max_draft_tokens, &self.cost),
+            DraftPolicy::Always => {
+                let mut room = max_draft_tokens;
+                offers
+                    .iter()
+                    .map(|o| {
+                        let taken = o.len.min(room);
+                        room -= taken;
+                        taken
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// Records a verification (`AcceptanceRates::record`).
@@ -168,6 +201,7 @@ mod tests {
             num_speculative_tokens: k,
             prompt_lookup_min: min,
             prompt_lookup_max: max,
+            draft_policy: DraftPolicy::Adaptive,
         }
     }
 
@@ -191,5 +225,19 @@ mod tests {
         assert!(
             serde_json::from_str::<SpeculativeConfig>(r#"{"method": "eagle", "num_speculative_tokens": 5}"#).is_err()
         );
+        let always = r#"{"method": "ngram", "num_speculative_tokens": 5, "draft_policy": "always"}"#;
+        assert_eq!(serde_json::from_str::<SpeculativeConfig>(always).unwrap().draft_policy, DraftPolicy::Always);
+    }
+
+    #[test]
+    fn the_always_policy_takes_every_offered_token_that_fits() {
+        let always = Speculator::new(SpeculativeConfig { draft_policy: DraftPolicy::Always, ..ngram(4, 2, 4) });
+        let offers = [DraftOffer { len: 3, p: 0.0 }, DraftOffer { len: 4, p: 0.9 }, DraftOffer { len: 2, p: 0.5 }];
+        assert!(always.may_pay(64), "whatever the costs (none are known)");
+        assert_eq!(always.plan(2, &offers, 16), [3, 4, 2]);
+        assert_eq!(always.plan(2, &offers, 5), [3, 2, 0], "within the step's room, in order");
+        let adaptive = Speculator::new(ngram(4, 2, 4));
+        assert!(!adaptive.may_pay(1), "no costs known: no drafts");
+        assert_eq!(adaptive.plan(2, &offers, 16), [0, 0, 0]);
     }
 }
