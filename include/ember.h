@@ -306,6 +306,12 @@ enum EngineStatus
      * (freeing it in the child is also refused). Create engines after fork (`docs/c_api.md`).
      */
     ENGINE_STATUS_FORKED = 15,
+    /**
+     * The engine refused the request at once because `max_waiting_requests` requests already wait to start:
+     * nothing was queued. Retry later (an HTTP gateway answers 503 with `Retry-After`).
+     * `engine_last_error_message()` is the OpenAI error body, `code` `"overloaded"`.
+     */
+    ENGINE_STATUS_OVERLOADED = 16,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -375,6 +381,10 @@ enum EngineFinishReason
      * The engine could not continue the request.
      */
     ENGINE_FINISH_REASON_ERROR = 4,
+    /**
+     * The request's `deadline_ms` passed (it had waited, or generated, that long); its output so far stands.
+     */
+    ENGINE_FINISH_REASON_DEADLINE = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -944,7 +954,9 @@ void engine_string_free(char *string);
  *
  * Returns `ENGINE_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
  * `ENGINE_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
- * JSON, naming the field at fault), `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
+ * JSON, naming the field at fault), `ENGINE_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
+ * to start: nothing was queued, retry later; the message is an OpenAI error body with `code` `"overloaded"`),
+ * `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
  * `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument),
  * `ENGINE_STATUS_TOO_MANY_HANDLES`.
  *

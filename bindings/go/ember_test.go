@@ -587,3 +587,34 @@ func TestSpeculativeDecodingCountsDrafts(t *testing.T) {
 		t.Fatalf("an engine without the option reports no counters: %+v, %v", stats.SpecDecode, err)
 	}
 }
+
+// With one seat and one waiting place, a third Submit fails at once with StatusOverloaded; a waiting request
+// past its deadline_ms ends with FinishDeadline.
+func TestOverloadedAndDeadline(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, MaxNumSeqs: 1, MaxWaitingRequests: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	running := submit(t, engine, context.Background(), chat("Tell me a story.", 4000, `, "ignore_eos": true`))
+	if event, err := running.Next(); err != nil || event.Kind != EventDelta {
+		t.Fatalf("first event: %+v, %v", event, err)
+	}
+	waiting := submit(t, engine, context.Background(), chat("Hi", 4, `, "deadline_ms": 20`))
+	if _, err := engine.Submit(context.Background(), chat("Hi", 4, "")); !isStatus(err, StatusOverloaded) {
+		t.Fatalf("a third request: %v", err)
+	}
+	var last Event
+	for event, err := range waiting.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = event
+	}
+	if last.Kind != EventFinished || last.FinishReason != FinishDeadline || last.FinishReason.String() != "deadline" {
+		t.Fatalf("last event %+v", last)
+	}
+	if err := running.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+}

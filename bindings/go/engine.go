@@ -27,6 +27,9 @@ type Config struct {
 	Threads int `json:"threads,omitempty"`
 	// MaxNumSeqs is the most sequences in one engine step (default 64).
 	MaxNumSeqs int `json:"max_num_seqs,omitempty"`
+	// MaxWaitingRequests is the most requests waiting to start; a Submit beyond it fails at once with
+	// StatusOverloaded (default: one per KV cache block, at least 4 × MaxNumSeqs).
+	MaxWaitingRequests int `json:"max_waiting_requests,omitempty"`
 	// MaxNumBatchedTokens is the most tokens in one engine step (default: 128 on the CPU, 2048 on a GPU).
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 	// KVCacheTokens is the KV cache capacity in positions over all sequences (default 16384).

@@ -36,6 +36,8 @@ const (
 	FinishLength    FinishReason = C.ENGINE_FINISH_REASON_LENGTH
 	FinishCancelled FinishReason = C.ENGINE_FINISH_REASON_CANCELLED
 	FinishError     FinishReason = C.ENGINE_FINISH_REASON_ERROR
+	// FinishDeadline: the request's deadline_ms passed; its output so far stands.
+	FinishDeadline FinishReason = C.ENGINE_FINISH_REASON_DEADLINE
 )
 
 // String is the reason as response bodies write it (`finish_reason`, docs/protocol.md); "" for FinishNone.
@@ -49,6 +51,8 @@ func (r FinishReason) String() string {
 		return "cancelled"
 	case FinishError:
 		return "error"
+	case FinishDeadline:
+		return "deadline"
 	}
 	return ""
 }

@@ -34,6 +34,9 @@ const (
 	StatusPanic Status = C.ENGINE_STATUS_PANIC
 	// StatusForked: a handle used in a child forked from the process that created it; create engines after fork.
 	StatusForked Status = C.ENGINE_STATUS_FORKED
+	// StatusOverloaded: max_waiting_requests requests already wait to start; nothing was queued, retry later.
+	// The error's Message is an OpenAI error body with code "overloaded".
+	StatusOverloaded Status = C.ENGINE_STATUS_OVERLOADED
 )
 
 // String is ember's static English description of the status (engine_status_message).
@@ -42,7 +45,7 @@ func (s Status) String() string {
 }
 
 // Error is a failed call of the C API: which function, its status, and engine_last_error_message() read right
-// after it. After StatusInvalidRequest, Message is the OpenAI error body
+// after it. After StatusInvalidRequest and StatusOverloaded, Message is the OpenAI error body
 // `{"error": {"message", "type", "param", "code"}}`, which an HTTP server can return as it is.
 type Error struct {
 	Op      string

@@ -56,6 +56,9 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		if bad != nil {
 			return bad.write(w)
 		}
+		if body, bad = withClientTimeout(body, r.Header.Get(clientTimeoutHeader)); bad != nil {
+			return bad.write(w)
+		}
 		if s.draining.Load() {
 			return newAPIError(http.StatusServiceUnavailable, "server_error", "the gateway is shutting down", "").write(w)
 		}

@@ -12,10 +12,12 @@ import (
 	"ember"
 )
 
-// apiError is one error answer: the HTTP status and the OpenAI error body.
+// apiError is one error answer: the HTTP status and the OpenAI error body; retryAfter adds `Retry-After: 1`
+// (a refusal the client should retry).
 type apiError struct {
-	status int
-	body   []byte
+	status     int
+	body       []byte
+	retryAfter bool
 }
 
 // errorObject is the body of an OpenAI error, fields in OpenAI's order.
@@ -44,6 +46,9 @@ func invalidRequest(message, param string) apiError {
 }
 
 func (e apiError) write(w http.ResponseWriter) int {
+	if e.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	_, _ = w.Write(append(e.body, '\n'))
@@ -55,6 +60,10 @@ func engineError(err error) apiError {
 	var emberErr *ember.Error
 	var failed *ember.RequestFailedError
 	switch {
+	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusOverloaded:
+		// Too many requests wait to start (the engine's max_waiting_requests): nothing was queued. The message
+		// is the OpenAI body, code "overloaded".
+		return apiError{status: http.StatusServiceUnavailable, body: []byte(emberErr.Message), retryAfter: true}
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidRequest:
 		// The message is already the OpenAI body (include/ember.h, ENGINE_STATUS_INVALID_REQUEST). Its type
 		// tells a refused request from an engine that has shut down (docs/protocol.md, "Errors").

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -234,5 +235,76 @@ func TestMetricsCountRequestsAndFeedHistograms(t *testing.T) {
 	}
 	if strings.Contains(string(text), "inter_token_latency_seconds_count 0\n") {
 		t.Error("no inter-token latency observed after a 4-token request")
+	}
+}
+
+// The engine's backpressure reaches the client as 503 with Retry-After and the engine's OpenAI body; a client's
+// timeout header becomes the request's deadline (finish_reason "deadline").
+func TestOverloadIs503AndAClientTimeoutIsADeadline(t *testing.T) {
+	model := os.Getenv("EMBER_MODEL")
+	if model == "" {
+		model = filepath.Join("..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+	}
+	engine, err := ember.NewEngine(ember.Config{Model: model, Threads: 2, MaxNumSeqs: 1, MaxWaitingRequests: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	server := httptest.NewServer(newServer(engine, "test-model", false, defaultLimits()).routes())
+	defer server.Close()
+	// One request holds the one seat (its first chunk says so), a second waits.
+	running, err := engine.Submit(context.Background(),
+		[]byte(`{"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	if _, err := running.NextChunk(); err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := engine.Submit(context.Background(), []byte(`{"prompt": "Hi", "max_tokens": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	resp, err := http.Post(server.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "Hello", "max_tokens": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	e := openAIError(t, resp, http.StatusServiceUnavailable)
+	if e.Error.Code == nil || *e.Error.Code != "overloaded" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("code %v, Retry-After %q", e.Error.Code, resp.Header.Get("Retry-After"))
+	}
+	waiting.Cancel()
+	if err := waiting.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The seat is still taken: a request with a 0.05 s client timeout waits, and ends at its deadline.
+	req, err := http.NewRequest(http.MethodPost, server.URL+"/v1/completions",
+		strings.NewReader(`{"prompt": "Hello", "max_tokens": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(clientTimeoutHeader, "0.05")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK ||
+		len(body.Choices) != 1 || body.Choices[0].FinishReason != "deadline" {
+		t.Fatalf("status %d, body %+v, %v", resp.StatusCode, body, err)
+	}
+	if got, apiErr := withClientTimeout([]byte(`{"prompt": "x"}`), "soon"); got != nil || apiErr == nil {
+		t.Fatalf("a header that is not seconds: %s, %v", got, apiErr)
 	}
 }

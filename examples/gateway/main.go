@@ -37,6 +37,7 @@ type options struct {
 	disableLogStats         bool
 	metricsHeaders          bool
 	speculativeTokens       int
+	maxWaitingRequests      int
 	servedModelName         string
 	shutdownTimeout         time.Duration
 	limits                  limits
@@ -56,6 +57,8 @@ func parseOptions() options {
 		"also return the timing metrics as X-Ember-* and Server-Timing headers of non-streaming responses")
 	flag.IntVar(&o.speculativeTokens, "speculative-tokens", 0,
 		"n-gram speculative decoding with drafts of up to this many tokens (1..16; 0: off; docs/c_api.md)")
+	flag.IntVar(&o.maxWaitingRequests, "max-waiting-requests", 0,
+		"requests waiting to start at most; more are answered 503 with Retry-After at once (0: the engine's default)")
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
 	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGTERM, how long requests in progress may take before they are cancelled")
@@ -95,6 +98,7 @@ func run(o options) error {
 		EnablePerRequestMetrics: o.enablePerRequestMetrics,
 		DisableLogStats:         o.disableLogStats,
 		Speculative:             speculative,
+		MaxWaitingRequests:      o.maxWaitingRequests,
 		Log:                     logEngineLine,
 	})
 	if err != nil {

@@ -92,8 +92,11 @@ pub struct EngineConfig {
     /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
     /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
     pub enable_prefix_caching: bool,
-    /// n-gram speculative decoding (`speculative.rs`); `None` (the default): off.
+    /// n-gram speculative decoding (`speculative/`); `None` (the default): off.
     pub speculative: Option<SpeculativeConfig>,
+    /// Most requests waiting to start (submitted, not yet scheduled): a submit beyond it is refused at once
+    /// (`SubmitError::Overloaded`), nothing queued. `None`: [`EngineConfig::max_waiting_requests_or_default`].
+    pub max_waiting_requests: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -114,6 +117,7 @@ impl Default for EngineConfig {
             activation_precision: ActivationPrecision::Q8,
             enable_prefix_caching: true,
             speculative: None,
+            max_waiting_requests: None,
         }
     }
 }
@@ -155,11 +159,12 @@ impl EngineConfig {
                     .into(),
             );
         }
-        let ranges: [(&'static str, usize, usize, usize); 4] = [
+        let ranges: [(&'static str, usize, usize, usize); 5] = [
             ("max_num_seqs", self.max_num_seqs, 1, 4096),
             ("max_num_batched_tokens", self.max_num_batched_tokens.unwrap_or(1), 1, 65_536),
             ("kv_block_size", self.kv_block_size, 1, 1024),
             ("kv_cache_tokens", self.kv_cache_tokens, 1, 1 << 24),
+            ("max_waiting_requests", self.max_waiting_requests.unwrap_or(1), 1, 1 << 24),
         ];
         for (name, value, lo, hi) in ranges {
             if !(lo..=hi).contains(&value) {
@@ -183,6 +188,16 @@ impl EngineConfig {
             BackendKind::Cpu | BackendKind::Auto => CPU_DEFAULT_MAX_NUM_BATCHED_TOKENS,
         };
         self.max_num_batched_tokens.unwrap_or(default)
+    }
+
+    /// `max_waiting_requests` as the engine uses it: the configured value, or one request per KV cache block,
+    /// but at least four full batches (`4 × max_num_seqs`). A waiting request holds no KV memory, but each needs
+    /// at least one block to start, so more than that many cannot all start even once the cache is empty: beyond
+    /// them a queue only grows, and a host is better told at once (and can retry elsewhere) than left to wait.
+    /// The floor keeps a small cache from refusing an ordinary burst.
+    pub fn max_waiting_requests_or_default(&self) -> usize {
+        let blocks = self.kv_cache_tokens.div_ceil(self.kv_block_size);
+        self.max_waiting_requests.unwrap_or_else(|| blocks.max(4 * self.max_num_seqs))
     }
 
     /// Whether timing stats are recorded.

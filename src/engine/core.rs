@@ -144,6 +144,8 @@ impl<'m> EngineCore<'m> {
             self.publish();
             return false;
         }
+        self.scheduler.finish_past_deadline(self.clock.now());
+        self.retire_finished();
         if !self.scheduler.is_idle() {
             self.step();
         }
@@ -237,7 +239,8 @@ impl<'m> EngineCore<'m> {
         self.publish();
         for mut seq in done {
             let reason = seq.finish_reason().expect("finished sequences have a reason");
-            if reason == FinishReason::Cancelled {
+            // Ended from outside the output stage: release what the detokenizer and stop matcher held back.
+            if matches!(reason, FinishReason::Cancelled | FinishReason::Deadline) {
                 seq.release_rest();
             }
             seq.request.finish_choice(seq.choice, reason);

@@ -13,16 +13,19 @@ pub enum FinishReason {
     Cancelled,
     /// The engine could not continue the request (see the request's error message).
     Error,
+    /// The request's `deadline_ms` passed, whether it was still waiting to start or generating.
+    Deadline,
 }
 
 impl FinishReason {
-    /// `"stop"`, `"length"`, `"cancelled"` or `"error"`.
+    /// `"stop"`, `"length"`, `"cancelled"`, `"error"` or `"deadline"`.
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
             FinishReason::Error => "error",
+            FinishReason::Deadline => "deadline",
         }
     }
 }

@@ -24,6 +24,7 @@ use super::scheduler::SchedulerLimits;
 use super::sequence::{Sequence, TextOptions};
 use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
+use super::waiting_limit::WaitingLimit;
 use crate::model::{Model, ModelError, TokenId};
 
 /// What the prefix cache has done since the engine started.
@@ -89,6 +90,8 @@ pub struct Engine {
     logger: Logger,
     /// Compiles structured-output constraints against the model's vocabulary (built on first use).
     guided: GuidedCompiler,
+    /// Backpressure: the requests waiting to start, at most `max_waiting_requests` (`waiting_limit.rs`).
+    waiting: Arc<WaitingLimit>,
 }
 
 impl fmt::Debug for Engine {
@@ -152,6 +155,7 @@ impl Engine {
             &format!("engine started: {backend_description}, {} KV positions{window_pool}", cache.tokens()),
         );
         Ok(Engine {
+            waiting: WaitingLimit::new(config.max_waiting_requests_or_default()),
             config,
             model,
             shared,
@@ -196,6 +200,8 @@ impl Engine {
             })?),
             None => None,
         };
+        let place = self.waiting.enter().ok_or(SubmitError::Overloaded { limit: self.waiting.limit() })?;
+        let deadline = request.deadline_ms.map(|ms| self.clock.now() + ms as f64 / 1000.0);
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let waker: Weak<dyn CancelWaker> = Arc::downgrade(&self.shared) as Weak<dyn CancelWaker>;
         let n_choices = request.prompts.len() * request.n;
@@ -209,6 +215,7 @@ impl Engine {
             arrival,
             waker,
         );
+        shared.hold_waiting_place(place);
         let mut stop_ids: Vec<TokenId> = request.stop_token_ids.clone();
         if !request.ignore_eos {
             stop_ids.extend_from_slice(self.model.tokenizer.eog_ids());
@@ -242,6 +249,8 @@ impl Engine {
                 seq.logprobs = request.logprobs;
                 seq.min_tokens = request.min_tokens;
                 seq.speculate = request.speculative_decoding;
+                seq.deadline = deadline;
+                seq.priority = request.priority;
                 // A prompt is scored once, by its first choice, for all of them.
                 seq.prompt_scoring = request
                     .prompt_logprobs
@@ -274,6 +283,11 @@ impl Engine {
     /// Sequences waiting for admission.
     pub fn num_waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting to start (submitted, not yet scheduled), and how many may (`max_waiting_requests`).
+    pub fn waiting_requests(&self) -> (usize, usize) {
+        (self.waiting.waiting(), self.waiting.limit())
     }
 
     /// KV cache blocks free, and in all (the global pool, which every layer uses but the sliding-window ones that

@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::finish::FinishReason;
@@ -17,6 +17,7 @@ use super::metrics::{
 use super::prompt_logprobs::PromptTokenLogprob;
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
+use super::waiting_limit::WaitingPlace;
 use crate::model::TokenId;
 
 /// Something that happened to a request, in the order the host should see it.
@@ -106,6 +107,8 @@ pub struct RequestShared {
     /// choice): `usage.prompt_tokens_details.cached_tokens`. Kept whether or not stats are recorded.
     cached_prompt_tokens: AtomicU32,
     engine: Weak<dyn CancelWaker>,
+    /// Its place among the requests waiting to start (`waiting_limit.rs`), given back once it starts or ends.
+    waiting_place: OnceLock<WaitingPlace>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,7 +142,20 @@ impl RequestShared {
             cancelled: AtomicBool::new(false),
             cached_prompt_tokens: AtomicU32::new(0),
             engine,
+            waiting_place: OnceLock::new(),
         })
+    }
+
+    /// Holds `place` until the request starts or ends (a request holds one place at most).
+    pub fn hold_waiting_place(&self, place: WaitingPlace) {
+        let _ = self.waiting_place.set(place);
+    }
+
+    /// Engine side: the request has started (its first choice was scheduled), so it waits no more.
+    pub fn started(&self) {
+        if let Some(place) = self.waiting_place.get() {
+            place.leave();
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -196,6 +212,7 @@ impl RequestShared {
     /// Engine side: choice `choice` ended.
     /// A choice ends once: a later call (its request failed first) changes nothing, its end time included.
     pub fn finish_choice(&self, choice: usize, reason: FinishReason) {
+        self.started();
         let now = self.clock.now();
         let mut out = lock(&self.output);
         if out.choices[choice].finish_reason.is_some() {
@@ -215,6 +232,7 @@ impl RequestShared {
     /// Engine side: the request failed; its unfinished choices end with `FinishReason::Error`. A request ends
     /// once: when every choice has already ended (finished, or failed before), nothing happens.
     pub fn fail(&self, message: String) {
+        self.started();
         let now = self.clock.now();
         let mut out = lock(&self.output);
         if out.terminal.is_some() {

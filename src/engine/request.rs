@@ -11,6 +11,9 @@ pub const MAX_CHOICES: usize = 128;
 /// Most stop strings, and the longest one (bytes): stop matching holds back up to that many bytes of output.
 pub const MAX_STOP_STRINGS: usize = 16;
 pub const MAX_STOP_LEN: usize = 256;
+/// The longest `deadline_ms`: a week, far beyond any request, but small enough that the engine clock adds it
+/// without losing the milliseconds.
+pub const MAX_DEADLINE_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// A generation request, already tokenized. It has `prompts.len() × n` choices: choice `p × n + j` is the `j`-th
 /// sample of prompt `p` (the order of OpenAI's multi-prompt completions).
@@ -54,6 +57,13 @@ pub struct SubmitRequest {
     /// Whether the request's choices may speculate when the engine does (`speculative/`; default true): false
     /// keeps them out of speculative decoding, whose outputs are the same but whose timing differs.
     pub speculative_decoding: bool,
+    /// Milliseconds from submission after which the request ends with `FinishReason::Deadline`, whether it is
+    /// still waiting to start or generating (its output so far stands); `None`: no deadline. Checked between
+    /// engine steps, so a request ends within one step of its deadline.
+    pub deadline_ms: Option<u64>,
+    /// vLLM's `priority`: requests of a lower value are scheduled first (first come first served within a
+    /// value), and a request that does not fit preempts running ones of a higher value. Default 0.
+    pub priority: i32,
 }
 
 impl SubmitRequest {
@@ -75,6 +85,8 @@ impl SubmitRequest {
             min_tokens: 0,
             guided: None,
             speculative_decoding: true,
+            deadline_ms: None,
+            priority: 0,
         }
     }
 }
@@ -104,6 +116,10 @@ pub enum SubmitError {
     Sampling(SamplingError),
     /// The engine has shut down.
     EngineStopped,
+    /// `max_waiting_requests` requests are already waiting to start.
+    Overloaded {
+        limit: usize,
+    },
 }
 
 impl SubmitError {
@@ -114,7 +130,7 @@ impl SubmitError {
             SubmitError::TooLong { .. } => Some("max_tokens"),
             SubmitError::Invalid { field, .. } => Some(field),
             SubmitError::Sampling(e) => Some(e.field()),
-            SubmitError::EngineStopped => None,
+            SubmitError::EngineStopped | SubmitError::Overloaded { .. } => None,
         }
     }
 }
@@ -134,6 +150,11 @@ impl fmt::Display for SubmitError {
             SubmitError::Invalid { message, .. } => f.write_str(message),
             SubmitError::Sampling(e) => e.fmt(f),
             SubmitError::EngineStopped => write!(f, "the engine has shut down"),
+            SubmitError::Overloaded { limit } => write!(
+                f,
+                "the engine is overloaded: {limit} requests are already waiting to start (max_waiting_requests); \
+                 retry later"
+            ),
         }
     }
 }
@@ -188,6 +209,9 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
     }
     if let Some(k) = request.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
+    }
+    if let Some(ms) = request.deadline_ms.filter(|&ms| ms == 0 || ms > MAX_DEADLINE_MS) {
+        return invalid("deadline_ms", format!("deadline_ms must be in 1..={MAX_DEADLINE_MS}, got {ms}"));
     }
     if let Some(k) = request.prompt_logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("prompt_logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));

@@ -6,15 +6,19 @@
 //! 1. running sequences that decode (one token each), so their inter-token latency does not depend on prompts
 //!    arriving;
 //! 2. running sequences still prefilling, each a chunk of what the budget leaves;
-//! 3. waiting sequences, first come first served, while their first chunk's KV blocks are free. A sequence
-//!    admitted takes first the longest prefix of its tokens whose full blocks are in the prefix cache
-//!    (`kv_prefix.rs`), and computes from there; its blocks become findable as its steps fill them;
+//! 3. waiting sequences, by priority (the request's `priority`, lower first), first come first served within a
+//!    priority, while their first chunk's KV blocks are free. A sequence admitted takes first the longest prefix
+//!    of its tokens whose full blocks are in the prefix cache (`kv_prefix.rs`), and computes from there; its
+//!    blocks become findable as its steps fill them. When the next waiting sequence does not fit (no room, or
+//!    `max_num_seqs` running) and a running sequence has a strictly lower priority, that one is preempted for it
+//!    (vLLM's priority scheduling): a high-priority request waits for no low-priority one;
 //! 4. with speculative decoding on, draft tokens for the decoding sequences, as many as the planner finds worth
 //!    their cost in what the budget and the free blocks leave (`speculative/`).
 //!
-//! When a running sequence needs a block and none is free, the most recently admitted running sequence is
-//! preempted: its blocks are freed and it goes back to the head of the waiting queue, to be recomputed. A step that
-//! preempted admits nobody (admitting would only thrash). Only the global pool decides: a sliding-window model's
+//! When a running sequence needs a block and none is free, a running sequence is preempted: the lowest-priority
+//! one, the most recently admitted among equals. Its blocks are freed and it goes back to the waiting queue, ahead
+//! of the later arrivals of its priority, to be recomputed. A step that preempted for lack of blocks admits nobody
+//! (admitting would only thrash). Only the global pool decides: a sliding-window model's
 //! window pool has room whenever the global one has (`kv_window.rs`).
 
 use std::collections::VecDeque;
@@ -116,8 +120,17 @@ impl Scheduler {
     pub fn add(&mut self, mut seq: Sequence) {
         debug_assert_eq!(seq.status, SeqStatus::Waiting);
         self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
-        self.waiting.push_back(seq.id);
-        self.seqs.insert(seq.id, seq);
+        let id = seq.id;
+        self.seqs.insert(id, seq);
+        self.enqueue(id);
+    }
+
+    /// Puts sequence `id` in the waiting queue at its place: by priority (lower first), then by id (arrival).
+    fn enqueue(&mut self, id: SeqId) {
+        let key = |s: &Sequence| (s.priority, s.id);
+        let k = key(&self.seqs[&id]);
+        let at = self.waiting.partition_point(|w| key(&self.seqs[w]) < k);
+        self.waiting.insert(at, id);
     }
 
     /// The sequences, for the runner to read their tokens and tables and to sample with their samplers.
@@ -165,30 +178,41 @@ impl Scheduler {
         let mut budget = self.limits.max_num_batched_tokens;
 
         for decoding in [true, false] {
-            let mut i = 0;
-            while i < self.running.len() && budget > 0 {
-                let id = self.running[i];
+            // A snapshot: reserving blocks may preempt sequences anywhere in the running list.
+            let order = self.running.clone();
+            for id in order {
+                if budget == 0 {
+                    break;
+                }
                 let seq = &self.seqs[&id];
-                if (seq.num_uncomputed() == 1) != decoding {
-                    i += 1;
+                if seq.status != SeqStatus::Running || (seq.num_uncomputed() == 1) != decoding {
                     continue;
                 }
                 let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
-                if self.reserve(id, n, &mut out) {
+                if self.reserve(id, n, &mut out, &mut budget) {
                     out.chunks.push(self.chunk(id, n));
                     budget -= n;
-                    i += 1;
                 }
-                // Otherwise the sequence itself was preempted (or failed): `running[i]` is now the next one.
+                // Otherwise the sequence itself was preempted (or failed).
             }
         }
 
         if !out.preempted.is_empty() {
             return out;
         }
-        while budget > 0 && self.running.len() < self.limits.max_num_seqs {
+        while budget > 0 {
             let Some(&id) = self.waiting.front() else { break };
-            let Some(n) = self.admit(id, budget, now, &mut out) else { break };
+            let admitted = match self.running.len() < self.limits.max_num_seqs {
+                true => self.admit(id, budget, now, &mut out),
+                false => None,
+            };
+            let Some(n) = admitted else {
+                // No room, or no seat: a lower-priority running sequence gives way, or the queue waits.
+                if self.preempt_for(id, &mut out, &mut budget) {
+                    continue;
+                }
+                break;
+            };
             self.waiting.pop_front();
             if n > 0 {
                 self.running.push(id);
@@ -230,6 +254,7 @@ impl Scheduler {
             self.counters.prefix_cache.hits += cached as u64;
         }
         if seq.status == SeqStatus::Waiting {
+            seq.request.started();
             let cached_prompt = cached.min(seq.prompt_len) as u32;
             seq.request.with_stats(seq.choice, |s| {
                 s.scheduled_ts = Some(now);
@@ -311,9 +336,10 @@ impl Scheduler {
         }
     }
 
-    /// Makes room for sequence `id` to compute its next `n` tokens, preempting the most recently admitted running
-    /// sequences as needed. False when `id` itself had to be preempted (or failed).
-    fn reserve(&mut self, id: SeqId, n: usize, out: &mut SchedulerOutput) -> bool {
+    /// Makes room for sequence `id` to compute its next `n` tokens, preempting running sequences as needed (the
+    /// lowest-priority first: [`victim`](Self::victim)); their chunks already in `out` give their tokens back to
+    /// `budget`. False when `id` itself had to be preempted (or failed).
+    fn reserve(&mut self, id: SeqId, n: usize, out: &mut SchedulerOutput, budget: &mut usize) -> bool {
         loop {
             let seq = self.seqs.get_mut(&id).expect("running sequences exist");
             let start = seq.num_computed;
@@ -326,20 +352,50 @@ impl Scheduler {
                     return false;
                 }
             }
-            let victim = self.running.pop().expect("the sequence itself is running");
-            let v = self.seqs.get_mut(&victim).expect("running sequences exist");
-            self.blocks.release(&mut v.block_table, &mut v.window_table);
-            v.num_computed = 0;
-            v.draft_input.clear();
-            v.status = SeqStatus::Preempted;
-            v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
-            self.counters.preemptions += 1;
-            self.waiting.push_front(victim);
-            out.preempted.push(victim);
-            out.chunks.retain(|c| c.seq != victim);
+            let victim = self.victim().expect("the sequence itself is running");
+            *budget += self.preempt(victim, out);
             if victim == id {
                 return false;
             }
+        }
+    }
+
+    /// The running sequence to preempt first: the lowest priority (the largest `priority`), the most recently
+    /// admitted among equals.
+    fn victim(&self) -> Option<SeqId> {
+        let rank = |(i, id): &(usize, &SeqId)| (self.seqs[*id].priority, *i);
+        self.running.iter().enumerate().max_by_key(rank).map(|(_, &id)| id)
+    }
+
+    /// Preempts running sequence `id`: its blocks are freed, and it goes back to the waiting queue to be
+    /// recomputed. Returns the tokens its chunk in `out` had (removed from the step), 0 without one.
+    fn preempt(&mut self, id: SeqId, out: &mut SchedulerOutput) -> usize {
+        self.running.retain(|&s| s != id);
+        let v = self.seqs.get_mut(&id).expect("running sequences exist");
+        self.blocks.release(&mut v.block_table, &mut v.window_table);
+        v.num_computed = 0;
+        v.draft_input.clear();
+        v.status = SeqStatus::Preempted;
+        v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
+        self.counters.preemptions += 1;
+        self.enqueue(id);
+        out.preempted.push(id);
+        let freed = out.chunks.iter().filter(|c| c.seq == id).map(|c| c.n_tokens).sum();
+        out.chunks.retain(|c| c.seq != id);
+        freed
+    }
+
+    /// Priority scheduling: waiting sequence `id` does not fit, so the lowest-priority running sequence gives
+    /// way if its priority is strictly lower than `id`'s. True when one was preempted (its chunk's tokens given
+    /// back to `budget`).
+    fn preempt_for(&mut self, id: SeqId, out: &mut SchedulerOutput, budget: &mut usize) -> bool {
+        let priority = self.seqs[&id].priority;
+        match self.victim() {
+            Some(victim) if self.seqs[&victim].priority > priority => {
+                *budget += self.preempt(victim, out);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -419,6 +475,16 @@ impl Scheduler {
         if let Some(seq) = self.seqs.get_mut(&id) {
             if seq.finish_reason().is_none() {
                 seq.status = SeqStatus::Finished(reason);
+            }
+        }
+    }
+
+    /// Ends every sequence whose deadline is at or before `now` (monotonic) and that has not ended, with
+    /// `Deadline`, waiting or running; [`take_finished`](Self::take_finished) releases them.
+    pub fn finish_past_deadline(&mut self, now: f64) {
+        for seq in self.seqs.values_mut() {
+            if seq.deadline.is_some_and(|d| d <= now) && seq.finish_reason().is_none() {
+                seq.status = SeqStatus::Finished(FinishReason::Deadline);
             }
         }
     }

@@ -66,6 +66,12 @@ pub struct Sequence {
     /// Whether the sequence may speculate when the engine does (the request's `speculative_decoding`). Set
     /// after construction; true by default.
     pub speculate: bool,
+    /// Monotonic engine time after which the sequence ends with `Deadline` (the request's `deadline_ms` from
+    /// its submission). Set after construction; `None` by default.
+    pub deadline: Option<f64>,
+    /// The request's `priority`: lower is scheduled first, and may preempt higher. Set after construction; 0 by
+    /// default.
+    pub priority: i32,
     /// The step's input when it verifies a draft (`speculative/`): the last token, then the draft. Empty
     /// otherwise; the scheduler sets it for the step it plans.
     pub draft_input: Vec<TokenId>,
@@ -142,6 +148,8 @@ impl Sequence {
             min_tokens: 0,
             prompt_scoring: None,
             speculate: true,
+            deadline: None,
+            priority: 0,
             draft_input: Vec::new(),
             draft_match_len: 0,
             acceptance: SeqAcceptance::default(),

@@ -39,6 +39,8 @@ pub enum EngineFinishReason {
     Cancelled = 3,
     /// The engine could not continue the request.
     Error = 4,
+    /// The request's `deadline_ms` passed (it had waited, or generated, that long); its output so far stands.
+    Deadline = 5,
 }
 
 impl From<FinishReason> for EngineFinishReason {
@@ -48,6 +50,7 @@ impl From<FinishReason> for EngineFinishReason {
             FinishReason::Length => EngineFinishReason::Length,
             FinishReason::Cancelled => EngineFinishReason::Cancelled,
             FinishReason::Error => EngineFinishReason::Error,
+            FinishReason::Deadline => EngineFinishReason::Deadline,
         }
     }
 }

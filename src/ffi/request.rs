@@ -11,7 +11,7 @@ use super::engine::Engine;
 use super::registry::{to_pointer, ENGINES, REQUESTS};
 use super::status::EngineStatus;
 use crate::engine::RequestHandle;
-use crate::protocol::ApiRequest;
+use crate::protocol::{ApiRequest, OVERLOADED};
 
 /// A submitted request: its events, its metrics, its final response. Opaque; a handle from `engine_submit`,
 /// freed with `engine_request_free`.
@@ -65,7 +65,9 @@ pub(super) fn request_of_engine(
 ///
 /// Returns `ENGINE_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
 /// `ENGINE_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
-/// JSON, naming the field at fault), `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
+/// JSON, naming the field at fault), `ENGINE_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
+/// to start: nothing was queued, retry later; the message is an OpenAI error body with `code` `"overloaded"`),
+/// `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
 /// `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument),
 /// `ENGINE_STATUS_TOO_MANY_HANDLES`.
 ///
@@ -85,9 +87,13 @@ pub unsafe extern "C" fn engine_submit(
         // SAFETY: NULL or NUL-terminated, by this function's contract.
         let json = unsafe { required_str(request_json, "request_json") }?;
         let engine_object = ENGINES.get(engine.addr())?;
-        let api = engine_object
-            .with_engine(|e| ApiRequest::submit(e, json, None))?
-            .map_err(|e| Failure::verbatim(EngineStatus::InvalidRequest, e.to_json()))?;
+        let api = engine_object.with_engine(|e| ApiRequest::submit(e, json, None))?.map_err(|e| {
+            let status = match e.code.as_deref() {
+                Some(OVERLOADED) => EngineStatus::Overloaded,
+                _ => EngineStatus::InvalidRequest,
+            };
+            Failure::verbatim(status, e.to_json())
+        })?;
         let handle = api.handle().clone();
         let object = RequestObject {
             engine: engine.addr(),

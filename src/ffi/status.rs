@@ -52,10 +52,14 @@ pub enum EngineStatus {
     /// threads do not survive `fork()`. Nothing was done, and the handle's memory is left as fork copied it
     /// (freeing it in the child is also refused). Create engines after fork (`docs/c_api.md`).
     Forked = 15,
+    /// The engine refused the request at once because `max_waiting_requests` requests already wait to start:
+    /// nothing was queued. Retry later (an HTTP gateway answers 503 with `Retry-After`).
+    /// `engine_last_error_message()` is the OpenAI error body, `code` `"overloaded"`.
+    Overloaded = 16,
 }
 
 /// Every status, in number order (private: cbindgen would export a public constant).
-const ALL_STATUSES: [EngineStatus; 16] = [
+const ALL_STATUSES: [EngineStatus; 17] = [
     EngineStatus::Ok,
     EngineStatus::InvalidArgument,
     EngineStatus::InvalidUtf8,
@@ -72,6 +76,7 @@ const ALL_STATUSES: [EngineStatus; 16] = [
     EngineStatus::TooManyHandles,
     EngineStatus::Panic,
     EngineStatus::Forked,
+    EngineStatus::Overloaded,
 ];
 
 impl EngineStatus {
@@ -94,6 +99,7 @@ impl EngineStatus {
             EngineStatus::TooManyHandles => "too many live handles\0",
             EngineStatus::Panic => "internal error in ember (caught panic)\0",
             EngineStatus::Forked => "the handle belongs to the parent process (used after fork)\0",
+            EngineStatus::Overloaded => "the engine is overloaded: too many requests wait to start\0",
         }
     }
 }

@@ -78,6 +78,8 @@ impl ApiRequest {
             min_tokens: request.min_tokens,
             guided,
             speculative_decoding: request.speculative_decoding,
+            deadline_ms: request.deadline_ms,
+            priority: request.priority,
         };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();

@@ -14,6 +14,8 @@ pub const INVALID_REQUEST_ERROR: &str = "invalid_request_error";
 pub const SERVER_ERROR: &str = "server_error";
 /// The `code` of a request whose prompt plus `max_tokens` cannot fit the context (OpenAI's code for it).
 pub const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
+/// The `code` of a request refused because too many wait to start (`max_waiting_requests`): retry later.
+pub const OVERLOADED: &str = "overloaded";
 
 /// OpenAI error object: {"error": {"message", "type", "param", "code"}}.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -63,6 +65,7 @@ impl ApiError {
                 ApiError { code: Some(CONTEXT_LENGTH_EXCEEDED.into()), ..ApiError::invalid(param, message) }
             }
             SubmitError::EngineStopped => ApiError::server(message),
+            SubmitError::Overloaded { .. } => ApiError { code: Some(OVERLOADED.into()), ..ApiError::server(message) },
             _ => match error.field() {
                 Some("prompt") => ApiError::invalid(names.prompt, message),
                 Some("max_tokens") => ApiError::invalid(names.max_tokens, message),
@@ -127,6 +130,8 @@ mod tests {
         let hot = SamplingError::OutOfRange { field: "top_p", value: 0.0, allowed: "(0, 1]" };
         assert_eq!(from(SubmitError::Sampling(hot)).param.as_deref(), Some("top_p"));
         assert_eq!(from(SubmitError::EngineStopped).error_type, SERVER_ERROR);
+        let overloaded = from(SubmitError::Overloaded { limit: 4 });
+        assert_eq!((overloaded.error_type, overloaded.code.as_deref()), (SERVER_ERROR, Some(OVERLOADED)));
     }
 
     #[test]

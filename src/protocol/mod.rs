@@ -24,6 +24,6 @@ mod tool_format;
 mod tools;
 
 pub use api_request::ApiRequest;
-pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, SERVER_ERROR};
+pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
 pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
 pub use stream::ChunkPoll;

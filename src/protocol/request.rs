@@ -72,6 +72,11 @@ pub(crate) struct ParsedRequest {
     pub min_tokens: usize,
     /// Our addition: `speculative_decoding: false` keeps the request out of the engine's speculative decoding.
     pub speculative_decoding: bool,
+    /// Our addition: `deadline_ms`, milliseconds from submission after which the request ends with
+    /// `finish_reason` `"deadline"`.
+    pub deadline_ms: Option<u64>,
+    /// vLLM's `priority` (lower is scheduled first).
+    pub priority: i32,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
     /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit. A request
@@ -155,6 +160,8 @@ impl ParsedRequest {
             prompt_logprobs: parse_prompt_logprobs(o, kind)?,
             min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
             speculative_decoding: opt_bool(o, "speculative_decoding")?.unwrap_or(true),
+            deadline_ms: opt_u64(o, "deadline_ms")?,
+            priority: parse_priority(o)?,
             echo: parse_echo(o, kind)?,
             guided,
             tools,
@@ -364,6 +371,17 @@ fn parse_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> 
     }
 }
 
+/// vLLM's `priority`: an integer in `i32` range (0 when absent).
+fn parse_priority(o: &Object) -> Result<i32, ApiError> {
+    match get(o, "priority") {
+        None => Ok(0),
+        Some(v) => v
+            .as_i64()
+            .and_then(|i| i32::try_from(i).ok())
+            .ok_or_else(|| ApiError::invalid("priority", format!("priority must be an integer in i32 range, got {v}"))),
+    }
+}
+
 fn parse_stop_token_ids(o: &Object) -> Result<Vec<TokenId>, ApiError> {
     let Some(value) = get(o, "stop_token_ids") else { return Ok(Vec::new()) };
     as_array(value, "stop_token_ids")?
@@ -453,6 +471,12 @@ mod tests {
         assert!(chat("").unwrap().speculative_decoding, "speculates by default");
         assert!(!chat(r#", "speculative_decoding": false"#).unwrap().speculative_decoding);
         assert_eq!(param(r#", "speculative_decoding": 0"#), "speculative_decoding");
+        assert_eq!(chat(r#", "deadline_ms": 1500"#).unwrap().deadline_ms, Some(1500));
+        assert_eq!(param(r#", "deadline_ms": -1"#), "deadline_ms");
+        assert_eq!(chat(r#", "priority": -3"#).unwrap().priority, -3);
+        assert_eq!(chat("").unwrap().priority, 0);
+        assert_eq!(param(r#", "priority": 1.5"#), "priority");
+        assert_eq!(param(r#", "priority": 4294967296"#), "priority");
         assert_eq!(param(r#", "min_tokens": -1"#), "min_tokens");
         assert!(chat(r#", "best_of": 2, "n": 2"#).is_ok(), "best_of = n returns every candidate");
         assert_eq!(param(r#", "best_of": 2"#), "best_of");

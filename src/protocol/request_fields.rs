@@ -66,6 +66,8 @@ const FIELDS: &[(&str, Known)] = &[
     ("tool_choice", Known::Read),
     ("min_tokens", Known::Read),
     ("speculative_decoding", Known::Read),
+    ("deadline_ms", Known::Read),
+    ("priority", Known::Read),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,

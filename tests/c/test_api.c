@@ -153,11 +153,11 @@ static void test_static_functions(void) {
     snprintf(expected, sizeof expected, "%d.%d.%d", EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH);
     CHECK(strcmp(engine_version(), expected) == 0);
     CHECK(strcmp(engine_last_error_message(), "") == 0);
-    for (uint32_t s = ENGINE_STATUS_OK; s <= ENGINE_STATUS_PANIC; s++) {
+    for (uint32_t s = ENGINE_STATUS_OK; s <= ENGINE_STATUS_OVERLOADED; s++) {
         CHECK(engine_status_message(s) != NULL && strlen(engine_status_message(s)) > 0);
         CHECK(strcmp(engine_status_message(s), "unknown status") != 0);
     }
-    CHECK(strcmp(engine_status_message(ENGINE_STATUS_FORKED + 1), "unknown status") == 0);
+    CHECK(strcmp(engine_status_message(ENGINE_STATUS_OVERLOADED + 1), "unknown status") == 0);
     CHECK(strcmp(engine_status_message(UINT32_MAX), "unknown status") == 0);
 }
 
@@ -767,6 +767,41 @@ static void test_speculative(void) {
     engine_free(engine);
 }
 
+/* Admission: with one seat and one waiting place, a third request is refused at once (ENGINE_STATUS_OVERLOADED,
+   an OpenAI error body with code "overloaded"); a request past its deadline_ms while waiting ends with
+   ENGINE_FINISH_REASON_DEADLINE; a request of a better priority takes the seat. */
+static void test_admission(void) {
+    char config[128];
+    snprintf(config, sizeof config, "{\"threads\": 1, \"max_num_seqs\": 1, \"max_waiting_requests\": 1}");
+    Engine *engine = NULL;
+    CHECK_STATUS(engine_new(config, &engine), ENGINE_STATUS_OK);
+    EngineRequest *running = submit(engine, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4000, "
+                                            "\"ignore_eos\": true, \"priority\": 1}");
+    EngineEvent ev;
+    CHECK_STATUS(engine_poll(engine, running, -1, &ev), ENGINE_STATUS_OK);
+    CHECK(ev.kind == ENGINE_EVENT_KIND_DELTA); /* it holds the one seat */
+    EngineRequest *waiting =
+        submit(engine, "{\"prompt\": \"Hello\", \"max_tokens\": 4, \"deadline_ms\": 1, \"priority\": 1}");
+    EngineRequest *refused = NULL;
+    CHECK_STATUS(engine_submit(engine, "{\"prompt\": \"Hi\", \"max_tokens\": 4}", &refused),
+                 ENGINE_STATUS_OVERLOADED);
+    CHECK(refused == NULL && last_error_has("\"code\":\"overloaded\""));
+    Drained d;
+    drain(engine, waiting, &d);
+    CHECK(d.reason == ENGINE_FINISH_REASON_DEADLINE && d.tokens == 0);
+    engine_request_free(waiting);
+    /* Its place is free again: a request of a better priority is admitted, preempting the running one. */
+    EngineRequest *urgent = submit(engine, "{\"prompt\": \"Hello\", \"max_tokens\": 3, \"ignore_eos\": true}");
+    drain(engine, urgent, &d);
+    CHECK(d.reason == ENGINE_FINISH_REASON_LENGTH && d.tokens == 3);
+    ExtendedTimingMetrics x = {.struct_size = sizeof x};
+    CHECK_STATUS(engine_get_extended_metrics(running, 0, &x), ENGINE_STATUS_OK);
+    CHECK(x.num_preemptions >= 1);
+    engine_request_free(urgent);
+    engine_request_free(running);
+    engine_free(engine);
+}
+
 static void test_fork(Engine *engine) {
     EngineRequest *request = submit(engine, requests->reference);
     pid_t child = fork();
@@ -830,6 +865,8 @@ int main(int argc, char **argv) {
     test_fork(engine);
     printf("speculative decoding\n");
     test_speculative();
+    printf("admission\n");
+    test_admission();
 
     engine_free(engine);
     CHECK(strcmp(engine_last_error_message(), "") == 0);
