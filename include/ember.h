@@ -816,6 +816,25 @@ EngineStatus engine_get_token_timestamps(const struct EngineRequest *request,
 const char *engine_last_error_message(void);
 
 /**
+ * Writes the engine's metrics, in the Prometheus text exposition format (version 0.0.4; serve it with
+ * `Content-Type: text/plain; version=0.0.4`), to `*out`: sequences running and waiting, requests waiting to
+ * start and their limit, KV cache usage, steps, preemptions, prompt and generated tokens, choices ended by
+ * finish reason, submits refused as overloaded, prefix-cache queries and hits, speculative drafts, and
+ * histograms of time to first token, inter-token latency, queue time and end-to-end latency. Names are vLLM's
+ * with an `ember_` prefix where vLLM has the metric; `docs/c_api.md` ("Prometheus metrics") lists them all.
+ *
+ * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_HANDLE`,
+ * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+ *
+ * Thread safety: any thread, any time (a short lock; never waits for a step). Ownership: the caller owns the
+ * string (NUL-terminated UTF-8) and frees it with `engine_string_free`.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for a pointer.
+ */
+EngineStatus engine_metrics_text(const struct Engine *engine, char **out);
+
+/**
  * Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).
  *
  * `config_json` is a JSON object of options (see `docs/c_api.md`; e.g. `{"model": "path.gguf", "threads": 2}`);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
-# proxy is reachable, so the binding and the gateway use the standard library only) and two Python packages:
-# `openai` (the gateway's end-to-end test) and `gguf` with numpy (the independent reference of every weight type's
-# dequantization, tests/dequantize_reference.rs). NVRTC, for the CUDA kernels' compile test, is fetched by
+# proxy is reachable, so the binding and the gateway use the standard library only) and three Python packages:
+# `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test) and
+# `gguf` with numpy (the independent reference of every weight type's dequantization,
+# tests/dequantize_reference.rs). NVRTC, for the CUDA kernels' compile test, is fetched by
 # scripts/fetch-nvrtc.sh when the tests run; the model by scripts/fetch-model.sh.
 #
 # `make test` runs this first. Idempotent and quiet when everything is there: it checks each tool and installs only
@@ -37,6 +38,8 @@ need_go=false
 go_is_recent || { missing+=("Go >= 1.23"); need_go=true; }
 python_packages=()
 python3 -c 'import openai' 2>/dev/null || { missing+=("the openai Python package"); python_packages+=(openai); }
+python3 -c 'import prometheus_client' 2>/dev/null \
+  || { missing+=("the prometheus_client Python package"); python_packages+=(prometheus_client); }
 python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0"' 2>/dev/null \
   || { missing+=("the gguf 0.19.0 Python package"); python_packages+=(gguf==0.19.0); }
 need_components=false

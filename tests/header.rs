@@ -78,6 +78,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         "engine_response_json",
         "engine_next_chunk_json",
         "engine_string_free",
+        "engine_metrics_text",
         "engine_status_message",
         "engine_last_error_message",
         "engine_version",

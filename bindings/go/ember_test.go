@@ -618,3 +618,21 @@ func TestOverloadedAndDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// MetricsText is the engine's Prometheus text: the request just ended is counted in it.
+func TestMetricsTextCountsEndedRequests(t *testing.T) {
+	req := submit(t, shared, context.Background(), chat("Hi", 2, `, "ignore_eos": true`))
+	if err := req.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	text, err := shared.MetricsText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# TYPE ember_time_to_first_token_seconds histogram\n",
+		`ember_request_success_total{finished_reason="length"} `} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics text lacks %q", want)
+		}
+	}
+}

@@ -219,6 +219,20 @@ func (e *Engine) Stats() (Stats, error) {
 	return stats, nil
 }
 
+// MetricsText is the engine's metrics in the Prometheus text exposition format (engine_metrics_text): what a
+// host's /metrics serves, with `Content-Type: text/plain; version=0.0.4`. docs/c_api.md lists the metrics.
+func (e *Engine) MetricsText() (string, error) {
+	defer runtime.KeepAlive(e)
+	if e.closed.Load() {
+		return "", &Error{Op: "engine_metrics_text", Status: StatusInvalidHandle, Message: "the engine is closed"}
+	}
+	var out *C.char
+	if _, err := call("engine_metrics_text", func() C.EngineStatus { return C.ember_go_metrics_text(e.handle, &out) }); err != nil {
+		return "", err
+	}
+	return string(takeString(out)), nil
+}
+
 // Submit hands an OpenAI request body to the engine and returns at once; the engine works on it in the
 // background. The body is a Chat Completions request (it has `messages`) or a Completions request (it has
 // `prompt`); docs/protocol.md lists the fields. When ctx ends before the request, the engine cancels it

@@ -38,6 +38,10 @@ static inline EngineStatus ember_go_stats(uintptr_t engine, EngineStats *out) {
     return engine_get_stats((const Engine *)engine, out);
 }
 
+static inline EngineStatus ember_go_metrics_text(uintptr_t engine, char **out) {
+    return engine_metrics_text((const Engine *)engine, out);
+}
+
 static inline EngineStatus ember_go_submit(uintptr_t engine, const char *request_json, uintptr_t *out) {
     EngineRequest *request = NULL;
     EngineStatus status = engine_submit((Engine *)engine, request_json, &request);

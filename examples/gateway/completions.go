@@ -79,7 +79,6 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		}
 		// The readers return only once the engine has ended the request, a cancelled one included.
 		s.metrics.inFlight.Add(-1)
-		s.observe(req)
 		return status
 	}
 }
@@ -310,31 +309,4 @@ func serverTiming(m ember.TimingMetrics, e2eMs *float64) string {
 		}
 	}
 	return strings.Join(entries, ", ")
-}
-
-// observe feeds the histograms with the ended request's metrics, one observation per choice (sequence).
-// Absent metrics (stats off, a choice cancelled before its first token) are skipped.
-func (s *server) observe(req *ember.Request) {
-	for choice := 0; ; choice++ {
-		m, err := req.ChoiceTimingMetrics(choice)
-		if err != nil {
-			return // StatusChoiceOutOfRange: every choice is done
-		}
-		observeMs(s.metrics.ttft, m.TimeToFirstTokenMs)
-		observeMs(s.metrics.queue, m.QueueTimeMs)
-		if x, err := req.ExtendedMetrics(choice); err == nil {
-			observeMs(s.metrics.latency, x.E2ELatencyMs)
-		}
-		if times, err := req.TokenTimestamps(choice); err == nil {
-			for i := 1; i < len(times); i++ {
-				s.metrics.itl.observe((times[i] - times[i-1]) / 1000)
-			}
-		}
-	}
-}
-
-func observeMs(h *histogram, ms *float64) {
-	if ms != nil {
-		h.observe(*ms / 1000)
-	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -123,8 +124,14 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 	return writeJSON(w, status, body)
 }
 
+// prometheus serves the gateway's own counters, then the engine's metrics (engine_metrics_text).
 func (s *server) prometheus(w http.ResponseWriter, _ *http.Request) int {
+	engineText, err := s.engine.MetricsText()
+	if err != nil {
+		return engineError(err).write(w)
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w)
+	_, _ = io.WriteString(w, engineText)
 	return http.StatusOK
 }

@@ -17,6 +17,7 @@ use super::scheduler::{Scheduler, SchedulerLimits};
 use super::sequence::{SeqId, Sequence};
 use super::stats::EngineClock;
 use super::step_runner::StepRunner;
+use super::telemetry::Telemetry;
 use crate::model::tokenizer::Tokenizer;
 
 /// A request accepted by `submit`, on its way to the engine thread.
@@ -58,6 +59,8 @@ pub struct EngineShared {
     /// Speculative decoding: draft tokens verified since start, and those accepted.
     pub draft_tokens: AtomicU64,
     pub accepted_draft_tokens: AtomicU64,
+    /// Aggregates of the per-request metrics, recorded as choices end (`telemetry.rs`).
+    pub telemetry: Mutex<Telemetry>,
     /// Structured outputs: mask times per token, and the steps' waits for them.
     pub mask_times: Arc<MaskTimes>,
 }
@@ -237,6 +240,8 @@ impl<'m> EngineCore<'m> {
             return;
         }
         self.publish();
+        // Held while the choices end, so that a host that has seen a choice end also sees it counted.
+        let mut telemetry = self.shared.telemetry.lock().unwrap_or_else(|e| e.into_inner());
         for mut seq in done {
             let reason = seq.finish_reason().expect("finished sequences have a reason");
             // Ended from outside the output stage: release what the detokenizer and stop matcher held back.
@@ -244,6 +249,9 @@ impl<'m> EngineCore<'m> {
                 seq.release_rest();
             }
             seq.request.finish_choice(seq.choice, reason);
+            let prompt = if seq.bills_prompt { seq.prompt_len } else { 0 };
+            telemetry.record_finished(reason, seq.num_generated(), prompt);
+            seq.request.with_stats(seq.choice, |s| telemetry.observe(s));
         }
     }
 

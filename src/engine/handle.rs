@@ -24,6 +24,7 @@ use super::scheduler::SchedulerLimits;
 use super::sequence::{Sequence, TextOptions};
 use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
+use super::telemetry::Telemetry;
 use super::waiting_limit::WaitingLimit;
 use crate::model::{Model, ModelError, TokenId};
 
@@ -200,7 +201,10 @@ impl Engine {
             })?),
             None => None,
         };
-        let place = self.waiting.enter().ok_or(SubmitError::Overloaded { limit: self.waiting.limit() })?;
+        let Some(place) = self.waiting.enter() else {
+            self.shared.telemetry.lock().unwrap_or_else(|e| e.into_inner()).overloaded += 1;
+            return Err(SubmitError::Overloaded { limit: self.waiting.limit() });
+        };
         let deadline = request.deadline_ms.map(|ms| self.clock.now() + ms as f64 / 1000.0);
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let waker: Weak<dyn CancelWaker> = Arc::downgrade(&self.shared) as Weak<dyn CancelWaker>;
@@ -322,6 +326,11 @@ impl Engine {
             hits: self.shared.prefix_cache_hits.load(Ordering::Relaxed),
             cached_blocks: self.shared.prefix_cache_blocks.load(Ordering::Relaxed),
         })
+    }
+
+    /// A copy of the engine's aggregates of the per-request metrics (`telemetry.rs`).
+    pub fn telemetry(&self) -> Telemetry {
+        self.shared.telemetry.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Speculative decoding's counters; `None` when the engine does not speculate (no `speculative` option).

@@ -32,6 +32,7 @@ mod speculative_step_tests;
 pub mod stats;
 pub mod step_runner;
 pub mod stop;
+pub mod telemetry;
 pub mod waiting_limit;
 #[cfg(test)]
 mod window_pool_tests;

@@ -25,6 +25,7 @@ mod last_error;
 pub mod log;
 pub mod logprobs;
 pub mod metrics;
+pub mod metrics_text;
 mod registry;
 pub mod request;
 pub mod stats;
@@ -42,6 +43,7 @@ pub use metrics::{
     engine_get_choice_timing_metrics, engine_get_extended_metrics, engine_get_timing_metrics,
     engine_get_token_timestamps, ExtendedTimingMetrics, PerRequestTimingMetrics,
 };
+pub use metrics_text::engine_metrics_text;
 pub use request::{engine_cancel, engine_request_free, engine_submit, EngineRequest};
 pub use stats::{engine_get_stats, EngineStats};
 pub use status::{engine_status_message, EngineStatus};

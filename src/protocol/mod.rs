@@ -12,6 +12,7 @@ mod guided;
 mod json;
 mod logprobs;
 mod metrics_gate;
+pub mod prometheus;
 mod prompt;
 mod prompt_logprobs;
 mod request;

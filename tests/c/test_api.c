@@ -797,6 +797,15 @@ static void test_admission(void) {
     ExtendedTimingMetrics x = {.struct_size = sizeof x};
     CHECK_STATUS(engine_get_extended_metrics(running, 0, &x), ENGINE_STATUS_OK);
     CHECK(x.num_preemptions >= 1);
+    /* The Prometheus text counts what happened: the deadline, the overloaded submit. */
+    char *text = NULL;
+    CHECK_STATUS(engine_metrics_text(engine, &text), ENGINE_STATUS_OK);
+    CHECK(strstr(text, "ember_request_success_total{finished_reason=\"deadline\"} 1\n") != NULL);
+    CHECK(strstr(text, "\nember_request_overloaded_total 1\n") != NULL);
+    CHECK(strstr(text, "# TYPE ember_e2e_request_latency_seconds histogram\n") != NULL);
+    engine_string_free(text);
+    CHECK_FAILS_AS(engine_metrics_text(engine, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_metrics_text");
+    CHECK_FAILS_AS(engine_metrics_text(NULL, &text), ENGINE_STATUS_INVALID_ARGUMENT, "engine_metrics_text");
     engine_request_free(urgent);
     engine_request_free(running);
     engine_free(engine);

@@ -205,6 +205,29 @@ class GatewayTest(unittest.TestCase):
         text = "".join(c.choices[0].text for c in stream if c.choices)
         self.assertTrue(text)
 
+    def test_metrics_text_parses_with_the_official_parser(self):
+        """/metrics (the gateway's counters, then engine_metrics_text) in prometheus_client's own parser."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        plain.client.completions.create(model=MODEL_ID, temperature=0, prompt="One, two,", max_tokens=3,
+                                        extra_body={"ignore_eos": True})
+        families = {f.name: f for f in text_string_to_metric_families(plain.metrics_text())}
+        for name, kind in (("ember_gateway_requests", "counter"), ("ember_num_requests_running", "gauge"),
+                           ("ember_kv_cache_usage_perc", "gauge"), ("ember_request_success", "counter"),
+                           ("ember_prompt_tokens", "counter"), ("ember_generation_tokens", "counter"),
+                           ("ember_time_to_first_token_seconds", "histogram"),
+                           ("ember_inter_token_latency_seconds", "histogram"),
+                           ("ember_request_queue_time_seconds", "histogram"),
+                           ("ember_e2e_request_latency_seconds", "histogram")):
+            self.assertIn(name, families)
+            self.assertEqual(families[name].type, kind, name)
+        length = [s.value for s in families["ember_request_success"].samples
+                  if s.name == "ember_request_success_total" and s.labels == {"finished_reason": "length"}]
+        self.assertEqual(len(length), 1)
+        self.assertGreaterEqual(length[0], 1)
+        itl = {s.name: s.value for s in families["ember_inter_token_latency_seconds"].samples if not s.labels}
+        self.assertGreaterEqual(itl["ember_inter_token_latency_seconds_count"], 2)
+
     def test_metrics_when_enabled_and_asked(self):
         for create, kwargs in (
             (with_metrics.client.chat.completions.create, {"messages": chat_messages("Count to ten.")}),
