@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -634,5 +635,99 @@ func TestMetricsTextCountsEndedRequests(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics text lacks %q", want)
 		}
+	}
+}
+
+// The tokenizer as the engine applies it: a chat's prompt tokens are what the request is billed for, the text
+// comes back from its ids, and the model's description says what the engine serves.
+func TestTokenizerAndModelInfo(t *testing.T) {
+	body := chat("Name a colour.", 1, "")
+	prompt, err := shared.ApplyChatTemplate(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := shared.Tokenize(prompt.Prompt, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) == 0 || !slices.Equal(ids, prompt.TokenIDs) {
+		t.Fatalf("Tokenize %v, ApplyChatTemplate %v", ids, prompt.TokenIDs)
+	}
+	req := submit(t, shared, context.Background(), body)
+	if err := req.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := req.ResponseJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var response responseBody
+	if err := json.Unmarshal(raw, &response); err != nil || response.Usage.PromptTokens != len(ids) {
+		t.Fatalf("usage.prompt_tokens %d, %d tokens (%v)", response.Usage.PromptTokens, len(ids), err)
+	}
+	// The text comes back, after the BOS token's text where the model adds one.
+	text, err := shared.Detokenize(ids, true)
+	if err != nil || !strings.HasSuffix(text, prompt.Prompt) || len(text) > len(prompt.Prompt)+len("<bos>") {
+		t.Fatalf("Detokenize: %q, %v; want %q", text, err, prompt.Prompt)
+	}
+	if empty, err := shared.Tokenize("", false, true); err != nil || len(empty) != 0 {
+		t.Fatalf("Tokenize(\"\"): %v, %v", empty, err)
+	}
+	if _, err := shared.Detokenize([]uint32{1 << 30}, false); !isStatus(err, StatusInvalidArgument) {
+		t.Fatalf("an id outside the vocabulary: %v", err)
+	}
+	if _, err := shared.ApplyChatTemplate([]byte(`{"messages": 3}`)); !isStatus(err, StatusInvalidRequest) ||
+		!strings.Contains(err.Error(), "messages") {
+		t.Fatalf("bad messages: %v", err)
+	}
+	rawInfo, err := shared.ModelInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Architecture string `json:"architecture"`
+		MaxModelLen  int    `json:"max_model_len"`
+		VocabSize    int    `json:"vocab_size"`
+		// SpecialTokens: "bos", "eos", ... each with its id and text.
+		SpecialTokens map[string]struct {
+			ID   uint32 `json:"id"`
+			Text string `json:"text"`
+		} `json:"special_tokens"`
+		File struct {
+			SHA256 string `json:"sha256"`
+		} `json:"file"`
+	}
+	if err := json.Unmarshal(rawInfo, &info); err != nil || info.Architecture == "" || info.MaxModelLen <= 0 ||
+		info.VocabSize <= 0 || len(info.File.SHA256) != 64 {
+		t.Fatalf("model info %s (%v)", rawInfo, err)
+	}
+	// A control token's text is that token with parseSpecial, and plain text (several tokens) without.
+	eos := info.SpecialTokens["eos"]
+	if special, err := shared.Tokenize(eos.Text, false, true); err != nil || !slices.Equal(special, []uint32{eos.ID}) {
+		t.Fatalf("Tokenize(%q, parseSpecial): %v, %v; want [%d]", eos.Text, special, err, eos.ID)
+	}
+	if plain, err := shared.Tokenize(eos.Text, false, false); err != nil || len(plain) < 2 {
+		t.Fatalf("Tokenize(%q) as plain text: %v, %v", eos.Text, plain, err)
+	}
+}
+
+// Every tokenizer call on a closed engine is refused as such.
+func TestTokenizerOnAClosedEngine(t *testing.T) {
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine.Close()
+	if _, err := engine.Tokenize("hi", true, true); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("Tokenize: %v", err)
+	}
+	if _, err := engine.Detokenize([]uint32{1}, true); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("Detokenize: %v", err)
+	}
+	if _, err := engine.ApplyChatTemplate(chat("hi", 1, "")); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("ApplyChatTemplate: %v", err)
+	}
+	if _, err := engine.ModelInfo(); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("ModelInfo: %v", err)
 	}
 }

@@ -42,6 +42,26 @@ static inline EngineStatus ember_go_metrics_text(uintptr_t engine, char **out) {
     return engine_metrics_text((const Engine *)engine, out);
 }
 
+static inline EngineStatus ember_go_tokenize(uintptr_t engine, const char *text, size_t text_len, bool add_special,
+                                             bool parse_special, uint32_t *buffer, size_t capacity,
+                                             size_t *out_count) {
+    return engine_tokenize((const Engine *)engine, text, text_len, add_special, parse_special, buffer, capacity,
+                           out_count);
+}
+
+static inline EngineStatus ember_go_detokenize(uintptr_t engine, const uint32_t *ids, size_t n_ids,
+                                               bool include_special, char **out) {
+    return engine_detokenize((const Engine *)engine, ids, n_ids, include_special, out);
+}
+
+static inline EngineStatus ember_go_apply_chat_template(uintptr_t engine, const char *request_json, char **out) {
+    return engine_apply_chat_template((const Engine *)engine, request_json, out);
+}
+
+static inline EngineStatus ember_go_model_info(uintptr_t engine, char **out) {
+    return engine_model_info_json((const Engine *)engine, out);
+}
+
 static inline EngineStatus ember_go_submit(uintptr_t engine, const char *request_json, uintptr_t *out) {
     EngineRequest *request = NULL;
     EngineStatus status = engine_submit((Engine *)engine, request_json, &request);

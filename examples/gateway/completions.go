@@ -86,28 +86,8 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 // readBody reads a completion request and checks what the gateway itself relies on: a JSON object with the
 // endpoint's input field. It returns the body and its `stream` flag. Everything else the engine checks.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint) ([]byte, bool, *apiError) {
-	if bad := checkContentType(r.Header.Get("Content-Type")); bad != nil {
-		return nil, false, bad
-	}
-	body, err := io.ReadAll(r.Body)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
-			fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
-		return nil, false, &e
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		e := newAPIError(http.StatusRequestTimeout, "invalid_request_error",
-			fmt.Sprintf("the request body did not arrive within %s", s.limits.readBodyTimeout), "")
-		return nil, false, &e
-	case err != nil:
-		e := invalidRequest("cannot read the request body: "+err.Error(), "")
-		return nil, false, &e
-	}
-	// The body is in: from here the connection is only watched for the client going away (net/http's
-	// background read), which must not time out, or it would end the request's context mid-generation.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	if bad := checkJSONObject(body); bad != nil {
+	body, bad := s.readJSONObject(w, r)
+	if bad != nil {
 		return nil, false, bad
 	}
 	var fields map[string]json.RawMessage
@@ -122,6 +102,36 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint)
 	var stream bool
 	_ = json.Unmarshal(fields["stream"], &stream)
 	return body, stream, nil
+}
+
+// readJSONObject reads a request body within the gateway's limits (size, time) and checks that it is one JSON
+// object in UTF-8.
+func (s *server) readJSONObject(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if bad := checkContentType(r.Header.Get("Content-Type")); bad != nil {
+		return nil, bad
+	}
+	body, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+		return nil, &e
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		e := newAPIError(http.StatusRequestTimeout, "invalid_request_error",
+			fmt.Sprintf("the request body did not arrive within %s", s.limits.readBodyTimeout), "")
+		return nil, &e
+	case err != nil:
+		e := invalidRequest("cannot read the request body: "+err.Error(), "")
+		return nil, &e
+	}
+	// The body is in: from here the connection is only watched for the client going away (net/http's
+	// background read), which must not time out, or it would end the request's context mid-generation.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	if bad := checkJSONObject(body); bad != nil {
+		return nil, bad
+	}
+	return body, nil
 }
 
 // checkContentType refuses bodies that say they are not JSON. No Content-Type passes, and so does

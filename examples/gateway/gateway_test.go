@@ -291,3 +291,91 @@ func TestOverloadIs503AndAClientTimeoutIsADeadline(t *testing.T) {
 		t.Fatalf("a header that is not seconds: %s, %v", got, apiErr)
 	}
 }
+
+// /tokenize counts a prompt's tokens as the completion would bill them, /detokenize gives the text back, and
+// /v1/models says how long a request may be.
+func TestTokenizeAndDetokenize(t *testing.T) {
+	type tokenized struct {
+		Count       int      `json:"count"`
+		MaxModelLen int      `json:"max_model_len"`
+		Tokens      []uint32 `json:"tokens"`
+	}
+	decode := func(resp *http.Response, into any) {
+		t.Helper()
+		if resp.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(resp.Body)
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var models struct {
+		Data []struct {
+			MaxModelLen int `json:"max_model_len"`
+		} `json:"data"`
+	}
+	resp, err := http.Get(testServer.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	decode(resp, &models)
+	if len(models.Data) != 1 || models.Data[0].MaxModelLen <= 0 {
+		t.Fatalf("/v1/models: %+v", models)
+	}
+
+	for _, c := range []struct{ tokenize, completion string }{
+		{`{"prompt": "The sky is"}`, `{"prompt": "The sky is", "max_tokens": 1}`},
+		{`{"model": "test-model", "messages": [{"role": "user", "content": "Hi"}]}`,
+			`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}`},
+	} {
+		var got tokenized
+		decode(post(t, "/tokenize", c.tokenize), &got)
+		if got.Count != len(got.Tokens) || got.Count == 0 || got.MaxModelLen != models.Data[0].MaxModelLen {
+			t.Fatalf("%s: %+v", c.tokenize, got)
+		}
+		path := "/v1/completions"
+		if strings.Contains(c.completion, "messages") {
+			path = "/v1/chat/completions"
+		}
+		var completion struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		decode(post(t, path, c.completion), &completion)
+		if completion.Usage.PromptTokens != got.Count {
+			t.Errorf("%s: %d tokens, the completion's prompt_tokens %d", c.tokenize, got.Count,
+				completion.Usage.PromptTokens)
+		}
+		ids, _ := json.Marshal(got.Tokens)
+		var text struct {
+			Prompt string `json:"prompt"`
+		}
+		decode(post(t, "/detokenize", `{"tokens": `+string(ids)+`}`), &text)
+		if !strings.Contains(text.Prompt, "The sky is") && !strings.Contains(text.Prompt, "Hi") {
+			t.Errorf("/detokenize %s: %q", ids, text.Prompt)
+		}
+	}
+
+	for _, c := range []struct{ path, body, param string }{
+		{"/tokenize", `{"prompt": "a", "messages": []}`, "prompt"},
+		{"/tokenize", `{}`, "prompt"},
+		{"/tokenize", `{"prompt": "a", "return_token_strs": true}`, "return_token_strs"},
+		{"/tokenize", `{"messages": [{"role": "user", "content": "a"}], "add_special_tokens": true}`,
+			"add_special_tokens"},
+		{"/tokenize", `{"messages": [{"role": "user", "content": "a"}], "add_generation_prompt": false}`,
+			"add_generation_prompt"},
+		{"/tokenize", `{"messages": [{"content": "a"}]}`, "messages[0].role"},
+		{"/detokenize", `{"tokens": [1, -2]}`, "tokens[1]"},
+		{"/detokenize", `{"tokens": [1.5]}`, "tokens[0]"},
+		{"/detokenize", `{"tokens": [1000000000]}`, "tokens"},
+		{"/detokenize", `{}`, "tokens"},
+	} {
+		e := openAIError(t, post(t, c.path, c.body), http.StatusBadRequest)
+		if got := e.Error.Param; (got == nil) != (c.param == "") || (got != nil && *got != c.param) {
+			t.Errorf("%s %s: param %v, want %q (%s)", c.path, c.body, got, c.param, e.Error.Message)
+		}
+	}
+}

@@ -31,6 +31,8 @@ type server struct {
 	draining atomic.Bool
 	// active counts the completion handlers running, so that a forced shutdown can wait for them.
 	active sync.WaitGroup
+	// infoCache holds the model's description (tokenize.go).
+	infoCache
 }
 
 // newServer starts counting from now.
@@ -50,6 +52,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", s.counted("chat", http.MethodPost, s.completions(endpointChat)))
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
 	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
+	mux.HandleFunc("/tokenize", s.counted("tokenize", http.MethodPost, s.tokenize))
+	mux.HandleFunc("/detokenize", s.counted("detokenize", http.MethodPost, s.detokenize))
 	mux.HandleFunc("/health", s.counted("health", http.MethodGet, s.health))
 	mux.HandleFunc("/metrics", s.counted("metrics", http.MethodGet, s.prometheus))
 	mux.HandleFunc("/", s.counted("other", "", func(w http.ResponseWriter, r *http.Request) int {
@@ -81,10 +85,15 @@ func writeJSON(w http.ResponseWriter, status int, value any) int {
 	return status
 }
 
-// models lists the one model this gateway serves, as OpenAI's GET /v1/models does.
+// models lists the one model this gateway serves, as OpenAI's GET /v1/models does, with vLLM's max_model_len
+// (the longest request the engine takes, prompt and output tokens together).
 func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
+	maxModelLen, err := s.maxModelLen()
+	if err != nil {
+		return engineError(err).write(w)
+	}
 	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember",
+		"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember", "max_model_len": maxModelLen,
 	}}})
 }
 

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Weak};
+use std::sync::{mpsc, Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
@@ -93,6 +93,8 @@ pub struct Engine {
     guided: GuidedCompiler,
     /// Backpressure: the requests waiting to start, at most `max_waiting_requests` (`waiting_limit.rs`).
     waiting: Arc<WaitingLimit>,
+    /// The model file's SHA-256 (hex), computed on first use.
+    model_sha256: OnceLock<String>,
 }
 
 impl fmt::Debug for Engine {
@@ -157,6 +159,7 @@ impl Engine {
         );
         Ok(Engine {
             waiting: WaitingLimit::new(config.max_waiting_requests_or_default()),
+            model_sha256: OnceLock::new(),
             config,
             model,
             shared,
@@ -325,6 +328,20 @@ impl Engine {
             queries: self.shared.prefix_cache_queries.load(Ordering::Relaxed),
             hits: self.shared.prefix_cache_hits.load(Ordering::Relaxed),
             cached_blocks: self.shared.prefix_cache_blocks.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The most positions a request may have: the model's context or the KV cache, whichever is smaller.
+    pub fn max_model_len(&self) -> usize {
+        self.capacity.limit().0
+    }
+
+    /// The SHA-256 of the model file's bytes as loaded, in hex: computed on the first call (it reads every
+    /// byte: about a tenth of a second per 100 MB), then remembered.
+    pub fn model_sha256(&self) -> &str {
+        self.model_sha256.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            Sha256::digest(self.model.file.bytes()).iter().map(|b| format!("{b:02x}")).collect()
         })
     }
 

@@ -30,6 +30,7 @@ mod registry;
 pub mod request;
 pub mod stats;
 pub mod status;
+pub mod tokenizer;
 pub mod version;
 mod versioned;
 
@@ -47,4 +48,5 @@ pub use metrics_text::engine_metrics_text;
 pub use request::{engine_cancel, engine_request_free, engine_submit, EngineRequest};
 pub use stats::{engine_get_stats, EngineStats};
 pub use status::{engine_status_message, EngineStatus};
+pub use tokenizer::{engine_apply_chat_template, engine_detokenize, engine_model_info_json, engine_tokenize};
 pub use version::{engine_version, EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH};

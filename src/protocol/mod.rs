@@ -12,6 +12,7 @@ mod guided;
 mod json;
 mod logprobs;
 mod metrics_gate;
+pub mod model_info;
 pub mod prometheus;
 mod prompt;
 mod prompt_logprobs;
@@ -21,6 +22,7 @@ mod response;
 mod stream;
 #[cfg(test)]
 mod test_support;
+pub mod tokenize;
 mod tool_format;
 mod tools;
 

@@ -118,19 +118,27 @@ impl PromptInput {
         let texts = match self {
             PromptInput::Tokens(prompts) => return Ok(prompts),
             PromptInput::Texts(texts) => texts,
-            PromptInput::Messages(messages) => {
-                let template = &model.chat_template;
-                let rendered = match (tools, template.supports_tools()) {
-                    (Some(t), true) => template.render_with_tools(&messages, Some(&t.tools_json), true),
-                    (Some(t), false) => template.render(&calls_as_text(&t.with_instruction(&messages)), true),
-                    (None, true) => template.render(&messages, true),
-                    (None, false) => template.render(&calls_as_text(&messages), true),
-                };
-                vec![rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))?]
-            }
+            PromptInput::Messages(messages) => vec![render_chat(model, &messages, tools)?],
         };
         Ok(texts.iter().map(|text| tokenize(model, text)).collect())
     }
+}
+
+/// The prompt text of a chat: `messages` through the model's chat template, with `tools` as the template takes
+/// them (its `tools` variable, or ember's description in the system message), ending with the assistant's turn.
+pub(crate) fn render_chat(
+    model: &Model,
+    messages: &[ChatMessage],
+    tools: Option<&ToolsRequest>,
+) -> Result<String, ApiError> {
+    let template = &model.chat_template;
+    let rendered = match (tools, template.supports_tools()) {
+        (Some(t), true) => template.render_with_tools(messages, Some(&t.tools_json), true),
+        (Some(t), false) => template.render(&calls_as_text(&t.with_instruction(messages)), true),
+        (None, true) => template.render(messages, true),
+        (None, false) => template.render(&calls_as_text(messages), true),
+    };
+    rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))
 }
 
 /// `messages[index]`.
@@ -212,7 +220,9 @@ fn token_ids(list: &[Value], param: &str) -> Result<Vec<TokenId>, ApiError> {
         .collect()
 }
 
-fn tokenize(model: &Model, text: &str) -> Vec<TokenId> {
+/// The ids the engine computes for a prompt text: its control tokens' texts parsed as those tokens, and BOS
+/// first when the model asks for it (and the text did not write it).
+pub(crate) fn tokenize(model: &Model, text: &str) -> Vec<TokenId> {
     let tokenizer = &model.tokenizer;
     let mut ids = tokenizer.encode(text, true);
     if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {

@@ -811,6 +811,79 @@ static void test_admission(void) {
     engine_free(engine);
 }
 
+/* The tokenizer, chat template and model description: a size query then the copy, a round trip through the text,
+   special tokens parsed only when asked, the chat prompt's ids equal to tokenizing its text, and the refusals. */
+static void test_tokenizer(Engine *engine) {
+    const char *text = "Hello, world!";
+    size_t n = 0;
+    CHECK_STATUS(engine_tokenize(engine, text, strlen(text), true, false, NULL, 0, &n), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(n > 0 && n < 16);
+    uint32_t ids[16];
+    uint32_t untouched = 0xdeadbeef;
+    ids[0] = untouched;
+    CHECK_STATUS(engine_tokenize(engine, text, strlen(text), true, false, ids, n - 1, &n), ENGINE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(ids[0] == untouched);
+    size_t count = 0;
+    CHECK_STATUS(engine_tokenize(engine, text, strlen(text), true, false, ids, 16, &count), ENGINE_STATUS_OK);
+    CHECK(count == n);
+    char *back = NULL;
+    CHECK_STATUS(engine_detokenize(engine, ids, count, false, &back), ENGINE_STATUS_OK);
+    CHECK(strcmp(back, text) == 0);
+    engine_string_free(back);
+
+    /* A control token's text is one token only with parse_special; it writes its text only with include_special. */
+    const char *model = getenv("EMBER_MODEL");
+    const char *control = model != NULL && strstr(model, "gemma") != NULL ? "<end_of_turn>" : "<|im_end|>";
+    CHECK_STATUS(engine_tokenize(engine, control, strlen(control), false, true, ids, 16, &count), ENGINE_STATUS_OK);
+    CHECK(count == 1);
+    CHECK_STATUS(engine_detokenize(engine, ids, 1, false, &back), ENGINE_STATUS_OK);
+    CHECK(strcmp(back, "") == 0);
+    engine_string_free(back);
+    CHECK_STATUS(engine_detokenize(engine, ids, 1, true, &back), ENGINE_STATUS_OK);
+    CHECK(strcmp(back, control) == 0);
+    engine_string_free(back);
+    CHECK_STATUS(engine_tokenize(engine, control, strlen(control), false, false, ids, 16, &count), ENGINE_STATUS_OK);
+    CHECK(count > 1);
+    /* The empty text: nothing, or BOS alone (Gemma), which a size query reports. */
+    EngineStatus empty = engine_tokenize(engine, NULL, 0, true, true, NULL, 0, &count);
+    CHECK(empty == ENGINE_STATUS_OK ? count == 0 : empty == ENGINE_STATUS_BUFFER_TOO_SMALL && count == 1);
+
+    /* The chat prompt's ids are its text tokenized with special tokens parsed and BOS added. */
+    char *prompt = NULL;
+    CHECK_STATUS(engine_apply_chat_template(engine, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}]}",
+                                            &prompt),
+                 ENGINE_STATUS_OK);
+    CHECK(strstr(prompt, "\"prompt\":") != NULL && strstr(prompt, "\"prompt_token_ids\":[") != NULL);
+    engine_string_free(prompt);
+    CHECK_STATUS(engine_apply_chat_template(engine, "{\"messages\": [{\"role\": \"user\"}]}", &prompt),
+                 ENGINE_STATUS_INVALID_REQUEST);
+    CHECK(last_error_has("\"param\":\"messages[0].content\""));
+
+    char *info = NULL;
+    CHECK_STATUS(engine_model_info_json(engine, &info), ENGINE_STATUS_OK);
+    CHECK(strstr(info, "\"max_model_len\":") != NULL && strstr(info, "\"sha256\":\"") != NULL);
+    CHECK(strstr(info, "\"vocab_size\":") != NULL && strstr(info, "\"backend\":{\"kind\":\"cpu\"") != NULL);
+    engine_string_free(info);
+
+    /* Refusals, each naming its function. */
+    uint32_t bad = 4000000000u;
+    CHECK_FAILS_AS(engine_detokenize(engine, &bad, 1, false, &back), ENGINE_STATUS_INVALID_ARGUMENT, "engine_detokenize");
+    CHECK(last_error_has("outside the vocabulary"));
+    CHECK_FAILS_AS(engine_detokenize(engine, NULL, 2, false, &back), ENGINE_STATUS_INVALID_ARGUMENT, "engine_detokenize");
+    CHECK_FAILS_AS(engine_tokenize(engine, "\xff", 1, true, true, ids, 16, &count), ENGINE_STATUS_INVALID_UTF8,
+                   "engine_tokenize");
+    CHECK_FAILS_AS(engine_tokenize(engine, NULL, 3, true, true, ids, 16, &count), ENGINE_STATUS_INVALID_ARGUMENT,
+                   "engine_tokenize");
+    CHECK_FAILS_AS(engine_tokenize(engine, text, 5, true, true, NULL, 4, &count), ENGINE_STATUS_INVALID_ARGUMENT,
+                   "engine_tokenize");
+    CHECK_FAILS_AS(engine_tokenize(engine, text, 5, true, true, ids, 16, NULL), ENGINE_STATUS_INVALID_ARGUMENT,
+                   "engine_tokenize");
+    CHECK_FAILS_AS(engine_model_info_json(NULL, &info), ENGINE_STATUS_INVALID_ARGUMENT, "engine_model_info_json");
+    CHECK_FAILS_AS(engine_model_info_json(engine, NULL), ENGINE_STATUS_INVALID_ARGUMENT, "engine_model_info_json");
+    CHECK_FAILS_AS(engine_apply_chat_template(engine, NULL, &prompt), ENGINE_STATUS_INVALID_ARGUMENT,
+                   "engine_apply_chat_template");
+}
+
 static void test_fork(Engine *engine) {
     EngineRequest *request = submit(engine, requests->reference);
     pid_t child = fork();
@@ -870,6 +943,8 @@ int main(int argc, char **argv) {
     test_free_while_polling(engine);
     printf("engine freed while polled\n");
     test_engine_freed_while_polled(other);
+    printf("tokenizer and model info\n");
+    test_tokenizer(engine);
     printf("fork\n");
     test_fork(engine);
     printf("speculative decoding\n");

@@ -79,6 +79,12 @@ class Gateway:
         with urllib.request.urlopen(self.url + path, timeout=PATIENCE_S) as response:
             return json.load(response)
 
+    def post_json(self, path, body):
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
+            return json.load(response)
+
     def metrics_text(self):
         with urllib.request.urlopen(self.url + "/metrics", timeout=PATIENCE_S) as response:
             return response.read().decode()
@@ -509,10 +515,26 @@ class GatewayTest(unittest.TestCase):
                 self.assertEqual(choice.finish_reason, "tool_calls", "the biased reply is a call")
 
     def test_models_and_health(self):
-        self.assertEqual([m.id for m in plain.client.models.list()], [MODEL_ID])
+        models = plain.client.models.list().data
+        self.assertEqual([m.id for m in models], [MODEL_ID])
+        self.assertGreater(models[0].model_extra["max_model_len"], 0)
         health = plain.get_json("/health")
         self.assertEqual(health["status"], "ok")
         self.assertIn("requests_in_flight", health)
+
+    def test_tokenize_counts_what_a_completion_bills(self):
+        messages = chat_messages("Name a color.")
+        tokenized = plain.post_json("/tokenize", {"model": MODEL_ID, "messages": messages})
+        self.assertEqual(tokenized["count"], len(tokenized["tokens"]))
+        response = plain.client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=1)
+        self.assertEqual(response.usage.prompt_tokens, tokenized["count"])
+        prompt = "The capital of France is"
+        tokenized = plain.post_json("/tokenize", {"prompt": prompt})
+        response = plain.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=1)
+        self.assertEqual(response.usage.prompt_tokens, tokenized["count"])
+        text = plain.post_json("/detokenize", {"tokens": tokenized["tokens"], "skip_special_tokens": True})["prompt"]
+        self.assertEqual(text, prompt)
+        self.assertEqual(tokenized["max_model_len"], plain.client.models.list().data[0].model_extra["max_model_len"])
 
     def test_32_concurrent_clients(self):
         before = with_metrics.counter("chat", 200)

@@ -259,6 +259,11 @@ impl GgufFile {
         get(self, key).map(Some)
     }
 
+    /// The file's bytes, as loaded (read into memory, or mapped).
+    pub fn bytes(&self) -> &[u8] {
+        self.source.bytes()
+    }
+
     /// All tensor infos in file order.
     pub fn tensor_infos(&self) -> &[TensorInfo] {
         &self.tensors

@@ -1,0 +1,66 @@
+//! `engine_model_info_json`: what a host needs to know about the model an engine serves, as JSON: its
+//! architecture and size, how long a request may be, its vocabulary and special tokens, whether it has a chat
+//! template, its weight types, the file (size, SHA-256), and what computes it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::json::encode;
+use crate::engine::Engine;
+use crate::model::TokenId;
+
+/// The model info of `engine` (the `docs/c_api.md` section "Model and tokenizer" lists the fields).
+pub fn model_info_json(engine: &Engine) -> String {
+    let model = engine.model();
+    let (config, tokenizer, file) = (&model.config, &model.tokenizer, &model.file);
+    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut parameters: u64 = 0;
+    for t in file.tensor_infos() {
+        *types.entry(t.dtype.name()).or_default() += 1;
+        parameters += t.shape.iter().product::<u64>();
+    }
+    let token =
+        |id: Option<TokenId>| id.map(|id| json!({"id": id, "text": tokenizer.token_text(id).unwrap_or_default()}));
+    let mut specials = Map::new();
+    for (name, id) in [
+        ("bos", tokenizer.bos_id()),
+        ("eos", tokenizer.eos_id()),
+        ("eot", tokenizer.eot_id()),
+        ("pad", tokenizer.pad_id()),
+        ("unknown", tokenizer.unknown_id()),
+    ] {
+        if let Some(t) = token(id) {
+            specials.insert(name.to_owned(), t);
+        }
+    }
+    let backend = match engine.cpu_serving() {
+        Some(cpu) => json!({"kind": "cpu", "kernels": cpu.kernels, "threads": cpu.threads}),
+        None => json!({"kind": "cuda", "description": engine.backend_description()}),
+    };
+    let architecture = file.str("general.architecture").unwrap_or("unknown");
+    let info = json!({
+        "name": model.name(),
+        "architecture": architecture,
+        "parameters": parameters,
+        "context_length": config.context_length,
+        "max_model_len": engine.max_model_len(),
+        "embedding_length": config.n_embd,
+        "layers": config.n_layer,
+        "heads": config.n_head,
+        "kv_heads": config.n_head_kv,
+        "vocab_size": tokenizer.vocab_size(),
+        "add_bos": tokenizer.add_bos(),
+        "special_tokens": Value::Object(specials),
+        "end_of_generation_ids": tokenizer.eog_ids(),
+        "chat_template": !model.chat_template.is_fallback(),
+        "tensor_types": types,
+        "file": {
+            "path": model.path.display().to_string(),
+            "size_bytes": file.file_len(),
+            "sha256": engine.model_sha256(),
+        },
+        "backend": backend,
+    });
+    encode(&info)
+}
