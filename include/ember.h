@@ -196,6 +196,11 @@
 #define ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS (1 << 14)
 
 /**
+ * Presence bit of `EngineStats.model_load_time_ms`.
+ */
+#define ENGINE_STATS_MODEL_LOAD_TIME_MS (1 << 15)
+
+/**
  * `EngineStats.cpu_kernels`: the portable scalar path.
  */
 #define ENGINE_CPU_KERNELS_SCALAR 1
@@ -313,6 +318,11 @@ enum EngineStatus
      * `engine_last_error_message()` is the OpenAI error body, `code` `"overloaded"`.
      */
     ENGINE_STATUS_OVERLOADED = 16,
+    /**
+     * The load progress callback of `engine_new_with_progress` returned false: the load stopped there and no
+     * engine was created (nothing is left running or allocated).
+     */
+    ENGINE_STATUS_LOAD_CANCELLED = 17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -619,6 +629,11 @@ typedef struct EngineStats {
      * Of those, the tokens accepted: `accepted / draft` is the engine's acceptance rate.
      */
     uint64_t spec_decode_num_accepted_tokens;
+    /**
+     * How long `engine_new` took, in milliseconds: from the call to the engine ready to serve (the model read
+     * or mapped and validated, the backend built).
+     */
+    double model_load_time_ms;
 } EngineStats;
 
 /**
@@ -629,6 +644,16 @@ typedef struct EngineTokenLogprob {
     uint32_t token;
     float logprob;
 } EngineTokenLogprob;
+
+/**
+ * Called by `engine_new_with_progress` as the model loads: `userdata` as given, and the fraction loaded, from 0
+ * to 1, never decreasing (1 exactly once, last, when the engine is ready). Return true to go on, false to
+ * cancel the load.
+ *
+ * It is called on the thread that called `engine_new_with_progress`, during that call only; it must return
+ * normally (no C++ exception, no `longjmp`) and must not call ember functions on the engine being created.
+ */
+typedef bool (*EngineLoadProgressCallback)(void *userdata, float progress);
 
 /**
  * One event of a request, written by `engine_poll`.
@@ -913,6 +938,26 @@ EngineStatus engine_model_info_json(const struct Engine *engine, char **out);
  * `config_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
 EngineStatus engine_new(const char *config_json, struct Engine **out);
+
+/**
+ * `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
+ * `engine_new`). The fraction advances as the file is read (`"load": "read"`, in 16 MiB chunks: the file's
+ * length weighs as much as the backend's start) and once more when the backend serves; with `"load": "mmap"`
+ * it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
+ * chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
+ * left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
+ *
+ * Returns what `engine_new` returns, and `ENGINE_STATUS_LOAD_CANCELLED`.
+ *
+ * Thread safety: as `engine_new`. Ownership: `userdata` is only passed back to `callback`, during this call.
+ *
+ * # Safety
+ * As `engine_new`; `callback`, when not NULL, must follow the rules of `EngineLoadProgressCallback`.
+ */
+EngineStatus engine_new_with_progress(const char *config_json,
+                                      EngineLoadProgressCallback callback,
+                                      void *userdata,
+                                      struct Engine **out);
 
 /**
  * Takes the next streaming chunk body of a request (`chat.completion.chunk` or `text_completion` JSON, without

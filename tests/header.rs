@@ -65,6 +65,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
     let header = generate();
     let exports = [
         "engine_new",
+        "engine_new_with_progress",
         "engine_free",
         "engine_set_log_callback",
         "engine_submit",

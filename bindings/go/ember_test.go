@@ -731,3 +731,40 @@ func TestTokenizerOnAClosedEngine(t *testing.T) {
 		t.Errorf("ModelInfo: %v", err)
 	}
 }
+
+// LoadProgress sees the load rise from 0 to 1, and cancels it by answering false; the load time is in Stats.
+func TestLoadProgressAndLoadTime(t *testing.T) {
+	var seen []float32
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, LoadProgress: func(f float32) bool {
+		seen = append(seen, f)
+		return true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	if len(seen) < 2 || seen[0] != 0 || seen[len(seen)-1] != 1 || !slices.IsSorted(seen) {
+		t.Fatalf("progress %v", seen)
+	}
+	if stats, err := engine.Stats(); err != nil || !(stats.ModelLoadTimeMs > 0) {
+		t.Fatalf("ModelLoadTimeMs %v, %v", stats.ModelLoadTimeMs, err)
+	}
+	calls := 0
+	_, err = NewEngine(Config{Model: modelPath(), Threads: 2, LoadProgress: func(float32) bool {
+		calls++
+		return calls < 2
+	}})
+	if !isStatus(err, StatusLoadCancelled) || calls != 2 {
+		t.Fatalf("cancelled at the second report: %v after %d calls", err, calls)
+	}
+	// A panic in the function cancels the load and reaches NewEngine's caller.
+	defer func() {
+		if p := recover(); p != "progress bar broke" {
+			t.Fatalf("recovered %v", p)
+		}
+	}()
+	_, _ = NewEngine(Config{Model: modelPath(), Threads: 2, LoadProgress: func(float32) bool {
+		panic("progress bar broke")
+	}})
+	t.Fatal("NewEngine returned after its progress function panicked")
+}

@@ -50,6 +50,8 @@ type Config struct {
 	Speculative *SpeculativeConfig `json:"speculative,omitempty"`
 	// Log receives the engine's log lines; nil discards them.
 	Log LogFunc `json:"-"`
+	// LoadProgress receives the load's progress during NewEngine, and may cancel it; nil: no reports.
+	LoadProgress LoadProgressFunc `json:"-"`
 }
 
 // SpeculativeConfig is the engine's `speculative` option: a decoding sequence drafts up to NumSpeculativeTokens
@@ -99,12 +101,29 @@ func NewEngine(config Config) (*Engine, error) {
 		logHandle = cgo.NewHandle(config.Log)
 	}
 	var handle C.uintptr_t
+	var progress *progressCall
 	logSetup.Lock()
 	C.ember_go_set_log(C.uintptr_t(logHandle))
-	_, err = call("engine_new", func() C.EngineStatus { return C.ember_go_new(cConfig, &handle) })
+	if config.LoadProgress == nil {
+		_, err = call("engine_new", func() C.EngineStatus { return C.ember_go_new(cConfig, &handle) })
+	} else {
+		progress = &progressCall{report: config.LoadProgress}
+		progressHandle := cgo.NewHandle(progress)
+		_, err = call("engine_new_with_progress", func() C.EngineStatus {
+			return C.ember_go_new_with_progress(cConfig, C.uintptr_t(progressHandle), &handle)
+		})
+		progressHandle.Delete()
+	}
 	// Engines made later, also by other code in this process, must not inherit this engine's callback.
 	C.ember_go_set_log(0)
 	logSetup.Unlock()
+	if progress != nil && progress.panicked != nil {
+		// The load was cancelled by the panic: nothing to free. Raise it where the caller can see it.
+		if logHandle != 0 {
+			logHandle.Delete()
+		}
+		panic(progress.panicked)
+	}
 	if err != nil {
 		if logHandle != 0 {
 			logHandle.Delete()
@@ -138,7 +157,8 @@ func (e *Engine) Close() {
 // sliding-window layers (Gemma 3) keeps them in a block pool of their own, which KVWindowBlocksFree and
 // KVWindowBlocksTotal count (zero values when the engine has no such pool); KVBlocks* count the other pool.
 // PrefixCache is nil when the engine caches no prefixes; Preemptions counts sequences preempted since start.
-// SpecDecode is nil when the engine does not speculate (no `speculative` option).
+// SpecDecode is nil when the engine does not speculate (no `speculative` option). ModelLoadTimeMs is how long
+// NewEngine took to start it.
 type Stats struct {
 	Running, Waiting                        uint32
 	KVBlocksFree, KVBlocksTotal             uint32
@@ -149,6 +169,7 @@ type Stats struct {
 	CPUThreads                              uint32
 	PrefixCache                             *PrefixCacheStats
 	SpecDecode                              *SpecDecodeStats
+	ModelLoadTimeMs                         float64
 }
 
 // SpecDecodeStats are speculative decoding's counters since the engine started: draft tokens verified
@@ -189,6 +210,9 @@ func (e *Engine) Stats() (Stats, error) {
 		KVBlocksTotal: uint32(out.kv_blocks_total),
 		Steps:         uint64(out.num_steps),
 		Preemptions:   uint32(out.num_preemptions),
+	}
+	if out.present&C.ENGINE_STATS_MODEL_LOAD_TIME_MS != 0 {
+		stats.ModelLoadTimeMs = float64(out.model_load_time_ms)
 	}
 	if out.present&C.ENGINE_STATS_CPU_KERNELS != 0 {
 		stats.CPUKernels = cpuKernelNames[out.cpu_kernels]

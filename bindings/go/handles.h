@@ -32,6 +32,18 @@ static inline EngineStatus ember_go_new(const char *config_json, uintptr_t *out)
     return status;
 }
 
+/* Defined in log_bridge.c: forwards a load progress report to the Go function registered under `userdata`. */
+bool ember_go_progress_trampoline(void *userdata, float progress);
+
+/* engine_new_with_progress, reporting to the Go function with cgo handle `progress`. */
+static inline EngineStatus ember_go_new_with_progress(const char *config_json, uintptr_t progress, uintptr_t *out) {
+    Engine *engine = NULL;
+    EngineStatus status =
+        engine_new_with_progress(config_json, ember_go_progress_trampoline, (void *)progress, &engine);
+    if (status == ENGINE_STATUS_OK) *out = (uintptr_t)engine;
+    return status;
+}
+
 static inline void ember_go_free(uintptr_t engine) { engine_free((Engine *)engine); }
 
 static inline EngineStatus ember_go_stats(uintptr_t engine, EngineStats *out) {

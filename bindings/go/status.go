@@ -37,6 +37,8 @@ const (
 	// StatusOverloaded: max_waiting_requests requests already wait to start; nothing was queued, retry later.
 	// The error's Message is an OpenAI error body with code "overloaded".
 	StatusOverloaded Status = C.ENGINE_STATUS_OVERLOADED
+	// StatusLoadCancelled: Config.LoadProgress returned false; no engine was created.
+	StatusLoadCancelled Status = C.ENGINE_STATUS_LOAD_CANCELLED
 )
 
 // String is ember's static English description of the status (engine_status_message).

@@ -120,6 +120,7 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 			engine["cpu_kernels"], engine["cpu_threads"] = stats.CPUKernels, stats.CPUThreads
 		}
 		engine["preemptions"] = stats.Preemptions
+		engine["model_load_time_ms"] = stats.ModelLoadTimeMs
 		if p := stats.PrefixCache; p != nil {
 			engine["prefix_cache_queries"], engine["prefix_cache_hits"] = p.Queries, p.Hits
 			engine["prefix_cache_blocks"] = p.Blocks

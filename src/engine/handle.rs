@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
 use super::core::{EngineCore, EngineShared, NewRequest};
@@ -26,6 +27,9 @@ use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use super::telemetry::Telemetry;
 use super::waiting_limit::WaitingLimit;
+use crate::model::gguf::LoadMode;
+use crate::model::path::resolve_model_path;
+use crate::model::progress::LoadProgress;
 use crate::model::{Model, ModelError, TokenId};
 
 /// What the prefix cache has done since the engine started.
@@ -58,6 +62,8 @@ pub enum EngineError {
     Backend(String),
     /// The engine thread could not be started.
     Thread(std::io::Error),
+    /// The host's progress function asked to stop the load (`Engine::start_reporting`).
+    LoadCancelled,
 }
 
 impl fmt::Display for EngineError {
@@ -67,6 +73,7 @@ impl fmt::Display for EngineError {
             EngineError::Model(e) => write!(f, "cannot load the model: {e}"),
             EngineError::Backend(e) => write!(f, "cannot start the backend: {e}"),
             EngineError::Thread(e) => write!(f, "cannot start the engine thread: {e}"),
+            EngineError::LoadCancelled => write!(f, "the load was cancelled by its progress callback"),
         }
     }
 }
@@ -95,6 +102,8 @@ pub struct Engine {
     waiting: Arc<WaitingLimit>,
     /// The model file's SHA-256 (hex), computed on first use.
     model_sha256: OnceLock<String>,
+    /// From the start of `start_reporting` to the engine ready to serve.
+    load_time: Duration,
 }
 
 impl fmt::Debug for Engine {
@@ -116,10 +125,45 @@ impl Engine {
 
     /// Starts an engine, loading the model unless one is given, logging to `logger`.
     pub fn start(config: EngineConfig, model: Option<Arc<Model>>, logger: Logger) -> Result<Self, EngineError> {
+        Self::start_reporting(config, model, logger, &mut LoadProgress::silent())
+    }
+
+    /// Like [`Engine::start`], reporting the load's progress (`engine_new_with_progress`): reading the file
+    /// (with `load: "read"`) weighs its length, building the backend (mapping or uploading the weights, the KV
+    /// cache) weighs the file's length again, and 1 is reported once the engine serves. A `false` from the
+    /// host ends the load at the next report, with `EngineError::LoadCancelled` and nothing left running.
+    pub fn start_reporting(
+        config: EngineConfig,
+        model: Option<Arc<Model>>,
+        logger: Logger,
+        progress: &mut LoadProgress<'_>,
+    ) -> Result<Self, EngineError> {
+        let load_started = Instant::now();
         config.validate().map_err(EngineError::Config)?;
+        let cancelled = |progress: &LoadProgress<'_>, e: EngineError| match progress.cancelled() {
+            true => EngineError::LoadCancelled,
+            false => e,
+        };
         let model = match model {
-            Some(m) => m,
-            None => Arc::new(Model::load_with(config.model.as_deref(), config.load).map_err(EngineError::Model)?),
+            Some(m) => {
+                if !progress.begin(m.file.file_len()) {
+                    return Err(EngineError::LoadCancelled);
+                }
+                m
+            }
+            None => {
+                let path = resolve_model_path(config.model.as_deref())
+                    .map_err(|e| EngineError::Model(ModelError::NotFound(e)))?;
+                // The file's length as it is now; the read checks it again.
+                let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let read_share = if config.load == LoadMode::Read { file_len } else { 0 };
+                if !progress.begin(read_share + file_len) {
+                    return Err(EngineError::LoadCancelled);
+                }
+                let model = Model::load_reporting(Some(&path), config.load, progress)
+                    .map_err(|e| cancelled(progress, EngineError::Model(e)))?;
+                Arc::new(model)
+            }
         };
         let cache = CacheGeometry::from_config(&config);
         let capacity = Capacity {
@@ -157,9 +201,10 @@ impl Engine {
             LogLevel::Info,
             &format!("engine started: {backend_description}, {} KV positions{window_pool}", cache.tokens()),
         );
-        Ok(Engine {
+        let engine = Engine {
             waiting: WaitingLimit::new(config.max_waiting_requests_or_default()),
             model_sha256: OnceLock::new(),
+            load_time: load_started.elapsed(),
             config,
             model,
             shared,
@@ -173,7 +218,18 @@ impl Engine {
             cpu,
             logger,
             guided: GuidedCompiler::new(),
-        })
+        };
+        if !progress.finish() {
+            // Dropping the engine stops and joins its thread: nothing is left running.
+            drop(engine);
+            return Err(EngineError::LoadCancelled);
+        }
+        Ok(engine)
+    }
+
+    /// How long the engine took to start: from the call to ready to serve (the model loaded, the backend built).
+    pub fn load_time(&self) -> Duration {
+        self.load_time
     }
 
     pub fn config(&self) -> &EngineConfig {

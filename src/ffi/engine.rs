@@ -1,6 +1,6 @@
 //! Engine handles: `engine_new` and `engine_free`.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 use std::sync::{Arc, RwLock};
 
 use super::args::{optional_str, Out};
@@ -9,6 +9,7 @@ use super::log::current_logger;
 use super::registry::{to_pointer, ENGINES};
 use super::status::EngineStatus;
 use crate::engine::{self, EngineConfig, EngineError};
+use crate::model::progress::LoadProgress;
 
 /// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
 /// Opaque; a handle from `engine_new`, freed with `engine_free`.
@@ -55,25 +56,79 @@ impl EngineObject {
 #[no_mangle]
 pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut Engine) -> EngineStatus {
     boundary("engine_new", || {
-        let out = Out::new(out, "out")?;
-        // SAFETY: NULL or NUL-terminated, by this function's contract.
-        let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
-        let config =
-            EngineConfig::from_json(json).map_err(|e| Failure::new(EngineStatus::InvalidConfig, e.to_string()))?;
-        let engine = engine::Engine::start(config, None, current_logger()).map_err(|e| {
-            let status = match e {
-                EngineError::Config(_) => EngineStatus::InvalidConfig,
-                EngineError::Model(_) => EngineStatus::ModelLoadFailed,
-                EngineError::Backend(_) | EngineError::Thread(_) => EngineStatus::EngineStartFailed,
-            };
-            Failure::new(status, e.to_string())
-        })?;
-        // On failure here the engine is dropped, which stops its thread: nothing leaks.
-        let handle = ENGINES.insert(Arc::new(EngineObject { engine: RwLock::new(Some(engine)) }))?;
-        // SAFETY: `out` is non-NULL and writable by this function's contract.
-        unsafe { out.write(to_pointer(handle)) };
-        Ok(())
+        // SAFETY: as this function's contract says, which is `create`'s.
+        unsafe { create(config_json, &mut LoadProgress::silent(), out) }
     })
+}
+
+/// Called by `engine_new_with_progress` as the model loads: `userdata` as given, and the fraction loaded, from 0
+/// to 1, never decreasing (1 exactly once, last, when the engine is ready). Return true to go on, false to
+/// cancel the load.
+///
+/// It is called on the thread that called `engine_new_with_progress`, during that call only; it must return
+/// normally (no C++ exception, no `longjmp`) and must not call ember functions on the engine being created.
+pub type EngineLoadProgressCallback = Option<unsafe extern "C" fn(userdata: *mut c_void, progress: f32) -> bool>;
+
+/// `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
+/// `engine_new`). The fraction advances as the file is read (`"load": "read"`, in 16 MiB chunks: the file's
+/// length weighs as much as the backend's start) and once more when the backend serves; with `"load": "mmap"`
+/// it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
+/// chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
+/// left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
+///
+/// Returns what `engine_new` returns, and `ENGINE_STATUS_LOAD_CANCELLED`.
+///
+/// Thread safety: as `engine_new`. Ownership: `userdata` is only passed back to `callback`, during this call.
+///
+/// # Safety
+/// As `engine_new`; `callback`, when not NULL, must follow the rules of `EngineLoadProgressCallback`.
+#[no_mangle]
+pub unsafe extern "C" fn engine_new_with_progress(
+    config_json: *const c_char,
+    callback: EngineLoadProgressCallback,
+    userdata: *mut c_void,
+    out: *mut *mut Engine,
+) -> EngineStatus {
+    boundary("engine_new_with_progress", || {
+        let mut report = |fraction: f32| match callback {
+            // SAFETY: the host's function, called as `EngineLoadProgressCallback` says, on the calling thread
+            // during this call.
+            Some(callback) => unsafe { callback(userdata, fraction) },
+            None => true,
+        };
+        let mut progress = LoadProgress::new(Some(&mut report));
+        // SAFETY: as this function's contract says, which is `create`'s.
+        unsafe { create(config_json, &mut progress, out) }
+    })
+}
+
+/// Creates an engine from `config_json`, reporting its load to `progress`, and writes its handle to `*out`.
+///
+/// # Safety
+/// `config_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+unsafe fn create(
+    config_json: *const c_char,
+    progress: &mut LoadProgress<'_>,
+    out: *mut *mut Engine,
+) -> Result<(), Failure> {
+    let out = Out::new(out, "out")?;
+    // SAFETY: NULL or NUL-terminated, by this function's contract.
+    let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
+    let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EngineStatus::InvalidConfig, e.to_string()))?;
+    let engine = engine::Engine::start_reporting(config, None, current_logger(), progress).map_err(|e| {
+        let status = match e {
+            EngineError::Config(_) => EngineStatus::InvalidConfig,
+            EngineError::Model(_) => EngineStatus::ModelLoadFailed,
+            EngineError::Backend(_) | EngineError::Thread(_) => EngineStatus::EngineStartFailed,
+            EngineError::LoadCancelled => EngineStatus::LoadCancelled,
+        };
+        Failure::new(status, e.to_string())
+    })?;
+    // On failure here the engine is dropped, which stops its thread: nothing leaks.
+    let handle = ENGINES.insert(Arc::new(EngineObject { engine: RwLock::new(Some(engine)) }))?;
+    // SAFETY: `out` is non-NULL and writable by this function's contract.
+    unsafe { out.write(to_pointer(handle)) };
+    Ok(())
 }
 
 /// Frees an engine: cancels its unfinished requests (they end with `ENGINE_FINISH_REASON_CANCELLED`), stops and joins

@@ -34,7 +34,7 @@ pub mod tokenizer;
 pub mod version;
 mod versioned;
 
-pub use engine::{engine_free, engine_new, Engine};
+pub use engine::{engine_free, engine_new, engine_new_with_progress, Engine, EngineLoadProgressCallback};
 pub use event::{engine_poll, EngineEvent, EngineEventKind, EngineFinishReason};
 pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
 pub use last_error::engine_last_error_message;

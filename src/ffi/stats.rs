@@ -40,6 +40,8 @@ pub const ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS: u32 = 1 << 13;
 /// Presence bit of `EngineStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
 pub const ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS: u32 = 1 << 14;
 
+/// Presence bit of `EngineStats.model_load_time_ms`.
+pub const ENGINE_STATS_MODEL_LOAD_TIME_MS: u32 = 1 << 15;
 /// `EngineStats.cpu_kernels`: the portable scalar path.
 pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
 /// `EngineStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
@@ -103,6 +105,9 @@ pub struct EngineStats {
     pub spec_decode_num_draft_tokens: u64,
     /// Of those, the tokens accepted: `accepted / draft` is the engine's acceptance rate.
     pub spec_decode_num_accepted_tokens: u64,
+    /// How long `engine_new` took, in milliseconds: from the call to the engine ready to serve (the model read
+    /// or mapped and validated, the backend built).
+    pub model_load_time_ms: f64,
 }
 
 versioned_fields!(EngineStats {
@@ -121,6 +126,7 @@ versioned_fields!(EngineStats {
     prefix_cache_hits: u64,
     spec_decode_num_draft_tokens: u64,
     spec_decode_num_accepted_tokens: u64,
+    model_load_time_ms: f64,
 });
 
 /// Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
@@ -173,6 +179,7 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                     | ENGINE_STATS_KV_BLOCKS_TOTAL
                     | ENGINE_STATS_NUM_STEPS
                     | ENGINE_STATS_NUM_PREEMPTIONS
+                    | ENGINE_STATS_MODEL_LOAD_TIME_MS
                     | cpu_bits
                     | window_bits
                     | prefix_bits
@@ -192,6 +199,7 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
                 prefix_cache_hits: prefix.map_or(0, |p| p.hits),
                 spec_decode_num_draft_tokens: speculation.map_or(0, |s| s.draft_tokens),
                 spec_decode_num_accepted_tokens: speculation.map_or(0, |s| s.accepted_tokens),
+                model_load_time_ms: e.load_time().as_secs_f64() * 1e3,
             }
         })?;
         // SAFETY: `declared` bytes at `out` are writable by this function's contract.

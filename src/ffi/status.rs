@@ -56,10 +56,13 @@ pub enum EngineStatus {
     /// nothing was queued. Retry later (an HTTP gateway answers 503 with `Retry-After`).
     /// `engine_last_error_message()` is the OpenAI error body, `code` `"overloaded"`.
     Overloaded = 16,
+    /// The load progress callback of `engine_new_with_progress` returned false: the load stopped there and no
+    /// engine was created (nothing is left running or allocated).
+    LoadCancelled = 17,
 }
 
 /// Every status, in number order (private: cbindgen would export a public constant).
-const ALL_STATUSES: [EngineStatus; 17] = [
+const ALL_STATUSES: [EngineStatus; 18] = [
     EngineStatus::Ok,
     EngineStatus::InvalidArgument,
     EngineStatus::InvalidUtf8,
@@ -77,6 +80,7 @@ const ALL_STATUSES: [EngineStatus; 17] = [
     EngineStatus::Panic,
     EngineStatus::Forked,
     EngineStatus::Overloaded,
+    EngineStatus::LoadCancelled,
 ];
 
 impl EngineStatus {
@@ -100,6 +104,7 @@ impl EngineStatus {
             EngineStatus::Panic => "internal error in ember (caught panic)\0",
             EngineStatus::Forked => "the handle belongs to the parent process (used after fork)\0",
             EngineStatus::Overloaded => "the engine is overloaded: too many requests wait to start\0",
+            EngineStatus::LoadCancelled => "the load was cancelled by its progress callback\0",
         }
     }
 }

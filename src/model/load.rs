@@ -9,6 +9,7 @@ use super::chat_template::{ChatTemplate, TemplateError};
 use super::gguf::{GgufError, GgufFile, LoadMode};
 use super::llama::{LlamaConfig, ModelConfigError};
 use super::path::{resolve_model_path, ModelNotFound};
+use super::progress::LoadProgress;
 use super::tokenizer::{Tokenizer, TokenizerError};
 
 /// A loaded model. The file is shared (`Arc`) so that an engine thread can hold it while the host holds this.
@@ -53,8 +54,17 @@ impl Model {
 
     /// Loads the model at `path` (or where the model-path rule points), bringing the file in as `mode` says.
     pub fn load_with(path: Option<&Path>, mode: LoadMode) -> Result<Self, ModelError> {
+        Self::load_reporting(path, mode, &mut LoadProgress::silent())
+    }
+
+    /// Like [`Model::load_with`], reading the file advances `progress` (see [`GgufFile::open_reporting`]).
+    pub fn load_reporting(
+        path: Option<&Path>,
+        mode: LoadMode,
+        progress: &mut LoadProgress<'_>,
+    ) -> Result<Self, ModelError> {
         let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
-        let file = GgufFile::open_with(&path, mode).map_err(ModelError::Gguf)?;
+        let file = GgufFile::open_reporting(&path, mode, progress).map_err(ModelError::Gguf)?;
         Self::from_file(path, file)
     }
 

@@ -6,6 +6,7 @@ pub mod gguf;
 pub mod llama;
 mod load;
 pub mod path;
+pub mod progress;
 pub mod tokenizer;
 
 pub use load::{Model, ModelError};

@@ -41,6 +41,12 @@ pub fn metrics_text(engine: &Engine) -> String {
         max_waiting as f64,
     );
     gauge(&mut out, "ember_kv_cache_usage_perc", "Share of the KV cache blocks in use (0 to 1).", usage);
+    gauge(
+        &mut out,
+        "ember_model_load_time_seconds",
+        "How long the engine took to start: the model read or mapped and validated, the backend built.",
+        engine.load_time().as_secs_f64(),
+    );
     counter(&mut out, "ember_engine_steps_total", "Engine steps (forward passes) run.", engine.num_steps() as u64);
     counter(
         &mut out,

@@ -153,11 +153,11 @@ static void test_static_functions(void) {
     snprintf(expected, sizeof expected, "%d.%d.%d", EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH);
     CHECK(strcmp(engine_version(), expected) == 0);
     CHECK(strcmp(engine_last_error_message(), "") == 0);
-    for (uint32_t s = ENGINE_STATUS_OK; s <= ENGINE_STATUS_OVERLOADED; s++) {
+    for (uint32_t s = ENGINE_STATUS_OK; s <= ENGINE_STATUS_LOAD_CANCELLED; s++) {
         CHECK(engine_status_message(s) != NULL && strlen(engine_status_message(s)) > 0);
         CHECK(strcmp(engine_status_message(s), "unknown status") != 0);
     }
-    CHECK(strcmp(engine_status_message(ENGINE_STATUS_OVERLOADED + 1), "unknown status") == 0);
+    CHECK(strcmp(engine_status_message(ENGINE_STATUS_LOAD_CANCELLED + 1), "unknown status") == 0);
     CHECK(strcmp(engine_status_message(UINT32_MAX), "unknown status") == 0);
 }
 
@@ -419,7 +419,7 @@ static void test_cancel_and_choices(Engine *engine) {
     CHECK((stats.present & ~(window_bits | prefix_bits)) ==
           (ENGINE_STATS_NUM_RUNNING | ENGINE_STATS_NUM_WAITING | ENGINE_STATS_KV_BLOCKS_FREE |
            ENGINE_STATS_KV_BLOCKS_TOTAL | ENGINE_STATS_NUM_STEPS | ENGINE_STATS_CPU_KERNELS |
-           ENGINE_STATS_CPU_THREADS | ENGINE_STATS_NUM_PREEMPTIONS));
+           ENGINE_STATS_CPU_THREADS | ENGINE_STATS_NUM_PREEMPTIONS | ENGINE_STATS_MODEL_LOAD_TIME_MS));
     /* A model with sliding-window layers (Gemma 3) keeps them in a block pool of their own: free again too. Such
        a model has no prefix cache (a cached prefix needs every layer's KV); any other has one by default. */
     const char *model = getenv("EMBER_MODEL");
@@ -811,6 +811,51 @@ static void test_admission(void) {
     engine_free(engine);
 }
 
+/* Load progress: fractions from 0 to 1, never decreasing, 1 once and last; a false answer at any report ends
+   engine_new_with_progress with ENGINE_STATUS_LOAD_CANCELLED and no engine; the load time is in the stats. */
+typedef struct {
+    int calls;
+    int cancel_at; /* answer false at this call (1-based); 0: never */
+    float last;
+    int decreased;
+    int ones;
+} Progress;
+
+static bool record_progress(void *userdata, float fraction) {
+    Progress *p = userdata;
+    p->calls++;
+    if (fraction < p->last) p->decreased = 1;
+    if (fraction == 1.0f) p->ones++;
+    p->last = fraction;
+    return p->calls != p->cancel_at;
+}
+
+static void test_load_progress(void) {
+    Progress p = {0};
+    Engine *engine = NULL;
+    CHECK_STATUS(engine_new_with_progress(engine_config, record_progress, &p, &engine), ENGINE_STATUS_OK);
+    CHECK(engine != NULL && p.calls >= 3 && !p.decreased && p.ones == 1 && p.last == 1.0f);
+    EngineStats stats = {.struct_size = sizeof stats};
+    CHECK_STATUS(engine_get_stats(engine, &stats), ENGINE_STATUS_OK);
+    CHECK((stats.present & ENGINE_STATS_MODEL_LOAD_TIME_MS) && stats.model_load_time_ms > 0.0);
+    engine_free(engine);
+    const int all_calls = p.calls;
+    /* Cancelled at the first report, in the middle of the read, and at the last (the engine had started). */
+    const int cancel_points[] = {1, 2, all_calls};
+    for (size_t i = 0; i < sizeof cancel_points / sizeof cancel_points[0]; i++) {
+        Progress c = {.cancel_at = cancel_points[i]};
+        engine = NULL;
+        CHECK_FAILS_AS(engine_new_with_progress(engine_config, record_progress, &c, &engine),
+                       ENGINE_STATUS_LOAD_CANCELLED, "engine_new_with_progress");
+        CHECK(engine == NULL && c.calls == cancel_points[i]);
+    }
+    /* No callback: engine_new. */
+    CHECK_STATUS(engine_new_with_progress(engine_config, NULL, NULL, &engine), ENGINE_STATUS_OK);
+    engine_free(engine);
+    CHECK_FAILS_AS(engine_new_with_progress(engine_config, record_progress, &p, NULL),
+                   ENGINE_STATUS_INVALID_ARGUMENT, "engine_new_with_progress");
+}
+
 /* The tokenizer, chat template and model description: a size query then the copy, a round trip through the text,
    special tokens parsed only when asked, the chat prompt's ids equal to tokenizing its text, and the refusals. */
 static void test_tokenizer(Engine *engine) {
@@ -951,6 +996,8 @@ int main(int argc, char **argv) {
     test_speculative();
     printf("admission\n");
     test_admission();
+    printf("load progress\n");
+    test_load_progress();
 
     engine_free(engine);
     CHECK(strcmp(engine_last_error_message(), "") == 0);

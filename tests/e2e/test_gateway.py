@@ -219,7 +219,8 @@ class GatewayTest(unittest.TestCase):
                                         extra_body={"ignore_eos": True})
         families = {f.name: f for f in text_string_to_metric_families(plain.metrics_text())}
         for name, kind in (("ember_gateway_requests", "counter"), ("ember_num_requests_running", "gauge"),
-                           ("ember_kv_cache_usage_perc", "gauge"), ("ember_request_success", "counter"),
+                           ("ember_kv_cache_usage_perc", "gauge"), ("ember_model_load_time_seconds", "gauge"),
+                           ("ember_request_success", "counter"),
                            ("ember_prompt_tokens", "counter"), ("ember_generation_tokens", "counter"),
                            ("ember_time_to_first_token_seconds", "histogram"),
                            ("ember_inter_token_latency_seconds", "histogram"),

@@ -60,6 +60,8 @@ pub enum GgufError {
     TensorTypeMismatch { tensor: String, expected: GgmlType, found: GgmlType },
     /// A tensor's bytes are not aligned for the element type they were viewed as.
     TensorDataMisaligned { tensor: String },
+    /// The host's progress function asked to stop reading the file (`model::progress`).
+    Cancelled,
 }
 
 impl fmt::Display for GgufError {
@@ -119,6 +121,7 @@ impl fmt::Display for GgufError {
                 write!(f, "tensor {tensor:?} has type {found}, expected {expected}")
             }
             TensorDataMisaligned { tensor } => write!(f, "tensor {tensor:?} data is not aligned for its type"),
+            Cancelled => write!(f, "the load was cancelled by its progress callback"),
         }
     }
 }

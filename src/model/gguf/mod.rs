@@ -33,6 +33,8 @@ use parse::Cursor;
 pub use source::LoadMode;
 use source::Source;
 
+use super::progress::LoadProgress;
+
 /// An open GGUF file.
 pub struct GgufFile {
     source: Source,
@@ -56,7 +58,17 @@ impl GgufFile {
 
     /// Brings in the file at `path` as `mode` says, and validates it.
     pub fn open_with(path: impl AsRef<Path>, mode: LoadMode) -> Result<Self, GgufError> {
-        Self::from_source(Source::open(path.as_ref(), mode)?)
+        Self::open_reporting(path, mode, &mut LoadProgress::silent())
+    }
+
+    /// Like [`GgufFile::open_with`], reading advances `progress` (by the file's length in all, in
+    /// [`LoadMode::Read`]; a map reads nothing); `GgufError::Cancelled` when its host cancels.
+    pub fn open_reporting(
+        path: impl AsRef<Path>,
+        mode: LoadMode,
+        progress: &mut LoadProgress<'_>,
+    ) -> Result<Self, GgufError> {
+        Self::from_source(Source::open(path.as_ref(), mode, progress)?)
     }
 
     /// Validates a file held in memory (copied into an aligned buffer).
