@@ -6,6 +6,7 @@
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
 #   make header          regenerate include/ember.h
 #   make install PREFIX=/usr/local [DESTDIR=...]   header, libraries, pkg-config file and CMake package
+#   make install-check   install into a scratch directory and check it as packagers and linkers see it
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
 CARGO ?= cargo
@@ -19,6 +20,8 @@ EMBER_TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 EMBER_LIB_DIR := $(abspath $(EMBER_TARGET_DIR)/release)
 EMBER_C_OUT := $(abspath $(EMBER_TARGET_DIR)/c)
 EMBER_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+EMBER_VERSION_MAJOR := $(word 1,$(subst ., ,$(EMBER_VERSION)))
+EMBER_VERSION_MINOR := $(word 2,$(subst ., ,$(EMBER_VERSION)))
 
 # What a program linked with libember.a needs from the system: `cargo rustc --release --lib --crate-type
 # staticlib -- --print native-static-libs`.
@@ -44,10 +47,12 @@ $(EMBER_VALGRIND) --log-file=$(EMBER_C_OUT)/$(1).valgrind.log $(EMBER_C_OUT)/$(1
 	     cat $(EMBER_C_OUT)/$(1).out; exit 1; }
 endef
 
-.PHONY: c-lib c-test c-examples c-demo header-check header install
+.PHONY: c-lib c-test c-examples c-demo header-check header install install-check
 
+# The library, and the link by its SONAME (build.rs) that programs linked with -lember ask the loader for.
 c-lib:
 	$(CARGO) build --release --lib
+	ln -sf libember.so $(EMBER_LIB_DIR)/libember.so.$(EMBER_VERSION_MAJOR)
 
 c-test: model c-lib
 	@mkdir -p $(EMBER_C_OUT)
@@ -60,6 +65,7 @@ c-test: model c-lib
 	EMBER_MODEL=models/gemma-3-270m-q4_k_m.gguf ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
 	$(call ember_valgrind_run,test_api_shared)
 	$(call ember_valgrind_run,test_api_static)
+	tests/c/check_install.sh
 
 c-examples: c-lib
 	@mkdir -p $(EMBER_C_OUT)
@@ -77,16 +83,26 @@ header-check:
 header:
 	EMBER_BLESS_HEADER=1 $(CARGO) test --release --test header
 
-# DESTDIR stages the files elsewhere (packaging); PREFIX is what the pkg-config file names.
+# DESTDIR stages the files elsewhere (packaging); PREFIX is what the pkg-config file names. The shared library
+# is libember.so.MAJOR.MINOR.PATCH, with the links libember.so.MAJOR (its SONAME: what programs load) and
+# libember.so (what -lember finds at link time).
+EMBER_LIBDIR = $(DESTDIR)$(PREFIX)/lib
 install: c-lib
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/ember
+	install -d $(DESTDIR)$(PREFIX)/include $(EMBER_LIBDIR)/pkgconfig $(EMBER_LIBDIR)/cmake/ember
 	install -m 644 include/ember.h $(DESTDIR)$(PREFIX)/include/ember.h
-	install -m 755 $(EMBER_LIB_DIR)/libember.so $(DESTDIR)$(PREFIX)/lib/libember.so
-	install -m 644 $(EMBER_LIB_DIR)/libember.a $(DESTDIR)$(PREFIX)/lib/libember.a
+	install -m 755 $(EMBER_LIB_DIR)/libember.so $(EMBER_LIBDIR)/libember.so.$(EMBER_VERSION)
+	ln -sf libember.so.$(EMBER_VERSION) $(EMBER_LIBDIR)/libember.so.$(EMBER_VERSION_MAJOR)
+	ln -sf libember.so.$(EMBER_VERSION_MAJOR) $(EMBER_LIBDIR)/libember.so
+	install -m 644 $(EMBER_LIB_DIR)/libember.a $(EMBER_LIBDIR)/libember.a
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(EMBER_VERSION)|g' packaging/ember.pc.in \
-		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ember.pc
-	install -m 644 packaging/emberConfig.cmake $(DESTDIR)$(PREFIX)/lib/cmake/ember/emberConfig.cmake
-	sed -e 's|@VERSION@|$(EMBER_VERSION)|g' \
-		-e 's|@VERSION_MAJOR@|$(word 1,$(subst ., ,$(EMBER_VERSION)))|g' \
-		-e 's|@VERSION_MINOR@|$(word 2,$(subst ., ,$(EMBER_VERSION)))|g' \
-		packaging/emberConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/ember/emberConfigVersion.cmake
+		> $(EMBER_LIBDIR)/pkgconfig/ember.pc
+	for file in emberConfig emberConfigVersion; do \
+		sed -e 's|@VERSION@|$(EMBER_VERSION)|g' -e 's|@VERSION_MAJOR@|$(EMBER_VERSION_MAJOR)|g' \
+			-e 's|@VERSION_MINOR@|$(EMBER_VERSION_MINOR)|g' packaging/$$file.cmake.in \
+			> $(EMBER_LIBDIR)/cmake/ember/$$file.cmake || exit 1; \
+	done
+
+# The installed library as packagers and linkers see it: layout and links, SONAME, exported symbols, and a
+# program built against it with pkg-config and with CMake (tests/c/check_install.sh).
+install-check: c-lib
+	tests/c/check_install.sh

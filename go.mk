@@ -24,8 +24,8 @@ GO_ENV := GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$(GO_EMBER_LIB_DIR) -Wl
 
 .PHONY: go-lib go-test gateway go-bench
 
-go-lib:
-	$(CARGO) build --release --lib
+# The libraries (c.mk's c-lib: also the SONAME link the shared build loads).
+go-lib: c-lib
 
 gateway: go-lib
 	cd examples/gateway && $(GO_ENV) $(GO) build -o $(GO_EMBER_GATEWAY) .

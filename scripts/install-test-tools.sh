@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
+# cmake and pkg-config (the installed library's consumer check, tests/c/check_install.sh),
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
 # proxy is reachable, so the binding and the gateway use the standard library only) and three Python packages:
 # `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test) and
@@ -30,7 +31,7 @@ go_is_recent() {
 
 missing=()
 apt_packages=()
-for tool in gcc g++ valgrind make; do
+for tool in gcc g++ valgrind make cmake pkg-config; do
   command -v "$tool" >/dev/null || { missing+=("$tool"); apt_packages+=("$tool"); }
 done
 python3 -m pip --version >/dev/null 2>&1 || { missing+=(pip); apt_packages+=(python3-pip); }
