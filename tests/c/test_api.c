@@ -266,6 +266,8 @@ typedef struct {
     const char *reference_object; /* the "object" of its response */
     const char *stream;
     const char *long_running;
+    const char *chat_logprobs; /* a chat request with logprobs and top_logprobs */
+    const char *speculative;   /* a repetitive completion for n-gram drafts; %s: the opt-out field, or nothing */
 } Requests;
 
 static const Requests FULL_REQUESTS = {
@@ -276,8 +278,14 @@ static const Requests FULL_REQUESTS = {
               " \"stream_options\": {\"include_usage\": true}}",
     .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 400, \"temperature\": 0,"
                     " \"ignore_eos\": true}",
+    .chat_logprobs = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3,"
+                     " \"temperature\": 0, \"logprobs\": true, \"top_logprobs\": 2}",
+    .speculative = "{\"prompt\": \"one two three four, one two three four, one two three four, one two\","
+                   " \"max_tokens\": 12, \"temperature\": 0%s}",
 };
 
+/* Under valgrind every prompt position costs a second or more: the chat request brings its own short system
+   message (the template's default one is some 30 tokens), the repetitive prompt is shorter. */
 static const Requests SHORT_REQUESTS = {
     .reference = "{\"prompt\": \"Hi\", \"max_tokens\": 3, \"temperature\": 0}",
     .reference_object = "\"object\":\"text_completion\"",
@@ -285,6 +293,10 @@ static const Requests SHORT_REQUESTS = {
               " \"stream_options\": {\"include_usage\": true}}",
     .long_running = "{\"prompt\": \"Count: 1, 2, 3,\", \"max_tokens\": 400, \"temperature\": 0,"
                     " \"ignore_eos\": true}",
+    .chat_logprobs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Hi\"}, {\"role\": \"user\","
+                     " \"content\": \"Hi\"}], \"max_tokens\": 2, \"temperature\": 0, \"logprobs\": true,"
+                     " \"top_logprobs\": 2}",
+    .speculative = "{\"prompt\": \"1, 2, 3, 1, 2, 3, 1,\", \"max_tokens\": 4, \"temperature\": 0%s}",
 };
 
 static const Requests *requests = &FULL_REQUESTS;
@@ -472,9 +484,7 @@ static void test_stream_chunks(Engine *engine) {
 
 /* Log probabilities reach the host in the response JSON, in the shape of each endpoint. */
 static void test_logprobs_json(Engine *engine) {
-    EngineRequest *request = submit(engine, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
-                                            " \"max_tokens\": 3, \"temperature\": 0, \"logprobs\": true,"
-                                            " \"top_logprobs\": 2}");
+    EngineRequest *request = submit(engine, requests->chat_logprobs);
     Drained d;
     drain(engine, request, &d);
     char *json = NULL;
@@ -731,20 +741,19 @@ static int forked_child(Engine *parent_engine, EngineRequest *parent_request) {
 
 /* An engine that speculates: a request's draft counts in its extended metrics, the engine's in its stats; a
    request that opts out has none. A model whose sliding-window layers have a pool of their own (Gemma 3) never
-   speculates, and says so with zero counts. */
+   speculates, and says so with zero counts. "draft_policy": "always" verifies every draft, so that whether a
+   draft is tried does not depend on the step costs the adaptive policy learns from this machine's timing. */
 static void test_speculative(void) {
     char config[256];
     snprintf(config, sizeof config,
              "{\"threads\": 1, \"kv_cache_tokens\": 1024, \"speculative\": {\"method\": \"ngram\", "
-             "\"num_speculative_tokens\": 4}}");
+             "\"num_speculative_tokens\": 2, \"draft_policy\": \"always\"}}");
     Engine *engine = NULL;
     CHECK_STATUS(engine_new(config, &engine), ENGINE_STATUS_OK);
-    const char *body = "{\"prompt\": \"one two three four, one two three four, one two three four, one two\", "
-                       "\"max_tokens\": 12, \"temperature\": 0%s}";
     char json[256];
     uint32_t drafts[2];
     for (int opt_out = 0; opt_out < 2; opt_out++) {
-        snprintf(json, sizeof json, body, opt_out ? ", \"speculative_decoding\": false" : "");
+        snprintf(json, sizeof json, requests->speculative, opt_out ? ", \"speculative_decoding\": false" : "");
         EngineRequest *request = submit(engine, json);
         Drained d;
         drain(engine, request, &d);
