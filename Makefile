@@ -39,8 +39,9 @@ rust-test: model
 NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3 \
 	--test engine_prompt_logprobs --test engine_speculative
 # The scalar path computes the vector paths' bits some ten times slower: it checks the first cases of the greedy
-# references only (tests/common/per_path.rs), so that CI stays well under 30 minutes on an AVX2-only machine, and
-# of engine_speculative only the greedy exactness test (the others check engine logic, the same on every path).
+# references only (tests/common/per_path.rs), so that CI stays well under 30 minutes on an AVX2-only machine, of
+# engine_speculative only the greedy exactness test (the others check engine logic, the same on every path), and
+# batch_invariance runs its batches on 2 threads only (against the 1-thread reference).
 SCALAR_NUMERICS_CASES := 4
 SCALAR_SKIP := --skip stops_and_limits_inside_an_accepted_run --skip seeded_sampled_outputs_are_identical \
 	--skip a_request_that_opts_out --skip a_cancel_leaves --skip a_follow_up_reusing_blocks

@@ -547,9 +547,11 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 }
 
 // An engine that speculates counts drafts per request and in its stats; a request that opts out has none. The
-// same text comes out either way.
+// same text comes out either way. DraftPolicy "always" verifies every draft: whether one is tried does not depend
+// on the step costs the adaptive policy learns from this machine's timing.
 func TestSpeculativeDecodingCountsDrafts(t *testing.T) {
-	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, Speculative: &SpeculativeConfig{NumSpeculativeTokens: 4}})
+	spec := &SpeculativeConfig{NumSpeculativeTokens: 4, DraftPolicy: "always"}
+	engine, err := NewEngine(Config{Model: modelPath(), Threads: 2, Speculative: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
