@@ -1,7 +1,8 @@
 # ember's C side, included from the root Makefile (`include c.mk`).
 #   make c-test          the C API test against the shared and the static library under AddressSanitizer + UBSan
 #                        (full test), and against the shared one under valgrind (short prompts: each token costs
-#                        seconds there; the static library holds the same code, and ASan covers both linkages)
+#                        seconds there; the static library holds the same code, and ASan covers both linkages),
+#                        in two halves at once
 #   make c-examples      build examples/c/chat.c and examples/cpp/chat.cpp
 #   make c-demo          build the release library and the C example, and answer a chat message with it
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
@@ -37,15 +38,15 @@ EMBER_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -
 # a whole generation while the host thread it woke waits; fair scheduling interleaves them as real cores would.
 EMBER_VALGRIND := $(VALGRIND) --error-exitcode=1 --leak-check=full --fair-sched=yes --suppressions=tests/c/valgrind.supp
 
-# Runs a test program under valgrind with valgrind's report in a file: on failure the report comes first and the
-# program's own output (which names the failed CHECK) last, so the end of a CI log shows the cause, not a leak
-# summary of the exit that followed it.
+# Runs part $(2) of a test program under valgrind with valgrind's report in a file: on failure the report comes
+# first and the program's own output (which names the failed CHECK) last, so the end of a CI log shows the cause,
+# not a leak summary of the exit that followed it. Its status is the run's, so that two runs can go in parallel.
 define ember_valgrind_run
-$(EMBER_VALGRIND) --log-file=$(EMBER_C_OUT)/$(1).valgrind.log $(EMBER_C_OUT)/$(1) 1 --short \
-	> $(EMBER_C_OUT)/$(1).out 2>&1 \
-	&& tail -n 3 $(EMBER_C_OUT)/$(1).out && grep 'ERROR SUMMARY' $(EMBER_C_OUT)/$(1).valgrind.log \
-	|| { head -n 150 $(EMBER_C_OUT)/$(1).valgrind.log; echo '--- program output ---'; \
-	     cat $(EMBER_C_OUT)/$(1).out; exit 1; }
+$(EMBER_VALGRIND) --log-file=$(EMBER_C_OUT)/$(1).$(2).valgrind.log $(EMBER_C_OUT)/$(1) 1 --short $(2) \
+	> $(EMBER_C_OUT)/$(1).$(2).out 2>&1 \
+	&& tail -n 3 $(EMBER_C_OUT)/$(1).$(2).out && grep 'ERROR SUMMARY' $(EMBER_C_OUT)/$(1).$(2).valgrind.log \
+	|| { head -n 150 $(EMBER_C_OUT)/$(1).$(2).valgrind.log; echo '--- program output ---'; \
+	     cat $(EMBER_C_OUT)/$(1).$(2).out; false; }
 endef
 
 .PHONY: c-lib c-test c-examples c-demo header-check header install install-check
@@ -63,7 +64,10 @@ c-test: model c-lib
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_static 2
 	EMBER_MODEL=models/gemma-3-270m-q4_k_m.gguf ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
-	$(call ember_valgrind_run,test_api_shared)
+	@# valgrind runs one thread at a time: the test's two halves run as two processes, one per core.
+	$(call ember_valgrind_run,test_api_shared,1) & first=$$!; \
+	$(call ember_valgrind_run,test_api_shared,2); second=$$?; \
+	wait $$first && [ $$second = 0 ]
 	tests/c/check_install.sh
 
 c-examples: c-lib

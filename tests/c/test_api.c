@@ -7,10 +7,13 @@
  * against the shared and the static library and run under AddressSanitizer and valgrind (see c.mk): any memory
  * error, leak or crash fails the run, and so does any CHECK.
  *
- * Usage: test_api [THREADS] [--short]
+ * Usage: test_api [THREADS] [--short [PART]]
  *   THREADS  engine threads (default 1); the model comes from EMBER_MODEL or the default path.
  *   --short  one- or two-token prompts and completions only: under valgrind each token of the real model costs
- *            seconds, so the valgrind run skips the chat template's ~35-token prompt (the ASan run covers it).
+ *            seconds, so the valgrind run skips the chat template's ~35-token default system prompt (the ASan
+ *            run covers it).
+ *   PART     1 or 2: only that half of the tests (valgrind runs one thread at a time, so c.mk runs the two
+ *            halves as two processes, one per core); without it, all of them.
  * Plain C11 + pthreads. Requests are greedy with small max_tokens, so results are deterministic.
  */
 #include "ember.h"
@@ -963,55 +966,65 @@ static void test_fork(Engine *engine) {
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2 && strcmp(argv[2], "--short") == 0) requests = &SHORT_REQUESTS;
+    const int part = argc > 3 ? atoi(argv[3]) : 0;
+    CHECK(part >= 0 && part <= 2);
+    const bool first = part != 2, second = part != 1;
     snprintf(engine_config, sizeof engine_config,
              "{\"threads\": %d, \"kv_cache_tokens\": 1024, \"max_num_seqs\": 8}", threads);
     setvbuf(stdout, NULL, _IONBF, 0);
-    printf("ember %s, engine config %s\n", engine_version(), engine_config);
+    printf("ember %s, engine config %s%s\n", engine_version(), engine_config,
+           part == 1 ? ", first half" : part == 2 ? ", second half" : "");
 
     test_static_functions();
     test_null_arguments();
     test_bad_configurations();
 
-    CHECK_STATUS(engine_set_log_callback(count_log_line, &log_lines), ENGINE_STATUS_OK);
-    Engine *engine = new_engine();
-    Engine *other = new_engine();
-    CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
-    CHECK(__atomic_load_n(&log_lines, __ATOMIC_RELAXED) >= 2);
+    /* Two halves that take about the same time under valgrind: the tests of the shared engines, and those that
+       make engines of their own. */
+    if (first) {
+        CHECK_STATUS(engine_set_log_callback(count_log_line, &log_lines), ENGINE_STATUS_OK);
+        Engine *engine = new_engine();
+        Engine *other = new_engine();
+        CHECK_STATUS(engine_set_log_callback(NULL, NULL), ENGINE_STATUS_OK);
+        CHECK(__atomic_load_n(&log_lines, __ATOMIC_RELAXED) >= 2);
 
-    Drained reference;
-    printf("invalid requests\n");
-    test_invalid_requests(engine);
-    printf("generation and metrics\n");
-    test_generation_and_metrics(engine, &reference);
-    printf("cancel, two choices\n");
-    test_cancel_and_choices(engine);
-    printf("stream chunks\n");
-    test_stream_chunks(engine);
-    printf("logprobs in the JSON\n");
-    test_logprobs_json(engine);
-    printf("handle misuse\n");
-    test_handle_misuse(engine, other);
-    printf("concurrent polls\n");
-    test_concurrent_polls(engine, &reference);
-    printf("request freed while polled\n");
-    test_free_while_polling(engine);
-    printf("engine freed while polled\n");
-    test_engine_freed_while_polled(other);
-    printf("tokenizer and model info\n");
-    test_tokenizer(engine);
-    printf("fork\n");
-    test_fork(engine);
-    printf("speculative decoding\n");
-    test_speculative();
-    printf("admission\n");
-    test_admission();
-    printf("load progress\n");
-    test_load_progress();
+        Drained reference;
+        printf("invalid requests\n");
+        test_invalid_requests(engine);
+        printf("generation and metrics\n");
+        test_generation_and_metrics(engine, &reference);
+        printf("cancel, two choices\n");
+        test_cancel_and_choices(engine);
+        printf("stream chunks\n");
+        test_stream_chunks(engine);
+        printf("logprobs in the JSON\n");
+        test_logprobs_json(engine);
+        printf("handle misuse\n");
+        test_handle_misuse(engine, other);
+        printf("concurrent polls\n");
+        test_concurrent_polls(engine, &reference);
+        printf("request freed while polled\n");
+        test_free_while_polling(engine);
+        printf("engine freed while polled\n");
+        test_engine_freed_while_polled(other);
+        printf("tokenizer and model info\n");
+        test_tokenizer(engine);
+        printf("fork\n");
+        test_fork(engine);
 
-    engine_free(engine);
-    CHECK(strcmp(engine_last_error_message(), "") == 0);
-    engine_free(engine);
-    CHECK(last_error_has("not a live engine handle"));
+        engine_free(engine);
+        CHECK(strcmp(engine_last_error_message(), "") == 0);
+        engine_free(engine);
+        CHECK(last_error_has("not a live engine handle"));
+    }
+    if (second) {
+        printf("speculative decoding\n");
+        test_speculative();
+        printf("admission\n");
+        test_admission();
+        printf("load progress\n");
+        test_load_progress();
+    }
     printf("ok: %d checks\n", checks_run);
     return 0;
 }
