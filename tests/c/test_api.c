@@ -3,9 +3,9 @@
  * freed, stale and foreign handles, invalid JSON and UTF-8, double frees, concurrent polls of one request, a
  * request freed while another thread polls it, an engine freed while its requests are polled, struct_size
  * smaller than the struct, polls after a request's final event (STREAM_DONE at once, repeatedly), a parent's
- * handles used in a forked child. Built
- * against the shared and the static library and run under AddressSanitizer and valgrind (see c.mk): any memory
- * error, leak or crash fails the run, and so does any CHECK.
+ * handles used in a forked child. Run under AddressSanitizer against the shared and the static library, and
+ * under valgrind against the shared one (see c.mk): any memory error, leak or crash fails the run, and so does
+ * any CHECK.
  *
  * Usage: test_api [THREADS] [--short [PART]]
  *   THREADS  engine threads (default 1); the model comes from EMBER_MODEL or the default path.
