@@ -6,7 +6,9 @@
 #               (binding and gateway) and the gateway end to end with the official OpenAI client
 #   make soak   the churn test at 10,000 requests (make test runs it at 2,000): one engine, 32 host threads
 #   make fuzz   each cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) seconds (docs/fuzzing.md); not in make test
-.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat soak fuzz
+#   make bench-llamacpp   ember against llama.cpp (built from its pinned sdist) on synthetic 1B-7B-shaped files of
+#               every common weight type, alternated in one run (scripts/llamacpp/compare.py); not in make test
+.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat soak fuzz bench-llamacpp
 
 CARGO ?= cargo
 
@@ -74,6 +76,14 @@ fuzz: model
 	for t in $(FUZZ_TARGETS); do \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
 	done
+
+# Hours for the whole table on 2 cores (mostly the depth-4096 prefills): BENCH_ARGS narrows it, e.g.
+# BENCH_ARGS="--shapes llama-1b --types Q4_K_M --depth 0".
+BENCH_ARGS ?=
+bench-llamacpp:
+	@scripts/fetch-model.sh >/dev/null
+	python3 -m pip show gguf >/dev/null 2>&1 || python3 -m pip install --quiet gguf==0.19.0
+	python3 scripts/llamacpp/compare.py $(BENCH_ARGS)
 
 test: tools lint rust-test numerics-per-path cuda-emulate c-test go-test
 

@@ -193,7 +193,7 @@ fn main() {
         let copies = STREAM_BYTES.div_ceil(one_matrix);
         let weights = Weights::random(shape, copies, &mut rng);
         let x: Vec<f32> = (0..512 * shape.row_len).map(|_| rng.uniform(-1.0, 1.0)).collect();
-        let mut act = vec![BlockQ8A { d: 0.0, s: 0.0, qs: [0; QK] }; x.len() / QK];
+        let mut act = vec![BlockQ8A::ZERO; x.len() / QK];
         quantize_row_q8a_scalar(&x, &mut act);
         let mut out = vec![0f32; 512 * shape.n_rows];
         for kernels in supported_kernels() {

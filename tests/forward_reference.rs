@@ -414,8 +414,9 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
 
 /// Kernels with a deliberate fault of the kinds a kernel change can bring, each on top of this CPU's path.
 mod broken {
-    use ember::backend::cpu::kernels::{kernels, BlockQ8A, OutRows, WeightData, WeightMatrix};
+    use ember::backend::cpu::kernels::{kernels, BlockQ8A, OutRows, PackedMatrix};
     use ember::model::gguf::blocks::QK;
+    use ember::model::gguf::GgmlType;
 
     /// Activations rounded toward zero instead of to nearest (a cast where a rounding was meant).
     pub fn quantize_truncating(x: &[f32], out: &mut [BlockQ8A]) {
@@ -423,27 +424,28 @@ mod broken {
             let amax = xs.iter().fold(0f32, |m, &v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
             for (q, &v) in block.qs.iter_mut().zip(xs) {
                 *q = (v * id) as i8;
-                sum += i32::from(*q);
             }
+            let half = |h: usize| block.qs[16 * h..16 * h + 16].iter().map(|&q| i32::from(q)).sum::<i32>();
+            block.half_sums = [half(0) as i16, half(1) as i16];
+            block.sum = half(0) + half(1);
             block.d = d;
-            block.s = d * sum as f32;
+            block.s = d * block.sum as f32;
         }
     }
 
     /// Q4_1's minimum term lost for the last block of every row (an off-by-one in a tail).
-    pub fn matmul_dropping_last_minimum(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    pub fn matmul_dropping_last_minimum(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
         let mut act = act.to_vec();
-        if let WeightData::Q4_1(_) = w.data() {
+        if w.dtype() == GgmlType::Q4_1 {
             let n = w.blocks_per_row();
             for c in 0..n_cols {
                 // `s` feeds only the `mw·sa` term of Q4_1 weights.
                 act[c * n + n - 1].s = 0.0;
             }
         }
-        kernels().matmul_q8(w, &act, n_cols, out);
+        kernels().matmul_packed(w, &act, n_cols, out);
     }
 
     /// SiLU with a "fast" sigmoid, `0.5 + x/4` clamped to [0, 1] (the hard sigmoid).
@@ -491,7 +493,7 @@ fn the_bounds_catch_broken_kernels() {
         ),
         (
             "Q4_1 minimum lost in the last block",
-            KernelOverrides { matmul_q8: Some(broken::matmul_dropping_last_minimum), ..no },
+            KernelOverrides { matmul_packed: Some(broken::matmul_dropping_last_minimum), ..no },
         ),
         ("hard sigmoid in SiLU", KernelOverrides { silu_mul: Some(broken::silu_hard_sigmoid), ..no }),
         ("degree-3 exp in softmax", KernelOverrides { softmax_inplace: Some(broken::softmax_low_degree_exp), ..no }),

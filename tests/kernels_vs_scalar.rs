@@ -7,7 +7,8 @@
 //! plus one `u·|term|` per rounded product. Each bound below states which terms it counts.
 
 use ember::backend::cpu::kernels::{
-    kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, WeightData, WeightMatrix,
+    kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, PackedMatrix, WeightData,
+    WeightMatrix,
 };
 use ember::model::gguf::blocks::QK;
 use ember::model::gguf::kquants::SuperBlock;
@@ -123,7 +124,7 @@ fn random_activations(n_cols: usize, row_len: usize, rng: &mut Rng) -> Vec<f32> 
 }
 
 fn quantize(x: &[f32]) -> Vec<BlockQ8A> {
-    let mut blocks = vec![BlockQ8A { d: 0.0, s: 0.0, qs: [0; QK] }; x.len() / QK];
+    let mut blocks = vec![BlockQ8A::ZERO; x.len() / QK];
     quantize_row_q8a_scalar(x, &mut blocks);
     blocks
 }
@@ -216,7 +217,7 @@ fn quantize_row_q8a_is_bit_identical_to_scalar() {
         }
         let want = quantize(&x);
         for k in simd_paths() {
-            let mut got = vec![BlockQ8A { d: 1.0, s: 1.0, qs: [1; QK] }; len / QK];
+            let mut got = vec![BlockQ8A { d: 1.0, s: 1.0, sum: 1, half_sums: [1; 2], qs: [1; QK] }; len / QK];
             k.quantize_row_q8a(&x, &mut got);
             for (b, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g.qs, w.qs, "{}: block {b} of {len}", k.name);
@@ -585,4 +586,140 @@ fn real_model_weights_are_bit_identical_to_scalar() {
     }
     let norm = file.tensor("output_norm.weight").expect("tensor exists");
     assert!(WeightMatrix::from_tensor(&norm).is_ok(), "a 1-D F32 tensor of 576 is one row");
+}
+
+/// Every quantized type's weights packed (`PackedMatrix`), at odd shapes and the model's, with the rows' count
+/// not a multiple of a panel's 16.
+fn packed_cases() -> Vec<(usize, usize)> {
+    let mut shapes = odd_shapes();
+    shapes.extend([(256, 16), (512, 17), (768, 48)]);
+    shapes.extend(MODEL_SHAPES);
+    shapes
+}
+
+fn run_packed(k: &Kernels, w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_cols * w.n_rows()];
+    k.matmul_packed(w, act, n_cols, &mut OutRows::new(&mut out, n_cols, w.n_rows()));
+    out
+}
+
+/// Packing keeps every weight: a packed row dequantizes to the file's row, bit for bit.
+#[test]
+fn packed_rows_dequantize_to_the_files() {
+    let mut rng = Rng(11);
+    for kind in KINDS {
+        for (row_len, n_rows) in packed_cases().into_iter().filter(|s| fits(kind, s.0)) {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let Some(packed) = PackedMatrix::pack(&w) else {
+                assert!(matches!(kind, GgmlType::F16 | GgmlType::Bf16 | GgmlType::F32), "{kind} packs");
+                continue;
+            };
+            let (mut got, mut want) = (vec![0f32; row_len], vec![0f32; row_len]);
+            for r in 0..n_rows {
+                packed.dequantize_row(r, &mut got);
+                w.dequantize_row(r, &mut want);
+                assert_same_bits(&got, &want, &format!("{kind} {n_rows}x{row_len} row {r}"));
+            }
+        }
+    }
+}
+
+/// Each SIMD path's packed matmul equals the scalar one bit for bit, at odd shapes, the model's shapes and every
+/// column count around the tile sizes.
+#[test]
+fn matmul_packed_is_bit_identical_to_scalar() {
+    let mut rng = Rng(12);
+    let paths = simd_paths();
+    for kind in KINDS {
+        for (row_len, n_rows) in packed_cases().into_iter().filter(|s| fits(kind, s.0)) {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let Some(w) = PackedMatrix::pack(&weights.matrix(n_rows, row_len)) else { continue };
+            let act = quantize(&random_activations(17, row_len, &mut rng));
+            for n_cols in [1, 2, 3, 4, 5, 8, 9, 17] {
+                let act = &act[..n_cols * w.blocks_per_row()];
+                let want = run_packed(scalar(), &w, act, n_cols);
+                for k in &paths {
+                    let got = run_packed(k, &w, act, n_cols);
+                    assert_same_bits(&got, &want, &format!("{} {kind} {n_rows}x{row_len} n_cols {n_cols}", k.name));
+                }
+            }
+        }
+    }
+}
+
+/// Every path's packed matmul against the f64 product with the unquantized activations: activation rounding (as in
+/// `matmul_q8_matches_f64_within_activation_rounding`) plus the summation of at most `4·n_groups` terms, each with
+/// two rounded products.
+#[test]
+fn matmul_packed_matches_f64_within_activation_rounding() {
+    let mut rng = Rng(13);
+    for kind in KINDS {
+        for &(row_len, n_rows) in MODEL_SHAPES.iter().chain(&[(96, 7), (160, 33), (768, 5)]).filter(|s| fits(kind, s.0))
+        {
+            let n_cols = 3;
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let w = weights.matrix(n_rows, row_len);
+            let Some(packed) = PackedMatrix::pack(&w) else { continue };
+            let x = random_activations(n_cols, row_len, &mut rng);
+            let act = quantize(&x);
+            let n = w.blocks_per_row();
+            let reference = RefWeights::new(&w);
+            for k in supported_kernels() {
+                let got = run_packed(k, &packed, &act, n_cols);
+                for c in 0..n_cols {
+                    for r in 0..n_rows {
+                        let (want, _) = dot_f64(&reference, &x, c, r);
+                        let rounding: f64 = (0..n)
+                            .map(|b| {
+                                let w_abs: f64 = (0..QK).map(|j| reference.get(r, b * QK + j).0.abs()).sum();
+                                0.5001 * f64::from(act[c * n + b].d) * w_abs
+                            })
+                            .sum();
+                        let summation = (4 * n + 8) as f64 * U * q8_magnitude(&reference, &act, c, r);
+                        let tol = rounding + summation;
+                        let g = f64::from(got[c * n_rows + r]);
+                        assert!(
+                            (g - want).abs() <= tol,
+                            "{} {kind} {n_rows}x{row_len} ({c}, {r}): {g} vs {want}, tol {tol:e}",
+                            k.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Batch invariance of the packed matmul, bit for bit, on every path: a column's outputs do not depend on how many
+/// columns run with it, where it sits in the batch, or how the rows are split (also inside a panel).
+#[test]
+fn matmul_packed_is_batch_invariant() {
+    let mut rng = Rng(14);
+    let (n_rows, pool_cols) = (37, 23);
+    for kind in KINDS {
+        for row_len in [96, 768].into_iter().filter(|&l| fits(kind, l)) {
+            let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+            let Some(w) = PackedMatrix::pack(&weights.matrix(n_rows, row_len)) else { continue };
+            let act = quantize(&random_activations(pool_cols, row_len, &mut rng));
+            let n = w.blocks_per_row();
+            for k in supported_kernels() {
+                let alone: Vec<Vec<f32>> =
+                    (0..pool_cols).map(|c| run_packed(k, &w, &act[c * n..(c + 1) * n], 1)).collect();
+                for (first, n_cols) in [(0, 23), (1, 2), (3, 3), (2, 5), (5, 16), (6, 17), (19, 4)] {
+                    for piece in [n_rows, 1, 5, 16, 32] {
+                        let run = |nc: usize, out: &mut OutRows| {
+                            k.matmul_packed(&w, &act[first * n..(first + nc) * n], nc, out)
+                        };
+                        let got = split_run(n_rows, n_cols, piece, &run);
+                        for c in 0..n_cols {
+                            let what =
+                                format!("{} {kind} row_len {row_len} cols {first}+{n_cols} piece {piece}", k.name);
+                            assert_same_bits(&got[c * n_rows..(c + 1) * n_rows], &alone[first + c], &what);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

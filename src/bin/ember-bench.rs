@@ -2,7 +2,14 @@
 //!
 //! ```text
 //! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
+//!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N]
 //! ```
+//!
+//! The second line shapes the run for a side-by-side with llama.cpp's `llama-bench` (what
+//! `scripts/llamacpp/compare.py` runs): `--no-rss` skips the peak-RSS generation, `--prefill` sets the prompt
+//! lengths, `--decode` the tokens decoded (from an empty context, as `llama-bench`'s `tg` does, instead of after a
+//! 128-token prompt), `--depth N` adds decode after an untimed N-token prompt (`llama-bench -d N`), `--runs` the
+//! runs of each measurement.
 //!
 //! A model with sliding-window layers (Gemma 3) keeps them in a KV pool of their own, sized for one sequence's
 //! windows (`engine::generate::single_sequence_window_blocks`), as the engine and `ember-cli` do;
@@ -16,6 +23,10 @@
 //!   for its last token, as a server's first step of a request computes them;
 //! - single-stream decode speed over 128 tokens (32 with `--quick`) after a 128-token prompt, through
 //!   `engine::generate` (sampling included, as a user sees it);
+//! - the read bandwidth with `--threads` threads each reading its share of a buffer as large as the weights a
+//!   decode step reads (at least 256 MiB), and decode's weight traffic against it: weight bytes per token × decode
+//!   tokens/s ÷ that bandwidth (the roofline share: 1 means decode reads its weights as fast as the machine
+//!   streams that many bytes);
 //! - a large memcpy's speed on the same machine, and the share of it decode reaches: weight bytes read per token ×
 //!   decode tokens/s ÷ memcpy bytes/s. Decode of a model this small streams its weights for every token, so this
 //!   ratio says how close decode is to the memory-bandwidth bound (it can exceed 1: the memcpy runs on one thread
@@ -39,7 +50,8 @@ use ember::engine::sampling::SamplingParams;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
-const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]";
+const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
+                     [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N]";
 
 /// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
 const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
@@ -57,6 +69,16 @@ struct Args {
     quick: bool,
     /// Keep the sliding-window layers in the global KV pool.
     no_window_pool: bool,
+    /// Skip the peak-RSS generation.
+    no_rss: bool,
+    /// Prompt lengths to prefill, instead of the plan's.
+    prefill: Option<Vec<usize>>,
+    /// Tokens to decode from an empty context, instead of the plan's decode after a 128-token prompt.
+    decode: Option<usize>,
+    /// Also decode after an untimed prompt of this many tokens.
+    depth: Option<usize>,
+    /// Runs of each measurement, instead of the plan's.
+    runs: Option<usize>,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
@@ -66,19 +88,33 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         json: PathBuf::from("target/ember-bench.json"),
         quick: false,
         no_window_pool: false,
+        no_rss: false,
+        prefill: None,
+        decode: None,
+        depth: None,
+        runs: None,
     };
+    let count =
+        |name: &str, v: &str| v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("{name}: {v:?} is not a count"));
     let mut it = raw.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
             "--model" => args.model = Some(value("--model")?.into()),
             "--threads" => {
-                let v = value("--threads")?;
-                args.threads = v.parse().ok().filter(|&n| n > 0).ok_or(format!("--threads: {v:?} is not a count"))?;
+                args.threads = count("--threads", &value("--threads")?)?;
             }
             "--json" => args.json = value("--json")?.into(),
             "--quick" => args.quick = true,
             "--no-kv-window-pool" => args.no_window_pool = true,
+            "--no-rss" => args.no_rss = true,
+            "--prefill" => {
+                let v = value("--prefill")?;
+                args.prefill = Some(v.split(',').map(|n| count("--prefill", n)).collect::<Result<_, _>>()?);
+            }
+            "--decode" => args.decode = Some(count("--decode", &value("--decode")?)?),
+            "--depth" => args.depth = Some(count("--depth", &value("--depth")?)?),
+            "--runs" => args.runs = Some(count("--runs", &value("--runs")?)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -87,32 +123,61 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
 
 /// The sizes of a run.
 struct Plan {
-    prefill_lengths: [usize; 2],
+    prefill_lengths: Vec<usize>,
     prefill_runs: usize,
     decode_prompt: usize,
     decode_tokens: usize,
     decode_runs: usize,
+    /// Decode after an untimed prompt of this many tokens, with its runs.
+    depth: Option<(usize, usize)>,
+    /// Whether to measure the peak RSS.
+    rss: bool,
     /// KV positions the peak-RSS generation fills (prompt and generated tokens).
     rss_positions: usize,
     rss_prompt: usize,
     /// Bytes of each memcpy buffer.
     memcpy_bytes: usize,
     memcpy_runs: usize,
+    /// Least bytes of the read-bandwidth buffer (it is as large as the weights a decode step reads).
+    read_bytes: usize,
 }
 
 impl Plan {
-    fn new(quick: bool) -> Self {
-        Plan {
-            prefill_lengths: [128, 512],
+    fn new(args: &Args) -> Self {
+        let quick = args.quick;
+        let mut plan = Plan {
+            prefill_lengths: vec![128, 512],
             prefill_runs: if quick { 3 } else { 5 },
             decode_prompt: 128,
             decode_tokens: if quick { 32 } else { 128 },
             decode_runs: 3,
+            depth: None,
+            rss: !args.no_rss,
             rss_positions: if quick { 1024 } else { 4096 },
             rss_prompt: 32,
             memcpy_bytes: if quick { 64 << 20 } else { 256 << 20 },
             memcpy_runs: 5,
+            read_bytes: 256 << 20,
+        };
+        if let Some(lengths) = &args.prefill {
+            plan.prefill_lengths = lengths.clone();
         }
+        if let Some(tokens) = args.decode {
+            (plan.decode_prompt, plan.decode_tokens) = (0, tokens);
+        }
+        if let Some(runs) = args.runs {
+            (plan.prefill_runs, plan.decode_runs) = (runs, runs);
+        }
+        plan.depth = args.depth.map(|depth| (depth, args.runs.unwrap_or(1)));
+        plan
+    }
+
+    /// KV positions the runs need.
+    fn context(&self) -> usize {
+        let decode = self.decode_prompt.max(1) + self.decode_tokens;
+        let depth = self.depth.map_or(0, |(depth, _)| depth + self.decode_tokens);
+        let rss = if self.rss { self.rss_positions } else { 0 };
+        self.prefill_lengths.iter().copied().max().unwrap_or(0).max(decode).max(depth).max(rss)
     }
 }
 
@@ -255,22 +320,18 @@ impl Bench<'_> {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let plan = Plan::new(args.quick);
+    let plan = Plan::new(args);
     let load_at_start = load_average();
     let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
     let config = &model.config;
-    let mut options =
-        CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.rss_positions) };
+    let mut options = CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.context()) };
     if !args.no_window_pool {
         options.kv_window_blocks = single_sequence_window_blocks(config, &options);
     }
     let layout = SingleSequenceLayout::of(&options);
-    // The plan's sizes are constants; this guards their edits, not user input.
     let longest_prefill = plan.prefill_lengths.iter().max().copied().unwrap_or(0);
-    if longest_prefill > layout.max_batch_tokens
-        || longest_prefill.max(plan.decode_prompt + plan.decode_tokens) > plan.rss_positions
-    {
-        return Err("the plan does not fit the backend's batch or cache".to_owned());
+    if longest_prefill > layout.max_batch_tokens {
+        return Err(format!("--prefill: at most {} tokens (one step of the backend)", layout.max_batch_tokens));
     }
     let eog = model.tokenizer.eog_ids();
     let sampling = SamplingParams { logit_bias: eog.iter().map(|&id| (id, NEVER)).collect(), ..Default::default() };
@@ -292,24 +353,37 @@ fn run(args: &Args) -> Result<(), String> {
 
     // Peak RSS: a generation that fills the cache, first thing after loading. Its last token is sampled but never
     // fed back, so it needs no KV position.
-    let rss_tokens = plan.rss_positions - plan.rss_prompt + 1;
-    eprintln!("generating {rss_tokens} tokens for the peak RSS...");
-    let rss_prompt = bench.prompt(plan.rss_prompt);
-    let long = Measurement::take(|| Ok(vec![bench.decode(&rss_prompt, rss_tokens)?]))?;
+    let mut long = None;
+    if plan.rss {
+        let rss_tokens = plan.rss_positions - plan.rss_prompt + 1;
+        eprintln!("generating {rss_tokens} tokens for the peak RSS...");
+        let rss_prompt = bench.prompt(plan.rss_prompt);
+        long = Some(Measurement::take(|| Ok(vec![bench.decode(&rss_prompt, rss_tokens)?]))?);
+    }
     let peak_rss = proc_status_kib("VmHWM").map(|kib| kib * 1024);
 
     let mut prefill = Vec::new();
-    for len in plan.prefill_lengths {
+    for &len in &plan.prefill_lengths {
         prefill.push((len, Measurement::take(|| bench.prefill(len, plan.prefill_runs))?));
     }
-    let decode_prompt = bench.prompt(plan.decode_prompt);
+    let decode_prompt = bench.prompt(plan.decode_prompt.max(1));
     let decode = Measurement::take(|| {
         (0..plan.decode_runs).map(|_| bench.decode(&decode_prompt, plan.decode_tokens + 1)).collect()
     })?;
+    let mut at_depth = None;
+    if let Some((depth, runs)) = plan.depth {
+        eprintln!("decoding after {depth} prompt tokens...");
+        let prompt = bench.prompt(depth);
+        at_depth =
+            Some(Measurement::take(|| (0..runs).map(|_| bench.decode(&prompt, plan.decode_tokens + 1)).collect())?);
+    }
     drop(bench);
 
+    let read_bytes = weight_bytes.max(plan.read_bytes);
+    let read = Measurement::take(|| Ok(read_gb_per_second(read_bytes, args.threads, plan.memcpy_runs)))?;
     let memcpy = Measurement::take(|| Ok(memcpy_gb_per_second(plan.memcpy_bytes, plan.memcpy_runs)))?;
     let ratio = weight_bytes as f64 * decode.median() / (memcpy.median() * 1e9);
+    let roofline = weight_bytes as f64 * decode.median() / (read.median() * 1e9);
     let load_at_end = load_average();
     let (cpu, cpus) = (cpu_model(), std::thread::available_parallelism().map_or(0, |n| n.get()));
 
@@ -318,16 +392,30 @@ fn run(args: &Args) -> Result<(), String> {
     for (len, m) in &prefill {
         m.print(&format!("prefill {len} tokens (tokens/s)"));
     }
-    decode.print(&format!("decode {} after {} (tokens/s)", plan.decode_tokens, plan.decode_prompt));
-    long.print(&format!("decode over {} positions (tokens/s)", plan.rss_positions));
+    let decode_label = match plan.decode_prompt {
+        0 => format!("decode {} (tokens/s)", plan.decode_tokens),
+        prompt => format!("decode {} after {prompt} (tokens/s)", plan.decode_tokens),
+    };
+    decode.print(&decode_label);
+    if let (Some(m), Some((depth, _))) = (&at_depth, plan.depth) {
+        m.print(&format!("decode {} at depth {depth} (tokens/s)", plan.decode_tokens));
+    }
+    if let Some(long) = &long {
+        long.print(&format!("decode over {} positions (tokens/s)", plan.rss_positions));
+    }
+    read.print(&format!("read {} MiB, {} threads (GB/s)", read_bytes >> 20, args.threads));
     memcpy.print(&format!("memcpy {} MiB (GB/s copied)", plan.memcpy_bytes >> 20));
     println!("{:<40} {:>10.1}", "weights read per token (MB)", weight_bytes as f64 / 1e6);
+    println!("{:<40} {:>10.2}", "weights/token x decode / read", roofline);
     println!("{:<40} {:>10.2}", "weights/token x decode / memcpy", ratio);
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    let rss_label = if plan.rss {
+        format!("peak RSS, {} positions (MiB)", plan.rss_positions)
+    } else {
+        "peak RSS (MiB)".to_owned()
+    };
     match peak_rss {
-        Some(bytes) => {
-            println!("{:<40} {:>10.1}", format!("peak RSS, {} positions (MiB)", plan.rss_positions), mib(bytes))
-        }
+        Some(bytes) => println!("{rss_label:<40} {:>10.1}", mib(bytes)),
         None => println!("peak RSS: /proc/self/status has no VmHWM here"),
     }
     println!("  (of which KV cache {:.1} MiB, model file {:.1} MiB)", mib(kv_bytes as u64), mib(model.file.file_len()));
@@ -349,16 +437,21 @@ fn run(args: &Args) -> Result<(), String> {
         "load_average": { "start": load_at_start, "end": load_at_end },
         "prefill_tokens_per_s": prefill.iter().map(|(len, m)| (len.to_string(), m.json())).collect::<serde_json::Map<_, _>>(),
         "decode_tokens_per_s": { "prompt": plan.decode_prompt, "tokens": plan.decode_tokens, "result": decode.json() },
+        "decode_at_depth_tokens_per_s": plan.depth.zip(at_depth.as_ref()).map(|((depth, _), m)| serde_json::json!({
+            "depth": depth, "tokens": plan.decode_tokens, "result": m.json()
+        })),
+        "read_gb_per_s": { "bytes": read_bytes, "threads": args.threads, "result": read.json() },
         "memcpy_gb_per_s": { "bytes": plan.memcpy_bytes, "result": memcpy.json() },
         "weight_bytes_per_token": weight_bytes,
+        "decode_bandwidth_over_read": roofline,
         "decode_bandwidth_over_memcpy": ratio,
         "peak_rss": {
-            "positions": plan.rss_positions,
+            "positions": plan.rss.then_some(plan.rss_positions),
             "bytes": peak_rss,
             "kv_cache_bytes": kv_bytes,
             "kv_cache_bytes_every_layer_whole": whole_kv_bytes,
             "kv_window_pool_blocks": layout.kv_window_blocks,
-            "decode_tokens_per_s": long.json()
+            "decode_tokens_per_s": long.as_ref().map(Measurement::json)
         },
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -368,6 +461,40 @@ fn run(args: &Args) -> Result<(), String> {
     std::fs::write(&args.json, text + "\n").map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
     println!("wrote {}", args.json.display());
     Ok(())
+}
+
+/// Reads a buffer of `bytes` with `threads` threads, each XOR-folding its contiguous share 64 bytes at a time, `runs`
+/// times: bytes read per second, in GB/s (10⁹),
+/// per run. The buffer is written first, so that its pages are mapped; a run's time is from the threads' common
+/// start to the last one's end. Sized like the weights a decode step reads, it is what the machine delivers to a
+/// decode step at best: a buffer larger than the last-level cache is read from memory, and a smaller one (or part
+/// of one, where the cache keeps lines across passes) partly from the cache, as decode's weights are.
+fn read_gb_per_second(bytes: usize, threads: usize, runs: usize) -> Vec<f64> {
+    let lines: Vec<[u64; 8]> = (0..bytes / 64).map(|i| [i as u64; 8]).collect();
+    let share = lines.len().div_ceil(threads);
+    (0..runs)
+        .map(|_| {
+            let start_line = std::sync::Barrier::new(lines.chunks(share).len() + 1);
+            let elapsed = std::thread::scope(|s| {
+                for part in lines.chunks(share) {
+                    let start_line = &start_line;
+                    s.spawn(move || {
+                        start_line.wait();
+                        let mut fold = [0u64; 8];
+                        for line in part {
+                            for (f, w) in fold.iter_mut().zip(line) {
+                                *f ^= w;
+                            }
+                        }
+                        black_box(fold);
+                    });
+                }
+                start_line.wait();
+                Instant::now()
+            });
+            (lines.len() * 64) as f64 / elapsed.elapsed().as_secs_f64() / 1e9
+        })
+        .collect()
 }
 
 /// Copies `bytes` from one buffer to another `runs` times: bytes copied per second, in GB/s (10⁹), per run. One

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
-use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
+use super::kernels::{kernels, BlockQ8A, Kernels};
 use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
 use super::model_weights::CpuModelWeights;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
@@ -163,7 +163,8 @@ impl<'m> CpuBackend<'m> {
         if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
             return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
         }
-        let weights = CpuModelWeights::new(file, &config).map_err(CpuBackendError::Gguf)?;
+        let pack = options.precision == Precision::Quantized8;
+        let weights = CpuModelWeights::new(file, &config, pack).map_err(CpuBackendError::Gguf)?;
         let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
         let kv_precision = match options.precision {
             Precision::Quantized8 => KvPrecision::F16,
@@ -262,17 +263,17 @@ impl<'m> CpuBackend<'m> {
     }
 
     /// Runs the matmuls `outs` (weight, output buffer index) over the first `T` rows of buffer `src`.
-    fn run_matmuls<const N: usize>(&mut self, src: usize, width: usize, outs: [(WeightMatrix<'m>, usize); N]) {
+    fn run_matmuls<const N: usize>(&mut self, src: usize, width: usize, outs: [(Weight, usize); N]) {
         let t = self.step.n_tokens();
         self.prepare_input(src, t, width);
-        let Self { bufs, act_q8, act_f32, pool, kernels, options, .. } = self;
+        let Self { bufs, act_q8, act_f32, pool, kernels, options, weights, .. } = self;
         let act = match options.precision {
             Precision::Quantized8 => Activations::Q8(&act_q8[..t * width / QK]),
             Precision::Float32 => Activations::F32(&act_f32[..t * width]),
         };
         let mut out_bufs = bufs.get_disjoint_mut(outs.map(|o| o.1)).expect("matmul outputs are distinct").into_iter();
         let mut jobs: [MatmulJob<'_, '_>; N] = std::array::from_fn(|i| MatmulJob {
-            weights: &outs[i].0,
+            weights: weights.matrix(outs[i].0),
             out: out_bufs.next().expect("one buffer per output"),
         });
         parallel_matmul(pool, kernels, act, t, &mut jobs);
@@ -329,7 +330,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
 
     fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]) {
         let (width, s) = (self.width(src), buf_index(src));
-        let out = |i: usize| (*self.weights.matrix(outputs[i].0), buf_index(outputs[i].1));
+        let out = |i: usize| (outputs[i].0, buf_index(outputs[i].1));
         match outputs.len() {
             1 => self.run_matmuls(s, width, [out(0)]),
             2 => self.run_matmuls(s, width, [out(0), out(1)]),
@@ -340,8 +341,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
 
     fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf) {
         let width = self.width(src);
-        let matrix = *self.weights.matrix(w);
-        self.run_matmuls(buf_index(src), width, [(matrix, TMP)]);
+        self.run_matmuls(buf_index(src), width, [(w, TMP)]);
         let n = self.step.n_tokens() * self.width(dst);
         let kernels = self.kernels;
         let [sum, tmp] = self.bufs.get_disjoint_mut([buf_index(dst), TMP]).expect("distinct buffers");

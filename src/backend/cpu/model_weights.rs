@@ -1,23 +1,55 @@
-//! The model's weights as the CPU kernels read them: views into the memory-mapped GGUF file, resolved once.
-//!
-//! Nothing is copied or repacked: the weights stay in the page cache (shared with other processes that map the
-//! same file), which keeps the resident size to the file plus the KV cache.
+//! The model's weights as the CPU kernels read them, resolved once: the quantized matrices packed for the fast
+//! path's kernels (`kernels::packed`), everything else (norms, float matrices, every matrix on the precise path)
+//! as views into the model file's bytes.
 
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::forward::{Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
-use super::kernels::WeightMatrix;
+use super::kernels::{PackedMatrix, WeightMatrix};
+
+/// A weight matrix as the matmuls read it.
+pub enum Matrix<'m> {
+    /// The file's blocks as they are (float types, and the precise path).
+    File(WeightMatrix<'m>),
+    /// Rearranged at load for the quantized matmul.
+    Packed(PackedMatrix),
+}
+
+impl<'m> Matrix<'m> {
+    /// The matrix packed when `pack` is set and its type packs; the file's view otherwise.
+    fn new(w: WeightMatrix<'m>, pack: bool) -> Self {
+        match pack.then(|| PackedMatrix::pack(&w)).flatten() {
+            Some(packed) => Matrix::Packed(packed),
+            None => Matrix::File(w),
+        }
+    }
+
+    pub fn n_rows(&self) -> usize {
+        match self {
+            Matrix::File(w) => w.n_rows(),
+            Matrix::Packed(p) => p.n_rows(),
+        }
+    }
+
+    /// Bytes a matvec streams.
+    pub fn n_bytes(&self) -> usize {
+        match self {
+            Matrix::File(w) => w.data().n_bytes(),
+            Matrix::Packed(p) => p.n_bytes(),
+        }
+    }
+}
 
 /// The matrices of one transformer block.
 struct LayerWeights<'m> {
-    attn_q: WeightMatrix<'m>,
-    attn_k: WeightMatrix<'m>,
-    attn_v: WeightMatrix<'m>,
-    attn_output: WeightMatrix<'m>,
-    ffn_gate: WeightMatrix<'m>,
-    ffn_up: WeightMatrix<'m>,
-    ffn_down: WeightMatrix<'m>,
+    attn_q: Matrix<'m>,
+    attn_k: Matrix<'m>,
+    attn_v: Matrix<'m>,
+    attn_output: Matrix<'m>,
+    ffn_gate: Matrix<'m>,
+    ffn_up: Matrix<'m>,
+    ffn_down: Matrix<'m>,
     attn_norm: &'m [f32],
     ffn_norm: &'m [f32],
     /// The norms some architectures add (see `LlamaConfig::qk_norm`, `post_norms`); empty when absent.
@@ -27,24 +59,26 @@ struct LayerWeights<'m> {
     k_norm: &'m [f32],
 }
 
-/// Every weight the forward pass reads, borrowed from the model file.
+/// Every weight the forward pass reads.
 pub struct CpuModelWeights<'m> {
     /// `[vocab][n_embd]`: rows are token embeddings.
     token_embd: WeightMatrix<'m>,
     /// `[vocab][n_embd]`: the output projection (the embedding table itself when tied).
-    output: WeightMatrix<'m>,
+    output: Matrix<'m>,
     output_norm: &'m [f32],
     layers: Vec<LayerWeights<'m>>,
 }
 
 impl<'m> CpuModelWeights<'m> {
-    /// Resolves every tensor (the file was validated against `config` by [`LlamaConfig::from_gguf`]).
-    pub fn new(file: &'m GgufFile, config: &LlamaConfig) -> Result<Self, GgufError> {
-        let matrix = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
+    /// Resolves every tensor (the file was validated against `config` by [`LlamaConfig::from_gguf`]), packing
+    /// the quantized matrices when `pack` is set.
+    pub fn new(file: &'m GgufFile, config: &LlamaConfig, pack: bool) -> Result<Self, GgufError> {
+        let view = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
+        let matrix = |name: &str| Ok::<_, GgufError>(Matrix::new(view(name)?, pack));
         let norm = |name: &str| file.tensor(name)?.as_f32();
         let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(&[][..]) };
-        let token_embd = matrix("token_embd.weight")?;
-        let output = if config.tied_output { token_embd } else { matrix("output.weight")? };
+        let token_embd = view("token_embd.weight")?;
+        let output = Matrix::new(if config.tied_output { token_embd } else { view("output.weight")? }, pack);
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
@@ -67,7 +101,7 @@ impl<'m> CpuModelWeights<'m> {
         Ok(CpuModelWeights { token_embd, output, output_norm: norm(&Norm::Output.tensor_name())?, layers })
     }
 
-    pub fn matrix(&self, w: Weight) -> &WeightMatrix<'m> {
+    pub fn matrix(&self, w: Weight) -> &Matrix<'m> {
         match w {
             Weight::AttnQ(l) => &self.layers[l].attn_q,
             Weight::AttnK(l) => &self.layers[l].attn_k,
@@ -95,7 +129,7 @@ impl<'m> CpuModelWeights<'m> {
         &self.token_embd
     }
 
-    pub fn output(&self) -> &WeightMatrix<'m> {
+    pub fn output(&self) -> &Matrix<'m> {
         &self.output
     }
 
@@ -104,9 +138,9 @@ impl<'m> CpuModelWeights<'m> {
         let per_layer = |l: &LayerWeights| {
             [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
                 .iter()
-                .map(|m| m.data().n_bytes())
+                .map(|m| m.n_bytes())
                 .sum::<usize>()
         };
-        self.layers.iter().map(per_layer).sum::<usize>() + self.output.data().n_bytes()
+        self.layers.iter().map(per_layer).sum::<usize>() + self.output.n_bytes()
     }
 }

@@ -5,7 +5,8 @@
 
 use std::sync::Mutex;
 
-use super::kernels::{BlockQ8A, Kernels, OutRows, WeightMatrix};
+use super::kernels::{BlockQ8A, Kernels, OutRows};
+use super::model_weights::Matrix;
 use super::pool::ThreadPool;
 
 /// Most tasks one parallel region is split into.
@@ -27,7 +28,7 @@ pub enum Activations<'a> {
 
 /// One matmul of a parallel region: `out[c][r] = w[r] · act[c]` for all rows of `w`.
 pub struct MatmulJob<'w, 'o> {
-    pub weights: &'w WeightMatrix<'w>,
+    pub weights: &'w Matrix<'w>,
     /// `[n_cols][weights.n_rows()]`.
     pub out: &'o mut [f32],
 }
@@ -46,7 +47,7 @@ pub fn parallel_matmul(
     let target_tasks = target_tasks.min(MAX_TASKS - jobs.len());
     let rows_per_task = total_rows.div_ceil(target_tasks).next_multiple_of(ROW_ALIGN);
 
-    let weights: [Option<&WeightMatrix>; MAX_TASKS] = std::array::from_fn(|i| jobs.get(i).map(|j| j.weights));
+    let weights: [Option<&Matrix>; MAX_TASKS] = std::array::from_fn(|i| jobs.get(i).map(|j| j.weights));
     let slots: [Mutex<Option<(usize, OutRows<'_>)>>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
     let mut n_tasks = 0;
     for (job_index, job) in jobs.iter_mut().enumerate() {
@@ -67,9 +68,11 @@ pub fn parallel_matmul(
             return;
         };
         let w = weights[job_index].expect("every job has its weights");
-        match act {
-            Activations::Q8(blocks) => kernels.matmul_q8(w, blocks, n_cols, &mut view),
-            Activations::F32(values) => kernels.matmul_f32(w, values, n_cols, &mut view),
+        match (act, w) {
+            (Activations::Q8(blocks), Matrix::Packed(w)) => kernels.matmul_packed(w, blocks, n_cols, &mut view),
+            (Activations::Q8(blocks), Matrix::File(w)) => kernels.matmul_q8(w, blocks, n_cols, &mut view),
+            (Activations::F32(values), Matrix::File(w)) => kernels.matmul_f32(w, values, n_cols, &mut view),
+            (Activations::F32(_), Matrix::Packed(_)) => unreachable!("the precise path packs nothing"),
         }
     });
 }

@@ -16,6 +16,7 @@ mod avx2;
 mod avx512;
 pub mod numerics;
 mod out_rows;
+pub mod packed;
 mod q8a;
 mod scalar;
 mod select;
@@ -24,6 +25,7 @@ mod tiling;
 mod weights;
 
 pub use out_rows::OutRows;
+pub use packed::PackedMatrix;
 pub use q8a::{quantize_row_q8a, quantize_row_q8a_scalar, BlockQ8A};
 pub use select::{
     kernel_selection, kernels, kernels_named, supported_kernels, KernelSelection, KERNELS_ENV_VAR, KERNEL_NAMES,

@@ -11,7 +11,8 @@ use crate::model::gguf::blocks::QK;
 /// 32 consecutive activations `x[j] ≈ d · qs[j]`.
 ///
 /// Invariants (what [`quantize_row_q8a`] produces, and what the SIMD kernels rely on for exact integer sums):
-/// `qs[j]` lies in `-127..=127`, and `s == d * Σ qs` computed in f32.
+/// `qs[j]` lies in `-127..=127`, `sum == Σ qs`, `half_sums == [Σ qs[0..16], Σ qs[16..32]]` and
+/// `s == d * (sum as f32)` computed in f32.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ8A {
@@ -19,12 +20,33 @@ pub struct BlockQ8A {
     pub d: f32,
     /// `d · Σ qs`: the block's sum as the integer kernels see it.
     pub s: f32,
+    /// `Σ qs`: a weight type stored with an offset (`u − OFFSET`) subtracts `OFFSET · sum` in integers.
+    pub sum: i32,
+    /// `Σ qs` over each half of 16: the offsets and minima of the K-quants with a scale per 16 elements.
+    pub half_sums: [i16; 2],
     pub qs: [i8; QK],
 }
 
-// The kernels load `qs` at byte offset 8 and step over blocks 40 bytes at a time.
-const _: () = assert!(std::mem::size_of::<BlockQ8A>() == 40);
-const _: () = assert!(std::mem::offset_of!(BlockQ8A, qs) == 8);
+// The kernels load `qs` at byte offset 16 (16-byte aligned in a 16-byte aligned array) and step over blocks 48
+// bytes at a time.
+const _: () = assert!(std::mem::size_of::<BlockQ8A>() == 48);
+const _: () = assert!(std::mem::offset_of!(BlockQ8A, qs) == 16);
+
+impl BlockQ8A {
+    /// An all-zero block (`d = 0`).
+    pub const ZERO: BlockQ8A = BlockQ8A { d: 0.0, s: 0.0, sum: 0, half_sums: [0; 2], qs: [0; QK] };
+
+    /// Sets `sum`, `half_sums` and `s` from `qs` and `d` (integer sums: the same on every path).
+    #[inline(always)]
+    pub(super) fn set_sums(&mut self) {
+        let half = |h: usize| self.qs[16 * h..16 * h + 16].iter().map(|&q| i32::from(q)).sum::<i32>();
+        let (lo, hi) = (half(0), half(1));
+        // |Σ| ≤ 16 · 127 fits i16.
+        self.half_sums = [lo as i16, hi as i16];
+        self.sum = lo + hi;
+        self.s = self.d * self.sum as f32;
+    }
+}
 
 /// The per-block scale and its inverse, as every path computes them (scalar code, so every path agrees bit for bit).
 ///
@@ -51,13 +73,11 @@ pub fn quantize_row_q8a_scalar(x: &[f32], out: &mut [BlockQ8A]) {
     for (xs, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = xs.iter().fold(0f32, |m, &v| m.max(v.abs()));
         let (d, id) = scale_and_inverse(amax);
-        let mut sum = 0i32;
         for (q, &v) in block.qs.iter_mut().zip(xs) {
             *q = (v * id).round_ties_even() as i8;
-            sum += i32::from(*q);
         }
         block.d = d;
-        block.s = d * sum as f32;
+        block.set_sums();
     }
 }
 
@@ -89,13 +109,15 @@ mod tests {
         assert_eq!(b.d, 1.0);
         assert_eq!((b.qs[3], b.qs[7], b.qs[8], b.qs[9], b.qs[10], b.qs[0]), (-127, 64, 62, 0, 1, 0));
         let sum: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
-        assert_eq!(b.s, b.d * sum as f32);
+        assert_eq!((b.sum, b.s), (sum, b.d * sum as f32));
+        let lo: i32 = b.qs[..16].iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(b.half_sums, [lo as i16, (sum - lo) as i16]);
     }
 
     #[test]
     fn zero_block_has_zero_scale() {
-        let mut out = [BlockQ8A { d: 1.0, s: 1.0, qs: [1; QK] }];
+        let mut out = [BlockQ8A { d: 1.0, s: 1.0, sum: 1, half_sums: [1; 2], qs: [1; QK] }];
         quantize_row_q8a_scalar(&[0.0; QK], &mut out);
-        assert_eq!(out[0], BlockQ8A::zeroed());
+        assert_eq!(out[0], BlockQ8A::ZERO);
     }
 }

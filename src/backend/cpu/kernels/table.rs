@@ -4,6 +4,7 @@
 use half::f16;
 
 use super::out_rows::OutRows;
+use super::packed::PackedMatrix;
 use super::q8a::BlockQ8A;
 use super::weights::WeightMatrix;
 use crate::model::gguf::blocks::QK;
@@ -11,6 +12,8 @@ use crate::model::gguf::blocks::QK;
 /// `out(c, r) = Σ_k w(r, k) · act(c, k)` over quantized activations, for the rows of `out` (see
 /// [`Kernels::matmul_q8`]). Arguments are checked before the call.
 pub(super) type MatmulQ8Fn = unsafe fn(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
+/// The same over packed weights (see [`Kernels::matmul_packed`]).
+pub(super) type MatmulPackedFn = unsafe fn(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
 /// The same over f32 activations (see [`Kernels::matmul_f32`]).
 pub(super) type MatmulF32Fn = unsafe fn(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows);
 
@@ -31,6 +34,7 @@ pub struct Kernels {
     pub name: &'static str,
     pub(super) quantize_row_q8a: unsafe fn(x: &[f32], out: &mut [BlockQ8A]),
     pub(super) matmul_q8: MatmulQ8Fn,
+    pub(super) matmul_packed: MatmulPackedFn,
     pub(super) matmul_f32: MatmulF32Fn,
     pub(super) rms_norm: unsafe fn(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]),
     pub(super) silu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
@@ -47,6 +51,8 @@ pub struct Kernels {
 pub type QuantizeOverride = fn(x: &[f32], out: &mut [BlockQ8A]);
 /// A replacement for `matmul_q8`.
 pub type MatmulQ8Override = fn(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
+/// A replacement for `matmul_packed`.
+pub type MatmulPackedOverride = fn(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows);
 /// A replacement for `silu_mul`.
 pub type SiluMulOverride = fn(gate: &[f32], up: &[f32], out: &mut [f32]);
 
@@ -56,6 +62,7 @@ pub type SiluMulOverride = fn(gate: &[f32], up: &[f32], out: &mut [f32]);
 pub struct KernelOverrides {
     pub quantize_row_q8a: Option<QuantizeOverride>,
     pub matmul_q8: Option<MatmulQ8Override>,
+    pub matmul_packed: Option<MatmulPackedOverride>,
     pub silu_mul: Option<SiluMulOverride>,
     pub softmax_inplace: Option<fn(x: &mut [f32])>,
 }
@@ -72,6 +79,9 @@ impl Kernels {
         }
         if let Some(f) = overrides.matmul_q8 {
             k.matmul_q8 = f;
+        }
+        if let Some(f) = overrides.matmul_packed {
+            k.matmul_packed = f;
         }
         if let Some(f) = overrides.silu_mul {
             k.silu_mul = f;
@@ -136,6 +146,27 @@ impl Kernels {
         check_matmul(w, act.len(), w.blocks_per_row(), n_cols, out);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.matmul_q8)(w, act, n_cols, out) }
+    }
+
+    /// The quantized matmul over packed weights ([`PackedMatrix`]): for every `r` in `out.rows()` and `c` in
+    /// `0..n_cols`, `out(c, r)` is row `r` against activation column `c` (`act`: `n_cols × row_len / 32` blocks,
+    /// token-major), with the arithmetic of `packed::scalar` (one accumulator per output, the row's groups in
+    /// order; `docs/architecture.md`, "Numerics"). Batch-invariant like [`Kernels::matmul_q8`]: each output's
+    /// operations depend on its row and column only.
+    ///
+    /// # Panics
+    /// When `act.len() != n_cols * w.blocks_per_row()`, `out.n_cols() != n_cols` or `out.rows()` reaches past
+    /// `w.n_rows()`.
+    pub fn matmul_packed(&self, w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+        assert_eq!(
+            act.len(),
+            n_cols * w.blocks_per_row(),
+            "matmul: activations must hold n_cols columns of the row length"
+        );
+        assert_eq!(out.n_cols(), n_cols, "matmul: output view has another column count");
+        assert!(out.rows().end <= w.n_rows(), "matmul: output rows {:?} beyond {} weight rows", out.rows(), w.n_rows());
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.matmul_packed)(w, act, n_cols, out) }
     }
 
     /// The precise matmul: weights dequantized to f32 and multiplied with f32 activations (`act`: `n_cols ×

@@ -10,6 +10,7 @@ mod exp;
 mod f32_tiles;
 pub(super) mod k_tiles;
 pub(super) mod lanes;
+mod packed;
 mod q8_tiles;
 mod quantize;
 
@@ -29,6 +30,7 @@ static KERNELS: Kernels = Kernels {
     name: "avx2",
     quantize_row_q8a,
     matmul_q8: q8_tiles::matmul_q8,
+    matmul_packed: packed::matmul_packed,
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm,
     silu_mul,

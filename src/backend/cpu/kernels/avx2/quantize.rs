@@ -31,8 +31,11 @@ pub(in crate::backend::cpu::kernels) fn quantize_row_q8a(x: &[f32], out: &mut [B
         // element order. Values lie in −127..=127, so the saturating packs never saturate.
         let packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         store_32(&mut block.qs, _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        let sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        let (lo, hi) = (hsum_i32(_mm256_add_epi32(q[0], q[1])), hsum_i32(_mm256_add_epi32(q[2], q[3])));
         block.d = d;
-        block.s = d * sum as f32;
+        // |Σ| ≤ 16 · 127 fits i16; the sums are exact integers, as `BlockQ8A::set_sums` computes them.
+        block.half_sums = [lo as i16, hi as i16];
+        block.sum = lo + hi;
+        block.s = d * block.sum as f32;
     }
 }

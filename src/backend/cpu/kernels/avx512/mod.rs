@@ -9,6 +9,7 @@
 
 mod f32_tiles;
 mod k_tiles;
+mod packed;
 mod q8_tiles;
 
 use std::arch::x86_64::*;
@@ -32,6 +33,7 @@ static KERNELS: Kernels = Kernels {
     name: "avx512",
     quantize_row_q8a: avx2::quantize_row_q8a,
     matmul_q8: q8_tiles::matmul_q8,
+    matmul_packed: packed::matmul_packed,
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm: avx2::rms_norm,
     silu_mul: avx2::silu_mul,

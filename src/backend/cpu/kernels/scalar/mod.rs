@@ -27,12 +27,20 @@ macro_rules! scalar_table {
 
             use super::{elementwise, matmul};
             use crate::backend::cpu::kernels::out_rows::OutRows;
+            use crate::backend::cpu::kernels::packed::{scalar, with_format, PackedMatrix};
             use crate::backend::cpu::kernels::q8a::BlockQ8A;
             use crate::backend::cpu::kernels::weights::WeightMatrix;
+            use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+            use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+            use crate::model::gguf::GgmlType;
 
             $(#[target_feature(enable = $features)])?
             pub(super) fn matmul_q8(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
                 matmul::matmul_q8(w, act, n_cols, out)
+            }
+            $(#[target_feature(enable = $features)])?
+            pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+                with_format!(w.dtype(), F => scalar::matmul::<F>(w, act, n_cols, out), _ => unreachable!())
             }
             $(#[target_feature(enable = $features)])?
             pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
@@ -80,6 +88,7 @@ macro_rules! scalar_table {
             name: "scalar",
             quantize_row_q8a: quantize_row_q8a_scalar,
             matmul_q8: $module::matmul_q8,
+            matmul_packed: $module::matmul_packed,
             matmul_f32: $module::matmul_f32,
             rms_norm: $module::rms_norm,
             silu_mul: $module::silu_mul,

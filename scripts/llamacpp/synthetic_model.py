@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Writes an F16 GGUF with a real model family's layer shapes and random weights, for speed comparisons: both
+engines then read the very same file (after `llama-quantize` turns it into the type under test).
+
+  python3 scripts/llamacpp/synthetic_model.py SHAPE VOCAB_GGUF OUT.gguf
+
+SHAPE is one of the names in SHAPES below. The tokenizer (vocabulary, merges, special tokens, chat template) is
+copied from VOCAB_GGUF (the SmolLM2 file: 49,152 tokens), so the model loads and tokenizes like a real one; the
+embedding and output matrices have that vocabulary's size. Weights are N(0, 0.02) (norms 1), seeded: the logits
+are meaningless but finite, and every matmul costs what the real model's does.
+
+Needs the `gguf` Python package (0.19.0) and numpy.
+"""
+import sys
+
+import numpy as np
+import gguf
+
+# name: (n_embd, n_layer, n_head, n_head_kv, n_ff, rope_base, tied output)
+SHAPES = {
+    # Llama 3.2 1B: 2048 wide, 16 layers, 32/8 heads of 64, FFN 8192, tied output.
+    "llama-1b": (2048, 16, 32, 8, 8192, 500000.0, True),
+    # Llama 3.2 3B: 3072 wide, 28 layers, 24/8 heads of 128, FFN 8192, tied output.
+    "llama-3b": (3072, 28, 24, 8, 8192, 500000.0, True),
+    # Qwen2.5 7B's layer shapes (3584 wide, 28/4 heads of 128, FFN 18944, untied output) with 4 of its 28 layers,
+    # as a llama model (its q/k/v biases are left out: they are vectors, not matmuls).
+    "qwen-7b-4l": (3584, 4, 28, 4, 18944, 1000000.0, False),
+}
+
+# Tokenizer and chat keys copied from the vocabulary file as they are.
+COPIED_PREFIXES = ("tokenizer.",)
+
+
+def copy_tokenizer(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> int:
+    """Copies the tokenizer fields; returns the vocabulary size."""
+    vocab = 0
+    for name, field in reader.fields.items():
+        if not name.startswith(COPIED_PREFIXES):
+            continue
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == gguf.GGUFValueType.STRING:
+                values = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+            else:
+                values = [field.parts[i].tolist()[0] for i in field.data]
+            writer.add_array(name, values)
+            if name == "tokenizer.ggml.tokens":
+                vocab = len(values)
+        elif kind == gguf.GGUFValueType.STRING:
+            writer.add_string(name, bytes(field.parts[field.data[0]]).decode("utf-8"))
+        else:
+            value = field.parts[field.data[0]].tolist()[0]
+            {
+                gguf.GGUFValueType.UINT32: writer.add_uint32,
+                gguf.GGUFValueType.INT32: writer.add_int32,
+                gguf.GGUFValueType.BOOL: writer.add_bool,
+                gguf.GGUFValueType.FLOAT32: writer.add_float32,
+            }[kind](name, value)
+    return vocab
+
+
+def main() -> None:
+    if len(sys.argv) != 4 or sys.argv[1] not in SHAPES:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(SHAPES)}}} VOCAB_GGUF OUT.gguf")
+    shape, vocab_file, out = sys.argv[1:]
+    n_embd, n_layer, n_head, n_head_kv, n_ff, rope_base, tied = SHAPES[shape]
+    head_dim = n_embd // n_head
+    reader = gguf.GGUFReader(vocab_file)
+    writer = gguf.GGUFWriter(out, "llama")
+    writer.add_name(f"synthetic {shape}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(131072)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_freq_base(rope_base)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    vocab = copy_tokenizer(reader, writer)
+    writer.add_vocab_size(vocab)
+
+    rng = np.random.default_rng(20261203)
+    # One pool of random f16 values; each matrix takes a window of it at a random offset (generating billions of
+    # normals one by one would take minutes, and the values need not be independent across matrices).
+    pool = (rng.standard_normal(64 << 20, dtype=np.float32) * 0.02).astype(np.float16)
+
+    def matrix(name: str, rows: int, cols: int) -> None:
+        n = rows * cols
+        out = np.empty(n, dtype=np.float16)
+        at = 0
+        while at < n:
+            start = int(rng.integers(0, pool.size // 2))
+            take = min(n - at, pool.size - start)
+            out[at : at + take] = pool[start : start + take]
+            at += take
+        writer.add_tensor(name, out.reshape(rows, cols))
+
+    def norm(name: str, n: int) -> None:
+        writer.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    matrix("token_embd.weight", vocab, n_embd)
+    norm("output_norm.weight", n_embd)
+    if not tied:
+        matrix("output.weight", vocab, n_embd)
+    kv = n_head_kv * head_dim
+    for layer in range(n_layer):
+        p = f"blk.{layer}."
+        norm(p + "attn_norm.weight", n_embd)
+        matrix(p + "attn_q.weight", n_embd, n_embd)
+        matrix(p + "attn_k.weight", kv, n_embd)
+        matrix(p + "attn_v.weight", kv, n_embd)
+        matrix(p + "attn_output.weight", n_embd, n_embd)
+        norm(p + "ffn_norm.weight", n_embd)
+        matrix(p + "ffn_gate.weight", n_ff, n_embd)
+        matrix(p + "ffn_up.weight", n_ff, n_embd)
+        matrix(p + "ffn_down.weight", n_embd, n_ff)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,474 @@
+//! The AVX2 matmul over packed weights (`packed`): a 256-bit register holds one accumulator for each of 8 rows, an
+//! "octet", the low or the high half of a 16-row panel (bytes `0..32` or `32..64` of each 64-byte plane register).
+//!
+//! Without VNNI, the integer dot of a slice is `vpmaddubsw` (two products per 16-bit lane) then `vpmaddwd` by ones
+//! (four per 32-bit lane). The 16-bit sums of several slices are added before widening while they cannot overflow:
+//! `2·u_max·127` per slice (`u_max` the type's largest value), so a group's eight slices for the 4-bit types, four
+//! for the 5-bit ones, two for the 6-bit one. Q8_0's values (`q + 128`) exceed what `vpmaddubsw` multiplies
+//! without saturating, so they are turned back into `q` and multiplied by sign (`|q|` times the activation with
+//! `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same integer. Then each lane takes the
+//! group's float steps of `packed::scalar`, in its order, so every output is the scalar path's bits, whatever the
+//! tile (batch invariance).
+
+use std::arch::x86_64::*;
+
+use crate::backend::cpu::kernels::out_rows::OutRows;
+use crate::backend::cpu::kernels::packed::format::{
+    header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
+};
+use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
+use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::model::gguf::GgmlType;
+
+/// Rows of an octet.
+const OCTET: usize = 8;
+/// Most octets and columns of a tile.
+const MAX_R: usize = 2;
+const MAX_C: usize = 4;
+
+/// Activations kept hot while a panel of columns meets every row tile (as in `tiling`).
+const PANEL_BYTES: usize = 256 * 1024;
+
+/// How far ahead of the group it computes a matvec requests the octet's planes, in bytes (see the AVX-512 path).
+const PREFETCH_AHEAD: usize = 2048;
+
+/// 32 bytes at `p`.
+///
+/// # Safety
+/// `p` must point to 32 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// 8 f16 values at `p`, as f32.
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// 8 bytes at `p` as 32-bit integers: unsigned, or signed with `SIGNED`.
+///
+/// # Safety
+/// `p` must point to 8 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_bytes_i32<const SIGNED: bool>(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 8 readable bytes.
+    let v = _mm_cvtsi64_si128(unsafe { p.cast::<i64>().read_unaligned() });
+    if SIGNED {
+        _mm256_cvtepi8_epi32(v)
+    } else {
+        _mm256_cvtepu8_epi32(v)
+    }
+}
+
+/// Bytes before a group's base plane.
+const fn high_bytes<F: Format>() -> usize {
+    match F::HIGH {
+        High::None => 0,
+        High::Bit(_) => BIT_BYTES,
+        High::Crumbs(_) => CRUMB_BYTES,
+    }
+}
+
+/// The largest value a type stores.
+const fn max_value<F: Format>() -> i32 {
+    let base = match F::BASE {
+        Base::Nibbles => 15,
+        Base::Crumbs => 3,
+        Base::Bytes => 255,
+    };
+    match F::HIGH {
+        High::None => base,
+        High::Bit(shift) => base | (1 << shift),
+        High::Crumbs(shift) => base | (3 << shift),
+    }
+}
+
+/// Slices whose 16-bit sums can be added before widening (see the module documentation).
+const fn slices_per_widening<F: Format>() -> usize {
+    if matches!(F::BASE, Base::Bytes) {
+        return 1;
+    }
+    let per_slice = 2 * max_value::<F>() * 127;
+    let n = (i16::MAX as i32 / per_slice) as usize;
+    if n >= 8 {
+        8
+    } else if n >= 4 {
+        4
+    } else if n >= 2 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Bits `0..32` of `bits`, one per byte: `0xff` where set.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bit_bytes(bits: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+}
+
+/// Slice `4h + t` of octet `o` of the group whose planes start at `planes`: its 8 rows' four values each.
+///
+/// # Safety
+/// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes, `o < 2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> __m256i {
+    // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
+    unsafe {
+        let base = planes.add(high_bytes::<F>() + 32 * o);
+        let mut v = match F::BASE {
+            Base::Nibbles => {
+                let x = load(base.add(SLICE_BYTES * t));
+                let x = if h == 0 { x } else { _mm256_srli_epi16::<4>(x) };
+                _mm256_and_si256(x, _mm256_set1_epi8(0x0f))
+            }
+            Base::Crumbs => {
+                let x = load(base.add(SLICE_BYTES * h));
+                _mm256_and_si256(_mm256_srl_epi16(x, _mm_cvtsi32_si128(2 * t as i32)), _mm256_set1_epi8(3))
+            }
+            Base::Bytes => load(base.add(SLICE_BYTES * (4 * h + t))),
+        };
+        match F::HIGH {
+            High::None => {}
+            High::Bit(shift) => {
+                let bits = planes.add(8 * (4 * h + t) + 4 * o).cast::<u32>().read_unaligned();
+                v = _mm256_or_si256(v, _mm256_and_si256(bit_bytes(bits), _mm256_set1_epi8(1 << shift)));
+            }
+            High::Crumbs(shift) => {
+                let x = load(planes.add(SLICE_BYTES * h + 32 * o));
+                let (from, to) = (2 * t as i32, shift as i32);
+                let x = if to >= from {
+                    _mm256_sll_epi16(x, _mm_cvtsi32_si128(to - from))
+                } else {
+                    _mm256_srl_epi16(x, _mm_cvtsi32_si128(from - to))
+                };
+                v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8((3 << shift) as i8)));
+            }
+        }
+        v
+    }
+}
+
+/// The four activations of slice `4h + t` of `a`, in every 32-bit lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m256i {
+    let at = 16 * h + 4 * t;
+    _mm256_set1_epi32(i32::from_le_bytes([a.qs[at] as u8, a.qs[at + 1] as u8, a.qs[at + 2] as u8, a.qs[at + 3] as u8]))
+}
+
+/// The 16-bit pair sums of one slice: `w·q` two products per lane, exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_sums<F: Format>(w: __m256i, q: __m256i) -> __m256i {
+    if matches!(F::BASE, Base::Bytes) {
+        // `w` holds q_w + 128: back to q_w, then |q_w| times the activation with q_w's sign.
+        let signed = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
+        _mm256_maddubs_epi16(_mm256_abs_epi8(signed), _mm256_sign_epi8(q, signed))
+    } else {
+        _mm256_maddubs_epi16(w, q)
+    }
+}
+
+/// Adds the integer dots of halves `halves` of one group of each of `R` octets against each of `C` columns to
+/// `dot[c][r]`.
+///
+/// # Safety
+/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes, `octets[r] < 2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
+    planes: &[*const u8; R],
+    octets: &[usize; R],
+    a: &[&BlockQ8A; C],
+    halves: std::ops::Range<usize>,
+    dot: &mut [[__m256i; R]; C],
+) {
+    let per_widening = slices_per_widening::<F>();
+    let ones = _mm256_set1_epi16(1);
+    let mut sums = [[_mm256_setzero_si256(); R]; C];
+    let mut pending = 0;
+    for h in halves {
+        for t in 0..4 {
+            let mut w = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                // SAFETY: the caller guarantees the planes and octets.
+                w[r] = unsafe { unpack::<F>(planes[r], octets[r], h, t) };
+            }
+            for c in 0..C {
+                let q = activations(a[c], h, t);
+                for r in 0..R {
+                    let p = pair_sums::<F>(w[r], q);
+                    sums[c][r] = if pending == 0 { p } else { _mm256_add_epi16(sums[c][r], p) };
+                }
+            }
+            pending += 1;
+            if pending == per_widening {
+                for c in 0..C {
+                    for r in 0..R {
+                        dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], ones));
+                    }
+                }
+                pending = 0;
+            }
+        }
+    }
+    if pending > 0 {
+        for c in 0..C {
+            for r in 0..R {
+                dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], ones));
+            }
+        }
+    }
+}
+
+/// The integer dot's start for an offset `OFFSET · Σ qa` (Q8_0's sign multiply needs none).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_start<F: Format>(sum: i32) -> __m256i {
+    if matches!(F::BASE, Base::Bytes) {
+        _mm256_setzero_si256()
+    } else {
+        _mm256_set1_epi32(-F::OFFSET * sum)
+    }
+}
+
+/// One tile: octets `octets[r]` of panels `panels[r]` × columns `cols` (each `n_groups` blocks); the results of
+/// column `c`, octet `r` go to `out[c][r]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile<F: Format, const R: usize, const C: usize>(
+    panels: [(&[u8], &[u8]); R],
+    octets: [usize; R],
+    cols: [&[BlockQ8A]; C],
+    n_groups: usize,
+    out: &mut [[__m256; MAX_R]; MAX_C],
+) {
+    let groups_per_unit = F::UNIT / QK;
+    let units = n_groups / groups_per_unit;
+    for r in 0..R {
+        assert!(panels[r].0.len() >= units * F::HEADER && panels[r].1.len() >= n_groups * F::GROUP_BYTES);
+        assert!(octets[r] < 2);
+    }
+    assert!(cols.iter().all(|col| col.len() >= n_groups));
+    let prefetch = C == 1;
+    let zero = _mm256_setzero_ps();
+    let mut acc = [[zero; R]; C];
+    for b in 0..units {
+        let mut hdr = [std::ptr::null::<u8>(); R];
+        let mut d = [zero; R];
+        // `m` (BlockMin) or `−dmin` (GroupMin, HalvesMin).
+        let mut m = [zero; R];
+        for r in 0..R {
+            let o = octets[r];
+            // SAFETY: unit `b`'s header lies in the header region (asserted above); each field read below is
+            // inside the `Format::HEADER` bytes its scaling lays out, at octet `o`'s 8 of its 16 values.
+            unsafe {
+                hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
+                d[r] = match F::SCALING {
+                    Scaling::Halves => _mm256_loadu_ps(hdr[r].add(header::D + 32 * o).cast()),
+                    _ => load_f16(hdr[r].add(header::D + 16 * o)),
+                };
+                m[r] = match F::SCALING {
+                    Scaling::BlockMin => load_f16(hdr[r].add(header::M + 16 * o)),
+                    Scaling::GroupMin | Scaling::HalvesMin => {
+                        _mm256_sub_ps(zero, load_f16(hdr[r].add(header::M + 16 * o)))
+                    }
+                    _ => zero,
+                };
+            }
+        }
+        for g in 0..groups_per_unit {
+            let group = b * groups_per_unit + g;
+            let mut planes = [std::ptr::null::<u8>(); R];
+            for r in 0..R {
+                // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
+                planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
+                if prefetch && octets[r] == 0 {
+                    for line in (0..F::GROUP_BYTES).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                    }
+                }
+            }
+            let mut a = [&cols[0][group]; C];
+            for c in 0..C {
+                a[c] = &cols[c][group];
+            }
+            if F::SCALING.halves() {
+                for h in 0..2 {
+                    let half = 2 * g + h;
+                    let mut scale = [zero; R];
+                    let mut min = [zero; R];
+                    for r in 0..R {
+                        let o = octets[r];
+                        // SAFETY: the scale bytes of half `half` lie in the unit's header.
+                        unsafe {
+                            if F::SCALING == Scaling::Halves {
+                                let sc = load_bytes_i32::<true>(hdr[r].add(header::HALF_SC + 16 * half + 8 * o));
+                                scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
+                            } else {
+                                let scmn = load_bytes_i32::<false>(hdr[r].add(header::HALF_SCMN + 16 * half + 8 * o));
+                                let sc = _mm256_and_si256(scmn, _mm256_set1_epi32(0x0f));
+                                scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
+                                min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(scmn)));
+                            }
+                        }
+                    }
+                    let mut dot = [[_mm256_setzero_si256(); R]; C];
+                    for c in 0..C {
+                        dot[c] = [dot_start::<F>(i32::from(a[c].half_sums[h])); R];
+                    }
+                    // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
+                    unsafe { add_dots::<F, R, C>(&planes, &octets, &a, h..h + 1, &mut dot) };
+                    for c in 0..C {
+                        let da = _mm256_set1_ps(a[c].d);
+                        for r in 0..R {
+                            let s = _mm256_mul_ps(scale[r], da);
+                            acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
+                            if F::SCALING == Scaling::HalvesMin {
+                                let sa = _mm256_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
+                                acc[c][r] = _mm256_fmadd_ps(min[r], sa, acc[c][r]);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let mut scale = d;
+            let mut min = m;
+            if F::SCALING == Scaling::GroupMin {
+                for r in 0..R {
+                    let o = octets[r];
+                    // SAFETY: group `g`'s scale and minimum bytes lie in the unit's header.
+                    unsafe {
+                        let sc = load_bytes_i32::<false>(hdr[r].add(header::SC + 16 * g + 8 * o));
+                        let mn = load_bytes_i32::<false>(hdr[r].add(header::MN + 16 * g + 8 * o));
+                        scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
+                        min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(mn));
+                    }
+                }
+            }
+            let mut dot = [[_mm256_setzero_si256(); R]; C];
+            for c in 0..C {
+                dot[c] = [dot_start::<F>(a[c].sum); R];
+            }
+            // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
+            unsafe { add_dots::<F, R, C>(&planes, &octets, &a, 0..2, &mut dot) };
+            for c in 0..C {
+                let da = _mm256_set1_ps(a[c].d);
+                let sa = _mm256_set1_ps(a[c].s);
+                for r in 0..R {
+                    let s = _mm256_mul_ps(scale[r], da);
+                    acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
+                    if matches!(F::SCALING, Scaling::BlockMin | Scaling::GroupMin) {
+                        acc[c][r] = _mm256_fmadd_ps(min[r], sa, acc[c][r]);
+                    }
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        for r in 0..R {
+            out[c][r] = acc[c][r];
+        }
+    }
+}
+
+type TileFn =
+    unsafe fn([(&[u8], &[u8]); MAX_R], [usize; MAX_R], [&[BlockQ8A]; MAX_C], usize, &mut [[__m256; MAX_R]; MAX_C]);
+
+/// `tile::<F, R, C>` behind a common signature (the first `R` octets and `C` columns are used).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_entry<F: Format, const R: usize, const C: usize>(
+    panels: [(&[u8], &[u8]); MAX_R],
+    octets: [usize; MAX_R],
+    cols: [&[BlockQ8A]; MAX_C],
+    n_groups: usize,
+    out: &mut [[__m256; MAX_R]; MAX_C],
+) {
+    let panels = std::array::from_fn(|r| panels[r]);
+    let octets = std::array::from_fn(|r| octets[r]);
+    tile::<F, R, C>(panels, octets, std::array::from_fn(|c| cols[c]), n_groups, out)
+}
+
+fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
+    [
+        [tile_entry::<F, 1, 1>, tile_entry::<F, 1, 2>, tile_entry::<F, 1, 3>, tile_entry::<F, 1, 4>],
+        [tile_entry::<F, 2, 1>, tile_entry::<F, 2, 2>, tile_entry::<F, 2, 3>, tile_entry::<F, 2, 4>],
+    ]
+}
+
+/// Writes a tile's results: the rows of each octet (`first_octet + r`, counted over the whole matrix) that lie in
+/// `out.rows()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn store(results: &[[__m256; MAX_R]; MAX_C], first_octet: usize, n_r: usize, c0: usize, n_c: usize, out: &mut OutRows) {
+    let rows = out.rows();
+    for (c, col) in results.iter().enumerate().take(n_c) {
+        for (r, v) in col.iter().enumerate().take(n_r) {
+            let mut values = [0f32; OCTET];
+            // SAFETY: `values` is 8 writable floats; `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_ps(values.as_mut_ptr(), *v) };
+            let first = (first_octet + r) * OCTET;
+            let (lo, hi) = (first.max(rows.start), (first + OCTET).min(rows.end));
+            if lo < hi {
+                out.write(c0 + c, lo, &values[lo - first..hi - first]);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    let n_groups = w.blocks_per_row();
+    let rows = out.rows();
+    if rows.is_empty() || n_cols == 0 {
+        return;
+    }
+    let (o_start, o_end) = (rows.start / OCTET, rows.end.div_ceil(OCTET));
+    let fns = tiles::<F>();
+    let col = |c: usize| &act[c * n_groups..(c + 1) * n_groups];
+    let mut results = [[_mm256_setzero_ps(); MAX_R]; MAX_C];
+    let panel_cols = (PANEL_BYTES / (n_groups * size_of::<BlockQ8A>()).max(1)).max(MAX_C);
+    // A matvec takes a panel's two octets at once; a batch one octet by up to four columns (the accumulators of
+    // wider tiles do not fit AVX2's 16 registers).
+    let (octets_per_tile, cols_per_tile) = if n_cols == 1 { (MAX_R, 1) } else { (1, MAX_C) };
+    let mut col_start = 0;
+    while col_start < n_cols {
+        let col_end = (col_start + panel_cols).min(n_cols);
+        let mut o = o_start;
+        while o < o_end {
+            let n_r = octets_per_tile.min(o_end - o);
+            let which = |r: usize| (o + r).min(o_end - 1);
+            let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel(which(r) * OCTET / PANEL_ROWS));
+            let octets: [usize; MAX_R] = std::array::from_fn(|r| which(r) % (PANEL_ROWS / OCTET));
+            let mut c0 = col_start;
+            while c0 < col_end {
+                let n_c = cols_per_tile.min(col_end - c0);
+                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
+                // SAFETY: this function has the features the tile functions need.
+                unsafe { fns[n_r - 1][n_c - 1](panels, octets, cols, n_groups, &mut results) };
+                store(&results, o, n_r, c0, n_c, out);
+                c0 += n_c;
+            }
+            o += n_r;
+        }
+        col_start = col_end;
+    }
+}
+
+/// The AVX2 `Kernels::matmul_packed` (arguments checked by the caller).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    with_format!(w.dtype(), F => matmul::<F>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+}

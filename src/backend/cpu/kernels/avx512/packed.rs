@@ -1,0 +1,377 @@
+//! The AVX-512 VNNI matmul over packed weights (`packed`): a 512-bit register holds one accumulator per row of a
+//! 16-row panel, and one `vpdpbusd` adds four products to each of the 16 (the panel's 4 weight bytes of each row
+//! against the same 4 activation bytes, broadcast).
+//!
+//! Per group, a tile of `R` panels × `C` columns unpacks each slice of its panels once (a few shifts and masks,
+//! `unpack`) and feeds it to the integer dot of every column; then each lane takes the group's float steps of
+//! `packed::scalar`, in its order, so every output is the scalar path's bits. Nothing depends on the tile's shape
+//! or place (batch invariance).
+
+use std::arch::x86_64::*;
+
+use crate::backend::cpu::kernels::out_rows::OutRows;
+use crate::backend::cpu::kernels::packed::format::{
+    header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
+};
+use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
+use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::model::gguf::GgmlType;
+
+/// Most panels and columns of a tile.
+const MAX_R: usize = 2;
+const MAX_C: usize = 4;
+
+/// Activations kept hot while a panel of columns meets every row tile (as in `tiling`): the columns stay in L2,
+/// so the weights are read from memory once per panel of columns.
+const PANEL_BYTES: usize = 256 * 1024;
+
+/// 64 bytes at `p`.
+///
+/// # Safety
+/// `p` must point to 64 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// 16 f16 values at `p`, as f32.
+///
+/// # Safety
+/// `p` must point to 32 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 32 readable bytes; `loadu` has no alignment requirement.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+}
+
+/// 16 bytes at `p` as 32-bit integers, converted to f32: unsigned, or signed with `SIGNED`.
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_bytes_f32<const SIGNED: bool>(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
+    let v = unsafe { _mm_loadu_si128(p.cast()) };
+    _mm512_cvtepi32_ps(if SIGNED { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
+}
+
+/// Bytes before a group's base plane.
+const fn high_bytes<F: Format>() -> usize {
+    match F::HIGH {
+        High::None => 0,
+        High::Bit(_) => BIT_BYTES,
+        High::Crumbs(_) => CRUMB_BYTES,
+    }
+}
+
+/// Slice `4h + t` of the group whose planes start at `planes`: its 16 rows' four values each.
+///
+/// # Safety
+/// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
+    // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
+    unsafe {
+        let base = planes.add(high_bytes::<F>());
+        let mut v = match F::BASE {
+            Base::Nibbles => {
+                let x = load(base.add(SLICE_BYTES * t));
+                let x = if h == 0 { x } else { _mm512_srli_epi16::<4>(x) };
+                _mm512_and_si512(x, _mm512_set1_epi8(0x0f))
+            }
+            Base::Crumbs => {
+                let x = load(base.add(SLICE_BYTES * h));
+                _mm512_and_si512(_mm512_srl_epi16(x, _mm_cvtsi32_si128(2 * t as i32)), _mm512_set1_epi8(3))
+            }
+            Base::Bytes => load(base.add(SLICE_BYTES * (4 * h + t))),
+        };
+        match F::HIGH {
+            High::None => {}
+            High::Bit(shift) => {
+                let mask = planes.add(8 * (4 * h + t)).cast::<u64>().read_unaligned();
+                v = _mm512_mask_add_epi8(v, mask, v, _mm512_set1_epi8(1 << shift));
+            }
+            High::Crumbs(shift) => {
+                let x = load(planes.add(SLICE_BYTES * h));
+                let (from, to) = (2 * t as i32, shift as i32);
+                let x = if to >= from {
+                    _mm512_sll_epi16(x, _mm_cvtsi32_si128(to - from))
+                } else {
+                    _mm512_srl_epi16(x, _mm_cvtsi32_si128(from - to))
+                };
+                v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8((3 << shift) as i8)));
+            }
+        }
+        v
+    }
+}
+
+/// The four activations of slice `4h + t` of `a`, in every 32-bit lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m512i {
+    let at = 16 * h + 4 * t;
+    _mm512_set1_epi32(i32::from_le_bytes([a.qs[at] as u8, a.qs[at + 1] as u8, a.qs[at + 2] as u8, a.qs[at + 3] as u8]))
+}
+
+/// Adds the integer dots of slices `4h + t0 .. 4h + t1` of one group of each of `R` panels against each of `C`
+/// columns to `dot[c][r]`. With at most two dots in the tile, the even and odd slices go to separate
+/// accumulators (summed at the end: integer addition is exact), so that consecutive `vpdpbusd` do not wait on
+/// each other.
+///
+/// # Safety
+/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
+    planes: &[*const u8; R],
+    a: &[&BlockQ8A; C],
+    halves: std::ops::Range<usize>,
+    dot: &mut [[__m512i; R]; C],
+) {
+    let split = R * C <= 2;
+    let mut odd = [[_mm512_setzero_si512(); R]; C];
+    for h in halves {
+        for t in 0..4 {
+            let mut w = [_mm512_setzero_si512(); R];
+            for r in 0..R {
+                // SAFETY: the caller guarantees the planes.
+                w[r] = unsafe { unpack::<F>(planes[r], h, t) };
+            }
+            for c in 0..C {
+                let q = activations(a[c], h, t);
+                for r in 0..R {
+                    if split && t % 2 == 1 {
+                        odd[c][r] = _mm512_dpbusd_epi32(odd[c][r], w[r], q);
+                    } else {
+                        dot[c][r] = _mm512_dpbusd_epi32(dot[c][r], w[r], q);
+                    }
+                }
+            }
+        }
+    }
+    if split {
+        for c in 0..C {
+            for r in 0..R {
+                dot[c][r] = _mm512_add_epi32(dot[c][r], odd[c][r]);
+            }
+        }
+    }
+}
+
+/// How far ahead of the group it computes a matvec requests the panel's planes, in bytes: the hardware prefetcher
+/// stops at page boundaries, and a matvec does too little work per byte to hide a miss.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// One tile: panels `panels` (their header regions and planes) × columns `cols` (each `n_groups` blocks); the
+/// results of column `c`, panel `r` go to `out[c][r]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile<F: Format, const R: usize, const C: usize>(
+    panels: [(&[u8], &[u8]); R],
+    cols: [&[BlockQ8A]; C],
+    n_groups: usize,
+    out: &mut [[__m512; MAX_R]; MAX_C],
+) {
+    let groups_per_unit = F::UNIT / QK;
+    let units = n_groups / groups_per_unit;
+    assert!(panels.iter().all(|(h, p)| h.len() >= units * F::HEADER && p.len() >= n_groups * F::GROUP_BYTES));
+    assert!(cols.iter().all(|col| col.len() >= n_groups));
+    let prefetch = C == 1;
+    let zero = _mm512_setzero_ps();
+    let mut acc = [[zero; R]; C];
+    for b in 0..units {
+        let mut hdr = [std::ptr::null::<u8>(); R];
+        let mut d = [zero; R];
+        // `m` (BlockMin) or `−dmin` (GroupMin, HalvesMin).
+        let mut m = [zero; R];
+        for r in 0..R {
+            // SAFETY: unit `b`'s header lies in the header region (asserted above); each field read below is
+            // inside the `Format::HEADER` bytes its scaling lays out.
+            unsafe {
+                hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
+                d[r] = match F::SCALING {
+                    Scaling::Halves => _mm512_loadu_ps(hdr[r].add(header::D).cast()),
+                    _ => load_f16(hdr[r].add(header::D)),
+                };
+                m[r] = match F::SCALING {
+                    Scaling::BlockMin => load_f16(hdr[r].add(header::M)),
+                    Scaling::GroupMin | Scaling::HalvesMin => _mm512_sub_ps(zero, load_f16(hdr[r].add(header::M))),
+                    _ => zero,
+                };
+            }
+        }
+        for g in 0..groups_per_unit {
+            let group = b * groups_per_unit + g;
+            let mut planes = [std::ptr::null::<u8>(); R];
+            for r in 0..R {
+                // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
+                planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
+                if prefetch {
+                    for line in (0..F::GROUP_BYTES).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                    }
+                }
+            }
+            let mut a = [&cols[0][group]; C];
+            for c in 0..C {
+                a[c] = &cols[c][group];
+            }
+            if F::SCALING.halves() {
+                for h in 0..2 {
+                    let half = 2 * g + h;
+                    let mut scale = [zero; R];
+                    let mut min = [zero; R];
+                    for r in 0..R {
+                        // SAFETY: the scale bytes of half `half` lie in the unit's header.
+                        unsafe {
+                            if F::SCALING == Scaling::Halves {
+                                scale[r] = _mm512_mul_ps(
+                                    d[r],
+                                    load_bytes_f32::<true>(hdr[r].add(header::HALF_SC + 16 * half)),
+                                );
+                            } else {
+                                let run = _mm_loadu_si128(hdr[r].add(header::HALF_SCMN + 16 * half).cast());
+                                let scmn = _mm512_cvtepu8_epi32(run);
+                                let sc = _mm512_and_si512(scmn, _mm512_set1_epi32(0x0f));
+                                scale[r] = _mm512_mul_ps(d[r], _mm512_cvtepi32_ps(sc));
+                                min[r] = _mm512_mul_ps(m[r], _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(scmn)));
+                            }
+                        }
+                    }
+                    let mut dot = [[_mm512_setzero_si512(); R]; C];
+                    for c in 0..C {
+                        dot[c] = [_mm512_set1_epi32(-F::OFFSET * i32::from(a[c].half_sums[h])); R];
+                    }
+                    // SAFETY: `planes` point to this group's planes.
+                    unsafe { add_dots::<F, R, C>(&planes, &a, h..h + 1, &mut dot) };
+                    for c in 0..C {
+                        let da = _mm512_set1_ps(a[c].d);
+                        for r in 0..R {
+                            let s = _mm512_mul_ps(scale[r], da);
+                            acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
+                            if F::SCALING == Scaling::HalvesMin {
+                                let sa = _mm512_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
+                                acc[c][r] = _mm512_fmadd_ps(min[r], sa, acc[c][r]);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let mut scale = d;
+            let mut min = m;
+            if F::SCALING == Scaling::GroupMin {
+                for r in 0..R {
+                    // SAFETY: group `g`'s scale and minimum bytes lie in the unit's header.
+                    unsafe {
+                        scale[r] = _mm512_mul_ps(d[r], load_bytes_f32::<false>(hdr[r].add(header::SC + 16 * g)));
+                        min[r] = _mm512_mul_ps(m[r], load_bytes_f32::<false>(hdr[r].add(header::MN + 16 * g)));
+                    }
+                }
+            }
+            let mut dot = [[_mm512_setzero_si512(); R]; C];
+            for c in 0..C {
+                dot[c] = [_mm512_set1_epi32(-F::OFFSET * a[c].sum); R];
+            }
+            // SAFETY: `planes` point to this group's planes.
+            unsafe { add_dots::<F, R, C>(&planes, &a, 0..2, &mut dot) };
+            for c in 0..C {
+                let da = _mm512_set1_ps(a[c].d);
+                let sa = _mm512_set1_ps(a[c].s);
+                for r in 0..R {
+                    let s = _mm512_mul_ps(scale[r], da);
+                    acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
+                    if matches!(F::SCALING, Scaling::BlockMin | Scaling::GroupMin) {
+                        acc[c][r] = _mm512_fmadd_ps(min[r], sa, acc[c][r]);
+                    }
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        for r in 0..R {
+            out[c][r] = acc[c][r];
+        }
+    }
+}
+
+type TileFn =
+    unsafe fn(panels: [(&[u8], &[u8]); MAX_R], cols: [&[BlockQ8A]; MAX_C], usize, &mut [[__m512; MAX_R]; MAX_C]);
+
+/// `tile::<F, R, C>` behind a common signature (the first `R` panels and `C` columns are used).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile_entry<F: Format, const R: usize, const C: usize>(
+    panels: [(&[u8], &[u8]); MAX_R],
+    cols: [&[BlockQ8A]; MAX_C],
+    n_groups: usize,
+    out: &mut [[__m512; MAX_R]; MAX_C],
+) {
+    tile::<F, R, C>(std::array::from_fn(|r| panels[r]), std::array::from_fn(|c| cols[c]), n_groups, out)
+}
+
+fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
+    [
+        [tile_entry::<F, 1, 1>, tile_entry::<F, 1, 2>, tile_entry::<F, 1, 3>, tile_entry::<F, 1, 4>],
+        [tile_entry::<F, 2, 1>, tile_entry::<F, 2, 2>, tile_entry::<F, 2, 3>, tile_entry::<F, 2, 4>],
+    ]
+}
+
+/// Writes a tile's results: rows `16p..16p + 16` of each panel that lie in `out.rows()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn store(results: &[[__m512; MAX_R]; MAX_C], p0: usize, n_r: usize, c0: usize, n_c: usize, out: &mut OutRows) {
+    let rows = out.rows();
+    for (c, col) in results.iter().enumerate().take(n_c) {
+        for (r, v) in col.iter().enumerate().take(n_r) {
+            let mut values = [0f32; PANEL_ROWS];
+            // SAFETY: `values` is 16 writable floats; `storeu` has no alignment requirement.
+            unsafe { _mm512_storeu_ps(values.as_mut_ptr(), *v) };
+            let first = (p0 + r) * PANEL_ROWS;
+            let (lo, hi) = (first.max(rows.start), (first + PANEL_ROWS).min(rows.end));
+            if lo < hi {
+                out.write(c0 + c, lo, &values[lo - first..hi - first]);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    let n_groups = w.blocks_per_row();
+    let rows = out.rows();
+    if rows.is_empty() || n_cols == 0 {
+        return;
+    }
+    let (p_start, p_end) = (rows.start / PANEL_ROWS, rows.end.div_ceil(PANEL_ROWS));
+    let fns = tiles::<F>();
+    let col = |c: usize| &act[c * n_groups..(c + 1) * n_groups];
+    let mut results = [[_mm512_setzero_ps(); MAX_R]; MAX_C];
+    let panel_cols = (PANEL_BYTES / (n_groups * size_of::<BlockQ8A>()).max(1)).max(MAX_C);
+    let rows_per_tile = if n_cols == 1 { 1 } else { MAX_R };
+    let mut col_start = 0;
+    while col_start < n_cols {
+        let col_end = (col_start + panel_cols).min(n_cols);
+        let mut p = p_start;
+        while p < p_end {
+            let n_r = rows_per_tile.min(p_end - p);
+            let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel((p + r).min(p_end - 1)));
+            let mut c0 = col_start;
+            while c0 < col_end {
+                let n_c = MAX_C.min(col_end - c0);
+                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
+                // SAFETY: this function has the features the tile functions need.
+                unsafe { fns[n_r - 1][n_c - 1](panels, cols, n_groups, &mut results) };
+                store(&results, p, n_r, c0, n_c, out);
+                c0 += n_c;
+            }
+            p += n_r;
+        }
+        col_start = col_end;
+    }
+}
+
+/// The AVX-512 `Kernels::matmul_packed` (arguments checked by the caller).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    with_format!(w.dtype(), F => matmul::<F>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+}

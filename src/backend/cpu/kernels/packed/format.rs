@@ -1,0 +1,415 @@
+//! What each quantized type looks like in a panel (see the module documentation): its planes, the header of a unit,
+//! its offset and how its scales apply, and the conversion of one unit of 16 rows from the GGUF blocks.
+//!
+//! One trait, [`Format`], implemented for each GGUF block type; its constants are what the kernels of every path
+//! branch on (at compile time: the kernels are generic over the format). Packing reads a block's values and scales
+//! through the decoders the dequantization uses (`blocks`, `kquants`), so a packed matrix holds exactly the
+//! integers and scales of the file.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS, QK_K};
+use crate::model::gguf::GgmlType;
+
+/// Rows of a panel: the outputs one AVX-512 register holds, one per 32-bit lane.
+pub const PANEL_ROWS: usize = 16;
+/// Bytes of one register of a plane: 4 elements of each of the panel's 16 rows.
+pub const SLICE_BYTES: usize = 4 * PANEL_ROWS;
+/// Bytes of a 4-bit plane per group (4 registers, each holding two slices in its two nibbles).
+pub const NIB_BYTES: usize = 4 * SLICE_BYTES;
+/// Bytes of an 8-bit plane per group (a register per slice).
+pub const BYTE_BYTES: usize = 8 * SLICE_BYTES;
+/// Bytes of a 2-bit plane per group (a register per half, four slices in its bit pairs).
+pub const CRUMB_BYTES: usize = 2 * SLICE_BYTES;
+/// Bytes of a 1-bit plane per group (a 64-bit mask per slice).
+pub const BIT_BYTES: usize = 8 * 8;
+
+/// Where the low bits of a value come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// A 4-bit plane: slice `4h + t` in nibble `h` of register `t`.
+    Nibbles,
+    /// A 2-bit plane: slice `4h + t` in bits `2t..2t + 2` of register `h`.
+    Crumbs,
+    /// An 8-bit plane: slice `s` in register `s`.
+    Bytes,
+}
+
+/// Where the high bits of a value come from, if anywhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum High {
+    None,
+    /// A 1-bit plane, shifted left by the amount: bit `4r + j` of mask `s` is element `4s + j` of row `r`.
+    Bit(u32),
+    /// A 2-bit plane (laid out as [`Base::Crumbs`]), shifted left by the amount.
+    Crumbs(u32),
+}
+
+/// How a unit's scales apply to a group's integer dot products (`docs/architecture.md`, "Numerics").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scaling {
+    /// One f16 scale `d` per 32-element block: header `d: [f16; 16]`.
+    Block,
+    /// A scale and a minimum per block: header `d: [f16; 16]`, `m: [f16; 16]`.
+    BlockMin,
+    /// Super-block scales `d`, `dmin` and an integer scale and minimum per group: header `d: [f16; 16]`,
+    /// `dmin: [f16; 16]`, `sc: [[u8; 16]; 8]`, `mn: [[u8; 16]; 8]` (Q4_K, Q5_K).
+    GroupMin,
+    /// A super-block scale `d` and a signed integer scale per half group: header `d: [f32; 16]`,
+    /// `sc: [[i8; 16]; 16]`, half `2g + h` (Q3_K, Q6_K).
+    Halves,
+    /// Super-block scales `d`, `dmin` and a 4-bit scale and minimum per half group: header `d: [f16; 16]`,
+    /// `dmin: [f16; 16]`, `scmn: [[u8; 16]; 16]`, scale in the low nibble (Q2_K).
+    HalvesMin,
+}
+
+impl Scaling {
+    /// Whether each half group has its own scale (its own integer dot).
+    pub const fn halves(self) -> bool {
+        matches!(self, Scaling::Halves | Scaling::HalvesMin)
+    }
+}
+
+/// One unit of one row, decoded: what dequantization and the scalar kernels read.
+pub struct RowUnit {
+    /// `u` of each element (at most 255).
+    pub u: [u8; QK_K],
+    /// `d`, and `m` (BlockMin) or `dmin` (the K-quants with minima).
+    pub d: f32,
+    pub m: f32,
+    /// Integer scale and minimum of each half group (`2g + h`); zero where the type has none.
+    pub scales: [i32; 2 * GROUPS],
+    pub mins: [i32; 2 * GROUPS],
+}
+
+/// A quantized type in panels. `Block` is its GGUF block; a unit is one block (32 elements) or one super-block
+/// (256).
+pub trait Format {
+    type Block: Pod + Zeroable;
+    const DTYPE: GgmlType;
+    /// Elements per unit (a block, or a super-block of 8 groups).
+    const UNIT: usize;
+    /// Header bytes per unit and panel.
+    const HEADER: usize;
+    const BASE: Base;
+    const HIGH: High;
+    /// Subtracted from every `u`.
+    const OFFSET: i32;
+    const SCALING: Scaling;
+    /// Plane bytes per group and panel: the high plane, then the base plane.
+    const GROUP_BYTES: usize = high_bytes(Self::HIGH) + base_bytes(Self::BASE);
+
+    /// Writes unit `rows[r]` of each of 16 rows: the header into `header`, group `g`'s planes into
+    /// `planes[g * GROUP_BYTES..]`.
+    fn pack_unit(rows: &[Self::Block; PANEL_ROWS], header: &mut [u8], planes: &mut [u8]) {
+        let decoded: [RowUnit; PANEL_ROWS] = std::array::from_fn(|r| Self::decode_block(&rows[r]));
+        write_header::<Self>(&decoded, header);
+        for g in 0..Self::UNIT / QK {
+            write_planes::<Self>(&decoded, g, &mut planes[g * Self::GROUP_BYTES..(g + 1) * Self::GROUP_BYTES]);
+        }
+    }
+
+    /// One GGUF block decoded.
+    fn decode_block(b: &Self::Block) -> RowUnit;
+}
+
+const fn base_bytes(base: Base) -> usize {
+    match base {
+        Base::Nibbles => NIB_BYTES,
+        Base::Crumbs => CRUMB_BYTES,
+        Base::Bytes => BYTE_BYTES,
+    }
+}
+
+const fn high_bytes(high: High) -> usize {
+    match high {
+        High::None => 0,
+        High::Bit(_) => BIT_BYTES,
+        High::Crumbs(_) => CRUMB_BYTES,
+    }
+}
+
+/// Offsets of a header's fields (bytes), by scaling.
+pub mod header {
+    /// `d` (f16 or, for `Halves`, f32), 16 values.
+    pub const D: usize = 0;
+    /// `m` or `dmin` (f16), 16 values.
+    pub const M: usize = 32;
+    /// `GroupMin`: `sc[g]` at `SC + 16g`, `mn[g]` at `MN + 16g`.
+    pub const SC: usize = 64;
+    pub const MN: usize = 64 + 128;
+    /// `Halves`: `sc[2g + h]` at `HALF_SC + 16(2g + h)` (after the f32 `d`).
+    pub const HALF_SC: usize = 64;
+    /// `HalvesMin`: `scmn[2g + h]` at `HALF_SCMN + 16(2g + h)`.
+    pub const HALF_SCMN: usize = 64;
+}
+
+fn put_f16(out: &mut [u8], at: usize, r: usize, v: f32) {
+    out[at + 2 * r..at + 2 * r + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+}
+
+fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]) {
+    out[..F::HEADER].fill(0);
+    for (r, u) in rows.iter().enumerate() {
+        match F::SCALING {
+            Scaling::Block => put_f16(out, header::D, r, u.d),
+            Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
+                put_f16(out, header::D, r, u.d);
+                put_f16(out, header::M, r, u.m);
+            }
+            Scaling::Halves => out[header::D + 4 * r..header::D + 4 * r + 4].copy_from_slice(&u.d.to_le_bytes()),
+        }
+        match F::SCALING {
+            Scaling::Block | Scaling::BlockMin => {}
+            Scaling::GroupMin => {
+                for g in 0..GROUPS {
+                    out[header::SC + 16 * g + r] = u.scales[2 * g] as u8;
+                    out[header::MN + 16 * g + r] = u.mins[2 * g] as u8;
+                }
+            }
+            Scaling::Halves => {
+                for t in 0..2 * GROUPS {
+                    out[header::HALF_SC + 16 * t + r] = u.scales[t] as i8 as u8;
+                }
+            }
+            Scaling::HalvesMin => {
+                for t in 0..2 * GROUPS {
+                    out[header::HALF_SCMN + 16 * t + r] = (u.scales[t] as u8) | ((u.mins[t] as u8) << 4);
+                }
+            }
+        }
+    }
+}
+
+/// Writes group `g` of 16 rows into its planes (`out`: `GROUP_BYTES`).
+fn write_planes<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], g: usize, out: &mut [u8]) {
+    out.fill(0);
+    let (high, base) = out.split_at_mut(high_bytes(F::HIGH));
+    for (r, unit) in rows.iter().enumerate() {
+        for k in 0..QK {
+            let u = unit.u[QK * g + k];
+            let (s, j) = (k / 4, k % 4);
+            let (h, t) = (s / 4, s % 4);
+            let (low, top) = match F::HIGH {
+                High::None => (u, 0),
+                High::Bit(shift) | High::Crumbs(shift) => (u & ((1 << shift) - 1), u >> shift),
+            };
+            match F::BASE {
+                Base::Nibbles => base[SLICE_BYTES * t + 4 * r + j] |= low << (4 * h),
+                Base::Crumbs => base[SLICE_BYTES * h + 4 * r + j] |= low << (2 * t),
+                Base::Bytes => base[SLICE_BYTES * s + 4 * r + j] = low,
+            }
+            match F::HIGH {
+                High::None => {}
+                High::Bit(_) => high[8 * s + (4 * r + j) / 8] |= top << ((4 * r + j) % 8),
+                High::Crumbs(_) => high[SLICE_BYTES * h + 4 * r + j] |= top << (2 * t),
+            }
+        }
+    }
+}
+
+/// Element `k` (0..32) of row `r` of a group's planes (`GROUP_BYTES`): the inverse of `write_planes`.
+#[inline(always)]
+pub fn value<F: Format + ?Sized>(planes: &[u8], r: usize, k: usize) -> u8 {
+    let (high, base) = planes.split_at(high_bytes(F::HIGH));
+    let (s, j) = (k / 4, k % 4);
+    let (h, t) = (s / 4, s % 4);
+    let low = match F::BASE {
+        Base::Nibbles => (base[SLICE_BYTES * t + 4 * r + j] >> (4 * h)) & 0x0f,
+        Base::Crumbs => (base[SLICE_BYTES * h + 4 * r + j] >> (2 * t)) & 3,
+        Base::Bytes => base[SLICE_BYTES * s + 4 * r + j],
+    };
+    match F::HIGH {
+        High::None => low,
+        High::Bit(shift) => low | (((high[8 * s + (4 * r + j) / 8] >> ((4 * r + j) % 8)) & 1) << shift),
+        High::Crumbs(shift) => low | (((high[SLICE_BYTES * h + 4 * r + j] >> (2 * t)) & 3) << shift),
+    }
+}
+
+fn get_f16(bytes: &[u8], at: usize, r: usize) -> f32 {
+    f16::from_le_bytes([bytes[at + 2 * r], bytes[at + 2 * r + 1]]).to_f32()
+}
+
+impl RowUnit {
+    /// A unit to decode into.
+    pub const EMPTY: RowUnit = RowUnit { u: [0; QK_K], d: 0.0, m: 0.0, scales: [0; 2 * GROUPS], mins: [0; 2 * GROUPS] };
+}
+
+/// Row `r` of a unit's header and planes, decoded into `unit` (the inverse of `pack_unit`): `u[..UNIT]`, `d`, `m`,
+/// and the scales and minima of the unit's half groups.
+#[inline(always)]
+pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usize, unit: &mut RowUnit) {
+    match F::SCALING {
+        Scaling::Block => unit.d = get_f16(header_bytes, header::D, r),
+        Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
+            unit.d = get_f16(header_bytes, header::D, r);
+            unit.m = get_f16(header_bytes, header::M, r);
+        }
+        Scaling::Halves => {
+            let at = header::D + 4 * r;
+            unit.d = f32::from_le_bytes(header_bytes[at..at + 4].try_into().expect("4 bytes"));
+        }
+    }
+    for g in 0..F::UNIT / QK {
+        for h in 0..2 {
+            let t = 2 * g + h;
+            let (sc, mn) = match F::SCALING {
+                Scaling::Block | Scaling::BlockMin => (0, 0),
+                Scaling::GroupMin => {
+                    (i32::from(header_bytes[header::SC + 16 * g + r]), i32::from(header_bytes[header::MN + 16 * g + r]))
+                }
+                Scaling::Halves => (i32::from(header_bytes[header::HALF_SC + 16 * t + r] as i8), 0),
+                Scaling::HalvesMin => {
+                    let b = header_bytes[header::HALF_SCMN + 16 * t + r];
+                    (i32::from(b & 0x0f), i32::from(b >> 4))
+                }
+            };
+            unit.scales[t] = sc;
+            unit.mins[t] = mn;
+        }
+        let group = &planes[g * F::GROUP_BYTES..(g + 1) * F::GROUP_BYTES];
+        for k in 0..QK {
+            unit.u[QK * g + k] = value::<F>(group, r, k);
+        }
+    }
+}
+
+/// Dequantizes one decoded unit into `out` (`UNIT` floats) with the formula of its type's dequantization
+/// (`blocks::dequantize_*`, `kquants::dequantize_k`), operation for operation, so the results are the same bits.
+pub fn dequantize_unit<F: Format + ?Sized>(unit: &RowUnit, out: &mut [f32]) {
+    for (k, x) in out.iter_mut().enumerate().take(F::UNIT) {
+        let q = i32::from(unit.u[k]) - F::OFFSET;
+        *x = match F::SCALING {
+            Scaling::Block => unit.d * q as f32,
+            Scaling::BlockMin => unit.d * q as f32 + unit.m,
+            Scaling::GroupMin | Scaling::Halves | Scaling::HalvesMin => {
+                let t = k / 16;
+                let dl = unit.d * unit.scales[t] as f32;
+                if F::SCALING == Scaling::Halves {
+                    dl * q as f32
+                } else {
+                    dl * q as f32 - unit.m * unit.mins[t] as f32
+                }
+            }
+        };
+    }
+}
+
+fn legacy(d: f16, m: f16, u: [u8; QK]) -> RowUnit {
+    let mut unit = RowUnit { u: [0; QK_K], d: d.to_f32(), m: m.to_f32(), scales: [0; 16], mins: [0; 16] };
+    unit.u[..QK].copy_from_slice(&u);
+    unit
+}
+
+fn nibble_values(qs: &[u8; QK / 2]) -> [u8; QK] {
+    std::array::from_fn(|k| if k < QK / 2 { qs[k] & 0x0f } else { qs[k - QK / 2] >> 4 })
+}
+
+impl Format for BlockQ4_0 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Q4_0;
+    const UNIT: usize = QK;
+    const HEADER: usize = 32;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::None;
+    const OFFSET: i32 = 8;
+    const SCALING: Scaling = Scaling::Block;
+    fn decode_block(b: &Self) -> RowUnit {
+        legacy(b.d, f16::ZERO, nibble_values(&b.qs))
+    }
+}
+
+impl Format for BlockQ4_1 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Q4_1;
+    const UNIT: usize = QK;
+    const HEADER: usize = 64;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::None;
+    const OFFSET: i32 = 0;
+    const SCALING: Scaling = Scaling::BlockMin;
+    fn decode_block(b: &Self) -> RowUnit {
+        legacy(b.d, b.m, nibble_values(&b.qs))
+    }
+}
+
+impl Format for BlockQ5_0 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Q5_0;
+    const UNIT: usize = QK;
+    const HEADER: usize = 32;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::Bit(4);
+    const OFFSET: i32 = 16;
+    const SCALING: Scaling = Scaling::Block;
+    fn decode_block(b: &Self) -> RowUnit {
+        legacy(b.d, f16::ZERO, five_bit_values(&b.qs, &b.qh))
+    }
+}
+
+impl Format for BlockQ5_1 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Q5_1;
+    const UNIT: usize = QK;
+    const HEADER: usize = 64;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::Bit(4);
+    const OFFSET: i32 = 0;
+    const SCALING: Scaling = Scaling::BlockMin;
+    fn decode_block(b: &Self) -> RowUnit {
+        legacy(b.d, b.m, five_bit_values(&b.qs, &b.qh))
+    }
+}
+
+impl Format for BlockQ8_0 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Q8_0;
+    const UNIT: usize = QK;
+    const HEADER: usize = 32;
+    const BASE: Base = Base::Bytes;
+    const HIGH: High = High::None;
+    /// Stored as `u = q + 128`, so that the unsigned operand of `vpdpbusd` can carry it.
+    const OFFSET: i32 = 128;
+    const SCALING: Scaling = Scaling::Block;
+    fn decode_block(b: &Self) -> RowUnit {
+        legacy(b.d, f16::ZERO, b.qs.map(|q| (i32::from(q) + 128) as u8))
+    }
+}
+
+/// A K-quant super-block decoded through `SuperBlock::group`.
+fn k_unit<B: SuperBlock>(b: &B) -> RowUnit {
+    let mut unit = RowUnit { u: [0; QK_K], d: b.d(), m: b.dmin(), scales: [0; 16], mins: [0; 16] };
+    for g in 0..GROUPS {
+        let group = b.group(g);
+        unit.u[QK * g..QK * g + QK].copy_from_slice(&group.u);
+        unit.scales[2 * g..2 * g + 2].copy_from_slice(&group.scales);
+        unit.mins[2 * g..2 * g + 2].copy_from_slice(&group.mins);
+    }
+    unit
+}
+
+macro_rules! k_format {
+    ($block:ty, $dtype:ident, $header:expr, $base:expr, $high:expr, $scaling:expr) => {
+        impl Format for $block {
+            type Block = Self;
+            const DTYPE: GgmlType = GgmlType::$dtype;
+            const UNIT: usize = QK_K;
+            const HEADER: usize = $header;
+            const BASE: Base = $base;
+            const HIGH: High = $high;
+            const OFFSET: i32 = <$block as SuperBlock>::OFFSET;
+            const SCALING: Scaling = $scaling;
+            fn decode_block(b: &Self) -> RowUnit {
+                k_unit(b)
+            }
+        }
+    };
+}
+
+k_format!(BlockQ2K, Q2K, 64 + 256, Base::Crumbs, High::None, Scaling::HalvesMin);
+k_format!(BlockQ3K, Q3K, 64 + 256, Base::Crumbs, High::Bit(2), Scaling::Halves);
+k_format!(BlockQ4K, Q4K, 64 + 256, Base::Nibbles, High::None, Scaling::GroupMin);
+k_format!(BlockQ5K, Q5K, 64 + 256, Base::Nibbles, High::Bit(4), Scaling::GroupMin);
+k_format!(BlockQ6K, Q6K, 64 + 256, Base::Nibbles, High::Crumbs(4), Scaling::Halves);

@@ -1,0 +1,223 @@
+//! Quantized weight matrices rearranged at load for the matmul kernels: rows interleaved in panels of 16, each
+//! 32-element group's values in bit planes that one SIMD register of 16 rows reads whole.
+//!
+//! A GGUF file stores a matrix row after row, each row a run of blocks (`blocks`, `kquants`). A matvec over that
+//! layout computes one output at a time, and each output's sum has to be folded from its vector lanes at the end;
+//! for the K-quants every super-block's packed 6-bit scales have to be decoded for each row, by scalar code. Both
+//! costs dominated ember's decode at 1B sizes (issue 28: unpacking and scale decoding were half of a Q4_K_M decode
+//! step, the integer dot a fifth). Packed, a register holds the same four elements of 16 rows side by side, so one
+//! `vpdpbusd` computes four products for each of 16 outputs, each output's sum stays in its own 32-bit lane, and
+//! the scales of a unit are plain bytes, one per row, that a register loads and converts at once. This is the
+//! layout of llama.cpp's CPU "repack" (rows interleaved at load), arranged so that every type unpacks with a few
+//! shifts and masks.
+//!
+//! **Layout.** Rows `16p .. 16p + 16` form panel `p` (the last panel's missing rows are zero). A panel is its units'
+//! headers (`Format::HEADER` bytes each, the region padded to 64 bytes), then its groups' planes
+//! (`Format::GROUP_BYTES` each), units and groups in row order. A unit is one block (32 elements) or one K-quant
+//! super-block (256 elements, 8 groups). Within a group, "slice" `s` (0..8) is elements `4s..4s + 4`, half `h` is
+//! slices `4h..4h + 4`, and a plane register is 64 bytes: byte `4r + j` belongs to row `r`, element `4s + j`:
+//! - a 4-bit plane has 4 registers: register `t` holds slice `t` in its low nibbles and slice `4 + t` in its high;
+//! - an 8-bit plane has 8 registers, one per slice (Q8_0, stored as `q + 128`);
+//! - a 2-bit plane has 2 registers: register `h` holds slice `4h + t` in bits `2t..2t + 2`;
+//! - a 1-bit plane has 8 64-bit masks: bit `4r + j` of mask `s` belongs to row `r`, element `4s + j`.
+//!
+//! A value `u` is its base plane's bits ORed with its high plane's, shifted (`Format::BASE`, `Format::HIGH`); the
+//! header holds the scales as `Format::SCALING` says, each field a run of 16 values, one per row. Sizes equal the
+//! file's but for the K-quants' unpacked 6-bit scales (Q4_K +2.8 %, Q5_K +2.3 %) and Q3_K's f32 scale.
+//!
+//! Every path's kernels read this one layout, so the choice of path never repacks anything.
+
+pub mod format;
+pub mod scalar;
+
+use std::fmt;
+
+use format::{decode_row, dequantize_unit, Format, RowUnit, PANEL_ROWS};
+
+use super::weights::{WeightData, WeightMatrix};
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::model::gguf::GgmlType;
+
+/// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage, so that every plane register is one aligned
+/// cache line.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A quantized weight matrix in panels (see the module documentation).
+pub struct PackedMatrix {
+    dtype: GgmlType,
+    n_rows: usize,
+    row_len: usize,
+    /// Bytes of a panel's header region (padded to 64).
+    header_region: usize,
+    /// Bytes of a panel.
+    panel_bytes: usize,
+    lines: Vec<Line>,
+}
+
+impl fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("dtype", &self.dtype)
+            .field("n_rows", &self.n_rows)
+            .field("row_len", &self.row_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `$body` with `$F` bound to the format type of `$dtype` (a quantized type that packs), or `$none` otherwise.
+macro_rules! with_format {
+    ($dtype:expr, $F:ident => $body:expr, _ => $none:expr) => {
+        match $dtype {
+            GgmlType::Q4_0 => {
+                type $F = BlockQ4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $F = BlockQ4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $F = BlockQ5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $F = BlockQ5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $F = BlockQ8_0;
+                $body
+            }
+            GgmlType::Q2K => {
+                type $F = BlockQ2K;
+                $body
+            }
+            GgmlType::Q3K => {
+                type $F = BlockQ3K;
+                $body
+            }
+            GgmlType::Q4K => {
+                type $F = BlockQ4K;
+                $body
+            }
+            GgmlType::Q5K => {
+                type $F = BlockQ5K;
+                $body
+            }
+            GgmlType::Q6K => {
+                type $F = BlockQ6K;
+                $body
+            }
+            _ => $none,
+        }
+    };
+}
+pub(in crate::backend::cpu::kernels) use with_format;
+
+impl PackedMatrix {
+    /// `w` packed, or `None` for the float types (which the kernels read as they are).
+    pub fn pack(w: &WeightMatrix) -> Option<PackedMatrix> {
+        match w.data() {
+            WeightData::Q4_0(b) => Some(Self::pack_as::<BlockQ4_0>(b, w.n_rows(), w.row_len())),
+            WeightData::Q4_1(b) => Some(Self::pack_as::<BlockQ4_1>(b, w.n_rows(), w.row_len())),
+            WeightData::Q5_0(b) => Some(Self::pack_as::<BlockQ5_0>(b, w.n_rows(), w.row_len())),
+            WeightData::Q5_1(b) => Some(Self::pack_as::<BlockQ5_1>(b, w.n_rows(), w.row_len())),
+            WeightData::Q8_0(b) => Some(Self::pack_as::<BlockQ8_0>(b, w.n_rows(), w.row_len())),
+            WeightData::Q2K(b) => Some(Self::pack_as::<BlockQ2K>(b, w.n_rows(), w.row_len())),
+            WeightData::Q3K(b) => Some(Self::pack_as::<BlockQ3K>(b, w.n_rows(), w.row_len())),
+            WeightData::Q4K(b) => Some(Self::pack_as::<BlockQ4K>(b, w.n_rows(), w.row_len())),
+            WeightData::Q5K(b) => Some(Self::pack_as::<BlockQ5K>(b, w.n_rows(), w.row_len())),
+            WeightData::Q6K(b) => Some(Self::pack_as::<BlockQ6K>(b, w.n_rows(), w.row_len())),
+            WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => None,
+        }
+    }
+
+    fn pack_as<F: Format<Block = F> + bytemuck::Pod>(blocks: &[F], n_rows: usize, row_len: usize) -> PackedMatrix {
+        let units = row_len / F::UNIT;
+        let header_region = (units * F::HEADER).next_multiple_of(64);
+        let panel_bytes = header_region + row_len / QK * F::GROUP_BYTES;
+        let n_panels = n_rows.div_ceil(PANEL_ROWS);
+        let mut lines = vec![Line([0; 64]); n_panels * panel_bytes / 64];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
+        let zero = F::zeroed();
+        for (p, panel) in bytes.chunks_exact_mut(panel_bytes).enumerate() {
+            let (headers, planes) = panel.split_at_mut(header_region);
+            for b in 0..units {
+                let rows: [F; PANEL_ROWS] = std::array::from_fn(|r| {
+                    let row = p * PANEL_ROWS + r;
+                    if row < n_rows {
+                        blocks[row * units + b]
+                    } else {
+                        zero
+                    }
+                });
+                let unit_planes = F::UNIT / QK * F::GROUP_BYTES;
+                F::pack_unit(
+                    &rows,
+                    &mut headers[b * F::HEADER..(b + 1) * F::HEADER],
+                    &mut planes[b * unit_planes..(b + 1) * unit_planes],
+                );
+            }
+        }
+        PackedMatrix { dtype: F::DTYPE, n_rows, row_len, header_region, panel_bytes, lines }
+    }
+
+    pub fn dtype(&self) -> GgmlType {
+        self.dtype
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+
+    /// Weights per row.
+    pub fn row_len(&self) -> usize {
+        self.row_len
+    }
+
+    /// 32-element groups per row (the activation blocks a row meets).
+    pub fn blocks_per_row(&self) -> usize {
+        self.row_len / QK
+    }
+
+    /// Panels of 16 rows (the last one possibly partial).
+    pub fn n_panels(&self) -> usize {
+        self.n_rows.div_ceil(PANEL_ROWS)
+    }
+
+    /// Bytes of storage (what a matvec streams from memory).
+    pub fn n_bytes(&self) -> usize {
+        self.lines.len() * 64
+    }
+
+    /// Panel `p`: its header region and its planes.
+    pub(in crate::backend::cpu::kernels) fn panel(&self, p: usize) -> (&[u8], &[u8]) {
+        let bytes: &[u8] = bytemuck::cast_slice(&self.lines);
+        bytes[p * self.panel_bytes..(p + 1) * self.panel_bytes].split_at(self.header_region)
+    }
+
+    /// Dequantizes row `row` into `out` (`row_len` floats), bit-identical to [`WeightMatrix::dequantize_row`] on
+    /// the matrix it was packed from.
+    ///
+    /// # Panics
+    /// When `row` is not a row of the matrix or `out` has another length.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        assert!(row < self.n_rows && out.len() == self.row_len, "dequantize_row: row {row} or output length");
+        with_format!(self.dtype, F => self.dequantize_row_as::<F>(row, out), _ => unreachable!("packed types only"))
+    }
+
+    fn dequantize_row_as<F: Format>(&self, row: usize, out: &mut [f32]) {
+        let (headers, planes) = self.panel(row / PANEL_ROWS);
+        let unit_planes = F::UNIT / QK * F::GROUP_BYTES;
+        let mut unit = RowUnit::EMPTY;
+        for (b, chunk) in out.chunks_exact_mut(F::UNIT).enumerate() {
+            let (header, unit_planes) =
+                (&headers[b * F::HEADER..(b + 1) * F::HEADER], &planes[b * unit_planes..(b + 1) * unit_planes]);
+            decode_row::<F>(header, unit_planes, row % PANEL_ROWS, &mut unit);
+            dequantize_unit::<F>(&unit, chunk);
+        }
+    }
+}
