@@ -1,6 +1,8 @@
-//! Single-threaded timings of the matmul kernels at SmolLM2-135M's shapes and types, and of every quantized weight
-//! type at one Gemma 3 270M shape (`types 1024->640`), for every path this CPU runs, next to a large memcpy's
-//! bandwidth. Prints a table, then one JSON line per case.
+//! Single-threaded timings of the matmul kernels at SmolLM2-135M's shapes and types, of every quantized weight
+//! type at one Gemma 3 270M shape (`types 1024->640`) and of the common types at Llama 3.2 1B's FFN shapes
+//! (`1b_up 2048->8192`, `1b_down 8192->2048`), for every path this CPU runs, next to a large memcpy's bandwidth.
+//! The quantized types run packed (`PackedMatrix`, as the backend runs them). Prints a table, then one JSON line
+//! per case.
 //!
 //! `cargo bench --bench kernels [-- FILTER...]`: a case runs when every FILTER is a word of its label, e.g.
 //! `avx512 ffn_down n_cols=1` or `avx2 Q4_K` (labels read "path name in->out TYPE n_cols=N"). For `n_cols` up to
@@ -13,7 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use ember::backend::cpu::kernels::{
-    quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, WeightData, WeightMatrix,
+    quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, PackedMatrix, WeightData, WeightMatrix,
 };
 use ember::model::gguf::blocks::QK;
 use ember::model::gguf::GgmlType;
@@ -72,6 +74,28 @@ const TYPE_SHAPES: [Shape; 10] = {
     ]
 };
 
+/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes.
+const LLAMA_SHAPES: [Shape; 10] = {
+    const fn up(dtype: GgmlType) -> Shape {
+        Shape { name: "1b_up 2048->8192", row_len: 2048, n_rows: 8192, dtype }
+    }
+    const fn down(dtype: GgmlType) -> Shape {
+        Shape { name: "1b_down 8192->2048", row_len: 8192, n_rows: 2048, dtype }
+    }
+    [
+        up(GgmlType::Q4_0),
+        up(GgmlType::Q8_0),
+        up(GgmlType::Q4K),
+        up(GgmlType::Q5K),
+        up(GgmlType::Q6K),
+        down(GgmlType::Q4_0),
+        down(GgmlType::Q8_0),
+        down(GgmlType::Q4K),
+        down(GgmlType::Q5K),
+        down(GgmlType::Q6K),
+    ]
+};
+
 impl Shape {
     /// Bytes of one matrix.
     fn bytes(&self) -> usize {
@@ -98,6 +122,11 @@ impl Weights {
         let bytes = &bytemuck::cast_slice::<u32, u8>(&self.0)[i * shape.bytes()..(i + 1) * shape.bytes()];
         let data = WeightData::from_bytes(shape.dtype, bytes).expect("a quantized type, aligned");
         WeightMatrix::new(data, shape.n_rows, shape.row_len).expect("bench shapes are valid")
+    }
+
+    /// Every copy packed, as the backend packs its matrices.
+    fn packed(&self, shape: &Shape, copies: usize) -> Vec<PackedMatrix> {
+        (0..copies).map(|i| PackedMatrix::pack(&self.matrix(shape, i)).expect("a quantized type")).collect()
     }
 }
 
@@ -167,7 +196,7 @@ impl Case<'_> {
 
     fn json(&self) -> String {
         format!(
-            "{{\"bench\":\"matmul_q8\",\"path\":\"{}\",\"shape\":\"{}\",\"weights\":\"{}\",\"row_len\":{},\"n_rows\":{},\
+            "{{\"bench\":\"matmul_packed\",\"path\":\"{}\",\"shape\":\"{}\",\"weights\":\"{}\",\"row_len\":{},\"n_rows\":{},\
              \"n_cols\":{},\"mode\":\"{}\",\"us_per_call\":{:.3},\"weight_gb_s\":{:.3},\"gmac_s\":{:.3}}}",
             self.kernels.name,
             self.shape.name,
@@ -188,10 +217,16 @@ fn main() {
     let selected = |label: &str| filters.iter().all(|f| label.split(' ').any(|word| word == f));
     let mut rng = Rng(42);
     let mut cases = Vec::new();
-    for shape in SHAPES.iter().chain(&TYPE_SHAPES) {
+    for shape in SHAPES.iter().chain(&TYPE_SHAPES).chain(&LLAMA_SHAPES) {
+        let labels = supported_kernels()
+            .flat_map(|k| N_COLS.map(|n| format!("{} {} {} n_cols={n}", k.name, shape.name, shape.dtype)));
+        if !labels.into_iter().any(|l| selected(&l)) {
+            continue;
+        }
         let one_matrix = shape.bytes();
         let copies = STREAM_BYTES.div_ceil(one_matrix);
         let weights = Weights::random(shape, copies, &mut rng);
+        let packed = weights.packed(shape, copies);
         let x: Vec<f32> = (0..512 * shape.row_len).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let mut act = vec![BlockQ8A::ZERO; x.len() / QK];
         quantize_row_q8a_scalar(&x, &mut act);
@@ -207,8 +242,8 @@ fn main() {
                 let act = &act[..n_cols * shape.row_len / QK];
                 let out = &mut out[..n_cols * shape.n_rows];
                 let mut run = |i: usize| {
-                    let w = weights.matrix(shape, i);
-                    kernels.matmul_q8(&w, black_box(act), n_cols, &mut OutRows::new(out, n_cols, shape.n_rows));
+                    let out = &mut OutRows::new(out, n_cols, shape.n_rows);
+                    kernels.matmul_packed(&packed[i], black_box(act), n_cols, out);
                 };
                 let mut modes = vec![("hot", 1)];
                 if n_cols <= STREAM_MAX_COLS {

@@ -37,6 +37,12 @@ fn simd_paths() -> Vec<&'static Kernels> {
 /// Every weight type ember computes with (`common/quant_blocks.rs`).
 const KINDS: [GgmlType; 13] = WEIGHT_TYPES;
 
+/// Whether `dtype` is a float type: the quantized types meet 8-bit activations packed (`matmul_packed`), the float
+/// ones as they are (`matmul_q8`).
+fn is_float(dtype: GgmlType) -> bool {
+    matches!(dtype, GgmlType::F16 | GgmlType::Bf16 | GgmlType::F32)
+}
+
 /// Owned random weights of one type, with realistic scales (the models' blocks have d ~ 0.01; the K-quants'
 /// super-block scales are smaller, multiplied by their groups' integer scales).
 struct Weights {
@@ -234,8 +240,8 @@ fn q8_summation_bound(w: &RefWeights, act: &[BlockQ8A], c: usize, r: usize) -> f
     (2 * w.row_len / QK + 24) as f64 * U * q8_magnitude(w, act, c, r)
 }
 
-/// Each SIMD path's quantized matmul equals the scalar one bit for bit, at odd shapes, the model's shapes and
-/// every column count around the tile sizes.
+/// Each SIMD path's matmul of float weights with 8-bit activations equals the scalar one bit for bit, at odd
+/// shapes, the model's shapes and every column count around the tile sizes.
 #[test]
 fn matmul_q8_is_bit_identical_to_scalar() {
     let mut rng = Rng(2);
@@ -243,7 +249,7 @@ fn matmul_q8_is_bit_identical_to_scalar() {
     let mut cases: Vec<(usize, usize, &[usize])> =
         odd_shapes().into_iter().map(|(l, r)| (l, r, &ODD_N_COLS[..])).collect();
     cases.extend(MODEL_SHAPES.iter().map(|&(l, r)| (l, r, &[1usize, 5, 17][..])));
-    for kind in KINDS {
+    for kind in KINDS.into_iter().filter(|&k| is_float(k)) {
         for &(row_len, n_rows, col_counts) in cases.iter().filter(|c| fits(kind, c.0)) {
             let weights = Weights::random(kind, n_rows, row_len, &mut rng);
             let w = weights.matrix(n_rows, row_len);
@@ -335,7 +341,7 @@ fn matmul_f32_matches_f64_reference() {
 #[test]
 fn matmul_q8_matches_f64_within_activation_rounding() {
     let mut rng = Rng(4);
-    for kind in KINDS {
+    for kind in KINDS.into_iter().filter(|&k| is_float(k)) {
         for &(row_len, n_rows) in MODEL_SHAPES.iter().chain(&[(96, 7), (160, 33), (768, 5)]).filter(|s| fits(kind, s.0))
         {
             let n_cols = 3;
@@ -405,13 +411,29 @@ fn matmuls_are_batch_invariant() {
             let act = quantize(&x);
             let n = w.blocks_per_row();
             for k in supported_kernels() {
-                // Reference: each column alone, all rows in one call.
-                let alone_q8: Vec<Vec<f32>> =
-                    (0..pool_cols).map(|c| run_q8(k, &w, &act[c * n..(c + 1) * n], 1)).collect();
+                // Reference: each column alone, all rows in one call (the quantized types' 8-bit matmul is
+                // `matmul_packed_is_batch_invariant`'s).
+                let alone_q8: Vec<Vec<f32>> = match is_float(kind) {
+                    true => (0..pool_cols).map(|c| run_q8(k, &w, &act[c * n..(c + 1) * n], 1)).collect(),
+                    false => Vec::new(),
+                };
                 let alone_f32: Vec<Vec<f32>> =
                     (0..pool_cols).map(|c| run_f32(k, &w, &x[c * row_len..(c + 1) * row_len], 1)).collect();
                 for (first, n_cols) in [(0, 23), (1, 2), (3, 3), (2, 5), (5, 16), (6, 17), (0, 4), (19, 4)] {
                     for piece in [n_rows, 1, 3, 4, 5, 8, 13] {
+                        if !is_float(kind) {
+                            let got_f32 = split_run(n_rows, n_cols, piece, &|nc: usize, out: &mut OutRows| {
+                                k.matmul_f32(&w, &x[first * row_len..(first + nc) * row_len], nc, out)
+                            });
+                            for c in 0..n_cols {
+                                let what = format!(
+                                    "f32 {} {kind} row_len {row_len} cols {first}+{n_cols} piece {piece}",
+                                    k.name
+                                );
+                                assert_same_bits(&got_f32[c * n_rows..(c + 1) * n_rows], &alone_f32[first + c], &what);
+                            }
+                            continue;
+                        }
                         let q8 =
                             |nc: usize, out: &mut OutRows| k.matmul_q8(&w, &act[first * n..(first + nc) * n], nc, out);
                         let f32_ = |nc: usize, out: &mut OutRows| {
@@ -438,10 +460,21 @@ fn matmuls_are_batch_invariant() {
 fn matmul_rejects_output_rows_past_the_matrix() {
     let mut rng = Rng(6);
     let weights = Weights::random(GgmlType::Q4_1, 3, 32, &mut rng);
-    let w = weights.matrix(3, 32);
+    let w = PackedMatrix::pack(&weights.matrix(3, 32)).expect("Q4_1 packs");
     let act = quantize(&random_activations(1, 32, &mut rng));
     let mut out = vec![0f32; 4];
-    scalar().matmul_q8(&w, &act, 1, &mut OutRows::new(&mut out, 1, 4));
+    scalar().matmul_packed(&w, &act, 1, &mut OutRows::new(&mut out, 1, 4));
+}
+
+/// The quantized types meet 8-bit activations only packed.
+#[test]
+#[should_panic(expected = "packed")]
+fn matmul_q8_refuses_quantized_weights() {
+    let mut rng = Rng(6);
+    let weights = Weights::random(GgmlType::Q4K, 1, 256, &mut rng);
+    let act = quantize(&random_activations(1, 256, &mut rng));
+    let mut out = vec![0f32; 1];
+    scalar().matmul_q8(&weights.matrix(1, 256), &act, 1, &mut OutRows::new(&mut out, 1, 1));
 }
 
 #[test]
@@ -562,7 +595,8 @@ fn argmax_takes_the_first_maximum_and_skips_nan() {
     }
 }
 
-/// The real model's weights through `WeightMatrix::from_tensor`, every path against the scalar one, bit for bit.
+/// The real model's weights through `WeightMatrix::from_tensor`, packed, every path against the scalar one, bit
+/// for bit.
 #[test]
 fn real_model_weights_are_bit_identical_to_scalar() {
     let path = ember::model::path::resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
@@ -578,10 +612,11 @@ fn real_model_weights_are_bit_identical_to_scalar() {
     ] {
         let w = WeightMatrix::from_tensor(&file.tensor(name).expect("tensor exists")).expect("a matrix");
         assert_eq!((w.row_len(), w.n_rows()), (row_len, n_rows), "{name}");
+        let w = PackedMatrix::pack(&w).expect("the model's matrices are quantized");
         let act = quantize(&random_activations(n_cols, row_len, &mut rng));
-        let want = run_q8(scalar(), &w, &act, n_cols);
+        let want = run_packed(scalar(), &w, &act, n_cols);
         for k in simd_paths() {
-            assert_same_bits(&run_q8(k, &w, &act, n_cols), &want, &format!("{} {name}", k.name));
+            assert_same_bits(&run_packed(k, &w, &act, n_cols), &want, &format!("{} {name}", k.name));
         }
     }
     let norm = file.tensor("output_norm.weight").expect("tensor exists");

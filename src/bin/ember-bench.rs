@@ -43,6 +43,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ember::backend::cpu::kernels::read_probe;
 use ember::backend::cpu::kv_cache::CpuKvCache;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
@@ -336,14 +337,11 @@ fn run(args: &Args) -> Result<(), String> {
     let eog = model.tokenizer.eog_ids();
     let sampling = SamplingParams { logit_bias: eog.iter().map(|&id| (id, NEVER)).collect(), ..Default::default() };
     sampling.validate(config.vocab_size).map_err(|e| e.to_string())?;
-    let mut bench = Bench {
-        config,
-        backend: CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?,
-        layout,
-        sampling,
-        eog,
-        text_ids: model.tokenizer.encode(PROMPT_TEXT, false),
-    };
+    let backend_start = Instant::now();
+    let backend = CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?;
+    let backend_ms = backend_start.elapsed().as_secs_f64() * 1e3;
+    let mut bench =
+        Bench { config, backend, layout, sampling, eog, text_ids: model.tokenizer.encode(PROMPT_TEXT, false) };
     let kernel_path = bench.backend.kernel_path();
     let weight_bytes = bench.backend.weight_bytes_per_token();
     let kv_bytes = bench.backend.kv_cache_bytes();
@@ -405,6 +403,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     read.print(&format!("read {} MiB, {} threads (GB/s)", read_bytes >> 20, args.threads));
     memcpy.print(&format!("memcpy {} MiB (GB/s copied)", plan.memcpy_bytes >> 20));
+    println!("{:<40} {:>10.1}", "backend start, weights packed (ms)", backend_ms);
     println!("{:<40} {:>10.1}", "weights read per token (MB)", weight_bytes as f64 / 1e6);
     println!("{:<40} {:>10.2}", "weights/token x decode / read", roofline);
     println!("{:<40} {:>10.2}", "weights/token x decode / memcpy", ratio);
@@ -442,6 +441,7 @@ fn run(args: &Args) -> Result<(), String> {
         })),
         "read_gb_per_s": { "bytes": read_bytes, "threads": args.threads, "result": read.json() },
         "memcpy_gb_per_s": { "bytes": plan.memcpy_bytes, "result": memcpy.json() },
+        "backend_start_ms": backend_ms,
         "weight_bytes_per_token": weight_bytes,
         "decode_bandwidth_over_read": roofline,
         "decode_bandwidth_over_memcpy": ratio,
@@ -463,36 +463,30 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a buffer of `bytes` with `threads` threads, each XOR-folding its contiguous share 64 bytes at a time, `runs`
-/// times: bytes read per second, in GB/s (10⁹),
-/// per run. The buffer is written first, so that its pages are mapped; a run's time is from the threads' common
-/// start to the last one's end. Sized like the weights a decode step reads, it is what the machine delivers to a
-/// decode step at best: a buffer larger than the last-level cache is read from memory, and a smaller one (or part
-/// of one, where the cache keeps lines across passes) partly from the cache, as decode's weights are.
+/// Reads a buffer of `bytes` with `threads` threads, each reading its contiguous share as the matvec kernels read
+/// weights (`kernels::read_probe`), `runs` times: bytes read per second, in GB/s (10⁹), per run. The buffer is
+/// written first, so that its pages are mapped; a run's time is from the threads' common start to the last one's
+/// end. Sized like the weights a decode step reads, it is what the machine delivers to a decode step at best: a
+/// buffer larger than the last-level cache is read from memory, and a smaller one (or part of one, where the cache
+/// keeps lines across passes) partly from the cache, as decode's weights are.
 fn read_gb_per_second(bytes: usize, threads: usize, runs: usize) -> Vec<f64> {
-    let lines: Vec<[u64; 8]> = (0..bytes / 64).map(|i| [i as u64; 8]).collect();
-    let share = lines.len().div_ceil(threads);
+    let buffer: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+    let share = bytes.div_ceil(threads).next_multiple_of(64);
     (0..runs)
         .map(|_| {
-            let start_line = std::sync::Barrier::new(lines.chunks(share).len() + 1);
+            let start_line = std::sync::Barrier::new(buffer.chunks(share).len() + 1);
             let elapsed = std::thread::scope(|s| {
-                for part in lines.chunks(share) {
+                for part in buffer.chunks(share) {
                     let start_line = &start_line;
                     s.spawn(move || {
                         start_line.wait();
-                        let mut fold = [0u64; 8];
-                        for line in part {
-                            for (f, w) in fold.iter_mut().zip(line) {
-                                *f ^= w;
-                            }
-                        }
-                        black_box(fold);
+                        black_box(read_probe(part));
                     });
                 }
                 start_line.wait();
                 Instant::now()
             });
-            (lines.len() * 64) as f64 / elapsed.elapsed().as_secs_f64() / 1e9
+            bytes as f64 / elapsed.elapsed().as_secs_f64() / 1e9
         })
         .collect()
 }

@@ -163,9 +163,11 @@ impl<'m> CpuBackend<'m> {
         if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
             return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
         }
-        let pack = options.precision == Precision::Quantized8;
-        let weights = CpuModelWeights::new(file, &config, pack).map_err(CpuBackendError::Gguf)?;
         let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
+        // The fast path's kernels read the quantized matrices packed, by the pool's threads at once.
+        let run = |n: usize, task: &(dyn Fn(usize) + Sync)| pool.run(n, task);
+        let pack = (options.precision == Precision::Quantized8).then_some(&run as _);
+        let weights = CpuModelWeights::new(file, &config, pack).map_err(CpuBackendError::Gguf)?;
         let kv_precision = match options.precision {
             Precision::Quantized8 => KvPrecision::F16,
             Precision::Float32 => KvPrecision::F32,

@@ -6,6 +6,7 @@ use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::forward::{Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
+use super::kernels::packed::RunTasks;
 use super::kernels::{PackedMatrix, WeightMatrix};
 
 /// A weight matrix as the matmuls read it.
@@ -17,9 +18,9 @@ pub enum Matrix<'m> {
 }
 
 impl<'m> Matrix<'m> {
-    /// The matrix packed when `pack` is set and its type packs; the file's view otherwise.
-    fn new(w: WeightMatrix<'m>, pack: bool) -> Self {
-        match pack.then(|| PackedMatrix::pack(&w)).flatten() {
+    /// The matrix packed by `pack`'s tasks when there are some and its type packs; the file's view otherwise.
+    fn new(w: WeightMatrix<'m>, pack: Option<RunTasks<'_>>) -> Self {
+        match pack.and_then(|run| PackedMatrix::pack_with(&w, run)) {
             Some(packed) => Matrix::Packed(packed),
             None => Matrix::File(w),
         }
@@ -71,8 +72,8 @@ pub struct CpuModelWeights<'m> {
 
 impl<'m> CpuModelWeights<'m> {
     /// Resolves every tensor (the file was validated against `config` by [`LlamaConfig::from_gguf`]), packing
-    /// the quantized matrices when `pack` is set.
-    pub fn new(file: &'m GgufFile, config: &LlamaConfig, pack: bool) -> Result<Self, GgufError> {
+    /// the quantized matrices by `pack`'s tasks when it is given.
+    pub fn new(file: &'m GgufFile, config: &LlamaConfig, pack: Option<RunTasks<'_>>) -> Result<Self, GgufError> {
         let view = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
         let matrix = |name: &str| Ok::<_, GgufError>(Matrix::new(view(name)?, pack));
         let norm = |name: &str| file.tensor(name)?.as_f32();

@@ -9,8 +9,9 @@ use super::kernels::{BlockQ8A, Kernels, OutRows};
 use super::model_weights::Matrix;
 use super::pool::ThreadPool;
 
-/// Most tasks one parallel region is split into.
-pub const MAX_TASKS: usize = 64;
+/// Most tasks one parallel region is split into: `TASKS_PER_THREAD` for each of 64 threads (a fixed array of slots
+/// on the stack, so that a step allocates nothing).
+pub const MAX_TASKS: usize = 256;
 /// Weight rows per task are a multiple of this, so kernels run whole register tiles.
 const ROW_ALIGN: usize = 16;
 /// Tasks per thread: a few, so a thread that finishes early takes over work (the other core of these machines is

@@ -18,6 +18,7 @@ pub mod numerics;
 mod out_rows;
 pub mod packed;
 mod q8a;
+mod read_probe;
 mod scalar;
 mod select;
 mod table;
@@ -27,6 +28,7 @@ mod weights;
 pub use out_rows::OutRows;
 pub use packed::PackedMatrix;
 pub use q8a::{quantize_row_q8a, quantize_row_q8a_scalar, BlockQ8A};
+pub use read_probe::read_probe;
 pub use select::{
     kernel_selection, kernels, kernels_named, supported_kernels, KernelSelection, KERNELS_ENV_VAR, KERNEL_NAMES,
 };

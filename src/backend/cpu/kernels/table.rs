@@ -129,20 +129,22 @@ impl Kernels {
         unsafe { (self.quantize_row_q8a)(x, out) }
     }
 
-    /// The quantized matmul: for every `r` in `out.rows()` and `c` in `0..n_cols`,
-    /// `out(c, r) = Σ_blocks [dw·da·Σ qw·qa (+ mw·sa for Q4_1; − 8·dw·sa for Q4_0)]`, where block `b` of weight
-    /// row `r` meets block `b` of activation column `c` (`act` is token-major: `n_cols × row_len / 32` blocks).
-    /// With `n_cols == 1` this is the decode matvec. F32 weights take the scalar path on every path, dotting the
-    /// weights with the dequantized activations block by block (no model of ours has F32 matrices).
+    /// The matmul of float weights (F32, F16, BF16, which are not packed) with 8-bit activations: for every `r`
+    /// in `out.rows()` and `c` in `0..n_cols`, `out(c, r) = Σ_blocks da · Σ w·qa`, where block `b` of weight row
+    /// `r` meets block `b` of activation column `c` (`act` is token-major: `n_cols × row_len / 32` blocks), the same
+    /// shared code on every path (no model of ours has float matrices). Quantized weights are packed and meet
+    /// activations in [`Kernels::matmul_packed`].
     ///
     /// **Batch invariance:** the value written for `(c, r)` is bit-identical whatever `n_cols` is, wherever column
     /// `c` sits in the batch and however `out`'s rows were split, because each output gets the same sequence of
     /// floating-point operations in every tile shape.
     ///
     /// # Panics
-    /// When `act.len() != n_cols * w.blocks_per_row()`, `out.n_cols() != n_cols` or `out.rows()` reaches past
-    /// `w.n_rows()`.
+    /// When `w` is quantized, `act.len() != n_cols * w.blocks_per_row()`, `out.n_cols() != n_cols` or
+    /// `out.rows()` reaches past `w.n_rows()`.
     pub fn matmul_q8(&self, w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+        let dtype = w.data().dtype();
+        assert!(dtype.block_len() == 1, "matmul_q8: {} weights are packed (matmul_packed)", dtype.name());
         check_matmul(w, act.len(), w.blocks_per_row(), n_cols, out);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.matmul_q8)(w, act, n_cols, out) }

@@ -90,13 +90,3 @@ pub(in crate::backend::cpu::kernels) fn hsum_i32(v: __m256i) -> i32 {
     let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b01>(x));
     _mm_cvtsi128_si32(x)
 }
-
-/// Asks for the cache lines of `bytes` bytes from `addr` to be brought into L1 (`prefetcht0`), one request per 64
-/// bytes: enough when consecutive calls step by `bytes`. Any address is allowed; a prefetch never faults and never
-/// changes what a program computes.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn prefetch(addr: *const u8, bytes: usize) {
-    for offset in (0..bytes).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(addr.wrapping_add(offset).cast());
-    }
-}

@@ -8,17 +8,14 @@ mod attention_f16;
 mod elementwise;
 mod exp;
 mod f32_tiles;
-pub(super) mod k_tiles;
 pub(super) mod lanes;
 mod packed;
-mod q8_tiles;
 mod quantize;
 
 use super::table::Kernels;
 
 pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
 pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace};
-pub(super) use q8_tiles::unpack_five_bits;
 pub(super) use quantize::quantize_row_q8a;
 
 /// Whether this CPU runs the AVX2 path (and thus the functions re-exported above).
@@ -29,7 +26,7 @@ pub(super) fn is_supported() -> bool {
 static KERNELS: Kernels = Kernels {
     name: "avx2",
     quantize_row_q8a,
-    matmul_q8: q8_tiles::matmul_q8,
+    matmul_q8: packed::matmul_q8_float,
     matmul_packed: packed::matmul_packed,
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm,

@@ -18,6 +18,8 @@ use crate::backend::cpu::kernels::packed::format::{
 };
 use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::backend::cpu::kernels::scalar;
+use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::GgmlType;
@@ -31,7 +33,7 @@ const MAX_C: usize = 4;
 /// Activations kept hot while a panel of columns meets every row tile (as in `tiling`).
 const PANEL_BYTES: usize = 256 * 1024;
 
-/// How far ahead of the group it computes a matvec requests the octet's planes, in bytes (see the AVX-512 path).
+/// How far ahead of the group it computes a tile requests the panel's planes, in bytes (see the AVX-512 path).
 const PREFETCH_AHEAD: usize = 2048;
 
 /// 32 bytes at `p`.
@@ -262,7 +264,6 @@ fn tile<F: Format, const R: usize, const C: usize>(
         assert!(octets[r] < 2);
     }
     assert!(cols.iter().all(|col| col.len() >= n_groups));
-    let prefetch = C == 1;
     let zero = _mm256_setzero_ps();
     let mut acc = [[zero; R]; C];
     for b in 0..units {
@@ -295,7 +296,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
             for r in 0..R {
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
                 planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
-                if prefetch && octets[r] == 0 {
+                if octets[r] == 0 {
                     for line in (0..F::GROUP_BYTES).step_by(64) {
                         _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
                     }
@@ -471,4 +472,11 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
     with_format!(w.dtype(), F => matmul::<F>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+}
+
+/// `Kernels::matmul_q8` on this path: the float weight types, which are not packed, run the shared scalar code
+/// (every path runs it; the models we know keep only norms in float), compiled with this path's features.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn matmul_q8_float(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    scalar::matmul_q8(w, act, n_cols, out)
 }

@@ -190,13 +190,13 @@ fn tile<F: Dequantize, const R: usize, const C: usize>(
 const BATCH_ROWS: usize = 4;
 type Tiles<W> = TileTable<W, [f32; QK], 4, 4>;
 static Q4_0_TILES: Tiles<BlockQ4_0> =
-    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
+    TileTable { fns: tile_fns!(tile, Q4_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 static Q4_1_TILES: Tiles<BlockQ4_1> =
-    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
+    TileTable { fns: tile_fns!(tile, Q4_1, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 static Q8_0_TILES: Tiles<BlockQ8_0> =
-    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
+    TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 static F32_TILES: Tiles<[f32; QK]> =
-    TileTable { fns: tile_fns!(tile, F32, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS, row_tiles: None };
+    TileTable { fns: tile_fns!(tile, F32, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 
 /// The AVX-512 `Kernels::matmul_f32` (arguments checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

@@ -8,9 +8,7 @@
 //! hands out after detecting all of those features.
 
 mod f32_tiles;
-mod k_tiles;
 mod packed;
-mod q8_tiles;
 
 use std::arch::x86_64::*;
 
@@ -32,7 +30,7 @@ fn is_supported() -> bool {
 static KERNELS: Kernels = Kernels {
     name: "avx512",
     quantize_row_q8a: avx2::quantize_row_q8a,
-    matmul_q8: q8_tiles::matmul_q8,
+    matmul_q8: packed::matmul_q8_float,
     matmul_packed: packed::matmul_packed,
     matmul_f32: f32_tiles::matmul_f32,
     rms_norm: avx2::rms_norm,
@@ -49,12 +47,6 @@ static KERNELS: Kernels = Kernels {
 /// The AVX-512 kernels, when this CPU has the features.
 pub(super) fn kernels() -> Option<&'static Kernels> {
     is_supported().then_some(&KERNELS)
-}
-
-/// 32 bytes from `lo` and 32 from `hi` as one register, `lo` in the low half.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn load_two_32(lo: &[i8; 32], hi: &[i8; 32]) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(avx2::lanes::load_32(lo)), avx2::lanes::load_32(hi))
 }
 
 /// Row pairs of a tile of up to 4 rows.

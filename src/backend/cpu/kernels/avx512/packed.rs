@@ -15,17 +15,18 @@ use crate::backend::cpu::kernels::packed::format::{
 };
 use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::backend::cpu::kernels::scalar;
+use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::GgmlType;
 
 /// Most panels and columns of a tile.
 const MAX_R: usize = 2;
-const MAX_C: usize = 4;
-
-/// Activations kept hot while a panel of columns meets every row tile (as in `tiling`): the columns stay in L2,
-/// so the weights are read from memory once per panel of columns.
-const PANEL_BYTES: usize = 256 * 1024;
+const MAX_C: usize = 8;
+/// The tile of a batch of several columns: panels × columns.
+const BATCH_R: usize = 1;
+const BATCH_C: usize = 8;
 
 /// 64 bytes at `p`.
 ///
@@ -160,8 +161,9 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
     }
 }
 
-/// How far ahead of the group it computes a matvec requests the panel's planes, in bytes: the hardware prefetcher
-/// stops at page boundaries, and a matvec does too little work per byte to hide a miss.
+/// How far ahead of the group it computes a tile requests the panel's planes, in bytes: the hardware prefetcher
+/// stops at page boundaries, and a matvec does too little work per byte to hide a miss (in a batch the planes are
+/// in cache after the first column tile, and the requests cost a few instructions per group).
 const PREFETCH_AHEAD: usize = 2048;
 
 /// One tile: panels `panels` (their header regions and planes) × columns `cols` (each `n_groups` blocks); the
@@ -177,7 +179,6 @@ fn tile<F: Format, const R: usize, const C: usize>(
     let units = n_groups / groups_per_unit;
     assert!(panels.iter().all(|(h, p)| h.len() >= units * F::HEADER && p.len() >= n_groups * F::GROUP_BYTES));
     assert!(cols.iter().all(|col| col.len() >= n_groups));
-    let prefetch = C == 1;
     let zero = _mm512_setzero_ps();
     let mut acc = [[zero; R]; C];
     for b in 0..units {
@@ -207,10 +208,8 @@ fn tile<F: Format, const R: usize, const C: usize>(
             for r in 0..R {
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
                 planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
-                if prefetch {
-                    for line in (0..F::GROUP_BYTES).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
-                    }
+                for line in (0..F::GROUP_BYTES).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
                 }
             }
             let mut a = [&cols[0][group]; C];
@@ -312,8 +311,26 @@ fn tile_entry<F: Format, const R: usize, const C: usize>(
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
     [
-        [tile_entry::<F, 1, 1>, tile_entry::<F, 1, 2>, tile_entry::<F, 1, 3>, tile_entry::<F, 1, 4>],
-        [tile_entry::<F, 2, 1>, tile_entry::<F, 2, 2>, tile_entry::<F, 2, 3>, tile_entry::<F, 2, 4>],
+        [
+            tile_entry::<F, 1, 1>,
+            tile_entry::<F, 1, 2>,
+            tile_entry::<F, 1, 3>,
+            tile_entry::<F, 1, 4>,
+            tile_entry::<F, 1, 5>,
+            tile_entry::<F, 1, 6>,
+            tile_entry::<F, 1, 7>,
+            tile_entry::<F, 1, 8>,
+        ],
+        [
+            tile_entry::<F, 2, 1>,
+            tile_entry::<F, 2, 2>,
+            tile_entry::<F, 2, 3>,
+            tile_entry::<F, 2, 4>,
+            tile_entry::<F, 2, 4>,
+            tile_entry::<F, 2, 4>,
+            tile_entry::<F, 2, 4>,
+            tile_entry::<F, 2, 4>,
+        ],
     ]
 }
 
@@ -346,27 +363,23 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
     let fns = tiles::<F>();
     let col = |c: usize| &act[c * n_groups..(c + 1) * n_groups];
     let mut results = [[_mm512_setzero_ps(); MAX_R]; MAX_C];
-    let panel_cols = (PANEL_BYTES / (n_groups * size_of::<BlockQ8A>()).max(1)).max(MAX_C);
-    let rows_per_tile = if n_cols == 1 { 1 } else { MAX_R };
-    let mut col_start = 0;
-    while col_start < n_cols {
-        let col_end = (col_start + panel_cols).min(n_cols);
-        let mut p = p_start;
-        while p < p_end {
-            let n_r = rows_per_tile.min(p_end - p);
-            let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel((p + r).min(p_end - 1)));
-            let mut c0 = col_start;
-            while c0 < col_end {
-                let n_c = MAX_C.min(col_end - c0);
-                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
-                // SAFETY: this function has the features the tile functions need.
-                unsafe { fns[n_r - 1][n_c - 1](panels, cols, n_groups, &mut results) };
-                store(&results, p, n_r, c0, n_c, out);
-                c0 += n_c;
-            }
-            p += n_r;
+    // Row tiles outside, every column inside: a row tile's weights (tens to hundreds of KiB) stay in L2 while the
+    // batch's activations pass by, so each weight is read from memory once per matmul.
+    let (rows_per_tile, cols_per_tile) = if n_cols == 1 { (1, 1) } else { (BATCH_R, BATCH_C) };
+    let mut p = p_start;
+    while p < p_end {
+        let n_r = rows_per_tile.min(p_end - p);
+        let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel((p + r).min(p_end - 1)));
+        let mut c0 = 0;
+        while c0 < n_cols {
+            let n_c = cols_per_tile.min(n_cols - c0);
+            let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(n_cols - 1)));
+            // SAFETY: this function has the features the tile functions need.
+            unsafe { fns[n_r - 1][n_c - 1](panels, cols, n_groups, &mut results) };
+            store(&results, p, n_r, c0, n_c, out);
+            c0 += n_c;
         }
-        col_start = col_end;
+        p += n_r;
     }
 }
 
@@ -374,4 +387,11 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
     with_format!(w.dtype(), F => matmul::<F>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+}
+
+/// `Kernels::matmul_q8` on this path: the float weight types, which are not packed, run the shared scalar code
+/// (every path runs it; the models we know keep only norms in float), compiled with this path's features.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn matmul_q8_float(w: &WeightMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    scalar::matmul_q8(w, act, n_cols, out)
 }

@@ -101,18 +101,31 @@ pub trait Format {
     /// Plane bytes per group and panel: the high plane, then the base plane.
     const GROUP_BYTES: usize = high_bytes(Self::HIGH) + base_bytes(Self::BASE);
 
-    /// Writes unit `rows[r]` of each of 16 rows: the header into `header`, group `g`'s planes into
-    /// `planes[g * GROUP_BYTES..]`.
-    fn pack_unit(rows: &[Self::Block; PANEL_ROWS], header: &mut [u8], planes: &mut [u8]) {
-        let decoded: [RowUnit; PANEL_ROWS] = std::array::from_fn(|r| Self::decode_block(&rows[r]));
-        write_header::<Self>(&decoded, header);
+    /// Writes one unit of 16 rows, `block(r)` giving row `r`'s GGUF block (`None` past the matrix's last row: zero
+    /// weights): the header into `header`, group `g`'s planes into `planes[g * GROUP_BYTES..]`. `scratch` holds
+    /// the decoded rows.
+    fn pack_unit<'b>(
+        block: impl Fn(usize) -> Option<&'b Self::Block>,
+        scratch: &mut [RowUnit; PANEL_ROWS],
+        header: &mut [u8],
+        planes: &mut [u8],
+    ) where
+        Self::Block: 'b,
+    {
+        for (r, unit) in scratch.iter_mut().enumerate() {
+            match block(r) {
+                Some(b) => Self::decode_block(b, unit),
+                None => Self::decode_block(&Self::Block::zeroed(), unit),
+            }
+        }
+        write_header::<Self>(scratch, header);
         for g in 0..Self::UNIT / QK {
-            write_planes::<Self>(&decoded, g, &mut planes[g * Self::GROUP_BYTES..(g + 1) * Self::GROUP_BYTES]);
+            write_planes::<Self>(scratch, g, &mut planes[g * Self::GROUP_BYTES..(g + 1) * Self::GROUP_BYTES]);
         }
     }
 
-    /// One GGUF block decoded.
-    fn decode_block(b: &Self::Block) -> RowUnit;
+    /// One GGUF block decoded into `unit` (`u[..UNIT]`, `d`, `m`, and the scales and minima of its half groups).
+    fn decode_block(b: &Self::Block, unit: &mut RowUnit);
 }
 
 const fn base_bytes(base: Base) -> usize {
@@ -183,28 +196,56 @@ fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]
     }
 }
 
-/// Writes group `g` of 16 rows into its planes (`out`: `GROUP_BYTES`).
+/// Writes group `g` of 16 rows into its planes (`out`: `GROUP_BYTES`), a byte of each plane at a time.
 fn write_planes<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], g: usize, out: &mut [u8]) {
-    out.fill(0);
     let (high, base) = out.split_at_mut(high_bytes(F::HIGH));
+    high.fill(0);
+    // The base plane's bits of `v`, and the high plane's.
+    let low = |v: u8| match F::HIGH {
+        High::None => v,
+        High::Bit(shift) | High::Crumbs(shift) => v & ((1 << shift) - 1),
+    };
+    let top = |v: u8| match F::HIGH {
+        High::None => 0,
+        High::Bit(shift) | High::Crumbs(shift) => v >> shift,
+    };
+    // Bits 2t..2t + 2 of each byte from slice 4h + t of `u`, through `f`.
+    let crumbs = |u: &[u8; QK], h: usize, j: usize, f: &dyn Fn(u8) -> u8| {
+        (0..4).fold(0u8, |byte, t| byte | (f(u[16 * h + 4 * t + j]) << (2 * t)))
+    };
     for (r, unit) in rows.iter().enumerate() {
-        for k in 0..QK {
-            let u = unit.u[QK * g + k];
-            let (s, j) = (k / 4, k % 4);
-            let (h, t) = (s / 4, s % 4);
-            let (low, top) = match F::HIGH {
-                High::None => (u, 0),
-                High::Bit(shift) | High::Crumbs(shift) => (u & ((1 << shift) - 1), u >> shift),
-            };
+        let u: &[u8; QK] = unit.u[QK * g..QK * g + QK].try_into().expect("a group");
+        for j in 0..4 {
             match F::BASE {
-                Base::Nibbles => base[SLICE_BYTES * t + 4 * r + j] |= low << (4 * h),
-                Base::Crumbs => base[SLICE_BYTES * h + 4 * r + j] |= low << (2 * t),
-                Base::Bytes => base[SLICE_BYTES * s + 4 * r + j] = low,
+                Base::Nibbles => {
+                    for t in 0..4 {
+                        base[SLICE_BYTES * t + 4 * r + j] = low(u[4 * t + j]) | (low(u[16 + 4 * t + j]) << 4);
+                    }
+                }
+                Base::Crumbs => {
+                    for h in 0..2 {
+                        base[SLICE_BYTES * h + 4 * r + j] = crumbs(u, h, j, &low);
+                    }
+                }
+                Base::Bytes => {
+                    for s in 0..8 {
+                        base[SLICE_BYTES * s + 4 * r + j] = u[4 * s + j];
+                    }
+                }
             }
             match F::HIGH {
                 High::None => {}
-                High::Bit(_) => high[8 * s + (4 * r + j) / 8] |= top << ((4 * r + j) % 8),
-                High::Crumbs(_) => high[SLICE_BYTES * h + 4 * r + j] |= top << (2 * t),
+                High::Bit(_) => {
+                    for s in 0..8 {
+                        let bit = 4 * r + j;
+                        high[8 * s + bit / 8] |= top(u[4 * s + j]) << (bit % 8);
+                    }
+                }
+                High::Crumbs(_) => {
+                    for h in 0..2 {
+                        high[SLICE_BYTES * h + 4 * r + j] = crumbs(u, h, j, &top);
+                    }
+                }
             }
         }
     }
@@ -297,10 +338,10 @@ pub fn dequantize_unit<F: Format + ?Sized>(unit: &RowUnit, out: &mut [f32]) {
     }
 }
 
-fn legacy(d: f16, m: f16, u: [u8; QK]) -> RowUnit {
-    let mut unit = RowUnit { u: [0; QK_K], d: d.to_f32(), m: m.to_f32(), scales: [0; 16], mins: [0; 16] };
+fn legacy(d: f16, m: f16, u: [u8; QK], unit: &mut RowUnit) {
+    unit.d = d.to_f32();
+    unit.m = m.to_f32();
     unit.u[..QK].copy_from_slice(&u);
-    unit
 }
 
 fn nibble_values(qs: &[u8; QK / 2]) -> [u8; QK] {
@@ -316,8 +357,8 @@ impl Format for BlockQ4_0 {
     const HIGH: High = High::None;
     const OFFSET: i32 = 8;
     const SCALING: Scaling = Scaling::Block;
-    fn decode_block(b: &Self) -> RowUnit {
-        legacy(b.d, f16::ZERO, nibble_values(&b.qs))
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        legacy(b.d, f16::ZERO, nibble_values(&b.qs), unit)
     }
 }
 
@@ -330,8 +371,8 @@ impl Format for BlockQ4_1 {
     const HIGH: High = High::None;
     const OFFSET: i32 = 0;
     const SCALING: Scaling = Scaling::BlockMin;
-    fn decode_block(b: &Self) -> RowUnit {
-        legacy(b.d, b.m, nibble_values(&b.qs))
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        legacy(b.d, b.m, nibble_values(&b.qs), unit)
     }
 }
 
@@ -344,8 +385,8 @@ impl Format for BlockQ5_0 {
     const HIGH: High = High::Bit(4);
     const OFFSET: i32 = 16;
     const SCALING: Scaling = Scaling::Block;
-    fn decode_block(b: &Self) -> RowUnit {
-        legacy(b.d, f16::ZERO, five_bit_values(&b.qs, &b.qh))
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        legacy(b.d, f16::ZERO, five_bit_values(&b.qs, &b.qh), unit)
     }
 }
 
@@ -358,8 +399,8 @@ impl Format for BlockQ5_1 {
     const HIGH: High = High::Bit(4);
     const OFFSET: i32 = 0;
     const SCALING: Scaling = Scaling::BlockMin;
-    fn decode_block(b: &Self) -> RowUnit {
-        legacy(b.d, b.m, five_bit_values(&b.qs, &b.qh))
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        legacy(b.d, b.m, five_bit_values(&b.qs, &b.qh), unit)
     }
 }
 
@@ -373,21 +414,20 @@ impl Format for BlockQ8_0 {
     /// Stored as `u = q + 128`, so that the unsigned operand of `vpdpbusd` can carry it.
     const OFFSET: i32 = 128;
     const SCALING: Scaling = Scaling::Block;
-    fn decode_block(b: &Self) -> RowUnit {
-        legacy(b.d, f16::ZERO, b.qs.map(|q| (i32::from(q) + 128) as u8))
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        legacy(b.d, f16::ZERO, b.qs.map(|q| (i32::from(q) + 128) as u8), unit)
     }
 }
 
 /// A K-quant super-block decoded through `SuperBlock::group`.
-fn k_unit<B: SuperBlock>(b: &B) -> RowUnit {
-    let mut unit = RowUnit { u: [0; QK_K], d: b.d(), m: b.dmin(), scales: [0; 16], mins: [0; 16] };
+fn k_unit<B: SuperBlock>(b: &B, unit: &mut RowUnit) {
+    (unit.d, unit.m) = (b.d(), b.dmin());
     for g in 0..GROUPS {
         let group = b.group(g);
         unit.u[QK * g..QK * g + QK].copy_from_slice(&group.u);
         unit.scales[2 * g..2 * g + 2].copy_from_slice(&group.scales);
         unit.mins[2 * g..2 * g + 2].copy_from_slice(&group.mins);
     }
-    unit
 }
 
 macro_rules! k_format {
@@ -401,8 +441,8 @@ macro_rules! k_format {
             const HIGH: High = $high;
             const OFFSET: i32 = <$block as SuperBlock>::OFFSET;
             const SCALING: Scaling = $scaling;
-            fn decode_block(b: &Self) -> RowUnit {
-                k_unit(b)
+            fn decode_block(b: &Self, unit: &mut RowUnit) {
+                k_unit(b, unit)
             }
         }
     };

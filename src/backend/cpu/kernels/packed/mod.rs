@@ -31,6 +31,7 @@ pub mod format;
 pub mod scalar;
 
 use std::fmt;
+use std::sync::Mutex;
 
 use format::{decode_row, dequantize_unit, Format, RowUnit, PANEL_ROWS};
 
@@ -39,11 +40,56 @@ use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, Blo
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::GgmlType;
 
-/// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage, so that every plane register is one aligned
-/// cache line.
+/// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage where it cannot be mapped.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
+
+/// A packed matrix's bytes: anonymous pages asked to be huge pages (a matvec streams hundreds of megabytes per
+/// token; with 4 KiB pages that is a TLB miss every 4 KiB and, when the matrix is written at load, a page fault
+/// every 4 KiB), or 64-byte aligned heap lines where the mapping fails. Page-aligned either way, so every plane
+/// register is one aligned cache line.
+enum Storage {
+    Mapped(memmap2::MmapMut),
+    Heap(Vec<Line>),
+}
+
+impl Storage {
+    /// `len` zero bytes (a multiple of 64).
+    fn zeroed(len: usize) -> Storage {
+        match memmap2::MmapMut::map_anon(len) {
+            Ok(map) => {
+                // Only advice: without transparent huge pages the mapping works the same.
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::HugePage);
+                Storage::Mapped(map)
+            }
+            Err(_) => Storage::Heap(vec![Line([0; 64]); len / 64]),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mapped(map) => map,
+            Storage::Heap(lines) => bytemuck::cast_slice(lines),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Mapped(map) => map,
+            Storage::Heap(lines) => bytemuck::cast_slice_mut(lines),
+        }
+    }
+}
+
+/// Runs `n` tasks `f(0) .. f(n − 1)`, in parallel where it can (a thread pool's `run`).
+pub type RunTasks<'a> = &'a dyn Fn(usize, &(dyn Fn(usize) + Sync));
+
+/// Runs tasks one after another on the calling thread.
+pub fn run_in_order(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    (0..n).for_each(f);
+}
 
 /// A quantized weight matrix in panels (see the module documentation).
 pub struct PackedMatrix {
@@ -54,7 +100,7 @@ pub struct PackedMatrix {
     header_region: usize,
     /// Bytes of a panel.
     panel_bytes: usize,
-    lines: Vec<Line>,
+    storage: Storage,
 }
 
 impl fmt::Debug for PackedMatrix {
@@ -118,51 +164,66 @@ macro_rules! with_format {
 pub(in crate::backend::cpu::kernels) use with_format;
 
 impl PackedMatrix {
-    /// `w` packed, or `None` for the float types (which the kernels read as they are).
+    /// `w` packed on the calling thread, or `None` for the float types (which the kernels read as they are).
     pub fn pack(w: &WeightMatrix) -> Option<PackedMatrix> {
-        match w.data() {
-            WeightData::Q4_0(b) => Some(Self::pack_as::<BlockQ4_0>(b, w.n_rows(), w.row_len())),
-            WeightData::Q4_1(b) => Some(Self::pack_as::<BlockQ4_1>(b, w.n_rows(), w.row_len())),
-            WeightData::Q5_0(b) => Some(Self::pack_as::<BlockQ5_0>(b, w.n_rows(), w.row_len())),
-            WeightData::Q5_1(b) => Some(Self::pack_as::<BlockQ5_1>(b, w.n_rows(), w.row_len())),
-            WeightData::Q8_0(b) => Some(Self::pack_as::<BlockQ8_0>(b, w.n_rows(), w.row_len())),
-            WeightData::Q2K(b) => Some(Self::pack_as::<BlockQ2K>(b, w.n_rows(), w.row_len())),
-            WeightData::Q3K(b) => Some(Self::pack_as::<BlockQ3K>(b, w.n_rows(), w.row_len())),
-            WeightData::Q4K(b) => Some(Self::pack_as::<BlockQ4K>(b, w.n_rows(), w.row_len())),
-            WeightData::Q5K(b) => Some(Self::pack_as::<BlockQ5K>(b, w.n_rows(), w.row_len())),
-            WeightData::Q6K(b) => Some(Self::pack_as::<BlockQ6K>(b, w.n_rows(), w.row_len())),
-            WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => None,
-        }
+        Self::pack_with(w, &run_in_order)
     }
 
-    fn pack_as<F: Format<Block = F> + bytemuck::Pod>(blocks: &[F], n_rows: usize, row_len: usize) -> PackedMatrix {
+    /// `w` packed by tasks that `run` runs (a few panels each), or `None` for the float types.
+    pub fn pack_with(w: &WeightMatrix, run: RunTasks<'_>) -> Option<PackedMatrix> {
+        let (n_rows, row_len) = (w.n_rows(), w.row_len());
+        Some(match w.data() {
+            WeightData::Q4_0(b) => Self::pack_as::<BlockQ4_0>(b, n_rows, row_len, run),
+            WeightData::Q4_1(b) => Self::pack_as::<BlockQ4_1>(b, n_rows, row_len, run),
+            WeightData::Q5_0(b) => Self::pack_as::<BlockQ5_0>(b, n_rows, row_len, run),
+            WeightData::Q5_1(b) => Self::pack_as::<BlockQ5_1>(b, n_rows, row_len, run),
+            WeightData::Q8_0(b) => Self::pack_as::<BlockQ8_0>(b, n_rows, row_len, run),
+            WeightData::Q2K(b) => Self::pack_as::<BlockQ2K>(b, n_rows, row_len, run),
+            WeightData::Q3K(b) => Self::pack_as::<BlockQ3K>(b, n_rows, row_len, run),
+            WeightData::Q4K(b) => Self::pack_as::<BlockQ4K>(b, n_rows, row_len, run),
+            WeightData::Q5K(b) => Self::pack_as::<BlockQ5K>(b, n_rows, row_len, run),
+            WeightData::Q6K(b) => Self::pack_as::<BlockQ6K>(b, n_rows, row_len, run),
+            WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => return None,
+        })
+    }
+
+    fn pack_as<F: Format<Block = F> + bytemuck::Pod + Sync>(
+        blocks: &[F],
+        n_rows: usize,
+        row_len: usize,
+        run: RunTasks<'_>,
+    ) -> PackedMatrix {
+        /// Panels per task: about a megabyte of packed weights.
+        const TASK_BYTES: usize = 1 << 20;
         let units = row_len / F::UNIT;
         let header_region = (units * F::HEADER).next_multiple_of(64);
         let panel_bytes = header_region + row_len / QK * F::GROUP_BYTES;
         let n_panels = n_rows.div_ceil(PANEL_ROWS);
-        let mut lines = vec![Line([0; 64]); n_panels * panel_bytes / 64];
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
-        let zero = F::zeroed();
-        for (p, panel) in bytes.chunks_exact_mut(panel_bytes).enumerate() {
-            let (headers, planes) = panel.split_at_mut(header_region);
-            for b in 0..units {
-                let rows: [F; PANEL_ROWS] = std::array::from_fn(|r| {
-                    let row = p * PANEL_ROWS + r;
-                    if row < n_rows {
-                        blocks[row * units + b]
-                    } else {
-                        zero
-                    }
-                });
-                let unit_planes = F::UNIT / QK * F::GROUP_BYTES;
-                F::pack_unit(
-                    &rows,
-                    &mut headers[b * F::HEADER..(b + 1) * F::HEADER],
-                    &mut planes[b * unit_planes..(b + 1) * unit_planes],
-                );
+        let mut storage = Storage::zeroed(n_panels * panel_bytes);
+        let panels_per_task = (TASK_BYTES / panel_bytes).max(1);
+        let chunks: Vec<Mutex<Option<&mut [u8]>>> = storage.bytes_mut()[..n_panels * panel_bytes]
+            .chunks_mut(panels_per_task * panel_bytes)
+            .map(|c| Mutex::new(Some(c)))
+            .collect();
+        run(chunks.len(), &|task| {
+            let Some(chunk) = chunks[task].lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+            let mut scratch = [RowUnit::EMPTY; PANEL_ROWS];
+            let unit_planes = F::UNIT / QK * F::GROUP_BYTES;
+            for (i, panel) in chunk.chunks_exact_mut(panel_bytes).enumerate() {
+                let p = task * panels_per_task + i;
+                let (headers, planes) = panel.split_at_mut(header_region);
+                for b in 0..units {
+                    let block = |r: usize| {
+                        let row = p * PANEL_ROWS + r;
+                        (row < n_rows).then(|| &blocks[row * units + b])
+                    };
+                    let header = &mut headers[b * F::HEADER..(b + 1) * F::HEADER];
+                    F::pack_unit(block, &mut scratch, header, &mut planes[b * unit_planes..(b + 1) * unit_planes]);
+                }
             }
-        }
-        PackedMatrix { dtype: F::DTYPE, n_rows, row_len, header_region, panel_bytes, lines }
+        });
+        drop(chunks);
+        PackedMatrix { dtype: F::DTYPE, n_rows, row_len, header_region, panel_bytes, storage }
     }
 
     pub fn dtype(&self) -> GgmlType {
@@ -190,13 +251,12 @@ impl PackedMatrix {
 
     /// Bytes of storage (what a matvec streams from memory).
     pub fn n_bytes(&self) -> usize {
-        self.lines.len() * 64
+        self.n_panels() * self.panel_bytes
     }
 
     /// Panel `p`: its header region and its planes.
     pub(in crate::backend::cpu::kernels) fn panel(&self, p: usize) -> (&[u8], &[u8]) {
-        let bytes: &[u8] = bytemuck::cast_slice(&self.lines);
-        bytes[p * self.panel_bytes..(p + 1) * self.panel_bytes].split_at(self.header_region)
+        self.storage.bytes()[p * self.panel_bytes..(p + 1) * self.panel_bytes].split_at(self.header_region)
     }
 
     /// Dequantizes row `row` into `out` (`row_len` floats), bit-identical to [`WeightMatrix::dequantize_row`] on

@@ -1,15 +1,10 @@
-//! Scalar matmuls: one output at a time, blocks in order, 8 lane accumulators per output, exactly the arithmetic
-//! of `numerics` that the SIMD paths reproduce.
+//! Scalar matmuls over weights in the file's layout: one output at a time, blocks in order, exactly the arithmetic
+//! of `numerics` that the SIMD paths reproduce. (The quantized types meet 8-bit activations packed: `packed`.)
 //!
-//! Quantized (`matmul_q8`): for each block, lane `j` holds the exact integer dot of the block's elements
-//! `4j..4j + 4` (activation order); the lane is converted to f32 (exact: |lane| ≤ 4·128·127) and fused-multiply-added
-//! with the block's `dw · da` into accumulator lane `j`; Q4_1 and Q5_1 then add `mw · [sa, 0, …, 0]` with a second
-//! fused multiply-add. The K-quants (`kquants`: 32-element groups of integers with a scale and minimum per 16) do
-//! the same per group, with each lane's integer sum multiplied by its half's integer scale (exact) before the
-//! conversion, and their minima as a second integer lane sum `min_h · Σ qa` times `−dmin · da` (see `output_q8_k`).
 //! Precise (`matmul_f32`): each block dequantized to floats, element `8i + j` fused-multiply-added with its
-//! activation into lane `j`. Both end with `numerics::sum_lanes`. Float weights (F32, F16, BF16) in the quantized
-//! matmul dot each block with the dequantized activations in element order (`dot_block_f32`).
+//! activation into lane `j`, then `numerics::sum_lanes`. Float weights (F32, F16, BF16) in the quantized matmul
+//! (`matmul_q8`) dot each block with the dequantized activations in element order (`dot_block_f32`), the same code
+//! on every path.
 //!
 //! No closures or iterator sums in the per-block code: the path is compiled a second time for FMA and AVX2 (see
 //! `scalar`), and a closure the compiler does not inline would be compiled without them, one call per element.
@@ -20,21 +15,8 @@ use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use half::{bf16, f16};
 
-use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{dequantize_k, SuperBlock, GROUPS, QK_K};
-
-/// Integer lane sums of one weight block against one activation block: lane `j` is `Σ_{k=4j}^{4j+3} w_k · qa_k`.
-type LaneSums = [i32; LANES];
-
-/// `lane_j = Σ_{k=4j}^{4j+3} w_k · qa_k` for integer weights `w` in activation order.
-#[inline(always)]
-fn lane_sums(w: &[i32; QK], a: &BlockQ8A) -> LaneSums {
-    let mut lanes = [0i32; LANES];
-    for k in 0..QK {
-        lanes[k / 4] += w[k] * i32::from(a.qs[k]);
-    }
-    lanes
-}
 
 /// The 32 weights of a 4-bit block in activation order, minus `offset`: byte `k` holds element `k` in its low
 /// nibble and element `k + 16` in its high nibble (`ggml-common.h`).
@@ -46,164 +28,6 @@ fn nibbles(qs: &[u8; QK / 2], offset: i32) -> [i32; QK] {
         w[k + QK / 2] = i32::from(qs[k] >> 4) - offset;
     }
     w
-}
-
-/// What the quantized matmul needs of a weight block.
-trait QuantBlock {
-    /// The block's scale `dw`.
-    fn scale(&self) -> f32;
-    /// Q4_1's minimum `mw`.
-    fn min(&self) -> Option<f32>;
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums;
-}
-
-impl QuantBlock for BlockQ4_0 {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d.to_f32()
-    }
-    #[inline(always)]
-    fn min(&self) -> Option<f32> {
-        None
-    }
-    /// With Q4_0's offset applied exactly, in integers: `Σ (qw − 8) · qa`.
-    #[inline(always)]
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
-        lane_sums(&nibbles(&self.qs, 8), a)
-    }
-}
-
-impl QuantBlock for BlockQ4_1 {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d.to_f32()
-    }
-    #[inline(always)]
-    fn min(&self) -> Option<f32> {
-        Some(self.m.to_f32())
-    }
-    #[inline(always)]
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
-        lane_sums(&nibbles(&self.qs, 0), a)
-    }
-}
-
-impl QuantBlock for BlockQ8_0 {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d.to_f32()
-    }
-    #[inline(always)]
-    fn min(&self) -> Option<f32> {
-        None
-    }
-    #[inline(always)]
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
-        let mut w = [0i32; QK];
-        for (wk, &q) in w.iter_mut().zip(&self.qs) {
-            *wk = i32::from(q);
-        }
-        lane_sums(&w, a)
-    }
-}
-
-/// The 32 weights of a 5-bit block in activation order, minus `offset`.
-#[inline(always)]
-fn five_bits(qs: &[u8; QK / 2], qh: &[u8; 4], offset: i32) -> [i32; QK] {
-    let u = five_bit_values(qs, qh);
-    let mut w = [0i32; QK];
-    for k in 0..QK {
-        w[k] = i32::from(u[k]) - offset;
-    }
-    w
-}
-
-impl QuantBlock for BlockQ5_0 {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d.to_f32()
-    }
-    #[inline(always)]
-    fn min(&self) -> Option<f32> {
-        None
-    }
-    #[inline(always)]
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
-        lane_sums(&five_bits(&self.qs, &self.qh, 16), a)
-    }
-}
-
-impl QuantBlock for BlockQ5_1 {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d.to_f32()
-    }
-    #[inline(always)]
-    fn min(&self) -> Option<f32> {
-        Some(self.m.to_f32())
-    }
-    #[inline(always)]
-    fn lane_sums(&self, a: &BlockQ8A) -> LaneSums {
-        lane_sums(&five_bits(&self.qs, &self.qh, 0), a)
-    }
-}
-
-/// Adds one block's terms to the accumulators.
-#[inline(always)]
-fn accumulate_q8<W: QuantBlock>(acc: &mut Lanes, w: &W, a: &BlockQ8A) {
-    let lanes = w.lane_sums(a);
-    let scale = w.scale() * a.d;
-    for j in 0..LANES {
-        acc[j] = (lanes[j] as f32).mul_add(scale, acc[j]);
-    }
-    if let Some(m) = w.min() {
-        // `mw · sa` lands in lane 0; the other lanes add `mw · 0`, as the SIMD paths' vector `[sa, 0, …, 0]` does.
-        let mut s: Lanes = [0.0; LANES];
-        s[0] = a.s;
-        for j in 0..LANES {
-            acc[j] = m.mul_add(s[j], acc[j]);
-        }
-    }
-}
-
-/// Group `g` of a K-quant super-block against activation block `a`: lane `j` (elements `4j..4j + 4`, half
-/// `h = j / 4`) adds `f32(Σ (u − OFFSET) · qa) · ((d · scale_h) · da)`, then with minima
-/// `(f32(Σ qa) · da) · (−dmin · min_h)`, each one fused multiply-add. `d · scale_h` and `dmin · min_h` are exact
-/// (an f16 times an integer of at most 8 bits), so per output each term rounds once in its product and once in its
-/// FMA; the factors are ordered so that a SIMD path computes `d · scale_h` and `−dmin · min_h` once per row and
-/// group, and `Σ qa · da` once per column and group, leaving one multiply and two FMAs per output.
-#[inline(always)]
-fn accumulate_group<B: SuperBlock>(acc: &mut Lanes, b: &B, g: usize, a: &BlockQ8A) {
-    let group = b.group(g);
-    let mut dots = [0i32; LANES];
-    let mut sums = [0i32; LANES];
-    for k in 0..QK {
-        let q = i32::from(a.qs[k]);
-        dots[k / 4] += (i32::from(group.u[k]) - B::OFFSET) * q;
-        sums[k / 4] += q;
-    }
-    for j in 0..LANES {
-        let scale = (b.d() * group.scales[j / 4] as f32) * a.d;
-        acc[j] = (dots[j] as f32).mul_add(scale, acc[j]);
-    }
-    if B::HAS_MIN {
-        for j in 0..LANES {
-            let min = -b.dmin() * group.mins[j / 4] as f32;
-            acc[j] = (sums[j] as f32 * a.d).mul_add(min, acc[j]);
-        }
-    }
-}
-
-/// One quantized output of a K-quant row: super-blocks in order, groups in order within each.
-#[inline(always)]
-fn output_q8_k<B: SuperBlock>(row: &[B], col: &[BlockQ8A]) -> f32 {
-    let mut acc: Lanes = [0.0; LANES];
-    for (b, a) in row.iter().zip(col.chunks_exact(GROUPS)) {
-        for (g, a) in a.iter().enumerate() {
-            accumulate_group(&mut acc, b, g, a);
-        }
-    }
-    sum_lanes(acc)
 }
 
 /// The 32 values of a float weight block as f32.
@@ -274,17 +98,8 @@ fn for_each_output<W, A>(
     }
 }
 
-/// One quantized output: the blocks of `row` against those of `col`.
-#[inline(always)]
-fn output_q8<W: QuantBlock>(row: &[W], col: &[BlockQ8A]) -> f32 {
-    let mut acc: Lanes = [0.0; LANES];
-    for (w, a) in row.iter().zip(col) {
-        accumulate_q8(&mut acc, w, a);
-    }
-    sum_lanes(acc)
-}
-
-/// The scalar `Kernels::matmul_q8` (arguments checked by the caller). The SIMD paths use it for F32 weights.
+/// The `Kernels::matmul_q8` of every path (arguments checked by the caller): float weights only, the quantized
+/// types being packed (`packed::scalar`).
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_q8(
     w: &WeightMatrix,
@@ -293,21 +108,12 @@ pub(in crate::backend::cpu::kernels) fn matmul_q8(
     out: &mut OutRows,
 ) {
     let n = w.blocks_per_row();
-    let (blocks, supers) = ((n, n), (n / GROUPS, n));
+    let blocks = (n, n);
     match w.data() {
-        WeightData::Q4_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
-        WeightData::Q4_1(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
-        WeightData::Q5_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
-        WeightData::Q5_1(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
-        WeightData::Q8_0(b) => for_each_output(b, blocks, act, n_cols, out, output_q8),
-        WeightData::Q2K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
-        WeightData::Q3K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
-        WeightData::Q4K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
-        WeightData::Q5K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
-        WeightData::Q6K(b) => for_each_output(b, supers, act, n_cols, out, output_q8_k),
         WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
         WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
         WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_q8_float),
+        other => unreachable!("{} weights are packed for the quantized matmul", other.type_name()),
     }
 }
 

@@ -124,7 +124,7 @@ mod tests {
     use super::*;
     use crate::backend::cpu::kernels::q8a::BlockQ8A;
     use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
-    use crate::backend::cpu::kernels::OutRows;
+    use crate::backend::cpu::kernels::{OutRows, PackedMatrix};
     use crate::model::gguf::blocks::{BlockQ4_1, QK};
 
     /// A small deterministic generator (the tests' shared one lives outside the crate).
@@ -182,15 +182,16 @@ mod tests {
             })
             .collect();
         let w = WeightMatrix::new(WeightData::Q4_1(&blocks), rows, row_len).expect("valid shape");
+        let packed = PackedMatrix::pack(&w).expect("Q4_1 packs");
         let x: Vec<f32> = (0..cols * row_len).map(|_| rng.next()).collect();
         let mut act = vec![BlockQ8A::zeroed(); cols * row_len / QK];
         quantize_row_q8a_scalar(&x, &mut act);
         let (mut a, mut b) = (vec![0f32; rows * cols], vec![0f32; rows * cols]);
         // SAFETY: as above.
         unsafe {
-            (p.matmul_q8)(&w, &act, cols, &mut OutRows::new(&mut a, cols, rows));
-            (f.matmul_q8)(&w, &act, cols, &mut OutRows::new(&mut b, cols, rows));
-            assert_eq!(bits(&a), bits(&b), "matmul_q8");
+            (p.matmul_packed)(&packed, &act, cols, &mut OutRows::new(&mut a, cols, rows));
+            (f.matmul_packed)(&packed, &act, cols, &mut OutRows::new(&mut b, cols, rows));
+            assert_eq!(bits(&a), bits(&b), "matmul_packed");
             (p.matmul_f32)(&w, &x, cols, &mut OutRows::new(&mut a, cols, rows));
             (f.matmul_f32)(&w, &x, cols, &mut OutRows::new(&mut b, cols, rows));
             assert_eq!(bits(&a), bits(&b), "matmul_f32");
