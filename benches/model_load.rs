@@ -3,11 +3,13 @@
 //! tokenizer, the chat template.
 //!
 //! Then the two load modes (`"load": "read" | "mmap"`) end to end, each in a fresh process so that one's pages do
-//! not count for the other: engine start time, resident memory (anonymous and file-backed, from
-//! `/proc/self/status`) after a 64-token greedy generation, and that generation's decode tok/s. The modes
-//! alternate for `--rounds` rounds (default 3); the page cache holds the file throughout (a warm load).
+//! not count for the other: engine start time (the CPU backend packs the weights in it), resident memory
+//! (anonymous and file-backed, from `/proc/self/status`) after a 64-token greedy generation, its peak (`VmHWM`),
+//! and that generation's decode tok/s. The modes alternate for `--rounds` rounds (default 3); the page cache holds
+//! the file throughout (a warm load). `"auto"`, the default, is one or the other by the file's size.
 //!
-//! `cargo bench --bench model_load -- [--rounds N]`: a table per part and one JSON line each.
+//! `cargo bench --bench model_load -- [--rounds N]`: a table per part and one JSON line each. `EMBER_MODEL` picks
+//! another model (a 3B file, say).
 
 #[path = "../tests/common/proc_status.rs"]
 mod proc_status;
@@ -92,7 +94,7 @@ fn child(mode: &str) {
         "{}",
         serde_json::json!({"mode": mode, "engine_start_ms": start_ms, "rss_anon_kib_loaded": anon_loaded,
             "rss_file_kib_loaded": file_loaded, "rss_anon_kib": proc_status_kib("RssAnon"), "rss_file_kib": proc_status_kib("RssFile"),
-            "decode_tps": tps})
+            "peak_rss_kib": proc_status_kib("VmHWM"), "decode_tps": tps})
     );
 }
 
@@ -113,16 +115,17 @@ fn modes(rounds: usize) {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let keys = ["engine_start_ms", "rss_anon_kib", "rss_file_kib", "decode_tps"];
+    let keys = ["engine_start_ms", "rss_anon_kib", "rss_file_kib", "peak_rss_kib", "decode_tps"];
     println!("\nload modes, each in its own process, median of {rounds} rounds (2 threads, warm page cache)");
     println!(
-        "{:<6} {:>16} {:>14} {:>14} {:>11}",
-        "load", "engine start ms", "RssAnon MiB", "RssFile MiB", "decode t/s"
+        "{:<6} {:>16} {:>14} {:>14} {:>14} {:>11}",
+        "load", "engine start ms", "RssAnon MiB", "RssFile MiB", "peak RSS MiB", "decode t/s"
     );
     let mut json = serde_json::Map::new();
     for (mode, runs) in MODES.iter().zip(&runs) {
         let m: Vec<f64> = keys.iter().map(|k| median(runs, k)).collect();
-        println!("{mode:<6} {:>16.1} {:>14.1} {:>14.1} {:>11.1}", m[0], m[1] / 1024.0, m[2] / 1024.0, m[3]);
+        let mib = |kib: f64| kib / 1024.0;
+        println!("{mode:<6} {:>16.1} {:>14.1} {:>14.1} {:>14.1} {:>11.1}", m[0], mib(m[1]), mib(m[2]), mib(m[3]), m[4]);
         json.insert(
             mode.to_string(),
             keys.iter().zip(&m).map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect(),

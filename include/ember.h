@@ -941,9 +941,9 @@ EngineStatus engine_new(const char *config_json, struct Engine **out);
 
 /**
  * `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
- * `engine_new`). The fraction advances as the file is read (`"load": "read"`, in 16 MiB chunks: the file's
- * length weighs as much as the backend's start) and once more when the backend serves; with `"load": "mmap"`
- * it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
+ * `engine_new`). The fraction advances as the file is read (`"load": "read"`, or `"auto"` under 1 GiB, in 16 MiB
+ * chunks: the file's length weighs as much as the backend's start) and once more when the backend serves; with a
+ * mapped file it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
  * chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
  * left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
  *

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{engine, greedy, ids_of, MESSAGES};
+use common::{engine, greedy, greedy_exactly, ids_of, MESSAGES};
 use ember::engine::{EngineConfig, EventPoll, FinishReason, RequestEvent};
 
 const MAX_TOKENS: usize = 12;
@@ -31,10 +31,15 @@ fn sixteen_concurrent_requests_match_each_run_alone() {
 
 #[test]
 fn preemption_under_a_tiny_cache_still_completes_everything_identically() {
-    let expected = alone();
-    // 96 positions = 6 blocks: two or three sequences fit at a time, so admitted ones get preempted.
+    const GROWN: usize = 24;
+    let full = |m: &str| greedy_exactly(m, GROWN);
+    let idle = engine(EngineConfig::default());
+    let expected: Vec<Vec<u32>> = MESSAGES.iter().map(|m| ids_of(&idle.submit(full(m)).unwrap())).collect();
+    drop(idle);
+    // 96 positions = 6 blocks: two or three sequences fit at a time, and each needs more as it grows by 24, so
+    // admitted ones get preempted.
     let e = engine(EngineConfig { kv_cache_tokens: 96, ..Default::default() });
-    let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy(m, MAX_TOKENS)).unwrap()).collect();
+    let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(full(m)).unwrap()).collect();
     let mut preemptions = 0;
     for (i, h) in handles.iter().enumerate() {
         assert_eq!(ids_of(h), expected[i], "message {:?}", MESSAGES[i]);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{chat_ids, engine, greedy, ids_of, model, MESSAGES};
+use common::{chat_ids, engine, greedy, greedy_exactly, ids_of, model, MESSAGES};
 use ember::engine::sampling::SamplingParams;
 use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
@@ -114,11 +114,15 @@ fn choices_of_one_request_share_their_prompt_and_sample_as_without_caching() {
 
 #[test]
 fn preemption_under_a_tiny_cache_gives_the_same_tokens_and_returns_every_reference() {
-    let expected = reference(&MESSAGES);
-    // 96 positions = 6 blocks: two or three sequences fit at a time, so admitted ones get preempted, and cached
-    // blocks are evicted to make room.
+    const GROWN: usize = 24;
+    let idle = engine(config(false));
+    let expected: Vec<Vec<TokenId>> =
+        MESSAGES.iter().map(|m| ids_of(&idle.submit(greedy_exactly(m, GROWN)).unwrap())).collect();
+    drop(idle);
+    // 96 positions = 6 blocks: two or three sequences fit at a time, and each needs more as it grows by 24, so
+    // admitted ones get preempted, and cached blocks are evicted to make room.
     let e = engine(EngineConfig { kv_cache_tokens: 96, ..config(true) });
-    let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy(m, MAX_TOKENS)).unwrap()).collect();
+    let handles: Vec<_> = MESSAGES.iter().map(|m| e.submit(greedy_exactly(m, GROWN)).unwrap()).collect();
     let mut preemptions = 0;
     for (i, h) in handles.iter().enumerate() {
         assert_eq!(ids_of(h), expected[i], "message {:?}", MESSAGES[i]);

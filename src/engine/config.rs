@@ -63,9 +63,9 @@ impl TryFrom<String> for ActivationPrecision {
 pub struct EngineConfig {
     /// The GGUF model; `None` follows the model-path rule (`EMBER_MODEL`, then the default location).
     pub model: Option<PathBuf>,
-    /// How the model file is brought in: `"read"` (the default: into memory, so later changes to the file cannot
-    /// affect the engine) or `"mmap"` (mapped; shared page cache, but the file must not be truncated or rewritten
-    /// while the engine runs).
+    /// How the model file is brought in: `"read"` (into memory, so later changes to the file cannot affect the
+    /// engine), `"mmap"` (mapped; shared page cache, but the file must not be truncated or rewritten while the
+    /// engine runs), or `"auto"` (the default: `"read"` below 1 GiB, `"mmap"` from there; `LoadMode::Auto`).
     pub load: LoadMode,
     pub backend: BackendKind,
     /// CPU threads; 0 = all available cores.
@@ -103,7 +103,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             model: None,
-            load: LoadMode::Read,
+            load: LoadMode::Auto,
             backend: BackendKind::Auto,
             threads: 0,
             max_num_seqs: 64,

@@ -156,7 +156,7 @@ impl Engine {
                     .map_err(|e| EngineError::Model(ModelError::NotFound(e)))?;
                 // The file's length as it is now; the read checks it again.
                 let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                let read_share = if config.load == LoadMode::Read { file_len } else { 0 };
+                let read_share = if config.load.resolve(file_len) == LoadMode::Read { file_len } else { 0 };
                 if !progress.begin(read_share + file_len) {
                     return Err(EngineError::LoadCancelled);
                 }

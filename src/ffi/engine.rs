@@ -70,9 +70,9 @@ pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut E
 pub type EngineLoadProgressCallback = Option<unsafe extern "C" fn(userdata: *mut c_void, progress: f32) -> bool>;
 
 /// `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
-/// `engine_new`). The fraction advances as the file is read (`"load": "read"`, in 16 MiB chunks: the file's
-/// length weighs as much as the backend's start) and once more when the backend serves; with `"load": "mmap"`
-/// it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
+/// `engine_new`). The fraction advances as the file is read (`"load": "read"`, or `"auto"` under 1 GiB, in 16 MiB
+/// chunks: the file's length weighs as much as the backend's start) and once more when the backend serves; with a
+/// mapped file it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
 /// chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
 /// left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
 ///

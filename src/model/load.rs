@@ -47,7 +47,7 @@ impl std::error::Error for ModelError {}
 
 impl Model {
     /// Loads the model at `path`, or where the model-path rule points when `None` (see [`resolve_model_path`]).
-    /// The file is read into memory ([`LoadMode::Read`]).
+    /// The file is brought in as [`LoadMode::Auto`] says.
     pub fn load(path: Option<&Path>) -> Result<Self, ModelError> {
         Self::load_with(path, LoadMode::default())
     }

@@ -31,6 +31,12 @@ pub fn greedy(message: &str, max_tokens: usize) -> SubmitRequest {
     SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(chat_ids(message)) }
 }
 
+/// `greedy`, generating exactly `tokens` tokens (`min_tokens` holds back the end): how far each sequence grows then
+/// does not depend on where the model would have ended it (the tests of preemption under a tiny cache).
+pub fn greedy_exactly(message: &str, tokens: usize) -> SubmitRequest {
+    SubmitRequest { min_tokens: tokens, ..greedy(message, tokens) }
+}
+
 /// Sixteen different short user messages.
 pub const MESSAGES: [&str; 16] = [
     "What is the capital of France?",

@@ -168,6 +168,10 @@ impl<'m> CpuBackend<'m> {
         let run = |n: usize, task: &(dyn Fn(usize) + Sync)| pool.run(n, task);
         let pack = (options.precision == Precision::Quantized8).then_some(&run as _);
         let weights = CpuModelWeights::new(file, &config, pack).map_err(CpuBackendError::Gguf)?;
+        if !weights.reads_the_file() {
+            // Everything is packed or copied: a mapped file's pages need not stay resident for this backend.
+            file.release_tensor_data();
+        }
         let kv_precision = match options.precision {
             Precision::Quantized8 => KvPrecision::F16,
             Precision::Float32 => KvPrecision::F32,
@@ -306,7 +310,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
 
     fn embed(&mut self, dst: Buf) {
         let d = self.config.n_embd;
-        let table = *self.weights.token_embd();
+        let table = self.weights.token_embd();
         let out = &mut self.bufs[buf_index(dst)];
         for (row, &token) in out.chunks_exact_mut(d).zip(self.step.tokens()) {
             table.dequantize_row(token as usize, row);

@@ -1,6 +1,7 @@
-//! The model's weights as the CPU kernels read them, resolved once: the quantized matrices packed for the fast
-//! path's kernels (`kernels::packed`), everything else (norms, float matrices, every matrix on the precise path)
-//! as views into the model file's bytes.
+//! The model's weights as the CPU kernels read them, resolved once: on the fast path the quantized matrices packed
+//! (`kernels::packed`) and the norms copied, so that the backend never reads the model file's bytes again (a
+//! mapped file's pages can leave the process: `GgufFile::release_tensor_data`); float matrices, and every matrix
+//! on the precise path, as views into the file's bytes.
 
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::forward::{Norm, Weight};
@@ -33,6 +34,19 @@ impl<'m> Matrix<'m> {
         }
     }
 
+    /// Row `row` dequantized into `out` (an embedding lookup), the same bits packed or not.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        match self {
+            Matrix::File(w) => w.dequantize_row(row, out),
+            Matrix::Packed(p) => p.dequantize_row(row, out),
+        }
+    }
+
+    /// Whether the matrix reads the file's bytes.
+    fn reads_the_file(&self) -> bool {
+        matches!(self, Matrix::File(_))
+    }
+
     /// Bytes a matvec streams.
     pub fn n_bytes(&self) -> usize {
         match self {
@@ -51,22 +65,22 @@ struct LayerWeights<'m> {
     ffn_gate: Matrix<'m>,
     ffn_up: Matrix<'m>,
     ffn_down: Matrix<'m>,
-    attn_norm: &'m [f32],
-    ffn_norm: &'m [f32],
+    attn_norm: Box<[f32]>,
+    ffn_norm: Box<[f32]>,
     /// The norms some architectures add (see `LlamaConfig::qk_norm`, `post_norms`); empty when absent.
-    post_attn_norm: &'m [f32],
-    post_ffn_norm: &'m [f32],
-    q_norm: &'m [f32],
-    k_norm: &'m [f32],
+    post_attn_norm: Box<[f32]>,
+    post_ffn_norm: Box<[f32]>,
+    q_norm: Box<[f32]>,
+    k_norm: Box<[f32]>,
 }
 
 /// Every weight the forward pass reads.
 pub struct CpuModelWeights<'m> {
     /// `[vocab][n_embd]`: rows are token embeddings.
-    token_embd: WeightMatrix<'m>,
-    /// `[vocab][n_embd]`: the output projection (the embedding table itself when tied).
-    output: Matrix<'m>,
-    output_norm: &'m [f32],
+    token_embd: Matrix<'m>,
+    /// `[vocab][n_embd]`: the output projection; `None` when tied to the embedding table.
+    output: Option<Matrix<'m>>,
+    output_norm: Box<[f32]>,
     layers: Vec<LayerWeights<'m>>,
 }
 
@@ -75,11 +89,18 @@ impl<'m> CpuModelWeights<'m> {
     /// the quantized matrices by `pack`'s tasks when it is given.
     pub fn new(file: &'m GgufFile, config: &LlamaConfig, pack: Option<RunTasks<'_>>) -> Result<Self, GgufError> {
         let view = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
-        let matrix = |name: &str| Ok::<_, GgufError>(Matrix::new(view(name)?, pack));
-        let norm = |name: &str| file.tensor(name)?.as_f32();
-        let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(&[][..]) };
-        let token_embd = view("token_embd.weight")?;
-        let output = Matrix::new(if config.tied_output { token_embd } else { view("output.weight")? }, pack);
+        let matrix = |name: &str| {
+            let m = Matrix::new(view(name)?, pack);
+            if !m.reads_the_file() {
+                file.release_tensor(name);
+            }
+            Ok::<_, GgufError>(m)
+        };
+        // Copied: a few kilobytes, read at every step.
+        let norm = |name: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(name)?.as_f32()?.into());
+        let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(Box::default()) };
+        let token_embd = matrix("token_embd.weight")?;
+        let output = if config.tied_output { None } else { Some(matrix("output.weight")?) };
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
@@ -114,24 +135,36 @@ impl<'m> CpuModelWeights<'m> {
         }
     }
 
-    pub fn norm(&self, n: Norm) -> &'m [f32] {
+    pub fn norm(&self, n: Norm) -> &[f32] {
         match n {
-            Norm::Attn(l) => self.layers[l].attn_norm,
-            Norm::Ffn(l) => self.layers[l].ffn_norm,
-            Norm::PostAttn(l) => self.layers[l].post_attn_norm,
-            Norm::PostFfn(l) => self.layers[l].post_ffn_norm,
-            Norm::QHead(l) => self.layers[l].q_norm,
-            Norm::KHead(l) => self.layers[l].k_norm,
-            Norm::Output => self.output_norm,
+            Norm::Attn(l) => &self.layers[l].attn_norm,
+            Norm::Ffn(l) => &self.layers[l].ffn_norm,
+            Norm::PostAttn(l) => &self.layers[l].post_attn_norm,
+            Norm::PostFfn(l) => &self.layers[l].post_ffn_norm,
+            Norm::QHead(l) => &self.layers[l].q_norm,
+            Norm::KHead(l) => &self.layers[l].k_norm,
+            Norm::Output => &self.output_norm,
         }
     }
 
-    pub fn token_embd(&self) -> &WeightMatrix<'m> {
+    pub fn token_embd(&self) -> &Matrix<'m> {
         &self.token_embd
     }
 
     pub fn output(&self) -> &Matrix<'m> {
-        &self.output
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+
+    /// Whether any weight is still read from the file's bytes (a float matrix, or the precise path).
+    pub fn reads_the_file(&self) -> bool {
+        let layer = |l: &LayerWeights| {
+            [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
+                .iter()
+                .any(|m| m.reads_the_file())
+        };
+        self.token_embd.reads_the_file()
+            || self.output.as_ref().is_some_and(Matrix::reads_the_file)
+            || self.layers.iter().any(layer)
     }
 
     /// Bytes of weights one decode step streams (every matrix once, the output projection included).
@@ -142,6 +175,6 @@ impl<'m> CpuModelWeights<'m> {
                 .map(|m| m.n_bytes())
                 .sum::<usize>()
         };
-        self.layers.iter().map(per_layer).sum::<usize>() + self.output.n_bytes()
+        self.layers.iter().map(per_layer).sum::<usize>() + self.output().n_bytes()
     }
 }

@@ -30,8 +30,8 @@ pub use tensor::{TensorInfo, TensorView};
 pub use value::{Array, Value, ValueType};
 
 use parse::Cursor;
-pub use source::LoadMode;
 use source::Source;
+pub use source::{LoadMode, AUTO_MAP_BYTES};
 
 use super::progress::LoadProgress;
 
@@ -51,7 +51,7 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
-    /// Reads and validates the file at `path` ([`LoadMode::Read`], the default).
+    /// Brings in and validates the file at `path` ([`LoadMode::Auto`], the default).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         Self::open_with(path, LoadMode::default())
     }
@@ -274,6 +274,27 @@ impl GgufFile {
     /// The file's bytes, as loaded (read into memory, or mapped).
     pub fn bytes(&self) -> &[u8] {
         self.source.bytes()
+    }
+
+    /// Whether the file is mapped (rather than read into memory).
+    pub fn is_mapped(&self) -> bool {
+        self.source.is_mapped()
+    }
+
+    /// Hints that the mapped tensor data will not be read for now (the CPU backend, having copied what it needs):
+    /// its pages leave the process's resident set, and come back from the page cache if read again. Nothing for a
+    /// file read into memory.
+    pub fn release_tensor_data(&self) {
+        self.source.release(self.data_offset as usize..self.source.bytes().len());
+    }
+
+    /// [`GgufFile::release_tensor_data`] for tensor `name`'s data only (whole pages inside it): what the CPU backend
+    /// does with each matrix once it is packed, so that the file's pages do not pile up in the resident set while
+    /// the rest is packed.
+    pub fn release_tensor(&self, name: &str) {
+        if let Some(info) = self.tensor_info(name) {
+            self.source.release(info.offset as usize..(info.offset + info.size) as usize);
+        }
     }
 
     /// All tensor infos in file order.

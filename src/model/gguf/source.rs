@@ -15,10 +15,14 @@ use crate::model::progress::LoadProgress;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase", try_from = "String")]
 pub enum LoadMode {
-    /// Read the whole file into anonymous memory when the model is opened. The default: the engine never touches
-    /// the file again, so a file truncated, rewritten or deleted under a live engine has no effect on it. Costs
-    /// the file's size in private memory per loaded model, and the read itself.
+    /// `Read` for a file under [`AUTO_MAP_BYTES`], `Mmap` from that size on: the default. The CPU backend packs
+    /// the quantized weights into memory of its own either way, so reading a large file first would hold its
+    /// weights twice (the read copy and the packed one) for as long as the model is loaded.
     #[default]
+    Auto,
+    /// Read the whole file into anonymous memory when the model is opened: the engine never touches the file
+    /// again, so a file truncated, rewritten or deleted under a live engine has no effect on it. Costs the file's
+    /// size in private memory per loaded model, and the read itself.
     Read,
     /// Memory-map the file read-only. Pages come from the page cache on first use and are shared with every
     /// process mapping the same file, and loading is near instant; but the file must not be truncated or
@@ -32,9 +36,25 @@ impl TryFrom<String> for LoadMode {
     type Error = String;
     fn try_from(name: String) -> Result<Self, String> {
         match name.as_str() {
+            "auto" => Ok(LoadMode::Auto),
             "read" => Ok(LoadMode::Read),
             "mmap" => Ok(LoadMode::Mmap),
-            _ => Err(format!("unknown load mode {name:?}, expected \"read\" or \"mmap\"")),
+            _ => Err(format!("unknown load mode {name:?}, expected \"auto\", \"read\" or \"mmap\"")),
+        }
+    }
+}
+
+/// Files from this size on are mapped in [`LoadMode::Auto`]: 1 GiB, about a 1.5B-parameter model at 4 to 5 bits
+/// per weight. Below it, the second copy a read costs is small beside the KV cache and the process.
+pub const AUTO_MAP_BYTES: u64 = 1 << 30;
+
+impl LoadMode {
+    /// `Read` or `Mmap`: what `self` means for a file of `file_len` bytes.
+    pub fn resolve(self, file_len: u64) -> LoadMode {
+        match self {
+            LoadMode::Auto if file_len >= AUTO_MAP_BYTES => LoadMode::Mmap,
+            LoadMode::Auto => LoadMode::Read,
+            mode => mode,
         }
     }
 }
@@ -73,9 +93,15 @@ fn zeroed_pages(len: usize) -> Vec<Page> {
 impl Source {
     /// The file at `path`, brought in as `mode` says; reading advances `progress` by each chunk's bytes.
     pub fn open(path: &Path, mode: LoadMode, progress: &mut LoadProgress<'_>) -> Result<Self, GgufError> {
-        match mode {
-            LoadMode::Read => Self::read(path, progress),
+        let len = match mode {
+            LoadMode::Auto => {
+                std::fs::metadata(path).map_err(|source| GgufError::Io { path: path.to_owned(), source })?.len()
+            }
+            _ => 0,
+        };
+        match mode.resolve(len) {
             LoadMode::Mmap => Self::map(path),
+            _ => Self::read(path, progress),
         }
     }
 
@@ -118,6 +144,29 @@ impl Source {
         match self {
             Source::Mapped(m) => m,
             Source::Owned { pages, len } => &bytemuck::cast_slice::<Page, u8>(pages)[..*len],
+        }
+    }
+
+    /// Whether the bytes are a map of the file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, Source::Mapped(_))
+    }
+
+    /// Tells the kernel that the mapped bytes `range` are not needed for now: their pages leave this process's
+    /// resident set (they stay in the page cache, and come back from it on the next read). Nothing for read
+    /// bytes. A hint: it can fail, and a failure changes nothing.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        if let Source::Mapped(map) = self {
+            // Whole pages inside the range only.
+            let start = range.start.next_multiple_of(PAGE_BYTES);
+            let end = range.end.min(map.len()) / PAGE_BYTES * PAGE_BYTES;
+            if start < end {
+                // SAFETY: the map is read-only and of a file (`Source::map`), never written through: dropping its
+                // pages only makes the next read of them fault them in again from the page cache or the file,
+                // with the same contents under the rule of `LoadMode::Mmap` (the file is not modified in place
+                // while mapped). No reference can observe a change.
+                let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+            }
         }
     }
 }
