@@ -438,8 +438,10 @@ class GatewayTest(unittest.TestCase):
     def test_forced_tool_call(self):
         tools = [{"type": "function", "function": {
             "name": "get_weather", "description": "The weather in a city",
+            # Closed to other keys: a base model (Gemma 3 270M) otherwise goes on to recite the schema, and no
+            # bounded max_tokens then holds the call.
             "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
-                           "required": ["city"]}}}]
+                           "required": ["city"], "additionalProperties": False}}}]
         messages = chat_messages("What is the weather in Paris?")
         response = plain.client.chat.completions.create(
             model=MODEL_ID, messages=messages, tools=tools, tool_choice="required", max_tokens=48, temperature=0)
