@@ -8,7 +8,7 @@
 #   make fuzz   each cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) seconds (docs/fuzzing.md); not in make test
 #   make bench-llamacpp   ember against llama.cpp (built from its pinned sdist) on synthetic 1B-7B-shaped files of
 #               every common weight type, alternated in one run (scripts/llamacpp/compare.py); not in make test
-.PHONY: demo test tools model lint rust-test numerics-per-path cuda-emulate chat soak fuzz bench-llamacpp
+.PHONY: demo test tools model vocabs lint rust-test numerics-per-path cuda-emulate chat soak fuzz bench-llamacpp
 
 CARGO ?= cargo
 
@@ -30,8 +30,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 
+# llama.cpp's real vocabularies and tokenizer test texts (from its pinned sdist), for tests/tokenizer_llamacpp_vocabs.rs.
+vocabs:
+	@scripts/llamacpp/fetch-vocabs.sh >/dev/null
+
 # Every Rust test, with NVRTC (from its PyPI wheel) so that every CUDA kernel is compiled even without a GPU.
-rust-test: model
+rust-test: model vocabs
 	nvrtc="$$(scripts/fetch-nvrtc.sh)" && LD_LIBRARY_PATH="$$nvrtc$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 		EMBER_REQUIRE_NVRTC=1 $(CARGO) test --release
 

@@ -20,8 +20,9 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
+use ember::model::gguf::GgufFile;
 use ember::model::llama::SyntheticSpec;
-use ember::model::tokenizer::StreamDecoder;
+use ember::model::tokenizer::{StreamDecoder, Tokenizer};
 use ember::model::Model;
 
 const USAGE: &str = "usage:
@@ -133,11 +134,15 @@ fn info(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Tokenizes with the file's vocabulary alone: no weights are read, so a vocabulary-only GGUF (such as llama.cpp's
+/// `ggml-vocab-*.gguf`) works too.
 fn tokenize(args: &Args) -> Result<(), String> {
-    let (model, _) = load(args)?;
     let text = args.positional.first().ok_or("tokenize needs a TEXT")?;
-    for id in model.tokenizer.encode(text, args.special) {
-        println!("{id:6} {:?}", model.tokenizer.token_text(id).unwrap_or(""));
+    let path = ember::model::path::resolve_model_path(args.model.as_deref()).map_err(|e| e.to_string())?;
+    let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+    for id in tokenizer.encode(text, args.special) {
+        println!("{id:6} {:?}", tokenizer.token_text(id).unwrap_or(""));
     }
     Ok(())
 }

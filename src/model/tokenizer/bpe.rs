@@ -215,6 +215,11 @@ type MergeQueue = BinaryHeap<Reverse<Candidate>>;
 /// Encodes the pieces of one text, remembering each distinct piece's tokens.
 pub(crate) struct PieceEncoder<'b, 't> {
     bpe: &'b Bpe,
+    /// With llama.cpp's `ignore_merges` (Llama 3, Tekken): the vocabulary, in which a whole piece is looked up
+    /// first; a piece that is a token is that token, whatever the merges would make of it.
+    whole_pieces: Option<&'b Vocab>,
+    /// The byte-level text of the piece being looked up (reused across pieces).
+    text: String,
     /// One node per byte of the piece being merged (reused across pieces).
     nodes: Vec<SymbolNode>,
     queue: MergeQueue,
@@ -224,8 +229,15 @@ pub(crate) struct PieceEncoder<'b, 't> {
 }
 
 impl<'b, 't> PieceEncoder<'b, 't> {
-    pub(crate) fn new(bpe: &'b Bpe) -> Self {
-        PieceEncoder { bpe, nodes: Vec::new(), queue: BinaryHeap::new(), seen: FxHashMap::default() }
+    pub(crate) fn new(bpe: &'b Bpe, whole_pieces: Option<&'b Vocab>) -> Self {
+        PieceEncoder {
+            bpe,
+            whole_pieces,
+            text: String::new(),
+            nodes: Vec::new(),
+            queue: BinaryHeap::new(),
+            seen: FxHashMap::default(),
+        }
     }
 
     /// Appends the tokens of `piece` to `out`.
@@ -240,8 +252,20 @@ impl<'b, 't> PieceEncoder<'b, 't> {
             return out.extend_from_within(start..end);
         }
         let start = out.len();
-        self.bpe.merge_piece(piece.as_bytes(), &mut self.nodes, &mut self.queue, out);
+        if let Some(id) = self.whole_token(piece) {
+            out.push(id);
+        } else {
+            self.bpe.merge_piece(piece.as_bytes(), &mut self.nodes, &mut self.queue, out);
+        }
         self.seen.insert(piece, (start, out.len()));
+    }
+
+    /// The token that is `piece` whole, when merges are ignored for such pieces.
+    fn whole_token(&mut self, piece: &str) -> Option<TokenId> {
+        let vocab = self.whole_pieces?;
+        self.text.clear();
+        self.text.extend(piece.bytes().map(|b| BYTE_TO_CHAR[usize::from(b)]));
+        vocab.id(&self.text)
     }
 }
 
@@ -260,14 +284,14 @@ mod tests {
 
     fn encode(vocab: &Vocab, bpe: &Bpe, piece: &str) -> Vec<String> {
         let mut out = Vec::new();
-        PieceEncoder::new(bpe).encode(piece, &mut out);
+        PieceEncoder::new(bpe, None).encode(piece, &mut out);
         out.iter().map(|&id| vocab.text(id).unwrap().to_owned()).collect()
     }
 
     #[test]
     fn a_repeated_piece_gives_the_same_tokens() {
         let (v, b) = bpe(&["a b", "ab c"], &["ab", "abc"]);
-        let mut encoder = PieceEncoder::new(&b);
+        let mut encoder = PieceEncoder::new(&b, None);
         let mut out = Vec::new();
         for piece in ["abc", "ab", "abc", "c", "abca", "abc"] {
             encoder.encode(piece, &mut out);

@@ -59,8 +59,9 @@ impl fmt::Display for TokenizerError {
             }
             UnknownPreTokenizer { pre } => write!(
                 f,
-                "tokenizer.ggml.pre is {pre:?}, a pre-tokenizer ember does not implement (it knows \"smollm\" \
-                 and \"gpt-2\"); refusing rather than tokenizing differently from the model's training"
+                "tokenizer.ggml.pre is {pre:?}, a pre-tokenizer ember does not implement (it knows {}); refusing \
+                 rather than tokenizing differently from the model's training",
+                super::PreTokenizer::names().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
             ),
             EmptyVocabulary => write!(f, "tokenizer.ggml.tokens is empty"),
             TooManyTokens { count } => {

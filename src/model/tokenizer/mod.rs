@@ -22,7 +22,7 @@ mod vocab;
 
 pub use crate::model::TokenId;
 pub use error::TokenizerError;
-pub use pretokenize::{Pieces, PreTokenizer};
+pub use pretokenize::{Pieces, PreTokenizer, Split};
 pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL};
 pub use stream::StreamDecoder;
 pub use vocab::TokenType;
@@ -173,7 +173,7 @@ impl Tokenizer {
         let fragments = self.specials.partition(text, parse_special);
         match &self.encoder {
             Encoder::Bpe { bpe, pre } => {
-                let mut encoder = PieceEncoder::new(bpe);
+                let mut encoder = PieceEncoder::new(bpe, pre.ignore_merges.then_some(&self.vocab));
                 for fragment in fragments {
                     match fragment {
                         Fragment::Token(id) => out.push(id),

@@ -1,8 +1,4 @@
-//! Pre-tokenization: splitting text into the pieces that BPE then encodes one at a time (merges never cross a
-//! piece boundary).
-//!
-//! Both supported schemes are llama.cpp's (`src/llama-vocab.cpp`, `llm_tokenizer_bpe`), written by hand as one pass
-//! over characters rather than with a regex engine:
+//! GPT-2's pre-tokenization, by hand, and SmolLM's (numbers first):
 //! - `gpt-2` (`LLAMA_VOCAB_PRE_TYPE_GPT2`): the GPT-2 regex
 //!   `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`, as llama.cpp's hand-written
 //!   `unicode_regex_split_custom_gpt2` (`src/unicode.cpp`) runs it.
@@ -11,42 +7,22 @@
 //!   those pieces independently. The end of a piece is the end of the text for the GPT-2 regex, which matters for
 //!   `\s+(?!\S)`: in `"a  1"` the two spaces before the digit end their piece, so they stay together.
 //!
-//! Character classes, as llama.cpp's `unicode_cpt_flags` define them: `\p{L}` is general category L (letters;
-//! combining marks are not letters), `\p{N}` is category N (`char::is_numeric`), `\s` is the Unicode `White_Space`
-//! property (`char::is_whitespace`; llama.cpp's `unicode_set_whitespace` is the same set). Contractions are matched
-//! case-sensitively and the optional leading space is U+0020 only. The Unicode tables may differ from llama.cpp's
-//! for characters assigned in recent Unicode versions (ember's: Unicode 16 for letters via
-//! `unicode-general-category`, the standard library's version for numbers and whitespace).
+//! Contractions are matched case-sensitively and the optional leading space is U+0020 only; combining marks are
+//! `[^\s\p{L}\p{N}]` (`classes.rs` for the classes).
 
-use unicode_general_category::{get_general_category, GeneralCategory};
+use super::classes::{classify, CharClass};
 
-/// Which pre-tokenization a vocabulary was trained with (`tokenizer.ggml.pre`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreTokenizer {
-    /// `gpt-2`: the GPT-2 regex alone.
-    Gpt2,
-    /// `smollm`: every number character alone, then the GPT-2 regex between them.
-    SmolLm,
-}
-
-impl PreTokenizer {
-    /// The pre-tokenizer llama.cpp selects for a `tokenizer.ggml.pre` value, among those ember implements.
-    pub fn from_gguf_name(name: &str) -> Option<Self> {
-        match name {
-            "gpt-2" => Some(PreTokenizer::Gpt2),
-            "smollm" => Some(PreTokenizer::SmolLm),
-            _ => None,
-        }
-    }
-
-    /// The pieces of `text`, in order; their concatenation is `text`, and none is empty.
-    pub fn pieces(self, text: &str) -> Pieces<'_> {
-        Pieces { split_numbers: self == PreTokenizer::SmolLm, unsplit: text, segment: "" }
+/// GPT-2's view of a character: marks are "other".
+#[inline]
+fn class(c: char) -> CharClass {
+    match classify(c) {
+        CharClass::Mark => CharClass::Other,
+        class => class,
     }
 }
 
-/// Iterator over the pieces of a text (see [`PreTokenizer::pieces`]).
-pub struct Pieces<'a> {
+/// Iterator over the GPT-2 pieces of a text, optionally after SmolLM's number split.
+pub struct Gpt2Pieces<'a> {
     /// Whether number characters are split off first (`smollm`).
     split_numbers: bool,
     /// Text not yet divided into segments.
@@ -55,7 +31,13 @@ pub struct Pieces<'a> {
     segment: &'a str,
 }
 
-impl<'a> Iterator for Pieces<'a> {
+impl<'a> Gpt2Pieces<'a> {
+    pub(super) fn new(text: &'a str, split_numbers: bool) -> Self {
+        Gpt2Pieces { split_numbers, unsplit: text, segment: "" }
+    }
+}
+
+impl<'a> Iterator for Gpt2Pieces<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
@@ -72,63 +54,13 @@ impl<'a> Iterator for Pieces<'a> {
     }
 }
 
-/// The classes the GPT-2 regex distinguishes. Exclusive: no character is in two of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CharClass {
-    Letter,
-    Number,
-    Whitespace,
-    /// Anything else: punctuation, symbols, marks, controls, unassigned code points.
-    Other,
-}
-
-/// Classes of the ASCII characters, so that the common case needs no table search.
-const ASCII_CLASS: [CharClass; 128] = {
-    let mut table = [CharClass::Other; 128];
-    let mut b = 0;
-    while b < 128 {
-        table[b] = match b as u8 {
-            b'a'..=b'z' | b'A'..=b'Z' => CharClass::Letter,
-            b'0'..=b'9' => CharClass::Number,
-            b'\t'..=b'\r' | b' ' => CharClass::Whitespace,
-            _ => CharClass::Other,
-        };
-        b += 1;
-    }
-    table
-};
-
-#[inline]
-fn classify(c: char) -> CharClass {
-    if c.is_ascii() {
-        return ASCII_CLASS[c as usize];
-    }
-    if c.is_whitespace() {
-        CharClass::Whitespace
-    } else if c.is_numeric() {
-        CharClass::Number
-    } else if is_letter(c) {
-        CharClass::Letter
-    } else {
-        CharClass::Other
-    }
-}
-
-fn is_letter(c: char) -> bool {
-    use GeneralCategory::*;
-    matches!(
-        get_general_category(c),
-        UppercaseLetter | LowercaseLetter | TitlecaseLetter | ModifierLetter | OtherLetter
-    )
-}
-
 /// Byte length of the first segment of `text` (non-empty) under the `\p{N}` split: one number character, or the
 /// text up to the next one.
 fn number_segment_len(text: &str) -> usize {
     let mut chars = text.char_indices();
     match chars.next() {
-        Some((_, c)) if classify(c) == CharClass::Number => c.len_utf8(),
-        _ => chars.find(|&(_, c)| classify(c) == CharClass::Number).map_or(text.len(), |(i, _)| i),
+        Some((_, c)) if class(c) == CharClass::Number => c.len_utf8(),
+        _ => chars.find(|&(_, c)| class(c) == CharClass::Number).map_or(text.len(), |(i, _)| i),
     }
 }
 
@@ -147,8 +79,8 @@ fn gpt2_piece_len(segment: &str) -> usize {
     }
     // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: the class of the first character after an optional space.
     let (body_start, body_class) = match segment.chars().next() {
-        Some(' ') => (1, segment[1..].chars().next().map(classify)),
-        first => (0, first.map(classify)),
+        Some(' ') => (1, segment[1..].chars().next().map(class)),
+        first => (0, first.map(class)),
     };
     match body_class {
         Some(class @ (CharClass::Letter | CharClass::Number | CharClass::Other)) => {
@@ -156,12 +88,13 @@ fn gpt2_piece_len(segment: &str) -> usize {
         }
         // The first character is whitespace (a lone space at the end included).
         Some(CharClass::Whitespace) | None => whitespace_piece_len(segment),
+        Some(CharClass::Mark) => unreachable!("`class` maps marks to other"),
     }
 }
 
-/// Byte length of the run of `class` characters at the start of `text`.
-fn run_len(text: &str, class: CharClass) -> usize {
-    text.char_indices().find(|&(_, c)| classify(c) != class).map_or(text.len(), |(i, _)| i)
+/// Byte length of the run of `of` characters at the start of `text`.
+fn run_len(text: &str, of: CharClass) -> usize {
+    super::classes::run_len(text, |c| class(c) == of)
 }
 
 /// `\s+(?!\S)` then `\s+`, for a `text` that starts with whitespace: a run of several whitespace characters
@@ -172,7 +105,7 @@ fn whitespace_piece_len(text: &str) -> usize {
     let mut last_start = 0;
     let mut count = 0;
     for (i, c) in text.char_indices() {
-        if classify(c) != CharClass::Whitespace {
+        if class(c) != CharClass::Whitespace {
             break;
         }
         last_start = i;
@@ -191,19 +124,11 @@ mod tests {
     use super::*;
 
     fn gpt2(text: &str) -> Vec<&str> {
-        PreTokenizer::Gpt2.pieces(text).collect()
+        Gpt2Pieces::new(text, false).collect()
     }
 
     fn smollm(text: &str) -> Vec<&str> {
-        PreTokenizer::SmolLm.pieces(text).collect()
-    }
-
-    #[test]
-    fn names_are_llama_cpp_s() {
-        assert_eq!(PreTokenizer::from_gguf_name("smollm"), Some(PreTokenizer::SmolLm));
-        assert_eq!(PreTokenizer::from_gguf_name("gpt-2"), Some(PreTokenizer::Gpt2));
-        assert_eq!(PreTokenizer::from_gguf_name("gpt2"), None);
-        assert_eq!(PreTokenizer::from_gguf_name("llama3"), None);
+        Gpt2Pieces::new(text, true).collect()
     }
 
     #[test]
@@ -309,9 +234,9 @@ mod tests {
     #[test]
     fn pieces_cover_the_text() {
         for text in ["", "x", "  a  b  ", "1 2  3\n\n4", "'s's 's", "é\u{301}\u{301} ١٢"] {
-            for pre in [PreTokenizer::Gpt2, PreTokenizer::SmolLm] {
-                let pieces: Vec<&str> = pre.pieces(text).collect();
-                assert!(pieces.iter().all(|p| !p.is_empty()), "{pre:?} {text:?}: {pieces:?}");
+            for split_numbers in [false, true] {
+                let pieces: Vec<&str> = Gpt2Pieces::new(text, split_numbers).collect();
+                assert!(pieces.iter().all(|p| !p.is_empty()), "{split_numbers} {text:?}: {pieces:?}");
                 assert_eq!(pieces.concat(), text);
             }
         }
