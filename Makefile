@@ -43,7 +43,7 @@ rust-test: model vocabs
 # (which rust-test used): every path computes the same bits (docs/architecture.md, "Numerics"), and this shows it
 # end to end on this machine, so that an AVX-512 machine also tests the AVX2 and scalar paths.
 NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3 \
-	--test engine_prompt_logprobs --test engine_speculative
+	--test engine_prompt_logprobs --test engine_speculative --test forward_families
 # The scalar path computes the vector paths' bits some ten times slower: it checks the first cases of the greedy
 # references only (tests/common/per_path.rs), so that CI stays well under 30 minutes on an AVX2-only machine, of
 # engine_speculative only the greedy exactness test (the others check engine logic, the same on every path), and

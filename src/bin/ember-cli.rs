@@ -7,6 +7,10 @@
 //! ember-cli complete [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
 //!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
+//! ember-cli synthetic PATH --family F --layers N [--seed S]
+//!                                                  a family's layer shapes (qwen2.5-0.5b, qwen3-0.6b), N layers,
+//!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
+//!                                                  feeds llama.cpp)
 //! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
 //! ```
 
@@ -31,6 +35,7 @@ const USAGE: &str = "usage:
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
   ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
   ember-cli synthetic PATH [--seed S] [--tiny]
+  ember-cli synthetic PATH --family qwen2.5-0.5b|qwen3-0.6b --layers N [--seed S]
   ember-cli kernels   [--default]";
 
 /// Parsed command-line options (every command takes the subset it needs).
@@ -44,6 +49,8 @@ struct Args {
     special: bool,
     tiny: bool,
     default: bool,
+    family: Option<String>,
+    layers: Option<usize>,
     positional: Vec<String>,
 }
 
@@ -54,6 +61,8 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
             "--model" => args.model = Some(value("--model")?.into()),
+            "--family" => args.family = Some(value("--family")?),
+            "--layers" => args.layers = Some(parse_num(&value("--layers")?, "--layers")?),
             "--max-tokens" => args.max_tokens = Some(parse_num(&value("--max-tokens")?, "--max-tokens")?),
             "--threads" => args.threads = Some(parse_num(&value("--threads")?, "--threads")?),
             "--temperature" => args.temperature = Some(parse_num(&value("--temperature")?, "--temperature")?),
@@ -214,8 +223,20 @@ fn run(args: &Args, model: &Model, load_ms: f64, message: &str, prompt: &[u32]) 
 fn synthetic(args: &Args) -> Result<(), String> {
     let path = args.positional.first().ok_or("synthetic needs a PATH")?;
     let seed = args.seed.unwrap_or(0);
-    let spec = if args.tiny { SyntheticSpec::tiny(seed) } else { SyntheticSpec::smollm2_135m(seed) };
-    spec.writer().write(std::path::Path::new(path)).map_err(|e| format!("cannot write {path}: {e}"))?;
+    let writer = match args.family.as_deref() {
+        None if args.tiny => SyntheticSpec::tiny(seed).writer(),
+        None => SyntheticSpec::smollm2_135m(seed).writer(),
+        Some(family) => {
+            let layers = args.layers.ok_or("--family needs --layers")?;
+            let spec = match family {
+                "qwen2.5-0.5b" => SyntheticSpec::qwen2_5_0_5b_layers(seed, layers),
+                "qwen3-0.6b" => SyntheticSpec::qwen3_0_6b_layers(seed, layers),
+                other => return Err(format!("unknown family {other:?} (qwen2.5-0.5b, qwen3-0.6b)")),
+            };
+            spec.writer_with_byte_vocabulary()
+        }
+    };
+    writer.write(std::path::Path::new(path)).map_err(|e| format!("cannot write {path}: {e}"))?;
     println!("{path}");
     Ok(())
 }

@@ -15,7 +15,7 @@ use super::step::StepLayout;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::batch::{validate_batch, validate_window_tables, BatchError, SeqChunk};
-use crate::model::llama::forward::{Buf, LlamaBackend, Norm, Weight};
+use crate::model::llama::forward::{Bias, Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::{FfnActivation, LlamaConfig};
 
 /// How activations meet the quantized weights.
@@ -342,6 +342,15 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             2 => self.run_matmuls(s, width, [out(0), out(1)]),
             3 => self.run_matmuls(s, width, [out(0), out(1), out(2)]),
             n => panic!("{n} projections of one input: the forward pass groups at most three"),
+        }
+    }
+
+    fn add_bias(&mut self, dst: Buf, bias: Bias) {
+        let (width, t) = (self.width(dst), self.step.n_tokens());
+        let b = self.weights.bias(bias);
+        let kernels = self.kernels;
+        for row in self.bufs[buf_index(dst)][..t * width].chunks_exact_mut(width) {
+            kernels.add_assign(row, b);
         }
     }
 

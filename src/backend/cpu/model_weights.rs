@@ -4,7 +4,7 @@
 //! on the precise path, as views into the file's bytes.
 
 use crate::model::gguf::{GgufError, GgufFile};
-use crate::model::llama::forward::{Norm, Weight};
+use crate::model::llama::forward::{Bias, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
 use super::kernels::packed::RunTasks;
@@ -72,6 +72,10 @@ struct LayerWeights<'m> {
     post_ffn_norm: Box<[f32]>,
     q_norm: Box<[f32]>,
     k_norm: Box<[f32]>,
+    /// The projections' biases (`LlamaConfig::qkv_bias`); empty when absent.
+    q_bias: Box<[f32]>,
+    k_bias: Box<[f32]>,
+    v_bias: Box<[f32]>,
 }
 
 /// Every weight the forward pass reads.
@@ -99,6 +103,7 @@ impl<'m> CpuModelWeights<'m> {
         // Copied: a few kilobytes, read at every step.
         let norm = |name: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(name)?.as_f32()?.into());
         let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(Box::default()) };
+        let bias_if = |b: Bias| if config.qkv_bias { norm(&b.tensor_name()) } else { Ok(Box::default()) };
         let token_embd = matrix("token_embd.weight")?;
         let output = if config.tied_output { None } else { Some(matrix("output.weight")?) };
         let layers = (0..config.n_layer)
@@ -117,6 +122,9 @@ impl<'m> CpuModelWeights<'m> {
                     post_ffn_norm: norm_if(config.post_norms, Norm::PostFfn(l))?,
                     q_norm: norm_if(config.qk_norm, Norm::QHead(l))?,
                     k_norm: norm_if(config.qk_norm, Norm::KHead(l))?,
+                    q_bias: bias_if(Bias::AttnQ(l))?,
+                    k_bias: bias_if(Bias::AttnK(l))?,
+                    v_bias: bias_if(Bias::AttnV(l))?,
                 })
             })
             .collect::<Result<Vec<_>, GgufError>>()?;
@@ -144,6 +152,14 @@ impl<'m> CpuModelWeights<'m> {
             Norm::QHead(l) => &self.layers[l].q_norm,
             Norm::KHead(l) => &self.layers[l].k_norm,
             Norm::Output => &self.output_norm,
+        }
+    }
+
+    pub fn bias(&self, b: Bias) -> &[f32] {
+        match b {
+            Bias::AttnQ(l) => &self.layers[l].q_bias,
+            Bias::AttnK(l) => &self.layers[l].k_bias,
+            Bias::AttnV(l) => &self.layers[l].v_bias,
         }
     }
 

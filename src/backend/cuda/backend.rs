@@ -26,7 +26,7 @@ use super::weights::DeviceWeights;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
 use crate::model::llama::batch::{total_logit_rows, validate_batch, BatchError, SeqChunk};
-use crate::model::llama::forward::{forward, Buf, LlamaBackend, Norm, Weight};
+use crate::model::llama::forward::{forward, Bias, Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 use crate::model::TokenId;
 
@@ -302,6 +302,12 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
+    if config.qkv_bias {
+        return Err(CudaBackendError::Unsupported(format!(
+            "the {} architecture's query/key/value biases are not implemented on CUDA yet",
+            config.arch.name()
+        )));
+    }
     if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
         return Err(CudaBackendError::Unsupported(format!(
             "widths {} and {} must be multiples of {QK}",
@@ -346,6 +352,11 @@ impl LlamaBackend for CudaBackend {
         for group in outputs.chunks(MAX_OUTPUTS) {
             self.record(Op::Matmul { src, outputs: Outputs::new(group) });
         }
+    }
+
+    fn add_bias(&mut self, _dst: Buf, bias: Bias) {
+        // `check_options` refuses models with biases, so no step records one; were one to, the step fails cleanly.
+        self.poisoned.get_or_insert_with(|| format!("{} is not implemented on CUDA", bias.tensor_name()));
     }
 
     fn matmul_add(&mut self, src: Buf, weight: Weight, dst: Buf) {

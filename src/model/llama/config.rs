@@ -9,6 +9,10 @@
 //!   key head before RoPE; norms of the attention and FFN outputs before their residual adds; GELU-gated FFN;
 //!   RoPE on the two halves of a head (NEOX); five of every six layers attend to a sliding window, with their own
 //!   RoPE base (`rope.freq_base_swa`, 10000 when absent), the sixth to the whole context.
+//! - `qwen2` (Qwen 2 and 2.5, DeepSeek-R1's Qwen distills; llama.cpp's `src/models/qwen2.cpp`): llama's blocks with
+//!   biases on the query, key and value projections, and RoPE on the two halves of a head (NEOX).
+//! - `qwen3` (`src/models/qwen3.cpp`): llama's blocks with RMS norms of each query and key head before RoPE (as
+//!   Gemma 3's), no biases, NEOX RoPE; heads may be wider than `n_embd / n_head` (`attention.key_length`).
 
 use std::fmt;
 
@@ -19,14 +23,35 @@ use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 pub enum Architecture {
     Llama,
     Gemma3,
+    Qwen2,
+    Qwen3,
+}
+
+/// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
+/// the synthetic models cannot disagree).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchTraits {
+    pub rope_neox: bool,
+    /// Embeddings scaled by √n_embd.
+    pub embed_scale: bool,
+    pub qk_norm: bool,
+    pub post_norms: bool,
+    pub qkv_bias: bool,
+    pub ffn_activation: FfnActivation,
 }
 
 impl Architecture {
+    /// Every architecture ember runs.
+    pub const ALL: [Architecture; 4] =
+        [Architecture::Llama, Architecture::Gemma3, Architecture::Qwen2, Architecture::Qwen3];
+
     /// The `general.architecture` value, also the prefix of its metadata keys.
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Gemma3 => "gemma3",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
         }
     }
 
@@ -34,6 +59,33 @@ impl Architecture {
         match self {
             Architecture::Llama => &LLAMA_KEYS,
             Architecture::Gemma3 => &GEMMA3_KEYS,
+            Architecture::Qwen2 => &QWEN2_KEYS,
+            Architecture::Qwen3 => &QWEN3_KEYS,
+        }
+    }
+
+    /// What the architecture changes in the forward pass (llama.cpp's `src/models/*.cpp`).
+    pub fn traits(self) -> ArchTraits {
+        let llama = ArchTraits {
+            rope_neox: false,
+            embed_scale: false,
+            qk_norm: false,
+            post_norms: false,
+            qkv_bias: false,
+            ffn_activation: FfnActivation::Silu,
+        };
+        match self {
+            Architecture::Llama => llama,
+            Architecture::Gemma3 => ArchTraits {
+                rope_neox: true,
+                embed_scale: true,
+                qk_norm: true,
+                post_norms: true,
+                ffn_activation: FfnActivation::GeluTanh,
+                ..llama
+            },
+            Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
+            Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
         }
     }
 }
@@ -78,6 +130,8 @@ macro_rules! keys_of {
 }
 static LLAMA_KEYS: Keys = keys_of!("llama");
 static GEMMA3_KEYS: Keys = keys_of!("gemma3");
+static QWEN2_KEYS: Keys = keys_of!("qwen2");
+static QWEN3_KEYS: Keys = keys_of!("qwen3");
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
@@ -136,6 +190,8 @@ pub struct LlamaConfig {
     /// The attention and FFN outputs are RMS-normalized (`post_attention_norm`, `post_ffw_norm`) before their
     /// residual adds.
     pub post_norms: bool,
+    /// The query, key and value projections add a bias (`attn_q.bias`, `attn_k.bias`, `attn_v.bias`).
+    pub qkv_bias: bool,
     pub ffn_activation: FfnActivation,
     /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2` values): pair `i` turns by
     /// `p · base^(−2i / rope_dim) / factor[i]`. `None` when the file has no such tensor.
@@ -172,14 +228,15 @@ impl fmt::Display for ModelConfigError {
         match self {
             ModelConfigError::Gguf(e) => e.fmt(f),
             ModelConfigError::UnsupportedArchitecture(a) => {
-                write!(f, "unsupported model architecture {a:?} (ember runs llama and gemma3 models)")
+                let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
+                write!(f, "unsupported model architecture {a:?} (ember runs {} models)", names.join(", "))
             }
             ModelConfigError::Invalid { key, detail } => write!(f, "invalid {key}: {detail}"),
             ModelConfigError::TensorShape { tensor, expected, found } => {
                 write!(f, "tensor {tensor:?} has shape {found:?}, expected {expected:?}")
             }
             ModelConfigError::NormNotF32 { tensor, dtype } => {
-                write!(f, "norm tensor {tensor:?} has type {dtype}, expected F32")
+                write!(f, "tensor {tensor:?} (a norm or a bias, read as f32) has type {dtype}, expected F32")
             }
         }
     }
@@ -220,10 +277,9 @@ fn invalid(key: &'static str, detail: String) -> ModelConfigError {
 impl LlamaConfig {
     /// Reads and validates the hyperparameters, then checks every tensor's presence, type and shape.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelConfigError> {
-        let arch = match file.str("general.architecture")? {
-            "llama" => Architecture::Llama,
-            "gemma3" => Architecture::Gemma3,
-            other => return Err(ModelConfigError::UnsupportedArchitecture(other.to_owned())),
+        let name = file.str("general.architecture")?;
+        let Some(arch) = Architecture::ALL.into_iter().find(|a| a.name() == name) else {
+            return Err(ModelConfigError::UnsupportedArchitecture(name.to_owned()));
         };
         let k = arch.keys();
         let n_layer = positive(file, k.block_count, MAX_LAYERS)?;
@@ -280,7 +336,7 @@ impl LlamaConfig {
         }
         let full = LayerAttention { rope: 0, window: None };
         let (rope_bases, layers) = match arch {
-            Architecture::Llama => (vec![rope_base], vec![full; n_layer]),
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => (vec![rope_base], vec![full; n_layer]),
             Architecture::Gemma3 => {
                 let window = match file.optional(k.sliding_window, GgufFile::u32)? {
                     Some(0) | None => None,
@@ -300,7 +356,7 @@ impl LlamaConfig {
                 (vec![rope_base, base(k.rope_freq_base_swa)?], layers)
             }
         };
-        let gemma = arch == Architecture::Gemma3;
+        let traits = arch.traits();
         let rope_freq_factors = match file.tensor_info(ROPE_FREQS) {
             None => None,
             Some(_) => {
@@ -326,11 +382,12 @@ impl LlamaConfig {
             rope_base,
             rope_bases,
             layers,
-            rope_neox: gemma,
-            embed_scale: gemma.then(|| (n_embd as f32).sqrt()),
-            qk_norm: gemma,
-            post_norms: gemma,
-            ffn_activation: if gemma { FfnActivation::GeluTanh } else { FfnActivation::Silu },
+            rope_neox: traits.rope_neox,
+            embed_scale: traits.embed_scale.then(|| (n_embd as f32).sqrt()),
+            qk_norm: traits.qk_norm,
+            post_norms: traits.post_norms,
+            qkv_bias: traits.qkv_bias,
+            ffn_activation: traits.ffn_activation,
             rope_dim,
             rms_eps,
             context_length,
@@ -373,7 +430,7 @@ impl LlamaConfig {
     }
 
     /// Every tensor the forward pass reads, with its expected shape (fastest-varying first) and whether it is a
-    /// norm weight (must be F32).
+    /// vector read as f32 (a norm weight or a bias: must be F32).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
         let (d, ff, kv, v) = (self.n_embd as u64, self.n_ff as u64, self.kv_dim() as u64, self.vocab_size as u64);
         let (q, hd) = (self.q_dim() as u64, self.head_dim as u64);
@@ -392,6 +449,13 @@ impl LlamaConfig {
             ];
             if self.qk_norm {
                 tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)]);
+            }
+            if self.qkv_bias {
+                tensors.extend([
+                    ("attn_q.bias", vec![q], true),
+                    ("attn_k.bias", vec![kv], true),
+                    ("attn_v.bias", vec![kv], true),
+                ]);
             }
             if self.post_norms {
                 tensors

@@ -5,7 +5,7 @@
 //! x = embed(tokens) [· embed_scale]                    [T, d]   T = new tokens of the whole batch
 //! for each block l:
 //!     xn = rms_norm(x, attn_norm[l])
-//!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, q], [T, kv], [T, kv]
+//!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, q], [T, kv], [T, kv]   [qkv_bias: + bq, bk, bv]
 //!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
 //!                                                               [q and k heads RMS-normalized before RoPE]
 //!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
@@ -70,6 +70,26 @@ impl Weight {
     }
 }
 
+/// A bias vector of the model (`qkv_bias`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bias {
+    AttnQ(usize),
+    AttnK(usize),
+    AttnV(usize),
+}
+
+impl Bias {
+    /// The GGUF tensor name.
+    pub fn tensor_name(self) -> String {
+        let (l, suffix) = match self {
+            Bias::AttnQ(l) => (l, "attn_q.bias"),
+            Bias::AttnK(l) => (l, "attn_k.bias"),
+            Bias::AttnV(l) => (l, "attn_v.bias"),
+        };
+        LlamaConfig::layer_tensor(l, suffix)
+    }
+}
+
 /// An RMSNorm weight vector of the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Norm {
@@ -116,6 +136,8 @@ pub trait LlamaBackend {
     /// For each `(w, dst)`: `dst[t] = w · src[t]`. One call for the projections that share an input lets a
     /// backend prepare the input once and run them as one parallel region.
     fn matmul(&mut self, src: Buf, outputs: &[(Weight, Buf)]);
+    /// `dst[t] += bias` for every row (the projections' biases, `qkv_bias`).
+    fn add_bias(&mut self, dst: Buf, bias: Bias);
     /// `dst[t] += w · src[t]` (the residual add fused into the projection that feeds it).
     fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf);
     /// `dst[t] += src[t] / rms(src[t]) ⊙ weight` (a normalized residual branch, `post_norms`).
@@ -144,6 +166,11 @@ pub fn forward<B: LlamaBackend>(
     for l in 0..config.n_layer {
         backend.rms_norm(Buf::X, Norm::Attn(l), Buf::Xn);
         backend.matmul(Buf::Xn, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
+        if config.qkv_bias {
+            backend.add_bias(Buf::Q, Bias::AttnQ(l));
+            backend.add_bias(Buf::K, Bias::AttnK(l));
+            backend.add_bias(Buf::V, Bias::AttnV(l));
+        }
         backend.attention(l);
         residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
         backend.rms_norm(Buf::X, Norm::Ffn(l), Buf::Xn);

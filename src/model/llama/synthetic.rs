@@ -9,9 +9,10 @@ use half::f16;
 
 use crate::model::gguf::blocks::{quantize_q4_1, quantize_q8_0, QK};
 use crate::model::gguf::writer::GgufWriter;
-use crate::model::gguf::{GgmlType, Value};
+use crate::model::gguf::{Array, GgmlType, Value};
+use crate::model::tokenizer::BYTE_TO_CHAR;
 
-use super::config::{Architecture, FfnActivation, LayerAttention, LlamaConfig};
+use super::config::{Architecture, LayerAttention, LlamaConfig};
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
 const ROPE_BASE: f32 = 100_000.0;
@@ -92,6 +93,64 @@ impl SyntheticSpec {
         }
     }
 
+    /// Qwen 2.5 0.5B's layer shapes (`qwen2`: 896 wide, 14 query heads and 2 key/value heads of 64, FFN 4864) with
+    /// `n_layer` layers and a vocabulary of 512.
+    pub fn qwen2_5_0_5b_layers(seed: u64, n_layer: usize) -> Self {
+        SyntheticSpec {
+            n_layer,
+            n_embd: 896,
+            n_ff: 4864,
+            n_head: 14,
+            n_head_kv: 2,
+            vocab_size: 512,
+            context_length: 256,
+            seed,
+            rope_freq_factors: None,
+            arch: Architecture::Qwen2,
+            head_dim: None,
+            sliding_window: None,
+        }
+    }
+
+    /// Qwen 3 0.6B's layer shapes (`qwen3`: 1024 wide, 16 query heads and 8 key/value heads of 128, wider than
+    /// 1024 / 16, FFN 3072) with `n_layer` layers and a vocabulary of 512.
+    pub fn qwen3_0_6b_layers(seed: u64, n_layer: usize) -> Self {
+        SyntheticSpec {
+            n_layer,
+            n_embd: 1024,
+            n_ff: 3072,
+            n_head: 16,
+            n_head_kv: 8,
+            vocab_size: 512,
+            context_length: 256,
+            seed,
+            rope_freq_factors: None,
+            arch: Architecture::Qwen3,
+            head_dim: Some(128),
+            sliding_window: None,
+        }
+    }
+
+    /// The same model with a byte-level BPE vocabulary of its size (at least 257): the 256 bytes, an
+    /// `<|endoftext|>` end token, control tokens `<|t257|>`… to fill, no merges. Enough for any engine to load the
+    /// file and take token ids (llama.cpp builds its fixtures from such files).
+    pub fn writer_with_byte_vocabulary(&self) -> GgufWriter {
+        assert!(self.vocab_size > 256, "a byte vocabulary needs more than 256 tokens");
+        let mut tokens: Vec<String> = BYTE_TO_CHAR.iter().map(|c| c.to_string()).collect();
+        tokens.push("<|endoftext|>".into());
+        tokens.extend((tokens.len()..self.vocab_size).map(|i| format!("<|t{i}|>")));
+        let types: Vec<i32> = (0..self.vocab_size).map(|i| if i < 256 { 1 } else { 3 }).collect();
+        self.writer()
+            .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .metadata("tokenizer.ggml.pre", Value::String("gpt-2".into()))
+            .metadata("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
+            .metadata("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
+            .metadata("tokenizer.ggml.merges", Value::Array(Array::String(Vec::new())))
+            .metadata("tokenizer.ggml.eos_token_id", Value::U32(256))
+            .metadata("tokenizer.ggml.bos_token_id", Value::U32(256))
+            .metadata("tokenizer.ggml.add_bos_token", Value::Bool(false))
+    }
+
     /// A Gemma 3 model small enough for a unit test: 7 layers (six windowed, one global), rows of 256 where the
     /// real file has K-quants.
     pub fn tiny_gemma3(seed: u64) -> Self {
@@ -145,15 +204,17 @@ impl SyntheticSpec {
                 .metadata(&key("attention.sliding_window"), u32v(window))
                 .metadata(&key("rope.freq_base_swa"), Value::F32(ROPE_BASE_LOCAL));
         }
+        let traits = self.arch.traits();
         let config = LlamaConfig {
             arch: self.arch,
             rope_bases: vec![ROPE_BASE],
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
-            rope_neox: gemma,
+            rope_neox: traits.rope_neox,
             embed_scale: None,
-            qk_norm: gemma,
-            post_norms: gemma,
-            ffn_activation: FfnActivation::Silu,
+            qk_norm: traits.qk_norm,
+            post_norms: traits.post_norms,
+            qkv_bias: traits.qkv_bias,
+            ffn_activation: traits.ffn_activation,
             rope_freq_factors: self.rope_freq_factors.clone(),
             n_layer: self.n_layer,
             n_embd: self.n_embd,
@@ -171,6 +232,10 @@ impl SyntheticSpec {
         for (name, shape, is_norm) in config.expected_tensors() {
             w = if let Some(factors) = self.rope_freq_factors.as_ref().filter(|_| name == "rope_freqs.weight") {
                 w.tensor_f32(&name, &shape, factors)
+            } else if name.ends_with(".bias") {
+                // Biases as large as the projections' outputs, so that leaving one out changes the result.
+                let values: Vec<f32> = (0..shape[0]).map(|_| 0.5 * rng.symmetric()).collect();
+                w.tensor_f32(&name, &shape, &values)
             } else if is_norm {
                 let values: Vec<f32> = (0..shape[0]).map(|_| 1.0 + 0.1 * rng.symmetric()).collect();
                 w.tensor_f32(&name, &shape, &values)

@@ -21,6 +21,7 @@ mod stream;
 mod vocab;
 
 pub use crate::model::TokenId;
+pub(crate) use byte_level::BYTE_TO_CHAR;
 pub use error::TokenizerError;
 pub use pretokenize::{Pieces, PreTokenizer, Split};
 pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL};

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""llama.cpp's teacher-forced logits on synthetic models of each family ember runs: tests/fixtures/families/*.json.
+
+  python3 scripts/llamacpp/family_fixtures.py
+
+For each family: `ember-cli synthetic --family F --layers 2 --seed S` writes the model (the family's real layer
+shapes, seeded random weights, a 512-token byte vocabulary), scripts/llamacpp/logits.cpp (built against the
+libllama of scripts/llamacpp/build.sh) decodes IDS on it, and the fixture keeps the family, layers, seed, ids and
+every position's logits. tests/forward_families.rs rebuilds the same file and compares. Not part of `make test`;
+the fixtures are committed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.path.join(ROOT, ".cache", "llamacpp")
+OUT = os.path.join(ROOT, "tests", "fixtures", "families")
+IDS = [1, 17, 300, 42, 5, 99, 123, 7, 256, 8, 64, 3, 400, 12, 77, 200]
+FAMILIES = [("qwen2", "qwen2.5-0.5b", 1), ("qwen3", "qwen3-0.6b", 2)]
+LAYERS = 2
+
+
+def main():
+    bin_dir = subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "build.sh")], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    src = os.path.dirname(os.path.dirname(bin_dir))
+    tool = os.path.join(CACHE, "ember-logits")
+    subprocess.run(["g++", "-O2", "-std=c++17", "-I", os.path.join(src, "include"),
+                    "-I", os.path.join(src, "ggml", "include"), os.path.join(ROOT, "scripts", "llamacpp", "logits.cpp"),
+                    "-L", bin_dir, "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bin_dir}", "-o", tool], check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "ember-cli"], cwd=ROOT, check=True)
+    os.makedirs(OUT, exist_ok=True)
+    for name, family, seed in FAMILIES:
+        model = os.path.join(CACHE, f"family-{name}.gguf")
+        subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
+                        "--layers", str(LAYERS), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        out = subprocess.run([tool, model] + [str(i) for i in IDS], check=True, capture_output=True, text=True).stdout
+        logits = json.loads(out)
+        fixture = {"family": family, "layers": LAYERS, "seed": seed, "ids": IDS,
+                   "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, f16 KV cache",
+                   "logits": [[round(v, 5) for v in row] for row in logits]}
+        with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+            json.dump(fixture, f, separators=(",", ":"))
+        print(f"{name}: {len(logits)} positions x {len(logits[0])} logits", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
