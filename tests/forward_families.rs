@@ -1,4 +1,4 @@
-//! The Qwen architectures against llama.cpp under teacher forcing: a synthetic model with the family's real layer
+//! The model families against llama.cpp under teacher forcing: a synthetic model with the family's real layer
 //! shapes (fewer layers, seeded random weights, a 512-token byte vocabulary: `SyntheticSpec`) is fed 16 token ids,
 //! and at every position our logits are compared with the ones llama.cpp computed on the same file
 //! (`tests/fixtures/families/*.json`, written by `scripts/llamacpp/family_fixtures.py`, which builds the file with
@@ -7,6 +7,10 @@
 //!
 //! - `qwen2` (Qwen 2.5 0.5B's layers): biases on the query, key and value projections, NEOX RoPE.
 //! - `qwen3` (Qwen 3 0.6B's layers): per-head query and key norms, heads of 128 (wider than 1024 / 16), NEOX RoPE.
+//! - `llama3` (Llama 3.2 1B's layers): RoPE base 500000 with Llama 3.1's frequency factors (`rope_freqs.weight`).
+//! - `mistral` (one of Mistral Nemo 12B's layers): `llama` with heads of 128 where 5120 / 32 is 160.
+//! - `gemma3-linear` (a small Gemma 3, seven layers): linear RoPE scaling by 8 on the global layer only, the
+//!   sliding-window layers unscaled, as llama.cpp runs Gemma 3 4B–27B's files.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -30,8 +34,10 @@ struct Fixture {
 const CONFIDENT_MARGIN: f32 = 0.2;
 /// Most any logit may differ from llama.cpp's at any position, and the mean over positions of each position's
 /// largest difference. Measured (2026-12-04, avx512, fast path): qwen2 max 0.056, mean 0.046 (9 of 9 confident
-/// positions agree); qwen3 max 0.079, mean 0.057 (8 of 8). Leaving out qwen2's biases or qwen3's head norms fails
-/// the argmax check at a confident position. The bounds leave 2–2.5× room.
+/// positions agree); qwen3 max 0.079, mean 0.057 (8 of 8); llama3 max 0.064, mean 0.056 (10 of 10); mistral max
+/// 0.051, mean 0.043 (9 of 9); gemma3-linear max 0.134, mean 0.096 (8 of 8). Leaving out qwen2's biases or qwen3's
+/// head norms fails the argmax check at a confident position; ignoring the linear scaling fails both bounds (0.34,
+/// 0.18), scaling the windowed layers too fails the argmax. The bounds leave 1.3–2.5× room.
 const MAX_LOGIT_DIFF: f32 = 0.2;
 const MAX_MEAN_LOGIT_DIFF: f32 = 0.12;
 
@@ -41,11 +47,7 @@ fn fixture(name: &str) -> Fixture {
 }
 
 fn spec(f: &Fixture) -> SyntheticSpec {
-    match f.family.as_str() {
-        "qwen2.5-0.5b" => SyntheticSpec::qwen2_5_0_5b_layers(f.seed, f.layers),
-        "qwen3-0.6b" => SyntheticSpec::qwen3_0_6b_layers(f.seed, f.layers),
-        other => panic!("unknown family {other}"),
-    }
+    SyntheticSpec::family(&f.family, f.seed, f.layers).unwrap_or_else(|| panic!("unknown family {}", f.family))
 }
 
 /// Our logits at every position of the fixture's ids, in one prefill chunk.
@@ -114,4 +116,19 @@ fn qwen2_matches_llama_cpp() {
 #[test]
 fn qwen3_matches_llama_cpp() {
     check("qwen3");
+}
+
+#[test]
+fn llama3_matches_llama_cpp() {
+    check("llama3");
+}
+
+#[test]
+fn mistral_nemo_heads_match_llama_cpp() {
+    check("mistral");
+}
+
+#[test]
+fn gemma3_linear_rope_scaling_matches_llama_cpp() {
+    check("gemma3-linear");
 }

@@ -110,3 +110,31 @@ fn an_unsupported_weight_type_is_named_when_the_model_needs_it() {
         other => panic!("{other:?}"),
     }
 }
+
+/// RoPE scaling as llama.cpp reads it: linear by default, its factor from `rope.scaling.factor` or the older
+/// `rope.scale_linear`, applied to the full-attention layers' speeds; the types ember does not implement and any
+/// other name are refused by key, as are impossible factors and an attention factor other than 1.
+#[test]
+fn rope_scaling_is_read_as_llama_cpp_reads_it_or_refused_by_key() {
+    let scale = |w: ember::model::gguf::writer::GgufWriter| config_of(w).unwrap().rope_freq_scale;
+    assert_eq!(scale(tiny()), 1.0);
+    assert_eq!(scale(tiny().set_metadata("llama.rope.scaling.factor", Value::F32(4.0))), 0.25, "linear by default");
+    assert_eq!(scale(tiny().set_metadata("llama.rope.scale_linear", Value::F32(2.0))), 0.5, "the older key");
+    assert_eq!(scale(tiny().set_metadata("llama.rope.scaling.factor", Value::F32(0.0))), 1.0, "0 means none");
+    let typed = |t: &str| tiny().set_metadata("llama.rope.scaling.type", Value::String(t.into()));
+    assert_eq!(scale(typed("none").set_metadata("llama.rope.scaling.factor", Value::F32(4.0))), 1.0);
+    let c = config_of(typed("linear").set_metadata("llama.rope.scaling.factor", Value::F32(4.0))).unwrap();
+    let plain = config_of(tiny()).unwrap();
+    for (scaled, unscaled) in c.inv_frequencies(0).iter().zip(plain.inv_frequencies(0)) {
+        assert_eq!(*scaled, unscaled * 0.25);
+    }
+    for refused in ["yarn", "longrope", "dynamic"] {
+        let r = config_of(typed(refused).set_metadata("llama.rope.scaling.factor", Value::F32(4.0)));
+        assert_eq!(invalid_key(r), "llama.rope.scaling.type", "{refused}");
+    }
+    let r = config_of(tiny().set_metadata("llama.rope.scaling.factor", Value::F32(-2.0)));
+    assert_eq!(invalid_key(r), "llama.rope.scaling.factor");
+    let r = config_of(tiny().set_metadata("llama.rope.scaling.attn_factor", Value::F32(1.19)));
+    assert_eq!(invalid_key(r), "llama.rope.scaling.attn_factor");
+    assert_eq!(scale(tiny().set_metadata("llama.rope.scaling.attn_factor", Value::F32(1.0))), 1.0);
+}

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """llama.cpp's teacher-forced logits on synthetic models of each family ember runs: tests/fixtures/families/*.json.
 
-  python3 scripts/llamacpp/family_fixtures.py
+  python3 scripts/llamacpp/family_fixtures.py [FIXTURE...]   (all of them by default)
 
-For each family: `ember-cli synthetic --family F --layers 2 --seed S` writes the model (the family's real layer
+For each family: `ember-cli synthetic --family F --layers N --seed S` writes the model (the family's real layer
 shapes, seeded random weights, a 512-token byte vocabulary), scripts/llamacpp/logits.cpp (built against the
 libllama of scripts/llamacpp/build.sh) decodes IDS on it, and the fixture keeps the family, layers, seed, ids and
 every position's logits. tests/forward_families.rs rebuilds the same file and compares. Not part of `make test`;
@@ -18,8 +18,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CACHE = os.path.join(ROOT, ".cache", "llamacpp")
 OUT = os.path.join(ROOT, "tests", "fixtures", "families")
 IDS = [1, 17, 300, 42, 5, 99, 123, 7, 256, 8, 64, 3, 400, 12, 77, 200]
-FAMILIES = [("qwen2", "qwen2.5-0.5b", 1), ("qwen3", "qwen3-0.6b", 2)]
-LAYERS = 2
+# (fixture, family, seed, layers): Mistral Nemo's layers are 5120 wide, so one; the tiny Gemma needs its seventh
+# layer, the global one that linear scaling changes.
+FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("llama3", "llama3.2-1b", 3, 2),
+            ("mistral", "mistral-nemo", 4, 1), ("gemma3-linear", "gemma3-tiny-linear8", 5, 7)]
 
 
 def main():
@@ -32,13 +34,16 @@ def main():
                     "-L", bin_dir, "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bin_dir}", "-o", tool], check=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "ember-cli"], cwd=ROOT, check=True)
     os.makedirs(OUT, exist_ok=True)
-    for name, family, seed in FAMILIES:
+    only = set(sys.argv[1:])
+    for name, family, seed, layers in FAMILIES:
+        if only and name not in only:
+            continue
         model = os.path.join(CACHE, f"family-{name}.gguf")
         subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
-                        "--layers", str(LAYERS), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+                        "--layers", str(layers), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
         out = subprocess.run([tool, model] + [str(i) for i in IDS], check=True, capture_output=True, text=True).stdout
         logits = json.loads(out)
-        fixture = {"family": family, "layers": LAYERS, "seed": seed, "ids": IDS,
+        fixture = {"family": family, "layers": layers, "seed": seed, "ids": IDS,
                    "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, f16 KV cache",
                    "logits": [[round(v, 5) for v in row] for row in logits]}
         with open(os.path.join(OUT, f"{name}.json"), "w") as f:

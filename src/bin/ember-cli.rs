@@ -8,7 +8,7 @@
 //!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
 //! ember-cli synthetic PATH --family F --layers N [--seed S]
-//!                                                  a family's layer shapes (qwen2.5-0.5b, qwen3-0.6b), N layers,
+//!                                                  a family's layer shapes (SyntheticSpec::FAMILIES), N layers,
 //!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
 //!                                                  feeds llama.cpp)
 //! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
@@ -35,7 +35,7 @@ const USAGE: &str = "usage:
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
   ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
   ember-cli synthetic PATH [--seed S] [--tiny]
-  ember-cli synthetic PATH --family qwen2.5-0.5b|qwen3-0.6b --layers N [--seed S]
+  ember-cli synthetic PATH --family F --layers N [--seed S]
   ember-cli kernels   [--default]";
 
 /// Parsed command-line options (every command takes the subset it needs).
@@ -228,11 +228,8 @@ fn synthetic(args: &Args) -> Result<(), String> {
         None => SyntheticSpec::smollm2_135m(seed).writer(),
         Some(family) => {
             let layers = args.layers.ok_or("--family needs --layers")?;
-            let spec = match family {
-                "qwen2.5-0.5b" => SyntheticSpec::qwen2_5_0_5b_layers(seed, layers),
-                "qwen3-0.6b" => SyntheticSpec::qwen3_0_6b_layers(seed, layers),
-                other => return Err(format!("unknown family {other:?} (qwen2.5-0.5b, qwen3-0.6b)")),
-            };
+            let spec = SyntheticSpec::family(family, seed, layers)
+                .ok_or_else(|| format!("unknown family {family:?} ({})", SyntheticSpec::FAMILIES.join(", ")))?;
             spec.writer_with_byte_vocabulary()
         }
     };

@@ -18,6 +18,8 @@ use std::fmt;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
+use super::rope_scaling::{self, RopeScalingKeys};
+
 /// The architectures ember runs (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
@@ -106,6 +108,7 @@ struct Keys {
     rms_eps: &'static str,
     vocab_size: &'static str,
     sliding_window: &'static str,
+    rope_scaling: RopeScalingKeys,
 }
 
 macro_rules! keys_of {
@@ -125,6 +128,12 @@ macro_rules! keys_of {
             rms_eps: concat!($arch, ".attention.layer_norm_rms_epsilon"),
             vocab_size: concat!($arch, ".vocab_size"),
             sliding_window: concat!($arch, ".attention.sliding_window"),
+            rope_scaling: RopeScalingKeys {
+                kind: concat!($arch, ".rope.scaling.type"),
+                factor: concat!($arch, ".rope.scaling.factor"),
+                scale_linear: concat!($arch, ".rope.scale_linear"),
+                attn_factor: concat!($arch, ".rope.scaling.attn_factor"),
+            },
         }
     };
 }
@@ -179,6 +188,10 @@ pub struct LlamaConfig {
     pub rope_base: f32,
     /// The distinct RoPE bases the layers use (`rope_base` first); [`LayerAttention::rope`] indexes it.
     pub rope_bases: Vec<f32>,
+    /// llama.cpp's `freq_scale` (`1 / rope.scaling.factor` under linear scaling, else 1): multiplies the
+    /// rotation speeds of `rope_bases[0]`, the full-attention layers' base. Gemma 3's sliding-window layers are
+    /// never scaled, as in llama.cpp (`rope_freq_scale_train_swa` is 1).
+    pub rope_freq_scale: f32,
     /// Per layer: its RoPE base and attention window.
     pub layers: Vec<LayerAttention>,
     /// RoPE rotates dimension `i` with `i + rope_dim / 2` (NEOX, Gemma) rather than `2i` with `2i + 1` (llama).
@@ -314,6 +327,7 @@ impl LlamaConfig {
             Ok(b)
         };
         let rope_base = base(k.rope_freq_base)?;
+        let rope_freq_scale = rope_scaling::freq_scale(file, &k.rope_scaling)?;
         let rope_dim = file.optional(k.rope_dimension_count, GgufFile::u32)?.map_or(head_dim, |d| d as usize);
         if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(invalid(
@@ -381,6 +395,7 @@ impl LlamaConfig {
             head_dim,
             rope_base,
             rope_bases,
+            rope_freq_scale,
             layers,
             rope_neox: traits.rope_neox,
             embed_scale: traits.embed_scale.then(|| (n_embd as f32).sqrt()),
@@ -399,11 +414,16 @@ impl LlamaConfig {
     }
 
     /// `base^(−2i / rope_dim)` for `i` in `0..rope_dim / 2` with RoPE base `rope_bases[base]`, divided by the
-    /// frequency factors where the model has them: the rotation speeds every backend tabulates.
+    /// frequency factors where the model has them, times `rope_freq_scale` for the full-attention base: the
+    /// rotation speeds every backend tabulates.
     pub fn inv_frequencies(&self, base: usize) -> Vec<f64> {
         let mut inv = super::rope::inv_frequencies(f64::from(self.rope_bases[base]), self.rope_dim);
         if let Some(factors) = &self.rope_freq_factors {
             inv.iter_mut().zip(factors).for_each(|(f, &d)| *f /= f64::from(d));
+        }
+        if base == 0 && self.rope_freq_scale != 1.0 {
+            let scale = f64::from(self.rope_freq_scale);
+            inv.iter_mut().for_each(|f| *f *= scale);
         }
         inv
     }

@@ -6,7 +6,9 @@ pub mod batch;
 pub mod config;
 pub mod forward;
 pub mod rope;
+mod rope_scaling;
 pub mod synthetic;
+mod synthetic_families;
 
 pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{Architecture, FfnActivation, LayerAttention, LlamaConfig, ModelConfigError};

@@ -36,6 +36,10 @@ pub struct SyntheticSpec {
     pub head_dim: Option<usize>,
     /// Gemma 3's sliding window (five layers in six), or none.
     pub sliding_window: Option<usize>,
+    /// RoPE base of the full-attention layers (`rope.freq_base`).
+    pub rope_base: f32,
+    /// Linear RoPE scaling's factor (`rope.scaling.type` "linear", `rope.scaling.factor`), or none.
+    pub rope_linear_factor: Option<f32>,
 }
 
 impl SyntheticSpec {
@@ -54,6 +58,8 @@ impl SyntheticSpec {
             arch: Architecture::Llama,
             head_dim: None,
             sliding_window: None,
+            rope_base: ROPE_BASE,
+            rope_linear_factor: None,
         }
     }
 
@@ -72,6 +78,8 @@ impl SyntheticSpec {
             arch: Architecture::Gemma3,
             head_dim: Some(256),
             sliding_window: Some(512),
+            rope_base: ROPE_BASE,
+            rope_linear_factor: None,
         }
     }
 
@@ -90,44 +98,8 @@ impl SyntheticSpec {
             arch: Architecture::Llama,
             head_dim: None,
             sliding_window: None,
-        }
-    }
-
-    /// Qwen 2.5 0.5B's layer shapes (`qwen2`: 896 wide, 14 query heads and 2 key/value heads of 64, FFN 4864) with
-    /// `n_layer` layers and a vocabulary of 512.
-    pub fn qwen2_5_0_5b_layers(seed: u64, n_layer: usize) -> Self {
-        SyntheticSpec {
-            n_layer,
-            n_embd: 896,
-            n_ff: 4864,
-            n_head: 14,
-            n_head_kv: 2,
-            vocab_size: 512,
-            context_length: 256,
-            seed,
-            rope_freq_factors: None,
-            arch: Architecture::Qwen2,
-            head_dim: None,
-            sliding_window: None,
-        }
-    }
-
-    /// Qwen 3 0.6B's layer shapes (`qwen3`: 1024 wide, 16 query heads and 8 key/value heads of 128, wider than
-    /// 1024 / 16, FFN 3072) with `n_layer` layers and a vocabulary of 512.
-    pub fn qwen3_0_6b_layers(seed: u64, n_layer: usize) -> Self {
-        SyntheticSpec {
-            n_layer,
-            n_embd: 1024,
-            n_ff: 3072,
-            n_head: 16,
-            n_head_kv: 8,
-            vocab_size: 512,
-            context_length: 256,
-            seed,
-            rope_freq_factors: None,
-            arch: Architecture::Qwen3,
-            head_dim: Some(128),
-            sliding_window: None,
+            rope_base: ROPE_BASE,
+            rope_linear_factor: None,
         }
     }
 
@@ -167,6 +139,8 @@ impl SyntheticSpec {
             arch: Architecture::Gemma3,
             head_dim: Some(64),
             sliding_window: Some(8),
+            rope_base: ROPE_BASE,
+            rope_linear_factor: None,
         }
     }
 
@@ -189,10 +163,15 @@ impl SyntheticSpec {
             .metadata(&key("feed_forward_length"), u32v(self.n_ff))
             .metadata(&key("attention.head_count"), u32v(self.n_head))
             .metadata(&key("attention.head_count_kv"), u32v(self.n_head_kv))
-            .metadata(&key("rope.freq_base"), Value::F32(ROPE_BASE))
+            .metadata(&key("rope.freq_base"), Value::F32(self.rope_base))
             .metadata(&key("rope.dimension_count"), u32v(head_dim))
             .metadata(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
             .metadata(&key("vocab_size"), u32v(self.vocab_size));
+        if let Some(factor) = self.rope_linear_factor {
+            w = w
+                .metadata(&key("rope.scaling.type"), Value::String("linear".into()))
+                .metadata(&key("rope.scaling.factor"), Value::F32(factor));
+        }
         if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
@@ -207,7 +186,8 @@ impl SyntheticSpec {
         let traits = self.arch.traits();
         let config = LlamaConfig {
             arch: self.arch,
-            rope_bases: vec![ROPE_BASE],
+            rope_bases: vec![self.rope_base],
+            rope_freq_scale: self.rope_linear_factor.map_or(1.0, |f| 1.0 / f),
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
             rope_neox: traits.rope_neox,
             embed_scale: None,
@@ -222,7 +202,7 @@ impl SyntheticSpec {
             n_head: self.n_head,
             n_head_kv: self.n_head_kv,
             head_dim,
-            rope_base: ROPE_BASE,
+            rope_base: self.rope_base,
             rope_dim: head_dim,
             rms_eps: 1e-5,
             context_length: self.context_length,

@@ -1,0 +1,85 @@
+//! The model families `ember-cli synthetic --family` writes and `tests/forward_families.rs` rebuilds: each
+//! family's real layer shapes with fewer layers and a 512-token vocabulary, so that llama.cpp and ember can be
+//! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
+
+use super::config::Architecture;
+use super::synthetic::SyntheticSpec;
+
+impl SyntheticSpec {
+    /// The families [`SyntheticSpec::family`] knows.
+    pub const FAMILIES: [&'static str; 5] =
+        ["qwen2.5-0.5b", "qwen3-0.6b", "llama3.2-1b", "mistral-nemo", "gemma3-tiny-linear8"];
+
+    /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
+    /// [`SyntheticSpec::FAMILIES`].
+    pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
+        let base =
+            |arch| SyntheticSpec { arch, seed, n_layer, vocab_size: 512, context_length: 256, ..Self::tiny(seed) };
+        Some(match name {
+            // `qwen2`: 896 wide, 14 query heads and 2 key/value heads of 64, FFN 4864.
+            "qwen2.5-0.5b" => {
+                SyntheticSpec { n_embd: 896, n_ff: 4864, n_head: 14, n_head_kv: 2, ..base(Architecture::Qwen2) }
+            }
+            // `qwen3`: 1024 wide, 16 query heads and 8 key/value heads of 128 (wider than 1024 / 16), FFN 3072.
+            "qwen3-0.6b" => SyntheticSpec {
+                n_embd: 1024,
+                n_ff: 3072,
+                n_head: 16,
+                n_head_kv: 8,
+                head_dim: Some(128),
+                ..base(Architecture::Qwen3)
+            },
+            // `llama`: 2048 wide, 32 query heads and 8 key/value heads of 64, FFN 8192, RoPE base 500000 with
+            // Llama 3.1's frequency factors for a factor of 32 (what Llama 3.2 1B's file carries).
+            "llama3.2-1b" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 8192,
+                n_head: 32,
+                n_head_kv: 8,
+                rope_base: 500_000.0,
+                rope_freq_factors: Some(llama3_rope_factors(500_000.0, 64, 32.0)),
+                ..base(Architecture::Llama)
+            },
+            // `llama` with heads of 128 where 5120 / 32 is 160 (`attention.key_length`): Mistral Nemo 12B's 32
+            // query and 8 key/value heads, FFN 14336, RoPE base 1000000.
+            "mistral-nemo" => SyntheticSpec {
+                n_embd: 5120,
+                n_ff: 14336,
+                n_head: 32,
+                n_head_kv: 8,
+                head_dim: Some(128),
+                rope_base: 1_000_000.0,
+                ..base(Architecture::Llama)
+            },
+            // A small Gemma 3 (six sliding-window layers of 8 positions, then a global one) whose global layer
+            // has linear RoPE scaling by 8, as Gemma 3 4B–27B's files do: the windowed layers stay unscaled.
+            "gemma3-tiny-linear8" => {
+                SyntheticSpec { n_layer, rope_linear_factor: Some(8.0), ..Self::tiny_gemma3(seed) }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Llama 3.1's RoPE frequency factors as its GGUF converter writes them (`rope_freqs.weight`): pairs whose
+/// wavelength is below the original context (8192) / 4 keep their speed, those above 8192 are slowed by
+/// `factor`, and a smooth ramp joins the two.
+pub fn llama3_rope_factors(base: f32, head_dim: usize, factor: f32) -> Vec<f32> {
+    let (original_context, low_freq_factor, high_freq_factor) = (8192.0f64, 1.0f64, 4.0f64);
+    let factor = f64::from(factor);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / f64::from(base).powf(2.0 * i as f64 / head_dim as f64);
+            let wavelength = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelength < original_context / high_freq_factor {
+                1.0
+            } else if wavelength > original_context / low_freq_factor {
+                factor
+            } else {
+                let smooth = (original_context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
+}
