@@ -175,13 +175,10 @@ fn relative_error(ours: &[f32], reference: &[f32]) -> f64 {
     (diff / norm).sqrt()
 }
 
-#[test]
-fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
-    if !gpu_available() {
-        return;
-    }
-    let (bytes, config) = tiny_model();
-    let file = GgufFile::from_bytes(&bytes).unwrap();
+/// The GPU's logits against the CPU's f32 path on the model in `bytes`, three sequences side by side.
+fn gpu_matches_cpu(what: &str, bytes: &[u8]) {
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
     let cpu_options = CpuBackendOptions {
         threads: 2,
         max_batch_tokens: 512,
@@ -200,11 +197,31 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
     for (s, (w, g)) in want.iter().zip(&got).enumerate() {
         for (step, (a, b)) in w.iter().zip(g).enumerate() {
             let e = relative_error(b, a);
-            assert!(e <= 1e-3, "sequence {s}, step {step}: relative error {e:.2e}");
+            assert!(e <= 1e-3, "{what}: sequence {s}, step {step}: relative error {e:.2e}");
             worst = worst.max(e);
         }
     }
-    println!("GPU against the CPU's f32 path: worst relative error {worst:.2e}");
+    println!("{what}: GPU against the CPU's f32 path: worst relative error {worst:.2e}");
+}
+
+#[test]
+fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
+    if !gpu_available() {
+        return;
+    }
+    gpu_matches_cpu("tiny llama", &tiny_model().0);
+}
+
+/// Qwen 2's q/k/v biases (`add_bias`) and Qwen 3's head norms and wide heads, one layer of each family's shapes.
+#[test]
+fn gpu_logits_match_the_cpu_on_the_qwen_families() {
+    if !gpu_available() {
+        return;
+    }
+    for family in ["qwen2.5-0.5b", "qwen3-0.6b"] {
+        let spec = SyntheticSpec::family(family, 3, 1).unwrap();
+        gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
+    }
 }
 
 #[test]

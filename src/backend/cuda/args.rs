@@ -130,6 +130,16 @@ pub struct GatedArgs {
     pub(super) act: i32,
 }
 
+/// `struct AddBias` of elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AddBiasArgs {
+    pub(super) x: u64,
+    pub(super) bias: u64,
+    pub(super) n: i32,
+    pub(super) width: i32,
+}
+
 /// `struct TopK` of top_k.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -152,9 +162,10 @@ const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 40);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
 const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 88);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
+const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
 
-// SAFETY (all nine): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// SAFETY (all ten): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
 // sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
 unsafe impl DeviceRepr for EmbedArgs {}
 unsafe impl DeviceRepr for RmsNormArgs {}
@@ -164,6 +175,7 @@ unsafe impl DeviceRepr for RopeTableArgs {}
 unsafe impl DeviceRepr for RopeStoreArgs {}
 unsafe impl DeviceRepr for AttentionArgs {}
 unsafe impl DeviceRepr for GatedArgs {}
+unsafe impl DeviceRepr for AddBiasArgs {}
 unsafe impl DeviceRepr for TopKArgs {}
 
 #[cfg(test)]
@@ -253,6 +265,7 @@ mod tests {
             ]
         );
         mirrors!(GatedArgs, "Gated", [gate, up, n, act]);
+        mirrors!(AddBiasArgs, "AddBias", [x, bias, n, width]);
         mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
     }
 }

@@ -302,12 +302,6 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
-    if config.qkv_bias {
-        return Err(CudaBackendError::Unsupported(format!(
-            "the {} architecture's query/key/value biases are not implemented on CUDA yet",
-            config.arch.name()
-        )));
-    }
     if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
         return Err(CudaBackendError::Unsupported(format!(
             "widths {} and {} must be multiples of {QK}",
@@ -354,9 +348,8 @@ impl LlamaBackend for CudaBackend {
         }
     }
 
-    fn add_bias(&mut self, _dst: Buf, bias: Bias) {
-        // `check_options` refuses models with biases, so no step records one; were one to, the step fails cleanly.
-        self.poisoned.get_or_insert_with(|| format!("{} is not implemented on CUDA", bias.tensor_name()));
+    fn add_bias(&mut self, dst: Buf, bias: Bias) {
+        self.record(Op::AddBias { dst, bias });
     }
 
     fn matmul_add(&mut self, src: Buf, weight: Weight, dst: Buf) {

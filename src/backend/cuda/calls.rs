@@ -405,6 +405,27 @@ impl GatedCall<'_> {
     }
 }
 
+/// `x[r] += bias` for each of the `rows` rows of `width` of `x`.
+pub struct AddBiasCall<'a> {
+    pub x: DeviceArray<'a, f32>,
+    pub bias: DeviceArray<'a, f32>,
+    pub rows: usize,
+    pub width: usize,
+}
+
+impl AddBiasCall<'_> {
+    pub fn args(&self) -> Result<(AddBiasArgs, LaunchConfig), CudaBackendError> {
+        let n = self.rows.checked_mul(self.width).ok_or_else(|| internal("bias rows overflow".into()))?;
+        let args = AddBiasArgs {
+            x: self.x.covering(n, "the biased rows")?,
+            bias: self.bias.covering(self.width, "the bias")?,
+            n: int(n, "elements")?,
+            width: int(self.width, "the bias width")?,
+        };
+        Ok((args, config((blocks(n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
+    }
+}
+
 /// The `k` largest logits of each row with their ids, largest first (lower id first among equals).
 pub struct TopKCall<'a> {
     /// `[n_rows][vocab]`.

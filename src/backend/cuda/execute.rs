@@ -14,7 +14,7 @@ use super::launch::Kernels;
 use super::ops::{Launch, NormInput};
 use super::step_meta::MetaLayout;
 use super::weights::DeviceWeights;
-use crate::model::llama::forward::{Buf, Norm, Weight};
+use crate::model::llama::forward::{Bias, Buf, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
 /// Everything one step's kernels read and write.
@@ -135,7 +135,22 @@ impl StepRun<'_> {
                 },
             ),
             Launch::Gated => self.gated_activation(),
+            Launch::AddBias { dst, bias } => self.add_bias(dst, bias),
         }
+    }
+
+    fn add_bias(&self, dst: Buf, bias: Bias) -> Result<(), CudaBackendError> {
+        let width = match bias {
+            Bias::AttnQ(_) => self.config.q_dim(),
+            Bias::AttnK(_) | Bias::AttnV(_) => self.config.kv_dim(),
+        };
+        let call = AddBiasCall {
+            x: self.activation(dst),
+            bias: DeviceArray::new(self.weights.bias(bias)?, self.stream),
+            rows: self.rows,
+            width,
+        };
+        self.kernels.add_bias(self.stream, &call)
     }
 
     fn rms_norm(&self, src: Buf, weight: Norm, dst: Buf, add: bool) -> Result<(), CudaBackendError> {

@@ -21,13 +21,16 @@ pub struct Kernels {
     rope_store: CudaFunction,
     attention: CudaFunction,
     gated_activation: CudaFunction,
+    add_bias: CudaFunction,
     top_k: CudaFunction,
 }
 
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
-        ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"].map(String::from).into();
+        ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "add_bias", "top_k"]
+            .map(String::from)
+            .into();
     for t in PackedType::ALL.map(PackedType::kernel_suffix) {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
@@ -67,6 +70,7 @@ impl Kernels {
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
             gated_activation: module.function("gated_activation")?,
+            add_bias: module.function("add_bias")?,
             top_k: module.function("top_k")?,
         })
     }
@@ -113,6 +117,11 @@ impl Kernels {
         launch(stream, &self.gated_activation, &args, cfg)
     }
 
+    pub fn add_bias(&self, stream: &CudaStream, call: &AddBiasCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.add_bias, &args, cfg)
+    }
+
     pub fn top_k(&self, stream: &CudaStream, call: &TopKCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
         launch(stream, &self.top_k, &args, cfg)
@@ -153,7 +162,7 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        assert_eq!(kernel_names().len(), 6 + PackedType::ALL.len() * 6);
+        assert_eq!(kernel_names().len(), 7 + PackedType::ALL.len() * 6);
         // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
         // the compiled PTX); here, that its list is ours, in our order.
         let list: String = PackedType::ALL
@@ -166,7 +175,7 @@ mod tests {
             let number = format!("#define TYPE_{} {}", t.kernel_suffix().to_uppercase(), t as usize);
             assert!(source.contains(&number), "common.cuh lacks {number:?}");
         }
-        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"] {
+        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "add_bias", "top_k"] {
             assert!(source.contains(&format!(" {name}(const ")), "kernel {name} is not defined in the sources");
         }
     }

@@ -10,12 +10,13 @@
 //! - `MatmulAdd` is a projection that adds into its output (the residual add); `RmsNormAdd` (Gemma 3's normalized
 //!   residual branch) is a norm that adds into its output, never fused;
 //! - `HeadNorms(l)` (q/k norms) normalizes the heads of `Q` and `K` in place, one launch each;
-//! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention.
+//! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention;
+//! - `AddBias` (Qwen 2's q/k/v biases) is one launch each, after the projections.
 //!
 //! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
 //! operations mean, only how many launches they take.
 
-use crate::model::llama::forward::{Buf, Norm, Weight};
+use crate::model::llama::forward::{Bias, Buf, Norm, Weight};
 
 /// Most projections of one input the backend records in one op (the forward pass groups at most three).
 pub const MAX_OUTPUTS: usize = 3;
@@ -52,6 +53,7 @@ pub enum Op {
     HeadNorms { layer: usize },
     Attention { layer: usize },
     Gated,
+    AddBias { dst: Buf, bias: Bias },
 }
 
 /// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
@@ -99,6 +101,11 @@ pub enum Launch {
         layer: usize,
     },
     Gated,
+    /// `dst[row] += bias` (Qwen 2's projection biases).
+    AddBias {
+        dst: Buf,
+        bias: Bias,
+    },
 }
 
 /// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
@@ -128,6 +135,7 @@ pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
             }
             Op::Embed { dst } => (Launch::Embed { dst }, 1),
             Op::Gated => (Launch::Gated, 1),
+            Op::AddBias { dst, bias } => (Launch::AddBias { dst, bias }, 1),
         };
         out.push(launch);
         i += used;
@@ -289,5 +297,18 @@ mod tests {
         assert!(matches!(launches[6], Launch::ProjectGated { src: Buf::X, norm: Some(_), .. }));
         assert_eq!(launches[7..9], post(Buf::Gate, Weight::FfnDown(2), Norm::PostFfn(2)));
         assert_eq!(launches.len(), 9);
+    }
+
+    #[test]
+    fn qwen2_biases_follow_their_fused_projection_one_launch_each() {
+        let l = 1;
+        let mut ops = layer_ops(l);
+        let biases = [(Buf::Q, Bias::AttnQ(l)), (Buf::K, Bias::AttnK(l)), (Buf::V, Bias::AttnV(l))];
+        ops.splice(2..2, biases.map(|(dst, bias)| Op::AddBias { dst, bias }));
+        let mut launches = Vec::new();
+        plan(&ops, true, &mut launches);
+        assert!(matches!(launches[0], Launch::Project { src: Buf::X, norm: Some(_), .. }));
+        assert_eq!(launches[1..4], biases.map(|(dst, bias)| Launch::AddBias { dst, bias }));
+        assert_eq!(launches[4..6], [Launch::RopeStore { layer: l }, Launch::Attention { layer: l }]);
     }
 }

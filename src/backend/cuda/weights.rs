@@ -10,7 +10,7 @@ use super::error::CudaBackendError;
 use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
-use crate::model::llama::forward::{Norm, Weight};
+use crate::model::llama::forward::{Bias, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
 /// One packed matrix in device memory.
@@ -66,6 +66,8 @@ struct LayerWeights {
     post_norms: Option<[CudaSlice<f32>; 2]>,
     /// The per-head norms of queries and keys (`qk_norm`), `[head_dim]` each.
     head_norms: Option<[CudaSlice<f32>; 2]>,
+    /// The query, key and value projections' biases (`qkv_bias`).
+    biases: Option<[CudaSlice<f32>; 3]>,
 }
 
 /// Position of a layer's matrix in `LayerWeights::matrices`, and its layer.
@@ -122,6 +124,14 @@ impl DeviceWeights {
                         true => Some([norm(&Norm::QHead(l).tensor_name())?, norm(&Norm::KHead(l).tensor_name())?]),
                         false => None,
                     },
+                    biases: match config.qkv_bias {
+                        true => Some([
+                            norm(&Bias::AttnQ(l).tensor_name())?,
+                            norm(&Bias::AttnK(l).tensor_name())?,
+                            norm(&Bias::AttnV(l).tensor_name())?,
+                        ]),
+                        false => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, CudaBackendError>>()?;
@@ -162,6 +172,18 @@ impl DeviceWeights {
             Norm::Output => Some(&self.output_norm),
         };
         found.ok_or_else(|| CudaBackendError::Internal(format!("the model has no norm {n:?}")))
+    }
+
+    /// The bias `b`; an internal error for a model without biases (the forward pass adds them only when its
+    /// config has them).
+    pub fn bias(&self, b: Bias) -> Result<&CudaSlice<f32>, CudaBackendError> {
+        let (l, i) = match b {
+            Bias::AttnQ(l) => (l, 0),
+            Bias::AttnK(l) => (l, 1),
+            Bias::AttnV(l) => (l, 2),
+        };
+        let found = self.layers.get(l).and_then(|w| w.biases.as_ref()).map(|b| &b[i]);
+        found.ok_or_else(|| CudaBackendError::Internal(format!("the model has no bias {b:?}")))
     }
 
     pub fn token_embd(&self) -> &DeviceMatrix {

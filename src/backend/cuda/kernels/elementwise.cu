@@ -14,3 +14,17 @@ extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) gated_activati
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < p.n) p.gate[i] = gated_mul(p.gate[i], p.up[i], p.act);
 }
+
+struct AddBias {
+    float* x;            // [n / width][width]: each row gets the bias added, in place
+    const float* bias;   // [width]
+    int n;
+    int width;
+};
+static_assert(sizeof(AddBias) == 24, "AddBias must match AddBiasArgs in args.rs");
+
+// Qwen 2's projection biases, after the projections (their outputs are the step's rows of q, k or v).
+extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) add_bias(const AddBias p) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < p.n) p.x[i] += p.bias[i % p.width];
+}

@@ -239,6 +239,19 @@ static void test_gated() {
     }
 }
 
+// Rows of Q's width and of K's, the bias added to every row exactly (one float add per element).
+static void test_add_bias() {
+    for (int W : {896, 128}) {
+        int R = 7, n = R * W;
+        auto x = randv(n), bias = randv(W);
+        auto want = x;
+        for (int i = 0; i < n; i++) want[i] = x[i] + bias[i % W];
+        AddBias p{x.data(), bias.data(), n, W};
+        launch({(unsigned)((n + 255) / 256), 1, 1}, {256, 1, 1}, [&] { add_bias(p); });
+        CHECK(bits_equal(x.data(), want.data(), n), "add_bias width %d", W);
+    }
+}
+
 static void test_rope_store() {
     for (int neox : {0, 1}) for (int rope_dim : {64, 32}) {
         int T = 5, H = 9, HKV = 3, D = 64, KV = HKV * D, half = rope_dim / 2, SLOTS = 12;
@@ -341,7 +354,7 @@ static void test_top_k() {
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
-        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
+        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run
