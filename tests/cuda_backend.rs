@@ -212,13 +212,14 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
     gpu_matches_cpu("tiny llama", &tiny_model().0);
 }
 
-/// Qwen 2's q/k/v biases (`add_bias`) and Qwen 3's head norms and wide heads, one layer of each family's shapes.
+/// Qwen 2's q/k/v biases (`add_bias`), Qwen 3's head norms and wide heads, Phi-3's fused projections (taken
+/// apart at upload) and LongRoPE attention factor: one layer of each family's shapes.
 #[test]
-fn gpu_logits_match_the_cpu_on_the_qwen_families() {
+fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
         return;
     }
-    for family in ["qwen2.5-0.5b", "qwen3-0.6b"] {
+    for family in ["qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini"] {
         let spec = SyntheticSpec::family(family, 3, 1).unwrap();
         gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
     }

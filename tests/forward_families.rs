@@ -11,6 +11,8 @@
 //! - `mistral` (one of Mistral Nemo 12B's layers): `llama` with heads of 128 where 5120 / 32 is 160.
 //! - `gemma3-linear` (a small Gemma 3, seven layers): linear RoPE scaling by 8 on the global layer only, the
 //!   sliding-window layers unscaled, as llama.cpp runs Gemma 3 4B–27B's files.
+//! - `phi3` (Phi-3.5 mini's layers): q/k/v in one tensor and gate/up in another, taken apart at load; LongRoPE's
+//!   short factors and its attention factor. `phi3-long`: an original context of 128, so the long factors.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -35,7 +37,9 @@ const CONFIDENT_MARGIN: f32 = 0.2;
 /// Most any logit may differ from llama.cpp's at any position, and the mean over positions of each position's
 /// largest difference. Measured (2026-12-04, avx512, fast path): qwen2 max 0.056, mean 0.046 (9 of 9 confident
 /// positions agree); qwen3 max 0.079, mean 0.057 (8 of 8); llama3 max 0.064, mean 0.056 (10 of 10); mistral max
-/// 0.051, mean 0.043 (9 of 9); gemma3-linear max 0.134, mean 0.096 (8 of 8). Leaving out qwen2's biases or qwen3's
+/// 0.051, mean 0.043 (9 of 9); gemma3-linear max 0.134, mean 0.096 (8 of 8); phi3 max 0.076, mean 0.056 (8 of 8);
+/// phi3-long max 0.049, mean 0.041 (5 of 5). Ignoring the attention factor, or the short factors where the long
+/// ones apply, fails phi3's checks. Leaving out qwen2's biases or qwen3's
 /// head norms fails the argmax check at a confident position; ignoring the linear scaling fails both bounds (0.34,
 /// 0.18), scaling the windowed layers too fails the argmax. The bounds leave 1.3–2.5× room.
 const MAX_LOGIT_DIFF: f32 = 0.2;
@@ -54,7 +58,9 @@ fn spec(f: &Fixture) -> SyntheticSpec {
 fn ours(f: &Fixture) -> Vec<Vec<f32>> {
     let bytes = spec(f).writer_with_byte_vocabulary().to_bytes();
     let file = GgufFile::from_bytes(&bytes).unwrap();
+    // llama.cpp ran a context of 256 positions, the files' context length (LongRoPE picks its factors by it).
     let config = LlamaConfig::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
+    let config = config.for_context(config.context_length);
     let options = CpuBackendOptions {
         threads: 2,
         max_batch_tokens: 64,
@@ -131,4 +137,14 @@ fn mistral_nemo_heads_match_llama_cpp() {
 #[test]
 fn gemma3_linear_rope_scaling_matches_llama_cpp() {
     check("gemma3-linear");
+}
+
+#[test]
+fn phi3_matches_llama_cpp() {
+    check("phi3");
+}
+
+#[test]
+fn phi3_long_rope_factors_match_llama_cpp() {
+    check("phi3-long");
 }

@@ -113,7 +113,7 @@ fn an_unsupported_weight_type_is_named_when_the_model_needs_it() {
 
 /// RoPE scaling as llama.cpp reads it: linear by default, its factor from `rope.scaling.factor` or the older
 /// `rope.scale_linear`, applied to the full-attention layers' speeds; the types ember does not implement and any
-/// other name are refused by key, as are impossible factors and an attention factor other than 1.
+/// other name are refused by key, as are impossible factors; the attention factor is read (1 when absent).
 #[test]
 fn rope_scaling_is_read_as_llama_cpp_reads_it_or_refused_by_key() {
     let scale = |w: ember::model::gguf::writer::GgufWriter| config_of(w).unwrap().rope_freq_scale;
@@ -134,7 +134,38 @@ fn rope_scaling_is_read_as_llama_cpp_reads_it_or_refused_by_key() {
     }
     let r = config_of(tiny().set_metadata("llama.rope.scaling.factor", Value::F32(-2.0)));
     assert_eq!(invalid_key(r), "llama.rope.scaling.factor");
-    let r = config_of(tiny().set_metadata("llama.rope.scaling.attn_factor", Value::F32(1.19)));
-    assert_eq!(invalid_key(r), "llama.rope.scaling.attn_factor");
-    assert_eq!(scale(tiny().set_metadata("llama.rope.scaling.attn_factor", Value::F32(1.0))), 1.0);
+    let attn = |a: f32| config_of(tiny().set_metadata("llama.rope.scaling.attn_factor", Value::F32(a)));
+    assert_eq!(attn(1.19).unwrap().rope_attn_factor, 1.19);
+    assert_eq!(config_of(tiny()).unwrap().rope_attn_factor, 1.0);
+    for bad in [0.0, -1.0, f32::NAN] {
+        assert_eq!(invalid_key(attn(bad)), "llama.rope.scaling.attn_factor");
+    }
+}
+
+/// Phi-3's files: the q/k/v projections fused in `attn_qkv`, the gate and up projections in `ffn_up`, LongRoPE's
+/// two factor sets (the short ones unless the engine's context passes the original one), each checked by name.
+#[test]
+fn phi3_files_fuse_projections_and_carry_long_rope_factors() {
+    let spec = SyntheticSpec::family("phi3.5-mini-long", 1, 1).unwrap();
+    let c = config_of(spec.writer_with_byte_vocabulary()).unwrap();
+    assert!(c.fused_qkv && c.fused_gate_up);
+    let long_rope = c.long_rope.clone().unwrap();
+    assert_eq!(long_rope.original_context, 128);
+    assert_eq!(c.rope_freq_factors.as_ref(), Some(&long_rope.short));
+    assert_eq!(c.for_context(128).rope_freq_factors.as_ref(), Some(&long_rope.short));
+    assert_eq!(c.for_context(129).rope_freq_factors.as_ref(), Some(&long_rope.long));
+    let (q, kv) = (c.q_dim(), c.kv_dim());
+    use ember::model::llama::forward::Weight;
+    assert_eq!(c.weight_source(Weight::AttnK(0)), ("blk.0.attn_qkv.weight".into(), Some(q..q + kv)));
+    assert_eq!(c.weight_source(Weight::FfnUp(0)), ("blk.0.ffn_up.weight".into(), Some(c.n_ff..2 * c.n_ff)));
+    assert_eq!(c.weight_source(Weight::AttnOutput(0)), ("blk.0.attn_output.weight".into(), None));
+    let without = |name: &str| config_of(spec.writer_with_byte_vocabulary().without_tensor(name));
+    assert!(matches!(
+        without("rope_factors_long.weight"),
+        Err(ModelConfigError::Gguf(GgufError::MissingTensor { .. }))
+    ));
+    let r = config_of(
+        spec.writer_with_byte_vocabulary().set_metadata("phi3.rope.scaling.original_context_length", Value::U32(0)),
+    );
+    assert_eq!(invalid_key(r), "phi3.rope.scaling.original_context_length");
 }

@@ -140,12 +140,13 @@ pub fn cpu_forward<'m>(
             ActivationPrecision::F32 => Precision::Float32,
         },
     };
-    let backend = CpuBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;
+    let model_config = model.config.for_context(model.config.context_length.min(cache.tokens()));
+    let backend = CpuBackend::new(&model.file, model_config.clone(), options).map_err(|e| e.to_string())?;
     let kernels = backend.kernel_path();
     let how = if selection.forced { " (EMBER_CPU_KERNELS)" } else { "" };
     let description = format!("cpu ({kernels} kernels{how}, {threads} threads)");
     let cpu = Some(CpuServing { kernels, threads });
-    Ok(Box::new(LlamaForward { config: model.config.clone(), backend, description, max_batch_tokens, cpu }))
+    Ok(Box::new(LlamaForward { config: model_config, backend, description, max_batch_tokens, cpu }))
 }
 
 /// The CUDA backend's forward pass, and the top-k of each logits row on the device.
@@ -194,7 +195,9 @@ pub fn cuda_forward<'m>(
         kv_num_blocks: cache.num_blocks,
         graphs: true,
     };
-    let backend = CudaBackend::new(&model.file, model.config.clone(), options)?;
+    // LongRoPE's factors for the longest sequence this cache holds (`LlamaConfig::for_context`).
+    let model_config = model.config.for_context(model.config.context_length.min(cache.tokens()));
+    let backend = CudaBackend::new(&model.file, model_config, options)?;
     let info = backend.device();
     let description = format!(
         "cuda ({}, compute capability {}.{}, {} MiB)",

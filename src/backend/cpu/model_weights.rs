@@ -100,6 +100,22 @@ impl<'m> CpuModelWeights<'m> {
             }
             Ok::<_, GgufError>(m)
         };
+        // A layer's matrix, its rows of a fused tensor taken apart (`LlamaConfig::weight_source`).
+        let weight = |w: Weight| {
+            let (name, rows) = config.weight_source(w);
+            let Some(rows) = rows else { return matrix(&name) };
+            let whole = view(&name)?;
+            let part = whole.rows(rows.clone()).ok_or_else(|| GgufError::MissingTensor {
+                name: format!("{name} rows {}..{} (of {})", rows.start, rows.end, whole.n_rows()),
+            })?;
+            // The fused tensor's pages are released once its last part is packed (the mapped pages come back
+            // from the file if an earlier part is read again).
+            let m = Matrix::new(part, pack);
+            if !m.reads_the_file() && rows.end == whole.n_rows() {
+                file.release_tensor(&name);
+            }
+            Ok::<_, GgufError>(m)
+        };
         // Copied: a few kilobytes, read at every step.
         let norm = |name: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(name)?.as_f32()?.into());
         let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(Box::default()) };
@@ -109,13 +125,13 @@ impl<'m> CpuModelWeights<'m> {
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
-                    attn_q: matrix(&Weight::AttnQ(l).tensor_name())?,
-                    attn_k: matrix(&Weight::AttnK(l).tensor_name())?,
-                    attn_v: matrix(&Weight::AttnV(l).tensor_name())?,
-                    attn_output: matrix(&Weight::AttnOutput(l).tensor_name())?,
-                    ffn_gate: matrix(&Weight::FfnGate(l).tensor_name())?,
-                    ffn_up: matrix(&Weight::FfnUp(l).tensor_name())?,
-                    ffn_down: matrix(&Weight::FfnDown(l).tensor_name())?,
+                    attn_q: weight(Weight::AttnQ(l))?,
+                    attn_k: weight(Weight::AttnK(l))?,
+                    attn_v: weight(Weight::AttnV(l))?,
+                    attn_output: weight(Weight::AttnOutput(l))?,
+                    ffn_gate: weight(Weight::FfnGate(l))?,
+                    ffn_up: weight(Weight::FfnUp(l))?,
+                    ffn_down: weight(Weight::FfnDown(l))?,
                     attn_norm: norm(&Norm::Attn(l).tensor_name())?,
                     ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
                     post_attn_norm: norm_if(config.post_norms, Norm::PostAttn(l))?,

@@ -89,12 +89,14 @@ impl StepLayout {
                 logit_rows: s.logit_rows,
             });
         }
+        // llama.cpp's attention factor scales every rotation (1 for most models).
+        let scale = f64::from(config.rope_attn_factor);
         for inv_freq in &self.inv_freq {
             for &pos in &self.positions {
                 for &f in inv_freq {
                     let (cos, sin) = rope::cos_sin(pos as f64 * f);
-                    self.rope_cos.push(cos as f32);
-                    self.rope_sin.push(sin as f32);
+                    self.rope_cos.push((cos * scale) as f32);
+                    self.rope_sin.push((sin * scale) as f32);
                 }
             }
         }

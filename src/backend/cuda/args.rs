@@ -74,6 +74,7 @@ pub struct RopeTableArgs {
     pub(super) inv_freq: u64,
     pub(super) cos: u64,
     pub(super) sin: u64,
+    pub(super) scale: f64,
     pub(super) n_tokens: i32,
     pub(super) half: i32,
 }
@@ -158,7 +159,7 @@ const _: () = assert!(std::mem::size_of::<EmbedArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
-const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 40);
+const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
 const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 88);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
@@ -186,7 +187,7 @@ mod tests {
     use crate::backend::cuda::module::{program_source, KERNEL_FILES};
 
     /// Field offsets of `struct name` as declared in the kernels' source, by C's rules for its field types:
-    /// pointers 8 bytes, `int` and `float` 4, arrays of them, each field aligned to its element size.
+    /// pointers and `double` 8 bytes, `int` and `float` 4, arrays of them, each field aligned to its element size.
     fn c_layout(source: &str, name: &str) -> (Vec<(String, usize)>, usize) {
         let start = source.find(&format!("struct {name} {{")).unwrap_or_else(|| panic!("no struct {name}"));
         let body = &source[start..][..source[start..].find("};").expect("closed")];
@@ -196,7 +197,7 @@ mod tests {
             if decl.is_empty() {
                 continue;
             }
-            let element = if decl.contains('*') { 8 } else { 4 };
+            let element = if decl.contains('*') || decl.starts_with("double ") { 8 } else { 4 };
             let declarator = decl.rsplit([' ', '*']).next().expect("a name");
             let (field, count) = match declarator.split_once('[') {
                 Some((f, n)) => (f, n.trim_end_matches(']').parse::<usize>().expect("array length")),
@@ -234,7 +235,7 @@ mod tests {
             [qs, sc, y, x, norm_w, xn, rows, n_mats, k, n_tokens, add, eps, act, pad]
         );
         mirrors!(MatmulArgs, "Matmul", [qs, sc, x, y, rows, k, n_tokens, add]);
-        mirrors!(RopeTableArgs, "RopeTable", [positions, inv_freq, cos, sin, n_tokens, half]);
+        mirrors!(RopeTableArgs, "RopeTable", [positions, inv_freq, cos, sin, scale, n_tokens, half]);
         mirrors!(
             RopeStoreArgs,
             "RopeStore",

@@ -234,6 +234,8 @@ pub struct RopeTableCall<'a> {
     pub inv_freq: DeviceArray<'a, f64>,
     pub cos: DeviceArray<'a, f32>,
     pub sin: DeviceArray<'a, f32>,
+    /// Multiplies every cosine and sine (`LlamaConfig::rope_attn_factor`).
+    pub scale: f64,
     pub n_tokens: usize,
     pub half: usize,
 }
@@ -246,6 +248,7 @@ impl RopeTableCall<'_> {
             inv_freq: self.inv_freq.covering(self.half, "the RoPE frequencies")?,
             cos: self.cos.covering(n, "the cos table")?,
             sin: self.sin.covering(n, "the sin table")?,
+            scale: self.scale,
             n_tokens: int(self.n_tokens, "tokens")?,
             half: int(self.half, "rope_dim / 2")?,
         };

@@ -46,6 +46,7 @@ impl StepRun<'_> {
                     inv_freq: DeviceArray::new(&tables.inv_freq, self.stream),
                     cos: DeviceArray::new(&tables.cos, self.stream),
                     sin: DeviceArray::new(&tables.sin, self.stream),
+                    scale: f64::from(self.config.rope_attn_factor),
                     n_tokens: self.rows,
                     half,
                 },

@@ -1,6 +1,7 @@
 //! The model's weights on the device, uploaded once when the backend is built and kept quantized: each matrix in
 //! the layout of `packing.rs`, the norms as f32.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -25,8 +26,19 @@ pub struct DeviceMatrix {
 }
 
 impl DeviceMatrix {
-    fn upload(file: &GgufFile, name: &str, stream: &Arc<CudaStream>) -> Result<Self, CudaBackendError> {
-        let matrix = WeightMatrix::from_tensor(&file.tensor(name)?)?;
+    /// Uploads tensor `name`, or only its rows `rows` (one part of a fused tensor).
+    fn upload(
+        file: &GgufFile,
+        name: &str,
+        rows: Option<Range<usize>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, CudaBackendError> {
+        let mut matrix = WeightMatrix::from_tensor(&file.tensor(name)?)?;
+        if let Some(rows) = rows {
+            matrix = matrix
+                .rows(rows.clone())
+                .ok_or_else(|| CudaBackendError::Internal(format!("{name} has no rows {rows:?}")))?;
+        }
         let packed = pack(&matrix);
         // The float types have no scales; a device allocation of no bytes is an error, so they get one unused word.
         let scales = if packed.scales.is_empty() { vec![0] } else { packed.scales };
@@ -97,7 +109,11 @@ pub struct DeviceWeights {
 impl DeviceWeights {
     /// Uploads every tensor the forward pass reads (the file was validated against `config` when it was loaded).
     pub fn upload(file: &GgufFile, config: &LlamaConfig, stream: &Arc<CudaStream>) -> Result<Self, CudaBackendError> {
-        let matrix = |name: &str| DeviceMatrix::upload(file, name, stream);
+        let matrix = |name: &str| DeviceMatrix::upload(file, name, None, stream);
+        let weight = |w: Weight| {
+            let (name, rows) = config.weight_source(w);
+            DeviceMatrix::upload(file, &name, rows, stream)
+        };
         let norm = |name: &str| -> Result<CudaSlice<f32>, CudaBackendError> {
             let values = file.tensor(name)?.as_f32()?;
             stream.clone_htod(values).map_err(CudaBackendError::driver("uploading the weights"))
@@ -106,13 +122,13 @@ impl DeviceWeights {
             .map(|l| {
                 Ok(LayerWeights {
                     matrices: [
-                        matrix(&Weight::AttnQ(l).tensor_name())?,
-                        matrix(&Weight::AttnK(l).tensor_name())?,
-                        matrix(&Weight::AttnV(l).tensor_name())?,
-                        matrix(&Weight::AttnOutput(l).tensor_name())?,
-                        matrix(&Weight::FfnGate(l).tensor_name())?,
-                        matrix(&Weight::FfnUp(l).tensor_name())?,
-                        matrix(&Weight::FfnDown(l).tensor_name())?,
+                        weight(Weight::AttnQ(l))?,
+                        weight(Weight::AttnK(l))?,
+                        weight(Weight::AttnV(l))?,
+                        weight(Weight::AttnOutput(l))?,
+                        weight(Weight::FfnGate(l))?,
+                        weight(Weight::FfnUp(l))?,
+                        weight(Weight::FfnDown(l))?,
                     ],
                     attn_norm: norm(&Norm::Attn(l).tensor_name())?,
                     ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,

@@ -13,12 +13,19 @@
 //!   biases on the query, key and value projections, and RoPE on the two halves of a head (NEOX).
 //! - `qwen3` (`src/models/qwen3.cpp`): llama's blocks with RMS norms of each query and key head before RoPE (as
 //!   Gemma 3's), no biases, NEOX RoPE; heads may be wider than `n_embd / n_head` (`attention.key_length`).
+//! - `phi3` (Phi-3, 3.5 and 4 mini; `src/models/phi3.cpp`): llama's blocks with the gate and up projections in one
+//!   tensor (`ffn_up`, the gate's rows first), NEOX RoPE, and LongRoPE (`rope_scaling.rs`).
+//!
+//! Any architecture's file may hold the query, key and value projections as one tensor (`attn_qkv`, as llama.cpp's
+//! loader accepts): the backends take its rows apart at load ([`LlamaConfig::weight_source`]).
 
 use std::fmt;
+use std::ops::Range;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
-use super::rope_scaling::{self, RopeScalingKeys};
+use super::forward::Weight;
+use super::rope_scaling::{self, LongRope, RopeScalingKeys};
 
 /// The architectures ember runs (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +34,7 @@ pub enum Architecture {
     Gemma3,
     Qwen2,
     Qwen3,
+    Phi3,
 }
 
 /// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
@@ -40,12 +48,14 @@ pub struct ArchTraits {
     pub post_norms: bool,
     pub qkv_bias: bool,
     pub ffn_activation: FfnActivation,
+    /// `ffn_up` holds the gate's rows, then the up projection's; no `ffn_gate`.
+    pub fused_gate_up: bool,
 }
 
 impl Architecture {
     /// Every architecture ember runs.
-    pub const ALL: [Architecture; 4] =
-        [Architecture::Llama, Architecture::Gemma3, Architecture::Qwen2, Architecture::Qwen3];
+    pub const ALL: [Architecture; 5] =
+        [Architecture::Llama, Architecture::Gemma3, Architecture::Qwen2, Architecture::Qwen3, Architecture::Phi3];
 
     /// The `general.architecture` value, also the prefix of its metadata keys.
     pub fn name(self) -> &'static str {
@@ -54,6 +64,7 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Phi3 => "phi3",
         }
     }
 
@@ -63,6 +74,7 @@ impl Architecture {
             Architecture::Gemma3 => &GEMMA3_KEYS,
             Architecture::Qwen2 => &QWEN2_KEYS,
             Architecture::Qwen3 => &QWEN3_KEYS,
+            Architecture::Phi3 => &PHI3_KEYS,
         }
     }
 
@@ -75,6 +87,7 @@ impl Architecture {
             post_norms: false,
             qkv_bias: false,
             ffn_activation: FfnActivation::Silu,
+            fused_gate_up: false,
         };
         match self {
             Architecture::Llama => llama,
@@ -88,6 +101,7 @@ impl Architecture {
             },
             Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
             Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
+            Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
         }
     }
 }
@@ -133,6 +147,7 @@ macro_rules! keys_of {
                 factor: concat!($arch, ".rope.scaling.factor"),
                 scale_linear: concat!($arch, ".rope.scale_linear"),
                 attn_factor: concat!($arch, ".rope.scaling.attn_factor"),
+                original_context: concat!($arch, ".rope.scaling.original_context_length"),
             },
         }
     };
@@ -141,9 +156,12 @@ static LLAMA_KEYS: Keys = keys_of!("llama");
 static GEMMA3_KEYS: Keys = keys_of!("gemma3");
 static QWEN2_KEYS: Keys = keys_of!("qwen2");
 static QWEN3_KEYS: Keys = keys_of!("qwen3");
+static PHI3_KEYS: Keys = keys_of!("phi3");
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
+/// The fused query/key/value projection of a layer.
+const FUSED_QKV: &str = "attn_qkv.weight";
 
 /// Gemma 3's layer pattern (llama.cpp's `set_swa_pattern(6)`): layer `l` attends to a sliding window unless
 /// `l mod 6 == 5`.
@@ -192,6 +210,12 @@ pub struct LlamaConfig {
     /// rotation speeds of `rope_bases[0]`, the full-attention layers' base. Gemma 3's sliding-window layers are
     /// never scaled, as in llama.cpp (`rope_freq_scale_train_swa` is 1).
     pub rope_freq_scale: f32,
+    /// llama.cpp's `attn_factor` (`rope.scaling.attn_factor`, 1 when absent): multiplies the cosine and sine of
+    /// every rotation, so the rotated dimensions of queries and keys (Phi-3's LongRoPE: √(1 + ln s / ln L)).
+    pub rope_attn_factor: f32,
+    /// Phi-3's LongRoPE factors: the short ones are `rope_freq_factors` until [`LlamaConfig::for_context`] picks
+    /// the long ones for a context past the original one.
+    pub long_rope: Option<LongRope>,
     /// Per layer: its RoPE base and attention window.
     pub layers: Vec<LayerAttention>,
     /// RoPE rotates dimension `i` with `i + rope_dim / 2` (NEOX, Gemma) rather than `2i` with `2i + 1` (llama).
@@ -205,6 +229,10 @@ pub struct LlamaConfig {
     pub post_norms: bool,
     /// The query, key and value projections add a bias (`attn_q.bias`, `attn_k.bias`, `attn_v.bias`).
     pub qkv_bias: bool,
+    /// The query, key and value projections are one tensor, `attn_qkv` (`q_dim + 2 kv_dim` rows in that order).
+    pub fused_qkv: bool,
+    /// The gate and up projections are one tensor, `ffn_up` (`2 n_ff` rows, the gate's first; phi3).
+    pub fused_gate_up: bool,
     pub ffn_activation: FfnActivation,
     /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2` values): pair `i` turns by
     /// `p · base^(−2i / rope_dim) / factor[i]`. `None` when the file has no such tensor.
@@ -327,7 +355,7 @@ impl LlamaConfig {
             Ok(b)
         };
         let rope_base = base(k.rope_freq_base)?;
-        let rope_freq_scale = rope_scaling::freq_scale(file, &k.rope_scaling)?;
+        let scaling = rope_scaling::read(file, &k.rope_scaling)?;
         let rope_dim = file.optional(k.rope_dimension_count, GgufFile::u32)?.map_or(head_dim, |d| d as usize);
         if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(invalid(
@@ -350,7 +378,9 @@ impl LlamaConfig {
         }
         let full = LayerAttention { rope: 0, window: None };
         let (rope_bases, layers) = match arch {
-            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => (vec![rope_base], vec![full; n_layer]),
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Phi3 => {
+                (vec![rope_base], vec![full; n_layer])
+            }
             Architecture::Gemma3 => {
                 let window = match file.optional(k.sliding_window, GgufFile::u32)? {
                     Some(0) | None => None,
@@ -384,8 +414,24 @@ impl LlamaConfig {
                 Some(factors)
             }
         };
+        let long_rope = rope_scaling::long_rope(file, &k.rope_scaling, rope_dim, context_length)?;
+        if long_rope.is_some() && rope_freq_factors.is_some() {
+            return Err(invalid(ROPE_FREQS, "and LongRoPE's factors in one file".into()));
+        }
+        let rope_freq_factors = rope_freq_factors.or_else(|| long_rope.as_ref().map(|l| l.short.clone()));
+        let fused_qkv = file.tensor_info(&Self::layer_tensor(0, FUSED_QKV)).is_some();
+        if fused_qkv && file.tensor_info(&Self::layer_tensor(0, "attn_qkv.bias")).is_some() {
+            return Err(invalid(
+                k.block_count,
+                "a fused query/key/value bias (attn_qkv.bias) is not implemented".into(),
+            ));
+        }
         let config = LlamaConfig {
             rope_freq_factors,
+            rope_attn_factor: scaling.attn_factor,
+            long_rope,
+            fused_qkv,
+            fused_gate_up: traits.fused_gate_up,
             arch,
             n_layer,
             n_embd,
@@ -395,7 +441,7 @@ impl LlamaConfig {
             head_dim,
             rope_base,
             rope_bases,
-            rope_freq_scale,
+            rope_freq_scale: scaling.freq_scale,
             layers,
             rope_neox: traits.rope_neox,
             embed_scale: traits.embed_scale.then(|| (n_embd as f32).sqrt()),
@@ -434,6 +480,32 @@ impl LlamaConfig {
         self.layers.iter().filter_map(|l| l.window).max()
     }
 
+    /// Where the backends find weight `w`: its tensor, and the range of that tensor's rows it is when the file
+    /// fuses it with others (`fused_qkv`, `fused_gate_up`).
+    pub fn weight_source(&self, w: Weight) -> (String, Option<Range<usize>>) {
+        let (q, kv, ff) = (self.q_dim(), self.kv_dim(), self.n_ff);
+        let fused = |l: usize, suffix: &str, rows: Range<usize>| (Self::layer_tensor(l, suffix), Some(rows));
+        match w {
+            Weight::AttnQ(l) if self.fused_qkv => fused(l, FUSED_QKV, 0..q),
+            Weight::AttnK(l) if self.fused_qkv => fused(l, FUSED_QKV, q..q + kv),
+            Weight::AttnV(l) if self.fused_qkv => fused(l, FUSED_QKV, q + kv..q + 2 * kv),
+            Weight::FfnGate(l) if self.fused_gate_up => fused(l, "ffn_up.weight", 0..ff),
+            Weight::FfnUp(l) if self.fused_gate_up => fused(l, "ffn_up.weight", ff..2 * ff),
+            _ => (w.tensor_name(), None),
+        }
+    }
+
+    /// The configuration for an engine whose sequences may reach `n_ctx` positions: with LongRoPE, the long
+    /// factors past the original context, the short ones up to it (llama.cpp's choice by its context size).
+    pub fn for_context(&self, n_ctx: usize) -> LlamaConfig {
+        let mut config = self.clone();
+        if let Some(long_rope) = &self.long_rope {
+            let factors = if n_ctx > long_rope.original_context { &long_rope.long } else { &long_rope.short };
+            config.rope_freq_factors = Some(factors.clone());
+        }
+        config
+    }
+
     /// Width of the query projection and of the attention output: `n_head * head_dim`.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
@@ -456,17 +528,23 @@ impl LlamaConfig {
         let (q, hd) = (self.q_dim() as u64, self.head_dim as u64);
         let mut out = vec![("token_embd.weight".to_owned(), vec![d, v], false)];
         for l in 0..self.n_layer {
-            let mut tensors = vec![
-                ("attn_norm.weight", vec![d], true),
-                ("attn_q.weight", vec![d, q], false),
-                ("attn_k.weight", vec![d, kv], false),
-                ("attn_v.weight", vec![d, kv], false),
-                ("attn_output.weight", vec![q, d], false),
-                ("ffn_norm.weight", vec![d], true),
-                ("ffn_gate.weight", vec![d, ff], false),
-                ("ffn_up.weight", vec![d, ff], false),
-                ("ffn_down.weight", vec![ff, d], false),
-            ];
+            let mut tensors = vec![("attn_norm.weight", vec![d], true)];
+            if self.fused_qkv {
+                tensors.push((FUSED_QKV, vec![d, q + 2 * kv], false));
+            } else {
+                tensors.extend([
+                    ("attn_q.weight", vec![d, q], false),
+                    ("attn_k.weight", vec![d, kv], false),
+                    ("attn_v.weight", vec![d, kv], false),
+                ]);
+            }
+            tensors.extend([("attn_output.weight", vec![q, d], false), ("ffn_norm.weight", vec![d], true)]);
+            if self.fused_gate_up {
+                tensors.push(("ffn_up.weight", vec![d, 2 * ff], false));
+            } else {
+                tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)]);
+            }
+            tensors.push(("ffn_down.weight", vec![ff, d], false));
             if self.qk_norm {
                 tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)]);
             }
@@ -486,8 +564,13 @@ impl LlamaConfig {
             }
         }
         out.push(("output_norm.weight".to_owned(), vec![d], true));
-        if self.rope_freq_factors.is_some() {
-            out.push((ROPE_FREQS.to_owned(), vec![self.rope_dim as u64 / 2], true));
+        let half_rope = vec![self.rope_dim as u64 / 2];
+        if self.long_rope.is_some() {
+            for name in [rope_scaling::LONG_FACTORS, rope_scaling::SHORT_FACTORS] {
+                out.push((name.to_owned(), half_rope.clone(), true));
+            }
+        } else if self.rope_freq_factors.is_some() {
+            out.push((ROPE_FREQS.to_owned(), half_rope, true));
         }
         if !self.tied_output {
             out.push(("output.weight".to_owned(), vec![d, v], false));

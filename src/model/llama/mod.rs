@@ -6,7 +6,7 @@ pub mod batch;
 pub mod config;
 pub mod forward;
 pub mod rope;
-mod rope_scaling;
+pub mod rope_scaling;
 pub mod synthetic;
 mod synthetic_families;
 

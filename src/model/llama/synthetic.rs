@@ -13,6 +13,7 @@ use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
 use super::config::{Architecture, LayerAttention, LlamaConfig};
+use super::rope_scaling::LongRope;
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
 const ROPE_BASE: f32 = 100_000.0;
@@ -40,6 +41,10 @@ pub struct SyntheticSpec {
     pub rope_base: f32,
     /// Linear RoPE scaling's factor (`rope.scaling.type` "linear", `rope.scaling.factor`), or none.
     pub rope_linear_factor: Option<f32>,
+    /// Phi-3's LongRoPE factors and original context, or none.
+    pub long_rope: Option<LongRope>,
+    /// `rope.scaling.attn_factor`, or none.
+    pub rope_attn_factor: Option<f32>,
 }
 
 impl SyntheticSpec {
@@ -60,6 +65,8 @@ impl SyntheticSpec {
             sliding_window: None,
             rope_base: ROPE_BASE,
             rope_linear_factor: None,
+            long_rope: None,
+            rope_attn_factor: None,
         }
     }
 
@@ -80,6 +87,8 @@ impl SyntheticSpec {
             sliding_window: Some(512),
             rope_base: ROPE_BASE,
             rope_linear_factor: None,
+            long_rope: None,
+            rope_attn_factor: None,
         }
     }
 
@@ -100,6 +109,8 @@ impl SyntheticSpec {
             sliding_window: None,
             rope_base: ROPE_BASE,
             rope_linear_factor: None,
+            long_rope: None,
+            rope_attn_factor: None,
         }
     }
 
@@ -112,7 +123,10 @@ impl SyntheticSpec {
         tokens.push("<|endoftext|>".into());
         tokens.extend((tokens.len()..self.vocab_size).map(|i| format!("<|t{i}|>")));
         let types: Vec<i32> = (0..self.vocab_size).map(|i| if i < 256 { 1 } else { 3 }).collect();
+        // A name without the architecture's: llama.cpp sets token attributes by model name ("phi3" wants `</s>`).
+        let name = format!("synthetic byte-vocabulary model (seed {})", self.seed);
         self.writer()
+            .set_metadata("general.name", Value::String(name))
             .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
             .metadata("tokenizer.ggml.pre", Value::String("gpt-2".into()))
             .metadata("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
@@ -141,6 +155,8 @@ impl SyntheticSpec {
             sliding_window: Some(8),
             rope_base: ROPE_BASE,
             rope_linear_factor: None,
+            long_rope: None,
+            rope_attn_factor: None,
         }
     }
 
@@ -172,6 +188,12 @@ impl SyntheticSpec {
                 .metadata(&key("rope.scaling.type"), Value::String("linear".into()))
                 .metadata(&key("rope.scaling.factor"), Value::F32(factor));
         }
+        if let Some(long_rope) = &self.long_rope {
+            w = w.metadata(&key("rope.scaling.original_context_length"), u32v(long_rope.original_context));
+        }
+        if let Some(factor) = self.rope_attn_factor {
+            w = w.metadata(&key("rope.scaling.attn_factor"), Value::F32(factor));
+        }
         if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
@@ -194,8 +216,13 @@ impl SyntheticSpec {
             qk_norm: traits.qk_norm,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
+            // Phi-3's files fuse the projections; the other synthetic families keep them apart.
+            fused_qkv: self.arch == Architecture::Phi3,
+            fused_gate_up: traits.fused_gate_up,
             ffn_activation: traits.ffn_activation,
             rope_freq_factors: self.rope_freq_factors.clone(),
+            rope_attn_factor: self.rope_attn_factor.unwrap_or(1.0),
+            long_rope: self.long_rope.clone(),
             n_layer: self.n_layer,
             n_embd: self.n_embd,
             n_ff: self.n_ff,
@@ -210,8 +237,13 @@ impl SyntheticSpec {
             tied_output: true,
         };
         for (name, shape, is_norm) in config.expected_tensors() {
+            let long_rope = self.long_rope.as_ref();
             w = if let Some(factors) = self.rope_freq_factors.as_ref().filter(|_| name == "rope_freqs.weight") {
                 w.tensor_f32(&name, &shape, factors)
+            } else if let Some(l) = long_rope.filter(|_| name == "rope_factors_long.weight") {
+                w.tensor_f32(&name, &shape, &l.long)
+            } else if let Some(l) = long_rope.filter(|_| name == "rope_factors_short.weight") {
+                w.tensor_f32(&name, &shape, &l.short)
             } else if name.ends_with(".bias") {
                 // Biases as large as the projections' outputs, so that leaving one out changes the result.
                 let values: Vec<f32> = (0..shape[0]).map(|_| 0.5 * rng.symmetric()).collect();

@@ -3,12 +3,20 @@
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
 use super::config::Architecture;
+use super::rope_scaling::LongRope;
 use super::synthetic::SyntheticSpec;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 5] =
-        ["qwen2.5-0.5b", "qwen3-0.6b", "llama3.2-1b", "mistral-nemo", "gemma3-tiny-linear8"];
+    pub const FAMILIES: [&'static str; 7] = [
+        "qwen2.5-0.5b",
+        "qwen3-0.6b",
+        "llama3.2-1b",
+        "mistral-nemo",
+        "gemma3-tiny-linear8",
+        "phi3.5-mini",
+        "phi3.5-mini-long",
+    ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
     /// [`SyntheticSpec::FAMILIES`].
@@ -56,8 +64,28 @@ impl SyntheticSpec {
             "gemma3-tiny-linear8" => {
                 SyntheticSpec { n_layer, rope_linear_factor: Some(8.0), ..Self::tiny_gemma3(seed) }
             }
+            // `phi3`: 3072 wide, 32 query and 32 key/value heads of 96, FFN 8192, the q/k/v and the gate/up
+            // projections fused, LongRoPE with Phi-3.5's attention factor (√(1 + ln 32 / ln 4096)); the short
+            // factors apply (an original context of 4096, past the 256 positions of these files).
+            "phi3.5-mini" => phi3_5_mini(base(Architecture::Phi3), 4096),
+            // The same with an original context of 128, so that a 256-position context takes the long factors.
+            "phi3.5-mini-long" => phi3_5_mini(base(Architecture::Phi3), 128),
             _ => return None,
         })
+    }
+}
+
+fn phi3_5_mini(base: SyntheticSpec, original_context: usize) -> SyntheticSpec {
+    let ramp = |top: f32, power: i32| (0..48).map(|i| 1.0 + top * (i as f32 / 47.0).powi(power)).collect();
+    SyntheticSpec {
+        n_embd: 3072,
+        n_ff: 8192,
+        n_head: 32,
+        n_head_kv: 32,
+        rope_base: 10_000.0,
+        long_rope: Some(LongRope { short: ramp(1.5, 3), long: ramp(40.0, 2), original_context }),
+        rope_attn_factor: Some(1.190_239),
+        ..base
     }
 }
 

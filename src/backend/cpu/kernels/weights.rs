@@ -196,6 +196,32 @@ impl<'a> WeightMatrix<'a> {
         self.data
     }
 
+    /// Rows `rows` of the matrix, as a matrix of their own (one part of a fused tensor: phi3's queries, keys
+    /// and values in one `attn_qkv`); `None` when the range is not inside the matrix.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Option<WeightMatrix<'a>> {
+        if rows.start > rows.end || rows.end > self.n_rows {
+            return None;
+        }
+        let per_row = self.row_len / self.data.item_len();
+        let r = rows.start * per_row..rows.end * per_row;
+        let data = match self.data {
+            WeightData::Q4_0(b) => WeightData::Q4_0(&b[r]),
+            WeightData::Q4_1(b) => WeightData::Q4_1(&b[r]),
+            WeightData::Q5_0(b) => WeightData::Q5_0(&b[r]),
+            WeightData::Q5_1(b) => WeightData::Q5_1(&b[r]),
+            WeightData::Q8_0(b) => WeightData::Q8_0(&b[r]),
+            WeightData::Q2K(b) => WeightData::Q2K(&b[r]),
+            WeightData::Q3K(b) => WeightData::Q3K(&b[r]),
+            WeightData::Q4K(b) => WeightData::Q4K(&b[r]),
+            WeightData::Q5K(b) => WeightData::Q5K(&b[r]),
+            WeightData::Q6K(b) => WeightData::Q6K(&b[r]),
+            WeightData::F16(v) => WeightData::F16(&v[r]),
+            WeightData::Bf16(v) => WeightData::Bf16(&v[r]),
+            WeightData::F32(v) => WeightData::F32(&v[r]),
+        };
+        Some(WeightMatrix { data, n_rows: rows.len(), row_len: self.row_len })
+    }
+
     pub fn n_rows(&self) -> usize {
         self.n_rows
     }
@@ -263,5 +289,24 @@ mod tests {
         ));
         let floats = [0f32; 96];
         assert!(WeightMatrix::new(WeightData::F32(&floats), 3, 32).is_ok());
+    }
+
+    #[test]
+    fn rows_are_the_same_rows_alone() {
+        let floats: Vec<f32> = (0..5 * 32).map(|i| i as f32).collect();
+        let w = WeightMatrix::new(WeightData::F32(&floats), 5, 32).unwrap();
+        let part = w.rows(1..4).unwrap();
+        assert_eq!((part.n_rows(), part.row_len()), (3, 32));
+        let (mut a, mut b) = (vec![0f32; 32], vec![0f32; 32]);
+        for r in 0..3 {
+            part.dequantize_row(r, &mut a);
+            w.dequantize_row(r + 1, &mut b);
+            assert_eq!(a, b);
+        }
+        assert_eq!(w.rows(5..5).map(|m| m.n_rows()), Some(0));
+        assert!(w.rows(4..6).is_none());
+        let blocks = [BlockQ4_1 { d: f16::ONE, m: f16::ZERO, qs: [0; 16] }; 6];
+        let q = WeightMatrix::new(WeightData::Q4_1(&blocks), 3, 64).unwrap();
+        assert_eq!(q.rows(2..3).unwrap().data().n_bytes(), 40, "one row of two blocks");
     }
 }

@@ -13,18 +13,19 @@ struct RopeTable {
     const double* inv_freq;  // [half]: base^(−2i / rope_dim)
     float* cos;              // [n_tokens][half]
     float* sin;              // [n_tokens][half]
+    double scale;            // llama.cpp's attention factor: multiplies cos and sin (1 for most models)
     int n_tokens;
     int half;                // rope_dim / 2
 };
-static_assert(sizeof(RopeTable) == 40, "RopeTable must match RopeTableArgs in launch.rs");
+static_assert(sizeof(RopeTable) == 48, "RopeTable must match RopeTableArgs in launch.rs");
 
 extern "C" __global__ void __launch_bounds__(ROPE_THREADS) rope_table(const RopeTable p) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n_tokens * p.half) return;
     const int t = i / p.half, pair = i % p.half;
     const double angle = (double)max(p.positions[t], 0) * p.inv_freq[pair];
-    p.cos[i] = (float)cos(angle);
-    p.sin[i] = (float)sin(angle);
+    p.cos[i] = (float)(cos(angle) * p.scale);
+    p.sin[i] = (float)(sin(angle) * p.scale);
 }
 
 struct RopeStore {

@@ -258,7 +258,8 @@ static void test_rope_store() {
         int positions[5] = {0, 5, 17, 3000, -1}, slots[5] = {3, 0, 7, 9, -1};
         std::vector<double> inv_freq(half); for (int i = 0; i < half; i++) inv_freq[i] = std::pow(100000.0, -2.0 * i / rope_dim);
         std::vector<float> cosv(T * half), sinv(T * half);
-        RopeTable rt{positions, inv_freq.data(), cosv.data(), sinv.data(), T, half};
+        double scale = neox ? 1.1902 : 1.0;  // Phi-3's LongRoPE attention factor on the NEOX runs
+        RopeTable rt{positions, inv_freq.data(), cosv.data(), sinv.data(), scale, T, half};
         launch({(unsigned)((T * half + 127) / 128), 1, 1}, {128, 1, 1}, [&] { rope_table(rt); });
         auto q = randv(T * H * D), k = randv(T * KV), v = randv(T * KV);
         auto q0 = q, k0 = k;
@@ -276,7 +277,7 @@ static void test_rope_store() {
                 if (neox && !rotated) { a0 = base + 2 * i; a1 = a0 + 1; }  // left alone either way
                 float x0 = orig[a0], x1 = orig[a1], e0 = x0, e1 = x1;
                 if (pos >= 0 && rotated) {
-                    double ang = (double)pos * inv_freq[i]; float c = (float)std::cos(ang), s = (float)std::sin(ang);
+                    double ang = (double)pos * inv_freq[i]; float c = (float)(std::cos(ang) * scale), s = (float)(std::sin(ang) * scale);
                     e0 = x0 * c - x1 * s; e1 = x0 * s + x1 * c;
                 }
                 if (got[a0] != e0 || got[a1] != e1) ok = false;
