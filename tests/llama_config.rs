@@ -112,7 +112,7 @@ fn an_unsupported_weight_type_is_named_when_the_model_needs_it() {
 }
 
 /// RoPE scaling as llama.cpp reads it: linear by default, its factor from `rope.scaling.factor` or the older
-/// `rope.scale_linear`, applied to the full-attention layers' speeds; the types ember does not implement and any
+/// `rope.scale_linear`, applied to the full-attention layers' speeds (YaRN's through its ramp); the types ember does not implement and any
 /// other name are refused by key, as are impossible factors; the attention factor is read (1 when absent).
 #[test]
 fn rope_scaling_is_read_as_llama_cpp_reads_it_or_refused_by_key() {
@@ -128,7 +128,16 @@ fn rope_scaling_is_read_as_llama_cpp_reads_it_or_refused_by_key() {
     for (scaled, unscaled) in c.inv_frequencies(0).iter().zip(plain.inv_frequencies(0)) {
         assert_eq!(*scaled, unscaled * 0.25);
     }
-    for refused in ["yarn", "longrope", "dynamic"] {
+    let yarn = config_of(typed("yarn").set_metadata("llama.rope.scaling.factor", Value::F32(4.0))).unwrap();
+    assert_eq!((yarn.rope_freq_scale, yarn.rope_yarn.map(|y| y.original_context)), (0.25, Some(plain.context_length)));
+    assert!(yarn.rope_magnitude(0) > 1.0, "YaRN's magnitude correction");
+    let fast = yarn.inv_frequencies(0)[0] / plain.inv_frequencies(0)[0];
+    let slowest = yarn.inv_frequencies(0).last().unwrap() / plain.inv_frequencies(0).last().unwrap();
+    assert!(
+        fast > 0.25 && (slowest - 0.25).abs() < 1e-12,
+        "the ramp keeps fast pairs, scales slow ones: {fast}, {slowest}"
+    );
+    for refused in ["longrope", "dynamic"] {
         let r = config_of(typed(refused).set_metadata("llama.rope.scaling.factor", Value::F32(4.0)));
         assert_eq!(invalid_key(r), "llama.rope.scaling.type", "{refused}");
     }

@@ -89,9 +89,9 @@ impl StepLayout {
                 logit_rows: s.logit_rows,
             });
         }
-        // llama.cpp's attention factor scales every rotation (1 for most models).
-        let scale = f64::from(config.rope_attn_factor);
-        for inv_freq in &self.inv_freq {
+        for (base, inv_freq) in self.inv_freq.iter().enumerate() {
+            // llama.cpp's attention factor and YaRN's correction scale every rotation (1 for most models).
+            let scale = config.rope_magnitude(base);
             for &pos in &self.positions {
                 for &f in inv_freq {
                     let (cos, sin) = rope::cos_sin(pos as f64 * f);

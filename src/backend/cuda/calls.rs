@@ -234,7 +234,7 @@ pub struct RopeTableCall<'a> {
     pub inv_freq: DeviceArray<'a, f64>,
     pub cos: DeviceArray<'a, f32>,
     pub sin: DeviceArray<'a, f32>,
-    /// Multiplies every cosine and sine (`LlamaConfig::rope_attn_factor`).
+    /// Multiplies every cosine and sine (`LlamaConfig::rope_magnitude`).
     pub scale: f64,
     pub n_tokens: usize,
     pub half: usize,

@@ -38,7 +38,7 @@ impl StepRun<'_> {
     /// Enqueues the whole step: the RoPE angles of each base, `launches`, then the logits.
     pub fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaBackendError> {
         let half = self.config.rope_dim / 2;
-        for tables in &self.buffers.rope {
+        for (base, tables) in self.buffers.rope.iter().enumerate() {
             self.kernels.rope_table(
                 self.stream,
                 &RopeTableCall {
@@ -46,7 +46,7 @@ impl StepRun<'_> {
                     inv_freq: DeviceArray::new(&tables.inv_freq, self.stream),
                     cos: DeviceArray::new(&tables.cos, self.stream),
                     sin: DeviceArray::new(&tables.sin, self.stream),
-                    scale: f64::from(self.config.rope_attn_factor),
+                    scale: self.config.rope_magnitude(base),
                     n_tokens: self.rows,
                     half,
                 },

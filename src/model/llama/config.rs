@@ -25,7 +25,7 @@ use std::ops::Range;
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
 use super::forward::Weight;
-use super::rope_scaling::{self, LongRope, RopeScalingKeys};
+use super::rope_scaling::{self, LongRope, RopeScalingKeys, Yarn};
 
 /// The architectures ember runs (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +213,9 @@ pub struct LlamaConfig {
     /// llama.cpp's `attn_factor` (`rope.scaling.attn_factor`, 1 when absent): multiplies the cosine and sine of
     /// every rotation, so the rotated dimensions of queries and keys (Phi-3's LongRoPE: √(1 + ln s / ln L)).
     pub rope_attn_factor: f32,
+    /// YaRN (`rope.scaling.type` "yarn" with a factor above 1): `rope_freq_scale` applies to each pair of the
+    /// full-attention layers through its ramp, and their rotations gain YaRN's magnitude correction.
+    pub rope_yarn: Option<Yarn>,
     /// Phi-3's LongRoPE factors: the short ones are `rope_freq_factors` until [`LlamaConfig::for_context`] picks
     /// the long ones for a context past the original one.
     pub long_rope: Option<LongRope>,
@@ -355,7 +358,7 @@ impl LlamaConfig {
             Ok(b)
         };
         let rope_base = base(k.rope_freq_base)?;
-        let scaling = rope_scaling::read(file, &k.rope_scaling)?;
+        let scaling = rope_scaling::read(file, &k.rope_scaling, context_length)?;
         let rope_dim = file.optional(k.rope_dimension_count, GgufFile::u32)?.map_or(head_dim, |d| d as usize);
         if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(invalid(
@@ -442,6 +445,7 @@ impl LlamaConfig {
             rope_base,
             rope_bases,
             rope_freq_scale: scaling.freq_scale,
+            rope_yarn: scaling.yarn,
             layers,
             rope_neox: traits.rope_neox,
             embed_scale: traits.embed_scale.then(|| (n_embd as f32).sqrt()),
@@ -469,9 +473,25 @@ impl LlamaConfig {
         }
         if base == 0 && self.rope_freq_scale != 1.0 {
             let scale = f64::from(self.rope_freq_scale);
-            inv.iter_mut().for_each(|f| *f *= scale);
+            match &self.rope_yarn {
+                Some(yarn) => {
+                    let factors = yarn.speed_factors(self.rope_dim, f64::from(self.rope_bases[0]), scale);
+                    inv.iter_mut().zip(factors).for_each(|(f, m)| *f *= m);
+                }
+                None => inv.iter_mut().for_each(|f| *f *= scale),
+            }
         }
         inv
+    }
+
+    /// What multiplies the cosine and sine of every rotation by RoPE base `base` (llama.cpp's `mscale`): the
+    /// attention factor, times YaRN's magnitude correction for the scaled (full-attention) base.
+    pub fn rope_magnitude(&self, base: usize) -> f64 {
+        let attn = f64::from(self.rope_attn_factor);
+        match &self.rope_yarn {
+            Some(_) if base == 0 => attn * Yarn::magnitude(f64::from(self.rope_freq_scale)),
+            _ => attn,
+        }
     }
 
     /// The widest sliding window of any layer (`None` when every layer sees the whole context): the keys a

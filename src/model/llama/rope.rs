@@ -91,7 +91,7 @@ fn pow2(k: i64) -> f64 {
 }
 
 /// ln x for finite x > 0 (NaN for x ≤ 0 or NaN, inf for inf).
-fn ln(x: f64) -> f64 {
+pub fn ln(x: f64) -> f64 {
     if x.is_nan() || x <= 0.0 {
         return f64::NAN;
     }

@@ -4,10 +4,11 @@
 //! per-pair factors are tensors (`rope_factors_short`, `rope_factors_long`).
 //!
 //! Linear scaling divides every rotation speed of the full-attention layers by the factor (llama.cpp's
-//! `freq_scale = 1 / factor`), and LongRoPE divides pair `i`'s speed by its factor, both in
+//! `freq_scale = 1 / factor`), LongRoPE divides pair `i`'s speed by its factor, and YaRN blends each pair's
+//! scaled and unscaled speeds by a ramp over the pairs ([`Yarn::speed_factors`]), all in
 //! `LlamaConfig::inv_frequencies`, so every backend gets them from the table it already builds; the attention
-//! factor multiplies the tabulated cosines and sines. YaRN blends speeds per pair with a ramp and ember does not
-//! implement it yet: it is refused by name rather than run as if unscaled.
+//! factor, and YaRN's magnitude correction, multiply the tabulated cosines and sines
+//! (`LlamaConfig::rope_magnitude`).
 
 use crate::model::gguf::GgufFile;
 
@@ -27,15 +28,54 @@ pub(super) const LONG_FACTORS: &str = "rope_factors_long.weight";
 pub(super) const SHORT_FACTORS: &str = "rope_factors_short.weight";
 
 /// Implemented scaling types, for the error that names the others.
-const IMPLEMENTED: &str = "none, linear and Phi-3's LongRoPE";
+const IMPLEMENTED: &str = "none, linear, yarn and Phi-3's LongRoPE";
 
 /// What the metadata says about RoPE scaling.
 pub(super) struct RopeScaling {
     /// llama.cpp's `freq_scale` of the full-attention layers: `1 / factor` for linear scaling with a factor, 1
     /// otherwise (no factor, a factor of 0 as llama.cpp reads it, or type `"none"`).
     pub freq_scale: f32,
-    /// llama.cpp's `attn_factor` outside YaRN: the metadata's, 1 when absent.
+    /// llama.cpp's `attn_factor` outside YaRN's own correction: the metadata's, 1 when absent.
     pub attn_factor: f32,
+    /// YaRN's parameters when the type is `"yarn"` with a factor above 1.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN as llama.cpp runs it for the architectures ember loads (`ggml_rope_yarn_corr_dims`, `rope_yarn`): its
+/// extrapolation factor 1 and its betas 32 and 1 (only other architectures read them from the file).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// `rope.scaling.original_context_length` (the model's context length when absent).
+    pub original_context: usize,
+}
+
+const YARN_BETA_FAST: f64 = 32.0;
+const YARN_BETA_SLOW: f64 = 1.0;
+
+impl Yarn {
+    /// The multiplier of pair `i`'s unscaled speed: the pairs below the ramp (fast ones, many turns within the
+    /// original context) keep their speed, those above it take `freq_scale`, and the ramp between blends the two.
+    pub fn speed_factors(&self, rope_dim: usize, base: f64, freq_scale: f64) -> Vec<f64> {
+        // The pair whose speed turns `turns` times over the original context, as llama.cpp computes it.
+        let pair_of = |turns: f64| {
+            let two_pi = 2.0 * std::f64::consts::PI;
+            rope_dim as f64 * super::rope::ln(self.original_context as f64 / (turns * two_pi))
+                / (2.0 * super::rope::ln(base))
+        };
+        let low = pair_of(YARN_BETA_FAST).floor().max(0.0);
+        let high = pair_of(YARN_BETA_SLOW).ceil().min(rope_dim as f64 - 1.0);
+        (0..rope_dim / 2)
+            .map(|i| {
+                let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                freq_scale * (1.0 - ramp) + ramp
+            })
+            .collect()
+    }
+
+    /// YaRN's magnitude correction of the scaled layers' rotations: `1 + 0.1 ln(1 / freq_scale)`.
+    pub fn magnitude(freq_scale: f64) -> f64 {
+        1.0 + 0.1 * super::rope::ln(1.0 / freq_scale)
+    }
 }
 
 /// Phi-3's LongRoPE: per-pair divisors of the rotation speeds, one set for contexts up to the original one and
@@ -48,7 +88,11 @@ pub struct LongRope {
     pub original_context: usize,
 }
 
-pub(super) fn read(file: &GgufFile, keys: &RopeScalingKeys) -> Result<RopeScaling, ModelConfigError> {
+pub(super) fn read(
+    file: &GgufFile,
+    keys: &RopeScalingKeys,
+    context_length: usize,
+) -> Result<RopeScaling, ModelConfigError> {
     let kind = file.optional(keys.kind, GgufFile::str)?.unwrap_or("linear");
     let (factor_key, factor) = match file.optional(keys.factor, GgufFile::f32)? {
         Some(f) => (keys.factor, f),
@@ -60,10 +104,10 @@ pub(super) fn read(file: &GgufFile, keys: &RopeScalingKeys) -> Result<RopeScalin
     }
     let freq_scale = match kind {
         "none" => 1.0,
-        "linear" if factor == 0.0 => 1.0,
-        "linear" if factor.is_finite() && factor > 0.0 => 1.0 / factor,
-        "linear" => return Err(invalid(factor_key, format!("{factor} is not a positive scaling factor"))),
-        "yarn" | "longrope" => {
+        "linear" | "yarn" if factor == 0.0 => 1.0,
+        "linear" | "yarn" if factor.is_finite() && factor > 0.0 => 1.0 / factor,
+        "linear" | "yarn" => return Err(invalid(factor_key, format!("{factor} is not a positive scaling factor"))),
+        "longrope" => {
             // llama.cpp's "longrope" type is read from the factor tensors, not from this key; no file sets it.
             let detail = format!("{kind:?} RoPE scaling is not implemented (ember implements {IMPLEMENTED})");
             return Err(invalid(keys.kind, detail));
@@ -73,7 +117,22 @@ pub(super) fn read(file: &GgufFile, keys: &RopeScalingKeys) -> Result<RopeScalin
             return Err(invalid(keys.kind, detail));
         }
     };
-    Ok(RopeScaling { freq_scale, attn_factor })
+    // llama.cpp corrects nothing for a factor of at most 1 (its `get_mscale`), and a ramp towards a scale of 1
+    // changes no speed: YaRN without a factor above 1 is no scaling.
+    let yarn = match kind {
+        "yarn" if freq_scale < 1.0 => Some(Yarn { original_context: original_context(file, keys, context_length)? }),
+        _ => None,
+    };
+    Ok(RopeScaling { freq_scale, attn_factor, yarn })
+}
+
+/// `rope.scaling.original_context_length`, the model's context length when absent.
+fn original_context(file: &GgufFile, keys: &RopeScalingKeys, context_length: usize) -> Result<usize, ModelConfigError> {
+    match file.optional(keys.original_context, GgufFile::u32)? {
+        Some(0) => Err(invalid(keys.original_context, "0 is not a context length".into())),
+        Some(n) => Ok(n as usize),
+        None => Ok(context_length),
+    }
 }
 
 /// LongRoPE's factors when the file has them (both sets, `rope_dim / 2` positive values each).
@@ -95,11 +154,7 @@ pub(super) fn long_rope(
         }
         Ok(values)
     };
-    let original_context = match file.optional(keys.original_context, GgufFile::u32)? {
-        Some(0) => return Err(invalid(keys.original_context, "0 is not a context length".into())),
-        Some(n) => n as usize,
-        None => context_length,
-    };
+    let original_context = original_context(file, keys, context_length)?;
     Ok(Some(LongRope { short: factors(SHORT_FACTORS)?, long: factors(LONG_FACTORS)?, original_context }))
 }
 

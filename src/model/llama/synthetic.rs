@@ -13,7 +13,7 @@ use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
 use super::config::{Architecture, LayerAttention, LlamaConfig};
-use super::rope_scaling::LongRope;
+use super::rope_scaling::{LongRope, Yarn};
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
 const ROPE_BASE: f32 = 100_000.0;
@@ -45,6 +45,8 @@ pub struct SyntheticSpec {
     pub long_rope: Option<LongRope>,
     /// `rope.scaling.attn_factor`, or none.
     pub rope_attn_factor: Option<f32>,
+    /// YaRN's factor and original context (`rope.scaling.type` "yarn"), or none.
+    pub rope_yarn: Option<(f32, usize)>,
 }
 
 impl SyntheticSpec {
@@ -67,6 +69,7 @@ impl SyntheticSpec {
             rope_linear_factor: None,
             long_rope: None,
             rope_attn_factor: None,
+            rope_yarn: None,
         }
     }
 
@@ -89,6 +92,7 @@ impl SyntheticSpec {
             rope_linear_factor: None,
             long_rope: None,
             rope_attn_factor: None,
+            rope_yarn: None,
         }
     }
 
@@ -111,6 +115,7 @@ impl SyntheticSpec {
             rope_linear_factor: None,
             long_rope: None,
             rope_attn_factor: None,
+            rope_yarn: None,
         }
     }
 
@@ -157,6 +162,7 @@ impl SyntheticSpec {
             rope_linear_factor: None,
             long_rope: None,
             rope_attn_factor: None,
+            rope_yarn: None,
         }
     }
 
@@ -188,6 +194,13 @@ impl SyntheticSpec {
                 .metadata(&key("rope.scaling.type"), Value::String("linear".into()))
                 .metadata(&key("rope.scaling.factor"), Value::F32(factor));
         }
+        assert!(self.long_rope.is_none() || self.rope_yarn.is_none(), "one original context per file");
+        if let Some((factor, original_context)) = self.rope_yarn {
+            w = w
+                .metadata(&key("rope.scaling.type"), Value::String("yarn".into()))
+                .metadata(&key("rope.scaling.factor"), Value::F32(factor))
+                .metadata(&key("rope.scaling.original_context_length"), u32v(original_context));
+        }
         if let Some(long_rope) = &self.long_rope {
             w = w.metadata(&key("rope.scaling.original_context_length"), u32v(long_rope.original_context));
         }
@@ -209,7 +222,8 @@ impl SyntheticSpec {
         let config = LlamaConfig {
             arch: self.arch,
             rope_bases: vec![self.rope_base],
-            rope_freq_scale: self.rope_linear_factor.map_or(1.0, |f| 1.0 / f),
+            rope_freq_scale: self.rope_linear_factor.or(self.rope_yarn.map(|(f, _)| f)).map_or(1.0, |f| 1.0 / f),
+            rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context }),
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
             rope_neox: traits.rope_neox,
             embed_scale: None,

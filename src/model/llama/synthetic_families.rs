@@ -8,7 +8,7 @@ use super::synthetic::SyntheticSpec;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 7] = [
+    pub const FAMILIES: [&'static str; 8] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -16,6 +16,7 @@ impl SyntheticSpec {
         "gemma3-tiny-linear8",
         "phi3.5-mini",
         "phi3.5-mini-long",
+        "qwen3-0.6b-yarn4",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -70,6 +71,11 @@ impl SyntheticSpec {
             "phi3.5-mini" => phi3_5_mini(base(Architecture::Phi3), 4096),
             // The same with an original context of 128, so that a 256-position context takes the long factors.
             "phi3.5-mini-long" => phi3_5_mini(base(Architecture::Phi3), 128),
+            // Qwen 3's layers with YaRN by 4 over an original context of 64 (as Qwen 3's 128k files scale 32k by 4):
+            // with these files' RoPE base, pairs 0 to 13 of 64 lie on the ramp between kept and scaled speeds.
+            "qwen3-0.6b-yarn4" => {
+                SyntheticSpec { rope_yarn: Some((4.0, 64)), ..Self::family("qwen3-0.6b", seed, n_layer)? }
+            }
             _ => return None,
         })
     }
