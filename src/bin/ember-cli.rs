@@ -7,10 +7,11 @@
 //! ember-cli complete [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
 //!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
-//! ember-cli synthetic PATH --family F --layers N [--seed S]
+//! ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A]
 //!                                                  a family's layer shapes (SyntheticSpec::FAMILIES), N layers,
 //!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
-//!                                                  feeds llama.cpp)
+//!                                                  feeds llama.cpp); --arch writes those shapes as another
+//!                                                  architecture (to compare architectures' speed at equal bytes)
 //! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
 //! ```
 
@@ -25,7 +26,7 @@ use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateR
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
 use ember::model::gguf::GgufFile;
-use ember::model::llama::SyntheticSpec;
+use ember::model::llama::{Architecture, SyntheticSpec};
 use ember::model::tokenizer::{StreamDecoder, Tokenizer};
 use ember::model::Model;
 
@@ -35,7 +36,7 @@ const USAGE: &str = "usage:
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
   ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
   ember-cli synthetic PATH [--seed S] [--tiny]
-  ember-cli synthetic PATH --family F --layers N [--seed S]
+  ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A]
   ember-cli kernels   [--default]";
 
 /// Parsed command-line options (every command takes the subset it needs).
@@ -51,6 +52,7 @@ struct Args {
     default: bool,
     family: Option<String>,
     layers: Option<usize>,
+    arch: Option<String>,
     positional: Vec<String>,
 }
 
@@ -63,6 +65,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--model" => args.model = Some(value("--model")?.into()),
             "--family" => args.family = Some(value("--family")?),
             "--layers" => args.layers = Some(parse_num(&value("--layers")?, "--layers")?),
+            "--arch" => args.arch = Some(value("--arch")?),
             "--max-tokens" => args.max_tokens = Some(parse_num(&value("--max-tokens")?, "--max-tokens")?),
             "--threads" => args.threads = Some(parse_num(&value("--threads")?, "--threads")?),
             "--temperature" => args.temperature = Some(parse_num(&value("--temperature")?, "--temperature")?),
@@ -228,8 +231,15 @@ fn synthetic(args: &Args) -> Result<(), String> {
         None => SyntheticSpec::smollm2_135m(seed).writer(),
         Some(family) => {
             let layers = args.layers.ok_or("--family needs --layers")?;
-            let spec = SyntheticSpec::family(family, seed, layers)
+            let mut spec = SyntheticSpec::family(family, seed, layers)
                 .ok_or_else(|| format!("unknown family {family:?} ({})", SyntheticSpec::FAMILIES.join(", ")))?;
+            if let Some(name) = &args.arch {
+                let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
+                spec.arch = Architecture::ALL
+                    .into_iter()
+                    .find(|a| a.name() == name)
+                    .ok_or_else(|| format!("unknown architecture {name:?} ({})", names.join(", ")))?;
+            }
             spec.writer_with_byte_vocabulary()
         }
     };
