@@ -213,14 +213,15 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
 }
 
 /// Qwen 2's q/k/v biases (`add_bias`), Qwen 3's head norms and wide heads, Phi-3's fused projections (taken
-/// apart at upload) and LongRoPE attention factor: one layer of each family's shapes.
+/// apart at upload) and LongRoPE attention factor: one layer of each family's shapes; SmolLM3's four, the fourth
+/// without RoPE.
 #[test]
 fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
         return;
     }
-    for family in ["qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini"] {
-        let spec = SyntheticSpec::family(family, 3, 1).unwrap();
+    for (family, layers) in [("qwen2.5-0.5b", 1), ("qwen3-0.6b", 1), ("phi3.5-mini", 1), ("smollm3-3b", 4)] {
+        let spec = SyntheticSpec::family(family, 3, layers).unwrap();
         gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
     }
 }

@@ -15,6 +15,7 @@
 //!   Gemma 3's), no biases, NEOX RoPE; heads may be wider than `n_embd / n_head` (`attention.key_length`).
 //! - `phi3` (Phi-3, 3.5 and 4 mini; `src/models/phi3.cpp`): llama's blocks with the gate and up projections in one
 //!   tensor (`ffn_up`, the gate's rows first), NEOX RoPE, and LongRoPE (`rope_scaling.rs`).
+//! - `smollm3` (`src/models/smollm3.cpp`): llama's blocks, every fourth layer without RoPE.
 //!
 //! Any architecture's file may hold the query, key and value projections as one tensor (`attn_qkv`, as llama.cpp's
 //! loader accepts): the backends take its rows apart at load ([`LlamaConfig::weight_source`]).
@@ -35,6 +36,7 @@ pub enum Architecture {
     Qwen2,
     Qwen3,
     Phi3,
+    SmolLm3,
 }
 
 /// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
@@ -54,8 +56,14 @@ pub struct ArchTraits {
 
 impl Architecture {
     /// Every architecture ember runs.
-    pub const ALL: [Architecture; 5] =
-        [Architecture::Llama, Architecture::Gemma3, Architecture::Qwen2, Architecture::Qwen3, Architecture::Phi3];
+    pub const ALL: [Architecture; 6] = [
+        Architecture::Llama,
+        Architecture::Gemma3,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+        Architecture::Phi3,
+        Architecture::SmolLm3,
+    ];
 
     /// The `general.architecture` value, also the prefix of its metadata keys.
     pub fn name(self) -> &'static str {
@@ -65,6 +73,7 @@ impl Architecture {
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
             Architecture::Phi3 => "phi3",
+            Architecture::SmolLm3 => "smollm3",
         }
     }
 
@@ -75,6 +84,7 @@ impl Architecture {
             Architecture::Qwen2 => &QWEN2_KEYS,
             Architecture::Qwen3 => &QWEN3_KEYS,
             Architecture::Phi3 => &PHI3_KEYS,
+            Architecture::SmolLm3 => &SMOLLM3_KEYS,
         }
     }
 
@@ -102,6 +112,8 @@ impl Architecture {
             Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
             Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
             Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
+            // Its layer pattern (every fourth without RoPE) is in `from_gguf`.
+            Architecture::SmolLm3 => llama,
         }
     }
 }
@@ -157,11 +169,15 @@ static GEMMA3_KEYS: Keys = keys_of!("gemma3");
 static QWEN2_KEYS: Keys = keys_of!("qwen2");
 static QWEN3_KEYS: Keys = keys_of!("qwen3");
 static PHI3_KEYS: Keys = keys_of!("phi3");
+static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
 /// The fused query/key/value projection of a layer.
 const FUSED_QKV: &str = "attn_qkv.weight";
+
+/// SmolLM3's layer pattern (llama.cpp's `n_no_rope_layer_step`): layer `l` skips RoPE when `(l + 1) mod 4 == 0`.
+const SMOLLM3_NO_ROPE_PERIOD: usize = 4;
 
 /// Gemma 3's layer pattern (llama.cpp's `set_swa_pattern(6)`): layer `l` attends to a sliding window unless
 /// `l mod 6 == 5`.
@@ -204,8 +220,10 @@ pub struct LlamaConfig {
     pub head_dim: usize,
     /// RoPE base frequency of the full-attention layers (`rope.freq_base`, 10000 when absent as in llama.cpp).
     pub rope_base: f32,
-    /// The distinct RoPE bases the layers use (`rope_base` first); [`LayerAttention::rope`] indexes it.
-    pub rope_bases: Vec<f32>,
+    /// The distinct RoPE bases the layers use (`rope_base` first); [`LayerAttention::rope`] indexes it. `None`
+    /// for layers without RoPE (SmolLM3's every fourth): its table turns by nothing (`inv_frequencies` all 0, a
+    /// rotation by cos 1 and sin 0, exact), so the backends need no case of their own.
+    pub rope_bases: Vec<Option<f32>>,
     /// llama.cpp's `freq_scale` (`1 / rope.scaling.factor` under linear scaling, else 1): multiplies the
     /// rotation speeds of `rope_bases[0]`, the full-attention layers' base. Gemma 3's sliding-window layers are
     /// never scaled, as in llama.cpp (`rope_freq_scale_train_swa` is 1).
@@ -382,7 +400,7 @@ impl LlamaConfig {
         let full = LayerAttention { rope: 0, window: None };
         let (rope_bases, layers) = match arch {
             Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Phi3 => {
-                (vec![rope_base], vec![full; n_layer])
+                (vec![Some(rope_base)], vec![full; n_layer])
             }
             Architecture::Gemma3 => {
                 let window = match file.optional(k.sliding_window, GgufFile::u32)? {
@@ -400,7 +418,12 @@ impl LlamaConfig {
                             }
                         })
                         .collect();
-                (vec![rope_base, base(k.rope_freq_base_swa)?], layers)
+                (vec![Some(rope_base), Some(base(k.rope_freq_base_swa)?)], layers)
+            }
+            Architecture::SmolLm3 => {
+                let no_rope = LayerAttention { rope: 1, window: None };
+                let layers = (0..n_layer).map(|l| if (l + 1) % SMOLLM3_NO_ROPE_PERIOD == 0 { no_rope } else { full });
+                (vec![Some(rope_base), None], layers.collect())
             }
         };
         let traits = arch.traits();
@@ -467,7 +490,8 @@ impl LlamaConfig {
     /// frequency factors where the model has them, times `rope_freq_scale` for the full-attention base: the
     /// rotation speeds every backend tabulates.
     pub fn inv_frequencies(&self, base: usize) -> Vec<f64> {
-        let mut inv = super::rope::inv_frequencies(f64::from(self.rope_bases[base]), self.rope_dim);
+        let Some(theta) = self.rope_bases[base] else { return vec![0.0; self.rope_dim / 2] };
+        let mut inv = super::rope::inv_frequencies(f64::from(theta), self.rope_dim);
         if let Some(factors) = &self.rope_freq_factors {
             inv.iter_mut().zip(factors).for_each(|(f, &d)| *f /= f64::from(d));
         }
@@ -475,7 +499,7 @@ impl LlamaConfig {
             let scale = f64::from(self.rope_freq_scale);
             match &self.rope_yarn {
                 Some(yarn) => {
-                    let factors = yarn.speed_factors(self.rope_dim, f64::from(self.rope_bases[0]), scale);
+                    let factors = yarn.speed_factors(self.rope_dim, f64::from(self.rope_base), scale);
                     inv.iter_mut().zip(factors).for_each(|(f, m)| *f *= m);
                 }
                 None => inv.iter_mut().for_each(|f| *f *= scale),
@@ -489,6 +513,8 @@ impl LlamaConfig {
     pub fn rope_magnitude(&self, base: usize) -> f64 {
         let attn = f64::from(self.rope_attn_factor);
         match &self.rope_yarn {
+            // Layers without RoPE are not rotated at all, so not scaled either.
+            _ if self.rope_bases[base].is_none() => 1.0,
             Some(_) if base == 0 => attn * Yarn::magnitude(f64::from(self.rope_freq_scale)),
             _ => attn,
         }

@@ -221,7 +221,7 @@ impl SyntheticSpec {
         let traits = self.arch.traits();
         let config = LlamaConfig {
             arch: self.arch,
-            rope_bases: vec![self.rope_base],
+            rope_bases: vec![Some(self.rope_base)],
             rope_freq_scale: self.rope_linear_factor.or(self.rope_yarn.map(|(f, _)| f)).map_or(1.0, |f| 1.0 / f),
             rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context }),
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],

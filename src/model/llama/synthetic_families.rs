@@ -8,7 +8,7 @@ use super::synthetic::SyntheticSpec;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 8] = [
+    pub const FAMILIES: [&'static str; 9] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -17,6 +17,7 @@ impl SyntheticSpec {
         "phi3.5-mini",
         "phi3.5-mini-long",
         "qwen3-0.6b-yarn4",
+        "smollm3-3b",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -76,6 +77,16 @@ impl SyntheticSpec {
             "qwen3-0.6b-yarn4" => {
                 SyntheticSpec { rope_yarn: Some((4.0, 64)), ..Self::family("qwen3-0.6b", seed, n_layer)? }
             }
+            // `smollm3`: 2048 wide, 16 query and 4 key/value heads of 128, FFN 11008, RoPE base 5000000; every
+            // fourth layer without RoPE (so four layers or more to see one).
+            "smollm3-3b" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 11008,
+                n_head: 16,
+                n_head_kv: 4,
+                rope_base: 5_000_000.0,
+                ..base(Architecture::SmolLm3)
+            },
             _ => return None,
         })
     }
