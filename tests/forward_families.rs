@@ -16,6 +16,8 @@
 //! - `qwen3-yarn` (Qwen 3 0.6B's layers): YaRN by 4 over an original context of 64, its ramp across the pairs and
 //!   its magnitude correction.
 //! - `smollm3` (four of SmolLM3 3B's layers): the fourth without RoPE.
+//! - `gemma2` (Gemma 2 2B's layers, windows of 8): every other layer windowed with its own RoPE base, attention
+//!   scores and logits soft-capped (caps of 2 and 10, so that they bite on random weights).
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -42,7 +44,8 @@ const CONFIDENT_MARGIN: f32 = 0.2;
 /// positions agree); qwen3 max 0.079, mean 0.057 (8 of 8); llama3 max 0.064, mean 0.056 (10 of 10); mistral max
 /// 0.051, mean 0.043 (9 of 9); gemma3-linear max 0.134, mean 0.096 (8 of 8); phi3 max 0.076, mean 0.056 (8 of 8);
 /// phi3-long max 0.049, mean 0.041 (5 of 5); qwen3-yarn max 0.082, mean 0.062 (8 of 8); smollm3 max 0.081, mean
-/// 0.066 (7 of 7; rotating its fourth layer fails both bounds: 0.35, 0.18). Ignoring the attention
+/// 0.066 (7 of 7; rotating its fourth layer fails both bounds: 0.35, 0.18); gemma2 max 0.137, mean 0.107 (16 of
+/// 16; without the score cap 0.61 / 0.36, without the logit cap 68.5 / 59.5, without windows 2.2 / 0.91). Ignoring the attention
 /// factor, or the short factors where the long ones apply, fails phi3's checks; YaRN without its ramp (linear) or
 /// without its magnitude correction fails qwen3-yarn's. Leaving out qwen2's biases or qwen3's
 /// head norms fails the argmax check at a confident position; ignoring the linear scaling fails both bounds (0.34,
@@ -162,4 +165,9 @@ fn qwen3_yarn_rope_scaling_matches_llama_cpp() {
 #[test]
 fn smollm3_layers_without_rope_match_llama_cpp() {
     check("smollm3");
+}
+
+#[test]
+fn gemma2_soft_caps_and_alternating_windows_match_llama_cpp() {
+    check("gemma2");
 }

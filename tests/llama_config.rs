@@ -178,3 +178,32 @@ fn phi3_files_fuse_projections_and_carry_long_rope_factors() {
     );
     assert_eq!(invalid_key(r), "phi3.rope.scaling.original_context_length");
 }
+
+/// Gemma 2: every other layer windowed (llama.cpp's defaults: a window of 4096, a period of 2), soft caps read
+/// with llama.cpp's defaults (50 and 30) and refused when not positive; 27B's other attention scale refused.
+#[test]
+fn gemma2_windows_and_soft_caps_are_read_as_llama_cpp_reads_them() {
+    let spec = SyntheticSpec::family("gemma2-2b", 1, 4).unwrap();
+    let c = config_of(spec.writer_with_byte_vocabulary()).unwrap();
+    let windows: Vec<Option<usize>> = c.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(8), None, Some(8), None]);
+    assert_eq!((c.attn_softcap, c.final_softcap), (Some(2.0), Some(10.0)));
+    let defaults = config_of(
+        spec.writer_with_byte_vocabulary()
+            .without_metadata("gemma2.attn_logit_softcapping")
+            .without_metadata("gemma2.final_logit_softcapping")
+            .without_metadata("gemma2.attention.sliding_window"),
+    )
+    .unwrap();
+    assert_eq!(
+        (defaults.attn_softcap, defaults.final_softcap, defaults.layers[0].window),
+        (Some(50.0), Some(30.0), Some(4096))
+    );
+    let r =
+        config_of(spec.writer_with_byte_vocabulary().set_metadata("gemma2.final_logit_softcapping", Value::F32(0.0)));
+    assert_eq!(invalid_key(r), "gemma2.final_logit_softcapping");
+    // One layer's tensors: the layer count is refused before the tensors are checked.
+    let w = spec.writer_with_byte_vocabulary().set_metadata("gemma2.block_count", Value::U32(46));
+    assert!(matches!(config_of(w), Err(ModelConfigError::UnsupportedArchitecture(a)) if a.contains("27B")));
+    assert_eq!(config_of(tiny()).unwrap().attn_softcap, None, "only gemma2 caps");
+}

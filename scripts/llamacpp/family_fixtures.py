@@ -23,7 +23,8 @@ IDS = [1, 17, 300, 42, 5, 99, 123, 7, 256, 8, 64, 3, 400, 12, 77, 200]
 FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("llama3", "llama3.2-1b", 3, 2),
             ("mistral", "mistral-nemo", 4, 1), ("gemma3-linear", "gemma3-tiny-linear8", 5, 7),
             ("phi3", "phi3.5-mini", 6, 2), ("phi3-long", "phi3.5-mini-long", 7, 1),
-            ("qwen3-yarn", "qwen3-0.6b-yarn4", 8, 2), ("smollm3", "smollm3-3b", 9, 4)]
+            ("qwen3-yarn", "qwen3-0.6b-yarn4", 8, 2), ("smollm3", "smollm3-3b", 9, 4),
+            ("gemma2", "gemma2-2b", 10, 2)]
 
 
 def main():

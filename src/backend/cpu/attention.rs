@@ -18,6 +18,7 @@ use std::sync::{Mutex, TryLockError};
 
 use half::f16;
 
+use super::kernels::numerics::soft_cap;
 use super::kernels::Kernels;
 use super::kv_cache::{CpuKvCache, KvLayer};
 use super::pool::ThreadPool;
@@ -227,6 +228,7 @@ pub fn attention_layer(
                 kv_dim,
                 head_dim: hd,
                 context: config.context_length,
+                softcap: config.attn_softcap,
             };
             match layer_kv {
                 KvLayer::F16 { keys, values } => row.run(keys, values, work),
@@ -282,6 +284,8 @@ struct RowAttention<'a> {
     head_dim: usize,
     /// Stride of the per-head score rows in the scratch.
     context: usize,
+    /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
+    softcap: Option<f32>,
 }
 
 impl RowAttention<'_> {
@@ -299,7 +303,11 @@ impl RowAttention<'_> {
             }
         }
         for g in 0..queries.len() / hd {
-            self.kernels.softmax_inplace(&mut scores[g * self.context..g * self.context + n - first]);
+            let row = &mut scores[g * self.context..g * self.context + n - first];
+            if let Some(cap) = self.softcap {
+                row.iter_mut().for_each(|s| *s = soft_cap(*s, cap));
+            }
+            self.kernels.softmax_inplace(row);
         }
         outputs.iter_mut().for_each(|x| *x = 0.0);
         for (block, from, len, pos) in self.runs() {

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
+use super::kernels::numerics::soft_cap;
 use super::kernels::{kernels, BlockQ8A, Kernels};
 use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
 use super::model_weights::CpuModelWeights;
@@ -432,6 +433,9 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         let output = self.weights.output();
         let act = self.activations(n_rows, d);
         parallel_matmul(&self.pool, self.kernels, act, n_rows, &mut [MatmulJob { weights: output, out }]);
+        if let Some(cap) = self.config.final_softcap {
+            out.iter_mut().for_each(|x| *x = soft_cap(*x, cap));
+        }
         Ok(())
     }
 }

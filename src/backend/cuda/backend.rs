@@ -302,6 +302,12 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
+    if config.attn_softcap.is_some() || config.final_softcap.is_some() {
+        return Err(CudaBackendError::Unsupported(format!(
+            "the {} architecture's soft-capping is not implemented on CUDA yet",
+            config.arch.name()
+        )));
+    }
     if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
         return Err(CudaBackendError::Unsupported(format!(
             "widths {} and {} must be multiples of {QK}",

@@ -16,6 +16,9 @@
 //! - `phi3` (Phi-3, 3.5 and 4 mini; `src/models/phi3.cpp`): llama's blocks with the gate and up projections in one
 //!   tensor (`ffn_up`, the gate's rows first), NEOX RoPE, and LongRoPE (`rope_scaling.rs`).
 //! - `smollm3` (`src/models/smollm3.cpp`): llama's blocks, every fourth layer without RoPE.
+//! - `gemma2` (`src/models/gemma2.cpp`): Gemma 3's blocks without the head norms, every other layer (the even
+//!   ones) attending to a sliding window, one RoPE base; attention scores and the final logits soft-capped
+//!   (`c · tanh(x / c)`).
 //!
 //! Any architecture's file may hold the query, key and value projections as one tensor (`attn_qkv`, as llama.cpp's
 //! loader accepts): the backends take its rows apart at load ([`LlamaConfig::weight_source`]).
@@ -37,6 +40,7 @@ pub enum Architecture {
     Qwen3,
     Phi3,
     SmolLm3,
+    Gemma2,
 }
 
 /// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
@@ -56,13 +60,14 @@ pub struct ArchTraits {
 
 impl Architecture {
     /// Every architecture ember runs.
-    pub const ALL: [Architecture; 6] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Phi3,
         Architecture::SmolLm3,
+        Architecture::Gemma2,
     ];
 
     /// The `general.architecture` value, also the prefix of its metadata keys.
@@ -74,6 +79,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Phi3 => "phi3",
             Architecture::SmolLm3 => "smollm3",
+            Architecture::Gemma2 => "gemma2",
         }
     }
 
@@ -85,6 +91,7 @@ impl Architecture {
             Architecture::Qwen3 => &QWEN3_KEYS,
             Architecture::Phi3 => &PHI3_KEYS,
             Architecture::SmolLm3 => &SMOLLM3_KEYS,
+            Architecture::Gemma2 => &GEMMA2_KEYS,
         }
     }
 
@@ -99,16 +106,19 @@ impl Architecture {
             ffn_activation: FfnActivation::Silu,
             fused_gate_up: false,
         };
+        let gemma = ArchTraits {
+            rope_neox: true,
+            embed_scale: true,
+            qk_norm: true,
+            post_norms: true,
+            ffn_activation: FfnActivation::GeluTanh,
+            ..llama
+        };
         match self {
             Architecture::Llama => llama,
-            Architecture::Gemma3 => ArchTraits {
-                rope_neox: true,
-                embed_scale: true,
-                qk_norm: true,
-                post_norms: true,
-                ffn_activation: FfnActivation::GeluTanh,
-                ..llama
-            },
+            Architecture::Gemma3 => gemma,
+            // Its soft-capping and layer pattern are in `from_gguf`.
+            Architecture::Gemma2 => ArchTraits { qk_norm: false, ..gemma },
             Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
             Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
             Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
@@ -134,6 +144,9 @@ struct Keys {
     rms_eps: &'static str,
     vocab_size: &'static str,
     sliding_window: &'static str,
+    sliding_window_pattern: &'static str,
+    attn_softcap: &'static str,
+    final_softcap: &'static str,
     rope_scaling: RopeScalingKeys,
 }
 
@@ -154,6 +167,9 @@ macro_rules! keys_of {
             rms_eps: concat!($arch, ".attention.layer_norm_rms_epsilon"),
             vocab_size: concat!($arch, ".vocab_size"),
             sliding_window: concat!($arch, ".attention.sliding_window"),
+            sliding_window_pattern: concat!($arch, ".attention.sliding_window_pattern"),
+            attn_softcap: concat!($arch, ".attn_logit_softcapping"),
+            final_softcap: concat!($arch, ".final_logit_softcapping"),
             rope_scaling: RopeScalingKeys {
                 kind: concat!($arch, ".rope.scaling.type"),
                 factor: concat!($arch, ".rope.scaling.factor"),
@@ -170,11 +186,15 @@ static QWEN2_KEYS: Keys = keys_of!("qwen2");
 static QWEN3_KEYS: Keys = keys_of!("qwen3");
 static PHI3_KEYS: Keys = keys_of!("phi3");
 static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
+static GEMMA2_KEYS: Keys = keys_of!("gemma2");
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
 /// The fused query/key/value projection of a layer.
 const FUSED_QKV: &str = "attn_qkv.weight";
+
+/// Gemma 2 27B's layer count, by which llama.cpp recognizes its other attention scale.
+const GEMMA2_27B_LAYERS: usize = 46;
 
 /// SmolLM3's layer pattern (llama.cpp's `n_no_rope_layer_step`): layer `l` skips RoPE when `(l + 1) mod 4 == 0`.
 const SMOLLM3_NO_ROPE_PERIOD: usize = 4;
@@ -250,6 +270,10 @@ pub struct LlamaConfig {
     pub post_norms: bool,
     /// The query, key and value projections add a bias (`attn_q.bias`, `attn_k.bias`, `attn_v.bias`).
     pub qkv_bias: bool,
+    /// Attention scores (after the 1/√head_dim scale) become `c · tanh(score / c)` before the softmax (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// The logits become `c · tanh(logit / c)` (Gemma 2).
+    pub final_softcap: Option<f32>,
     /// The query, key and value projections are one tensor, `attn_qkv` (`q_dim + 2 kv_dim` rows in that order).
     pub fused_qkv: bool,
     /// The gate and up projections are one tensor, `ffn_up` (`2 n_ff` rows, the gate's first; phi3).
@@ -420,6 +444,27 @@ impl LlamaConfig {
                         .collect();
                 (vec![Some(rope_base), Some(base(k.rope_freq_base_swa)?)], layers)
             }
+            Architecture::Gemma2 => {
+                // llama.cpp's defaults: a window of 4096 on every other layer (`load_swa_pattern(ml, 2)`).
+                let window = match file.optional(k.sliding_window, GgufFile::u32)?.unwrap_or(4096) {
+                    0 => None,
+                    w => Some(w as usize),
+                };
+                let period = match file.optional(k.sliding_window_pattern, GgufFile::u32)?.unwrap_or(2) {
+                    0 => return Err(invalid(k.sliding_window_pattern, "0 is not a layer period".into())),
+                    p => p as usize,
+                };
+                // Windowed layers turn by `rope.freq_base_swa` (the same base when absent, as in llama.cpp).
+                let swa_base = match file.optional(k.rope_freq_base_swa, GgufFile::f32)? {
+                    Some(_) => base(k.rope_freq_base_swa)?,
+                    None => rope_base,
+                };
+                let layers = (0..n_layer).map(|l| match window.filter(|_| l % period < period - 1) {
+                    Some(w) => LayerAttention { rope: 1, window: Some(w) },
+                    None => full,
+                });
+                (vec![Some(rope_base), Some(swa_base)], layers.collect())
+            }
             Architecture::SmolLm3 => {
                 let no_rope = LayerAttention { rope: 1, window: None };
                 let layers = (0..n_layer).map(|l| if (l + 1) % SMOLLM3_NO_ROPE_PERIOD == 0 { no_rope } else { full });
@@ -452,7 +497,23 @@ impl LlamaConfig {
                 "a fused query/key/value bias (attn_qkv.bias) is not implemented".into(),
             ));
         }
+        if arch == Architecture::Gemma2 && n_layer == GEMMA2_27B_LAYERS {
+            // llama.cpp scales 27B's queries by 1/√(n_embd / n_head), not 1/√head_dim: not implemented.
+            return Err(ModelConfigError::UnsupportedArchitecture("gemma2 with 46 layers (Gemma 2 27B)".into()));
+        }
+        // Gemma 2's soft-capping, llama.cpp's defaults when the keys are absent (50 and 30).
+        let softcap = |key: &'static str, default: f32| -> Result<Option<f32>, ModelConfigError> {
+            if arch != Architecture::Gemma2 {
+                return Ok(None);
+            }
+            match file.optional(key, GgufFile::f32)?.unwrap_or(default) {
+                c if c.is_finite() && c > 0.0 => Ok(Some(c)),
+                c => Err(invalid(key, format!("{c} is not a positive soft cap"))),
+            }
+        };
         let config = LlamaConfig {
+            attn_softcap: softcap(k.attn_softcap, 50.0)?,
+            final_softcap: softcap(k.final_softcap, 30.0)?,
             rope_freq_factors,
             rope_attn_factor: scaling.attn_factor,
             long_rope,

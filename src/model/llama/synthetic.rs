@@ -47,6 +47,9 @@ pub struct SyntheticSpec {
     pub rope_attn_factor: Option<f32>,
     /// YaRN's factor and original context (`rope.scaling.type` "yarn"), or none.
     pub rope_yarn: Option<(f32, usize)>,
+    /// Gemma 2's attention and final soft caps (`attn_logit_softcapping`, `final_logit_softcapping`), or none
+    /// (llama.cpp's defaults for a `gemma2` file).
+    pub softcaps: Option<(f32, f32)>,
 }
 
 impl SyntheticSpec {
@@ -70,6 +73,7 @@ impl SyntheticSpec {
             long_rope: None,
             rope_attn_factor: None,
             rope_yarn: None,
+            softcaps: None,
         }
     }
 
@@ -93,6 +97,7 @@ impl SyntheticSpec {
             long_rope: None,
             rope_attn_factor: None,
             rope_yarn: None,
+            softcaps: None,
         }
     }
 
@@ -116,6 +121,7 @@ impl SyntheticSpec {
             long_rope: None,
             rope_attn_factor: None,
             rope_yarn: None,
+            softcaps: None,
         }
     }
 
@@ -163,6 +169,7 @@ impl SyntheticSpec {
             long_rope: None,
             rope_attn_factor: None,
             rope_yarn: None,
+            softcaps: None,
         }
     }
 
@@ -172,7 +179,7 @@ impl SyntheticSpec {
     pub fn writer(&self) -> GgufWriter {
         let mut rng = SplitMix64(self.seed);
         let head_dim = self.head_dim.unwrap_or(self.n_embd / self.n_head);
-        let gemma = self.arch == Architecture::Gemma3;
+        let gemma = matches!(self.arch, Architecture::Gemma3 | Architecture::Gemma2);
         let arch = self.arch.name();
         let key = |k: &str| format!("{arch}.{k}");
         let u32v = |v: usize| Value::U32(v as u32);
@@ -207,6 +214,11 @@ impl SyntheticSpec {
         if let Some(factor) = self.rope_attn_factor {
             w = w.metadata(&key("rope.scaling.attn_factor"), Value::F32(factor));
         }
+        if let Some((attn, last)) = self.softcaps {
+            w = w
+                .metadata(&key("attn_logit_softcapping"), Value::F32(attn))
+                .metadata(&key("final_logit_softcapping"), Value::F32(last));
+        }
         if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
@@ -224,6 +236,8 @@ impl SyntheticSpec {
             rope_bases: vec![Some(self.rope_base)],
             rope_freq_scale: self.rope_linear_factor.or(self.rope_yarn.map(|(f, _)| f)).map_or(1.0, |f| 1.0 / f),
             rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context }),
+            attn_softcap: None,
+            final_softcap: None,
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
             rope_neox: traits.rope_neox,
             embed_scale: None,

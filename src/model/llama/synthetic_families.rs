@@ -8,7 +8,7 @@ use super::synthetic::SyntheticSpec;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 9] = [
+    pub const FAMILIES: [&'static str; 10] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -18,6 +18,7 @@ impl SyntheticSpec {
         "phi3.5-mini-long",
         "qwen3-0.6b-yarn4",
         "smollm3-3b",
+        "gemma2-2b",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -86,6 +87,19 @@ impl SyntheticSpec {
                 n_head_kv: 4,
                 rope_base: 5_000_000.0,
                 ..base(Architecture::SmolLm3)
+            },
+            // `gemma2`: 2304 wide, 8 query and 4 key/value heads of 256, FFN 9216; windows of 8 positions (the real
+            // model's are 4096) on the even layers, so that 16 positions see both kinds; soft caps of 2 and 10 (the
+            // real 50 and 30 barely touch random weights' scores and logits) so that leaving one out shows.
+            "gemma2-2b" => SyntheticSpec {
+                n_embd: 2304,
+                n_ff: 9216,
+                n_head: 8,
+                n_head_kv: 4,
+                head_dim: Some(256),
+                sliding_window: Some(8),
+                softcaps: Some((2.0, 10.0)),
+                ..base(Architecture::Gemma2)
             },
             _ => return None,
         })

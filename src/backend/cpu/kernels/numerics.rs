@@ -121,8 +121,20 @@ pub const GELU_CUBIC: f32 = 0.044_715;
 #[inline(always)]
 pub fn gelu_tanh(x: f32) -> f32 {
     let z = GELU_SQRT_2_OVER_PI * (x + GELU_CUBIC * (x * x * x));
-    let tanh = 1.0 - 2.0 / (1.0 + exp(2.0 * z));
-    0.5 * x * (1.0 + tanh)
+    0.5 * x * (1.0 + tanh(z))
+}
+
+/// `tanh(z) = 1 − 2 / (1 + e^{2z})` from [`exp`] (±1 where `e^{2z}` overflows or vanishes): the same bits on
+/// every path and machine.
+#[inline(always)]
+pub fn tanh(z: f32) -> f32 {
+    1.0 - 2.0 / (1.0 + exp(2.0 * z))
+}
+
+/// Gemma 2's soft cap, `c · tanh(x / c)`: `x` squashed into (−c, c), nearly unchanged where `|x| ≪ c`.
+#[inline(always)]
+pub fn soft_cap(x: f32, c: f32) -> f32 {
+    c * tanh(x / c)
 }
 
 /// `2^k` for `k` in −126..=127, built from its exponent bits (other `k` give what the SIMD bit operations give).
