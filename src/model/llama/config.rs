@@ -1,24 +1,11 @@
 //! The hyperparameters of a decoder-only transformer read from GGUF metadata, with what distinguishes its
-//! architecture as data (`Architecture`, `LayerAttention`, the flags of `LlamaConfig`), and the check that every
-//! tensor the forward pass needs is present with the shape those hyperparameters imply.
+//! architecture as data (`LayerAttention`, the flags of `LlamaConfig`; each architecture's own in
+//! `architecture.rs`), and the check that every tensor the forward pass needs is present with the shape those
+//! hyperparameters imply.
 //!
 //! Keys follow llama.cpp's `LLM_KV_*` names with the architecture's prefix (`llama.`, `gemma3.`). Tensor names
-//! follow its `LLM_TENSOR_*` names (`token_embd.weight`, `blk.N.attn_q.weight`, ...). Architectures:
-//! - `llama`: pre-norm blocks, SwiGLU, RoPE on adjacent pairs, one RoPE base.
-//! - `gemma3` (llama.cpp's `src/models/gemma3.cpp`): embeddings scaled by √n_embd; RMS norms of each query and
-//!   key head before RoPE; norms of the attention and FFN outputs before their residual adds; GELU-gated FFN;
-//!   RoPE on the two halves of a head (NEOX); five of every six layers attend to a sliding window, with their own
-//!   RoPE base (`rope.freq_base_swa`, 10000 when absent), the sixth to the whole context.
-//! - `qwen2` (Qwen 2 and 2.5, DeepSeek-R1's Qwen distills; llama.cpp's `src/models/qwen2.cpp`): llama's blocks with
-//!   biases on the query, key and value projections, and RoPE on the two halves of a head (NEOX).
-//! - `qwen3` (`src/models/qwen3.cpp`): llama's blocks with RMS norms of each query and key head before RoPE (as
-//!   Gemma 3's), no biases, NEOX RoPE; heads may be wider than `n_embd / n_head` (`attention.key_length`).
-//! - `phi3` (Phi-3, 3.5 and 4 mini; `src/models/phi3.cpp`): llama's blocks with the gate and up projections in one
-//!   tensor (`ffn_up`, the gate's rows first), NEOX RoPE, and LongRoPE (`rope_scaling.rs`).
-//! - `smollm3` (`src/models/smollm3.cpp`): llama's blocks, every fourth layer without RoPE.
-//! - `gemma2` (`src/models/gemma2.cpp`): Gemma 3's blocks without the head norms, every other layer (the even
-//!   ones) attending to a sliding window, one RoPE base; attention scores and the final logits soft-capped
-//!   (`c · tanh(x / c)`).
+//! follow its `LLM_TENSOR_*` names (`token_embd.weight`, `blk.N.attn_q.weight`, ...). The layer patterns (Gemma 3's
+//! and Gemma 2's windows, SmolLM3's layers without RoPE) and Gemma 2's soft caps are read here.
 //!
 //! Any architecture's file may hold the query, key and value projections as one tensor (`attn_qkv`, as llama.cpp's
 //! loader accepts): the backends take its rows apart at load ([`LlamaConfig::weight_source`]).
@@ -28,165 +15,9 @@ use std::ops::Range;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
+use super::architecture::{Architecture, FfnActivation};
 use super::forward::Weight;
-use super::rope_scaling::{self, LongRope, RopeScalingKeys, Yarn};
-
-/// The architectures ember runs (`general.architecture`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    Llama,
-    Gemma3,
-    Qwen2,
-    Qwen3,
-    Phi3,
-    SmolLm3,
-    Gemma2,
-}
-
-/// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
-/// the synthetic models cannot disagree).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArchTraits {
-    pub rope_neox: bool,
-    /// Embeddings scaled by √n_embd.
-    pub embed_scale: bool,
-    pub qk_norm: bool,
-    pub post_norms: bool,
-    pub qkv_bias: bool,
-    pub ffn_activation: FfnActivation,
-    /// `ffn_up` holds the gate's rows, then the up projection's; no `ffn_gate`.
-    pub fused_gate_up: bool,
-}
-
-impl Architecture {
-    /// Every architecture ember runs.
-    pub const ALL: [Architecture; 7] = [
-        Architecture::Llama,
-        Architecture::Gemma3,
-        Architecture::Qwen2,
-        Architecture::Qwen3,
-        Architecture::Phi3,
-        Architecture::SmolLm3,
-        Architecture::Gemma2,
-    ];
-
-    /// The `general.architecture` value, also the prefix of its metadata keys.
-    pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Gemma3 => "gemma3",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Qwen3 => "qwen3",
-            Architecture::Phi3 => "phi3",
-            Architecture::SmolLm3 => "smollm3",
-            Architecture::Gemma2 => "gemma2",
-        }
-    }
-
-    fn keys(self) -> &'static Keys {
-        match self {
-            Architecture::Llama => &LLAMA_KEYS,
-            Architecture::Gemma3 => &GEMMA3_KEYS,
-            Architecture::Qwen2 => &QWEN2_KEYS,
-            Architecture::Qwen3 => &QWEN3_KEYS,
-            Architecture::Phi3 => &PHI3_KEYS,
-            Architecture::SmolLm3 => &SMOLLM3_KEYS,
-            Architecture::Gemma2 => &GEMMA2_KEYS,
-        }
-    }
-
-    /// What the architecture changes in the forward pass (llama.cpp's `src/models/*.cpp`).
-    pub fn traits(self) -> ArchTraits {
-        let llama = ArchTraits {
-            rope_neox: false,
-            embed_scale: false,
-            qk_norm: false,
-            post_norms: false,
-            qkv_bias: false,
-            ffn_activation: FfnActivation::Silu,
-            fused_gate_up: false,
-        };
-        let gemma = ArchTraits {
-            rope_neox: true,
-            embed_scale: true,
-            qk_norm: true,
-            post_norms: true,
-            ffn_activation: FfnActivation::GeluTanh,
-            ..llama
-        };
-        match self {
-            Architecture::Llama => llama,
-            Architecture::Gemma3 => gemma,
-            // Its soft-capping and layer pattern are in `from_gguf`.
-            Architecture::Gemma2 => ArchTraits { qk_norm: false, ..gemma },
-            Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
-            Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
-            Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
-            // Its layer pattern (every fourth without RoPE) is in `from_gguf`.
-            Architecture::SmolLm3 => llama,
-        }
-    }
-}
-
-/// The metadata keys of one architecture (`&'static` so that errors can name them).
-struct Keys {
-    block_count: &'static str,
-    embedding_length: &'static str,
-    feed_forward_length: &'static str,
-    head_count: &'static str,
-    head_count_kv: &'static str,
-    context_length: &'static str,
-    key_length: &'static str,
-    value_length: &'static str,
-    rope_freq_base: &'static str,
-    rope_freq_base_swa: &'static str,
-    rope_dimension_count: &'static str,
-    rms_eps: &'static str,
-    vocab_size: &'static str,
-    sliding_window: &'static str,
-    sliding_window_pattern: &'static str,
-    attn_softcap: &'static str,
-    final_softcap: &'static str,
-    rope_scaling: RopeScalingKeys,
-}
-
-macro_rules! keys_of {
-    ($arch:literal) => {
-        Keys {
-            block_count: concat!($arch, ".block_count"),
-            embedding_length: concat!($arch, ".embedding_length"),
-            feed_forward_length: concat!($arch, ".feed_forward_length"),
-            head_count: concat!($arch, ".attention.head_count"),
-            head_count_kv: concat!($arch, ".attention.head_count_kv"),
-            context_length: concat!($arch, ".context_length"),
-            key_length: concat!($arch, ".attention.key_length"),
-            value_length: concat!($arch, ".attention.value_length"),
-            rope_freq_base: concat!($arch, ".rope.freq_base"),
-            rope_freq_base_swa: concat!($arch, ".rope.freq_base_swa"),
-            rope_dimension_count: concat!($arch, ".rope.dimension_count"),
-            rms_eps: concat!($arch, ".attention.layer_norm_rms_epsilon"),
-            vocab_size: concat!($arch, ".vocab_size"),
-            sliding_window: concat!($arch, ".attention.sliding_window"),
-            sliding_window_pattern: concat!($arch, ".attention.sliding_window_pattern"),
-            attn_softcap: concat!($arch, ".attn_logit_softcapping"),
-            final_softcap: concat!($arch, ".final_logit_softcapping"),
-            rope_scaling: RopeScalingKeys {
-                kind: concat!($arch, ".rope.scaling.type"),
-                factor: concat!($arch, ".rope.scaling.factor"),
-                scale_linear: concat!($arch, ".rope.scale_linear"),
-                attn_factor: concat!($arch, ".rope.scaling.attn_factor"),
-                original_context: concat!($arch, ".rope.scaling.original_context_length"),
-            },
-        }
-    };
-}
-static LLAMA_KEYS: Keys = keys_of!("llama");
-static GEMMA3_KEYS: Keys = keys_of!("gemma3");
-static QWEN2_KEYS: Keys = keys_of!("qwen2");
-static QWEN3_KEYS: Keys = keys_of!("qwen3");
-static PHI3_KEYS: Keys = keys_of!("phi3");
-static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
-static GEMMA2_KEYS: Keys = keys_of!("gemma2");
+use super::rope_scaling::{self, LongRope, Yarn};
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
@@ -210,15 +41,6 @@ pub struct LayerAttention {
     pub rope: usize,
     /// A query at position `p` sees positions `p + 1 − window ..= p` only (`None`: all of `0..=p`).
     pub window: Option<usize>,
-}
-
-/// The gated activation of the feed-forward block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FfnActivation {
-    /// `silu(gate) · up` (SwiGLU).
-    Silu,
-    /// `gelu(gate) · up` with GELU's tanh approximation (GeGLU).
-    GeluTanh,
 }
 
 /// The hyperparameters of a model.

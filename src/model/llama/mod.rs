@@ -2,6 +2,7 @@
 //! GGUF metadata, the tensors a model must provide, the forward pass over backend operations, and synthetic models
 //! of any llama shape.
 
+pub mod architecture;
 pub mod batch;
 pub mod config;
 pub mod forward;
@@ -10,7 +11,8 @@ pub mod rope_scaling;
 pub mod synthetic;
 mod synthetic_families;
 
+pub use architecture::{Architecture, FfnActivation};
 pub use batch::{BatchError, SeqChunk, NO_BLOCK};
-pub use config::{Architecture, FfnActivation, LayerAttention, LlamaConfig, ModelConfigError};
+pub use config::{LayerAttention, LlamaConfig, ModelConfigError};
 pub use forward::{forward, LlamaBackend};
 pub use synthetic::SyntheticSpec;

@@ -12,7 +12,8 @@ use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
-use super::config::{Architecture, LayerAttention, LlamaConfig};
+use super::architecture::Architecture;
+use super::config::{LayerAttention, LlamaConfig};
 use super::rope_scaling::{LongRope, Yarn};
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
@@ -63,17 +64,7 @@ impl SyntheticSpec {
             n_head_kv: 3,
             vocab_size: 49152,
             context_length: 8192,
-            seed,
-            rope_freq_factors: None,
-            arch: Architecture::Llama,
-            head_dim: None,
-            sliding_window: None,
-            rope_base: ROPE_BASE,
-            rope_linear_factor: None,
-            long_rope: None,
-            rope_attn_factor: None,
-            rope_yarn: None,
-            softcaps: None,
+            ..Self::tiny(seed)
         }
     }
 
@@ -87,21 +78,15 @@ impl SyntheticSpec {
             n_head_kv: 1,
             vocab_size: 262_144,
             context_length: 32_768,
-            seed,
-            rope_freq_factors: None,
             arch: Architecture::Gemma3,
             head_dim: Some(256),
             sliding_window: Some(512),
-            rope_base: ROPE_BASE,
-            rope_linear_factor: None,
-            long_rope: None,
-            rope_attn_factor: None,
-            rope_yarn: None,
-            softcaps: None,
+            ..Self::tiny(seed)
         }
     }
 
-    /// A model small enough to build in a unit test (2 layers, width 64).
+    /// A model small enough to build in a unit test (2 layers, width 64): also every field's default (no RoPE
+    /// scaling or factors, no window, `n_embd / n_head`-wide heads) for the other shapes.
     pub fn tiny(seed: u64) -> Self {
         SyntheticSpec {
             n_layer: 2,
@@ -159,17 +144,10 @@ impl SyntheticSpec {
             n_head_kv: 1,
             vocab_size: 512,
             context_length: 256,
-            seed,
-            rope_freq_factors: None,
             arch: Architecture::Gemma3,
             head_dim: Some(64),
             sliding_window: Some(8),
-            rope_base: ROPE_BASE,
-            rope_linear_factor: None,
-            long_rope: None,
-            rope_attn_factor: None,
-            rope_yarn: None,
-            softcaps: None,
+            ..Self::tiny(seed)
         }
     }
 

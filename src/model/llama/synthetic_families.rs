@@ -2,7 +2,7 @@
 //! family's real layer shapes with fewer layers and a 512-token vocabulary, so that llama.cpp and ember can be
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
-use super::config::Architecture;
+use super::architecture::Architecture;
 use super::rope_scaling::LongRope;
 use super::synthetic::SyntheticSpec;
 
