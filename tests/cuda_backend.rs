@@ -214,13 +214,23 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
 
 /// Qwen 2's q/k/v biases (`add_bias`), Qwen 3's head norms and wide heads, Phi-3's fused projections (taken
 /// apart at upload) and LongRoPE attention factor: one layer of each family's shapes; SmolLM3's four, the fourth
-/// without RoPE.
+/// without RoPE; Gemma 2's two (soft-capped scores and logits, a windowed layer), Granite's multipliers (scaled
+/// residual branches, `finish_logits`), and Gemma 2 27B's 46 layers (its attention scale).
 #[test]
 fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
         return;
     }
-    for (family, layers) in [("qwen2.5-0.5b", 1), ("qwen3-0.6b", 1), ("phi3.5-mini", 1), ("smollm3-3b", 4)] {
+    let families = [
+        ("qwen2.5-0.5b", 1),
+        ("qwen3-0.6b", 1),
+        ("phi3.5-mini", 1),
+        ("smollm3-3b", 4),
+        ("gemma2-2b", 2),
+        ("granite3.1-2b", 1),
+        ("gemma2-27b-scale", 46),
+    ];
+    for (family, layers) in families {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();
         gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
     }

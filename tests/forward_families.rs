@@ -18,6 +18,11 @@
 //! - `smollm3` (four of SmolLM3 3B's layers): the fourth without RoPE.
 //! - `gemma2` (Gemma 2 2B's layers, windows of 8): every other layer windowed with its own RoPE base, attention
 //!   scores and logits soft-capped (caps of 2 and 10, so that they bite on random weights).
+//! - `granite` (Granite 3.1 2B's layers): embeddings ×12, residual branches ×0.22, query·key products ×1/64, logits
+//!   ÷8.
+//! - `gemma2-27b` and `gemma3-27b`: Gemma 2 27B's and Gemma 3 27B's layer counts (46 and 62), by which llama.cpp
+//!   gives them the attention scale 1/√(n_embd / n_head), at small widths where that differs from 1/√head_dim;
+//!   F16 matrices, so that 8-bit activations do not drift apart over so many layers.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -45,11 +50,16 @@ const CONFIDENT_MARGIN: f32 = 0.2;
 /// 0.051, mean 0.043 (9 of 9); gemma3-linear max 0.134, mean 0.096 (8 of 8); phi3 max 0.076, mean 0.056 (8 of 8);
 /// phi3-long max 0.049, mean 0.041 (5 of 5); qwen3-yarn max 0.082, mean 0.062 (8 of 8); smollm3 max 0.081, mean
 /// 0.066 (7 of 7; rotating its fourth layer fails both bounds: 0.35, 0.18); gemma2 max 0.137, mean 0.107 (16 of
-/// 16; without the score cap 0.61 / 0.36, without the logit cap 68.5 / 59.5, without windows 2.2 / 0.91). Ignoring the attention
+/// 16; without the score cap 0.61 / 0.36, without the logit cap 68.5 / 59.5, without windows 2.2 / 0.91); granite max
+/// 0.006, mean 0.004 (16 of 16; without its embedding scale the argmax fails, without the residual scale 3.2 / 2.9,
+/// with 1/√64 for its attention scale 0.22 / 0.14, without the logit divisor 31 / 29); gemma2-27b max 0.113, mean
+/// 0.097 (12 of 12), gemma3-27b max 0.182, mean 0.108 (11 of 11), the same on every kernel path (F16 matrices; with
+/// 1/√head_dim both fail the argmax). Ignoring the attention
 /// factor, or the short factors where the long ones apply, fails phi3's checks; YaRN without its ramp (linear) or
 /// without its magnitude correction fails qwen3-yarn's. Leaving out qwen2's biases or qwen3's
 /// head norms fails the argmax check at a confident position; ignoring the linear scaling fails both bounds (0.34,
-/// 0.18), scaling the windowed layers too fails the argmax. The bounds leave 1.3–2.5× room.
+/// 0.18), scaling the windowed layers too fails the argmax. The bounds leave 1.3–2.5× room (1.1× for gemma3-27b, whose
+/// difference is deterministic: the same file and the same F16 arithmetic on every path).
 const MAX_LOGIT_DIFF: f32 = 0.2;
 const MAX_MEAN_LOGIT_DIFF: f32 = 0.12;
 
@@ -170,4 +180,19 @@ fn smollm3_layers_without_rope_match_llama_cpp() {
 #[test]
 fn gemma2_soft_caps_and_alternating_windows_match_llama_cpp() {
     check("gemma2");
+}
+
+#[test]
+fn granite_multipliers_match_llama_cpp() {
+    check("granite");
+}
+
+#[test]
+fn gemma2_27b_attention_scale_matches_llama_cpp() {
+    check("gemma2-27b");
+}
+
+#[test]
+fn gemma3_27b_attention_scale_matches_llama_cpp() {
+    check("gemma3-27b");
 }

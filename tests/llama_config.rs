@@ -180,7 +180,7 @@ fn phi3_files_fuse_projections_and_carry_long_rope_factors() {
 }
 
 /// Gemma 2: every other layer windowed (llama.cpp's defaults: a window of 4096, a period of 2), soft caps read
-/// with llama.cpp's defaults (50 and 30) and refused when not positive; 27B's other attention scale refused.
+/// with llama.cpp's defaults (50 and 30) and refused when not positive.
 #[test]
 fn gemma2_windows_and_soft_caps_are_read_as_llama_cpp_reads_them() {
     let spec = SyntheticSpec::family("gemma2-2b", 1, 4).unwrap();
@@ -202,8 +202,77 @@ fn gemma2_windows_and_soft_caps_are_read_as_llama_cpp_reads_them() {
     let r =
         config_of(spec.writer_with_byte_vocabulary().set_metadata("gemma2.final_logit_softcapping", Value::F32(0.0)));
     assert_eq!(invalid_key(r), "gemma2.final_logit_softcapping");
-    // One layer's tensors: the layer count is refused before the tensors are checked.
-    let w = spec.writer_with_byte_vocabulary().set_metadata("gemma2.block_count", Value::U32(46));
-    assert!(matches!(config_of(w), Err(ModelConfigError::UnsupportedArchitecture(a)) if a.contains("27B")));
     assert_eq!(config_of(tiny()).unwrap().attn_softcap, None, "only gemma2 caps");
+}
+
+/// Gemma 3 caps its logits only when its file says so (llama.cpp reads the key, with no default), never its scores.
+#[test]
+fn gemma3_caps_its_logits_only_when_the_file_has_the_key() {
+    let w = || SyntheticSpec::tiny_gemma3(1).writer_with_byte_vocabulary();
+    assert_eq!(config_of(w()).unwrap().final_softcap, None);
+    let c = config_of(w().metadata("gemma3.final_logit_softcapping", Value::F32(30.0))).unwrap();
+    assert_eq!((c.attn_softcap, c.final_softcap), (None, Some(30.0)));
+    let zero = config_of(w().metadata("gemma3.final_logit_softcapping", Value::F32(0.0))).unwrap();
+    assert_eq!(zero.final_softcap, None, "0 is no cap");
+}
+
+/// The attention scale: 1/√head_dim, but 1/√(n_embd / n_head) for Gemma 2 27B and Gemma 3 27B, which llama.cpp
+/// knows by their layer counts (46 and 62) alone.
+#[test]
+fn gemma_27b_layer_counts_take_their_attention_scale() {
+    for (family, layers_27b) in [("gemma2-27b-scale", 46), ("gemma3-27b-scale", 62)] {
+        let of = |layers| config_of(SyntheticSpec::family(family, 1, layers).unwrap().writer()).unwrap();
+        // 512 wide with 4 heads of 64.
+        assert_eq!(of(layers_27b).attention_scale, 1.0 / 128f32.sqrt(), "{family}");
+        assert_eq!(of(2).attention_scale, 1.0 / 8.0, "{family} with 2 layers");
+    }
+    assert_eq!(config_of(tiny()).unwrap().attention_scale, 0.25, "llama: heads of 16");
+}
+
+/// Granite's four multipliers, read as llama.cpp reads them: the logit scale required and positive, the others
+/// optional, 0 meaning none; any negative or non-finite one refused by name. No other architecture reads them.
+#[test]
+fn granite_multipliers_are_read_as_llama_cpp_reads_them() {
+    let spec = SyntheticSpec::family("granite3.1-2b", 1, 1).unwrap();
+    let w = || spec.writer_with_byte_vocabulary();
+    let c = config_of(w()).unwrap();
+    assert_eq!(
+        (c.embed_scale, c.residual_scale, c.attention_scale, c.logit_scale),
+        (Some(12.0), Some(0.22), 0.015_625, Some(8.0))
+    );
+    let c = config_of(
+        w().set_metadata("granite.embedding_scale", Value::F32(0.0))
+            .without_metadata("granite.residual_scale")
+            .set_metadata("granite.attention.scale", Value::F32(0.0)),
+    )
+    .unwrap();
+    assert_eq!((c.embed_scale, c.residual_scale, c.attention_scale), (None, None, 0.125));
+    assert!(matches!(
+        config_of(w().without_metadata("granite.logit_scale")),
+        Err(ModelConfigError::Gguf(GgufError::MissingKey { key })) if key == "granite.logit_scale"
+    ));
+    assert_eq!(invalid_key(config_of(w().set_metadata("granite.logit_scale", Value::F32(0.0)))), "granite.logit_scale");
+    assert_eq!(
+        invalid_key(config_of(w().set_metadata("granite.residual_scale", Value::F32(-0.5)))),
+        "granite.residual_scale"
+    );
+    assert_eq!(
+        invalid_key(config_of(w().set_metadata("granite.attention.scale", Value::F32(f32::NAN)))),
+        "granite.attention.scale"
+    );
+    let llama = config_of(tiny().metadata("llama.logit_scale", Value::F32(8.0))).unwrap();
+    assert_eq!((llama.logit_scale, llama.residual_scale, llama.embed_scale), (None, None, None));
+}
+
+/// A bias the forward pass would not add is refused by name rather than silently left out.
+#[test]
+fn biases_the_blocks_do_not_have_are_refused() {
+    for bias in ["attn_output.bias", "ffn_down.bias", "ffn_up.bias", "attn_q.bias"] {
+        let name = format!("blk.0.{bias}");
+        let r = config_of(tiny().tensor_f32(&name, &[64], &[0.0; 64]));
+        match r {
+            Err(ModelConfigError::Invalid { detail, .. }) => assert!(detail.contains(&name), "{detail}"),
+            other => panic!("{bias}: expected a refusal, got {other:?}"),
+        }
+    }
 }

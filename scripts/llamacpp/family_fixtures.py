@@ -19,12 +19,14 @@ CACHE = os.path.join(ROOT, ".cache", "llamacpp")
 OUT = os.path.join(ROOT, "tests", "fixtures", "families")
 IDS = [1, 17, 300, 42, 5, 99, 123, 7, 256, 8, 64, 3, 400, 12, 77, 200]
 # (fixture, family, seed, layers): Mistral Nemo's layers are 5120 wide, so one; the tiny Gemma needs its seventh
-# layer, the global one that linear scaling changes; SmolLM3 its fourth, the first without RoPE.
+# layer, the global one that linear scaling changes; SmolLM3 its fourth, the first without RoPE; Gemma 2 27B and
+# Gemma 3 27B all of theirs (46 and 62), the counts by which llama.cpp picks their attention scale.
 FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("llama3", "llama3.2-1b", 3, 2),
             ("mistral", "mistral-nemo", 4, 1), ("gemma3-linear", "gemma3-tiny-linear8", 5, 7),
             ("phi3", "phi3.5-mini", 6, 2), ("phi3-long", "phi3.5-mini-long", 7, 1),
             ("qwen3-yarn", "qwen3-0.6b-yarn4", 8, 2), ("smollm3", "smollm3-3b", 9, 4),
-            ("gemma2", "gemma2-2b", 10, 2)]
+            ("gemma2", "gemma2-2b", 10, 2), ("granite", "granite3.1-2b", 11, 2),
+            ("gemma2-27b", "gemma2-27b-scale", 12, 46), ("gemma3-27b", "gemma3-27b-scale", 13, 62)]
 
 
 def main():

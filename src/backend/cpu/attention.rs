@@ -201,7 +201,7 @@ pub fn attention_layer(
     let layer_kv = cache.layer(layer);
     let cache = &*cache;
     let q = io.q;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = config.attention_scale;
     pool.run(n_tasks, &|task| {
         let Some((kv_head, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;

@@ -364,6 +364,12 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         kernels.add_assign(&mut sum[..n], &tmp[..n]);
     }
 
+    fn add_scaled(&mut self, src: Buf, factor: f32, dst: Buf) {
+        let n = self.step.n_tokens() * self.width(dst);
+        let [sum, branch] = self.bufs.get_disjoint_mut([buf_index(dst), buf_index(src)]).expect("distinct buffers");
+        sum[..n].iter_mut().zip(&branch[..n]).for_each(|(s, b)| *s += factor * b);
+    }
+
     fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf) {
         let (d, t, eps) = (self.config.n_embd, self.step.n_tokens(), self.config.rms_eps);
         let w = self.weights.norm(weight);
@@ -433,6 +439,10 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         let output = self.weights.output();
         let act = self.activations(n_rows, d);
         parallel_matmul(&self.pool, self.kernels, act, n_rows, &mut [MatmulJob { weights: output, out }]);
+        if let Some(divisor) = self.config.logit_scale {
+            let factor = 1.0 / divisor;
+            out.iter_mut().for_each(|x| *x *= factor);
+        }
         if let Some(cap) = self.config.final_softcap {
             out.iter_mut().for_each(|x| *x = soft_cap(*x, cap));
         }

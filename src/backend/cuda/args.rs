@@ -118,7 +118,7 @@ pub struct AttentionArgs {
     pub(super) block_size: i32,
     pub(super) scale: f32,
     pub(super) window: i32,
-    pub(super) pad: i32,
+    pub(super) softcap: f32,
 }
 
 /// `struct Gated` of elementwise.cu.
@@ -139,6 +139,27 @@ pub struct AddBiasArgs {
     pub(super) bias: u64,
     pub(super) n: i32,
     pub(super) width: i32,
+}
+
+/// `struct AddScaled` of elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AddScaledArgs {
+    pub(super) dst: u64,
+    pub(super) src: u64,
+    pub(super) n: i32,
+    pub(super) factor: f32,
+}
+
+/// `struct FinishLogits` of elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FinishLogitsArgs {
+    pub(super) x: u64,
+    pub(super) n: i32,
+    pub(super) factor: f32,
+    pub(super) cap: f32,
+    pub(super) pad: i32,
 }
 
 /// `struct TopK` of top_k.cu.
@@ -164,9 +185,11 @@ const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
 const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 88);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
+const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
+const _: () = assert!(std::mem::size_of::<FinishLogitsArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
 
-// SAFETY (all ten): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// SAFETY (all twelve): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
 // sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
 unsafe impl DeviceRepr for EmbedArgs {}
 unsafe impl DeviceRepr for RmsNormArgs {}
@@ -177,6 +200,8 @@ unsafe impl DeviceRepr for RopeStoreArgs {}
 unsafe impl DeviceRepr for AttentionArgs {}
 unsafe impl DeviceRepr for GatedArgs {}
 unsafe impl DeviceRepr for AddBiasArgs {}
+unsafe impl DeviceRepr for AddScaledArgs {}
+unsafe impl DeviceRepr for FinishLogitsArgs {}
 unsafe impl DeviceRepr for TopKArgs {}
 
 #[cfg(test)]
@@ -262,11 +287,13 @@ mod tests {
                 block_size,
                 scale,
                 window,
-                pad
+                softcap
             ]
         );
         mirrors!(GatedArgs, "Gated", [gate, up, n, act]);
         mirrors!(AddBiasArgs, "AddBias", [x, bias, n, width]);
+        mirrors!(AddScaledArgs, "AddScaled", [dst, src, n, factor]);
+        mirrors!(FinishLogitsArgs, "FinishLogits", [x, n, factor, cap, pad]);
         mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
     }
 }

@@ -302,12 +302,6 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
-    if config.attn_softcap.is_some() || config.final_softcap.is_some() {
-        return Err(CudaBackendError::Unsupported(format!(
-            "the {} architecture's soft-capping is not implemented on CUDA yet",
-            config.arch.name()
-        )));
-    }
     if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
         return Err(CudaBackendError::Unsupported(format!(
             "widths {} and {} must be multiples of {QK}",
@@ -356,6 +350,10 @@ impl LlamaBackend for CudaBackend {
 
     fn add_bias(&mut self, dst: Buf, bias: Bias) {
         self.record(Op::AddBias { dst, bias });
+    }
+
+    fn add_scaled(&mut self, src: Buf, factor: f32, dst: Buf) {
+        self.record(Op::AddScaled { src, dst, factor_bits: factor.to_bits() });
     }
 
     fn matmul_add(&mut self, src: Buf, weight: Weight, dst: Buf) {

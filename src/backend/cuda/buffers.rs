@@ -52,12 +52,19 @@ fn index(b: Buf) -> usize {
     }
 }
 
+/// The row width of activation buffer `b` (queries and attention outputs are q_dim wide: n_embd for llama,
+/// wider for Gemma 3's heads).
+pub fn width(config: &LlamaConfig, b: Buf) -> usize {
+    let (d, q, kv, ff) = (config.n_embd, config.q_dim(), config.kv_dim(), config.n_ff);
+    [d, d, q, kv, kv, q, ff, ff][index(b)]
+}
+
 impl Buffers {
     pub fn new(stream: &Arc<CudaStream>, config: &LlamaConfig, max_tokens: usize) -> Result<Self, CudaBackendError> {
         let alloc = |n: usize| -> Result<CudaSlice<f32>, CudaBackendError> {
             stream.alloc_zeros(n).map_err(CudaBackendError::driver("allocating activation buffers"))
         };
-        let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
+        let d = config.n_embd;
         let half = config.rope_dim / 2;
         let rope = (0..config.rope_bases.len())
             .map(|base| {
@@ -70,10 +77,8 @@ impl Buffers {
                 })
             })
             .collect::<Result<Vec<_>, CudaBackendError>>()?;
-        // Queries and attention outputs are q_dim wide (n_embd for llama; Gemma 3's heads are wider).
-        let q = config.q_dim();
-        let widths = [d, d, q, kv, kv, q, ff, ff];
-        let [x, xn, q, k, v, att, gate, up] = widths.map(|w| alloc(max_tokens * w));
+        let [x, xn, q, k, v, att, gate, up] = [Buf::X, Buf::Xn, Buf::Q, Buf::K, Buf::V, Buf::Att, Buf::Gate, Buf::Up]
+            .map(|b| alloc(max_tokens * width(config, b)));
         Ok(Buffers {
             activations: [x?, xn?, q?, k?, v?, att?, gate?, up?],
             logits_input: alloc(max_tokens * d)?,

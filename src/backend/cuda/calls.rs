@@ -355,6 +355,10 @@ pub struct AttentionCall<'a> {
     pub block_size: usize,
     pub n_tokens: usize,
     pub window: Option<usize>,
+    /// What multiplies each query·key product (`LlamaConfig::attention_scale`).
+    pub scale: f32,
+    /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
+    pub softcap: Option<f32>,
 }
 
 impl AttentionCall<'_> {
@@ -375,13 +379,13 @@ impl AttentionCall<'_> {
             n_head_kv: int(s.n_head_kv, "KV heads")?,
             head_dim: int(s.head_dim, "the head width")?,
             block_size: int(self.block_size, "the block size")?,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
+            scale: self.scale,
             window: match self.window {
                 Some(0) => return Err(internal("a window of no positions".into())),
                 Some(w) => int(w, "the window")?,
                 None => 0,
             },
-            pad: 0,
+            softcap: positive_or_none(self.softcap, "the attention soft cap")?,
         };
         let kv_heads = u32::try_from(s.n_head_kv).map_err(|_| internal("too many KV heads".into()))?;
         Ok((args, config((blocks(n, 1)?, kv_heads), ATT_THREADS)))
@@ -426,6 +430,60 @@ impl AddBiasCall<'_> {
             width: int(self.width, "the bias width")?,
         };
         Ok((args, config((blocks(n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
+    }
+}
+
+/// `dst += factor · src` over `n` elements (`LlamaConfig::residual_scale`).
+pub struct AddScaledCall<'a> {
+    pub dst: DeviceArray<'a, f32>,
+    pub src: DeviceArray<'a, f32>,
+    pub n: usize,
+    pub factor: f32,
+}
+
+impl AddScaledCall<'_> {
+    pub fn args(&self) -> Result<(AddScaledArgs, LaunchConfig), CudaBackendError> {
+        let args = AddScaledArgs {
+            dst: self.dst.covering(self.n, "the residual stream")?,
+            src: self.src.covering(self.n, "the scaled branch")?,
+            n: int(self.n, "elements")?,
+            factor: self.factor,
+        };
+        Ok((args, config((blocks(self.n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
+    }
+}
+
+/// The logits, in place: times `1 / logit_scale`, then soft-capped (`LlamaConfig::logit_scale`, `final_softcap`).
+pub struct FinishLogitsCall<'a> {
+    pub logits: DeviceArray<'a, f32>,
+    pub n: usize,
+    pub logit_scale: Option<f32>,
+    pub softcap: Option<f32>,
+}
+
+impl FinishLogitsCall<'_> {
+    pub fn args(&self) -> Result<(FinishLogitsArgs, LaunchConfig), CudaBackendError> {
+        let args = FinishLogitsArgs {
+            x: self.logits.covering(self.n, "the logits")?,
+            n: int(self.n, "logits")?,
+            factor: match self.logit_scale {
+                None => 1.0,
+                scale => 1.0 / positive_or_none(scale, "the logit scale")?,
+            },
+            cap: positive_or_none(self.softcap, "the final soft cap")?,
+            pad: 0,
+        };
+        Ok((args, config((blocks(self.n, ELEMENTWISE_THREADS as usize)?, 1), ELEMENTWISE_THREADS)))
+    }
+}
+
+/// A kernel's optional positive parameter: its value, or 0 (the kernels' "none"); an internal error for a value
+/// that is not positive and finite (the config's reader refuses those).
+fn positive_or_none(value: Option<f32>, what: &str) -> Result<f32, CudaBackendError> {
+    match value {
+        None => Ok(0.0),
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Some(v) => Err(internal(format!("{what} {v} is not positive"))),
     }
 }
 

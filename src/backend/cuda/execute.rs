@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::buffers::Buffers;
+use super::buffers::{self, Buffers};
 use super::calls::*;
 use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
@@ -133,10 +133,21 @@ impl StepRun<'_> {
                     block_size: self.cache.block_size(),
                     n_tokens: self.rows,
                     window: self.config.layers[layer].window,
+                    scale: self.config.attention_scale,
+                    softcap: self.config.attn_softcap,
                 },
             ),
             Launch::Gated => self.gated_activation(),
             Launch::AddBias { dst, bias } => self.add_bias(dst, bias),
+            Launch::AddScaled { src, dst, factor_bits } => k.add_scaled(
+                s,
+                &AddScaledCall {
+                    dst: self.activation(dst),
+                    src: self.activation(src),
+                    n: self.rows * buffers::width(self.config, dst),
+                    factor: f32::from_bits(factor_bits),
+                },
+            ),
         }
     }
 
@@ -307,10 +318,16 @@ impl StepRun<'_> {
             let outputs = [(output, logits)];
             let call =
                 ProjectSmallCall { outputs: &outputs, x: input, n_tokens: rows, norm: None, add: false, gated: None };
-            self.kernels.project_small(s, &call)
+            self.kernels.project_small(s, &call)?;
         } else {
             let call = MatmulCall { matrix: output, x: input, y: logits, n_tokens: rows, add: false };
-            self.kernels.matmul(s, &call)
+            self.kernels.matmul(s, &call)?;
         }
+        let (logit_scale, softcap) = (self.config.logit_scale, self.config.final_softcap);
+        if logit_scale.is_some() || softcap.is_some() {
+            let call = FinishLogitsCall { logits, n: rows * self.config.vocab_size, logit_scale, softcap };
+            self.kernels.finish_logits(s, &call)?;
+        }
+        Ok(())
     }
 }

@@ -22,15 +22,27 @@ pub struct Kernels {
     attention: CudaFunction,
     gated_activation: CudaFunction,
     add_bias: CudaFunction,
+    add_scaled: CudaFunction,
+    finish_logits: CudaFunction,
     top_k: CudaFunction,
 }
 
+/// The kernels that are not compiled per weight type.
+const SHARED_KERNELS: [&str; 9] = [
+    "rms_norm",
+    "rope_table",
+    "rope_store",
+    "attention",
+    "gated_activation",
+    "add_bias",
+    "add_scaled",
+    "finish_logits",
+    "top_k",
+];
+
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
 pub fn kernel_names() -> Vec<String> {
-    let mut names: Vec<String> =
-        ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "add_bias", "top_k"]
-            .map(String::from)
-            .into();
+    let mut names: Vec<String> = SHARED_KERNELS.map(String::from).into();
     for t in PackedType::ALL.map(PackedType::kernel_suffix) {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
@@ -71,6 +83,8 @@ impl Kernels {
             attention: module.function("attention")?,
             gated_activation: module.function("gated_activation")?,
             add_bias: module.function("add_bias")?,
+            add_scaled: module.function("add_scaled")?,
+            finish_logits: module.function("finish_logits")?,
             top_k: module.function("top_k")?,
         })
     }
@@ -122,6 +136,16 @@ impl Kernels {
         launch(stream, &self.add_bias, &args, cfg)
     }
 
+    pub fn add_scaled(&self, stream: &CudaStream, call: &AddScaledCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.add_scaled, &args, cfg)
+    }
+
+    pub fn finish_logits(&self, stream: &CudaStream, call: &FinishLogitsCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.finish_logits, &args, cfg)
+    }
+
     pub fn top_k(&self, stream: &CudaStream, call: &TopKCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
         launch(stream, &self.top_k, &args, cfg)
@@ -162,7 +186,7 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        assert_eq!(kernel_names().len(), 7 + PackedType::ALL.len() * 6);
+        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 6);
         // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
         // the compiled PTX); here, that its list is ours, in our order.
         let list: String = PackedType::ALL
@@ -175,7 +199,7 @@ mod tests {
             let number = format!("#define TYPE_{} {}", t.kernel_suffix().to_uppercase(), t as usize);
             assert!(source.contains(&number), "common.cuh lacks {number:?}");
         }
-        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "add_bias", "top_k"] {
+        for name in SHARED_KERNELS {
             assert!(source.contains(&format!(" {name}(const ")), "kernel {name} is not defined in the sources");
         }
     }

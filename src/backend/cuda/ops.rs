@@ -11,7 +11,8 @@
 //!   residual branch) is a norm that adds into its output, never fused;
 //! - `HeadNorms(l)` (q/k norms) normalizes the heads of `Q` and `K` in place, one launch each;
 //! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention;
-//! - `AddBias` (Qwen 2's q/k/v biases) is one launch each, after the projections.
+//! - `AddBias` (Qwen 2's q/k/v biases) is one launch each, after the projections;
+//! - `AddScaled` (Granite's scaled residual branch) is one launch, after the projection into `Xn`.
 //!
 //! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
 //! operations mean, only how many launches they take.
@@ -45,15 +46,45 @@ impl Outputs {
 /// A recorded `LlamaBackend` operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    Embed { dst: Buf },
-    RmsNorm { src: Buf, weight: Norm, dst: Buf },
-    Matmul { src: Buf, outputs: Outputs },
-    MatmulAdd { src: Buf, weight: Weight, dst: Buf },
-    RmsNormAdd { src: Buf, weight: Norm, dst: Buf },
-    HeadNorms { layer: usize },
-    Attention { layer: usize },
+    Embed {
+        dst: Buf,
+    },
+    RmsNorm {
+        src: Buf,
+        weight: Norm,
+        dst: Buf,
+    },
+    Matmul {
+        src: Buf,
+        outputs: Outputs,
+    },
+    MatmulAdd {
+        src: Buf,
+        weight: Weight,
+        dst: Buf,
+    },
+    RmsNormAdd {
+        src: Buf,
+        weight: Norm,
+        dst: Buf,
+    },
+    HeadNorms {
+        layer: usize,
+    },
+    Attention {
+        layer: usize,
+    },
     Gated,
-    AddBias { dst: Buf, bias: Bias },
+    AddBias {
+        dst: Buf,
+        bias: Bias,
+    },
+    /// `dst += factor · src`; the factor as its bits (`f32::to_bits`), so that ops compare exactly.
+    AddScaled {
+        src: Buf,
+        dst: Buf,
+        factor_bits: u32,
+    },
 }
 
 /// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
@@ -106,6 +137,12 @@ pub enum Launch {
         dst: Buf,
         bias: Bias,
     },
+    /// `dst += factor · src` (Granite's residual scale), the factor as `f32` bits.
+    AddScaled {
+        src: Buf,
+        dst: Buf,
+        factor_bits: u32,
+    },
 }
 
 /// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
@@ -136,6 +173,7 @@ pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
             Op::Embed { dst } => (Launch::Embed { dst }, 1),
             Op::Gated => (Launch::Gated, 1),
             Op::AddBias { dst, bias } => (Launch::AddBias { dst, bias }, 1),
+            Op::AddScaled { src, dst, factor_bits } => (Launch::AddScaled { src, dst, factor_bits }, 1),
         };
         out.push(launch);
         i += used;
@@ -310,5 +348,33 @@ mod tests {
         assert!(matches!(launches[0], Launch::Project { src: Buf::X, norm: Some(_), .. }));
         assert_eq!(launches[1..4], biases.map(|(dst, bias)| Launch::AddBias { dst, bias }));
         assert_eq!(launches[4..6], [Launch::RopeStore { layer: l }, Launch::Attention { layer: l }]);
+    }
+
+    /// Granite's scaled residual branches: the projection into `Xn`, then one `add_scaled` launch with the factor's
+    /// exact bits.
+    #[test]
+    fn a_granite_layer_adds_its_scaled_branches_after_the_projections() {
+        let factor_bits = 0.22f32.to_bits();
+        let mut ops = layer_ops(1);
+        let branch = |src, weight| {
+            [
+                Op::Matmul { src, outputs: Outputs::new(&[(weight, Buf::Xn)]) },
+                Op::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits },
+            ]
+        };
+        ops.splice(3..4, branch(Buf::Att, Weight::AttnOutput(1)));
+        let last = ops.len() - 1;
+        ops.splice(last.., branch(Buf::Gate, Weight::FfnDown(1)));
+        let mut launches = Vec::new();
+        plan(&ops, true, &mut launches);
+        let scaled = Launch::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits };
+        let positions: Vec<usize> = (0..launches.len()).filter(|&i| launches[i] == scaled).collect();
+        assert_eq!(positions.len(), 2, "{launches:?}");
+        for i in positions {
+            assert!(
+                matches!(launches[i - 1], Launch::Project { outputs, add: false, .. } if outputs.writes(Buf::Xn)),
+                "{launches:?}"
+            );
+        }
     }
 }

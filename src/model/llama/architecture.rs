@@ -18,6 +18,9 @@
 //!   ones) attending to a sliding window and turning by `rope.freq_base_swa` (the same base when absent);
 //!   attention scores and the final logits soft-capped
 //!   (`c · tanh(x / c)`).
+//! - `granite` (IBM Granite 3.x dense; `src/models/granite.cpp`): llama's blocks with four constant multipliers
+//!   (`multipliers.rs`): of the embeddings, of each block output before its residual add, of the query·key
+//!   products, and a divisor of the logits.
 
 use super::rope_scaling::RopeScalingKeys;
 
@@ -31,6 +34,7 @@ pub enum Architecture {
     Phi3,
     SmolLm3,
     Gemma2,
+    Granite,
 }
 
 /// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
@@ -50,7 +54,7 @@ pub struct ArchTraits {
 
 impl Architecture {
     /// Every architecture ember runs.
-    pub const ALL: [Architecture; 7] = [
+    pub const ALL: [Architecture; 8] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -58,6 +62,7 @@ impl Architecture {
         Architecture::Phi3,
         Architecture::SmolLm3,
         Architecture::Gemma2,
+        Architecture::Granite,
     ];
 
     /// The `general.architecture` value, also the prefix of its metadata keys.
@@ -70,6 +75,7 @@ impl Architecture {
             Architecture::Phi3 => "phi3",
             Architecture::SmolLm3 => "smollm3",
             Architecture::Gemma2 => "gemma2",
+            Architecture::Granite => "granite",
         }
     }
 
@@ -82,6 +88,7 @@ impl Architecture {
             Architecture::Phi3 => &PHI3_KEYS,
             Architecture::SmolLm3 => &SMOLLM3_KEYS,
             Architecture::Gemma2 => &GEMMA2_KEYS,
+            Architecture::Granite => &GRANITE_KEYS,
         }
     }
 
@@ -114,6 +121,8 @@ impl Architecture {
             Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
             // Its layer pattern (every fourth without RoPE) is in `from_gguf`.
             Architecture::SmolLm3 => llama,
+            // Its multipliers are in `multipliers.rs`.
+            Architecture::Granite => llama,
         }
     }
 }
@@ -137,6 +146,10 @@ pub(super) struct Keys {
     pub(super) sliding_window_pattern: &'static str,
     pub(super) attn_softcap: &'static str,
     pub(super) final_softcap: &'static str,
+    pub(super) attention_scale: &'static str,
+    pub(super) embedding_scale: &'static str,
+    pub(super) residual_scale: &'static str,
+    pub(super) logit_scale: &'static str,
     pub(super) rope_scaling: RopeScalingKeys,
 }
 
@@ -160,6 +173,10 @@ macro_rules! keys_of {
             sliding_window_pattern: concat!($arch, ".attention.sliding_window_pattern"),
             attn_softcap: concat!($arch, ".attn_logit_softcapping"),
             final_softcap: concat!($arch, ".final_logit_softcapping"),
+            attention_scale: concat!($arch, ".attention.scale"),
+            embedding_scale: concat!($arch, ".embedding_scale"),
+            residual_scale: concat!($arch, ".residual_scale"),
+            logit_scale: concat!($arch, ".logit_scale"),
             rope_scaling: RopeScalingKeys {
                 kind: concat!($arch, ".rope.scaling.type"),
                 factor: concat!($arch, ".rope.scaling.factor"),
@@ -177,6 +194,7 @@ static QWEN3_KEYS: Keys = keys_of!("qwen3");
 static PHI3_KEYS: Keys = keys_of!("phi3");
 static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
 static GEMMA2_KEYS: Keys = keys_of!("gemma2");
+static GRANITE_KEYS: Keys = keys_of!("granite");
 
 /// The gated activation of the feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,15 +17,13 @@ use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
 use super::architecture::{Architecture, FfnActivation};
 use super::forward::Weight;
+use super::multipliers::{self, Widths};
 use super::rope_scaling::{self, LongRope, Yarn};
 
 /// Llama 3's RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
 /// The fused query/key/value projection of a layer.
 const FUSED_QKV: &str = "attn_qkv.weight";
-
-/// Gemma 2 27B's layer count, by which llama.cpp recognizes its other attention scale.
-const GEMMA2_27B_LAYERS: usize = 46;
 
 /// SmolLM3's layer pattern (llama.cpp's `n_no_rope_layer_step`): layer `l` skips RoPE when `(l + 1) mod 4 == 0`.
 const SMOLLM3_NO_ROPE_PERIOD: usize = 4;
@@ -83,8 +81,16 @@ pub struct LlamaConfig {
     pub layers: Vec<LayerAttention>,
     /// RoPE rotates dimension `i` with `i + rope_dim / 2` (NEOX, Gemma) rather than `2i` with `2i + 1` (llama).
     pub rope_neox: bool,
-    /// Embeddings are multiplied by this after the lookup (Gemma: √n_embd).
+    /// Embeddings are multiplied by this after the lookup (Gemma: √n_embd; Granite's `embedding_scale`).
     pub embed_scale: Option<f32>,
+    /// What multiplies each query·key product before the softmax (`multipliers.rs`: 1/√head_dim unless the
+    /// architecture says otherwise).
+    pub attention_scale: f32,
+    /// Each attention and FFN output is multiplied by this before its residual add (Granite's `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// The logits are divided by this (Granite's `logit_scale`; as in llama.cpp, multiplied by its reciprocal),
+    /// before any soft cap.
+    pub logit_scale: Option<f32>,
     /// Each query and key head is RMS-normalized (with `attn_q_norm` / `attn_k_norm`) before RoPE.
     pub qk_norm: bool,
     /// The attention and FFN outputs are RMS-normalized (`post_attention_norm`, `post_ffw_norm`) before their
@@ -92,7 +98,7 @@ pub struct LlamaConfig {
     pub post_norms: bool,
     /// The query, key and value projections add a bias (`attn_q.bias`, `attn_k.bias`, `attn_v.bias`).
     pub qkv_bias: bool,
-    /// Attention scores (after the 1/√head_dim scale) become `c · tanh(score / c)` before the softmax (Gemma 2).
+    /// Attention scores (after `attention_scale`) become `c · tanh(score / c)` before the softmax (Gemma 2).
     pub attn_softcap: Option<f32>,
     /// The logits become `c · tanh(logit / c)` (Gemma 2).
     pub final_softcap: Option<f32>,
@@ -170,6 +176,21 @@ impl From<GgufError> for ModelConfigError {
 const MAX_DIM: u32 = 1 << 20;
 const MAX_LAYERS: u32 = 4096;
 
+/// Refuses a file whose layers carry biases the forward pass would not add (`attn_output.bias`, the FFN's, or
+/// q/k/v biases outside `qkv_bias`): running without them would be silently wrong.
+fn refuse_unused_biases(file: &GgufFile, qkv_bias: bool) -> Result<(), ModelConfigError> {
+    let qkv = ["attn_q.bias", "attn_k.bias", "attn_v.bias"];
+    let others = ["attn_qkv.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"];
+    let unused = others.iter().chain(qkv.iter().filter(|_| !qkv_bias));
+    match unused.map(|s| LlamaConfig::layer_tensor(0, s)).find(|name| file.tensor_info(name).is_some()) {
+        Some(name) => Err(ModelConfigError::Invalid {
+            key: "general.architecture",
+            detail: format!("tensor {name:?}: this architecture's blocks have no such bias in ember"),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn positive(file: &GgufFile, key: &'static str, max: u32) -> Result<usize, ModelConfigError> {
     let v = file.u32(key)?;
     if v == 0 || v > max {
@@ -245,9 +266,11 @@ impl LlamaConfig {
         }
         let full = LayerAttention { rope: 0, window: None };
         let (rope_bases, layers) = match arch {
-            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Phi3 => {
-                (vec![Some(rope_base)], vec![full; n_layer])
-            }
+            Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Phi3
+            | Architecture::Granite => (vec![Some(rope_base)], vec![full; n_layer]),
             Architecture::Gemma3 => {
                 let window = match file.optional(k.sliding_window, GgufFile::u32)? {
                     Some(0) | None => None,
@@ -313,22 +336,23 @@ impl LlamaConfig {
         }
         let rope_freq_factors = rope_freq_factors.or_else(|| long_rope.as_ref().map(|l| l.short.clone()));
         let fused_qkv = file.tensor_info(&Self::layer_tensor(0, FUSED_QKV)).is_some();
-        if fused_qkv && file.tensor_info(&Self::layer_tensor(0, "attn_qkv.bias")).is_some() {
-            return Err(invalid(
-                k.block_count,
-                "a fused query/key/value bias (attn_qkv.bias) is not implemented".into(),
-            ));
-        }
-        if arch == Architecture::Gemma2 && n_layer == GEMMA2_27B_LAYERS {
-            // llama.cpp scales 27B's queries by 1/√(n_embd / n_head), not 1/√head_dim: not implemented.
-            return Err(ModelConfigError::UnsupportedArchitecture("gemma2 with 46 layers (Gemma 2 27B)".into()));
-        }
-        // Gemma 2's soft-capping, llama.cpp's defaults when the keys are absent (50 and 30).
-        let softcap = |key: &'static str, default: f32| -> Result<Option<f32>, ModelConfigError> {
-            if arch != Architecture::Gemma2 {
-                return Ok(None);
-            }
-            match file.optional(key, GgufFile::f32)?.unwrap_or(default) {
+        refuse_unused_biases(file, traits.qkv_bias)?;
+        let widths = Widths { n_layer, n_embd, n_head, head_dim };
+        let multipliers = multipliers::read(file, arch, k, widths)?;
+        // Soft caps as llama.cpp reads them: Gemma 2's both, 50 and 30 when absent; Gemma 3's final one only when
+        // its file has the key (0: none).
+        let softcap = |key: &'static str, gemma2_default: f32| -> Result<Option<f32>, ModelConfigError> {
+            let found = file.optional(key, GgufFile::f32)?;
+            let cap = match arch {
+                Architecture::Gemma2 => found.unwrap_or(gemma2_default),
+                Architecture::Gemma3 if key == k.final_softcap => match found {
+                    None => return Ok(None),
+                    Some(0.0) => return Ok(None),
+                    Some(c) => c,
+                },
+                _ => return Ok(None),
+            };
+            match cap {
                 c if c.is_finite() && c > 0.0 => Ok(Some(c)),
                 c => Err(invalid(key, format!("{c} is not a positive soft cap"))),
             }
@@ -354,7 +378,10 @@ impl LlamaConfig {
             rope_yarn: scaling.yarn,
             layers,
             rope_neox: traits.rope_neox,
-            embed_scale: traits.embed_scale.then(|| (n_embd as f32).sqrt()),
+            embed_scale: multipliers.embed_scale,
+            attention_scale: multipliers.attention_scale,
+            residual_scale: multipliers.residual_scale,
+            logit_scale: multipliers.logit_scale,
             qk_norm: traits.qk_norm,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,

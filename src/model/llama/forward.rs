@@ -9,9 +9,11 @@
 //!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
 //!                                                               [q and k heads RMS-normalized before RoPE]
 //!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
+//!                                                      [residual_scale s: x += s · att·Wo[l]ᵀ]
 //!     xn = rms_norm(x, ffn_norm[l])
 //!     x += (act(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ   act: SiLU [or GELU]; [post_norms: normalized first]
 //! logits = rms_norm(x, output_norm)·Woutᵀ              [S, vocab] only for the S rows that want logits
+//!                                                      [/ logit_scale] [final_softcap c: c · tanh(logits / c)]
 //! ```
 //!
 //! Operations name their operands by [`Buf`] rather than by reference, so a backend keeps its buffers on its
@@ -140,6 +142,8 @@ pub trait LlamaBackend {
     fn add_bias(&mut self, dst: Buf, bias: Bias);
     /// `dst[t] += w · src[t]` (the residual add fused into the projection that feeds it).
     fn matmul_add(&mut self, src: Buf, w: Weight, dst: Buf);
+    /// `dst[t] += factor · src[t]` (a scaled residual branch, `residual_scale`).
+    fn add_scaled(&mut self, src: Buf, factor: f32, dst: Buf);
     /// `dst[t] += src[t] / rms(src[t]) ⊙ weight` (a normalized residual branch, `post_norms`).
     fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf);
     /// Normalizes the heads of `Q` and `K` when the config has `qk_norm`, rotates them by their positions
@@ -149,7 +153,8 @@ pub trait LlamaBackend {
     /// `Gate = act(Gate) ⊙ Up`, `act` the config's `ffn_activation`.
     fn gated_activation(&mut self);
     /// Ends the step: final norm of `X` and the output projection for each row that wants logits
-    /// (`SeqChunk::logit_rows`), in batch order, into `out` (`[rows, vocab]`).
+    /// (`SeqChunk::logit_rows`), in batch order, into `out` (`[rows, vocab]`); then the config's `logit_scale`
+    /// and `final_softcap`.
     fn logits(&mut self, out: &mut [f32]) -> Result<(), Self::Error>;
 }
 
@@ -181,11 +186,15 @@ pub fn forward<B: LlamaBackend>(
     backend.logits(logits)
 }
 
-/// `X += w · src`, or with `post_norms` `X += rms_norm(w · src, post)` (through `Xn`).
+/// `X += w · src`; with `post_norms` `X += rms_norm(w · src, post)`, with `residual_scale` `X += s · w · src` (both
+/// through `Xn`; no architecture has both).
 fn residual<B: LlamaBackend>(config: &LlamaConfig, backend: &mut B, src: Buf, w: Weight, post: Norm) {
     if config.post_norms {
         backend.matmul(src, &[(w, Buf::Xn)]);
         backend.rms_norm_add(Buf::Xn, post, Buf::X);
+    } else if let Some(factor) = config.residual_scale {
+        backend.matmul(src, &[(w, Buf::Xn)]);
+        backend.add_scaled(Buf::Xn, factor, Buf::X);
     } else {
         backend.matmul_add(src, w, Buf::X);
     }

@@ -6,6 +6,7 @@ pub mod architecture;
 pub mod batch;
 pub mod config;
 pub mod forward;
+pub mod multipliers;
 pub mod rope;
 pub mod rope_scaling;
 pub mod synthetic;

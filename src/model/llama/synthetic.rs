@@ -51,6 +51,24 @@ pub struct SyntheticSpec {
     /// Gemma 2's attention and final soft caps (`attn_logit_softcapping`, `final_logit_softcapping`), or none
     /// (llama.cpp's defaults for a `gemma2` file).
     pub softcaps: Option<(f32, f32)>,
+    /// Granite's multipliers, or none.
+    pub granite: Option<GraniteScales>,
+    /// Every matrix F16 instead of the file's quantized types: for deep models compared with llama.cpp, whose
+    /// 8-bit activations (and ours, in other blocks) would otherwise drift apart over the layers.
+    pub f16_matrices: bool,
+}
+
+/// Granite's four multipliers as its files carry them (`multipliers.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GraniteScales {
+    /// `embedding_scale`
+    pub embedding: f32,
+    /// `residual_scale`
+    pub residual: f32,
+    /// `attention.scale`
+    pub attention: f32,
+    /// `logit_scale` (a divisor)
+    pub logit: f32,
 }
 
 impl SyntheticSpec {
@@ -107,6 +125,8 @@ impl SyntheticSpec {
             rope_attn_factor: None,
             rope_yarn: None,
             softcaps: None,
+            granite: None,
+            f16_matrices: false,
         }
     }
 
@@ -197,6 +217,13 @@ impl SyntheticSpec {
                 .metadata(&key("attn_logit_softcapping"), Value::F32(attn))
                 .metadata(&key("final_logit_softcapping"), Value::F32(last));
         }
+        if let Some(g) = self.granite {
+            w = w
+                .metadata(&key("embedding_scale"), Value::F32(g.embedding))
+                .metadata(&key("residual_scale"), Value::F32(g.residual))
+                .metadata(&key("attention.scale"), Value::F32(g.attention))
+                .metadata(&key("logit_scale"), Value::F32(g.logit));
+        }
         if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
@@ -219,6 +246,9 @@ impl SyntheticSpec {
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
             rope_neox: traits.rope_neox,
             embed_scale: None,
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            residual_scale: None,
+            logit_scale: None,
             qk_norm: traits.qk_norm,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
@@ -260,9 +290,16 @@ impl SyntheticSpec {
             } else {
                 // Uniform weights scaled like a trained model's (std ≈ 1/sqrt(fan_in)) keep activations in range.
                 let scale = 1.7 / (shape[0] as f32).sqrt();
-                let dtype = if gemma { gemma3_type(&name, shape[0]) } else { llama_type(&name) };
+                let dtype = match () {
+                    _ if self.f16_matrices => GgmlType::F16,
+                    _ if gemma => gemma3_type(&name, shape[0]),
+                    _ => llama_type(&name),
+                };
                 let n = (shape[0] * shape[1]) as usize;
                 let data = match dtype {
+                    GgmlType::F16 => {
+                        (0..n).flat_map(|_| f16::from_f32(scale * rng.symmetric()).to_le_bytes()).collect()
+                    }
                     GgmlType::Q8_0 | GgmlType::Q4_1 => random_blocks(&mut rng, dtype, n, scale),
                     _ => random_bytes_blocks(&mut rng, dtype, n, scale),
                 };

@@ -4,11 +4,11 @@
 
 use super::architecture::Architecture;
 use super::rope_scaling::LongRope;
-use super::synthetic::SyntheticSpec;
+use super::synthetic::{GraniteScales, SyntheticSpec};
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 10] = [
+    pub const FAMILIES: [&'static str; 13] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -19,6 +19,9 @@ impl SyntheticSpec {
         "qwen3-0.6b-yarn4",
         "smollm3-3b",
         "gemma2-2b",
+        "granite3.1-2b",
+        "gemma2-27b-scale",
+        "gemma3-27b-scale",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -101,6 +104,34 @@ impl SyntheticSpec {
                 softcaps: Some((2.0, 10.0)),
                 ..base(Architecture::Gemma2)
             },
+            // `granite`: Granite 3.1 2B's layers (2048 wide, 32 query and 8 key/value heads of 64, FFN 8192) and its
+            // four multipliers: embeddings ×12, residual branches ×0.22, query·key products ×1/64 (not 1/√64),
+            // logits ÷8.
+            "granite3.1-2b" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 8192,
+                n_head: 32,
+                n_head_kv: 8,
+                granite: Some(GraniteScales { embedding: 12.0, residual: 0.22, attention: 0.015_625, logit: 8.0 }),
+                ..base(Architecture::Granite)
+            },
+            // Gemma 2 27B's layer count (46, by which llama.cpp knows it) at small widths: 512 wide, 4 query and 2
+            // key/value heads of 64, so that its attention scale 1/√(512 / 4) differs from 1/√64; windows of 8;
+            // F16 matrices, so that 8-bit activations do not drift apart over the 46 layers.
+            "gemma2-27b-scale" => SyntheticSpec {
+                f16_matrices: true,
+                n_embd: 512,
+                n_ff: 512,
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: Some(64),
+                sliding_window: Some(8),
+                ..base(Architecture::Gemma2)
+            },
+            // Gemma 3 27B's layer count (62) at the same widths.
+            "gemma3-27b-scale" => {
+                SyntheticSpec { arch: Architecture::Gemma3, ..Self::family("gemma2-27b-scale", seed, n_layer)? }
+            }
             _ => return None,
         })
     }

@@ -30,9 +30,9 @@ struct Attention {
     int n_head_kv;             // divides n_head; n_head / n_head_kv ≤ ATT_MAX_GROUP
     int head_dim;              // a multiple of 8, ≤ ATT_MAX_HEAD_DIM
     int block_size;            // positions per cache block
-    float scale;               // 1 / sqrt(head_dim)
+    float scale;               // what multiplies each query·key product (`LlamaConfig::attention_scale`)
     int window;                // a query sees the last `window` positions only; 0: all of them
-    int pad_;
+    float softcap;             // scaled scores become softcap · tanh(score / softcap) (Gemma 2); 0: none
 };
 static_assert(sizeof(Attention) == 88, "Attention must match AttentionArgs in launch.rs");
 
@@ -120,6 +120,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
                         for (int e = 0; e < 8; e++) score[h] = fmaf(q_sh[h * D + d + e], k8[e], score[h]);
                     }
                 }
+            }
+            if (p.softcap > 0.0f) {
+#pragma unroll
+                for (int h = 0; h < ATT_MAX_GROUP; h++) score[h] = p.softcap * tanhf(score[h] / p.softcap);
             }
 #pragma unroll
             for (int h = 0; h < ATT_MAX_GROUP; h++) {

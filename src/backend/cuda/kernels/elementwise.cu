@@ -28,3 +28,36 @@ extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) add_bias(const
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < p.n) p.x[i] += p.bias[i % p.width];
 }
+
+struct AddScaled {
+    float* dst;        // [n]: dst += factor · src, in place
+    const float* src;  // [n]
+    int n;
+    float factor;
+};
+static_assert(sizeof(AddScaled) == 24, "AddScaled must match AddScaledArgs in args.rs");
+
+// Granite's scaled residual branches: the product is rounded before the add (no FMA contraction), as on the CPU
+// and in llama.cpp.
+extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) add_scaled(const AddScaled p) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < p.n) p.dst[i] += p.factor * p.src[i];
+}
+
+struct FinishLogits {
+    float* x;      // [n] logits, in place
+    int n;
+    float factor;  // 1 / logit_scale (Granite), else 1
+    float cap;     // final soft cap (Gemma 2): x becomes cap · tanh(x / cap); 0 for none
+    int pad_;
+};
+static_assert(sizeof(FinishLogits) == 24, "FinishLogits must match FinishLogitsArgs in args.rs");
+
+// What the output projection's logits become before sampling (`LlamaConfig::logit_scale`, `final_softcap`).
+extern "C" __global__ void __launch_bounds__(ELEMENTWISE_THREADS) finish_logits(const FinishLogits p) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    float v = p.x[i] * p.factor;
+    if (p.cap > 0.0f) v = p.cap * tanhf(v / p.cap);
+    p.x[i] = v;
+}

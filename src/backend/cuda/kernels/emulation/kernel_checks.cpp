@@ -252,6 +252,36 @@ static void test_add_bias() {
     }
 }
 
+// Granite's scaled residual: the product rounded, then the add (no contraction), exactly as the CPU computes it.
+static void test_add_scaled() {
+    int n = 3 * 896 + 5;
+    auto dst = randv(n), src = randv(n, 4.0f);
+    float factor = 0.22f;
+    std::vector<float> want(n);
+    for (int i = 0; i < n; i++) { float p = factor * src[i]; want[i] = dst[i] + p; }
+    AddScaled p{dst.data(), src.data(), n, factor};
+    launch({(unsigned)((n + 255) / 256), 1, 1}, {256, 1, 1}, [&] { add_scaled(p); });
+    CHECK(bits_equal(dst.data(), want.data(), n), "add_scaled");
+}
+
+// The logits' divisor (Granite) and soft cap (Gemma 2), alone and together, against float64.
+static void test_finish_logits() {
+    struct Case { float factor, cap; };
+    for (Case c : {Case{1.0f / 8.0f, 0.0f}, Case{1.0f, 30.0f}, Case{1.0f / 8.0f, 10.0f}}) {
+        int n = 2 * 1000 + 3;
+        auto x = randv(n, 60.0f), orig = x;
+        FinishLogits p{x.data(), n, c.factor, c.cap, 0};
+        launch({(unsigned)((n + 255) / 256), 1, 1}, {256, 1, 1}, [&] { finish_logits(p); });
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            double v = (double)orig[i] * c.factor;
+            if (c.cap > 0) v = c.cap * std::tanh(v / c.cap);
+            worst = std::max(worst, rel(x[i], v));
+        }
+        CHECK(worst < 1e-6, "finish_logits (factor %g, cap %g) error %g", c.factor, c.cap, worst);
+    }
+}
+
 static void test_rope_store() {
     for (int neox : {0, 1}) for (int rope_dim : {64, 32}) {
         int T = 5, H = 9, HKV = 3, D = 64, KV = HKV * D, half = rope_dim / 2, SLOTS = 12;
@@ -297,8 +327,12 @@ static void test_rope_store() {
     }
 }
 
+// Windows, Gemma 2's soft cap on the scores and an attention scale other than 1/√head_dim (Gemma 2 27B's).
 static void test_attention() {
-  for (int window : {0, 200, 1}) {
+  struct Case { int window; float cap, scale; };
+  for (Case c : {Case{0, 0.0f, 1.0f / 8.0f}, Case{200, 0.0f, 1.0f / 8.0f}, Case{1, 0.0f, 1.0f / 8.0f},
+                 Case{0, 2.0f, 1.0f / 12.0f}, Case{200, 3.0f, 1.0f / 8.0f}}) {
+    const int window = c.window;
     int H = 9, HKV = 3, D = 64, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
     std::vector<u16> kc(SLOTS * KV), vc(SLOTS * KV);
     for (auto& x : kc) x = host_f32_to_f16(uniform()); for (auto& x : vc) x = host_f32_to_f16(uniform());
@@ -307,7 +341,7 @@ static void test_attention() {
     int T = 5;
     int positions[5] = {299, 130, 127, 3, -1}, offsets[5] = {0, 0, 0, 19, 0};
     auto q = randv(T * H * D, 3.0f); std::vector<float> out(T * H * D, 42.0f);
-    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), T, H, HKV, D, BS, 1.0f / 8.0f, window, 0};
+    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), T, H, HKV, D, BS, c.scale, window, c.cap};
     launch({(unsigned)T, (unsigned)HKV, 1}, {128, 1, 1}, [&] { attention(a); });
     double worst = 0; bool zero = true;
     for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) {
@@ -318,7 +352,8 @@ static void test_attention() {
         std::vector<double> s(pos + 1, 0.0); double mx = -1e300;
         for (int j = first; j <= pos; j++) {
             int slot = tables[offsets[t] + j / BS] * BS + j % BS; double acc = 0;
-            for (int d = 0; d < D; d++) acc += (double)q[t * H * D + h * D + d] / 8.0 * host_f16_to_f32(kc[slot * KV + g * D + d]);
+            for (int d = 0; d < D; d++) acc += (double)q[t * H * D + h * D + d] * c.scale * host_f16_to_f32(kc[slot * KV + g * D + d]);
+            if (c.cap > 0) acc = c.cap * std::tanh(acc / c.cap);
             s[j] = acc; mx = std::max(mx, acc);
         }
         double sum = 0; for (int j = first; j <= pos; j++) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
@@ -328,7 +363,7 @@ static void test_attention() {
             worst = std::max(worst, rel(out[t * H * D + h * D + d], o));
         }
     }
-    CHECK(worst < 1e-5, "attention (window %d) error %g", window, worst);
+    CHECK(worst < 1e-5, "attention (window %d, cap %g, scale %g) error %g", window, c.cap, c.scale, worst);
     CHECK(zero, "padding row not zero");
   }
 }
@@ -355,7 +390,7 @@ static void test_top_k() {
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
-        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
+        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run
