@@ -215,7 +215,8 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
 /// Qwen 2's q/k/v biases (`add_bias`), Qwen 3's head norms and wide heads, Phi-3's fused projections (taken
 /// apart at upload) and LongRoPE attention factor: one layer of each family's shapes; SmolLM3's four, the fourth
 /// without RoPE; Gemma 2's two (soft-capped scores and logits, a windowed layer), Granite's multipliers (scaled
-/// residual branches, `finish_logits`), and Gemma 2 27B's 46 layers (its attention scale).
+/// residual branches, `finish_logits`), Gemma 2 27B's 46 layers (its attention scale), and OLMo 2's layer (no input
+/// norms, whole-row query and key norms).
 #[test]
 fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
@@ -229,6 +230,7 @@ fn gpu_logits_match_the_cpu_on_the_model_families() {
         ("gemma2-2b", 2),
         ("granite3.1-2b", 1),
         ("gemma2-27b-scale", 46),
+        ("olmo2-1b", 1),
     ];
     for (family, layers) in families {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();

@@ -23,6 +23,8 @@
 //! - `gemma2-27b` and `gemma3-27b`: Gemma 2 27B's and Gemma 3 27B's layer counts (46 and 62), by which llama.cpp
 //!   gives them the attention scale 1/√(n_embd / n_head), at small widths where that differs from 1/√head_dim;
 //!   F16 matrices, so that 8-bit activations do not drift apart over so many layers.
+//! - `olmo2` (OLMo 2 1B's layers): no input norms, norms of the attention and FFN outputs, RMS norms of whole query
+//!   and key rows (not per head), its own output projection.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -54,7 +56,8 @@ const CONFIDENT_MARGIN: f32 = 0.2;
 /// 0.006, mean 0.004 (16 of 16; without its embedding scale the argmax fails, without the residual scale 3.2 / 2.9,
 /// with 1/√64 for its attention scale 0.22 / 0.14, without the logit divisor 31 / 29); gemma2-27b max 0.113, mean
 /// 0.097 (12 of 12), gemma3-27b max 0.182, mean 0.108 (11 of 11), the same on every kernel path (F16 matrices; with
-/// 1/√head_dim both fail the argmax). Ignoring the attention
+/// 1/√head_dim both fail the argmax); olmo2 max 0.067, mean 0.056 (9 of 9; without the query rows' norm the argmax
+/// fails). Ignoring the attention
 /// factor, or the short factors where the long ones apply, fails phi3's checks; YaRN without its ramp (linear) or
 /// without its magnitude correction fails qwen3-yarn's. Leaving out qwen2's biases or qwen3's
 /// head norms fails the argmax check at a confident position; ignoring the linear scaling fails both bounds (0.34,
@@ -195,4 +198,9 @@ fn gemma2_27b_attention_scale_matches_llama_cpp() {
 #[test]
 fn gemma3_27b_attention_scale_matches_llama_cpp() {
     check("gemma3-27b");
+}
+
+#[test]
+fn olmo2_output_norms_and_row_norms_match_llama_cpp() {
+    check("olmo2");
 }

@@ -264,6 +264,17 @@ fn granite_multipliers_are_read_as_llama_cpp_reads_them() {
     assert_eq!((llama.logit_scale, llama.residual_scale, llama.embed_scale), (None, None, None));
 }
 
+/// OLMo 2 reads without input norms and with whole-row q/k norms; its OLMo 3 files' sliding windows are refused.
+#[test]
+fn olmo2_has_row_norms_and_refuses_olmo3_windows() {
+    let spec = SyntheticSpec::family("olmo2-1b", 1, 1).unwrap();
+    let c = config_of(spec.writer()).unwrap();
+    assert_eq!((c.pre_norms, c.post_norms, c.qk_norm), (false, true, Some(ember::model::llama::QkNorm::Rows)));
+    assert!(!c.tied_output);
+    let w = spec.writer().metadata("olmo2.attention.sliding_window", Value::U32(4096));
+    assert_eq!(invalid_key(config_of(w)), "olmo2.attention.sliding_window");
+}
+
 /// A bias the forward pass would not add is refused by name rather than silently left out.
 #[test]
 fn biases_the_blocks_do_not_have_are_refused() {

@@ -26,7 +26,8 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("phi3", "phi3.5-mini", 6, 2), ("phi3-long", "phi3.5-mini-long", 7, 1),
             ("qwen3-yarn", "qwen3-0.6b-yarn4", 8, 2), ("smollm3", "smollm3-3b", 9, 4),
             ("gemma2", "gemma2-2b", 10, 2), ("granite", "granite3.1-2b", 11, 2),
-            ("gemma2-27b", "gemma2-27b-scale", 12, 46), ("gemma3-27b", "gemma3-27b-scale", 13, 62)]
+            ("gemma2-27b", "gemma2-27b-scale", 12, 46), ("gemma3-27b", "gemma3-27b-scale", 13, 62),
+            ("olmo2", "olmo2-1b", 14, 2)]
 
 
 def main():

@@ -17,7 +17,7 @@ use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::batch::{validate_batch, validate_window_tables, BatchError, SeqChunk};
 use crate::model::llama::forward::{Bias, Buf, LlamaBackend, Norm, Weight};
-use crate::model::llama::{FfnActivation, LlamaConfig};
+use crate::model::llama::{FfnActivation, LlamaConfig, QkNorm};
 
 /// How activations meet the quantized weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -390,8 +390,18 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             .bufs
             .get_disjoint_mut([buf_index(Buf::Q), buf_index(Buf::K), buf_index(Buf::V), buf_index(Buf::Att)])
             .expect("distinct buffers");
-        let head_norms =
-            self.config.qk_norm.then(|| (self.weights.norm(Norm::QHead(layer)), self.weights.norm(Norm::KHead(layer))));
+        let (q_norm, k_norm) = (self.weights.norm(Norm::QHead(layer)), self.weights.norm(Norm::KHead(layer)));
+        let head_norms = match self.config.qk_norm {
+            Some(QkNorm::Heads) => Some((q_norm, k_norm)),
+            Some(QkNorm::Rows) => {
+                // OLMo 2's: whole rows, before the attention takes the heads apart.
+                let (t, eps) = (self.step.n_tokens(), self.config.rms_eps);
+                normalize_rows(self.kernels, &mut q[..t * self.config.q_dim()], q_norm, eps);
+                normalize_rows(self.kernels, &mut k[..t * self.config.kv_dim()], k_norm, eps);
+                None
+            }
+            None => None,
+        };
         let io = AttentionIo { q, k, v, out: att, head_norms };
         attention_layer(
             &self.pool,
@@ -447,5 +457,14 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             out.iter_mut().for_each(|x| *x = soft_cap(*x, cap));
         }
         Ok(())
+    }
+}
+
+/// Each row of `rows` (rows as wide as `weight`) RMS-normalized in place.
+fn normalize_rows(kernels: &Kernels, rows: &mut [f32], weight: &[f32], eps: f32) {
+    let mut normed = vec![0f32; weight.len()];
+    for row in rows.chunks_exact_mut(weight.len()) {
+        kernels.rms_norm(row, weight, eps, &mut normed);
+        row.copy_from_slice(&normed);
     }
 }

@@ -361,7 +361,7 @@ impl LlamaBackend for CudaBackend {
     }
 
     fn attention(&mut self, layer: usize) {
-        if self.config.qk_norm {
+        if self.config.qk_norm.is_some() {
             self.record(Op::HeadNorms { layer });
         }
         self.record(Op::Attention { layer });

@@ -15,7 +15,7 @@ use super::ops::{Launch, NormInput};
 use super::step_meta::MetaLayout;
 use super::weights::DeviceWeights;
 use crate::model::llama::forward::{Bias, Buf, Norm, Weight};
-use crate::model::llama::LlamaConfig;
+use crate::model::llama::{LlamaConfig, QkNorm};
 
 /// Everything one step's kernels read and write.
 pub struct StepRun<'a> {
@@ -183,13 +183,18 @@ impl StepRun<'_> {
     fn head_norms(&self, layer: usize) -> Result<(), CudaBackendError> {
         let c = self.config;
         for (buf, norm, heads) in [(Buf::Q, Norm::QHead(layer), c.n_head), (Buf::K, Norm::KHead(layer), c.n_head_kv)] {
+            // Each head of each row, or each whole row (OLMo 2).
+            let (n_rows, width) = match c.qk_norm {
+                Some(QkNorm::Rows) => (self.rows, heads * c.head_dim),
+                _ => (self.rows * heads, c.head_dim),
+            };
             let call = RmsNormCall {
                 x: self.activation(buf),
                 weight: self.norm_weight(norm)?,
                 out: self.activation(buf),
                 rows: None,
-                n_rows: self.rows * heads,
-                width: c.head_dim,
+                n_rows,
+                width,
                 eps: c.rms_eps,
                 add: false,
             };

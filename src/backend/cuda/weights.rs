@@ -72,11 +72,11 @@ impl DeviceMatrix {
 struct LayerWeights {
     /// Indexed as [`matrix_index`] orders them.
     matrices: [DeviceMatrix; 7],
-    attn_norm: CudaSlice<f32>,
-    ffn_norm: CudaSlice<f32>,
+    /// The attention's and the FFN's input norms (`pre_norms`; all but OLMo 2).
+    pre_norms: Option<[CudaSlice<f32>; 2]>,
     /// Gemma 3's norms of the attention and feed-forward outputs (`post_norms`).
     post_norms: Option<[CudaSlice<f32>; 2]>,
-    /// The per-head norms of queries and keys (`qk_norm`), `[head_dim]` each.
+    /// The norms of queries and keys (`qk_norm`): `[head_dim]` each, or `[q_dim]` and `[kv_dim]` for whole rows.
     head_norms: Option<[CudaSlice<f32>; 2]>,
     /// The query, key and value projections' biases (`qkv_bias`).
     biases: Option<[CudaSlice<f32>; 3]>,
@@ -130,15 +130,17 @@ impl DeviceWeights {
                         weight(Weight::FfnUp(l))?,
                         weight(Weight::FfnDown(l))?,
                     ],
-                    attn_norm: norm(&Norm::Attn(l).tensor_name())?,
-                    ffn_norm: norm(&Norm::Ffn(l).tensor_name())?,
+                    pre_norms: match config.pre_norms {
+                        true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&Norm::Ffn(l).tensor_name())?]),
+                        false => None,
+                    },
                     post_norms: match config.post_norms {
                         true => Some([norm(&Norm::PostAttn(l).tensor_name())?, norm(&Norm::PostFfn(l).tensor_name())?]),
                         false => None,
                     },
                     head_norms: match config.qk_norm {
-                        true => Some([norm(&Norm::QHead(l).tensor_name())?, norm(&Norm::KHead(l).tensor_name())?]),
-                        false => None,
+                        Some(_) => Some([norm(&Norm::QHead(l).tensor_name())?, norm(&Norm::KHead(l).tensor_name())?]),
+                        None => None,
                     },
                     biases: match config.qkv_bias {
                         true => Some([
@@ -179,8 +181,8 @@ impl DeviceWeights {
     pub fn norm(&self, n: Norm) -> Result<&CudaSlice<f32>, CudaBackendError> {
         let layer = |l: usize| self.layers.get(l);
         let found = match n {
-            Norm::Attn(l) => layer(l).map(|w| &w.attn_norm),
-            Norm::Ffn(l) => layer(l).map(|w| &w.ffn_norm),
+            Norm::Attn(l) => layer(l).and_then(|w| w.pre_norms.as_ref()).map(|[a, _]| a),
+            Norm::Ffn(l) => layer(l).and_then(|w| w.pre_norms.as_ref()).map(|[_, f]| f),
             Norm::PostAttn(l) => layer(l).and_then(|w| w.post_norms.as_ref()).map(|[a, _]| a),
             Norm::PostFfn(l) => layer(l).and_then(|w| w.post_norms.as_ref()).map(|[_, f]| f),
             Norm::QHead(l) => layer(l).and_then(|w| w.head_norms.as_ref()).map(|[q, _]| q),

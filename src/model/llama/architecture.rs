@@ -18,6 +18,9 @@
 //!   ones) attending to a sliding window and turning by `rope.freq_base_swa` (the same base when absent);
 //!   attention scores and the final logits soft-capped
 //!   (`c · tanh(x / c)`).
+//! - `olmo2` (OLMo 2; `src/models/olmo2.cpp`): no norms before the attention and the FFN, norms of their outputs
+//!   before the residual adds (Gemma's post-norms), RMS norms of the whole query and key rows (not per head)
+//!   before RoPE, NEOX RoPE, SwiGLU. Its OLMo 3 files' sliding windows are refused.
 //! - `granite` (IBM Granite 3.x dense; `src/models/granite.cpp`): llama's blocks with four constant multipliers
 //!   (`multipliers.rs`): of the embeddings, of each block output before its residual add, of the query·key
 //!   products, and a divisor of the logits.
@@ -35,6 +38,7 @@ pub enum Architecture {
     SmolLm3,
     Gemma2,
     Granite,
+    Olmo2,
 }
 
 /// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
@@ -44,7 +48,9 @@ pub struct ArchTraits {
     pub rope_neox: bool,
     /// Embeddings scaled by √n_embd.
     pub embed_scale: bool,
-    pub qk_norm: bool,
+    pub qk_norm: Option<QkNorm>,
+    /// The attention and FFN inputs are RMS-normalized (`attn_norm`, `ffn_norm`); all but OLMo 2.
+    pub pre_norms: bool,
     pub post_norms: bool,
     pub qkv_bias: bool,
     pub ffn_activation: FfnActivation,
@@ -54,7 +60,7 @@ pub struct ArchTraits {
 
 impl Architecture {
     /// Every architecture ember runs.
-    pub const ALL: [Architecture; 8] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -63,6 +69,7 @@ impl Architecture {
         Architecture::SmolLm3,
         Architecture::Gemma2,
         Architecture::Granite,
+        Architecture::Olmo2,
     ];
 
     /// The `general.architecture` value, also the prefix of its metadata keys.
@@ -76,6 +83,7 @@ impl Architecture {
             Architecture::SmolLm3 => "smollm3",
             Architecture::Gemma2 => "gemma2",
             Architecture::Granite => "granite",
+            Architecture::Olmo2 => "olmo2",
         }
     }
 
@@ -89,6 +97,7 @@ impl Architecture {
             Architecture::SmolLm3 => &SMOLLM3_KEYS,
             Architecture::Gemma2 => &GEMMA2_KEYS,
             Architecture::Granite => &GRANITE_KEYS,
+            Architecture::Olmo2 => &OLMO2_KEYS,
         }
     }
 
@@ -97,7 +106,8 @@ impl Architecture {
         let llama = ArchTraits {
             rope_neox: false,
             embed_scale: false,
-            qk_norm: false,
+            qk_norm: None,
+            pre_norms: true,
             post_norms: false,
             qkv_bias: false,
             ffn_activation: FfnActivation::Silu,
@@ -106,7 +116,7 @@ impl Architecture {
         let gemma = ArchTraits {
             rope_neox: true,
             embed_scale: true,
-            qk_norm: true,
+            qk_norm: Some(QkNorm::Heads),
             post_norms: true,
             ffn_activation: FfnActivation::GeluTanh,
             ..llama
@@ -115,14 +125,17 @@ impl Architecture {
             Architecture::Llama => llama,
             Architecture::Gemma3 => gemma,
             // Its soft-capping and layer pattern are in `from_gguf`.
-            Architecture::Gemma2 => ArchTraits { qk_norm: false, ..gemma },
+            Architecture::Gemma2 => ArchTraits { qk_norm: None, ..gemma },
             Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
-            Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: true, ..llama },
+            Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: Some(QkNorm::Heads), ..llama },
             Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
             // Its layer pattern (every fourth without RoPE) is in `from_gguf`.
             Architecture::SmolLm3 => llama,
             // Its multipliers are in `multipliers.rs`.
             Architecture::Granite => llama,
+            Architecture::Olmo2 => {
+                ArchTraits { rope_neox: true, qk_norm: Some(QkNorm::Rows), pre_norms: false, post_norms: true, ..llama }
+            }
         }
     }
 }
@@ -195,6 +208,16 @@ static PHI3_KEYS: Keys = keys_of!("phi3");
 static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
 static GEMMA2_KEYS: Keys = keys_of!("gemma2");
 static GRANITE_KEYS: Keys = keys_of!("granite");
+static OLMO2_KEYS: Keys = keys_of!("olmo2");
+
+/// What the query and key norms (`attn_q_norm`, `attn_k_norm`) normalize, before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Each head, with a `head_dim`-wide weight shared by the heads (Gemma 3, Qwen 3).
+    Heads,
+    /// The whole query and key rows, with `q_dim`- and `kv_dim`-wide weights (OLMo 2).
+    Rows,
+}
 
 /// The gated activation of the feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

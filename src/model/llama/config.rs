@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
-use super::architecture::{Architecture, FfnActivation};
+use super::architecture::{Architecture, FfnActivation, QkNorm};
 use super::forward::Weight;
 use super::multipliers::{self, Widths};
 use super::rope_scaling::{self, LongRope, Yarn};
@@ -91,8 +91,11 @@ pub struct LlamaConfig {
     /// The logits are divided by this (Granite's `logit_scale`; as in llama.cpp, multiplied by its reciprocal),
     /// before any soft cap.
     pub logit_scale: Option<f32>,
-    /// Each query and key head is RMS-normalized (with `attn_q_norm` / `attn_k_norm`) before RoPE.
-    pub qk_norm: bool,
+    /// Queries and keys are RMS-normalized (with `attn_q_norm` / `attn_k_norm`) before RoPE: each head, or each
+    /// whole row.
+    pub qk_norm: Option<QkNorm>,
+    /// The attention and FFN inputs are RMS-normalized (`attn_norm`, `ffn_norm`); OLMo 2 reads the stream as it is.
+    pub pre_norms: bool,
     /// The attention and FFN outputs are RMS-normalized (`post_attention_norm`, `post_ffw_norm`) before their
     /// residual adds.
     pub post_norms: bool,
@@ -271,6 +274,13 @@ impl LlamaConfig {
             | Architecture::Qwen3
             | Architecture::Phi3
             | Architecture::Granite => (vec![Some(rope_base)], vec![full; n_layer]),
+            Architecture::Olmo2 => {
+                if let Some(w) = file.optional(k.sliding_window, GgufFile::u32)?.filter(|&w| w > 0) {
+                    let detail = format!("a window of {w} (OLMo 3's sliding-window layers) is not implemented");
+                    return Err(invalid(k.sliding_window, detail));
+                }
+                (vec![Some(rope_base)], vec![full; n_layer])
+            }
             Architecture::Gemma3 => {
                 let window = match file.optional(k.sliding_window, GgufFile::u32)? {
                     Some(0) | None => None,
@@ -383,6 +393,7 @@ impl LlamaConfig {
             residual_scale: multipliers.residual_scale,
             logit_scale: multipliers.logit_scale,
             qk_norm: traits.qk_norm,
+            pre_norms: traits.pre_norms,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
             ffn_activation: traits.ffn_activation,
@@ -484,7 +495,10 @@ impl LlamaConfig {
         let (q, hd) = (self.q_dim() as u64, self.head_dim as u64);
         let mut out = vec![("token_embd.weight".to_owned(), vec![d, v], false)];
         for l in 0..self.n_layer {
-            let mut tensors = vec![("attn_norm.weight", vec![d], true)];
+            let mut tensors = Vec::new();
+            if self.pre_norms {
+                tensors.push(("attn_norm.weight", vec![d], true));
+            }
             if self.fused_qkv {
                 tensors.push((FUSED_QKV, vec![d, q + 2 * kv], false));
             } else {
@@ -494,15 +508,24 @@ impl LlamaConfig {
                     ("attn_v.weight", vec![d, kv], false),
                 ]);
             }
-            tensors.extend([("attn_output.weight", vec![q, d], false), ("ffn_norm.weight", vec![d], true)]);
+            tensors.push(("attn_output.weight", vec![q, d], false));
+            if self.pre_norms {
+                tensors.push(("ffn_norm.weight", vec![d], true));
+            }
             if self.fused_gate_up {
                 tensors.push(("ffn_up.weight", vec![d, 2 * ff], false));
             } else {
                 tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)]);
             }
             tensors.push(("ffn_down.weight", vec![ff, d], false));
-            if self.qk_norm {
-                tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)]);
+            match self.qk_norm {
+                Some(QkNorm::Heads) => {
+                    tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)])
+                }
+                Some(QkNorm::Rows) => {
+                    tensors.extend([("attn_q_norm.weight", vec![q], true), ("attn_k_norm.weight", vec![kv], true)])
+                }
+                None => {}
             }
             if self.qkv_bias {
                 tensors.extend([

@@ -4,10 +4,10 @@
 //! ```text
 //! x = embed(tokens) [· embed_scale]                    [T, d]   T = new tokens of the whole batch
 //! for each block l:
-//!     xn = rms_norm(x, attn_norm[l])
+//!     xn = rms_norm(x, attn_norm[l])                   [no pre_norms (OLMo 2): xn = x]
 //!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, q], [T, kv], [T, kv]   [qkv_bias: + bq, bk, bv]
 //!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
-//!                                                               [q and k heads RMS-normalized before RoPE]
+//!                                                               [q and k heads, or rows, RMS-normalized before RoPE]
 //!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
 //!                                                      [residual_scale s: x += s · att·Wo[l]ᵀ]
 //!     xn = rms_norm(x, ffn_norm[l])
@@ -101,9 +101,9 @@ pub enum Norm {
     PostAttn(usize),
     /// Of the FFN output, before the residual add (`post_norms`).
     PostFfn(usize),
-    /// Of each query head (`qk_norm`; `head_dim` wide).
+    /// Of the queries (`qk_norm`): `head_dim` wide for each head, or `q_dim` wide for the whole row.
     QHead(usize),
-    /// Of each key head (`qk_norm`; `head_dim` wide).
+    /// Of the keys (`qk_norm`): `head_dim` wide for each head, or `kv_dim` wide for the whole row.
     KHead(usize),
     Output,
 }
@@ -146,7 +146,7 @@ pub trait LlamaBackend {
     fn add_scaled(&mut self, src: Buf, factor: f32, dst: Buf);
     /// `dst[t] += src[t] / rms(src[t]) ⊙ weight` (a normalized residual branch, `post_norms`).
     fn rms_norm_add(&mut self, src: Buf, weight: Norm, dst: Buf);
-    /// Normalizes the heads of `Q` and `K` when the config has `qk_norm`, rotates them by their positions
+    /// Normalizes the heads (or rows) of `Q` and `K` when the config has `qk_norm`, rotates them by their positions
     /// (RoPE, with `layer`'s base and style), appends `K` and `V` to each sequence's KV cache at `layer`, and
     /// writes causal grouped-query attention over the cache (within `layer`'s window) to `Att`.
     fn attention(&mut self, layer: usize);
@@ -169,8 +169,8 @@ pub fn forward<B: LlamaBackend>(
     backend.begin(batch)?;
     backend.embed(Buf::X);
     for l in 0..config.n_layer {
-        backend.rms_norm(Buf::X, Norm::Attn(l), Buf::Xn);
-        backend.matmul(Buf::Xn, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
+        let input = pre_norm(config, backend, Norm::Attn(l));
+        backend.matmul(input, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
         if config.qkv_bias {
             backend.add_bias(Buf::Q, Bias::AttnQ(l));
             backend.add_bias(Buf::K, Bias::AttnK(l));
@@ -178,12 +178,22 @@ pub fn forward<B: LlamaBackend>(
         }
         backend.attention(l);
         residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
-        backend.rms_norm(Buf::X, Norm::Ffn(l), Buf::Xn);
-        backend.matmul(Buf::Xn, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
+        let input = pre_norm(config, backend, Norm::Ffn(l));
+        backend.matmul(input, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
         backend.gated_activation();
         residual(config, backend, Buf::Gate, Weight::FfnDown(l), Norm::PostFfn(l));
     }
     backend.logits(logits)
+}
+
+/// The input of a block's attention or FFN: `Xn = rms_norm(X, norm)`, or `X` itself without `pre_norms`.
+fn pre_norm<B: LlamaBackend>(config: &LlamaConfig, backend: &mut B, norm: Norm) -> Buf {
+    if config.pre_norms {
+        backend.rms_norm(Buf::X, norm, Buf::Xn);
+        Buf::Xn
+    } else {
+        Buf::X
+    }
 }
 
 /// `X += w · src`; with `post_norms` `X += rms_norm(w · src, post)`, with `residual_scale` `X += s · w · src` (both

@@ -12,7 +12,7 @@ pub mod rope_scaling;
 pub mod synthetic;
 mod synthetic_families;
 
-pub use architecture::{Architecture, FfnActivation};
+pub use architecture::{Architecture, FfnActivation, QkNorm};
 pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{LayerAttention, LlamaConfig, ModelConfigError};
 pub use forward::{forward, LlamaBackend};

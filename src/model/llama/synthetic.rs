@@ -250,6 +250,7 @@ impl SyntheticSpec {
             residual_scale: None,
             logit_scale: None,
             qk_norm: traits.qk_norm,
+            pre_norms: traits.pre_norms,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
             // Phi-3's files fuse the projections; the other synthetic families keep them apart.
@@ -270,7 +271,8 @@ impl SyntheticSpec {
             rms_eps: 1e-5,
             context_length: self.context_length,
             vocab_size: self.vocab_size,
-            tied_output: true,
+            // OLMo 2's output projection is its own (llama.cpp requires `output.weight`); the others tie it.
+            tied_output: self.arch != Architecture::Olmo2,
         };
         for (name, shape, is_norm) in config.expected_tensors() {
             let long_rope = self.long_rope.as_ref();

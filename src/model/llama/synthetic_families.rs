@@ -8,7 +8,7 @@ use super::synthetic::{GraniteScales, SyntheticSpec};
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 13] = [
+    pub const FAMILIES: [&'static str; 14] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -22,6 +22,7 @@ impl SyntheticSpec {
         "granite3.1-2b",
         "gemma2-27b-scale",
         "gemma3-27b-scale",
+        "olmo2-1b",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -132,6 +133,17 @@ impl SyntheticSpec {
             "gemma3-27b-scale" => {
                 SyntheticSpec { arch: Architecture::Gemma3, ..Self::family("gemma2-27b-scale", seed, n_layer)? }
             }
+            // `olmo2`: OLMo 2 1B's layers (2048 wide, 16 query and 16 key/value heads of 128, FFN 8192, RoPE base
+            // 500000): no input norms, output norms before the residual adds, whole-row query and key norms, its
+            // own output projection.
+            "olmo2-1b" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 8192,
+                n_head: 16,
+                n_head_kv: 16,
+                rope_base: 500_000.0,
+                ..base(Architecture::Olmo2)
+            },
             _ => return None,
         })
     }
