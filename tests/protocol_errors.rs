@@ -104,6 +104,7 @@ fn out_of_range_values_name_their_field() {
         (json!({"logit_bias": {"49152": 1}}), "logit_bias"),
         (json!({"n": 0}), "n"),
         (json!({"n": 129}), "n"),
+        (json!({"n": 9_223_372_036_854_775_808u64}), "n"),
         (json!({"max_tokens": 0}), "max_tokens"),
         (json!({"max_tokens": null, "max_completion_tokens": 0}), "max_completion_tokens"),
         (json!({"stop": ""}), "stop"),
@@ -113,6 +114,26 @@ fn out_of_range_values_name_their_field() {
         let error = refused(&e, &chat(extra.clone()));
         assert_eq!(error.param.as_deref(), Some(param), "{extra}: {error}");
         assert_eq!((error.error_type, error.code), (INVALID_REQUEST_ERROR, None), "{extra}");
+    }
+}
+
+/// What stock OpenAI clients send for OpenAI's own services is accepted without effect; `stream_options` keys are
+/// read, accepted without effect (`include_obfuscation`), or refused by name, like the top-level fields.
+#[test]
+fn fields_of_openai_services_are_accepted_and_unknown_stream_options_refused() {
+    let e = engine();
+    let no_effect = json!({"store": true, "metadata": {"tenant": "a"}, "service_tier": "auto",
+        "prompt_cache_key": "k", "safety_identifier": "u1"});
+    let request = submit(&e, &chat(no_effect)).unwrap_or_else(|error| panic!("{error}"));
+    request.handle().cancel();
+    let streamed = json!({"stream": true, "stream_options": {"include_usage": true, "include_obfuscation": false}});
+    submit(&e, &chat(streamed)).unwrap_or_else(|error| panic!("{error}")).handle().cancel();
+    for (options, param) in [
+        (json!({"include_obfuscation": "no"}), "stream_options.include_obfuscation"),
+        (json!({"include_usage": true, "chunk_size": 4}), "stream_options.chunk_size"),
+    ] {
+        let error = refused(&e, &chat(json!({"stream": true, "stream_options": options})));
+        assert_eq!(error.param.as_deref(), Some(param), "{options}: {error}");
     }
 }
 

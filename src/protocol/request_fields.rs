@@ -57,6 +57,13 @@ const FIELDS: &[(&str, Known)] = &[
     ("user", Known::NoEffect),
     // ember makes one call per choice, whatever this says.
     ("parallel_tool_calls", Known::NoEffect),
+    // What stock OpenAI clients send for OpenAI's own services: stored completions and their tags, a processing
+    // tier, a prompt-cache routing key (ember's prefix cache needs none), an end-user id for abuse reports.
+    ("store", Known::NoEffect),
+    ("metadata", Known::NoEffect),
+    ("service_tier", Known::NoEffect),
+    ("prompt_cache_key", Known::NoEffect),
+    ("safety_identifier", Known::NoEffect),
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),
