@@ -26,7 +26,7 @@ use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateR
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
 use ember::model::gguf::GgufFile;
-use ember::model::llama::{Architecture, SyntheticSpec};
+use ember::model::llama::{Architecture, GraniteScales, SyntheticSpec};
 use ember::model::tokenizer::{StreamDecoder, Tokenizer};
 use ember::model::Model;
 
@@ -239,6 +239,10 @@ fn synthetic(args: &Args) -> Result<(), String> {
                     .into_iter()
                     .find(|a| a.name() == name)
                     .ok_or_else(|| format!("unknown architecture {name:?} ({})", names.join(", ")))?;
+                // A granite file must carry its logit divisor: Granite 3.1's multipliers.
+                if spec.arch == Architecture::Granite && spec.granite.is_none() {
+                    spec.granite = Some(GraniteScales::GRANITE_3_1_2B);
+                }
             }
             spec.writer_with_byte_vocabulary()
         }

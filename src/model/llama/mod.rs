@@ -16,4 +16,4 @@ pub use architecture::{Architecture, FfnActivation, QkNorm};
 pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{LayerAttention, LlamaConfig, ModelConfigError};
 pub use forward::{forward, LlamaBackend};
-pub use synthetic::SyntheticSpec;
+pub use synthetic::{GraniteScales, SyntheticSpec};

@@ -71,6 +71,12 @@ pub struct GraniteScales {
     pub logit: f32,
 }
 
+impl GraniteScales {
+    /// Granite 3.1 2B's: embeddings ×12, residual branches ×0.22, query·key products ×1/64, logits ÷8.
+    pub const GRANITE_3_1_2B: GraniteScales =
+        GraniteScales { embedding: 12.0, residual: 0.22, attention: 0.015_625, logit: 8.0 };
+}
+
 impl SyntheticSpec {
     /// SmolLM2-135M-Instruct's shapes.
     pub fn smollm2_135m(seed: u64) -> Self {

@@ -113,7 +113,7 @@ impl SyntheticSpec {
                 n_ff: 8192,
                 n_head: 32,
                 n_head_kv: 8,
-                granite: Some(GraniteScales { embedding: 12.0, residual: 0.22, attention: 0.015_625, logit: 8.0 }),
+                granite: Some(GraniteScales::GRANITE_3_1_2B),
                 ..base(Architecture::Granite)
             },
             // Gemma 2 27B's layer count (46, by which llama.cpp knows it) at small widths: 512 wide, 4 query and 2
