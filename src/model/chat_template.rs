@@ -2,7 +2,8 @@
 //!
 //! Templates are rendered the way Hugging Face transformers renders them (`apply_chat_template`): Jinja with
 //! `trim_blocks` and `lstrip_blocks`, loop controls, Python string methods (`.strip()`, `.startswith()`, ...) via
-//! minijinja-contrib's pycompat layer, `raise_exception(msg)`, and the variables `messages`,
+//! minijinja-contrib's pycompat layer, `raise_exception(msg)`, HF's `tojson` (Python's `json.dumps` with its
+//! keywords, keys in the order given: `template_json.rs`), `strftime_now(format)` (UTC: `strftime.rs`), `{% generation %}` blocks (`template_tags.rs`), and the variables `messages`,
 //! `add_generation_prompt`, `bos_token` and `eos_token`. A model without a template gets ChatML, the format
 //! SmolLM2 and many other instruction models use. A template is data from a file, so rendering is bounded
 //! (minijinja "fuel") and every failure is returned as an error.
@@ -112,12 +113,17 @@ impl ChatTemplate {
         env.set_syntax(syntax.map_err(|e| TemplateError::Syntax(describe(&e)))?);
         env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", super::template_json::tojson);
+        env.add_function("strftime_now", |format: String| -> Result<String, minijinja::Error> {
+            super::strftime::strftime_now(&format).map_err(|m| minijinja::Error::new(ErrorKind::InvalidOperation, m))
+        });
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
         });
         let is_fallback = source.is_none();
         let source = source.unwrap_or(CHATML_TEMPLATE).to_owned();
-        env.add_template_owned(TEMPLATE_NAME, source.clone()).map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        let compiled = super::template_tags::rewrite_generation_tags(&source).into_owned();
+        env.add_template_owned(TEMPLATE_NAME, compiled).map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback, source })
     }
 
@@ -220,6 +226,40 @@ mod tests {
         let messages = [user("hi"), ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") }];
         assert_eq!(t.render_with_tools(&messages, Some(&tools), false).unwrap(), "[get_weather]user:hi;assistant:f;");
         assert_eq!(t.render(&messages[..1], false).unwrap(), "user:hi;");
+    }
+
+    /// Tools reach the model as transformers writes them: keys in the request's order, Python's separators, no
+    /// HTML escapes, `indent` and `separators` honoured; an unknown keyword is a render error.
+    #[test]
+    fn tojson_writes_tools_as_transformers_does() {
+        let src = "{% for t in tools %}{{ t | tojson }}|{{ t.function.parameters | tojson(indent=2) }}|\
+                   {{ t.function.parameters.required | tojson(separators=(',', ':')) }}{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "", "").unwrap();
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+            "description": "Zürich <now>", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city", "day"]}}}]);
+        let want = concat!(
+            r#"{"type": "function", "function": {"name": "get_weather", "description": "Zürich <now>", "#,
+            r#""parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city", "day"]}}}"#,
+            "|{\n  \"type\": \"object\",\n  \"properties\": {\n    \"city\": {\n      \"type\": \"string\"\n    }\n  },\n",
+            "  \"required\": [\n    \"city\",\n    \"day\"\n  ]\n}|[\"city\",\"day\"]"
+        );
+        assert_eq!(t.render_with_tools(&[user("hi")], Some(&tools), false).unwrap(), want);
+        let unknown = ChatTemplate::new(Some("{{ messages | tojson(colour=1) }}"), "", "").unwrap();
+        assert!(matches!(unknown.render(&[user("x")], false), Err(TemplateError::Render(_))));
+    }
+
+    /// transformers' `{% generation %}` renders its content; `strftime_now` is there (its directives are tested in
+    /// `strftime.rs`; `%%` keeps this test independent of the date) and refuses what it cannot format.
+    #[test]
+    fn generation_blocks_and_strftime_now_render() {
+        let src = "{% for m in messages %}{%- generation -%} {{ m.content }} {%- endgeneration %}{% endfor %}\
+                   {{ strftime_now('100%%') }}";
+        let t = ChatTemplate::new(Some(src), "", "").unwrap();
+        assert_eq!(t.render(&[user("a"), user("b")], false).unwrap(), "ab100%");
+        assert_eq!(t.source(), src, "the source as written");
+        let bad = ChatTemplate::new(Some("{{ strftime_now('%Q') }}"), "", "").unwrap();
+        assert!(bad.render(&[user("x")], false).unwrap_err().to_string().contains("%Q"));
     }
 
     #[test]

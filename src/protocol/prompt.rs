@@ -177,9 +177,12 @@ fn with_calls(message: ChatMessage, tool_calls: Option<Value>, tool_call_id: Opt
     ChatMessage { tool_calls, tool_call_id: tool_call_id.map(str::to_owned), ..message }
 }
 
-/// An assistant turn's `tool_calls`: `[{"id", "type": "function", "function": {"name", "arguments"}}]`, kept as
-/// sent for the template once their shape is checked.
+/// An assistant turn's `tool_calls`: `[{"id", "type": "function", "function": {"name", "arguments"}}]`, checked,
+/// then given to the template as vLLM and llama.cpp give it: `arguments`, a JSON string in OpenAI's API, as the
+/// object it encodes (templates write it with `tojson` or iterate it with `|items`, as transformers' callers pass
+/// dicts); an `arguments` string that is not a JSON object stays the string.
 fn parse_tool_calls(value: &Value, param: &str) -> Result<Value, ApiError> {
+    let mut calls = value.clone();
     for (i, call) in as_array(value, param)?.iter().enumerate() {
         let call_param = format!("{param}[{i}]");
         let function_param = format!("{call_param}.function");
@@ -189,8 +192,14 @@ fn parse_tool_calls(value: &Value, param: &str) -> Result<Value, ApiError> {
             let key_param = format!("{function_param}.{key}");
             as_str(get(function, key).ok_or_else(|| missing(&key_param))?, &key_param)?;
         }
+        let arguments = &mut calls[i]["function"]["arguments"];
+        if let Some(object) =
+            arguments.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).filter(Value::is_object)
+        {
+            *arguments = object;
+        }
     }
-    Ok(value.clone())
+    Ok(calls)
 }
 
 /// One content part; only text parts exist for a text-only model.
@@ -283,6 +292,25 @@ mod tests {
             PromptInput::parse_messages(&v).unwrap(),
             PromptInput::Messages(vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "a\nb")])
         );
+    }
+
+    /// Tool-call arguments reach the template as the object their JSON string encodes, keys in order; a string
+    /// that is not a JSON object stays a string.
+    #[test]
+    fn tool_call_arguments_become_objects_for_the_template() {
+        let call = |arguments: &str| {
+            json!([{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": arguments}}]}])
+        };
+        let arguments_of = |v: Value| match PromptInput::parse_messages(&v).unwrap() {
+            PromptInput::Messages(m) => m[0].tool_calls.as_ref().unwrap()[0]["function"]["arguments"].clone(),
+            other => panic!("{other:?}"),
+        };
+        let parsed = arguments_of(call(r#"{"z": 1, "a": "b"}"#));
+        assert_eq!(parsed, json!({"z": 1, "a": "b"}));
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), r#"{"z":1,"a":"b"}"#, "the request's key order");
+        assert_eq!(arguments_of(call("not json")), json!("not json"));
+        assert_eq!(arguments_of(call("[1]")), json!("[1]"));
     }
 
     #[test]
