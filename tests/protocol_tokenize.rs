@@ -37,3 +37,26 @@ fn a_chat_is_rendered_and_tokenized_as_the_engine_does() {
     let e = apply_chat_template(&model, r#"{"messages": [{"role": "user"}]}"#).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("messages[0].content"));
 }
+
+/// `add_generation_prompt: false` ends the prompt after the last turn; `continue_final_message` ends it inside the
+/// last message, the end-of-turn SmolLM2's template writes after it cut, so the model continues the reply.
+#[test]
+fn the_prompt_ends_where_the_request_asks() {
+    let model = model();
+    let prompt_of = |body: &str| -> String {
+        let v: serde_json::Value = serde_json::from_str(&apply_chat_template(&model, body).unwrap()).unwrap();
+        v["prompt"].as_str().unwrap().to_owned()
+    };
+    let closed = prompt_of(r#"{"messages": [{"role": "user", "content": "Hi!"}], "add_generation_prompt": false}"#);
+    assert!(closed.ends_with("<|im_start|>user\nHi!<|im_end|>\n"), "{closed:?}");
+    let continued = prompt_of(
+        r#"{"messages": [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello, I am"}],
+            "add_generation_prompt": false, "continue_final_message": true}"#,
+    );
+    assert!(
+        continued.ends_with("<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\nHello, I am"),
+        "{continued:?}"
+    );
+    let both = r#"{"messages": [{"role": "user", "content": "Hi!"}], "continue_final_message": true}"#;
+    assert_eq!(apply_chat_template(&model, both).unwrap_err().param.as_deref(), Some("continue_final_message"));
+}

@@ -94,6 +94,10 @@ impl fmt::Debug for ChatTemplate {
     }
 }
 
+/// The variables ember gives every template (`RenderContext`'s fields); a request's `chat_template_kwargs` adds
+/// others.
+pub const RENDER_VARIABLES: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+
 #[derive(Serialize)]
 struct RenderContext<'a> {
     messages: &'a [ChatMessage],
@@ -159,6 +163,18 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_variables(messages, tools, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// [`render_with_tools`](Self::render_with_tools) with more variables (a request's `chat_template_kwargs`);
+    /// ember's own ([`RENDER_VARIABLES`]) take precedence over any of `extra`'s of the same name.
+    pub fn render_with_variables(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TemplateError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = RenderContext {
             messages,
@@ -167,7 +183,15 @@ impl ChatTemplate {
             bos_token: &self.bos_token,
             eos_token: &self.eos_token,
         };
-        template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)))
+        if extra.is_empty() {
+            return template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)));
+        }
+        let mut variables = extra.clone();
+        match serde_json::to_value(&ctx) {
+            Ok(serde_json::Value::Object(own)) => variables.extend(own),
+            other => return Err(TemplateError::Render(format!("the template's variables: {other:?}"))),
+        }
+        template.render(minijinja::value::Serde(variables)).map_err(|e| TemplateError::Render(describe(&e)))
     }
 
     /// The template's Jinja source (ChatML's for the fallback), for what only its text says: which tool-call
@@ -260,6 +284,16 @@ mod tests {
         assert_eq!(t.source(), src, "the source as written");
         let bad = ChatTemplate::new(Some("{{ strftime_now('%Q') }}"), "", "").unwrap();
         assert!(bad.render(&[user("x")], false).unwrap_err().to_string().contains("%Q"));
+    }
+
+    /// A request's extra variables reach the template; ember's own win over any of the same name.
+    #[test]
+    fn extra_variables_reach_the_template() {
+        let t = ChatTemplate::new(Some("{{ enable_thinking }}|{{ add_generation_prompt }}"), "", "").unwrap();
+        let extra = serde_json::json!({"enable_thinking": false, "add_generation_prompt": "x"});
+        let extra = extra.as_object().unwrap();
+        // Booleans print as Python prints them, as in transformers.
+        assert_eq!(t.render_with_variables(&[user("a")], None, true, extra).unwrap(), "False|True");
     }
 
     #[test]

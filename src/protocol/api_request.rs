@@ -50,7 +50,12 @@ impl ApiRequest {
         let model = engine.model();
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let prompt_logprobs = request.scored_prompt_alternatives();
-        let prompts = request.input.into_token_prompts(model, request.suffix.as_deref(), request.tools.as_ref())?;
+        let prompts = request.input.into_token_prompts(
+            model,
+            request.suffix.as_deref(),
+            request.tools.as_ref(),
+            &request.template,
+        )?;
         // Choice `p × n + j` is prompt `p`'s.
         let first_tokens: Vec<TokenId> =
             prompts.iter().flat_map(|p| std::iter::repeat_n(p.first().copied().unwrap_or(0), request.n)).collect();

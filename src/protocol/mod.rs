@@ -20,6 +20,7 @@ mod request;
 mod request_fields;
 mod response;
 mod stream;
+mod template_options;
 #[cfg(test)]
 mod test_support;
 pub mod tokenize;

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
+use super::template_options::{continue_final_message, TemplateOptions};
 use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;
@@ -104,6 +105,7 @@ impl PromptInput {
         model: &Model,
         suffix: Option<&str>,
         tools: Option<&ToolsRequest>,
+        options: &TemplateOptions,
     ) -> Result<Vec<Vec<TokenId>>, ApiError> {
         if let Some(suffix) = suffix {
             let tokenizer = &model.tokenizer;
@@ -118,27 +120,36 @@ impl PromptInput {
         let texts = match self {
             PromptInput::Tokens(prompts) => return Ok(prompts),
             PromptInput::Texts(texts) => texts,
-            PromptInput::Messages(messages) => vec![render_chat(model, &messages, tools)?],
+            PromptInput::Messages(messages) => vec![render_chat(model, &messages, tools, options)?],
         };
         Ok(texts.iter().map(|text| tokenize(model, text)).collect())
     }
 }
 
 /// The prompt text of a chat: `messages` through the model's chat template, with `tools` as the template takes
-/// them (its `tools` variable, or ember's description in the system message), ending with the assistant's turn.
+/// them (its `tools` variable, or ember's description in the system message), ending with the assistant's turn
+/// (or as `options` say: without it, or inside the last message).
 pub(crate) fn render_chat(
     model: &Model,
     messages: &[ChatMessage],
     tools: Option<&ToolsRequest>,
+    options: &TemplateOptions,
 ) -> Result<String, ApiError> {
     let template = &model.chat_template;
-    let rendered = match (tools, template.supports_tools()) {
-        (Some(t), true) => template.render_with_tools(messages, Some(&t.tools_json), true),
-        (Some(t), false) => template.render(&calls_as_text(&t.with_instruction(messages)), true),
-        (None, true) => template.render(messages, true),
-        (None, false) => template.render(&calls_as_text(messages), true),
+    let render = |messages: &[ChatMessage], tools: Option<&Value>| {
+        template.render_with_variables(messages, tools, options.add_generation_prompt, &options.kwargs)
     };
-    rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))
+    let rendered = match (tools, template.supports_tools()) {
+        (Some(t), true) => render(messages, Some(&t.tools_json)),
+        (Some(t), false) => render(&calls_as_text(&t.with_instruction(messages)), None),
+        (None, true) => render(messages, None),
+        (None, false) => render(&calls_as_text(messages), None),
+    };
+    let rendered = rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    match options.continue_final_message {
+        true => continue_final_message(rendered, messages),
+        false => Ok(rendered),
+    }
 }
 
 /// `messages[index]`.

@@ -11,6 +11,7 @@ use super::fields::{
 use super::guided::parse_guided;
 use super::prompt::PromptInput;
 use super::request_fields::check_fields;
+use super::template_options::{parse_template_options, TemplateOptions};
 use super::tools::{parse_tools, ToolsRequest};
 use crate::engine::guided::GuidedRequest;
 use crate::engine::request::MAX_CHOICES;
@@ -86,6 +87,9 @@ pub(crate) struct ParsedRequest {
     pub guided: Option<GuidedRequest>,
     /// `tools` with a `tool_choice` other than `"none"` (chat only).
     pub tools: Option<ToolsRequest>,
+    /// How a chat request's template renders (`add_generation_prompt`, `continue_final_message`,
+    /// `chat_template_kwargs`).
+    pub template: TemplateOptions,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -166,6 +170,7 @@ impl ParsedRequest {
             echo: parse_echo(o, kind)?,
             guided,
             tools,
+            template: parse_template_options(o, kind)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",

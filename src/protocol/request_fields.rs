@@ -75,6 +75,10 @@ const FIELDS: &[(&str, Known)] = &[
     ("speculative_decoding", Known::Read),
     ("deadline_ms", Known::Read),
     ("priority", Known::Read),
+    // Chat only: how the template renders (`template_options.rs`).
+    ("add_generation_prompt", Known::Read),
+    ("continue_final_message", Known::Read),
+    ("chat_template_kwargs", Known::Read),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,

@@ -50,7 +50,7 @@ pub fn apply_chat_template(model: &Model, json: &str) -> Result<String, ApiError
     let PromptInput::Messages(messages) = &request.input else {
         return Err(ApiError::invalid("messages", "a chat request has messages"));
     };
-    let text = render_chat(model, messages, request.tools.as_ref())?;
+    let text = render_chat(model, messages, request.tools.as_ref(), &request.template)?;
     let ids = tokenize(model, &text);
     Ok(encode(&json!({"prompt": text, "prompt_token_ids": ids})))
 }
