@@ -57,11 +57,10 @@ pub(crate) fn parse_template_options(o: &Object, kind: ApiKind) -> Result<Templa
 
 /// With `continue_final_message`, the rendered chat cut after the last message's text (its last occurrence, as
 /// transformers cuts it, surrounding whitespace aside), so that the end-of-turn the template wrote after it goes.
-pub(crate) fn continue_final_message(rendered: String, messages: &[ChatMessage]) -> Result<String, ApiError> {
+pub(crate) fn continue_final_message(mut rendered: String, messages: &[ChatMessage]) -> Result<String, ApiError> {
     let last = messages.last().map_or("", |m| m.content.trim());
     match rendered.rfind(last) {
         Some(at) => {
-            let mut rendered = rendered;
             rendered.truncate(at + last.len());
             Ok(rendered)
         }

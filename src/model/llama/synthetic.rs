@@ -298,10 +298,12 @@ impl SyntheticSpec {
             } else {
                 // Uniform weights scaled like a trained model's (std ≈ 1/sqrt(fan_in)) keep activations in range.
                 let scale = 1.7 / (shape[0] as f32).sqrt();
-                let dtype = match () {
-                    _ if self.f16_matrices => GgmlType::F16,
-                    _ if gemma => gemma3_type(&name, shape[0]),
-                    _ => llama_type(&name),
+                let dtype = if self.f16_matrices {
+                    GgmlType::F16
+                } else if gemma {
+                    gemma3_type(&name, shape[0])
+                } else {
+                    llama_type(&name)
                 };
                 let n = (shape[0] * shape[1]) as usize;
                 let data = match dtype {
