@@ -8,7 +8,7 @@
 #   make fuzz   each cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) seconds (docs/fuzzing.md); not in make test
 #   make bench-llamacpp   ember against llama.cpp (built from its pinned sdist) on synthetic 1B-7B-shaped files of
 #               every common weight type, alternated in one run (scripts/llamacpp/compare.py); not in make test
-.PHONY: demo test tools model vocabs lint rust-test numerics-per-path cuda-emulate chat soak fuzz bench-llamacpp
+.PHONY: demo test tools model vocabs templates lint rust-test numerics-per-path cuda-emulate chat soak fuzz bench-llamacpp
 
 CARGO ?= cargo
 
@@ -34,8 +34,12 @@ lint:
 vocabs:
 	@scripts/llamacpp/fetch-vocabs.sh >/dev/null
 
+# llama.cpp's real chat templates (from its pinned sdist), for tests/chat_templates_llamacpp.rs.
+templates:
+	@scripts/llamacpp/fetch-templates.sh >/dev/null
+
 # Every Rust test, with NVRTC (from its PyPI wheel) so that every CUDA kernel is compiled even without a GPU.
-rust-test: model vocabs
+rust-test: model vocabs templates
 	nvrtc="$$(scripts/fetch-nvrtc.sh)" && LD_LIBRARY_PATH="$$nvrtc$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 		EMBER_REQUIRE_NVRTC=1 $(CARGO) test --release
 

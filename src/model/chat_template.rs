@@ -101,8 +101,8 @@ pub const RENDER_VARIABLES: [&str; 5] = ["messages", "tools", "add_generation_pr
 #[derive(Serialize)]
 struct RenderContext<'a> {
     messages: &'a [ChatMessage],
-    /// The request's tools (OpenAI's `[{"type": "function", "function": {...}}]`), as transformers passes them.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The request's tools (OpenAI's `[{"type": "function", "function": {...}}]`), as transformers passes them:
+    /// `none` when there are none, which templates test with `tools is not none`.
     tools: Option<&'a serde_json::Value>,
     add_generation_prompt: bool,
     bos_token: &'a str,
@@ -118,8 +118,9 @@ impl ChatTemplate {
         env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", super::template_json::tojson);
+        env.add_test("iterable", is_iterable);
         env.add_function("strftime_now", |format: String| -> Result<String, minijinja::Error> {
-            super::strftime::strftime_now(&format).map_err(|m| minijinja::Error::new(ErrorKind::InvalidOperation, m))
+            super::strftime::strftime_now(&format).map_err(date_error)
         });
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
@@ -143,6 +144,15 @@ impl ChatTemplate {
         let bos = token_text("tokenizer.ggml.bos_token_id")?;
         let eos = token_text("tokenizer.ggml.eos_token_id")?;
         Self::new(source, &bos, &eos)
+    }
+
+    /// The template with its clock stopped at `unix_seconds` (UTC): `strftime_now` always answers that time, so
+    /// that a render can be reproduced (a reference comparison, a cached prompt that must not change at midnight).
+    pub fn with_fixed_clock(mut self, unix_seconds: i64) -> Self {
+        self.env.add_function("strftime_now", move |format: String| -> Result<String, minijinja::Error> {
+            super::strftime::strftime(&format, unix_seconds).map_err(date_error)
+        });
+        self
     }
 
     /// True when the model had no template and ChatML is used.
@@ -183,10 +193,9 @@ impl ChatTemplate {
             bos_token: &self.bos_token,
             eos_token: &self.eos_token,
         };
-        if extra.is_empty() {
-            return template.render(minijinja::value::Serde(ctx)).map_err(|e| TemplateError::Render(describe(&e)));
-        }
-        let mut variables = extra.clone();
+        // transformers also passes `documents` (RAG templates': Command R's, Granite's), `none` unless given.
+        let mut variables = serde_json::Map::from_iter([("documents".to_owned(), serde_json::Value::Null)]);
+        variables.extend(extra.clone());
         match serde_json::to_value(&ctx) {
             Ok(serde_json::Value::Object(own)) => variables.extend(own),
             other => return Err(TemplateError::Render(format!("the template's variables: {other:?}"))),
@@ -205,6 +214,17 @@ impl ChatTemplate {
     pub fn supports_tools(&self) -> bool {
         self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains("tools")).unwrap_or(false)
     }
+}
+
+/// Jinja2's `iterable` test, which templates use to tell given tools from none (`tools is iterable and tools |
+/// length > 0`): `none` is not iterable, an undefined variable is (it iterates as empty in jinja2, as here).
+/// minijinja's own answers true for `none` too, which sends those templates into `none | length`.
+fn is_iterable(value: minijinja::Value) -> bool {
+    value.is_undefined() || (!value.is_none() && value.try_iter().is_ok())
+}
+
+fn date_error(message: String) -> minijinja::Error {
+    minijinja::Error::new(ErrorKind::InvalidOperation, message)
 }
 
 /// minijinja's error with its detail and source location, on one line.
@@ -282,6 +302,8 @@ mod tests {
         let t = ChatTemplate::new(Some(src), "", "").unwrap();
         assert_eq!(t.render(&[user("a"), user("b")], false).unwrap(), "ab100%");
         assert_eq!(t.source(), src, "the source as written");
+        let fixed = ChatTemplate::new(Some("{{ strftime_now('%d %b %Y') }}"), "", "").unwrap().with_fixed_clock(0);
+        assert_eq!(fixed.render(&[], false).unwrap(), "01 Jan 1970");
         let bad = ChatTemplate::new(Some("{{ strftime_now('%Q') }}"), "", "").unwrap();
         assert!(bad.render(&[user("x")], false).unwrap_err().to_string().contains("%Q"));
     }
