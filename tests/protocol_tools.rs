@@ -6,12 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ember::engine::{Engine, EngineConfig, Logger};
-use ember::model::chat_template::ChatTemplate;
-use ember::model::Model;
+use ember::engine::{Engine, EngineConfig};
 use ember::protocol::{ApiRequest, ChunkPoll};
 use serde_json::{json, Value};
 
@@ -21,10 +18,9 @@ fn engine() -> Engine {
 
 /// The real model with another chat template.
 fn engine_with_template(source: &str) -> Engine {
-    let mut model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
-    model.chat_template = ChatTemplate::new(Some(source), "", "<|im_end|>").unwrap();
-    let config = EngineConfig { kv_cache_tokens: 4096, threads: 2, ..Default::default() };
-    Engine::with_model(config, Arc::new(model), Logger::silent()).unwrap_or_else(|e| panic!("{e}"))
+    let config =
+        EngineConfig { chat_template: Some(source.into()), kv_cache_tokens: 4096, threads: 2, ..Default::default() };
+    Engine::new(config).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// What a stream said: its content, its calls' (id, name, arguments) and its finish reasons.

@@ -21,6 +21,11 @@ type Config struct {
 	// Model is the GGUF file; "" takes EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf relative to the
 	// current directory.
 	Model string `json:"model,omitempty"`
+	// Load is how the model file is brought in: "read", "mmap" or "auto" (default: "read" below 1 GiB).
+	Load string `json:"load,omitempty"`
+	// ChatTemplate replaces the model's chat template: the Jinja text itself (it contains "{{" or "{%"), or
+	// the path of a file holding it; "" keeps the model's.
+	ChatTemplate string `json:"chat_template,omitempty"`
 	// Backend is "auto" (default), "cpu" or "cuda".
 	Backend string `json:"backend,omitempty"`
 	// Threads is the number of CPU threads; 0 uses every core.
@@ -46,6 +51,9 @@ type Config struct {
 	ForceIncludeUsage bool `json:"force_include_usage,omitempty"`
 	// ActivationPrecision is "q8" (default) or "f32".
 	ActivationPrecision string `json:"activation_precision,omitempty"`
+	// EnablePrefixCaching keeps full KV blocks for later prompts with the same start; nil keeps the default
+	// (true).
+	EnablePrefixCaching *bool `json:"enable_prefix_caching,omitempty"`
 	// Speculative turns n-gram speculative decoding on (docs/c_api.md, "Speculative decoding"); nil: off.
 	Speculative *SpeculativeConfig `json:"speculative,omitempty"`
 	// Log receives the engine's log lines; nil discards them.

@@ -31,6 +31,7 @@ import (
 
 type options struct {
 	model                   string
+	chatTemplate            string
 	listen                  string
 	threads                 int
 	enablePerRequestMetrics bool
@@ -47,6 +48,8 @@ func parseOptions() options {
 	var o options
 	flag.StringVar(&o.model, "model", "",
 		"GGUF model file (default: $EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf)")
+	flag.StringVar(&o.chatTemplate, "chat-template", "",
+		"chat template replacing the model's: a Jinja file's path, or the template text itself (the engine's chat_template)")
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
 	flag.IntVar(&o.threads, "threads", 0, "CPU threads of the engine (0: every core)")
 	flag.BoolVar(&o.enablePerRequestMetrics, "enable-per-request-metrics", false,
@@ -94,6 +97,7 @@ func run(o options) error {
 	}
 	engine, err := ember.NewEngine(ember.Config{
 		Model:                   o.model,
+		ChatTemplate:            o.chatTemplate,
 		Threads:                 o.threads,
 		EnablePerRequestMetrics: o.enablePerRequestMetrics,
 		DisableLogStats:         o.disableLogStats,

@@ -67,6 +67,10 @@ pub struct EngineConfig {
     /// engine), `"mmap"` (mapped; shared page cache, but the file must not be truncated or rewritten while the
     /// engine runs), or `"auto"` (the default: `"read"` below 1 GiB, `"mmap"` from there; `LoadMode::Auto`).
     pub load: LoadMode,
+    /// The chat template that replaces the model's (`tokenizer.chat_template`), like llama-server's
+    /// `--chat-template-file` and vLLM's `--chat-template`: Jinja text, or the path of a file holding it
+    /// ([`EngineConfig::chat_template_source`]). `None`: the model's own, or ChatML when it has none.
+    pub chat_template: Option<String>,
     pub backend: BackendKind,
     /// CPU threads; 0 = all available cores.
     pub threads: usize,
@@ -104,6 +108,7 @@ impl Default for EngineConfig {
         EngineConfig {
             model: None,
             load: LoadMode::Auto,
+            chat_template: None,
             backend: BackendKind::Auto,
             threads: 0,
             max_num_seqs: 64,
@@ -178,6 +183,22 @@ impl EngineConfig {
             return err(vec!["threads"], format!("threads = {} is not in 0..=1024", self.threads));
         }
         Ok(())
+    }
+
+    /// The Jinja text of `chat_template`: the value itself when it holds a Jinja tag (`{{` or `{%`, as vLLM tells
+    /// text from a path), else the contents of the file it names. An unreadable file is an error naming
+    /// `chat_template`.
+    pub fn chat_template_source(&self) -> Result<Option<String>, ConfigError> {
+        let Some(value) = &self.chat_template else { return Ok(None) };
+        if value.contains("{{") || value.contains("{%") {
+            return Ok(Some(value.clone()));
+        }
+        std::fs::read_to_string(value).map(Some).map_err(|e| ConfigError {
+            options: vec!["chat_template"],
+            message: format!(
+                "chat_template: {value:?} is neither a Jinja template (no {{{{ or {{%) nor a readable file: {e}"
+            ),
+        })
     }
 
     /// `max_num_batched_tokens` as the engine uses it with `backend` (`Cpu` or `Cuda`): the configured value, or

@@ -95,8 +95,37 @@ mod tests {
     #[test]
     fn the_keys_are_the_structs_fields() {
         let keys = config_keys();
-        assert_eq!(keys.len(), 16, "{keys:?}");
+        assert_eq!(keys.len(), 17, "{keys:?}");
         assert!(["model", "load", "threads", "seed", "enable_prefix_caching"].iter().all(|k| keys.contains(k)));
+    }
+
+    /// The key list is the one source: the C API's table and the Go binding's `Config` name every key.
+    #[test]
+    fn the_c_docs_and_the_go_binding_name_every_key() {
+        let (docs, go) = (include_str!("../../docs/c_api.md"), include_str!("../../bindings/go/engine.go"));
+        for key in config_keys() {
+            assert!(docs.contains(&format!("\n| `{key}` |")), "docs/c_api.md has no row for {key}");
+            assert!(go.contains(&format!("`json:\"{key},omitempty\"`")), "Go's Config has no field for {key}");
+        }
+    }
+
+    /// `chat_template` is the template when it holds a Jinja tag, else a file's path; a path that cannot be read
+    /// is an error naming the key.
+    #[test]
+    fn chat_template_is_text_or_a_path() {
+        let source = |value: &str| {
+            EngineConfig { chat_template: Some(value.into()), ..Default::default() }.chat_template_source()
+        };
+        assert_eq!(source("{{ messages[0].content }}").unwrap().as_deref(), Some("{{ messages[0].content }}"));
+        assert!(source("{% if tools %}x{% endif %}").unwrap().is_some_and(|text| text.starts_with("{% if")));
+        let path = std::env::temp_dir().join(format!("ember-template-{}.jinja", std::process::id()));
+        std::fs::write(&path, "{{ bos_token }}").unwrap();
+        assert_eq!(source(path.to_str().unwrap()).unwrap().as_deref(), Some("{{ bos_token }}"));
+        std::fs::remove_file(&path).unwrap();
+        let e = source(path.to_str().unwrap()).unwrap_err();
+        assert_eq!(e.options, ["chat_template"]);
+        assert!(e.message.contains("neither a Jinja template") && e.message.contains("ember-template"), "{e}");
+        assert_eq!(EngineConfig::default().chat_template_source().unwrap(), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use super::telemetry::Telemetry;
 use super::waiting_limit::WaitingLimit;
+use crate::model::chat_template::{ChatTemplate, TemplateError};
 use crate::model::gguf::LoadMode;
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
@@ -64,6 +65,11 @@ pub enum EngineError {
     Thread(std::io::Error),
     /// The host's progress function asked to stop the load (`Engine::start_reporting`).
     LoadCancelled,
+}
+
+/// A `chat_template` option that does not compile, as the configuration error naming it.
+fn template_error(e: TemplateError) -> EngineError {
+    EngineError::Config(ConfigError { options: vec!["chat_template"], message: format!("chat_template: {e}") })
 }
 
 impl fmt::Display for EngineError {
@@ -140,6 +146,11 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         let load_started = Instant::now();
         config.validate().map_err(EngineError::Config)?;
+        // The chat template is read and compiled before the model, so that a bad one fails at once.
+        let template_source = config.chat_template_source().map_err(EngineError::Config)?;
+        if let Some(source) = &template_source {
+            ChatTemplate::new(Some(source), "", "").map_err(template_error)?;
+        }
         let cancelled = |progress: &LoadProgress<'_>, e: EngineError| match progress.cancelled() {
             true => EngineError::LoadCancelled,
             false => e,
@@ -164,6 +175,10 @@ impl Engine {
                     .map_err(|e| cancelled(progress, EngineError::Model(e)))?;
                 Arc::new(model)
             }
+        };
+        let model = match template_source {
+            None => model,
+            Some(source) => Arc::new(model.with_chat_template(&source).map_err(template_error)?),
         };
         let cache = CacheGeometry::from_config(&config);
         let capacity = Capacity {

@@ -136,7 +136,11 @@ impl ChatTemplate {
     /// bos/eos tokens (`tokenizer.ggml.bos_token_id` / `eos_token_id` looked up in `tokenizer.ggml.tokens`;
     /// empty when the model does not define them).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, TemplateError> {
-        let source = file.optional("tokenizer.chat_template", GgufFile::str)?;
+        Self::from_gguf_with_source(file, file.optional("tokenizer.chat_template", GgufFile::str)?)
+    }
+
+    /// `source` (ChatML when `None`) with the bos/eos texts of the model in `file`.
+    pub fn from_gguf_with_source(file: &GgufFile, source: Option<&str>) -> Result<Self, TemplateError> {
         let tokens = file.string_array("tokenizer.ggml.tokens")?;
         let token_text = |key: &str| -> Result<String, TemplateError> {
             Ok(file.optional(key, GgufFile::u32)?.and_then(|id| tokens.get(id as usize)).cloned().unwrap_or_default())

@@ -12,12 +12,13 @@ use super::path::{resolve_model_path, ModelNotFound};
 use super::progress::LoadProgress;
 use super::tokenizer::{Tokenizer, TokenizerError};
 
-/// A loaded model. The file is shared (`Arc`) so that an engine thread can hold it while the host holds this.
+/// A loaded model. The file is shared (`Arc`) so that an engine thread can hold it while the host holds this; the
+/// tokenizer too, so that [`Model::with_chat_template`] costs only the template.
 pub struct Model {
     pub path: PathBuf,
     pub file: Arc<GgufFile>,
     pub config: LlamaConfig,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub chat_template: ChatTemplate,
 }
 
@@ -71,9 +72,21 @@ impl Model {
     /// Builds a model from an already opened file (`path` is only reported).
     pub fn from_file(path: PathBuf, file: GgufFile) -> Result<Self, ModelError> {
         let config = LlamaConfig::from_gguf(&file).map_err(ModelError::Config)?;
-        let tokenizer = Tokenizer::from_gguf(&file).map_err(ModelError::Tokenizer)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(ModelError::Tokenizer)?);
         let chat_template = ChatTemplate::from_gguf(&file).map_err(ModelError::Template)?;
         Ok(Model { path, file: Arc::new(file), config, tokenizer, chat_template })
+    }
+
+    /// The same model with `source` as its chat template instead of the file's (the engine option
+    /// `chat_template`), with the file's bos/eos texts; the weights, hyperparameters and tokenizer are shared.
+    pub fn with_chat_template(&self, source: &str) -> Result<Model, TemplateError> {
+        Ok(Model {
+            path: self.path.clone(),
+            file: Arc::clone(&self.file),
+            config: self.config.clone(),
+            tokenizer: Arc::clone(&self.tokenizer),
+            chat_template: ChatTemplate::from_gguf_with_source(&self.file, Some(source))?,
+        })
     }
 
     /// The model's name (`general.name`), or its file name.
