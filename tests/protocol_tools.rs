@@ -1,8 +1,8 @@
 //! Tools on the real model, through the OpenAI layer: a forced call (`tool_choice: "required"` or a named
 //! function) is always a valid call of the tools' schemas, whole and streamed; a call cut short is text; `"auto"`
-//! is a message or a valid call, in ember's format (SmolLM2's template has none) and in Hermes' (a fixture
-//! template on the same model), and refused for a template whose format ember cannot read; a conversation that
-//! carries earlier calls and their results renders.
+//! is a message or valid calls, in ember's format (SmolLM2's template has none), in Hermes' (a fixture template
+//! on the same model) and in real families' (their templates from llama.cpp), and refused for a template whose
+//! format ember cannot read; a conversation that carries earlier calls and their results renders.
 
 mod common;
 
@@ -48,7 +48,9 @@ fn streamed(e: &Engine, body: &Value) -> Streamed {
                     s.content.push_str(text);
                 }
                 for d in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
-                    assert_eq!(d["index"], 0);
+                    // Calls are numbered from 0, each announced (its header) before its arguments.
+                    let index = d["index"].as_u64().unwrap() as usize;
+                    assert_eq!(index + usize::from(d["id"].is_null()), s.calls.len(), "{chunk}");
                     if let Some(id) = d["id"].as_str() {
                         assert_eq!(d["function"]["arguments"], "", "the header has no arguments: {chunk}");
                         s.calls.push((
@@ -95,11 +97,16 @@ fn whole(e: &Engine, body: &Value) -> Value {
     serde_json::from_str(&r.response_json().unwrap()).unwrap()
 }
 
+/// OpenAI's shape (`call_` and 24 characters), or the nine alphanumerics that Mistral's templates insist on.
+fn is_call_id(id: &str) -> bool {
+    let alphanumeric = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric());
+    (id.len() == 29 && id.strip_prefix("call_").is_some_and(alphanumeric)) || (id.len() == 9 && alphanumeric(id))
+}
+
 /// Checks a call against the tools' schemas by hand: the name is a tool's, the arguments its required keys.
 fn check_call(call: &Value) -> (String, Value) {
     assert_eq!(call["type"], "function", "{call}");
-    let id = call["id"].as_str().unwrap();
-    assert!(id.starts_with("call_") && id.len() == 29, "{call}");
+    assert!(is_call_id(call["id"].as_str().unwrap()), "{call}");
     let name = call["function"]["name"].as_str().unwrap().to_owned();
     let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     match name.as_str() {
@@ -185,12 +192,14 @@ fn check_auto(e: &Engine, body: &Value) -> Value {
     assert_eq!(s.content, message["content"].as_str().unwrap_or_default(), "{v}");
     match message["tool_calls"].as_array() {
         Some(calls) => {
-            assert_eq!((calls.len(), c["finish_reason"].as_str()), (1, Some("tool_calls")), "{v}");
-            let (name, _) = check_call(&calls[0]);
-            let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
-            assert_eq!(s.calls.len(), 1, "one streamed call");
-            assert!(s.calls[0].0.starts_with("call_"));
-            assert_eq!((s.calls[0].1.as_str(), s.calls[0].2.as_str()), (name.as_str(), arguments), "{v}");
+            assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+            assert_eq!(s.calls.len(), calls.len(), "as many streamed calls: {v}");
+            for (call, (id, name, arguments)) in calls.iter().zip(&s.calls) {
+                check_call(call);
+                assert!(is_call_id(id), "{id}");
+                assert_eq!(name, call["function"]["name"].as_str().unwrap(), "{v}");
+                assert_eq!(arguments, call["function"]["arguments"].as_str().unwrap(), "{v}");
+            }
         }
         None => {
             assert!(message["content"].is_string() && c["finish_reason"] != "tool_calls", "{v}");
@@ -237,9 +246,12 @@ fn auto_in_hermes_format_is_a_message_or_a_tagged_valid_call() {
     let e = engine_with_template(include_str!("fixtures/hermes_template.jinja"));
     check_auto(&e, &auto_body(json!({})));
     // The bias makes the tag likely (it is in the prompt, and each of its tokens is pushed up); once written,
-    // the grammar makes what follows one valid call, and the tags are not part of it.
-    let message = check_auto(&e, &auto_body(ids(&["<", "tool", "_", "call", ">"])));
-    assert!(message["tool_calls"].is_array(), "{message}");
+    // the grammar makes what follows one valid call, and the tags are not part of it. With parallel calls the
+    // bias would start another call after each one until max_tokens: one call, then the grammar ends the choice.
+    let mut one_call = auto_body(ids(&["<", "tool", "_", "call", ">"]));
+    one_call["parallel_tool_calls"] = json!(false);
+    let message = check_auto(&e, &one_call);
+    assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1), "{message}");
     // A template that formats tools in a way ember cannot read back: "auto" is refused by name, a forced call is
     // still one.
     let other = engine_with_template("{{ tools | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}");
@@ -268,4 +280,42 @@ fn a_conversation_with_earlier_calls_and_their_results_renders() {
     bad["messages"][1]["tool_calls"][0]["function"]["arguments"] = json!({"city": "Paris"});
     let err = ApiRequest::submit(&e, &bad.to_string(), None).unwrap_err();
     assert_eq!(err.param.as_deref(), Some("messages[1].tool_calls[0].function.arguments"));
+}
+
+/// The ids SmolLM2 writes `text` with, each pushed up: the model then writes the text (the marker that opens a
+/// family's calls), and the grammar makes what follows valid calls.
+fn bias_towards(text: &str) -> Value {
+    let ids = common::model().tokenizer.encode(text, false);
+    ids.iter().map(|id| (id.to_string(), json!(100))).collect()
+}
+
+/// `"auto"` in the formats of real families' templates (set with the engine option `chat_template` on SmolLM2,
+/// whose vocabulary has none of their markers as control tokens, so they are text): Llama 3.1's JSON with
+/// `"parameters"`, Mistral Nemo's `[TOOL_CALLS][...]` list, Mistral v11's `[TOOL_CALLS]name[ARGS]{...}`,
+/// and Qwen 2.5's `<tool_call>`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
+/// SmolLM2's, which a bias cannot order: `auto_call.rs` walks their grammar with them as control tokens.) Each
+/// call is valid and streams as the whole response says; one call when `parallel_tool_calls` is false.
+#[test]
+fn auto_in_real_families_formats_is_a_message_or_valid_calls() {
+    for (template, marker) in [
+        ("meta-llama-Llama-3.1-8B-Instruct", "{\""),
+        ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]["),
+        ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]"),
+        ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>"),
+    ] {
+        let e = engine_with_template(&common::llamacpp_template(template));
+        check_auto(&e, &auto_body(json!({})));
+        // An earlier call in the conversation shows the marker in the prompt, which the bias then copies.
+        let mut one_call = auto_body(bias_towards(marker));
+        one_call["parallel_tool_calls"] = json!(false);
+        one_call["messages"] = json!([
+            {"role": "user", "content": "What is the time in Tokyo?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call00001", "type": "function",
+                "function": {"name": "get_time", "arguments": "{\"zone\": \"Asia/Tokyo\"}"}}]},
+            {"role": "tool", "tool_call_id": "call00001", "content": "09:00"},
+            {"role": "assistant", "content": "It is 09:00 in Tokyo."},
+            {"role": "user", "content": "What is the weather in Paris?"}]);
+        let message = check_auto(&e, &one_call);
+        assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1), "{template}: {message}");
+    }
 }

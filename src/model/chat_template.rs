@@ -216,7 +216,12 @@ impl ChatTemplate {
     /// Whether the template reads a `tools` variable: it has a format of its own for tool definitions (and
     /// presumably for calls). Templates without one, like SmolLM2's, never show the model a tool.
     pub fn supports_tools(&self) -> bool {
-        self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains("tools")).unwrap_or(false)
+        self.reads_variable("tools")
+    }
+
+    /// Whether the template reads the variable `name` (one it does not set itself): `enable_thinking`, say.
+    pub fn reads_variable(&self, name: &str) -> bool {
+        self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains(name)).unwrap_or(false)
     }
 }
 

@@ -8,10 +8,11 @@ use super::error::ApiError;
 use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
 use super::prompt_logprobs::PromptScores;
+use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
-use super::tools::call_id;
+use super::tool_format::call_id_style;
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 use crate::model::TokenId;
 
@@ -36,6 +37,8 @@ pub struct ApiRequest {
     echo: Vec<String>,
     /// With tools: how outputs are read as calls, and each choice's call id.
     calls: Option<(CallReader, Vec<String>)>,
+    /// With a thinking model's chat: how outputs split into reasoning and content.
+    reasoning: Option<ReasoningReader>,
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`), and their token names.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
 }
@@ -62,7 +65,19 @@ impl ApiRequest {
         let scores =
             PromptScores::new(request.prompt_logprobs, request.logprobs.filter(|_| request.echo), first_tokens);
         // The tools' constraint depends on the model's tool-call format, known only here.
-        let reader = request.tools.as_ref().map(|t| t.reader(&model.chat_template)).transpose()?;
+        let reader = request.tools.as_ref().map(|t| t.reader(&model.chat_template, &model.tokenizer)).transpose()?;
+        // A thinking model's chat output is split into reasoning and content, unless a forced call is all of it.
+        let reasoning = match (request.kind, &reader, prompts.first()) {
+            (ApiKind::Chat, None | Some(CallReader::Auto(_)), Some(prompt)) => {
+                ReasoningReader::for_request(&model.chat_template, &model.tokenizer, prompt, request.reasoning_format)
+            }
+            _ => None,
+        };
+        // Markers that are control tokens (a format's calls', a vocabulary's `</think>`) need their text kept.
+        let skip_special_tokens = request.skip_special_tokens
+            && !reader.as_ref().is_some_and(CallReader::needs_special_text)
+            && !reasoning.as_ref().is_some_and(ReasoningReader::needs_special_text);
+        let reasoning = reasoning.map(|r| r.with_special_text(!skip_special_tokens));
         let guided = match (&request.tools, &reader) {
             (Some(tools), Some(reader)) => Some(tools.constraint(reader)),
             _ => request.guided,
@@ -74,7 +89,7 @@ impl ApiRequest {
             stop_token_ids: request.stop_token_ids,
             stop: request.stop,
             include_stop_str_in_output: request.include_stop_str_in_output,
-            skip_special_tokens: request.skip_special_tokens,
+            skip_special_tokens,
             n: request.n,
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
@@ -100,10 +115,16 @@ impl ApiRequest {
             echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
         let mut chunks =
             ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone(), echo.clone());
-        let calls: Option<(CallReader, Vec<String>)> =
-            reader.map(|r| (r, (0..handle.num_choices()).map(|i| call_id(i as u64)).collect()));
+        // Each choice's first call has an id drawn here, in the shape the template accepts back.
+        let calls: Option<(CallReader, Vec<String>)> = reader.map(|r| {
+            let style = call_id_style(&model.chat_template);
+            (r, (0..handle.num_choices()).map(|i| style.new_id(i as u64)).collect())
+        });
         if let Some((reader, ids)) = &calls {
             chunks = chunks.with_calls(reader, ids);
+        }
+        if let Some(reasoning) = &reasoning {
+            chunks = chunks.with_reasoning(reasoning);
         }
         let prompt_scores = scores.map(|s| (s, SharedPieces(engine.shared_model())));
         if let Some((scores, pieces)) = &prompt_scores {
@@ -119,6 +140,7 @@ impl ApiRequest {
             logprobs,
             echo,
             calls,
+            reasoning,
             prompt_scores,
         })
     }
@@ -151,6 +173,7 @@ impl ApiRequest {
             logprobs: self.logprobs.as_ref().map(|p| p.0.as_ref()),
             echo: &self.echo,
             calls: self.calls.as_ref().map(|(reader, ids)| (reader, ids.as_slice())),
+            reasoning: self.reasoning.as_ref(),
             prompt_scores: self.prompt_scores.as_ref().map(|(scores, pieces)| (scores, pieces.0.as_ref())),
         };
         self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))

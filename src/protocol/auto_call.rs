@@ -1,107 +1,131 @@
-//! `tool_choice: "auto"`: the model writes a message or a call, in its template's format (`tool_format.rs`), and
-//! ember reads the call back.
+//! `tool_choice: "auto"`: the model writes a message or calls, in its template's format (`tool_format.rs`,
+//! `call_syntax.rs`), and ember reads the calls back.
 //!
-//! The output is constrained by a "lazy" grammar: free text, or (at the point where the format's call begins) one
-//! valid call of the tools' schemas, the same `{"name": …, "arguments": …}` object a `"required"` call is. So a
-//! call in `"auto"` mode is as certain to be valid as a forced one, while a message is left alone:
-//! - ember's format: text whose first non-whitespace character is not `{`, or one call object (after optional
-//!   whitespace). A reply that starts with `{` is a call.
-//! - Hermes: text without `<tool_call>`, or text, then `<tool_call>\n`, one call object, `\n</tool_call>`, and
-//!   nothing after it: one call per choice (the grammar ends there, and so does the choice).
+//! The output is constrained by a "lazy" grammar: free text, or (from the point where the format's calls begin)
+//! valid calls of the tools' schemas, each a tool's name and arguments of its `parameters` schema. So a call in
+//! `"auto"` mode is as certain to be valid as a forced one, while a message is left alone:
+//! - ember's format and Llama 3.x's: text whose first non-whitespace character is not `{`, or one call object
+//!   (after optional whitespace). A reply that starts with `{` is a call.
+//! - the others: text without the format's opening marker (`<tool_call>`, `[TOOL_CALLS]`...), or text, then the
+//!   marker and calls, and nothing after them: the grammar ends there, and so does the choice. Several calls
+//!   where the format separates them, unless the request sets `parallel_tool_calls: false`.
 //!
-//! Reading back is exact, not a search: a whole output is a call when it has the shape above, with the layout
-//! the grammar writes (`json_layout`: `{"name": "NAME", "arguments": ARGS}`), a tool's name and arguments that
-//! are a JSON object. Anything else, such as a call cut short by `max_tokens`, is a message.
+//! A marker that is a control token of the model's vocabulary (Mistral's `[TOOL_CALLS]`, DeepSeek's
+//! `<｜tool▁sep｜>`) is that token in the grammar, and the request's text then keeps control tokens' text (as
+//! vLLM turns `skip_special_tokens` off for its Mistral parser) so that the calls can be read back.
+//!
+//! Reading back is exact, not a search (`CallSyntax::read`). Anything else, such as a call cut short by
+//! `max_tokens`, is a message.
 
 use serde_json::Value;
 
-use super::tool_format::ToolFormat;
-use super::tools::{parse_call, CallShape, Tool};
+use super::call_syntax::{CallSyntax, ReadCalls, MARKER_TOKENS};
+use super::tools::{CallIdStyle, Tool};
 use crate::engine::guided::{json_layout, GuidedRequest, GuidedSpec};
-
-/// The tag that opens a Hermes call, and the one that closes it.
-pub(crate) const HERMES_OPEN: &str = "<tool_call>";
-pub(crate) const HERMES_CLOSE: &str = "</tool_call>";
-
-/// The formats `"auto"` can read (a template of [`ToolFormat::Unknown`] is refused before).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AutoFormat {
-    Hermes,
-    Ember,
-}
-
-impl AutoFormat {
-    pub fn of(format: ToolFormat) -> Option<Self> {
-        match format {
-            ToolFormat::Hermes => Some(AutoFormat::Hermes),
-            ToolFormat::Ember => Some(AutoFormat::Ember),
-            ToolFormat::Unknown => None,
-        }
-    }
-}
-
-/// One choice's output read as a call.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct ReadCall<'t> {
-    /// Text the model wrote before the call (Hermes), without its trailing whitespace; `None` when there is none.
-    pub content: Option<&'t str>,
-    pub name: String,
-    /// The arguments' JSON text, as written.
-    pub arguments: String,
-}
+use crate::model::tokenizer::Tokenizer;
+use crate::model::TokenId;
 
 /// How `"auto"` outputs of one request are constrained and read.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct AutoCalls {
-    pub format: AutoFormat,
+    pub syntax: CallSyntax,
     pub names: Vec<String>,
+    /// Several calls per choice (where the format has a separator).
+    pub parallel: bool,
+    /// The markers that are control tokens of the model's vocabulary, and their ids.
+    pub control_markers: Vec<(&'static str, TokenId)>,
+    /// The ids of calls after a choice's first (whose id the request draws).
+    pub id_style: CallIdStyle,
 }
 
 impl AutoCalls {
-    pub fn new(format: AutoFormat, tools: &[Tool]) -> Self {
-        AutoCalls { format, names: tools.iter().map(|t| t.name.clone()).collect() }
+    pub fn new(syntax: CallSyntax, tools: &[Tool], parallel: bool, tokenizer: &Tokenizer) -> Self {
+        let control_markers = MARKER_TOKENS
+            .iter()
+            .filter_map(|&m| tokenizer.token_to_id(m).filter(|&id| tokenizer.is_control(id)).map(|id| (m, id)))
+            .collect();
+        let names = tools.iter().map(|t| t.name.clone()).collect();
+        AutoCalls { syntax, names, parallel, control_markers, id_style: CallIdStyle::OpenAi }
     }
 
-    /// The lazy grammar (see the module comment) over `call_schema`, the `"required"` call's schema.
-    pub fn constraint(&self, call_schema: &Value) -> GuidedRequest {
-        let mut schema = call_schema.clone();
-        if let Value::Object(o) = &mut schema {
-            o.insert("x-guidance".into(), json_layout());
+    /// Whether the output's text must keep control tokens' text for its calls to be read back.
+    pub fn needs_special_text(&self) -> bool {
+        let s = &self.syntax;
+        let markers = [s.open, s.pre, s.mid, s.post, s.sep.unwrap_or(""), s.close];
+        self.control_markers.iter().any(|(m, _)| markers.iter().any(|text| text.contains(m)))
+    }
+
+    /// The lazy grammar (see the module comment) over each tool's `parameters` schema.
+    pub fn constraint(&self, tools: &[Tool]) -> GuidedRequest {
+        let s = &self.syntax;
+        let mut rules = String::new();
+        let mut alternatives = Vec::new();
+        for (i, tool) in tools.iter().enumerate() {
+            let mut schema = tool.parameters.clone();
+            if let Value::Object(o) = &mut schema {
+                o.insert("x-guidance".into(), json_layout());
+            }
+            rules.push_str(&format!("args{i}: %json {schema}\n"));
+            alternatives.push(format!("{} args{i}", self.literal(&format!("{}{}{}", s.pre, tool.name, s.mid))));
         }
-        let call = format!("%json {schema}");
-        let grammar = match self.format {
+        let post = self.literal(s.post);
+        let call = format!("call: ({}) {post}\n", alternatives.join(" | "));
+        let more = match s.sep.filter(|_| self.parallel) {
+            Some(sep) => format!("({} call)*", self.literal(sep)),
+            None => String::new(),
+        };
+        let calls = format!("calls: call {more} {}\n", self.literal(s.close));
+        let start = match (s.text_first, self.control_markers.iter().find(|(m, _)| s.open.starts_with(m))) {
             // `TEXT` is all text whose first non-whitespace character is not `{` (an empty reply included); a
             // call may follow whitespace (`LEAD`).
-            AutoFormat::Ember => format!(
-                "start: TEXT | LEAD? call\ncall: {call}\nTEXT: /\\s*/ | /\\s*[^\\s{{][\\s\\S]*/\nLEAD: /\\s+/\n"
+            (false, _) => format!(
+                "start: TEXT | LEAD? {open} calls\nTEXT: /\\s*/ | /\\s*[^\\s{{][\\s\\S]*/\nLEAD: /\\s+/\n",
+                open = self.literal(s.open)
             ),
-            // `TEXT` never contains the tag; `pre` is text up to the tag's first occurrence, matched lazily: it
-            // ends at the first tag (llguidance's lexer, greedy otherwise, could not split text from the tag).
-            AutoFormat::Hermes => format!(
-                "start: TEXT | pre \"\\n\" call CLOSE\npre[lazy]: /[\\s\\S]*{open}/\ncall: {call}\n\
-                 CLOSE: \"\\n{close}\"\nTEXT: /[\\s\\S]*/ & ~/[\\s\\S]*{open}[\\s\\S]*/\n",
-                open = regex_syntax::escape(HERMES_OPEN),
-                close = HERMES_CLOSE,
+            // The opening marker is a control token, which text cannot contain.
+            (true, Some(_)) => format!("start: TEXT? | TEXT? {} calls\nTEXT: /[\\s\\S]+/\n", self.literal(s.open)),
+            // `TEXT` never contains the marker; `pre` is text up to the marker's first occurrence, matched lazily:
+            // it ends at the first marker (llguidance's lexer, greedy otherwise, could not split text from it).
+            (true, None) => format!(
+                "start: TEXT | pre calls\npre[lazy]: /[\\s\\S]*{open}/\nTEXT: /[\\s\\S]*/ & ~/[\\s\\S]*{open}[\\s\\S]*/\n",
+                open = regex_syntax::escape(s.open)
             ),
         };
-        GuidedRequest::new(GuidedSpec::Lark(grammar), "tools")
+        GuidedRequest::new(GuidedSpec::Lark(format!("{start}{calls}{call}{rules}")), "tools")
     }
 
-    /// `text`, a whole output, read as a call; `None` when it is a message.
-    pub fn read<'t>(&self, text: &'t str) -> Option<ReadCall<'t>> {
-        let (content, object) = match self.format {
-            AutoFormat::Ember => (None, text.trim()),
-            AutoFormat::Hermes => {
-                let at = text.find(HERMES_OPEN)?;
-                let inner = text[at + HERMES_OPEN.len()..].trim_end().strip_suffix(HERMES_CLOSE)?;
-                let before = text[..at].trim_end();
-                (Some(before).filter(|b| !b.is_empty()), inner.trim())
+    /// `text` as a sequence of Lark terminals: control-token markers as those tokens (`<[id]>`), the rest as
+    /// string literals; `""` when empty.
+    fn literal(&self, text: &str) -> String {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let next = self.control_markers.iter().filter_map(|(m, id)| rest.find(m).map(|at| (at, *m, *id))).min();
+            let Some((at, marker, id)) = next else {
+                parts.push(string_literal(rest));
+                break;
+            };
+            if at > 0 {
+                parts.push(string_literal(&rest[..at]));
             }
-        };
-        let (name, arguments) = parse_call(&CallShape::NameAndArguments, object)?;
-        let is_object = serde_json::from_str::<Value>(&arguments).is_ok_and(|a| a.is_object());
-        (is_object && self.names.contains(&name)).then_some(ReadCall { content, name, arguments })
+            parts.push(format!("<[{id}]>"));
+            rest = &rest[at + marker.len()..];
+        }
+        match parts.is_empty() {
+            true => "\"\"".into(),
+            false => parts.join(" "),
+        }
     }
+
+    /// `text`, a whole output, read as calls; `None` when it is a message.
+    pub fn read<'t>(&self, text: &'t str) -> Option<ReadCalls<'t>> {
+        self.syntax.read(text, &self.names, self.parallel)
+    }
+}
+
+/// A Lark string literal of `text` (JSON's escapes, which Lark's strings share).
+fn string_literal(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -110,137 +134,133 @@ mod tests {
 
     use super::*;
     use crate::engine::guided::{Accepted, GuidedCompiler};
-    use crate::model::tokenizer::{TokenType, Tokenizer, TokenizerSpec};
-    use crate::model::TokenId;
+    use crate::protocol::call_syntax::{DEEPSEEK_V31, EMBER, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED};
+    use crate::protocol::test_support::char_tokenizer;
 
-    fn calls(format: AutoFormat) -> AutoCalls {
-        AutoCalls { format, names: vec!["get_weather".into(), "now".into()] }
+    fn tools() -> Vec<Tool> {
+        let city = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": false});
+        vec![
+            Tool { name: "get_weather".into(), parameters: city },
+            Tool { name: "now".into(), parameters: json!({"type": "object", "additionalProperties": false}) },
+        ]
     }
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
 
-    fn call(content: Option<&str>) -> Option<ReadCall<'_>> {
-        Some(ReadCall { content, name: "get_weather".into(), arguments: r#"{"city": "Paris"}"#.into() })
-    }
-
-    #[test]
-    fn ember_outputs_are_a_call_only_when_exactly_one_call_object() {
-        let e = calls(AutoFormat::Ember);
-        assert_eq!(e.read(CALL), call(None));
-        assert_eq!(e.read(&format!("\n  {CALL}\n")), call(None), "whitespace around the object");
-        for text in [
-            "It is sunny in Paris.",
-            "",
-            &CALL[..CALL.len() - 1],                                    // cut short
-            &CALL.replace("get_weather", "get_time"),                   // no such tool
-            r#"{"name": "get_weather", "arguments": {"city": Paris}}"#, // arguments are not JSON
-            r#"{"name": "get_weather", "arguments": [1]}"#,             // nor an object
-            &format!("Sure: {CALL}"),                                   // text first: a message
-            &format!("{CALL} and more"),
-        ] {
-            assert_eq!(e.read(text), None, "{text:?}");
+    /// `text` as the char tokenizer's ids: control markers as their token, other characters one each.
+    fn ids(tokenizer: &Tokenizer, controls: &[&str], text: &str) -> Vec<TokenId> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        'outer: while let Some(c) = rest.chars().next() {
+            for m in controls {
+                if let Some(after) = rest.strip_prefix(m) {
+                    out.push(tokenizer.token_to_id(m).unwrap());
+                    rest = after;
+                    continue 'outer;
+                }
+            }
+            out.push(match c {
+                ' ' => 94,
+                '\n' => 95,
+                c => c as TokenId - '!' as TokenId,
+            });
+            rest = &rest[1..];
         }
+        out
     }
 
-    #[test]
-    fn hermes_outputs_are_text_then_one_tagged_call() {
-        let h = calls(AutoFormat::Hermes);
-        assert_eq!(h.read(&format!("<tool_call>\n{CALL}\n</tool_call>")), call(None));
-        assert_eq!(h.read(&format!("\n<tool_call>\n{CALL}\n</tool_call>\n")), call(None), "blank text is none");
-        let text = format!("Let me look.\n<tool_call>\n{CALL}\n</tool_call>");
-        assert_eq!(h.read(&text), call(Some("Let me look.")));
-        for text in [
-            "It is sunny.".to_owned(),
-            CALL.to_owned(),                         // no tags: a message
-            format!("<tool_call>\n{CALL}"),          // cut short before the closing tag
-            format!("<tool_call>\n{}", &CALL[..20]), // or inside the call
-            format!("<tool_call>\n{}\n</tool_call>", CALL.replace("get_weather", "nope")),
-            "<tool_call>\n{\"name\": \"now\", \"arguments\": {]}\n</tool_call>".to_owned(),
-        ] {
-            assert_eq!(h.read(&text), None, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn the_grammars_embed_the_call_schema_with_the_fixed_layout() {
-        let schema = json!({"anyOf": [{"type": "object"}]});
-        for format in [AutoFormat::Ember, AutoFormat::Hermes] {
-            let g = calls(format).constraint(&schema);
-            let GuidedSpec::Lark(lark) = &g.spec else { panic!("{g:?}") };
-            assert_eq!(g.field, "tools");
-            let embedded = format!("{}", json!({"anyOf": [{"type": "object"}], "x-guidance": json_layout()}));
-            assert!(lark.contains(&embedded), "{lark}");
-        }
-    }
-
-    /// One token per printable ASCII character, space and newline, and an end-of-generation token: a text is one
-    /// token per character, so a grammar is walked character by character.
-    fn char_tokenizer() -> Tokenizer {
-        let mut tokens: Vec<String> = ('!'..='~').map(String::from).collect();
-        tokens.extend(["\u{120}", "\u{10a}", "<|im_end|>"].map(String::from)); // byte-level space, newline
-        let mut types = vec![TokenType::Normal as i32; tokens.len()];
-        types[tokens.len() - 1] = TokenType::Control as i32;
-        let spec = TokenizerSpec {
-            token_types: Some(&types),
-            eos_id: Some(tokens.len() as TokenId - 1),
-            ..TokenizerSpec::new(&tokens, &[], "smollm")
-        };
-        Tokenizer::from_spec(&spec).unwrap()
-    }
-
-    fn char_id(c: char) -> TokenId {
-        match c {
-            ' ' => 94,
-            '\n' => 95,
-            c => c as TokenId - '!' as TokenId,
-        }
-    }
-
-    /// Walks `text` through `format`'s grammar: `Ok(may_end)` (whether end-of-generation is allowed after it,
-    /// or the grammar completed on its last character) or `Err(i)`, the first character the grammar refuses.
-    fn walk(format: AutoFormat, text: &str) -> Result<bool, usize> {
-        let tokenizer = char_tokenizer();
-        let tools = json!({"anyOf": [{"type": "object", "properties": {"name": {"const": "get_weather"},
-            "arguments": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-            "additionalProperties": false}}, "required": ["name", "arguments"], "additionalProperties": false}]});
-        let request = calls(format).constraint(&tools);
+    /// Walks `text` through the grammar of `syntax`: `Ok(may_end)` (whether end-of-generation is allowed after
+    /// it, or the grammar completed on its last token) or `Err(i)`, the first token the grammar refuses.
+    fn walk_with(syntax: CallSyntax, controls: &[&str], parallel: bool, text: &str) -> Result<bool, usize> {
+        let tokenizer = char_tokenizer(controls);
+        let calls = AutoCalls::new(syntax, &tools(), parallel, &tokenizer);
+        assert_eq!(calls.control_markers.len(), controls.len());
+        let request = calls.constraint(&tools());
         let mut m = GuidedCompiler::new().compile(&tokenizer, &request).unwrap_or_else(|e| panic!("{e}")).matcher();
-        for (i, c) in text.chars().enumerate() {
-            if !m.allows(char_id(c)) {
+        let ids = ids(&tokenizer, controls, text);
+        for (i, &id) in ids.iter().enumerate() {
+            if !m.allows(id) {
                 return Err(i);
             }
-            if m.accept(char_id(c)) == Accepted::Complete {
-                return Ok(i + 1 == text.chars().count());
+            if m.accept(id) == Accepted::Complete {
+                return Ok(i + 1 == ids.len());
             }
         }
         Ok(m.allows(tokenizer.eos_id().unwrap()))
     }
 
-    #[test]
-    fn the_ember_grammar_leaves_text_free_and_makes_a_begun_call_valid() {
-        assert_eq!(walk(AutoFormat::Ember, CALL), Ok(true), "a call, complete");
-        assert_eq!(walk(AutoFormat::Ember, &format!("\n {CALL}")), Ok(true), "after whitespace");
-        for text in ["It is sunny in Paris.", "Sunny {\"city\": 1} }", "", "  ", " a\n{"] {
-            assert_eq!(walk(AutoFormat::Ember, text), Ok(true), "{text:?} is a message");
-        }
-        assert_eq!(walk(AutoFormat::Ember, &CALL[..20]), Ok(false), "a begun call cannot end");
-        // Once the reply starts with `{`, only a valid call goes on.
-        assert_eq!(walk(AutoFormat::Ember, r#"{"name": "get_time""#), Err(14), "get_weather's t");
-        assert_eq!(walk(AutoFormat::Ember, r#"{"name": "get_weather", "arguments": {"town""#), Err(39));
-        assert_eq!(walk(AutoFormat::Ember, r#"{"a": 1}"#), Err(2), "a key other than name");
+    fn walk(syntax: CallSyntax, text: &str) -> Result<bool, usize> {
+        walk_with(syntax, &[], true, text)
     }
 
     #[test]
-    fn the_hermes_grammar_allows_text_then_one_valid_tagged_call() {
-        let tagged = format!("<tool_call>\n{CALL}\n</tool_call>");
-        assert_eq!(walk(AutoFormat::Hermes, &tagged), Ok(true));
-        assert_eq!(walk(AutoFormat::Hermes, &format!("Let me <b>look</b>.\n{tagged}")), Ok(true));
-        for text in ["It is sunny.", "", "a <tool_ca", "x </tool_call> {\"name\"}", "<tool_call"] {
-            assert_eq!(walk(AutoFormat::Hermes, text), Ok(true), "{text:?} is a message");
+    fn the_ember_grammar_leaves_text_free_and_makes_a_begun_call_valid() {
+        assert_eq!(walk(EMBER, CALL), Ok(true), "a call, complete");
+        assert_eq!(walk(EMBER, &format!("\n {CALL}")), Ok(true), "after whitespace");
+        for text in ["It is sunny in Paris.", "Sunny {\"city\": 1} }", "", "  ", " a\n{"] {
+            assert_eq!(walk(EMBER, text), Ok(true), "{text:?} is a message");
         }
-        assert_eq!(walk(AutoFormat::Hermes, "Hi <tool_call>"), Ok(false), "a begun call cannot end");
-        assert_eq!(walk(AutoFormat::Hermes, "Hi <tool_call> is"), Err(14), "the tag begins a call");
-        assert_eq!(walk(AutoFormat::Hermes, "Hi <tool_call>\n{\"name\": \"now\""), Err(25));
-        assert_eq!(walk(AutoFormat::Hermes, &format!("<tool_call>\n{CALL}\n</tool_call>\nmore")), Ok(false));
+        assert_eq!(walk(EMBER, &CALL[..20]), Ok(false), "a begun call cannot end");
+        // Once the reply starts with `{`, only a valid call goes on.
+        assert_eq!(walk(EMBER, r#"{"name": "get_time""#), Err(14), "get_weather's t");
+        assert_eq!(walk(EMBER, r#"{"name": "get_weather", "arguments": {"town""#), Err(39));
+        assert_eq!(walk(EMBER, r#"{"a": 1}"#), Err(2), "a key other than name");
+        assert_eq!(walk(EMBER, &format!("{CALL}{CALL}")), Ok(false), "one call");
+        let llama = CALL.replace("arguments", "parameters");
+        assert_eq!(walk(LLAMA3_JSON, &llama), Ok(true));
+        assert_eq!(walk(LLAMA3_JSON, CALL), Err(25), "Llama 3.x writes parameters");
+    }
+
+    #[test]
+    fn the_hermes_grammar_allows_text_then_valid_tagged_calls() {
+        let tagged = format!("<tool_call>\n{CALL}\n</tool_call>");
+        assert_eq!(walk(HERMES, &tagged), Ok(true));
+        assert_eq!(walk(HERMES, &format!("Let me <b>look</b>.\n{tagged}")), Ok(true));
+        for text in ["It is sunny.", "", "a <tool_ca", "x </tool_call> {\"name\"}", "<tool_call"] {
+            assert_eq!(walk(HERMES, text), Ok(true), "{text:?} is a message");
+        }
+        assert_eq!(walk(HERMES, "Hi <tool_call>"), Ok(false), "a begun call cannot end");
+        assert_eq!(walk(HERMES, "Hi <tool_call> is"), Err(14), "the tag begins a call");
+        assert_eq!(walk(HERMES, "Hi <tool_call>\n{\"name\": \"nope\""), Err(27), "no tool nope");
+        assert_eq!(walk(HERMES, &format!("{tagged}\nmore")), Err(tagged.len() + 1));
+        let two = format!("{tagged}\n<tool_call>\n{{\"name\": \"now\", \"arguments\": {{}}}}\n</tool_call>");
+        assert_eq!(walk(HERMES, &two), Ok(true), "parallel calls");
+        // Not parallel: the grammar is complete after the first call, and the choice ends there.
+        assert_eq!(walk_with(HERMES, &[], false, &two), Ok(false), "one call when not parallel");
+    }
+
+    #[test]
+    fn control_token_markers_are_those_tokens_in_the_grammar() {
+        let controls = ["[TOOL_CALLS]", "[ARGS]"];
+        let call = r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}"#;
+        assert_eq!(walk_with(MISTRAL_NAMED, &controls, true, call), Ok(true));
+        assert_eq!(walk_with(MISTRAL_NAMED, &controls, true, &format!("Sure. {call}")), Ok(true));
+        assert_eq!(walk_with(MISTRAL_NAMED, &controls, true, &format!("{call}[TOOL_CALLS]now[ARGS]{{}}")), Ok(true));
+        for text in ["", "It is sunny [TOOL_CALLS is text"] {
+            assert_eq!(walk_with(MISTRAL_NAMED, &controls, true, text), Ok(true), "{text:?} is a message");
+        }
+        assert_eq!(walk_with(MISTRAL_NAMED, &controls, true, "[TOOL_CALLS]get_time"), Err(5), "get_t");
+        // Without the control tokens, the same markers are text (SmolLM2 with a Mistral template).
+        assert_eq!(walk(MISTRAL_NAMED, call), Ok(true));
+        assert_eq!(walk(MISTRAL_LIST, &format!("[TOOL_CALLS][{CALL}]")), Ok(true));
+        let v31 = [
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁sep｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁calls▁end｜>",
+        ];
+        let text =
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        assert_eq!(walk_with(DEEPSEEK_V31, &v31, true, text), Ok(true));
+    }
+
+    #[test]
+    fn special_text_is_kept_only_when_a_marker_is_a_control_token() {
+        let with = AutoCalls::new(MISTRAL_NAMED, &tools(), true, &char_tokenizer(&["[TOOL_CALLS]"]));
+        assert!(with.needs_special_text());
+        assert!(!AutoCalls::new(MISTRAL_NAMED, &tools(), true, &char_tokenizer(&[])).needs_special_text());
+        assert!(!AutoCalls::new(HERMES, &tools(), true, &char_tokenizer(&["[TOOL_CALLS]"])).needs_special_text());
     }
 }

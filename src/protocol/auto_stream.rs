@@ -1,34 +1,58 @@
 //! One `"auto"` choice, streamed: its text becomes content deltas or tool-call deltas as soon as it is certain
 //! which it is.
 //!
-//! Text that may still turn into a call is held back: ember's format, while the text is only whitespace (a `{`
-//! next would make it a call); Hermes, trailing whitespace and any end of the text that could be the start of
-//! `<tool_call>`. Once the call has begun (the lazy grammar makes a begun call a valid one), its object goes
-//! through a [`CallStream`], which sends the header once the name is known, then pieces of the arguments; the
-//! Hermes closing tag is never sent. When the output ends without the call's header having been sent (it was
-//! cut short), everything not yet sent is flushed as content, so that the stream's text is the whole body's.
+//! Text that may still turn into calls is held back: for ember's and Llama 3.x's formats, while the text is only
+//! whitespace (a `{` next would make it a call); for the others, trailing whitespace and any end of the text that
+//! could be the start of the format's opening marker. Once the calls have begun (the lazy grammar makes begun
+//! calls valid ones), each call sends its header (id and name) once its name is complete, then pieces of its
+//! arguments as they come; the markers around them are never sent. When the output ends before any call's header
+//! was sent (it was cut short), everything not yet sent is flushed as content, so that the stream's text is the
+//! whole body's.
 
-use super::auto_call::{AutoCalls, AutoFormat, HERMES_OPEN};
-use super::tools::{CallDelta, CallShape, CallStream};
+use super::auto_call::AutoCalls;
+use super::tools::CallDelta;
 
-/// What a stream sends of an `"auto"` choice.
+/// What a stream sends of an `"auto"` choice: content, or a delta of the choice's call number `.0`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum AutoDelta {
     Content(String),
-    Call(CallDelta),
+    Call(usize, CallDelta),
+}
+
+/// Where the reading of the calls is: what comes next at byte `pos` of the text.
+#[derive(Clone, Debug)]
+enum Stage {
+    Open,
+    Pre,
+    Name,
+    /// Inside the arguments, which began at `start`; `sent`: bytes of the text sent so far.
+    Arguments {
+        scan: ObjectScan,
+        start: usize,
+        sent: usize,
+    },
+    Post,
+    /// After a call: another one, or the end.
+    Between,
+    Done,
 }
 
 #[derive(Clone, Debug)]
 enum Phase {
-    /// Text so far is content, or may still become a call.
+    /// Text so far is content, or may still become calls.
     Text,
-    /// The call has begun at byte `start` of the text (its object's `{`); `end` once its object has closed.
-    Call { stream: CallStream, start: usize, end: Option<usize> },
+    Calls {
+        pos: usize,
+        stage: Stage,
+        index: usize,
+        header_sent: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct AutoStream {
     calls: AutoCalls,
+    /// The first call's id; later calls get new ones.
     id: String,
     /// The whole text so far.
     text: String,
@@ -42,22 +66,20 @@ impl AutoStream {
         AutoStream { calls, id, text: String::new(), sent: 0, phase: Phase::Text }
     }
 
-    /// Whether the text so far is a complete call.
+    /// Whether the text so far is complete calls.
     pub fn is_complete(&self) -> bool {
         self.calls.read(&self.text).is_some()
     }
 
     /// The deltas `piece` of output text releases.
     pub fn push(&mut self, piece: &str) -> Vec<AutoDelta> {
-        let from = self.text.len();
         self.text.push_str(piece);
         let mut out = Vec::new();
         if let Phase::Text = self.phase {
-            match self.call_start() {
+            match self.calls_start() {
                 Some((content_end, start)) => {
                     self.content_until(content_end, &mut out);
-                    let stream = CallStream::new(CallShape::NameAndArguments, self.id.clone());
-                    self.phase = Phase::Call { stream, start, end: None };
+                    self.phase = Phase::Calls { pos: start, stage: Stage::Open, index: 0, header_sent: false };
                 }
                 None => {
                     let until = self.text.len() - self.held_back();
@@ -66,29 +88,16 @@ impl AutoStream {
                 }
             }
         }
-        let Phase::Call { stream, start, end } = &mut self.phase else { return out };
-        if end.is_none() {
-            // The object's new text: from where the last piece ended (or where the object starts), up to its
-            // closing brace once there is one.
-            let new_from = from.max(*start);
-            *end = object_end(&self.text[*start..]).map(|e| *start + e);
-            let new_to = end.unwrap_or(self.text.len());
-            if new_to > new_from {
-                out.extend(stream.push(&self.text[new_from..new_to]).into_iter().map(AutoDelta::Call));
-            }
-        }
+        self.advance(&mut out);
         out
     }
 
-    /// The rest at the end of the output: the call's held-back end, or, when no call was announced, all the text
-    /// not yet sent, as content.
+    /// The rest at the end of the output: nothing once a call was announced (its text was sent as it came), or,
+    /// when none was, all the text not yet sent, as content.
     pub fn finish(&mut self) -> Vec<AutoDelta> {
         let mut out = Vec::new();
-        match &mut self.phase {
-            Phase::Call { stream, .. } if stream.header_sent() => {
-                out.extend(stream.finish().into_iter().map(AutoDelta::Call));
-            }
-            _ => self.content_until(self.text.len(), &mut out),
+        if !matches!(self.phase, Phase::Calls { header_sent: true, .. }) {
+            self.content_until(self.text.len(), &mut out);
         }
         out
     }
@@ -100,83 +109,162 @@ impl AutoStream {
         }
     }
 
-    /// Where a call begins in the text, if it has: the end of the content before it and the byte of its `{`.
-    fn call_start(&self) -> Option<(usize, usize)> {
-        match self.calls.format {
-            AutoFormat::Ember => {
+    /// Where the calls begin in the text, if they have: the end of the content before them and their first byte.
+    fn calls_start(&self) -> Option<(usize, usize)> {
+        let syntax = &self.calls.syntax;
+        match syntax.text_first {
+            true => syntax.calls_start(&self.text),
+            // The `{` decides: the grammar makes what follows a call.
+            false => {
                 let start = self.text.len() - self.text.trim_start().len();
                 self.text[start..].starts_with('{').then_some((0, start))
-            }
-            AutoFormat::Hermes => {
-                let at = self.text.find(HERMES_OPEN)?;
-                let after = at + HERMES_OPEN.len();
-                let rest = &self.text[after..];
-                // The object starts after the tag's whitespace; until its `{` has come, the call has not begun.
-                let start = after + (rest.len() - rest.trim_start().len());
-                self.text[start..].starts_with('{').then_some((self.text[..at].trim_end().len(), start))
             }
         }
     }
 
-    /// How many bytes at the end of the text (not yet a call) may still be part of one.
+    /// How many bytes at the end of the text (not yet calls) may still be part of them.
     fn held_back(&self) -> usize {
-        match self.calls.format {
-            AutoFormat::Ember => match self.text.trim_start().is_empty() {
-                true => self.text.len(),
-                false => 0,
-            },
-            AutoFormat::Hermes => {
-                // The longest end of the text that begins the tag (the whole tag may be there, its object not
-                // yet), then the whitespace before it.
-                let tag = (0..self.text.len())
-                    .filter(|&i| self.text.is_char_boundary(i))
-                    .find(|&i| HERMES_OPEN.starts_with(&self.text[i..]) || self.text[i..].starts_with(HERMES_OPEN))
-                    .unwrap_or(self.text.len());
-                self.text.len() - self.text[..tag].trim_end().len()
+        let text = &self.text;
+        if !self.calls.syntax.text_first {
+            return if text.trim_start().is_empty() { text.len() } else { 0 };
+        }
+        // The longest end of the text that begins the marker, then the whitespace before it.
+        let open = self.calls.syntax.open;
+        let marker = (0..text.len()).filter(|&i| text.is_char_boundary(i)).find(|&i| open.starts_with(&text[i..]));
+        text.len() - text[..marker.unwrap_or(text.len())].trim_end().len()
+    }
+
+    /// Reads the calls as far as the text goes, sending headers and argument pieces.
+    fn advance(&mut self, out: &mut Vec<AutoDelta>) {
+        let Phase::Calls { pos, stage, index, header_sent } = &mut self.phase else { return };
+        let syntax = &self.calls.syntax;
+        let text = self.text.as_str();
+        loop {
+            let rest = &text[*pos..];
+            // A fixed marker: consumed once all of it is there.
+            let marker = |expected: &str, next: Stage, pos: &mut usize, stage: &mut Stage| {
+                let there = rest.len() >= expected.len();
+                if there {
+                    *pos += expected.len();
+                    *stage = next;
+                }
+                there
+            };
+            let progressed = match stage {
+                Stage::Open => marker(syntax.open, Stage::Pre, pos, stage),
+                Stage::Pre => marker(syntax.pre, Stage::Name, pos, stage),
+                Stage::Post => marker(syntax.post, Stage::Between, pos, stage),
+                Stage::Name => match rest.find(syntax.mid) {
+                    Some(end) => {
+                        let id = match *index {
+                            0 => self.id.clone(),
+                            i => self.calls.id_style.new_id(i as u64),
+                        };
+                        out.push(AutoDelta::Call(*index, CallDelta::Header { id, name: rest[..end].to_owned() }));
+                        *header_sent = true;
+                        *pos += end + syntax.mid.len();
+                        *stage = Stage::Arguments { scan: ObjectScan::default(), start: *pos, sent: *pos };
+                        true
+                    }
+                    None => false,
+                },
+                Stage::Arguments { scan, start, sent } => {
+                    let end = scan.feed(&text[*start..]).map(|e| *start + e);
+                    let to = end.unwrap_or(text.len());
+                    if to > *sent {
+                        out.push(AutoDelta::Call(*index, CallDelta::Arguments(text[*sent..to].to_owned())));
+                        *sent = to;
+                    }
+                    match end {
+                        Some(e) => {
+                            *pos = e;
+                            *stage = Stage::Post;
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                Stage::Between => match syntax.sep.filter(|_| self.calls.parallel) {
+                    Some(sep) if syntax.next_call(rest, true).is_some() => {
+                        *pos += sep.len();
+                        *index += 1;
+                        *stage = Stage::Pre;
+                        true
+                    }
+                    // Too little text to say yet.
+                    Some(sep) if format!("{sep}{}", syntax.pre).starts_with(rest) => false,
+                    _ => {
+                        *stage = Stage::Done;
+                        false
+                    }
+                },
+                Stage::Done => false,
+            };
+            if !progressed {
+                return;
             }
         }
     }
 }
 
-/// The length of the JSON object at the start of `s` (up to and including its closing brace), or `None` while it
-/// is not closed: braces are counted outside strings, whose escapes are skipped.
-fn object_end(s: &str) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, b) in s.bytes().enumerate() {
-        match (in_string, escaped, b) {
-            (true, true, _) => escaped = false,
-            (true, false, b'\\') => escaped = true,
-            (true, false, b'"') => in_string = false,
-            (true, false, _) => {}
-            (false, _, b'"') => in_string = true,
-            (false, _, b'{' | b'[') => depth += 1,
-            (false, _, b'}' | b']') => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return Some(i + 1);
+/// Finds the end of the JSON object at the start of a text that grows: braces are counted outside strings, whose
+/// escapes are skipped, and each byte is looked at once.
+#[derive(Clone, Debug, Default)]
+struct ObjectScan {
+    scanned: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ObjectScan {
+    /// The object's length (up to and including its closing brace) in `s`, the text so far, once it has closed.
+    fn feed(&mut self, s: &str) -> Option<usize> {
+        for (i, b) in s.bytes().enumerate().skip(self.scanned) {
+            self.scanned = i + 1;
+            match (self.in_string, self.escaped, b) {
+                (true, true, _) => self.escaped = false,
+                (true, false, b'\\') => self.escaped = true,
+                (true, false, b'"') => self.in_string = false,
+                (true, false, _) => {}
+                (false, _, b'"') => self.in_string = true,
+                (false, _, b'{' | b'[') => self.depth += 1,
+                (false, _, b'}' | b']') => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
+        None
     }
-    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::call_syntax::{CallSyntax, DEEPSEEK_R1, EMBER, HERMES, MISTRAL_LIST, MISTRAL_NAMED};
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "P{ä}\"r"}}"#;
     const ARGS: &str = r#"{"city": "P{ä}\"r"}"#;
 
-    fn stream(format: AutoFormat) -> AutoStream {
-        AutoStream::new(AutoCalls { format, names: vec!["get_weather".into()] }, "call_1".into())
+    fn stream(syntax: CallSyntax) -> AutoStream {
+        let calls = AutoCalls {
+            syntax,
+            names: vec!["get_weather".into(), "now".into()],
+            parallel: true,
+            control_markers: Vec::new(),
+            id_style: crate::protocol::tools::CallIdStyle::OpenAi,
+        };
+        AutoStream::new(calls, "call_1".into())
     }
 
-    /// `text` streamed in pieces of `size` bytes (at char boundaries): the content sent, the call's name and
-    /// arguments (header first, once), and whether the stream saw a complete call.
-    fn run(format: AutoFormat, text: &str, size: usize) -> (String, Option<(String, String)>, bool) {
-        let mut s = stream(format);
+    /// `text` streamed in pieces of `size` bytes (at char boundaries): the content sent, the calls' names and
+    /// arguments (each header first, once), and whether the stream saw complete calls.
+    fn run(syntax: CallSyntax, text: &str, size: usize) -> (String, Vec<(String, String)>, bool) {
+        let mut s = stream(syntax);
         let mut deltas = Vec::new();
         let mut piece = String::new();
         for c in text.chars() {
@@ -187,83 +275,116 @@ mod tests {
         }
         deltas.extend(s.push(&piece));
         deltas.extend(s.finish());
-        let (mut content, mut call) = (String::new(), None::<(String, String)>);
+        let (mut content, mut calls) = (String::new(), Vec::<(String, String)>::new());
         for d in deltas {
             match d {
                 AutoDelta::Content(c) => {
-                    assert!(call.is_none(), "content after the call began: {c:?}");
+                    assert!(calls.is_empty(), "content after the calls began: {c:?}");
                     content.push_str(&c);
                 }
-                AutoDelta::Call(CallDelta::Header { id, name }) => {
-                    assert!(call.is_none() && id == "call_1", "one header");
-                    call = Some((name, String::new()));
+                AutoDelta::Call(index, CallDelta::Header { id, name }) => {
+                    assert_eq!(index, calls.len(), "one header per call, in order");
+                    assert!(index > 0 || id == "call_1", "the first call has the choice's id");
+                    calls.push((name, String::new()));
                 }
-                AutoDelta::Call(CallDelta::Arguments(a)) => call.as_mut().expect("header first").1.push_str(&a),
+                AutoDelta::Call(index, CallDelta::Arguments(a)) => {
+                    assert_eq!(index + 1, calls.len(), "arguments of the last call announced");
+                    calls[index].1.push_str(&a);
+                }
             }
         }
-        (content, call, s.is_complete())
+        (content, calls, s.is_complete())
     }
 
-    fn every_size(format: AutoFormat, text: &str) -> (String, Option<(String, String)>, bool) {
-        let first = run(format, text, 1);
+    fn every_size(syntax: CallSyntax, text: &str) -> (String, Vec<(String, String)>, bool) {
+        let first = run(syntax, text, 1);
         for size in 2..=text.len() {
-            assert_eq!(run(format, text, size), first, "{text:?} in pieces of {size}");
+            assert_eq!(run(syntax, text, size), first, "{text:?} in pieces of {size}");
         }
         first
     }
 
-    fn the_call() -> Option<(String, String)> {
-        Some(("get_weather".into(), ARGS.into()))
+    fn the_call() -> Vec<(String, String)> {
+        vec![("get_weather".into(), ARGS.into())]
     }
 
     #[test]
     fn ember_content_is_sent_once_it_cannot_be_a_call() {
-        let mut s = stream(AutoFormat::Ember);
+        let mut s = stream(EMBER);
         assert_eq!(s.push("\n "), [], "whitespace may still precede a call");
         assert_eq!(s.push("It"), [AutoDelta::Content("\n It".into())]);
         assert_eq!(s.push(" {x}"), [AutoDelta::Content(" {x}".into())], "a brace later is text");
         assert_eq!(s.finish(), []);
-        assert_eq!(every_size(AutoFormat::Ember, "Sunny, {\"x\"}."), ("Sunny, {\"x\"}.".into(), None, false));
-        assert_eq!(every_size(AutoFormat::Ember, "  "), ("  ".into(), None, false), "held back, then flushed");
+        assert_eq!(every_size(EMBER, "Sunny, {\"x\"}."), ("Sunny, {\"x\"}.".into(), vec![], false));
+        assert_eq!(every_size(EMBER, "  "), ("  ".into(), vec![], false), "held back, then flushed");
     }
 
     #[test]
     fn an_ember_call_streams_as_one_call_whatever_the_pieces() {
-        assert_eq!(every_size(AutoFormat::Ember, CALL), (String::new(), the_call(), true));
-        assert_eq!(every_size(AutoFormat::Ember, &format!("\n{CALL}")), (String::new(), the_call(), true));
+        assert_eq!(every_size(EMBER, CALL), (String::new(), the_call(), true));
+        assert_eq!(every_size(EMBER, &format!("\n{CALL}")), (String::new(), the_call(), true));
         // Cut short before the name is known: nothing was announced, so the text is content after all.
         let cut = &CALL[..12];
-        assert_eq!(every_size(AutoFormat::Ember, cut), (cut.to_owned(), None, false));
+        assert_eq!(every_size(EMBER, cut), (cut.to_owned(), vec![], false));
         // Cut short inside the arguments: the call was announced and stays one (finish_reason says "length").
-        let (content, call, complete) = every_size(AutoFormat::Ember, &CALL[..CALL.len() - 4]);
-        assert_eq!((content.as_str(), call.map(|c| c.0), complete), ("", Some("get_weather".into()), false));
+        let (content, calls, complete) = every_size(EMBER, &CALL[..CALL.len() - 4]);
+        assert_eq!((content.as_str(), calls[0].0.as_str(), complete), ("", "get_weather", false));
     }
 
     #[test]
-    fn hermes_text_then_a_call_streams_the_text_then_the_call() {
+    fn hermes_text_then_calls_streams_the_text_then_the_calls() {
         let tagged = format!("<tool_call>\n{CALL}\n</tool_call>");
-        assert_eq!(every_size(AutoFormat::Hermes, &tagged), (String::new(), the_call(), true));
+        assert_eq!(every_size(HERMES, &tagged), (String::new(), the_call(), true));
         let text = format!("Let me <b>look</b>. \n{tagged}");
-        assert_eq!(every_size(AutoFormat::Hermes, &text), ("Let me <b>look</b>.".into(), the_call(), true));
+        assert_eq!(every_size(HERMES, &text), ("Let me <b>look</b>.".into(), the_call(), true));
+        let two = format!("{tagged}\n<tool_call>\n{{\"name\": \"now\", \"arguments\": {{}}}}\n</tool_call>");
+        let mut calls = the_call();
+        calls.push(("now".into(), "{}".into()));
+        assert_eq!(every_size(HERMES, &two), (String::new(), calls, true));
         // The same text without a call is all content, the held-back end included.
-        for text in ["Let me look. <tool_ca", "a <tool_call>", "x\n<tool_call>\n{\"na", "<<tool_call", "é <"] {
-            assert_eq!(every_size(AutoFormat::Hermes, text), (text.to_owned(), None, false), "{text:?}");
+        for text in ["Let me look. <tool_ca", "a <tool_call>", "<<tool_call", "é <"] {
+            assert_eq!(every_size(HERMES, text), (text.to_owned(), vec![], false), "{text:?}");
         }
     }
 
     #[test]
     fn hermes_holds_back_only_what_may_begin_the_tag() {
-        let mut s = stream(AutoFormat::Hermes);
+        let mut s = stream(HERMES);
         assert_eq!(s.push("Hi <tool"), [AutoDelta::Content("Hi".into())]);
         assert_eq!(s.push("s>"), [AutoDelta::Content(" <tools>".into())]);
         assert_eq!(s.push(" ok\n"), [AutoDelta::Content(" ok".into())]);
     }
 
     #[test]
-    fn object_ends_are_found_outside_strings() {
-        assert_eq!(object_end(CALL), Some(CALL.len()));
-        assert_eq!(object_end(&format!("{CALL}\n</tool_call>")), Some(CALL.len()));
-        assert_eq!(object_end(r#"{"a": "}"#), None);
-        assert_eq!(object_end(r#"{"a": [1, {"b": 2}]"#), None);
+    fn the_other_formats_stream_their_calls_without_their_markers() {
+        let args = r#"{"city": "P{ä}\"r"}"#;
+        let cases = [
+            (MISTRAL_LIST, format!("Sure.[TOOL_CALLS][{CALL}, {{\"name\": \"now\", \"arguments\": {{}}}}]")),
+            (MISTRAL_NAMED, format!("Sure. [TOOL_CALLS]get_weather[ARGS]{args}[TOOL_CALLS]now[ARGS]{{}}")),
+            (
+                DEEPSEEK_R1,
+                format!(
+                    "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n\
+                     {args}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{{}}\n\
+                     ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+                ),
+            ),
+        ];
+        for (syntax, text) in cases {
+            let mut calls = the_call();
+            calls.push(("now".into(), "{}".into()));
+            assert_eq!(every_size(syntax, &text), ("Sure.".into(), calls, true), "{text}");
+        }
+    }
+
+    #[test]
+    fn object_ends_are_found_outside_strings_whatever_the_pieces() {
+        let end = |s: &str| ObjectScan::default().feed(s);
+        assert_eq!(end(CALL), Some(CALL.len()));
+        assert_eq!(end(&format!("{CALL}\n</tool_call>")), Some(CALL.len()));
+        assert_eq!(end(r#"{"a": "}"#), None);
+        assert_eq!(end(r#"{"a": [1, {"b": 2}]"#), None);
+        let mut scan = ObjectScan::default();
+        assert_eq!((scan.feed(&CALL[..10]), scan.feed(CALL)), (None, Some(CALL.len())));
     }
 }

@@ -1,9 +1,10 @@
 //! How a request's outputs are read back as tool calls, whole or streamed: a forced call (`"required"`, a named
 //! function) is the whole output; an `"auto"` one is found in the model's format (`auto_call.rs`).
 
-use super::auto_call::{AutoCalls, ReadCall};
+use super::auto_call::AutoCalls;
 use super::auto_stream::{AutoDelta, AutoStream};
-use super::tools::{parse_call, CallShape, CallStream};
+use super::call_syntax::{Call, ReadCalls};
+use super::tools::{parse_call, CallIdStyle, CallShape, CallStream};
 
 /// A request's way of reading calls.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,14 +14,26 @@ pub(crate) enum CallReader {
 }
 
 impl CallReader {
-    /// A whole output read as a call; `None` when it is not one (a message, or a call cut short).
-    pub fn read<'t>(&self, text: &'t str) -> Option<ReadCall<'t>> {
+    /// A whole output read as calls; `None` when it is not (a message, or a call cut short).
+    pub fn read<'t>(&self, text: &'t str) -> Option<ReadCalls<'t>> {
         match self {
-            CallReader::Forced(shape) => {
-                parse_call(shape, text).map(|(name, arguments)| ReadCall { content: None, name, arguments })
-            }
+            CallReader::Forced(shape) => parse_call(shape, text)
+                .map(|(name, arguments)| ReadCalls { content: None, calls: vec![Call { name, arguments }] }),
             CallReader::Auto(calls) => calls.read(text),
         }
+    }
+
+    /// The shape of the ids of the calls it reads.
+    pub fn id_style(&self) -> CallIdStyle {
+        match self {
+            CallReader::Forced(_) => CallIdStyle::OpenAi,
+            CallReader::Auto(calls) => calls.id_style,
+        }
+    }
+
+    /// Whether the request's text must keep control tokens' text for its calls to be read back.
+    pub fn needs_special_text(&self) -> bool {
+        matches!(self, CallReader::Auto(calls) if calls.needs_special_text())
     }
 
     /// The streaming of one choice whose call will have this id.
@@ -43,7 +56,7 @@ impl ChoiceCallStream {
     /// The deltas `piece` of output text releases.
     pub fn push(&mut self, piece: &str) -> Vec<AutoDelta> {
         match self {
-            ChoiceCallStream::Forced(s) => s.push(piece).into_iter().map(AutoDelta::Call).collect(),
+            ChoiceCallStream::Forced(s) => s.push(piece).into_iter().map(|d| AutoDelta::Call(0, d)).collect(),
             ChoiceCallStream::Auto(s) => s.push(piece),
         }
     }
@@ -51,7 +64,7 @@ impl ChoiceCallStream {
     /// What is left at the end of the output.
     pub fn finish(&mut self) -> Vec<AutoDelta> {
         match self {
-            ChoiceCallStream::Forced(s) => s.finish().into_iter().map(AutoDelta::Call).collect(),
+            ChoiceCallStream::Forced(s) => s.finish().into_iter().map(|d| AutoDelta::Call(0, d)).collect(),
             ChoiceCallStream::Auto(s) => s.finish(),
         }
     }

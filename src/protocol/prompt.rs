@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
-use super::template_options::{continue_final_message, TemplateOptions};
+use super::template_options::{continue_final_message, reasoning_effort_variable, TemplateOptions};
 use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;
@@ -136,8 +136,14 @@ pub(crate) fn render_chat(
     options: &TemplateOptions,
 ) -> Result<String, ApiError> {
     let template = &model.chat_template;
+    // `reasoning_effort` is one more variable; one the request sets in chat_template_kwargs stays as it is set.
+    let mut kwargs = options.kwargs.clone();
+    if let Some(effort) = options.reasoning_effort {
+        let (variable, value) = reasoning_effort_variable(template, effort)?;
+        kwargs.entry(variable).or_insert(value);
+    }
     let render = |messages: &[ChatMessage], tools: Option<&Value>| {
-        template.render_with_variables(messages, tools, options.add_generation_prompt, &options.kwargs)
+        template.render_with_variables(messages, tools, options.add_generation_prompt, &kwargs)
     };
     let rendered = match (tools, template.supports_tools()) {
         (Some(t), true) => render(messages, Some(&t.tools_json)),

@@ -10,6 +10,7 @@ use super::fields::{
 };
 use super::guided::parse_guided;
 use super::prompt::PromptInput;
+use super::reasoning::{parse_reasoning_format, ReasoningFormat};
 use super::request_fields::check_fields;
 use super::template_options::{parse_template_options, TemplateOptions};
 use super::tools::{parse_tools, ToolsRequest};
@@ -90,6 +91,8 @@ pub(crate) struct ParsedRequest {
     /// How a chat request's template renders (`add_generation_prompt`, `continue_final_message`,
     /// `chat_template_kwargs`).
     pub template: TemplateOptions,
+    /// `reasoning_format` (chat): a thinking model's reasoning apart from its content, or inline.
+    pub reasoning_format: ReasoningFormat,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
 }
@@ -171,6 +174,7 @@ impl ParsedRequest {
             guided,
             tools,
             template: parse_template_options(o, kind)?,
+            reasoning_format: parse_reasoning_format(o, kind)?,
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",

@@ -55,8 +55,7 @@ const FIELDS: &[(&str, Known)] = &[
     ("guided_choice", Known::Read),
     ("guided_grammar", Known::Read),
     ("user", Known::NoEffect),
-    // ember makes one call per choice, whatever this says.
-    ("parallel_tool_calls", Known::NoEffect),
+    ("parallel_tool_calls", Known::Read),
     // What stock OpenAI clients send for OpenAI's own services: stored completions and their tags, a processing
     // tier, a prompt-cache routing key (ember's prefix cache needs none), an end-user id for abuse reports.
     ("store", Known::NoEffect),
@@ -79,6 +78,9 @@ const FIELDS: &[(&str, Known)] = &[
     ("add_generation_prompt", Known::Read),
     ("continue_final_message", Known::Read),
     ("chat_template_kwargs", Known::Read),
+    ("reasoning_effort", Known::Read),
+    // Chat only: where a thinking model's reasoning goes (`reasoning.rs`).
+    ("reasoning_format", Known::Read),
 ];
 
 /// Refuses a field ember does not know (the other endpoint's input among them: `prompt` in a chat request,

@@ -13,8 +13,9 @@ use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, prepend_echoed, LogprobsJson, TextOffsets, TokenPieces};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
+use super::reasoning::ReasoningReader;
 use super::request::ApiKind;
-use super::tools::TOOL_CALLS_FINISH_REASON;
+use super::tools::{CallIdStyle, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
 /// What every body and chunk of one request repeats: `id`, `created`, `model`.
@@ -50,6 +51,9 @@ pub(crate) struct Usage {
     pub completion_tokens: u64,
     pub total_tokens: u64,
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Only for a thinking model's chat (`reasoning.rs`): how many completion tokens wrote reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -57,9 +61,16 @@ pub(crate) struct PromptTokensDetails {
     pub cached_tokens: u64,
 }
 
+/// OpenAI's `usage.completion_tokens_details`, with the one count ember has: `reasoning_tokens`, summed over
+/// choices like `completion_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct CompletionTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
 impl Usage {
-    /// The usage of `handle`'s request, from its choices' outputs.
-    pub fn of(handle: &RequestHandle, choices: &[ChoiceOutput]) -> Self {
+    /// The usage of `handle`'s request, from its choices' outputs (read by `reasoning` for a thinking model).
+    pub fn of(handle: &RequestHandle, choices: &[ChoiceOutput], reasoning: Option<&ReasoningReader>) -> Self {
         let prompt_tokens = u64::from(handle.prompt_tokens());
         let completion_tokens = choices.iter().map(|c| u64::from(c.completion_tokens)).sum();
         Usage {
@@ -67,6 +78,9 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens: u64::from(handle.cached_prompt_tokens()) },
+            completion_tokens_details: reasoning.map(|r| CompletionTokensDetails {
+                reasoning_tokens: choices.iter().map(|c| u64::from(r.reasoning_tokens(c))).sum(),
+            }),
         }
     }
 }
@@ -118,14 +132,17 @@ struct AssistantMessage<'a> {
     role: &'static str,
     /// `null` when the message is a tool call with no text before it.
     content: Option<&'a str>,
+    /// A thinking model's reasoning (`reasoning.rs`), when it wrote some.
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolCallJson<'a>; 1]>,
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ToolCallJson>>,
 }
 
 /// OpenAI's `message.tool_calls[i]`: `arguments` is the JSON text of the arguments, as the model wrote it.
 #[derive(Serialize)]
-struct ToolCallJson<'a> {
-    id: &'a str,
+struct ToolCallJson {
+    id: String,
     #[serde(rename = "type")]
     kind: &'static str,
     function: FunctionCallJson,
@@ -139,12 +156,13 @@ struct FunctionCallJson {
 
 /// What a request asked to add to its choices: log probabilities (named by these pieces), with `echo` each
 /// choice's prompt before its text (empty: no echo), with tools how calls are read with each choice's call id,
-/// and its prompts' scores (`prompt_logprobs`, `echo` with `logprobs`).
+/// for a thinking model how its outputs split into reasoning and content, and its prompts' scores (`prompt_logprobs`, `echo` with `logprobs`).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ChoiceExtras<'a> {
     pub logprobs: Option<&'a dyn TokenPieces>,
     pub echo: &'a [String],
     pub calls: Option<(&'a CallReader, &'a [String])>,
+    pub reasoning: Option<&'a ReasoningReader>,
     pub prompt_scores: Option<(&'a PromptScores, &'a dyn TokenPieces)>,
 }
 
@@ -163,20 +181,43 @@ pub(crate) fn response_body(
     let logprobs = extras.logprobs;
     let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
     let choices = outputs.iter().enumerate().map(|(index, c)| {
+        let (reasoning, text) = match (kind, extras.reasoning) {
+            (ApiKind::Chat, Some(r)) => {
+                let split = r.split(&c.text);
+                (split.reasoning, split.content)
+            }
+            _ => (None, c.text.as_str()),
+        };
         // A call that completed (a choice cut short by max_tokens keeps its text and its reason).
         let call = extras
             .calls
             .filter(|_| c.finish_reason == Some(FinishReason::Stop))
-            .and_then(|(reader, ids)| Some((&ids[index], reader.read(&c.text)?)));
+            .and_then(|(reader, ids)| Some((&ids[index], reader.read(text)?)));
         let (output, finish_reason) = match (kind, call) {
-            (ApiKind::Chat, Some((id, call))) => {
-                let function = FunctionCallJson { name: call.name, arguments: call.arguments };
-                let tool_calls = Some([ToolCallJson { id, kind: "function", function }]);
-                let message = AssistantMessage { role: "assistant", content: call.content, tool_calls };
+            (ApiKind::Chat, Some((id, read))) => {
+                // The first call has the choice's id (a stream announces it with that one); later calls new ones.
+                let style = extras.calls.map_or(CallIdStyle::OpenAi, |(reader, _)| reader.id_style());
+                let tool_calls = read.calls.into_iter().enumerate().map(|(i, call)| ToolCallJson {
+                    id: if i == 0 { id.clone() } else { style.new_id(i as u64) },
+                    kind: "function",
+                    function: FunctionCallJson { name: call.name, arguments: call.arguments },
+                });
+                let tool_calls = Some(tool_calls.collect());
+                let message = AssistantMessage {
+                    role: "assistant",
+                    content: read.content,
+                    reasoning_content: reasoning,
+                    tool_calls,
+                };
                 (ChoiceOutputJson::Message(message), Some(TOOL_CALLS_FINISH_REASON))
             }
             (ApiKind::Chat, _) => {
-                let message = AssistantMessage { role: "assistant", content: Some(&c.text), tool_calls: None };
+                let message = AssistantMessage {
+                    role: "assistant",
+                    content: Some(text),
+                    reasoning_content: reasoning,
+                    tool_calls: None,
+                };
                 (ChoiceOutputJson::Message(message), c.finish_reason.map(FinishReason::as_str))
             }
             (ApiKind::Completion, _) => (ChoiceOutputJson::Text(&c.text), c.finish_reason.map(FinishReason::as_str)),
@@ -210,7 +251,7 @@ pub(crate) fn response_body(
         created: header.created,
         model: &header.model,
         choices: choices.collect(),
-        usage: Usage::of(handle, &outputs),
+        usage: Usage::of(handle, &outputs, extras.reasoning),
         metrics: gate.response(&metrics),
         timings: gate.timings(outputs.len(), || handle.llamacpp_timings(0)),
         error: handle.error().map(ApiError::server),
@@ -318,8 +359,11 @@ mod tests {
     /// call cut short, is an ordinary message.
     #[test]
     fn an_auto_call_keeps_the_text_before_it() {
-        use crate::protocol::auto_call::{AutoCalls, AutoFormat};
-        let reader = CallReader::Auto(AutoCalls { format: AutoFormat::Hermes, names: vec!["f".into()] });
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::HERMES;
+        let calls = AutoCalls::new(HERMES, &[], true, &crate::protocol::test_support::tokenizer());
+        let calls = AutoCalls { names: vec!["f".into()], ..calls };
+        let reader = CallReader::Auto(calls);
         let ids = ["call_1".to_owned()];
         let run = |text: &str, reason: FinishReason| {
             let r = FakeRequest::new(1, 7);
@@ -338,7 +382,45 @@ mod tests {
         assert_eq!(run(call, FinishReason::Stop), (message, json!("tool_calls")));
         let message = json!({"role": "assistant", "content": call});
         assert_eq!(run(call, FinishReason::Length), (message, json!("length")), "cut short: max_tokens, not a call");
+        // Two calls: the second gets an id of its own.
+        let two = format!("{call}\n<tool_call>\n{{\"name\": \"f\", \"arguments\": {{}}}}\n</tool_call>");
+        let (message, reason) = run(&two, FinishReason::Stop);
+        assert_eq!((message["tool_calls"].as_array().unwrap().len(), reason), (2, json!("tool_calls")), "{message}");
+        let second = &message["tool_calls"][1];
+        assert_eq!((&second["function"]["arguments"], second["id"].as_str().unwrap().len()), (&json!("{}"), 29));
         let message = json!({"role": "assistant", "content": "Hello."});
         assert_eq!(run("Hello.", FinishReason::Stop), (message, json!("stop")));
+    }
+
+    /// A thinking model's reply: its reasoning apart, the rest read as calls (Hermes) or as the content.
+    #[test]
+    fn the_reasoning_is_apart_and_the_rest_is_read_as_calls() {
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::HERMES;
+        use crate::protocol::test_support::{thinking_reader, tokenizer};
+        let reader =
+            CallReader::Auto(AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HERMES, &[], true, &tokenizer()) });
+        let reasoning = thinking_reader();
+        let ids = ["call_1".to_owned()];
+        let run = |text: &str, calls: bool| {
+            let r = FakeRequest::new(1, 7);
+            r.token(0, text, 2.0);
+            r.finish(0, FinishReason::Stop);
+            let extras = ChoiceExtras {
+                calls: calls.then_some((&reader, ids.as_slice())),
+                reasoning: Some(&reasoning),
+                ..ChoiceExtras::default()
+            };
+            let gate = MetricsGate::new(false, false, false);
+            let b: Value =
+                serde_json::from_str(&response_body(ApiKind::Chat, &header(), gate, &r.handle, extras)).unwrap();
+            b["choices"][0]["message"].clone()
+        };
+        let call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+        let m = run(&format!("<think>Look it up.</think>\n\n{call}"), true);
+        assert_eq!((&m["reasoning_content"], &m["content"]), (&json!("Look it up."), &Value::Null), "{m}");
+        assert_eq!(m["tool_calls"][0]["function"]["name"], "f");
+        let m = run("<think>Easy.</think>\n\nParis.", false);
+        assert_eq!(m, json!({"role": "assistant", "content": "Paris.", "reasoning_content": "Easy."}));
     }
 }

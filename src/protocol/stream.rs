@@ -1,7 +1,8 @@
 //! Streaming: turns a request's events into OpenAI chunk bodies, in order.
 //!
 //! Chat (`chat.completion.chunk`), per choice: a chunk whose delta is `{"role": "assistant", "content": ""}`,
-//! then one chunk per text delta (`{"content": ...}`), then one with an empty delta and the `finish_reason`.
+//! then one chunk per text delta (`{"content": ...}`; a thinking model's reasoning as `{"reasoning_content": ...}`),
+//! then one with an empty delta and the `finish_reason`.
 //! Completions (`text_completion`): one chunk per text delta, then one with `"text": ""` and the `finish_reason`.
 //! With a usage chunk (`stream_options.include_usage`, or the engine's `force_include_usage`), every chunk has
 //! `"usage": null` and a last chunk with empty `choices` carries `usage` and, behind the double gate, `metrics`.
@@ -19,9 +20,11 @@ use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
+use super::reasoning::{ReasoningDelta, ReasoningReader, ReasoningStream};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
 use super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
+use crate::engine::sampling::TokenLogprob;
 use crate::engine::{FinishReason, RequestEvent, RequestHandle};
 
 /// The answer to "what is the next chunk?".
@@ -57,6 +60,11 @@ pub(crate) struct ChunkEncoder {
     echo: Vec<Option<String>>,
     /// Per choice, with tools: its text becomes content or `tool_calls` deltas (empty otherwise).
     calls: Vec<ChoiceCallStream>,
+    /// With a thinking model's chat: how its outputs split (for the usage chunk), and each choice's split so far.
+    reasoning: Option<(ReasoningReader, Vec<ReasoningStream>)>,
+    /// Per choice, with reasoning split off: log probabilities of tokens whose text is still held back, for the
+    /// next chunk of that choice.
+    held_logprobs: Vec<Vec<TokenLogprob>>,
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`): each choice's first chunk
     /// carries its prompt's scores.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
@@ -109,18 +117,21 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// A thinking model's reasoning (`reasoning.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolCallDelta<'a>; 1]>,
 }
 
 impl<'a> Delta<'a> {
     fn content(content: Option<&'a str>) -> Self {
-        Delta { role: None, content, tool_calls: None }
+        Delta { role: None, content, reasoning_content: None, tool_calls: None }
     }
 }
 
 /// OpenAI's streamed tool call: the first delta has the id, type and name (arguments `""`), later ones pieces of
-/// the arguments. ember makes one call per choice, index 0.
+/// the arguments; `index` numbers the choice's calls from 0.
 #[derive(Serialize)]
 struct ToolCallDelta<'a> {
     index: usize,
@@ -139,20 +150,17 @@ struct FunctionDelta<'a> {
 }
 
 impl<'a> ToolCallDelta<'a> {
-    fn of(delta: &'a CallDelta) -> Self {
+    fn of(index: usize, delta: &'a CallDelta) -> Self {
         match delta {
             CallDelta::Header { id, name } => ToolCallDelta {
-                index: 0,
+                index,
                 id: Some(id),
                 kind: Some("function"),
                 function: FunctionDelta { name: Some(name), arguments: "" },
             },
-            CallDelta::Arguments(piece) => ToolCallDelta {
-                index: 0,
-                id: None,
-                kind: None,
-                function: FunctionDelta { name: None, arguments: piece },
-            },
+            CallDelta::Arguments(piece) => {
+                ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments: piece } }
+            }
         }
     }
 }
@@ -183,6 +191,8 @@ impl ChunkEncoder {
             ready: VecDeque::new(),
             ended: false,
             calls: Vec::new(),
+            reasoning: None,
+            held_logprobs: vec![Vec::new(); num_choices],
             prompt_scores: None,
         }
     }
@@ -199,12 +209,48 @@ impl ChunkEncoder {
         self
     }
 
+    /// A thinking model's outputs are split into `reasoning_content` and content (which `with_calls` may read).
+    pub fn with_reasoning(mut self, reader: &ReasoningReader) -> Self {
+        let streams = self.announced.iter().map(|_| reader.stream()).collect();
+        self.reasoning = Some((reader.clone(), streams));
+        self
+    }
+
+    /// Emits what a choice's split released: reasoning deltas, and content deltas (read as calls with tools).
+    /// The log probabilities of the tokens go with the next of its chunks that has text.
+    fn emit_split(&mut self, header: &ResponseHeader, choice: usize, deltas: Vec<ReasoningDelta>) {
+        for d in deltas {
+            let logprobs = self.take_held_logprobs(choice);
+            let delta = match &d {
+                ReasoningDelta::Reasoning(text) => Delta { reasoning_content: Some(text), ..Delta::content(None) },
+                ReasoningDelta::Content(text) => match self.calls.get_mut(choice) {
+                    Some(call) => {
+                        let deltas = call.push(text);
+                        self.emit_calls(header, choice, deltas);
+                        continue;
+                    }
+                    None => Delta::content(Some(text)),
+                },
+            };
+            self.emit(header, choice, Piece::Delta(delta), None, Slot::Absent, logprobs);
+        }
+    }
+
+    /// The log probabilities held for `choice`'s next chunk, encoded (`None` unless the request asked for them).
+    fn take_held_logprobs(&mut self, choice: usize) -> Option<LogprobsJson> {
+        let held = std::mem::take(&mut self.held_logprobs[choice]);
+        let kind = self.kind;
+        self.logprobs
+            .as_mut()
+            .map(|(pieces, offsets)| encode_logprobs(kind, &held, pieces.0.as_ref(), &mut offsets[choice]))
+    }
+
     fn emit_calls(&mut self, header: &ResponseHeader, choice: usize, deltas: Vec<AutoDelta>) {
         for d in &deltas {
             let delta = match d {
                 AutoDelta::Content(text) => Delta::content(Some(text)),
-                AutoDelta::Call(call) => {
-                    Delta { role: None, content: None, tool_calls: Some([ToolCallDelta::of(call)]) }
+                AutoDelta::Call(index, call) => {
+                    Delta { tool_calls: Some([ToolCallDelta::of(*index, call)]), ..Delta::content(None) }
                 }
             };
             self.emit(header, choice, Piece::Delta(delta), None, Slot::Absent, None);
@@ -228,6 +274,11 @@ impl ChunkEncoder {
         match event {
             RequestEvent::Delta { choice, text, logprobs, .. } => {
                 self.announce(header, choice, handle);
+                if let Some((_, splits)) = &mut self.reasoning {
+                    let deltas = splits[choice].push(&text);
+                    self.held_logprobs[choice].extend(logprobs);
+                    return self.emit_split(header, choice, deltas);
+                }
                 if let Some(call) = self.calls.get_mut(choice) {
                     let deltas = call.push(&text);
                     return self.emit_calls(header, choice, deltas);
@@ -281,7 +332,7 @@ impl ChunkEncoder {
         }
         self.announced[choice] = true;
         if self.kind == ApiKind::Chat {
-            let role = Piece::Delta(Delta { role: Some("assistant"), content: Some(""), tool_calls: None });
+            let role = Piece::Delta(Delta { role: Some("assistant"), ..Delta::content(Some("")) });
             return self.emit(header, choice, role, None, Slot::Absent, None);
         }
         let echo = self.echo.get_mut(choice).and_then(Option::take);
@@ -312,6 +363,15 @@ impl ChunkEncoder {
         self.announce(header, choice, handle);
         self.finished[choice] = true;
         let mut finish_reason = reason.as_str();
+        if let Some((_, splits)) = &mut self.reasoning {
+            let deltas = splits[choice].finish();
+            self.emit_split(header, choice, deltas);
+            // Tokens whose text never came out (whitespace after `</think>`) still have their log probabilities.
+            if !self.held_logprobs[choice].is_empty() {
+                let logprobs = self.take_held_logprobs(choice);
+                self.emit(header, choice, Piece::Delta(Delta::content(Some(""))), None, Slot::Absent, logprobs);
+            }
+        }
         if let Some(call) = self.calls.get_mut(choice) {
             let deltas = call.finish();
             // A call cut short (`max_tokens`) keeps its own reason; a complete one is OpenAI's "tool_calls".
@@ -339,7 +399,7 @@ impl ChunkEncoder {
         if self.include_usage {
             let outputs = handle.choices();
             let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
-            let usage = Slot::Value(Usage::of(handle, &outputs));
+            let usage = Slot::Value(Usage::of(handle, &outputs, self.reasoning.as_ref().map(|(r, _)| r)));
             let timings = self.gate.timings(outputs.len(), || handle.llamacpp_timings(0));
             self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics), timings));
         }
@@ -568,8 +628,11 @@ mod tests {
     /// held back while it could have become a call is flushed before the finish chunk.
     #[test]
     fn an_auto_stream_sends_content_or_a_call() {
-        use crate::protocol::auto_call::{AutoCalls, AutoFormat};
-        let reader = CallReader::Auto(AutoCalls { format: AutoFormat::Ember, names: vec!["f".into()] });
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::EMBER;
+        let calls = AutoCalls::new(EMBER, &[], true, &crate::protocol::test_support::tokenizer());
+        let calls = AutoCalls { names: vec!["f".into()], ..calls };
+        let reader = CallReader::Auto(calls);
         let run = |pieces: &[&str], reason: FinishReason| {
             let r = FakeRequest::new(1, 10);
             let mut e = encoder(ApiKind::Chat, 1, false, (false, false, false)).with_calls(&reader, &["call_1".into()]);
@@ -595,10 +658,42 @@ mod tests {
         let args = |a: &str| (json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}), Value::Null);
         assert_eq!(
             run(&["{\"name\": \"f\", ", "\"arguments\": {\"a\"", ": 1}}"], FinishReason::Stop),
-            [(header, Value::Null), args("{\"a"), args("\": 1}"), finish("tool_calls")],
-            "the last character waits: it could be the call's closing brace"
+            [(header, Value::Null), args("{\"a\""), args(": 1}"), finish("tool_calls")],
+            "the arguments end at their closing brace, the call's is not sent"
         );
         // Cut short before the name: nothing was announced, so the text comes as content.
         assert_eq!(run(&["{\"na"], FinishReason::Length), [content("{\"na"), finish("length")]);
+    }
+
+    /// A thinking model's `"auto"` choice (Hermes): the reasoning streams as `reasoning_content` (a marker cut
+    /// across pieces held back), the whitespace after it goes, and the rest is read as calls.
+    #[test]
+    fn reasoning_streams_apart_and_the_rest_is_read_as_calls() {
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::HERMES;
+        use crate::protocol::test_support::{thinking_reader, tokenizer};
+        let calls = AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HERMES, &[], true, &tokenizer()) };
+        let reader = CallReader::Auto(calls);
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Chat, 1, false, (false, false, false))
+            .with_reasoning(&thinking_reader())
+            .with_calls(&reader, &["call_1".into()]);
+        let mut chunks = Vec::new();
+        let call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        for p in ["<thi", "nk>Let me", " look.</th", "ink>\n\n", call] {
+            r.token(0, p, 2.0);
+            chunks.extend(r.drain(&mut e, &header()).0);
+        }
+        r.finish(0, FinishReason::Stop);
+        chunks.extend(r.drain(&mut e, &header()).0);
+        let choices = choices(&chunks, "chat.completion.chunk");
+        let deltas: Vec<&Value> = choices[1..].iter().map(|c| &c["delta"]).collect();
+        assert_eq!(deltas[..2], [&json!({"reasoning_content": "Let me"}), &json!({"reasoning_content": " look."})]);
+        let arguments: String =
+            deltas.iter().filter_map(|d| d["tool_calls"][0]["function"]["arguments"].as_str()).collect();
+        assert_eq!(arguments, "{\"a\": 1}");
+        assert_eq!(deltas[2]["tool_calls"][0]["function"]["name"], "f", "{deltas:?}");
+        assert!(deltas.iter().all(|d| d.get("content").is_none()), "{deltas:?}");
+        assert_eq!(choices.last().unwrap()["finish_reason"], "tool_calls");
     }
 }

@@ -75,3 +75,43 @@ impl FakeRequest {
 pub(crate) fn header() -> ResponseHeader {
     ResponseHeader { id: "chatcmpl-test".into(), created: 1_700_000_000, model: "m".into() }
 }
+
+/// A tiny byte-level vocabulary without control tokens but its end of generation: a model's tokenizer where a
+/// unit test needs one and not its ids.
+pub(crate) fn tokenizer() -> crate::model::tokenizer::Tokenizer {
+    use crate::model::tokenizer::{TokenType, Tokenizer, TokenizerSpec};
+    let tokens: Vec<String> = ["a", "b", "<|im_end|>"].map(String::from).to_vec();
+    let types = [TokenType::Normal as i32, TokenType::Normal as i32, TokenType::Control as i32];
+    let spec =
+        TokenizerSpec { token_types: Some(&types), eos_id: Some(2), ..TokenizerSpec::new(&tokens, &[], "smollm") };
+    Tokenizer::from_spec(&spec).unwrap()
+}
+
+/// A vocabulary of one token per printable ASCII character (byte-level: `Ġ` is the space, `Ċ` the newline), then
+/// `controls` as control tokens, then `<|im_end|>`: a text is one token per character (a control marker one
+/// token), so a grammar is walked character by character.
+pub(crate) fn char_tokenizer(controls: &[&str]) -> crate::model::tokenizer::Tokenizer {
+    use crate::model::tokenizer::{TokenType, Tokenizer, TokenizerSpec};
+    let mut tokens: Vec<String> = ('!'..='~').map(String::from).collect();
+    tokens.extend(["\u{120}", "\u{10a}"].map(String::from));
+    tokens.extend(controls.iter().map(|c| c.to_string()));
+    tokens.push("<|im_end|>".into());
+    let mut types = vec![TokenType::Normal as i32; tokens.len()];
+    for t in &mut types[96..] {
+        *t = TokenType::Control as i32;
+    }
+    let spec = TokenizerSpec {
+        token_types: Some(&types),
+        eos_id: Some(tokens.len() as crate::model::TokenId - 1),
+        ..TokenizerSpec::new(&tokens, &[], "smollm")
+    };
+    Tokenizer::from_spec(&spec).unwrap()
+}
+
+/// The reasoning split of a thinking template's request whose prompt does not open `<think>`.
+pub(crate) fn thinking_reader() -> crate::protocol::reasoning::ReasoningReader {
+    use crate::protocol::reasoning::{ReasoningFormat, ReasoningReader};
+    let template = crate::model::chat_template::ChatTemplate::new(Some("{{ '</think>' }}"), "", "").unwrap();
+    let tokenizer = Arc::new(char_tokenizer(&[]));
+    ReasoningReader::for_request(&template, &tokenizer, &[], ReasoningFormat::Separate).unwrap()
+}

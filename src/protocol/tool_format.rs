@@ -2,32 +2,99 @@
 //!
 //! The format is the one the chat template teaches: a template that formats tools shows the model how to call
 //! them, and ember can only read a call back in a format it knows. A GGUF has no metadata key that names the
-//! format, so the template's own text is the evidence: Hermes-style templates (Hermes 2 Pro, Qwen2.5, and the
-//! many fine-tunes that copied them) write the `<tool_call>` tag around each call. Detection lives here alone so
-//! that adding a format is one arm.
+//! format, so ember asks the template: it renders a probe conversation whose assistant turn made one call, and
+//! recognizes how the template wrote it (`call_syntax.rs` has each format's markers). A template that formats
+//! tools but not calls (Granite 3.x's) is recognized by what it tells the model to write. Detection lives here
+//! alone so that adding a format is one arm.
 
-use crate::model::chat_template::ChatTemplate;
+use serde_json::json;
+
+use super::call_syntax::{
+    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
+};
+use super::tools::CallIdStyle;
+use crate::model::chat_template::{ChatMessage, ChatTemplate};
 
 /// How a call is written in an `"auto"` output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ToolFormat {
-    /// The template writes `<tool_call>`: text, then `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`.
-    Hermes,
     /// The template has no tool format (SmolLM2's, Gemma 3's): ember describes the tools in the system message,
     /// and a call is a reply that is exactly one JSON object `{"name": …, "arguments": …}`.
     Ember,
-    /// The template formats tools some other way (Llama 3.1's `"parameters"` objects, Mistral's
-    /// `[TOOL_CALLS]`, ...), which ember cannot read back: `"auto"` is refused.
+    /// One of the formats of `call_syntax.rs`, named for the documentation and the logs.
+    Known(&'static str, CallSyntax),
+    /// The template formats tools some other way (Qwen3-Coder's XML, GLM's `<arg_key>`, gpt-oss' channels,
+    /// ...), which ember cannot read back: `"auto"` is refused.
     Unknown,
 }
 
+/// How the probe call is written by each known format, and that format. The probe's names cannot occur in a
+/// template by chance.
+const PROBE_TOOL: &str = "ember_probe_tool";
+const RENDERED_CALLS: [(&str, &str, CallSyntax); 7] = [
+    (
+        "Hermes",
+        "<tool_call>\n{\"name\": \"ember_probe_tool\", \"arguments\": {\"ember_probe\": 1}}\n</tool_call>",
+        HERMES,
+    ),
+    ("Llama 3.x JSON", "{\"name\": \"ember_probe_tool\", \"parameters\": {\"ember_probe\": 1}}", LLAMA3_JSON),
+    ("Mistral", "[TOOL_CALLS][{\"name\": \"ember_probe_tool\", \"arguments\": {\"ember_probe\": 1}", MISTRAL_LIST),
+    ("Mistral v11", "[TOOL_CALLS]ember_probe_tool[", MISTRAL_NAMED),
+    ("DeepSeek R1", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>ember_probe_tool\n```json\n", DEEPSEEK_R1),
+    ("DeepSeek V3.1", "<｜tool▁call▁begin｜>ember_probe_tool<｜tool▁sep｜>{", DEEPSEEK_V31),
+    ("Granite 3", "<|tool_call|>[{\"name\": \"ember_probe_tool\"", GRANITE),
+];
+
 /// The format `template` teaches the model.
 pub(crate) fn tool_format(template: &ChatTemplate) -> ToolFormat {
-    match (template.supports_tools(), template.source().contains("<tool_call>")) {
-        (false, _) => ToolFormat::Ember,
-        (true, true) => ToolFormat::Hermes,
-        (true, false) => ToolFormat::Unknown,
+    if !template.supports_tools() {
+        return ToolFormat::Ember;
     }
+    let rendered = probe_render(template).unwrap_or_default();
+    if let Some((name, _, syntax)) = RENDERED_CALLS.iter().find(|(_, written, _)| rendered.contains(written)) {
+        return ToolFormat::Known(name, *syntax);
+    }
+    // Granite 3.x's templates list the tools and say "respond only with <|tool_call|> followed by a JSON list of
+    // tools used", but render an earlier call as nothing.
+    if template.source().contains("<|tool_call|> followed by a JSON list") {
+        return ToolFormat::Known("Granite 3", GRANITE);
+    }
+    ToolFormat::Unknown
+}
+
+/// The ids of calls `template` accepts back: OpenAI's, unless it refuses them where it renders a 9-character one
+/// (Mistral's templates).
+pub(crate) fn call_id_style(template: &ChatTemplate) -> CallIdStyle {
+    let refuses_openai_ids = template.supports_tools()
+        && probe_render_with_id(template, &CallIdStyle::OpenAi.new_id(0)).is_none()
+        && probe_render(template).is_some();
+    match refuses_openai_ids {
+        true => CallIdStyle::NineAlphanumeric,
+        false => CallIdStyle::OpenAi,
+    }
+}
+
+/// The template's text for a conversation whose assistant turn called the probe tool (an id of 9 characters,
+/// which Mistral's templates require), its arguments given as ember gives them (an object), else as the JSON
+/// string of OpenAI's API, for a template that only concatenates them; `None` when the template refuses both.
+fn probe_render(template: &ChatTemplate) -> Option<String> {
+    probe_render_with_id(template, "probe0001")
+}
+
+fn probe_render_with_id(template: &ChatTemplate, id: &str) -> Option<String> {
+    let tools = json!([{"type": "function", "function": {"name": PROBE_TOOL, "description": "A probe.",
+        "parameters": {"type": "object", "properties": {"ember_probe": {"type": "integer"}}}}}]);
+    let render = |arguments: serde_json::Value| {
+        let calls = json!([{"id": id, "type": "function",
+            "function": {"name": PROBE_TOOL, "arguments": arguments}}]);
+        let messages = [
+            ChatMessage::new("user", "ember probe"),
+            ChatMessage { tool_calls: Some(calls), ..ChatMessage::new("assistant", "") },
+            ChatMessage { tool_call_id: Some(id.into()), ..ChatMessage::new("tool", "1") },
+        ];
+        template.render_with_tools(&messages, Some(&tools), false).ok()
+    };
+    render(json!({"ember_probe": 1})).or_else(|| render(json!("{\"ember_probe\": 1}")))
 }
 
 #[cfg(test)]
@@ -39,14 +106,38 @@ mod tests {
     }
 
     #[test]
-    fn the_template_text_decides_the_format() {
+    fn a_template_without_tools_gets_embers_format() {
         assert_eq!(format_of(None), ToolFormat::Ember, "ChatML has no tool format");
-        let hermes = "{% if tools %}<tools>{{ tools | tojson }}</tools> Call as <tool_call>{\"name\": ...}\
-                      </tool_call>{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";
-        assert_eq!(format_of(Some(hermes)), ToolFormat::Hermes);
-        let llama = "{% if tools %}Respond with {\"name\": function name, \"parameters\": ...}{% endif %}";
-        assert_eq!(format_of(Some(llama)), ToolFormat::Unknown);
-        // A mention of the tag without a `tools` variable shows the model no tool: ember describes them itself.
+        // A mention of a tag without a `tools` variable shows the model no tool.
         assert_eq!(format_of(Some("<tool_call>{% for m in messages %}{{ m.content }}{% endfor %}")), ToolFormat::Ember);
+    }
+
+    #[test]
+    fn the_rendered_call_decides_the_format() {
+        let hermes = "{% if tools %}<tools>{{ tools | tojson }}</tools>{% endif %}{% for m in messages %}\
+                      {% for c in m.tool_calls or [] %}<tool_call>\n{{ {'name': c.function.name, \
+                      'arguments': c.function.arguments} | tojson }}\n</tool_call>{% endfor %}{% endfor %}";
+        assert_eq!(format_of(Some(hermes)), ToolFormat::Known("Hermes", HERMES));
+        let mistral = "{% if tools %}[AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.tool_calls %}\
+                       [TOOL_CALLS]{% for c in m.tool_calls %}{{ c.function.name }}[ARGS]\
+                       {{ c.function.arguments | tojson }}{% endfor %}{% endif %}{% endfor %}";
+        assert_eq!(format_of(Some(mistral)), ToolFormat::Known("Mistral v11", MISTRAL_NAMED));
+        let nine = ChatTemplate::new(
+            Some(&format!(
+                "{{% for m in messages %}}{{% for c in m.tool_calls or [] %}}\
+            {{% if c.id | length != 9 %}}{{{{ raise_exception('9') }}}}{{% endif %}}{{% endfor %}}{{% endfor %}}\
+            {mistral}"
+            )),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(call_id_style(&nine), CallIdStyle::NineAlphanumeric);
+        assert_eq!(call_id_style(&ChatTemplate::new(Some(mistral), "", "").unwrap()), CallIdStyle::OpenAi);
+        // Tools, and calls written in no format ember knows.
+        let other = "{{ tools | tojson }}{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}";
+        assert_eq!(format_of(Some(other)), ToolFormat::Unknown);
+        // A template that refuses the probe conversation is not a format ember can read either.
+        assert_eq!(format_of(Some("{{ tools }}{{ raise_exception('no') }}")), ToolFormat::Unknown);
     }
 }

@@ -5,31 +5,35 @@
 //!
 //! - `tool_choice: "required"` or a named function: the output is one call, constrained to the named
 //!   function's `parameters` schema, or to `{"name": …, "arguments": …}` over the tools.
-//! - `"auto"` (OpenAI's default when tools are given): the model decides between a message and a call, in the
-//!   tool-call format of its chat template (`tool_format.rs`): Hermes' `<tool_call>` tags, or, for a template
-//!   without a tool format, ember's own (a reply that is exactly one `{"name": …, "arguments": …}` object).
-//!   A lazy grammar leaves text free and makes a begun call a valid one (`auto_call.rs`); the call is read back
-//!   from the output (`call_reader.rs`), and streamed once it is certain (`auto_stream.rs`). A template that
-//!   formats tools in another way is refused for `"auto"`, naming `tool_choice` (or `tools`).
+//! - `"auto"` (OpenAI's default when tools are given): the model decides between a message and calls, in the
+//!   tool-call format of its chat template (`tool_format.rs`, `call_syntax.rs`: Hermes' `<tool_call>`, Llama
+//!   3.x's JSON, Mistral's `[TOOL_CALLS]`, Granite's, DeepSeek's; for a template without a tool format, ember's
+//!   own: a reply that is exactly one `{"name": …, "arguments": …}` object). A lazy grammar leaves text free
+//!   and makes begun calls valid ones (`auto_call.rs`); the calls are read back from the output
+//!   (`call_reader.rs`), and streamed once they are certain (`auto_stream.rs`). Several calls per choice where
+//!   the format has them, unless `parallel_tool_calls` is false. A template that formats tools in another way is
+//!   refused for `"auto"`, naming `tool_choice` (or `tools`).
 //! - `"none"`: a message; the tools are not shown to the model.
 //!
 //! A complete call is returned as `tool_calls` with `finish_reason: "tool_calls"`. The model sees the tools
 //! through its chat template's `tools` variable when the template has one; otherwise ember puts them in a
 //! system message of its own ([`ToolsRequest::with_instruction`]), since a call the model was never told about
-//! would be a guess. One call per choice: `parallel_tool_calls` has no effect.
+//! would be a guess. A forced call is one call.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use serde_json::{json, Value};
 
-use super::auto_call::{AutoCalls, AutoFormat};
+use super::auto_call::AutoCalls;
 use super::call_reader::CallReader;
+use super::call_syntax::EMBER;
 use super::error::ApiError;
-use super::fields::{as_array, as_object, as_str, get, type_error, Object};
-use super::tool_format::tool_format;
+use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Object};
+use super::tool_format::{call_id_style, tool_format, ToolFormat};
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
 use crate::model::chat_template::{ChatMessage, ChatTemplate};
+use crate::model::tokenizer::Tokenizer;
 
 /// The `finish_reason` of a choice whose output is a complete call.
 pub(crate) const TOOL_CALLS_FINISH_REASON: &str = "tool_calls";
@@ -67,6 +71,8 @@ pub(crate) struct ToolsRequest {
     /// `tools` as sent, for the chat template.
     pub tools_json: Value,
     pub choice: ToolChoice,
+    /// `parallel_tool_calls` (default true): several calls per choice where the format has them.
+    pub parallel: bool,
 }
 
 /// OpenAI's rule for function names: `^[a-zA-Z0-9_-]{1,64}$`. It also keeps them free of JSON escapes, which the
@@ -110,7 +116,8 @@ pub(crate) fn parse_tools(o: &Object) -> Result<Option<ToolsRequest>, ApiError> 
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(ApiError::invalid("tools", format!("two tools are named \"{}\"", w[0])));
     }
-    Ok(Some(ToolsRequest { tools, tools_json: get(o, "tools").cloned().unwrap_or(Value::Null), choice }))
+    let parallel = opt_bool(o, "parallel_tool_calls")?.unwrap_or(true);
+    Ok(Some(ToolsRequest { tools, tools_json: get(o, "tools").cloned().unwrap_or(Value::Null), choice, parallel }))
 }
 
 /// `tools[index]`: `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
@@ -163,23 +170,30 @@ fn named_choice(v: &Value, tools: &[Tool]) -> Result<String, ApiError> {
 }
 
 impl ToolsRequest {
-    /// How the outputs are read back as calls, for a model with `template`: `"auto"` needs a tool-call format
-    /// ember can read (`tool_format.rs`), and is refused naming `tool_choice` (or `tools`, whose default it is)
-    /// for any other.
-    pub fn reader(&self, template: &ChatTemplate) -> Result<CallReader, ApiError> {
-        match &self.choice {
-            ToolChoice::Forced(shape) => Ok(CallReader::Forced(shape.clone())),
-            ToolChoice::Auto { explicit } => match AutoFormat::of(tool_format(template)) {
-                Some(format) => Ok(CallReader::Auto(AutoCalls::new(format, &self.tools))),
-                None => Err(ApiError::invalid(
+    /// How the outputs are read back as calls, for a model with `template` and `tokenizer`: `"auto"` needs a
+    /// tool-call format ember can read (`tool_format.rs`), and is refused naming `tool_choice` (or `tools`, whose
+    /// default it is) for any other.
+    pub fn reader(&self, template: &ChatTemplate, tokenizer: &Tokenizer) -> Result<CallReader, ApiError> {
+        let explicit = match &self.choice {
+            ToolChoice::Forced(shape) => return Ok(CallReader::Forced(shape.clone())),
+            ToolChoice::Auto { explicit } => explicit,
+        };
+        let syntax = match tool_format(template) {
+            ToolFormat::Ember => EMBER,
+            ToolFormat::Known(_, syntax) => syntax,
+            ToolFormat::Unknown => {
+                return Err(ApiError::invalid(
                     if *explicit { "tool_choice" } else { "tools" },
                     "tool_choice \"auto\" (the default with tools) is not supported for this model: its chat \
-                     template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call> and \
-                     its own for templates without one); set tool_choice to \"required\" or to a function \
-                     (ember then constrains the output to a valid call), or to \"none\"",
-                )),
-            },
-        }
+                     template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call>, \
+                     Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, DeepSeek's and its own for \
+                     templates without one); set tool_choice to \"required\" or to a function (ember then \
+                     constrains the output to a valid call), or to \"none\"",
+                ))
+            }
+        };
+        let calls = AutoCalls::new(syntax, &self.tools, self.parallel, tokenizer);
+        Ok(CallReader::Auto(AutoCalls { id_style: call_id_style(template), ..calls }))
     }
 
     /// The constraint on the output: one valid call (forced), or free text or one valid call (`"auto"`).
@@ -189,7 +203,7 @@ impl ToolsRequest {
                 self.tools.iter().find(|t| &t.name == name).map(|t| t.parameters.clone()).unwrap_or(json!({}))
             }
             CallReader::Forced(CallShape::NameAndArguments) => self.call_schema(),
-            CallReader::Auto(calls) => return calls.constraint(&self.call_schema()),
+            CallReader::Auto(calls) => return calls.constraint(&self.tools),
         };
         GuidedRequest::new(GuidedSpec::JsonSchema(schema), "tools")
     }
@@ -257,11 +271,36 @@ pub(crate) fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
         .collect()
 }
 
-/// A new call id: `call_` and 24 hex digits, unique without global state (as response ids are).
-pub(crate) fn call_id(salt: u64) -> String {
-    let draw = RandomState::new().hash_one(salt);
-    let more = RandomState::new().hash_one(salt ^ 0x9e37_79b9_7f4a_7c15);
-    format!("call_{draw:016x}{:08x}", more as u32)
+/// The shape of the call ids a model's template accepts back in later turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallIdStyle {
+    /// OpenAI's: `call_` and 24 hex digits.
+    OpenAi,
+    /// Nine letters and digits: Mistral's templates refuse any other id (`raise_exception`), so a call ember
+    /// returned could not be sent back otherwise (vLLM's Mistral parser makes the same ids).
+    NineAlphanumeric,
+}
+
+impl CallIdStyle {
+    /// A new call id, unique without global state (as response ids are).
+    pub fn new_id(self, salt: u64) -> String {
+        let draw = RandomState::new().hash_one(salt);
+        let more = RandomState::new().hash_one(salt ^ 0x9e37_79b9_7f4a_7c15);
+        match self {
+            CallIdStyle::OpenAi => format!("call_{draw:016x}{:08x}", more as u32),
+            CallIdStyle::NineAlphanumeric => {
+                const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+                let mut bits = u128::from(draw) << 64 | u128::from(more);
+                (0..9)
+                    .map(|_| {
+                        let c = ALPHABET[(bits % ALPHABET.len() as u128) as usize] as char;
+                        bits /= ALPHABET.len() as u128;
+                        c
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 /// The prefix of a `NameAndArguments` output up to its arguments: the constraint's fixed layout writes exactly
@@ -318,11 +357,6 @@ impl CallStream {
         parse_call(&self.shape, &self.text).is_some()
     }
 
-    /// Whether the call's header (its id and name) has been sent.
-    pub fn header_sent(&self) -> bool {
-        self.header_sent
-    }
-
     /// The deltas `piece` of output text releases.
     pub fn push(&mut self, piece: &str) -> Vec<CallDelta> {
         let mut out = Vec::new();
@@ -372,6 +406,7 @@ impl CallStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::call_syntax::HERMES;
 
     fn parse(body: Value) -> Result<Option<ToolsRequest>, ApiError> {
         parse_tools(body.as_object().unwrap())
@@ -421,6 +456,7 @@ mod tests {
                 "tools",
             ),
             (json!({"tools": {}, "tool_choice": "required"}), "tools"),
+            (json!({"tools": weather(), "parallel_tool_calls": "no"}), "parallel_tool_calls"),
         ] {
             let e = parse(body.clone()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
@@ -430,28 +466,42 @@ mod tests {
     #[test]
     fn auto_reads_the_templates_format_and_refuses_one_it_cannot_read() {
         let plain = ChatTemplate::new(None, "", "").unwrap();
-        let hermes = ChatTemplate::new(Some("{{ tools | tojson }} <tool_call></tool_call>"), "", "").unwrap();
+        let hermes =
+            ChatTemplate::new(Some(include_str!("../../tests/fixtures/hermes_template.jinja")), "", "").unwrap();
         let other = ChatTemplate::new(Some("{{ tools | tojson }} [TOOL_CALLS]"), "", "").unwrap();
+        let tokenizer = crate::protocol::test_support::tokenizer();
         let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
         let names = vec!["get_weather".to_owned(), "now".to_owned()];
-        let reader = auto.reader(&plain).unwrap();
-        assert_eq!(reader, CallReader::Auto(AutoCalls { format: AutoFormat::Ember, names: names.clone() }));
+        let reader = auto.reader(&plain, &tokenizer).unwrap();
+        let auto_calls = |syntax, parallel| AutoCalls {
+            syntax,
+            names: names.clone(),
+            parallel,
+            control_markers: vec![],
+            id_style: CallIdStyle::OpenAi,
+        };
+        assert_eq!(reader, CallReader::Auto(auto_calls(EMBER, true)));
         assert!(matches!(auto.constraint(&reader).spec, GuidedSpec::Lark(_)));
-        let reader = auto.reader(&hermes).unwrap();
-        assert_eq!(reader, CallReader::Auto(AutoCalls { format: AutoFormat::Hermes, names }));
-        assert_eq!(auto.reader(&other).unwrap_err().param.as_deref(), Some("tools"), "the default names tools");
+        let reader = auto.reader(&hermes, &tokenizer).unwrap();
+        assert_eq!(reader, CallReader::Auto(auto_calls(HERMES, true)));
+        let one = parse(json!({"tools": weather(), "parallel_tool_calls": false})).unwrap().unwrap();
+        assert_eq!(one.reader(&hermes, &tokenizer).unwrap(), CallReader::Auto(auto_calls(HERMES, false)));
+        let e = auto.reader(&other, &tokenizer).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools"), "the default names tools");
         let explicit = parse(json!({"tools": weather(), "tool_choice": "auto"})).unwrap().unwrap();
-        let e = explicit.reader(&other).unwrap_err();
+        let e = explicit.reader(&other, &tokenizer).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
         assert!(e.message.contains("\"required\""), "{}", e.message);
         let forced = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
-        assert_eq!(forced.reader(&other).unwrap(), CallReader::Forced(CallShape::NameAndArguments), "any template");
+        let any = CallReader::Forced(CallShape::NameAndArguments);
+        assert_eq!(forced.reader(&other, &tokenizer).unwrap(), any, "any template");
     }
 
     #[test]
     fn the_constraint_puts_the_name_first() {
         let plain = ChatTemplate::new(None, "", "").unwrap();
-        let constraint = |r: &ToolsRequest| r.constraint(&r.reader(&plain).unwrap());
+        let tokenizer = crate::protocol::test_support::tokenizer();
+        let constraint = |r: &ToolsRequest| r.constraint(&r.reader(&plain, &tokenizer).unwrap());
         let r = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
         let GuidedSpec::JsonSchema(schema) = constraint(&r).spec else { panic!() };
         let first = &schema["anyOf"][0];
@@ -522,6 +572,11 @@ mod tests {
         let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
         let m = auto.with_instruction(&[ChatMessage::new("user", "hi")]);
         assert!(m[0].content.contains("only a JSON object") && m[0].content.contains("Otherwise, answer normally"));
-        assert!(call_id(1).starts_with("call_") && call_id(1).len() == 29 && call_id(1) != call_id(1));
+        let id = |style: CallIdStyle| style.new_id(1);
+        assert!(id(CallIdStyle::OpenAi).starts_with("call_") && id(CallIdStyle::OpenAi).len() == 29);
+        assert_ne!(id(CallIdStyle::OpenAi), id(CallIdStyle::OpenAi));
+        let short = id(CallIdStyle::NineAlphanumeric);
+        assert!(short.len() == 9 && short.bytes().all(|b| b.is_ascii_alphanumeric()), "{short}");
+        assert_ne!(short, id(CallIdStyle::NineAlphanumeric));
     }
 }

@@ -62,3 +62,14 @@ pub fn ids_of(h: &RequestHandle) -> Vec<TokenId> {
     h.wait();
     h.choices()[0].token_ids.clone()
 }
+
+/// A real model family's chat template, from llama.cpp's `models/templates` (scripts/llamacpp/fetch-templates.sh,
+/// which `make test` runs).
+pub fn llamacpp_template(name: &str) -> String {
+    let dir = std::env::var_os("EMBER_LLAMACPP_TEMPLATES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/templates"));
+    let path = dir.join(format!("{name}.jinja"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/llamacpp/fetch-templates.sh", path.display()))
+}

@@ -36,6 +36,8 @@ GATEWAY = os.path.join(ROOT, os.environ.get("EMBER_GATEWAY", "target/go/ember-ga
 MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
 # The gateway names the model after its file, without the extension.
 MODEL_ID = os.path.splitext(os.path.basename(MODEL))[0]
+# llama.cpp's real chat templates (scripts/llamacpp/fetch-templates.sh; `make go-test` fetches them).
+TEMPLATES = os.path.join(ROOT, os.environ.get("EMBER_LLAMACPP_TEMPLATES", ".cache/llamacpp/templates"))
 FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
 # llama-server's `timings` fields (docs/per_request_metrics.md, "llama.cpp `timings`").
 TIMINGS = ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
@@ -516,6 +518,87 @@ class GatewayTest(unittest.TestCase):
                 self.assertEqual((content, calls), (choice.message.content, []))
             if bias:
                 self.assertEqual(choice.finish_reason, "tool_calls", "the biased reply is a call")
+
+    @unittest.skipUnless(MODEL_ID.startswith("SmolLM2"), "the bias steers SmolLM2's tokens")
+    def test_tool_call_round_trip_in_each_familys_format(self):
+        # A call, its result sent back, and the final answer, with the official client, on gateways whose
+        # --chat-template is a real family's (SmolLM2 underneath: the format is the template's). An earlier call in
+        # the conversation puts the family's marker in the prompt, and a bias on its tokens makes the model write
+        # it; the grammar then makes a valid call. Mistral Nemo's template takes back only 9-character ids.
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                           "required": ["city"], "additionalProperties": False}}}]
+        earlier = [
+            {"role": "user", "content": "What is the weather in Tokyo?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\"}"}}]},
+            {"role": "tool", "tool_call_id": "call00001", "content": "Rain, 12 C"},
+            {"role": "assistant", "content": "It rains in Tokyo."},
+            {"role": "user", "content": "And in Paris?"}]
+        for template, marker, id_length in [
+                ("meta-llama-Llama-3.1-8B-Instruct", '{"', 29),
+                ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>", 29),
+                ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS][", 9),
+                ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]", 29)]:
+            with self.subTest(template=template):
+                gateway = Gateway("--chat-template", os.path.join(TEMPLATES, template + ".jinja"))
+                try:
+                    ids = gateway.post_json("/tokenize", {"prompt": marker, "add_special_tokens": False})["tokens"]
+                    response = gateway.client.chat.completions.create(
+                        model=MODEL_ID, messages=earlier, tools=tools, temperature=0, max_tokens=96,
+                        parallel_tool_calls=False, logit_bias={str(i): 100 for i in ids})
+                    choice = response.choices[0]
+                    self.assertEqual(choice.finish_reason, "tool_calls", choice)
+                    call = choice.message.tool_calls[0]
+                    self.assertEqual((call.function.name, len(call.id)), ("get_weather", id_length), call)
+                    self.assertIsInstance(json.loads(call.function.arguments)["city"], str)
+                    # The call and its result go back; the model answers (tools no longer offered to it).
+                    messages = earlier + [choice.message.model_dump(exclude_none=True),
+                                          {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}]
+                    final = gateway.client.chat.completions.create(
+                        model=MODEL_ID, messages=messages, tools=tools, tool_choice="none", temperature=0,
+                        max_tokens=8)
+                    self.assertIsInstance(final.choices[0].message.content, str)
+                    self.assertIsNone(final.choices[0].message.tool_calls)
+                finally:
+                    self.assertEqual(gateway.stop(), 0, gateway.stderr())
+                    gateway.log.close()
+
+    def test_reasoning_apart_whole_and_streamed(self):
+        # Qwen 3's template (SmolLM2 underneath), the output steered by guided_regex: the official client reads the
+        # reasoning in reasoning_content (message and deltas) and counts it in usage; the answer goes back as the
+        # next turn's history.
+        gateway = Gateway("--chat-template", os.path.join(TEMPLATES, "Qwen-Qwen3-0.6B.jinja"))
+        try:
+            messages = [{"role": "user", "content": "Say hello."}]
+            steer = {"guided_regex": "<think>\\nI should greet\\.\\n</think>\\n\\nHello!"}
+            response = gateway.client.chat.completions.create(
+                model=MODEL_ID, messages=messages, temperature=0, max_tokens=48, extra_body=steer)
+            message = response.choices[0].message
+            self.assertEqual((message.reasoning_content, message.content), ("\nI should greet.\n", "Hello!"))
+            reasoning_tokens = response.usage.completion_tokens_details.reasoning_tokens
+            self.assertTrue(0 < reasoning_tokens < response.usage.completion_tokens, response.usage)
+            stream = gateway.client.chat.completions.create(
+                model=MODEL_ID, messages=messages, temperature=0, max_tokens=48, extra_body=steer, stream=True,
+                stream_options={"include_usage": True})
+            reasoning, content, usage = "", "", None
+            for chunk in stream:
+                usage = chunk.usage or usage
+                if chunk.choices:
+                    reasoning += getattr(chunk.choices[0].delta, "reasoning_content", None) or ""
+                    content += chunk.choices[0].delta.content or ""
+            self.assertEqual((reasoning, content), (message.reasoning_content, message.content))
+            self.assertEqual(usage.completion_tokens_details.reasoning_tokens, reasoning_tokens)
+            final = gateway.client.chat.completions.create(
+                model=MODEL_ID, messages=messages + [message.model_dump(exclude_none=True),
+                                                     {"role": "user", "content": "Again."}],
+                temperature=0, max_tokens=8, reasoning_effort="none")
+            self.assertIsInstance(final.choices[0].message.content, str)
+            self.assertEqual(final.usage.completion_tokens_details.reasoning_tokens, 0)
+        finally:
+            self.assertEqual(gateway.stop(), 0, gateway.stderr())
+            gateway.log.close()
 
     def test_models_and_health(self):
         models = plain.client.models.list().data

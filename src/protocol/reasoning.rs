@@ -1,0 +1,362 @@
+//! Reasoning ("thinking"): models whose chat template teaches them to think first (Qwen 3, QwQ, DeepSeek-R1's
+//! distills, SmolLM3...) write `<think>…</think>` before their answer. A chat response gives that text in
+//! `message.reasoning_content` (`delta.reasoning_content` when streamed) and the answer in `content`, as vLLM,
+//! llama.cpp's server and the DeepSeek API do; `usage.completion_tokens_details.reasoning_tokens` counts it.
+//!
+//! - A template thinks when its text has `</think>` (every one of those families' templates writes it, to drop
+//!   earlier turns' reasoning or to turn thinking off).
+//! - The reasoning begins at a `<think>` the output opens with (whitespace aside), or at the output's start when
+//!   the prompt itself ends with `<think>` (DeepSeek-R1's and QwQ's templates open it for the model).
+//! - The reasoning is the exact text between the markers; the content is what follows `</think>`, leading
+//!   whitespace left out (as those templates drop it when the turn comes back in a conversation). Output that never
+//!   closes its reasoning (cut by `max_tokens`) is all reasoning.
+//! - The request field `reasoning_format` (llama.cpp's name) chooses: `"auto"` (the default; `"deepseek"` is the
+//!   same) splits as above, `"none"` leaves the reasoning inline in `content`.
+//!
+//! A forced tool call (`"required"`, a named function) is constrained to be the whole output, so it is not split.
+
+use std::sync::Arc;
+
+use super::error::ApiError;
+use super::fields::{get, opt_str, Object};
+use super::request::ApiKind;
+use crate::engine::ChoiceOutput;
+use crate::model::chat_template::ChatTemplate;
+use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+use crate::model::TokenId;
+
+/// The marker that opens reasoning.
+pub(crate) const OPEN: &str = "<think>";
+/// The marker that closes it.
+pub(crate) const CLOSE: &str = "</think>";
+
+/// `reasoning_format`: where a thinking model's reasoning goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) enum ReasoningFormat {
+    /// In `reasoning_content`, apart from the content.
+    #[default]
+    Separate,
+    /// Left in `content`, markers and all.
+    Inline,
+}
+
+/// The request's `reasoning_format`: `"auto"` and `"deepseek"` (llama.cpp's names for the same split here) or
+/// `"none"`; chat only.
+pub(crate) fn parse_reasoning_format(o: &Object, kind: ApiKind) -> Result<ReasoningFormat, ApiError> {
+    const FIELD: &str = "reasoning_format";
+    if kind == ApiKind::Completion && get(o, FIELD).is_some() {
+        return Err(ApiError::invalid(FIELD, "reasoning_format is a chat field: a completion's text is not split"));
+    }
+    match opt_str(o, FIELD)? {
+        None | Some("auto" | "deepseek") => Ok(ReasoningFormat::Separate),
+        Some("none") => Ok(ReasoningFormat::Inline),
+        Some(other) => Err(ApiError::invalid(
+            FIELD,
+            format!("reasoning_format {other:?} is not one of \"auto\", \"deepseek\", \"none\""),
+        )),
+    }
+}
+
+/// How one request's chat outputs are split into reasoning and content.
+#[derive(Clone)]
+pub(crate) struct ReasoningReader {
+    /// The prompt ends with `<think>`: outputs begin inside their reasoning.
+    pub starts_inside: bool,
+    tokenizer: Arc<Tokenizer>,
+    /// Whether the request's text keeps control tokens' text (to replay its tokens' text exactly).
+    include_special: bool,
+}
+
+impl std::fmt::Debug for ReasoningReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReasoningReader").field("starts_inside", &self.starts_inside).finish()
+    }
+}
+
+/// One output, split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Split<'t> {
+    /// `None` when the output has no reasoning (or an empty one).
+    pub reasoning: Option<&'t str>,
+    pub content: &'t str,
+    /// The byte offset in the output where the reasoning and its closing marker end (0 without reasoning).
+    pub reasoning_end: usize,
+}
+
+impl ReasoningReader {
+    /// The reader for a chat request whose template is `template` and whose prompt is `prompt`; `None` when the
+    /// template does not think or the request keeps reasoning inline.
+    pub fn for_request(
+        template: &ChatTemplate,
+        tokenizer: &Arc<Tokenizer>,
+        prompt: &[TokenId],
+        format: ReasoningFormat,
+    ) -> Option<Self> {
+        if format == ReasoningFormat::Inline || !template.source().contains(CLOSE) {
+            return None;
+        }
+        // A few tokens are enough to hold `<think>` and the whitespace after it, whatever the vocabulary.
+        let tail = tokenizer.decode(&prompt[prompt.len().saturating_sub(8)..], true).unwrap_or_default();
+        let starts_inside = tail.trim_end().ends_with(OPEN);
+        Some(ReasoningReader { starts_inside, tokenizer: Arc::clone(tokenizer), include_special: false })
+    }
+
+    /// Whether the markers are control tokens of the vocabulary, whose text the request must then keep.
+    pub fn needs_special_text(&self) -> bool {
+        [OPEN, CLOSE].iter().any(|m| self.tokenizer.token_to_id(m).is_some_and(|id| self.tokenizer.is_control(id)))
+    }
+
+    /// Says whether the request's text keeps control tokens' text (what its tokens are replayed with).
+    pub fn with_special_text(self, include_special: bool) -> Self {
+        ReasoningReader { include_special, ..self }
+    }
+
+    /// A whole output, split.
+    pub fn split<'t>(&self, text: &'t str) -> Split<'t> {
+        let start = if self.starts_inside {
+            0
+        } else {
+            let trimmed = text.trim_start();
+            match trimmed.strip_prefix(OPEN) {
+                Some(_) => text.len() - trimmed.len() + OPEN.len(),
+                None => return Split { reasoning: None, content: text, reasoning_end: 0 },
+            }
+        };
+        let (reasoning, content, reasoning_end) = match text[start..].find(CLOSE) {
+            Some(at) => {
+                let end = start + at + CLOSE.len();
+                (&text[start..start + at], text[end..].trim_start(), end)
+            }
+            None => (&text[start..], "", text.len()),
+        };
+        // Empty reasoning (`<think></think>`) is none: a stream could not tell it from none either.
+        Split { reasoning: Some(reasoning).filter(|r| !r.is_empty()), content, reasoning_end }
+    }
+
+    /// The streaming split of one choice.
+    pub fn stream(&self) -> ReasoningStream {
+        ReasoningStream { stage: if self.starts_inside { Stage::Inside } else { Stage::Before }, held: String::new() }
+    }
+
+    /// How many of `output`'s tokens wrote its reasoning (its markers included): its tokens' text replayed until
+    /// it covers the reasoning. All of them when the reasoning never closed; none without reasoning.
+    pub fn reasoning_tokens(&self, output: &ChoiceOutput) -> u32 {
+        let end = self.split(&output.text).reasoning_end;
+        if end == 0 {
+            return 0;
+        }
+        let mut decoder = StreamDecoder::new(self.include_special);
+        let mut written = 0;
+        for (i, &id) in output.token_ids.iter().enumerate() {
+            written += decoder.push(&self.tokenizer, id).map_or(0, str::len);
+            if written >= end {
+                return i as u32 + 1;
+            }
+        }
+        output.completion_tokens
+    }
+}
+
+/// What a piece of streamed output releases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReasoningDelta {
+    Reasoning(String),
+    Content(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Nothing but whitespace and a beginning of `<think>` yet.
+    Before,
+    Inside,
+    /// After `</think>`: `true` once the content's first non-whitespace has come.
+    After(bool),
+    /// The output has no reasoning: everything is content.
+    Plain,
+}
+
+/// One choice's output as it streams, split as [`ReasoningReader::split`] splits it whole: text that may still turn
+/// out to be a marker is held back until it is known.
+#[derive(Clone, Debug)]
+pub(crate) struct ReasoningStream {
+    stage: Stage,
+    held: String,
+}
+
+impl ReasoningStream {
+    /// The deltas `piece` releases.
+    pub fn push(&mut self, piece: &str) -> Vec<ReasoningDelta> {
+        self.held.push_str(piece);
+        let mut out = Vec::new();
+        loop {
+            match self.stage {
+                Stage::Before => {
+                    let trimmed = self.held.trim_start();
+                    if let Some(rest) = trimmed.strip_prefix(OPEN) {
+                        self.held = rest.to_owned();
+                        self.stage = Stage::Inside;
+                        continue;
+                    }
+                    if !OPEN.starts_with(trimmed) {
+                        self.stage = Stage::Plain;
+                        continue;
+                    }
+                }
+                Stage::Inside => {
+                    if let Some(at) = self.held.find(CLOSE) {
+                        let rest = self.held.split_off(at + CLOSE.len());
+                        self.held.truncate(at);
+                        push_nonempty(&mut out, ReasoningDelta::Reasoning, std::mem::replace(&mut self.held, rest));
+                        self.stage = Stage::After(false);
+                        continue;
+                    }
+                    // Keep back the longest end that could begin `</think>` (ASCII, so a character boundary).
+                    let keep = (1..CLOSE.len()).rev().find(|&k| self.held.ends_with(&CLOSE[..k])).unwrap_or(0);
+                    let rest = self.held.split_off(self.held.len() - keep);
+                    push_nonempty(&mut out, ReasoningDelta::Reasoning, std::mem::replace(&mut self.held, rest));
+                }
+                Stage::After(started) => {
+                    if !started {
+                        let trimmed = self.held.trim_start();
+                        if trimmed.is_empty() {
+                            self.held.clear();
+                            return out;
+                        }
+                        self.held = trimmed.to_owned();
+                        self.stage = Stage::After(true);
+                    }
+                    push_nonempty(&mut out, ReasoningDelta::Content, std::mem::take(&mut self.held));
+                }
+                Stage::Plain => push_nonempty(&mut out, ReasoningDelta::Content, std::mem::take(&mut self.held)),
+            }
+            return out;
+        }
+    }
+
+    /// What is held back at the end of the output.
+    pub fn finish(&mut self) -> Vec<ReasoningDelta> {
+        let held = std::mem::take(&mut self.held);
+        let mut out = Vec::new();
+        match self.stage {
+            Stage::Inside => push_nonempty(&mut out, ReasoningDelta::Reasoning, held),
+            Stage::Before | Stage::Plain | Stage::After(true) => push_nonempty(&mut out, ReasoningDelta::Content, held),
+            Stage::After(false) => {}
+        }
+        out
+    }
+}
+
+fn push_nonempty(out: &mut Vec<ReasoningDelta>, make: fn(String) -> ReasoningDelta, text: String) {
+    if !text.is_empty() {
+        out.push(make(text));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::test_support::char_tokenizer;
+
+    fn reader(starts_inside: bool) -> ReasoningReader {
+        ReasoningReader { starts_inside, tokenizer: Arc::new(char_tokenizer(&[])), include_special: false }
+    }
+
+    /// The stream of `text` cut into pieces of `size` bytes (at character boundaries), joined per kind.
+    fn streamed(r: &ReasoningReader, text: &str, size: usize) -> (Option<String>, String) {
+        let mut s = r.stream();
+        let mut deltas = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let mut cut = size.min(rest.len());
+            while !rest.is_char_boundary(cut) {
+                cut += 1;
+            }
+            deltas.extend(s.push(&rest[..cut]));
+            rest = &rest[cut..];
+        }
+        deltas.extend(s.finish());
+        let (mut reasoning, mut content) = (None::<String>, String::new());
+        for d in deltas {
+            match d {
+                ReasoningDelta::Reasoning(t) => reasoning.get_or_insert_default().push_str(&t),
+                ReasoningDelta::Content(t) => content.push_str(&t),
+            }
+        }
+        (reasoning, content)
+    }
+
+    #[test]
+    fn outputs_split_whole_and_streamed_alike() {
+        let cases: [(bool, &str, Option<&str>, &str); 9] = [
+            (false, "<think>\nHm, 2+2.\n</think>\n\nIt is 4.", Some("\nHm, 2+2.\n"), "It is 4."),
+            (false, "  <think>a</think>b", Some("a"), "b"),
+            (false, "Just an answer.", None, "Just an answer."),
+            (false, " <thin", None, " <thin"),
+            (false, "<think>never closed </thi", Some("never closed </thi"), ""),
+            (false, "<think></think>", None, ""),
+            (true, "\nFirst, é.\n</think>\n\nAnswer </think> again", Some("\nFirst, é.\n"), "Answer </think> again"),
+            (true, "cut short", Some("cut short"), ""),
+            (false, "Text <think>not at the start</think>", None, "Text <think>not at the start</think>"),
+        ];
+        for (inside, text, reasoning, content) in cases {
+            let r = reader(inside);
+            let split = r.split(text);
+            assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
+            for size in [1, 2, 3, 5, 100] {
+                let (r2, c2) = streamed(&r, text, size);
+                assert_eq!((r2.as_deref(), c2.as_str()), (reasoning, content), "{text:?} in pieces of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_reasoning_ends_after_its_closing_marker() {
+        let r = reader(false);
+        assert_eq!(r.split("<think>ab</think> c").reasoning_end, "<think>ab</think>".len());
+        assert_eq!(r.split("abc").reasoning_end, 0);
+        assert_eq!(r.split("<think>abc").reasoning_end, "<think>abc".len());
+    }
+
+    #[test]
+    fn reasoning_tokens_count_the_tokens_up_to_the_closing_marker() {
+        let r = reader(false);
+        let t = &r.tokenizer;
+        let output = |text: &str| {
+            let token_ids = t.encode(text, false);
+            ChoiceOutput {
+                text: t.decode(&token_ids, false).unwrap(),
+                completion_tokens: token_ids.len() as u32,
+                token_ids,
+                ..ChoiceOutput::default()
+            }
+        };
+        // One token per character here.
+        let thought = "<think>Some thought.</think>";
+        let whole = output(&format!("{thought} The answer."));
+        assert_eq!(r.reasoning_tokens(&whole), thought.len() as u32);
+        assert_eq!(r.reasoning_tokens(&output("No thought.")), 0);
+        let open = output("<think>still thinking");
+        assert_eq!(r.reasoning_tokens(&open), open.completion_tokens);
+    }
+
+    #[test]
+    fn the_format_field() {
+        let parse = |body: serde_json::Value, kind| parse_reasoning_format(body.as_object().unwrap(), kind);
+        assert_eq!(parse(serde_json::json!({}), ApiKind::Chat).unwrap(), ReasoningFormat::Separate);
+        assert_eq!(
+            parse(serde_json::json!({"reasoning_format": "deepseek"}), ApiKind::Chat).unwrap(),
+            ReasoningFormat::Separate
+        );
+        assert_eq!(
+            parse(serde_json::json!({"reasoning_format": "none"}), ApiKind::Chat).unwrap(),
+            ReasoningFormat::Inline
+        );
+        for (body, kind) in [
+            (serde_json::json!({"reasoning_format": "hidden"}), ApiKind::Chat),
+            (serde_json::json!({"reasoning_format": 1}), ApiKind::Chat),
+            (serde_json::json!({"reasoning_format": "none"}), ApiKind::Completion),
+        ] {
+            assert_eq!(parse(body, kind).unwrap_err().param.as_deref(), Some("reasoning_format"));
+        }
+    }
+}
