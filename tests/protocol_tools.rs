@@ -292,18 +292,21 @@ fn bias_towards(text: &str) -> Value {
 /// `"auto"` in the formats of real families' templates (set with the engine option `chat_template` on SmolLM2,
 /// whose vocabulary has none of their markers as control tokens, so they are text): Llama 3.1's JSON with
 /// `"parameters"`, Mistral Nemo's `[TOOL_CALLS][...]` list, Mistral v11's `[TOOL_CALLS]name[ARGS]{...}`,
-/// and Qwen 2.5's `<tool_call>`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
+/// Qwen 2.5's `<tool_call>` and Phi-4-mini's `functools[...]`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
 /// SmolLM2's, which a bias cannot order: `auto_call.rs` walks their grammar with them as control tokens.) Each
 /// call is valid and streams as the whole response says; one call when `parallel_tool_calls` is false.
 #[test]
 fn auto_in_real_families_formats_is_a_message_or_valid_calls() {
-    for (template, marker) in [
+    let templates = [
         ("meta-llama-Llama-3.1-8B-Instruct", "{\""),
         ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]["),
         ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]"),
         ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>"),
-    ] {
-        let e = engine_with_template(&common::llamacpp_template(template));
+    ]
+    .map(|(name, marker)| (name, common::llamacpp_template(name), marker));
+    let phi4 = ("Phi-4-mini", include_str!("fixtures/phi4_mini_template.jinja").to_owned(), "functools[");
+    for (template, source, marker) in templates.into_iter().chain([phi4]) {
+        let e = engine_with_template(&source);
         check_auto(&e, &auto_body(json!({})));
         // An earlier call in the conversation shows the marker in the prompt, which the bias then copies.
         let mut one_call = auto_body(bias_towards(marker));
@@ -318,4 +321,34 @@ fn auto_in_real_families_formats_is_a_message_or_valid_calls() {
         let message = check_auto(&e, &one_call);
         assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1), "{template}: {message}");
     }
+}
+
+/// Phi-4-mini's template reads the tools from the system message (JSON text, as Python's `json.dumps` writes it),
+/// and an earlier turn's calls are written into its content as the model writes them.
+#[test]
+fn phi4_minis_tools_go_in_the_system_message() {
+    let e = engine_with_template(include_str!("fixtures/phi4_mini_template.jinja"));
+    let tools = json!([{"type": "function", "function": {"name": "now", "description": "The time, ~ UTC",
+        "parameters": {"type": "object"}, "strict": true}}]);
+    let prompt = |messages: Value| {
+        let body = json!({"messages": messages, "tools": tools});
+        let json = ember::protocol::tokenize::apply_chat_template(e.model(), &body.to_string()).unwrap();
+        serde_json::from_str::<Value>(&json).unwrap()["prompt"].as_str().unwrap().to_owned()
+    };
+    let listed = r#"[{"name": "now", "description": "The time, ~ UTC", "parameters": {"type": "object"}}]"#;
+    assert_eq!(
+        prompt(json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Time?"}])),
+        format!("<|system|>Be brief.<|tool|>{listed}<|/tool|><|end|><|user|>Time?<|end|><|assistant|>")
+    );
+    let earlier = json!([{"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "now", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "09:00"}]);
+    assert_eq!(
+        prompt(earlier),
+        format!(
+            "<|system|><|tool|>{listed}<|/tool|><|end|><|user|>Time?<|end|>\
+             <|assistant|>functools[{{\"name\": \"now\", \"arguments\": {{}}}}]<|end|><|tool|>09:00<|end|><|assistant|>"
+        )
+    );
 }

@@ -27,12 +27,21 @@ pub struct ChatMessage {
     /// A `tool` turn's answer to this call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// A system message's tools as JSON text, for a template that reads them there (Phi-4-mini's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.into(), content: content.into(), tool_calls: None, tool_call_id: None }
+        ChatMessage { role: role.into(), content: content.into(), tool_calls: None, tool_call_id: None, tools: None }
     }
+}
+
+/// `json.dumps(value)` with Python's defaults (`ensure_ascii=True`, `", "` and `": "`): JSON text as a Python host
+/// writes it for a template that shows it as it is (Phi-4-mini's system-message tools).
+pub fn python_json_dumps(value: &serde_json::Value) -> String {
+    super::template_json::dumps(value, &super::template_json::DumpOptions { ensure_ascii: true, ..Default::default() })
 }
 
 /// The fallback template, used only when a model has none: ChatML.

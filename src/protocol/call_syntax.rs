@@ -13,6 +13,7 @@
 //! | Mistral Nemo | `[TOOL_CALLS][` | `{"name": "` | `", "arguments": ` | `}` | `, ` | `]` |
 //! | Mistral v11 (Small 3.2, Devstral) | `[TOOL_CALLS]` | | `[ARGS]` | | `[TOOL_CALLS]` | |
 //! | Granite 3.x | `<\|tool_call\|>[` | `{"name": "` | `", "arguments": ` | `}` | `, ` | `]` |
+//! | Phi-4-mini | `functools[` | `{"name": "` | `", "arguments": ` | `}` | `, ` | `]` |
 //! | DeepSeek R1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>function<｜tool▁sep｜>` | ``\n```json\n`` | ``\n```<｜tool▁call▁end｜>`` | `\n` | `<｜tool▁calls▁end｜>` |
 //! | DeepSeek V3.1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>` | `<｜tool▁sep｜>` | `<｜tool▁call▁end｜>` | (none) | `<｜tool▁calls▁end｜>` |
 //!
@@ -84,6 +85,7 @@ pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
     close: "",
 };
 pub(crate) const GRANITE: CallSyntax = CallSyntax { open: "<|tool_call|>[", ..MISTRAL_LIST };
+pub(crate) const PHI4_MINI: CallSyntax = CallSyntax { open: "functools[", ..MISTRAL_LIST };
 pub(crate) const DEEPSEEK_R1: CallSyntax = CallSyntax {
     text_first: true,
     open: "<｜tool▁calls▁begin｜>",
@@ -120,6 +122,19 @@ pub(crate) struct ReadCalls<'t> {
 }
 
 impl CallSyntax {
+    /// `calls` (name, arguments' JSON text) written in the format, as a model writes them (an earlier turn's calls
+    /// for a template that renders none); one per line where the format has no separator.
+    pub fn write<'c>(&self, calls: impl IntoIterator<Item = (&'c str, &'c str)>) -> String {
+        let written: Vec<String> = calls
+            .into_iter()
+            .map(|(name, arguments)| {
+                let quoted = serde_json::to_string(name).unwrap_or_default();
+                format!("{}{}{}{arguments}{}", self.pre, &quoted[1..quoted.len() - 1], self.mid, self.post)
+            })
+            .collect();
+        format!("{}{}{}", self.open, written.join(self.sep.unwrap_or("\n")), self.close)
+    }
+
     /// Where the calls begin in `text` and the content before them, once they have: the byte of `OPEN` (of the
     /// first call's `{` for a format without text before its call).
     pub fn calls_start(&self, text: &str) -> Option<(usize, usize)> {

@@ -3,9 +3,11 @@
 
 use serde_json::Value;
 
+use super::call_syntax::{EMBER, PHI4_MINI};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
 use super::template_options::{continue_final_message, reasoning_effort_variable, TemplateOptions};
+use super::tool_format::reads_tools_from_system_message;
 use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;
@@ -146,10 +148,15 @@ pub(crate) fn render_chat(
         template.render_with_variables(messages, tools, options.add_generation_prompt, &kwargs)
     };
     let rendered = match (tools, template.supports_tools()) {
+        // Phi-4-mini's template shows the tools of the system message, and no calls.
+        _ if reads_tools_from_system_message(template) => {
+            let messages = tools.map_or_else(|| messages.to_vec(), |t| t.in_system_message(messages));
+            render(&calls_as_text(&messages, &PHI4_MINI), None)
+        }
         (Some(t), true) => render(messages, Some(&t.tools_json)),
-        (Some(t), false) => render(&calls_as_text(&t.with_instruction(messages)), None),
+        (Some(t), false) => render(&calls_as_text(&t.with_instruction(messages), &EMBER), None),
         (None, true) => render(messages, None),
-        (None, false) => render(&calls_as_text(messages), None),
+        (None, false) => render(&calls_as_text(messages, &EMBER), None),
     };
     let rendered = rendered.map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     match options.continue_final_message {

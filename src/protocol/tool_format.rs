@@ -4,13 +4,14 @@
 //! them, and ember can only read a call back in a format it knows. A GGUF has no metadata key that names the
 //! format, so ember asks the template: it renders a probe conversation whose assistant turn made one call, and
 //! recognizes how the template wrote it (`call_syntax.rs` has each format's markers). A template that formats
-//! tools but not calls (Granite 3.x's) is recognized by what it tells the model to write. Detection lives here
-//! alone so that adding a format is one arm.
+//! tools but not calls (Granite 3.x's) is recognized by what it tells the model to write, and Phi-4-mini's, which
+//! reads the tools from the system message instead of a `tools` variable, by that. Detection lives here alone so
+//! that adding a format is one arm.
 
 use serde_json::json;
 
 use super::call_syntax::{
-    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
+    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, PHI4_MINI,
 };
 use super::tools::CallIdStyle;
 use crate::model::chat_template::{ChatMessage, ChatTemplate};
@@ -47,6 +48,9 @@ const RENDERED_CALLS: [(&str, &str, CallSyntax); 7] = [
 
 /// The format `template` teaches the model.
 pub(crate) fn tool_format(template: &ChatTemplate) -> ToolFormat {
+    if reads_tools_from_system_message(template) {
+        return ToolFormat::Known("Phi-4-mini", PHI4_MINI);
+    }
     if !template.supports_tools() {
         return ToolFormat::Ember;
     }
@@ -60,6 +64,13 @@ pub(crate) fn tool_format(template: &ChatTemplate) -> ToolFormat {
         return ToolFormat::Known("Granite 3", GRANITE);
     }
     ToolFormat::Unknown
+}
+
+/// Whether the template shows the tools from the system message's own `tools` (JSON text between `<|tool|>` and
+/// `<|/tool|>`: Phi-4-mini's, whose callers put them there) rather than from a `tools` variable.
+pub(crate) fn reads_tools_from_system_message(template: &ChatTemplate) -> bool {
+    let source = template.source();
+    source.contains("<|tool|>") && (source.contains("message['tools']") || source.contains("message.tools"))
 }
 
 /// The ids of calls `template` accepts back: OpenAI's, unless it refuses them where it renders a 9-character one
@@ -137,6 +148,9 @@ mod tests {
         // Tools, and calls written in no format ember knows.
         let other = "{{ tools | tojson }}{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}";
         assert_eq!(format_of(Some(other)), ToolFormat::Unknown);
+        // Phi-4-mini's (its model's tokenizer_config.json): tools in the system message, calls as `functools[...]`.
+        let phi4 = include_str!("../../tests/fixtures/phi4_mini_template.jinja");
+        assert_eq!(format_of(Some(phi4)), ToolFormat::Known("Phi-4-mini", PHI4_MINI));
         // A template that refuses the probe conversation is not a format ember can read either.
         assert_eq!(format_of(Some("{{ tools }}{{ raise_exception('no') }}")), ToolFormat::Unknown);
     }

@@ -27,12 +27,12 @@ use serde_json::{json, Value};
 
 use super::auto_call::AutoCalls;
 use super::call_reader::CallReader;
-use super::call_syntax::EMBER;
+use super::call_syntax::{CallSyntax, EMBER};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Object};
 use super::tool_format::{call_id_style, tool_format, ToolFormat};
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
-use crate::model::chat_template::{ChatMessage, ChatTemplate};
+use crate::model::chat_template::{python_json_dumps, ChatMessage, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 
 /// The `finish_reason` of a choice whose output is a complete call.
@@ -186,8 +186,8 @@ impl ToolsRequest {
                     if *explicit { "tool_choice" } else { "tools" },
                     "tool_choice \"auto\" (the default with tools) is not supported for this model: its chat \
                      template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call>, \
-                     Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, DeepSeek's and its own for \
-                     templates without one); set tool_choice to \"required\" or to a function (ember then \
+                     Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, Phi-4-mini's functools, \
+                     DeepSeek's and its own for templates without one); set tool_choice to \"required\" or to a function (ember then \
                      constrains the output to a valid call), or to \"none\"",
                 ))
             }
@@ -246,27 +246,56 @@ impl ToolsRequest {
         }
         out
     }
+
+    /// For a template that reads the tools from the system message (Phi-4-mini's): the functions
+    /// (`[{"name", "description", "parameters"}, …]`, as Python's `json.dumps` writes them) in the first system
+    /// message's `tools`, or in an empty system message of their own.
+    pub fn in_system_message(&self, messages: &[ChatMessage]) -> Vec<ChatMessage> {
+        let functions: Vec<Value> = self
+            .tools_json
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|tool| {
+                let f = &tool["function"];
+                let mut listed = serde_json::Map::new();
+                for key in ["name", "description", "parameters"] {
+                    if let Some(v) = f.get(key) {
+                        listed.insert(key.to_owned(), v.clone());
+                    }
+                }
+                Value::Object(listed)
+            })
+            .collect();
+        let tools = Some(python_json_dumps(&Value::Array(functions)));
+        let mut out = messages.to_vec();
+        match out.first_mut() {
+            Some(first) if first.role == "system" => first.tools = tools,
+            _ => out.insert(0, ChatMessage { tools, ..ChatMessage::new("system", "") }),
+        }
+        out
+    }
 }
 
-/// For a template without a tool format: each assistant turn's `tool_calls` written into its content as the text
-/// ember's calls have (`{"name": …, "arguments": …}`, one per line), so that the model sees what it called. A
-/// `tool` turn keeps its role and content (templates like SmolLM2's render any role).
-pub(crate) fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+/// For a template that renders no calls (one without a tool format, Phi-4-mini's): each assistant turn's
+/// `tool_calls` written into its content as `syntax` writes calls (ember's: `{"name": …, "arguments": …}`, one
+/// per line), so that the model sees what it called. A `tool` turn keeps its role and content (templates like
+/// SmolLM2's render any role).
+pub(crate) fn calls_as_text(messages: &[ChatMessage], syntax: &CallSyntax) -> Vec<ChatMessage> {
     messages
         .iter()
         .map(|m| {
             let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) else { return m.clone() };
-            let mut lines: Vec<String> = Vec::with_capacity(calls.len() + 1);
-            if !m.content.is_empty() {
-                lines.push(m.content.clone());
-            }
-            for call in calls {
+            let calls = calls.iter().map(|call| {
                 let name = call["function"]["name"].as_str().unwrap_or_default();
-                let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
-                let name = serde_json::to_string(name).unwrap_or_default();
-                lines.push(format!("{{\"name\": {name}, \"arguments\": {arguments}}}"));
-            }
-            ChatMessage { content: lines.join("\n"), tool_calls: None, ..m.clone() }
+                (name, call["function"]["arguments"].as_str().unwrap_or("{}"))
+            });
+            let written = syntax.write(calls);
+            let content = match m.content.is_empty() {
+                true => written,
+                false => format!("{}\n{written}", m.content),
+            };
+            ChatMessage { content, tool_calls: None, ..m.clone() }
         })
         .collect()
 }

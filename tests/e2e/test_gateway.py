@@ -38,6 +38,8 @@ MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-In
 MODEL_ID = os.path.splitext(os.path.basename(MODEL))[0]
 # llama.cpp's real chat templates (scripts/llamacpp/fetch-templates.sh; `make go-test` fetches them).
 TEMPLATES = os.path.join(ROOT, os.environ.get("EMBER_LLAMACPP_TEMPLATES", ".cache/llamacpp/templates"))
+# Phi-4-mini's template (not among llama.cpp's; tests/fixtures/README.md).
+PHI4_MINI_TEMPLATE = os.path.join(ROOT, "tests/fixtures/phi4_mini_template.jinja")
 FIVE_METRICS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
 # llama-server's `timings` fields (docs/per_request_metrics.md, "llama.cpp `timings`").
 TIMINGS = ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
@@ -540,9 +542,11 @@ class GatewayTest(unittest.TestCase):
                 ("meta-llama-Llama-3.1-8B-Instruct", '{"', 29),
                 ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>", 29),
                 ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS][", 9),
-                ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]", 29)]:
+                ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]", 29),
+                (PHI4_MINI_TEMPLATE, "functools[", 29)]:
             with self.subTest(template=template):
-                gateway = Gateway("--chat-template", os.path.join(TEMPLATES, template + ".jinja"))
+                path = template if os.path.isabs(template) else os.path.join(TEMPLATES, template + ".jinja")
+                gateway = Gateway("--chat-template", path)
                 try:
                     ids = gateway.post_json("/tokenize", {"prompt": marker, "add_special_tokens": False})["tokens"]
                     response = gateway.client.chat.completions.create(
