@@ -22,21 +22,25 @@ GO_EMBER_GEMMA3 := $(abspath models/gemma-3-270m-q4_k_m.gguf)
 # rpath serves the shared-library build).
 GO_ENV := GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$(GO_EMBER_LIB_DIR) -Wl,-rpath,$(GO_EMBER_LIB_DIR)"
 
+# Go's build cache does not hash libember.a, which the default (static) link takes: a rebuilt library could go
+# unlinked until the cache is cleared. A link flag naming the archive's hash makes each change relink.
+GO_RELINK = -ldflags=-X=main.emberArchive=$(shell sha256sum $(GO_EMBER_LIB_DIR)/libember.a 2>/dev/null | cut -c1-16)
+
 .PHONY: go-lib go-test gateway go-bench
 
 # The libraries (c.mk's c-lib: also the SONAME link the shared build loads).
 go-lib: c-lib
 
 gateway: go-lib
-	cd examples/gateway && $(GO_ENV) $(GO) build -o $(GO_EMBER_GATEWAY) .
+	cd examples/gateway && $(GO_ENV) $(GO) build $(GO_RELINK) -o $(GO_EMBER_GATEWAY) .
 
 go-test: model templates gateway
 	cd bindings/go && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) vet -tags ember_shared ./...
-	cd bindings/go && $(GO_ENV) $(GO) test -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
-	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test -count=1 ./...
+	cd bindings/go && $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
+	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
-	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) $(GO) test -count=1 ./...
+	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_MODEL=$(GO_EMBER_GEMMA3) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 
 go-bench: model gateway
