@@ -292,7 +292,8 @@ fn bias_towards(text: &str) -> Value {
 /// `"auto"` in the formats of real families' templates (set with the engine option `chat_template` on SmolLM2,
 /// whose vocabulary has none of their markers as control tokens, so they are text): Llama 3.1's JSON with
 /// `"parameters"`, Mistral Nemo's `[TOOL_CALLS][...]` list, Mistral v11's `[TOOL_CALLS]name[ARGS]{...}`,
-/// Qwen 2.5's `<tool_call>` and Phi-4-mini's `functools[...]`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
+/// Qwen 2.5's `<tool_call>`, Qwen3-Coder's parameter blocks (its template's, Qwen 3.5's and Nemotron 3's) and
+/// Phi-4-mini's `functools[...]`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
 /// SmolLM2's, which a bias cannot order: `auto_call.rs` walks their grammar with them as control tokens.) Each
 /// call is valid and streams as the whole response says; one call when `parallel_tool_calls` is false.
 #[test]
@@ -302,14 +303,25 @@ fn auto_in_real_families_formats_is_a_message_or_valid_calls() {
         ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS]["),
         ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]"),
         ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>"),
+        ("Qwen3-Coder", "<tool_call>"),
+        ("Qwen3.5-4B", "<tool_call>"),
+        ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<tool_call>"),
     ]
     .map(|(name, marker)| (name, common::llamacpp_template(name), marker));
     let phi4 = ("Phi-4-mini", include_str!("fixtures/phi4_mini_template.jinja").to_owned(), "functools[");
     for (template, source, marker) in templates.into_iter().chain([phi4]) {
         let e = engine_with_template(&source);
-        check_auto(&e, &auto_body(json!({})));
+        // Thinking templates (Qwen 3.5's, Nemotron 3's) open `<think>` for the model, which SmolLM2 never closes:
+        // thinking off, its reply is the content where calls are read.
+        let thinking_off = |mut body: Value| {
+            if source.contains("</think>") {
+                body["reasoning_effort"] = json!("none");
+            }
+            body
+        };
+        check_auto(&e, &thinking_off(auto_body(json!({}))));
         // An earlier call in the conversation shows the marker in the prompt, which the bias then copies.
-        let mut one_call = auto_body(bias_towards(marker));
+        let mut one_call = thinking_off(auto_body(bias_towards(marker)));
         one_call["parallel_tool_calls"] = json!(false);
         one_call["messages"] = json!([
             {"role": "user", "content": "What is the time in Tokyo?"},

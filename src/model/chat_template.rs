@@ -228,9 +228,14 @@ impl ChatTemplate {
         self.reads_variable("tools")
     }
 
-    /// Whether the template reads the variable `name` (one it does not set itself): `enable_thinking`, say.
+    /// Whether the template reads the variable `name` (one it does not set itself): `enable_thinking`, say. A
+    /// template that gives it a default first (`set enable_thinking = enable_thinking if enable_thinking is
+    /// defined else true`, Nemotron 3's) sets it too, which minijinja's analysis counts as declared: asking
+    /// `is defined` of it says the template reads it.
     pub fn reads_variable(&self, name: &str) -> bool {
-        self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains(name)).unwrap_or(false)
+        let undeclared =
+            self.env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains(name)).unwrap_or(false);
+        undeclared || self.source.contains(&format!("{name} is defined"))
     }
 }
 

@@ -19,8 +19,9 @@
 
 use serde_json::Value;
 
-use super::call_syntax::{CallSyntax, ReadCalls, MARKER_TOKENS};
+use super::call_syntax::{Arguments, CallSyntax, ReadCalls, MARKER_TOKENS};
 use super::tools::{CallIdStyle, Tool};
+use super::xml_arguments;
 use crate::engine::guided::{json_layout, GuidedRequest, GuidedSpec};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
@@ -30,6 +31,8 @@ use crate::model::TokenId;
 pub(crate) struct AutoCalls {
     pub syntax: CallSyntax,
     pub names: Vec<String>,
+    /// Per tool, its parameters written as raw text in Qwen3-Coder's blocks (`xml_arguments.rs`).
+    pub strings: Vec<Vec<String>>,
     /// Several calls per choice (where the format has a separator).
     pub parallel: bool,
     /// The markers that are control tokens of the model's vocabulary, and their ids.
@@ -45,7 +48,8 @@ impl AutoCalls {
             .filter_map(|&m| tokenizer.token_to_id(m).filter(|&id| tokenizer.is_control(id)).map(|id| (m, id)))
             .collect();
         let names = tools.iter().map(|t| t.name.clone()).collect();
-        AutoCalls { syntax, names, parallel, control_markers, id_style: CallIdStyle::OpenAi }
+        let strings = tools.iter().map(|t| xml_arguments::string_parameters(&t.parameters)).collect();
+        AutoCalls { syntax, names, strings, parallel, control_markers, id_style: CallIdStyle::OpenAi }
     }
 
     /// Whether the output's text must keep control tokens' text for its calls to be read back.
@@ -62,10 +66,19 @@ impl AutoCalls {
         let mut alternatives = Vec::new();
         for (i, tool) in tools.iter().enumerate() {
             let mut schema = tool.parameters.clone();
-            if let Value::Object(o) = &mut schema {
-                o.insert("x-guidance".into(), json_layout());
+            match s.arguments {
+                Arguments::Json => {
+                    if let Value::Object(o) = &mut schema {
+                        o.insert("x-guidance".into(), json_layout());
+                    }
+                    rules.push_str(&format!("args{i}: %json {schema}\n"));
+                }
+                Arguments::XmlBlocks => {
+                    rules.push_str(&xml_arguments::grammar(&format!("args{i}"), &schema, &json_layout(), |text| {
+                        self.literal(text)
+                    }))
+                }
             }
-            rules.push_str(&format!("args{i}: %json {schema}\n"));
             alternatives.push(format!("{} args{i}", self.literal(&format!("{}{}{}", s.pre, tool.name, s.mid))));
         }
         let post = self.literal(s.post);
@@ -119,7 +132,7 @@ impl AutoCalls {
 
     /// `text`, a whole output, read as calls; `None` when it is a message.
     pub fn read<'t>(&self, text: &'t str) -> Option<ReadCalls<'t>> {
-        self.syntax.read(text, &self.names, self.parallel)
+        self.syntax.read(text, &self.names, &self.strings, self.parallel)
     }
 }
 
@@ -134,7 +147,9 @@ mod tests {
 
     use super::*;
     use crate::engine::guided::{Accepted, GuidedCompiler};
-    use crate::protocol::call_syntax::{DEEPSEEK_V31, EMBER, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED};
+    use crate::protocol::call_syntax::{
+        DEEPSEEK_V31, EMBER, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
+    };
     use crate::protocol::test_support::char_tokenizer;
 
     fn tools() -> Vec<Tool> {
@@ -228,6 +243,28 @@ mod tests {
         assert_eq!(walk(HERMES, &two), Ok(true), "parallel calls");
         // Not parallel: the grammar is complete after the first call, and the choice ends there.
         assert_eq!(walk_with(HERMES, &[], false, &two), Ok(false), "one call when not parallel");
+    }
+
+    /// Qwen3-Coder's blocks: text, then calls whose string values are raw text (any characters, several lines)
+    /// ending at the first `\n</parameter>\n`, and whose required parameters must come.
+    #[test]
+    fn the_xml_grammar_allows_text_then_valid_parameter_blocks() {
+        let call =
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis <b>\"x\"</b>\nand more\n</parameter>\n\
+                    </function>\n</tool_call>";
+        assert_eq!(walk(QWEN3_XML, call), Ok(true));
+        assert_eq!(walk(QWEN3_XML, &format!("Let me look.\n{call}")), Ok(true));
+        let now = "\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+        assert_eq!(walk(QWEN3_XML, &format!("{call}{now}")), Ok(true), "parallel calls");
+        assert_eq!(walk(QWEN3_XML, "It is sunny. <tool_ca"), Ok(true), "a message");
+        let no_city = "<tool_call>\n<function=get_weather>\n</function>";
+        assert_eq!(walk(QWEN3_XML, no_city), Err(no_city.len() - "/function>".len()), "city is required");
+        let unknown = "<tool_call>\n<function=get_weather>\n<parameter=town>";
+        assert!(walk(QWEN3_XML, unknown).is_err(), "no parameter town");
+        // The call read back is the JSON object of its values.
+        let tokenizer = char_tokenizer(&[]);
+        let read = AutoCalls::new(QWEN3_XML, &tools(), true, &tokenizer).read(call).unwrap();
+        assert_eq!(read.calls[0].arguments, r#"{"city": "Paris <b>\"x\"</b>\nand more"}"#);
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! whole body's.
 
 use super::auto_call::AutoCalls;
+use super::call_syntax::Arguments;
 use super::tools::CallDelta;
+use super::xml_arguments::XmlScan;
 
 /// What a stream sends of an `"auto"` choice: content, or a delta of the choice's call number `.0`.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,11 +27,16 @@ enum Stage {
     Open,
     Pre,
     Name,
-    /// Inside the arguments, which began at `start`; `sent`: bytes of the text sent so far.
+    /// Inside a JSON object of arguments, which began at `start`; `sent`: bytes of the text sent so far.
     Arguments {
         scan: ObjectScan,
         start: usize,
         sent: usize,
+    },
+    /// Inside parameter blocks (`xml_arguments.rs`), which began at `start` and are sent as their JSON.
+    Blocks {
+        scan: XmlScan,
+        start: usize,
     },
     Post,
     /// After a call: another one, or the end.
@@ -163,7 +170,16 @@ impl AutoStream {
                         out.push(AutoDelta::Call(*index, CallDelta::Header { id, name: rest[..end].to_owned() }));
                         *header_sent = true;
                         *pos += end + syntax.mid.len();
-                        *stage = Stage::Arguments { scan: ObjectScan::default(), start: *pos, sent: *pos };
+                        *stage = match syntax.arguments {
+                            Arguments::Json => {
+                                Stage::Arguments { scan: ObjectScan::default(), start: *pos, sent: *pos }
+                            }
+                            Arguments::XmlBlocks => {
+                                let tool = self.calls.names.iter().position(|n| *n == rest[..end]);
+                                let strings = tool.and_then(|t| self.calls.strings.get(t)).cloned().unwrap_or_default();
+                                Stage::Blocks { scan: XmlScan::new(strings), start: *pos }
+                            }
+                        };
                         true
                     }
                     None => false,
@@ -178,6 +194,20 @@ impl AutoStream {
                     match end {
                         Some(e) => {
                             *pos = e;
+                            *stage = Stage::Post;
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                Stage::Blocks { scan, start } => {
+                    let json = scan.feed(&text[*start..]);
+                    if !json.is_empty() {
+                        out.push(AutoDelta::Call(*index, CallDelta::Arguments(json)));
+                    }
+                    match scan.end {
+                        Some(e) => {
+                            *pos = *start + e;
                             *stage = Stage::Post;
                             true
                         }
@@ -245,7 +275,9 @@ impl ObjectScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::call_syntax::{CallSyntax, DEEPSEEK_R1, EMBER, HERMES, MISTRAL_LIST, MISTRAL_NAMED};
+    use crate::protocol::call_syntax::{
+        CallSyntax, DEEPSEEK_R1, EMBER, HERMES, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
+    };
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "P{ä}\"r"}}"#;
     const ARGS: &str = r#"{"city": "P{ä}\"r"}"#;
@@ -254,6 +286,7 @@ mod tests {
         let calls = AutoCalls {
             syntax,
             names: vec!["get_weather".into(), "now".into()],
+            strings: vec![vec!["city".into()], vec![]],
             parallel: true,
             control_markers: Vec::new(),
             id_style: crate::protocol::tools::CallIdStyle::OpenAi,
@@ -368,6 +401,13 @@ mod tests {
                      {args}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{{}}\n\
                      ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
                 ),
+            ),
+            // Qwen3-Coder's blocks stream as the JSON of their values (the raw `"` escaped).
+            (
+                QWEN3_XML,
+                "Sure.<tool_call>\n<function=get_weather>\n<parameter=city>\nP{ä}\"r\n</parameter>\n</function>\n\
+                 </tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>"
+                    .to_owned(),
             ),
         ];
         for (syntax, text) in cases {

@@ -40,7 +40,7 @@ impl CallReader {
     pub fn stream(&self, id: String) -> ChoiceCallStream {
         match self {
             CallReader::Forced(shape) => ChoiceCallStream::Forced(CallStream::new(shape.clone(), id)),
-            CallReader::Auto(calls) => ChoiceCallStream::Auto(AutoStream::new(calls.clone(), id)),
+            CallReader::Auto(calls) => ChoiceCallStream::Auto(Box::new(AutoStream::new(calls.clone(), id))),
         }
     }
 }
@@ -49,7 +49,8 @@ impl CallReader {
 #[derive(Clone, Debug)]
 pub(crate) enum ChoiceCallStream {
     Forced(CallStream),
-    Auto(AutoStream),
+    /// Boxed: it carries the reading state of a whole choice.
+    Auto(Box<AutoStream>),
 }
 
 impl ChoiceCallStream {

@@ -3,7 +3,8 @@
 //! (`auto_call.rs`), the exact reading of a whole output (here) and the streaming of one (`auto_stream.rs`).
 //!
 //! Every format's call is `PRE name MID arguments POST`: the name is a tool's (its characters are
-//! `[A-Za-z0-9_-]`, so it ends exactly where `MID` begins) and the arguments are one JSON object. Calls are
+//! `[A-Za-z0-9_-]`, so it ends exactly where `MID` begins) and the arguments are one JSON object (but in one
+//! format, below). Calls are
 //! written after `OPEN`, separated by `SEP` where the format has several per message, and followed by `CLOSE`:
 //!
 //! | format | OPEN | PRE | MID | POST | SEP | CLOSE |
@@ -16,12 +17,17 @@
 //! | Phi-4-mini | `functools[` | `{"name": "` | `", "arguments": ` | `}` | `, ` | `]` |
 //! | DeepSeek R1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>function<｜tool▁sep｜>` | ``\n```json\n`` | ``\n```<｜tool▁call▁end｜>`` | `\n` | `<｜tool▁calls▁end｜>` |
 //! | DeepSeek V3.1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>` | `<｜tool▁sep｜>` | `<｜tool▁call▁end｜>` | (none) | `<｜tool▁calls▁end｜>` |
+//! | Qwen3-Coder XML (Qwen 3.5, Nemotron 3) | `<tool_call>` | `\n<function=` | `>\n` | `</function>\n</tool_call>` | `\n<tool_call>` | |
+//!
+//! Qwen3-Coder's arguments are parameter blocks, not a JSON object (`xml_arguments.rs`): they are read into one.
 //!
 //! ember's and Llama 3.x's replies are a call from their first non-whitespace character on (a `{`), or a message;
 //! the others may write text before `OPEN`. The layout inside is fixed (the grammar writes exactly these
 //! markers, and the arguments with `json_layout`'s separators), so reading back is exact, not a search.
 
 use serde_json::Value;
+
+use super::xml_arguments;
 
 /// A tool-call format's markers (see the module comment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +41,16 @@ pub(crate) struct CallSyntax {
     /// Between two calls; `None`: one call per message.
     pub sep: Option<&'static str>,
     pub close: &'static str,
+    pub arguments: Arguments,
+}
+
+/// How a format writes a call's arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arguments {
+    /// One JSON object, as OpenAI's `arguments` carries it.
+    Json,
+    /// Qwen3-Coder's parameter blocks (`xml_arguments.rs`), read into that JSON object.
+    XmlBlocks,
 }
 
 /// Every marker text that is a control token in some family's vocabulary (Mistral's `[TOOL_CALLS]`, DeepSeek's
@@ -54,8 +70,16 @@ pub(crate) const MARKER_TOKENS: [&str; 8] = [
 const JSON_PRE: &str = "{\"name\": \"";
 const JSON_MID: &str = "\", \"arguments\": ";
 
-pub(crate) const EMBER: CallSyntax =
-    CallSyntax { text_first: false, open: "", pre: JSON_PRE, mid: JSON_MID, post: "}", sep: None, close: "" };
+pub(crate) const EMBER: CallSyntax = CallSyntax {
+    text_first: false,
+    open: "",
+    pre: JSON_PRE,
+    mid: JSON_MID,
+    post: "}",
+    sep: None,
+    close: "",
+    arguments: Arguments::Json,
+};
 pub(crate) const LLAMA3_JSON: CallSyntax = CallSyntax { mid: "\", \"parameters\": ", ..EMBER };
 pub(crate) const HERMES: CallSyntax = CallSyntax {
     text_first: true,
@@ -65,6 +89,7 @@ pub(crate) const HERMES: CallSyntax = CallSyntax {
     post: "}\n</tool_call>",
     sep: Some("\n<tool_call>"),
     close: "",
+    arguments: Arguments::Json,
 };
 pub(crate) const MISTRAL_LIST: CallSyntax = CallSyntax {
     text_first: true,
@@ -74,6 +99,7 @@ pub(crate) const MISTRAL_LIST: CallSyntax = CallSyntax {
     post: "}",
     sep: Some(", "),
     close: "]",
+    arguments: Arguments::Json,
 };
 pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
     text_first: true,
@@ -83,9 +109,20 @@ pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
     post: "",
     sep: Some("[TOOL_CALLS]"),
     close: "",
+    arguments: Arguments::Json,
 };
 pub(crate) const GRANITE: CallSyntax = CallSyntax { open: "<|tool_call|>[", ..MISTRAL_LIST };
 pub(crate) const PHI4_MINI: CallSyntax = CallSyntax { open: "functools[", ..MISTRAL_LIST };
+pub(crate) const QWEN3_XML: CallSyntax = CallSyntax {
+    text_first: true,
+    open: "<tool_call>",
+    pre: "\n<function=",
+    mid: ">\n",
+    post: "</function>\n</tool_call>",
+    sep: Some("\n<tool_call>"),
+    close: "",
+    arguments: Arguments::XmlBlocks,
+};
 pub(crate) const DEEPSEEK_R1: CallSyntax = CallSyntax {
     text_first: true,
     open: "<｜tool▁calls▁begin｜>",
@@ -94,6 +131,7 @@ pub(crate) const DEEPSEEK_R1: CallSyntax = CallSyntax {
     post: "\n```<｜tool▁call▁end｜>",
     sep: Some("\n"),
     close: "<｜tool▁calls▁end｜>",
+    arguments: Arguments::Json,
 };
 pub(crate) const DEEPSEEK_V31: CallSyntax = CallSyntax {
     text_first: true,
@@ -103,6 +141,7 @@ pub(crate) const DEEPSEEK_V31: CallSyntax = CallSyntax {
     post: "<｜tool▁call▁end｜>",
     sep: Some(""),
     close: "<｜tool▁calls▁end｜>",
+    arguments: Arguments::Json,
 };
 
 /// One call read from an output.
@@ -154,14 +193,21 @@ impl CallSyntax {
     }
 
     /// `text`, a whole output, read as calls of the tools named `names` (one unless `parallel`); `None` when it
-    /// is a message (no calls, or calls cut short or malformed).
-    pub fn read<'t>(&self, text: &'t str, names: &[String], parallel: bool) -> Option<ReadCalls<'t>> {
+    /// is a message (no calls, or calls cut short or malformed). `strings[i]`: the parameters of tool `names[i]`
+    /// whose values are raw text in parameter blocks (`Arguments::XmlBlocks`; unused otherwise).
+    pub fn read<'t>(
+        &self,
+        text: &'t str,
+        names: &[String],
+        strings: &[Vec<String>],
+        parallel: bool,
+    ) -> Option<ReadCalls<'t>> {
         let (content_end, start) = self.calls_start(text)?;
         let content = Some(&text[..content_end]).filter(|c| !c.is_empty());
         let mut rest = text[start..].strip_prefix(self.open)?;
         let mut calls = Vec::new();
         loop {
-            let (call, after) = self.read_call(rest, names)?;
+            let (call, after) = self.read_call(rest, names, strings)?;
             calls.push(call);
             rest = after;
             match self.next_call(rest, parallel) {
@@ -173,19 +219,23 @@ impl CallSyntax {
     }
 
     /// One call at the start of `text`, and the text after it.
-    fn read_call<'t>(&self, text: &'t str, names: &[String]) -> Option<(Call, &'t str)> {
+    fn read_call<'t>(&self, text: &'t str, names: &[String], strings: &[Vec<String>]) -> Option<(Call, &'t str)> {
         let rest = text.strip_prefix(self.pre)?;
         let name_end = rest.find(self.mid)?;
         let name = &rest[..name_end];
-        if !names.iter().any(|n| n == name) {
-            return None;
-        }
+        let tool = names.iter().position(|n| n == name)?;
         let rest = &rest[name_end + self.mid.len()..];
-        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-        let Some(Ok(Value::Object(_))) = values.next() else { return None };
-        let end = values.byte_offset();
+        let (arguments, end) = match self.arguments {
+            Arguments::Json => {
+                let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+                let Some(Ok(Value::Object(_))) = values.next() else { return None };
+                let end = values.byte_offset();
+                (rest[..end].to_owned(), end)
+            }
+            Arguments::XmlBlocks => xml_arguments::read(rest, strings.get(tool).map_or(&[], Vec::as_slice))?,
+        };
         let after = rest[end..].strip_prefix(self.post)?;
-        Some((Call { name: name.to_owned(), arguments: rest[..end].to_owned() }, after))
+        Some((Call { name: name.to_owned(), arguments }, after))
     }
 }
 
@@ -203,10 +253,8 @@ mod tests {
 
     const ARGS: &str = r#"{"city": "P{a}\"ris"}"#;
 
-    /// Writes calls as the syntax does.
     fn write(s: &CallSyntax, calls: &[(&str, &str)]) -> String {
-        let written: Vec<String> = calls.iter().map(|(n, a)| format!("{}{n}{}{a}{}", s.pre, s.mid, s.post)).collect();
-        format!("{}{}{}", s.open, written.join(s.sep.unwrap_or("")), s.close)
+        s.write(calls.iter().copied())
     }
 
     const ALL: [CallSyntax; 8] =
@@ -216,16 +264,20 @@ mod tests {
     fn each_format_reads_what_it_writes() {
         for s in ALL {
             let one = write(&s, &[("get_weather", ARGS)]);
-            let read = s.read(&one, &names(), true).unwrap_or_else(|| panic!("{one:?}"));
+            let read = s.read(&one, &names(), &[], true).unwrap_or_else(|| panic!("{one:?}"));
             assert_eq!(read, ReadCalls { content: None, calls: vec![call("get_weather", ARGS)] }, "{one:?}");
-            assert_eq!(s.read(&format!("\n {one}\n"), &names(), false).unwrap().calls.len(), 1, "whitespace around");
+            assert_eq!(
+                s.read(&format!("\n {one}\n"), &names(), &[], false).unwrap().calls.len(),
+                1,
+                "whitespace around"
+            );
             // Cut short anywhere, or naming no tool, it is a message.
             for cut in (0..one.len()).filter(|&i| one.is_char_boundary(i)) {
-                assert_eq!(s.read(&one[..cut], &names(), true), None, "{:?}", &one[..cut]);
+                assert_eq!(s.read(&one[..cut], &names(), &[], true), None, "{:?}", &one[..cut]);
             }
-            assert_eq!(s.read(&one.replace("get_weather", "get_time"), &names(), true), None);
-            assert_eq!(s.read(&write(&s, &[("now", "[1]")]), &names(), true), None, "arguments are an object");
-            assert_eq!(s.read(&format!("{one} more"), &names(), true), None, "nothing after the calls");
+            assert_eq!(s.read(&one.replace("get_weather", "get_time"), &names(), &[], true), None);
+            assert_eq!(s.read(&write(&s, &[("now", "[1]")]), &names(), &[], true), None, "arguments are an object");
+            assert_eq!(s.read(&format!("{one} more"), &names(), &[], true), None, "nothing after the calls");
         }
     }
 
@@ -234,8 +286,8 @@ mod tests {
         for s in ALL {
             let text = format!("Let me look.  \n{}", write(&s, &[("now", "{}")]));
             match s.text_first {
-                true => assert_eq!(s.read(&text, &names(), true).unwrap().content, Some("Let me look.")),
-                false => assert_eq!(s.read(&text, &names(), true), None, "{text:?}"),
+                true => assert_eq!(s.read(&text, &names(), &[], true).unwrap().content, Some("Let me look.")),
+                false => assert_eq!(s.read(&text, &names(), &[], true), None, "{text:?}"),
             }
         }
     }
@@ -246,11 +298,11 @@ mod tests {
             let two = write(&s, &[("get_weather", ARGS), ("now", "{}")]);
             match s.sep {
                 Some(_) => {
-                    let read = s.read(&two, &names(), true).unwrap_or_else(|| panic!("{two:?}"));
+                    let read = s.read(&two, &names(), &[], true).unwrap_or_else(|| panic!("{two:?}"));
                     assert_eq!(read.calls, [call("get_weather", ARGS), call("now", "{}")]);
-                    assert_eq!(s.read(&two, &names(), false), None, "one call only: {two:?}");
+                    assert_eq!(s.read(&two, &names(), &[], false), None, "one call only: {two:?}");
                 }
-                None => assert_eq!(s.read(&two, &names(), true), None),
+                None => assert_eq!(s.read(&two, &names(), &[], true), None),
             }
         }
     }
@@ -276,7 +328,16 @@ mod tests {
             ),
         ];
         for (s, text) in cases {
-            assert_eq!(s.read(text, &names(), true).unwrap().calls, [call("get_weather", r#"{"city": "Paris"}"#)]);
+            assert_eq!(s.read(text, &names(), &[], true).unwrap().calls, [call("get_weather", r#"{"city": "Paris"}"#)]);
         }
+        // Qwen3-Coder's: its parameter blocks read as the JSON object of their values.
+        let xml =
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
+        let strings = [vec!["city".to_owned()], vec![]];
+        assert_eq!(
+            QWEN3_XML.read(xml, &names(), &strings, true).unwrap().calls,
+            [call("get_weather", r#"{"city": "Paris"}"#)]
+        );
+        assert_eq!(QWEN3_XML.read(&xml[..xml.len() - 1], &names(), &strings, true), None, "cut short");
     }
 }

@@ -28,6 +28,7 @@ mod test_support;
 pub mod tokenize;
 mod tool_format;
 mod tools;
+mod xml_arguments;
 
 pub use api_request::ApiRequest;
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};

@@ -158,6 +158,9 @@ mod tests {
         assert_eq!(effort(qwen3, "none").unwrap(), ("enable_thinking", json!(false)));
         assert_eq!(effort(qwen3, "minimal").unwrap(), ("enable_thinking", json!(true)));
         assert_eq!(effort("{% if thinking %}/think{% endif %}", "low").unwrap(), ("thinking", json!(true)));
+        // Nemotron 3's: a default set first still leaves the variable the template's to read.
+        let defaulted = "{%- set enable_thinking = enable_thinking if enable_thinking is defined else true %}";
+        assert_eq!(effort(defaulted, "none").unwrap(), ("enable_thinking", json!(false)));
         let plain = effort("{{ messages[0].content }}", "low").unwrap_err();
         assert_eq!(plain.param.as_deref(), Some("reasoning_effort"));
     }

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::call_syntax::{
     CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, PHI4_MINI,
+    QWEN3_XML,
 };
 use super::tools::CallIdStyle;
 use crate::model::chat_template::{ChatMessage, ChatTemplate};
@@ -24,7 +25,7 @@ pub(crate) enum ToolFormat {
     Ember,
     /// One of the formats of `call_syntax.rs`, named for the documentation and the logs.
     Known(&'static str, CallSyntax),
-    /// The template formats tools some other way (Qwen3-Coder's XML, GLM's `<arg_key>`, gpt-oss' channels,
+    /// The template formats tools some other way (GLM's `<arg_key>`, Kimi's, gpt-oss' channels,
     /// ...), which ember cannot read back: `"auto"` is refused.
     Unknown,
 }
@@ -32,7 +33,7 @@ pub(crate) enum ToolFormat {
 /// How the probe call is written by each known format, and that format. The probe's names cannot occur in a
 /// template by chance.
 const PROBE_TOOL: &str = "ember_probe_tool";
-const RENDERED_CALLS: [(&str, &str, CallSyntax); 7] = [
+const RENDERED_CALLS: [(&str, &str, CallSyntax); 8] = [
     (
         "Hermes",
         "<tool_call>\n{\"name\": \"ember_probe_tool\", \"arguments\": {\"ember_probe\": 1}}\n</tool_call>",
@@ -44,6 +45,11 @@ const RENDERED_CALLS: [(&str, &str, CallSyntax); 7] = [
     ("DeepSeek R1", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>ember_probe_tool\n```json\n", DEEPSEEK_R1),
     ("DeepSeek V3.1", "<｜tool▁call▁begin｜>ember_probe_tool<｜tool▁sep｜>{", DEEPSEEK_V31),
     ("Granite 3", "<|tool_call|>[{\"name\": \"ember_probe_tool\"", GRANITE),
+    (
+        "Qwen3-Coder XML",
+        "<tool_call>\n<function=ember_probe_tool>\n<parameter=ember_probe>\n1\n</parameter>\n</function>",
+        QWEN3_XML,
+    ),
 ];
 
 /// The format `template` teaches the model.

@@ -186,8 +186,8 @@ impl ToolsRequest {
                     if *explicit { "tool_choice" } else { "tools" },
                     "tool_choice \"auto\" (the default with tools) is not supported for this model: its chat \
                      template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call>, \
-                     Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, Phi-4-mini's functools, \
-                     DeepSeek's and its own for templates without one); set tool_choice to \"required\" or to a function (ember then \
+                     Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, Qwen3-Coder's <function=…> blocks, \
+                     Phi-4-mini's functools, DeepSeek's and its own for templates without one); set tool_choice to \"required\" or to a function (ember then \
                      constrains the output to a valid call), or to \"none\"",
                 ))
             }
@@ -502,9 +502,12 @@ mod tests {
         let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
         let names = vec!["get_weather".to_owned(), "now".to_owned()];
         let reader = auto.reader(&plain, &tokenizer).unwrap();
+        let strings: Vec<Vec<String>> =
+            auto.tools.iter().map(|t| crate::protocol::xml_arguments::string_parameters(&t.parameters)).collect();
         let auto_calls = |syntax, parallel| AutoCalls {
             syntax,
             names: names.clone(),
+            strings: strings.clone(),
             parallel,
             control_markers: vec![],
             id_style: CallIdStyle::OpenAi,

@@ -543,6 +543,7 @@ class GatewayTest(unittest.TestCase):
                 ("Qwen-Qwen2.5-7B-Instruct", "<tool_call>", 29),
                 ("mistralai-Mistral-Nemo-Instruct-2407", "[TOOL_CALLS][", 9),
                 ("unsloth-mistral-Devstral-Small-2507", "[TOOL_CALLS]", 29),
+                ("Qwen3-Coder", "<tool_call>", 29),
                 (PHI4_MINI_TEMPLATE, "functools[", 29)]:
             with self.subTest(template=template):
                 path = template if os.path.isabs(template) else os.path.join(TEMPLATES, template + ".jinja")
