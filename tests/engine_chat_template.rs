@@ -66,3 +66,16 @@ fn a_bad_template_is_refused_naming_the_key_before_the_model_loads() {
         }
     }
 }
+
+/// A message's keys ember does not read itself (`name`, an earlier answer's `reasoning_content`) reach the
+/// template as they came, as transformers passes the whole message.
+#[test]
+fn other_message_keys_reach_the_template() {
+    let engine = Engine::new(config(
+        "{% for m in messages %}{{ m.role }}:{{ m.name }}:{{ m.reasoning_content }}:{{ m.content }};{% endfor %}",
+    ))
+    .unwrap();
+    let body = r#"{"messages": [{"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": "yo", "reasoning_content": "greet back", "name": null}]}"#;
+    assert_eq!(prompt(&engine, body), "user:ann::hi;assistant::greet back:yo;");
+}

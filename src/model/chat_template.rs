@@ -30,11 +30,22 @@ pub struct ChatMessage {
     /// A system message's tools as JSON text, for a template that reads them there (Phi-4-mini's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<String>,
+    /// The message's other keys (`name`, an earlier answer's `reasoning_content`, ...), given to the template as
+    /// they came, as transformers gives it the whole message.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.into(), content: content.into(), tool_calls: None, tool_call_id: None, tools: None }
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            tools: None,
+            extra: serde_json::Map::new(),
+        }
     }
 }
 

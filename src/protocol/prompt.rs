@@ -165,6 +165,9 @@ pub(crate) fn render_chat(
     }
 }
 
+/// The message keys ember reads itself; the others go to the template as they are.
+const MESSAGE_KEYS: [&str; 4] = ["role", "content", "tool_calls", "tool_call_id"];
+
 /// `messages[index]`.
 fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
     let param = format!("messages[{index}]");
@@ -179,6 +182,11 @@ fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
         Some(calls) => Some(parse_tool_calls(calls, &format!("{param}.tool_calls"))?),
     };
     let tool_call_id = get(message, "tool_call_id").map(|v| as_str(v, &format!("{param}.tool_call_id"))).transpose()?;
+    let extra = message.iter().filter(|(k, v)| !MESSAGE_KEYS.contains(&k.as_str()) && !v.is_null());
+    let with_calls = |m: ChatMessage, calls, id| ChatMessage {
+        extra: extra.map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ..with_calls(m, calls, id)
+    };
     let content_param = format!("{param}.content");
     // An assistant turn that called tools may have no content (OpenAI's clients send null).
     let content = match get(message, "content") {
@@ -312,9 +320,13 @@ mod tests {
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "name": "x"},
         ]);
+        let named = ChatMessage {
+            extra: json!({"name": "x"}).as_object().unwrap().clone(),
+            ..ChatMessage::new("user", "a\nb")
+        };
         assert_eq!(
             PromptInput::parse_messages(&v).unwrap(),
-            PromptInput::Messages(vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "a\nb")])
+            PromptInput::Messages(vec![ChatMessage::new("system", "be brief"), named])
         );
     }
 

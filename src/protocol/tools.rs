@@ -270,7 +270,11 @@ impl ToolsRequest {
         let tools = Some(python_json_dumps(&Value::Array(functions)));
         let mut out = messages.to_vec();
         match out.first_mut() {
-            Some(first) if first.role == "system" => first.tools = tools,
+            // The request's tools replace any the system message brought (as Phi-4-mini's own examples send).
+            Some(first) if first.role == "system" => {
+                first.extra.remove("tools");
+                first.tools = tools;
+            }
             _ => out.insert(0, ChatMessage { tools, ..ChatMessage::new("system", "") }),
         }
         out
