@@ -74,6 +74,11 @@ fn streamed(e: &Engine, body: &Value) -> Streamed {
     }
 }
 
+/// A usage's completion counts (its prompt's cached tokens differ once the prefix cache has the prompt).
+fn completion_counts(usage: &Value) -> (Value, Value) {
+    (usage["completion_tokens"].clone(), usage["completion_tokens_details"].clone())
+}
+
 /// How many of the response's tokens it takes to write `prefix` of its text, from their log probabilities' bytes.
 fn tokens_covering(response: &Value, prefix: &str) -> u64 {
     let mut written = 0;
@@ -103,7 +108,7 @@ fn a_thinking_answer_splits_into_reasoning_and_content() {
 
     let s = streamed(&e, &body(steer.clone()));
     assert_eq!((s.reasoning.as_deref(), s.content.as_str()), (Some("\nI should greet.\n"), "Hello!"));
-    assert_eq!(s.usage, v["usage"], "the usage chunk has the same counts");
+    assert_eq!(completion_counts(&s.usage), completion_counts(&v["usage"]), "the usage chunk has the same counts");
     let whole_logprobs = v["choices"][0]["logprobs"]["content"].as_array().unwrap().len();
     assert_eq!(s.logprob_tokens, whole_logprobs, "every token's log probability is streamed once");
 
@@ -133,7 +138,7 @@ fn a_prompt_that_opens_the_reasoning_starts_the_output_inside_it() {
     let s = streamed(&e, &free);
     assert_eq!(s.reasoning.as_deref(), message["reasoning_content"].as_str(), "{v}");
     assert_eq!(s.content, message["content"].as_str().unwrap(), "{v}");
-    assert_eq!(&s.usage, usage);
+    assert_eq!(completion_counts(&s.usage), completion_counts(usage));
     // The text as the model wrote it (the same greedy generation) says where the reasoning ends.
     let mut raw = free.clone();
     raw["reasoning_format"] = json!("none");
@@ -175,4 +180,23 @@ fn reasoning_effort_turns_thinking_on_and_off() {
     let v = whole(&smollm2, &body(json!({"max_tokens": 4})));
     assert!(v["choices"][0]["message"].get("reasoning_content").is_none());
     assert!(v["usage"].get("completion_tokens_details").is_none(), "{v}");
+}
+
+/// gpt-oss' template: the analysis channel is the reasoning and the final channel's text the content, whole and
+/// streamed; `reasoning_effort` goes in as the template's own variable.
+#[test]
+fn gpt_oss_channels_split_into_reasoning_and_content() {
+    let e = engine("openai-gpt-oss-120b");
+    let prompt = apply_chat_template(e.model(), &body(json!({"reasoning_effort": "high"})).to_string()).unwrap();
+    assert!(prompt.contains("Reasoning: high"), "{prompt}");
+    let steer = json!({"guided_regex":
+        "<\\|channel\\|>analysis<\\|message\\|>Greet\\.<\\|end\\|><\\|start\\|>assistant<\\|channel\\|>final<\\|message\\|>Hi\\."});
+    let v = whole(&e, &body(steer.clone()));
+    let message = &v["choices"][0]["message"];
+    assert_eq!((&message["reasoning_content"], &message["content"]), (&json!("Greet."), &json!("Hi.")), "{v}");
+    let reasoning_tokens = tokens_covering(&v, "<|channel|>analysis<|message|>Greet.<|end|>");
+    assert_eq!(v["usage"]["completion_tokens_details"]["reasoning_tokens"], reasoning_tokens);
+    let s = streamed(&e, &body(steer));
+    assert_eq!((s.reasoning.as_deref(), s.content.as_str()), (Some("Greet."), "Hi."));
+    assert_eq!(completion_counts(&s.usage), completion_counts(&v["usage"]));
 }

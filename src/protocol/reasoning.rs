@@ -1,15 +1,17 @@
 //! Reasoning ("thinking"): models whose chat template teaches them to think first (Qwen 3, QwQ, DeepSeek-R1's
-//! distills, SmolLM3...) write `<think>…</think>` before their answer. A chat response gives that text in
-//! `message.reasoning_content` (`delta.reasoning_content` when streamed) and the answer in `content`, as vLLM,
-//! llama.cpp's server and the DeepSeek API do; `usage.completion_tokens_details.reasoning_tokens` counts it.
+//! distills, SmolLM3...) write `<think>…</think>` before their answer; gpt-oss writes its analysis channel,
+//! `<|channel|>analysis<|message|>…<|end|>`, then `<|start|>assistant<|channel|>final<|message|>` and its
+//! answer. A chat response gives the reasoning in `message.reasoning_content` (`delta.reasoning_content` when
+//! streamed) and the answer in `content`, as vLLM, llama.cpp's server and the DeepSeek API do;
+//! `usage.completion_tokens_details.reasoning_tokens` counts it.
 //!
 //! - A template thinks when its text has `</think>` (every one of those families' templates writes it, to drop
-//!   earlier turns' reasoning or to turn thinking off).
+//!   earlier turns' reasoning or to turn thinking off), or gpt-oss' `<|channel|>analysis`.
 //! - The reasoning begins at a `<think>` the output opens with (whitespace aside), or at the output's start when
 //!   the prompt itself ends with `<think>` (DeepSeek-R1's and QwQ's templates open it for the model).
 //! - The reasoning is the exact text between the markers; the content is what follows `</think>`, leading
-//!   whitespace left out (as those templates drop it when the turn comes back in a conversation). Output that never
-//!   closes its reasoning (cut by `max_tokens`) is all reasoning.
+//!   whitespace left out (as those templates drop it when the turn comes back in a conversation), and gpt-oss'
+//!   final channel's header. Output that never closes its reasoning (cut by `max_tokens`) is all reasoning.
 //! - The request field `reasoning_format` (llama.cpp's name) chooses: `"auto"` (the default; `"deepseek"` is the
 //!   same) splits as above, `"none"` leaves the reasoning inline in `content`.
 //!
@@ -25,10 +27,37 @@ use crate::model::chat_template::ChatTemplate;
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
 
-/// The marker that opens reasoning.
-pub(crate) const OPEN: &str = "<think>";
-/// The marker that closes it.
-pub(crate) const CLOSE: &str = "</think>";
+/// How a family marks its reasoning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReasoningSyntax {
+    /// Opens the reasoning.
+    pub open: &'static str,
+    /// Closes it.
+    pub close: &'static str,
+    /// Opens the answer after it, when the family writes such a header (left out of the content).
+    pub answer: &'static str,
+    /// The markers' pieces that may be control tokens of the family's vocabulary.
+    pub tokens: &'static [&'static str],
+}
+
+pub(crate) const THINK: ReasoningSyntax =
+    ReasoningSyntax { open: "<think>", close: "</think>", answer: "", tokens: &["<think>", "</think>"] };
+/// gpt-oss' harmony channels: the analysis channel is the reasoning, the final channel the answer.
+pub(crate) const HARMONY: ReasoningSyntax = ReasoningSyntax {
+    open: "<|channel|>analysis<|message|>",
+    close: "<|end|>",
+    answer: "<|start|>assistant<|channel|>final<|message|>",
+    tokens: &["<|channel|>", "<|message|>", "<|end|>", "<|start|>"],
+};
+
+/// The reasoning syntax `template` teaches, if any.
+fn syntax_of(template: &ChatTemplate) -> Option<ReasoningSyntax> {
+    let source = template.source();
+    if source.contains(THINK.close) {
+        return Some(THINK);
+    }
+    source.contains("<|channel|>analysis").then_some(HARMONY)
+}
 
 /// `reasoning_format`: where a thinking model's reasoning goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -60,7 +89,8 @@ pub(crate) fn parse_reasoning_format(o: &Object, kind: ApiKind) -> Result<Reason
 /// How one request's chat outputs are split into reasoning and content.
 #[derive(Clone)]
 pub(crate) struct ReasoningReader {
-    /// The prompt ends with `<think>`: outputs begin inside their reasoning.
+    syntax: ReasoningSyntax,
+    /// The prompt ends with the opening marker: outputs begin inside their reasoning.
     pub starts_inside: bool,
     tokenizer: Arc<Tokenizer>,
     /// Whether the request's text keeps control tokens' text (to replay its tokens' text exactly).
@@ -92,18 +122,16 @@ impl ReasoningReader {
         prompt: &[TokenId],
         format: ReasoningFormat,
     ) -> Option<Self> {
-        if format == ReasoningFormat::Inline || !template.source().contains(CLOSE) {
-            return None;
-        }
-        // A few tokens are enough to hold `<think>` and the whitespace after it, whatever the vocabulary.
-        let tail = tokenizer.decode(&prompt[prompt.len().saturating_sub(8)..], true).unwrap_or_default();
-        let starts_inside = tail.trim_end().ends_with(OPEN);
-        Some(ReasoningReader { starts_inside, tokenizer: Arc::clone(tokenizer), include_special: false })
+        let syntax = syntax_of(template).filter(|_| format == ReasoningFormat::Separate)?;
+        // A few tokens are enough to hold the opening marker and the whitespace after it, whatever the vocabulary.
+        let tail = tokenizer.decode(&prompt[prompt.len().saturating_sub(16)..], true).unwrap_or_default();
+        let starts_inside = tail.trim_end().ends_with(syntax.open);
+        Some(ReasoningReader { syntax, starts_inside, tokenizer: Arc::clone(tokenizer), include_special: false })
     }
 
     /// Whether the markers are control tokens of the vocabulary, whose text the request must then keep.
     pub fn needs_special_text(&self) -> bool {
-        [OPEN, CLOSE].iter().any(|m| self.tokenizer.token_to_id(m).is_some_and(|id| self.tokenizer.is_control(id)))
+        self.syntax.tokens.iter().any(|m| self.tokenizer.token_to_id(m).is_some_and(|id| self.tokenizer.is_control(id)))
     }
 
     /// Says whether the request's text keeps control tokens' text (what its tokens are replayed with).
@@ -113,19 +141,21 @@ impl ReasoningReader {
 
     /// A whole output, split.
     pub fn split<'t>(&self, text: &'t str) -> Split<'t> {
+        let (open, close) = (self.syntax.open, self.syntax.close);
         let start = if self.starts_inside {
             0
         } else {
             let trimmed = text.trim_start();
-            match trimmed.strip_prefix(OPEN) {
-                Some(_) => text.len() - trimmed.len() + OPEN.len(),
+            match trimmed.strip_prefix(open) {
+                Some(_) => text.len() - trimmed.len() + open.len(),
                 None => return Split { reasoning: None, content: text, reasoning_end: 0 },
             }
         };
-        let (reasoning, content, reasoning_end) = match text[start..].find(CLOSE) {
+        let (reasoning, content, reasoning_end) = match text[start..].find(close) {
             Some(at) => {
-                let end = start + at + CLOSE.len();
-                (&text[start..start + at], text[end..].trim_start(), end)
+                let end = start + at + close.len();
+                let after = text[end..].trim_start();
+                (&text[start..start + at], after.strip_prefix(self.syntax.answer).unwrap_or(after), end)
             }
             None => (&text[start..], "", text.len()),
         };
@@ -135,7 +165,8 @@ impl ReasoningReader {
 
     /// The streaming split of one choice.
     pub fn stream(&self) -> ReasoningStream {
-        ReasoningStream { stage: if self.starts_inside { Stage::Inside } else { Stage::Before }, held: String::new() }
+        let stage = if self.starts_inside { Stage::Inside } else { Stage::Before };
+        ReasoningStream { syntax: self.syntax, stage, held: String::new() }
     }
 
     /// How many of `output`'s tokens wrote its reasoning (its markers included): its tokens' text replayed until
@@ -179,6 +210,7 @@ enum Stage {
 /// out to be a marker is held back until it is known.
 #[derive(Clone, Debug)]
 pub(crate) struct ReasoningStream {
+    syntax: ReasoningSyntax,
     stage: Stage,
     held: String,
 }
@@ -187,42 +219,43 @@ impl ReasoningStream {
     /// The deltas `piece` releases.
     pub fn push(&mut self, piece: &str) -> Vec<ReasoningDelta> {
         self.held.push_str(piece);
+        let ReasoningSyntax { open, close, answer, .. } = self.syntax;
         let mut out = Vec::new();
         loop {
             match self.stage {
                 Stage::Before => {
                     let trimmed = self.held.trim_start();
-                    if let Some(rest) = trimmed.strip_prefix(OPEN) {
+                    if let Some(rest) = trimmed.strip_prefix(open) {
                         self.held = rest.to_owned();
                         self.stage = Stage::Inside;
                         continue;
                     }
-                    if !OPEN.starts_with(trimmed) {
+                    if !open.starts_with(trimmed) {
                         self.stage = Stage::Plain;
                         continue;
                     }
                 }
                 Stage::Inside => {
-                    if let Some(at) = self.held.find(CLOSE) {
-                        let rest = self.held.split_off(at + CLOSE.len());
+                    if let Some(at) = self.held.find(close) {
+                        let rest = self.held.split_off(at + close.len());
                         self.held.truncate(at);
                         push_nonempty(&mut out, ReasoningDelta::Reasoning, std::mem::replace(&mut self.held, rest));
                         self.stage = Stage::After(false);
                         continue;
                     }
-                    // Keep back the longest end that could begin `</think>` (ASCII, so a character boundary).
-                    let keep = (1..CLOSE.len()).rev().find(|&k| self.held.ends_with(&CLOSE[..k])).unwrap_or(0);
+                    // Keep back the longest end that could begin the closing marker (ASCII: a character boundary).
+                    let keep = (1..close.len()).rev().find(|&k| self.held.ends_with(&close[..k])).unwrap_or(0);
                     let rest = self.held.split_off(self.held.len() - keep);
                     push_nonempty(&mut out, ReasoningDelta::Reasoning, std::mem::replace(&mut self.held, rest));
                 }
                 Stage::After(started) => {
                     if !started {
                         let trimmed = self.held.trim_start();
-                        if trimmed.is_empty() {
-                            self.held.clear();
+                        // Whitespace, or a beginning of the answer's header: wait for more.
+                        if trimmed.is_empty() || (answer.starts_with(trimmed) && trimmed != answer) {
                             return out;
                         }
-                        self.held = trimmed.to_owned();
+                        self.held = trimmed.strip_prefix(answer).unwrap_or(trimmed).to_owned();
                         self.stage = Stage::After(true);
                     }
                     push_nonempty(&mut out, ReasoningDelta::Content, std::mem::take(&mut self.held));
@@ -240,7 +273,8 @@ impl ReasoningStream {
         match self.stage {
             Stage::Inside => push_nonempty(&mut out, ReasoningDelta::Reasoning, held),
             Stage::Before | Stage::Plain | Stage::After(true) => push_nonempty(&mut out, ReasoningDelta::Content, held),
-            Stage::After(false) => {}
+            // Only whitespace, or a header cut short (the whole split keeps that as content too).
+            Stage::After(false) => push_nonempty(&mut out, ReasoningDelta::Content, held.trim_start().to_owned()),
         }
         out
     }
@@ -258,7 +292,12 @@ mod tests {
     use crate::protocol::test_support::char_tokenizer;
 
     fn reader(starts_inside: bool) -> ReasoningReader {
-        ReasoningReader { starts_inside, tokenizer: Arc::new(char_tokenizer(&[])), include_special: false }
+        ReasoningReader {
+            syntax: THINK,
+            starts_inside,
+            tokenizer: Arc::new(char_tokenizer(&[])),
+            include_special: false,
+        }
     }
 
     /// The stream of `text` cut into pieces of `size` bytes (at character boundaries), joined per kind.
@@ -300,6 +339,30 @@ mod tests {
         ];
         for (inside, text, reasoning, content) in cases {
             let r = reader(inside);
+            let split = r.split(text);
+            assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
+            for size in [1, 2, 3, 5, 100] {
+                let (r2, c2) = streamed(&r, text, size);
+                assert_eq!((r2.as_deref(), c2.as_str()), (reasoning, content), "{text:?} in pieces of {size}");
+            }
+        }
+    }
+
+    /// gpt-oss' channels: the analysis is the reasoning, the final channel's header is left out of the content.
+    #[test]
+    fn harmony_channels_split_whole_and_streamed_alike() {
+        let r = ReasoningReader { syntax: HARMONY, ..reader(false) };
+        let cases: [(&str, Option<&str>, &str); 4] = [
+            (
+                "<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
+                Some("User greets."),
+                "Hi!",
+            ),
+            ("<|channel|>analysis<|message|>Cut <|en", Some("Cut <|en"), ""),
+            ("<|channel|>analysis<|message|>A.<|end|><|start|>assist", Some("A."), "<|start|>assist"),
+            ("Plain answer.", None, "Plain answer."),
+        ];
+        for (text, reasoning, content) in cases {
             let split = r.split(text);
             assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
             for size in [1, 2, 3, 5, 100] {
