@@ -23,19 +23,12 @@ const QWEN3: &str = "Qwen-Qwen3-0.6B";
 const QWQ: &str = "Qwen-QwQ-32B";
 
 fn body(extra: Value) -> Value {
-    let mut b = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 48, "temperature": 0,
+    let base = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 48, "temperature": 0,
         "logprobs": true});
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    common::with_fields(base, &extra)
 }
 
-fn whole(e: &Engine, body: &Value) -> Value {
-    let r = ApiRequest::submit(e, &body.to_string(), None).unwrap_or_else(|err| panic!("{body}: {err}"));
-    r.handle().wait();
-    serde_json::from_str(&r.response_json().unwrap()).unwrap()
-}
+use common::whole_response as whole;
 
 /// What a stream said: its reasoning, its content, how many tokens its log probabilities named, and its usage.
 #[derive(Debug, Default)]

@@ -83,19 +83,12 @@ fn tools() -> Value {
 }
 
 fn body(tool_choice: Value, extra: Value) -> Value {
-    let mut b = json!({"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    let base = json!({"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
         "tools": tools(), "tool_choice": tool_choice, "max_tokens": 64, "temperature": 0});
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    common::with_fields(base, &extra)
 }
 
-fn whole(e: &Engine, body: &Value) -> Value {
-    let r = ApiRequest::submit(e, &body.to_string(), None).unwrap_or_else(|err| panic!("{body}: {err}"));
-    r.handle().wait();
-    serde_json::from_str(&r.response_json().unwrap()).unwrap()
-}
+use common::whole_response as whole;
 
 /// OpenAI's shape (`call_` and 24 characters), or the nine alphanumerics that Mistral's templates insist on.
 fn is_call_id(id: &str) -> bool {

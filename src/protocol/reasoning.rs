@@ -338,13 +338,17 @@ mod tests {
             (false, "Text <think>not at the start</think>", None, "Text <think>not at the start</think>"),
         ];
         for (inside, text, reasoning, content) in cases {
-            let r = reader(inside);
-            let split = r.split(text);
-            assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
-            for size in [1, 2, 3, 5, 100] {
-                let (r2, c2) = streamed(&r, text, size);
-                assert_eq!((r2.as_deref(), c2.as_str()), (reasoning, content), "{text:?} in pieces of {size}");
-            }
+            assert_splits(&reader(inside), text, reasoning, content);
+        }
+    }
+
+    /// `text` splits into `reasoning` and `content` whole and streamed in pieces of any size.
+    fn assert_splits(r: &ReasoningReader, text: &str, reasoning: Option<&str>, content: &str) {
+        let split = r.split(text);
+        assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
+        for size in [1, 2, 3, 5, 100] {
+            let (r2, c2) = streamed(r, text, size);
+            assert_eq!((r2.as_deref(), c2.as_str()), (reasoning, content), "{text:?} in pieces of {size}");
         }
     }
 
@@ -363,12 +367,7 @@ mod tests {
             ("Plain answer.", None, "Plain answer."),
         ];
         for (text, reasoning, content) in cases {
-            let split = r.split(text);
-            assert_eq!((split.reasoning, split.content), (reasoning, content), "{text:?}");
-            for size in [1, 2, 3, 5, 100] {
-                let (r2, c2) = streamed(&r, text, size);
-                assert_eq!((r2.as_deref(), c2.as_str()), (reasoning, content), "{text:?} in pieces of {size}");
-            }
+            assert_splits(&r, text, reasoning, content);
         }
     }
 

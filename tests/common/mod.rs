@@ -73,3 +73,19 @@ pub fn llamacpp_template(name: &str) -> String {
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}: run scripts/llamacpp/fetch-templates.sh", path.display()))
 }
+
+/// `body` (a JSON object) with each field of `extra` set.
+pub fn with_fields(mut body: serde_json::Value, extra: &serde_json::Value) -> serde_json::Value {
+    for (k, v) in extra.as_object().expect("fields are an object") {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// The whole response body of an OpenAI request `body` submitted to `engine`, once it has ended.
+pub fn whole_response(engine: &Engine, body: &serde_json::Value) -> serde_json::Value {
+    let r = ember::protocol::ApiRequest::submit(engine, &body.to_string(), None)
+        .unwrap_or_else(|err| panic!("{body}: {err}"));
+    r.handle().wait();
+    serde_json::from_str(&r.response_json().unwrap()).unwrap()
+}
