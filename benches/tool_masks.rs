@@ -12,13 +12,16 @@ use ember::engine::{Engine, EngineConfig};
 use ember::protocol::ApiRequest;
 use serde_json::{json, Value};
 
-/// Each format: a name, the template (`None`: the model's own, ember's format) and the marker a call begins with.
-const FORMATS: [(&str, Option<&str>, &str); 5] = [
+/// Each format: a name, the template (`None`: the model's own, ember's format; a name of llama.cpp's templates, or
+/// a `.jinja` path in the repository) and the marker a call begins with.
+const FORMATS: [(&str, Option<&str>, &str); 7] = [
     ("ember's (SmolLM2's template)", None, "{\""),
     ("Hermes (Qwen 2.5)", Some("Qwen-Qwen2.5-7B-Instruct"), "<tool_call>"),
     ("Llama 3.x JSON (Llama 3.1)", Some("meta-llama-Llama-3.1-8B-Instruct"), "{\""),
     ("Mistral (Nemo)", Some("mistralai-Mistral-Nemo-Instruct-2407"), "[TOOL_CALLS]["),
     ("Mistral v11 (Devstral)", Some("unsloth-mistral-Devstral-Small-2507"), "[TOOL_CALLS]"),
+    ("Qwen3-Coder XML", Some("Qwen3-Coder"), "<tool_call>"),
+    ("Phi-4-mini", Some("tests/fixtures/phi4_mini_template.jinja"), "functools["),
 ];
 
 fn arg(name: &str) -> Option<String> {
@@ -51,12 +54,17 @@ fn measure(engine: &Engine, body: &str, requests: usize) -> Value {
 fn main() {
     let requests: usize = arg("--requests").map_or(4, |n| n.parse().expect("--requests N"));
     let json_path = arg("--json").unwrap_or_else(|| "target/bench-tool-masks.json".into());
-    let templates = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/templates");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let templates = root.join(".cache/llamacpp/templates");
     println!("tool_masks bench: {requests} greedy requests of 64 tokens per row, SmolLM2, 2 threads");
     println!("{:<30} {:<6} {:>7} {:>9} {:>9} {:>9}", "format", "output", "masks", "p50 µs", "p99 µs", "mean µs");
     let mut rows = Vec::new();
     for (name, template, marker) in FORMATS {
-        let chat_template = template.map(|t| templates.join(format!("{t}.jinja")).to_string_lossy().into_owned());
+        let path = |t: &str| match t.ends_with(".jinja") {
+            true => root.join(t),
+            false => templates.join(format!("{t}.jinja")),
+        };
+        let chat_template = template.map(|t| path(t).to_string_lossy().into_owned());
         let config = EngineConfig { chat_template, threads: 2, kv_cache_tokens: 4096, ..Default::default() };
         let engine = Engine::new(config).unwrap_or_else(|e| panic!("{name}: {e}"));
         let ids = engine.model().tokenizer.encode(marker, false);
