@@ -12,7 +12,6 @@ use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
-use super::tool_format::call_id_style;
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 use crate::model::TokenId;
 
@@ -117,7 +116,7 @@ impl ApiRequest {
             ChunkEncoder::new(request.kind, handle.num_choices(), include_usage, gate, logprobs.clone(), echo.clone());
         // Each choice's first call has an id drawn here, in the shape the template accepts back.
         let calls: Option<(CallReader, Vec<String>)> = reader.map(|r| {
-            let style = call_id_style(&model.chat_template);
+            let style = r.id_style();
             (r, (0..handle.num_choices()).map(|i| style.new_id(i as u64)).collect())
         });
         if let Some((reader, ids)) = &calls {

@@ -4,12 +4,14 @@
 use super::auto_call::AutoCalls;
 use super::auto_stream::{AutoDelta, AutoStream};
 use super::call_syntax::{Call, ReadCalls};
-use super::tools::{parse_call, CallIdStyle, CallShape, CallStream};
+use super::forced_call::{parse_call, CallStream};
+use super::tools::{CallIdStyle, CallShape};
 
 /// A request's way of reading calls.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum CallReader {
-    Forced(CallShape),
+    /// One call of this shape, its id in this style (the template's, as `"auto"` calls' are).
+    Forced(CallShape, CallIdStyle),
     Auto(AutoCalls),
 }
 
@@ -17,16 +19,16 @@ impl CallReader {
     /// A whole output read as calls; `None` when it is not (a message, or a call cut short).
     pub fn read<'t>(&self, text: &'t str) -> Option<ReadCalls<'t>> {
         match self {
-            CallReader::Forced(shape) => parse_call(shape, text)
+            CallReader::Forced(shape, _) => parse_call(shape, text)
                 .map(|(name, arguments)| ReadCalls { content: None, calls: vec![Call { name, arguments }] }),
             CallReader::Auto(calls) => calls.read(text),
         }
     }
 
-    /// The shape of the ids of the calls it reads.
+    /// The shape of the ids of the calls it reads: the template's (`tool_format::call_id_style`).
     pub fn id_style(&self) -> CallIdStyle {
         match self {
-            CallReader::Forced(_) => CallIdStyle::OpenAi,
+            CallReader::Forced(_, id_style) => *id_style,
             CallReader::Auto(calls) => calls.id_style,
         }
     }
@@ -39,7 +41,7 @@ impl CallReader {
     /// The streaming of one choice whose call will have this id.
     pub fn stream(&self, id: String) -> ChoiceCallStream {
         match self {
-            CallReader::Forced(shape) => ChoiceCallStream::Forced(CallStream::new(shape.clone(), id)),
+            CallReader::Forced(shape, _) => ChoiceCallStream::Forced(CallStream::new(shape.clone(), id)),
             CallReader::Auto(calls) => ChoiceCallStream::Auto(Box::new(AutoStream::new(calls.clone(), id))),
         }
     }

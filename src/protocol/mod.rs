@@ -9,6 +9,7 @@ mod call_reader;
 mod call_syntax;
 mod error;
 mod fields;
+mod forced_call;
 mod guided;
 mod json;
 mod logprobs;

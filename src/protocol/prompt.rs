@@ -182,31 +182,25 @@ fn parse_message(value: &Value, index: usize) -> Result<ChatMessage, ApiError> {
         Some(calls) => Some(parse_tool_calls(calls, &format!("{param}.tool_calls"))?),
     };
     let tool_call_id = get(message, "tool_call_id").map(|v| as_str(v, &format!("{param}.tool_call_id"))).transpose()?;
-    let extra = message.iter().filter(|(k, v)| !MESSAGE_KEYS.contains(&k.as_str()) && !v.is_null());
-    let with_calls = |m: ChatMessage, calls, id| ChatMessage {
-        extra: extra.map(|(k, v)| (k.clone(), v.clone())).collect(),
-        ..with_calls(m, calls, id)
-    };
     let content_param = format!("{param}.content");
-    // An assistant turn that called tools may have no content (OpenAI's clients send null).
     let content = match get(message, "content") {
-        None if tool_calls.is_some() => return Ok(with_calls(ChatMessage::new(role, ""), tool_calls, tool_call_id)),
+        // An assistant turn that called tools may have no content (OpenAI's clients send null).
+        None if tool_calls.is_some() => String::new(),
         None => return Err(missing(&content_param)),
-        Some(content) => content,
-    };
-    let content = match content {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
             let texts = parts.iter().enumerate().map(|(j, part)| text_part(part, &format!("{content_param}[{j}]")));
             texts.collect::<Result<Vec<_>, _>>()?.join("\n")
         }
-        other => return Err(type_error(&content_param, "a string or an array of text parts", other)),
+        Some(other) => return Err(type_error(&content_param, "a string or an array of text parts", other)),
     };
-    Ok(with_calls(ChatMessage::new(role, content), tool_calls, tool_call_id))
-}
-
-fn with_calls(message: ChatMessage, tool_calls: Option<Value>, tool_call_id: Option<&str>) -> ChatMessage {
-    ChatMessage { tool_calls, tool_call_id: tool_call_id.map(str::to_owned), ..message }
+    let extra = message.iter().filter(|(k, v)| !MESSAGE_KEYS.contains(&k.as_str()) && !v.is_null());
+    Ok(ChatMessage {
+        tool_calls,
+        tool_call_id: tool_call_id.map(str::to_owned),
+        extra: extra.map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ..ChatMessage::new(role, content)
+    })
 }
 
 /// An assistant turn's `tool_calls`: `[{"id", "type": "function", "function": {"name", "arguments"}}]`, checked,

@@ -4,7 +4,8 @@
 //! (structured outputs, `engine/guided`) over the tools' names and `parameters` schemas.
 //!
 //! - `tool_choice: "required"` or a named function: the output is one call, constrained to the named
-//!   function's `parameters` schema, or to `{"name": …, "arguments": …}` over the tools.
+//!   function's `parameters` schema, or to `{"name": …, "arguments": …}` over the tools (read and streamed by
+//!   `forced_call.rs`).
 //! - `"auto"` (OpenAI's default when tools are given): the model decides between a message and calls, in the
 //!   tool-call format of its chat template (`tool_format.rs`, `call_syntax.rs`: Hermes' `<tool_call>`, Llama
 //!   3.x's JSON, Mistral's `[TOOL_CALLS]`, Granite's, DeepSeek's; for a template without a tool format, ember's
@@ -174,8 +175,9 @@ impl ToolsRequest {
     /// tool-call format ember can read (`tool_format.rs`), and is refused naming `tool_choice` (or `tools`, whose
     /// default it is) for any other.
     pub fn reader(&self, template: &ChatTemplate, tokenizer: &Tokenizer) -> Result<CallReader, ApiError> {
+        let id_style = call_id_style(template);
         let explicit = match &self.choice {
-            ToolChoice::Forced(shape) => return Ok(CallReader::Forced(shape.clone())),
+            ToolChoice::Forced(shape) => return Ok(CallReader::Forced(shape.clone(), id_style)),
             ToolChoice::Auto { explicit } => explicit,
         };
         let syntax = match tool_format(template) {
@@ -193,16 +195,16 @@ impl ToolsRequest {
             }
         };
         let calls = AutoCalls::new(syntax, &self.tools, self.parallel, tokenizer);
-        Ok(CallReader::Auto(AutoCalls { id_style: call_id_style(template), ..calls }))
+        Ok(CallReader::Auto(AutoCalls { id_style, ..calls }))
     }
 
     /// The constraint on the output: one valid call (forced), or free text or one valid call (`"auto"`).
     pub fn constraint(&self, reader: &CallReader) -> GuidedRequest {
         let schema = match reader {
-            CallReader::Forced(CallShape::Arguments { name }) => {
+            CallReader::Forced(CallShape::Arguments { name }, _) => {
                 self.tools.iter().find(|t| &t.name == name).map(|t| t.parameters.clone()).unwrap_or(json!({}))
             }
-            CallReader::Forced(CallShape::NameAndArguments) => self.call_schema(),
+            CallReader::Forced(CallShape::NameAndArguments, _) => self.call_schema(),
             CallReader::Auto(calls) => return calls.constraint(&self.tools),
         };
         GuidedRequest::new(GuidedSpec::JsonSchema(schema), "tools")
@@ -336,104 +338,12 @@ impl CallIdStyle {
     }
 }
 
-/// The prefix of a `NameAndArguments` output up to its arguments: the constraint's fixed layout writes exactly
-/// `{"name": "NAME", "arguments": ` (names have no escapes), then the arguments, then `}`.
-fn split_name_prefix(text: &str) -> Option<(&str, usize)> {
-    let rest = text.strip_prefix("{\"name\": \"")?;
-    let end = rest.find('"')?;
-    let after = &rest[end..];
-    let args_at = after.strip_prefix("\", \"arguments\": ")?;
-    Some((&rest[..end], text.len() - args_at.len()))
-}
-
-/// A whole output read as a call: the function's name and its arguments' JSON text. `None` when the text is not a
-/// complete call (generation ended early).
-pub(crate) fn parse_call(shape: &CallShape, text: &str) -> Option<(String, String)> {
-    let (name, arguments) = match shape {
-        CallShape::Arguments { name } => (name.clone(), text),
-        CallShape::NameAndArguments => {
-            let (name, at) = split_name_prefix(text)?;
-            (name.to_owned(), text[at..].strip_suffix('}')?)
-        }
-    };
-    serde_json::from_str::<Value>(arguments).ok()?;
-    Some((name, arguments.to_owned()))
-}
-
 /// What a stream sends of a call as its text comes: the header (id and name) once the name is known, then pieces
 /// of the arguments.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum CallDelta {
     Header { id: String, name: String },
     Arguments(String),
-}
-
-/// One choice's call, streamed: the text is buffered until the name is known, and the last character is held
-/// back until the end, since for `NameAndArguments` it may be the object's closing brace, not an argument's.
-#[derive(Clone, Debug)]
-pub(crate) struct CallStream {
-    shape: CallShape,
-    id: String,
-    text: String,
-    header_sent: bool,
-    /// Bytes of `text` accounted for: the name prefix and the arguments sent.
-    sent: usize,
-}
-
-impl CallStream {
-    pub fn new(shape: CallShape, id: String) -> Self {
-        CallStream { shape, id, text: String::new(), header_sent: false, sent: 0 }
-    }
-
-    /// Whether the text so far is a complete call.
-    pub fn is_complete(&self) -> bool {
-        parse_call(&self.shape, &self.text).is_some()
-    }
-
-    /// The deltas `piece` of output text releases.
-    pub fn push(&mut self, piece: &str) -> Vec<CallDelta> {
-        let mut out = Vec::new();
-        self.text.push_str(piece);
-        if !self.header_sent {
-            let name = match &self.shape {
-                CallShape::Arguments { name } => name.clone(),
-                CallShape::NameAndArguments => {
-                    let Some((name, at)) = split_name_prefix(&self.text) else { return out };
-                    self.sent = at;
-                    name.to_owned()
-                }
-            };
-            self.header_sent = true;
-            out.push(CallDelta::Header { id: self.id.clone(), name });
-        }
-        let hold = usize::from(self.shape == CallShape::NameAndArguments);
-        let mut until = self.text.len().saturating_sub(hold).max(self.sent);
-        while !self.text.is_char_boundary(until) {
-            until -= 1;
-        }
-        if until > self.sent {
-            out.push(CallDelta::Arguments(self.text[self.sent..until].to_owned()));
-            self.sent = until;
-        }
-        out
-    }
-
-    /// The rest at the end of the output: what was held back, without the closing brace of a complete call.
-    pub fn finish(&mut self) -> Vec<CallDelta> {
-        if !self.header_sent {
-            return Vec::new();
-        }
-        let mut rest = &self.text[self.sent..];
-        if self.shape == CallShape::NameAndArguments {
-            rest = rest.strip_suffix('}').unwrap_or(rest);
-        }
-        let out = match rest.is_empty() {
-            true => Vec::new(),
-            false => vec![CallDelta::Arguments(rest.to_owned())],
-        };
-        self.sent = self.text.len();
-        out
-    }
 }
 
 #[cfg(test)]
@@ -529,7 +439,7 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
         assert!(e.message.contains("\"required\""), "{}", e.message);
         let forced = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap().unwrap();
-        let any = CallReader::Forced(CallShape::NameAndArguments);
+        let any = CallReader::Forced(CallShape::NameAndArguments, CallIdStyle::OpenAi);
         assert_eq!(forced.reader(&other, &tokenizer).unwrap(), any, "any template");
     }
 
@@ -547,52 +457,6 @@ mod tests {
         let r = parse(json!({"tools": weather(), "tool_choice": named})).unwrap().unwrap();
         let GuidedSpec::JsonSchema(schema) = constraint(&r).spec else { panic!() };
         assert_eq!(schema["required"], json!(["city"]));
-    }
-
-    #[test]
-    fn outputs_parse_as_calls_only_when_complete() {
-        let both = CallShape::NameAndArguments;
-        let text = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
-        assert_eq!(parse_call(&both, text), Some(("get_weather".into(), r#"{"city": "Paris"}"#.into())));
-        assert_eq!(parse_call(&both, &text[..text.len() - 3]), None);
-        let named = CallShape::Arguments { name: "f".into() };
-        assert_eq!(parse_call(&named, r#"{"a": 1}"#), Some(("f".into(), r#"{"a": 1}"#.into())));
-        assert_eq!(parse_call(&named, r#"{"a": "#), None);
-    }
-
-    /// Any split of the text into pieces streams the same call: the header once, then the arguments exactly.
-    #[test]
-    fn a_streamed_call_is_the_whole_call_whatever_the_pieces() {
-        let text = r#"{"name": "get_weather", "arguments": {"city": "Pär"}}"#;
-        for shape in [CallShape::NameAndArguments, CallShape::Arguments { name: "get_weather".into() }] {
-            let text = match shape {
-                CallShape::NameAndArguments => text,
-                CallShape::Arguments { .. } => r#"{"city": "Pär"}"#,
-            };
-            let expected = parse_call(&shape, text).unwrap();
-            for size in 1..text.len() {
-                let mut s = CallStream::new(shape.clone(), "call_1".into());
-                let mut deltas = Vec::new();
-                let mut piece = String::new();
-                for c in text.chars() {
-                    piece.push(c);
-                    if piece.len() >= size {
-                        deltas.extend(s.push(&std::mem::take(&mut piece)));
-                    }
-                }
-                deltas.extend(s.push(&piece));
-                deltas.extend(s.finish());
-                let headers: Vec<&CallDelta> =
-                    deltas.iter().filter(|d| matches!(d, CallDelta::Header { .. })).collect();
-                assert_eq!(headers, [&CallDelta::Header { id: "call_1".into(), name: expected.0.clone() }]);
-                assert!(matches!(deltas[0], CallDelta::Header { .. }), "the header comes first");
-                let args: String = deltas
-                    .iter()
-                    .filter_map(|d| if let CallDelta::Arguments(a) = d { Some(a.as_str()) } else { None })
-                    .collect();
-                assert_eq!(args, expected.1, "pieces of {size}");
-            }
-        }
     }
 
     #[test]
