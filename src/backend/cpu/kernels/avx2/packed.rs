@@ -16,7 +16,7 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
+use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix, PREFETCH_AHEAD};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -32,9 +32,6 @@ const MAX_C: usize = 4;
 
 /// Activations kept hot while a panel of columns meets every row tile (as in `tiling`).
 const PANEL_BYTES: usize = 256 * 1024;
-
-/// How far ahead of the group it computes a tile requests the panel's planes, in bytes (see the AVX-512 path).
-const PREFETCH_AHEAD: usize = 2048;
 
 /// 32 bytes at `p`.
 ///
@@ -298,7 +295,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                 planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
                 if octets[r] == 0 {
                     for line in (0..F::GROUP_BYTES).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                        _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
                     }
                 }
             }

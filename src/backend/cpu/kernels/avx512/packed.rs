@@ -13,7 +13,7 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix};
+use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix, PREFETCH_AHEAD};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -161,11 +161,6 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
     }
 }
 
-/// How far ahead of the group it computes a tile requests the panel's planes, in bytes: the hardware prefetcher
-/// stops at page boundaries, and a matvec does too little work per byte to hide a miss (in a batch the planes are
-/// in cache after the first column tile, and the requests cost a few instructions per group).
-const PREFETCH_AHEAD: usize = 2048;
-
 /// One tile: panels `panels` (their header regions and planes) × columns `cols` (each `n_groups` blocks); the
 /// results of column `c`, panel `r` go to `out[c][r]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -209,7 +204,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
                 planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
                 for line in (0..F::GROUP_BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                    _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
                 }
             }
             let mut a = [&cols[0][group]; C];
