@@ -16,7 +16,7 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix, PREFETCH_AHEAD};
+use crate::backend::cpu::kernels::packed::{expands, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -187,9 +187,10 @@ fn pair_sums<F: Format>(w: __m256i, q: __m256i) -> __m256i {
 /// `dot[c][r]`.
 ///
 /// # Safety
-/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes, `octets[r] < 2`.
+/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes (with `X`, its octet's
+/// `EXPANDED_GROUP`), `octets[r] < 2`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
+unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
     planes: &[*const u8; R],
     octets: &[usize; R],
     a: &[&BlockQ8A; C],
@@ -205,7 +206,13 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
             let mut w = [_mm256_setzero_si256(); R];
             for r in 0..R {
                 // SAFETY: the caller guarantees the planes and octets.
-                w[r] = unsafe { unpack::<F>(planes[r], octets[r], h, t) };
+                w[r] = unsafe {
+                    if X {
+                        load(planes[r].add(OCTET_SLICE * (4 * h + t)))
+                    } else {
+                        unpack::<F>(planes[r], octets[r], h, t)
+                    }
+                };
             }
             for c in 0..C {
                 let q = activations(a[c], h, t);
@@ -247,7 +254,7 @@ fn dot_start<F: Format>(sum: i32) -> __m256i {
 /// One tile: octets `octets[r]` of panels `panels[r]` × columns `cols` (each `n_groups` blocks); the results of
 /// column `c`, octet `r` go to `out[c][r]`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile<F: Format, const R: usize, const C: usize>(
+fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
     panels: [(&[u8], &[u8]); R],
     octets: [usize; R],
     cols: [&[BlockQ8A]; C],
@@ -256,8 +263,9 @@ fn tile<F: Format, const R: usize, const C: usize>(
 ) {
     let groups_per_unit = F::UNIT / QK;
     let units = n_groups / groups_per_unit;
+    let group_bytes = if X { EXPANDED_GROUP } else { F::GROUP_BYTES };
     for r in 0..R {
-        assert!(panels[r].0.len() >= units * F::HEADER && panels[r].1.len() >= n_groups * F::GROUP_BYTES);
+        assert!(panels[r].0.len() >= units * F::HEADER && panels[r].1.len() >= n_groups * group_bytes);
         assert!(octets[r] < 2);
     }
     assert!(cols.iter().all(|col| col.len() >= n_groups));
@@ -292,8 +300,8 @@ fn tile<F: Format, const R: usize, const C: usize>(
             let mut planes = [std::ptr::null::<u8>(); R];
             for r in 0..R {
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
-                planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
-                if octets[r] == 0 {
+                planes[r] = unsafe { panels[r].1.as_ptr().add(group * group_bytes) };
+                if !X && octets[r] == 0 {
                     for line in (0..F::GROUP_BYTES).step_by(64) {
                         _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
                     }
@@ -328,7 +336,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                         dot[c] = [dot_start::<F>(i32::from(a[c].half_sums[h])); R];
                     }
                     // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
-                    unsafe { add_dots::<F, R, C>(&planes, &octets, &a, h..h + 1, &mut dot) };
+                    unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, h..h + 1, &mut dot) };
                     for c in 0..C {
                         let da = _mm256_set1_ps(a[c].d);
                         for r in 0..R {
@@ -362,7 +370,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                 dot[c] = [dot_start::<F>(a[c].sum); R];
             }
             // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
-            unsafe { add_dots::<F, R, C>(&planes, &octets, &a, 0..2, &mut dot) };
+            unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, 0..2, &mut dot) };
             for c in 0..C {
                 let da = _mm256_set1_ps(a[c].d);
                 let sa = _mm256_set1_ps(a[c].s);
@@ -386,9 +394,9 @@ fn tile<F: Format, const R: usize, const C: usize>(
 type TileFn =
     unsafe fn([(&[u8], &[u8]); MAX_R], [usize; MAX_R], [&[BlockQ8A]; MAX_C], usize, &mut [[__m256; MAX_R]; MAX_C]);
 
-/// `tile::<F, R, C>` behind a common signature (the first `R` octets and `C` columns are used).
+/// `tile::<F, R, C, X>` behind a common signature (the first `R` octets and `C` columns are used).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile_entry<F: Format, const R: usize, const C: usize>(
+fn tile_entry<F: Format, const R: usize, const C: usize, const X: bool>(
     panels: [(&[u8], &[u8]); MAX_R],
     octets: [usize; MAX_R],
     cols: [&[BlockQ8A]; MAX_C],
@@ -397,14 +405,51 @@ fn tile_entry<F: Format, const R: usize, const C: usize>(
 ) {
     let panels = std::array::from_fn(|r| panels[r]);
     let octets = std::array::from_fn(|r| octets[r]);
-    tile::<F, R, C>(panels, octets, std::array::from_fn(|c| cols[c]), n_groups, out)
+    tile::<F, R, C, X>(panels, octets, std::array::from_fn(|c| cols[c]), n_groups, out)
 }
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
     [
-        [tile_entry::<F, 1, 1>, tile_entry::<F, 1, 2>, tile_entry::<F, 1, 3>, tile_entry::<F, 1, 4>],
-        [tile_entry::<F, 2, 1>, tile_entry::<F, 2, 2>, tile_entry::<F, 2, 3>, tile_entry::<F, 2, 4>],
+        [
+            tile_entry::<F, 1, 1, false>,
+            tile_entry::<F, 1, 2, false>,
+            tile_entry::<F, 1, 3, false>,
+            tile_entry::<F, 1, 4, false>,
+        ],
+        [
+            tile_entry::<F, 2, 1, false>,
+            tile_entry::<F, 2, 2, false>,
+            tile_entry::<F, 2, 3, false>,
+            tile_entry::<F, 2, 4, false>,
+        ],
     ]
+}
+
+/// The tiles of one expanded octet, by columns.
+fn expanded_tiles<F: Format>() -> [TileFn; MAX_C] {
+    [tile_entry::<F, 1, 1, true>, tile_entry::<F, 1, 2, true>, tile_entry::<F, 1, 3, true>, tile_entry::<F, 1, 4, true>]
+}
+
+/// Bytes of one slice of an octet: 4 values of each of its 8 rows.
+const OCTET_SLICE: usize = SLICE_BYTES / 2;
+/// Bytes of an expanded group of one octet (`expand`): its 8 slices, a register each.
+const EXPANDED_GROUP: usize = 8 * OCTET_SLICE;
+
+/// Unpacks octet `o` of the `n_groups` groups of a panel's planes into `out`, slice `s` of group `g` at
+/// `EXPANDED_GROUP · g + OCTET_SLICE · s`: the registers `unpack` would give, computed once for every column of a
+/// batch.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn expand<F: Format>(planes: &[u8], o: usize, n_groups: usize, out: &mut [u8]) {
+    assert!(o < 2 && planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
+    for g in 0..n_groups {
+        for s in 0..8 {
+            // SAFETY: group `g`'s planes and its expanded registers lie in the slices (asserted above).
+            unsafe {
+                let v = unpack::<F>(planes.as_ptr().add(g * F::GROUP_BYTES), o, s / 4, s % 4);
+                _mm256_storeu_si256(out.as_mut_ptr().add(g * EXPANDED_GROUP + s * OCTET_SLICE).cast(), v);
+            }
+        }
+    }
 }
 
 /// Writes a tile's results: the rows of each octet (`first_octet + r`, counted over the whole matrix) that lie in
@@ -441,23 +486,36 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
     // A matvec takes a panel's two octets at once; a batch one octet by up to four columns (the accumulators of
     // wider tiles do not fit AVX2's 16 registers).
     let (octets_per_tile, cols_per_tile) = if n_cols == 1 { (MAX_R, 1) } else { (1, MAX_C) };
+    // Where more than one column tile meets an octet, the octet is unpacked once (`expand`; see the AVX-512 path).
+    let expanded_fns = expanded_tiles::<F>();
     let mut col_start = 0;
     while col_start < n_cols {
         let col_end = (col_start + panel_cols).min(n_cols);
+        let expand_octets = expands::<F>() && col_end - col_start > cols_per_tile;
         let mut o = o_start;
         while o < o_end {
             let n_r = octets_per_tile.min(o_end - o);
             let which = |r: usize| (o + r).min(o_end - 1);
             let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel(which(r) * OCTET / PANEL_ROWS));
             let octets: [usize; MAX_R] = std::array::from_fn(|r| which(r) % (PANEL_ROWS / OCTET));
-            let mut c0 = col_start;
-            while c0 < col_end {
-                let n_c = cols_per_tile.min(col_end - c0);
-                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
-                // SAFETY: this function has the features the tile functions need.
-                unsafe { fns[n_r - 1][n_c - 1](panels, octets, cols, n_groups, &mut results) };
-                store(&results, o, n_r, c0, n_c, out);
-                c0 += n_c;
+            let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
+                let mut c0 = col_start;
+                while c0 < col_end {
+                    let n_c = cols_per_tile.min(col_end - c0);
+                    let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
+                    // SAFETY: this function has the features the tile functions need.
+                    unsafe { fns[n_c - 1](panels, octets, cols, n_groups, &mut results) };
+                    store(&results, o, n_r, c0, n_c, out);
+                    c0 += n_c;
+                }
+            };
+            if expand_octets {
+                with_expanded(n_groups * EXPANDED_GROUP, |expanded| {
+                    expand::<F>(panels[0].1, octets[0], n_groups, expanded);
+                    column_tiles([(panels[0].0, &*expanded); MAX_R], &expanded_fns)
+                });
+            } else {
+                column_tiles(panels, &fns[n_r - 1]);
             }
             o += n_r;
         }

@@ -13,7 +13,7 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{with_format, PackedMatrix, PREFETCH_AHEAD};
+use crate::backend::cpu::kernels::packed::{expands, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -118,14 +118,14 @@ fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m512i {
 }
 
 /// Adds the integer dots of slices `4h + t0 .. 4h + t1` of one group of each of `R` panels against each of `C`
-/// columns to `dot[c][r]`. With at most two dots in the tile, the even and odd slices go to separate
+/// columns to `dot[c][r]`; with `X`, the group's slices come expanded (`expand`) instead of packed. With at most two dots in the tile, the even and odd slices go to separate
 /// accumulators (summed at the end: integer addition is exact), so that consecutive `vpdpbusd` do not wait on
 /// each other.
 ///
 /// # Safety
-/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes.
+/// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes (with `X`, `EXPANDED_GROUP`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
+unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
     planes: &[*const u8; R],
     a: &[&BlockQ8A; C],
     halves: std::ops::Range<usize>,
@@ -137,8 +137,14 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
         for t in 0..4 {
             let mut w = [_mm512_setzero_si512(); R];
             for r in 0..R {
-                // SAFETY: the caller guarantees the planes.
-                w[r] = unsafe { unpack::<F>(planes[r], h, t) };
+                // SAFETY: the caller guarantees the planes (or the expanded group's 8 registers).
+                w[r] = unsafe {
+                    if X {
+                        load(planes[r].add(SLICE_BYTES * (4 * h + t)))
+                    } else {
+                        unpack::<F>(planes[r], h, t)
+                    }
+                };
             }
             for c in 0..C {
                 let q = activations(a[c], h, t);
@@ -161,10 +167,29 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize>(
     }
 }
 
-/// One tile: panels `panels` (their header regions and planes) × columns `cols` (each `n_groups` blocks); the
-/// results of column `c`, panel `r` go to `out[c][r]`.
+/// Bytes of an expanded group (`expand`): its 8 slices, a register each.
+const EXPANDED_GROUP: usize = 8 * SLICE_BYTES;
+
+/// Unpacks the `n_groups` groups of a panel's planes into `out`, slice `s` of group `g` at `EXPANDED_GROUP · g +
+/// SLICE_BYTES · s`: the registers `unpack` would give, computed once for every column of a batch.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile<F: Format, const R: usize, const C: usize>(
+fn expand<F: Format>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
+    assert!(planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
+    for g in 0..n_groups {
+        for s in 0..8 {
+            // SAFETY: group `g`'s planes and its expanded registers lie in the slices (asserted above).
+            unsafe {
+                let v = unpack::<F>(planes.as_ptr().add(g * F::GROUP_BYTES), s / 4, s % 4);
+                _mm512_storeu_si512(out.as_mut_ptr().add(g * EXPANDED_GROUP + s * SLICE_BYTES).cast(), v);
+            }
+        }
+    }
+}
+
+/// One tile: panels `panels` (their header regions and planes, or with `X` their expanded planes) × columns `cols`
+/// (each `n_groups` blocks); the results of column `c`, panel `r` go to `out[c][r]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
     panels: [(&[u8], &[u8]); R],
     cols: [&[BlockQ8A]; C],
     n_groups: usize,
@@ -172,7 +197,8 @@ fn tile<F: Format, const R: usize, const C: usize>(
 ) {
     let groups_per_unit = F::UNIT / QK;
     let units = n_groups / groups_per_unit;
-    assert!(panels.iter().all(|(h, p)| h.len() >= units * F::HEADER && p.len() >= n_groups * F::GROUP_BYTES));
+    let group_bytes = if X { EXPANDED_GROUP } else { F::GROUP_BYTES };
+    assert!(panels.iter().all(|(h, p)| h.len() >= units * F::HEADER && p.len() >= n_groups * group_bytes));
     assert!(cols.iter().all(|col| col.len() >= n_groups));
     let zero = _mm512_setzero_ps();
     let mut acc = [[zero; R]; C];
@@ -202,9 +228,11 @@ fn tile<F: Format, const R: usize, const C: usize>(
             let mut planes = [std::ptr::null::<u8>(); R];
             for r in 0..R {
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
-                planes[r] = unsafe { panels[r].1.as_ptr().add(group * F::GROUP_BYTES) };
-                for line in (0..F::GROUP_BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                planes[r] = unsafe { panels[r].1.as_ptr().add(group * group_bytes) };
+                if !X {
+                    for line in (0..F::GROUP_BYTES).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                    }
                 }
             }
             let mut a = [&cols[0][group]; C];
@@ -238,7 +266,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                         dot[c] = [_mm512_set1_epi32(-F::OFFSET * i32::from(a[c].half_sums[h])); R];
                     }
                     // SAFETY: `planes` point to this group's planes.
-                    unsafe { add_dots::<F, R, C>(&planes, &a, h..h + 1, &mut dot) };
+                    unsafe { add_dots::<F, R, C, X>(&planes, &a, h..h + 1, &mut dot) };
                     for c in 0..C {
                         let da = _mm512_set1_ps(a[c].d);
                         for r in 0..R {
@@ -269,7 +297,7 @@ fn tile<F: Format, const R: usize, const C: usize>(
                 dot[c] = [_mm512_set1_epi32(-F::OFFSET * a[c].sum); R];
             }
             // SAFETY: `planes` point to this group's planes.
-            unsafe { add_dots::<F, R, C>(&planes, &a, 0..2, &mut dot) };
+            unsafe { add_dots::<F, R, C, X>(&planes, &a, 0..2, &mut dot) };
             for c in 0..C {
                 let da = _mm512_set1_ps(a[c].d);
                 let sa = _mm512_set1_ps(a[c].s);
@@ -293,39 +321,53 @@ fn tile<F: Format, const R: usize, const C: usize>(
 type TileFn =
     unsafe fn(panels: [(&[u8], &[u8]); MAX_R], cols: [&[BlockQ8A]; MAX_C], usize, &mut [[__m512; MAX_R]; MAX_C]);
 
-/// `tile::<F, R, C>` behind a common signature (the first `R` panels and `C` columns are used).
+/// `tile::<F, R, C, X>` behind a common signature (the first `R` panels and `C` columns are used).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile_entry<F: Format, const R: usize, const C: usize>(
+fn tile_entry<F: Format, const R: usize, const C: usize, const X: bool>(
     panels: [(&[u8], &[u8]); MAX_R],
     cols: [&[BlockQ8A]; MAX_C],
     n_groups: usize,
     out: &mut [[__m512; MAX_R]; MAX_C],
 ) {
-    tile::<F, R, C>(std::array::from_fn(|r| panels[r]), std::array::from_fn(|c| cols[c]), n_groups, out)
+    tile::<F, R, C, X>(std::array::from_fn(|r| panels[r]), std::array::from_fn(|c| cols[c]), n_groups, out)
 }
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
     [
         [
-            tile_entry::<F, 1, 1>,
-            tile_entry::<F, 1, 2>,
-            tile_entry::<F, 1, 3>,
-            tile_entry::<F, 1, 4>,
-            tile_entry::<F, 1, 5>,
-            tile_entry::<F, 1, 6>,
-            tile_entry::<F, 1, 7>,
-            tile_entry::<F, 1, 8>,
+            tile_entry::<F, 1, 1, false>,
+            tile_entry::<F, 1, 2, false>,
+            tile_entry::<F, 1, 3, false>,
+            tile_entry::<F, 1, 4, false>,
+            tile_entry::<F, 1, 5, false>,
+            tile_entry::<F, 1, 6, false>,
+            tile_entry::<F, 1, 7, false>,
+            tile_entry::<F, 1, 8, false>,
         ],
         [
-            tile_entry::<F, 2, 1>,
-            tile_entry::<F, 2, 2>,
-            tile_entry::<F, 2, 3>,
-            tile_entry::<F, 2, 4>,
-            tile_entry::<F, 2, 4>,
-            tile_entry::<F, 2, 4>,
-            tile_entry::<F, 2, 4>,
-            tile_entry::<F, 2, 4>,
+            tile_entry::<F, 2, 1, false>,
+            tile_entry::<F, 2, 2, false>,
+            tile_entry::<F, 2, 3, false>,
+            tile_entry::<F, 2, 4, false>,
+            tile_entry::<F, 2, 4, false>,
+            tile_entry::<F, 2, 4, false>,
+            tile_entry::<F, 2, 4, false>,
+            tile_entry::<F, 2, 4, false>,
         ],
+    ]
+}
+
+/// The tiles of one expanded panel (`BATCH_R` is 1), by columns.
+fn expanded_tiles<F: Format>() -> [TileFn; MAX_C] {
+    [
+        tile_entry::<F, 1, 1, true>,
+        tile_entry::<F, 1, 2, true>,
+        tile_entry::<F, 1, 3, true>,
+        tile_entry::<F, 1, 4, true>,
+        tile_entry::<F, 1, 5, true>,
+        tile_entry::<F, 1, 6, true>,
+        tile_entry::<F, 1, 7, true>,
+        tile_entry::<F, 1, 8, true>,
     ]
 }
 
@@ -356,23 +398,37 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
     }
     let (p_start, p_end) = (rows.start / PANEL_ROWS, rows.end.div_ceil(PANEL_ROWS));
     let fns = tiles::<F>();
+    let expanded_fns = expanded_tiles::<F>();
     let col = |c: usize| &act[c * n_groups..(c + 1) * n_groups];
     let mut results = [[_mm512_setzero_ps(); MAX_R]; MAX_C];
     // Row tiles outside, every column inside: a row tile's weights (tens to hundreds of KiB) stay in L2 while the
     // batch's activations pass by, so each weight is read from memory once per matmul.
     let (rows_per_tile, cols_per_tile) = if n_cols == 1 { (1, 1) } else { (BATCH_R, BATCH_C) };
+    // Where more than one column tile meets a panel, the panel is unpacked once (`expand`) and each tile loads its
+    // slices: for Q6_K the unpacking was a fifth of a batch's instructions, done again for every 8 columns.
+    let expand_panels = expands::<F>() && n_cols > cols_per_tile;
     let mut p = p_start;
     while p < p_end {
         let n_r = rows_per_tile.min(p_end - p);
         let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel((p + r).min(p_end - 1)));
-        let mut c0 = 0;
-        while c0 < n_cols {
-            let n_c = cols_per_tile.min(n_cols - c0);
-            let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(n_cols - 1)));
-            // SAFETY: this function has the features the tile functions need.
-            unsafe { fns[n_r - 1][n_c - 1](panels, cols, n_groups, &mut results) };
-            store(&results, p, n_r, c0, n_c, out);
-            c0 += n_c;
+        let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
+            let mut c0 = 0;
+            while c0 < n_cols {
+                let n_c = cols_per_tile.min(n_cols - c0);
+                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(n_cols - 1)));
+                // SAFETY: this function has the features the tile functions need.
+                unsafe { fns[n_c - 1](panels, cols, n_groups, &mut results) };
+                store(&results, p, n_r, c0, n_c, out);
+                c0 += n_c;
+            }
+        };
+        if expand_panels {
+            with_expanded(n_groups * EXPANDED_GROUP, |expanded| {
+                expand::<F>(panels[0].1, n_groups, expanded);
+                column_tiles([(panels[0].0, &*expanded); MAX_R], &expanded_fns)
+            });
+        } else {
+            column_tiles(panels, &fns[n_r - 1]);
         }
         p += n_r;
     }

@@ -51,7 +51,7 @@ pub const PREFETCH_AHEAD: usize = 16384;
 /// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage where it cannot be mapped.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
-struct Line([u8; 64]);
+pub(in crate::backend::cpu::kernels) struct Line(pub [u8; 64]);
 
 /// A packed matrix's bytes: anonymous pages asked to be huge pages (a matvec streams hundreds of megabytes per
 /// token; with 4 KiB pages that is a TLB miss every 4 KiB and, when the matrix is written at load, a page fault
@@ -89,6 +89,30 @@ impl Storage {
             Storage::Heap(lines) => bytemuck::cast_slice_mut(lines),
         }
     }
+}
+
+impl Line {
+    pub(in crate::backend::cpu::kernels) const ZERO: Line = Line([0; 64]);
+}
+
+/// A batch matmul's weights unpacked into bytes, a register per slice (`EXPANDED_GROUP` bytes per group, 64-byte
+/// aligned): the SIMD paths unpack a panel once for every column of a batch instead of once per column tile. One per
+/// thread, grown to the largest panel it has met.
+pub(in crate::backend::cpu::kernels) fn with_expanded<T>(bytes: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    thread_local! {
+        static EXPANDED: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    EXPANDED.with_borrow_mut(|lines| {
+        if lines.len() * 64 < bytes {
+            lines.resize(bytes.div_ceil(64), Line::ZERO);
+        }
+        f(&mut bytemuck::cast_slice_mut(lines)[..bytes])
+    })
+}
+
+/// Whether a batch expands format `F`'s panels first: every type whose slice takes more than a load to unpack.
+pub(in crate::backend::cpu::kernels) const fn expands<F: Format>() -> bool {
+    !matches!((F::BASE, F::HIGH), (format::Base::Bytes, format::High::None))
 }
 
 /// Runs `n` tasks `f(0) .. f(n − 1)`, in parallel where it can (a thread pool's `run`).
