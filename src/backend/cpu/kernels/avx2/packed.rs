@@ -403,9 +403,12 @@ fn tile_entry<F: Format, const R: usize, const C: usize, const X: bool>(
     n_groups: usize,
     out: &mut [[__m256; MAX_R]; MAX_C],
 ) {
-    let panels = std::array::from_fn(|r| panels[r]);
-    let octets = std::array::from_fn(|r| octets[r]);
-    tile::<F, R, C, X>(panels, octets, std::array::from_fn(|c| cols[c]), n_groups, out)
+    tile::<F, R, C, X>(first(&panels), first(&octets), first(&cols), n_groups, out)
+}
+
+/// The first `N` values of `xs`.
+fn first<T: Copy, const N: usize>(xs: &[T]) -> [T; N] {
+    xs[..N].try_into().expect("N is within the array")
 }
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
@@ -442,10 +445,16 @@ const EXPANDED_GROUP: usize = 8 * OCTET_SLICE;
 fn expand<F: Format>(planes: &[u8], o: usize, n_groups: usize, out: &mut [u8]) {
     assert!(o < 2 && planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
     for g in 0..n_groups {
+        let group = planes.as_ptr().wrapping_add(g * F::GROUP_BYTES);
+        if o == 0 {
+            for line in (0..F::GROUP_BYTES).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(PREFETCH_AHEAD + line).cast());
+            }
+        }
         for s in 0..8 {
             // SAFETY: group `g`'s planes and its expanded registers lie in the slices (asserted above).
             unsafe {
-                let v = unpack::<F>(planes.as_ptr().add(g * F::GROUP_BYTES), o, s / 4, s % 4);
+                let v = unpack::<F>(group, o, s / 4, s % 4);
                 _mm256_storeu_si256(out.as_mut_ptr().add(g * EXPANDED_GROUP + s * OCTET_SLICE).cast(), v);
             }
         }
@@ -495,14 +504,21 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
         let mut o = o_start;
         while o < o_end {
             let n_r = octets_per_tile.min(o_end - o);
-            let which = |r: usize| (o + r).min(o_end - 1);
-            let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel(which(r) * OCTET / PANEL_ROWS));
-            let octets: [usize; MAX_R] = std::array::from_fn(|r| which(r) % (PANEL_ROWS / OCTET));
+            // Only the tile's `n_r` octets and `n_c` columns are set: a tile reads no others.
+            let mut panels: [(&[u8], &[u8]); MAX_R] = [(&[], &[]); MAX_R];
+            let mut octets = [0; MAX_R];
+            for r in 0..n_r {
+                panels[r] = w.panel((o + r) * OCTET / PANEL_ROWS);
+                octets[r] = (o + r) % (PANEL_ROWS / OCTET);
+            }
             let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
                 let mut c0 = col_start;
                 while c0 < col_end {
                     let n_c = cols_per_tile.min(col_end - c0);
-                    let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(col_end - 1)));
+                    let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
+                    for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
+                        *slot = col(c0 + c);
+                    }
                     // SAFETY: this function has the features the tile functions need.
                     unsafe { fns[n_c - 1](panels, octets, cols, n_groups, &mut results) };
                     store(&results, o, n_r, c0, n_c, out);

@@ -169,6 +169,8 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
 
 /// Bytes of an expanded group (`expand`): its 8 slices, a register each.
 const EXPANDED_GROUP: usize = 8 * SLICE_BYTES;
+// A batch's tile is one panel, the one `expand` unpacks.
+const _: () = assert!(BATCH_R == 1);
 
 /// Unpacks the `n_groups` groups of a panel's planes into `out`, slice `s` of group `g` at `EXPANDED_GROUP · g +
 /// SLICE_BYTES · s`: the registers `unpack` would give, computed once for every column of a batch.
@@ -176,10 +178,14 @@ const EXPANDED_GROUP: usize = 8 * SLICE_BYTES;
 fn expand<F: Format>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
     assert!(planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
     for g in 0..n_groups {
+        let group = planes.as_ptr().wrapping_add(g * F::GROUP_BYTES);
+        for line in (0..F::GROUP_BYTES).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(PREFETCH_AHEAD + line).cast());
+        }
         for s in 0..8 {
             // SAFETY: group `g`'s planes and its expanded registers lie in the slices (asserted above).
             unsafe {
-                let v = unpack::<F>(planes.as_ptr().add(g * F::GROUP_BYTES), s / 4, s % 4);
+                let v = unpack::<F>(group, s / 4, s % 4);
                 _mm512_storeu_si512(out.as_mut_ptr().add(g * EXPANDED_GROUP + s * SLICE_BYTES).cast(), v);
             }
         }
@@ -329,7 +335,12 @@ fn tile_entry<F: Format, const R: usize, const C: usize, const X: bool>(
     n_groups: usize,
     out: &mut [[__m512; MAX_R]; MAX_C],
 ) {
-    tile::<F, R, C, X>(std::array::from_fn(|r| panels[r]), std::array::from_fn(|c| cols[c]), n_groups, out)
+    tile::<F, R, C, X>(first(&panels), first(&cols), n_groups, out)
+}
+
+/// The first `N` values of `xs`.
+fn first<T: Copy, const N: usize>(xs: &[T]) -> [T; N] {
+    xs[..N].try_into().expect("N is within the array")
 }
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {
@@ -410,12 +421,19 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
     let mut p = p_start;
     while p < p_end {
         let n_r = rows_per_tile.min(p_end - p);
-        let panels: [(&[u8], &[u8]); MAX_R] = std::array::from_fn(|r| w.panel((p + r).min(p_end - 1)));
+        // Only the tile's `n_r` panels and `n_c` columns are set: a tile reads no others.
+        let mut panels: [(&[u8], &[u8]); MAX_R] = [(&[], &[]); MAX_R];
+        for (r, panel) in panels.iter_mut().enumerate().take(n_r) {
+            *panel = w.panel(p + r);
+        }
         let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
             let mut c0 = 0;
             while c0 < n_cols {
                 let n_c = cols_per_tile.min(n_cols - c0);
-                let cols: [&[BlockQ8A]; MAX_C] = std::array::from_fn(|c| col((c0 + c).min(n_cols - 1)));
+                let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
+                for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
+                    *slot = col(c0 + c);
+                }
                 // SAFETY: this function has the features the tile functions need.
                 unsafe { fns[n_c - 1](panels, cols, n_groups, &mut results) };
                 store(&results, p, n_r, c0, n_c, out);
