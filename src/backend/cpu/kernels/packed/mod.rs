@@ -95,9 +95,9 @@ impl Line {
     pub(in crate::backend::cpu::kernels) const ZERO: Line = Line([0; 64]);
 }
 
-/// A batch matmul's weights unpacked into bytes, a register per slice (`EXPANDED_GROUP` bytes per group, 64-byte
-/// aligned): the SIMD paths unpack a panel once for every column of a batch instead of once per column tile. One per
-/// thread, grown to the largest panel it has met.
+/// A batch matmul's weights unpacked into bytes, a register per slice (each path's `EXPANDED_GROUP` bytes per group,
+/// 64-byte aligned): the SIMD paths unpack a panel once for every column of a batch instead of once per column tile.
+/// One per thread, grown to the largest panel it has met.
 pub(in crate::backend::cpu::kernels) fn with_expanded<T>(bytes: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
     thread_local! {
         static EXPANDED: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
