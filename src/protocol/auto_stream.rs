@@ -278,6 +278,7 @@ mod tests {
     use crate::protocol::call_syntax::{
         CallSyntax, DEEPSEEK_R1, EMBER, HERMES, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
     };
+    use crate::protocol::test_support::pieces;
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "P{ä}\"r"}}"#;
     const ARGS: &str = r#"{"city": "P{ä}\"r"}"#;
@@ -299,14 +300,9 @@ mod tests {
     fn run(syntax: CallSyntax, text: &str, size: usize) -> (String, Vec<(String, String)>, bool) {
         let mut s = stream(syntax);
         let mut deltas = Vec::new();
-        let mut piece = String::new();
-        for c in text.chars() {
-            piece.push(c);
-            if piece.len() >= size {
-                deltas.extend(s.push(&std::mem::take(&mut piece)));
-            }
+        for piece in pieces(text, size) {
+            deltas.extend(s.push(piece));
         }
-        deltas.extend(s.push(&piece));
         deltas.extend(s.finish());
         let (mut content, mut calls) = (String::new(), Vec::<(String, String)>::new());
         for d in deltas {

@@ -100,6 +100,7 @@ impl CallStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::test_support::pieces;
 
     #[test]
     fn outputs_parse_as_calls_only_when_complete() {
@@ -125,14 +126,9 @@ mod tests {
             for size in 1..text.len() {
                 let mut s = CallStream::new(shape.clone(), "call_1".into());
                 let mut deltas = Vec::new();
-                let mut piece = String::new();
-                for c in text.chars() {
-                    piece.push(c);
-                    if piece.len() >= size {
-                        deltas.extend(s.push(&std::mem::take(&mut piece)));
-                    }
+                for piece in pieces(text, size) {
+                    deltas.extend(s.push(piece));
                 }
-                deltas.extend(s.push(&piece));
                 deltas.extend(s.finish());
                 let headers: Vec<&CallDelta> =
                     deltas.iter().filter(|d| matches!(d, CallDelta::Header { .. })).collect();

@@ -289,7 +289,7 @@ fn push_nonempty(out: &mut Vec<ReasoningDelta>, make: fn(String) -> ReasoningDel
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::test_support::char_tokenizer;
+    use crate::protocol::test_support::{char_tokenizer, pieces};
 
     fn reader(starts_inside: bool) -> ReasoningReader {
         ReasoningReader {
@@ -304,14 +304,8 @@ mod tests {
     fn streamed(r: &ReasoningReader, text: &str, size: usize) -> (Option<String>, String) {
         let mut s = r.stream();
         let mut deltas = Vec::new();
-        let mut rest = text;
-        while !rest.is_empty() {
-            let mut cut = size.min(rest.len());
-            while !rest.is_char_boundary(cut) {
-                cut += 1;
-            }
-            deltas.extend(s.push(&rest[..cut]));
-            rest = &rest[cut..];
+        for piece in pieces(text, size) {
+            deltas.extend(s.push(piece));
         }
         deltas.extend(s.finish());
         let (mut reasoning, mut content) = (None::<String>, String::new());

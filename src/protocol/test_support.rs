@@ -115,3 +115,19 @@ pub(crate) fn thinking_reader() -> crate::protocol::reasoning::ReasoningReader {
     let tokenizer = Arc::new(char_tokenizer(&[]));
     ReasoningReader::for_request(&template, &tokenizer, &[], ReasoningFormat::Separate).unwrap()
 }
+
+/// `text` cut into pieces of at least `size` bytes, each ending at the first character boundary from there (the
+/// last one the rest): how the streaming readers' tests feed a text as a model's tokens would come.
+pub(crate) fn pieces(text: &str, size: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut cut = size.min(rest.len());
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    out
+}

@@ -183,6 +183,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::protocol::test_support::pieces;
 
     fn strings() -> Vec<String> {
         vec!["city".into(), "code".into()]
@@ -209,14 +210,8 @@ mod tests {
         for size in [1, 2, 3, 7, 13, 1000] {
             let mut scan = XmlScan::new(strings());
             let (mut text, mut json) = (String::new(), String::new());
-            let mut rest = BLOCKS;
-            while !rest.is_empty() {
-                let mut cut = size.min(rest.len());
-                while !rest.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                text.push_str(&rest[..cut]);
-                rest = &rest[cut..];
+            for piece in pieces(BLOCKS, size) {
+                text.push_str(piece);
                 json.push_str(&scan.feed(&text));
             }
             assert_eq!(json, JSON, "pieces of {size}");

@@ -13,7 +13,7 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{expands, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD};
+use crate::backend::cpu::kernels::packed::{expands, first, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -336,11 +336,6 @@ fn tile_entry<F: Format, const R: usize, const C: usize, const X: bool>(
     out: &mut [[__m512; MAX_R]; MAX_C],
 ) {
     tile::<F, R, C, X>(first(&panels), first(&cols), n_groups, out)
-}
-
-/// The first `N` values of `xs`.
-fn first<T: Copy, const N: usize>(xs: &[T]) -> [T; N] {
-    xs[..N].try_into().expect("N is within the array")
 }
 
 fn tiles<F: Format>() -> [[TileFn; MAX_C]; MAX_R] {

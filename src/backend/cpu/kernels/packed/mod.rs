@@ -115,6 +115,11 @@ pub(in crate::backend::cpu::kernels) const fn expands<F: Format>() -> bool {
     !matches!((F::BASE, F::HIGH), (format::Base::Bytes, format::High::None))
 }
 
+/// The first `N` values of `xs`: a tile's `R` panels or `C` columns out of a path's fixed-size arrays.
+pub(in crate::backend::cpu::kernels) fn first<T: Copy, const N: usize>(xs: &[T]) -> [T; N] {
+    xs[..N].try_into().expect("N is within the array")
+}
+
 /// Runs `n` tasks `f(0) .. f(n − 1)`, in parallel where it can (a thread pool's `run`).
 pub type RunTasks<'a> = &'a dyn Fn(usize, &(dyn Fn(usize) + Sync));
 
