@@ -312,7 +312,7 @@ mod tests {
     use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
     use crate::engine::sequence::TextOptions;
-    use crate::engine::step_runner::StepError;
+    use crate::engine::step::StepError;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};

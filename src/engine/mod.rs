@@ -30,6 +30,7 @@ pub mod speculative;
 #[cfg(test)]
 mod speculative_step_tests;
 pub mod stats;
+pub mod step;
 pub mod step_runner;
 pub mod stop;
 pub mod telemetry;

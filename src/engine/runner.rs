@@ -12,7 +12,7 @@ use super::config::{ActivationPrecision, BackendKind, EngineConfig};
 use super::cpu_threads::{bounded_threads, ThreadCount};
 use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
-use super::step_runner::StepError;
+use super::step::StepError;
 
 /// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`) and the threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

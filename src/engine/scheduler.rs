@@ -31,7 +31,7 @@ use super::kv_prefix::PrefixCacheStats;
 use super::sequence::{SeqId, SeqStatus, Sequence};
 use super::speculative::{SpeculativeConfig, Speculator};
 use super::stats::{EngineClock, StepEvent};
-use super::step_runner::RunnerOutput;
+use super::step::{RunnerOutput, ScheduledChunk, SchedulerOutput};
 
 /// Limits of one step.
 #[derive(Clone, Copy, Debug)]
@@ -40,41 +40,6 @@ pub struct SchedulerLimits {
     pub max_num_batched_tokens: usize,
     /// n-gram speculative decoding, when on (`speculative/`).
     pub speculative: Option<SpeculativeConfig>,
-}
-
-/// A sequence's share of a step: compute its tokens `start..start + n_tokens`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScheduledChunk {
-    pub seq: SeqId,
-    /// The first position computed (the sequence's computed positions before the step).
-    pub start: usize,
-    pub n_tokens: usize,
-    /// Whether the chunk reaches the sequence's last token, so that the step samples its next one.
-    pub samples: bool,
-    /// Whether this is prefill work: a prompt, or a recomputation after preemption (a decode computes just the
-    /// token sampled the step before).
-    pub prefill: bool,
-    /// Draft tokens after the sequence's last token, to verify (`speculative/`; 0 without a draft).
-    pub draft: usize,
-}
-
-/// What the scheduler decided for one step.
-#[derive(Debug, Default)]
-pub struct SchedulerOutput {
-    /// The batch, in the order the runner computes it.
-    pub chunks: Vec<ScheduledChunk>,
-    /// Sequences preempted while scheduling (back in the waiting queue, blocks freed).
-    pub preempted: Vec<SeqId>,
-    /// Sequences dropped for a window-pool shortage, which the pool's sizing rules out (an engine bug): already
-    /// finished with `Error`, blocks freed; the engine fails their requests with an internal error.
-    pub failed: Vec<SeqId>,
-}
-
-impl SchedulerOutput {
-    /// Tokens computed by the step.
-    pub fn num_tokens(&self) -> usize {
-        self.chunks.iter().map(|c| c.n_tokens).sum()
-    }
 }
 
 /// What the scheduler has done since the engine started.

@@ -4,7 +4,6 @@
 //! copy 49,152-float rows to the host for greedy requests); otherwise the logits rows come back and each
 //! sequence's sampler draws from its own row on the host.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,65 +12,11 @@ use rustc_hash::FxHashMap;
 use super::guided::{MaskJobs, MaskTimes};
 use super::runner::BatchForward;
 use super::sampling::{LogprobSampler, TokenLogprob};
-use super::scheduler::{ScheduledChunk, SchedulerOutput};
 use super::sequence::{SeqId, Sequence};
 use super::stats::EngineClock;
-use crate::backend::cuda::CudaBackendError;
-use crate::model::llama::batch::BatchError;
+use super::step::{RunnerOutput, SampledToken, ScheduledChunk, SchedulerOutput, StepError};
 use crate::model::llama::SeqChunk;
 use crate::model::TokenId;
-
-/// Why a step's forward pass failed.
-#[derive(Debug)]
-pub enum StepError {
-    /// The batch was refused by the backend's checks (an engine bug: the scheduler builds valid batches).
-    Batch(BatchError),
-    /// The GPU failed (a driver call, a poisoned device, a panic caught at the backend's boundary).
-    Cuda(CudaBackendError),
-}
-
-impl fmt::Display for StepError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StepError::Batch(e) => write!(f, "invalid batch: {e}"),
-            StepError::Cuda(e) => write!(f, "CUDA: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StepError {}
-
-impl From<BatchError> for StepError {
-    fn from(e: BatchError) -> Self {
-        StepError::Batch(e)
-    }
-}
-
-impl From<CudaBackendError> for StepError {
-    fn from(e: CudaBackendError) -> Self {
-        match e {
-            CudaBackendError::Batch(b) => StepError::Batch(b),
-            other => StepError::Cuda(other),
-        }
-    }
-}
-
-/// A token sampled for a sequence, and when (monotonic): right after it was on the host.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SampledToken {
-    pub seq: SeqId,
-    pub token: TokenId,
-    pub ts: f64,
-    /// Its log probability and alternatives, when the sequence asked for them (`Sequence::logprobs`).
-    pub logprob: Option<TokenLogprob>,
-}
-
-/// What a step computed: the sampled tokens of each chunk that samples, in the scheduler's chunk order: one, or
-/// for a chunk with a draft its accepted draft tokens and the model's next token (`speculative.rs`).
-#[derive(Debug, Default)]
-pub struct RunnerOutput {
-    pub sampled: Vec<SampledToken>,
-}
 
 /// `min_tokens`: until a sequence has generated that many tokens, its stop ids (end-of-generation and
 /// `stop_token_ids`) cannot be sampled (vLLM's semantics). `ahead`: the row samples the token after that many

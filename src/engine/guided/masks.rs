@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use super::matcher::GuidedMatcher;
-use crate::engine::scheduler::SchedulerOutput;
 use crate::engine::sequence::{SeqId, Sequence};
+use crate::engine::step::SchedulerOutput;
 
 /// The matchers taken out of a step's sequences, and each mask's time once computed.
 pub(crate) struct MaskJobs {

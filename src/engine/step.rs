@@ -1,0 +1,99 @@
+//! What the stages of a step hand each other: the scheduler's plan ([`SchedulerOutput`], its
+//! [`ScheduledChunk`]s) goes to the runner; the runner's sampled tokens ([`RunnerOutput`]) go back to the
+//! scheduler's update, or a [`StepError`] ends the step. Here, in a module of their own, so that the stages
+//! depend on these types and not on one another (scheduler → step ← step_runner → runner → step).
+
+use std::fmt;
+
+use super::sampling::TokenLogprob;
+use super::sequence::SeqId;
+use crate::backend::cuda::CudaBackendError;
+use crate::model::llama::batch::BatchError;
+use crate::model::TokenId;
+
+/// A sequence's share of a step: compute its tokens `start..start + n_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    pub seq: SeqId,
+    /// The first position computed (the sequence's computed positions before the step).
+    pub start: usize,
+    pub n_tokens: usize,
+    /// Whether the chunk reaches the sequence's last token, so that the step samples its next one.
+    pub samples: bool,
+    /// Whether this is prefill work: a prompt, or a recomputation after preemption (a decode computes just the
+    /// token sampled the step before).
+    pub prefill: bool,
+    /// Draft tokens after the sequence's last token, to verify (`speculative/`; 0 without a draft).
+    pub draft: usize,
+}
+
+/// What the scheduler decided for one step.
+#[derive(Debug, Default)]
+pub struct SchedulerOutput {
+    /// The batch, in the order the runner computes it.
+    pub chunks: Vec<ScheduledChunk>,
+    /// Sequences preempted while scheduling (back in the waiting queue, blocks freed).
+    pub preempted: Vec<SeqId>,
+    /// Sequences dropped for a window-pool shortage, which the pool's sizing rules out (an engine bug): already
+    /// finished with `Error`, blocks freed; the engine fails their requests with an internal error.
+    pub failed: Vec<SeqId>,
+}
+
+impl SchedulerOutput {
+    /// Tokens computed by the step.
+    pub fn num_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.n_tokens).sum()
+    }
+}
+
+/// Why a step's forward pass failed.
+#[derive(Debug)]
+pub enum StepError {
+    /// The batch was refused by the backend's checks (an engine bug: the scheduler builds valid batches).
+    Batch(BatchError),
+    /// The GPU failed (a driver call, a poisoned device, a panic caught at the backend's boundary).
+    Cuda(CudaBackendError),
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Batch(e) => write!(f, "invalid batch: {e}"),
+            StepError::Cuda(e) => write!(f, "CUDA: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+impl From<BatchError> for StepError {
+    fn from(e: BatchError) -> Self {
+        StepError::Batch(e)
+    }
+}
+
+impl From<CudaBackendError> for StepError {
+    fn from(e: CudaBackendError) -> Self {
+        match e {
+            CudaBackendError::Batch(b) => StepError::Batch(b),
+            other => StepError::Cuda(other),
+        }
+    }
+}
+
+/// A token sampled for a sequence, and when (monotonic): right after it was on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledToken {
+    pub seq: SeqId,
+    pub token: TokenId,
+    pub ts: f64,
+    /// Its log probability and alternatives, when the sequence asked for them (`Sequence::logprobs`).
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// What a step computed: the sampled tokens of each chunk that samples, in the scheduler's chunk order: one, or
+/// for a chunk with a draft its accepted draft tokens and the model's next token (`speculative.rs`).
+#[derive(Debug, Default)]
+pub struct RunnerOutput {
+    pub sampled: Vec<SampledToken>,
+}
