@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ember::engine::config::CPU_DEFAULT_MAX_NUM_BATCHED_TOKENS;
 use ember::engine::metrics::nearest_rank;
-use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::{Model, TokenId};
 
 struct Args {
@@ -115,11 +115,11 @@ fn run(
     };
     let engine = Engine::with_model(config, Arc::clone(model), Logger::silent()).expect("engine");
     let requests: Vec<SubmitRequest> = (0..concurrency)
-        .map(|i| SubmitRequest {
-            max_tokens: Some(gen),
-            ignore_eos: true,
-            logprobs,
-            ..SubmitRequest::new(prompt(model, i, 128))
+        .map(|i| {
+            SubmitRequest::with_options(
+                prompt(model, i, 128),
+                RequestOptions { max_tokens: Some(gen), ignore_eos: true, logprobs, ..Default::default() },
+            )
         })
         .collect();
     let start = Instant::now();
@@ -186,7 +186,10 @@ fn main() {
             Logger::silent(),
         )
         .expect("engine");
-        let h = engine.submit(SubmitRequest { max_tokens: Some(4), ..SubmitRequest::new(prompt(&model, 0, 16)) });
+        let h = engine.submit(SubmitRequest::with_options(
+            prompt(&model, 0, 16),
+            RequestOptions { max_tokens: Some(4), ..Default::default() },
+        ));
         h.expect("submit").wait();
         std::thread::sleep(Duration::from_millis(200));
         let (cpu0, t0) = (cpu_seconds(), Instant::now());

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ember::engine::guided::{GuidedRequest, GuidedSpec, MaskTimeSummary};
-use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
 use ember::model::{Model, TokenId};
 use serde_json::json;
@@ -105,11 +105,17 @@ fn run(model: &Arc<Model>, args: &Args, gen: usize, mixed: bool) -> Run {
     let config = EngineConfig { threads: args.threads, ..Default::default() };
     let engine = Engine::with_model(config, Arc::clone(model), Logger::silent()).expect("engine");
     let requests: Vec<SubmitRequest> = (0..CONCURRENCY)
-        .map(|i| SubmitRequest {
-            max_tokens: Some(gen),
-            ignore_eos: true,
-            guided: (mixed && i % 2 == 0).then(|| GuidedRequest::new(GuidedSpec::JsonSchema(schema()), "bench")),
-            ..SubmitRequest::new(prompt(model, i))
+        .map(|i| {
+            SubmitRequest::with_options(
+                prompt(model, i),
+                RequestOptions {
+                    max_tokens: Some(gen),
+                    ignore_eos: true,
+                    guided: (mixed && i % 2 == 0)
+                        .then(|| GuidedRequest::new(GuidedSpec::JsonSchema(schema()), "bench")),
+                    ..Default::default()
+                },
+            )
         })
         .collect();
     let sched_start = sched_times();

@@ -17,7 +17,7 @@ mod proc_status;
 use std::process::Command;
 use std::time::Instant;
 
-use ember::engine::{Engine, EngineConfig, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, RequestOptions, SubmitRequest};
 use ember::model::chat_template::ChatTemplate;
 use ember::model::gguf::{GgufFile, LoadMode};
 use ember::model::llama::LlamaConfig;
@@ -86,7 +86,10 @@ fn child(mode: &str) {
     let start_ms = start.elapsed().as_secs_f64() * 1000.0;
     let (anon_loaded, file_loaded) = (proc_status_kib("RssAnon"), proc_status_kib("RssFile"));
     let prompt: Vec<_> = (100..116).collect();
-    let request = SubmitRequest { max_tokens: Some(64), ignore_eos: true, ..SubmitRequest::new(prompt) };
+    let request = SubmitRequest::with_options(
+        prompt,
+        RequestOptions { max_tokens: Some(64), ignore_eos: true, ..Default::default() },
+    );
     let h = engine.submit(request).expect("submit");
     h.wait();
     let tps = h.timing_metrics(0).mean_itl_ms.map_or(0.0, |itl| 1000.0 / itl);

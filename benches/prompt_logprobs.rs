@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::{Model, TokenId};
 use serde_json::json;
 
@@ -60,7 +60,10 @@ fn prompt(model: &Model, n: usize, salt: usize) -> Vec<TokenId> {
 fn run(engine: &Engine, prompts: &[Vec<TokenId>], top: Option<usize>) -> f64 {
     let start = Instant::now();
     for p in prompts {
-        let request = SubmitRequest { max_tokens: Some(1), prompt_logprobs: top, ..SubmitRequest::new(p.clone()) };
+        let request = SubmitRequest::with_options(
+            p.clone(),
+            RequestOptions { max_tokens: Some(1), prompt_logprobs: top, ..Default::default() },
+        );
         let h = engine.submit(request).expect("submit");
         h.wait();
         assert_eq!(h.error(), None);

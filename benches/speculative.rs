@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::speculative::{SpeculativeConfig, SpeculativeMethod};
-use ember::engine::{ChoiceOutput, Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{ChoiceOutput, Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
@@ -105,7 +105,9 @@ struct Run {
 }
 
 fn run(engine: &Engine, prompts: &[Vec<TokenId>], max_tokens: usize, concurrent: usize) -> Run {
-    let request = |p: &Vec<TokenId>| SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(p.clone()) };
+    let request = |p: &Vec<TokenId>| {
+        SubmitRequest::with_options(p.clone(), RequestOptions { max_tokens: Some(max_tokens), ..Default::default() })
+    };
     let (mut drafted, mut accepted, mut outputs) = (0, 0, Vec::new());
     let tps = if concurrent == 1 {
         let mut rates = Vec::new();

@@ -6,12 +6,15 @@
 mod common;
 
 use common::{chat_ids, engine};
-use ember::engine::SubmitRequest;
 use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitError};
+use ember::engine::{RequestOptions, SubmitRequest};
 
 /// A request that generates until stopped: `max_tokens` tokens past end-of-generation.
 fn long(max_tokens: usize) -> SubmitRequest {
-    SubmitRequest { max_tokens: Some(max_tokens), ignore_eos: true, ..SubmitRequest::new(chat_ids("Tell me a story.")) }
+    SubmitRequest::with_options(
+        chat_ids("Tell me a story."),
+        RequestOptions { max_tokens: Some(max_tokens), ignore_eos: true, ..Default::default() },
+    )
 }
 
 /// Waits for the request's first text: it has started generating.
@@ -59,7 +62,7 @@ fn a_submit_beyond_max_waiting_requests_is_refused_at_once_and_queues_nothing() 
 #[test]
 fn a_deadline_ends_a_generating_request_with_its_output_and_metrics() {
     let e = engine(EngineConfig { enable_per_request_metrics: true, ..Default::default() });
-    let h = e.submit(SubmitRequest { deadline_ms: Some(300), ..long(4000) }).unwrap();
+    let h = e.submit(long(4000).map_options(|o| RequestOptions { deadline_ms: Some(300), ..o })).unwrap();
     h.wait();
     let c = h.choices().remove(0);
     assert_eq!(c.finish_reason, Some(FinishReason::Deadline));
@@ -75,7 +78,7 @@ fn a_deadline_ends_a_request_still_waiting_to_start() {
     let e = one_seat(EngineConfig::default());
     let running = e.submit(long(4000)).unwrap();
     first_delta(&running);
-    let late = e.submit(SubmitRequest { deadline_ms: Some(50), ..long(8) }).unwrap();
+    let late = e.submit(long(8).map_options(|o| RequestOptions { deadline_ms: Some(50), ..o })).unwrap();
     late.wait();
     let c = late.choices().remove(0);
     assert_eq!((c.finish_reason, c.completion_tokens), (Some(FinishReason::Deadline), 0));
@@ -90,11 +93,11 @@ fn a_deadline_ends_a_request_still_waiting_to_start() {
 #[test]
 fn a_high_priority_request_does_not_wait_behind_a_full_batch_of_low_priority_ones() {
     let e = engine(EngineConfig { max_num_seqs: 2, ..Default::default() });
-    let low = |_| SubmitRequest { priority: 5, ..long(200) };
+    let low = |_| long(200).map_options(|o| RequestOptions { priority: 5, ..o });
     let lows: Vec<_> = (0..3).map(|i| e.submit(low(i)).unwrap()).collect();
     first_delta(&lows[0]);
     first_delta(&lows[1]);
-    let high = e.submit(SubmitRequest { priority: -1, ..long(6) }).unwrap();
+    let high = e.submit(long(6).map_options(|o| RequestOptions { priority: -1, ..o })).unwrap();
     high.wait();
     assert_eq!(high.choices()[0].finish_reason, Some(FinishReason::Length));
     // It started and finished while the low-priority requests still had most of their tokens to generate.

@@ -8,7 +8,7 @@ mod gemma3;
 
 use std::sync::Arc;
 
-use ember::engine::{Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::Model;
 
 /// llama.cpp's top-1 − top-2 margin below which the greedy token is a near-tie: `generate_greedy`'s for SmolLM2
@@ -26,11 +26,10 @@ fn batched_greedy_completions_follow_llama_cpp_until_a_near_tie_with_metrics() {
         .cases
         .iter()
         .map(|c| {
-            let request = SubmitRequest {
-                max_tokens: Some(c.generated_ids.len()),
-                include_metrics: true,
-                ..SubmitRequest::new(c.prompt_ids.clone())
-            };
+            let request = SubmitRequest::with_options(
+                c.prompt_ids.clone(),
+                RequestOptions { max_tokens: Some(c.generated_ids.len()), include_metrics: true, ..Default::default() },
+            );
             engine.submit(request).unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();

@@ -6,7 +6,7 @@ mod common;
 use common::{chat_ids, engine, greedy, ids_of};
 use ember::engine::guided::{GuidedRequest, GuidedSpec};
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{EngineConfig, FinishReason, SubmitRequest};
+use ember::engine::{EngineConfig, FinishReason, RequestOptions, SubmitRequest};
 use serde_json::{json, Value};
 
 fn person_schema() -> Value {
@@ -25,7 +25,7 @@ fn person_schema() -> Value {
 const PERSON: &str = "Describe a person as JSON with their name, age and favourite color.";
 
 fn constrained(message: &str, max_tokens: usize, spec: GuidedSpec) -> SubmitRequest {
-    SubmitRequest { guided: Some(GuidedRequest::new(spec, "test")), ..greedy(message, max_tokens) }
+    greedy(message, max_tokens).map_options(|o| RequestOptions { guided: Some(GuidedRequest::new(spec, "test")), ..o })
 }
 
 /// Checks that `text` is a JSON object matching `person_schema`.
@@ -51,8 +51,10 @@ fn a_json_schema_request_gives_a_matching_object_greedy_and_sampled() {
 
     let sampled = SubmitRequest {
         n: 3,
-        sampling: SamplingParams { temperature: 1.0, seed: Some(11), ..Default::default() },
-        ..constrained(PERSON, 64, GuidedSpec::JsonSchema(person_schema()))
+        ..constrained(PERSON, 64, GuidedSpec::JsonSchema(person_schema())).map_options(|o| RequestOptions {
+            sampling: SamplingParams { temperature: 1.0, seed: Some(11), ..Default::default() },
+            ..o
+        })
     };
     let h = e.submit(sampled).unwrap();
     h.wait();
@@ -137,10 +139,13 @@ fn max_tokens_can_cut_a_constrained_choice_short() {
 #[test]
 fn an_invalid_constraint_is_refused_at_submit_naming_its_field() {
     let e = engine(EngineConfig::default());
-    let bad = SubmitRequest {
-        guided: Some(GuidedRequest::new(GuidedSpec::Regex("(unclosed".into()), "guided_regex")),
-        ..SubmitRequest::new(chat_ids("hi"))
-    };
+    let bad = SubmitRequest::with_options(
+        chat_ids("hi"),
+        RequestOptions {
+            guided: Some(GuidedRequest::new(GuidedSpec::Regex("(unclosed".into()), "guided_regex")),
+            ..Default::default()
+        },
+    );
     let err = e.submit(bad).unwrap_err();
     assert_eq!(err.field(), Some("guided_regex"));
     assert!(err.to_string().starts_with("invalid guided_regex: ") && err.to_string().contains("unclosed"), "{err}");

@@ -14,7 +14,7 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::engine::generate::{generate, GenerateRequest, SingleSequenceLayout};
 use ember::engine::kv_window::WindowBlocks;
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, EventPoll, Logger, RequestEvent, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, EventPoll, Logger, RequestEvent, RequestOptions, SubmitRequest};
 use ember::model::Model;
 
 const MAX_TOKENS: usize = 64;
@@ -64,7 +64,10 @@ fn a_sequence_past_the_window_holds_only_its_window_blocks_and_gets_the_tokens_o
     let cap = WindowBlocks::cap(512, BUDGET, BLOCK);
     assert_eq!(engine.kv_window_blocks(), Some((cap, cap)), "one sequence's cap: 41 blocks, all free");
     let h = engine
-        .submit(SubmitRequest { max_tokens: Some(MAX_TOKENS), ignore_eos: true, ..SubmitRequest::new(prompt) })
+        .submit(SubmitRequest::with_options(
+            prompt,
+            RequestOptions { max_tokens: Some(MAX_TOKENS), ignore_eos: true, ..Default::default() },
+        ))
         .unwrap_or_else(|e| panic!("{e}"));
     loop {
         // Whenever the host looks (the engine publishes its counters at every step and every finish).

@@ -6,7 +6,9 @@ mod common;
 use common::{engine, greedy, MESSAGES};
 use ember::engine::metrics;
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, EngineError, EventPoll, Logger, RequestEvent, SubmitRequest};
+use ember::engine::{
+    Engine, EngineConfig, EngineError, EventPoll, Logger, RequestEvent, RequestOptions, SubmitRequest,
+};
 
 #[test]
 fn timestamps_are_ordered_for_every_request() {
@@ -84,8 +86,10 @@ fn each_choice_has_its_own_metrics_and_seeded_sampling_is_reproducible() {
     let e = engine(EngineConfig::default());
     let request = SubmitRequest {
         n: 3,
-        sampling: SamplingParams { temperature: 1.0, seed: Some(7), ..Default::default() },
-        ..greedy("Write a haiku about rain.", 10)
+        ..greedy("Write a haiku about rain.", 10).map_options(|o| RequestOptions {
+            sampling: SamplingParams { temperature: 1.0, seed: Some(7), ..Default::default() },
+            ..o
+        })
     };
     let a = e.submit(request.clone()).unwrap();
     let b = e.submit(request).unwrap();

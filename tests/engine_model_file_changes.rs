@@ -9,7 +9,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ember::engine::{BackendKind, Engine, EngineConfig, SubmitRequest};
+use ember::engine::{BackendKind, Engine, EngineConfig, RequestOptions, SubmitRequest};
 use ember::model::gguf::LoadMode;
 use ember::model::path::resolve_model_path;
 use ember::model::TokenId;
@@ -47,7 +47,9 @@ fn engine_on(path: &Path, load: LoadMode) -> Engine {
 /// The greedy continuation of a fixed prompt (ids only, so any vocabulary works).
 fn generate(engine: &Engine) -> Vec<TokenId> {
     let prompt: Vec<TokenId> = (100..116).collect();
-    let h = engine.submit(SubmitRequest { max_tokens: Some(8), ..SubmitRequest::new(prompt) }).expect("submit");
+    let h = engine
+        .submit(SubmitRequest::with_options(prompt, RequestOptions { max_tokens: Some(8), ..Default::default() }))
+        .expect("submit");
     h.wait();
     h.choices()[0].token_ids.clone()
 }

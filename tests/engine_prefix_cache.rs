@@ -6,7 +6,9 @@ mod common;
 
 use common::{chat_ids, engine, greedy, greedy_exactly, ids_of, model, MESSAGES};
 use ember::engine::sampling::SamplingParams;
-use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
+use ember::engine::{
+    Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, RequestOptions, SubmitRequest,
+};
 use ember::model::chat_template::ChatMessage;
 use ember::model::TokenId;
 
@@ -93,9 +95,11 @@ fn concurrent_requests_sharing_a_system_prompt_give_the_same_tokens() {
 fn choices_of_one_request_share_their_prompt_and_sample_as_without_caching() {
     let request = || SubmitRequest {
         n: 3,
-        max_tokens: Some(MAX_TOKENS),
-        sampling: SamplingParams { temperature: 0.8, seed: Some(7), ..Default::default() },
-        ..SubmitRequest::new(chat_ids("Write a haiku about rain."))
+        ..SubmitRequest::new(chat_ids("Write a haiku about rain.")).map_options(|o| RequestOptions {
+            max_tokens: Some(MAX_TOKENS),
+            sampling: SamplingParams { temperature: 0.8, seed: Some(7), ..Default::default() },
+            ..o
+        })
     };
     let run = |caching: bool| {
         let e = engine(config(caching));
@@ -142,7 +146,7 @@ fn prompt_of(len: usize) -> Vec<TokenId> {
 }
 
 fn completion(prompt: Vec<TokenId>, max_tokens: usize) -> SubmitRequest {
-    SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(prompt) }
+    SubmitRequest::with_options(prompt, RequestOptions { max_tokens: Some(max_tokens), ..Default::default() })
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::{chat_ids, engine};
-use ember::engine::{EngineConfig, SubmitRequest};
+use ember::engine::{EngineConfig, RequestOptions, SubmitRequest};
 use ember::protocol::prometheus::metrics_text;
 
 /// Every sample: `name{labels}` → value.
@@ -26,10 +26,14 @@ fn samples(text: &str) -> HashMap<String, f64> {
 fn the_text_counts_what_the_requests_did() {
     let e = engine(EngineConfig { speculative: None, ..Default::default() });
     let ids = chat_ids("Name three colors.");
-    let request = |max_tokens| SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(ids.clone()) };
-    let length = e.submit(SubmitRequest { ignore_eos: true, ..request(5) }).unwrap();
-    let deadline = e.submit(SubmitRequest { ignore_eos: true, deadline_ms: Some(1), ..request(4000) }).unwrap();
-    let cancelled = e.submit(SubmitRequest { ignore_eos: true, ..request(4000) }).unwrap();
+    let request = |max_tokens| {
+        SubmitRequest::with_options(ids.clone(), RequestOptions { max_tokens: Some(max_tokens), ..Default::default() })
+    };
+    let length = e.submit(request(5).map_options(|o| RequestOptions { ignore_eos: true, ..o })).unwrap();
+    let deadline = e
+        .submit(request(4000).map_options(|o| RequestOptions { ignore_eos: true, deadline_ms: Some(1), ..o }))
+        .unwrap();
+    let cancelled = e.submit(request(4000).map_options(|o| RequestOptions { ignore_eos: true, ..o })).unwrap();
     cancelled.cancel();
     for h in [&length, &deadline, &cancelled] {
         h.wait();

@@ -9,11 +9,14 @@ mod common;
 
 use common::{chat_ids, engine, greedy, ids_of, MESSAGES};
 use ember::engine::prompt_logprobs::PromptTokenLogprob;
-use ember::engine::{EngineConfig, RequestHandle, SubmitRequest};
+use ember::engine::{EngineConfig, RequestHandle, RequestOptions, SubmitRequest};
 use ember::model::TokenId;
 
 fn scored(prompt: Vec<TokenId>, top: usize) -> SubmitRequest {
-    SubmitRequest { prompt_logprobs: Some(top), max_tokens: Some(1), ..SubmitRequest::new(prompt) }
+    SubmitRequest::with_options(
+        prompt,
+        RequestOptions { prompt_logprobs: Some(top), max_tokens: Some(1), ..Default::default() },
+    )
 }
 
 fn prompt_logprobs(h: &RequestHandle, choice: usize) -> Vec<PromptTokenLogprob> {
@@ -32,7 +35,8 @@ fn scoring_a_generated_text_reproduces_its_generation_logprobs_exactly() {
     let e = engine(EngineConfig { kv_cache_tokens: 4096, ..Default::default() });
     for message in ["Name three primary colors.", "Count from 1 to 20."] {
         let prompt = chat_ids(message);
-        let generated = e.submit(SubmitRequest { logprobs: Some(5), ..greedy(message, 40) }).unwrap();
+        let generated =
+            e.submit(greedy(message, 40).map_options(|o| RequestOptions { logprobs: Some(5), ..o })).unwrap();
         generated.wait();
         let out = &generated.choices()[0];
         assert!(out.logprobs.len() >= 20, "{message}: {} tokens", out.logprobs.len());
@@ -68,7 +72,12 @@ fn the_prefix_cache_neither_serves_nor_loses_a_scored_prompt() {
     assert_eq!(prompt_logprobs(&again, 0), first);
     assert_eq!(again.stats(0).unwrap().num_cached_prompt_tokens, 0);
     // What the scored prompts computed is in the cache for everyone else.
-    let plain = e.submit(SubmitRequest { max_tokens: Some(1), ..SubmitRequest::new(prompt.clone()) }).unwrap();
+    let plain = e
+        .submit(SubmitRequest::with_options(
+            prompt.clone(),
+            RequestOptions { max_tokens: Some(1), ..Default::default() },
+        ))
+        .unwrap();
     plain.wait();
     assert_eq!(plain.stats(0).unwrap().num_cached_prompt_tokens as usize, (prompt.len() - 1) / 16 * 16);
 }

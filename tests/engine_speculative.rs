@@ -12,7 +12,9 @@ mod per_path;
 use common::{chat_ids, engine, greedy, MESSAGES};
 use ember::engine::sampling::SamplingParams;
 use ember::engine::speculative::{DraftPolicy, SpeculativeConfig, SpeculativeMethod};
-use ember::engine::{Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, SubmitRequest};
+use ember::engine::{
+    Engine, EngineConfig, EventPoll, FinishReason, RequestEvent, RequestHandle, RequestOptions, SubmitRequest,
+};
 
 /// An engine that speculates with drafts of up to `k` tokens, every draft verified whole (`always`): what these
 /// tests check must not depend on the planner's timing-learned choices, and every draft exercises verification.
@@ -42,7 +44,7 @@ fn plain() -> Engine {
 fn extractive(i: usize) -> SubmitRequest {
     let passage = MESSAGES[i * 4..i * 4 + 4].join(" ");
     let message = format!("{passage}\n\nRepeat the text above word for word.");
-    SubmitRequest { max_tokens: Some(48), ..SubmitRequest::new(chat_ids(&message)) }
+    SubmitRequest::with_options(chat_ids(&message), RequestOptions { max_tokens: Some(48), ..Default::default() })
 }
 
 /// The reference messages, extractive requests and a counting completion (on the scalar kernel path, the first
@@ -52,10 +54,10 @@ fn requests() -> Vec<SubmitRequest> {
     let mut all: Vec<SubmitRequest> = MESSAGES.iter().take(cases).map(|m| greedy(m, 32)).collect();
     all.extend((0..cases.min(4)).map(extractive));
     // A completion that counts: the n-grams of the prompt predict the continuation.
-    let count = ember::engine::SubmitRequest {
-        max_tokens: Some(40),
-        ..SubmitRequest::new(common::model().tokenizer.encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", false))
-    };
+    let count = SubmitRequest::with_options(
+        common::model().tokenizer.encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", false),
+        RequestOptions { max_tokens: Some(40), ..Default::default() },
+    );
     all.push(count);
     all
 }
@@ -111,15 +113,24 @@ fn greedy_outputs_are_bit_identical_with_speculation_one_at_a_time_and_batched()
 fn stops_and_limits_inside_an_accepted_run_end_the_choice_as_without() {
     let counting = common::model().tokenizer.encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", false);
     let variants = [
-        SubmitRequest { max_tokens: Some(7), ..SubmitRequest::new(counting.clone()) },
-        SubmitRequest { max_tokens: Some(40), stop: vec!["17".into()], ..SubmitRequest::new(counting.clone()) },
-        SubmitRequest {
-            max_tokens: Some(40),
-            stop: vec![" 15,".into()],
-            include_stop_str_in_output: true,
-            ..SubmitRequest::new(counting.clone())
-        },
-        SubmitRequest { max_tokens: Some(40), stop_token_ids: vec![counting[4]], ..SubmitRequest::new(counting) },
+        SubmitRequest::with_options(counting.clone(), RequestOptions { max_tokens: Some(7), ..Default::default() }),
+        SubmitRequest::with_options(
+            counting.clone(),
+            RequestOptions { max_tokens: Some(40), stop: vec!["17".into()], ..Default::default() },
+        ),
+        SubmitRequest::with_options(
+            counting.clone(),
+            RequestOptions {
+                max_tokens: Some(40),
+                stop: vec![" 15,".into()],
+                include_stop_str_in_output: true,
+                ..Default::default()
+            },
+        ),
+        SubmitRequest::with_options(
+            counting.clone(),
+            RequestOptions { max_tokens: Some(40), stop_token_ids: vec![counting[4]], ..Default::default() },
+        ),
         extractive(1),
     ];
     let (p, s) = (plain(), engine(speculative(8)));
@@ -140,20 +151,22 @@ fn sampled_requests() -> Vec<SubmitRequest> {
         .map(|(i, r)| {
             let eos = common::model().tokenizer.eos_id();
             SubmitRequest {
-                sampling: SamplingParams {
-                    temperature: 0.8,
-                    top_p: 0.95,
-                    seed: Some(1000 + i as u64),
-                    logit_bias: match (i % 3, eos) {
-                        (0, Some(eos)) => vec![(eos, -2.0)],
-                        _ => Vec::new(),
-                    },
-                    ..SamplingParams::default()
-                },
                 n: 1 + i % 2,
-                logprobs: (i % 4 == 1).then_some(3),
-                min_tokens: if i % 5 == 2 { 6 } else { 0 },
-                ..r
+                ..r.map_options(|o| RequestOptions {
+                    sampling: SamplingParams {
+                        temperature: 0.8,
+                        top_p: 0.95,
+                        seed: Some(1000 + i as u64),
+                        logit_bias: match (i % 3, eos) {
+                            (0, Some(eos)) => vec![(eos, -2.0)],
+                            _ => Vec::new(),
+                        },
+                        ..SamplingParams::default()
+                    },
+                    logprobs: (i % 4 == 1).then_some(3),
+                    min_tokens: if i % 5 == 2 { 6 } else { 0 },
+                    ..o
+                })
             }
         })
         .collect()
@@ -187,7 +200,8 @@ fn a_request_that_opts_out_never_drafts() {
     let e = engine(speculative(4));
     let on = outputs(&e, &[extractive(0)]).remove(0);
     assert!(on.stats(0).unwrap().num_draft_tokens > 0, "the extractive request drafts");
-    let off = outputs(&e, &[SubmitRequest { speculative_decoding: false, ..extractive(0) }]).remove(0);
+    let off =
+        outputs(&e, &[extractive(0).map_options(|o| RequestOptions { speculative_decoding: false, ..o })]).remove(0);
     assert_eq!(off.stats(0).unwrap().num_draft_tokens, 0);
     assert_eq!(off.choices(), on.choices(), "the same tokens either way");
 }
@@ -200,7 +214,9 @@ fn a_request_that_opts_out_never_drafts() {
 #[test]
 fn a_cancel_leaves_a_consistent_prefix_of_the_output() {
     let e = engine(speculative(8));
-    let unending = |max_tokens| SubmitRequest { max_tokens: Some(max_tokens), ignore_eos: true, ..extractive(2) };
+    let unending = |max_tokens| {
+        extractive(2).map_options(|o| RequestOptions { max_tokens: Some(max_tokens), ignore_eos: true, ..o })
+    };
     let full = outputs(&e, &[unending(128)]).remove(0).choices().remove(0);
     for events_before_cancel in [1, 3, 6] {
         let h = e.submit(unending(4000)).unwrap();
@@ -235,7 +251,14 @@ fn a_follow_up_reusing_blocks_filled_under_speculation_gives_plain_tokens() {
         let mut prompt = extractive(1).prompts.remove(0);
         prompt.extend(&first.token_ids);
         prompt.extend(chat_ids("Now repeat it once more.").iter().skip(1));
-        let h = outputs(e, &[SubmitRequest { max_tokens: Some(24), ..SubmitRequest::new(prompt.clone()) }]).remove(0);
+        let h = outputs(
+            e,
+            &[SubmitRequest::with_options(
+                prompt.clone(),
+                RequestOptions { max_tokens: Some(24), ..Default::default() },
+            )],
+        )
+        .remove(0);
         (h.choices(), h.stats(0).unwrap().num_cached_prompt_tokens as usize, prompt.len())
     };
     let (expected, _, _) = follow_up(&plain());

@@ -16,7 +16,7 @@ mod rng;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use ember::engine::{EngineConfig, SubmitRequest};
+use ember::engine::{EngineConfig, RequestOptions, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
 use ember::model::gguf::writer::GgufWriter;
 use ember::model::gguf::{Array, GgmlType, Value};
@@ -168,7 +168,12 @@ fn mutated_requests_are_refused_or_served_never_a_panic() {
     println!("request: 3000 mutations, {served} served (then cancelled), {refused} refused");
     assert!(served > 0 && refused > 0, "{served} served, {refused} refused: the mutations miss one side");
     // Nothing of the 3000 is left behind in the engine.
-    let h = engine.submit(SubmitRequest { max_tokens: Some(1), ..SubmitRequest::new(vec![1, 2, 3]) }).unwrap();
+    let h = engine
+        .submit(SubmitRequest::with_options(
+            vec![1, 2, 3],
+            RequestOptions { max_tokens: Some(1), ..Default::default() },
+        ))
+        .unwrap();
     h.wait();
 }
 

@@ -311,7 +311,7 @@ mod tests {
     use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
     use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
-    use crate::engine::sequence::TextOptions;
+    use crate::engine::seq_options::SharedOptions;
     use crate::engine::step::StepError;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
@@ -360,7 +360,7 @@ mod tests {
         let sequences = (0..n)
             .map(|choice| {
                 let sampler = Sampler::new(SamplingParams::default(), &[0, 1], 0);
-                Sequence::new(0, Arc::clone(&r), choice, &[0, 1], 4, Arc::from(vec![]), sampler, TextOptions::default())
+                Sequence::new(0, Arc::clone(&r), choice, &[0, 1], 4, SharedOptions::stopping_at(&[]), sampler)
             })
             .collect();
         shared.inbox.lock().unwrap().new.push(NewRequest { sequences });

@@ -11,7 +11,8 @@ use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::runner::BatchForward;
 use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
-use super::sequence::{Sequence, TextOptions};
+use super::seq_options::SharedOptions;
+use super::sequence::Sequence;
 use super::stats::EngineClock;
 use super::step::StepError;
 use super::step_runner::StepRunner;
@@ -62,7 +63,7 @@ fn submit(shared: &Arc<EngineShared>, tokenizer: &Tokenizer, id: u64, regex: Opt
     let r = RequestShared::new(id, 1, 1, false, EngineClock::new(), None, waker);
     let sampler = Sampler::new(SamplingParams::default(), &[0], 0);
     let mut seq =
-        Sequence::new(0, Arc::clone(&r), 0, &[0], 4, Arc::from(tokenizer.eog_ids()), sampler, TextOptions::default());
+        Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler);
     seq.guided = regex.map(|rx| {
         let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
         Box::new(GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher())

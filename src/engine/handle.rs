@@ -22,7 +22,8 @@ use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
 use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
 use super::scheduler::SchedulerLimits;
-use super::sequence::{Sequence, TextOptions};
+use super::seq_options::SharedOptions;
+use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use super::telemetry::Telemetry;
@@ -31,7 +32,7 @@ use crate::model::chat_template::{ChatTemplate, TemplateError};
 use crate::model::gguf::LoadMode;
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
-use crate::model::{Model, ModelError, TokenId};
+use crate::model::{Model, ModelError};
 
 /// What the prefix cache has done since the engine started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -269,7 +270,8 @@ impl Engine {
     pub fn submit(&self, request: SubmitRequest) -> Result<RequestHandle, SubmitError> {
         let arrival = self.config.records_stats().then(|| RequestStateStats::arrived(&self.clock));
         let max_tokens = validate_request(&request, self.capacity)?;
-        let grammar = match &request.guided {
+        let SubmitRequest { prompts, n, options } = request;
+        let grammar = match &options.guided {
             Some(guided) => Some(self.guided.compile(&self.model.tokenizer, guided).map_err(|message| {
                 SubmitError::Invalid { field: guided.field, message: format!("invalid {}: {message}", guided.field) }
             })?),
@@ -279,61 +281,40 @@ impl Engine {
             self.shared.telemetry.lock().unwrap_or_else(|e| e.into_inner()).overloaded += 1;
             return Err(SubmitError::Overloaded { limit: self.waiting.limit() });
         };
-        let deadline = request.deadline_ms.map(|ms| self.clock.now() + ms as f64 / 1000.0);
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let waker: Weak<dyn CancelWaker> = Arc::downgrade(&self.shared) as Weak<dyn CancelWaker>;
-        let n_choices = request.prompts.len() * request.n;
-        let total_prompt_tokens: usize = request.prompts.iter().map(Vec::len).sum();
+        let n_choices = prompts.len() * n;
+        let total_prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
         let shared = RequestShared::new(
             id,
             n_choices,
             total_prompt_tokens as u32,
-            request.include_metrics,
+            options.include_metrics,
             self.clock,
             arrival,
             waker,
         );
         shared.hold_waiting_place(place);
-        let mut stop_ids: Vec<TokenId> = request.stop_token_ids.clone();
-        if !request.ignore_eos {
-            stop_ids.extend_from_slice(self.model.tokenizer.eog_ids());
-        }
-        let stop_ids: Arc<[TokenId]> = stop_ids.into();
+        let options = Arc::new(SharedOptions::resolve(options, self.model.tokenizer.eog_ids(), self.clock.now()));
         let mut sequences = Vec::with_capacity(n_choices);
-        for (p, prompt) in request.prompts.iter().enumerate() {
-            for j in 0..request.n {
-                let choice = p * request.n + j;
+        for (p, prompt) in prompts.iter().enumerate() {
+            for j in 0..n {
+                let choice = p * n + j;
                 shared.with_stats(choice, |s| s.num_prompt_tokens = prompt.len() as u32);
-                let mut params = request.sampling.clone();
+                let mut params = options.given.sampling.clone();
                 // Choices of one seeded request must differ, and stay reproducible: seed + choice index.
                 params.seed = params.seed.map(|s| s.wrapping_add(choice as u64));
                 let default_seed = mix(self.config.seed, id, choice as u64);
                 let sampler = Sampler::new(params, prompt, default_seed);
-                let mut seq = Sequence::new(
-                    0,
-                    Arc::clone(&shared),
-                    choice,
-                    prompt,
-                    max_tokens[p],
-                    Arc::clone(&stop_ids),
-                    sampler,
-                    TextOptions {
-                        stop: request.stop.clone(),
-                        include_stop_str: request.include_stop_str_in_output,
-                        include_special: !request.skip_special_tokens,
-                    },
-                );
+                let mut seq =
+                    Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler);
+                // Per-choice state, not options: the first choice of a prompt bills it and scores it for all.
                 seq.bills_prompt = j == 0;
-                seq.logprobs = request.logprobs;
-                seq.min_tokens = request.min_tokens;
-                seq.speculate = request.speculative_decoding;
-                seq.deadline = deadline;
-                seq.priority = request.priority;
-                // A prompt is scored once, by its first choice, for all of them.
-                seq.prompt_scoring = request
+                seq.prompt_scoring = options
+                    .given
                     .prompt_logprobs
                     .filter(|_| j == 0)
-                    .map(|top| Box::new(PromptScoring::new(top, choice..choice + request.n)));
+                    .map(|top| Box::new(PromptScoring::new(top, choice..choice + n)));
                 seq.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
                 sequences.push(seq);
             }

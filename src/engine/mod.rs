@@ -25,6 +25,7 @@ pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
+pub mod seq_options;
 pub mod sequence;
 pub mod speculative;
 #[cfg(test)]
@@ -43,4 +44,4 @@ pub use finish::FinishReason;
 pub use handle::{Engine, EngineError, PrefixCacheCounters, SpeculationCounters};
 pub use log::{LogLevel, Logger};
 pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
-pub use request::{SubmitError, SubmitRequest};
+pub use request::{RequestOptions, SubmitError, SubmitRequest};

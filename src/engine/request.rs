@@ -21,6 +21,18 @@ pub const MAX_DEADLINE_MS: u64 = 7 * 24 * 3600 * 1000;
 pub struct SubmitRequest {
     /// One prompt, or several (a completions request with a list of prompts).
     pub prompts: Vec<Vec<TokenId>>,
+    /// Independent choices sampled from each prompt, each its own sequence.
+    pub n: usize,
+    /// How every choice is generated: built once by the host (or the protocol layer), kept unchanged, and shared
+    /// by the request's sequences.
+    pub options: RequestOptions,
+}
+
+/// How a request's choices are generated: sampling, limits, stops, what to report, scheduling. One value per
+/// request; the engine reads it where it needs a field and never copies it field by field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestOptions {
+    /// How each token is drawn.
     pub sampling: SamplingParams,
     /// Most tokens to generate per choice; `None` = until the context (or the KV cache) is full.
     pub max_tokens: Option<usize>,
@@ -35,8 +47,6 @@ pub struct SubmitRequest {
     /// Control tokens write nothing into the text (vLLM's `skip_special_tokens`, default true); false writes
     /// their text (`<|im_start|>`, ...).
     pub skip_special_tokens: bool,
-    /// Independent choices sampled from each prompt, each its own sequence.
-    pub n: usize,
     /// Generate past the model's end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
     /// The request asks for `metrics` in its response (the second half of the double gate).
@@ -66,18 +76,16 @@ pub struct SubmitRequest {
     pub priority: i32,
 }
 
-impl SubmitRequest {
-    /// A request for `prompt` with greedy sampling and one choice.
-    pub fn new(prompt: Vec<TokenId>) -> Self {
-        SubmitRequest {
-            prompts: vec![prompt],
+impl Default for RequestOptions {
+    /// Greedy sampling, no limit but the context, the model's stops, no reports, default scheduling.
+    fn default() -> Self {
+        RequestOptions {
             sampling: SamplingParams::default(),
             max_tokens: None,
             stop_token_ids: Vec::new(),
             stop: Vec::new(),
             include_stop_str_in_output: false,
             skip_special_tokens: true,
-            n: 1,
             ignore_eos: false,
             include_metrics: false,
             logprobs: None,
@@ -88,6 +96,24 @@ impl SubmitRequest {
             deadline_ms: None,
             priority: 0,
         }
+    }
+}
+
+impl SubmitRequest {
+    /// A request for `prompt` with greedy sampling and one choice.
+    pub fn new(prompt: Vec<TokenId>) -> Self {
+        Self::with_options(prompt, RequestOptions::default())
+    }
+
+    /// A request for `prompt` with one choice, generated as `options` say.
+    pub fn with_options(prompt: Vec<TokenId>, options: RequestOptions) -> Self {
+        SubmitRequest { prompts: vec![prompt], n: 1, options }
+    }
+
+    /// The same request with its options changed by `change` (for struct-update syntax on the options:
+    /// `request.map_options(|o| RequestOptions { max_tokens: Some(8), ..o })`).
+    pub fn map_options(self, change: impl FnOnce(RequestOptions) -> RequestOptions) -> Self {
+        SubmitRequest { options: change(self.options), ..self }
     }
 }
 
@@ -182,6 +208,7 @@ impl Capacity {
 
 /// Checks a request and resolves each prompt's `max_tokens` (the default fills the remaining room).
 pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<Vec<usize>, SubmitError> {
+    let options = &request.options;
     let invalid = |field, message: String| Err(SubmitError::Invalid { field, message });
     if request.prompts.is_empty() {
         return Err(SubmitError::EmptyPrompt);
@@ -192,31 +219,31 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
             format!("n = {} for {} prompts is not in 1..={MAX_CHOICES} choices", request.n, request.prompts.len()),
         );
     }
-    if request.max_tokens == Some(0) {
+    if options.max_tokens == Some(0) {
         return invalid("max_tokens", "max_tokens must be at least 1".into());
     }
-    if request.stop.len() > MAX_STOP_STRINGS {
+    if options.stop.len() > MAX_STOP_STRINGS {
         return invalid("stop", format!("at most {MAX_STOP_STRINGS} stop strings are allowed"));
     }
-    if let Some(s) = request.stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
+    if let Some(s) = options.stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
         return invalid("stop", format!("stop strings must be 1..={MAX_STOP_LEN} bytes long, got {} bytes", s.len()));
     }
-    if let Some(&t) = request.stop_token_ids.iter().find(|&&t| t as usize >= capacity.vocab_size) {
+    if let Some(&t) = options.stop_token_ids.iter().find(|&&t| t as usize >= capacity.vocab_size) {
         return invalid("stop_token_ids", format!("stop token {t} is outside the vocabulary"));
     }
-    if let Some(max) = request.max_tokens.filter(|&max| request.min_tokens > max) {
-        return invalid("min_tokens", format!("min_tokens ({}) exceeds max_tokens ({max})", request.min_tokens));
+    if let Some(max) = options.max_tokens.filter(|&max| options.min_tokens > max) {
+        return invalid("min_tokens", format!("min_tokens ({}) exceeds max_tokens ({max})", options.min_tokens));
     }
-    if let Some(k) = request.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+    if let Some(k) = options.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
     }
-    if let Some(ms) = request.deadline_ms.filter(|&ms| ms == 0 || ms > MAX_DEADLINE_MS) {
+    if let Some(ms) = options.deadline_ms.filter(|&ms| ms == 0 || ms > MAX_DEADLINE_MS) {
         return invalid("deadline_ms", format!("deadline_ms must be in 1..={MAX_DEADLINE_MS}, got {ms}"));
     }
-    if let Some(k) = request.prompt_logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+    if let Some(k) = options.prompt_logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return invalid("prompt_logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {k}"));
     }
-    request.sampling.validate(capacity.vocab_size).map_err(SubmitError::Sampling)?;
+    options.sampling.validate(capacity.vocab_size).map_err(SubmitError::Sampling)?;
     let (limit, limited_by) = capacity.limit();
     request
         .prompts
@@ -229,7 +256,7 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
                 return Err(SubmitError::TokenOutOfVocab { token, vocab_size: capacity.vocab_size });
             }
             let prompt_tokens = prompt.len();
-            let max_tokens = request.max_tokens.unwrap_or_else(|| limit.saturating_sub(prompt_tokens));
+            let max_tokens = options.max_tokens.unwrap_or_else(|| limit.saturating_sub(prompt_tokens));
             if prompt_tokens + max_tokens > limit || max_tokens == 0 {
                 return Err(SubmitError::TooLong { prompt_tokens, max_tokens, limit, limited_by });
             }
@@ -255,13 +282,13 @@ mod tests {
 
     #[test]
     fn requests_that_can_never_fit_are_refused() {
-        let r = SubmitRequest { max_tokens: Some(71), ..SubmitRequest::new(vec![1; 30]) };
+        let r = SubmitRequest::with_options(vec![1; 30], RequestOptions { max_tokens: Some(71), ..Default::default() });
         let e = validate_request(&r, CAP).unwrap_err();
         assert!(matches!(e, SubmitError::TooLong { limit: 100, limited_by: "model context", .. }), "{e}");
         let e = validate_request(&SubmitRequest::new(vec![1; 100]), CAP).unwrap_err();
         assert_eq!(e.field(), Some("max_tokens"));
         let small_cache = Capacity { kv_cache_tokens: 40, ..CAP };
-        let r = SubmitRequest { max_tokens: Some(11), ..SubmitRequest::new(vec![1; 30]) };
+        let r = SubmitRequest::with_options(vec![1; 30], RequestOptions { max_tokens: Some(11), ..Default::default() });
         assert!(validate_request(&r, small_cache).unwrap_err().to_string().contains("KV cache capacity of 40"));
     }
 
@@ -274,19 +301,44 @@ mod tests {
         assert_eq!(field(SubmitRequest { n: 0, ..base.clone() }), Some("n"));
         assert_eq!(field(SubmitRequest { prompts: vec![], ..base.clone() }), Some("prompt"));
         assert_eq!(field(SubmitRequest { prompts: vec![vec![1; 3]; 3], n: 50, ..base.clone() }), Some("n"));
-        assert_eq!(field(SubmitRequest { max_tokens: Some(0), ..base.clone() }), Some("max_tokens"));
-        assert_eq!(field(SubmitRequest { stop: vec![String::new()], ..base.clone() }), Some("stop"));
-        assert_eq!(field(SubmitRequest { stop_token_ids: vec![99], ..base.clone() }), Some("stop_token_ids"));
-        assert_eq!(field(SubmitRequest { min_tokens: 3, max_tokens: Some(2), ..base.clone() }), Some("min_tokens"));
         assert_eq!(
-            validate_request(&SubmitRequest { min_tokens: 3, max_tokens: Some(3), ..base.clone() }, CAP),
+            field(base.clone().map_options(|o| RequestOptions { max_tokens: Some(0), ..o })),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            field(base.clone().map_options(|o| RequestOptions { stop: vec![String::new()], ..o })),
+            Some("stop")
+        );
+        assert_eq!(
+            field(base.clone().map_options(|o| RequestOptions { stop_token_ids: vec![99], ..o })),
+            Some("stop_token_ids")
+        );
+        assert_eq!(
+            field(base.clone().map_options(|o| RequestOptions { min_tokens: 3, max_tokens: Some(2), ..o })),
+            Some("min_tokens")
+        );
+        assert_eq!(
+            validate_request(
+                &base.clone().map_options(|o| RequestOptions { min_tokens: 3, max_tokens: Some(3), ..o }),
+                CAP
+            ),
             Ok(vec![3])
         );
-        assert_eq!(field(SubmitRequest { logprobs: Some(21), ..base.clone() }), Some("logprobs"));
-        assert_eq!(validate_request(&SubmitRequest { logprobs: Some(20), ..base.clone() }, CAP), Ok(vec![98]));
-        assert_eq!(field(SubmitRequest { prompt_logprobs: Some(21), ..base.clone() }), Some("prompt_logprobs"));
-        assert!(validate_request(&SubmitRequest { prompt_logprobs: Some(20), ..base.clone() }, CAP).is_ok());
+        assert_eq!(field(base.clone().map_options(|o| RequestOptions { logprobs: Some(21), ..o })), Some("logprobs"));
+        assert_eq!(
+            validate_request(&base.clone().map_options(|o| RequestOptions { logprobs: Some(20), ..o }), CAP),
+            Ok(vec![98])
+        );
+        assert_eq!(
+            field(base.clone().map_options(|o| RequestOptions { prompt_logprobs: Some(21), ..o })),
+            Some("prompt_logprobs")
+        );
+        assert!(validate_request(
+            &base.clone().map_options(|o| RequestOptions { prompt_logprobs: Some(20), ..o }),
+            CAP
+        )
+        .is_ok());
         let hot = SamplingParams { temperature: 3.0, ..Default::default() };
-        assert_eq!(field(SubmitRequest { sampling: hot, ..base }), Some("temperature"));
+        assert_eq!(field(base.map_options(|o| RequestOptions { sampling: hot, ..o })), Some("temperature"));
     }
 }

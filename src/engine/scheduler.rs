@@ -92,7 +92,7 @@ impl Scheduler {
 
     /// Puts sequence `id` in the waiting queue at its place: by priority (lower first), then by id (arrival).
     fn enqueue(&mut self, id: SeqId) {
-        let key = |s: &Sequence| (s.priority, s.id);
+        let key = |s: &Sequence| (s.priority(), s.id);
         let k = key(&self.seqs[&id]);
         let at = self.waiting.partition_point(|w| key(&self.seqs[w]) < k);
         self.waiting.insert(at, id);
@@ -328,7 +328,7 @@ impl Scheduler {
     /// The running sequence to preempt first: the lowest priority (the largest `priority`), the most recently
     /// admitted among equals.
     fn victim(&self) -> Option<SeqId> {
-        let rank = |(i, id): &(usize, &SeqId)| (self.seqs[*id].priority, *i);
+        let rank = |(i, id): &(usize, &SeqId)| (self.seqs[*id].priority(), *i);
         self.running.iter().enumerate().max_by_key(rank).map(|(_, &id)| id)
     }
 
@@ -354,9 +354,9 @@ impl Scheduler {
     /// way if its priority is strictly lower than `id`'s. True when one was preempted (its chunk's tokens given
     /// back to `budget`).
     fn preempt_for(&mut self, id: SeqId, out: &mut SchedulerOutput, budget: &mut usize) -> bool {
-        let priority = self.seqs[&id].priority;
+        let priority = self.seqs[&id].priority();
         match self.victim() {
-            Some(victim) if self.seqs[&victim].priority > priority => {
+            Some(victim) if self.seqs[&victim].priority() > priority => {
                 *budget += self.preempt(victim, out);
                 true
             }
@@ -448,7 +448,7 @@ impl Scheduler {
     /// `Deadline`, waiting or running; [`take_finished`](Self::take_finished) releases them.
     pub fn finish_past_deadline(&mut self, now: f64) {
         for seq in self.seqs.values_mut() {
-            if seq.deadline.is_some_and(|d| d <= now) && seq.finish_reason().is_none() {
+            if seq.deadline().is_some_and(|d| d <= now) && seq.finish_reason().is_none() {
                 seq.status = SeqStatus::Finished(FinishReason::Deadline);
             }
         }

@@ -15,22 +15,11 @@ use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
 use super::sampling::{Sampler, TokenLogprob};
+use super::seq_options::SharedOptions;
 use super::speculative::acceptance::SeqAcceptance;
 use super::stop::{Released, StopMatcher};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
-
-/// How a sequence's tokens become its output text.
-#[derive(Clone, Debug, Default)]
-pub struct TextOptions {
-    /// Strings that end the sequence.
-    pub stop: Vec<String>,
-    /// Keep what stopped the sequence at the end of its output: the stop string, or a stop token's text (empty
-    /// for a control token unless `include_special`), as vLLM's `include_stop_str_in_output` does.
-    pub include_stop_str: bool,
-    /// Write control tokens' text (vLLM's `skip_special_tokens: false`); otherwise they write nothing.
-    pub include_special: bool,
-}
 
 /// Engine-wide sequence number (requests have ids; each of their choices is a sequence).
 pub type SeqId = u64;
@@ -50,28 +39,14 @@ pub struct Sequence {
     /// Window-pool blocks of the sliding-window layers, indexed like `block_table`: those of the positions the
     /// next step may still read, `NO_BLOCK` before them (empty without a window pool).
     pub window_table: Vec<u32>,
+    /// Most tokens to generate: the request's `max_tokens`, or the room its prompt leaves.
     pub max_tokens: usize,
-    /// Tokens that end the sequence (end-of-generation unless ignored, plus the request's stop ids).
-    pub stop_ids: Arc<[TokenId]>,
+    /// The request's options, shared by its sequences.
+    pub options: Arc<SharedOptions>,
     pub sampler: Sampler,
-    /// `Some(k)`: every sampled token gets its log probability and its `k` most likely alternatives
-    /// (`logprobs` / `top_logprobs`). Set after construction; `None` by default.
-    pub logprobs: Option<usize>,
-    /// `min_tokens`: until this many tokens are generated, stop ids cannot be sampled and stop strings do not
-    /// match (vLLM's semantics). Set after construction; 0 by default.
-    pub min_tokens: usize,
     /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
     /// (`prompt_logprobs.rs`). Set after construction on a prompt's first choice; `None` by default.
     pub prompt_scoring: Option<Box<PromptScoring>>,
-    /// Whether the sequence may speculate when the engine does (the request's `speculative_decoding`). Set
-    /// after construction; true by default.
-    pub speculate: bool,
-    /// Monotonic engine time after which the sequence ends with `Deadline` (the request's `deadline_ms` from
-    /// its submission). Set after construction; `None` by default.
-    pub deadline: Option<f64>,
-    /// The request's `priority`: lower is scheduled first, and may preempt higher. Set after construction; 0 by
-    /// default.
-    pub priority: i32,
     /// The step's input when it verifies a draft (`speculative/`): the last token, then the draft. Empty
     /// otherwise; the scheduler sets it for the step it plans.
     pub draft_input: Vec<TokenId>,
@@ -85,8 +60,6 @@ pub struct Sequence {
     pub accepted_pending: VecDeque<(TokenId, f64, Option<TokenLogprob>)>,
     detokenizer: StreamDecoder,
     stops: StopMatcher,
-    /// A stop token's text is part of the output (`TextOptions::include_stop_str`).
-    include_stop_token_text: bool,
     /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
     unreleased_tokens: u32,
     unreleased_ts_sum: f64,
@@ -128,10 +101,12 @@ impl Sequence {
         choice: usize,
         prompt: &[TokenId],
         max_tokens: usize,
-        stop_ids: Arc<[TokenId]>,
+        options: Arc<SharedOptions>,
         sampler: Sampler,
-        text: TextOptions,
     ) -> Self {
+        let given = &options.given;
+        let detokenizer = StreamDecoder::new(!given.skip_special_tokens);
+        let stops = StopMatcher::new(given.stop.clone(), given.include_stop_str_in_output);
         Sequence {
             id,
             request,
@@ -142,21 +117,15 @@ impl Sequence {
             block_table: Vec::new(),
             window_table: Vec::new(),
             max_tokens,
-            stop_ids,
+            options,
             sampler,
-            logprobs: None,
-            min_tokens: 0,
             prompt_scoring: None,
-            speculate: true,
-            deadline: None,
-            priority: 0,
             draft_input: Vec::new(),
             draft_match_len: 0,
             acceptance: SeqAcceptance::default(),
             accepted_pending: VecDeque::new(),
-            detokenizer: StreamDecoder::new(text.include_special),
-            stops: StopMatcher::new(text.stop, text.include_stop_str),
-            include_stop_token_text: text.include_stop_str,
+            detokenizer,
+            stops,
             unreleased_tokens: 0,
             unreleased_ts_sum: 0.0,
             unreleased_logprobs: Vec::new(),
@@ -166,6 +135,33 @@ impl Sequence {
             num_emitted: 0,
             guided: None,
         }
+    }
+
+    /// `Some(k)`: every sampled token gets its log probability and its `k` most likely alternatives (the request's
+    /// `logprobs`).
+    pub fn logprobs(&self) -> Option<usize> {
+        self.options.given.logprobs
+    }
+
+    /// The request's `priority`: lower is scheduled first, and may preempt higher.
+    pub fn priority(&self) -> i32 {
+        self.options.given.priority
+    }
+
+    /// Monotonic engine time after which the sequence ends with `Deadline` (the request's `deadline_ms`).
+    pub fn deadline(&self) -> Option<f64> {
+        self.options.deadline
+    }
+
+    /// Tokens that end the sequence (the request's stop ids, and end-of-generation unless ignored).
+    pub fn stop_ids(&self) -> &[TokenId] {
+        &self.options.stop_ids
+    }
+
+    /// `min_tokens`: until this many tokens are generated, stop ids cannot be sampled and stop strings do not
+    /// match (vLLM's semantics).
+    fn min_tokens(&self) -> usize {
+        self.options.given.min_tokens
     }
 
     /// The reason the sequence ended, once it has.
@@ -219,7 +215,7 @@ impl Sequence {
     /// `min_tokens` ban): no penalties (their counts would need the draft tokens before acceptance), no grammar
     /// (its matcher would need to walk the draft).
     pub fn can_speculate(&self) -> bool {
-        self.speculate && !self.sampler.params().has_penalties() && self.guided.is_none()
+        self.options.given.speculative_decoding && !self.sampler.params().has_penalties() && self.guided.is_none()
     }
 
     /// The tokens chunk `start .. start + n` computes: the sequence's own, or the last one and the draft.
@@ -239,7 +235,7 @@ impl Sequence {
     /// Whether the token after the next `ahead` ones must not be a stop id: the ban of a draft's row `ahead`,
     /// which samples as if the draft tokens before it had been generated.
     pub fn bans_stops_after(&self, ahead: usize) -> bool {
-        self.num_generated() + ahead < self.min_tokens
+        self.num_generated() + ahead < self.min_tokens()
     }
 
     /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
@@ -262,7 +258,7 @@ impl Sequence {
         self.tokens.push(token);
         // A stop id produces no text, so it has no place among the logprobs of the text either (as it has none
         // in OpenAI's responses).
-        if let Some(lp) = logprob.filter(|_| !self.stop_ids.contains(&token)) {
+        if let Some(lp) = logprob.filter(|_| !self.options.stop_ids.contains(&token)) {
             self.unreleased_logprobs.push(lp);
         }
         self.sampler.accept(token);
@@ -270,7 +266,7 @@ impl Sequence {
         self.request.with_stats(self.choice, |s| s.record_token(ts));
         self.unreleased_tokens += 1;
         self.unreleased_ts_sum += ts;
-        if self.stop_ids.contains(&token) {
+        if self.options.stop_ids.contains(&token) {
             return Some(FinishReason::Stop);
         }
         if let Some(guided) = &mut self.guided {
@@ -309,13 +305,13 @@ impl Sequence {
     /// matcher lets through. `Some(Stop)` when a stop string matched (the text from it on is withheld, and the
     /// sequence must end even if the update had not ended it); at the end of a sequence, releases what the
     /// detokenizer and stop matcher still hold. A stop id produces no text, unless its text is kept
-    /// (`include_stop_str`): then it goes through the stop matcher like any text, and ends the output.
+    /// (`include_stop_str_in_output`): then it goes through the stop matcher like any text, and ends the output.
     pub fn emit_text(&mut self, tokenizer: &Tokenizer) -> Option<FinishReason> {
         while self.num_emitted < self.num_generated() {
             let token = self.tokens[self.prompt_len + self.num_emitted];
             self.num_emitted += 1;
-            let stop_token = self.stop_ids.contains(&token);
-            if stop_token && !self.include_stop_token_text {
+            let stop_token = self.options.stop_ids.contains(&token);
+            if stop_token && !self.options.given.include_stop_str_in_output {
                 break;
             }
             // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error ends the sequence.
@@ -324,7 +320,7 @@ impl Sequence {
                 Err(_) => return Some(FinishReason::Error),
             };
             // Before `min_tokens` tokens, text passes by the stop strings unmatched.
-            let released = match self.num_emitted <= self.min_tokens {
+            let released = match self.num_emitted <= self.min_tokens() {
                 true => Released { text: piece, stopped: false },
                 false => self.stops.push(&piece),
             };

@@ -13,7 +13,8 @@ use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::runner::BatchForward;
 use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
-use super::sequence::{Sequence, TextOptions};
+use super::seq_options::SharedOptions;
+use super::sequence::Sequence;
 use super::speculative::{SpeculativeConfig, SpeculativeMethod};
 use super::stats::EngineClock;
 use super::step::StepError;
@@ -89,8 +90,8 @@ fn run(speculative: bool, device: bool) -> (Vec<Vec<TokenId>>, u64, u64, usize) 
         .map(|id| {
             let r = RequestShared::new(id, 1, prompt.len() as u32, false, EngineClock::new(), None, waker.clone());
             let sampler = Sampler::new(SamplingParams::default(), &prompt, 0);
-            let stops = Arc::from(tokenizer.eog_ids());
-            let seq = Sequence::new(0, Arc::clone(&r), 0, &prompt, 24, stops, sampler, TextOptions::default());
+            let stops = SharedOptions::stopping_at(tokenizer.eog_ids());
+            let seq = Sequence::new(0, Arc::clone(&r), 0, &prompt, 24, stops, sampler);
             shared.inbox.lock().unwrap().new.push(NewRequest { sequences: vec![seq] });
             RequestHandle::new(r)
         })

@@ -87,7 +87,7 @@ pub struct SampledToken {
     pub seq: SeqId,
     pub token: TokenId,
     pub ts: f64,
-    /// Its log probability and alternatives, when the sequence asked for them (`Sequence::logprobs`).
+    /// Its log probability and alternatives, when the sequence asked for them (`Sequence::logprobs`, the request's `logprobs`).
     pub logprob: Option<TokenLogprob>,
 }
 

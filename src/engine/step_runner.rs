@@ -23,7 +23,7 @@ use crate::model::TokenId;
 /// more (a draft's row, `speculative/`).
 fn ban_early_stops(seq: &Sequence, ahead: usize, logits: &mut [f32]) {
     if seq.bans_stops_after(ahead) {
-        for &id in seq.stop_ids.iter() {
+        for &id in seq.stop_ids() {
             if let Some(logit) = logits.get_mut(id as usize) {
                 *logit = f32::NEG_INFINITY;
             }
@@ -188,7 +188,7 @@ impl<'m> StepRunner<'m> {
                 p.is_greedy()
                     && !p.has_penalties()
                     && p.logit_bias.is_empty()
-                    && s.logprobs.is_none()
+                    && s.logprobs().is_none()
                     && !s.bans_stops()
             });
         if all_greedy && !constrained && n_rows > 0 {
@@ -213,13 +213,13 @@ fn sample_row(
     logprobs: &mut LogprobSampler,
 ) -> (TokenId, Option<TokenLogprob>) {
     // Log probabilities are the raw model's: kept before any mask.
-    if seq.logprobs.is_some() {
+    if seq.logprobs().is_some() {
         logprobs.keep_raw(logits);
     }
     apply_mask(logits, seq);
     ban_early_stops(seq, ahead, logits);
     let token = seq.sampler.sample(logits);
-    (token, seq.logprobs.map(|top| logprobs.report(token, top)))
+    (token, seq.logprobs().map(|top| logprobs.report(token, top)))
 }
 
 /// Pushes chunk `c`'s tokens: the token `sample(0)` without a draft; with one (`draft_input`: the last token,

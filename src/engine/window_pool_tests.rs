@@ -16,7 +16,8 @@ use super::output::{CancelWaker, EventPoll, RequestEvent, RequestHandle, Request
 use super::runner::BatchForward;
 use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
-use super::sequence::{Sequence, TextOptions};
+use super::seq_options::SharedOptions;
+use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
 use super::step::StepError;
 use super::step_runner::StepRunner;
@@ -103,16 +104,7 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         let stats = Some(RequestStateStats::arrived(&clock));
         let r = RequestShared::new(id as u64, 1, prompt_len as u32, false, clock, stats, waker);
         let sampler = Sampler::new(SamplingParams::default(), &prompt, 0);
-        let seq = Sequence::new(
-            0,
-            Arc::clone(&r),
-            0,
-            &prompt,
-            max_tokens,
-            Arc::from(vec![]),
-            sampler,
-            TextOptions::default(),
-        );
+        let seq = Sequence::new(0, Arc::clone(&r), 0, &prompt, max_tokens, SharedOptions::stopping_at(&[]), sampler);
         shared.inbox.lock().unwrap().new.push(NewRequest { sequences: vec![seq] });
         handles.push(RequestHandle::new(r));
     }

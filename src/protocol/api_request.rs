@@ -12,7 +12,7 @@ use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
-use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
+use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
 use crate::model::TokenId;
 
 /// An OpenAI request submitted to an engine.
@@ -81,15 +81,14 @@ impl ApiRequest {
             (Some(tools), Some(reader)) => Some(tools.constraint(reader)),
             _ => request.guided,
         };
-        let submit = SubmitRequest {
-            prompts,
+        // The one options value of the request: the engine shares it among the choices as it is.
+        let options = RequestOptions {
             sampling: request.sampling,
             max_tokens: request.max_tokens,
             stop_token_ids: request.stop_token_ids,
             stop: request.stop,
             include_stop_str_in_output: request.include_stop_str_in_output,
             skip_special_tokens,
-            n: request.n,
             ignore_eos: request.ignore_eos,
             include_metrics: request.include_metrics,
             logprobs: request.logprobs,
@@ -100,6 +99,7 @@ impl ApiRequest {
             deadline_ms: request.deadline_ms,
             priority: request.priority,
         };
+        let submit = SubmitRequest { prompts, n: request.n, options };
         let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
         let config = engine.config();
         let gate = MetricsGate::new(

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use ember::engine::{Engine, EngineConfig, Logger, RequestHandle, SubmitRequest};
+use ember::engine::{Engine, EngineConfig, Logger, RequestHandle, RequestOptions, SubmitRequest};
 use ember::model::chat_template::ChatMessage;
 use ember::model::{Model, TokenId};
 
@@ -28,13 +28,16 @@ pub fn engine(config: EngineConfig) -> Engine {
 
 /// A greedy request for a chat message.
 pub fn greedy(message: &str, max_tokens: usize) -> SubmitRequest {
-    SubmitRequest { max_tokens: Some(max_tokens), ..SubmitRequest::new(chat_ids(message)) }
+    SubmitRequest::with_options(
+        chat_ids(message),
+        RequestOptions { max_tokens: Some(max_tokens), ..Default::default() },
+    )
 }
 
 /// `greedy`, generating exactly `tokens` tokens (`min_tokens` holds back the end): how far each sequence grows then
 /// does not depend on where the model would have ended it (the tests of preemption under a tiny cache).
 pub fn greedy_exactly(message: &str, tokens: usize) -> SubmitRequest {
-    SubmitRequest { min_tokens: tokens, ..greedy(message, tokens) }
+    greedy(message, tokens).map_options(|o| RequestOptions { min_tokens: tokens, ..o })
 }
 
 /// Sixteen different short user messages.

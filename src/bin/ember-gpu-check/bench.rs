@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ember::backend::cuda::{CudaBackend, CudaBackendOptions};
-use ember::engine::{BackendKind, Engine, EngineConfig, Logger, SubmitRequest};
+use ember::engine::{BackendKind, Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::llama::SeqChunk;
 use ember::model::{Model, TokenId};
 use serde_json::{json, Value};
@@ -212,7 +212,10 @@ fn engine_round(
     let handles = prompts
         .into_iter()
         .map(|p| {
-            engine.submit(SubmitRequest { max_tokens: Some(max_tokens), ignore_eos: true, ..SubmitRequest::new(p) })
+            engine.submit(SubmitRequest::with_options(
+                p,
+                RequestOptions { max_tokens: Some(max_tokens), ignore_eos: true, ..Default::default() },
+            ))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
