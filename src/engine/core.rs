@@ -198,7 +198,7 @@ impl<'m> EngineCore<'m> {
             loop {
                 let seq = self.scheduler.sequences_mut().get_mut(&id).expect("updated sequences exist");
                 if let Some(reason) = seq.emit_text(self.tokenizer) {
-                    seq.accepted_pending.clear();
+                    seq.draft.accepted_pending.clear();
                     self.scheduler.finish(id, reason);
                     break;
                 }

@@ -64,7 +64,7 @@ fn submit(shared: &Arc<EngineShared>, tokenizer: &Tokenizer, id: u64, regex: Opt
     let sampler = Sampler::new(SamplingParams::default(), &[0], 0);
     let mut seq =
         Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler);
-    seq.guided = regex.map(|rx| {
+    seq.sampling.guided = regex.map(|rx| {
         let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
         Box::new(GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher())
     });

@@ -310,12 +310,12 @@ impl Engine {
                     Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler);
                 // Per-choice state, not options: the first choice of a prompt bills it and scores it for all.
                 seq.bills_prompt = j == 0;
-                seq.prompt_scoring = options
+                seq.sampling.prompt_scoring = options
                     .given
                     .prompt_logprobs
                     .filter(|_| j == 0)
                     .map(|top| Box::new(PromptScoring::new(top, choice..choice + n)));
-                seq.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
+                seq.sampling.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
                 sequences.push(seq);
             }
         }

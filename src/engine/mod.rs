@@ -35,6 +35,7 @@ pub mod step;
 pub mod step_runner;
 pub mod stop;
 pub mod telemetry;
+pub mod text_output;
 pub mod waiting_limit;
 #[cfg(test)]
 mod window_pool_tests;

@@ -84,7 +84,7 @@ impl Scheduler {
     /// Takes a new sequence (numbered by the caller) into the waiting queue.
     pub fn add(&mut self, mut seq: Sequence) {
         debug_assert_eq!(seq.status, SeqStatus::Waiting);
-        self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
+        self.blocks.global.extend_hashes(&mut seq.kv.block_hashes, &seq.tokens);
         let id = seq.id;
         self.seqs.insert(id, seq);
         self.enqueue(id);
@@ -195,18 +195,18 @@ impl Scheduler {
     /// no room, with nothing taken.
     fn admit(&mut self, id: SeqId, budget: usize, now: f64, out: &mut SchedulerOutput) -> Option<usize> {
         let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
-        debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
+        debug_assert!(seq.kv.block_table.is_empty() && seq.kv.num_computed == 0);
         let queried = seq.cacheable_prefix();
         let cached =
-            self.blocks.global.find_cached_prefix(&seq.block_hashes, &seq.tokens, queried, &mut seq.block_table);
-        seq.num_computed = cached;
+            self.blocks.global.find_cached_prefix(&seq.kv.block_hashes, &seq.tokens, queried, &mut seq.kv.block_table);
+        seq.kv.num_computed = cached;
         let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
-        match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, cached, cached + n) {
+        match self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, cached, cached + n) {
             Grow::Done => {}
             Grow::NoRoom => {
                 // Give the cached blocks back: the sequence is looked up afresh when there is room.
-                self.blocks.release(&mut seq.block_table, &mut seq.window_table);
-                seq.num_computed = 0;
+                self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
+                seq.kv.num_computed = 0;
                 return None;
             }
             Grow::WindowShortage => {
@@ -253,7 +253,7 @@ impl Scheduler {
             let to_max_tokens = seq.max_tokens.saturating_sub(seq.num_generated() + 1);
             let to_context = self.context.saturating_sub(seq.tokens.len() + 1);
             if let Some(draft) = speculator.config.propose(&seq.tokens, to_max_tokens.min(to_context)) {
-                offers.push(speculator.offer(&seq.acceptance, draft.match_len, draft.tokens.len()));
+                offers.push(speculator.offer(&seq.draft.acceptance, draft.match_len, draft.tokens.len()));
                 drafts.push((i, draft));
             }
         }
@@ -261,17 +261,19 @@ impl Scheduler {
         for ((i, draft), d) in drafts.into_iter().zip(taken).filter(|&(_, d)| d > 0) {
             let c = &mut out.chunks[i];
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            let needed = self.blocks.global.blocks_for(c.start + 1 + d).saturating_sub(seq.block_table.len());
+            let needed = self.blocks.global.blocks_for(c.start + 1 + d).saturating_sub(seq.kv.block_table.len());
             if needed > 0 && self.blocks.global.num_free() < needed + self.running.len() {
                 continue;
             }
-            if self.blocks.grow(&mut seq.block_table, &mut seq.window_table, c.start, c.start + 1 + d) != Grow::Done {
+            if self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, c.start, c.start + 1 + d)
+                != Grow::Done
+            {
                 continue;
             }
-            seq.draft_input.clear();
-            seq.draft_input.extend(seq.tokens.last().copied());
-            seq.draft_input.extend(&draft.tokens[..d]);
-            seq.draft_match_len = draft.match_len;
+            seq.draft.input.clear();
+            seq.draft.input.extend(seq.tokens.last().copied());
+            seq.draft.input.extend(&draft.tokens[..d]);
+            seq.draft.match_len = draft.match_len;
             c.n_tokens = 1 + d;
             c.draft = d;
         }
@@ -289,15 +291,15 @@ impl Scheduler {
     /// The chunk of sequence `id` computing its next `n` tokens (with a draft: its last token and the draft).
     fn chunk(&self, id: SeqId, n: usize) -> ScheduledChunk {
         let s = &self.seqs[&id];
-        let end = (s.num_computed + n).min(s.tokens.len());
+        let end = (s.kv.num_computed + n).min(s.tokens.len());
         let decode = end == s.tokens.len() && s.num_uncomputed() == 1 && s.num_generated() > 0;
         ScheduledChunk {
             seq: id,
-            start: s.num_computed,
+            start: s.kv.num_computed,
             n_tokens: n,
             samples: end == s.tokens.len(),
             prefill: !decode,
-            draft: n - (end - s.num_computed),
+            draft: n - (end - s.kv.num_computed),
         }
     }
 
@@ -307,8 +309,8 @@ impl Scheduler {
     fn reserve(&mut self, id: SeqId, n: usize, out: &mut SchedulerOutput, budget: &mut usize) -> bool {
         loop {
             let seq = self.seqs.get_mut(&id).expect("running sequences exist");
-            let start = seq.num_computed;
-            match self.blocks.grow(&mut seq.block_table, &mut seq.window_table, start, start + n) {
+            let start = seq.kv.num_computed;
+            match self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, start, start + n) {
                 Grow::Done => return true,
                 Grow::NoRoom => {}
                 Grow::WindowShortage => {
@@ -337,9 +339,9 @@ impl Scheduler {
     fn preempt(&mut self, id: SeqId, out: &mut SchedulerOutput) -> usize {
         self.running.retain(|&s| s != id);
         let v = self.seqs.get_mut(&id).expect("running sequences exist");
-        self.blocks.release(&mut v.block_table, &mut v.window_table);
-        v.num_computed = 0;
-        v.draft_input.clear();
+        self.blocks.release(&mut v.kv.block_table, &mut v.kv.window_table);
+        v.kv.num_computed = 0;
+        v.draft.input.clear();
         v.status = SeqStatus::Preempted;
         v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
         self.counters.preemptions += 1;
@@ -367,7 +369,7 @@ impl Scheduler {
     /// Ends a sequence that lost its window blocks (out of the queues already): blocks freed, `Error`.
     fn fail(&mut self, id: SeqId, out: &mut SchedulerOutput) {
         let seq = self.seqs.get_mut(&id).expect("scheduled sequences exist");
-        self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+        self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
         seq.status = SeqStatus::Finished(FinishReason::Error);
         out.failed.push(id);
     }
@@ -386,7 +388,7 @@ impl Scheduler {
         let mut sampled = ran.sampled.into_iter().peekable();
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            seq.num_computed += c.n_tokens - c.draft;
+            seq.kv.num_computed += c.n_tokens - c.draft;
             if c.samples {
                 let token = sampled.next().expect("a sampled token per sampling chunk");
                 debug_assert_eq!(token.seq, c.seq);
@@ -399,15 +401,15 @@ impl Scheduler {
                     // inside the run ends the choice where plain decoding would have. Their positions were
                     // computed in the step; the rejected ones' are left behind `num_computed`, for the next step
                     // to overwrite.
-                    seq.accepted_pending.clear();
+                    seq.draft.accepted_pending.clear();
                     while let Some(more) = sampled.next_if(|t| t.seq == c.seq) {
-                        seq.accepted_pending.push_back((more.token, more.ts, more.logprob));
+                        seq.draft.accepted_pending.push_back((more.token, more.ts, more.logprob));
                     }
                     // d1..da then the model's token: `a` follow the first.
-                    let accepted = seq.accepted_pending.len();
-                    seq.draft_input.clear();
+                    let accepted = seq.draft.accepted_pending.len();
+                    seq.draft.input.clear();
                     if let Some(speculator) = self.speculator.as_mut() {
-                        speculator.record(&mut seq.acceptance, seq.draft_match_len, c.draft, accepted);
+                        speculator.record(&mut seq.draft.acceptance, seq.draft.match_len, c.draft, accepted);
                     }
                     self.counters.draft_tokens += c.draft as u64;
                     self.counters.accepted_draft_tokens += accepted as u64;
@@ -420,8 +422,13 @@ impl Scheduler {
             }
             // Blocks the step filled become findable (a token sampled this step is not computed yet, but its
             // block is hashed now, to be registered once it is).
-            self.blocks.global.extend_hashes(&mut seq.block_hashes, &seq.tokens);
-            self.blocks.global.cache_full_blocks(&seq.block_table, &seq.block_hashes, &seq.tokens, seq.num_computed);
+            self.blocks.global.extend_hashes(&mut seq.kv.block_hashes, &seq.tokens);
+            self.blocks.global.cache_full_blocks(
+                &seq.kv.block_table,
+                &seq.kv.block_hashes,
+                &seq.tokens,
+                seq.kv.num_computed,
+            );
         }
         let end_ts = clock.now();
         let batch_tokens = step.num_tokens() as u32;
@@ -476,7 +483,7 @@ impl Scheduler {
         ids.iter()
             .map(|id| {
                 let mut seq = self.seqs.remove(id).expect("listed sequences exist");
-                self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+                self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
                 seq
             })
             .collect()
@@ -488,7 +495,7 @@ impl Scheduler {
         self.waiting.clear();
         let mut all: Vec<Sequence> = self.seqs.drain().map(|(_, s)| s).collect();
         for seq in &mut all {
-            self.blocks.release(&mut seq.block_table, &mut seq.window_table);
+            self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
         }
         all.sort_unstable_by_key(|s| s.id);
         all

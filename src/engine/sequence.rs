@@ -1,5 +1,7 @@
-//! One sequence: a choice of a request, with its tokens, KV blocks, sampler, detokenizer, stop matching and, when
-//! its output is constrained, its grammar matcher.
+//! One sequence: a choice of a request, with its tokens and shared options, and one part for each stage that
+//! changes it: its KV blocks (`SeqKv`, the scheduler's), its sampler, grammar matcher and prompt scoring
+//! (`SeqSampling`, the step runner's), its speculative drafts (`SeqDraft`) and its text (`TextOutput`,
+//! `text_output.rs`, the output stage's).
 //!
 //! A step touches a sequence in two stages: the scheduler's update appends the sampled token and applies the
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
@@ -17,14 +19,15 @@ use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
 use super::sampling::{Sampler, TokenLogprob};
 use super::seq_options::SharedOptions;
 use super::speculative::acceptance::SeqAcceptance;
-use super::stop::{Released, StopMatcher};
-use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+use super::text_output::{Sink, TextOutput};
+use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
 
 /// Engine-wide sequence number (requests have ids; each of their choices is a sequence).
 pub type SeqId = u64;
 
-/// A sequence being generated.
+/// A sequence being generated: what identifies it and what every stage reads, then one part per stage that
+/// changes it.
 pub struct Sequence {
     pub id: SeqId,
     pub request: Arc<RequestShared>,
@@ -32,6 +35,29 @@ pub struct Sequence {
     /// Prompt then generated tokens.
     pub tokens: Vec<TokenId>,
     pub prompt_len: usize,
+    /// Most tokens to generate: the request's `max_tokens`, or the room its prompt leaves.
+    pub max_tokens: usize,
+    /// The request's options, shared by its sequences.
+    pub options: Arc<SharedOptions>,
+    /// Where the sequence is in its life; the scheduler's queues agree with it.
+    pub status: SeqStatus,
+    /// Whether this choice is the first of its prompt: the one whose cached prompt tokens `usage` reports (a
+    /// prompt is billed once, however many choices share it).
+    pub bills_prompt: bool,
+    /// Its keys and values (the scheduler's).
+    pub kv: SeqKv,
+    /// How its next tokens are drawn (the step runner's).
+    pub sampling: SeqSampling,
+    /// Its speculative drafts (planned by the scheduler, verified by the step runner, appended by the output
+    /// stage).
+    pub draft: SeqDraft,
+    /// Its text (the output stage's).
+    text: TextOutput,
+}
+
+/// Where a sequence's keys and values are. The scheduler changes it as it admits, grows, preempts and frees.
+#[derive(Default)]
+pub struct SeqKv {
     /// Positions whose keys and values are in the KV cache: `tokens[..num_computed]`.
     pub num_computed: usize,
     /// KV cache blocks holding positions `0..num_computed` (and room scheduled for more).
@@ -39,45 +65,37 @@ pub struct Sequence {
     /// Window-pool blocks of the sliding-window layers, indexed like `block_table`: those of the positions the
     /// next step may still read, `NO_BLOCK` before them (empty without a window pool).
     pub window_table: Vec<u32>,
-    /// Most tokens to generate: the request's `max_tokens`, or the room its prompt leaves.
-    pub max_tokens: usize,
-    /// The request's options, shared by its sequences.
-    pub options: Arc<SharedOptions>,
+    /// Hashes of the sequence's full blocks of tokens, in order: its keys in the prefix cache (`kv_prefix.rs`;
+    /// empty when the engine caches no prefixes).
+    pub block_hashes: Vec<BlockHash>,
+}
+
+/// How a sequence's next tokens are drawn, and its prompt scored. The step runner uses it; the scheduler's update
+/// tells the sampler and the grammar each token.
+pub struct SeqSampling {
     pub sampler: Sampler,
+    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
+    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
+    pub guided: Option<Box<GuidedMatcher>>,
     /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
-    /// (`prompt_logprobs.rs`). Set after construction on a prompt's first choice; `None` by default.
+    /// (`prompt_logprobs.rs`). Set on a prompt's first choice; `None` otherwise.
     pub prompt_scoring: Option<Box<PromptScoring>>,
-    /// The step's input when it verifies a draft (`speculative/`): the last token, then the draft. Empty
-    /// otherwise; the scheduler sets it for the step it plans.
-    pub draft_input: Vec<TokenId>,
+}
+
+/// Speculative decoding's state of a sequence (`speculative/`).
+#[derive(Default)]
+pub struct SeqDraft {
+    /// The step's input when it verifies a draft: the last token, then the draft. Empty otherwise; the scheduler
+    /// sets it for the step it plans.
+    pub input: Vec<TokenId>,
     /// The length of the match the draft being verified came from (`speculative/ngram.rs`).
-    pub draft_match_len: usize,
+    pub match_len: usize,
     /// How the sequence's drafts have fared (`speculative/acceptance.rs`).
     pub acceptance: SeqAcceptance,
     /// Tokens a verified draft yields after the first (the accepted draft tokens, then the model's own), with
     /// their timestamp and log probability, for the output stage to append one at a time
-    /// ([`append_accepted`](Self::append_accepted)).
+    /// ([`Sequence::append_accepted`]).
     pub accepted_pending: VecDeque<(TokenId, f64, Option<TokenLogprob>)>,
-    detokenizer: StreamDecoder,
-    stops: StopMatcher,
-    /// Generated tokens whose text has not been released yet, and the sum of their timestamps.
-    unreleased_tokens: u32,
-    unreleased_ts_sum: f64,
-    /// Their log probabilities, when asked for: they travel with the text they produced.
-    unreleased_logprobs: Vec<TokenLogprob>,
-    /// Where the sequence is in its life; the scheduler's queues agree with it.
-    pub status: SeqStatus,
-    /// Hashes of the sequence's full blocks of tokens, in order: its keys in the prefix cache (`kv_prefix.rs`;
-    /// empty when the engine caches no prefixes).
-    pub block_hashes: Vec<BlockHash>,
-    /// Whether this choice is the first of its prompt: the one whose cached prompt tokens `usage` reports (a
-    /// prompt is billed once, however many choices share it).
-    pub bills_prompt: bool,
-    /// Generated tokens already turned into text (or withheld by the stop matcher) by the output stage.
-    num_emitted: usize,
-    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
-    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
-    pub guided: Option<Box<GuidedMatcher>>,
 }
 
 /// A sequence's state. Only the scheduler changes it.
@@ -104,36 +122,21 @@ impl Sequence {
         options: Arc<SharedOptions>,
         sampler: Sampler,
     ) -> Self {
-        let given = &options.given;
-        let detokenizer = StreamDecoder::new(!given.skip_special_tokens);
-        let stops = StopMatcher::new(given.stop.clone(), given.include_stop_str_in_output);
+        let text = TextOutput::new(&options.given);
         Sequence {
             id,
             request,
             choice,
             tokens: prompt.to_vec(),
             prompt_len: prompt.len(),
-            num_computed: 0,
-            block_table: Vec::new(),
-            window_table: Vec::new(),
             max_tokens,
             options,
-            sampler,
-            prompt_scoring: None,
-            draft_input: Vec::new(),
-            draft_match_len: 0,
-            acceptance: SeqAcceptance::default(),
-            accepted_pending: VecDeque::new(),
-            detokenizer,
-            stops,
-            unreleased_tokens: 0,
-            unreleased_ts_sum: 0.0,
-            unreleased_logprobs: Vec::new(),
             status: SeqStatus::Waiting,
-            block_hashes: Vec::new(),
             bills_prompt: choice == 0,
-            num_emitted: 0,
-            guided: None,
+            kv: SeqKv::default(),
+            sampling: SeqSampling { sampler, guided: None, prompt_scoring: None },
+            draft: SeqDraft::default(),
+            text,
         }
     }
 
@@ -178,14 +181,14 @@ impl Sequence {
 
     /// Whether the sequence still has prompt positions to score (`prompt_logprobs`).
     fn is_scoring(&self) -> bool {
-        self.prompt_scoring.as_ref().is_some_and(|s| !s.is_published())
+        self.sampling.prompt_scoring.as_ref().is_some_and(|s| !s.is_published())
     }
 
     /// The most leading positions the prefix cache may serve at admission (it serves whole blocks of them): all
     /// but the last token, whose logits are needed; while the prompt is scored, only the positions scored.
     pub fn cacheable_prefix(&self) -> usize {
         let all_but_last = self.tokens.len().saturating_sub(1);
-        match &self.prompt_scoring {
+        match &self.sampling.prompt_scoring {
             Some(s) if self.is_scoring() => all_but_last.min(s.cacheable_positions()),
             _ => all_but_last,
         }
@@ -204,7 +207,7 @@ impl Sequence {
     /// The positions of a chunk `start .. start + n` whose logits rows score the prompt (empty when it scores
     /// nothing).
     pub fn rows_to_score(&self, start: usize, n: usize) -> Range<usize> {
-        match &self.prompt_scoring {
+        match &self.sampling.prompt_scoring {
             Some(s) if self.is_scoring() => s.rows_to_score(start, n, self.prompt_len),
             _ => start..start,
         }
@@ -215,13 +218,15 @@ impl Sequence {
     /// `min_tokens` ban): no penalties (their counts would need the draft tokens before acceptance), no grammar
     /// (its matcher would need to walk the draft).
     pub fn can_speculate(&self) -> bool {
-        self.options.given.speculative_decoding && !self.sampler.params().has_penalties() && self.guided.is_none()
+        self.options.given.speculative_decoding
+            && !self.sampling.sampler.params().has_penalties()
+            && self.sampling.guided.is_none()
     }
 
     /// The tokens chunk `start .. start + n` computes: the sequence's own, or the last one and the draft.
     pub fn chunk_tokens(&self, start: usize, n: usize) -> &[TokenId] {
-        if !self.draft_input.is_empty() && start + 1 == self.tokens.len() {
-            &self.draft_input[..n]
+        if !self.draft.input.is_empty() && start + 1 == self.tokens.len() {
+            &self.draft.input[..n]
         } else {
             &self.tokens[start..start + n]
         }
@@ -241,7 +246,7 @@ impl Sequence {
     /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
     /// the one token sampled last step).
     pub fn num_uncomputed(&self) -> usize {
-        self.tokens.len() - self.num_computed
+        self.tokens.len() - self.kv.num_computed
     }
 
     /// The scheduler's update: records token `token`, sampled at monotonic time `ts` (with its log probability
@@ -258,18 +263,15 @@ impl Sequence {
         self.tokens.push(token);
         // A stop id produces no text, so it has no place among the logprobs of the text either (as it has none
         // in OpenAI's responses).
-        if let Some(lp) = logprob.filter(|_| !self.options.stop_ids.contains(&token)) {
-            self.unreleased_logprobs.push(lp);
-        }
-        self.sampler.accept(token);
+        let stop_id = self.options.stop_ids.contains(&token);
+        self.text.hold(ts, logprob.filter(|_| !stop_id));
+        self.sampling.sampler.accept(token);
         self.request.count_token(self.choice, token);
         self.request.with_stats(self.choice, |s| s.record_token(ts));
-        self.unreleased_tokens += 1;
-        self.unreleased_ts_sum += ts;
-        if self.options.stop_ids.contains(&token) {
+        if stop_id {
             return Some(FinishReason::Stop);
         }
-        if let Some(guided) = &mut self.guided {
+        if let Some(guided) = &mut self.sampling.guided {
             match guided.accept(token) {
                 Accepted::More => {}
                 Accepted::Complete => return Some(FinishReason::Stop),
@@ -292,76 +294,26 @@ impl Sequence {
     /// predecessor was computed in the step. `None` when nothing is pending; `Some(reason)` when it ended the
     /// sequence (the rest are dropped).
     pub fn append_accepted(&mut self, context: usize) -> Option<Option<FinishReason>> {
-        let (token, ts, logprob) = self.accepted_pending.pop_front()?;
-        self.num_computed += 1;
+        let (token, ts, logprob) = self.draft.accepted_pending.pop_front()?;
+        self.kv.num_computed += 1;
         let ended = self.append_token(token, ts, logprob, context);
         if ended.is_some() {
-            self.accepted_pending.clear();
+            self.draft.accepted_pending.clear();
         }
         Some(ended)
     }
 
-    /// The output stage: turns the tokens appended since the last call into text, releasing what the stop
-    /// matcher lets through. `Some(Stop)` when a stop string matched (the text from it on is withheld, and the
-    /// sequence must end even if the update had not ended it); at the end of a sequence, releases what the
-    /// detokenizer and stop matcher still hold. A stop id produces no text, unless its text is kept
-    /// (`include_stop_str_in_output`): then it goes through the stop matcher like any text, and ends the output.
+    /// The output stage: turns the tokens appended since the last call into text (`TextOutput::emit`).
+    /// `Some(Stop)` when a stop string matched; at the end of a sequence, releases what is still held.
     pub fn emit_text(&mut self, tokenizer: &Tokenizer) -> Option<FinishReason> {
-        while self.num_emitted < self.num_generated() {
-            let token = self.tokens[self.prompt_len + self.num_emitted];
-            self.num_emitted += 1;
-            let stop_token = self.options.stop_ids.contains(&token);
-            if stop_token && !self.options.given.include_stop_str_in_output {
-                break;
-            }
-            // Sampled ids are always in the vocabulary, so the decoder cannot fail; an error ends the sequence.
-            let piece = match self.detokenizer.push(tokenizer, token) {
-                Ok(piece) => piece.to_owned(),
-                Err(_) => return Some(FinishReason::Error),
-            };
-            // Before `min_tokens` tokens, text passes by the stop strings unmatched.
-            let released = match self.num_emitted <= self.min_tokens() {
-                true => Released { text: piece, stopped: false },
-                false => self.stops.push(&piece),
-            };
-            self.release(released.text);
-            if released.stopped {
-                self.release_final(String::new());
-                return Some(FinishReason::Stop);
-            }
-            if stop_token {
-                break;
-            }
-        }
-        if self.finish_reason().is_some() {
-            self.release_rest();
-        }
-        None
-    }
-
-    /// Releases text to the host together with the tokens not yet accounted for.
-    fn release(&mut self, text: String) {
-        if !text.is_empty() {
-            self.release_final(text);
-        }
-    }
-
-    /// Releases `text`, even empty. An empty final release only drops the pending token accounting: tokens
-    /// that produced no text (a stop token, a stop string withheld) never reach the host, so they never wait in
-    /// its queue, and their log probabilities are not reported.
-    fn release_final(&mut self, text: String) {
-        let logprobs = std::mem::take(&mut self.unreleased_logprobs);
-        if !text.is_empty() {
-            self.request.push_delta(self.choice, text, self.unreleased_tokens, self.unreleased_ts_sum, logprobs);
-        }
-        self.unreleased_tokens = 0;
-        self.unreleased_ts_sum = 0.0;
+        let finished = self.finish_reason().is_some();
+        let generated = &self.tokens[self.prompt_len..];
+        let sink = Sink { request: &self.request, choice: self.choice };
+        self.text.emit(tokenizer, generated, &self.options, finished, sink)
     }
 
     /// The sequence ends without a stop string: release what the detokenizer and stop matcher still hold.
     pub fn release_rest(&mut self) {
-        let mut tail = self.stops.push(self.detokenizer.finish()).text;
-        tail.push_str(&self.stops.flush());
-        self.release_final(tail);
+        self.text.release_rest(Sink { request: &self.request, choice: self.choice });
     }
 }

@@ -90,7 +90,7 @@ impl<'m> StepRunner<'m> {
                 // Only sampling rows, nothing scored (`forward_batch`): a decode's one row, or a draft's rows.
                 if c.samples {
                     let ids = &self.device_ids[rows];
-                    push_verified(&mut out, c, &seqs[&c.seq].draft_input, clock, |j| (ids[j], None));
+                    push_verified(&mut out, c, &seqs[&c.seq].draft.input, clock, |j| (ids[j], None));
                 }
                 continue;
             }
@@ -99,11 +99,11 @@ impl<'m> StepRunner<'m> {
             for pos in seq.rows_to_score(c.start, c.n_tokens) {
                 let r = rows.start + pos - first_pos;
                 self.logprobs.keep_raw(&self.logits[r * vocab..(r + 1) * vocab]);
-                let scoring = seq.prompt_scoring.as_mut().expect("a sequence that scores has its scoring");
+                let scoring = seq.sampling.prompt_scoring.as_mut().expect("a sequence that scores has its scoring");
                 let entry = self.logprobs.report_prompt_token(seq.tokens[pos + 1], scoring.top);
                 scoring.push(pos, entry);
             }
-            if let Some(scoring) = seq.prompt_scoring.as_mut() {
+            if let Some(scoring) = seq.sampling.prompt_scoring.as_mut() {
                 if let Some(done) = scoring.take_finished(seq.prompt_len) {
                     seq.request.set_prompt_logprobs(scoring.choices.clone(), done);
                 }
@@ -115,12 +115,12 @@ impl<'m> StepRunner<'m> {
             // confirm the draft.
             let first = rows.end - 1 - c.draft;
             let (logits, logprobs) = (&mut self.logits, &mut self.logprobs);
-            let draft = std::mem::take(&mut seq.draft_input);
+            let draft = std::mem::take(&mut seq.draft.input);
             push_verified(&mut out, c, &draft, clock, |j| {
                 let r = first + j;
                 sample_row(seq, j, &mut logits[r * vocab..(r + 1) * vocab], logprobs)
             });
-            seq.draft_input = draft;
+            seq.draft.input = draft;
         }
         self.chunk_rows = chunk_rows;
         Ok(out)
@@ -172,8 +172,8 @@ impl<'m> StepRunner<'m> {
                 SeqChunk {
                     tokens: s.chunk_tokens(c.start, c.n_tokens),
                     start_pos: c.start,
-                    block_table: &s.block_table,
-                    window_table: &s.window_table,
+                    block_table: &s.kv.block_table,
+                    window_table: &s.kv.window_table,
                     logit_rows: rows,
                 }
             })
@@ -183,7 +183,7 @@ impl<'m> StepRunner<'m> {
             step.chunks.iter().zip(&self.chunk_rows).all(|(c, &k)| k == usize::from(c.samples) + c.draft);
         let all_greedy = one_row_each
             && step.chunks.iter().filter(|c| c.samples).all(|c| {
-                let p = seqs[&c.seq].sampler.params();
+                let p = seqs[&c.seq].sampling.sampler.params();
                 let s = &seqs[&c.seq];
                 p.is_greedy()
                     && !p.has_penalties()
@@ -218,7 +218,7 @@ fn sample_row(
     }
     apply_mask(logits, seq);
     ban_early_stops(seq, ahead, logits);
-    let token = seq.sampler.sample(logits);
+    let token = seq.sampling.sampler.sample(logits);
     (token, seq.logprobs().map(|top| logprobs.report(token, top)))
 }
 
@@ -269,7 +269,7 @@ fn logit_rows(c: &ScheduledChunk, seq: &Sequence) -> usize {
 /// row, so temperature, top-p and the rest act on the allowed ones. A mask that could not be computed leaves the
 /// row as it is; the scheduler's update then fails the choice (`GuidedMatcher::accept`).
 fn apply_mask(logits: &mut [f32], seq: &mut Sequence) {
-    if let Some(guided) = seq.guided.as_mut() {
+    if let Some(guided) = seq.sampling.guided.as_mut() {
         let _ = guided.apply_mask(logits);
     }
 }
