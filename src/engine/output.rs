@@ -15,6 +15,7 @@ use super::metrics::{
     token_times_since_arrival_ms, ExtendedTimingMetrics, LlamaCppTimings, PerRequestTimingMetrics,
 };
 use super::prompt_logprobs::PromptTokenLogprob;
+use super::ready_queue::ReadyQueue;
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
 use super::waiting_limit::WaitingPlace;
@@ -109,6 +110,17 @@ pub struct RequestShared {
     engine: Weak<dyn CancelWaker>,
     /// Its place among the requests waiting to start (`waiting_limit.rs`), given back once it starts or ends.
     waiting_place: OnceLock<WaitingPlace>,
+    /// The waiting point this request reports its events to, when the host asked for one
+    /// ([`RequestHandle::watch`]).
+    watch: OnceLock<Watch>,
+    /// Whether the request's key is in that waiting point's queue (at most once however many events wait).
+    marked: AtomicBool,
+}
+
+/// A waiting point and the request's key there.
+struct Watch {
+    queue: Weak<ReadyQueue>,
+    key: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -143,6 +155,8 @@ impl RequestShared {
             cached_prompt_tokens: AtomicU32::new(0),
             engine,
             waiting_place: OnceLock::new(),
+            watch: OnceLock::new(),
+            marked: AtomicBool::new(false),
         })
     }
 
@@ -184,6 +198,7 @@ impl RequestShared {
         out.choices[choice].text.push_str(&text);
         out.choices[choice].logprobs.extend_from_slice(&logprobs);
         out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum, logprobs }));
+        self.mark_ready();
         drop(out);
         self.ready.notify_all();
     }
@@ -225,6 +240,7 @@ impl RequestShared {
             out.terminal = Some(event.clone());
         }
         out.queue.push_back(Queued::Event(event));
+        self.mark_ready();
         drop(out);
         self.ready.notify_all();
     }
@@ -249,6 +265,7 @@ impl RequestShared {
         let event = RequestEvent::Error { message };
         out.terminal = Some(event.clone());
         out.queue.push_back(Queued::Event(event));
+        self.mark_ready();
         drop(out);
         self.ready.notify_all();
     }
@@ -256,6 +273,20 @@ impl RequestShared {
     /// Whether every choice has ended.
     pub fn is_finished(&self) -> bool {
         lock(&self.output).terminal.is_some()
+    }
+
+    /// An event was just queued (the output lock is held, so that [`RequestHandle::watch`] sees it or is seen):
+    /// the request's key joins its waiting point's queue unless it is there already.
+    fn mark_ready(&self) {
+        let Some(watch) = self.watch.get() else { return };
+        if self.marked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match watch.queue.upgrade() {
+            Some(queue) => queue.push(watch.key),
+            // The waiting point is gone (its engine was freed): nobody will take the key.
+            None => self.marked.store(false, Ordering::Release),
+        }
     }
 }
 
@@ -338,6 +369,27 @@ impl RequestHandle {
                 }
             };
         }
+    }
+
+    /// Reports this request's events to `queue` under `key` from now on: whenever an event is queued and the key
+    /// is not in `queue` already, it is appended (`ready_queue.rs`). Events queued before this call count: if any
+    /// wait, the key is appended at once. A request reports to one queue; `false` (nothing changed) when it
+    /// already does.
+    pub fn watch(&self, queue: &Arc<ReadyQueue>, key: u64) -> bool {
+        let out = lock(&self.shared.output);
+        if self.shared.watch.set(Watch { queue: Arc::downgrade(queue), key }).is_err() {
+            return false;
+        }
+        if !out.queue.is_empty() && !out.final_taken {
+            self.shared.mark_ready();
+        }
+        true
+    }
+
+    /// The taker of this request's key from its waiting point: clears the mark before taking the events, so that
+    /// an event queued from now on appends the key again.
+    pub fn clear_ready_mark(&self) {
+        self.shared.marked.store(false, Ordering::Release);
     }
 
     /// The engine side of the request, for tests that play it by hand (an engine failure, say, which no real
@@ -562,5 +614,31 @@ mod tests {
         shared.finish_choice(0, FinishReason::Length);
         let finals: usize = pollers.into_iter().map(|p| p.join().unwrap()).sum();
         assert_eq!(finals, 1);
+    }
+
+    #[test]
+    fn a_watched_request_queues_its_key_once_until_taken() {
+        use crate::engine::ready_queue::{Ready, ReadyQueue};
+        let queue = Arc::new(ReadyQueue::new().unwrap());
+        let (shared, h) = request(1);
+        shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
+        assert!(h.watch(&queue, 42), "an event queued before the watch counts");
+        assert!(!h.watch(&queue, 43), "one waiting point per request");
+        shared.push_delta(0, "b".into(), 1, 0.0, Vec::new());
+        assert_eq!(queue.wait(NOW, 8), Ready::Keys(vec![42]), "once, however many events wait");
+        h.clear_ready_mark();
+        let delta = RequestEvent::Delta { choice: 0, text: "ab".into(), tokens: 2, logprobs: Vec::new() };
+        assert_eq!(h.poll(NOW), EventPoll::Event(delta));
+        assert_eq!(queue.wait(NOW, 8), Ready::TimedOut);
+        shared.finish_choice(0, FinishReason::Stop);
+        assert_eq!(queue.wait(NOW, 8), Ready::Keys(vec![42]));
+        h.clear_ready_mark();
+        assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
+        assert_eq!(h.poll(NOW), EventPoll::Done);
+        // A waiting point that is gone takes no key, and the request goes on.
+        let (shared, h) = request(1);
+        h.watch(&Arc::new(ReadyQueue::new().unwrap()), 1);
+        shared.finish_choice(0, FinishReason::Length);
+        assert_eq!(h.poll(NOW), finished(0, FinishReason::Length));
     }
 }
