@@ -21,6 +21,18 @@
 #include <stdint.h>
 
 /**
+ * `delivery` of `engine_submit_with_user_data`: the request's events, as `engine_poll` gives them (`DELTA`,
+ * `FINISHED`, `ERROR`).
+ */
+#define ENGINE_DELIVERY_EVENTS 1
+
+/**
+ * `delivery` of `engine_submit_with_user_data`: the request's streaming chunk bodies, as `engine_next_chunk_json`
+ * gives them (`CHUNK`), then `STREAM_DONE`.
+ */
+#define ENGINE_DELIVERY_CHUNKS 2
+
+/**
  * Presence bit of `PerRequestTimingMetrics.time_to_first_token_ms`.
  */
 #define ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS (1 << 0)
@@ -355,6 +367,16 @@ enum EngineEventKind
      * `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
      */
     ENGINE_EVENT_KIND_ERROR = 3,
+    /**
+     * `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: `text`/`text_len` is its
+     * next streaming chunk body (what `engine_next_chunk_json` returns).
+     */
+    ENGINE_EVENT_KIND_CHUNK = 4,
+    /**
+     * `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: its stream has ended
+     * (send `data: [DONE]`); its last record.
+     */
+    ENGINE_EVENT_KIND_STREAM_DONE = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -698,6 +720,30 @@ typedef struct EngineEvent {
  */
 typedef void (*EngineLogCallback)(void *userdata, EngineLogLevel level, const char *message);
 
+/**
+ * One event of one request, written by `engine_wait_events`.
+ */
+typedef struct EngineEventRecord {
+    /**
+     * The request the event is about (the handle `engine_submit_with_user_data` gave).
+     */
+    struct EngineRequest *request;
+    /**
+     * The value given at submission, unchanged (a host's stream id, or a pointer cast to an integer).
+     */
+    uint64_t user_data;
+    /**
+     * The event. With `ENGINE_DELIVERY_EVENTS`: as `engine_poll` writes it. With `ENGINE_DELIVERY_CHUNKS`: kind
+     * `CHUNK` with `text`/`text_len` a chunk body, or, last, kind `STREAM_DONE` (send `data: [DONE]`). Its text
+     * is owned by ember: valid until this thread's next `engine_wait_events` on this engine, or `engine_free`.
+     */
+    struct EngineEvent event;
+    /**
+     * Whether this is the request's last record: nothing more comes for it, and it may be freed.
+     */
+    bool last;
+} EngineEventRecord;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -749,6 +795,31 @@ EngineStatus engine_detokenize(const struct Engine *engine,
                                size_t n_ids,
                                bool include_special,
                                char **out);
+
+/**
+ * A descriptor that is readable while `engine_wait_events` has something to return (events, or a wakeup), for
+ * a host's epoll, poll, kqueue or io_uring loop; written to `*out_fd`. Poll it for reading only; ember reads
+ * and closes it (at `engine_free`). It stays readable until the waiting events are taken: level-triggered
+ * loops call `engine_wait_events` with timeout 0 when it is readable; edge-triggered ones until
+ * `ENGINE_STATUS_TIMEOUT`. It is the read end of a pipe, on every Unix.
+ *
+ * Returns `ENGINE_STATUS_OK`, `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_fd`).
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `out_fd` is NULL or points to a writable `int`.
+ */
+EngineStatus engine_events_fd(struct Engine *engine, int *out_fd);
+
+/**
+ * Makes a waiting `engine_wait_events` on this engine return (or the next one, when none waits) with
+ * `ENGINE_STATUS_OK` and no records, and the descriptor of `engine_events_fd` readable until then: how a host
+ * stops its event loop. Several wakeups before a wait count as one.
+ *
+ * Returns `ENGINE_STATUS_OK` or `ENGINE_STATUS_INVALID_HANDLE`. Thread safety: any thread (a signal handler
+ * excepted: it takes a lock).
+ */
+EngineStatus engine_events_wakeup(struct Engine *engine);
 
 /**
  * Frees an engine: cancels its unfinished requests (they end with `ENGINE_FINISH_REASON_CANCELLED`), stops and joins
@@ -1092,6 +1163,28 @@ void engine_string_free(char *string);
 EngineStatus engine_submit(struct Engine *engine, const char *request_json, struct EngineRequest **out);
 
 /**
+ * Submits an OpenAI request body, as `engine_submit`, whose events go to the engine's waiting point: take them
+ * with `engine_wait_events`, each record carrying `user_data` (any value: ember never reads it).
+ *
+ * `delivery` is `ENGINE_DELIVERY_EVENTS` for the events `engine_poll` would give,
+ * `ENGINE_DELIVERY_CHUNKS` for the chunk bodies `engine_next_chunk_json` would give. Each event is delivered
+ * once, by one way: `engine_poll` or `engine_next_chunk_json` on such a request take from the same queue (do
+ * not mix them).
+ *
+ * Returns what `engine_submit` returns; `ENGINE_STATUS_INVALID_ARGUMENT` also for an unknown `delivery`.
+ *
+ * Thread safety and ownership: as `engine_submit`.
+ *
+ * # Safety
+ * As `engine_submit`.
+ */
+EngineStatus engine_submit_with_user_data(struct Engine *engine,
+                                          const char *request_json,
+                                          uint64_t user_data,
+                                          uint32_t delivery,
+                                          struct EngineRequest **out);
+
+/**
  * The token ids the engine computes for `text` (`text_len` bytes of UTF-8; NULL only with length 0), written to
  * `buffer` with their number in `*out_count`. `parse_special`: the texts of control tokens (`<|im_start|>`)
  * become those tokens, as the engine reads every prompt (chat or completion); otherwise they are ordinary text
@@ -1126,6 +1219,31 @@ EngineStatus engine_tokenize(const struct Engine *engine,
  * Thread safety: any thread, any time. Ownership: static; do not free. Does not change the last error message.
  */
 const char *engine_version(void);
+
+/**
+ * Waits up to `timeout_ms` milliseconds (0: do not wait; -1: no limit) for events of the requests submitted with
+ * `engine_submit_with_user_data`, and writes up to `capacity` of them to `records`, their number to `*out_count`.
+ *
+ * A request's records come in its order, its deltas of one choice merged, in the order requests became ready
+ * (one request's events may fill a batch; the rest come next). Returns `ENGINE_STATUS_OK` with at least one
+ * record, or with none after `engine_events_wakeup`; `ENGINE_STATUS_TIMEOUT` when nothing came in time (0
+ * written to `*out_count`); `ENGINE_STATUS_INVALID_HANDLE` (engine not live, or freed while this call waited);
+ * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `records` or `out_count`, `capacity` 0, bad timeout). A request
+ * freed before its events were taken is skipped.
+ *
+ * Thread safety: any thread; calls on one engine are serialized (one waits for the other), so a request's
+ * records reach the host in order. Ownership: the records' texts are ember's, valid until this thread's next
+ * call of this function on this engine, or `engine_free`.
+ *
+ * # Safety
+ * `records` is NULL or points to `capacity` writable `EngineEventRecord`s; `out_count` is NULL or points to a
+ * writable `size_t`.
+ */
+EngineStatus engine_wait_events(struct Engine *engine,
+                                int32_t timeout_ms,
+                                struct EngineEventRecord *records,
+                                size_t capacity,
+                                size_t *out_count);
 
 #ifdef __cplusplus
 }  // extern "C"

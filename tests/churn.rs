@@ -233,6 +233,7 @@ impl EventReader {
                 tally.finished_by_reason[reason as usize] += 1;
             }
             EngineEventKind::Error => panic!("the request failed: {}", text_of(&ev)),
+            other => panic!("{other:?} from engine_poll"),
         }
         true
     }

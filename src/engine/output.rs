@@ -350,12 +350,7 @@ impl RequestHandle {
             }
             if let Some(front) = out.queue.pop_front() {
                 let event = self.deliver(front, &mut out);
-                if is_final(&event, out.terminal.as_ref()) {
-                    out.final_taken = true;
-                    // Nothing is queued after the final event (a request ends once: `fail` and `finish_choice`
-                    // do nothing after it); should anything be, `Done` still ends the stream.
-                    out.queue.clear();
-                }
+                self.end_if_final(&event, &mut out);
                 return EventPoll::Event(event);
             }
             out = match deadline {
@@ -390,6 +385,43 @@ impl RequestHandle {
     /// an event queued from now on appends the key again.
     pub fn clear_ready_mark(&self) {
         self.shared.marked.store(false, Ordering::Release);
+    }
+
+    /// The next event if one is queued, without waiting, and whether it is the request's final one (after which
+    /// nothing more comes: `None` from then on, and `poll` answers `Done`). Takes from the same queue as `poll`.
+    pub fn take_ready(&self) -> Option<(RequestEvent, bool)> {
+        let mut out = lock(&self.shared.output);
+        if out.final_taken {
+            return None;
+        }
+        let front = out.queue.pop_front()?;
+        let event = self.deliver(front, &mut out);
+        let last = self.end_if_final(&event, &mut out);
+        Some((event, last))
+    }
+
+    /// After `event` was taken: when it is the final one, the stream is over (`Done` from now on). Whether it was.
+    fn end_if_final(&self, event: &RequestEvent, out: &mut OutputState) -> bool {
+        let last = is_final(event, out.terminal.as_ref());
+        if last {
+            out.final_taken = true;
+            // Nothing is queued after the final event (a request ends once: `fail` and `finish_choice` do nothing
+            // after it); should anything be, `Done` still ends the stream.
+            out.queue.clear();
+        }
+        last
+    }
+
+    /// The taker of this request's key had no room for all its events: the key goes back to the head of its
+    /// waiting point's queue (unless an event queued meanwhile has put it back already).
+    pub fn requeue_first(&self) {
+        let Some(watch) = self.shared.watch.get() else { return };
+        if !self.shared.marked.swap(true, Ordering::AcqRel) {
+            match watch.queue.upgrade() {
+                Some(queue) => queue.push_front(watch.key),
+                None => self.shared.marked.store(false, Ordering::Release),
+            }
+        }
     }
 
     /// The engine side of the request, for tests that play it by hand (an engine failure, say, which no real

@@ -25,7 +25,7 @@ impl Handles {
     }
 }
 
-fn new_engine() -> *mut Engine {
+pub(super) fn new_engine() -> *mut Engine {
     let model = resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
     let config = serde_json::json!({"model": model, "threads": 1, "kv_cache_tokens": 1024}).to_string();
     let config = CString::new(config).unwrap();
@@ -35,7 +35,7 @@ fn new_engine() -> *mut Engine {
     engine
 }
 
-fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
+pub(super) fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
     let json = CString::new(json).unwrap();
     let mut request = ptr::null_mut();
     // SAFETY: as above.
@@ -43,7 +43,7 @@ fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
     request
 }
 
-fn empty_event() -> EngineEvent {
+pub(super) fn empty_event() -> EngineEvent {
     EngineEvent {
         kind: EngineEventKind::Error,
         choice: 99,
@@ -88,7 +88,7 @@ fn a_request_end_to_end() {
                 tokens += event.num_tokens;
             }
             EngineEventKind::Finished => break,
-            EngineEventKind::Error => panic!("the request failed"),
+            other => panic!("{other:?} from engine_poll"),
         }
     }
     assert!(!text.is_empty() && (1..=3).contains(&tokens));
@@ -171,7 +171,7 @@ fn several_threads_share_the_events_of_one_request() {
                     match event.kind {
                         EngineEventKind::Delta => tokens += event.num_tokens,
                         EngineEventKind::Finished => finishes.push(event.finish_reason),
-                        EngineEventKind::Error => panic!("the request failed"),
+                        other => panic!("{other:?} from engine_poll"),
                     }
                 }
             })

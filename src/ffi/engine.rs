@@ -1,14 +1,15 @@
 //! Engine handles: `engine_new` and `engine_free`.
 
 use std::ffi::{c_char, c_void};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::ThreadId;
 
 use super::args::{optional_str, Out};
 use super::boundary::{boundary, Failure};
 use super::log::current_logger;
 use super::registry::{to_pointer, ENGINES};
 use super::status::EngineStatus;
-use crate::engine::{self, EngineConfig, EngineError};
+use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
 use crate::model::progress::LoadProgress;
 
 /// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
@@ -23,6 +24,14 @@ pub(super) struct EngineObject {
     /// write-locked only by `engine_free` to take it, so a free waits for submissions in progress and a
     /// submission after the free finds `None`.
     engine: RwLock<Option<engine::Engine>>,
+    /// The waiting point of the requests submitted with `engine_submit_with_user_data` (`events.rs`).
+    pub events: Arc<ReadyQueue>,
+    /// Held through an `engine_wait_events` call, so that calls on one engine take events one after the other
+    /// and a request's records reach the host in order.
+    pub events_taker: Mutex<()>,
+    /// The texts of the records each thread took last (`EngineEventRecord.event.text`), kept until that thread's
+    /// next `engine_wait_events` on this engine.
+    pub event_texts: Mutex<Vec<(ThreadId, Vec<String>)>>,
 }
 
 impl EngineObject {
@@ -124,8 +133,17 @@ unsafe fn create(
         };
         Failure::new(status, e.to_string())
     })?;
+    let events = ReadyQueue::new().map_err(|e| {
+        Failure::new(EngineStatus::EngineStartFailed, format!("cannot create the event descriptor: {e}"))
+    })?;
+    let object = EngineObject {
+        engine: RwLock::new(Some(engine)),
+        events: Arc::new(events),
+        events_taker: Mutex::new(()),
+        event_texts: Mutex::new(Vec::new()),
+    };
     // On failure here the engine is dropped, which stops its thread: nothing leaks.
-    let handle = ENGINES.insert(Arc::new(EngineObject { engine: RwLock::new(Some(engine)) }))?;
+    let handle = ENGINES.insert(Arc::new(object))?;
     // SAFETY: `out` is non-NULL and writable by this function's contract.
     unsafe { out.write(to_pointer(handle)) };
     Ok(())
@@ -151,6 +169,8 @@ pub extern "C" fn engine_free(engine: *mut Engine) {
         // Take the engine out under the write lock, drop it (joining the thread) after releasing the lock.
         let running = object.engine.write().unwrap_or_else(|e| e.into_inner()).take();
         drop(running);
+        // A host thread blocked in `engine_wait_events` returns, and finds the engine freed.
+        object.events.wakeup();
         Ok(())
     });
 }

@@ -23,6 +23,12 @@ pub enum EngineEventKind {
     /// end with `ENGINE_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
     /// `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
     Error = 3,
+    /// `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: `text`/`text_len` is its
+    /// next streaming chunk body (what `engine_next_chunk_json` returns).
+    Chunk = 4,
+    /// `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: its stream has ended
+    /// (send `data: [DONE]`); its last record.
+    StreamDone = 5,
 }
 
 /// Why a choice ended.
@@ -114,7 +120,7 @@ pub unsafe extern "C" fn engine_poll(
         }
         match next {
             EventPoll::Event(event) => {
-                let event = to_c_event(&object, event);
+                let event = to_c_event(event, |text| keep_for_this_thread(&object, text));
                 // SAFETY: `out` is non-NULL and writable by this function's contract.
                 unsafe { out.write(event) };
                 Ok(())
@@ -125,8 +131,8 @@ pub unsafe extern "C" fn engine_poll(
     })
 }
 
-/// The C form of `event`; its text is kept in `object` for the calling thread.
-fn to_c_event(object: &RequestObject, event: RequestEvent) -> EngineEvent {
+/// The C form of `event`; `keep` keeps its text where the event's reader finds it, and says where that is.
+pub(super) fn to_c_event(event: RequestEvent, mut keep: impl FnMut(String) -> (*const c_char, usize)) -> EngineEvent {
     let (kind, choice, text, num_tokens, finish_reason) = match event {
         RequestEvent::Delta { choice, text, tokens, .. } => {
             (EngineEventKind::Delta, choice, Some(text), tokens, EngineFinishReason::None)
@@ -135,7 +141,7 @@ fn to_c_event(object: &RequestObject, event: RequestEvent) -> EngineEvent {
         RequestEvent::Error { message } => (EngineEventKind::Error, 0, Some(message), 0, EngineFinishReason::None),
     };
     let (text, text_len) = match text {
-        Some(text) => keep_for_this_thread(object, text),
+        Some(text) => keep(text),
         None => (std::ptr::null(), 0),
     };
     // Choice indices are below MAX_CHOICES (128), validated at submission.

@@ -20,6 +20,9 @@ mod args;
 mod boundary;
 pub mod engine;
 pub mod event;
+pub mod events;
+#[cfg(test)]
+mod events_tests;
 pub mod json;
 mod last_error;
 pub mod log;
@@ -36,6 +39,12 @@ mod versioned;
 
 pub use engine::{engine_free, engine_new, engine_new_with_progress, Engine, EngineLoadProgressCallback};
 pub use event::{engine_poll, EngineEvent, EngineEventKind, EngineFinishReason};
+#[cfg(unix)]
+pub use events::engine_events_fd;
+pub use events::{
+    engine_events_wakeup, engine_submit_with_user_data, engine_wait_events, EngineEventRecord, ENGINE_DELIVERY_CHUNKS,
+    ENGINE_DELIVERY_EVENTS,
+};
 pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
 pub use last_error::engine_last_error_message;
 pub use log::{engine_set_log_callback, EngineLogCallback, EngineLogLevel};

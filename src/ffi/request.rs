@@ -8,6 +8,7 @@ use std::thread::ThreadId;
 use super::args::{required_str, Out};
 use super::boundary::{boundary, Failure};
 use super::engine::Engine;
+use super::events::DeliveryKind;
 use super::registry::{to_pointer, ENGINES, REQUESTS};
 use super::status::EngineStatus;
 use crate::engine::RequestHandle;
@@ -35,11 +36,30 @@ pub(super) struct RequestObject {
     /// until that thread polls this request again or the request is freed. Per thread, so that threads polling
     /// one request concurrently never invalidate each other's text.
     pub poll_text: Mutex<Vec<(ThreadId, String)>>,
+    /// Where its events go when it was submitted with `engine_submit_with_user_data`; `None` for `engine_submit`.
+    pub delivery: Option<Delivery>,
+    /// `ENGINE_DELIVERY_CHUNKS`: its `STREAM_DONE` record has been written (it is written once).
+    stream_done: AtomicBool,
+}
+
+/// A request's delivery to its engine's waiting point (`events.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Delivery {
+    pub user_data: u64,
+    pub kind: DeliveryKind,
 }
 
 impl RequestObject {
     pub fn is_freed(&self) -> bool {
         self.freed.load(Ordering::Acquire)
+    }
+
+    pub fn stream_done_delivered(&self) -> bool {
+        self.stream_done.load(Ordering::Acquire)
+    }
+
+    pub fn set_stream_done_delivered(&self) {
+        self.stream_done.store(true, Ordering::Release);
     }
 }
 
@@ -83,30 +103,51 @@ pub unsafe extern "C" fn engine_submit(
     out: *mut *mut EngineRequest,
 ) -> EngineStatus {
     boundary("engine_submit", || {
-        let out = Out::new(out, "out")?;
-        // SAFETY: NULL or NUL-terminated, by this function's contract.
-        let json = unsafe { required_str(request_json, "request_json") }?;
-        let engine_object = ENGINES.get(engine.addr())?;
-        let api = engine_object.with_engine(|e| ApiRequest::submit(e, json, None))?.map_err(|e| {
-            let status = match e.code.as_deref() {
-                Some(OVERLOADED) => EngineStatus::Overloaded,
-                _ => EngineStatus::InvalidRequest,
-            };
-            Failure::verbatim(status, e.to_json())
-        })?;
-        let handle = api.handle().clone();
-        let object = RequestObject {
-            engine: engine.addr(),
-            handle: handle.clone(),
-            api: Mutex::new(api),
-            freed: AtomicBool::new(false),
-            poll_text: Mutex::new(Vec::new()),
-        };
-        let id = REQUESTS.insert(Arc::new(object)).inspect_err(|_| handle.cancel())?;
-        // SAFETY: `out` is non-NULL and writable by this function's contract.
-        unsafe { out.write(to_pointer(id)) };
-        Ok(())
+        // SAFETY: as this function's contract says, which is `submit`'s.
+        unsafe { submit(engine, request_json, None, out) }
     })
+}
+
+/// `engine_submit`, and with `delivery` `engine_submit_with_user_data`: the request's events then go to its
+/// engine's waiting point.
+///
+/// # Safety
+/// `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+pub(super) unsafe fn submit(
+    engine: *mut Engine,
+    request_json: *const c_char,
+    delivery: Option<Delivery>,
+    out: *mut *mut EngineRequest,
+) -> Result<(), Failure> {
+    let out = Out::new(out, "out")?;
+    // SAFETY: NULL or NUL-terminated, by this function's contract.
+    let json = unsafe { required_str(request_json, "request_json") }?;
+    let engine_object = ENGINES.get(engine.addr())?;
+    let api = engine_object.with_engine(|e| ApiRequest::submit(e, json, None))?.map_err(|e| {
+        let status = match e.code.as_deref() {
+            Some(OVERLOADED) => EngineStatus::Overloaded,
+            _ => EngineStatus::InvalidRequest,
+        };
+        Failure::verbatim(status, e.to_json())
+    })?;
+    let handle = api.handle().clone();
+    let object = RequestObject {
+        engine: engine.addr(),
+        handle: handle.clone(),
+        api: Mutex::new(api),
+        freed: AtomicBool::new(false),
+        poll_text: Mutex::new(Vec::new()),
+        delivery,
+        stream_done: AtomicBool::new(false),
+    };
+    let id = REQUESTS.insert(Arc::new(object)).inspect_err(|_| handle.cancel())?;
+    if delivery.is_some() {
+        // Events already queued count: the key is queued at once if any wait.
+        handle.watch(&engine_object.events, id as u64);
+    }
+    // SAFETY: `out` is non-NULL and writable by this function's contract.
+    unsafe { out.write(to_pointer(id)) };
+    Ok(())
 }
 
 /// Asks the engine to stop a request. Its unfinished choices end with `ENGINE_FINISH_REASON_CANCELLED` (a poll
