@@ -2,8 +2,8 @@
 #   make c-test          the C API test against the shared and the static library under AddressSanitizer + UBSan
 #                        (full test), and against the shared one under valgrind (short prompts: each token costs
 #                        seconds there; the static library holds the same code, and ASan covers both linkages),
-#                        in two halves at once
-#   make c-examples      build examples/c/chat.c and examples/cpp/chat.cpp
+#                        in two halves at once; then the event-driven test (tests/c/test_events.c) likewise
+#   make c-examples      build examples/c/chat.c, examples/cpp/chat.cpp and examples/cpp/epoll_server.cpp
 #   make c-demo          build the release library and the C example, and answer a chat message with it
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
 #   make header          regenerate include/ember.h
@@ -38,11 +38,12 @@ EMBER_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -
 # a whole generation while the host thread it woke waits; fair scheduling interleaves them as real cores would.
 EMBER_VALGRIND := $(VALGRIND) --error-exitcode=1 --leak-check=full --fair-sched=yes --suppressions=tests/c/valgrind.supp
 
-# Runs part $(2) of a test program under valgrind with valgrind's report in a file: on failure the report comes
-# first and the program's own output (which names the failed CHECK) last, so the end of a CI log shows the cause,
-# not a leak summary of the exit that followed it. Its status is the run's, so that two runs can go in parallel.
+# Runs test program $(1) under valgrind with arguments $(3), valgrind's report in a file named after $(1) and $(2):
+# on failure the report comes first and the program's own output (which names the failed CHECK) last, so the end
+# of a CI log shows the cause, not a leak summary of the exit that followed it. Its status is the run's, so that
+# two runs can go in parallel.
 define ember_valgrind_run
-$(EMBER_VALGRIND) --log-file=$(EMBER_C_OUT)/$(1).$(2).valgrind.log $(EMBER_C_OUT)/$(1) 1 --short $(2) \
+$(EMBER_VALGRIND) --log-file=$(EMBER_C_OUT)/$(1).$(2).valgrind.log $(EMBER_C_OUT)/$(1) $(3) \
 	> $(EMBER_C_OUT)/$(1).$(2).out 2>&1 \
 	&& tail -n 3 $(EMBER_C_OUT)/$(1).$(2).out && grep 'ERROR SUMMARY' $(EMBER_C_OUT)/$(1).$(2).valgrind.log \
 	|| { head -n 150 $(EMBER_C_OUT)/$(1).$(2).valgrind.log; echo '--- program output ---'; \
@@ -65,15 +66,25 @@ c-test: model c-lib
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_static 2
 	EMBER_MODEL=models/gemma-3-270m-q4_k_m.gguf ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_api_asan_shared 2
 	@# valgrind runs one thread at a time: the test's two halves run as two processes, one per core.
-	$(call ember_valgrind_run,test_api_shared,1) & first=$$!; \
-	$(call ember_valgrind_run,test_api_shared,2); second=$$?; \
+	$(call ember_valgrind_run,test_api_shared,1,1 --short 1) & first=$$!; \
+	$(call ember_valgrind_run,test_api_shared,2,1 --short 2); second=$$?; \
 	wait $$first && [ $$second = 0 ]
+	@# One thread serving every request through the waiting point (engine_wait_events on an epoll loop): 1,000
+	@# requests under ASan; 64 under valgrind, where each token costs ~100x more.
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_events.c -o $(EMBER_C_OUT)/test_events_asan $(EMBER_STATIC)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O1 tests/c/test_events.c -o $(EMBER_C_OUT)/test_events_shared $(EMBER_SHARED)
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_events_asan 1000 2
+	$(call ember_valgrind_run,test_events_shared,64,64 1)
+	@# The C++ epoll server example: 200 clients at once, one serving thread.
+	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
+	python3 tests/c/epoll_server_check.py $(EMBER_C_OUT)/epoll_server 200
 	tests/c/check_install.sh
 
 c-examples: c-lib
 	@mkdir -p $(EMBER_C_OUT)
 	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/chat.c -o $(EMBER_C_OUT)/chat $(EMBER_SHARED)
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/chat.cpp -o $(EMBER_C_OUT)/chat_cpp $(EMBER_SHARED)
+	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
 
 # A question the 135M model answers well under greedy decoding (some, such as "What is the capital of France?",
 # send it into a loop, as they do llama.cpp: see tests/fixtures/greedy_ref.json).

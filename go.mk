@@ -1,5 +1,5 @@
 # ember's Go side, included from the root Makefile (`include go.mk`).
-#   make go-test    build the release library; go vet and go test the binding (static, then shared) and the
+#   make go-test    build the release library; go vet and go test the binding (static under -race, then shared) and the
 #                   gateway on the real model; then the end-to-end test with the official OpenAI Python client
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
 #   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
@@ -36,7 +36,7 @@ gateway: go-lib
 
 go-test: model templates gateway
 	cd bindings/go && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) vet -tags ember_shared ./...
-	cd bindings/go && $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
+	cd bindings/go && $(GO_ENV) $(GO) test $(GO_RELINK) -race -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
 	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"

@@ -66,6 +66,17 @@ func submit(t *testing.T, e *Engine, ctx context.Context, body []byte) *Request 
 	return req
 }
 
+// submitStream is submit for a request read as chunk bodies (SubmitStream).
+func submitStream(t *testing.T, e *Engine, ctx context.Context, body []byte) *Request {
+	t.Helper()
+	req, err := e.SubmitStream(ctx, body)
+	if err != nil {
+		t.Fatalf("SubmitStream: %v", err)
+	}
+	t.Cleanup(req.Close)
+	return req
+}
+
 type responseBody struct {
 	Object  string `json:"object"`
 	Choices []struct {
@@ -148,20 +159,10 @@ func TestSeveralChoicesEndTogether(t *testing.T) {
 	requireStreamDone(t, req)
 }
 
-// requireStreamDone checks a request whose final event has been read: engine_poll answers StatusStreamDone
-// without waiting, every time, and Next io.EOF.
+// requireStreamDone checks a request whose final event has been read: every later Next answers io.EOF.
 func requireStreamDone(t *testing.T, req *Request) {
 	t.Helper()
 	for i := 0; i < 3; i++ {
-		start := time.Now()
-		if _, status, err := req.poll(); err != nil || status != StatusStreamDone {
-			t.Fatalf("poll %d after the end: status %v, err %v; want StatusStreamDone", i, status, err)
-		}
-		if waited := time.Since(start); waited >= pollIntervalMs*time.Millisecond {
-			t.Errorf("poll %d after the end waited %v", i, waited)
-		}
-	}
-	for i := 0; i < 2; i++ {
 		if _, err := req.Next(); err != io.EOF {
 			t.Errorf("Next after the end = %v, want io.EOF", err)
 		}
@@ -169,7 +170,7 @@ func requireStreamDone(t *testing.T, req *Request) {
 }
 
 func TestChunksEndWithUsage(t *testing.T) {
-	req := submit(t, shared, context.Background(), []byte(`{"prompt": "The sky is", "max_tokens": 4, "temperature": 0, "stream": true,
+	req := submitStream(t, shared, context.Background(), []byte(`{"prompt": "The sky is", "max_tokens": 4, "temperature": 0, "stream": true,
 		"stream_options": {"include_usage": true}, "include_metrics": true}`))
 	var chunks []map[string]any
 	for chunk, err := range req.Chunks() {
@@ -198,8 +199,11 @@ func TestRefusedRequestCarriesTheOpenAIError(t *testing.T) {
 	_, err := shared.Submit(context.Background(),
 		[]byte(`{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 5}`))
 	var e *Error
-	if !errors.As(err, &e) || e.Status != StatusInvalidRequest || e.Op != "engine_submit" {
+	if !errors.As(err, &e) || e.Status != StatusInvalidRequest || e.Op != "engine_submit_with_user_data" {
 		t.Fatalf("err = %v, want an *Error with StatusInvalidRequest", err)
+	}
+	if !errors.Is(err, StatusInvalidRequest) || errors.Is(err, StatusOverloaded) {
+		t.Errorf("errors.Is(%v, status) does not test the status it carries", err)
 	}
 	var body struct {
 		Error struct{ Type, Param string } `json:"error"`
@@ -243,7 +247,7 @@ func TestCancelledContextStopsTheRequest(t *testing.T) {
 
 func TestCancelledContextStopsAStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	req := submit(t, shared, ctx, chat("Tell me a long story.", 4000, `, "ignore_eos": true, "stream": true`))
+	req := submitStream(t, shared, ctx, chat("Tell me a long story.", 4000, `, "ignore_eos": true, "stream": true`))
 	if _, err := req.NextChunk(); err != nil {
 		t.Fatal(err)
 	}

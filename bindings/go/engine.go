@@ -83,6 +83,8 @@ type Engine struct {
 	// logHandle holds the Log function while the engine may call it; 0 without one.
 	logHandle cgo.Handle
 	closed    atomic.Bool
+	// dispatch hands every request's events to its reader (dispatch.go).
+	dispatch *dispatcher
 }
 
 // logSetup serializes engine creation: the C log callback is process-wide state read by engine_new, so setting
@@ -138,7 +140,7 @@ func NewEngine(config Config) (*Engine, error) {
 		}
 		return nil, err
 	}
-	engine := &Engine{handle: handle, logHandle: logHandle}
+	engine := &Engine{handle: handle, logHandle: logHandle, dispatch: newDispatcher(handle)}
 	runtime.SetFinalizer(engine, (*Engine).Close)
 	return engine, nil
 }
@@ -151,8 +153,10 @@ func (e *Engine) Close() {
 		return
 	}
 	runtime.SetFinalizer(e, nil)
-	// engine_free returns once the engine thread has been joined, so nothing can log after it.
+	// engine_free returns once the engine thread has been joined, so nothing can log after it. It also ends the
+	// dispatcher's wait; once the dispatcher is done, every open request's reader returns StatusInvalidHandle.
 	C.ember_go_free(e.handle)
+	<-e.dispatch.done
 	if e.logHandle != 0 {
 		e.logHandle.Delete()
 	}
@@ -266,33 +270,55 @@ func (e *Engine) MetricsText() (string, error) {
 }
 
 // Submit hands an OpenAI request body to the engine and returns at once; the engine works on it in the
-// background. The body is a Chat Completions request (it has `messages`) or a Completions request (it has
-// `prompt`); docs/protocol.md lists the fields. When ctx ends before the request, the engine cancels it
-// (engine_cancel), and the request's readers return ctx.Err().
+// background, and Next / Events / Wait read its text deltas. The body is a Chat Completions request (it has
+// `messages`) or a Completions request (it has `prompt`); docs/protocol.md lists the fields. When ctx ends before
+// the request, the engine cancels it (engine_cancel), and the request's readers return ctx.Err().
 //
-// A refused request is an *Error with StatusInvalidRequest whose Message is the OpenAI error body.
+// A refused request is an *Error with StatusInvalidRequest whose Message is the OpenAI error body;
+// errors.Is(err, StatusOverloaded) says the engine is full (retry later).
 func (e *Engine) Submit(ctx context.Context, requestJSON []byte) (*Request, error) {
+	return e.submit(ctx, requestJSON, false)
+}
+
+// SubmitStream is Submit for a request read as OpenAI streaming chunk bodies (NextChunk / Chunks / Wait): what
+// an HTTP server forwards to a `"stream": true` client.
+func (e *Engine) SubmitStream(ctx context.Context, requestJSON []byte) (*Request, error) {
+	return e.submit(ctx, requestJSON, true)
+}
+
+func (e *Engine) submit(ctx context.Context, requestJSON []byte, chunks bool) (*Request, error) {
+	const op = "engine_submit_with_user_data"
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if e.closed.Load() {
-		return nil, &Error{Op: "engine_submit", Status: StatusInvalidHandle, Message: "the engine is closed"}
+		return nil, &Error{Op: op, Status: StatusInvalidHandle, Message: "the engine is closed"}
 	}
 	// C strings end at the first NUL byte: ember would parse only the part before it. JSON never contains a
 	// raw NUL (RFC 8259 section 7: control characters must be escaped), so such a body is refused here.
 	if bytes.IndexByte(requestJSON, 0) >= 0 {
-		return nil, &Error{Op: "engine_submit", Status: StatusInvalidRequest, Message: nulBodyError}
+		return nil, &Error{Op: op, Status: StatusInvalidRequest, Message: nulBodyError}
+	}
+	id, box, open := e.dispatch.register()
+	if !open {
+		return nil, &Error{Op: op, Status: StatusInvalidHandle, Message: "the engine is closed"}
 	}
 	cRequest := C.CString(string(requestJSON))
 	defer C.free(unsafe.Pointer(cRequest))
-
+	delivery := C.uint32_t(C.ENGINE_DELIVERY_EVENTS)
+	if chunks {
+		delivery = C.ENGINE_DELIVERY_CHUNKS
+	}
 	var handle C.uintptr_t
-	_, err := call("engine_submit", func() C.EngineStatus { return C.ember_go_submit(e.handle, cRequest, &handle) })
+	_, err := call(op, func() C.EngineStatus {
+		return C.ember_go_submit_with_user_data(e.handle, cRequest, C.uint64_t(id), delivery, &handle)
+	})
 	runtime.KeepAlive(e)
 	if err != nil {
+		e.dispatch.forget(id)
 		return nil, err
 	}
-	return newRequest(ctx, e, handle), nil
+	return newRequest(ctx, e, handle, id, box, chunks), nil
 }
 
 // nulBodyError is the OpenAI error body for a request body with a NUL byte, shaped like ember's own refusals.

@@ -74,20 +74,24 @@ static inline EngineStatus ember_go_model_info(uintptr_t engine, char **out) {
     return engine_model_info_json((const Engine *)engine, out);
 }
 
-static inline EngineStatus ember_go_submit(uintptr_t engine, const char *request_json, uintptr_t *out) {
+static inline EngineStatus ember_go_submit_with_user_data(uintptr_t engine, const char *request_json,
+                                                          uint64_t user_data, uint32_t delivery, uintptr_t *out) {
     EngineRequest *request = NULL;
-    EngineStatus status = engine_submit((Engine *)engine, request_json, &request);
+    EngineStatus status =
+        engine_submit_with_user_data((Engine *)engine, request_json, user_data, delivery, &request);
     if (status == ENGINE_STATUS_OK) *out = (uintptr_t)request;
     return status;
 }
 
-static inline EngineStatus ember_go_poll(uintptr_t engine, uintptr_t request, int32_t timeout_ms, EngineEvent *out) {
-    return engine_poll((Engine *)engine, (EngineRequest *)request, timeout_ms, out);
+/* The records live in C memory (the dispatcher's), so that Go never holds their `request` pointers: Go reads only
+   the other fields. */
+static inline EngineStatus ember_go_wait_events(uintptr_t engine, int32_t timeout_ms, EngineEventRecord *records,
+                                                size_t capacity, size_t *out_count) {
+    return engine_wait_events((Engine *)engine, timeout_ms, records, capacity, out_count);
 }
 
-static inline EngineStatus ember_go_next_chunk_json(uintptr_t engine, uintptr_t request, int32_t timeout_ms,
-                                                    char **out) {
-    return engine_next_chunk_json((Engine *)engine, (EngineRequest *)request, timeout_ms, out);
+static inline EngineStatus ember_go_events_wakeup(uintptr_t engine) {
+    return engine_events_wakeup((Engine *)engine);
 }
 
 static inline EngineStatus ember_go_cancel(uintptr_t request) { return engine_cancel((EngineRequest *)request); }

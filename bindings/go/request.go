@@ -12,11 +12,6 @@ import (
 	"unsafe"
 )
 
-// pollIntervalMs bounds each wait inside engine_poll / engine_next_chunk_json (milliseconds). A reader blocked
-// in C cannot see its context end, so it waits in slices of this length and checks between them: a cancelled
-// context reaches engine_cancel within this time plus one engine step.
-const pollIntervalMs = 100
-
 // EventKind says what an Event reports.
 type EventKind uint32
 
@@ -25,6 +20,9 @@ const (
 	EventDelta    EventKind = C.ENGINE_EVENT_KIND_DELTA
 	EventFinished EventKind = C.ENGINE_EVENT_KIND_FINISHED
 	eventError    EventKind = C.ENGINE_EVENT_KIND_ERROR
+	// The kinds of a request submitted with SubmitStream: a chunk body, and the stream's end.
+	eventChunk      EventKind = C.ENGINE_EVENT_KIND_CHUNK
+	eventStreamDone EventKind = C.ENGINE_EVENT_KIND_STREAM_DONE
 )
 
 // FinishReason says why a choice ended.
@@ -70,14 +68,20 @@ type Event struct {
 	FinishReason FinishReason
 }
 
-// Request is a submitted request. Read it with Next / Events (text deltas) or with NextChunk / Chunks (OpenAI
-// streaming chunk bodies), not both: both take the same events. The readers are for one goroutine at a time;
-// Cancel, Close, the metrics and ResponseJSON are safe from any goroutine. Close it when done (this cancels it
-// if it still runs); a finalizer closes a forgotten one.
+// Request is a submitted request. A request from Submit is read with Next / Events (text deltas), one from
+// SubmitStream with NextChunk / Chunks (OpenAI streaming chunk bodies); Wait reads either. The readers are for one
+// goroutine at a time, and wait in Go: the engine's one dispatcher goroutine hands them their events, so an open
+// request holds no OS thread. Cancel, Close, the metrics and ResponseJSON are safe from any goroutine. Close it
+// when done (this cancels it if it still runs); a finalizer closes a forgotten one.
 type Request struct {
 	engine *Engine
 	// handle is the EngineRequest* of ember.h as a number (handles.h says why).
 	handle C.uintptr_t
+	// id is the request's user_data at the engine's waiting point; box is where the dispatcher puts its events.
+	id  uint64
+	box *inbox
+	// chunks: submitted with SubmitStream (its events are chunk bodies).
+	chunks bool
 	// ctx is Submit's context: when it ends, the next read cancels the request.
 	ctx    context.Context
 	closed atomic.Bool
@@ -88,8 +92,8 @@ type Request struct {
 	end error
 }
 
-func newRequest(ctx context.Context, engine *Engine, handle C.uintptr_t) *Request {
-	r := &Request{engine: engine, handle: handle, ctx: ctx}
+func newRequest(ctx context.Context, engine *Engine, handle C.uintptr_t, id uint64, box *inbox, chunks bool) *Request {
+	r := &Request{engine: engine, handle: handle, id: id, box: box, chunks: chunks, ctx: ctx}
 	runtime.SetFinalizer(r, (*Request).Close)
 	return r
 }
@@ -100,28 +104,54 @@ func newRequest(ctx context.Context, engine *Engine, handle C.uintptr_t) *Reques
 // an *Error means the request or its engine was closed. Once Next has returned an error it returns it again.
 func (r *Request) Next() (Event, error) {
 	defer runtime.KeepAlive(r)
+	if r.chunks && r.end == nil {
+		return Event{}, wrongReader("Next", "SubmitStream", "NextChunk or Chunks")
+	}
 	for r.end == nil {
 		r.cancelIfContextEnded()
-		event, status, err := r.poll()
+		it := r.take()
 		switch {
-		case err != nil:
-			return Event{}, err
-		case status == StatusTimeout:
-			continue
-		case status == StatusStreamDone:
-			// engine_poll has handed out the final event (the last choice's FINISHED): the stream is over.
-			r.end = r.endOfStream()
-			continue
-		case event.Kind == eventError:
+		case it.failure != nil:
+			r.end = it.failure
+		case it.event.Kind == eventError:
 			// The final event of a failed request; no FINISHED follows for its unfinished choices.
-			r.end = &RequestFailedError{Message: event.Text}
-			continue
-		}
-		if !r.cancelSent {
-			return event, nil
+			r.end = &RequestFailedError{Message: it.event.Text}
+		default:
+			if it.last {
+				// The last choice's FINISHED: the stream is over after it.
+				r.end = r.endOfStream()
+			}
+			if !r.cancelSent {
+				return it.event, nil
+			}
 		}
 	}
 	return Event{}, r.end
+}
+
+// wrongReader is the error of a reader called on a request submitted the other way.
+func wrongReader(op, submittedWith, readWith string) error {
+	return &Error{Op: op, Status: StatusInvalidArgument,
+		Message: "the request was submitted with " + submittedWith + ": read it with " + readWith}
+}
+
+// take waits for the request's next item. When Submit's context ends meanwhile, it cancels the request (once)
+// and goes on waiting: the engine then ends it, and the readers drop what comes after the cancellation.
+func (r *Request) take() item {
+	for {
+		if it, ok := r.box.take(); ok {
+			return it
+		}
+		var ctxDone <-chan struct{}
+		if !r.cancelSent {
+			ctxDone = r.ctx.Done()
+		}
+		select {
+		case <-r.box.signal:
+		case <-ctxDone:
+			r.cancelIfContextEnded()
+		}
+	}
 }
 
 // Events iterates over Next's events until the request ends; a failure is the last pair's error. io.EOF is not
@@ -137,9 +167,17 @@ func (r *Request) Events() iter.Seq2[Event, error] {
 	}
 }
 
-// Wait reads the request's events until it ends; nil when it ran to its end (stop, length, or cancelled by
-// Cancel), ctx.Err() when Submit's context ended first.
+// Wait reads the request's events (or chunks) until it ends; nil when it ran to its end (stop, length, or
+// cancelled by Cancel), ctx.Err() when Submit's context ended first.
 func (r *Request) Wait() error {
+	if r.chunks {
+		for _, err := range r.Chunks() {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, err := range r.Events() {
 		if err != nil {
 			return err
@@ -154,22 +192,19 @@ func (r *Request) Wait() error {
 // errors are handled as by Next.
 func (r *Request) NextChunk() ([]byte, error) {
 	defer runtime.KeepAlive(r)
+	if !r.chunks && r.end == nil {
+		return nil, wrongReader("NextChunk", "Submit", "Next or Events (or submit with SubmitStream)")
+	}
 	for r.end == nil {
 		r.cancelIfContextEnded()
-		var out *C.char
-		status, err := call("engine_next_chunk_json", func() C.EngineStatus {
-			return C.ember_go_next_chunk_json(r.engine.handle, r.handle, pollIntervalMs, &out)
-		}, StatusTimeout, StatusStreamDone)
+		it := r.take()
 		switch {
-		case err != nil:
-			return nil, err
-		case status == StatusStreamDone:
+		case it.failure != nil:
+			r.end = it.failure
+		case it.event.Kind == eventStreamDone:
 			r.end = r.endOfStream()
-		case status == StatusOK:
-			chunk := takeString(out)
-			if !r.cancelSent {
-				return chunk, nil
-			}
+		case !r.cancelSent:
+			return it.chunk, nil
 		}
 	}
 	return nil, r.end
@@ -215,6 +250,8 @@ func (r *Request) Close() {
 		return
 	}
 	runtime.SetFinalizer(r, nil)
+	r.engine.dispatch.forget(r.id)
+	r.box.fail(&Error{Op: "engine_request_free", Status: StatusInvalidHandle, Message: "the request is closed"})
 	C.ember_go_request_free(r.handle)
 }
 
@@ -235,30 +272,6 @@ func (r *Request) endOfStream() error {
 		return r.ctx.Err()
 	}
 	return io.EOF
-}
-
-// poll takes one event, waiting at most pollIntervalMs: StatusOK with the event, StatusTimeout, or
-// StatusStreamDone once the final event has been taken. Its text is copied before the locked thread can poll
-// again: ember keeps it only until this thread's next poll of the request.
-func (r *Request) poll() (Event, Status, error) {
-	var event Event
-	status, err := call("engine_poll", func() C.EngineStatus {
-		var out C.EngineEvent
-		status := C.ember_go_poll(r.engine.handle, r.handle, pollIntervalMs, &out)
-		if status == C.ENGINE_STATUS_OK {
-			event = Event{
-				Kind:         EventKind(out.kind),
-				Choice:       int(out.choice),
-				NumTokens:    int(out.num_tokens),
-				FinishReason: FinishReason(out.finish_reason),
-			}
-			if out.text != nil {
-				event.Text = C.GoStringN(out.text, C.int(out.text_len))
-			}
-		}
-		return status
-	}, StatusTimeout, StatusStreamDone)
-	return event, status, err
 }
 
 // takeString copies a string ember handed over and frees it (engine_string_free).

@@ -46,6 +46,12 @@ func (s Status) String() string {
 	return C.GoString(C.engine_status_message(C.uint32_t(s)))
 }
 
+// Error makes a Status an error value, so that errors.Is(err, ember.StatusOverloaded) tests a failure's status
+// (an *Error matches the Status it carries).
+func (s Status) Error() string {
+	return "ember: " + s.String()
+}
+
 // Error is a failed call of the C API: which function, its status, and engine_last_error_message() read right
 // after it. After StatusInvalidRequest and StatusOverloaded, Message is the OpenAI error body
 // `{"error": {"message", "type", "param", "code"}}`, which an HTTP server can return as it is.
@@ -56,7 +62,13 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("ember: %s: %s: %s", e.Op, e.Status, e.Message)
+	return fmt.Sprintf("ember: %s: %s: %s", e.Op, e.Status.String(), e.Message)
+}
+
+// Is reports whether target is the Status this error carries: errors.Is(err, ember.StatusOverloaded).
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
 }
 
 // RequestFailedError says the engine failed a request mid-way (an ERROR event): the message is ember's.

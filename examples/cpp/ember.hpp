@@ -5,6 +5,10 @@
 //
 // Thread safety is the C API's: every method may be called from any thread; several threads may poll one
 // Request (each event goes to one of them).
+//
+// Two ways to read requests: Request::poll (or next_chunk_json) waits on one request; Engine::submit_with_user_data
+// and Engine::wait_events serve every request from one waiting point, which Engine::events_fd lets an epoll or asio
+// loop watch (docs/c_api.md, "One thread for every request"; examples/cpp/epoll_server.cpp).
 #ifndef EMBER_HPP
 #define EMBER_HPP
 
@@ -53,6 +57,16 @@ struct Event {
     std::string text;  // DELTA: the new text; ERROR: the message; FINISHED: empty
     uint32_t num_tokens;
     EngineFinishReason finish_reason;
+};
+
+// One record of Engine::wait_events: which request (user_data as given at submission, and its handle), its event
+// (with ENGINE_DELIVERY_CHUNKS: kind CHUNK with a chunk body as text, or STREAM_DONE), and whether it is the
+// request's last.
+struct Record {
+    uint64_t user_data;
+    const EngineRequest *request;
+    Event event;
+    bool last;
 };
 
 class Engine;
@@ -170,6 +184,47 @@ class Engine {
         detail::check(engine_submit(handle_, request_json.c_str(), &request), "engine_submit");
         return Request(handle_, request);
     }
+
+    // Submits a request whose events go to this engine's waiting point (wait_events), each carrying user_data.
+    // delivery: ENGINE_DELIVERY_EVENTS (deltas and finishes) or ENGINE_DELIVERY_CHUNKS (OpenAI chunk bodies).
+    Request submit_with_user_data(const std::string &request_json, uint64_t user_data,
+                                  uint32_t delivery = ENGINE_DELIVERY_EVENTS) {
+        EngineRequest *request = nullptr;
+        detail::check(engine_submit_with_user_data(handle_, request_json.c_str(), user_data, delivery, &request),
+                      "engine_submit_with_user_data");
+        return Request(handle_, request);
+    }
+
+    // Up to max_records events of any request submitted with submit_with_user_data, waiting up to timeout_ms for the
+    // first (-1: no limit, 0: do not wait). Empty when the time ran out or wakeup() was called.
+    std::vector<Record> wait_events(int32_t timeout_ms = -1, size_t max_records = 64) {
+        std::vector<EngineEventRecord> raw(max_records == 0 ? 1 : max_records);
+        size_t count = 0;
+        EngineStatus status = engine_wait_events(handle_, timeout_ms, raw.data(), raw.size(), &count);
+        if (status == ENGINE_STATUS_TIMEOUT) return {};
+        detail::check(status, "engine_wait_events");
+        std::vector<Record> records;
+        records.reserve(count);
+        for (size_t i = 0; i < count; i++) {
+            const EngineEvent &e = raw[i].event;
+            std::string text = e.text != nullptr ? std::string(e.text, e.text_len) : std::string();
+            records.push_back(Record{raw[i].user_data, raw[i].request,
+                                     Event{e.kind, e.choice, std::move(text), e.num_tokens, e.finish_reason},
+                                     raw[i].last});
+        }
+        return records;
+    }
+
+    // A descriptor readable while wait_events has something to return: watch it for reading (epoll, poll, asio's
+    // posix::stream_descriptor), then call wait_events(0). ember owns it.
+    int events_fd() const {
+        int fd = -1;
+        detail::check(engine_events_fd(handle_, &fd), "engine_events_fd");
+        return fd;
+    }
+
+    // Makes a waiting (or the next) wait_events return at once, empty: how a loop is stopped from another thread.
+    void wakeup() { detail::check(engine_events_wakeup(handle_), "engine_events_wakeup"); }
 
   private:
     ::Engine *handle_ = nullptr;

@@ -65,7 +65,12 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		// The request context ends when the client disconnects; cancel also ends it when a write fails.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		req, err := s.engine.Submit(ctx, body)
+		// A stream is read as chunk bodies, a whole response as events: both from the engine's one dispatcher.
+		submit := s.engine.Submit
+		if stream {
+			submit = s.engine.SubmitStream
+		}
+		req, err := submit(ctx, body)
 		if err != nil {
 			return engineError(err).write(w)
 		}

@@ -236,7 +236,7 @@ func TestOverloadIs503AndAClientTimeoutIsADeadline(t *testing.T) {
 	server := httptest.NewServer(newServer(engine, "test-model", false, defaultLimits()).routes())
 	defer server.Close()
 	// One request holds the one seat (its first chunk says so), a second waits.
-	running, err := engine.Submit(context.Background(),
+	running, err := engine.SubmitStream(context.Background(),
 		[]byte(`{"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}`))
 	if err != nil {
 		t.Fatal(err)
