@@ -198,9 +198,10 @@ impl RequestShared {
         out.choices[choice].text.push_str(&text);
         out.choices[choice].logprobs.extend_from_slice(&logprobs);
         out.queue.push_back(Queued::Delta(QueuedDelta { choice, text, tokens, ts_sum, logprobs }));
-        self.mark_ready();
+        let ready = self.mark_ready();
         drop(out);
         self.ready.notify_all();
+        announce(ready);
     }
 
     /// Engine side: the log probabilities of the prompt of `choices` (`prompt_logprobs`), before any of them has
@@ -240,9 +241,10 @@ impl RequestShared {
             out.terminal = Some(event.clone());
         }
         out.queue.push_back(Queued::Event(event));
-        self.mark_ready();
+        let ready = self.mark_ready();
         drop(out);
         self.ready.notify_all();
+        announce(ready);
     }
 
     /// Engine side: the request failed; its unfinished choices end with `FinishReason::Error`. A request ends
@@ -265,9 +267,10 @@ impl RequestShared {
         let event = RequestEvent::Error { message };
         out.terminal = Some(event.clone());
         out.queue.push_back(Queued::Event(event));
-        self.mark_ready();
+        let ready = self.mark_ready();
         drop(out);
         self.ready.notify_all();
+        announce(ready);
     }
 
     /// Whether every choice has ended.
@@ -276,17 +279,29 @@ impl RequestShared {
     }
 
     /// An event was just queued (the output lock is held, so that [`RequestHandle::watch`] sees it or is seen):
-    /// the request's key joins its waiting point's queue unless it is there already.
-    fn mark_ready(&self) {
-        let Some(watch) = self.watch.get() else { return };
+    /// whether the request's key must join its waiting point's queue, i.e. it is watched and not there already.
+    /// The caller appends it with [`announce`] once it has released the output lock, so that the taker it wakes
+    /// does not find the lock still held.
+    fn mark_ready(&self) -> Option<(Arc<ReadyQueue>, u64)> {
+        let watch = self.watch.get()?;
         if self.marked.swap(true, Ordering::AcqRel) {
-            return;
+            return None;
         }
         match watch.queue.upgrade() {
-            Some(queue) => queue.push(watch.key),
+            Some(queue) => Some((queue, watch.key)),
             // The waiting point is gone (its engine was freed): nobody will take the key.
-            None => self.marked.store(false, Ordering::Release),
+            None => {
+                self.marked.store(false, Ordering::Release);
+                None
+            }
         }
+    }
+}
+
+/// Appends a key that [`RequestShared::mark_ready`] marked, after the output lock was released.
+fn announce(ready: Option<(Arc<ReadyQueue>, u64)>) {
+    if let Some((queue, key)) = ready {
+        queue.push(key);
     }
 }
 
@@ -375,9 +390,12 @@ impl RequestHandle {
         if self.shared.watch.set(Watch { queue: Arc::downgrade(queue), key }).is_err() {
             return false;
         }
-        if !out.queue.is_empty() && !out.final_taken {
-            self.shared.mark_ready();
-        }
+        let ready = match !out.queue.is_empty() && !out.final_taken {
+            true => self.shared.mark_ready(),
+            false => None,
+        };
+        drop(out);
+        announce(ready);
         true
     }
 

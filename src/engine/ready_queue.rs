@@ -13,7 +13,9 @@
 //! The readiness descriptor is the read end of a pipe that holds one byte exactly while keys wait or a wakeup is
 //! pending, so a host's epoll, poll, kqueue or io_uring loop sees it readable then and only then. A pipe rather
 //! than Linux's `eventfd`: the same code on every Unix and no `unsafe` outside the kernels and the C ABI, for one
-//! more descriptor per engine.
+//! more descriptor per engine. The byte costs two system calls per batch of events, so it is kept only once a
+//! host has asked for the descriptor: a host that blocks in [`ReadyQueue::wait`] (a thread, Go's dispatcher)
+//! never pays them.
 
 use std::collections::VecDeque;
 use std::io::{self, PipeReader, PipeWriter, Read, Write};
@@ -32,7 +34,11 @@ struct ReadyState {
     keys: VecDeque<u64>,
     /// A wakeup not yet seen by a wait.
     woken: bool,
-    /// Whether the pipe holds its byte: kept equal to `!keys.is_empty() || woken` after every change.
+    /// Whether a host has asked for the descriptor ([`ReadyQueue::readiness_fd`]): from then on the pipe holds
+    /// its byte while something waits.
+    fd_in_use: bool,
+    /// Whether the pipe holds its byte: kept equal to `fd_in_use && (!keys.is_empty() || woken)` after every
+    /// change.
     signalled: bool,
 }
 
@@ -51,7 +57,7 @@ impl ReadyQueue {
     /// An empty queue and its descriptor (a pipe: this fails only when the process is out of descriptors).
     pub fn new() -> io::Result<Self> {
         let (reader, writer) = io::pipe()?;
-        let state = ReadyState { keys: VecDeque::new(), woken: false, signalled: false };
+        let state = ReadyState { keys: VecDeque::new(), woken: false, fd_in_use: false, signalled: false };
         Ok(ReadyQueue { state: Mutex::new(state), changed: Condvar::new(), reader, writer })
     }
 
@@ -118,19 +124,27 @@ impl ReadyQueue {
         }
     }
 
-    /// The descriptor that is readable while keys wait or a wakeup is pending. The host only polls it; reading
-    /// or closing it is the queue's.
+    /// The descriptor that is readable while keys wait or a wakeup is pending (from this call on: what waits
+    /// already counts). The host only polls it; reading or closing it is the queue's.
     #[cfg(unix)]
     pub fn readiness_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
+        self.use_descriptor();
         self.reader.as_raw_fd()
+    }
+
+    /// From now on the pipe holds its byte while something waits.
+    fn use_descriptor(&self) {
+        let mut state = self.lock();
+        state.fd_in_use = true;
+        self.sync_signal(&mut state);
     }
 
     /// Writes or reads the pipe's one byte so that it is there exactly when something waits. Under the state's
     /// lock, so the byte count is always 0 or 1: the write never blocks, and the read only runs when the byte is
     /// there.
     fn sync_signal(&self, state: &mut ReadyState) {
-        let wanted = !state.keys.is_empty() || state.woken;
+        let wanted = state.fd_in_use && (!state.keys.is_empty() || state.woken);
         if wanted == state.signalled {
             return;
         }
@@ -162,6 +176,10 @@ mod tests {
     #[test]
     fn keys_come_out_in_order_in_batches_and_the_descriptor_follows() {
         let q = ReadyQueue::new().unwrap();
+        q.push(5);
+        assert!(!q.is_signalled(), "no descriptor asked for: no byte");
+        assert_eq!(q.wait(NOW, 8), Ready::Keys(vec![5]));
+        q.use_descriptor();
         assert_eq!(q.wait(NOW, 8), Ready::TimedOut);
         assert!(!q.is_signalled());
         for key in [3, 1, 2] {
@@ -179,6 +197,7 @@ mod tests {
     #[test]
     fn a_wakeup_ends_one_wait_after_the_keys() {
         let q = ReadyQueue::new().unwrap();
+        q.use_descriptor();
         q.push(1);
         q.wakeup();
         assert_eq!(q.wait(NOW, 8), Ready::Keys(vec![1]));
@@ -208,8 +227,9 @@ mod tests {
     fn the_descriptor_holds_its_byte_while_keys_wait() {
         use std::os::fd::AsRawFd;
         let q = ReadyQueue::new().unwrap();
-        assert_eq!(q.readiness_fd(), q.reader.as_raw_fd());
         q.push(1);
+        assert_eq!(q.readiness_fd(), q.reader.as_raw_fd());
+        assert!(q.is_signalled(), "a key that waited before the descriptor was asked for counts");
         q.push(2);
         // What a host's poll sees: one byte to read. Read it through a duplicate, then put it back.
         let mut byte = [0u8; 1];
