@@ -1,5 +1,5 @@
 //! Nanoseconds per call of the two C functions a host calls most: `engine_get_timing_metrics` (a metrics read)
-//! and `engine_poll` of an ended request (`ENGINE_STATUS_STREAM_DONE`, answered at once: what a host's last poll
+//! and `engine_poll` of an ended request (`EMBER_STATUS_STREAM_DONE`, answered at once: what a host's last poll
 //! costs). Both are dominated by the C boundary's fixed costs: the registry lookup (a read lock and an `Arc` clone), the
 //! thread-local last error, the request's own lock.
 //!
@@ -13,8 +13,8 @@ use std::ptr;
 use std::time::Instant;
 
 use ember::ffi::{
-    engine_free, engine_get_timing_metrics, engine_new, engine_poll, engine_request_free, engine_submit, Engine,
-    EngineEvent, EngineEventKind, EngineFinishReason, EngineRequest, EngineStatus, PerRequestTimingMetrics,
+    engine_free, engine_get_timing_metrics, engine_new, engine_poll, engine_request_free, engine_submit, EmberEngine,
+    EmberEvent, EmberEventKind, EmberFinishReason, EmberPerRequestTimingMetrics, EmberRequest, EmberStatus,
 };
 use ember::model::path::resolve_model_path;
 
@@ -46,29 +46,29 @@ fn main() {
     let config = CString::new(config).unwrap();
     let request_json = CString::new(r#"{"prompt": "Hi", "max_tokens": 4, "temperature": 0}"#).unwrap();
 
-    let mut engine: *mut Engine = ptr::null_mut();
-    let mut request: *mut EngineRequest = ptr::null_mut();
-    let empty_event = EngineEvent {
-        kind: EngineEventKind::Error,
+    let mut engine: *mut EmberEngine = ptr::null_mut();
+    let mut request: *mut EmberRequest = ptr::null_mut();
+    let empty_event = EmberEvent {
+        kind: EmberEventKind::Error,
         choice: 0,
         text: ptr::null(),
         text_len: 0,
         num_tokens: 0,
-        finish_reason: EngineFinishReason::None,
+        finish_reason: EmberFinishReason::None,
     };
     let mut event = empty_event;
     // SAFETY: NUL-terminated strings and writable out pointers; handles from ember.
     unsafe {
-        assert_eq!(engine_new(config.as_ptr(), &mut engine), EngineStatus::Ok);
-        assert_eq!(engine_submit(engine, request_json.as_ptr(), &mut request), EngineStatus::Ok);
-        while event.kind != EngineEventKind::Finished {
-            assert_eq!(engine_poll(engine, request, -1, &mut event), EngineStatus::Ok);
+        assert_eq!(engine_new(config.as_ptr(), &mut engine), EmberStatus::Ok);
+        assert_eq!(engine_submit(engine, request_json.as_ptr(), &mut request), EmberStatus::Ok);
+        while event.kind != EmberEventKind::Finished {
+            assert_eq!(engine_poll(engine, request, -1, &mut event), EmberStatus::Ok);
         }
-        assert_eq!(engine_poll(engine, request, 0, &mut event), EngineStatus::StreamDone);
+        assert_eq!(engine_poll(engine, request, 0, &mut event), EmberStatus::StreamDone);
     }
 
-    let mut metrics = PerRequestTimingMetrics {
-        struct_size: size_of::<PerRequestTimingMetrics>() as u32,
+    let mut metrics = EmberPerRequestTimingMetrics {
+        struct_size: size_of::<EmberPerRequestTimingMetrics>() as u32,
         present: 0,
         time_to_first_token_ms: 0.0,
         generation_time_ms: 0.0,
@@ -86,7 +86,7 @@ fn main() {
         let status = unsafe { engine_poll(engine, request, 0, &mut event) };
         black_box((status, &event));
     });
-    assert_eq!(event.kind, EngineEventKind::Finished, "STREAM_DONE leaves the event untouched");
+    assert_eq!(event.kind, EmberEventKind::Finished, "STREAM_DONE leaves the event untouched");
 
     engine_request_free(request);
     engine_free(engine);

@@ -3,9 +3,9 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * Conventions (docs/c_api.md has the full guide and an example):
- * - Every function returns an EngineStatus (or nothing for the frees, or a static string). ENGINE_STATUS_OK is
+ * - Every function returns an EmberStatus (or nothing for the frees, or a static string). EMBER_STATUS_OK is
  *   success; otherwise engine_last_error_message() has the detail, and no output was written.
- * - Handles (Engine, EngineRequest) are checked: a freed, stale or foreign handle is ENGINE_STATUS_INVALID_HANDLE,
+ * - Handles (EmberEngine, EmberRequest) are checked: a freed, stale or foreign handle is EMBER_STATUS_INVALID_HANDLE,
  *   never undefined behaviour; a double free is harmless.
  * - Every function is thread-safe. Strings are NUL-terminated UTF-8.
  * - Metrics structs are versioned: set struct_size = sizeof(struct) before the call.
@@ -24,208 +24,208 @@
  * `delivery` of `engine_submit_with_user_data`: the request's events, as `engine_poll` gives them (`DELTA`,
  * `FINISHED`, `ERROR`).
  */
-#define ENGINE_DELIVERY_EVENTS 1
+#define EMBER_DELIVERY_EVENTS 1
 
 /**
  * `delivery` of `engine_submit_with_user_data`: the request's streaming chunk bodies, as `engine_next_chunk_json`
  * gives them (`CHUNK`), then `STREAM_DONE`.
  */
-#define ENGINE_DELIVERY_CHUNKS 2
+#define EMBER_DELIVERY_CHUNKS 2
 
 /**
- * Presence bit of `PerRequestTimingMetrics.time_to_first_token_ms`.
+ * Presence bit of `EmberPerRequestTimingMetrics.time_to_first_token_ms`.
  */
-#define ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS (1 << 0)
+#define EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS (1 << 0)
 
 /**
- * Presence bit of `PerRequestTimingMetrics.generation_time_ms`.
+ * Presence bit of `EmberPerRequestTimingMetrics.generation_time_ms`.
  */
-#define ENGINE_TIMING_GENERATION_TIME_MS (1 << 1)
+#define EMBER_TIMING_GENERATION_TIME_MS (1 << 1)
 
 /**
- * Presence bit of `PerRequestTimingMetrics.queue_time_ms`.
+ * Presence bit of `EmberPerRequestTimingMetrics.queue_time_ms`.
  */
-#define ENGINE_TIMING_QUEUE_TIME_MS (1 << 2)
+#define EMBER_TIMING_QUEUE_TIME_MS (1 << 2)
 
 /**
- * Presence bit of `PerRequestTimingMetrics.mean_itl_ms`.
+ * Presence bit of `EmberPerRequestTimingMetrics.mean_itl_ms`.
  */
-#define ENGINE_TIMING_MEAN_ITL_MS (1 << 3)
+#define EMBER_TIMING_MEAN_ITL_MS (1 << 3)
 
 /**
- * Presence bit of `PerRequestTimingMetrics.tokens_per_second`.
+ * Presence bit of `EmberPerRequestTimingMetrics.tokens_per_second`.
  */
-#define ENGINE_TIMING_TOKENS_PER_SECOND (1 << 4)
+#define EMBER_TIMING_TOKENS_PER_SECOND (1 << 4)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.e2e_latency_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.e2e_latency_ms`.
  */
-#define ENGINE_EXTENDED_E2E_LATENCY_MS (1 << 0)
+#define EMBER_EXTENDED_E2E_LATENCY_MS (1 << 0)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.ttft_from_arrival_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.ttft_from_arrival_ms`.
  */
-#define ENGINE_EXTENDED_TTFT_FROM_ARRIVAL_MS (1 << 1)
+#define EMBER_EXTENDED_TTFT_FROM_ARRIVAL_MS (1 << 1)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.prefill_time_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.prefill_time_ms`.
  */
-#define ENGINE_EXTENDED_PREFILL_TIME_MS (1 << 2)
+#define EMBER_EXTENDED_PREFILL_TIME_MS (1 << 2)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.prefill_tokens_per_second`.
+ * Presence bit of `EmberExtendedTimingMetrics.prefill_tokens_per_second`.
  */
-#define ENGINE_EXTENDED_PREFILL_TOKENS_PER_SECOND (1 << 3)
+#define EMBER_EXTENDED_PREFILL_TOKENS_PER_SECOND (1 << 3)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.itl_p50_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.itl_p50_ms`.
  */
-#define ENGINE_EXTENDED_ITL_P50_MS (1 << 4)
+#define EMBER_EXTENDED_ITL_P50_MS (1 << 4)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.itl_p90_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.itl_p90_ms`.
  */
-#define ENGINE_EXTENDED_ITL_P90_MS (1 << 5)
+#define EMBER_EXTENDED_ITL_P90_MS (1 << 5)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.itl_p99_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.itl_p99_ms`.
  */
-#define ENGINE_EXTENDED_ITL_P99_MS (1 << 6)
+#define EMBER_EXTENDED_ITL_P99_MS (1 << 6)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.itl_max_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.itl_max_ms`.
  */
-#define ENGINE_EXTENDED_ITL_MAX_MS (1 << 7)
+#define EMBER_EXTENDED_ITL_MAX_MS (1 << 7)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.compute_share_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.compute_share_ms`.
  */
-#define ENGINE_EXTENDED_COMPUTE_SHARE_MS (1 << 8)
+#define EMBER_EXTENDED_COMPUTE_SHARE_MS (1 << 8)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.output_wait_ms`.
+ * Presence bit of `EmberExtendedTimingMetrics.output_wait_ms`.
  */
-#define ENGINE_EXTENDED_OUTPUT_WAIT_MS (1 << 9)
+#define EMBER_EXTENDED_OUTPUT_WAIT_MS (1 << 9)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.num_prompt_tokens`.
+ * Presence bit of `EmberExtendedTimingMetrics.num_prompt_tokens`.
  */
-#define ENGINE_EXTENDED_NUM_PROMPT_TOKENS (1 << 10)
+#define EMBER_EXTENDED_NUM_PROMPT_TOKENS (1 << 10)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.num_cached_prompt_tokens`.
+ * Presence bit of `EmberExtendedTimingMetrics.num_cached_prompt_tokens`.
  */
-#define ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS (1 << 11)
+#define EMBER_EXTENDED_NUM_CACHED_PROMPT_TOKENS (1 << 11)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.num_preemptions`.
+ * Presence bit of `EmberExtendedTimingMetrics.num_preemptions`.
  */
-#define ENGINE_EXTENDED_NUM_PREEMPTIONS (1 << 12)
+#define EMBER_EXTENDED_NUM_PREEMPTIONS (1 << 12)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.num_draft_tokens`.
+ * Presence bit of `EmberExtendedTimingMetrics.num_draft_tokens`.
  */
-#define ENGINE_EXTENDED_NUM_DRAFT_TOKENS (1 << 13)
+#define EMBER_EXTENDED_NUM_DRAFT_TOKENS (1 << 13)
 
 /**
- * Presence bit of `ExtendedTimingMetrics.num_accepted_tokens`.
+ * Presence bit of `EmberExtendedTimingMetrics.num_accepted_tokens`.
  */
-#define ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS (1 << 14)
+#define EMBER_EXTENDED_NUM_ACCEPTED_TOKENS (1 << 14)
 
 /**
- * Presence bit of `EngineStats.num_running`.
+ * Presence bit of `EmberStats.num_running`.
  */
-#define ENGINE_STATS_NUM_RUNNING (1 << 0)
+#define EMBER_STATS_NUM_RUNNING (1 << 0)
 
 /**
- * Presence bit of `EngineStats.num_waiting`.
+ * Presence bit of `EmberStats.num_waiting`.
  */
-#define ENGINE_STATS_NUM_WAITING (1 << 1)
+#define EMBER_STATS_NUM_WAITING (1 << 1)
 
 /**
- * Presence bit of `EngineStats.kv_blocks_free`.
+ * Presence bit of `EmberStats.kv_blocks_free`.
  */
-#define ENGINE_STATS_KV_BLOCKS_FREE (1 << 2)
+#define EMBER_STATS_KV_BLOCKS_FREE (1 << 2)
 
 /**
- * Presence bit of `EngineStats.kv_blocks_total`.
+ * Presence bit of `EmberStats.kv_blocks_total`.
  */
-#define ENGINE_STATS_KV_BLOCKS_TOTAL (1 << 3)
+#define EMBER_STATS_KV_BLOCKS_TOTAL (1 << 3)
 
 /**
- * Presence bit of `EngineStats.num_steps`.
+ * Presence bit of `EmberStats.num_steps`.
  */
-#define ENGINE_STATS_NUM_STEPS (1 << 4)
+#define EMBER_STATS_NUM_STEPS (1 << 4)
 
 /**
- * Presence bit of `EngineStats.cpu_kernels` (set when the engine runs on the CPU).
+ * Presence bit of `EmberStats.cpu_kernels` (set when the engine runs on the CPU).
  */
-#define ENGINE_STATS_CPU_KERNELS (1 << 5)
+#define EMBER_STATS_CPU_KERNELS (1 << 5)
 
 /**
- * Presence bit of `EngineStats.cpu_threads` (set when the engine runs on the CPU).
+ * Presence bit of `EmberStats.cpu_threads` (set when the engine runs on the CPU).
  */
-#define ENGINE_STATS_CPU_THREADS (1 << 6)
+#define EMBER_STATS_CPU_THREADS (1 << 6)
 
 /**
- * Presence bit of `EngineStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
+ * Presence bit of `EmberStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
  */
-#define ENGINE_STATS_KV_WINDOW_BLOCKS_FREE (1 << 7)
+#define EMBER_STATS_KV_WINDOW_BLOCKS_FREE (1 << 7)
 
 /**
- * Presence bit of `EngineStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
+ * Presence bit of `EmberStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
  */
-#define ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL (1 << 8)
+#define EMBER_STATS_KV_WINDOW_BLOCKS_TOTAL (1 << 8)
 
 /**
- * Presence bit of `EngineStats.prefix_cache_blocks` (set when the engine caches prefixes).
+ * Presence bit of `EmberStats.prefix_cache_blocks` (set when the engine caches prefixes).
  */
-#define ENGINE_STATS_PREFIX_CACHE_BLOCKS (1 << 9)
+#define EMBER_STATS_PREFIX_CACHE_BLOCKS (1 << 9)
 
 /**
- * Presence bit of `EngineStats.num_preemptions`.
+ * Presence bit of `EmberStats.num_preemptions`.
  */
-#define ENGINE_STATS_NUM_PREEMPTIONS (1 << 10)
+#define EMBER_STATS_NUM_PREEMPTIONS (1 << 10)
 
 /**
- * Presence bit of `EngineStats.prefix_cache_queries` (set when the engine caches prefixes).
+ * Presence bit of `EmberStats.prefix_cache_queries` (set when the engine caches prefixes).
  */
-#define ENGINE_STATS_PREFIX_CACHE_QUERIES (1 << 11)
+#define EMBER_STATS_PREFIX_CACHE_QUERIES (1 << 11)
 
 /**
- * Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
+ * Presence bit of `EmberStats.prefix_cache_hits` (set when the engine caches prefixes).
  */
-#define ENGINE_STATS_PREFIX_CACHE_HITS (1 << 12)
+#define EMBER_STATS_PREFIX_CACHE_HITS (1 << 12)
 
 /**
- * Presence bit of `EngineStats.spec_decode_num_draft_tokens` (set when the engine speculates).
+ * Presence bit of `EmberStats.spec_decode_num_draft_tokens` (set when the engine speculates).
  */
-#define ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS (1 << 13)
+#define EMBER_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS (1 << 13)
 
 /**
- * Presence bit of `EngineStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
+ * Presence bit of `EmberStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
  */
-#define ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS (1 << 14)
+#define EMBER_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS (1 << 14)
 
 /**
- * Presence bit of `EngineStats.model_load_time_ms`.
+ * Presence bit of `EmberStats.model_load_time_ms`.
  */
-#define ENGINE_STATS_MODEL_LOAD_TIME_MS (1 << 15)
+#define EMBER_STATS_MODEL_LOAD_TIME_MS (1 << 15)
 
 /**
- * `EngineStats.cpu_kernels`: the portable scalar path.
+ * `EmberStats.cpu_kernels`: the portable scalar path.
  */
-#define ENGINE_CPU_KERNELS_SCALAR 1
+#define EMBER_CPU_KERNELS_SCALAR 1
 
 /**
- * `EngineStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
+ * `EmberStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
  */
-#define ENGINE_CPU_KERNELS_AVX2 2
+#define EMBER_CPU_KERNELS_AVX2 2
 
 /**
- * `EngineStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
+ * `EmberStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
  */
-#define ENGINE_CPU_KERNELS_AVX512 3
+#define EMBER_CPU_KERNELS_AVX512 3
 
 /**
  * The major version of the header (`Cargo.toml`'s, checked by a test). Incompatible changes bump it.
@@ -243,11 +243,11 @@
 #define EMBER_VERSION_PATCH 0
 
 /**
- * The result of an ember C function. `ENGINE_STATUS_OK` (0) is success; any other value is a failure whose
+ * The result of an ember C function. `EMBER_STATUS_OK` (0) is success; any other value is a failure whose
  * detail is in `engine_last_error_message()` on the calling thread. A failing function writes none of its
- * outputs, unless its documentation says otherwise (`ENGINE_STATUS_BUFFER_TOO_SMALL`).
+ * outputs, unless its documentation says otherwise (`EMBER_STATUS_BUFFER_TOO_SMALL`).
  */
-enum EngineStatus
+enum EmberStatus
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -255,99 +255,99 @@ enum EngineStatus
     /**
      * Success.
      */
-    ENGINE_STATUS_OK = 0,
+    EMBER_STATUS_OK = 0,
     /**
      * A required pointer argument is NULL, or an argument is out of its documented range (a negative
      * `timeout_ms` other than -1, a `struct_size` below the minimum).
      */
-    ENGINE_STATUS_INVALID_ARGUMENT = 1,
+    EMBER_STATUS_INVALID_ARGUMENT = 1,
     /**
      * A string argument is not valid UTF-8.
      */
-    ENGINE_STATUS_INVALID_UTF8 = 2,
+    EMBER_STATUS_INVALID_UTF8 = 2,
     /**
      * A handle is not a live handle of the expected type: freed, never issued, a handle of the other type,
      * or a request passed with an engine it does not belong to.
      */
-    ENGINE_STATUS_INVALID_HANDLE = 3,
+    EMBER_STATUS_INVALID_HANDLE = 3,
     /**
      * The engine configuration JSON is malformed, has an unknown key, or has values that conflict or are out
      * of range.
      */
-    ENGINE_STATUS_INVALID_CONFIG = 4,
+    EMBER_STATUS_INVALID_CONFIG = 4,
     /**
      * The model file could not be found or loaded.
      */
-    ENGINE_STATUS_MODEL_LOAD_FAILED = 5,
+    EMBER_STATUS_MODEL_LOAD_FAILED = 5,
     /**
      * The backend or the engine thread could not be started.
      */
-    ENGINE_STATUS_ENGINE_START_FAILED = 6,
+    EMBER_STATUS_ENGINE_START_FAILED = 6,
     /**
      * The request JSON was refused; `engine_last_error_message()` is the OpenAI error body
      * (`{"error": {"message", "type", "param", "code"}}`).
      */
-    ENGINE_STATUS_INVALID_REQUEST = 7,
+    EMBER_STATUS_INVALID_REQUEST = 7,
     /**
      * Nothing happened before the timeout.
      */
-    ENGINE_STATUS_TIMEOUT = 8,
+    EMBER_STATUS_TIMEOUT = 8,
     /**
      * The request has not finished yet, so there is no final response.
      */
-    ENGINE_STATUS_NOT_FINISHED = 9,
+    EMBER_STATUS_NOT_FINISHED = 9,
     /**
      * The stream has ended: every chunk (`engine_next_chunk_json`) or event (`engine_poll`) has been returned.
      * An answer, not a failure: later calls answer it again, at once.
      */
-    ENGINE_STATUS_STREAM_DONE = 10,
+    EMBER_STATUS_STREAM_DONE = 10,
     /**
      * The caller's buffer is too short; the size needed was written.
      */
-    ENGINE_STATUS_BUFFER_TOO_SMALL = 11,
+    EMBER_STATUS_BUFFER_TOO_SMALL = 11,
     /**
      * A choice index at or beyond the request's number of choices.
      */
-    ENGINE_STATUS_CHOICE_OUT_OF_RANGE = 12,
+    EMBER_STATUS_CHOICE_OUT_OF_RANGE = 12,
     /**
      * The process holds the most live handles ember can issue (2^24 - 1 of a type).
      */
-    ENGINE_STATUS_TOO_MANY_HANDLES = 13,
+    EMBER_STATUS_TOO_MANY_HANDLES = 13,
     /**
      * A bug inside ember was caught at the C boundary (a Rust panic). The call had no effect that can be
      * relied on; the process is unharmed. Please report the message.
      */
-    ENGINE_STATUS_PANIC = 14,
+    EMBER_STATUS_PANIC = 14,
     /**
      * The handle was created by another process: this process is a child forked from it, and an engine's
      * threads do not survive `fork()`. Nothing was done, and the handle's memory is left as fork copied it
      * (freeing it in the child is also refused). Create engines after fork (`docs/c_api.md`).
      */
-    ENGINE_STATUS_FORKED = 15,
+    EMBER_STATUS_FORKED = 15,
     /**
      * The engine refused the request at once because `max_waiting_requests` requests already wait to start:
      * nothing was queued. Retry later (an HTTP gateway answers 503 with `Retry-After`).
      * `engine_last_error_message()` is the OpenAI error body, `code` `"overloaded"`.
      */
-    ENGINE_STATUS_OVERLOADED = 16,
+    EMBER_STATUS_OVERLOADED = 16,
     /**
      * The load progress callback of `engine_new_with_progress` returned false: the load stopped there and no
      * engine was created (nothing is left running or allocated).
      */
-    ENGINE_STATUS_LOAD_CANCELLED = 17,
+    EMBER_STATUS_LOAD_CANCELLED = 17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
-typedef enum EngineStatus EngineStatus;
+typedef enum EmberStatus EmberStatus;
 #else
-typedef uint32_t EngineStatus;
+typedef uint32_t EmberStatus;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
 /**
- * What an `EngineEvent` reports.
+ * What an `EmberEvent` reports.
  */
-enum EngineEventKind
+enum EmberEventKind
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -355,41 +355,41 @@ enum EngineEventKind
     /**
      * New text of choice `choice`: `text`/`text_len`, covering `num_tokens` generated tokens.
      */
-    ENGINE_EVENT_KIND_DELTA = 1,
+    EMBER_EVENT_KIND_DELTA = 1,
     /**
      * Choice `choice` ended, for `finish_reason`. One per choice; the last choice's is the request's final
-     * event, after which `engine_poll` answers `ENGINE_STATUS_STREAM_DONE`.
+     * event, after which `engine_poll` answers `EMBER_STATUS_STREAM_DONE`.
      */
-    ENGINE_EVENT_KIND_FINISHED = 2,
+    EMBER_EVENT_KIND_FINISHED = 2,
     /**
      * The request failed; `text`/`text_len` is the message. The request's final event: its unfinished choices
-     * end with `ENGINE_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
-     * `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
+     * end with `EMBER_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
+     * `EMBER_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
      */
-    ENGINE_EVENT_KIND_ERROR = 3,
+    EMBER_EVENT_KIND_ERROR = 3,
     /**
-     * `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: `text`/`text_len` is its
+     * `engine_wait_events` only, for a request submitted with `EMBER_DELIVERY_CHUNKS`: `text`/`text_len` is its
      * next streaming chunk body (what `engine_next_chunk_json` returns).
      */
-    ENGINE_EVENT_KIND_CHUNK = 4,
+    EMBER_EVENT_KIND_CHUNK = 4,
     /**
-     * `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: its stream has ended
+     * `engine_wait_events` only, for a request submitted with `EMBER_DELIVERY_CHUNKS`: its stream has ended
      * (send `data: [DONE]`); its last record.
      */
-    ENGINE_EVENT_KIND_STREAM_DONE = 5,
+    EMBER_EVENT_KIND_STREAM_DONE = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
-typedef enum EngineEventKind EngineEventKind;
+typedef enum EmberEventKind EmberEventKind;
 #else
-typedef uint32_t EngineEventKind;
+typedef uint32_t EmberEventKind;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
 /**
  * Why a choice ended.
  */
-enum EngineFinishReason
+enum EmberFinishReason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -397,54 +397,54 @@ enum EngineFinishReason
     /**
      * Not a `FINISHED` event.
      */
-    ENGINE_FINISH_REASON_NONE = 0,
+    EMBER_FINISH_REASON_NONE = 0,
     /**
      * An end-of-generation token, a stop token id or a stop string (OpenAI's "stop").
      */
-    ENGINE_FINISH_REASON_STOP = 1,
+    EMBER_FINISH_REASON_STOP = 1,
     /**
      * `max_tokens` reached, or the context is full (OpenAI's "length").
      */
-    ENGINE_FINISH_REASON_LENGTH = 2,
+    EMBER_FINISH_REASON_LENGTH = 2,
     /**
      * Cancelled by `engine_cancel`, `engine_request_free` or `engine_free`.
      */
-    ENGINE_FINISH_REASON_CANCELLED = 3,
+    EMBER_FINISH_REASON_CANCELLED = 3,
     /**
      * The engine could not continue the request.
      */
-    ENGINE_FINISH_REASON_ERROR = 4,
+    EMBER_FINISH_REASON_ERROR = 4,
     /**
      * The request's `deadline_ms` passed (it had waited, or generated, that long); its output so far stands.
      */
-    ENGINE_FINISH_REASON_DEADLINE = 5,
+    EMBER_FINISH_REASON_DEADLINE = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
-typedef enum EngineFinishReason EngineFinishReason;
+typedef enum EmberFinishReason EmberFinishReason;
 #else
-typedef uint32_t EngineFinishReason;
+typedef uint32_t EmberFinishReason;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
 /**
  * Severity of a log line; lower is more severe.
  */
-enum EngineLogLevel
+enum EmberLogLevel
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-    ENGINE_LOG_LEVEL_ERROR = 1,
-    ENGINE_LOG_LEVEL_WARN = 2,
-    ENGINE_LOG_LEVEL_INFO = 3,
-    ENGINE_LOG_LEVEL_DEBUG = 4,
+    EMBER_LOG_LEVEL_ERROR = 1,
+    EMBER_LOG_LEVEL_WARN = 2,
+    EMBER_LOG_LEVEL_INFO = 3,
+    EMBER_LOG_LEVEL_DEBUG = 4,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
-typedef enum EngineLogLevel EngineLogLevel;
+typedef enum EmberLogLevel EmberLogLevel;
 #else
-typedef uint32_t EngineLogLevel;
+typedef uint32_t EmberLogLevel;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -452,26 +452,26 @@ typedef uint32_t EngineLogLevel;
  * An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
  * Opaque; a handle from `engine_new`, freed with `engine_free`.
  */
-typedef struct Engine Engine;
+typedef struct EmberEngine EmberEngine;
 
 /**
  * A submitted request: its events, its metrics, its final response. Opaque; a handle from `engine_submit`,
  * freed with `engine_request_free`.
  */
-typedef struct EngineRequest EngineRequest;
+typedef struct EmberRequest EmberRequest;
 
 /**
  * The five per-request timing metrics of one choice. Every field is present (its bit set in `present`) or
  * absent (NaN, bit clear): absent until the event it measures has happened, and always absent when the engine
  * records no stats (`disable_log_stats`).
  */
-typedef struct PerRequestTimingMetrics {
+typedef struct EmberPerRequestTimingMetrics {
     /**
-     * Set by the caller to `sizeof(PerRequestTimingMetrics)` before the call; never written by ember.
+     * Set by the caller to `sizeof(EmberPerRequestTimingMetrics)` before the call; never written by ember.
      */
     uint32_t struct_size;
     /**
-     * `ENGINE_TIMING_*` bits of the fields present (and written).
+     * `EMBER_TIMING_*` bits of the fields present (and written).
      */
     uint32_t present;
     /**
@@ -494,19 +494,19 @@ typedef struct PerRequestTimingMetrics {
      * Generated tokens per second from first scheduling to the last token (prefill included).
      */
     double tokens_per_second;
-} PerRequestTimingMetrics;
+} EmberPerRequestTimingMetrics;
 
 /**
  * Metrics beyond the five, of one choice, for latency debugging and billing. Absent fields are NaN (0 for the
  * counts) with their bit clear in `present`.
  */
-typedef struct ExtendedTimingMetrics {
+typedef struct EmberExtendedTimingMetrics {
     /**
-     * Set by the caller to `sizeof(ExtendedTimingMetrics)` before the call; never written by ember.
+     * Set by the caller to `sizeof(EmberExtendedTimingMetrics)` before the call; never written by ember.
      */
     uint32_t struct_size;
     /**
-     * `ENGINE_EXTENDED_*` bits of the fields present (and written).
+     * `EMBER_EXTENDED_*` bits of the fields present (and written).
      */
     uint32_t present;
     /**
@@ -569,20 +569,20 @@ typedef struct ExtendedTimingMetrics {
      * Of those, the tokens accepted: `num_accepted_tokens / num_draft_tokens` is the choice's acceptance rate.
      */
     uint32_t num_accepted_tokens;
-} ExtendedTimingMetrics;
+} EmberExtendedTimingMetrics;
 
 /**
  * Counters of one engine, as of its last step. The engine thread updates them when it has scheduled a step
  * (before any of the step's tokens reach a host), after the step, and whenever a request finishes: a host that
  * has seen a request's token also sees it counted, and one that has seen it finish sees it gone.
  */
-typedef struct EngineStats {
+typedef struct EmberStats {
     /**
-     * Set by the caller to `sizeof(EngineStats)` before the call; never written by ember.
+     * Set by the caller to `sizeof(EmberStats)` before the call; never written by ember.
      */
     uint32_t struct_size;
     /**
-     * `ENGINE_STATS_*` bits of the fields present (and written).
+     * `EMBER_STATS_*` bits of the fields present (and written).
      */
     uint32_t present;
     /**
@@ -607,7 +607,7 @@ typedef struct EngineStats {
      */
     uint64_t num_steps;
     /**
-     * The CPU kernel path serving the engine, an `ENGINE_CPU_KERNELS_*` value (every path computes the same
+     * The CPU kernel path serving the engine, an `EMBER_CPU_KERNELS_*` value (every path computes the same
      * results; the path decides speed only).
      */
     uint32_t cpu_kernels;
@@ -656,16 +656,16 @@ typedef struct EngineStats {
      * or mapped and validated, the backend built).
      */
     double model_load_time_ms;
-} EngineStats;
+} EmberStats;
 
 /**
  * A sampled token and its log probability: the log-softmax of the model's raw logits over the whole vocabulary
  * (before bias, penalties, temperature and filters; `docs/protocol.md`, "Log probabilities").
  */
-typedef struct EngineTokenLogprob {
+typedef struct EmberTokenLogprob {
     uint32_t token;
     float logprob;
-} EngineTokenLogprob;
+} EmberTokenLogprob;
 
 /**
  * Called by `engine_new_with_progress` as the model loads: `userdata` as given, and the fraction loaded, from 0
@@ -675,16 +675,16 @@ typedef struct EngineTokenLogprob {
  * It is called on the thread that called `engine_new_with_progress`, during that call only; it must return
  * normally (no C++ exception, no `longjmp`) and must not call ember functions on the engine being created.
  */
-typedef bool (*EngineLoadProgressCallback)(void *userdata, float progress);
+typedef bool (*EmberLoadProgressCallback)(void *userdata, float progress);
 
 /**
  * One event of a request, written by `engine_poll`.
  */
-typedef struct EngineEvent {
+typedef struct EmberEvent {
     /**
      * Which of delta, finished or error this event is; it says which other fields are meaningful.
      */
-    EngineEventKind kind;
+    EmberEventKind kind;
     /**
      * The choice the event is about (0 for single-choice requests and for `ERROR`).
      */
@@ -705,10 +705,10 @@ typedef struct EngineEvent {
      */
     uint32_t num_tokens;
     /**
-     * `FINISHED`: why the choice ended; otherwise `ENGINE_FINISH_REASON_NONE`.
+     * `FINISHED`: why the choice ended; otherwise `EMBER_FINISH_REASON_NONE`.
      */
-    EngineFinishReason finish_reason;
-} EngineEvent;
+    EmberFinishReason finish_reason;
+} EmberEvent;
 
 /**
  * Receives one log line: `userdata` as given to `engine_set_log_callback`, the line's level, and the line as a
@@ -718,31 +718,31 @@ typedef struct EngineEvent {
  * must return normally (no C++ exception, no `longjmp`: unwinding into ember aborts the process) and must not
  * call ember functions.
  */
-typedef void (*EngineLogCallback)(void *userdata, EngineLogLevel level, const char *message);
+typedef void (*EmberLogCallback)(void *userdata, EmberLogLevel level, const char *message);
 
 /**
  * One event of one request, written by `engine_wait_events`.
  */
-typedef struct EngineEventRecord {
+typedef struct EmberEventRecord {
     /**
      * The request the event is about (the handle `engine_submit_with_user_data` gave).
      */
-    struct EngineRequest *request;
+    struct EmberRequest *request;
     /**
      * The value given at submission, unchanged (a host's stream id, or a pointer cast to an integer).
      */
     uint64_t user_data;
     /**
-     * The event. With `ENGINE_DELIVERY_EVENTS`: as `engine_poll` writes it. With `ENGINE_DELIVERY_CHUNKS`: kind
+     * The event. With `EMBER_DELIVERY_EVENTS`: as `engine_poll` writes it. With `EMBER_DELIVERY_CHUNKS`: kind
      * `CHUNK` with `text`/`text_len` a chunk body, or, last, kind `STREAM_DONE` (send `data: [DONE]`). Its text
      * is owned by ember: valid until this thread's next `engine_wait_events` on this engine, or `engine_free`.
      */
-    struct EngineEvent event;
+    struct EmberEvent event;
     /**
      * Whether this is the request's last record: nothing more comes for it, and it may be freed.
      */
     bool last;
-} EngineEventRecord;
+} EmberEventRecord;
 
 #ifdef __cplusplus
 extern "C" {
@@ -754,35 +754,35 @@ extern "C" {
  * body has them, ending with the assistant's turn; then tokenized as `engine_submit` tokenizes it). The body is
  * checked as `engine_submit` checks it.
  *
- * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_REQUEST` (the body was
- * refused; `engine_last_error_message()` is the OpenAI error body naming the field), `ENGINE_STATUS_INVALID_UTF8`,
- * `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument).
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_REQUEST` (the body was
+ * refused; `engine_last_error_message()` is the OpenAI error body naming the field), `EMBER_STATUS_INVALID_UTF8`,
+ * `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT` (a NULL argument).
  *
  * Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
  *
  * # Safety
  * `request_json` is NULL or NUL-terminated; `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_apply_chat_template(const struct Engine *engine, const char *request_json, char **out);
+EmberStatus engine_apply_chat_template(const struct EmberEngine *engine, const char *request_json, char **out);
 
 /**
- * Asks the engine to stop a request. Its unfinished choices end with `ENGINE_FINISH_REASON_CANCELLED` (a poll
+ * Asks the engine to stop a request. Its unfinished choices end with `EMBER_FINISH_REASON_CANCELLED` (a poll
  * then answers that), choices already finished keep their reason; text already generated stays readable.
  * Idempotent; cancelling a finished request does nothing.
  *
- * Returns `ENGINE_STATUS_OK`, or `ENGINE_STATUS_INVALID_HANDLE` / `ENGINE_STATUS_INVALID_ARGUMENT` (NULL).
+ * Returns `EMBER_STATUS_OK`, or `EMBER_STATUS_INVALID_HANDLE` / `EMBER_STATUS_INVALID_ARGUMENT` (NULL).
  * Thread safety: any thread, concurrently with polls of the same request.
  */
-EngineStatus engine_cancel(struct EngineRequest *request);
+EmberStatus engine_cancel(struct EmberRequest *request);
 
 /**
  * The text of `n_ids` token ids at `ids` (NULL only with 0), written to `*out`: their bytes, invalid UTF-8
  * replaced by U+FFFD; control tokens write their text only when `include_special` (vLLM's
  * `skip_special_tokens: false`). A NUL byte in the text ends the C string there.
  *
- * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_ARGUMENT` (an id outside
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_ARGUMENT` (an id outside
  * the vocabulary, named with its index; NULL `out`; NULL `ids` with a non-zero count),
- * `ENGINE_STATUS_INVALID_HANDLE`.
+ * `EMBER_STATUS_INVALID_HANDLE`.
  *
  * Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
  *
@@ -790,39 +790,39 @@ EngineStatus engine_cancel(struct EngineRequest *request);
  * `ids` is NULL or points to `n_ids` readable `uint32_t`s; `out` is NULL or points to writable storage for a
  * pointer.
  */
-EngineStatus engine_detokenize(const struct Engine *engine,
-                               const uint32_t *ids,
-                               size_t n_ids,
-                               bool include_special,
-                               char **out);
+EmberStatus engine_detokenize(const struct EmberEngine *engine,
+                              const uint32_t *ids,
+                              size_t n_ids,
+                              bool include_special,
+                              char **out);
 
 /**
  * A descriptor that is readable while `engine_wait_events` has something to return (events, or a wakeup), for
  * a host's epoll, poll, kqueue or io_uring loop; written to `*out_fd`. Poll it for reading only; ember reads
  * and closes it (at `engine_free`). It stays readable until the waiting events are taken: level-triggered
  * loops call `engine_wait_events` with timeout 0 when it is readable; edge-triggered ones until
- * `ENGINE_STATUS_TIMEOUT`. It is the read end of a pipe, on every Unix.
+ * `EMBER_STATUS_TIMEOUT`. It is the read end of a pipe, on every Unix.
  *
- * Returns `ENGINE_STATUS_OK`, `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_fd`).
+ * Returns `EMBER_STATUS_OK`, `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out_fd`).
  * Thread safety: any thread.
  *
  * # Safety
  * `out_fd` is NULL or points to a writable `int`.
  */
-EngineStatus engine_events_fd(struct Engine *engine, int *out_fd);
+EmberStatus engine_events_fd(struct EmberEngine *engine, int *out_fd);
 
 /**
  * Makes a waiting `engine_wait_events` on this engine return (or the next one, when none waits) with
- * `ENGINE_STATUS_OK` and no records, and the descriptor of `engine_events_fd` readable until then: how a host
+ * `EMBER_STATUS_OK` and no records, and the descriptor of `engine_events_fd` readable until then: how a host
  * stops its event loop. Several wakeups before a wait count as one.
  *
- * Returns `ENGINE_STATUS_OK` or `ENGINE_STATUS_INVALID_HANDLE`. Thread safety: any thread (a signal handler
+ * Returns `EMBER_STATUS_OK` or `EMBER_STATUS_INVALID_HANDLE`. Thread safety: any thread (a signal handler
  * excepted: it takes a lock).
  */
-EngineStatus engine_events_wakeup(struct Engine *engine);
+EmberStatus engine_events_wakeup(struct EmberEngine *engine);
 
 /**
- * Frees an engine: cancels its unfinished requests (they end with `ENGINE_FINISH_REASON_CANCELLED`), stops and joins
+ * Frees an engine: cancels its unfinished requests (they end with `EMBER_FINISH_REASON_CANCELLED`), stops and joins
  * the engine thread, and releases the model. Returns when all of that is done. NULL is a no-op.
  *
  * The engine's request handles stay valid for `engine_get_*_metrics`, `engine_response_json` and
@@ -831,17 +831,17 @@ EngineStatus engine_events_wakeup(struct Engine *engine);
  * and leaves the reason in `engine_last_error_message()`.
  *
  * Thread safety: any thread, except from inside the log callback. Calls on this engine in other threads either
- * complete before the engine stops or fail with `ENGINE_STATUS_INVALID_HANDLE`.
+ * complete before the engine stops or fail with `EMBER_STATUS_INVALID_HANDLE`.
  */
-void engine_free(struct Engine *engine);
+void engine_free(struct EmberEngine *engine);
 
 /**
  * Writes the five timing metrics of choice `choice` of a request into `*out`, as far as `out->struct_size`
  * (set by the caller, at least 8) reaches. Callable at any time: while the request runs, the fields measured
  * so far are present; after `engine_free` of its engine, the final values.
  *
- * Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_CHOICE_OUT_OF_RANGE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+ * Returns `EMBER_STATUS_OK`; on failure nothing is written: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_CHOICE_OUT_OF_RANGE`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
  *
  * Thread safety: any thread, concurrently with polls. It allocates nothing and takes only the choice's stats
  * lock, which the engine holds for a few field updates at a time, never across a model step.
@@ -849,38 +849,38 @@ void engine_free(struct Engine *engine);
  * # Safety
  * `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
  */
-EngineStatus engine_get_choice_timing_metrics(const struct EngineRequest *request,
-                                              uint32_t choice,
-                                              struct PerRequestTimingMetrics *out);
+EmberStatus engine_get_choice_timing_metrics(const struct EmberRequest *request,
+                                             uint32_t choice,
+                                             struct EmberPerRequestTimingMetrics *out);
 
 /**
  * Writes the extended metrics of choice `choice` into `*out`, as far as `out->struct_size` (set by the caller,
  * at least 8) reaches. Callable at any time, like `engine_get_choice_timing_metrics`.
  *
- * Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_CHOICE_OUT_OF_RANGE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+ * Returns `EMBER_STATUS_OK`; on failure nothing is written: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_CHOICE_OUT_OF_RANGE`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
  *
  * Thread safety: any thread, concurrently with polls; takes only the choice's stats lock, briefly.
  *
  * # Safety
  * `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
  */
-EngineStatus engine_get_extended_metrics(const struct EngineRequest *request,
-                                         uint32_t choice,
-                                         struct ExtendedTimingMetrics *out);
+EmberStatus engine_get_extended_metrics(const struct EmberRequest *request,
+                                        uint32_t choice,
+                                        struct EmberExtendedTimingMetrics *out);
 
 /**
  * Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
  *
- * Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE` (a freed, stale or
- * foreign engine), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+ * Returns `EMBER_STATUS_OK`; on failure nothing is written: `EMBER_STATUS_INVALID_HANDLE` (a freed, stale or
+ * foreign engine), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
  *
  * Thread safety: any thread, at any time; reads atomic counters only (no lock, no allocation).
  *
  * # Safety
  * `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
  */
-EngineStatus engine_get_stats(const struct Engine *engine, struct EngineStats *out);
+EmberStatus engine_get_stats(const struct EmberEngine *engine, struct EmberStats *out);
 
 /**
  * The five timing metrics of choice 0 (see `engine_get_choice_timing_metrics`).
@@ -888,40 +888,40 @@ EngineStatus engine_get_stats(const struct Engine *engine, struct EngineStats *o
  * # Safety
  * As `engine_get_choice_timing_metrics`.
  */
-EngineStatus engine_get_timing_metrics(const struct EngineRequest *request, struct PerRequestTimingMetrics *out);
+EmberStatus engine_get_timing_metrics(const struct EmberRequest *request, struct EmberPerRequestTimingMetrics *out);
 
 /**
  * Copies choice `choice`'s sampled tokens whose text is in its output, in order, with their log probabilities,
  * into `buffer`, and writes their number to `*out_count`. Empty unless the request asked for log probabilities
  * (`"logprobs"`); an end-of-generation or stop token has no entry.
  *
- * Returns `ENGINE_STATUS_OK`; `ENGINE_STATUS_BUFFER_TOO_SMALL` when `capacity` is below their number: then
+ * Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below their number: then
  * `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask for
- * the size); other failures write nothing: `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_CHOICE_OUT_OF_RANGE`,
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_count`, NULL `buffer` with a non-zero `capacity`). While the
+ * the size); other failures write nothing: `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_CHOICE_OUT_OF_RANGE`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out_count`, NULL `buffer` with a non-zero `capacity`). While the
  * request runs, more tokens may come between a size query and the copy.
  *
  * Thread safety: any thread, concurrently with polls.
  *
  * # Safety
- * `buffer` is NULL or points to `capacity` writable `EngineTokenLogprob`s; `out_count` is NULL or points to a
+ * `buffer` is NULL or points to `capacity` writable `EmberTokenLogprob`s; `out_count` is NULL or points to a
  * writable `size_t`.
  */
-EngineStatus engine_get_token_logprobs(const struct EngineRequest *request,
-                                       uint32_t choice,
-                                       struct EngineTokenLogprob *buffer,
-                                       size_t capacity,
-                                       size_t *out_count);
+EmberStatus engine_get_token_logprobs(const struct EmberRequest *request,
+                                      uint32_t choice,
+                                      struct EmberTokenLogprob *buffer,
+                                      size_t capacity,
+                                      size_t *out_count);
 
 /**
  * Copies the timestamps of choice `choice`'s generated tokens, in milliseconds since the request was submitted
  * (monotonic clock), one per token in generation order, into `buffer`, and writes their number to
  * `*out_count`. Empty when the engine records no stats.
  *
- * Returns `ENGINE_STATUS_OK`; `ENGINE_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of tokens:
+ * Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of tokens:
  * then `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to
- * ask for the size); other failures write nothing: `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_CHOICE_OUT_OF_RANGE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_count`, NULL `buffer` with
+ * ask for the size); other failures write nothing: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_CHOICE_OUT_OF_RANGE`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out_count`, NULL `buffer` with
  * a non-zero `capacity`). While the request runs, more tokens may come between a size query and the copy.
  *
  * Thread safety: any thread, concurrently with polls.
@@ -930,17 +930,17 @@ EngineStatus engine_get_token_logprobs(const struct EngineRequest *request,
  * `buffer` is NULL or points to `capacity` writable doubles; `out_count` is NULL or points to a writable
  * `size_t`.
  */
-EngineStatus engine_get_token_timestamps(const struct EngineRequest *request,
-                                         uint32_t choice,
-                                         double *buffer,
-                                         size_t capacity,
-                                         size_t *out_count);
+EmberStatus engine_get_token_timestamps(const struct EmberRequest *request,
+                                        uint32_t choice,
+                                        double *buffer,
+                                        size_t capacity,
+                                        size_t *out_count);
 
 /**
  * The detail of this thread's last failure, as a NUL-terminated UTF-8 string; "" when this thread's last
  * ember call succeeded (or it made none). Never NULL.
  *
- * After `ENGINE_STATUS_INVALID_REQUEST` the message is the OpenAI error body, a JSON object
+ * After `EMBER_STATUS_INVALID_REQUEST` the message is the OpenAI error body, a JSON object
  * `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`; after any other failure it is an
  * English sentence that names the function and the argument at fault.
  *
@@ -958,8 +958,8 @@ const char *engine_last_error_message(void);
  * histograms of time to first token, inter-token latency, queue time and end-to-end latency. Names are vLLM's
  * with an `ember_` prefix where vLLM has the metric; `docs/c_api.md` ("Prometheus metrics") lists them all.
  *
- * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
  *
  * Thread safety: any thread, any time (a short lock; never waits for a step). Ownership: the caller owns the
  * string (NUL-terminated UTF-8) and frees it with `engine_string_free`.
@@ -967,7 +967,7 @@ const char *engine_last_error_message(void);
  * # Safety
  * `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_metrics_text(const struct Engine *engine, char **out);
+EmberStatus engine_metrics_text(const struct EmberEngine *engine, char **out);
 
 /**
  * A description of the model the engine serves, as JSON in `*out`: `name`, `architecture`, `parameters`,
@@ -979,15 +979,15 @@ EngineStatus engine_metrics_text(const struct Engine *engine, char **out);
  * "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). The first call computes the file's
  * SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
  *
- * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
  *
  * Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
  *
  * # Safety
  * `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_model_info_json(const struct Engine *engine, char **out);
+EmberStatus engine_model_info_json(const struct EmberEngine *engine, char **out);
 
 /**
  * Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).
@@ -997,10 +997,10 @@ EngineStatus engine_model_info_json(const struct Engine *engine, char **out);
  * then comes from `EMBER_MODEL`, else `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current
  * directory). Log lines go to the callback set by `engine_set_log_callback` before this call.
  *
- * Returns `ENGINE_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
- * `ENGINE_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
- * `ENGINE_STATUS_MODEL_LOAD_FAILED`, `ENGINE_STATUS_ENGINE_START_FAILED`, `ENGINE_STATUS_INVALID_UTF8`,
- * `ENGINE_STATUS_INVALID_ARGUMENT` (`out` is NULL).
+ * Returns `EMBER_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
+ * `EMBER_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
+ * `EMBER_STATUS_MODEL_LOAD_FAILED`, `EMBER_STATUS_ENGINE_START_FAILED`, `EMBER_STATUS_INVALID_UTF8`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (`out` is NULL).
  *
  * Thread safety: any thread; engines are independent of each other. Ownership: the caller owns the handle and
  * frees it with `engine_free`.
@@ -1008,27 +1008,27 @@ EngineStatus engine_model_info_json(const struct Engine *engine, char **out);
  * # Safety
  * `config_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_new(const char *config_json, struct Engine **out);
+EmberStatus engine_new(const char *config_json, struct EmberEngine **out);
 
 /**
  * `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
  * `engine_new`). The fraction advances as the file is read (`"load": "read"`, or `"auto"` under 1 GiB, in 16 MiB
  * chunks: the file's length weighs as much as the backend's start) and once more when the backend serves; with a
  * mapped file it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
- * chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
- * left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
+ * chunks, or before the engine is handed over): `EMBER_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
+ * left running or allocated. The load time is in `EmberStats.model_load_time_ms`.
  *
- * Returns what `engine_new` returns, and `ENGINE_STATUS_LOAD_CANCELLED`.
+ * Returns what `engine_new` returns, and `EMBER_STATUS_LOAD_CANCELLED`.
  *
  * Thread safety: as `engine_new`. Ownership: `userdata` is only passed back to `callback`, during this call.
  *
  * # Safety
- * As `engine_new`; `callback`, when not NULL, must follow the rules of `EngineLoadProgressCallback`.
+ * As `engine_new`; `callback`, when not NULL, must follow the rules of `EmberLoadProgressCallback`.
  */
-EngineStatus engine_new_with_progress(const char *config_json,
-                                      EngineLoadProgressCallback callback,
-                                      void *userdata,
-                                      struct Engine **out);
+EmberStatus engine_new_with_progress(const char *config_json,
+                                     EmberLoadProgressCallback callback,
+                                     void *userdata,
+                                     struct EmberEngine **out);
 
 /**
  * Takes the next streaming chunk body of a request (`chat.completion.chunk` or `text_completion` JSON, without
@@ -1036,10 +1036,10 @@ EngineStatus engine_new_with_progress(const char *config_json,
  * limit). Works for any request; it is what a `"stream": true` client expects. The stream's last body may be
  * a usage chunk, or an `{"error": ...}` body when the engine failed the request.
  *
- * Returns `ENGINE_STATUS_OK` and writes the chunk to `*out`; on failure `*out` is untouched:
- * `ENGINE_STATUS_STREAM_DONE` (every chunk has been returned: send `data: [DONE]`; later calls answer this
- * again), `ENGINE_STATUS_TIMEOUT`, `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, request of
- * another engine, or freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
+ * Returns `EMBER_STATUS_OK` and writes the chunk to `*out`; on failure `*out` is untouched:
+ * `EMBER_STATUS_STREAM_DONE` (every chunk has been returned: send `data: [DONE]`; later calls answer this
+ * again), `EMBER_STATUS_TIMEOUT`, `EMBER_STATUS_INVALID_HANDLE` (engine or request not live, request of
+ * another engine, or freed while this call waited), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
  *
  * Thread safety: any thread; calls for one request are serialized. Do not mix with `engine_poll` on one
  * request: both take its events. Ownership: the caller owns the string and frees it with `engine_string_free`.
@@ -1047,10 +1047,10 @@ EngineStatus engine_new_with_progress(const char *config_json,
  * # Safety
  * `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_next_chunk_json(struct Engine *engine,
-                                    struct EngineRequest *request,
-                                    int32_t timeout_ms,
-                                    char **out);
+EmberStatus engine_next_chunk_json(struct EmberEngine *engine,
+                                   struct EmberRequest *request,
+                                   int32_t timeout_ms,
+                                   char **out);
 
 /**
  * Takes the next event of a request, waiting up to `timeout_ms` milliseconds for one (0: do not wait; -1: wait
@@ -1058,27 +1058,27 @@ EngineStatus engine_next_chunk_json(struct Engine *engine,
  *
  * A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
  * `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
- * `ERROR`) is returned once; every later call returns `ENGINE_STATUS_STREAM_DONE` at once, without waiting,
+ * `ERROR`) is returned once; every later call returns `EMBER_STATUS_STREAM_DONE` at once, without waiting,
  * whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
  *
- * Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
- * `ENGINE_STATUS_STREAM_DONE` (the final event has been returned: not an error), `ENGINE_STATUS_TIMEOUT`
- * (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
- * to another engine, or it was freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`,
+ * Returns `EMBER_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
+ * `EMBER_STATUS_STREAM_DONE` (the final event has been returned: not an error), `EMBER_STATUS_TIMEOUT`
+ * (nothing happened in time), `EMBER_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
+ * to another engine, or it was freed while this call waited), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`,
  * bad timeout).
  *
  * Thread safety: any thread. Several threads may poll one request at once: each event goes to exactly one of
- * them (the final event too: the others get `ENGINE_STATUS_STREAM_DONE`), and each thread's `text` stays valid
+ * them (the final event too: the others get `EMBER_STATUS_STREAM_DONE`), and each thread's `text` stays valid
  * until that thread's own next poll of the request. Freeing the request or the engine wakes a waiting poll. Do
  * not mix `engine_poll` and `engine_next_chunk_json` on one request: both take its events.
  *
  * # Safety
- * `out` is NULL or points to writable storage for an `EngineEvent`.
+ * `out` is NULL or points to writable storage for an `EmberEvent`.
  */
-EngineStatus engine_poll(struct Engine *engine,
-                         struct EngineRequest *request,
-                         int32_t timeout_ms,
-                         struct EngineEvent *out);
+EmberStatus engine_poll(struct EmberEngine *engine,
+                        struct EmberRequest *request,
+                        int32_t timeout_ms,
+                        struct EmberEvent *out);
 
 /**
  * Frees a request: cancels it if it is still running and releases its memory, including the text of its last
@@ -1086,19 +1086,19 @@ EngineStatus engine_poll(struct Engine *engine,
  * and leaves the reason in `engine_last_error_message()`.
  *
  * Thread safety: any thread. A call on this request blocked in another thread (`engine_poll` with a timeout)
- * returns promptly, with `ENGINE_STATUS_INVALID_HANDLE`; text pointers obtained from its events become
+ * returns promptly, with `EMBER_STATUS_INVALID_HANDLE`; text pointers obtained from its events become
  * invalid.
  */
-void engine_request_free(struct EngineRequest *request);
+void engine_request_free(struct EmberRequest *request);
 
 /**
  * Writes the whole OpenAI response body of a finished request (`chat.completion` or `text_completion`, with
  * `usage` and, when enabled and asked for, `metrics`) to `*out`. A request the engine failed still has a body
  * (its choices end with `"finish_reason": "error"` and an `error` object says why); a cancelled one too.
  *
- * Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_NOT_FINISHED` (the request is
- * still running: poll it to its end, or cancel it), `ENGINE_STATUS_INVALID_HANDLE`,
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_NOT_FINISHED` (the request is
+ * still running: poll it to its end, or cancel it), `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
  *
  * Thread safety: any thread; waits while another thread is inside `engine_next_chunk_json` for this request.
  * Ownership: the caller owns the string (NUL-terminated UTF-8) and frees it with `engine_string_free`.
@@ -1106,23 +1106,23 @@ void engine_request_free(struct EngineRequest *request);
  * # Safety
  * `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_response_json(const struct EngineRequest *request, char **out);
+EmberStatus engine_response_json(const struct EmberRequest *request, char **out);
 
 /**
  * Sets the log callback of engines created after this call (`NULL` = no logging, the default). Engines already
- * created keep the callback they were created with. Always returns `ENGINE_STATUS_OK`.
+ * created keep the callback they were created with. Always returns `EMBER_STATUS_OK`.
  *
  * Thread safety: any thread; a call concurrent with `engine_new` applies to that engine or not.
  * Ownership: ember keeps `userdata` without dereferencing it; it must stay valid, and `callback` callable, until
  * every engine created while it was set has been freed with `engine_free`.
  *
  * # Safety
- * `callback`, when not NULL, must follow the rules of `EngineLogCallback`.
+ * `callback`, when not NULL, must follow the rules of `EmberLogCallback`.
  */
-EngineStatus engine_set_log_callback(EngineLogCallback callback, void *userdata);
+EmberStatus engine_set_log_callback(EmberLogCallback callback, void *userdata);
 
 /**
- * A static, NUL-terminated English description of `status` (an `EngineStatus` value); never NULL. Unknown
+ * A static, NUL-terminated English description of `status` (an `EmberStatus` value); never NULL. Unknown
  * values (from a newer header) give "unknown status".
  *
  * Thread safety: any thread, any time. Ownership: the string is static; do not free it. Does not change the
@@ -1146,13 +1146,13 @@ void engine_string_free(char *string);
  * `engine_next_chunk_json` returns; any request's text can be read with `engine_poll` instead, and its final
  * body with `engine_response_json`. See `docs/c_api.md` for the fields.
  *
- * Returns `ENGINE_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
- * `ENGINE_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
- * JSON, naming the field at fault), `ENGINE_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
+ * Returns `EMBER_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
+ * `EMBER_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
+ * JSON, naming the field at fault), `EMBER_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
  * to start: nothing was queued, retry later; the message is an OpenAI error body with `code` `"overloaded"`),
- * `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
- * `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument),
- * `ENGINE_STATUS_TOO_MANY_HANDLES`.
+ * `EMBER_STATUS_INVALID_HANDLE` (engine freed or not an engine),
+ * `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_ARGUMENT` (a NULL argument),
+ * `EMBER_STATUS_TOO_MANY_HANDLES`.
  *
  * Thread safety: any thread, concurrently with any other call. Ownership: the caller owns the request handle
  * and frees it with `engine_request_free`, also after `engine_free` of its engine.
@@ -1160,29 +1160,29 @@ void engine_string_free(char *string);
  * # Safety
  * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
-EngineStatus engine_submit(struct Engine *engine, const char *request_json, struct EngineRequest **out);
+EmberStatus engine_submit(struct EmberEngine *engine, const char *request_json, struct EmberRequest **out);
 
 /**
  * Submits an OpenAI request body, as `engine_submit`, whose events go to the engine's waiting point: take them
  * with `engine_wait_events`, each record carrying `user_data` (any value: ember never reads it).
  *
- * `delivery` is `ENGINE_DELIVERY_EVENTS` for the events `engine_poll` would give,
- * `ENGINE_DELIVERY_CHUNKS` for the chunk bodies `engine_next_chunk_json` would give. Each event is delivered
+ * `delivery` is `EMBER_DELIVERY_EVENTS` for the events `engine_poll` would give,
+ * `EMBER_DELIVERY_CHUNKS` for the chunk bodies `engine_next_chunk_json` would give. Each event is delivered
  * once, by one way: `engine_poll` or `engine_next_chunk_json` on such a request take from the same queue (do
  * not mix them).
  *
- * Returns what `engine_submit` returns; `ENGINE_STATUS_INVALID_ARGUMENT` also for an unknown `delivery`.
+ * Returns what `engine_submit` returns; `EMBER_STATUS_INVALID_ARGUMENT` also for an unknown `delivery`.
  *
  * Thread safety and ownership: as `engine_submit`.
  *
  * # Safety
  * As `engine_submit`.
  */
-EngineStatus engine_submit_with_user_data(struct Engine *engine,
-                                          const char *request_json,
-                                          uint64_t user_data,
-                                          uint32_t delivery,
-                                          struct EngineRequest **out);
+EmberStatus engine_submit_with_user_data(struct EmberEngine *engine,
+                                         const char *request_json,
+                                         uint64_t user_data,
+                                         uint32_t delivery,
+                                         struct EmberRequest **out);
 
 /**
  * The token ids the engine computes for `text` (`text_len` bytes of UTF-8; NULL only with length 0), written to
@@ -1192,9 +1192,9 @@ EngineStatus engine_submit_with_user_data(struct Engine *engine,
  * one (as the engine adds it to a prompt), unless the text already starts with it. A submitted prompt's ids are
  * `engine_tokenize(text, true, true)`.
  *
- * Returns `ENGINE_STATUS_OK`; `ENGINE_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
+ * Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
  * `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask
- * the size); `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT`
+ * the size); `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT`
  * (NULL `out_count`, NULL `text` with a non-zero length, NULL `buffer` with a non-zero `capacity`).
  *
  * Thread safety: any thread, any time; does not wait for the engine's steps.
@@ -1203,14 +1203,14 @@ EngineStatus engine_submit_with_user_data(struct Engine *engine,
  * `text` is NULL or points to `text_len` readable bytes; `buffer` is NULL or points to `capacity` writable
  * `uint32_t`s; `out_count` is NULL or points to a writable `size_t`.
  */
-EngineStatus engine_tokenize(const struct Engine *engine,
-                             const char *text,
-                             size_t text_len,
-                             bool add_special,
-                             bool parse_special,
-                             uint32_t *buffer,
-                             size_t capacity,
-                             size_t *out_count);
+EmberStatus engine_tokenize(const struct EmberEngine *engine,
+                            const char *text,
+                            size_t text_len,
+                            bool add_special,
+                            bool parse_special,
+                            uint32_t *buffer,
+                            size_t capacity,
+                            size_t *out_count);
 
 /**
  * The library's version, `"MAJOR.MINOR.PATCH"`: compare it with the `EMBER_VERSION_*` macros of the header the
@@ -1225,10 +1225,10 @@ const char *engine_version(void);
  * `engine_submit_with_user_data`, and writes up to `capacity` of them to `records`, their number to `*out_count`.
  *
  * A request's records come in its order, its deltas of one choice merged, in the order requests became ready
- * (one request's events may fill a batch; the rest come next). Returns `ENGINE_STATUS_OK` with at least one
- * record, or with none after `engine_events_wakeup`; `ENGINE_STATUS_TIMEOUT` when nothing came in time (0
- * written to `*out_count`); `ENGINE_STATUS_INVALID_HANDLE` (engine not live, or freed while this call waited);
- * `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `records` or `out_count`, `capacity` 0, bad timeout). A request
+ * (one request's events may fill a batch; the rest come next). Returns `EMBER_STATUS_OK` with at least one
+ * record, or with none after `engine_events_wakeup`; `EMBER_STATUS_TIMEOUT` when nothing came in time (0
+ * written to `*out_count`); `EMBER_STATUS_INVALID_HANDLE` (engine not live, or freed while this call waited);
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `records` or `out_count`, `capacity` 0, bad timeout). A request
  * freed before its events were taken is skipped.
  *
  * Thread safety: any thread; calls on one engine are serialized (one waits for the other), so a request's
@@ -1236,14 +1236,14 @@ const char *engine_version(void);
  * call of this function on this engine, or `engine_free`.
  *
  * # Safety
- * `records` is NULL or points to `capacity` writable `EngineEventRecord`s; `out_count` is NULL or points to a
+ * `records` is NULL or points to `capacity` writable `EmberEventRecord`s; `out_count` is NULL or points to a
  * writable `size_t`.
  */
-EngineStatus engine_wait_events(struct Engine *engine,
-                                int32_t timeout_ms,
-                                struct EngineEventRecord *records,
-                                size_t capacity,
-                                size_t *out_count);
+EmberStatus engine_wait_events(struct EmberEngine *engine,
+                               int32_t timeout_ms,
+                               struct EmberEventRecord *records,
+                               size_t capacity,
+                               size_t *out_count);
 
 #ifdef __cplusplus
 }  // extern "C"

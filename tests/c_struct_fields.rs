@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use ember::ffi::{EngineStats, ExtendedTimingMetrics, PerRequestTimingMetrics};
+use ember::ffi::{EmberExtendedTimingMetrics, EmberPerRequestTimingMetrics, EmberStats};
 
 fn read(path: &str) -> String {
     let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -24,23 +24,23 @@ struct Versioned {
 
 const STRUCTS: [Versioned; 3] = [
     Versioned {
-        name: "PerRequestTimingMetrics",
-        fields: PerRequestTimingMetrics::FIELD_NAMES,
-        bit_prefix: "ENGINE_TIMING_",
+        name: "EmberPerRequestTimingMetrics",
+        fields: EmberPerRequestTimingMetrics::FIELD_NAMES,
+        bit_prefix: "EMBER_TIMING_",
         go_file: "bindings/go/metrics.go",
         doc: "docs/per_request_metrics.md",
     },
     Versioned {
-        name: "ExtendedTimingMetrics",
-        fields: ExtendedTimingMetrics::FIELD_NAMES,
-        bit_prefix: "ENGINE_EXTENDED_",
+        name: "EmberExtendedTimingMetrics",
+        fields: EmberExtendedTimingMetrics::FIELD_NAMES,
+        bit_prefix: "EMBER_EXTENDED_",
         go_file: "bindings/go/metrics.go",
         doc: "docs/per_request_metrics.md",
     },
     Versioned {
-        name: "EngineStats",
-        fields: EngineStats::FIELD_NAMES,
-        bit_prefix: "ENGINE_STATS_",
+        name: "EmberStats",
+        fields: EmberStats::FIELD_NAMES,
+        bit_prefix: "EMBER_STATS_",
         go_file: "bindings/go/engine.go",
         doc: "docs/c_api.md",
     },

@@ -2,9 +2,9 @@
 //! completions and chat, polled events and streaming chunks, `n` > 1, stop strings, cancels at random moments,
 //! frees in the middle of a stream — and checks that:
 //! - every request that is read to its end ends exactly once: one `FINISHED` per choice (or one non-null
-//!   `finish_reason` per choice in the chunks) with one reason, then `ENGINE_STATUS_STREAM_DONE`, and a final
+//!   `finish_reason` per choice in the chunks) with one reason, then `EMBER_STATUS_STREAM_DONE`, and a final
 //!   response whose choices carry those reasons;
-//! - every call answers `ENGINE_STATUS_OK` where it should and leaves no error behind;
+//! - every call answers `EMBER_STATUS_OK` where it should and leaves no error behind;
 //! - afterwards the engine is idle: 0 running, 0 waiting, every KV block free (cached prefixes count as free);
 //! - memory stays flat after warm-up: the bytes live on the heap (counted by this test's global allocator), with
 //!   the engine idle, end where they were after a warm-up burst that took every high-water buffer to its mark. Resident memory is reported beside it; it can grow
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use ember::ffi::{
     engine_cancel, engine_free, engine_get_stats, engine_last_error_message, engine_new, engine_next_chunk_json,
-    engine_poll, engine_request_free, engine_response_json, engine_string_free, engine_submit, Engine, EngineEvent,
-    EngineEventKind, EngineFinishReason, EngineRequest, EngineStats, EngineStatus,
+    engine_poll, engine_request_free, engine_response_json, engine_string_free, engine_submit, EmberEngine, EmberEvent,
+    EmberEventKind, EmberFinishReason, EmberRequest, EmberStats, EmberStatus,
 };
 use proc_status::proc_status_kib;
 use serde_json::Value;
@@ -154,7 +154,7 @@ struct Handles {
 }
 
 impl Handles {
-    fn engine(self) -> *mut Engine {
+    fn engine(self) -> *mut EmberEngine {
         ptr::without_provenance_mut(self.engine)
     }
 }
@@ -167,23 +167,23 @@ struct Tally {
     choices_ended: usize,
 }
 
-fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
+fn submit(engine: *mut EmberEngine, json: &str) -> *mut EmberRequest {
     let json = CString::new(json).unwrap();
     let mut request = ptr::null_mut();
     // SAFETY: a live engine handle, a NUL-terminated string and a writable pointer.
     let status = unsafe { engine_submit(engine, json.as_ptr(), &mut request) };
-    assert_eq!(status, EngineStatus::Ok, "{}", last_error());
+    assert_eq!(status, EmberStatus::Ok, "{}", last_error());
     request
 }
 
-fn poll(engine: *mut Engine, request: *mut EngineRequest) -> (EngineStatus, EngineEvent) {
-    let mut ev = EngineEvent {
-        kind: EngineEventKind::Delta,
+fn poll(engine: *mut EmberEngine, request: *mut EmberRequest) -> (EmberStatus, EmberEvent) {
+    let mut ev = EmberEvent {
+        kind: EmberEventKind::Delta,
         choice: 0,
         text: ptr::null(),
         text_len: 0,
         num_tokens: 0,
-        finish_reason: EngineFinishReason::None,
+        finish_reason: EmberFinishReason::None,
     };
     // SAFETY: live handles and a writable event.
     let status = unsafe { engine_poll(engine, request, -1, &mut ev) };
@@ -192,20 +192,20 @@ fn poll(engine: *mut Engine, request: *mut EngineRequest) -> (EngineStatus, Engi
 
 /// The events of one request read so far: each choice's finish reason once it has finished.
 struct EventReader {
-    engine: *mut Engine,
-    request: *mut EngineRequest,
-    reasons: Vec<Option<EngineFinishReason>>,
+    engine: *mut EmberEngine,
+    request: *mut EmberRequest,
+    reasons: Vec<Option<EmberFinishReason>>,
 }
 
 impl EventReader {
-    fn new(engine: *mut Engine, request: *mut EngineRequest, n: usize) -> Self {
+    fn new(engine: *mut EmberEngine, request: *mut EmberRequest, n: usize) -> Self {
         EventReader { engine, request, reasons: vec![None; n] }
     }
 
     /// Polls one event and checks it against what came before; false once the stream is done.
     fn next(&mut self, tally: &mut Tally, cancelled: bool) -> bool {
         let (status, ev) = poll(self.engine, self.request);
-        if status == EngineStatus::StreamDone {
+        if status == EmberStatus::StreamDone {
             assert!(
                 self.reasons.iter().all(Option::is_some),
                 "STREAM_DONE before every choice finished: {:?}",
@@ -213,26 +213,26 @@ impl EventReader {
             );
             return false;
         }
-        assert_eq!(status, EngineStatus::Ok, "{}", last_error());
+        assert_eq!(status, EmberStatus::Ok, "{}", last_error());
         let (choice, n) = (ev.choice as usize, self.reasons.len());
         assert!(choice < n, "choice {choice} of {n}");
         match ev.kind {
-            EngineEventKind::Delta => {
+            EmberEventKind::Delta => {
                 assert!(self.reasons[choice].is_none(), "a delta after choice {choice} finished")
             }
-            EngineEventKind::Finished => {
+            EmberEventKind::Finished => {
                 assert!(self.reasons[choice].is_none(), "choice {choice} finished twice");
                 let reason = ev.finish_reason;
                 let allowed = match reason {
-                    EngineFinishReason::Stop | EngineFinishReason::Length => true,
-                    EngineFinishReason::Cancelled => cancelled,
+                    EmberFinishReason::Stop | EmberFinishReason::Length => true,
+                    EmberFinishReason::Cancelled => cancelled,
                     _ => false,
                 };
                 assert!(allowed, "choice {choice} finished for {reason:?} (cancelled: {cancelled})");
                 self.reasons[choice] = Some(reason);
                 tally.finished_by_reason[reason as usize] += 1;
             }
-            EngineEventKind::Error => panic!("the request failed: {}", text_of(&ev)),
+            EmberEventKind::Error => panic!("the request failed: {}", text_of(&ev)),
             other => panic!("{other:?} from engine_poll"),
         }
         true
@@ -246,26 +246,26 @@ impl EventReader {
     }
 }
 
-fn text_of(ev: &EngineEvent) -> String {
+fn text_of(ev: &EmberEvent) -> String {
     // SAFETY: an event's text is `text_len` bytes, valid until this thread polls the request again.
     String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(ev.text.cast::<u8>(), ev.text_len) }).into_owned()
 }
 
 /// The OpenAI name of a finish reason.
-fn reason_name(reason: EngineFinishReason) -> &'static str {
+fn reason_name(reason: EmberFinishReason) -> &'static str {
     match reason {
-        EngineFinishReason::Stop => "stop",
-        EngineFinishReason::Length => "length",
-        EngineFinishReason::Cancelled => "cancelled",
+        EmberFinishReason::Stop => "stop",
+        EmberFinishReason::Length => "length",
+        EmberFinishReason::Cancelled => "cancelled",
         _ => "other",
     }
 }
 
 /// The final response carries the same one reason per choice.
-fn check_response(request: *mut EngineRequest, reasons: &[Option<EngineFinishReason>]) {
+fn check_response(request: *mut EmberRequest, reasons: &[Option<EmberFinishReason>]) {
     let mut json: *mut c_char = ptr::null_mut();
     // SAFETY: a live request handle and a writable pointer.
-    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EngineStatus::Ok, "{}", last_error());
+    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EmberStatus::Ok, "{}", last_error());
     // SAFETY: ember returned a NUL-terminated string, ours until engine_string_free.
     let body: Value = serde_json::from_str(unsafe { CStr::from_ptr(json) }.to_str().unwrap()).unwrap();
     engine_string_free(json);
@@ -278,16 +278,16 @@ fn check_response(request: *mut EngineRequest, reasons: &[Option<EngineFinishRea
 }
 
 /// Reads streaming chunks to the end; checks one non-null `finish_reason` per choice.
-fn stream_to_end(engine: *mut Engine, request: *mut EngineRequest, n: usize, tally: &mut Tally) {
+fn stream_to_end(engine: *mut EmberEngine, request: *mut EmberRequest, n: usize, tally: &mut Tally) {
     let mut finished = vec![0usize; n];
     loop {
         let mut json: *mut c_char = ptr::null_mut();
         // SAFETY: live handles and a writable pointer.
         let status = unsafe { engine_next_chunk_json(engine, request, -1, &mut json) };
-        if status == EngineStatus::StreamDone {
+        if status == EmberStatus::StreamDone {
             break;
         }
-        assert_eq!(status, EngineStatus::Ok, "{}", last_error());
+        assert_eq!(status, EmberStatus::Ok, "{}", last_error());
         // SAFETY: as in `check_response`.
         let chunk: Value = serde_json::from_str(unsafe { CStr::from_ptr(json) }.to_str().unwrap()).unwrap();
         engine_string_free(json);
@@ -330,7 +330,7 @@ fn host_thread(h: Handles, seed: u64, next: &AtomicUsize, total: usize) -> Tally
                 }
                 if action == Action::Cancel {
                     // Cancelling an ended request is allowed and changes nothing.
-                    assert_eq!(engine_cancel(request), EngineStatus::Ok, "{}", last_error());
+                    assert_eq!(engine_cancel(request), EmberStatus::Ok, "{}", last_error());
                     if open {
                         reader.read_to_end(&mut tally, true);
                     }
@@ -345,7 +345,7 @@ fn host_thread(h: Handles, seed: u64, next: &AtomicUsize, total: usize) -> Tally
 /// Brings every buffer that grows to a high-water mark to its mark before the heap is measured: the widest step
 /// the configuration allows (64 sequences decoding, so 64 logits rows; prefill chunks of the whole token budget),
 /// from 22 chat requests of 3 choices at once.
-fn warm_up(engine: *mut Engine) {
+fn warm_up(engine: *mut EmberEngine) {
     let body = serde_json::json!({"messages": [{"role": "user", "content": "Tell me about the sea."}],
         "n": 3, "temperature": 0.8, "seed": 1, "max_tokens": 8, "ignore_eos": true})
     .to_string();
@@ -360,7 +360,7 @@ fn warm_up(engine: *mut Engine) {
 /// Waits until nothing runs or waits and every KV block is free, and returns the stats then. Requests freed
 /// mid-stream end when the engine thread next looks at them: this waits for that (a condition with a deadline
 /// that only a hang reaches, never an asserted duration).
-fn wait_idle(engine: *mut Engine) -> EngineStats {
+fn wait_idle(engine: *mut EmberEngine) -> EmberStats {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = stats(engine);
@@ -393,12 +393,12 @@ fn churn(h: Handles, total: usize, seed_base: u64) -> Vec<Tally> {
     })
 }
 
-fn stats(engine: *mut Engine) -> EngineStats {
-    // SAFETY: EngineStats is plain data; zeroes are a valid value, and struct_size says its size.
-    let mut s: EngineStats = unsafe { std::mem::zeroed() };
-    s.struct_size = std::mem::size_of::<EngineStats>() as u32;
+fn stats(engine: *mut EmberEngine) -> EmberStats {
+    // SAFETY: EmberStats is plain data; zeroes are a valid value, and struct_size says its size.
+    let mut s: EmberStats = unsafe { std::mem::zeroed() };
+    s.struct_size = std::mem::size_of::<EmberStats>() as u32;
     // SAFETY: a live engine handle and a writable struct of the size given.
-    assert_eq!(unsafe { engine_get_stats(engine, &mut s) }, EngineStatus::Ok, "{}", last_error());
+    assert_eq!(unsafe { engine_get_stats(engine, &mut s) }, EmberStatus::Ok, "{}", last_error());
     s
 }
 
@@ -408,7 +408,7 @@ fn thousands_of_mixed_requests_from_32_threads_each_end_once_and_leave_the_engin
     let config = CString::new(r#"{"threads": 2, "max_num_seqs": 64, "kv_cache_tokens": 4096}"#).unwrap();
     let mut engine = ptr::null_mut();
     // SAFETY: a NUL-terminated string and a writable pointer.
-    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EngineStatus::Ok, "{}", last_error());
+    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EmberStatus::Ok, "{}", last_error());
     warm_up(engine);
     wait_idle(engine);
     let (warm_rss, warm_heap) = (proc_status_kib("VmRSS"), LIVE_HEAP_BYTES.load(Ordering::Relaxed));

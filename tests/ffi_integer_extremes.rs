@@ -1,14 +1,14 @@
 //! Every integer a request can carry, at the extremes of the integer types a host might hold it in (0, −1, 2^31,
 //! 2^53, 2^63, 2^64), submitted through the C ABI: each is accepted or refused with an OpenAI error naming the
 //! field, never a panic (found by fuzzing: `"n": 9223372036854775808` once reached a `Vec` allocation of that many
-//! choices and came back as `ENGINE_STATUS_PANIC`).
+//! choices and came back as `EMBER_STATUS_PANIC`).
 
 use std::ffi::{CStr, CString};
 use std::ptr;
 
 use ember::ffi::{
-    engine_cancel, engine_free, engine_last_error_message, engine_new, engine_request_free, engine_submit, Engine,
-    EngineStatus,
+    engine_cancel, engine_free, engine_last_error_message, engine_new, engine_request_free, engine_submit, EmberEngine,
+    EmberStatus,
 };
 use serde_json::{json, Value};
 
@@ -71,9 +71,9 @@ fn slots() -> Vec<Slot> {
 #[test]
 fn every_integer_field_at_every_extreme_is_accepted_or_refused_by_name() {
     let config = CString::new(r#"{"threads": 2, "kv_cache_tokens": 4096}"#).unwrap();
-    let mut engine: *mut Engine = ptr::null_mut();
+    let mut engine: *mut EmberEngine = ptr::null_mut();
     // SAFETY: a NUL-terminated string and a writable pointer.
-    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EngineStatus::Ok, "{}", last_error());
+    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EmberStatus::Ok, "{}", last_error());
     let (mut accepted, mut refused) = (0, 0);
     for slot in slots() {
         for extreme in EXTREMES {
@@ -83,13 +83,13 @@ fn every_integer_field_at_every_extreme_is_accepted_or_refused_by_name() {
             // SAFETY: a live engine handle, a NUL-terminated string and a writable pointer.
             let status = unsafe { engine_submit(engine, text.as_ptr(), &mut request) };
             match status {
-                EngineStatus::Ok => {
+                EmberStatus::Ok => {
                     accepted += 1;
                     // Whatever it would generate (up to the context), it is cancelled at once.
-                    assert_eq!(engine_cancel(request), EngineStatus::Ok);
+                    assert_eq!(engine_cancel(request), EmberStatus::Ok);
                     engine_request_free(request);
                 }
-                EngineStatus::InvalidRequest => {
+                EmberStatus::InvalidRequest => {
                     refused += 1;
                     let error: Value = serde_json::from_str(&last_error()).unwrap();
                     let param =

@@ -57,15 +57,15 @@ func (d *dispatcher) forget(id uint64) {
 // run takes batches until the engine is freed, then fails the inboxes still open.
 func (d *dispatcher) run() {
 	defer close(d.done)
-	size := C.size_t(unsafe.Sizeof(C.EngineEventRecord{}))
-	records := (*[recordsPerWait]C.EngineEventRecord)(C.malloc(size * recordsPerWait))
+	size := C.size_t(unsafe.Sizeof(C.EmberEventRecord{}))
+	records := (*[recordsPerWait]C.EmberEventRecord)(C.malloc(size * recordsPerWait))
 	defer C.free(unsafe.Pointer(records))
 	var batch []record
 	for {
 		batch = batch[:0]
 		var count C.size_t
 		// The texts are copied before this thread can wait again: ember keeps them until then.
-		_, err := call("engine_wait_events", func() C.EngineStatus {
+		_, err := call("engine_wait_events", func() C.EmberStatus {
 			status := C.ember_go_wait_events(d.engine, -1, &records[0], recordsPerWait, &count)
 			for i := 0; i < int(count); i++ {
 				batch = append(batch, copyRecord(&records[i]))
@@ -101,7 +101,7 @@ func (d *dispatcher) failAll(err error) {
 	}
 }
 
-// record is one EngineEventRecord in Go memory.
+// record is one EmberEventRecord in Go memory.
 type record struct {
 	userData uint64
 	item     item
@@ -116,7 +116,7 @@ type item struct {
 	failure error
 }
 
-func copyRecord(r *C.EngineEventRecord) record {
+func copyRecord(r *C.EmberEventRecord) record {
 	e := r.event
 	it := item{
 		event: Event{

@@ -115,11 +115,11 @@ func NewEngine(config Config) (*Engine, error) {
 	logSetup.Lock()
 	C.ember_go_set_log(C.uintptr_t(logHandle))
 	if config.LoadProgress == nil {
-		_, err = call("engine_new", func() C.EngineStatus { return C.ember_go_new(cConfig, &handle) })
+		_, err = call("engine_new", func() C.EmberStatus { return C.ember_go_new(cConfig, &handle) })
 	} else {
 		progress = &progressCall{report: config.LoadProgress}
 		progressHandle := cgo.NewHandle(progress)
-		_, err = call("engine_new_with_progress", func() C.EngineStatus {
+		_, err = call("engine_new_with_progress", func() C.EmberStatus {
 			return C.ember_go_new_with_progress(cConfig, C.uintptr_t(progressHandle), &handle)
 		})
 		progressHandle.Delete()
@@ -198,11 +198,11 @@ type PrefixCacheStats struct {
 	Blocks        uint32
 }
 
-// cpuKernelNames maps ENGINE_CPU_KERNELS_* values to the paths' names.
+// cpuKernelNames maps EMBER_CPU_KERNELS_* values to the paths' names.
 var cpuKernelNames = map[C.uint32_t]string{
-	C.ENGINE_CPU_KERNELS_SCALAR: "scalar",
-	C.ENGINE_CPU_KERNELS_AVX2:   "avx2",
-	C.ENGINE_CPU_KERNELS_AVX512: "avx512",
+	C.EMBER_CPU_KERNELS_SCALAR: "scalar",
+	C.EMBER_CPU_KERNELS_AVX2:   "avx2",
+	C.EMBER_CPU_KERNELS_AVX512: "avx512",
 }
 
 // Stats reads the engine's counters; StatusInvalidHandle once the engine is closed.
@@ -211,8 +211,8 @@ func (e *Engine) Stats() (Stats, error) {
 	if e.closed.Load() {
 		return Stats{}, &Error{Op: "engine_get_stats", Status: StatusInvalidHandle, Message: "the engine is closed"}
 	}
-	out := C.EngineStats{struct_size: C.uint32_t(C.sizeof_EngineStats)}
-	if _, err := call("engine_get_stats", func() C.EngineStatus { return C.ember_go_stats(e.handle, &out) }); err != nil {
+	out := C.EmberStats{struct_size: C.uint32_t(C.sizeof_EmberStats)}
+	if _, err := call("engine_get_stats", func() C.EmberStatus { return C.ember_go_stats(e.handle, &out) }); err != nil {
 		return Stats{}, err
 	}
 	stats := Stats{
@@ -223,30 +223,30 @@ func (e *Engine) Stats() (Stats, error) {
 		Steps:         uint64(out.num_steps),
 		Preemptions:   uint32(out.num_preemptions),
 	}
-	if out.present&C.ENGINE_STATS_MODEL_LOAD_TIME_MS != 0 {
+	if out.present&C.EMBER_STATS_MODEL_LOAD_TIME_MS != 0 {
 		stats.ModelLoadTimeMs = float64(out.model_load_time_ms)
 	}
-	if out.present&C.ENGINE_STATS_CPU_KERNELS != 0 {
+	if out.present&C.EMBER_STATS_CPU_KERNELS != 0 {
 		stats.CPUKernels = cpuKernelNames[out.cpu_kernels]
 		if stats.CPUKernels == "" {
 			stats.CPUKernels = fmt.Sprintf("unknown (%d)", uint32(out.cpu_kernels))
 		}
 	}
-	if out.present&C.ENGINE_STATS_CPU_THREADS != 0 {
+	if out.present&C.EMBER_STATS_CPU_THREADS != 0 {
 		stats.CPUThreads = uint32(out.cpu_threads)
 	}
-	if out.present&C.ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL != 0 {
+	if out.present&C.EMBER_STATS_KV_WINDOW_BLOCKS_TOTAL != 0 {
 		stats.KVWindowBlocksFree = uint32(out.kv_window_blocks_free)
 		stats.KVWindowBlocksTotal = uint32(out.kv_window_blocks_total)
 	}
-	if out.present&C.ENGINE_STATS_PREFIX_CACHE_HITS != 0 {
+	if out.present&C.EMBER_STATS_PREFIX_CACHE_HITS != 0 {
 		stats.PrefixCache = &PrefixCacheStats{
 			Queries: uint64(out.prefix_cache_queries),
 			Hits:    uint64(out.prefix_cache_hits),
 			Blocks:  uint32(out.prefix_cache_blocks),
 		}
 	}
-	if out.present&C.ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS != 0 {
+	if out.present&C.EMBER_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS != 0 {
 		stats.SpecDecode = &SpecDecodeStats{
 			NumDraftTokens:    uint64(out.spec_decode_num_draft_tokens),
 			NumAcceptedTokens: uint64(out.spec_decode_num_accepted_tokens),
@@ -263,7 +263,7 @@ func (e *Engine) MetricsText() (string, error) {
 		return "", &Error{Op: "engine_metrics_text", Status: StatusInvalidHandle, Message: "the engine is closed"}
 	}
 	var out *C.char
-	if _, err := call("engine_metrics_text", func() C.EngineStatus { return C.ember_go_metrics_text(e.handle, &out) }); err != nil {
+	if _, err := call("engine_metrics_text", func() C.EmberStatus { return C.ember_go_metrics_text(e.handle, &out) }); err != nil {
 		return "", err
 	}
 	return string(takeString(out)), nil
@@ -305,12 +305,12 @@ func (e *Engine) submit(ctx context.Context, requestJSON []byte, chunks bool) (*
 	}
 	cRequest := C.CString(string(requestJSON))
 	defer C.free(unsafe.Pointer(cRequest))
-	delivery := C.uint32_t(C.ENGINE_DELIVERY_EVENTS)
+	delivery := C.uint32_t(C.EMBER_DELIVERY_EVENTS)
 	if chunks {
-		delivery = C.ENGINE_DELIVERY_CHUNKS
+		delivery = C.EMBER_DELIVERY_CHUNKS
 	}
 	var handle C.uintptr_t
-	_, err := call(op, func() C.EngineStatus {
+	_, err := call(op, func() C.EmberStatus {
 		return C.ember_go_submit_with_user_data(e.handle, cRequest, C.uint64_t(id), delivery, &handle)
 	})
 	runtime.KeepAlive(e)

@@ -8,7 +8,7 @@ import "runtime/cgo"
 // LogLevel is the severity of one of the engine's log lines; lower is more severe.
 type LogLevel uint32
 
-// The levels of EngineLogLevel (include/ember.h); the numbers are ABI.
+// The levels of EmberLogLevel (include/ember.h); the numbers are ABI.
 const (
 	LogError LogLevel = 1
 	LogWarn  LogLevel = 2

@@ -4,7 +4,7 @@
 #include "_cgo_export.h"
 #include "handles.h"
 
-void ember_go_log_trampoline(void *userdata, EngineLogLevel level, const char *message) {
+void ember_go_log_trampoline(void *userdata, EmberLogLevel level, const char *message) {
     // cgo exports take `char *`; the Go side only reads the message.
     emberGoLog((uintptr_t)userdata, (uint32_t)level, (char *)message);
 }

@@ -72,19 +72,19 @@ func (r *Request) ChoiceTimingMetrics(choice int) (TimingMetrics, error) {
 	if err != nil {
 		return TimingMetrics{}, err
 	}
-	out := C.PerRequestTimingMetrics{struct_size: C.uint32_t(C.sizeof_PerRequestTimingMetrics)}
-	_, err = call("engine_get_choice_timing_metrics", func() C.EngineStatus {
+	out := C.EmberPerRequestTimingMetrics{struct_size: C.uint32_t(C.sizeof_EmberPerRequestTimingMetrics)}
+	_, err = call("engine_get_choice_timing_metrics", func() C.EmberStatus {
 		return C.ember_go_timing_metrics(r.handle, index, &out)
 	})
 	if err != nil {
 		return TimingMetrics{}, err
 	}
 	return TimingMetrics{
-		TimeToFirstTokenMs: presentFloat(out.present, C.ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS, out.time_to_first_token_ms),
-		GenerationTimeMs:   presentFloat(out.present, C.ENGINE_TIMING_GENERATION_TIME_MS, out.generation_time_ms),
-		QueueTimeMs:        presentFloat(out.present, C.ENGINE_TIMING_QUEUE_TIME_MS, out.queue_time_ms),
-		MeanITLMs:          presentFloat(out.present, C.ENGINE_TIMING_MEAN_ITL_MS, out.mean_itl_ms),
-		TokensPerSecond:    presentFloat(out.present, C.ENGINE_TIMING_TOKENS_PER_SECOND, out.tokens_per_second),
+		TimeToFirstTokenMs: presentFloat(out.present, C.EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS, out.time_to_first_token_ms),
+		GenerationTimeMs:   presentFloat(out.present, C.EMBER_TIMING_GENERATION_TIME_MS, out.generation_time_ms),
+		QueueTimeMs:        presentFloat(out.present, C.EMBER_TIMING_QUEUE_TIME_MS, out.queue_time_ms),
+		MeanITLMs:          presentFloat(out.present, C.EMBER_TIMING_MEAN_ITL_MS, out.mean_itl_ms),
+		TokensPerSecond:    presentFloat(out.present, C.EMBER_TIMING_TOKENS_PER_SECOND, out.tokens_per_second),
 	}, nil
 }
 
@@ -95,8 +95,8 @@ func (r *Request) ExtendedMetrics(choice int) (ExtendedMetrics, error) {
 	if err != nil {
 		return ExtendedMetrics{}, err
 	}
-	out := C.ExtendedTimingMetrics{struct_size: C.uint32_t(C.sizeof_ExtendedTimingMetrics)}
-	_, err = call("engine_get_extended_metrics", func() C.EngineStatus {
+	out := C.EmberExtendedTimingMetrics{struct_size: C.uint32_t(C.sizeof_EmberExtendedTimingMetrics)}
+	_, err = call("engine_get_extended_metrics", func() C.EmberStatus {
 		return C.ember_go_extended_metrics(r.handle, index, &out)
 	})
 	if err != nil {
@@ -104,21 +104,21 @@ func (r *Request) ExtendedMetrics(choice int) (ExtendedMetrics, error) {
 	}
 	p := out.present
 	return ExtendedMetrics{
-		E2ELatencyMs:           presentFloat(p, C.ENGINE_EXTENDED_E2E_LATENCY_MS, out.e2e_latency_ms),
-		TTFTFromArrivalMs:      presentFloat(p, C.ENGINE_EXTENDED_TTFT_FROM_ARRIVAL_MS, out.ttft_from_arrival_ms),
-		PrefillTimeMs:          presentFloat(p, C.ENGINE_EXTENDED_PREFILL_TIME_MS, out.prefill_time_ms),
-		PrefillTokensPerSecond: presentFloat(p, C.ENGINE_EXTENDED_PREFILL_TOKENS_PER_SECOND, out.prefill_tokens_per_second),
-		ITLP50Ms:               presentFloat(p, C.ENGINE_EXTENDED_ITL_P50_MS, out.itl_p50_ms),
-		ITLP90Ms:               presentFloat(p, C.ENGINE_EXTENDED_ITL_P90_MS, out.itl_p90_ms),
-		ITLP99Ms:               presentFloat(p, C.ENGINE_EXTENDED_ITL_P99_MS, out.itl_p99_ms),
-		ITLMaxMs:               presentFloat(p, C.ENGINE_EXTENDED_ITL_MAX_MS, out.itl_max_ms),
-		ComputeShareMs:         presentFloat(p, C.ENGINE_EXTENDED_COMPUTE_SHARE_MS, out.compute_share_ms),
-		OutputWaitMs:           presentFloat(p, C.ENGINE_EXTENDED_OUTPUT_WAIT_MS, out.output_wait_ms),
-		NumPromptTokens:        presentCount(p, C.ENGINE_EXTENDED_NUM_PROMPT_TOKENS, out.num_prompt_tokens),
-		NumCachedPromptTokens:  presentCount(p, C.ENGINE_EXTENDED_NUM_CACHED_PROMPT_TOKENS, out.num_cached_prompt_tokens),
-		NumPreemptions:         presentCount(p, C.ENGINE_EXTENDED_NUM_PREEMPTIONS, out.num_preemptions),
-		NumDraftTokens:         presentCount(p, C.ENGINE_EXTENDED_NUM_DRAFT_TOKENS, out.num_draft_tokens),
-		NumAcceptedTokens:      presentCount(p, C.ENGINE_EXTENDED_NUM_ACCEPTED_TOKENS, out.num_accepted_tokens),
+		E2ELatencyMs:           presentFloat(p, C.EMBER_EXTENDED_E2E_LATENCY_MS, out.e2e_latency_ms),
+		TTFTFromArrivalMs:      presentFloat(p, C.EMBER_EXTENDED_TTFT_FROM_ARRIVAL_MS, out.ttft_from_arrival_ms),
+		PrefillTimeMs:          presentFloat(p, C.EMBER_EXTENDED_PREFILL_TIME_MS, out.prefill_time_ms),
+		PrefillTokensPerSecond: presentFloat(p, C.EMBER_EXTENDED_PREFILL_TOKENS_PER_SECOND, out.prefill_tokens_per_second),
+		ITLP50Ms:               presentFloat(p, C.EMBER_EXTENDED_ITL_P50_MS, out.itl_p50_ms),
+		ITLP90Ms:               presentFloat(p, C.EMBER_EXTENDED_ITL_P90_MS, out.itl_p90_ms),
+		ITLP99Ms:               presentFloat(p, C.EMBER_EXTENDED_ITL_P99_MS, out.itl_p99_ms),
+		ITLMaxMs:               presentFloat(p, C.EMBER_EXTENDED_ITL_MAX_MS, out.itl_max_ms),
+		ComputeShareMs:         presentFloat(p, C.EMBER_EXTENDED_COMPUTE_SHARE_MS, out.compute_share_ms),
+		OutputWaitMs:           presentFloat(p, C.EMBER_EXTENDED_OUTPUT_WAIT_MS, out.output_wait_ms),
+		NumPromptTokens:        presentCount(p, C.EMBER_EXTENDED_NUM_PROMPT_TOKENS, out.num_prompt_tokens),
+		NumCachedPromptTokens:  presentCount(p, C.EMBER_EXTENDED_NUM_CACHED_PROMPT_TOKENS, out.num_cached_prompt_tokens),
+		NumPreemptions:         presentCount(p, C.EMBER_EXTENDED_NUM_PREEMPTIONS, out.num_preemptions),
+		NumDraftTokens:         presentCount(p, C.EMBER_EXTENDED_NUM_DRAFT_TOKENS, out.num_draft_tokens),
+		NumAcceptedTokens:      presentCount(p, C.EMBER_EXTENDED_NUM_ACCEPTED_TOKENS, out.num_accepted_tokens),
 	}, nil
 }
 
@@ -139,7 +139,7 @@ func (r *Request) TokenTimestamps(choice int) ([]float64, error) {
 		if len(times) > 0 {
 			buffer = (*C.double)(&times[0])
 		}
-		status, err := call(op, func() C.EngineStatus {
+		status, err := call(op, func() C.EmberStatus {
 			return C.ember_go_token_timestamps(r.handle, index, buffer, C.size_t(len(times)), &count)
 		}, StatusBufferTooSmall)
 		if err != nil {

@@ -17,25 +17,25 @@ type EventKind uint32
 
 // The event kinds a reader sees; the C API's ERROR event is returned as a *RequestFailedError instead.
 const (
-	EventDelta    EventKind = C.ENGINE_EVENT_KIND_DELTA
-	EventFinished EventKind = C.ENGINE_EVENT_KIND_FINISHED
-	eventError    EventKind = C.ENGINE_EVENT_KIND_ERROR
+	EventDelta    EventKind = C.EMBER_EVENT_KIND_DELTA
+	EventFinished EventKind = C.EMBER_EVENT_KIND_FINISHED
+	eventError    EventKind = C.EMBER_EVENT_KIND_ERROR
 	// The kinds of a request submitted with SubmitStream: a chunk body, and the stream's end.
-	eventChunk      EventKind = C.ENGINE_EVENT_KIND_CHUNK
-	eventStreamDone EventKind = C.ENGINE_EVENT_KIND_STREAM_DONE
+	eventChunk      EventKind = C.EMBER_EVENT_KIND_CHUNK
+	eventStreamDone EventKind = C.EMBER_EVENT_KIND_STREAM_DONE
 )
 
 // FinishReason says why a choice ended.
 type FinishReason uint32
 
 const (
-	FinishNone      FinishReason = C.ENGINE_FINISH_REASON_NONE
-	FinishStop      FinishReason = C.ENGINE_FINISH_REASON_STOP
-	FinishLength    FinishReason = C.ENGINE_FINISH_REASON_LENGTH
-	FinishCancelled FinishReason = C.ENGINE_FINISH_REASON_CANCELLED
-	FinishError     FinishReason = C.ENGINE_FINISH_REASON_ERROR
+	FinishNone      FinishReason = C.EMBER_FINISH_REASON_NONE
+	FinishStop      FinishReason = C.EMBER_FINISH_REASON_STOP
+	FinishLength    FinishReason = C.EMBER_FINISH_REASON_LENGTH
+	FinishCancelled FinishReason = C.EMBER_FINISH_REASON_CANCELLED
+	FinishError     FinishReason = C.EMBER_FINISH_REASON_ERROR
 	// FinishDeadline: the request's deadline_ms passed; its output so far stands.
-	FinishDeadline FinishReason = C.ENGINE_FINISH_REASON_DEADLINE
+	FinishDeadline FinishReason = C.EMBER_FINISH_REASON_DEADLINE
 )
 
 // String is the reason as response bodies write it (`finish_reason`, docs/protocol.md); "" for FinishNone.
@@ -75,7 +75,7 @@ type Event struct {
 // when done (this cancels it if it still runs); a finalizer closes a forgotten one.
 type Request struct {
 	engine *Engine
-	// handle is the EngineRequest* of ember.h as a number (handles.h says why).
+	// handle is the EmberRequest* of ember.h as a number (handles.h says why).
 	handle C.uintptr_t
 	// id is the request's user_data at the engine's waiting point; box is where the dispatcher puts its events.
 	id  uint64
@@ -228,7 +228,7 @@ func (r *Request) Chunks() iter.Seq2[[]byte, error] {
 func (r *Request) ResponseJSON() ([]byte, error) {
 	defer runtime.KeepAlive(r)
 	var out *C.char
-	_, err := call("engine_response_json", func() C.EngineStatus { return C.ember_go_response_json(r.handle, &out) })
+	_, err := call("engine_response_json", func() C.EmberStatus { return C.ember_go_response_json(r.handle, &out) })
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (r *Request) ResponseJSON() ([]byte, error) {
 // generated stays readable. Cancelling an ended request does nothing.
 func (r *Request) Cancel() error {
 	defer runtime.KeepAlive(r)
-	_, err := call("engine_cancel", func() C.EngineStatus { return C.ember_go_cancel(r.handle) })
+	_, err := call("engine_cancel", func() C.EmberStatus { return C.ember_go_cancel(r.handle) })
 	return err
 }
 

@@ -9,36 +9,36 @@ import (
 	"slices"
 )
 
-// Status is an EngineStatus of the C API (include/ember.h). The numbers are ABI: never renumbered, never reused.
+// Status is an EmberStatus of the C API (include/ember.h). The numbers are ABI: never renumbered, never reused.
 type Status uint32
 
 const (
-	StatusOK                Status = C.ENGINE_STATUS_OK
-	StatusInvalidArgument   Status = C.ENGINE_STATUS_INVALID_ARGUMENT
-	StatusInvalidUTF8       Status = C.ENGINE_STATUS_INVALID_UTF8
-	StatusInvalidHandle     Status = C.ENGINE_STATUS_INVALID_HANDLE
-	StatusInvalidConfig     Status = C.ENGINE_STATUS_INVALID_CONFIG
-	StatusModelLoadFailed   Status = C.ENGINE_STATUS_MODEL_LOAD_FAILED
-	StatusEngineStartFailed Status = C.ENGINE_STATUS_ENGINE_START_FAILED
+	StatusOK                Status = C.EMBER_STATUS_OK
+	StatusInvalidArgument   Status = C.EMBER_STATUS_INVALID_ARGUMENT
+	StatusInvalidUTF8       Status = C.EMBER_STATUS_INVALID_UTF8
+	StatusInvalidHandle     Status = C.EMBER_STATUS_INVALID_HANDLE
+	StatusInvalidConfig     Status = C.EMBER_STATUS_INVALID_CONFIG
+	StatusModelLoadFailed   Status = C.EMBER_STATUS_MODEL_LOAD_FAILED
+	StatusEngineStartFailed Status = C.EMBER_STATUS_ENGINE_START_FAILED
 	// StatusInvalidRequest: the request was refused; the error's Message is an OpenAI error body.
-	StatusInvalidRequest Status = C.ENGINE_STATUS_INVALID_REQUEST
-	StatusTimeout        Status = C.ENGINE_STATUS_TIMEOUT
+	StatusInvalidRequest Status = C.EMBER_STATUS_INVALID_REQUEST
+	StatusTimeout        Status = C.EMBER_STATUS_TIMEOUT
 	// StatusNotFinished: ResponseJSON of a request still running.
-	StatusNotFinished    Status = C.ENGINE_STATUS_NOT_FINISHED
-	StatusStreamDone     Status = C.ENGINE_STATUS_STREAM_DONE
-	StatusBufferTooSmall Status = C.ENGINE_STATUS_BUFFER_TOO_SMALL
+	StatusNotFinished    Status = C.EMBER_STATUS_NOT_FINISHED
+	StatusStreamDone     Status = C.EMBER_STATUS_STREAM_DONE
+	StatusBufferTooSmall Status = C.EMBER_STATUS_BUFFER_TOO_SMALL
 	// StatusChoiceOutOfRange: a choice index at or beyond the request's number of choices.
-	StatusChoiceOutOfRange Status = C.ENGINE_STATUS_CHOICE_OUT_OF_RANGE
-	StatusTooManyHandles   Status = C.ENGINE_STATUS_TOO_MANY_HANDLES
+	StatusChoiceOutOfRange Status = C.EMBER_STATUS_CHOICE_OUT_OF_RANGE
+	StatusTooManyHandles   Status = C.EMBER_STATUS_TOO_MANY_HANDLES
 	// StatusPanic: a bug inside ember, caught at the C boundary.
-	StatusPanic Status = C.ENGINE_STATUS_PANIC
+	StatusPanic Status = C.EMBER_STATUS_PANIC
 	// StatusForked: a handle used in a child forked from the process that created it; create engines after fork.
-	StatusForked Status = C.ENGINE_STATUS_FORKED
+	StatusForked Status = C.EMBER_STATUS_FORKED
 	// StatusOverloaded: max_waiting_requests requests already wait to start; nothing was queued, retry later.
 	// The error's Message is an OpenAI error body with code "overloaded".
-	StatusOverloaded Status = C.ENGINE_STATUS_OVERLOADED
+	StatusOverloaded Status = C.EMBER_STATUS_OVERLOADED
 	// StatusLoadCancelled: Config.LoadProgress returned false; no engine was created.
-	StatusLoadCancelled Status = C.ENGINE_STATUS_LOAD_CANCELLED
+	StatusLoadCancelled Status = C.EMBER_STATUS_LOAD_CANCELLED
 )
 
 // String is ember's static English description of the status (engine_status_message).
@@ -86,7 +86,7 @@ func (e *RequestFailedError) Error() string {
 // engine_last_error_message() describes the calling OS thread's last ember call, and a goroutine may move to
 // another thread between two cgo calls; so the function and the message read run on one locked thread. `f`
 // also runs under that lock, so it may copy out data that ember keeps per thread (a polled event's text).
-func call(op string, f func() C.EngineStatus, answers ...Status) (Status, error) {
+func call(op string, f func() C.EmberStatus, answers ...Status) (Status, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	status := Status(f())

@@ -33,7 +33,7 @@ func (e *Engine) Tokenize(text string, addSpecial, parseSpecial bool) ([]uint32,
 		if len(ids) > 0 {
 			buffer = (*C.uint32_t)(&ids[0])
 		}
-		status, err := call(op, func() C.EngineStatus {
+		status, err := call(op, func() C.EmberStatus {
 			return C.ember_go_tokenize(e.handle, data, C.size_t(len(text)), C.bool(addSpecial), C.bool(parseSpecial),
 				buffer, C.size_t(len(ids)), &count)
 		}, StatusBufferTooSmall)
@@ -60,7 +60,7 @@ func (e *Engine) Detokenize(ids []uint32, includeSpecial bool) (string, error) {
 		data = (*C.uint32_t)(&ids[0])
 	}
 	var out *C.char
-	if _, err := call(op, func() C.EngineStatus {
+	if _, err := call(op, func() C.EmberStatus {
 		return C.ember_go_detokenize(e.handle, data, C.size_t(len(ids)), C.bool(includeSpecial), &out)
 	}); err != nil {
 		return "", err
@@ -86,7 +86,7 @@ func (e *Engine) ApplyChatTemplate(body []byte) (ChatPrompt, error) {
 	cBody := C.CString(string(body))
 	defer C.free(unsafe.Pointer(cBody))
 	var out *C.char
-	if _, err := call(op, func() C.EngineStatus { return C.ember_go_apply_chat_template(e.handle, cBody, &out) }); err != nil {
+	if _, err := call(op, func() C.EmberStatus { return C.ember_go_apply_chat_template(e.handle, cBody, &out) }); err != nil {
 		return ChatPrompt{}, err
 	}
 	var prompt ChatPrompt
@@ -104,7 +104,7 @@ func (e *Engine) ModelInfo() (json.RawMessage, error) {
 		return nil, closedEngine(op)
 	}
 	var out *C.char
-	if _, err := call(op, func() C.EngineStatus { return C.ember_go_model_info(e.handle, &out) }); err != nil {
+	if _, err := call(op, func() C.EmberStatus { return C.ember_go_model_info(e.handle, &out) }); err != nil {
 		return nil, err
 	}
 	return json.RawMessage(takeString(out)), nil

@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* Prints the failure of `call` and exits. */
-static void die(const char *call, EngineStatus status) {
+static void die(const char *call, EmberStatus status) {
     fprintf(stderr, "%s failed: %s\n  %s\n", call, engine_status_message(status), engine_last_error_message());
     exit(1);
 }
@@ -62,52 +62,52 @@ int main(int argc, char **argv) {
              content);
 
     /* NULL: the default configuration (all cores, the default model path). */
-    Engine *engine = NULL;
-    EngineStatus status = engine_new(NULL, &engine);
-    if (status != ENGINE_STATUS_OK) die("engine_new", status);
+    EmberEngine *engine = NULL;
+    EmberStatus status = engine_new(NULL, &engine);
+    if (status != EMBER_STATUS_OK) die("engine_new", status);
 
-    EngineRequest *request = NULL;
+    EmberRequest *request = NULL;
     status = engine_submit(engine, request_json, &request);
-    if (status != ENGINE_STATUS_OK) die("engine_submit", status);
+    if (status != EMBER_STATUS_OK) die("engine_submit", status);
 
     printf("> %s\n", message);
-    EngineFinishReason reason = ENGINE_FINISH_REASON_NONE;
+    EmberFinishReason reason = EMBER_FINISH_REASON_NONE;
     for (;;) {
-        EngineEvent event;
+        EmberEvent event;
         status = engine_poll(engine, request, -1, &event);
         /* After the final event (the last choice's FINISHED, or an ERROR) every poll answers STREAM_DONE. */
-        if (status == ENGINE_STATUS_STREAM_DONE) break;
-        if (status != ENGINE_STATUS_OK) die("engine_poll", status);
+        if (status == EMBER_STATUS_STREAM_DONE) break;
+        if (status != EMBER_STATUS_OK) die("engine_poll", status);
         switch (event.kind) {
-        case ENGINE_EVENT_KIND_DELTA:
+        case EMBER_EVENT_KIND_DELTA:
             /* The text is valid until this thread's next poll of the request: write it out now. */
             fwrite(event.text, 1, event.text_len, stdout);
             fflush(stdout);
             break;
-        case ENGINE_EVENT_KIND_FINISHED:
+        case EMBER_EVENT_KIND_FINISHED:
             reason = event.finish_reason;
             break;
-        case ENGINE_EVENT_KIND_ERROR:
+        case EMBER_EVENT_KIND_ERROR:
             fprintf(stderr, "\nthe request failed: %.*s\n", (int)event.text_len, event.text);
             return 1;
         }
     }
-    printf("\n\n[finish reason: %s]\n", reason == ENGINE_FINISH_REASON_STOP     ? "stop"
-                                        : reason == ENGINE_FINISH_REASON_LENGTH ? "length"
+    printf("\n\n[finish reason: %s]\n", reason == EMBER_FINISH_REASON_STOP     ? "stop"
+                                        : reason == EMBER_FINISH_REASON_LENGTH ? "length"
                                                                                 : "other");
 
     /* struct_size tells the library which fields this program knows. */
-    PerRequestTimingMetrics metrics = {.struct_size = sizeof metrics};
+    EmberPerRequestTimingMetrics metrics = {.struct_size = sizeof metrics};
     status = engine_get_timing_metrics(request, &metrics);
-    if (status != ENGINE_STATUS_OK) die("engine_get_timing_metrics", status);
+    if (status != EMBER_STATUS_OK) die("engine_get_timing_metrics", status);
     printf("per-request timing metrics:\n");
     print_metric("time_to_first_token_ms", metrics.time_to_first_token_ms, metrics.present,
-                 ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS, "ms");
-    print_metric("generation_time_ms", metrics.generation_time_ms, metrics.present, ENGINE_TIMING_GENERATION_TIME_MS,
+                 EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS, "ms");
+    print_metric("generation_time_ms", metrics.generation_time_ms, metrics.present, EMBER_TIMING_GENERATION_TIME_MS,
                  "ms");
-    print_metric("queue_time_ms", metrics.queue_time_ms, metrics.present, ENGINE_TIMING_QUEUE_TIME_MS, "ms");
-    print_metric("mean_itl_ms", metrics.mean_itl_ms, metrics.present, ENGINE_TIMING_MEAN_ITL_MS, "ms");
-    print_metric("tokens_per_second", metrics.tokens_per_second, metrics.present, ENGINE_TIMING_TOKENS_PER_SECOND,
+    print_metric("queue_time_ms", metrics.queue_time_ms, metrics.present, EMBER_TIMING_QUEUE_TIME_MS, "ms");
+    print_metric("mean_itl_ms", metrics.mean_itl_ms, metrics.present, EMBER_TIMING_MEAN_ITL_MS, "ms");
+    print_metric("tokens_per_second", metrics.tokens_per_second, metrics.present, EMBER_TIMING_TOKENS_PER_SECOND,
                  "tokens/s");
 
     engine_request_free(request);

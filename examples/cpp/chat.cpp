@@ -19,14 +19,14 @@ int main(int argc, char **argv) {
                                                R"("}], "max_tokens": 64, "temperature": 0})");
         std::cout << "> " << message << "\n";
         while (std::optional<ember::Event> event = request.poll()) {  // std::nullopt after the final event
-            if (event->kind == ENGINE_EVENT_KIND_DELTA) {
+            if (event->kind == EMBER_EVENT_KIND_DELTA) {
                 std::cout << event->text << std::flush;
-            } else if (event->kind == ENGINE_EVENT_KIND_ERROR) {
+            } else if (event->kind == EMBER_EVENT_KIND_ERROR) {
                 std::cerr << "\nthe request failed: " << event->text << "\n";
                 return 1;
             }
         }
-        const PerRequestTimingMetrics m = request.timing_metrics();
+        const EmberPerRequestTimingMetrics m = request.timing_metrics();
         auto show = [&](const char *name, double value, uint32_t bit) {
             std::cout << "  " << name << ": ";
             if (m.present & bit) {
@@ -36,11 +36,11 @@ int main(int argc, char **argv) {
             }
         };
         std::cout << "\n\nper-request timing metrics:\n";
-        show("time_to_first_token_ms", m.time_to_first_token_ms, ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS);
-        show("generation_time_ms", m.generation_time_ms, ENGINE_TIMING_GENERATION_TIME_MS);
-        show("queue_time_ms", m.queue_time_ms, ENGINE_TIMING_QUEUE_TIME_MS);
-        show("mean_itl_ms", m.mean_itl_ms, ENGINE_TIMING_MEAN_ITL_MS);
-        show("tokens_per_second", m.tokens_per_second, ENGINE_TIMING_TOKENS_PER_SECOND);
+        show("time_to_first_token_ms", m.time_to_first_token_ms, EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS);
+        show("generation_time_ms", m.generation_time_ms, EMBER_TIMING_GENERATION_TIME_MS);
+        show("queue_time_ms", m.queue_time_ms, EMBER_TIMING_QUEUE_TIME_MS);
+        show("mean_itl_ms", m.mean_itl_ms, EMBER_TIMING_MEAN_ITL_MS);
+        show("tokens_per_second", m.tokens_per_second, EMBER_TIMING_TOKENS_PER_SECOND);
         std::cout << "token timestamps: " << request.token_timestamps().size() << "\n";
         std::cout << "response: " << request.response_json().value_or("(still running)") << "\n";
     } catch (const ember::Error &e) {

@@ -1,5 +1,5 @@
 // ember.hpp: a header-only C++17 wrapper of ember's C API (include/ember.h). Engines and requests are move-only
-// RAII objects that free their handles; failures are thrown as ember::Error, which carries the EngineStatus and
+// RAII objects that free their handles; failures are thrown as ember::Error, which carries the EmberStatus and
 // engine_last_error_message(). Event texts and JSON bodies are copied into std::string, so nothing returned
 // depends on the lifetime of ember's buffers.
 //
@@ -23,20 +23,20 @@
 
 namespace ember {
 
-// A failed ember call: status() is the EngineStatus, what() names the call and gives ember's detail (for
-// ENGINE_STATUS_INVALID_REQUEST, the OpenAI error JSON).
+// A failed ember call: status() is the EmberStatus, what() names the call and gives ember's detail (for
+// EMBER_STATUS_INVALID_REQUEST, the OpenAI error JSON).
 class Error : public std::runtime_error {
   public:
-    Error(EngineStatus status, const std::string &what) : std::runtime_error(what), status_(status) {}
-    EngineStatus status() const noexcept { return status_; }
+    Error(EmberStatus status, const std::string &what) : std::runtime_error(what), status_(status) {}
+    EmberStatus status() const noexcept { return status_; }
 
   private:
-    EngineStatus status_;
+    EmberStatus status_;
 };
 
 namespace detail {
-inline void check(EngineStatus status, const char *call) {
-    if (status != ENGINE_STATUS_OK) {
+inline void check(EmberStatus status, const char *call) {
+    if (status != EMBER_STATUS_OK) {
         throw Error(status, std::string(call) + ": " + engine_status_message(status) + ": " +
                                 engine_last_error_message());
     }
@@ -50,21 +50,21 @@ inline std::string take_string(char *owned) {
 }
 }  // namespace detail
 
-// One event of a request (see EngineEvent in ember.h), with its text copied.
+// One event of a request (see EmberEvent in ember.h), with its text copied.
 struct Event {
-    EngineEventKind kind;
+    EmberEventKind kind;
     uint32_t choice;
     std::string text;  // DELTA: the new text; ERROR: the message; FINISHED: empty
     uint32_t num_tokens;
-    EngineFinishReason finish_reason;
+    EmberFinishReason finish_reason;
 };
 
 // One record of Engine::wait_events: which request (user_data as given at submission, and its handle), its event
-// (with ENGINE_DELIVERY_CHUNKS: kind CHUNK with a chunk body as text, or STREAM_DONE), and whether it is the
+// (with EMBER_DELIVERY_CHUNKS: kind CHUNK with a chunk body as text, or STREAM_DONE), and whether it is the
 // request's last.
 struct Record {
     uint64_t user_data;
-    const EngineRequest *request;
+    const EmberRequest *request;
     Event event;
     bool last;
 };
@@ -91,9 +91,9 @@ class Request {
     // (the last choice's FINISHED, or the ERROR) has been returned, at once on every later call. A timeout throws
     // (status TIMEOUT), as in next_chunk_json: `while (auto event = request.poll()) { ... }` reads a request.
     std::optional<Event> poll(int32_t timeout_ms = -1) {
-        EngineEvent event;
-        EngineStatus status = engine_poll(engine_, handle_, timeout_ms, &event);
-        if (status == ENGINE_STATUS_STREAM_DONE) return std::nullopt;
+        EmberEvent event;
+        EmberStatus status = engine_poll(engine_, handle_, timeout_ms, &event);
+        if (status == EMBER_STATUS_STREAM_DONE) return std::nullopt;
         detail::check(status, "engine_poll");
         std::string text = event.text != nullptr ? std::string(event.text, event.text_len) : std::string();
         return Event{event.kind, event.choice, std::move(text), event.num_tokens, event.finish_reason};
@@ -101,15 +101,15 @@ class Request {
 
     void cancel() { detail::check(engine_cancel(handle_), "engine_cancel"); }
 
-    PerRequestTimingMetrics timing_metrics(uint32_t choice = 0) const {
-        PerRequestTimingMetrics metrics{};
+    EmberPerRequestTimingMetrics timing_metrics(uint32_t choice = 0) const {
+        EmberPerRequestTimingMetrics metrics{};
         metrics.struct_size = sizeof metrics;
         detail::check(engine_get_choice_timing_metrics(handle_, choice, &metrics), "engine_get_choice_timing_metrics");
         return metrics;
     }
 
-    ExtendedTimingMetrics extended_metrics(uint32_t choice = 0) const {
-        ExtendedTimingMetrics metrics{};
+    EmberExtendedTimingMetrics extended_metrics(uint32_t choice = 0) const {
+        EmberExtendedTimingMetrics metrics{};
         metrics.struct_size = sizeof metrics;
         detail::check(engine_get_extended_metrics(handle_, choice, &metrics), "engine_get_extended_metrics");
         return metrics;
@@ -120,9 +120,9 @@ class Request {
         std::vector<double> times;
         for (;;) {
             size_t needed = 0;
-            EngineStatus status =
+            EmberStatus status =
                 engine_get_token_timestamps(handle_, choice, times.data(), times.size(), &needed);
-            if (status == ENGINE_STATUS_BUFFER_TOO_SMALL) {
+            if (status == EMBER_STATUS_BUFFER_TOO_SMALL) {
                 times.resize(needed);  // more tokens may have come meanwhile: try again
                 continue;
             }
@@ -135,8 +135,8 @@ class Request {
     // The whole OpenAI response body; std::nullopt while the request is still running.
     std::optional<std::string> response_json() const {
         char *body = nullptr;
-        EngineStatus status = engine_response_json(handle_, &body);
-        if (status == ENGINE_STATUS_NOT_FINISHED) return std::nullopt;
+        EmberStatus status = engine_response_json(handle_, &body);
+        if (status == EMBER_STATUS_NOT_FINISHED) return std::nullopt;
         detail::check(status, "engine_response_json");
         return detail::take_string(body);
     }
@@ -144,22 +144,22 @@ class Request {
     // The next streaming chunk body; std::nullopt once the stream has ended. A timeout throws (status TIMEOUT).
     std::optional<std::string> next_chunk_json(int32_t timeout_ms = -1) {
         char *chunk = nullptr;
-        EngineStatus status = engine_next_chunk_json(engine_, handle_, timeout_ms, &chunk);
-        if (status == ENGINE_STATUS_STREAM_DONE) return std::nullopt;
+        EmberStatus status = engine_next_chunk_json(engine_, handle_, timeout_ms, &chunk);
+        if (status == EMBER_STATUS_STREAM_DONE) return std::nullopt;
         detail::check(status, "engine_next_chunk_json");
         return detail::take_string(chunk);
     }
 
   private:
     friend class Engine;
-    Request(::Engine *engine, EngineRequest *handle) : engine_(engine), handle_(handle) {}
+    Request(::EmberEngine *engine, EmberRequest *handle) : engine_(engine), handle_(handle) {}
 
-    ::Engine *engine_;
-    EngineRequest *handle_;
+    ::EmberEngine *engine_;
+    EmberRequest *handle_;
 };
 
 // An engine: the model and its serving thread. Freed when destroyed (its requests end as cancelled; Request
-// objects stay safe to use: polling them then throws ENGINE_STATUS_INVALID_HANDLE).
+// objects stay safe to use: polling them then throws EMBER_STATUS_INVALID_HANDLE).
 class Engine {
   public:
     // config_json: engine options as JSON ("" = defaults); see docs/c_api.md.
@@ -180,16 +180,16 @@ class Engine {
 
     // Submits an OpenAI Chat Completions (`messages`) or Completions (`prompt`) request body.
     Request submit(const std::string &request_json) {
-        EngineRequest *request = nullptr;
+        EmberRequest *request = nullptr;
         detail::check(engine_submit(handle_, request_json.c_str(), &request), "engine_submit");
         return Request(handle_, request);
     }
 
     // Submits a request whose events go to this engine's waiting point (wait_events), each carrying user_data.
-    // delivery: ENGINE_DELIVERY_EVENTS (deltas and finishes) or ENGINE_DELIVERY_CHUNKS (OpenAI chunk bodies).
+    // delivery: EMBER_DELIVERY_EVENTS (deltas and finishes) or EMBER_DELIVERY_CHUNKS (OpenAI chunk bodies).
     Request submit_with_user_data(const std::string &request_json, uint64_t user_data,
-                                  uint32_t delivery = ENGINE_DELIVERY_EVENTS) {
-        EngineRequest *request = nullptr;
+                                  uint32_t delivery = EMBER_DELIVERY_EVENTS) {
+        EmberRequest *request = nullptr;
         detail::check(engine_submit_with_user_data(handle_, request_json.c_str(), user_data, delivery, &request),
                       "engine_submit_with_user_data");
         return Request(handle_, request);
@@ -198,15 +198,15 @@ class Engine {
     // Up to max_records events of any request submitted with submit_with_user_data, waiting up to timeout_ms for the
     // first (-1: no limit, 0: do not wait). Empty when the time ran out or wakeup() was called.
     std::vector<Record> wait_events(int32_t timeout_ms = -1, size_t max_records = 64) {
-        std::vector<EngineEventRecord> raw(max_records == 0 ? 1 : max_records);
+        std::vector<EmberEventRecord> raw(max_records == 0 ? 1 : max_records);
         size_t count = 0;
-        EngineStatus status = engine_wait_events(handle_, timeout_ms, raw.data(), raw.size(), &count);
-        if (status == ENGINE_STATUS_TIMEOUT) return {};
+        EmberStatus status = engine_wait_events(handle_, timeout_ms, raw.data(), raw.size(), &count);
+        if (status == EMBER_STATUS_TIMEOUT) return {};
         detail::check(status, "engine_wait_events");
         std::vector<Record> records;
         records.reserve(count);
         for (size_t i = 0; i < count; i++) {
-            const EngineEvent &e = raw[i].event;
+            const EmberEvent &e = raw[i].event;
             std::string text = e.text != nullptr ? std::string(e.text, e.text_len) : std::string();
             records.push_back(Record{raw[i].user_data, raw[i].request,
                                      Event{e.kind, e.choice, std::move(text), e.num_tokens, e.finish_reason},
@@ -227,7 +227,7 @@ class Engine {
     void wakeup() { detail::check(engine_events_wakeup(handle_), "engine_events_wakeup"); }
 
   private:
-    ::Engine *handle_ = nullptr;
+    ::EmberEngine *handle_ = nullptr;
 };
 
 }  // namespace ember

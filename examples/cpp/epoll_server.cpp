@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
                         for (ember::Record &r : records) {
                             auto it = connections.find(r.user_data);
                             if (it == connections.end()) continue;  // its client left
-                            if (r.event.kind == ENGINE_EVENT_KIND_DELTA) it->second.pending += r.event.text;
-                            if (r.event.kind == ENGINE_EVENT_KIND_ERROR) it->second.pending += "\n[error] " + r.event.text;
+                            if (r.event.kind == EMBER_EVENT_KIND_DELTA) it->second.pending += r.event.text;
+                            if (r.event.kind == EMBER_EVENT_KIND_ERROR) it->second.pending += "\n[error] " + r.event.text;
                             if (r.last) {
                                 it->second.pending += "\n";
                                 it->second.finished = true;

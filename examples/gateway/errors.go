@@ -65,7 +65,7 @@ func engineError(err error) apiError {
 		// is the OpenAI body, code "overloaded".
 		return apiError{status: http.StatusServiceUnavailable, body: []byte(emberErr.Message), retryAfter: true}
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidRequest:
-		// The message is already the OpenAI body (include/ember.h, ENGINE_STATUS_INVALID_REQUEST). Its type
+		// The message is already the OpenAI body (include/ember.h, EMBER_STATUS_INVALID_REQUEST). Its type
 		// tells a refused request from an engine that has shut down (docs/protocol.md, "Errors").
 		var body errorObject
 		if json.Unmarshal([]byte(emberErr.Message), &body) == nil {

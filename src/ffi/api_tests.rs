@@ -17,53 +17,53 @@ struct Handles {
 }
 
 impl Handles {
-    fn engine(self) -> *mut Engine {
+    fn engine(self) -> *mut EmberEngine {
         registry::to_pointer(self.engine)
     }
-    fn request(self) -> *mut EngineRequest {
+    fn request(self) -> *mut EmberRequest {
         registry::to_pointer(self.request)
     }
 }
 
-pub(super) fn new_engine() -> *mut Engine {
+pub(super) fn new_engine() -> *mut EmberEngine {
     let model = resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
     let config = serde_json::json!({"model": model, "threads": 1, "kv_cache_tokens": 1024}).to_string();
     let config = CString::new(config).unwrap();
     let mut engine = ptr::null_mut();
     // SAFETY: a NUL-terminated string and a writable out pointer.
-    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EngineStatus::Ok, "{}", last_error::get());
+    assert_eq!(unsafe { engine_new(config.as_ptr(), &mut engine) }, EmberStatus::Ok, "{}", last_error::get());
     engine
 }
 
-pub(super) fn submit(engine: *mut Engine, json: &str) -> *mut EngineRequest {
+pub(super) fn submit(engine: *mut EmberEngine, json: &str) -> *mut EmberRequest {
     let json = CString::new(json).unwrap();
     let mut request = ptr::null_mut();
     // SAFETY: as above.
-    assert_eq!(unsafe { engine_submit(engine, json.as_ptr(), &mut request) }, EngineStatus::Ok);
+    assert_eq!(unsafe { engine_submit(engine, json.as_ptr(), &mut request) }, EmberStatus::Ok);
     request
 }
 
-pub(super) fn empty_event() -> EngineEvent {
-    EngineEvent {
-        kind: EngineEventKind::Error,
+pub(super) fn empty_event() -> EmberEvent {
+    EmberEvent {
+        kind: EmberEventKind::Error,
         choice: 99,
         text: ptr::null(),
         text_len: 0,
         num_tokens: 0,
-        finish_reason: EngineFinishReason::None,
+        finish_reason: EmberFinishReason::None,
     }
 }
 
-fn poll(h: Handles, timeout_ms: i32, event: &mut EngineEvent) -> EngineStatus {
+fn poll(h: Handles, timeout_ms: i32, event: &mut EmberEvent) -> EmberStatus {
     // SAFETY: a writable event; handles are checked, never dereferenced.
     unsafe { engine_poll(h.engine(), h.request(), timeout_ms, event) }
 }
 
 /// Every poll after the final event answers `STREAM_DONE` at once, whatever the timeout.
-fn assert_stream_done(h: Handles, event: &mut EngineEvent) {
+fn assert_stream_done(h: Handles, event: &mut EmberEvent) {
     for timeout_ms in [-1, 0, 1000, -1] {
         let start = std::time::Instant::now();
-        assert_eq!(poll(h, timeout_ms, event), EngineStatus::StreamDone, "timeout {timeout_ms}");
+        assert_eq!(poll(h, timeout_ms, event), EmberStatus::StreamDone, "timeout {timeout_ms}");
         assert!(start.elapsed() < std::time::Duration::from_millis(500), "STREAM_DONE without waiting");
         assert_eq!(last_error::get(), "engine_poll: the final event has been returned");
     }
@@ -79,23 +79,23 @@ fn a_request_end_to_end() {
     let h = Handles { engine: engine.addr(), request: request.addr() };
     let (mut text, mut tokens, mut event) = (String::new(), 0, empty_event());
     loop {
-        assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
+        assert_eq!(poll(h, -1, &mut event), EmberStatus::Ok);
         match event.kind {
-            EngineEventKind::Delta => {
+            EmberEventKind::Delta => {
                 // SAFETY: `text_len` bytes at `text`, valid until this thread's next poll of the request.
                 let bytes = unsafe { std::slice::from_raw_parts(event.text.cast::<u8>(), event.text_len) };
                 text.push_str(std::str::from_utf8(bytes).unwrap());
                 tokens += event.num_tokens;
             }
-            EngineEventKind::Finished => break,
+            EmberEventKind::Finished => break,
             other => panic!("{other:?} from engine_poll"),
         }
     }
     assert!(!text.is_empty() && (1..=3).contains(&tokens));
     assert_stream_done(h, &mut event);
-    assert_eq!(event.kind, EngineEventKind::Finished, "STREAM_DONE leaves the event untouched");
-    let mut m = PerRequestTimingMetrics {
-        struct_size: size_of::<PerRequestTimingMetrics>() as u32,
+    assert_eq!(event.kind, EmberEventKind::Finished, "STREAM_DONE leaves the event untouched");
+    let mut m = EmberPerRequestTimingMetrics {
+        struct_size: size_of::<EmberPerRequestTimingMetrics>() as u32,
         present: 0,
         time_to_first_token_ms: 0.0,
         generation_time_ms: 0.0,
@@ -104,18 +104,18 @@ fn a_request_end_to_end() {
         tokens_per_second: 0.0,
     };
     // SAFETY: a writable, correctly sized struct.
-    assert_eq!(unsafe { engine_get_timing_metrics(request, &mut m) }, EngineStatus::Ok);
-    assert_ne!(m.present & metrics::ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS, 0);
+    assert_eq!(unsafe { engine_get_timing_metrics(request, &mut m) }, EmberStatus::Ok);
+    assert_ne!(m.present & metrics::EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS, 0);
     let mut json = ptr::null_mut();
     // SAFETY: a writable out pointer.
-    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EngineStatus::Ok);
+    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EmberStatus::Ok);
     // SAFETY: a NUL-terminated string from ember, freed below.
     let body = unsafe { CStr::from_ptr(json) }.to_str().unwrap().to_owned();
     assert!(body.contains(&serde_json::to_string(&text).unwrap()), "{body}");
     engine_string_free(json);
     engine_request_free(request);
     engine_free(engine);
-    assert_eq!(poll(h, 0, &mut event), EngineStatus::InvalidHandle);
+    assert_eq!(poll(h, 0, &mut event), EmberStatus::InvalidHandle);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn freeing_a_request_wakes_a_thread_polling_it_and_a_foreign_engine_is_refused()
     let h = Handles { engine: engine.addr(), request: request.addr() };
     let wrong_engine = Handles { engine: other.addr(), request: request.addr() };
     let mut event = empty_event();
-    assert_eq!(poll(wrong_engine, 0, &mut event), EngineStatus::InvalidHandle);
+    assert_eq!(poll(wrong_engine, 0, &mut event), EmberStatus::InvalidHandle);
     assert!(last_error::get().contains("another engine"));
 
     let (first_event, seen) = mpsc::channel();
@@ -134,7 +134,7 @@ fn freeing_a_request_wakes_a_thread_polling_it_and_a_foreign_engine_is_refused()
         let mut sent = false;
         loop {
             let status = poll(h, -1, &mut event);
-            if status != EngineStatus::Ok {
+            if status != EmberStatus::Ok {
                 return status;
             }
             if !sent {
@@ -145,7 +145,7 @@ fn freeing_a_request_wakes_a_thread_polling_it_and_a_foreign_engine_is_refused()
     });
     seen.recv().unwrap();
     engine_request_free(request);
-    assert_eq!(poller.join().unwrap(), EngineStatus::InvalidHandle);
+    assert_eq!(poller.join().unwrap(), EmberStatus::InvalidHandle);
     engine_request_free(request);
     assert!(last_error::get().contains("not a live request handle"));
     engine_free(other);
@@ -164,26 +164,26 @@ fn several_threads_share_the_events_of_one_request() {
                 // Every thread polls to STREAM_DONE, which comes once the final event has gone to one of them.
                 loop {
                     match poll(h, -1, &mut event) {
-                        EngineStatus::Ok => {}
-                        EngineStatus::StreamDone => return (tokens, finishes),
+                        EmberStatus::Ok => {}
+                        EmberStatus::StreamDone => return (tokens, finishes),
                         other => panic!("{other:?}: {}", last_error::get()),
                     }
                     match event.kind {
-                        EngineEventKind::Delta => tokens += event.num_tokens,
-                        EngineEventKind::Finished => finishes.push(event.finish_reason),
+                        EmberEventKind::Delta => tokens += event.num_tokens,
+                        EmberEventKind::Finished => finishes.push(event.finish_reason),
                         other => panic!("{other:?} from engine_poll"),
                     }
                 }
             })
         })
         .collect();
-    let results: Vec<(u32, Vec<EngineFinishReason>)> = pollers.into_iter().map(|t| t.join().unwrap()).collect();
-    let finishes: Vec<EngineFinishReason> = results.iter().flat_map(|r| r.1.iter().copied()).collect();
-    assert_eq!(finishes, [EngineFinishReason::Length], "the final event goes to exactly one thread");
+    let results: Vec<(u32, Vec<EmberFinishReason>)> = pollers.into_iter().map(|t| t.join().unwrap()).collect();
+    let finishes: Vec<EmberFinishReason> = results.iter().flat_map(|r| r.1.iter().copied()).collect();
+    assert_eq!(finishes, [EmberFinishReason::Length], "the final event goes to exactly one thread");
     let mut count = 0;
     // SAFETY: a writable count; a NULL buffer with capacity 0 asks for the size.
     let status = unsafe { engine_get_token_timestamps(request, 0, ptr::null_mut(), 0, &mut count) };
-    assert_eq!(status, EngineStatus::BufferTooSmall);
+    assert_eq!(status, EmberStatus::BufferTooSmall);
     assert_eq!(results.iter().map(|r| r.0 as usize).sum::<usize>(), count, "every token delivered exactly once");
     engine_request_free(request);
     engine_free(engine);
@@ -194,16 +194,16 @@ fn a_cancelled_request_of_two_choices_finishes_each_once_then_is_done() {
     let engine = new_engine();
     let request = submit(engine, r#"{"prompt": "Hi", "max_tokens": 200, "n": 2, "temperature": 0}"#);
     let h = Handles { engine: engine.addr(), request: request.addr() };
-    assert_eq!(engine_cancel(request), EngineStatus::Ok);
+    assert_eq!(engine_cancel(request), EmberStatus::Ok);
     let (mut event, mut finished) = (empty_event(), [0; 2]);
     loop {
         match poll(h, -1, &mut event) {
-            EngineStatus::StreamDone => break,
-            status => assert_eq!(status, EngineStatus::Ok),
+            EmberStatus::StreamDone => break,
+            status => assert_eq!(status, EmberStatus::Ok),
         }
-        assert_ne!(event.kind, EngineEventKind::Error);
-        if event.kind == EngineEventKind::Finished {
-            assert_eq!(event.finish_reason, EngineFinishReason::Cancelled);
+        assert_ne!(event.kind, EmberEventKind::Error);
+        if event.kind == EmberEventKind::Finished {
+            assert_eq!(event.finish_reason, EmberFinishReason::Cancelled);
             finished[event.choice as usize] += 1;
         }
     }
@@ -224,19 +224,19 @@ fn an_error_is_the_final_event_and_its_message_stays_in_the_response() {
     object.handle.engine_side().fail("forward pass failed: injected".into());
     let mut event = empty_event();
     loop {
-        assert_eq!(poll(h, -1, &mut event), EngineStatus::Ok);
-        if event.kind != EngineEventKind::Delta {
+        assert_eq!(poll(h, -1, &mut event), EmberStatus::Ok);
+        if event.kind != EmberEventKind::Delta {
             break;
         }
     }
-    assert_eq!((event.kind, event.choice, event.finish_reason), (EngineEventKind::Error, 0, EngineFinishReason::None));
+    assert_eq!((event.kind, event.choice, event.finish_reason), (EmberEventKind::Error, 0, EmberFinishReason::None));
     // SAFETY: `text_len` bytes at `text`, valid until this thread's next poll of the request.
     let message = unsafe { std::slice::from_raw_parts(event.text.cast::<u8>(), event.text_len) };
     assert_eq!(message, b"forward pass failed: injected");
     assert_stream_done(h, &mut event);
     let mut json = ptr::null_mut();
     // SAFETY: a writable out pointer.
-    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EngineStatus::Ok);
+    assert_eq!(unsafe { engine_response_json(request, &mut json) }, EmberStatus::Ok);
     // SAFETY: a NUL-terminated string from ember, freed below.
     let body = unsafe { CStr::from_ptr(json) }.to_str().unwrap().to_owned();
     engine_string_free(json);

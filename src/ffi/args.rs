@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 use std::time::Duration;
 
 use super::boundary::Failure;
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 
 /// The string argument `name`; NULL is refused.
 ///
@@ -31,7 +31,7 @@ pub(super) unsafe fn optional_str<'a>(ptr: *const c_char, name: &str) -> Result<
     match std::str::from_utf8(bytes) {
         Ok(s) => Ok(Some(s)),
         Err(e) => Err(Failure::new(
-            EngineStatus::InvalidUtf8,
+            EmberStatus::InvalidUtf8,
             format!("{name} is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to()),
         )),
     }
@@ -76,7 +76,7 @@ pub(super) unsafe fn copy_to_buffer<T: Copy>(
         // SAFETY: `out_count` is non-NULL and writable by this function's contract.
         unsafe { out_count.write(items.len()) };
         return Err(Failure::new(
-            EngineStatus::BufferTooSmall,
+            EmberStatus::BufferTooSmall,
             format!("{} {what} do not fit a buffer of {capacity}", items.len()),
         ));
     }
@@ -112,13 +112,13 @@ mod tests {
     #[test]
     fn strings_null_utf8_and_valid() {
         // SAFETY: NULL is allowed by the contract.
-        assert_eq!(unsafe { required_str(ptr::null(), "json") }.unwrap_err().status, EngineStatus::InvalidArgument);
+        assert_eq!(unsafe { required_str(ptr::null(), "json") }.unwrap_err().status, EmberStatus::InvalidArgument);
         // SAFETY: as above.
         assert!(unsafe { optional_str(ptr::null(), "json") }.unwrap().is_none());
         let bad = b"ab\xffc\0";
         // SAFETY: `bad` is NUL-terminated and outlives the call.
         let e = unsafe { required_str(bad.as_ptr().cast(), "json") }.unwrap_err();
-        assert_eq!(e.status, EngineStatus::InvalidUtf8);
+        assert_eq!(e.status, EmberStatus::InvalidUtf8);
         let good = c"h\u{e9}llo";
         // SAFETY: a C string literal is NUL-terminated and static.
         assert_eq!(unsafe { required_str(good.as_ptr(), "json") }.unwrap(), "h\u{e9}llo");
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn out_refuses_null_and_writes_unaligned() {
-        assert_eq!(Out::<u64>::new(ptr::null_mut(), "out").err().unwrap().status, EngineStatus::InvalidArgument);
+        assert_eq!(Out::<u64>::new(ptr::null_mut(), "out").err().unwrap().status, EmberStatus::InvalidArgument);
         let mut bytes = [0u8; 9];
         let out = Out::new(bytes[1..].as_mut_ptr().cast::<u64>(), "out").unwrap();
         // SAFETY: 8 writable bytes at an odd address, which `write` supports.
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(timeout(-1).unwrap(), None);
         assert_eq!(timeout(0).unwrap(), Some(Duration::ZERO));
         assert_eq!(timeout(250).unwrap(), Some(Duration::from_millis(250)));
-        assert_eq!(timeout(-2).unwrap_err().status, EngineStatus::InvalidArgument);
-        assert_eq!(timeout(i32::MIN).unwrap_err().status, EngineStatus::InvalidArgument);
+        assert_eq!(timeout(-2).unwrap_err().status, EmberStatus::InvalidArgument);
+        assert_eq!(timeout(i32::MIN).unwrap_err().status, EmberStatus::InvalidArgument);
     }
 }

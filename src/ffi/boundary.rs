@@ -1,18 +1,18 @@
 //! The C boundary: every exported function runs its body through [`boundary`], which clears the thread's last
 //! error, catches any panic (unwinding into C is undefined behaviour), and turns the body's `Result` into an
-//! [`EngineStatus`] plus the last error message. This is rustls-ffi's `ffi_panic_boundary!` as a function: the
+//! [`EmberStatus`] plus the last error message. This is rustls-ffi's `ffi_panic_boundary!` as a function: the
 //! body is a closure, so argument checks can use `?`.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::last_error;
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 
 /// Why a call failed: the status to return and the detail for `engine_last_error_message`.
 #[derive(Debug)]
 pub(super) struct Failure {
-    pub status: EngineStatus,
+    pub status: EmberStatus,
     pub detail: Detail,
 }
 
@@ -26,33 +26,33 @@ pub(super) enum Detail {
 }
 
 impl Failure {
-    pub fn new(status: EngineStatus, message: impl Into<String>) -> Self {
+    pub fn new(status: EmberStatus, message: impl Into<String>) -> Self {
         Failure { status, detail: Detail::Text(message.into()) }
     }
 
-    pub fn verbatim(status: EngineStatus, body: String) -> Self {
+    pub fn verbatim(status: EmberStatus, body: String) -> Self {
         Failure { status, detail: Detail::Verbatim(body) }
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {
-        Failure::new(EngineStatus::InvalidArgument, message)
+        Failure::new(EmberStatus::InvalidArgument, message)
     }
 
     pub fn invalid_handle(message: impl Into<String>) -> Self {
-        Failure::new(EngineStatus::InvalidHandle, message)
+        Failure::new(EmberStatus::InvalidHandle, message)
     }
 }
 
-/// Runs the body of the exported function `function`: `Ok` → `ENGINE_STATUS_OK`; `Err` → its status, with its
-/// message recorded; a panic → `ENGINE_STATUS_PANIC`, with the panic message recorded.
+/// Runs the body of the exported function `function`: `Ok` → `EMBER_STATUS_OK`; `Err` → its status, with its
+/// message recorded; a panic → `EMBER_STATUS_PANIC`, with the panic message recorded.
 ///
 /// `AssertUnwindSafe`: after a caught panic, the state a body may have left half-updated is behind mutexes
 /// whose poisoning every lock in ember ignores deliberately (`unwrap_or_else(into_inner)`); the registry never
 /// runs code that can panic while holding its lock, so a panic cannot leave it inconsistent.
-pub(super) fn boundary(function: &'static str, body: impl FnOnce() -> Result<(), Failure>) -> EngineStatus {
+pub(super) fn boundary(function: &'static str, body: impl FnOnce() -> Result<(), Failure>) -> EmberStatus {
     last_error::clear();
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => EngineStatus::Ok,
+        Ok(Ok(())) => EmberStatus::Ok,
         Ok(Err(failure)) => {
             last_error::set(match failure.detail {
                 Detail::Text(message) => format!("{function}: {message}"),
@@ -65,7 +65,7 @@ pub(super) fn boundary(function: &'static str, body: impl FnOnce() -> Result<(),
                 "{function}: internal error (please report this bug in ember): {}",
                 panic_message(payload.as_ref())
             ));
-            EngineStatus::Panic
+            EmberStatus::Panic
         }
     }
 }
@@ -88,29 +88,29 @@ mod tests {
     #[test]
     fn ok_clears_the_last_error() {
         last_error::set("stale".into());
-        assert_eq!(boundary("engine_test", || Ok(())), EngineStatus::Ok);
+        assert_eq!(boundary("engine_test", || Ok(())), EmberStatus::Ok);
         assert_eq!(last_error::get(), "");
     }
 
     #[test]
     fn failures_name_the_function_unless_verbatim() {
         let status = boundary("engine_test", || Err(Failure::invalid_argument("out is NULL")));
-        assert_eq!(status, EngineStatus::InvalidArgument);
+        assert_eq!(status, EmberStatus::InvalidArgument);
         assert_eq!(last_error::get(), "engine_test: out is NULL");
         let body = r#"{"error":{"message":"m"}}"#;
-        let status = boundary("engine_test", || Err(Failure::verbatim(EngineStatus::InvalidRequest, body.into())));
-        assert_eq!(status, EngineStatus::InvalidRequest);
+        let status = boundary("engine_test", || Err(Failure::verbatim(EmberStatus::InvalidRequest, body.into())));
+        assert_eq!(status, EmberStatus::InvalidRequest);
         assert_eq!(last_error::get(), body);
     }
 
     #[test]
     fn panics_are_caught_and_reported() {
         let status = boundary("engine_test", || panic!("boom {}", 42));
-        assert_eq!(status, EngineStatus::Panic);
+        assert_eq!(status, EmberStatus::Panic);
         let message = last_error::get();
         assert!(message.starts_with("engine_test: internal error") && message.ends_with("boom 42"), "{message}");
         let status = boundary("engine_test", || std::panic::panic_any(7_u8));
-        assert_eq!(status, EngineStatus::Panic);
+        assert_eq!(status, EmberStatus::Panic);
         assert!(last_error::get().ends_with("a panic without a message"));
     }
 }

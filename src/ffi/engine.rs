@@ -1,4 +1,4 @@
-//! Engine handles: `engine_new` and `engine_free`.
+//! Engine handles (`EmberEngine`): `engine_new` and `engine_free`.
 
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex, RwLock};
@@ -8,13 +8,13 @@ use super::args::{optional_str, Out};
 use super::boundary::{boundary, Failure};
 use super::log::current_logger;
 use super::registry::{to_pointer, ENGINES};
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
 use crate::model::progress::LoadProgress;
 
 /// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
 /// Opaque; a handle from `engine_new`, freed with `engine_free`.
-pub struct Engine {
+pub struct EmberEngine {
     _opaque: [u8; 0],
 }
 
@@ -29,7 +29,7 @@ pub(super) struct EngineObject {
     /// Held through an `engine_wait_events` call, so that calls on one engine take events one after the other
     /// and a request's records reach the host in order.
     pub events_taker: Mutex<()>,
-    /// The texts of the records each thread took last (`EngineEventRecord.event.text`), kept until that thread's
+    /// The texts of the records each thread took last (`EmberEventRecord.event.text`), kept until that thread's
     /// next `engine_wait_events` on this engine.
     pub event_texts: Mutex<Vec<(ThreadId, Vec<String>)>>,
 }
@@ -52,10 +52,10 @@ impl EngineObject {
 /// then comes from `EMBER_MODEL`, else `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current
 /// directory). Log lines go to the callback set by `engine_set_log_callback` before this call.
 ///
-/// Returns `ENGINE_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
-/// `ENGINE_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
-/// `ENGINE_STATUS_MODEL_LOAD_FAILED`, `ENGINE_STATUS_ENGINE_START_FAILED`, `ENGINE_STATUS_INVALID_UTF8`,
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (`out` is NULL).
+/// Returns `EMBER_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
+/// `EMBER_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
+/// `EMBER_STATUS_MODEL_LOAD_FAILED`, `EMBER_STATUS_ENGINE_START_FAILED`, `EMBER_STATUS_INVALID_UTF8`,
+/// `EMBER_STATUS_INVALID_ARGUMENT` (`out` is NULL).
 ///
 /// Thread safety: any thread; engines are independent of each other. Ownership: the caller owns the handle and
 /// frees it with `engine_free`.
@@ -63,7 +63,7 @@ impl EngineObject {
 /// # Safety
 /// `config_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut Engine) -> EngineStatus {
+pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut EmberEngine) -> EmberStatus {
     boundary("engine_new", || {
         // SAFETY: as this function's contract says, which is `create`'s.
         unsafe { create(config_json, &mut LoadProgress::silent(), out) }
@@ -76,31 +76,31 @@ pub unsafe extern "C" fn engine_new(config_json: *const c_char, out: *mut *mut E
 ///
 /// It is called on the thread that called `engine_new_with_progress`, during that call only; it must return
 /// normally (no C++ exception, no `longjmp`) and must not call ember functions on the engine being created.
-pub type EngineLoadProgressCallback = Option<unsafe extern "C" fn(userdata: *mut c_void, progress: f32) -> bool>;
+pub type EmberLoadProgressCallback = Option<unsafe extern "C" fn(userdata: *mut c_void, progress: f32) -> bool>;
 
 /// `engine_new`, reporting the load's progress to `callback` (llama.cpp's `progress_callback`; NULL: none, as
 /// `engine_new`). The fraction advances as the file is read (`"load": "read"`, or `"auto"` under 1 GiB, in 16 MiB
 /// chunks: the file's length weighs as much as the backend's start) and once more when the backend serves; with a
 /// mapped file it goes from 0 to 1 in one step. When the callback returns false, the load stops at once (between two
-/// chunks, or before the engine is handed over): `ENGINE_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
-/// left running or allocated. The load time is in `EngineStats.model_load_time_ms`.
+/// chunks, or before the engine is handed over): `EMBER_STATUS_LOAD_CANCELLED`, `*out` untouched, and nothing
+/// left running or allocated. The load time is in `EmberStats.model_load_time_ms`.
 ///
-/// Returns what `engine_new` returns, and `ENGINE_STATUS_LOAD_CANCELLED`.
+/// Returns what `engine_new` returns, and `EMBER_STATUS_LOAD_CANCELLED`.
 ///
 /// Thread safety: as `engine_new`. Ownership: `userdata` is only passed back to `callback`, during this call.
 ///
 /// # Safety
-/// As `engine_new`; `callback`, when not NULL, must follow the rules of `EngineLoadProgressCallback`.
+/// As `engine_new`; `callback`, when not NULL, must follow the rules of `EmberLoadProgressCallback`.
 #[no_mangle]
 pub unsafe extern "C" fn engine_new_with_progress(
     config_json: *const c_char,
-    callback: EngineLoadProgressCallback,
+    callback: EmberLoadProgressCallback,
     userdata: *mut c_void,
-    out: *mut *mut Engine,
-) -> EngineStatus {
+    out: *mut *mut EmberEngine,
+) -> EmberStatus {
     boundary("engine_new_with_progress", || {
         let mut report = |fraction: f32| match callback {
-            // SAFETY: the host's function, called as `EngineLoadProgressCallback` says, on the calling thread
+            // SAFETY: the host's function, called as `EmberLoadProgressCallback` says, on the calling thread
             // during this call.
             Some(callback) => unsafe { callback(userdata, fraction) },
             None => true,
@@ -118,23 +118,23 @@ pub unsafe extern "C" fn engine_new_with_progress(
 unsafe fn create(
     config_json: *const c_char,
     progress: &mut LoadProgress<'_>,
-    out: *mut *mut Engine,
+    out: *mut *mut EmberEngine,
 ) -> Result<(), Failure> {
     let out = Out::new(out, "out")?;
     // SAFETY: NULL or NUL-terminated, by this function's contract.
     let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
-    let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EngineStatus::InvalidConfig, e.to_string()))?;
+    let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
     let engine = engine::Engine::start_reporting(config, None, current_logger(), progress).map_err(|e| {
         let status = match e {
-            EngineError::Config(_) => EngineStatus::InvalidConfig,
-            EngineError::Model(_) => EngineStatus::ModelLoadFailed,
-            EngineError::Backend(_) | EngineError::Thread(_) => EngineStatus::EngineStartFailed,
-            EngineError::LoadCancelled => EngineStatus::LoadCancelled,
+            EngineError::Config(_) => EmberStatus::InvalidConfig,
+            EngineError::Model(_) => EmberStatus::ModelLoadFailed,
+            EngineError::Backend(_) | EngineError::Thread(_) => EmberStatus::EngineStartFailed,
+            EngineError::LoadCancelled => EmberStatus::LoadCancelled,
         };
         Failure::new(status, e.to_string())
     })?;
     let events = ReadyQueue::new().map_err(|e| {
-        Failure::new(EngineStatus::EngineStartFailed, format!("cannot create the event descriptor: {e}"))
+        Failure::new(EmberStatus::EngineStartFailed, format!("cannot create the event descriptor: {e}"))
     })?;
     let object = EngineObject {
         engine: RwLock::new(Some(engine)),
@@ -149,7 +149,7 @@ unsafe fn create(
     Ok(())
 }
 
-/// Frees an engine: cancels its unfinished requests (they end with `ENGINE_FINISH_REASON_CANCELLED`), stops and joins
+/// Frees an engine: cancels its unfinished requests (they end with `EMBER_FINISH_REASON_CANCELLED`), stops and joins
 /// the engine thread, and releases the model. Returns when all of that is done. NULL is a no-op.
 ///
 /// The engine's request handles stay valid for `engine_get_*_metrics`, `engine_response_json` and
@@ -158,9 +158,9 @@ unsafe fn create(
 /// and leaves the reason in `engine_last_error_message()`.
 ///
 /// Thread safety: any thread, except from inside the log callback. Calls on this engine in other threads either
-/// complete before the engine stops or fail with `ENGINE_STATUS_INVALID_HANDLE`.
+/// complete before the engine stops or fail with `EMBER_STATUS_INVALID_HANDLE`.
 #[no_mangle]
-pub extern "C" fn engine_free(engine: *mut Engine) {
+pub extern "C" fn engine_free(engine: *mut EmberEngine) {
     let _ = boundary("engine_free", || {
         if engine.is_null() {
             return Ok(());
@@ -183,22 +183,22 @@ mod tests {
 
     #[test]
     fn refused_configurations_leave_out_untouched() {
-        let mut out: *mut Engine = ptr::null_mut();
-        let cases: [(&std::ffi::CStr, EngineStatus, &str); 10] = [
-            (c"{\"load\": \"disk\"}", EngineStatus::InvalidConfig, "load: unknown load mode \"disk\""),
-            (c"{\"threads\": \"two\"}", EngineStatus::InvalidConfig, "engine_new: threads: invalid type"),
-            (c"{\"max_num_seq\": 4}", EngineStatus::InvalidConfig, "unknown configuration key \"max_num_seq\""),
-            (c"[]", EngineStatus::InvalidConfig, "must be a JSON object"),
-            (c"null", EngineStatus::InvalidConfig, "must be a JSON object"),
-            (c"3", EngineStatus::InvalidConfig, "must be a JSON object"),
+        let mut out: *mut EmberEngine = ptr::null_mut();
+        let cases: [(&std::ffi::CStr, EmberStatus, &str); 10] = [
+            (c"{\"load\": \"disk\"}", EmberStatus::InvalidConfig, "load: unknown load mode \"disk\""),
+            (c"{\"threads\": \"two\"}", EmberStatus::InvalidConfig, "engine_new: threads: invalid type"),
+            (c"{\"max_num_seq\": 4}", EmberStatus::InvalidConfig, "unknown configuration key \"max_num_seq\""),
+            (c"[]", EmberStatus::InvalidConfig, "must be a JSON object"),
+            (c"null", EmberStatus::InvalidConfig, "must be a JSON object"),
+            (c"3", EmberStatus::InvalidConfig, "must be a JSON object"),
             (
                 c"{\"enable_per_request_metrics\": true, \"disable_log_stats\": true}",
-                EngineStatus::InvalidConfig,
+                EmberStatus::InvalidConfig,
                 "disable_log_stats",
             ),
-            (c"{\"model\": \"/nonexistent/model.gguf\"}", EngineStatus::ModelLoadFailed, "/nonexistent/model.gguf"),
-            (c"{\"model\": \"/\"}", EngineStatus::ModelLoadFailed, "is a directory, not a regular file"),
-            (c"{\"model\": \"/dev/null\"}", EngineStatus::ModelLoadFailed, "is not a regular file"),
+            (c"{\"model\": \"/nonexistent/model.gguf\"}", EmberStatus::ModelLoadFailed, "/nonexistent/model.gguf"),
+            (c"{\"model\": \"/\"}", EmberStatus::ModelLoadFailed, "is a directory, not a regular file"),
+            (c"{\"model\": \"/dev/null\"}", EmberStatus::ModelLoadFailed, "is not a regular file"),
         ];
         for (json, status, needle) in cases {
             // SAFETY: a C string literal and a writable pointer.
@@ -208,10 +208,10 @@ mod tests {
         }
         // SAFETY: NULL `out` is refused before anything is read.
         let status = unsafe { engine_new(ptr::null(), ptr::null_mut()) };
-        assert_eq!(status, EngineStatus::InvalidArgument);
+        assert_eq!(status, EmberStatus::InvalidArgument);
         let bad_utf8 = b"{\"model\": \"\xff\"}\0";
         // SAFETY: NUL-terminated bytes and a writable pointer.
-        assert_eq!(unsafe { engine_new(bad_utf8.as_ptr().cast(), &mut out) }, EngineStatus::InvalidUtf8);
+        assert_eq!(unsafe { engine_new(bad_utf8.as_ptr().cast(), &mut out) }, EmberStatus::InvalidUtf8);
     }
 
     #[test]

@@ -5,28 +5,28 @@ use std::thread;
 
 use super::args::{self, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::Engine;
-use super::request::{request_of_engine, EngineRequest, RequestObject};
-use super::status::EngineStatus;
+use super::engine::EmberEngine;
+use super::request::{request_of_engine, EmberRequest, RequestObject};
+use super::status::EmberStatus;
 use crate::engine::{EventPoll, FinishReason, RequestEvent};
 
-/// What an `EngineEvent` reports.
+/// What an `EmberEvent` reports.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineEventKind {
+pub enum EmberEventKind {
     /// New text of choice `choice`: `text`/`text_len`, covering `num_tokens` generated tokens.
     Delta = 1,
     /// Choice `choice` ended, for `finish_reason`. One per choice; the last choice's is the request's final
-    /// event, after which `engine_poll` answers `ENGINE_STATUS_STREAM_DONE`.
+    /// event, after which `engine_poll` answers `EMBER_STATUS_STREAM_DONE`.
     Finished = 2,
     /// The request failed; `text`/`text_len` is the message. The request's final event: its unfinished choices
-    /// end with `ENGINE_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
-    /// `ENGINE_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
+    /// end with `EMBER_FINISH_REASON_ERROR` (no `FINISHED` comes for them), and `engine_poll` answers
+    /// `EMBER_STATUS_STREAM_DONE` next. The message stays in `engine_response_json`'s `error` object.
     Error = 3,
-    /// `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: `text`/`text_len` is its
+    /// `engine_wait_events` only, for a request submitted with `EMBER_DELIVERY_CHUNKS`: `text`/`text_len` is its
     /// next streaming chunk body (what `engine_next_chunk_json` returns).
     Chunk = 4,
-    /// `engine_wait_events` only, for a request submitted with `ENGINE_DELIVERY_CHUNKS`: its stream has ended
+    /// `engine_wait_events` only, for a request submitted with `EMBER_DELIVERY_CHUNKS`: its stream has ended
     /// (send `data: [DONE]`); its last record.
     StreamDone = 5,
 }
@@ -34,7 +34,7 @@ pub enum EngineEventKind {
 /// Why a choice ended.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineFinishReason {
+pub enum EmberFinishReason {
     /// Not a `FINISHED` event.
     None = 0,
     /// An end-of-generation token, a stop token id or a stop string (OpenAI's "stop").
@@ -49,14 +49,14 @@ pub enum EngineFinishReason {
     Deadline = 5,
 }
 
-impl From<FinishReason> for EngineFinishReason {
+impl From<FinishReason> for EmberFinishReason {
     fn from(reason: FinishReason) -> Self {
         match reason {
-            FinishReason::Stop => EngineFinishReason::Stop,
-            FinishReason::Length => EngineFinishReason::Length,
-            FinishReason::Cancelled => EngineFinishReason::Cancelled,
-            FinishReason::Error => EngineFinishReason::Error,
-            FinishReason::Deadline => EngineFinishReason::Deadline,
+            FinishReason::Stop => EmberFinishReason::Stop,
+            FinishReason::Length => EmberFinishReason::Length,
+            FinishReason::Cancelled => EmberFinishReason::Cancelled,
+            FinishReason::Error => EmberFinishReason::Error,
+            FinishReason::Deadline => EmberFinishReason::Deadline,
         }
     }
 }
@@ -64,9 +64,9 @@ impl From<FinishReason> for EngineFinishReason {
 /// One event of a request, written by `engine_poll`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct EngineEvent {
+pub struct EmberEvent {
     /// Which of delta, finished or error this event is; it says which other fields are meaningful.
-    pub kind: EngineEventKind,
+    pub kind: EmberEventKind,
     /// The choice the event is about (0 for single-choice requests and for `ERROR`).
     pub choice: u32,
     /// `DELTA`: the new text; `ERROR`: the message; `FINISHED`: NULL. UTF-8 (never a partial character),
@@ -78,8 +78,8 @@ pub struct EngineEvent {
     pub text_len: usize,
     /// `DELTA`: how many generated tokens the text covers (a token may produce no text on its own); otherwise 0.
     pub num_tokens: u32,
-    /// `FINISHED`: why the choice ended; otherwise `ENGINE_FINISH_REASON_NONE`.
-    pub finish_reason: EngineFinishReason,
+    /// `FINISHED`: why the choice ended; otherwise `EMBER_FINISH_REASON_NONE`.
+    pub finish_reason: EmberFinishReason,
 }
 
 /// Takes the next event of a request, waiting up to `timeout_ms` milliseconds for one (0: do not wait; -1: wait
@@ -87,29 +87,29 @@ pub struct EngineEvent {
 ///
 /// A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
 /// `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
-/// `ERROR`) is returned once; every later call returns `ENGINE_STATUS_STREAM_DONE` at once, without waiting,
+/// `ERROR`) is returned once; every later call returns `EMBER_STATUS_STREAM_DONE` at once, without waiting,
 /// whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
 ///
-/// Returns `ENGINE_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
-/// `ENGINE_STATUS_STREAM_DONE` (the final event has been returned: not an error), `ENGINE_STATUS_TIMEOUT`
-/// (nothing happened in time), `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
-/// to another engine, or it was freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`,
+/// Returns `EMBER_STATUS_OK` and writes the event to `*out`; on any other status `*out` is untouched:
+/// `EMBER_STATUS_STREAM_DONE` (the final event has been returned: not an error), `EMBER_STATUS_TIMEOUT`
+/// (nothing happened in time), `EMBER_STATUS_INVALID_HANDLE` (engine or request not live, the request belongs
+/// to another engine, or it was freed while this call waited), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`,
 /// bad timeout).
 ///
 /// Thread safety: any thread. Several threads may poll one request at once: each event goes to exactly one of
-/// them (the final event too: the others get `ENGINE_STATUS_STREAM_DONE`), and each thread's `text` stays valid
+/// them (the final event too: the others get `EMBER_STATUS_STREAM_DONE`), and each thread's `text` stays valid
 /// until that thread's own next poll of the request. Freeing the request or the engine wakes a waiting poll. Do
 /// not mix `engine_poll` and `engine_next_chunk_json` on one request: both take its events.
 ///
 /// # Safety
-/// `out` is NULL or points to writable storage for an `EngineEvent`.
+/// `out` is NULL or points to writable storage for an `EmberEvent`.
 #[no_mangle]
 pub unsafe extern "C" fn engine_poll(
-    engine: *mut Engine,
-    request: *mut EngineRequest,
+    engine: *mut EmberEngine,
+    request: *mut EmberRequest,
     timeout_ms: i32,
-    out: *mut EngineEvent,
-) -> EngineStatus {
+    out: *mut EmberEvent,
+) -> EmberStatus {
     boundary("engine_poll", || {
         let out = Out::new(out, "out")?;
         let timeout = args::timeout(timeout_ms)?;
@@ -125,27 +125,27 @@ pub unsafe extern "C" fn engine_poll(
                 unsafe { out.write(event) };
                 Ok(())
             }
-            EventPoll::Done => Err(Failure::new(EngineStatus::StreamDone, "the final event has been returned")),
-            EventPoll::TimedOut => Err(Failure::new(EngineStatus::Timeout, format!("no event within {timeout_ms} ms"))),
+            EventPoll::Done => Err(Failure::new(EmberStatus::StreamDone, "the final event has been returned")),
+            EventPoll::TimedOut => Err(Failure::new(EmberStatus::Timeout, format!("no event within {timeout_ms} ms"))),
         }
     })
 }
 
 /// The C form of `event`; `keep` keeps its text where the event's reader finds it, and says where that is.
-pub(super) fn to_c_event(event: RequestEvent, mut keep: impl FnMut(String) -> (*const c_char, usize)) -> EngineEvent {
+pub(super) fn to_c_event(event: RequestEvent, mut keep: impl FnMut(String) -> (*const c_char, usize)) -> EmberEvent {
     let (kind, choice, text, num_tokens, finish_reason) = match event {
         RequestEvent::Delta { choice, text, tokens, .. } => {
-            (EngineEventKind::Delta, choice, Some(text), tokens, EngineFinishReason::None)
+            (EmberEventKind::Delta, choice, Some(text), tokens, EmberFinishReason::None)
         }
-        RequestEvent::Finished { choice, reason } => (EngineEventKind::Finished, choice, None, 0, reason.into()),
-        RequestEvent::Error { message } => (EngineEventKind::Error, 0, Some(message), 0, EngineFinishReason::None),
+        RequestEvent::Finished { choice, reason } => (EmberEventKind::Finished, choice, None, 0, reason.into()),
+        RequestEvent::Error { message } => (EmberEventKind::Error, 0, Some(message), 0, EmberFinishReason::None),
     };
     let (text, text_len) = match text {
         Some(text) => keep(text),
         None => (std::ptr::null(), 0),
     };
     // Choice indices are below MAX_CHOICES (128), validated at submission.
-    EngineEvent { kind, choice: choice as u32, text, text_len, num_tokens, finish_reason }
+    EmberEvent { kind, choice: choice as u32, text, text_len, num_tokens, finish_reason }
 }
 
 /// Stores `text` (NUL-terminated) as this thread's last polled text of `object`, replacing the previous one,

@@ -9,22 +9,22 @@ use std::time::{Duration, Instant};
 
 use super::args::{self, copy_to_buffer, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::{Engine, EngineObject};
-use super::event::{to_c_event, EngineEvent, EngineEventKind, EngineFinishReason};
+use super::engine::{EmberEngine, EngineObject};
+use super::event::{to_c_event, EmberEvent, EmberEventKind, EmberFinishReason};
 use super::registry::{to_pointer, ENGINES, REQUESTS};
-use super::request::{submit, Delivery, EngineRequest, RequestObject};
-use super::status::EngineStatus;
+use super::request::{submit, Delivery, EmberRequest, RequestObject};
+use super::status::EmberStatus;
 use crate::engine::Ready;
 use crate::protocol::ChunkPoll;
 
 /// `delivery` of `engine_submit_with_user_data`: the request's events, as `engine_poll` gives them (`DELTA`,
 /// `FINISHED`, `ERROR`).
-pub const ENGINE_DELIVERY_EVENTS: u32 = 1;
+pub const EMBER_DELIVERY_EVENTS: u32 = 1;
 /// `delivery` of `engine_submit_with_user_data`: the request's streaming chunk bodies, as `engine_next_chunk_json`
 /// gives them (`CHUNK`), then `STREAM_DONE`.
-pub const ENGINE_DELIVERY_CHUNKS: u32 = 2;
+pub const EMBER_DELIVERY_CHUNKS: u32 = 2;
 
-/// What a request submitted with `engine_submit_with_user_data` delivers (`ENGINE_DELIVERY_*`).
+/// What a request submitted with `engine_submit_with_user_data` delivers (`EMBER_DELIVERY_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum DeliveryKind {
     Events,
@@ -34,15 +34,15 @@ pub(super) enum DeliveryKind {
 /// One event of one request, written by `engine_wait_events`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct EngineEventRecord {
+pub struct EmberEventRecord {
     /// The request the event is about (the handle `engine_submit_with_user_data` gave).
-    pub request: *mut EngineRequest,
+    pub request: *mut EmberRequest,
     /// The value given at submission, unchanged (a host's stream id, or a pointer cast to an integer).
     pub user_data: u64,
-    /// The event. With `ENGINE_DELIVERY_EVENTS`: as `engine_poll` writes it. With `ENGINE_DELIVERY_CHUNKS`: kind
+    /// The event. With `EMBER_DELIVERY_EVENTS`: as `engine_poll` writes it. With `EMBER_DELIVERY_CHUNKS`: kind
     /// `CHUNK` with `text`/`text_len` a chunk body, or, last, kind `STREAM_DONE` (send `data: [DONE]`). Its text
     /// is owned by ember: valid until this thread's next `engine_wait_events` on this engine, or `engine_free`.
-    pub event: EngineEvent,
+    pub event: EmberEvent,
     /// Whether this is the request's last record: nothing more comes for it, and it may be freed.
     pub last: bool,
 }
@@ -50,12 +50,12 @@ pub struct EngineEventRecord {
 /// Submits an OpenAI request body, as `engine_submit`, whose events go to the engine's waiting point: take them
 /// with `engine_wait_events`, each record carrying `user_data` (any value: ember never reads it).
 ///
-/// `delivery` is `ENGINE_DELIVERY_EVENTS` for the events `engine_poll` would give,
-/// `ENGINE_DELIVERY_CHUNKS` for the chunk bodies `engine_next_chunk_json` would give. Each event is delivered
+/// `delivery` is `EMBER_DELIVERY_EVENTS` for the events `engine_poll` would give,
+/// `EMBER_DELIVERY_CHUNKS` for the chunk bodies `engine_next_chunk_json` would give. Each event is delivered
 /// once, by one way: `engine_poll` or `engine_next_chunk_json` on such a request take from the same queue (do
 /// not mix them).
 ///
-/// Returns what `engine_submit` returns; `ENGINE_STATUS_INVALID_ARGUMENT` also for an unknown `delivery`.
+/// Returns what `engine_submit` returns; `EMBER_STATUS_INVALID_ARGUMENT` also for an unknown `delivery`.
 ///
 /// Thread safety and ownership: as `engine_submit`.
 ///
@@ -63,18 +63,18 @@ pub struct EngineEventRecord {
 /// As `engine_submit`.
 #[no_mangle]
 pub unsafe extern "C" fn engine_submit_with_user_data(
-    engine: *mut Engine,
+    engine: *mut EmberEngine,
     request_json: *const c_char,
     user_data: u64,
     delivery: u32,
-    out: *mut *mut EngineRequest,
-) -> EngineStatus {
+    out: *mut *mut EmberRequest,
+) -> EmberStatus {
     boundary("engine_submit_with_user_data", || {
         let kind = match delivery {
-            ENGINE_DELIVERY_EVENTS => DeliveryKind::Events,
-            ENGINE_DELIVERY_CHUNKS => DeliveryKind::Chunks,
+            EMBER_DELIVERY_EVENTS => DeliveryKind::Events,
+            EMBER_DELIVERY_CHUNKS => DeliveryKind::Chunks,
             other => {
-                return Err(Failure::invalid_argument(format!("delivery = {other} is not an ENGINE_DELIVERY_* value")))
+                return Err(Failure::invalid_argument(format!("delivery = {other} is not an EMBER_DELIVERY_* value")))
             }
         };
         // SAFETY: as this function's contract says, which is `submit`'s.
@@ -86,10 +86,10 @@ pub unsafe extern "C" fn engine_submit_with_user_data(
 /// `engine_submit_with_user_data`, and writes up to `capacity` of them to `records`, their number to `*out_count`.
 ///
 /// A request's records come in its order, its deltas of one choice merged, in the order requests became ready
-/// (one request's events may fill a batch; the rest come next). Returns `ENGINE_STATUS_OK` with at least one
-/// record, or with none after `engine_events_wakeup`; `ENGINE_STATUS_TIMEOUT` when nothing came in time (0
-/// written to `*out_count`); `ENGINE_STATUS_INVALID_HANDLE` (engine not live, or freed while this call waited);
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `records` or `out_count`, `capacity` 0, bad timeout). A request
+/// (one request's events may fill a batch; the rest come next). Returns `EMBER_STATUS_OK` with at least one
+/// record, or with none after `engine_events_wakeup`; `EMBER_STATUS_TIMEOUT` when nothing came in time (0
+/// written to `*out_count`); `EMBER_STATUS_INVALID_HANDLE` (engine not live, or freed while this call waited);
+/// `EMBER_STATUS_INVALID_ARGUMENT` (NULL `records` or `out_count`, `capacity` 0, bad timeout). A request
 /// freed before its events were taken is skipped.
 ///
 /// Thread safety: any thread; calls on one engine are serialized (one waits for the other), so a request's
@@ -97,16 +97,16 @@ pub unsafe extern "C" fn engine_submit_with_user_data(
 /// call of this function on this engine, or `engine_free`.
 ///
 /// # Safety
-/// `records` is NULL or points to `capacity` writable `EngineEventRecord`s; `out_count` is NULL or points to a
+/// `records` is NULL or points to `capacity` writable `EmberEventRecord`s; `out_count` is NULL or points to a
 /// writable `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn engine_wait_events(
-    engine: *mut Engine,
+    engine: *mut EmberEngine,
     timeout_ms: i32,
-    records: *mut EngineEventRecord,
+    records: *mut EmberEventRecord,
     capacity: usize,
     out_count: *mut usize,
-) -> EngineStatus {
+) -> EmberStatus {
     boundary("engine_wait_events", || {
         let out_count = Out::new(out_count, "out_count")?;
         if records.is_null() || capacity == 0 {
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn engine_wait_events(
         unsafe { copy_to_buffer(taken.as_deref().unwrap_or_default(), records, capacity, out_count, "records") }?;
         match taken {
             Some(_) => Ok(()),
-            None => Err(Failure::new(EngineStatus::Timeout, format!("no event within {timeout_ms} ms"))),
+            None => Err(Failure::new(EmberStatus::Timeout, format!("no event within {timeout_ms} ms"))),
         }
     })
 }
@@ -135,16 +135,16 @@ pub unsafe extern "C" fn engine_wait_events(
 /// a host's epoll, poll, kqueue or io_uring loop; written to `*out_fd`. Poll it for reading only; ember reads
 /// and closes it (at `engine_free`). It stays readable until the waiting events are taken: level-triggered
 /// loops call `engine_wait_events` with timeout 0 when it is readable; edge-triggered ones until
-/// `ENGINE_STATUS_TIMEOUT`. It is the read end of a pipe, on every Unix.
+/// `EMBER_STATUS_TIMEOUT`. It is the read end of a pipe, on every Unix.
 ///
-/// Returns `ENGINE_STATUS_OK`, `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out_fd`).
+/// Returns `EMBER_STATUS_OK`, `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out_fd`).
 /// Thread safety: any thread.
 ///
 /// # Safety
 /// `out_fd` is NULL or points to a writable `int`.
 #[cfg(unix)]
 #[no_mangle]
-pub unsafe extern "C" fn engine_events_fd(engine: *mut Engine, out_fd: *mut c_int) -> EngineStatus {
+pub unsafe extern "C" fn engine_events_fd(engine: *mut EmberEngine, out_fd: *mut c_int) -> EmberStatus {
     boundary("engine_events_fd", || {
         let out_fd = Out::new(out_fd, "out_fd")?;
         let object = ENGINES.get(engine.addr())?;
@@ -155,13 +155,13 @@ pub unsafe extern "C" fn engine_events_fd(engine: *mut Engine, out_fd: *mut c_in
 }
 
 /// Makes a waiting `engine_wait_events` on this engine return (or the next one, when none waits) with
-/// `ENGINE_STATUS_OK` and no records, and the descriptor of `engine_events_fd` readable until then: how a host
+/// `EMBER_STATUS_OK` and no records, and the descriptor of `engine_events_fd` readable until then: how a host
 /// stops its event loop. Several wakeups before a wait count as one.
 ///
-/// Returns `ENGINE_STATUS_OK` or `ENGINE_STATUS_INVALID_HANDLE`. Thread safety: any thread (a signal handler
+/// Returns `EMBER_STATUS_OK` or `EMBER_STATUS_INVALID_HANDLE`. Thread safety: any thread (a signal handler
 /// excepted: it takes a lock).
 #[no_mangle]
-pub extern "C" fn engine_events_wakeup(engine: *mut Engine) -> EngineStatus {
+pub extern "C" fn engine_events_wakeup(engine: *mut EmberEngine) -> EmberStatus {
     boundary("engine_events_wakeup", || {
         ENGINES.get(engine.addr())?.events.wakeup();
         Ok(())
@@ -175,7 +175,7 @@ fn take_records(
     timeout: Option<Duration>,
     capacity: usize,
     texts: &mut Vec<String>,
-) -> Option<Vec<EngineEventRecord>> {
+) -> Option<Vec<EmberEventRecord>> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut records = Vec::new();
     while records.len() < capacity {
@@ -207,12 +207,12 @@ fn take_from(
     request: &Arc<RequestObject>,
     id: usize,
     capacity: usize,
-    records: &mut Vec<EngineEventRecord>,
+    records: &mut Vec<EmberEventRecord>,
     texts: &mut Vec<String>,
 ) {
     let Some(delivery) = request.delivery else { return };
     request.handle.clear_ready_mark();
-    let record = |event: EngineEvent, last: bool| EngineEventRecord {
+    let record = |event: EmberEvent, last: bool| EmberEventRecord {
         request: to_pointer(id),
         user_data: delivery.user_data,
         event,
@@ -235,11 +235,11 @@ fn take_from(
                 match api.next_chunk_json(Some(Duration::ZERO)) {
                     ChunkPoll::Chunk(json) => {
                         let (text, text_len) = keep(json);
-                        records.push(record(text_event(EngineEventKind::Chunk, text, text_len), false));
+                        records.push(record(text_event(EmberEventKind::Chunk, text, text_len), false));
                     }
                     ChunkPoll::Done => {
                         request.set_stream_done_delivered();
-                        records.push(record(text_event(EngineEventKind::StreamDone, std::ptr::null(), 0), true));
+                        records.push(record(text_event(EmberEventKind::StreamDone, std::ptr::null(), 0), true));
                         return;
                     }
                     ChunkPoll::TimedOut => return,
@@ -251,8 +251,8 @@ fn take_from(
 }
 
 /// An event of kind `kind` with only a text.
-fn text_event(kind: EngineEventKind, text: *const c_char, text_len: usize) -> EngineEvent {
-    EngineEvent { kind, choice: 0, text, text_len, num_tokens: 0, finish_reason: EngineFinishReason::None }
+fn text_event(kind: EmberEventKind, text: *const c_char, text_len: usize) -> EmberEvent {
+    EmberEvent { kind, choice: 0, text, text_len, num_tokens: 0, finish_reason: EmberFinishReason::None }
 }
 
 /// Keeps `text` (NUL-terminated) among this call's texts: where it lives and its length without the NUL. A

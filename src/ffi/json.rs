@@ -5,10 +5,10 @@ use std::ffi::{c_char, CString};
 
 use super::args::{self, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::Engine;
+use super::engine::EmberEngine;
 use super::registry::{REQUESTS, STRINGS};
-use super::request::{request_of_engine, EngineRequest};
-use super::status::EngineStatus;
+use super::request::{request_of_engine, EmberRequest};
+use super::status::EmberStatus;
 use crate::protocol::ChunkPoll;
 
 /// Hands `json` to the host as a NUL-terminated string it frees with `engine_string_free`.
@@ -21,9 +21,9 @@ fn give_string(json: String) -> *mut c_char {
 /// `usage` and, when enabled and asked for, `metrics`) to `*out`. A request the engine failed still has a body
 /// (its choices end with `"finish_reason": "error"` and an `error` object says why); a cancelled one too.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_NOT_FINISHED` (the request is
-/// still running: poll it to its end, or cancel it), `ENGINE_STATUS_INVALID_HANDLE`,
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+/// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_NOT_FINISHED` (the request is
+/// still running: poll it to its end, or cancel it), `EMBER_STATUS_INVALID_HANDLE`,
+/// `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
 ///
 /// Thread safety: any thread; waits while another thread is inside `engine_next_chunk_json` for this request.
 /// Ownership: the caller owns the string (NUL-terminated UTF-8) and frees it with `engine_string_free`.
@@ -31,12 +31,12 @@ fn give_string(json: String) -> *mut c_char {
 /// # Safety
 /// `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn engine_response_json(request: *const EngineRequest, out: *mut *mut c_char) -> EngineStatus {
+pub unsafe extern "C" fn engine_response_json(request: *const EmberRequest, out: *mut *mut c_char) -> EmberStatus {
     boundary("engine_response_json", || {
         let out = Out::new(out, "out")?;
         let object = REQUESTS.get(request.addr())?;
         let body = object.api.lock().unwrap_or_else(|e| e.into_inner()).response_json();
-        let body = body.ok_or_else(|| Failure::new(EngineStatus::NotFinished, "the request is still running"))?;
+        let body = body.ok_or_else(|| Failure::new(EmberStatus::NotFinished, "the request is still running"))?;
         // SAFETY: `out` is non-NULL and writable by this function's contract.
         unsafe { out.write(give_string(body)) };
         Ok(())
@@ -48,10 +48,10 @@ pub unsafe extern "C" fn engine_response_json(request: *const EngineRequest, out
 /// limit). Works for any request; it is what a `"stream": true` client expects. The stream's last body may be
 /// a usage chunk, or an `{"error": ...}` body when the engine failed the request.
 ///
-/// Returns `ENGINE_STATUS_OK` and writes the chunk to `*out`; on failure `*out` is untouched:
-/// `ENGINE_STATUS_STREAM_DONE` (every chunk has been returned: send `data: [DONE]`; later calls answer this
-/// again), `ENGINE_STATUS_TIMEOUT`, `ENGINE_STATUS_INVALID_HANDLE` (engine or request not live, request of
-/// another engine, or freed while this call waited), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
+/// Returns `EMBER_STATUS_OK` and writes the chunk to `*out`; on failure `*out` is untouched:
+/// `EMBER_STATUS_STREAM_DONE` (every chunk has been returned: send `data: [DONE]`; later calls answer this
+/// again), `EMBER_STATUS_TIMEOUT`, `EMBER_STATUS_INVALID_HANDLE` (engine or request not live, request of
+/// another engine, or freed while this call waited), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, bad timeout).
 ///
 /// Thread safety: any thread; calls for one request are serialized. Do not mix with `engine_poll` on one
 /// request: both take its events. Ownership: the caller owns the string and frees it with `engine_string_free`.
@@ -60,11 +60,11 @@ pub unsafe extern "C" fn engine_response_json(request: *const EngineRequest, out
 /// `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn engine_next_chunk_json(
-    engine: *mut Engine,
-    request: *mut EngineRequest,
+    engine: *mut EmberEngine,
+    request: *mut EmberRequest,
     timeout_ms: i32,
     out: *mut *mut c_char,
-) -> EngineStatus {
+) -> EmberStatus {
     boundary("engine_next_chunk_json", || {
         let out = Out::new(out, "out")?;
         let timeout = args::timeout(timeout_ms)?;
@@ -79,8 +79,8 @@ pub unsafe extern "C" fn engine_next_chunk_json(
                 unsafe { out.write(give_string(body)) };
                 Ok(())
             }
-            ChunkPoll::Done => Err(Failure::new(EngineStatus::StreamDone, "the stream has ended")),
-            ChunkPoll::TimedOut => Err(Failure::new(EngineStatus::Timeout, format!("no chunk within {timeout_ms} ms"))),
+            ChunkPoll::Done => Err(Failure::new(EmberStatus::StreamDone, "the stream has ended")),
+            ChunkPoll::TimedOut => Err(Failure::new(EmberStatus::Timeout, format!("no chunk within {timeout_ms} ms"))),
         }
     })
 }

@@ -47,7 +47,7 @@ pub(super) fn get() -> String {
 /// The detail of this thread's last failure, as a NUL-terminated UTF-8 string; "" when this thread's last
 /// ember call succeeded (or it made none). Never NULL.
 ///
-/// After `ENGINE_STATUS_INVALID_REQUEST` the message is the OpenAI error body, a JSON object
+/// After `EMBER_STATUS_INVALID_REQUEST` the message is the OpenAI error body, a JSON object
 /// `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`; after any other failure it is an
 /// English sentence that names the function and the argument at fault.
 ///

@@ -6,26 +6,26 @@ use std::ffi::{c_char, c_void, CString};
 use std::sync::Mutex;
 
 use super::boundary::boundary;
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use crate::engine::{LogLevel, Logger};
 
 /// Severity of a log line; lower is more severe.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineLogLevel {
+pub enum EmberLogLevel {
     Error = 1,
     Warn = 2,
     Info = 3,
     Debug = 4,
 }
 
-impl From<LogLevel> for EngineLogLevel {
+impl From<LogLevel> for EmberLogLevel {
     fn from(level: LogLevel) -> Self {
         match level {
-            LogLevel::Error => EngineLogLevel::Error,
-            LogLevel::Warn => EngineLogLevel::Warn,
-            LogLevel::Info => EngineLogLevel::Info,
-            LogLevel::Debug => EngineLogLevel::Debug,
+            LogLevel::Error => EmberLogLevel::Error,
+            LogLevel::Warn => EmberLogLevel::Warn,
+            LogLevel::Info => EmberLogLevel::Info,
+            LogLevel::Debug => EmberLogLevel::Debug,
         }
     }
 }
@@ -36,13 +36,13 @@ impl From<LogLevel> for EngineLogLevel {
 /// It may be called from any thread, the engine's own thread included, and from several threads at once; it
 /// must return normally (no C++ exception, no `longjmp`: unwinding into ember aborts the process) and must not
 /// call ember functions.
-pub type EngineLogCallback =
-    Option<unsafe extern "C" fn(userdata: *mut c_void, level: EngineLogLevel, message: *const c_char)>;
+pub type EmberLogCallback =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, level: EmberLogLevel, message: *const c_char)>;
 
 /// A callback with its userdata.
 #[derive(Clone, Copy)]
 struct HostLog {
-    callback: unsafe extern "C" fn(*mut c_void, EngineLogLevel, *const c_char),
+    callback: unsafe extern "C" fn(*mut c_void, EmberLogLevel, *const c_char),
     userdata: *mut c_void,
 }
 
@@ -57,16 +57,16 @@ unsafe impl Sync for HostLog {}
 static HOST_LOG: Mutex<Option<HostLog>> = Mutex::new(None);
 
 /// Sets the log callback of engines created after this call (`NULL` = no logging, the default). Engines already
-/// created keep the callback they were created with. Always returns `ENGINE_STATUS_OK`.
+/// created keep the callback they were created with. Always returns `EMBER_STATUS_OK`.
 ///
 /// Thread safety: any thread; a call concurrent with `engine_new` applies to that engine or not.
 /// Ownership: ember keeps `userdata` without dereferencing it; it must stay valid, and `callback` callable, until
 /// every engine created while it was set has been freed with `engine_free`.
 ///
 /// # Safety
-/// `callback`, when not NULL, must follow the rules of `EngineLogCallback`.
+/// `callback`, when not NULL, must follow the rules of `EmberLogCallback`.
 #[no_mangle]
-pub unsafe extern "C" fn engine_set_log_callback(callback: EngineLogCallback, userdata: *mut c_void) -> EngineStatus {
+pub unsafe extern "C" fn engine_set_log_callback(callback: EmberLogCallback, userdata: *mut c_void) -> EmberStatus {
     boundary("engine_set_log_callback", || {
         *HOST_LOG.lock().unwrap_or_else(|e| e.into_inner()) = callback.map(|callback| HostLog { callback, userdata });
         Ok(())
@@ -102,10 +102,10 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Counts the lines "cut" at level Warn. No assertion here: a panic cannot unwind out of a C callback.
-    unsafe extern "C" fn count_lines(userdata: *mut c_void, level: EngineLogLevel, message: *const c_char) {
+    unsafe extern "C" fn count_lines(userdata: *mut c_void, level: EmberLogLevel, message: *const c_char) {
         // SAFETY: the test passes a pointer to a static AtomicU32, and ember a NUL-terminated message.
         let (counter, message) = unsafe { (&*(userdata as *const AtomicU32), CStr::from_ptr(message)) };
-        if level == EngineLogLevel::Warn && message.to_bytes() == b"cut" {
+        if level == EmberLogLevel::Warn && message.to_bytes() == b"cut" {
             counter.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -115,10 +115,10 @@ mod tests {
         static LINES: AtomicU32 = AtomicU32::new(0);
         let userdata = &LINES as *const AtomicU32 as *mut c_void;
         // SAFETY: count_lines follows the callback rules; LINES is static.
-        assert_eq!(unsafe { engine_set_log_callback(Some(count_lines), userdata) }, EngineStatus::Ok);
+        assert_eq!(unsafe { engine_set_log_callback(Some(count_lines), userdata) }, EmberStatus::Ok);
         let logger = current_logger();
         // SAFETY: NULL unsets the callback.
-        assert_eq!(unsafe { engine_set_log_callback(None, std::ptr::null_mut()) }, EngineStatus::Ok);
+        assert_eq!(unsafe { engine_set_log_callback(None, std::ptr::null_mut()) }, EmberStatus::Ok);
         logger.log(LogLevel::Warn, "cut\0 here");
         current_logger().log(LogLevel::Warn, "not delivered");
         assert_eq!(LINES.load(Ordering::Relaxed), 1);

@@ -4,9 +4,9 @@ use std::ffi::{c_char, CString};
 
 use super::args::Out;
 use super::boundary::boundary;
-use super::engine::Engine;
+use super::engine::EmberEngine;
 use super::registry::{ENGINES, STRINGS};
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use crate::protocol::prometheus::metrics_text;
 
 /// Writes the engine's metrics, in the Prometheus text exposition format (version 0.0.4; serve it with
@@ -16,8 +16,8 @@ use crate::protocol::prometheus::metrics_text;
 /// histograms of time to first token, inter-token latency, queue time and end-to-end latency. Names are vLLM's
 /// with an `ember_` prefix where vLLM has the metric; `docs/c_api.md` ("Prometheus metrics") lists them all.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_HANDLE`,
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+/// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
+/// `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
 ///
 /// Thread safety: any thread, any time (a short lock; never waits for a step). Ownership: the caller owns the
 /// string (NUL-terminated UTF-8) and frees it with `engine_string_free`.
@@ -25,7 +25,7 @@ use crate::protocol::prometheus::metrics_text;
 /// # Safety
 /// `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn engine_metrics_text(engine: *const Engine, out: *mut *mut c_char) -> EngineStatus {
+pub unsafe extern "C" fn engine_metrics_text(engine: *const EmberEngine, out: *mut *mut c_char) -> EmberStatus {
     boundary("engine_metrics_text", || {
         let out = Out::new(out, "out")?;
         let text = ENGINES.get(engine.addr())?.with_engine(metrics_text)?;

@@ -3,13 +3,13 @@
 //!
 //! This layer is mechanical and thin: argument checks, conversions, handle lookups and the panic boundary; the
 //! behaviour is the engine's and the protocol's. Conventions, after rustls-ffi:
-//! - every function returns an [`EngineStatus`] (or nothing, for the frees, or a static string), runs inside
+//! - every function returns an [`EmberStatus`] (or nothing, for the frees, or a static string), runs inside
 //!   [`boundary::boundary`] so that no panic crosses into C, and leaves the detail of a failure in the
 //!   thread's [`last_error`];
 //! - outputs are written only on success;
 //! - every pointer argument is checked for NULL, every string for UTF-8;
 //! - handles are checked values, never dereferenced (`registry.rs`): a freed, stale, foreign or random handle
-//!   is `ENGINE_STATUS_INVALID_HANDLE`, a double free is harmless.
+//!   is `EMBER_STATUS_INVALID_HANDLE`, a double free is harmless.
 //!
 //! Process-wide state, both documented where they live: the registry of handles and strings (`registry.rs`)
 //! and the log callback for engines created next (`log.rs`). Everything else belongs to one engine.
@@ -37,25 +37,25 @@ pub mod tokenizer;
 pub mod version;
 mod versioned;
 
-pub use engine::{engine_free, engine_new, engine_new_with_progress, Engine, EngineLoadProgressCallback};
-pub use event::{engine_poll, EngineEvent, EngineEventKind, EngineFinishReason};
+pub use engine::{engine_free, engine_new, engine_new_with_progress, EmberEngine, EmberLoadProgressCallback};
+pub use event::{engine_poll, EmberEvent, EmberEventKind, EmberFinishReason};
 #[cfg(unix)]
 pub use events::engine_events_fd;
 pub use events::{
-    engine_events_wakeup, engine_submit_with_user_data, engine_wait_events, EngineEventRecord, ENGINE_DELIVERY_CHUNKS,
-    ENGINE_DELIVERY_EVENTS,
+    engine_events_wakeup, engine_submit_with_user_data, engine_wait_events, EmberEventRecord, EMBER_DELIVERY_CHUNKS,
+    EMBER_DELIVERY_EVENTS,
 };
 pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
 pub use last_error::engine_last_error_message;
-pub use log::{engine_set_log_callback, EngineLogCallback, EngineLogLevel};
-pub use logprobs::{engine_get_token_logprobs, EngineTokenLogprob};
+pub use log::{engine_set_log_callback, EmberLogCallback, EmberLogLevel};
+pub use logprobs::{engine_get_token_logprobs, EmberTokenLogprob};
 pub use metrics::{
     engine_get_choice_timing_metrics, engine_get_extended_metrics, engine_get_timing_metrics,
-    engine_get_token_timestamps, ExtendedTimingMetrics, PerRequestTimingMetrics,
+    engine_get_token_timestamps, EmberExtendedTimingMetrics, EmberPerRequestTimingMetrics,
 };
 pub use metrics_text::engine_metrics_text;
-pub use request::{engine_cancel, engine_request_free, engine_submit, EngineRequest};
-pub use stats::{engine_get_stats, EngineStats};
-pub use status::{engine_status_message, EngineStatus};
+pub use request::{engine_cancel, engine_request_free, engine_submit, EmberRequest};
+pub use stats::{engine_get_stats, EmberStats};
+pub use status::{engine_status_message, EmberStatus};
 pub use tokenizer::{engine_apply_chat_template, engine_detokenize, engine_model_info_json, engine_tokenize};
 pub use version::{engine_version, EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH};

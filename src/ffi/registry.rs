@@ -4,7 +4,7 @@
 //!
 //! A handle is not an address. Its pointer value encodes a slot index and a serial number, and the slot stores
 //! the exact value it issued; a lookup that finds a different value (freed slot, reused slot, another type's
-//! handle, a random pointer) is refused with `ENGINE_STATUS_INVALID_HANDLE`. Nothing the host passes as a handle
+//! handle, a random pointer) is refused with `EMBER_STATUS_INVALID_HANDLE`. Nothing the host passes as a handle
 //! is ever dereferenced, so no misuse of a handle is undefined behaviour.
 //!
 //! Bit layout of a handle value (64-bit targets only):
@@ -16,7 +16,7 @@
 //! Fork: a handle belongs to the process that created it. A child forked from that process inherits the tables
 //! but not the engine threads (fork copies only the calling thread), so its submissions would never run and
 //! freeing its engines would join threads that do not exist. Each slot records its creator's pid; a lookup from
-//! another process is refused with `ENGINE_STATUS_FORKED`, and nothing of the object is touched or dropped in
+//! another process is refused with `EMBER_STATUS_FORKED`, and nothing of the object is touched or dropped in
 //! the child (its memory stays as fork copied it).
 //!
 //! Locking: each table is an `RwLock` held only to find, insert or remove an entry and clone its `Arc`; all
@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::boundary::Failure;
 use super::engine::EngineObject;
 use super::request::RequestObject;
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 
 const _: () = assert!(usize::BITS == 64, "handle values pack 64 bits into a pointer");
 
@@ -109,7 +109,7 @@ impl<T> HandleTable<T> {
             }
             None => {
                 return Err(Failure::new(
-                    EngineStatus::TooManyHandles,
+                    EmberStatus::TooManyHandles,
                     format!("{MAX_SLOTS} {} handles are live; free some first", t.kind.name),
                 ))
             }
@@ -145,7 +145,7 @@ impl<T> Slots<T> {
         let (creator, here) = (self.slots[index].pid, std::process::id());
         if creator != here {
             return Err(Failure::new(
-                EngineStatus::Forked,
+                EmberStatus::Forked,
                 format!(
                     "this {} handle was created by process {creator}, and this is process {here}, forked from it: \
                      ember's engine threads do not survive fork(), so a forked child cannot use its parent's engines \
@@ -242,13 +242,13 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(*table.get(a).unwrap(), 1);
         assert_eq!(*table.remove(a).unwrap(), 1);
-        assert_eq!(table.get(a).unwrap_err().status, EngineStatus::InvalidHandle);
-        assert_eq!(table.remove(a).unwrap_err().status, EngineStatus::InvalidHandle, "double free");
+        assert_eq!(table.get(a).unwrap_err().status, EmberStatus::InvalidHandle);
+        assert_eq!(table.remove(a).unwrap_err().status, EmberStatus::InvalidHandle, "double free");
         // The freed slot is reused with a new serial: the old handle stays invalid.
         let c = table.insert(Arc::new(3)).unwrap();
         assert_eq!(c & INDEX_MASK, a & INDEX_MASK);
         assert_ne!(c, a);
-        assert_eq!(table.get(a).unwrap_err().status, EngineStatus::InvalidHandle);
+        assert_eq!(table.get(a).unwrap_err().status, EmberStatus::InvalidHandle);
         assert_eq!(*table.get(c).unwrap(), 3);
         assert_eq!(*table.get(b).unwrap(), 2);
     }
@@ -257,9 +257,9 @@ mod tests {
     fn null_foreign_and_wrong_type_values_are_refused() {
         let table: HandleTable<u32> = HandleTable::new(KIND);
         let a = table.insert(Arc::new(1)).unwrap();
-        assert_eq!(table.get(0).unwrap_err().status, EngineStatus::InvalidArgument);
+        assert_eq!(table.get(0).unwrap_err().status, EmberStatus::InvalidArgument);
         for value in [1, 0xdead_beef, a + 1, a ^ (1 << 40), usize::MAX, 0x7fff_1234_5670] {
-            assert_eq!(table.get(value).unwrap_err().status, EngineStatus::InvalidHandle, "{value:#x}");
+            assert_eq!(table.get(value).unwrap_err().status, EmberStatus::InvalidHandle, "{value:#x}");
         }
         let request_like = (a & !(0xff << INDEX_BITS)) | usize::from(HandleKind::REQUEST.tag) << INDEX_BITS;
         let e = table.get(request_like).unwrap_err();
@@ -273,8 +273,8 @@ mod tests {
         let h = table.insert(Arc::new(1)).unwrap();
         // What a forked child sees: the slot says another process created it.
         table.inner.write().unwrap().slots[(h & INDEX_MASK) - 1].pid = std::process::id() + 1;
-        assert_eq!(table.get(h).unwrap_err().status, EngineStatus::Forked);
-        assert_eq!(table.remove(h).unwrap_err().status, EngineStatus::Forked);
+        assert_eq!(table.get(h).unwrap_err().status, EmberStatus::Forked);
+        assert_eq!(table.remove(h).unwrap_err().status, EmberStatus::Forked);
         table.inner.write().unwrap().slots[(h & INDEX_MASK) - 1].pid = std::process::id();
         assert_eq!(*table.get(h).unwrap(), 1, "still registered: nothing was dropped");
     }

@@ -7,16 +7,16 @@ use std::thread::ThreadId;
 
 use super::args::{required_str, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::Engine;
+use super::engine::EmberEngine;
 use super::events::DeliveryKind;
 use super::registry::{to_pointer, ENGINES, REQUESTS};
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use crate::engine::RequestHandle;
 use crate::protocol::{ApiRequest, OVERLOADED};
 
 /// A submitted request: its events, its metrics, its final response. Opaque; a handle from `engine_submit`,
 /// freed with `engine_request_free`.
-pub struct EngineRequest {
+pub struct EmberRequest {
     _opaque: [u8; 0],
 }
 
@@ -32,13 +32,13 @@ pub(super) struct RequestObject {
     /// Set by `engine_request_free`, so that a call that was waiting when the request was freed reports the
     /// handle as invalid instead of handing out memory that is about to be released.
     freed: AtomicBool,
-    /// The text of the last event each thread polled, NUL-terminated: what `EngineEvent.text` points to, kept
+    /// The text of the last event each thread polled, NUL-terminated: what `EmberEvent.text` points to, kept
     /// until that thread polls this request again or the request is freed. Per thread, so that threads polling
     /// one request concurrently never invalidate each other's text.
     pub poll_text: Mutex<Vec<(ThreadId, String)>>,
     /// Where its events go when it was submitted with `engine_submit_with_user_data`; `None` for `engine_submit`.
     pub delivery: Option<Delivery>,
-    /// `ENGINE_DELIVERY_CHUNKS`: its `STREAM_DONE` record has been written (it is written once).
+    /// `EMBER_DELIVERY_CHUNKS`: its `STREAM_DONE` record has been written (it is written once).
     stream_done: AtomicBool,
 }
 
@@ -65,8 +65,8 @@ impl RequestObject {
 
 /// The live request `request`, checked to belong to the live engine `engine`.
 pub(super) fn request_of_engine(
-    engine: *const Engine,
-    request: *const EngineRequest,
+    engine: *const EmberEngine,
+    request: *const EmberRequest,
 ) -> Result<Arc<RequestObject>, Failure> {
     ENGINES.get(engine.addr())?;
     let object = REQUESTS.get(request.addr())?;
@@ -83,13 +83,13 @@ pub(super) fn request_of_engine(
 /// `engine_next_chunk_json` returns; any request's text can be read with `engine_poll` instead, and its final
 /// body with `engine_response_json`. See `docs/c_api.md` for the fields.
 ///
-/// Returns `ENGINE_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
-/// `ENGINE_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
-/// JSON, naming the field at fault), `ENGINE_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
+/// Returns `EMBER_STATUS_OK` and writes the new request handle to `*out`; on failure `*out` is untouched:
+/// `EMBER_STATUS_INVALID_REQUEST` (the request was refused; `engine_last_error_message()` is the OpenAI error
+/// JSON, naming the field at fault), `EMBER_STATUS_OVERLOADED` (`max_waiting_requests` requests already wait
 /// to start: nothing was queued, retry later; the message is an OpenAI error body with `code` `"overloaded"`),
-/// `ENGINE_STATUS_INVALID_HANDLE` (engine freed or not an engine),
-/// `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument),
-/// `ENGINE_STATUS_TOO_MANY_HANDLES`.
+/// `EMBER_STATUS_INVALID_HANDLE` (engine freed or not an engine),
+/// `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_ARGUMENT` (a NULL argument),
+/// `EMBER_STATUS_TOO_MANY_HANDLES`.
 ///
 /// Thread safety: any thread, concurrently with any other call. Ownership: the caller owns the request handle
 /// and frees it with `engine_request_free`, also after `engine_free` of its engine.
@@ -98,10 +98,10 @@ pub(super) fn request_of_engine(
 /// `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn engine_submit(
-    engine: *mut Engine,
+    engine: *mut EmberEngine,
     request_json: *const c_char,
-    out: *mut *mut EngineRequest,
-) -> EngineStatus {
+    out: *mut *mut EmberRequest,
+) -> EmberStatus {
     boundary("engine_submit", || {
         // SAFETY: as this function's contract says, which is `submit`'s.
         unsafe { submit(engine, request_json, None, out) }
@@ -114,10 +114,10 @@ pub unsafe extern "C" fn engine_submit(
 /// # Safety
 /// `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
 pub(super) unsafe fn submit(
-    engine: *mut Engine,
+    engine: *mut EmberEngine,
     request_json: *const c_char,
     delivery: Option<Delivery>,
-    out: *mut *mut EngineRequest,
+    out: *mut *mut EmberRequest,
 ) -> Result<(), Failure> {
     let out = Out::new(out, "out")?;
     // SAFETY: NULL or NUL-terminated, by this function's contract.
@@ -125,8 +125,8 @@ pub(super) unsafe fn submit(
     let engine_object = ENGINES.get(engine.addr())?;
     let api = engine_object.with_engine(|e| ApiRequest::submit(e, json, None))?.map_err(|e| {
         let status = match e.code.as_deref() {
-            Some(OVERLOADED) => EngineStatus::Overloaded,
-            _ => EngineStatus::InvalidRequest,
+            Some(OVERLOADED) => EmberStatus::Overloaded,
+            _ => EmberStatus::InvalidRequest,
         };
         Failure::verbatim(status, e.to_json())
     })?;
@@ -150,14 +150,14 @@ pub(super) unsafe fn submit(
     Ok(())
 }
 
-/// Asks the engine to stop a request. Its unfinished choices end with `ENGINE_FINISH_REASON_CANCELLED` (a poll
+/// Asks the engine to stop a request. Its unfinished choices end with `EMBER_FINISH_REASON_CANCELLED` (a poll
 /// then answers that), choices already finished keep their reason; text already generated stays readable.
 /// Idempotent; cancelling a finished request does nothing.
 ///
-/// Returns `ENGINE_STATUS_OK`, or `ENGINE_STATUS_INVALID_HANDLE` / `ENGINE_STATUS_INVALID_ARGUMENT` (NULL).
+/// Returns `EMBER_STATUS_OK`, or `EMBER_STATUS_INVALID_HANDLE` / `EMBER_STATUS_INVALID_ARGUMENT` (NULL).
 /// Thread safety: any thread, concurrently with polls of the same request.
 #[no_mangle]
-pub extern "C" fn engine_cancel(request: *mut EngineRequest) -> EngineStatus {
+pub extern "C" fn engine_cancel(request: *mut EmberRequest) -> EmberStatus {
     boundary("engine_cancel", || {
         REQUESTS.get(request.addr())?.handle.cancel();
         Ok(())
@@ -169,10 +169,10 @@ pub extern "C" fn engine_cancel(request: *mut EngineRequest) -> EngineStatus {
 /// and leaves the reason in `engine_last_error_message()`.
 ///
 /// Thread safety: any thread. A call on this request blocked in another thread (`engine_poll` with a timeout)
-/// returns promptly, with `ENGINE_STATUS_INVALID_HANDLE`; text pointers obtained from its events become
+/// returns promptly, with `EMBER_STATUS_INVALID_HANDLE`; text pointers obtained from its events become
 /// invalid.
 #[no_mangle]
-pub extern "C" fn engine_request_free(request: *mut EngineRequest) {
+pub extern "C" fn engine_request_free(request: *mut EmberRequest) {
     let _ = boundary("engine_request_free", || {
         if request.is_null() {
             return Ok(());

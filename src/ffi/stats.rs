@@ -4,57 +4,57 @@
 //! cancelled request really left the engine.
 
 use super::boundary::{boundary, Failure};
-use super::engine::Engine;
+use super::engine::EmberEngine;
 use super::registry::ENGINES;
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use super::versioned::{declared_size, versioned_fields, write_within};
 
-/// Presence bit of `EngineStats.num_running`.
-pub const ENGINE_STATS_NUM_RUNNING: u32 = 1 << 0;
-/// Presence bit of `EngineStats.num_waiting`.
-pub const ENGINE_STATS_NUM_WAITING: u32 = 1 << 1;
-/// Presence bit of `EngineStats.kv_blocks_free`.
-pub const ENGINE_STATS_KV_BLOCKS_FREE: u32 = 1 << 2;
-/// Presence bit of `EngineStats.kv_blocks_total`.
-pub const ENGINE_STATS_KV_BLOCKS_TOTAL: u32 = 1 << 3;
-/// Presence bit of `EngineStats.num_steps`.
-pub const ENGINE_STATS_NUM_STEPS: u32 = 1 << 4;
-/// Presence bit of `EngineStats.cpu_kernels` (set when the engine runs on the CPU).
-pub const ENGINE_STATS_CPU_KERNELS: u32 = 1 << 5;
-/// Presence bit of `EngineStats.cpu_threads` (set when the engine runs on the CPU).
-pub const ENGINE_STATS_CPU_THREADS: u32 = 1 << 6;
-/// Presence bit of `EngineStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
-pub const ENGINE_STATS_KV_WINDOW_BLOCKS_FREE: u32 = 1 << 7;
-/// Presence bit of `EngineStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
-pub const ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL: u32 = 1 << 8;
-/// Presence bit of `EngineStats.prefix_cache_blocks` (set when the engine caches prefixes).
-pub const ENGINE_STATS_PREFIX_CACHE_BLOCKS: u32 = 1 << 9;
-/// Presence bit of `EngineStats.num_preemptions`.
-pub const ENGINE_STATS_NUM_PREEMPTIONS: u32 = 1 << 10;
-/// Presence bit of `EngineStats.prefix_cache_queries` (set when the engine caches prefixes).
-pub const ENGINE_STATS_PREFIX_CACHE_QUERIES: u32 = 1 << 11;
-/// Presence bit of `EngineStats.prefix_cache_hits` (set when the engine caches prefixes).
-pub const ENGINE_STATS_PREFIX_CACHE_HITS: u32 = 1 << 12;
-/// Presence bit of `EngineStats.spec_decode_num_draft_tokens` (set when the engine speculates).
-pub const ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS: u32 = 1 << 13;
-/// Presence bit of `EngineStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
-pub const ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS: u32 = 1 << 14;
+/// Presence bit of `EmberStats.num_running`.
+pub const EMBER_STATS_NUM_RUNNING: u32 = 1 << 0;
+/// Presence bit of `EmberStats.num_waiting`.
+pub const EMBER_STATS_NUM_WAITING: u32 = 1 << 1;
+/// Presence bit of `EmberStats.kv_blocks_free`.
+pub const EMBER_STATS_KV_BLOCKS_FREE: u32 = 1 << 2;
+/// Presence bit of `EmberStats.kv_blocks_total`.
+pub const EMBER_STATS_KV_BLOCKS_TOTAL: u32 = 1 << 3;
+/// Presence bit of `EmberStats.num_steps`.
+pub const EMBER_STATS_NUM_STEPS: u32 = 1 << 4;
+/// Presence bit of `EmberStats.cpu_kernels` (set when the engine runs on the CPU).
+pub const EMBER_STATS_CPU_KERNELS: u32 = 1 << 5;
+/// Presence bit of `EmberStats.cpu_threads` (set when the engine runs on the CPU).
+pub const EMBER_STATS_CPU_THREADS: u32 = 1 << 6;
+/// Presence bit of `EmberStats.kv_window_blocks_free` (set when the engine has a sliding-window pool).
+pub const EMBER_STATS_KV_WINDOW_BLOCKS_FREE: u32 = 1 << 7;
+/// Presence bit of `EmberStats.kv_window_blocks_total` (set when the engine has a sliding-window pool).
+pub const EMBER_STATS_KV_WINDOW_BLOCKS_TOTAL: u32 = 1 << 8;
+/// Presence bit of `EmberStats.prefix_cache_blocks` (set when the engine caches prefixes).
+pub const EMBER_STATS_PREFIX_CACHE_BLOCKS: u32 = 1 << 9;
+/// Presence bit of `EmberStats.num_preemptions`.
+pub const EMBER_STATS_NUM_PREEMPTIONS: u32 = 1 << 10;
+/// Presence bit of `EmberStats.prefix_cache_queries` (set when the engine caches prefixes).
+pub const EMBER_STATS_PREFIX_CACHE_QUERIES: u32 = 1 << 11;
+/// Presence bit of `EmberStats.prefix_cache_hits` (set when the engine caches prefixes).
+pub const EMBER_STATS_PREFIX_CACHE_HITS: u32 = 1 << 12;
+/// Presence bit of `EmberStats.spec_decode_num_draft_tokens` (set when the engine speculates).
+pub const EMBER_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS: u32 = 1 << 13;
+/// Presence bit of `EmberStats.spec_decode_num_accepted_tokens` (set when the engine speculates).
+pub const EMBER_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS: u32 = 1 << 14;
 
-/// Presence bit of `EngineStats.model_load_time_ms`.
-pub const ENGINE_STATS_MODEL_LOAD_TIME_MS: u32 = 1 << 15;
-/// `EngineStats.cpu_kernels`: the portable scalar path.
-pub const ENGINE_CPU_KERNELS_SCALAR: u32 = 1;
-/// `EngineStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
-pub const ENGINE_CPU_KERNELS_AVX2: u32 = 2;
-/// `EngineStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
-pub const ENGINE_CPU_KERNELS_AVX512: u32 = 3;
+/// Presence bit of `EmberStats.model_load_time_ms`.
+pub const EMBER_STATS_MODEL_LOAD_TIME_MS: u32 = 1 << 15;
+/// `EmberStats.cpu_kernels`: the portable scalar path.
+pub const EMBER_CPU_KERNELS_SCALAR: u32 = 1;
+/// `EmberStats.cpu_kernels`: the AVX2 (with FMA and F16C) path.
+pub const EMBER_CPU_KERNELS_AVX2: u32 = 2;
+/// `EmberStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
+pub const EMBER_CPU_KERNELS_AVX512: u32 = 3;
 
-/// The `ENGINE_CPU_KERNELS_*` value of a kernel path's name (0 for a name this version does not know).
+/// The `EMBER_CPU_KERNELS_*` value of a kernel path's name (0 for a name this version does not know).
 fn cpu_kernels_code(name: &str) -> u32 {
     match name {
-        "scalar" => ENGINE_CPU_KERNELS_SCALAR,
-        "avx2" => ENGINE_CPU_KERNELS_AVX2,
-        "avx512" => ENGINE_CPU_KERNELS_AVX512,
+        "scalar" => EMBER_CPU_KERNELS_SCALAR,
+        "avx2" => EMBER_CPU_KERNELS_AVX2,
+        "avx512" => EMBER_CPU_KERNELS_AVX512,
         _ => 0,
     }
 }
@@ -64,10 +64,10 @@ fn cpu_kernels_code(name: &str) -> u32 {
 /// has seen a request's token also sees it counted, and one that has seen it finish sees it gone.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct EngineStats {
-    /// Set by the caller to `sizeof(EngineStats)` before the call; never written by ember.
+pub struct EmberStats {
+    /// Set by the caller to `sizeof(EmberStats)` before the call; never written by ember.
     pub struct_size: u32,
-    /// `ENGINE_STATS_*` bits of the fields present (and written).
+    /// `EMBER_STATS_*` bits of the fields present (and written).
     pub present: u32,
     /// Sequences (choices) admitted and not finished.
     pub num_running: u32,
@@ -80,7 +80,7 @@ pub struct EngineStats {
     pub kv_blocks_total: u32,
     /// Forward steps run since the engine started.
     pub num_steps: u64,
-    /// The CPU kernel path serving the engine, an `ENGINE_CPU_KERNELS_*` value (every path computes the same
+    /// The CPU kernel path serving the engine, an `EMBER_CPU_KERNELS_*` value (every path computes the same
     /// results; the path decides speed only).
     pub cpu_kernels: u32,
     /// Threads computing each CPU operation, the engine thread included.
@@ -110,7 +110,7 @@ pub struct EngineStats {
     pub model_load_time_ms: f64,
 }
 
-versioned_fields!(EngineStats {
+versioned_fields!(EmberStats {
     num_running: u32,
     num_waiting: u32,
     kv_blocks_free: u32,
@@ -131,15 +131,15 @@ versioned_fields!(EngineStats {
 
 /// Writes the engine's counters into `*out`, as far as `out->struct_size` (set by the caller, at least 8) reaches.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure nothing is written: `ENGINE_STATUS_INVALID_HANDLE` (a freed, stale or
-/// foreign engine), `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
+/// Returns `EMBER_STATUS_OK`; on failure nothing is written: `EMBER_STATUS_INVALID_HANDLE` (a freed, stale or
+/// foreign engine), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`, `struct_size` < 8).
 ///
 /// Thread safety: any thread, at any time; reads atomic counters only (no lock, no allocation).
 ///
 /// # Safety
 /// `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
 #[no_mangle]
-pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut EngineStats) -> EngineStatus {
+pub unsafe extern "C" fn engine_get_stats(engine: *const EmberEngine, out: *mut EmberStats) -> EmberStatus {
     boundary("engine_get_stats", || {
         if out.is_null() {
             return Err(Failure::invalid_argument("out is NULL"));
@@ -151,35 +151,33 @@ pub unsafe extern "C" fn engine_get_stats(engine: *const Engine, out: *mut Engin
             let (free, total) = e.kv_blocks();
             let clamp = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
             let cpu = e.cpu_serving();
-            let cpu_bits = if cpu.is_some() { ENGINE_STATS_CPU_KERNELS | ENGINE_STATS_CPU_THREADS } else { 0 };
+            let cpu_bits = if cpu.is_some() { EMBER_STATS_CPU_KERNELS | EMBER_STATS_CPU_THREADS } else { 0 };
             let window = e.kv_window_blocks();
             let window_bits = match window {
-                Some(_) => ENGINE_STATS_KV_WINDOW_BLOCKS_FREE | ENGINE_STATS_KV_WINDOW_BLOCKS_TOTAL,
+                Some(_) => EMBER_STATS_KV_WINDOW_BLOCKS_FREE | EMBER_STATS_KV_WINDOW_BLOCKS_TOTAL,
                 None => 0,
             };
             let speculation = e.speculation();
             let speculation_bits = match speculation {
-                Some(_) => ENGINE_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS | ENGINE_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+                Some(_) => EMBER_STATS_SPEC_DECODE_NUM_DRAFT_TOKENS | EMBER_STATS_SPEC_DECODE_NUM_ACCEPTED_TOKENS,
                 None => 0,
             };
             let prefix = e.prefix_cache();
             let prefix_bits = match prefix {
                 Some(_) => {
-                    ENGINE_STATS_PREFIX_CACHE_BLOCKS
-                        | ENGINE_STATS_PREFIX_CACHE_QUERIES
-                        | ENGINE_STATS_PREFIX_CACHE_HITS
+                    EMBER_STATS_PREFIX_CACHE_BLOCKS | EMBER_STATS_PREFIX_CACHE_QUERIES | EMBER_STATS_PREFIX_CACHE_HITS
                 }
                 None => 0,
             };
-            EngineStats {
+            EmberStats {
                 struct_size: 0,
-                present: ENGINE_STATS_NUM_RUNNING
-                    | ENGINE_STATS_NUM_WAITING
-                    | ENGINE_STATS_KV_BLOCKS_FREE
-                    | ENGINE_STATS_KV_BLOCKS_TOTAL
-                    | ENGINE_STATS_NUM_STEPS
-                    | ENGINE_STATS_NUM_PREEMPTIONS
-                    | ENGINE_STATS_MODEL_LOAD_TIME_MS
+                present: EMBER_STATS_NUM_RUNNING
+                    | EMBER_STATS_NUM_WAITING
+                    | EMBER_STATS_KV_BLOCKS_FREE
+                    | EMBER_STATS_KV_BLOCKS_TOTAL
+                    | EMBER_STATS_NUM_STEPS
+                    | EMBER_STATS_NUM_PREEMPTIONS
+                    | EMBER_STATS_MODEL_LOAD_TIME_MS
                     | cpu_bits
                     | window_bits
                     | prefix_bits

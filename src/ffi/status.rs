@@ -1,4 +1,4 @@
-//! `EngineStatus`: the one result code of every C function, and its static description.
+//! `EmberStatus`: the one result code of every C function, and its static description.
 //!
 //! The numbers are ABI: a value once published is never renumbered or reused for another meaning, so a host
 //! compiled against an old header still reads new libraries correctly (rustls-ffi's `rustls_result` rule).
@@ -6,12 +6,12 @@
 
 use std::ffi::c_char;
 
-/// The result of an ember C function. `ENGINE_STATUS_OK` (0) is success; any other value is a failure whose
+/// The result of an ember C function. `EMBER_STATUS_OK` (0) is success; any other value is a failure whose
 /// detail is in `engine_last_error_message()` on the calling thread. A failing function writes none of its
-/// outputs, unless its documentation says otherwise (`ENGINE_STATUS_BUFFER_TOO_SMALL`).
+/// outputs, unless its documentation says otherwise (`EMBER_STATUS_BUFFER_TOO_SMALL`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineStatus {
+pub enum EmberStatus {
     /// Success.
     Ok = 0,
     /// A required pointer argument is NULL, or an argument is out of its documented range (a negative
@@ -62,54 +62,54 @@ pub enum EngineStatus {
 }
 
 /// Every status, in number order (private: cbindgen would export a public constant).
-const ALL_STATUSES: [EngineStatus; 18] = [
-    EngineStatus::Ok,
-    EngineStatus::InvalidArgument,
-    EngineStatus::InvalidUtf8,
-    EngineStatus::InvalidHandle,
-    EngineStatus::InvalidConfig,
-    EngineStatus::ModelLoadFailed,
-    EngineStatus::EngineStartFailed,
-    EngineStatus::InvalidRequest,
-    EngineStatus::Timeout,
-    EngineStatus::NotFinished,
-    EngineStatus::StreamDone,
-    EngineStatus::BufferTooSmall,
-    EngineStatus::ChoiceOutOfRange,
-    EngineStatus::TooManyHandles,
-    EngineStatus::Panic,
-    EngineStatus::Forked,
-    EngineStatus::Overloaded,
-    EngineStatus::LoadCancelled,
+const ALL_STATUSES: [EmberStatus; 18] = [
+    EmberStatus::Ok,
+    EmberStatus::InvalidArgument,
+    EmberStatus::InvalidUtf8,
+    EmberStatus::InvalidHandle,
+    EmberStatus::InvalidConfig,
+    EmberStatus::ModelLoadFailed,
+    EmberStatus::EngineStartFailed,
+    EmberStatus::InvalidRequest,
+    EmberStatus::Timeout,
+    EmberStatus::NotFinished,
+    EmberStatus::StreamDone,
+    EmberStatus::BufferTooSmall,
+    EmberStatus::ChoiceOutOfRange,
+    EmberStatus::TooManyHandles,
+    EmberStatus::Panic,
+    EmberStatus::Forked,
+    EmberStatus::Overloaded,
+    EmberStatus::LoadCancelled,
 ];
 
-impl EngineStatus {
+impl EmberStatus {
     /// A one-line description, NUL-terminated so that C can use it in place.
     fn message(self) -> &'static str {
         match self {
-            EngineStatus::Ok => "ok\0",
-            EngineStatus::InvalidArgument => "invalid argument (a NULL pointer or a value out of range)\0",
-            EngineStatus::InvalidUtf8 => "a string argument is not valid UTF-8\0",
-            EngineStatus::InvalidHandle => "not a live handle (freed, never issued, or of another engine)\0",
-            EngineStatus::InvalidConfig => "invalid engine configuration\0",
-            EngineStatus::ModelLoadFailed => "the model could not be loaded\0",
-            EngineStatus::EngineStartFailed => "the engine could not be started\0",
-            EngineStatus::InvalidRequest => "invalid request\0",
-            EngineStatus::Timeout => "timed out\0",
-            EngineStatus::NotFinished => "the request has not finished\0",
-            EngineStatus::StreamDone => "the stream has ended\0",
-            EngineStatus::BufferTooSmall => "the buffer is too small\0",
-            EngineStatus::ChoiceOutOfRange => "choice index out of range\0",
-            EngineStatus::TooManyHandles => "too many live handles\0",
-            EngineStatus::Panic => "internal error in ember (caught panic)\0",
-            EngineStatus::Forked => "the handle belongs to the parent process (used after fork)\0",
-            EngineStatus::Overloaded => "the engine is overloaded: too many requests wait to start\0",
-            EngineStatus::LoadCancelled => "the load was cancelled by its progress callback\0",
+            EmberStatus::Ok => "ok\0",
+            EmberStatus::InvalidArgument => "invalid argument (a NULL pointer or a value out of range)\0",
+            EmberStatus::InvalidUtf8 => "a string argument is not valid UTF-8\0",
+            EmberStatus::InvalidHandle => "not a live handle (freed, never issued, or of another engine)\0",
+            EmberStatus::InvalidConfig => "invalid engine configuration\0",
+            EmberStatus::ModelLoadFailed => "the model could not be loaded\0",
+            EmberStatus::EngineStartFailed => "the engine could not be started\0",
+            EmberStatus::InvalidRequest => "invalid request\0",
+            EmberStatus::Timeout => "timed out\0",
+            EmberStatus::NotFinished => "the request has not finished\0",
+            EmberStatus::StreamDone => "the stream has ended\0",
+            EmberStatus::BufferTooSmall => "the buffer is too small\0",
+            EmberStatus::ChoiceOutOfRange => "choice index out of range\0",
+            EmberStatus::TooManyHandles => "too many live handles\0",
+            EmberStatus::Panic => "internal error in ember (caught panic)\0",
+            EmberStatus::Forked => "the handle belongs to the parent process (used after fork)\0",
+            EmberStatus::Overloaded => "the engine is overloaded: too many requests wait to start\0",
+            EmberStatus::LoadCancelled => "the load was cancelled by its progress callback\0",
         }
     }
 }
 
-/// A static, NUL-terminated English description of `status` (an `EngineStatus` value); never NULL. Unknown
+/// A static, NUL-terminated English description of `status` (an `EmberStatus` value); never NULL. Unknown
 /// values (from a newer header) give "unknown status".
 ///
 /// Thread safety: any thread, any time. Ownership: the string is static; do not free it. Does not change the

@@ -7,9 +7,9 @@ use std::ffi::{c_char, CString};
 
 use super::args::{copy_to_buffer, required_str, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::Engine;
+use super::engine::EmberEngine;
 use super::registry::{ENGINES, STRINGS};
-use super::status::EngineStatus;
+use super::status::EmberStatus;
 use crate::model::TokenId;
 use crate::protocol::model_info::model_info_json;
 use crate::protocol::tokenize::{apply_chat_template, detokenize, tokenize_text};
@@ -36,9 +36,9 @@ fn give_text(text: String) -> *mut c_char {
 /// one (as the engine adds it to a prompt), unless the text already starts with it. A submitted prompt's ids are
 /// `engine_tokenize(text, true, true)`.
 ///
-/// Returns `ENGINE_STATUS_OK`; `ENGINE_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
+/// Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
 /// `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask
-/// the size); `ENGINE_STATUS_INVALID_UTF8`, `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT`
+/// the size); `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT`
 /// (NULL `out_count`, NULL `text` with a non-zero length, NULL `buffer` with a non-zero `capacity`).
 ///
 /// Thread safety: any thread, any time; does not wait for the engine's steps.
@@ -48,7 +48,7 @@ fn give_text(text: String) -> *mut c_char {
 /// `uint32_t`s; `out_count` is NULL or points to a writable `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn engine_tokenize(
-    engine: *const Engine,
+    engine: *const EmberEngine,
     text: *const c_char,
     text_len: usize,
     add_special: bool,
@@ -56,7 +56,7 @@ pub unsafe extern "C" fn engine_tokenize(
     buffer: *mut u32,
     capacity: usize,
     out_count: *mut usize,
-) -> EngineStatus {
+) -> EmberStatus {
     boundary("engine_tokenize", || {
         let out_count = Out::new(out_count, "out_count")?;
         if buffer.is_null() && capacity > 0 {
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn engine_tokenize(
             n => unsafe { std::slice::from_raw_parts(text.cast::<u8>(), n) },
         };
         let text = std::str::from_utf8(bytes)
-            .map_err(|e| Failure::new(EngineStatus::InvalidUtf8, format!("text is not valid UTF-8: {e}")))?;
+            .map_err(|e| Failure::new(EmberStatus::InvalidUtf8, format!("text is not valid UTF-8: {e}")))?;
         let ids =
             ENGINES.get(engine.addr())?.with_engine(|e| tokenize_text(e.model(), text, add_special, parse_special))?;
         // SAFETY: `buffer` and `out_count` as this function's contract says, which is `copy_to_buffer`'s.
@@ -83,9 +83,9 @@ pub unsafe extern "C" fn engine_tokenize(
 /// replaced by U+FFFD; control tokens write their text only when `include_special` (vLLM's
 /// `skip_special_tokens: false`). A NUL byte in the text ends the C string there.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_ARGUMENT` (an id outside
+/// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_ARGUMENT` (an id outside
 /// the vocabulary, named with its index; NULL `out`; NULL `ids` with a non-zero count),
-/// `ENGINE_STATUS_INVALID_HANDLE`.
+/// `EMBER_STATUS_INVALID_HANDLE`.
 ///
 /// Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
 ///
@@ -94,12 +94,12 @@ pub unsafe extern "C" fn engine_tokenize(
 /// pointer.
 #[no_mangle]
 pub unsafe extern "C" fn engine_detokenize(
-    engine: *const Engine,
+    engine: *const EmberEngine,
     ids: *const u32,
     n_ids: usize,
     include_special: bool,
     out: *mut *mut c_char,
-) -> EngineStatus {
+) -> EmberStatus {
     boundary("engine_detokenize", || {
         let out = Out::new(out, "out")?;
         if ids.is_null() && n_ids > 0 {
@@ -125,9 +125,9 @@ pub unsafe extern "C" fn engine_detokenize(
 /// body has them, ending with the assistant's turn; then tokenized as `engine_submit` tokenizes it). The body is
 /// checked as `engine_submit` checks it.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_REQUEST` (the body was
-/// refused; `engine_last_error_message()` is the OpenAI error body naming the field), `ENGINE_STATUS_INVALID_UTF8`,
-/// `ENGINE_STATUS_INVALID_HANDLE`, `ENGINE_STATUS_INVALID_ARGUMENT` (a NULL argument).
+/// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_REQUEST` (the body was
+/// refused; `engine_last_error_message()` is the OpenAI error body naming the field), `EMBER_STATUS_INVALID_UTF8`,
+/// `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_ARGUMENT` (a NULL argument).
 ///
 /// Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
 ///
@@ -135,10 +135,10 @@ pub unsafe extern "C" fn engine_detokenize(
 /// `request_json` is NULL or NUL-terminated; `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn engine_apply_chat_template(
-    engine: *const Engine,
+    engine: *const EmberEngine,
     request_json: *const c_char,
     out: *mut *mut c_char,
-) -> EngineStatus {
+) -> EmberStatus {
     boundary("engine_apply_chat_template", || {
         let out = Out::new(out, "out")?;
         // SAFETY: NULL or NUL-terminated, by this function's contract.
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn engine_apply_chat_template(
         let prompt = ENGINES
             .get(engine.addr())?
             .with_engine(|e| apply_chat_template(e.model(), json))?
-            .map_err(|e| Failure::verbatim(EngineStatus::InvalidRequest, e.to_json()))?;
+            .map_err(|e| Failure::verbatim(EmberStatus::InvalidRequest, e.to_json()))?;
         // SAFETY: `out` is non-NULL and writable by this function's contract.
         unsafe { out.write(give_text(prompt)) };
         Ok(())
@@ -162,15 +162,15 @@ pub unsafe extern "C" fn engine_apply_chat_template(
 /// "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). The first call computes the file's
 /// SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
 ///
-/// Returns `ENGINE_STATUS_OK`; on failure `*out` is untouched: `ENGINE_STATUS_INVALID_HANDLE`,
-/// `ENGINE_STATUS_INVALID_ARGUMENT` (NULL `out`).
+/// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
+/// `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
 ///
 /// Thread safety: any thread, any time. Ownership: the caller frees the string with `engine_string_free`.
 ///
 /// # Safety
 /// `out` is NULL or points to writable storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn engine_model_info_json(engine: *const Engine, out: *mut *mut c_char) -> EngineStatus {
+pub unsafe extern "C" fn engine_model_info_json(engine: *const EmberEngine, out: *mut *mut c_char) -> EmberStatus {
     boundary("engine_model_info_json", || {
         let out = Out::new(out, "out")?;
         let info = ENGINES.get(engine.addr())?.with_engine(model_info_json)?;

@@ -1,7 +1,7 @@
 /*
  * One host thread serves every request: the event-driven C API as an epoll server uses it. The thread submits
- * REQUESTS requests at once with engine_submit_with_user_data (alternately ENGINE_DELIVERY_EVENTS and
- * ENGINE_DELIVERY_CHUNKS), waits on engine_events_fd with epoll, takes records with engine_wait_events until it
+ * REQUESTS requests at once with engine_submit_with_user_data (alternately EMBER_DELIVERY_EVENTS and
+ * EMBER_DELIVERY_CHUNKS), waits on engine_events_fd with epoll, takes records with engine_wait_events until it
  * times out, and checks that nothing is lost or duplicated:
  *   - every record names its request and carries its user_data;
  *   - an events request gets deltas, then one FINISHED marked last; a chunks request gets chunk bodies, then one
@@ -39,7 +39,7 @@ static void check(int ok, const char *what, const char *file, int line) {
     }
 }
 
-static void check_status(EngineStatus got, EngineStatus expected, const char *call, const char *file, int line) {
+static void check_status(EmberStatus got, EmberStatus expected, const char *call, const char *file, int line) {
     checks_run++;
     if (got != expected) {
         fprintf(stderr, "%s:%d: %s\n  returned %u (%s), expected %u (%s)\n  last error: %s\n", file, line, call,
@@ -51,13 +51,13 @@ static void check_status(EngineStatus got, EngineStatus expected, const char *ca
 
 /* What the host knows of one request: what a server keeps per stream. */
 typedef struct {
-    EngineRequest *request;
+    EmberRequest *request;
     uint32_t delivery;
     int records;
     uint32_t delta_tokens;
     int finishes;
     int chunks;
-    EngineFinishReason reason;
+    EmberFinishReason reason;
     int last;
     int cancelled;
     int freed;
@@ -77,19 +77,19 @@ static int process_threads(void) {
 }
 
 /* Takes one record of stream `s`, as a server would write it to its client. */
-static void on_record(Stream *s, size_t index, const EngineEventRecord *r) {
+static void on_record(Stream *s, size_t index, const EmberEventRecord *r) {
     CHECK(!s->last);
     CHECK(!s->freed);
     s->records++;
-    const EngineEvent *e = &r->event;
-    if (s->delivery == ENGINE_DELIVERY_EVENTS) {
+    const EmberEvent *e = &r->event;
+    if (s->delivery == EMBER_DELIVERY_EVENTS) {
         switch (e->kind) {
-        case ENGINE_EVENT_KIND_DELTA:
+        case EMBER_EVENT_KIND_DELTA:
             CHECK(s->finishes == 0);
             CHECK(e->text != NULL && e->text[e->text_len] == '\0');
             s->delta_tokens += e->num_tokens;
             break;
-        case ENGINE_EVENT_KIND_FINISHED:
+        case EMBER_EVENT_KIND_FINISHED:
             s->finishes++;
             s->reason = e->finish_reason;
             CHECK(r->last);
@@ -100,11 +100,11 @@ static void on_record(Stream *s, size_t index, const EngineEventRecord *r) {
         }
     } else {
         switch (e->kind) {
-        case ENGINE_EVENT_KIND_CHUNK:
+        case EMBER_EVENT_KIND_CHUNK:
             CHECK(e->text != NULL && e->text_len > 2 && e->text[0] == '{' && e->text[e->text_len] == '\0');
             s->chunks++;
             break;
-        case ENGINE_EVENT_KIND_STREAM_DONE:
+        case EMBER_EVENT_KIND_STREAM_DONE:
             CHECK(r->last && s->chunks > 0);
             break;
         default:
@@ -116,13 +116,13 @@ static void on_record(Stream *s, size_t index, const EngineEventRecord *r) {
 }
 
 typedef struct {
-    Engine *engine;
-    EngineStatus status;
+    EmberEngine *engine;
+    EmberStatus status;
 } Waiter;
 
 static void *wait_forever(void *arg) {
     Waiter *w = arg;
-    EngineEventRecord record;
+    EmberEventRecord record;
     size_t count = 0;
     w->status = engine_wait_events(w->engine, -1, &record, 1, &count);
     return NULL;
@@ -139,11 +139,11 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     printf("ember %s: %zu requests from one thread, engine config %s\n", engine_version(), n, config);
 
-    Engine *engine = NULL;
-    CHECK_STATUS(engine_new(config, &engine), ENGINE_STATUS_OK);
+    EmberEngine *engine = NULL;
+    CHECK_STATUS(engine_new(config, &engine), EMBER_STATUS_OK);
     const int threads_before = process_threads();
     int fd = -1;
-    CHECK_STATUS(engine_events_fd(engine, &fd), ENGINE_STATUS_OK);
+    CHECK_STATUS(engine_events_fd(engine, &fd), EMBER_STATUS_OK);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     CHECK(ep >= 0);
     struct epoll_event interest = {.events = EPOLLIN, .data = {.u64 = 0}};
@@ -155,14 +155,14 @@ int main(int argc, char **argv) {
         char body[160];
         snprintf(body, sizeof body, "{\"prompt\": \"%zu,\", \"max_tokens\": 3, \"temperature\": 0%s}", i,
                  i % 2 ? ", \"stream\": true" : "");
-        streams[i].delivery = i % 2 ? ENGINE_DELIVERY_CHUNKS : ENGINE_DELIVERY_EVENTS;
+        streams[i].delivery = i % 2 ? EMBER_DELIVERY_CHUNKS : EMBER_DELIVERY_EVENTS;
         CHECK_STATUS(engine_submit_with_user_data(engine, body, 7000 + i, streams[i].delivery, &streams[i].request),
-                     ENGINE_STATUS_OK);
+                     EMBER_STATUS_OK);
     }
 
     size_t open = n, batches = 0, records_seen = 0;
     int max_threads = process_threads();
-    EngineEventRecord records[64];
+    EmberEventRecord records[64];
     while (open > 0) {
         struct epoll_event ready;
         int woke = epoll_wait(ep, &ready, 1, -1);
@@ -170,17 +170,17 @@ int main(int argc, char **argv) {
         /* Take everything that waits, as a level-triggered loop would before it polls again. */
         for (;;) {
             size_t count = 0;
-            EngineStatus status = engine_wait_events(engine, 0, records, 64, &count);
-            if (status == ENGINE_STATUS_TIMEOUT) {
+            EmberStatus status = engine_wait_events(engine, 0, records, 64, &count);
+            if (status == EMBER_STATUS_TIMEOUT) {
                 CHECK(count == 0);
                 break;
             }
-            CHECK_STATUS(status, ENGINE_STATUS_OK);
+            CHECK_STATUS(status, EMBER_STATUS_OK);
             CHECK(count >= 1 && count <= 64);
             batches++;
             records_seen += count;
             for (size_t k = 0; k < count; k++) {
-                const EngineEventRecord *r = &records[k];
+                const EmberEventRecord *r = &records[k];
                 CHECK(r->user_data >= 7000 && r->user_data < 7000 + n);
                 size_t i = (size_t)(r->user_data - 7000);
                 Stream *s = &streams[i];
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
                     s->freed = 1;
                     open--;
                 } else if (s->records == 1 && i % 50 == 0) {
-                    CHECK_STATUS(engine_cancel(s->request), ENGINE_STATUS_OK);
+                    CHECK_STATUS(engine_cancel(s->request), EMBER_STATUS_OK);
                     s->cancelled = 1;
                 }
             }
@@ -210,23 +210,23 @@ int main(int argc, char **argv) {
         Stream *s = &streams[i];
         if (s->freed) continue;
         CHECK(s->last);
-        PerRequestTimingMetrics m = {.struct_size = sizeof m};
-        CHECK_STATUS(engine_get_timing_metrics(s->request, &m), ENGINE_STATUS_OK);
-        if (s->delivery == ENGINE_DELIVERY_EVENTS) {
+        EmberPerRequestTimingMetrics m = {.struct_size = sizeof m};
+        CHECK_STATUS(engine_get_timing_metrics(s->request, &m), EMBER_STATUS_OK);
+        if (s->delivery == EMBER_DELIVERY_EVENTS) {
             CHECK(s->finishes == 1);
-            CHECK(s->reason == ENGINE_FINISH_REASON_STOP || s->reason == ENGINE_FINISH_REASON_LENGTH ||
-                  (s->cancelled && s->reason == ENGINE_FINISH_REASON_CANCELLED));
-            cancelled_finishes += s->reason == ENGINE_FINISH_REASON_CANCELLED;
+            CHECK(s->reason == EMBER_FINISH_REASON_STOP || s->reason == EMBER_FINISH_REASON_LENGTH ||
+                  (s->cancelled && s->reason == EMBER_FINISH_REASON_CANCELLED));
+            cancelled_finishes += s->reason == EMBER_FINISH_REASON_CANCELLED;
             /* Every generated token's text was delivered: the deltas cover the choice's tokens (a stop token has
                no text and no delta). */
             size_t generated = 0;
-            EngineStatus status = engine_get_token_timestamps(s->request, 0, NULL, 0, &generated);
-            CHECK(status == ENGINE_STATUS_OK || status == ENGINE_STATUS_BUFFER_TOO_SMALL);
+            EmberStatus status = engine_get_token_timestamps(s->request, 0, NULL, 0, &generated);
+            CHECK(status == EMBER_STATUS_OK || status == EMBER_STATUS_BUFFER_TOO_SMALL);
             CHECK(generated <= 3);
             CHECK(s->delta_tokens == generated || s->delta_tokens + 1 == generated);
         }
-        if (!s->cancelled && s->delivery == ENGINE_DELIVERY_EVENTS) {
-            CHECK(m.present & ENGINE_TIMING_TIME_TO_FIRST_TOKEN_MS);
+        if (!s->cancelled && s->delivery == EMBER_DELIVERY_EVENTS) {
+            CHECK(m.present & EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS);
         }
         engine_request_free(s->request);
     }
@@ -234,35 +234,35 @@ int main(int argc, char **argv) {
 
     /* Nothing is left: a wait times out, the descriptor is quiet; a wakeup ends a wait with no records. */
     size_t count = 99;
-    CHECK_STATUS(engine_wait_events(engine, 0, records, 64, &count), ENGINE_STATUS_TIMEOUT);
+    CHECK_STATUS(engine_wait_events(engine, 0, records, 64, &count), EMBER_STATUS_TIMEOUT);
     CHECK(count == 0);
     struct epoll_event ready;
     CHECK(epoll_wait(ep, &ready, 1, 0) == 0);
-    CHECK_STATUS(engine_events_wakeup(engine), ENGINE_STATUS_OK);
+    CHECK_STATUS(engine_events_wakeup(engine), EMBER_STATUS_OK);
     CHECK(epoll_wait(ep, &ready, 1, -1) == 1);
-    CHECK_STATUS(engine_wait_events(engine, -1, records, 64, &count), ENGINE_STATUS_OK);
+    CHECK_STATUS(engine_wait_events(engine, -1, records, 64, &count), EMBER_STATUS_OK);
     CHECK(count == 0);
     CHECK(epoll_wait(ep, &ready, 1, 0) == 0);
 
     /* Misuse: unknown delivery, zero capacity, NULL arguments. */
-    EngineRequest *request = NULL;
+    EmberRequest *request = NULL;
     CHECK_STATUS(engine_submit_with_user_data(engine, "{\"prompt\": \"a\"}", 1, 9, &request),
-                 ENGINE_STATUS_INVALID_ARGUMENT);
+                 EMBER_STATUS_INVALID_ARGUMENT);
     CHECK(request == NULL);
-    CHECK_STATUS(engine_wait_events(engine, 0, records, 0, &count), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_wait_events(engine, 0, NULL, 4, &count), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_wait_events(engine, 0, records, 4, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(engine_events_fd(engine, NULL), ENGINE_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_wait_events(engine, 0, records, 0, &count), EMBER_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_wait_events(engine, 0, NULL, 4, &count), EMBER_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_wait_events(engine, 0, records, 4, NULL), EMBER_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(engine_events_fd(engine, NULL), EMBER_STATUS_INVALID_ARGUMENT);
 
     /* An engine freed under a thread blocked in engine_wait_events ends its wait. */
-    Waiter waiter = {.engine = engine, .status = ENGINE_STATUS_OK};
+    Waiter waiter = {.engine = engine, .status = EMBER_STATUS_OK};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, wait_forever, &waiter) == 0);
     close(ep);
     engine_free(engine);
     CHECK(pthread_join(t, NULL) == 0);
-    CHECK(waiter.status == ENGINE_STATUS_INVALID_HANDLE);
-    CHECK_STATUS(engine_events_wakeup(engine), ENGINE_STATUS_INVALID_HANDLE);
+    CHECK(waiter.status == EMBER_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(engine_events_wakeup(engine), EMBER_STATUS_INVALID_HANDLE);
     free(streams);
     printf("ok: %d checks\n", checks_run);
     return 0;
