@@ -7,6 +7,8 @@
 //! ember-cli complete [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
 //!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
+//!                                                  (--tiny: 2 layers of width 64 and a byte vocabulary, which an
+//!                                                  engine loads and runs in milliseconds)
 //! ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A]
 //!                                                  a family's layer shapes (SyntheticSpec::FAMILIES), N layers,
 //!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
@@ -227,7 +229,8 @@ fn synthetic(args: &Args) -> Result<(), String> {
     let path = args.positional.first().ok_or("synthetic needs a PATH")?;
     let seed = args.seed.unwrap_or(0);
     let writer = match args.family.as_deref() {
-        None if args.tiny => SyntheticSpec::tiny(seed).writer(),
+        // With a byte vocabulary, so that an engine can load it: hosts' tests that need any model, fast.
+        None if args.tiny => SyntheticSpec::tiny(seed).writer_with_byte_vocabulary(),
         None => SyntheticSpec::smollm2_135m(seed).writer(),
         Some(family) => {
             let layers = args.layers.ok_or("--family needs --layers")?;
