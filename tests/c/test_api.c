@@ -17,6 +17,7 @@
  * Plain C11 + pthreads. Requests are greedy with small max_tokens, so results are deterministic.
  */
 #include "ember.h"
+#include "check.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -28,29 +29,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int checks_run = 0;
-
-#define CHECK(cond) check((cond), #cond, __FILE__, __LINE__)
-#define CHECK_STATUS(call, expected) check_status((call), (expected), #call, __FILE__, __LINE__)
-
-static void check(int ok, const char *what, const char *file, int line) {
-    checks_run++;
-    if (!ok) {
-        fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", file, line, what, engine_last_error_message());
-        exit(1);
-    }
-}
-
-static void check_status(EmberStatus got, EmberStatus expected, const char *call, const char *file, int line) {
-    checks_run++;
-    if (got != expected) {
-        fprintf(stderr, "%s:%d: %s\n  returned %u (%s), expected %u (%s)\n  last error: %s\n", file, line, call,
-                (unsigned)got, engine_status_message(got), (unsigned)expected, engine_status_message(expected),
-                engine_last_error_message());
-        exit(1);
-    }
-}
 
 /* Whether this thread's last error message contains `needle`. */
 static int last_error_has(const char *needle) { return strstr(engine_last_error_message(), needle) != NULL; }

@@ -18,6 +18,7 @@
  * Usage: test_events [REQUESTS] [THREADS]
  */
 #include "ember.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -26,29 +27,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
-
-static int checks_run = 0;
-
-#define CHECK(cond) check((cond), #cond, __FILE__, __LINE__)
-#define CHECK_STATUS(call, expected) check_status((call), (expected), #call, __FILE__, __LINE__)
-
-static void check(int ok, const char *what, const char *file, int line) {
-    checks_run++;
-    if (!ok) {
-        fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", file, line, what, engine_last_error_message());
-        exit(1);
-    }
-}
-
-static void check_status(EmberStatus got, EmberStatus expected, const char *call, const char *file, int line) {
-    checks_run++;
-    if (got != expected) {
-        fprintf(stderr, "%s:%d: %s\n  returned %u (%s), expected %u (%s)\n  last error: %s\n", file, line, call,
-                (unsigned)got, engine_status_message(got), (unsigned)expected, engine_status_message(expected),
-                engine_last_error_message());
-        exit(1);
-    }
-}
 
 /* What the host knows of one request: what a server keeps per stream. */
 typedef struct {
