@@ -78,9 +78,9 @@ c-test: model c-lib
 	$(CARGO) build --release --bin ember-cli
 	$(EMBER_TARGET_DIR)/release/ember-cli synthetic $(EMBER_C_OUT)/tiny.gguf --tiny
 	EMBER_MODEL=$(EMBER_C_OUT)/tiny.gguf $(call ember_valgrind_run,test_events_shared,1000,1000 1)
-	@# The C++ epoll server example: 200 clients at once, one serving thread.
+	@# The C++ epoll server example: 1,000 clients at once, one serving thread.
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
-	python3 tests/c/epoll_server_check.py $(EMBER_C_OUT)/epoll_server 200
+	python3 tests/c/epoll_server_check.py $(EMBER_C_OUT)/epoll_server 1000
 	tests/c/check_install.sh
 
 c-examples: c-lib

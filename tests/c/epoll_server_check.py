@@ -22,7 +22,7 @@ def threads_of(pid):
 
 def main():
     server_path = sys.argv[1]
-    clients = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    clients = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
     server = subprocess.Popen([server_path, "0", str(clients)], stdout=subprocess.PIPE, text=True)
     first = server.stdout.readline()
     assert first.startswith("listening on "), first
