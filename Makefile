@@ -29,6 +29,7 @@ tools:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	tests/install_test_tools.sh
 
 # llama.cpp's real vocabularies and tokenizer test texts (from its pinned sdist), for tests/tokenizer_llamacpp_vocabs.rs.
 vocabs:

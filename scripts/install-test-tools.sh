@@ -25,9 +25,40 @@ as_root() {
   fi
 }
 
+# Where apt's sources are (a test may point it elsewhere).
+APT_DIR=${EMBER_APT_DIR:-/etc/apt}
+
+# Adds Debian's bookworm-backports suite, from the first source of the main archive, in that source's format:
+# Debian 12's container images keep their sources in the deb822 file sources.list.d/debian.sources, a Debian
+# installed from its ISO in the one-line format of sources.list.
+add_backports_source() {
+  if [ -f "$APT_DIR/sources.list.d/debian.sources" ]; then
+    awk 'BEGIN{RS="";ORS="\n\n"} NR==1' "$APT_DIR/sources.list.d/debian.sources" \
+      | sed 's/^Suites:.*/Suites: bookworm-backports/' \
+      | as_root tee "$APT_DIR/sources.list.d/bookworm-backports.sources" >/dev/null
+  elif grep -qE '^deb .* bookworm( |$)' "$APT_DIR/sources.list" 2>/dev/null; then
+    # The first `deb` line of bookworm itself (not bookworm-security or -updates), with the backports suite.
+    grep -m1 -E '^deb .* bookworm( |$)' "$APT_DIR/sources.list" \
+      | sed -E 's/ bookworm( |$)/ bookworm-backports\1/' \
+      | as_root tee "$APT_DIR/sources.list.d/bookworm-backports.list" >/dev/null
+  else
+    echo "error: found no Debian 12 (bookworm) source to add bookworm-backports from (Go >= 1.23 comes from" \
+      "there), neither in $APT_DIR/sources.list.d/debian.sources nor in $APT_DIR/sources.list" >&2
+    exit 1
+  fi
+}
+
 go_is_recent() {
   GOTOOLCHAIN=local go version 2>/dev/null | grep -qE 'go1\.(2[3-9]|[3-9][0-9])'
 }
+
+# `install-test-tools.sh --add-backports-source`: only that step (tests/install_test_tools.sh checks it on both
+# sources formats).
+if [ "${1:-}" = --add-backports-source ]; then
+  missing=("the bookworm-backports source")
+  add_backports_source
+  exit 0
+fi
 
 missing=()
 apt_packages=()
@@ -54,12 +85,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 if [ ${#apt_packages[@]} -gt 0 ] || $need_go; then
-  if $need_go; then
-    # The first stanza of Debian's sources (the main archive), for the backports suite.
-    awk 'BEGIN{RS="";ORS="\n\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
-      | sed 's/^Suites:.*/Suites: bookworm-backports/' \
-      | as_root tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
-  fi
+  $need_go && add_backports_source
   as_root apt-get update -qq
   [ ${#apt_packages[@]} -gt 0 ] && as_root apt-get install -y -qq "${apt_packages[@]}"
   $need_go && as_root apt-get install -y -qq -t bookworm-backports golang-go
