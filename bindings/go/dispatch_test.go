@@ -96,8 +96,10 @@ func TestAThousandConcurrentRequestsNeedNoThreadEach(t *testing.T) {
 			t.Fatalf("request %d: %d tokens of text", i, tokens[i])
 		}
 	}
-	// A thread per stream would be a thousand; the runtime may add a few for its own work.
-	bound := threadsBefore + runtime.GOMAXPROCS(0) + 4
+	// A thread per stream would be a thousand. The runtime adds a thread for each cgo call that blocks a while
+	// (the thousand Submits run at once, each a call into ember), so the count moves with the submissions, not with
+	// the open streams: at most 64, the gateway's bound for 2,000 streams (23 measured with the shared library).
+	const bound = 64
 	t.Logf("%d requests: %d threads before, at most %d while serving (bound %d)", requests, threadsBefore, mostThreads, bound)
 	if threadsBefore > 0 && mostThreads > bound {
 		t.Errorf("%d threads while serving %d requests, %d before", mostThreads, requests, threadsBefore)
