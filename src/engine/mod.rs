@@ -20,6 +20,8 @@ pub mod kv_window;
 pub mod log;
 pub mod metrics;
 pub mod output;
+#[cfg(test)]
+mod output_tests;
 pub mod prompt_logprobs;
 pub mod ready_queue;
 pub mod request;

@@ -278,10 +278,10 @@ impl RequestShared {
         lock(&self.output).terminal.is_some()
     }
 
-    /// An event was just queued (the output lock is held, so that [`RequestHandle::watch`] sees it or is seen):
-    /// whether the request's key must join its waiting point's queue, i.e. it is watched and not there already.
-    /// The caller appends it with [`announce`] once it has released the output lock, so that the taker it wakes
-    /// does not find the lock still held.
+    /// Whether the request's key must join its waiting point's queue, i.e. it is watched and not there already;
+    /// marks it so. After an event is queued the engine side calls it under the output lock (so that
+    /// [`RequestHandle::watch`] sees the event or is seen), and appends the key with [`announce`] once it has
+    /// released the lock, so that the taker it wakes does not find the lock still held.
     fn mark_ready(&self) -> Option<(Arc<ReadyQueue>, u64)> {
         let watch = self.watch.get()?;
         if self.marked.swap(true, Ordering::AcqRel) {
@@ -433,12 +433,8 @@ impl RequestHandle {
     /// The taker of this request's key had no room for all its events: the key goes back to the head of its
     /// waiting point's queue (unless an event queued meanwhile has put it back already).
     pub fn requeue_first(&self) {
-        let Some(watch) = self.shared.watch.get() else { return };
-        if !self.shared.marked.swap(true, Ordering::AcqRel) {
-            match watch.queue.upgrade() {
-                Some(queue) => queue.push_front(watch.key),
-                None => self.shared.marked.store(false, Ordering::Release),
-            }
+        if let Some((queue, key)) = self.shared.mark_ready() {
+            queue.push_front(key);
         }
     }
 
@@ -561,134 +557,5 @@ impl RequestHandle {
     /// A copy of choice `choice`'s raw stats (`None` when stats are off).
     pub fn stats(&self, choice: usize) -> Option<RequestStateStats> {
         self.shared.stats.as_ref().and_then(|s| s.get(choice)).map(|s| lock(s).clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Weak};
-    use std::thread;
-    use std::time::Duration;
-
-    use super::*;
-
-    /// Stands in for the engine a cancellation would wake.
-    struct NoEngine;
-
-    impl CancelWaker for NoEngine {
-        fn wake(&self) {}
-    }
-
-    /// A request of `n` choices whose engine side the test plays by hand.
-    fn request(n: usize) -> (Arc<RequestShared>, RequestHandle) {
-        let no_engine: Weak<dyn CancelWaker> = Weak::<NoEngine>::new();
-        let shared = RequestShared::new(1, n, 2, false, EngineClock::new(), None, no_engine);
-        (Arc::clone(&shared), RequestHandle::new(shared))
-    }
-
-    const NOW: Option<Duration> = Some(Duration::ZERO);
-
-    fn finished(choice: usize, reason: FinishReason) -> EventPoll {
-        EventPoll::Event(RequestEvent::Finished { choice, reason })
-    }
-
-    #[test]
-    fn the_final_event_comes_once_then_every_poll_is_done_at_once() {
-        let (shared, h) = request(1);
-        assert_eq!(h.poll(NOW), EventPoll::TimedOut);
-        shared.push_delta(0, "Hel".into(), 1, 0.0, Vec::new());
-        shared.push_delta(0, "lo".into(), 2, 0.0, Vec::new());
-        shared.finish_choice(0, FinishReason::Stop);
-        let delta = RequestEvent::Delta { choice: 0, text: "Hello".into(), tokens: 3, logprobs: Vec::new() };
-        assert_eq!(h.poll(NOW), EventPoll::Event(delta), "consecutive deltas merge");
-        assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
-        for _ in 0..3 {
-            // No timeout: a poll after the end must not wait for an event that never comes.
-            assert_eq!(h.poll(None), EventPoll::Done);
-            assert_eq!(h.poll(NOW), EventPoll::Done);
-        }
-        assert!(h.is_finished());
-    }
-
-    #[test]
-    fn an_earlier_choice_finishing_does_not_end_the_stream() {
-        let (shared, h) = request(2);
-        shared.finish_choice(1, FinishReason::Length);
-        assert_eq!(h.poll(NOW), finished(1, FinishReason::Length));
-        assert_eq!(h.poll(NOW), EventPoll::TimedOut, "choice 0 still runs");
-        shared.finish_choice(0, FinishReason::Cancelled);
-        shared.finish_choice(0, FinishReason::Stop); // a second finish of a choice is ignored
-        assert_eq!(h.poll(NOW), finished(0, FinishReason::Cancelled));
-        assert_eq!(h.poll(NOW), EventPoll::Done);
-    }
-
-    #[test]
-    fn an_error_comes_once_even_when_every_choice_fails_it() {
-        let (shared, h) = request(3);
-        shared.finish_choice(2, FinishReason::Stop);
-        // A second failure (the engine fails a request once; this holds even if it did not) changes nothing.
-        shared.fail("forward pass failed: boom".into());
-        shared.fail("forward pass failed: boom".into());
-        assert_eq!(h.poll(NOW), finished(2, FinishReason::Stop));
-        let error = RequestEvent::Error { message: "forward pass failed: boom".into() };
-        assert_eq!(h.poll(NOW), EventPoll::Event(error));
-        assert_eq!(h.poll(NOW), EventPoll::Done);
-        shared.fail("forward pass failed: boom".into()); // even one that comes after the first was taken
-        assert_eq!(h.poll(None), EventPoll::Done);
-        assert_eq!(h.error().as_deref(), Some("forward pass failed: boom"), "the message stays readable");
-        let reasons: Vec<_> = h.choices().iter().map(|c| c.finish_reason).collect();
-        assert_eq!(reasons, [Some(FinishReason::Error), Some(FinishReason::Error), Some(FinishReason::Stop)]);
-    }
-
-    #[test]
-    fn threads_waiting_on_one_request_all_end_and_exactly_one_gets_the_final_event() {
-        let (shared, h) = request(1);
-        let pollers: Vec<_> = (0..4)
-            .map(|_| {
-                let h = h.clone();
-                thread::spawn(move || {
-                    let mut finals = 0;
-                    loop {
-                        match h.poll(None) {
-                            EventPoll::Event(RequestEvent::Finished { .. }) => finals += 1,
-                            EventPoll::Event(_) => {}
-                            EventPoll::Done => return finals,
-                            EventPoll::TimedOut => unreachable!("no timeout was given"),
-                        }
-                    }
-                })
-            })
-            .collect();
-        thread::sleep(Duration::from_millis(20)); // let them block
-        shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
-        shared.finish_choice(0, FinishReason::Length);
-        let finals: usize = pollers.into_iter().map(|p| p.join().unwrap()).sum();
-        assert_eq!(finals, 1);
-    }
-
-    #[test]
-    fn a_watched_request_queues_its_key_once_until_taken() {
-        use crate::engine::ready_queue::{Ready, ReadyQueue};
-        let queue = Arc::new(ReadyQueue::new().unwrap());
-        let (shared, h) = request(1);
-        shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
-        assert!(h.watch(&queue, 42), "an event queued before the watch counts");
-        assert!(!h.watch(&queue, 43), "one waiting point per request");
-        shared.push_delta(0, "b".into(), 1, 0.0, Vec::new());
-        assert_eq!(queue.wait(NOW, 8), Ready::Keys(vec![42]), "once, however many events wait");
-        h.clear_ready_mark();
-        let delta = RequestEvent::Delta { choice: 0, text: "ab".into(), tokens: 2, logprobs: Vec::new() };
-        assert_eq!(h.poll(NOW), EventPoll::Event(delta));
-        assert_eq!(queue.wait(NOW, 8), Ready::TimedOut);
-        shared.finish_choice(0, FinishReason::Stop);
-        assert_eq!(queue.wait(NOW, 8), Ready::Keys(vec![42]));
-        h.clear_ready_mark();
-        assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
-        assert_eq!(h.poll(NOW), EventPoll::Done);
-        // A waiting point that is gone takes no key, and the request goes on.
-        let (shared, h) = request(1);
-        h.watch(&Arc::new(ReadyQueue::new().unwrap()), 1);
-        shared.finish_choice(0, FinishReason::Length);
-        assert_eq!(h.poll(NOW), finished(0, FinishReason::Length));
     }
 }

@@ -67,18 +67,21 @@ impl ReadyQueue {
 
     /// Appends `key` (its request has a first event waiting since it was last taken).
     pub fn push(&self, key: u64) {
-        let mut state = self.lock();
-        state.keys.push_back(key);
-        self.sync_signal(&mut state);
-        drop(state);
-        self.changed.notify_one();
+        self.insert(key, false);
     }
 
     /// Puts `key` back at the head: its request still has events that the last taker had no room for, and they
     /// come before any other request's that became ready later.
     pub fn push_front(&self, key: u64) {
+        self.insert(key, true);
+    }
+
+    fn insert(&self, key: u64, at_front: bool) {
         let mut state = self.lock();
-        state.keys.push_front(key);
+        match at_front {
+            true => state.keys.push_front(key),
+            false => state.keys.push_back(key),
+        }
         self.sync_signal(&mut state);
         drop(state);
         self.changed.notify_one();
