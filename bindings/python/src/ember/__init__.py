@@ -1,0 +1,55 @@
+"""ember: an LLM inference engine with exact per-request timing, from Python.
+
+    import ember
+
+    with ember.Engine({"threads": 2}) as engine:
+        request = engine.submit({"messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 32})
+        for event in request:                  # or: async for event in request
+            print(event.text, end="", flush=True)
+        print(request.timing_metrics())        # the five per-request timings; absent ones are None
+
+docs/python.md is the guide; include/ember.h and docs/c_api.md define what lies beneath.
+"""
+
+from ._constants import CpuKernels, EventKind, FinishReason, Status
+from ._lib import BINDING_VERSION as __version__
+from ._lib import lib as _lib
+from ._structs import ExtendedMetrics, Stats, TimingMetrics
+from .engine import Engine
+from .errors import (
+    BufferTooSmall,
+    ChoiceOutOfRange,
+    EngineStartFailed,
+    Error,
+    Forked,
+    InvalidArgument,
+    InvalidConfig,
+    InvalidHandle,
+    InvalidRequest,
+    InvalidUtf8,
+    LoadCancelled,
+    ModelLoadFailed,
+    NotFinished,
+    Overloaded,
+    Panic,
+    RequestFailed,
+    StreamDone,
+    Timeout,
+    TooManyHandles,
+    error_class,
+)
+from .request import Event, Request
+
+
+def library_version() -> str:
+    """The loaded libember's version (``engine_version``)."""
+    return _lib.engine_version().decode()
+
+
+__all__ = [
+    "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "Engine", "EngineStartFailed", "Error", "Event",
+    "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument", "InvalidConfig", "InvalidHandle",
+    "InvalidRequest", "InvalidUtf8", "LoadCancelled", "ModelLoadFailed", "NotFinished", "Overloaded", "Panic",
+    "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics", "TooManyHandles",
+    "error_class", "library_version",
+]

@@ -1,0 +1,206 @@
+"""An engine: a model in memory and the thread that serves the requests submitted to it."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+import weakref
+from ctypes import c_size_t, c_uint32, c_void_p
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from ._constants import DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
+from ._pump import Pump
+from ._lib import ProgressCallback, check, lib, take_string
+from ._structs import Stats, StatsStruct, from_struct, new_struct
+from .errors import Error, InvalidArgument, InvalidHandle
+from .request import Request
+
+#: A request body or configuration: a dict (sent as JSON) or JSON text.
+Json = Union[Mapping[str, Any], str, bytes]
+
+#: How long closing an engine waits for its cancelled requests' last events before it ends their iteration
+#: itself: a cancelled request ends at the engine's next step.
+_CLOSE_DRAIN_SECONDS = 60.0
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _encode(op: str, value: Json) -> bytes:
+    """The JSON text ember reads. A ``str`` that is not valid UTF-8 (lone surrogates) is passed on as such, so
+    that ember refuses it with :class:`ember.InvalidUtf8` rather than Python with an encoding error."""
+    if isinstance(value, Mapping):
+        data = json.dumps(value, ensure_ascii=False, default=_json_default).encode("utf-8", "surrogatepass")
+    elif isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+    elif isinstance(value, bytes):
+        data = value
+    else:
+        raise TypeError(f"{op}: expected a dict or JSON text, not {type(value).__name__}")
+    if b"\0" in data:
+        raise InvalidArgument(op, Status.INVALID_ARGUMENT, "the JSON text contains a NUL byte")
+    return data
+
+
+class _Handle:
+    """The engine's C handle and event delivery, apart from :class:`Engine` so that the finalizer that closes a
+    forgotten engine holds no reference to it."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle: Optional[int] = handle
+        self.pump = Pump(handle)
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        with self.lock:
+            handle, self.handle = self.handle, None
+        if handle is None:
+            return
+        # Readers see their requests end (FinishReason.CANCELLED) before the engine goes: engine_free cancels
+        # too, but its last events could no longer be taken.
+        self.pump.close(_CLOSE_DRAIN_SECONDS)
+        lib.engine_free(handle)
+
+
+class Engine:
+    """An ember engine (``engine_new``): loads the model and starts serving.
+
+    ``config`` is the JSON object of ``engine_new`` (docs/c_api.md lists its keys), as a dict or as text; None
+    takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``).
+    ``progress``, when given, is called with the fraction loaded (0 to 1) on this thread while the model loads;
+    returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an exception it raises stops the load
+    and is raised here.
+
+    Use it as a context manager, or call :meth:`close`; a forgotten engine is closed when collected (its
+    requests keep it alive while they are in use). Every method may be called from any thread.
+    """
+
+    def __init__(self, config: Optional[Json] = None, *,
+                 progress: Optional[Callable[[float], Optional[bool]]] = None) -> None:
+        data = None if config is None else _encode("engine_new", config)
+        out = c_void_p()
+        if progress is None:
+            check("engine_new", lib.engine_new(data, ctypes.byref(out)))
+        else:
+            raised: List[BaseException] = []
+
+            def report(_userdata: Any, fraction: float) -> bool:
+                try:
+                    return progress(fraction) is not False
+                except BaseException as error:  # noqa: B902: re-raised below, after the C call returns
+                    raised.append(error)
+                    return False
+
+            status = lib.engine_new_with_progress(data, ProgressCallback(report), None, ctypes.byref(out))
+            if raised:
+                raise raised[0]
+            check("engine_new_with_progress", status)
+        self._core = _Handle(out.value)
+        self._pump = self._core.pump
+        self._finalizer = weakref.finalize(self, self._core.close)
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def submit(self, body: Json, *, chunks: bool = False) -> Request:
+        """Submits an OpenAI Chat Completions body (with ``messages``) or Completions body (with ``prompt``) and
+        returns at once. Iterating the request gives its events; with ``chunks=True``, its streaming chunk
+        bodies instead (``Event.kind`` ``CHUNK``), what a ``"stream": true`` client expects.
+
+        Raises :class:`ember.InvalidRequest` (``.body`` is the OpenAI error naming the field at fault),
+        :class:`ember.Overloaded` (nothing was queued: retry later), :class:`ember.InvalidHandle` (closed)."""
+        data = _encode("engine_submit", body)
+        handle = self._live("engine_submit")
+        key, inbox = self._pump.register()
+        out = c_void_p()
+        delivery = DELIVERY_CHUNKS if chunks else DELIVERY_EVENTS
+        status = lib.engine_submit_with_user_data(handle, data, key, delivery, ctypes.byref(out))
+        if status != Status.OK:
+            self._pump.unregister(key)
+            check("engine_submit", status)
+        inbox.handle = out.value
+        return Request(self, out.value, key, inbox, chunks)
+
+    # --- the model's tokenizer and template -----------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> List[int]:
+        """The token ids the engine computes for ``text``. ``parse_special``: control tokens' texts
+        (``<|im_start|>``) become those tokens, as in every prompt; ``add_special``: a BOS token first when the
+        model asks for one. A submitted prompt's ids are ``tokenize(text)``."""
+        data = text.encode("utf-8", "surrogatepass")
+        handle = self._live("engine_tokenize")
+        count = c_size_t()
+        capacity = len(data) + 2  # a token covers at least one byte, but BOS and control tokens
+        while True:
+            buffer = (c_uint32 * capacity)()
+            status = lib.engine_tokenize(handle, data, len(data), add_special, parse_special, buffer, capacity,
+                                         ctypes.byref(count))
+            if status != Status.BUFFER_TOO_SMALL:
+                check("engine_tokenize", status)
+                return buffer[: count.value]
+            capacity = count.value
+
+    def detokenize(self, ids: Sequence[int], *, include_special: bool = False) -> str:
+        """The text of token ids (invalid UTF-8 replaced by U+FFFD); control tokens write their text only with
+        ``include_special``."""
+        for index, token in enumerate(ids):
+            if not 0 <= token < 2**32:
+                raise InvalidArgument("engine_detokenize", Status.INVALID_ARGUMENT,
+                                      f"ids[{index}] = {token} is not a token id")
+        array = (c_uint32 * len(ids))(*ids)
+        handle = self._live("engine_detokenize")
+        return take_string("engine_detokenize",
+                           lambda out: lib.engine_detokenize(handle, array, len(ids), include_special, out))
+
+    def apply_chat_template(self, body: Json) -> Dict[str, Any]:
+        """The prompt a Chat Completions body would have: ``{"prompt": text, "prompt_token_ids": [...]}``."""
+        data = _encode("engine_apply_chat_template", body)
+        handle = self._live("engine_apply_chat_template")
+        return json.loads(take_string("engine_apply_chat_template",
+                                      lambda out: lib.engine_apply_chat_template(handle, data, out)))
+
+    # --- the engine -----------------------------------------------------------------------------------------
+
+    def model_info(self) -> Dict[str, Any]:
+        """The model the engine serves: name, architecture, sizes, special tokens, chat template, backend."""
+        handle = self._live("engine_model_info_json")
+        return json.loads(take_string("engine_model_info_json", lambda out: lib.engine_model_info_json(handle, out)))
+
+    def metrics_text(self) -> str:
+        """The engine's metrics in the Prometheus text format (version 0.0.4), ready to serve."""
+        handle = self._live("engine_metrics_text")
+        return take_string("engine_metrics_text", lambda out: lib.engine_metrics_text(handle, out))
+
+    def stats(self) -> Stats:
+        """The engine's counters as of its last step."""
+        out = new_struct(StatsStruct)
+        check("engine_get_stats", lib.engine_get_stats(self._live("engine_get_stats"), ctypes.byref(out)))
+        return from_struct(Stats, out)
+
+    def close(self) -> None:
+        """Cancels the running requests (their iteration ends with ``FinishReason.CANCELLED``), stops the engine
+        and frees the model. Idempotent. Requests stay readable (metrics, response) until closed themselves."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._core.handle is None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _live(self, op: str) -> int:
+        handle = self._core.handle
+        if handle is None:
+            raise InvalidHandle(op, Status.INVALID_HANDLE, "the engine was closed")
+        return handle
+
+
+__all__ = ["Engine", "Error", "Json"]
