@@ -1,0 +1,44 @@
+"""Shared fixtures: the real model (SmolLM2-135M-Instruct Q4_1, fetched by `make model`) and one engine for the
+tests that need nothing special of it. The references are the project's own fixtures (tests/fixtures/README.md
+says where they came from)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+import pytest
+
+import ember
+
+ROOT = Path(__file__).resolve().parents[3]
+MODEL = Path(os.environ.get("EMBER_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def config(**overrides: Any) -> Dict[str, Any]:
+    """An engine configuration on the test model, 2 threads, with the given keys on top."""
+    base: Dict[str, Any] = {"model": MODEL, "threads": 2, "enable_per_request_metrics": True}
+    base.update(overrides)
+    return base
+
+
+def chat(content: str, max_tokens: int, **fields: Any) -> Dict[str, Any]:
+    """A greedy Chat Completions body with one user message."""
+    body: Dict[str, Any] = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                            "temperature": 0}
+    body.update(fields)
+    return body
+
+
+def fixture(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[ember.Engine]:
+    assert MODEL.exists(), f"{MODEL} is missing: run `make model`"
+    with ember.Engine(config()) as shared:
+        yield shared
