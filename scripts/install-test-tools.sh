@@ -66,6 +66,8 @@ for tool in gcc g++ valgrind make cmake pkg-config; do
   command -v "$tool" >/dev/null || { missing+=("$tool"); apt_packages+=("$tool"); }
 done
 python3 -m pip --version >/dev/null 2>&1 || { missing+=(pip); apt_packages+=(python3-pip); }
+# The Python binding's test builds its wheel into a fresh virtual environment; Debian's Python needs python3-venv.
+python3 -c 'import ensurepip, venv' 2>/dev/null || { missing+=("Python's venv"); apt_packages+=(python3-venv); }
 need_go=false
 go_is_recent || { missing+=("Go >= 1.23"); need_go=true; }
 python_packages=()
