@@ -4,6 +4,7 @@
 //	              [--disable-log-stats] [--metrics-headers] [--served-model-name NAME] [--shutdown-timeout 30s]
 //	              [--max-body-bytes 8388608] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
+//	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
 // GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT stops accepting connections, lets
@@ -42,6 +43,7 @@ type options struct {
 	servedModelName         string
 	shutdownTimeout         time.Duration
 	limits                  limits
+	healthProbe             string
 }
 
 func parseOptions() options {
@@ -79,12 +81,22 @@ func parseOptions() options {
 			"cancelled (a stream may last any time while its client reads; 0: no limit)")
 	flag.DurationVar(&o.limits.idleTimeout, "idle-timeout", o.limits.idleTimeout,
 		"how long a keep-alive connection may wait for its next request (0: no limit)")
+	flag.StringVar(&o.healthProbe, "health-probe", "",
+		"only ask this URL (the /health of a running gateway) and exit 0 if it answers 200, 1 otherwise")
 	flag.Parse()
 	return o
 }
 
 func main() {
-	if err := run(parseOptions()); err != nil {
+	o := parseOptions()
+	if o.healthProbe != "" {
+		if err := healthProbe(o.healthProbe, 3*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "ember-gateway: health probe:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(o); err != nil {
 		slog.Error(err.Error())
 		os.Exit(1)
 	}

@@ -116,4 +116,3 @@ func TestTwoThousandStreamsNeedNoThreadEach(t *testing.T) {
 		t.Errorf("%d threads while serving %d streams, want at most 64", mostThreads, streams)
 	}
 }
-
