@@ -31,6 +31,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	tests/install_test_tools.sh
+	python3 tests/docker/check_dockerfile.py
 
 # llama.cpp's real vocabularies and tokenizer test texts (from its pinned sdist), for tests/tokenizer_llamacpp_vocabs.rs.
 vocabs:
