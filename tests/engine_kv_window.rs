@@ -2,7 +2,8 @@
 //! (`max_num_seqs` 1: the smallest pool the sizing rule gives, 41 blocks), and a 950-token prompt prefilled in
 //! chunks of 125 then decoded past position 512 + 125 gives the tokens of every layer kept whole: those of
 //! `engine::generate` on a backend without the window pool, where the windowed layers store every position. While
-//! it runs, the window pool never has more than one sequence's `cap` blocks in use; afterwards both pools are free.
+//! it runs, the window pool never has more than one sequence's `cap` blocks in use, and the KV usage gauge counts
+//! both pools; afterwards both pools are free.
 
 #[path = "common/gemma3.rs"]
 mod gemma3;
@@ -16,6 +17,7 @@ use ember::engine::kv_window::WindowBlocks;
 use ember::engine::sampling::SamplingParams;
 use ember::engine::{Engine, EngineConfig, EventPoll, Logger, RequestEvent, RequestOptions, SubmitRequest};
 use ember::model::Model;
+use ember::protocol::prometheus::metrics_text;
 
 const MAX_TOKENS: usize = 64;
 /// The step's token budget: not a multiple of the block size, so chunks start anywhere in a block.
@@ -69,16 +71,28 @@ fn a_sequence_past_the_window_holds_only_its_window_blocks_and_gets_the_tokens_o
             RequestOptions { max_tokens: Some(MAX_TOKENS), ignore_eos: true, ..Default::default() },
         ))
         .unwrap_or_else(|e| panic!("{e}"));
+    let mut usage_checks = 0;
     loop {
         // Whenever the host looks (the engine publishes its counters at every step and every finish).
         let (free, total) = engine.kv_window_blocks().expect("a window pool");
         assert!(total - free <= cap, "{} window blocks in use", total - free);
+        // The KV usage gauge counts both pools' blocks: compared when neither changed while the text was written.
+        let pools = (engine.kv_blocks(), engine.kv_window_blocks());
+        let text = metrics_text(&engine);
+        if (engine.kv_blocks(), engine.kv_window_blocks()) == pools {
+            let ((free, total), (window_free, window_total)) = (pools.0, pools.1.expect("a window pool"));
+            let expected = (total - free + window_total - window_free) as f64 / (total + window_total) as f64;
+            let line = text.lines().find(|l| l.starts_with("ember_kv_cache_usage_perc{")).expect("the gauge");
+            assert_eq!(line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap(), expected, "{line}");
+            usage_checks += 1;
+        }
         match h.poll(None) {
             EventPoll::Event(RequestEvent::Delta { .. }) => {}
             EventPoll::Event(RequestEvent::Finished { .. }) => break,
             other => panic!("unexpected {other:?}"),
         }
     }
+    assert!(usage_checks > 0, "the pools never held still for a look at the gauge");
     assert_eq!(h.choices()[0].token_ids, whole, "the window pool changes no token");
     assert_eq!(engine.kv_window_blocks(), Some((cap, cap)), "every window block is free again");
     assert_eq!(engine.kv_blocks().0, engine.kv_blocks().1);

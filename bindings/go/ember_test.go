@@ -626,8 +626,10 @@ func TestOverloadedAndDeadline(t *testing.T) {
 	}
 }
 
-// MetricsText is the engine's Prometheus text: the request just ended is counted in it.
+// MetricsText is the engine's Prometheus text: the request just ended is counted in it, labelled with the model's
+// name (by default the file's, without .gguf).
 func TestMetricsTextCountsEndedRequests(t *testing.T) {
+	modelName := strings.TrimSuffix(filepath.Base(modelPath()), ".gguf")
 	req := submit(t, shared, context.Background(), chat("Hi", 2, `, "ignore_eos": true`))
 	if err := req.Wait(); err != nil {
 		t.Fatal(err)
@@ -637,7 +639,7 @@ func TestMetricsTextCountsEndedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"# TYPE ember_time_to_first_token_seconds histogram\n",
-		`ember_request_success_total{finished_reason="length"} `} {
+		`ember_request_success_total{model_name="` + modelName + `",finished_reason="length"} `} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics text lacks %q", want)
 		}

@@ -35,6 +35,10 @@ type Config struct {
 	// MaxWaitingRequests is the most requests waiting to start; a Submit beyond it fails at once with
 	// StatusOverloaded (default: one per KV cache block, at least 4 × MaxNumSeqs).
 	MaxWaitingRequests int `json:"max_waiting_requests,omitempty"`
+	// ServedModelName is the model_name label of the Prometheus metrics (default: the file's name without .gguf).
+	ServedModelName string `json:"served_model_name,omitempty"`
+	// MetricsVLLMNames also writes the metrics the inference gateway's endpoint picker reads under vLLM's names.
+	MetricsVLLMNames bool `json:"metrics_vllm_names,omitempty"`
 	// MaxNumBatchedTokens is the most tokens in one engine step (default: 128 on the CPU, 2048 on a GPU).
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 	// KVCacheTokens is the KV cache capacity in positions over all sequences (default 16384).

@@ -101,6 +101,13 @@ pub struct EngineConfig {
     /// Most requests waiting to start (submitted, not yet scheduled): a submit beyond it is refused at once
     /// (`SubmitError::Overloaded`), nothing queued. `None`: [`EngineConfig::max_waiting_requests_or_default`].
     pub max_waiting_requests: Option<usize>,
+    /// The model's name in the Prometheus metrics' `model_name` label (vLLM's `--served-model-name`). `None`:
+    /// the model file's name without `.gguf`, as the gateway's `/v1/models` names it.
+    pub served_model_name: Option<String>,
+    /// The metrics the inference gateway's endpoint picker reads (requests waiting and running, KV cache usage,
+    /// cache configuration, prefix cache counters) also under vLLM's names (`vllm:num_requests_waiting`, ...), so
+    /// that a picker configured for vLLM reads ember unchanged.
+    pub metrics_vllm_names: bool,
 }
 
 impl Default for EngineConfig {
@@ -123,6 +130,8 @@ impl Default for EngineConfig {
             enable_prefix_caching: true,
             speculative: None,
             max_waiting_requests: None,
+            served_model_name: None,
+            metrics_vllm_names: false,
         }
     }
 }
@@ -178,6 +187,9 @@ impl EngineConfig {
         }
         if let Some(problem) = self.speculative.as_ref().and_then(SpeculativeConfig::problem) {
             return err(vec!["speculative"], problem);
+        }
+        if self.served_model_name.as_deref().is_some_and(|name| name.trim().is_empty()) {
+            return err(vec!["served_model_name"], "served_model_name is empty".into());
         }
         if self.threads > 1024 {
             return err(vec!["threads"], format!("threads = {} is not in 0..=1024", self.threads));

@@ -105,7 +105,8 @@ pub struct Engine {
     logger: Logger,
     /// Compiles structured-output constraints against the model's vocabulary (built on first use).
     guided: GuidedCompiler,
-    /// Backpressure: the requests waiting to start, at most `max_waiting_requests` (`waiting_limit.rs`).
+    /// Backpressure: the requests waiting to start, at most `max_waiting_requests`, and those running
+    /// (`waiting_limit.rs`).
     waiting: Arc<WaitingLimit>,
     /// The model file's SHA-256 (hex), computed on first use.
     model_sha256: OnceLock<String>,
@@ -294,7 +295,7 @@ impl Engine {
             arrival,
             waker,
         );
-        shared.hold_waiting_place(place);
+        shared.hold_place(place);
         let options = Arc::new(SharedOptions::resolve(options, self.model.tokenizer.eog_ids(), self.clock.now()));
         let mut sequences = Vec::with_capacity(n_choices);
         for (p, prompt) in prompts.iter().enumerate() {
@@ -347,6 +348,29 @@ impl Engine {
     /// Requests waiting to start (submitted, not yet scheduled), and how many may (`max_waiting_requests`).
     pub fn waiting_requests(&self) -> (usize, usize) {
         (self.waiting.waiting(), self.waiting.limit())
+    }
+
+    /// The `model_name` label of the engine's metrics: `served_model_name`, or the model file's name without
+    /// `.gguf`.
+    pub fn served_model_name(&self) -> String {
+        match &self.config.served_model_name {
+            Some(name) => name.clone(),
+            None => {
+                let file = self.model.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                file.strip_suffix(".gguf").map(str::to_owned).unwrap_or(file)
+            }
+        }
+    }
+
+    /// Positions per KV cache block.
+    pub fn kv_block_size(&self) -> usize {
+        self.cache.block_size
+    }
+
+    /// Requests running: started (a choice scheduled, or ended) and not ended. A request counts once however
+    /// many choices it has.
+    pub fn running_requests(&self) -> usize {
+        self.waiting.running()
     }
 
     /// KV cache blocks free, and in all (the global pool, which every layer uses but the sliding-window ones that

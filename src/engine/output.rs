@@ -18,7 +18,7 @@ use super::prompt_logprobs::PromptTokenLogprob;
 use super::ready_queue::ReadyQueue;
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
-use super::waiting_limit::WaitingPlace;
+use super::waiting_limit::RequestPlace;
 use crate::model::TokenId;
 
 /// Something that happened to a request, in the order the host should see it.
@@ -108,8 +108,8 @@ pub struct RequestShared {
     /// choice): `usage.prompt_tokens_details.cached_tokens`. Kept whether or not stats are recorded.
     cached_prompt_tokens: AtomicU32,
     engine: Weak<dyn CancelWaker>,
-    /// Its place among the requests waiting to start (`waiting_limit.rs`), given back once it starts or ends.
-    waiting_place: OnceLock<WaitingPlace>,
+    /// Its phase in the engine's request gauges (`waiting_limit.rs`): waiting, running, ended.
+    place: OnceLock<RequestPlace>,
     /// The waiting point this request reports its events to, when the host asked for one
     /// ([`RequestHandle::watch`]).
     watch: OnceLock<Watch>,
@@ -154,21 +154,28 @@ impl RequestShared {
             cancelled: AtomicBool::new(false),
             cached_prompt_tokens: AtomicU32::new(0),
             engine,
-            waiting_place: OnceLock::new(),
+            place: OnceLock::new(),
             watch: OnceLock::new(),
             marked: AtomicBool::new(false),
         })
     }
 
-    /// Holds `place` until the request starts or ends (a request holds one place at most).
-    pub fn hold_waiting_place(&self, place: WaitingPlace) {
-        let _ = self.waiting_place.set(place);
+    /// Counts the request in `place`'s gauges from now on (a request holds one place at most).
+    pub fn hold_place(&self, place: RequestPlace) {
+        let _ = self.place.set(place);
     }
 
-    /// Engine side: the request has started (its first choice was scheduled), so it waits no more.
+    /// Engine side: the request has started (its first choice was scheduled), so it waits no more: it runs.
     pub fn started(&self) {
-        if let Some(place) = self.waiting_place.get() {
-            place.leave();
+        if let Some(place) = self.place.get() {
+            place.start();
+        }
+    }
+
+    /// The request has ended: it neither waits nor runs any more.
+    fn ended(&self) {
+        if let Some(place) = self.place.get() {
+            place.end();
         }
     }
 
@@ -228,7 +235,6 @@ impl RequestShared {
     /// Engine side: choice `choice` ended.
     /// A choice ends once: a later call (its request failed first) changes nothing, its end time included.
     pub fn finish_choice(&self, choice: usize, reason: FinishReason) {
-        self.started();
         let now = self.clock.now();
         let mut out = lock(&self.output);
         if out.choices[choice].finish_reason.is_some() {
@@ -237,8 +243,13 @@ impl RequestShared {
         self.with_stats(choice, |s| s.finished_ts = Some(now));
         out.choices[choice].finish_reason = Some(reason);
         let event = RequestEvent::Finished { choice, reason };
+        // The gauges change before the event is queued: a host that has seen the request end sees it gone from
+        // them. A choice that ends while others go on means the request no longer waits.
         if out.choices.iter().all(|c| c.finish_reason.is_some()) && out.terminal.is_none() {
             out.terminal = Some(event.clone());
+            self.ended();
+        } else {
+            self.started();
         }
         out.queue.push_back(Queued::Event(event));
         let ready = self.mark_ready();
@@ -250,7 +261,6 @@ impl RequestShared {
     /// Engine side: the request failed; its unfinished choices end with `FinishReason::Error`. A request ends
     /// once: when every choice has already ended (finished, or failed before), nothing happens.
     pub fn fail(&self, message: String) {
-        self.started();
         let now = self.clock.now();
         let mut out = lock(&self.output);
         if out.terminal.is_some() {
@@ -266,6 +276,7 @@ impl RequestShared {
         }
         let event = RequestEvent::Error { message };
         out.terminal = Some(event.clone());
+        self.ended();
         out.queue.push_back(Queued::Event(event));
         let ready = self.mark_ready();
         drop(out);
