@@ -30,7 +30,8 @@ func TestMain(m *testing.M) {
 	if model == "" {
 		model = filepath.Join("..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 	}
-	engine, err := ember.NewEngine(ember.Config{Model: model, Threads: 2, EnablePerRequestMetrics: true})
+	engine, err := ember.NewEngine(ember.Config{Model: model, Threads: 2, EnablePerRequestMetrics: true,
+		ServedModelName: "test-model", MetricsVLLMNames: true})
 	if err != nil {
 		println(err.Error(), "- run scripts/fetch-model.sh or set EMBER_MODEL")
 		os.Exit(1)
@@ -204,19 +205,20 @@ func TestMetricsCountRequestsAndServeTheEngines(t *testing.T) {
 	defer resp.Body.Close()
 	text, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`ember_gateway_requests_total{endpoint="completions",code="200"}`,
-		"ember_gateway_requests_in_flight 0",
-		"ember_time_to_first_token_seconds_count",
-		"ember_inter_token_latency_seconds_count",
-		"ember_request_queue_time_seconds_count",
-		"ember_e2e_request_latency_seconds_count",
-		`ember_request_success_total{finished_reason="length"}`,
+		`ember_gateway_requests_total{model_name="test-model",endpoint="completions",code="200"}`,
+		`ember_gateway_requests_in_flight{model_name="test-model"} 0`,
+		`ember_time_to_first_token_seconds_count{model_name="test-model"}`,
+		`ember_inter_token_latency_seconds_count{model_name="test-model"}`,
+		`ember_request_queue_time_seconds_count{model_name="test-model"}`,
+		`ember_e2e_request_latency_seconds_count{model_name="test-model"}`,
+		`ember_request_success_total{model_name="test-model",finished_reason="length"}`,
+		`vllm:num_requests_waiting{model_name="test-model"} 0`,
 	} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if strings.Contains(string(text), "inter_token_latency_seconds_count 0\n") {
+	if strings.Contains(string(text), `inter_token_latency_seconds_count{model_name="test-model"} 0`+"\n") {
 		t.Error("no inter-token latency observed after a 4-token request")
 	}
 }

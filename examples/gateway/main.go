@@ -1,7 +1,8 @@
 // ember-gateway: an OpenAI-compatible HTTP server over one ember engine, with the standard library only.
 //
 //	ember-gateway [--model PATH] [--listen 127.0.0.1:8080] [--threads N] [--enable-per-request-metrics]
-//	              [--disable-log-stats] [--metrics-headers] [--served-model-name NAME] [--shutdown-timeout 30s]
+//	              [--disable-log-stats] [--metrics-headers] [--metrics-names ember|vllm] [--served-model-name NAME]
+//	              [--shutdown-timeout 30s]
 //	              [--max-body-bytes 8388608] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
@@ -38,6 +39,7 @@ type options struct {
 	enablePerRequestMetrics bool
 	disableLogStats         bool
 	metricsHeaders          bool
+	metricsNames            string
 	speculativeTokens       int
 	maxWaitingRequests      int
 	servedModelName         string
@@ -58,6 +60,9 @@ func parseOptions() options {
 		`let responses carry "metrics" for requests that set "include_metrics": true`)
 	flag.BoolVar(&o.disableLogStats, "disable-log-stats", false,
 		"record no timing stats (no metrics anywhere; conflicts with --enable-per-request-metrics)")
+	flag.StringVar(&o.metricsNames, "metrics-names", "ember",
+		"\"vllm\" also writes the metrics the inference gateway's endpoint picker reads under vLLM's names "+
+			"(vllm:num_requests_waiting, ...); \"ember\": ember's names only")
 	flag.BoolVar(&o.metricsHeaders, "metrics-headers", false,
 		"also return the timing metrics as X-Ember-* and Server-Timing headers of non-streaming responses")
 	flag.IntVar(&o.speculativeTokens, "speculative-tokens", 0,
@@ -103,6 +108,9 @@ func main() {
 }
 
 func run(o options) error {
+	if o.metricsNames != "ember" && o.metricsNames != "vllm" {
+		return fmt.Errorf("--metrics-names %q: use ember or vllm", o.metricsNames)
+	}
 	var speculative *ember.SpeculativeConfig
 	if o.speculativeTokens > 0 {
 		speculative = &ember.SpeculativeConfig{NumSpeculativeTokens: o.speculativeTokens}
@@ -115,6 +123,8 @@ func run(o options) error {
 		DisableLogStats:         o.disableLogStats,
 		Speculative:             speculative,
 		MaxWaitingRequests:      o.maxWaitingRequests,
+		ServedModelName:         modelID(o),
+		MetricsVLLMNames:        o.metricsNames == "vllm",
 		Log:                     logEngineLine,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -20,8 +21,10 @@ type requestKey struct {
 	code     int
 }
 
-// gatewayMetrics is what the gateway itself counts.
+// gatewayMetrics is what the gateway itself counts, labelled with the model it serves as the engine's are.
 type gatewayMetrics struct {
+	modelLabel string // model_name="...", escaped
+
 	mu       sync.Mutex
 	requests map[requestKey]uint64 // answered requests by endpoint and HTTP status
 
@@ -30,8 +33,9 @@ type gatewayMetrics struct {
 	inFlight atomic.Int64
 }
 
-func newGatewayMetrics() *gatewayMetrics {
-	return &gatewayMetrics{requests: map[requestKey]uint64{}}
+func newGatewayMetrics(modelID string) *gatewayMetrics {
+	escaped := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(modelID)
+	return &gatewayMetrics{modelLabel: `model_name="` + escaped + `"`, requests: map[requestKey]uint64{}}
 }
 
 func (m *gatewayMetrics) countRequest(endpoint string, code int) {
@@ -52,11 +56,12 @@ func (m *gatewayMetrics) write(w io.Writer) {
 	fmt.Fprintf(w, "# HELP ember_gateway_requests_total Requests answered, by endpoint and HTTP status "+
 		"(499: the client went away first).\n# TYPE ember_gateway_requests_total counter\n")
 	for _, key := range keys {
-		fmt.Fprintf(w, "ember_gateway_requests_total{endpoint=%q,code=\"%d\"} %d\n", key.endpoint, key.code,
-			m.requests[key])
+		fmt.Fprintf(w, "ember_gateway_requests_total{%s,endpoint=%q,code=\"%d\"} %d\n", m.modelLabel, key.endpoint,
+			key.code, m.requests[key])
 	}
 	m.mu.Unlock()
 
 	fmt.Fprintf(w, "# HELP ember_gateway_requests_in_flight Requests submitted to the engine and not ended yet.\n"+
-		"# TYPE ember_gateway_requests_in_flight gauge\nember_gateway_requests_in_flight %d\n", m.inFlight.Load())
+		"# TYPE ember_gateway_requests_in_flight gauge\nember_gateway_requests_in_flight{%s} %d\n", m.modelLabel,
+		m.inFlight.Load())
 }

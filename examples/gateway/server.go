@@ -39,7 +39,7 @@ type server struct {
 func newServer(engine *ember.Engine, modelID string, metricsHeaders bool, l limits) *server {
 	s := &server{
 		engine: engine, modelID: modelID, started: time.Now().Unix(), metricsHeaders: metricsHeaders,
-		limits: l, metrics: newGatewayMetrics(),
+		limits: l, metrics: newGatewayMetrics(modelID),
 	}
 	if l.maxConcurrentRequests > 0 {
 		s.slots = make(chan struct{}, l.maxConcurrentRequests)

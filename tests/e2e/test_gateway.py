@@ -94,8 +94,8 @@ class Gateway:
             return response.read().decode()
 
     def counter(self, endpoint, code):
-        """The value of ember_gateway_requests_total{endpoint, code}, 0 when not yet reported."""
-        prefix = f'ember_gateway_requests_total{{endpoint="{endpoint}",code="{code}"}} '
+        """The value of ember_gateway_requests_total{model_name, endpoint, code}, 0 when not yet reported."""
+        prefix = f'ember_gateway_requests_total{{model_name="{MODEL_ID}",endpoint="{endpoint}",code="{code}"}} '
         for line in self.metrics_text().splitlines():
             if line.startswith(prefix):
                 return int(line[len(prefix):])
@@ -135,7 +135,7 @@ plain = None
 
 def setUpModule():
     global with_metrics, plain
-    with_metrics = Gateway("--enable-per-request-metrics", "--metrics-headers")
+    with_metrics = Gateway("--enable-per-request-metrics", "--metrics-headers", "--metrics-names", "vllm")
     plain = Gateway()
 
 
@@ -232,12 +232,52 @@ class GatewayTest(unittest.TestCase):
                            ("ember_e2e_request_latency_seconds", "histogram")):
             self.assertIn(name, families)
             self.assertEqual(families[name].type, kind, name)
+        model = {"model_name": MODEL_ID}
         length = [s.value for s in families["ember_request_success"].samples
-                  if s.name == "ember_request_success_total" and s.labels == {"finished_reason": "length"}]
+                  if s.name == "ember_request_success_total"
+                  and s.labels == {**model, "finished_reason": "length"}]
         self.assertEqual(len(length), 1)
         self.assertGreaterEqual(length[0], 1)
-        itl = {s.name: s.value for s in families["ember_inter_token_latency_seconds"].samples if not s.labels}
+        itl = {s.name: s.value for s in families["ember_inter_token_latency_seconds"].samples if s.labels == model}
         self.assertGreaterEqual(itl["ember_inter_token_latency_seconds_count"], 2)
+        for family in families.values():
+            for sample in family.samples:
+                self.assertEqual(sample.labels.get("model_name"), MODEL_ID, sample)
+        self.assertFalse([name for name in families if name.startswith("vllm:")], "vLLM's names unasked")
+
+    def test_the_endpoint_pickers_metrics_under_vllms_names(self):
+        """--metrics-names vllm: the metrics the Kubernetes inference gateway's endpoint picker reads by default,
+        with their types and labels, and the values of ember's own names (docs/deploy.md)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = {f.name: f for f in text_string_to_metric_families(with_metrics.metrics_text())}
+        model = {"model_name": MODEL_ID}
+
+        def value(name, labels=None):
+            family = families[name]
+            samples = [s for s in family.samples if s.labels == (labels or model)]
+            self.assertEqual(len(samples), 1, (name, family.samples))
+            return samples[0].value
+
+        expected = [("vllm:num_requests_waiting", "gauge"), ("vllm:num_requests_running", "gauge"),
+                    ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:gpu_cache_usage_perc", "gauge"),
+                    ("vllm:cache_config_info", "gauge")]
+        # The prefix cache's counters, when the engine caches prefixes (not with Gemma 3's window pool).
+        caches_prefixes = "ember_prefix_cache_queries" in families
+        self.assertEqual("vllm:prefix_cache_queries" in families, caches_prefixes)
+        if caches_prefixes:
+            expected += [("vllm:prefix_cache_queries", "counter"), ("vllm:prefix_cache_hits", "counter")]
+        for name, kind in expected:
+            self.assertIn(name, families)
+            self.assertEqual(families[name].type, kind, name)
+        self.assertEqual(value("vllm:num_requests_waiting"), value("ember_num_requests_waiting"))
+        self.assertEqual(value("vllm:num_requests_running"), 0)
+        self.assertTrue(0 <= value("vllm:kv_cache_usage_perc") <= 1)
+        self.assertEqual(value("vllm:kv_cache_usage_perc"), value("ember_kv_cache_usage_perc"))
+        info = [s for s in families["vllm:cache_config_info"].samples]
+        self.assertEqual(len(info), 1)
+        self.assertEqual(info[0].labels, {**model, "block_size": "16", "num_gpu_blocks": "1024"})
+        self.assertEqual(info[0].value, 1)
 
     def test_metrics_when_enabled_and_asked(self):
         for create, kwargs in (
