@@ -3,8 +3,9 @@
 #   make test   install the test tools that are missing, fetch the model, check formatting, lints and the header,
 #               run every test: Rust (the numerics tests once more on each other kernel path this CPU runs), the
 #               CUDA kernels compiled by NVRTC and run under the CPU emulation, C under ASan and valgrind, Go
-#               (binding and gateway), the gateway end to end with the official OpenAI client, and the Python
-#               binding (its wheel built into a fresh venv, then pytest)
+#               (binding and gateway), the gateway end to end with the official OpenAI client, the Python
+#               binding (its wheel built into a fresh venv, then pytest), and three gateways behind HAProxy
+#               (make test-scale: a replica killed and one drained under load, session affinity)
 #   make soak   the churn test at 10,000 requests (make test runs it at 2,000): one engine, 32 host threads
 #   make fuzz   each cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) seconds (docs/fuzzing.md); not in make test
 #   make bench-llamacpp   ember against llama.cpp (built from its pinned sdist) on synthetic 1B-7B-shaped files of
@@ -96,7 +97,7 @@ bench-llamacpp:
 	python3 -m pip show gguf >/dev/null 2>&1 || python3 -m pip install --quiet gguf==0.19.0
 	python3 scripts/llamacpp/compare.py $(BENCH_ARGS)
 
-test: tools lint rust-test numerics-per-path cuda-emulate c-test go-test python-test
+test: tools lint rust-test numerics-per-path cuda-emulate c-test go-test python-test test-scale
 
 include c.mk
 include go.mk

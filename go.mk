@@ -4,6 +4,8 @@
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
 #   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
+#   make test-scale three gateways behind HAProxy under the official OpenAI client: kill and drain, session
+#                   affinity, three replicas against one (tests/scale/run.py; docs/deploy.md)
 # Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end test, `pip install openai`.
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
@@ -26,7 +28,7 @@ GO_ENV := GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$(GO_EMBER_LIB_DIR) -Wl
 # unlinked until the cache is cleared. A link flag naming the archive's hash makes each change relink.
 GO_RELINK = -ldflags=-X=main.emberArchive=$(shell sha256sum $(GO_EMBER_LIB_DIR)/libember.a 2>/dev/null | cut -c1-16)
 
-.PHONY: go-lib go-test gateway go-bench
+.PHONY: go-lib go-test gateway go-bench test-scale
 
 # The libraries (c.mk's c-lib: also the SONAME link the shared build loads).
 go-lib: c-lib
@@ -47,3 +49,8 @@ go-test: model templates gateway
 
 go-bench: model gateway
 	$(GO_ENV) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) scripts/bench-gateway.py
+
+# Three gateways behind HAProxy: a replica killed and one drained under load, session affinity against round robin,
+# three replicas against one (tests/scale/run.py; about two minutes on 2 cores).
+test-scale: model gateway
+	$(PYTHON) tests/scale/run.py --gateway $(GO_EMBER_GATEWAY) --json $(GO_EMBER_TARGET_DIR)/scale-report.json

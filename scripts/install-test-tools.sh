@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
-# cmake and pkg-config (the installed library's consumer check, tests/c/check_install.sh),
+# cmake and pkg-config (the installed library's consumer check, tests/c/check_install.sh), HAProxy (make test-scale),
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
 # proxy is reachable, so the binding and the gateway use the standard library only) and three Python packages:
 # `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test) and
@@ -65,6 +65,8 @@ apt_packages=()
 for tool in gcc g++ valgrind make cmake pkg-config; do
   command -v "$tool" >/dev/null || { missing+=("$tool"); apt_packages+=("$tool"); }
 done
+# make test-scale balances three gateways with HAProxy (in /usr/sbin, which a user's PATH may lack).
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || { missing+=(haproxy); apt_packages+=(haproxy); }
 python3 -m pip --version >/dev/null 2>&1 || { missing+=(pip); apt_packages+=(python3-pip); }
 # The Python binding's test builds its wheel into a fresh virtual environment; Debian's Python needs python3-venv.
 python3 -c 'import ensurepip, venv' 2>/dev/null || { missing+=("Python's venv"); apt_packages+=(python3-venv); }
