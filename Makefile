@@ -33,6 +33,7 @@ lint:
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	tests/install_test_tools.sh
 	python3 tests/docker/check_dockerfile.py
+	python3 tests/kubernetes/check_manifests.py
 
 # llama.cpp's real vocabularies and tokenizer test texts (from its pinned sdist), for tests/tokenizer_llamacpp_vocabs.rs.
 vocabs:

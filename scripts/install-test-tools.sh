@@ -2,11 +2,12 @@
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
 # cmake and pkg-config (the installed library's consumer check, tests/c/check_install.sh), HAProxy (make test-scale),
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
-# proxy is reachable, so the binding and the gateway use the standard library only) and three Python packages:
-# `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test) and
+# proxy is reachable, so the binding and the gateway use the standard library only) and four Python packages:
+# `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test),
 # `gguf` with numpy (the independent reference of every weight type's dequantization,
-# tests/dequantize_reference.rs). NVRTC, for the CUDA kernels' compile test, is fetched by
-# scripts/fetch-nvrtc.sh when the tests run; the model by scripts/fetch-model.sh.
+# tests/dequantize_reference.rs) and `kubernetes-validate` (Kubernetes' schemas, offline, for deploy/kubernetes/ in
+# make lint). NVRTC, for the CUDA kernels' compile test, is fetched by scripts/fetch-nvrtc.sh when the tests run;
+# the model by scripts/fetch-model.sh.
 #
 # `make test` runs this first. Idempotent and quiet when everything is there: it checks each tool and installs only
 # what is missing. System packages need root: it runs apt-get as root, or through `sudo -n` when that works without
@@ -78,6 +79,8 @@ python3 -c 'import prometheus_client' 2>/dev/null \
   || { missing+=("the prometheus_client Python package"); python_packages+=(prometheus_client); }
 python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0"' 2>/dev/null \
   || { missing+=("the gguf 0.19.0 Python package"); python_packages+=(gguf==0.19.0); }
+python3 -c 'import kubernetes_validate, importlib.metadata as m; assert m.version("kubernetes-validate") == "1.37.0"' \
+  2>/dev/null || { missing+=("the kubernetes-validate 1.37.0 Python package"); python_packages+=(kubernetes-validate==1.37.0); }
 need_components=false
 rustup component list --installed 2>/dev/null | grep -q '^clippy' \
   && rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || need_components=true
