@@ -60,7 +60,10 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 			return bad.write(w)
 		}
 		if s.draining.Load() {
-			return newAPIError(http.StatusServiceUnavailable, "server_error", "the gateway is shutting down", "").write(w)
+			// Another replica can take it: Retry-After, as for the engine's own backpressure.
+			refusal := newAPIError(http.StatusServiceUnavailable, "server_error", "the gateway is shutting down", "")
+			refusal.retryAfter = true
+			return refusal.write(w)
 		}
 		// The request context ends when the client disconnects; cancel also ends it when a write fails.
 		ctx, cancel := context.WithCancel(r.Context())

@@ -381,3 +381,31 @@ func TestTokenizeAndDetokenize(t *testing.T) {
 		}
 	}
 }
+
+// Once SIGTERM has started the drain, new work is refused with 503 and Retry-After (another replica takes it) and
+// /health answers 503, so that load balancers stop sending.
+func TestADrainingGatewayRefusesNewWorkWithRetryAfter(t *testing.T) {
+	s := newServer(testEngine, "test-model", false, defaultLimits())
+	s.draining.Store(true)
+	server := httptest.NewServer(s.routes())
+	defer server.Close()
+	resp, err := http.Post(server.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "Hi", "max_tokens": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(body), "shutting down") {
+		t.Fatalf("status %d, Retry-After %q, body %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	health, err := http.Get(server.URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health.Body.Close()
+	if health.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/health while draining: %d", health.StatusCode)
+	}
+}
