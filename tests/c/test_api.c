@@ -762,7 +762,8 @@ static void test_speculative(void) {
    EMBER_FINISH_REASON_DEADLINE; a request of a better priority takes the seat. */
 static void test_admission(void) {
     char config[128];
-    snprintf(config, sizeof config, "{\"threads\": 1, \"max_num_seqs\": 1, \"max_waiting_requests\": 1}");
+    snprintf(config, sizeof config,
+             "{\"threads\": 1, \"max_num_seqs\": 1, \"max_waiting_requests\": 1, \"served_model_name\": \"c\"}");
     EmberEngine *engine = NULL;
     CHECK_STATUS(engine_new(config, &engine), EMBER_STATUS_OK);
     EmberRequest *running = submit(engine, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4000, "
@@ -787,11 +788,12 @@ static void test_admission(void) {
     EmberExtendedTimingMetrics x = {.struct_size = sizeof x};
     CHECK_STATUS(engine_get_extended_metrics(running, 0, &x), EMBER_STATUS_OK);
     CHECK(x.num_preemptions >= 1);
-    /* The Prometheus text counts what happened: the deadline, the overloaded submit. */
+    /* The Prometheus text counts what happened: the deadline, the overloaded submit; every sample names the model
+       (served_model_name). */
     char *text = NULL;
     CHECK_STATUS(engine_metrics_text(engine, &text), EMBER_STATUS_OK);
-    CHECK(strstr(text, "ember_request_success_total{finished_reason=\"deadline\"} 1\n") != NULL);
-    CHECK(strstr(text, "\nember_request_overloaded_total 1\n") != NULL);
+    CHECK(strstr(text, "ember_request_success_total{model_name=\"c\",finished_reason=\"deadline\"} 1\n") != NULL);
+    CHECK(strstr(text, "\nember_request_overloaded_total{model_name=\"c\"} 1\n") != NULL);
     CHECK(strstr(text, "# TYPE ember_e2e_request_latency_seconds histogram\n") != NULL);
     engine_string_free(text);
     CHECK_FAILS_AS(engine_metrics_text(engine, NULL), EMBER_STATUS_INVALID_ARGUMENT, "engine_metrics_text");
