@@ -49,6 +49,7 @@ fn the_enums_are_the_headers() {
         ("EventKind", "EMBER_EVENT_KIND_"),
         ("FinishReason", "EMBER_FINISH_REASON_"),
         ("CpuKernels", "EMBER_CPU_KERNELS_"),
+        ("LogLevel", "EMBER_LOG_LEVEL_"),
     ] {
         let expected = header_values(&header, prefix);
         assert!(!expected.is_empty(), "no {prefix} values in the header");

@@ -11,7 +11,7 @@
 docs/python.md is the guide; include/ember.h and docs/c_api.md define what lies beneath.
 """
 
-from ._constants import CpuKernels, EventKind, FinishReason, Status
+from ._constants import CpuKernels, EventKind, FinishReason, LogLevel, Status
 from ._lib import BINDING_VERSION as __version__
 from ._lib import lib as _lib
 from ._structs import ExtendedMetrics, Stats, TimingMetrics
@@ -49,7 +49,7 @@ def library_version() -> str:
 __all__ = [
     "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "Engine", "EngineStartFailed", "Error", "Event",
     "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument", "InvalidConfig", "InvalidHandle",
-    "InvalidRequest", "InvalidUtf8", "LoadCancelled", "ModelLoadFailed", "NotFinished", "Overloaded", "Panic",
-    "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics", "TooManyHandles",
-    "error_class", "library_version",
+    "InvalidRequest", "InvalidUtf8", "LoadCancelled", "LogLevel", "ModelLoadFailed", "NotFinished", "Overloaded",
+    "Panic", "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics",
+    "TooManyHandles", "error_class", "library_version",
 ]

@@ -64,6 +64,15 @@ class FinishReason(IntEnum):
     DEADLINE = 5
 
 
+class LogLevel(IntEnum):
+    """The severity of one of the engine's log lines (``EmberLogLevel``); lower is more severe."""
+
+    ERROR = 1
+    WARN = 2
+    INFO = 3
+    DEBUG = 4
+
+
 class CpuKernels(IntEnum):
     """The CPU kernel path an engine runs (``EmberStats.cpu_kernels``): every path computes the same bits."""
 

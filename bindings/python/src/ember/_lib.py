@@ -33,6 +33,8 @@ _LIBRARY_NAME = "libember.dylib" if sys.platform == "darwin" else "libember.so"
 
 #: ``bool (*)(void *userdata, float progress)``, the load progress callback of ``engine_new_with_progress``.
 ProgressCallback = ctypes.CFUNCTYPE(c_bool, c_void_p, c_float)
+#: ``void (*)(void *userdata, EmberLogLevel level, const char *message)``, the log callback.
+LogCallback = ctypes.CFUNCTYPE(None, c_void_p, c_uint32, c_char_p)
 
 # Each C function: (result type, argument types).
 _PROTOTYPES = {
@@ -64,6 +66,7 @@ _PROTOTYPES = {
                                    POINTER(c_size_t)]),
     "engine_detokenize": (c_uint32, [c_void_p, POINTER(c_uint32), c_size_t, c_bool, POINTER(c_void_p)]),
     "engine_events_fd": (c_uint32, [c_void_p, POINTER(c_int)]),
+    "engine_set_log_callback": (c_uint32, [LogCallback, c_void_p]),
 }
 
 

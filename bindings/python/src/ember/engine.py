@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 from ._constants import DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
 from ._pump import Pump
 from ._lib import ProgressCallback, check, lib, take_string
+from ._log import LogTarget, forget, logging_to
 from ._structs import Stats, StatsStruct, from_struct, new_struct
 from .errors import Error, InvalidArgument, InvalidHandle
 from .request import Request
@@ -51,10 +52,11 @@ class _Handle:
     """The engine's C handle and event delivery, apart from :class:`Engine` so that the finalizer that closes a
     forgotten engine holds no reference to it."""
 
-    def __init__(self, handle: int) -> None:
+    def __init__(self, handle: int, log_key: Optional[int]) -> None:
         self.handle: Optional[int] = handle
         self.pump = Pump(handle)
         self.lock = threading.Lock()
+        self.log_key = log_key
 
     def close(self) -> None:
         with self.lock:
@@ -65,6 +67,7 @@ class _Handle:
         # too, but its last events could no longer be taken.
         self.pump.close(_CLOSE_DRAIN_SECONDS)
         lib.engine_free(handle)
+        forget(self.log_key)  # engine_free joined every thread that could log
 
 
 class Engine:
@@ -74,35 +77,47 @@ class Engine:
     takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``).
     ``progress``, when given, is called with the fraction loaded (0 to 1) on this thread while the model loads;
     returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an exception it raises stops the load
-    and is raised here.
+    and is raised here. ``log``, when given, receives the engine's log lines: a ``logging.Logger`` (ember's levels
+    mapped to logging's), or a callable of (:class:`ember.LogLevel`, message), called on ember's threads, possibly
+    several at once; it must not call ember.
 
     Use it as a context manager, or call :meth:`close`; a forgotten engine is closed when collected (its
     requests keep it alive while they are in use). Every method may be called from any thread.
     """
 
     def __init__(self, config: Optional[Json] = None, *,
-                 progress: Optional[Callable[[float], Optional[bool]]] = None) -> None:
+                 progress: Optional[Callable[[float], Optional[bool]]] = None,
+                 log: Optional[LogTarget] = None) -> None:
         data = None if config is None else _encode("engine_new", config)
         out = c_void_p()
-        if progress is None:
-            check("engine_new", lib.engine_new(data, ctypes.byref(out)))
-        else:
-            raised: List[BaseException] = []
-
-            def report(_userdata: Any, fraction: float) -> bool:
-                try:
-                    return progress(fraction) is not False
-                except BaseException as error:  # noqa: B902: re-raised below, after the C call returns
-                    raised.append(error)
-                    return False
-
-            status = lib.engine_new_with_progress(data, ProgressCallback(report), None, ctypes.byref(out))
-            if raised:
-                raise raised[0]
-            check("engine_new_with_progress", status)
-        self._core = _Handle(out.value)
+        with logging_to(log) as log_key:
+            try:
+                self._start(data, progress, out)
+            except BaseException:
+                forget(log_key)
+                raise
+        self._core = _Handle(out.value, log_key)
         self._pump = self._core.pump
         self._finalizer = weakref.finalize(self, self._core.close)
+
+    @staticmethod
+    def _start(data: Optional[bytes], progress: Optional[Callable[[float], Optional[bool]]], out: c_void_p) -> None:
+        if progress is None:
+            check("engine_new", lib.engine_new(data, ctypes.byref(out)))
+            return
+        raised: List[BaseException] = []
+
+        def report(_userdata: Any, fraction: float) -> bool:
+            try:
+                return progress(fraction) is not False
+            except BaseException as error:  # noqa: B902: re-raised below, after the C call returns
+                raised.append(error)
+                return False
+
+        status = lib.engine_new_with_progress(data, ProgressCallback(report), None, ctypes.byref(out))
+        if raised:
+            raise raised[0]
+        check("engine_new_with_progress", status)
 
     # --- requests -------------------------------------------------------------------------------------------
 
