@@ -952,11 +952,13 @@ const char *engine_last_error_message(void);
 
 /**
  * Writes the engine's metrics, in the Prometheus text exposition format (version 0.0.4; serve it with
- * `Content-Type: text/plain; version=0.0.4`), to `*out`: sequences running and waiting, requests waiting to
- * start and their limit, KV cache usage, steps, preemptions, prompt and generated tokens, choices ended by
- * finish reason, submits refused as overloaded, prefix-cache queries and hits, speculative drafts, and
- * histograms of time to first token, inter-token latency, queue time and end-to-end latency. Names are vLLM's
- * with an `ember_` prefix where vLLM has the metric; `docs/c_api.md` ("Prometheus metrics") lists them all.
+ * `Content-Type: text/plain; version=0.0.4`), to `*out`: requests running and waiting to start (and the
+ * limit), sequences running and waiting, KV cache usage over both block pools and its configuration, steps,
+ * preemptions, prompt and generated tokens, choices ended by finish reason, submits refused as overloaded,
+ * prefix-cache queries and hits, speculative drafts, and histograms of time to first token, inter-token
+ * latency, queue time and end-to-end latency. Every sample is labelled `model_name` (`served_model_name`).
+ * Names are vLLM's with an `ember_` prefix where vLLM has the metric, and with `metrics_vllm_names` the
+ * endpoint picker's also under vLLM's own; `docs/c_api.md` ("Prometheus metrics") lists them all.
  *
  * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
  * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
