@@ -15,7 +15,7 @@ from ._pump import Pump
 from ._lib import ProgressCallback, check, lib, take_string
 from ._log import LogTarget, forget, logging_to
 from ._structs import Stats, StatsStruct, from_struct, new_struct
-from .errors import Error, InvalidArgument, InvalidHandle
+from .errors import InvalidArgument, InvalidHandle
 from .request import Request
 
 #: A request body or configuration: a dict (sent as JSON) or JSON text.
@@ -218,4 +218,4 @@ class Engine:
         return handle
 
 
-__all__ = ["Engine", "Error", "Json"]
+__all__ = ["Engine", "Json"]
