@@ -2,7 +2,8 @@
 //! "octet", the low or the high half of a 16-row panel (bytes `0..32` or `32..64` of each 64-byte plane register).
 //!
 //! Without VNNI, the integer dot of a slice is `vpmaddubsw` (two products per 16-bit lane) then `vpmaddwd` by ones
-//! (four per 32-bit lane). The 16-bit sums of several slices are added before widening while they cannot overflow:
+//! (four per 32-bit lane); for Q3_K and Q6_K, whose halves' dots are scaled in integers, `vpmaddwd` by the half's
+//! integer scale instead, which does that multiply for free. The 16-bit sums of several slices are added before widening while they cannot overflow:
 //! `2·u_max·127` per slice (`u_max` the type's largest value), so a group's eight slices for the 4-bit types, four
 //! for the 5-bit ones, two for the 6-bit one. Q8_0's values (`q + 128`) exceed what `vpmaddubsw` multiplies
 //! without saturating, so they are turned back into `q` and multiplied by sign (`|q|` times the activation with
@@ -184,7 +185,8 @@ fn pair_sums<F: Format>(w: __m256i, q: __m256i) -> __m256i {
 }
 
 /// Adds the integer dots of halves `halves` of one group of each of `R` octets against each of `C` columns to
-/// `dot[c][r]`.
+/// `dot[c][r]`, each times `scale[r]`: the 16-bit sums are widened by `vpmaddwd` with `scale[r]`, whose 16-bit
+/// lanes hold a row's integer scale twice (ones for the types without one).
 ///
 /// # Safety
 /// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes (with `X`, its octet's
@@ -195,10 +197,10 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
     octets: &[usize; R],
     a: &[&BlockQ8A; C],
     halves: std::ops::Range<usize>,
+    scale: &[__m256i; R],
     dot: &mut [[__m256i; R]; C],
 ) {
     let per_widening = slices_per_widening::<F>();
-    let ones = _mm256_set1_epi16(1);
     let mut sums = [[_mm256_setzero_si256(); R]; C];
     let mut pending = 0;
     for h in halves {
@@ -225,7 +227,7 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
             if pending == per_widening {
                 for c in 0..C {
                     for r in 0..R {
-                        dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], ones));
+                        dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], scale[r]));
                     }
                 }
                 pending = 0;
@@ -235,7 +237,7 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
     if pending > 0 {
         for c in 0..C {
             for r in 0..R {
-                dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], ones));
+                dot[c][r] = _mm256_add_epi32(dot[c][r], _mm256_madd_epi16(sums[c][r], scale[r]));
             }
         }
     }
@@ -270,6 +272,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
     }
     assert!(cols.iter().all(|col| col.len() >= n_groups));
     let zero = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [[zero; R]; C];
     for b in 0..units {
         let mut hdr = [std::ptr::null::<u8>(); R];
@@ -311,7 +314,53 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
             for c in 0..C {
                 a[c] = &cols[c][group];
             }
-            if F::SCALING.halves() {
+            if F::SCALING == Scaling::Halves {
+                // Per row, the two halves' integer scales: interleaved as 16-bit pairs (for the offset term) and
+                // each repeated in both 16-bit lanes of a row (for `add_dots`).
+                let mut sc_pairs = [_mm256_setzero_si256(); R];
+                let mut sc_half = [[_mm256_setzero_si256(); R]; 2];
+                for r in 0..R {
+                    let o = octets[r];
+                    // SAFETY: the scale bytes of halves `2g` and `2g + 1` lie in the unit's header.
+                    let (lo, hi) = unsafe {
+                        (
+                            _mm_loadl_epi64(hdr[r].add(header::HALF_SC + 16 * (2 * g) + 8 * o).cast()),
+                            _mm_loadl_epi64(hdr[r].add(header::HALF_SC + 16 * (2 * g + 1) + 8 * o).cast()),
+                        )
+                    };
+                    sc_pairs[r] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi));
+                    sc_half[0][r] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, lo));
+                    sc_half[1][r] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(hi, hi));
+                }
+                // The dots start from `−OFFSET · (sc_0·Σ_0 q + sc_1·Σ_1 q)`: one `vpmaddwd` of the scale pairs with
+                // the half sums, shifted (`OFFSET` is a power of two) and negated.
+                const {
+                    let shifts = F::OFFSET.count_ones() == 1;
+                    assert!(shifts || !matches!(F::SCALING, Scaling::Halves), "the offset term is a shift");
+                };
+                let shift = _mm_cvtsi32_si128(F::OFFSET.trailing_zeros() as i32);
+                let mut dot = [[_mm256_setzero_si256(); R]; C];
+                for c in 0..C {
+                    let half_sums = _mm256_set1_epi32(i32::from_le_bytes(bytemuck::cast(a[c].half_sums)));
+                    for r in 0..R {
+                        let offset = _mm256_sll_epi32(_mm256_madd_epi16(sc_pairs[r], half_sums), shift);
+                        dot[c][r] = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+                    }
+                }
+                for (h, scale) in sc_half.iter().enumerate() {
+                    // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
+                    unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, h..h + 1, scale, &mut dot) };
+                }
+                for c in 0..C {
+                    let da = _mm256_set1_ps(a[c].d);
+                    for r in 0..R {
+                        let s = _mm256_mul_ps(d[r], da);
+                        acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
+                    }
+                }
+                continue;
+            }
+            if F::SCALING == Scaling::HalvesMin {
                 for h in 0..2 {
                     let half = 2 * g + h;
                     let mut scale = [zero; R];
@@ -319,33 +368,25 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                     for r in 0..R {
                         let o = octets[r];
                         // SAFETY: the scale bytes of half `half` lie in the unit's header.
-                        unsafe {
-                            if F::SCALING == Scaling::Halves {
-                                let sc = load_bytes_i32::<true>(hdr[r].add(header::HALF_SC + 16 * half + 8 * o));
-                                scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
-                            } else {
-                                let scmn = load_bytes_i32::<false>(hdr[r].add(header::HALF_SCMN + 16 * half + 8 * o));
-                                let sc = _mm256_and_si256(scmn, _mm256_set1_epi32(0x0f));
-                                scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
-                                min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(scmn)));
-                            }
-                        }
+                        let scmn =
+                            unsafe { load_bytes_i32::<false>(hdr[r].add(header::HALF_SCMN + 16 * half + 8 * o)) };
+                        let sc = _mm256_and_si256(scmn, _mm256_set1_epi32(0x0f));
+                        scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
+                        min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(scmn)));
                     }
                     let mut dot = [[_mm256_setzero_si256(); R]; C];
                     for c in 0..C {
                         dot[c] = [dot_start::<F>(i32::from(a[c].half_sums[h])); R];
                     }
                     // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
-                    unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, h..h + 1, &mut dot) };
+                    unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, h..h + 1, &[ones; R], &mut dot) };
                     for c in 0..C {
                         let da = _mm256_set1_ps(a[c].d);
+                        let sa = _mm256_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
                         for r in 0..R {
                             let s = _mm256_mul_ps(scale[r], da);
                             acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
-                            if F::SCALING == Scaling::HalvesMin {
-                                let sa = _mm256_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
-                                acc[c][r] = _mm256_fmadd_ps(min[r], sa, acc[c][r]);
-                            }
+                            acc[c][r] = _mm256_fmadd_ps(min[r], sa, acc[c][r]);
                         }
                     }
                 }
@@ -370,7 +411,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 dot[c] = [dot_start::<F>(a[c].sum); R];
             }
             // SAFETY: `planes` point to this group's planes, the octets are 0 or 1.
-            unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, 0..2, &mut dot) };
+            unsafe { add_dots::<F, R, C, X>(&planes, &octets, &a, 0..2, &[ones; R], &mut dot) };
             for c in 0..C {
                 let da = _mm256_set1_ps(a[c].d);
                 let sa = _mm256_set1_ps(a[c].s);

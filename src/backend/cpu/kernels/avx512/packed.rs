@@ -245,27 +245,48 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
             for c in 0..C {
                 a[c] = &cols[c][group];
             }
-            if F::SCALING.halves() {
+            if F::SCALING == Scaling::Halves {
+                // Each half's integer dot times its row's integer scale (`vpmulld`), summed: one float step.
+                let mut sc = [[_mm512_setzero_si512(); R]; 2];
+                for (h, sc) in sc.iter_mut().enumerate() {
+                    for r in 0..R {
+                        // SAFETY: the scale bytes of half `2g + h` lie in the unit's header.
+                        let run = unsafe { _mm_loadu_si128(hdr[r].add(header::HALF_SC + 16 * (2 * g + h)).cast()) };
+                        sc[r] = _mm512_cvtepi8_epi32(run);
+                    }
+                }
+                let mut dot = [[[_mm512_setzero_si512(); R]; C]; 2];
+                for (h, dot) in dot.iter_mut().enumerate() {
+                    for c in 0..C {
+                        dot[c] = [_mm512_set1_epi32(-F::OFFSET * i32::from(a[c].half_sums[h])); R];
+                    }
+                    // SAFETY: `planes` point to this group's planes.
+                    unsafe { add_dots::<F, R, C, X>(&planes, &a, h..h + 1, dot) };
+                }
+                for c in 0..C {
+                    let da = _mm512_set1_ps(a[c].d);
+                    for r in 0..R {
+                        let i = _mm512_add_epi32(
+                            _mm512_mullo_epi32(dot[0][c][r], sc[0][r]),
+                            _mm512_mullo_epi32(dot[1][c][r], sc[1][r]),
+                        );
+                        acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d[r], da), acc[c][r]);
+                    }
+                }
+                continue;
+            }
+            if F::SCALING == Scaling::HalvesMin {
                 for h in 0..2 {
                     let half = 2 * g + h;
                     let mut scale = [zero; R];
                     let mut min = [zero; R];
                     for r in 0..R {
                         // SAFETY: the scale bytes of half `half` lie in the unit's header.
-                        unsafe {
-                            if F::SCALING == Scaling::Halves {
-                                scale[r] = _mm512_mul_ps(
-                                    d[r],
-                                    load_bytes_f32::<true>(hdr[r].add(header::HALF_SC + 16 * half)),
-                                );
-                            } else {
-                                let run = _mm_loadu_si128(hdr[r].add(header::HALF_SCMN + 16 * half).cast());
-                                let scmn = _mm512_cvtepu8_epi32(run);
-                                let sc = _mm512_and_si512(scmn, _mm512_set1_epi32(0x0f));
-                                scale[r] = _mm512_mul_ps(d[r], _mm512_cvtepi32_ps(sc));
-                                min[r] = _mm512_mul_ps(m[r], _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(scmn)));
-                            }
-                        }
+                        let run = unsafe { _mm_loadu_si128(hdr[r].add(header::HALF_SCMN + 16 * half).cast()) };
+                        let scmn = _mm512_cvtepu8_epi32(run);
+                        let sc = _mm512_and_si512(scmn, _mm512_set1_epi32(0x0f));
+                        scale[r] = _mm512_mul_ps(d[r], _mm512_cvtepi32_ps(sc));
+                        min[r] = _mm512_mul_ps(m[r], _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(scmn)));
                     }
                     let mut dot = [[_mm512_setzero_si512(); R]; C];
                     for c in 0..C {
@@ -275,13 +296,11 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                     unsafe { add_dots::<F, R, C, X>(&planes, &a, h..h + 1, &mut dot) };
                     for c in 0..C {
                         let da = _mm512_set1_ps(a[c].d);
+                        let sa = _mm512_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
                         for r in 0..R {
                             let s = _mm512_mul_ps(scale[r], da);
                             acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c][r]), s, acc[c][r]);
-                            if F::SCALING == Scaling::HalvesMin {
-                                let sa = _mm512_set1_ps(a[c].d * f32::from(a[c].half_sums[h]));
-                                acc[c][r] = _mm512_fmadd_ps(min[r], sa, acc[c][r]);
-                            }
+                            acc[c][r] = _mm512_fmadd_ps(min[r], sa, acc[c][r]);
                         }
                     }
                 }

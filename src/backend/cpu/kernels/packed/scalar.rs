@@ -8,8 +8,9 @@
 //! - `Block`: `acc = fma(f32(i), d·da, acc)`;
 //! - `BlockMin`: then `acc = fma(m, sa, acc)`;
 //! - `GroupMin`: `acc = fma(f32(i), (d·sc)·da, acc)`, then `acc = fma((−dmin)·mn, sa, acc)`;
-//! - `Halves`, per half `h`: `acc = fma(f32(i_h), (d·sc_h)·da, acc)`;
-//! - `HalvesMin`, per half: that, then `acc = fma((−dmin)·mn_h, da·f32(Σ_h q), acc)`.
+//! - `Halves`: `i = sc_0·i_0 + sc_1·i_1` over the halves' dots, in integers, then `acc = fma(f32(i), d·da, acc)`;
+//! - `HalvesMin`, per half `h`: `acc = fma(f32(i_h), (d·sc_h)·da, acc)`, then `acc = fma((−dmin)·mn_h,
+//!   da·f32(Σ_h q), acc)`.
 //!
 //! `d·sc` and `(−dmin)·mn` are exact (an f16 times a small integer); each other product is rounded once. There is
 //! no horizontal sum: a SIMD path holds 16 outputs' accumulators in one register and performs exactly these steps
@@ -36,14 +37,21 @@ fn add_group<F: Format>(unit: &RowUnit, g: usize, a: &BlockQ8A, mut acc: f32) ->
         }
         i
     };
-    if F::SCALING.halves() {
+    if F::SCALING == Scaling::Halves {
+        // Both halves' dots scaled and summed in integers (exact: |i| < 2^24), then one float step.
+        let mut i = 0;
+        for h in 0..2 {
+            let half = dot(16 * h..16 * h + 16, -F::OFFSET * i32::from(a.half_sums[h]));
+            i += unit.scales[2 * g + h] * half;
+        }
+        return (i as f32).mul_add(unit.d * a.d, acc);
+    }
+    if F::SCALING == Scaling::HalvesMin {
         for h in 0..2 {
             let t = 2 * g + h;
             let i = dot(16 * h..16 * h + 16, -F::OFFSET * i32::from(a.half_sums[h]));
             acc = (i as f32).mul_add((unit.d * unit.scales[t] as f32) * a.d, acc);
-            if F::SCALING == Scaling::HalvesMin {
-                acc = ((-unit.m) * unit.mins[t] as f32).mul_add(a.d * f32::from(a.half_sums[h]), acc);
-            }
+            acc = ((-unit.m) * unit.mins[t] as f32).mul_add(a.d * f32::from(a.half_sums[h]), acc);
         }
         return acc;
     }
