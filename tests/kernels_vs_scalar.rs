@@ -683,6 +683,59 @@ fn matmul_packed_is_bit_identical_to_scalar() {
     }
 }
 
+/// Q6_K at its integer extremes: every value at −32 with every scale −128, or at +31 with every scale 127,
+/// against activations of ±127. The halves' scaled dots then reach `2·16·32·127·128`, just under 2^24 (the bound
+/// `packed::scalar` relies on), and AVX2's 16-bit sums their largest: every path must still give the scalar bits,
+/// and those the exact per-group integers times `d·da`.
+#[test]
+fn matmul_packed_q6k_is_exact_at_its_extremes() {
+    const ROW_LEN: usize = 512;
+    const N_ROWS: usize = 18;
+    let block = |(ql, qh, sc): (u8, u8, i8)| {
+        let mut b = vec![ql; 128];
+        b.extend([qh; 64]);
+        b.extend([sc as u8; 16]);
+        b.extend(f16::from_f32(0.5).to_le_bytes());
+        b
+    };
+    let (low, high) = ((0x00, 0x00, i8::MIN), (0xff, 0xff, i8::MAX));
+    let mut bytes = Vec::new();
+    for r in 0..N_ROWS {
+        for b in 0..ROW_LEN / 256 {
+            bytes.extend(block(if (r + b) % 2 == 0 { low } else { high }));
+        }
+    }
+    // In 4-byte words, so that the blocks' alignment holds.
+    let mut words = vec![0u32; bytes.len().div_ceil(4)];
+    bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+    let data =
+        WeightData::from_bytes(GgmlType::Q6K, &bytemuck::cast_slice(&words)[..bytes.len()]).expect("Q6_K blocks");
+    let w = WeightMatrix::new(data, N_ROWS, ROW_LEN).expect("valid shape");
+    let packed = PackedMatrix::pack(&w).expect("Q6_K packs");
+    let n_cols = 9;
+    let x: Vec<f32> = (0..n_cols * ROW_LEN).map(|i| if (i / ROW_LEN) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let act = quantize(&x);
+    assert!(act.iter().all(|a| a.qs.iter().all(|&q| q.unsigned_abs() == 127)));
+    let want = run_packed(scalar(), &packed, &act, n_cols);
+    for k in simd_paths() {
+        assert_same_bits(&run_packed(k, &packed, &act, n_cols), &want, &format!("{} Q6_K extremes", k.name));
+    }
+    for c in 0..n_cols {
+        for r in 0..N_ROWS {
+            let mut exact = 0f64;
+            for b in 0..ROW_LEN / 256 {
+                let (v, sc) = if (r + b) % 2 == 0 { (-32i64, -128i64) } else { (31, 127) };
+                let q = i64::from(act[c * ROW_LEN / QK].qs[0]);
+                let group = 2 * sc * 16 * v * q;
+                assert!(group.unsigned_abs() < 1 << 24, "the bound: {group}");
+                exact += 8.0 * group as f64 * f64::from(0.5 * act[c * ROW_LEN / QK].d);
+            }
+            let got = f64::from(want[c * N_ROWS + r]);
+            assert!((got - exact).abs() <= 16.0 * U * exact.abs(), "row {r} col {c}: {got} vs {exact}");
+        }
+    }
+}
+
 /// Every path's packed matmul against the f64 product with the unquantized activations: activation rounding (as in
 /// `matmul_q8_matches_f64_within_activation_rounding`) plus the summation of at most `4·n_groups` terms, each with
 /// two rounded products.
