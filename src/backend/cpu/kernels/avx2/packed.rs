@@ -17,7 +17,9 @@ use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
-use crate::backend::cpu::kernels::packed::{expands, first, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD};
+use crate::backend::cpu::kernels::packed::{
+    ahead, expands, first, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD,
+};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
@@ -305,8 +307,9 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 // SAFETY: group `group`'s planes lie in the panel's planes (asserted above).
                 planes[r] = unsafe { panels[r].1.as_ptr().add(group * group_bytes) };
                 if !X && octets[r] == 0 {
-                    for line in (0..F::GROUP_BYTES).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T1>(planes[r].wrapping_add(PREFETCH_AHEAD + line).cast());
+                    let (from, len) = ahead::<F>(panels[r].0.as_ptr(), group);
+                    for line in (0..len).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T1>(from.wrapping_add(line).cast());
                     }
                 }
             }

@@ -48,6 +48,20 @@ use crate::model::gguf::GgmlType;
 /// Into L2 because 16 KiB ahead would evict from L1 what the tile is reading.
 pub const PREFETCH_AHEAD: usize = 16384;
 
+/// The bytes a matvec requests (`PREFETCH_AHEAD` ahead) on reaching group `group` of the panel that starts at
+/// `panel`: its start and length. A panel is its units' headers, then its groups' planes; a tile reads both at
+/// once, so the requests advance through the panel's bytes in proportion, a group's planes plus, at each unit's
+/// first group, a header's worth. They then sweep every panel whole and run on into the next without a gap
+/// (requesting only the planes' share would leave a header region's worth of each panel unrequested).
+pub(in crate::backend::cpu::kernels) fn ahead<F: Format>(panel: *const u8, group: usize) -> (*const u8, usize) {
+    let groups_per_unit = F::UNIT / QK;
+    let (unit, g) = (group / groups_per_unit, group % groups_per_unit);
+    let unit_bytes = F::HEADER + groups_per_unit * F::GROUP_BYTES;
+    let (at, len) =
+        if g == 0 { (0, F::HEADER + F::GROUP_BYTES) } else { (F::HEADER + g * F::GROUP_BYTES, F::GROUP_BYTES) };
+    (panel.wrapping_add(PREFETCH_AHEAD + unit * unit_bytes + at), len)
+}
+
 /// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage where it cannot be mapped.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
