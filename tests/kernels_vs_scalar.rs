@@ -702,7 +702,7 @@ fn matmul_packed_q6k_is_exact_at_its_extremes() {
     let mut bytes = Vec::new();
     for r in 0..N_ROWS {
         for b in 0..ROW_LEN / 256 {
-            bytes.extend(block(if (r + b) % 2 == 0 { low } else { high }));
+            bytes.extend(block(if (r + b).is_multiple_of(2) { low } else { high }));
         }
     }
     // In 4-byte words, so that the blocks' alignment holds.
@@ -713,7 +713,7 @@ fn matmul_packed_q6k_is_exact_at_its_extremes() {
     let w = WeightMatrix::new(data, N_ROWS, ROW_LEN).expect("valid shape");
     let packed = PackedMatrix::pack(&w).expect("Q6_K packs");
     let n_cols = 9;
-    let x: Vec<f32> = (0..n_cols * ROW_LEN).map(|i| if (i / ROW_LEN) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let x: Vec<f32> = (0..n_cols * ROW_LEN).map(|i| if (i / ROW_LEN).is_multiple_of(2) { 1.0 } else { -1.0 }).collect();
     let act = quantize(&x);
     assert!(act.iter().all(|a| a.qs.iter().all(|&q| q.unsigned_abs() == 127)));
     let want = run_packed(scalar(), &packed, &act, n_cols);
@@ -724,7 +724,7 @@ fn matmul_packed_q6k_is_exact_at_its_extremes() {
         for r in 0..N_ROWS {
             let mut exact = 0f64;
             for b in 0..ROW_LEN / 256 {
-                let (v, sc) = if (r + b) % 2 == 0 { (-32i64, -128i64) } else { (31, 127) };
+                let (v, sc) = if (r + b).is_multiple_of(2) { (-32i64, -128i64) } else { (31, 127) };
                 let q = i64::from(act[c * ROW_LEN / QK].qs[0]);
                 let group = 2 * sc * 16 * v * q;
                 assert!(group.unsigned_abs() < 1 << 24, "the bound: {group}");
