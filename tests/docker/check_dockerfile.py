@@ -128,7 +128,7 @@ def main() -> int:
         check(listen == f"0.0.0.0:{expose}", f"{name}: --listen {listen!r} is not 0.0.0.0:{expose}")
         model = command[command.index("--model") + 1] if "--model" in command else ""
         check(model == f"/models/{default_model}", f"{name}: --model {model!r} is not /models/{default_model}")
-        check(f"--health-probe" in healthcheck and f"http://127.0.0.1:{expose}/health" in healthcheck,
+        check("--health-probe" in healthcheck and f"http://127.0.0.1:{expose}/health" in healthcheck,
               f"{name}: HEALTHCHECK does not probe /health on port {expose}")
         check(body.get("ENTRYPOINT", "").startswith('["/usr/local/bin/ember-gateway"'),
               f"{name}: the entry point is not the gateway")

@@ -3,13 +3,13 @@
 //!
 //! Without VNNI, the integer dot of a slice is `vpmaddubsw` (two products per 16-bit lane) then `vpmaddwd` by ones
 //! (four per 32-bit lane); for Q3_K and Q6_K, whose halves' dots are scaled in integers, `vpmaddwd` by the half's
-//! integer scale instead, which does that multiply for free. The 16-bit sums of several slices are added before widening while they cannot overflow:
-//! `2·u_max·127` per slice (`u_max` the type's largest value), so a group's eight slices for the 4-bit types, four
-//! for the 5-bit ones, two for the 6-bit one. Q8_0's values (`q + 128`) exceed what `vpmaddubsw` multiplies
-//! without saturating, so they are turned back into `q` and multiplied by sign (`|q|` times the activation with
-//! `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same integer. Then each lane takes the
-//! group's float steps of `packed::scalar`, in its order, so every output is the scalar path's bits, whatever the
-//! tile (batch invariance).
+//! integer scale instead, which does that multiply for free. The 16-bit sums of several slices are added before
+//! widening while they cannot overflow: `2·u_max·127` per slice (`u_max` the type's largest value), so a group's
+//! eight slices for the 4-bit types, four for the 5-bit ones, two for the 6-bit one. Q8_0's values (`q + 128`)
+//! exceed what `vpmaddubsw` multiplies without saturating, so they are turned back into `q` and multiplied by sign
+//! (`|q|` times the activation with `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same
+//! integer. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
+//! scalar path's bits, whatever the tile (batch invariance).
 
 use std::arch::x86_64::*;
 
@@ -56,19 +56,14 @@ unsafe fn load_f16(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
 }
 
-/// 8 bytes at `p` as 32-bit integers: unsigned, or signed with `SIGNED`.
+/// 8 unsigned bytes at `p` as 32-bit integers.
 ///
 /// # Safety
 /// `p` must point to 8 readable bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load_bytes_i32<const SIGNED: bool>(p: *const u8) -> __m256i {
+unsafe fn load_bytes_i32(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 8 readable bytes.
-    let v = _mm_cvtsi64_si128(unsafe { p.cast::<i64>().read_unaligned() });
-    if SIGNED {
-        _mm256_cvtepi8_epi32(v)
-    } else {
-        _mm256_cvtepu8_epi32(v)
-    }
+    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(unsafe { p.cast::<i64>().read_unaligned() }))
 }
 
 /// Bytes before a group's base plane.
@@ -371,8 +366,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                     for r in 0..R {
                         let o = octets[r];
                         // SAFETY: the scale bytes of half `half` lie in the unit's header.
-                        let scmn =
-                            unsafe { load_bytes_i32::<false>(hdr[r].add(header::HALF_SCMN + 16 * half + 8 * o)) };
+                        let scmn = unsafe { load_bytes_i32(hdr[r].add(header::HALF_SCMN + 16 * half + 8 * o)) };
                         let sc = _mm256_and_si256(scmn, _mm256_set1_epi32(0x0f));
                         scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
                         min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(scmn)));
@@ -402,8 +396,8 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                     let o = octets[r];
                     // SAFETY: group `g`'s scale and minimum bytes lie in the unit's header.
                     unsafe {
-                        let sc = load_bytes_i32::<false>(hdr[r].add(header::SC + 16 * g + 8 * o));
-                        let mn = load_bytes_i32::<false>(hdr[r].add(header::MN + 16 * g + 8 * o));
+                        let sc = load_bytes_i32(hdr[r].add(header::SC + 16 * g + 8 * o));
+                        let mn = load_bytes_i32(hdr[r].add(header::MN + 16 * g + 8 * o));
                         scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
                         min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(mn));
                     }

@@ -50,15 +50,15 @@ unsafe fn load_f16(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
 }
 
-/// 16 bytes at `p` as 32-bit integers, converted to f32: unsigned, or signed with `SIGNED`.
+/// 16 unsigned bytes at `p` as 32-bit integers, converted to f32.
 ///
 /// # Safety
 /// `p` must point to 16 readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_bytes_f32<const SIGNED: bool>(p: *const u8) -> __m512 {
+unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let v = unsafe { _mm_loadu_si128(p.cast()) };
-    _mm512_cvtepi32_ps(if SIGNED { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
+    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
 }
 
 /// Bytes before a group's base plane.
@@ -119,10 +119,10 @@ fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m512i {
     _mm512_set1_epi32(i32::from_le_bytes([a.qs[at] as u8, a.qs[at + 1] as u8, a.qs[at + 2] as u8, a.qs[at + 3] as u8]))
 }
 
-/// Adds the integer dots of slices `4h + t0 .. 4h + t1` of one group of each of `R` panels against each of `C`
-/// columns to `dot[c][r]`; with `X`, the group's slices come expanded (`expand`) instead of packed. With at most two dots in the tile, the even and odd slices go to separate
-/// accumulators (summed at the end: integer addition is exact), so that consecutive `vpdpbusd` do not wait on
-/// each other.
+/// Adds the integer dots of halves `halves` of one group of each of `R` panels against each of `C` columns to
+/// `dot[c][r]`; with `X`, the group's slices come expanded (`expand`) instead of packed. With at most two dots in
+/// the tile, the even and odd slices go to separate accumulators (summed at the end: integer addition is exact), so
+/// that consecutive `vpdpbusd` do not wait on each other.
 ///
 /// # Safety
 /// Each `planes[r]` must point to a group's `Format::GROUP_BYTES` readable bytes (with `X`, `EXPANDED_GROUP`).
@@ -315,8 +315,8 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 for r in 0..R {
                     // SAFETY: group `g`'s scale and minimum bytes lie in the unit's header.
                     unsafe {
-                        scale[r] = _mm512_mul_ps(d[r], load_bytes_f32::<false>(hdr[r].add(header::SC + 16 * g)));
-                        min[r] = _mm512_mul_ps(m[r], load_bytes_f32::<false>(hdr[r].add(header::MN + 16 * g)));
+                        scale[r] = _mm512_mul_ps(d[r], load_bytes_f32(hdr[r].add(header::SC + 16 * g)));
+                        min[r] = _mm512_mul_ps(m[r], load_bytes_f32(hdr[r].add(header::MN + 16 * g)));
                     }
                 }
             }

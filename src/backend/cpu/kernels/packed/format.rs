@@ -65,13 +65,6 @@ pub enum Scaling {
     HalvesMin,
 }
 
-impl Scaling {
-    /// Whether each half group has its own scale (its own integer dot).
-    pub const fn halves(self) -> bool {
-        matches!(self, Scaling::Halves | Scaling::HalvesMin)
-    }
-}
-
 /// One unit of one row, decoded: what dequantization and the scalar kernels read.
 pub struct RowUnit {
     /// `u` of each element (at most 255).
