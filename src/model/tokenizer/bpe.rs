@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use super::byte_level::BYTE_TO_CHAR;
+use super::spec::keys;
 use super::vocab::Vocab;
 use super::{TokenId, TokenizerError};
 
@@ -80,10 +81,11 @@ impl Bpe {
     /// byte (llama.cpp's `word.find(' ', 1)`, so that a left part may itself start with a space).
     pub(crate) fn new(vocab: &Vocab, merges: &[String]) -> Result<Self, TokenizerError> {
         // Every symbol, the non-token ones included (at most one per byte and one per merge), and every rank must
-        // fit a u32.
+        // fit a u32 (`limits.rs` keeps a file's vocabulary far below; this holds for one built from parts too).
         let symbol_bound = vocab.len() + 256 + merges.len();
         if u32::try_from(symbol_bound).is_err() {
-            return Err(TokenizerError::TooManyTokens { count: symbol_bound });
+            let max = (u32::MAX as usize).saturating_sub(vocab.len() + 256);
+            return Err(TokenizerError::TooMany { key: keys::MERGES, count: merges.len(), max });
         }
         let mut non_tokens = NonTokens { vocab, index: FxHashMap::default(), fallbacks: Vec::new() };
         let mut byte_symbols = [0; 256];

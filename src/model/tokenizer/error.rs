@@ -23,8 +23,10 @@ pub enum TokenizerError {
     UnknownPreTokenizer { pre: String },
     /// `tokenizer.ggml.tokens` is empty.
     EmptyVocabulary,
-    /// More tokens than a [`TokenId`] can number.
-    TooManyTokens { count: usize },
+    /// More entries in `key` than ember accepts (`limits.rs`), or than 32-bit ids can number.
+    TooMany { key: &'static str, count: usize, max: usize },
+    /// The texts of `key` together are longer than ember accepts (`limits.rs`).
+    TooLarge { key: &'static str, bytes: usize, max: usize },
     /// `tokenizer.ggml.token_type` has another length than `tokenizer.ggml.tokens`.
     TokenTypeCount { types: usize, tokens: usize },
     /// A `tokenizer.ggml.token_type` value outside llama.cpp's `llama_token_type` (0..=6).
@@ -64,8 +66,11 @@ impl fmt::Display for TokenizerError {
                 super::PreTokenizer::names().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
             ),
             EmptyVocabulary => write!(f, "tokenizer.ggml.tokens is empty"),
-            TooManyTokens { count } => {
-                write!(f, "tokenizer.ggml.tokens has {count} tokens, more than 32-bit token ids can number")
+            TooMany { key, count, max } => {
+                write!(f, "{key} has {count} entries, more than the {max} a vocabulary may have in ember")
+            }
+            TooLarge { key, bytes, max } => {
+                write!(f, "{key} holds {bytes} bytes of text, more than the {max} a vocabulary may have in ember")
             }
             TokenTypeCount { types, tokens } => {
                 write!(f, "tokenizer.ggml.token_type has {types} entries but tokenizer.ggml.tokens has {tokens}")

@@ -13,6 +13,7 @@
 mod bpe;
 mod byte_level;
 mod error;
+pub mod limits;
 mod pretokenize;
 mod spec;
 mod special;
@@ -100,10 +101,9 @@ impl Tokenizer {
 
     /// Builds a tokenizer from plain parts, checking them as a file's keys are checked.
     pub fn from_spec(spec: &TokenizerSpec<'_>) -> Result<Self, TokenizerError> {
+        // Sizes first: nothing below allocates for a vocabulary that is refused.
+        limits::check(spec)?;
         let mut vocab = Vocab::with_kind(spec.tokens, spec.token_types, spec.kind)?;
-        if let Some(scores) = spec.scores.filter(|s| s.len() != vocab.len()) {
-            return Err(TokenizerError::ScoreCount { scores: scores.len(), tokens: vocab.len() });
-        }
         let in_range = |key: &'static str, id: Option<TokenId>| match id {
             Some(id) if id as usize >= vocab.len() => {
                 Err(TokenizerError::SpecialIdOutOfRange { key, id, vocab_size: vocab.len() })

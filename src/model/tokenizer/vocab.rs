@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap;
 
 use super::byte_level;
-use super::spec::VocabKind;
+use super::spec::{keys, VocabKind};
 use super::spm::SPACE;
 use super::{TokenId, TokenizerError};
 
@@ -80,8 +80,10 @@ impl Vocab {
         if texts.is_empty() {
             return Err(TokenizerError::EmptyVocabulary);
         }
+        // `limits.rs` holds a file's vocabulary far below this; a table built from parts must still number its
+        // tokens in 32 bits.
         if TokenId::try_from(texts.len()).is_err() {
-            return Err(TokenizerError::TooManyTokens { count: texts.len() });
+            return Err(TokenizerError::TooMany { key: keys::TOKENS, count: texts.len(), max: TokenId::MAX as usize });
         }
         let types = match raw_types {
             None => vec![TokenType::Normal; texts.len()],
