@@ -56,6 +56,22 @@ pub struct ArchTraits {
     pub ffn_activation: FfnActivation,
     /// `ffn_up` holds the gate's rows, then the up projection's; no `ffn_gate`.
     pub fused_gate_up: bool,
+    /// Where the logits' projection comes from: `output.weight`, or the token embedding.
+    pub output: OutputProjection,
+}
+
+/// Which tensor projects the final hidden state to logits, as llama.cpp's `load_tensors` creates `output` for each
+/// architecture (`src/models/*.cpp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputProjection {
+    /// `output.weight` when the file has one, else `token_embd.weight` (llama.cpp: `TENSOR_NOT_REQUIRED`, then the
+    /// embedding `TENSOR_DUPLICATED`): llama, qwen2, qwen3, phi3, smollm3, granite.
+    OwnOrTied,
+    /// `output.weight`, required (llama.cpp creates it with no fallback): OLMo 2, whose checkpoints never tie it.
+    Own,
+    /// Always `token_embd.weight` (llama.cpp never reads `output.weight`, and refuses a file with one as having a
+    /// tensor too many): Gemma 2 and 3.
+    Tied,
 }
 
 impl Architecture {
@@ -112,6 +128,7 @@ impl Architecture {
             qkv_bias: false,
             ffn_activation: FfnActivation::Silu,
             fused_gate_up: false,
+            output: OutputProjection::OwnOrTied,
         };
         let gemma = ArchTraits {
             rope_neox: true,
@@ -119,6 +136,7 @@ impl Architecture {
             qk_norm: Some(QkNorm::Heads),
             post_norms: true,
             ffn_activation: FfnActivation::GeluTanh,
+            output: OutputProjection::Tied,
             ..llama
         };
         match self {
@@ -133,9 +151,14 @@ impl Architecture {
             Architecture::SmolLm3 => llama,
             // Its multipliers are in `multipliers.rs`.
             Architecture::Granite => llama,
-            Architecture::Olmo2 => {
-                ArchTraits { rope_neox: true, qk_norm: Some(QkNorm::Rows), pre_norms: false, post_norms: true, ..llama }
-            }
+            Architecture::Olmo2 => ArchTraits {
+                rope_neox: true,
+                qk_norm: Some(QkNorm::Rows),
+                pre_norms: false,
+                post_norms: true,
+                output: OutputProjection::Own,
+                ..llama
+            },
         }
     }
 }

@@ -15,6 +15,8 @@ use std::ops::Range;
 
 use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
+mod vocab;
+
 use super::architecture::{Architecture, FfnActivation, QkNorm};
 use super::forward::Weight;
 use super::multipliers::{self, Widths};
@@ -119,9 +121,11 @@ pub struct LlamaConfig {
     pub rms_eps: f32,
     /// Context length the model was trained for (`llama.context_length`).
     pub context_length: usize,
-    /// Rows of the embedding table (`llama.vocab_size`, or the table's shape when the key is absent).
+    /// Tokens, and rows of the embedding table and of the output projection: the length of
+    /// `tokenizer.ggml.tokens` (else `llama.vocab_size`, else the table's rows, for files without a vocabulary).
     pub vocab_size: usize,
-    /// True when the output projection reuses `token_embd.weight` (no `output.weight` tensor).
+    /// True when the output projection reuses `token_embd.weight` (no `output.weight` tensor; as the
+    /// architecture allows, `ArchTraits::output`).
     pub tied_output: bool,
 }
 
@@ -138,6 +142,8 @@ pub enum ModelConfigError {
     TensorShape { tensor: String, expected: Vec<u64>, found: Vec<u64> },
     /// A norm weight is not f32 (the forward pass reads norms as f32 directly).
     NormNotF32 { tensor: String, dtype: GgmlType },
+    /// The embedding or the output projection has another number of rows than the vocabulary has tokens.
+    VocabularyRows { tokens: usize, tensor: &'static str, rows: u64 },
 }
 
 impl fmt::Display for ModelConfigError {
@@ -155,6 +161,11 @@ impl fmt::Display for ModelConfigError {
             ModelConfigError::NormNotF32 { tensor, dtype } => {
                 write!(f, "tensor {tensor:?} (a norm or a bias, read as f32) has type {dtype}, expected F32")
             }
+            ModelConfigError::VocabularyRows { tokens, tensor, rows } => write!(
+                f,
+                "tokenizer.ggml.tokens has {tokens} tokens but tensor {tensor:?} has {rows} rows: every token needs \
+                 exactly one row (llama.cpp refuses such a file too)"
+            ),
         }
     }
 }
@@ -258,15 +269,9 @@ impl LlamaConfig {
         if !(rms_eps.is_finite() && rms_eps > 0.0) {
             return Err(invalid(k.rms_eps, format!("{rms_eps} is not positive")));
         }
-        let embd_shape = file.tensor("token_embd.weight")?.shape().to_vec();
-        let vocab_from_table = embd_shape.get(1).copied().unwrap_or(0);
-        let vocab_size = match file.optional(k.vocab_size, GgufFile::u32)? {
-            Some(v) => v as usize,
-            None => usize::try_from(vocab_from_table).unwrap_or(0),
-        };
-        if vocab_size == 0 || vocab_size > (1 << 24) {
-            return Err(invalid(k.vocab_size, format!("{vocab_size} is not in 1..=16777216")));
-        }
+        // Missing, the embedding is named before anything is read from its shape.
+        file.tensor(vocab::TOKEN_EMBD)?;
+        let vocab_size = vocab::vocab_size(file, k.vocab_size)?;
         let full = LayerAttention { rope: 0, window: None };
         let (rope_bases, layers) = match arch {
             Architecture::Llama
@@ -327,6 +332,7 @@ impl LlamaConfig {
             }
         };
         let traits = arch.traits();
+        let tied_output = vocab::tied_output(file, arch, traits.output)?;
         let rope_freq_factors = match file.tensor_info(ROPE_FREQS) {
             None => None,
             Some(_) => {
@@ -401,7 +407,7 @@ impl LlamaConfig {
             rms_eps,
             context_length,
             vocab_size,
-            tied_output: file.tensor_info("output.weight").is_none(),
+            tied_output,
         };
         config.check_tensors(file)?;
         Ok(config)
@@ -493,7 +499,7 @@ impl LlamaConfig {
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
         let (d, ff, kv, v) = (self.n_embd as u64, self.n_ff as u64, self.kv_dim() as u64, self.vocab_size as u64);
         let (q, hd) = (self.q_dim() as u64, self.head_dim as u64);
-        let mut out = vec![("token_embd.weight".to_owned(), vec![d, v], false)];
+        let mut out = vec![(vocab::TOKEN_EMBD.to_owned(), vec![d, v], false)];
         for l in 0..self.n_layer {
             let mut tensors = Vec::new();
             if self.pre_norms {
@@ -552,7 +558,7 @@ impl LlamaConfig {
             out.push((ROPE_FREQS.to_owned(), half_rope, true));
         }
         if !self.tied_output {
-            out.push(("output.weight".to_owned(), vec![d, v], false));
+            out.push((vocab::OUTPUT.to_owned(), vec![d, v], false));
         }
         out
     }
