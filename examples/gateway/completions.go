@@ -12,7 +12,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -37,43 +36,47 @@ const statusClientClosed = 499
 
 func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Request) int {
 	return func(w http.ResponseWriter, r *http.Request) int {
-		s.active.Add(1)
-		defer s.active.Done()
-		// Beyond the bound, refuse at once: a queue without bound would hold every client's connection and
-		// memory while each waits longer than it would take it to retry.
-		if s.slots != nil {
-			select {
-			case s.slots <- struct{}{}:
-				defer func() { <-s.slots }()
-			default:
-				w.Header().Set("Retry-After", "1")
-				return newAPIError(http.StatusServiceUnavailable, "server_error", fmt.Sprintf(
-					"the gateway is serving its limit of %d concurrent requests: retry later", cap(s.slots)),
-					"").write(w)
-			}
-		}
-		body, stream, bad := s.readBody(w, r, kind)
+		// The body first, within its own limits (limits.go): admission is for engine work, and a client slow to
+		// send its body must hold no part of it meanwhile.
+		var hold byteHold
+		defer hold.release()
+		body, stream, bad := s.readBody(w, r, kind, &hold)
 		if bad != nil {
 			return bad.write(w)
 		}
 		if body, bad = withClientTimeout(body, r.Header.Get(clientTimeoutHeader)); bad != nil {
 			return bad.write(w)
 		}
-		if s.draining.Load() {
-			// Another replica can take it: Retry-After, as for the engine's own backpressure.
-			refusal := newAPIError(http.StatusServiceUnavailable, "server_error", "the gateway is shutting down", "")
-			refusal.retryAfter = true
-			return refusal.write(w)
+		admitted, tooMuch, bad := s.admit(r, int64(len(body)))
+		switch {
+		case tooMuch:
+			return s.bodyTooLargeForWork().write(w)
+		case bad != nil:
+			return bad.write(w)
 		}
+		defer admitted.done()
 		// The request context ends when the client disconnects; cancel also ends it when a write fails.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
+		if clientGone(ctx) {
+			return statusClientClosed
+		}
 		// A stream is read as chunk bodies, a whole response as events: both from the engine's one dispatcher.
 		submit := s.engine.Submit
 		if stream {
 			submit = s.engine.SubmitStream
 		}
+		// The engine checks the request before it returns (and compiles its grammar, if it has one): a client
+		// that leaves meanwhile is seen once it has, when the first read cancels the request, which the engine
+		// then ends at its next step.
 		req, err := submit(ctx, body)
+		// The engine has its own copy, or nothing: the body no longer counts against the gateway's limits.
+		body = nil
+		hold.release()
+		admitted.work.release()
+		if errors.Is(err, context.Canceled) {
+			return statusClientClosed
+		}
 		if err != nil {
 			return engineError(err).write(w)
 		}
@@ -93,45 +96,48 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 
 // readBody reads a completion request and checks what the gateway itself relies on: a JSON object with the
 // endpoint's input field. It returns the body and its `stream` flag. Everything else the engine checks.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint) ([]byte, bool, *apiError) {
-	body, bad := s.readJSONObject(w, r)
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint, hold *byteHold) ([]byte, bool,
+	*apiError) {
+	body, bad := s.readJSONObject(w, r, hold)
 	if bad != nil {
 		return nil, false, bad
 	}
-	var fields map[string]json.RawMessage
+	// Only whether the input field is there, and `stream`: the other fields are the engine's to read, and
+	// decoding them here would copy the body again.
+	var fields struct {
+		Messages, Prompt present
+		Stream           json.RawMessage `json:"stream"`
+	}
 	_ = json.Unmarshal(body, &fields) // checkJSONObject has parsed it
 	// The C API picks the kind from the fields (engine_submit), so a body of the other kind sent here would be
 	// served as that kind: refuse it, as OpenAI does a chat request without messages.
-	if _, ok := fields[kind.field]; !ok {
+	if (kind == endpointChat && !fields.Messages) || (kind == endpointCompletions && !fields.Prompt) {
 		e := invalidRequest(fmt.Sprintf("missing required parameter: '%s'", kind.field), kind.field)
 		return nil, false, &e
 	}
 	// A `stream` that is not a boolean reads as false here; the engine then refuses it, naming the field.
 	var stream bool
-	_ = json.Unmarshal(fields["stream"], &stream)
+	_ = json.Unmarshal(fields.Stream, &stream)
 	return body, stream, nil
 }
 
-// readJSONObject reads a request body within the gateway's limits (size, time) and checks that it is one JSON
-// object in UTF-8.
-func (s *server) readJSONObject(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+// present records whether a JSON field is there, without keeping its value.
+type present bool
+
+func (p *present) UnmarshalJSON([]byte) error {
+	*p = true
+	return nil
+}
+
+// readJSONObject reads a request body within the gateway's limits (size, time, bytes held; readBodyBytes) and
+// checks that it is one JSON object in UTF-8. The caller releases the hold (also after a refusal).
+func (s *server) readJSONObject(w http.ResponseWriter, r *http.Request, hold *byteHold) ([]byte, *apiError) {
 	if bad := checkContentType(r.Header.Get("Content-Type")); bad != nil {
 		return nil, bad
 	}
-	body, err := io.ReadAll(r.Body)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		e := newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error",
-			fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
-		return nil, &e
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		e := newAPIError(http.StatusRequestTimeout, "invalid_request_error",
-			fmt.Sprintf("the request body did not arrive within %s", s.limits.readBodyTimeout), "")
-		return nil, &e
-	case err != nil:
-		e := invalidRequest("cannot read the request body: "+err.Error(), "")
-		return nil, &e
+	body, bad := s.readBodyBytes(w, r, hold)
+	if bad != nil {
+		return nil, bad
 	}
 	// The body is in: from here the connection is only watched for the client going away (net/http's
 	// background read), which must not time out, or it would end the request's context mid-generation.
@@ -169,6 +175,10 @@ func checkContentType(contentType string) *apiError {
 // checkJSONObject says what is wrong with a body that is not one JSON object, in UTF-8, with the byte at
 // fault where there is one.
 func checkJSONObject(body []byte) *apiError {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(body) &&
+		utf8.Valid(body) {
+		return nil // the common case, checked without building anything: an object, in UTF-8
+	}
 	var message string
 	if len(bytes.TrimSpace(body)) == 0 {
 		message = "the request body is empty: send a JSON object"

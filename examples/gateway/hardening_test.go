@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,15 +61,18 @@ func waitFor(t *testing.T, what string, cond func() bool, detail func() string) 
 
 func noDetail() string { return "" }
 
-// settled waits until the gateway holds nothing: no completion handler holds a slot or an engine request, the
-// engine runs and queues nothing, and the process runs no more goroutines than baseline (taken once the
+// settled waits until the gateway holds nothing: no handler holds a slot, an engine request or bytes of a body,
+// the engine runs and queues nothing, and the process runs no more goroutines than baseline (taken once the
 // gateway had started, before any client). Every client connection must be closed by then.
 func settled(t *testing.T, s *server, baseline int) {
 	t.Helper()
 	waitFor(t, "without completion handlers", func() bool {
-		return len(s.slots) == 0 && s.metrics.inFlight.Load() == 0
+		return len(s.slots) == 0 && s.metrics.inFlight.Load() == 0 && s.metrics.bodiesReading.Load() == 0 &&
+			s.bodyBytes.used.Load() == 0 && s.workBytes.used.Load() == 0
 	}, func() string {
-		return fmt.Sprintf("%d slots held, %d in flight", len(s.slots), s.metrics.inFlight.Load())
+		return fmt.Sprintf("%d slots held, %d in flight, %d bodies reading, %d body bytes, %d work bytes",
+			len(s.slots), s.metrics.inFlight.Load(), s.metrics.bodiesReading.Load(), s.bodyBytes.used.Load(),
+			s.workBytes.used.Load())
 	})
 	var stats string
 	waitFor(t, "idle in the engine", func() bool {
@@ -535,5 +539,336 @@ func TestThousandConnectionsGetAnAnswerOr503(t *testing.T) {
 		t.Fatalf("after the storms: %v, %v", resp, err)
 	}
 	conn.Close()
+	settled(t, s, baseline)
+}
+
+// slowBody opens a connection and sends a POST's headers announcing contentLength bytes, then only sent of them;
+// the body is left unfinished until the connection is closed.
+func slowBody(t *testing.T, ts *httptest.Server, path string, contentLength int, sent string) net.Conn {
+	t.Helper()
+	conn := dial(t, ts, nil)
+	if _, err := io.WriteString(conn, rawPost(path, contentLength)+sent); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// postTo sends body to path with client and returns the answer's status and body.
+func postTo(t *testing.T, client *http.Client, url, body string) (int, string) {
+	t.Helper()
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer)
+}
+
+// Issue 43: a slot was taken before the body was read, so 256 clients sending their bodies slowly made every
+// completion answer 503 until --read-body-timeout. A body is now read before admission: slow bodies hold no
+// slot, and the others are served meanwhile.
+func TestSlowBodiesHoldNoSlot(t *testing.T) {
+	l := defaultLimits()
+	s, ts := startGateway(t, l, nil)
+	transport := &http.Transport{}
+	client := &http.Client{Transport: transport}
+	baseline := runtime.NumGoroutine()
+
+	var slow []net.Conn
+	for range l.maxConcurrentRequests {
+		slow = append(slow, slowBody(t, ts, "/v1/completions", 1000, `{"prompt": "`))
+	}
+	waitFor(t, "reading every slow body", func() bool {
+		return s.metrics.bodiesReading.Load() == int64(l.maxConcurrentRequests)
+	}, func() string { return fmt.Sprintf("%d bodies reading", s.metrics.bodiesReading.Load()) })
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt": "Hi", "max_tokens": 1}`},
+		{"/tokenize", `{"prompt": "Hi"}`},
+	} {
+		if status, answer := postTo(t, client, ts.URL+c.path, c.body); status != http.StatusOK {
+			t.Fatalf("%s beside %d slow bodies: %d %s", c.path, len(slow), status, answer)
+		}
+	}
+	for _, conn := range slow {
+		conn.Close()
+	}
+	transport.CloseIdleConnections()
+	settled(t, s, baseline)
+}
+
+// The bytes of bodies being read are bounded over every request (--max-body-bytes-in-flight), counted as they
+// arrive: clients that send most of a large body and stall hold them until --read-body-timeout, and meanwhile
+// another body is refused at once with a 503 naming the limit, not queued. A body larger than the whole budget
+// is a 413 naming it, and one whose Content-Length is over --max-body-bytes a 413 before any byte is read.
+func TestBodyBytesInFlightAreBounded(t *testing.T) {
+	l := defaultLimits()
+	l.maxBodyBytes = 32 << 10
+	l.maxBodyBytesInFlight = 64 << 10
+	l.maxEngineWorkBytes = 64 << 10
+	s, ts := startGateway(t, l, nil)
+	transport := &http.Transport{}
+	client := &http.Client{Transport: transport}
+	baseline := runtime.NumGoroutine()
+	const ok = `{"prompt": "Hi", "max_tokens": 1}`
+
+	// Two bodies of 32 KiB, all but their last byte sent: their buffers, of exactly the announced size, take
+	// the whole budget.
+	prefix := `{"prompt": "` + strings.Repeat("a", 32<<10-20)
+	var stalled []net.Conn
+	for range 2 {
+		stalled = append(stalled, slowBody(t, ts, "/v1/completions", 32<<10, prefix))
+	}
+	waitFor(t, "holding the two stalled bodies", func() bool { return s.bodyBytes.used.Load() == 64<<10 },
+		func() string { return fmt.Sprintf("%d bytes held", s.bodyBytes.used.Load()) })
+	for _, path := range []string{"/v1/completions", "/tokenize", "/detokenize"} {
+		resp, err := client.Post(ts.URL+path, "application/json", strings.NewReader(ok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", path)
+		}
+		openAIErrorBody(t, resp, http.StatusServiceUnavailable,
+			"limit of 65536 bytes of request bodies being read (--max-body-bytes-in-flight)")
+	}
+	// Monitoring reads no body: it still answers.
+	if resp, err := client.Get(ts.URL + "/health"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/health with the budget held: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for _, conn := range stalled {
+		conn.Close()
+	}
+	waitFor(t, "releasing the stalled bodies", func() bool { return s.bodyBytes.used.Load() == 0 }, noDetail)
+	if status, answer := postTo(t, client, ts.URL+"/v1/completions", ok); status != http.StatusOK {
+		t.Fatalf("after the stalled bodies: %d %s", status, answer)
+	}
+
+	// Content-Length over --max-body-bytes: refused from the headers alone, before the body is sent.
+	conn := dial(t, ts, nil)
+	if _, err := io.WriteString(conn, rawPost("/v1/completions", 1<<30)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	openAIErrorBody(t, resp, http.StatusRequestEntityTooLarge, "larger than 32768 bytes (--max-body-bytes)")
+	conn.Close()
+	transport.CloseIdleConnections()
+	settled(t, s, baseline)
+
+	// No --max-body-bytes: a body that the whole budget cannot hold is a 413 naming the budget.
+	l.maxBodyBytes = 0
+	s, ts = startGateway(t, l, nil)
+	baseline = runtime.NumGoroutine()
+	resp, err = client.Post(ts.URL+"/v1/completions", "application/json",
+		hiddenLength{io.LimitReader(zeros{}, 1<<20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	openAIErrorBody(t, resp, http.StatusRequestEntityTooLarge,
+		"larger than the 65536 bytes that the gateway holds of all bodies at once (--max-body-bytes-in-flight)")
+	transport.CloseIdleConnections()
+	settled(t, s, baseline)
+}
+
+// /tokenize and /detokenize are bounded as completions are: their bodies by --max-body-bytes (413), their engine
+// work by --max-concurrent-requests and --max-engine-work-bytes (503 at once), with /detokenize's answer counted
+// at its largest; a completion finds the slot of a tokenization taken as it would another completion's.
+func TestTokenizeAndDetokenizeAreBounded(t *testing.T) {
+	l := defaultLimits()
+	l.maxBodyBytes = 4096
+	l.maxConcurrentRequests = 1
+	l.maxEngineWorkBytes = 8192
+	s, ts := startGateway(t, l, nil)
+	transport := &http.Transport{}
+	client := &http.Client{Transport: transport}
+	baseline := runtime.NumGoroutine()
+
+	for _, c := range []struct{ path, body string }{
+		{"/tokenize", `{"prompt": "` + strings.Repeat("a", 5000) + `"}`},
+		{"/detokenize", `{"tokens": [` + strings.Repeat("1, ", 2000) + `1]}`},
+	} {
+		resp, err := client.Post(ts.URL+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		openAIErrorBody(t, resp, http.StatusRequestEntityTooLarge, "larger than 4096 bytes (--max-body-bytes)")
+	}
+
+	// 1,000 ids of SmolLM2's longest token (81 bytes) could make an answer of 81,000 bytes: more than the
+	// engine works on at once, refused by the count before any work.
+	longest, err := s.longestToken()
+	if err != nil || longest < 2 {
+		t.Fatalf("longest token: %d bytes, %v", longest, err)
+	}
+	ids := strings.TrimSuffix(strings.Repeat("7, ", 8192/longest+1), ", ")
+	resp, err := client.Post(ts.URL+"/detokenize", "application/json", strings.NewReader(`{"tokens": [`+ids+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openAIErrorBody(t, resp, http.StatusBadRequest, "(--max-engine-work-bytes): send fewer ids at once")
+
+	// A stream holds the one slot: tokenizing is refused as another completion would be.
+	holder, _ := startStream(t, ts, nil)
+	for _, c := range []struct{ path, body string }{
+		{"/tokenize", `{"prompt": "Hi"}`},
+		{"/detokenize", `{"tokens": [7]}`},
+	} {
+		resp, err := client.Post(ts.URL+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", c.path)
+		}
+		openAIErrorBody(t, resp, http.StatusServiceUnavailable,
+			"limit of 1 concurrent requests (--max-concurrent-requests)")
+	}
+	holder.Close()
+	waitFor(t, "releasing the stream's slot", func() bool { return len(s.slots) == 0 }, noDetail)
+
+	// A tokenization holds the slot, and its body's bytes as engine work, until it has answered.
+	admitted, release := make(chan struct{}), make(chan struct{})
+	s.onAdmit = func(r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			admitted <- struct{}{}
+			<-release
+		}
+	}
+	tokenized := make(chan int)
+	go func() {
+		status, _ := postTo(t, client, ts.URL+"/tokenize", `{"prompt": "Hi"}`)
+		tokenized <- status
+	}()
+	<-admitted
+	if got := s.workBytes.used.Load(); got != int64(len(`{"prompt": "Hi"}`)) {
+		t.Errorf("a tokenization holds %d bytes of engine work, want its body's %d", got, len(`{"prompt": "Hi"}`))
+	}
+	resp, err = client.Post(ts.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "Hi", "max_tokens": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openAIErrorBody(t, resp, http.StatusServiceUnavailable, "(--max-concurrent-requests)")
+	close(release)
+	if status := <-tokenized; status != http.StatusOK {
+		t.Fatalf("the held tokenization: %d", status)
+	}
+
+	// With slots to spare, the engine's work bytes bound alone: a body that would take them past the limit
+	// is refused while another holds them.
+	s.onAdmit = nil
+	l.maxConcurrentRequests = 4
+	l.maxEngineWorkBytes = 4096
+	transport.CloseIdleConnections()
+	settled(t, s, baseline)
+	s, ts = startGateway(t, l, nil)
+	baseline = runtime.NumGoroutine()
+	admitted, release = make(chan struct{}), make(chan struct{})
+	s.onAdmit = func(r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			admitted <- struct{}{}
+			<-release
+		}
+	}
+	big := `{"prompt": "` + strings.Repeat("a", 3000) + `"}`
+	go func() {
+		status, _ := postTo(t, client, ts.URL+"/tokenize", big)
+		tokenized <- status
+	}()
+	<-admitted
+	resp, err = client.Post(ts.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "`+strings.Repeat("b", 1500)+`", "max_tokens": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("engine work bytes: no Retry-After")
+	}
+	openAIErrorBody(t, resp, http.StatusServiceUnavailable,
+		"working on its limit of 4096 bytes of request bodies (--max-engine-work-bytes)")
+	close(release)
+	if status := <-tokenized; status != http.StatusOK {
+		t.Fatalf("the held tokenization: %d", status)
+	}
+	s.onAdmit = nil
+	transport.CloseIdleConnections()
+	settled(t, s, baseline)
+}
+
+// requestsEnded is the engine's count of choices that ended, whatever the reason (ember_request_success_total
+// summed over finish reasons): a request the engine has seen ends there, even one cancelled before it started.
+func requestsEnded(t *testing.T) float64 {
+	t.Helper()
+	text, err := testEngine.MetricsText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "ember_request_success_total{") {
+			value, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			sum += value
+		}
+	}
+	return sum
+}
+
+// A client that leaves once its body is in, before the gateway has submitted it, costs the engine nothing: no
+// request is submitted (its grammar, here a JSON schema, is never compiled), and the answer is counted as 499;
+// a /tokenize is not tokenized either (it would be answered, and counted, 200).
+// The hook holds the request between admission and submission until the gateway has seen the client go, which
+// is the window the check closes; a client that leaves during the submission itself is seen once the engine
+// returns, and its request cancelled (TestDisconnectMidStreamCancelsTheEngineRequest covers what follows).
+func TestAClientGoneBeforeSubmitStartsNoEngineWork(t *testing.T) {
+	s, ts := startGateway(t, defaultLimits(), nil)
+	baseline := runtime.NumGoroutine()
+	const body = `{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "response_format": ` +
+		`{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": ` +
+		`{"a": {"type": "string"}}}}}}`
+
+	// The premise: the same request from a client that stays is an ended choice in the engine's count.
+	before := requestsEnded(t)
+	if status, answer := postTo(t, http.DefaultClient, ts.URL+"/v1/chat/completions", body); status != http.StatusOK {
+		t.Fatalf("%d %s", status, answer)
+	}
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	waitFor(t, "counting the request in the engine", func() bool { return requestsEnded(t) == before+1 },
+		func() string { return fmt.Sprintf("%v ended, %v before", requestsEnded(t), before) })
+
+	for _, path := range []string{"/v1/chat/completions", "/tokenize"} {
+		payload := body
+		if path == "/tokenize" {
+			payload = `{"prompt": "Hi"}`
+		}
+		admitted := make(chan struct{})
+		s.onAdmit = func(r *http.Request) {
+			admitted <- struct{}{}
+			<-r.Context().Done() // net/http has seen the connection close
+		}
+		before = requestsEnded(t)
+		conn := dial(t, ts, nil)
+		if _, err := io.WriteString(conn, rawPost(path, len(payload))+payload); err != nil {
+			t.Fatal(err)
+		}
+		<-admitted
+		conn.Close()
+		endpoint := map[string]string{"/v1/chat/completions": "chat", "/tokenize": "tokenize"}[path]
+		waitFor(t, "counting "+path+"'s client as gone", func() bool {
+			return count(s, endpoint, statusClientClosed) == 1
+		}, noDetail)
+		if got := requestsEnded(t); got != before {
+			t.Fatalf("%s: %v requests ended in the engine, %v before: the gateway submitted for a client that had left",
+				path, got, before)
+		}
+	}
+	s.onAdmit = nil
 	settled(t, s, baseline)
 }

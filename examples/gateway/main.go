@@ -3,14 +3,15 @@
 //	ember-gateway [--model PATH] [--listen 127.0.0.1:8080] [--threads N] [--enable-per-request-metrics]
 //	              [--disable-log-stats] [--metrics-headers] [--metrics-names ember|vllm] [--served-model-name NAME]
 //	              [--shutdown-timeout 30s]
-//	              [--max-body-bytes 8388608] [--max-concurrent-requests 256] [--read-header-timeout 10s]
+//	              [--max-body-bytes 8388608] [--max-body-bytes-in-flight 134217728]
+//	              [--max-engine-work-bytes 16777216] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
-// GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT stops accepting connections, lets
-// the requests in progress finish (up to --shutdown-timeout, then cancels them), and exits; a second signal ends it
-// at once. docs/go.md has more.
+// POST /tokenize, POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT
+// stops accepting connections, lets the requests in progress finish (up to --shutdown-timeout, then cancels
+// them), and exits; a second signal ends it at once. docs/go.md has more.
 package main
 
 import (
@@ -75,8 +76,15 @@ func parseOptions() options {
 	o.limits = defaultLimits()
 	flag.Int64Var(&o.limits.maxBodyBytes, "max-body-bytes", o.limits.maxBodyBytes,
 		"largest request body accepted, in bytes (413 beyond; 0: no limit)")
+	flag.Int64Var(&o.limits.maxBodyBytesInFlight, "max-body-bytes-in-flight", o.limits.maxBodyBytesInFlight,
+		"bytes of request bodies held at once, summed over every request whose body is being read or not yet "+
+			"taken by the engine; more are answered 503 with Retry-After at once (0: no limit)")
+	flag.Int64Var(&o.limits.maxEngineWorkBytes, "max-engine-work-bytes", o.limits.maxEngineWorkBytes,
+		"bytes of request bodies (and /detokenize answers, at their largest) that the engine checks, parses or "+
+			"tokenizes at once; more are answered 503 with Retry-After at once (0: no limit)")
 	flag.IntVar(&o.limits.maxConcurrentRequests, "max-concurrent-requests", o.limits.maxConcurrentRequests,
-		"completion requests in flight at most; more are answered 503 with Retry-After at once (0: no limit)")
+		"requests doing engine work at once (completions, /tokenize, /detokenize), counted once their body is "+
+			"in; more are answered 503 with Retry-After at once (0: no limit)")
 	flag.DurationVar(&o.limits.readHeaderTimeout, "read-header-timeout", o.limits.readHeaderTimeout,
 		"how long a client may take to send a request's headers (0: no limit)")
 	flag.DurationVar(&o.limits.readBodyTimeout, "read-body-timeout", o.limits.readBodyTimeout,
@@ -110,6 +118,9 @@ func main() {
 func run(o options) error {
 	if o.metricsNames != "ember" && o.metricsNames != "vllm" {
 		return fmt.Errorf("--metrics-names %q: use ember or vllm", o.metricsNames)
+	}
+	if err := o.limits.check(); err != nil {
+		return err
 	}
 	var speculative *ember.SpeculativeConfig
 	if o.speculativeTokens > 0 {

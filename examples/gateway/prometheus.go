@@ -31,6 +31,10 @@ type gatewayMetrics struct {
 	// inFlight counts requests handed to the engine that it has not ended yet (the binding's readers return
 	// only once the engine has ended a request, cancelled ones included).
 	inFlight atomic.Int64
+	// bodiesReading counts the request bodies being read now (their requests hold no slot yet).
+	bodiesReading atomic.Int64
+	// admitted counts the requests holding a slot for engine work (also when no limit bounds them).
+	admitted atomic.Int64
 }
 
 func newGatewayMetrics(modelID string) *gatewayMetrics {
@@ -64,4 +68,25 @@ func (m *gatewayMetrics) write(w io.Writer) {
 	fmt.Fprintf(w, "# HELP ember_gateway_requests_in_flight Requests submitted to the engine and not ended yet.\n"+
 		"# TYPE ember_gateway_requests_in_flight gauge\nember_gateway_requests_in_flight{%s} %d\n", m.modelLabel,
 		m.inFlight.Load())
+}
+
+// writeLimitGauges writes what the gateway's limits (limits.go) bound, as it stands now, so that an operator sees
+// how close each is to its limit: the bodies being read, the bytes of bodies held (--max-body-bytes-in-flight)
+// and worked on by the engine (--max-engine-work-bytes), and the requests admitted to engine work
+// (--max-concurrent-requests).
+func (s *server) writeLimitGauges(w io.Writer) {
+	label := s.metrics.modelLabel
+	fmt.Fprintf(w, "# HELP ember_gateway_request_bodies_reading Request bodies being read (their requests hold no "+
+		"slot yet).\n# TYPE ember_gateway_request_bodies_reading gauge\nember_gateway_request_bodies_reading{%s} %d\n",
+		label, s.metrics.bodiesReading.Load())
+	fmt.Fprintf(w, "# HELP ember_gateway_request_body_bytes Bytes of request bodies held, being read or not yet "+
+		"taken by the engine (bounded by --max-body-bytes-in-flight).\n# TYPE ember_gateway_request_body_bytes gauge\n"+
+		"ember_gateway_request_body_bytes{%s} %d\n", label, s.bodyBytes.used.Load())
+	fmt.Fprintf(w, "# HELP ember_gateway_engine_work_bytes Bytes of request bodies (and /detokenize answers, at "+
+		"their largest) that the engine works on (bounded by --max-engine-work-bytes).\n"+
+		"# TYPE ember_gateway_engine_work_bytes gauge\nember_gateway_engine_work_bytes{%s} %d\n", label,
+		s.workBytes.used.Load())
+	fmt.Fprintf(w, "# HELP ember_gateway_requests_admitted Requests holding a slot for engine work: completions, "+
+		"/tokenize, /detokenize (bounded by --max-concurrent-requests).\n# TYPE ember_gateway_requests_admitted gauge\n"+
+		"ember_gateway_requests_admitted{%s} %d\n", label, s.metrics.admitted.Load())
 }

@@ -24,13 +24,19 @@ type server struct {
 	metricsHeaders bool
 	// limits bound what one client can hold (limits.go).
 	limits limits
-	// slots holds one token per completion request in flight, up to limits.maxConcurrentRequests; nil: no bound.
-	slots   chan struct{}
-	metrics *gatewayMetrics
+	// slots holds one token per request doing engine work (admit), up to limits.maxConcurrentRequests; nil: no
+	// bound.
+	slots chan struct{}
+	// bodyBytes counts the bytes of the request bodies held now, against limits.maxBodyBytesInFlight;
+	// workBytes those the engine works on, against limits.maxEngineWorkBytes.
+	bodyBytes, workBytes byteBudget
+	metrics              *gatewayMetrics
 	// draining is set once shutdown has begun: /health then answers 503 so that load balancers stop sending.
 	draining atomic.Bool
-	// active counts the completion handlers running, so that a forced shutdown can wait for them.
+	// active counts the requests holding a slot, so that a forced shutdown can wait for their engine work.
 	active sync.WaitGroup
+	// onAdmit, when set (by tests only), is called once a request holds its slot, before its engine work.
+	onAdmit func(*http.Request)
 	// infoCache holds the model's description (tokenize.go).
 	infoCache
 }
@@ -44,6 +50,7 @@ func newServer(engine *ember.Engine, modelID string, metricsHeaders bool, l limi
 	if l.maxConcurrentRequests > 0 {
 		s.slots = make(chan struct{}, l.maxConcurrentRequests)
 	}
+	s.bodyBytes.limit, s.workBytes.limit = l.maxBodyBytesInFlight, l.maxEngineWorkBytes
 	return s
 }
 
@@ -142,6 +149,7 @@ func (s *server) prometheus(w http.ResponseWriter, _ *http.Request) int {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w)
+	s.writeLimitGauges(w)
 	_, _ = io.WriteString(w, engineText)
 	return http.StatusOK
 }
