@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if args, child := os.LookupEnv(attackChildEnv); child {
+		runAttackChild(args) // attack_test.go: this process is a gateway under attack; it never returns
+	}
 	model := os.Getenv("EMBER_MODEL")
 	if model == "" {
 		model = filepath.Join("..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -361,6 +365,22 @@ func TestTokenizeAndDetokenize(t *testing.T) {
 		}
 	}
 
+	// Ids spaced out, and none at all.
+	sky, err := testEngine.Tokenize("The sky", false, false)
+	if err != nil || len(sky) != 2 {
+		t.Fatalf("%v %v", sky, err)
+	}
+	spaced := fmt.Sprintf(`{"tokens": [ %d ,`+"\n\t"+`%d ] }`, sky[0], sky[1])
+	for body, want := range map[string]string{spaced: "The sky", `{"tokens": []}`: ""} {
+		var text struct {
+			Prompt *string `json:"prompt"`
+		}
+		decode(post(t, "/detokenize", body), &text)
+		if text.Prompt == nil || *text.Prompt != want {
+			t.Errorf("/detokenize %s: %v, want %q", body, text.Prompt, want)
+		}
+	}
+
 	for _, c := range []struct{ path, body, param string }{
 		{"/tokenize", `{"prompt": "a", "messages": []}`, "prompt"},
 		{"/tokenize", `{}`, "prompt"},
@@ -373,6 +393,11 @@ func TestTokenizeAndDetokenize(t *testing.T) {
 		{"/detokenize", `{"tokens": [1, -2]}`, "tokens[1]"},
 		{"/detokenize", `{"tokens": [1.5]}`, "tokens[0]"},
 		{"/detokenize", `{"tokens": [1000000000]}`, "tokens"},
+		{"/detokenize", `{"tokens": [1, [2]]}`, "tokens[1]"},
+		{"/detokenize", `{"tokens": [1, "2"]}`, "tokens[1]"},
+		{"/detokenize", `{"tokens": [1e3]}`, "tokens[0]"},
+		{"/detokenize", `{"tokens": "1, 2"}`, "tokens"},
+		{"/detokenize", `{"tokens": 7}`, "tokens"},
 		{"/detokenize", `{}`, "tokens"},
 	} {
 		e := openAIError(t, post(t, c.path, c.body), http.StatusBadRequest)
