@@ -12,6 +12,7 @@
 //! the text's.
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
@@ -22,7 +23,7 @@ use super::vocab::Vocab;
 use super::{TokenId, TokenizerError};
 
 /// A token id when below the vocabulary size; symbol `vocab_size + i` is a non-token, replaced on output by
-/// `Bpe::non_token_fallbacks[i]`.
+/// the tokens of `Bpe::non_token_fallbacks` for `i`.
 type Symbol = u32;
 
 /// What merging one (left, right) pair gives.
@@ -44,7 +45,43 @@ pub(crate) struct Bpe {
     vocab_size: u32,
     /// For symbol `vocab_size + i`: the tokens llama.cpp emits in its place. It looks up each byte of the symbol's
     /// byte-level text as a one-byte token text; only ASCII bytes can be one (a token text is UTF-8).
-    non_token_fallbacks: Vec<Vec<TokenId>>,
+    non_token_fallbacks: Fallbacks,
+}
+
+/// What stands in for each non-token: the ASCII bytes of its text, concatenated, each emitted as its one-character
+/// token (`ascii_tokens`) where there is one. Bytes rather than token ids, and one allocation rather than one per
+/// non-token: a crafted vocabulary can make every merge's result a non-token, two million of them.
+struct Fallbacks {
+    /// The token whose text is ASCII byte `b`'s one character, where there is one.
+    ascii_tokens: [Option<TokenId>; 128],
+    bytes: Vec<u8>,
+    /// End of each non-token's bytes in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Fallbacks {
+    fn new(vocab: &Vocab) -> Self {
+        let mut ascii_tokens = [None; 128];
+        for (b, token) in (0u8..).zip(&mut ascii_tokens) {
+            *token = vocab.id(char::from(b).encode_utf8(&mut [0; 4]));
+        }
+        Fallbacks { ascii_tokens, bytes: Vec::new(), ends: Vec::new() }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn push(&mut self, text: &str) {
+        self.bytes.extend(text.bytes().filter(u8::is_ascii));
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Appends the tokens of non-token `i` to `out`.
+    fn emit(&self, i: usize, out: &mut Vec<TokenId>) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        out.extend(self.bytes[start..self.ends[i]].iter().filter_map(|&b| self.ascii_tokens[usize::from(b)]));
+    }
 }
 
 fn pair_key(left: Symbol, right: Symbol) -> u64 {
@@ -54,8 +91,8 @@ fn pair_key(left: Symbol, right: Symbol) -> u64 {
 /// Interns byte-level strings that are no token as symbols past the vocabulary.
 struct NonTokens<'v> {
     vocab: &'v Vocab,
-    index: FxHashMap<String, Symbol>,
-    fallbacks: Vec<Vec<TokenId>>,
+    index: FxHashMap<Box<str>, Symbol>,
+    fallbacks: Fallbacks,
 }
 
 impl NonTokens<'_> {
@@ -67,11 +104,8 @@ impl NonTokens<'_> {
             return symbol;
         }
         let symbol = (self.vocab.len() + self.fallbacks.len()) as Symbol;
-        let mut one_byte = [0u8; 4];
-        let fallback =
-            text.bytes().filter(u8::is_ascii).filter_map(|b| self.vocab.id(char::from(b).encode_utf8(&mut one_byte)));
-        self.fallbacks.push(fallback.collect());
-        self.index.insert(text.to_owned(), symbol);
+        self.fallbacks.push(text);
+        self.index.insert(text.into(), symbol);
         symbol
     }
 }
@@ -87,7 +121,7 @@ impl Bpe {
             let max = (u32::MAX as usize).saturating_sub(vocab.len() + 256);
             return Err(TokenizerError::TooMany { key: keys::MERGES, count: merges.len(), max });
         }
-        let mut non_tokens = NonTokens { vocab, index: FxHashMap::default(), fallbacks: Vec::new() };
+        let mut non_tokens = NonTokens { vocab, index: FxHashMap::default(), fallbacks: Fallbacks::new(vocab) };
         let mut byte_symbols = [0; 256];
         for (symbol, c) in byte_symbols.iter_mut().zip(BYTE_TO_CHAR) {
             *symbol = non_tokens.symbol(c.encode_utf8(&mut [0; 4]));
@@ -105,8 +139,11 @@ impl Bpe {
                 })
             };
             let (left_id, right_id) = (token(left)?, token(right)?);
-            let merged = non_tokens.symbol(&[left, right].concat());
-            table.entry(pair_key(left_id, right_id)).or_insert(Merge { rank: rank as u32, merged });
+            // A pair listed again keeps its first rank, and its result is the same: nothing more to intern.
+            if let Entry::Vacant(slot) = table.entry(pair_key(left_id, right_id)) {
+                let merged = non_tokens.symbol(&[left, right].concat());
+                slot.insert(Merge { rank: rank as u32, merged });
+            }
         }
         Ok(Bpe {
             merges: table,
@@ -179,7 +216,7 @@ impl Bpe {
     fn emit(&self, symbol: Symbol, out: &mut Vec<TokenId>) {
         match symbol.checked_sub(self.vocab_size) {
             None => out.push(symbol),
-            Some(i) => out.extend_from_slice(&self.non_token_fallbacks[i as usize]),
+            Some(i) => self.non_token_fallbacks.emit(i as usize, out),
         }
     }
 }
