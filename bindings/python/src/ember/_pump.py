@@ -38,9 +38,12 @@ assert RECORD.size == ctypes.sizeof(EventRecordStruct)
 assert EventRecordStruct.last.offset == RECORD.size - 8 and EventRecordStruct.event.offset == 16
 
 #: An inbox item: (kind, choice, text, num_tokens, finish_reason, last). ``kind`` 0 is the binding's own end,
-#: put by :meth:`Pump.close` into the inbox of a request whose last record never came.
+#: put by :meth:`Pump.end` into the inbox of a request whose last record will never come (its engine or the
+#: request itself was closed).
 Item = Tuple[int, int, str, int, int, bool]
 CLOSED: Item = (0, 0, "the engine was closed", 0, 0, True)
+#: What a reader of a request finds once the request itself was closed (:meth:`Pump.end`).
+REQUEST_CLOSED: Item = (0, 0, "the request was closed", 0, 0, True)
 
 Waker = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
@@ -98,6 +101,23 @@ class Pump:
     def unregister(self, key: int) -> None:
         """Forgets a request that was freed or never submitted (its records, if any, are dropped)."""
         self._inboxes.pop(key, None)
+
+    def end(self, inbox: Inbox, item: Item) -> None:
+        """Ends an inbox whose last record will never come (its request was closed, or its engine): ``item``
+        is what its reader takes next, and whoever waits on it is woken, a thread or a task, and a thread that
+        leads too, which may be waiting in ``engine_wait_events`` for this very inbox."""
+        if not inbox.finished:
+            inbox.items.append(item)
+            inbox.finished = True
+        self._wake_thread(inbox)
+        waker = inbox.task_waiter
+        if waker is not None:
+            try:
+                waker[0].call_soon_threadsafe(_resolve, [waker[1]])
+            except RuntimeError:
+                pass  # that loop is closed: nobody awaits there any more
+        if self._lead.locked() and not self._closing:
+            lib.engine_events_wakeup(self._engine)  # the leader looks at its inbox again
 
     # --- delivery -------------------------------------------------------------------------------------------
 
@@ -227,16 +247,9 @@ class Pump:
                 self._take(max(1, int((deadline - time.monotonic()) * 1000)), None)
         for key, inbox in list(self._inboxes.items()):
             self._inboxes.pop(key, None)
-            inbox.items.append(CLOSED)
-            inbox.finished = True
+            self.end(inbox, CLOSED)
         for inbox in inboxes:
-            self._wake_thread(inbox)
-            waker = inbox.task_waiter
-            if waker is not None:
-                try:
-                    waker[0].call_soon_threadsafe(_resolve, [waker[1]])
-                except RuntimeError:
-                    pass
+            self.end(inbox, CLOSED)  # finished already: only wakes its reader
         with self._state:
             followers, self._followers = self._followers, []
         for waiter, _ in followers:

@@ -128,8 +128,8 @@ class Engine:
 
         Raises :class:`ember.InvalidRequest` (``.body`` is the OpenAI error naming the field at fault),
         :class:`ember.Overloaded` (nothing was queued: retry later), :class:`ember.InvalidHandle` (closed)."""
-        data = _encode("engine_submit", body)
         handle = self._live("engine_submit")
+        data = _encode("engine_submit", body)
         key, inbox = self._pump.register()
         out = c_void_p()
         delivery = DELIVERY_CHUNKS if chunks else DELIVERY_EVENTS
@@ -146,8 +146,8 @@ class Engine:
         """The token ids the engine computes for ``text``. ``parse_special``: control tokens' texts
         (``<|im_start|>``) become those tokens, as in every prompt; ``add_special``: a BOS token first when the
         model asks for one. A submitted prompt's ids are ``tokenize(text)``."""
-        data = text.encode("utf-8", "surrogatepass")
         handle = self._live("engine_tokenize")
+        data = text.encode("utf-8", "surrogatepass")
         count = c_size_t()
         capacity = len(data) + 2  # a token covers at least one byte, but BOS and control tokens
         while True:
@@ -162,19 +162,19 @@ class Engine:
     def detokenize(self, ids: Sequence[int], *, include_special: bool = False) -> str:
         """The text of token ids (invalid UTF-8 replaced by U+FFFD); control tokens write their text only with
         ``include_special``."""
+        handle = self._live("engine_detokenize")
         for index, token in enumerate(ids):
             if not 0 <= token < 2**32:
                 raise InvalidArgument("engine_detokenize", Status.INVALID_ARGUMENT,
                                       f"ids[{index}] = {token} is not a token id")
         array = (c_uint32 * len(ids))(*ids)
-        handle = self._live("engine_detokenize")
         return take_string("engine_detokenize",
                            lambda out: lib.engine_detokenize(handle, array, len(ids), include_special, out))
 
     def apply_chat_template(self, body: Json) -> Dict[str, Any]:
         """The prompt a Chat Completions body would have: ``{"prompt": text, "prompt_token_ids": [...]}``."""
-        data = _encode("engine_apply_chat_template", body)
         handle = self._live("engine_apply_chat_template")
+        data = _encode("engine_apply_chat_template", body)
         return json.loads(take_string("engine_apply_chat_template",
                                       lambda out: lib.engine_apply_chat_template(handle, data, out)))
 

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
 
 from ._constants import EventKind, FinishReason, Status
-from ._pump import Inbox, Item
+from ._pump import REQUEST_CLOSED, Inbox, Item
 from ._lib import check, lib, take_string
 from ._structs import (
     ExtendedMetrics,
@@ -80,6 +80,7 @@ class Request:
         return self
 
     def __next__(self) -> Event:
+        self._live("Request.__next__")
         if self._ended:
             raise StopIteration
         items = self._inbox.items
@@ -93,6 +94,7 @@ class Request:
     async def __anext__(self) -> Event:
         """The next event, awaited. If the awaiting task is cancelled (a client went away), the request is
         cancelled too, so the engine stops generating for nobody."""
+        self._live("Request.__anext__")
         if self._ended:
             raise StopAsyncIteration
         items = self._inbox.items
@@ -143,10 +145,13 @@ class Request:
 
     def wait(self, timeout: Optional[float] = None) -> None:
         """Waits until the request has ended (its last event was delivered), without taking its events;
-        :class:`ember.Timeout` after ``timeout`` seconds."""
+        :class:`ember.Timeout` after ``timeout`` seconds. :class:`ember.InvalidHandle` once the request is
+        closed, also when another thread closes it meanwhile: a closed request's end would never come."""
+        self._live("Request.wait")
         inbox = self._inbox
         if not self._engine._pump.wait(inbox, lambda: inbox.finished, timeout):
             raise Timeout("Request.wait", Status.TIMEOUT, f"the request did not end within {timeout} s")
+        self._live("Request.wait")
 
     def response(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The whole OpenAI response body (``chat.completion`` or ``text_completion``, with ``usage`` and, when
@@ -158,6 +163,7 @@ class Request:
 
     async def response_async(self) -> Dict[str, Any]:
         """:meth:`response`, awaited in the running loop (do not iterate the request at the same time)."""
+        self._live("Request.response_async")
         inbox = self._inbox
         while not inbox.finished:
             await self._await_delivery(lambda: inbox.finished)
@@ -196,10 +202,13 @@ class Request:
     # --- lifetime -------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Frees the request (cancelling it if it still runs). Idempotent."""
+        """Frees the request (cancelling it if it still runs). Idempotent. Every later call on it raises
+        :class:`ember.InvalidHandle` at once, and so does a reader waiting on it in another thread or task."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            self._engine._pump.unregister(self._key)
+            pump = self._engine._pump
+            pump.unregister(self._key)  # its last record will never come: end its inbox instead
+            pump.end(self._inbox, REQUEST_CLOSED)
             lib.engine_request_free(handle)
 
     def __enter__(self) -> "Request":
