@@ -2,23 +2,24 @@
 //!
 //! The GGUF reader bounds what a file's arrays take parsed (`gguf/budget.rs`); building a tokenizer from them costs
 //! more again: each token's text is copied into the token table, its lookup map and its decoded bytes, and each
-//! merge adds a map entry and, where its result is no token, an interned string. These limits keep that work to a
-//! few hundred megabytes and about a second at most, a few times beyond the largest real vocabularies. llama.cpp has
-//! no such limits: it takes any array ggml reads (up to 2^30 elements that fit the file) and builds its maps from it.
+//! merge adds a map entry and, where its result is no token, an interned string. These limits sit four to ten times
+//! beyond the largest real vocabularies (llama.cpp's test vocabularies, Gemma 3 and 4: at most 262,144 tokens and
+//! 2.8 MB of token text, 514,906 merges and 5.1 MB of merge text) and keep that work to well under a gigabyte and a
+//! few seconds (`docs/reliability.md`, "Load"). llama.cpp has no such limits: it takes any array ggml reads (up to
+//! 2^30 elements that fit the file) and builds its maps from it.
 
 use super::spec::{keys, TokenizerSpec};
 use super::TokenizerError;
 
-/// Tokens in a vocabulary: four times the largest real ones (Gemma 3's 262,144; Qwen 3.5's 248,320; Llama 4's
-/// 202,048).
+/// Tokens in a vocabulary: four times the largest real ones (Gemma 3 and 4's 262,144; Command R's 256,000).
 pub const MAX_TOKENS: usize = 1 << 20;
-/// Bytes of all token texts together: real vocabularies hold 1 to 3 MB.
-pub const MAX_TOKEN_BYTES: usize = 64 << 20;
-/// Merges of a byte-level BPE vocabulary. They can outnumber the tokens (GLM 4.5: 318,088 merges for 151,552
-/// tokens): over six times that.
+/// Bytes of all token texts together: real vocabularies hold 1 to 3 MB (Command R's 256,000 tokens: 2.8 MB).
+pub const MAX_TOKEN_BYTES: usize = 32 << 20;
+/// Merges of a byte-level BPE vocabulary. They can outnumber the tokens (Gemma 4: 514,906 merges for 262,144
+/// tokens): four times that.
 pub const MAX_MERGES: usize = 2 << 20;
-/// Bytes of all merge texts together: real ones hold a few MB.
-pub const MAX_MERGE_BYTES: usize = 64 << 20;
+/// Bytes of all merge texts together: real ones hold up to 5.1 MB (Gemma 4's).
+pub const MAX_MERGE_BYTES: usize = 32 << 20;
 
 /// Checks the counts and sizes of `spec` against the limits, and that the per-token arrays have one entry per
 /// token: all before the tokenizer allocates for them.
