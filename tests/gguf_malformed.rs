@@ -1,10 +1,17 @@
 //! Malformed GGUF files: each failure class returns its specific error; no input panics or reads out of bounds.
 //!
-//! Files are crafted byte by byte (`Raw`) so that each test breaks exactly one thing.
+//! Files are crafted byte by byte (`Raw`) so that each test breaks exactly one thing. The load bombs of
+//! `tests/attack/gguf_cases.rs` are loaded here too, as models.
+
+#[path = "attack/gguf_cases.rs"]
+mod gguf_cases;
 
 use ember::model::gguf::value::encode_string;
 use ember::model::gguf::writer::GgufWriter;
-use ember::model::gguf::{Array, GgmlType, GgufError, GgufFile, Value, MAX_ARRAY_DEPTH, MAX_TENSORS};
+use ember::model::gguf::{
+    Array, GgmlType, GgufError, GgufFile, Value, MAX_ARRAY_DEPTH, MAX_KEY_LEN, MAX_PARSED_BYTES, MAX_TENSORS,
+};
+use ember::model::Model;
 
 /// A GGUF file under construction, field by field.
 struct Raw(Vec<u8>);
@@ -56,6 +63,17 @@ fn err(r: &Raw) -> GgufError {
     }
 }
 
+/// The error of a file whose metadata entry `key` is malformed: it names the key, and wraps what is wrong.
+fn value_err(r: &Raw, key: &str) -> GgufError {
+    match err(r) {
+        GgufError::InMetadata { key: k, source } => {
+            assert_eq!(k, key);
+            *source
+        }
+        other => panic!("expected an error naming {key:?}, got {other}"),
+    }
+}
+
 fn valid_file() -> Vec<u8> {
     GgufWriter::new()
         .metadata("general.architecture", Value::String("llama".into()))
@@ -87,7 +105,7 @@ fn every_truncation_of_a_valid_file_is_an_error() {
     assert!(GgufFile::from_bytes(&bytes).is_ok());
     for len in 0..bytes.len() {
         match GgufFile::from_bytes(&bytes[..len]) {
-            Err(GgufError::Truncated { .. } | GgufError::TensorOutOfBounds { .. }) => {}
+            Err(e) if matches!(e.kind(), GgufError::Truncated { .. } | GgufError::TensorOutOfBounds { .. }) => {}
             other => panic!("truncated to {len} bytes: {other:?}"),
         }
     }
@@ -101,10 +119,86 @@ fn tensor_data_out_of_range() {
         GgufError::TensorOutOfBounds { tensor, size, .. } => assert_eq!((tensor.as_str(), size), ("w", 136)),
         e => panic!("{e}"),
     }
-    // An offset so large that offset + size overflows.
+    // An offset so large that offset + size would overflow: not where the data section starts, so refused first.
     let mut r = Raw::header(3, 1, 0);
     r.tensor("w", &[32], GgmlType::Q8_0.id(), u64::MAX - 31).data(34);
-    assert!(matches!(err(&r), GgufError::TensorOutOfBounds { .. }));
+    assert!(matches!(err(&r), GgufError::TensorOffset { offset, expected: 0, .. } if offset == u64::MAX - 31));
+}
+
+/// Tensors follow each other in the data section, each where the one before ends (padded to the alignment), as
+/// ggml requires: two tensors sharing bytes would let a file declare more weights than it holds.
+#[test]
+fn tensors_must_not_overlap_or_leave_gaps() {
+    // Two F32 tensors of 8 elements (32 bytes each): the second belongs at 32.
+    for (second, refused) in [(32, false), (0, true), (64, true), (16, true)] {
+        let mut r = Raw::header(3, 2, 0);
+        r.tensor("a", &[8], GgmlType::F32.id(), 0).tensor("b", &[8], GgmlType::F32.id(), second).data(96);
+        match r.open() {
+            Ok(f) => assert!(!refused, "offset {second} opened: {f:?}"),
+            Err(GgufError::TensorOffset { tensor, offset, expected: 32 }) if refused && offset == second => {
+                assert_eq!(tensor, "b")
+            }
+            Err(GgufError::MisalignedTensor { offset: 16, .. }) if second == 16 => {}
+            Err(e) => panic!("offset {second}: {e}"),
+        }
+    }
+    // Padding counts: a 4-byte tensor is followed by the next at 32, not at 4.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor("a", &[1], GgmlType::F32.id(), 0).tensor("b", &[1], GgmlType::F32.id(), 32).data(64);
+    assert!(r.open().is_ok());
+    let e = {
+        let mut r = Raw::header(3, 2, 0);
+        r.tensor("a", &[64], GgmlType::F32.id(), 0).tensor("b", &[1], GgmlType::F32.id(), 0).data(512);
+        err(&r)
+    };
+    let message = e.to_string();
+    assert!(message.contains("\"b\"") && message.contains("offset 0") && message.contains("expected 256"), "{message}");
+}
+
+/// What a parsed header takes in memory is bounded, whatever the file holds: 12M empty strings are 96 MB of file
+/// and would be 288 MB of `String`s.
+#[test]
+fn parsed_metadata_memory_is_bounded_and_named() {
+    let n = 12u64 << 20;
+    let mut r = Raw::header(3, 0, 1);
+    r.str("x.strings").u32(9).u32(8).u64(n);
+    r.0.resize(r.0.len() + 8 * n as usize, 0);
+    let e = err(&r);
+    let message = e.to_string();
+    match e.kind() {
+        GgufError::ParsedTooLarge { bytes, max, .. } => {
+            assert_eq!((*bytes, *max), (n * 24, MAX_PARSED_BYTES));
+        }
+        other => panic!("{other}"),
+    }
+    assert!(message.contains("\"x.strings\"") && message.contains(&(n * 24).to_string()), "{message}");
+    // The same strings in two arrays of half the count each: the second is refused by what the first took.
+    let mut r = Raw::header(3, 0, 2);
+    for key in ["a", "b"] {
+        r.str(key).u32(9).u32(8).u64(n / 2);
+        r.0.resize(r.0.len() + 4 * n as usize, 0);
+    }
+    assert!(matches!(value_err(&r, "b"), GgufError::ParsedTooLarge { used, .. } if used > n / 2 * 24));
+}
+
+#[test]
+fn metadata_keys_are_bounded() {
+    let mut r = Raw::header(3, 0, 1);
+    r.str(&"k".repeat(MAX_KEY_LEN as usize + 1)).u32(0).0.push(1);
+    assert!(matches!(err(&r), GgufError::StringTooLong { len, max: MAX_KEY_LEN, .. } if len == MAX_KEY_LEN + 1));
+    let mut r = Raw::header(3, 0, 1);
+    r.kv(&"k".repeat(MAX_KEY_LEN as usize), &Value::U8(1));
+    assert!(r.open().is_ok());
+}
+
+/// Every error inside a metadata value names its key.
+#[test]
+fn value_errors_name_their_key() {
+    let mut r = Raw::header(3, 0, 2);
+    r.kv("fine", &Value::U32(1)).str("tokenizer.ggml.merges").u32(9).u32(8).u64(1 << 40);
+    let message = err(&r).to_string();
+    assert!(message.starts_with("GGUF metadata key \"tokenizer.ggml.merges\": "), "{message}");
+    assert!(message.contains(&(1u64 << 40).to_string()), "{message}");
 }
 
 #[test]
@@ -115,10 +209,10 @@ fn absurd_counts_fail_before_allocating() {
     assert!(matches!(err(&Raw::header(3, 60_000, 0)), GgufError::Truncated { .. }));
     let mut r = Raw::header(3, 0, 1);
     r.str("arr").u32(9).u32(4).u64(u64::MAX); // array of u32, count 2^64 - 1
-    assert!(matches!(err(&r), GgufError::TooMany { what: "array element", .. }));
+    assert!(matches!(value_err(&r, "arr"), GgufError::TooMany { what: "array element", .. }));
     let mut r = Raw::header(3, 0, 1);
     r.str("arr").u32(9).u32(8).u64(50_000_000); // 50M strings in a file of a few bytes
-    assert!(matches!(err(&r), GgufError::Truncated { what: "array element", .. }));
+    assert!(matches!(value_err(&r, "arr"), GgufError::Truncated { what: "array element", .. }));
 }
 
 #[test]
@@ -128,7 +222,7 @@ fn absurd_string_lengths() {
     assert!(matches!(err(&r), GgufError::StringTooLong { len: u64::MAX, .. }));
     let mut r = Raw::header(3, 0, 1);
     r.str("k").u32(8).u64(1 << 20); // a 1 MiB string value in a 40-byte file
-    assert!(matches!(err(&r), GgufError::Truncated { what: "string value", .. }));
+    assert!(matches!(value_err(&r, "k"), GgufError::Truncated { what: "string value", .. }));
     let mut r = Raw::header(3, 1, 0);
     r.u64(1 << 40); // a tensor name of a terabyte
     assert!(matches!(err(&r), GgufError::StringTooLong { .. }));
@@ -173,10 +267,10 @@ fn bad_tensor_types_and_row_lengths() {
 fn bad_metadata_values() {
     let mut r = Raw::header(3, 0, 1);
     r.str("k").u32(13).u32(0);
-    assert!(matches!(err(&r), GgufError::UnknownValueType { id: 13, .. }));
+    assert!(matches!(value_err(&r, "k"), GgufError::UnknownValueType { id: 13, .. }));
     let mut r = Raw::header(3, 0, 1);
     r.str("k").u32(7).0.push(2);
-    assert!(matches!(err(&r), GgufError::InvalidBool { byte: 2, .. }));
+    assert!(matches!(value_err(&r, "k"), GgufError::InvalidBool { byte: 2, .. }));
     let mut r = Raw::header(3, 0, 1);
     r.u64(2).0.extend_from_slice(&[0xff, 0xfe]);
     assert!(matches!(err(&r), GgufError::InvalidUtf8 { what: "metadata key", .. }));
@@ -196,7 +290,7 @@ fn arrays_nested_too_deep() {
         r.u32(9).u64(1); // an array holding one array ...
     }
     r.u32(0).u64(0);
-    assert!(matches!(err(&r), GgufError::NestingTooDeep { .. }));
+    assert!(matches!(value_err(&r, "deep"), GgufError::NestingTooDeep { .. }));
 }
 
 #[test]
@@ -230,4 +324,26 @@ fn io_errors_name_the_path() {
     let e = GgufFile::open("/nonexistent/model.gguf").unwrap_err();
     assert!(matches!(e, GgufError::Io { .. }));
     assert!(e.to_string().contains("/nonexistent/model.gguf"), "{e}");
+}
+
+/// Each hostile file of the attack suite is refused when loaded as a model, with an error naming its cause. With
+/// `EMBER_GGUF_BOMBS` set to a directory, the files are written there and kept (to measure a load by hand:
+/// `/usr/bin/time -v ember-cli info --model DIR/empty_tokens_16m.gguf`).
+#[test]
+fn every_load_bomb_is_refused_naming_its_cause() {
+    let kept = std::env::var_os("EMBER_GGUF_BOMBS").map(std::path::PathBuf::from);
+    let dir = kept.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("ember-bombs-{}", std::process::id())));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = gguf_cases::gguf_bombs(&dir);
+    for (name, path, expected) in &cases {
+        let error = match Model::load(Some(path)) {
+            Ok(_) => panic!("{name}: the model loaded"),
+            Err(e) => e.to_string(),
+        };
+        println!("{name}: {error}");
+        assert!(error.contains(expected), "{name}: {error:?} does not contain {expected:?}");
+    }
+    if kept.is_none() {
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -22,6 +22,10 @@ pub enum GgufError {
     TooMany { what: &'static str, count: u64, max: u64, offset: u64 },
     /// A string is longer than ember accepts.
     StringTooLong { len: u64, max: u64, offset: u64 },
+    /// Parsing the header would take more memory than [`super::MAX_PARSED_BYTES`] allows (`budget.rs`).
+    ParsedTooLarge { what: &'static str, bytes: u64, used: u64, max: u64, offset: u64 },
+    /// A metadata value is malformed or too large: `source` says how, this names the key it belongs to.
+    InMetadata { key: String, source: Box<GgufError> },
     /// A string is not UTF-8.
     InvalidUtf8 { offset: u64, what: &'static str },
     /// A metadata value type id that GGUF does not define.
@@ -46,6 +50,10 @@ pub enum GgufError {
     RowNotBlockAligned { tensor: String, dtype: GgmlType, row_len: u64 },
     /// A tensor's data offset is not a multiple of the file's alignment.
     MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
+    /// A tensor's data does not start where the previous tensor's (padded to the alignment) ends: the data section
+    /// holds the tensors in order, without gaps or overlaps (ggml's `gguf_init_from_file` requires it too). Tensors
+    /// that overlap would let a file declare more weights than it has bytes.
+    TensorOffset { tensor: String, offset: u64, expected: u64 },
     /// A tensor's data lies (partly) beyond the end of the file.
     TensorOutOfBounds { tensor: String, offset: u64, size: u64, file_len: u64 },
     /// A metadata key the caller needs is absent.
@@ -83,6 +91,13 @@ impl fmt::Display for GgufError {
             StringTooLong { len, max, offset } => {
                 write!(f, "GGUF string of {len} bytes at offset {offset} exceeds the limit of {max}")
             }
+            ParsedTooLarge { what, bytes, used, max, offset } => write!(
+                f,
+                "GGUF {what} at offset {offset} would take {bytes} bytes of memory once read, more than the {} left \
+                 of the {max}-byte limit on a file's parsed metadata and tensor infos",
+                max - used
+            ),
+            InMetadata { key, source } => write!(f, "GGUF metadata key {key:?}: {source}"),
             InvalidUtf8 { offset, what } => write!(f, "GGUF {what} at offset {offset} is not valid UTF-8"),
             UnknownValueType { id, offset } => write!(f, "unknown GGUF metadata value type {id} at offset {offset}"),
             InvalidBool { byte, offset } => write!(f, "GGUF bool at offset {offset} has value {byte}, expected 0 or 1"),
@@ -105,6 +120,11 @@ impl fmt::Display for GgufError {
             MisalignedTensor { tensor, offset, alignment } => {
                 write!(f, "tensor {tensor:?} data offset {offset} is not a multiple of the alignment {alignment}")
             }
+            TensorOffset { tensor, offset, expected } => write!(
+                f,
+                "tensor {tensor:?} data starts at offset {offset} of the data section, expected {expected} (where the \
+                 tensors before it end): tensors must follow each other without gaps or overlaps"
+            ),
             TensorOutOfBounds { tensor, offset, size, file_len } => write!(
                 f,
                 "tensor {tensor:?} data ({size} bytes at offset {offset}) extends beyond the file ({file_len} bytes)"
@@ -126,10 +146,22 @@ impl fmt::Display for GgufError {
     }
 }
 
+impl GgufError {
+    /// The error itself, without the key [`GgufError::InMetadata`] wraps it with: what tests and callers that
+    /// tell kinds apart look at.
+    pub fn kind(&self) -> &GgufError {
+        match self {
+            GgufError::InMetadata { source, .. } => source.kind(),
+            other => other,
+        }
+    }
+}
+
 impl std::error::Error for GgufError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             GgufError::Io { source, .. } => Some(source),
+            GgufError::InMetadata { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

@@ -7,6 +7,7 @@
 //! malformed file. See `parse.rs` for the limits a crafted file is held to.
 
 pub mod blocks;
+mod budget;
 pub mod dequantize;
 pub mod dtype;
 mod error;
@@ -21,10 +22,12 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
+pub use budget::MAX_PARSED_BYTES;
 pub use dtype::GgmlType;
 pub use error::GgufError;
 pub use parse::{
-    DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_METADATA_ENTRIES, MAX_STRING_LEN, MAX_TENSORS,
+    DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_KEY_LEN, MAX_METADATA_ENTRIES, MAX_STRING_LEN,
+    MAX_TENSORS,
 };
 pub use tensor::{TensorInfo, TensorView};
 pub use value::{Array, Value, ValueType};
@@ -81,7 +84,9 @@ impl GgufFile {
         let mut c = Cursor::new(bytes);
         let header = parse::parse_header(&mut c)?;
 
-        let mut metadata = Vec::with_capacity(header.metadata_count as usize);
+        // Grown entry by entry rather than reserved from the header's counts: each entry is charged to the parse's
+        // memory budget as it is read, and a count a small file cannot hold is refused before it costs anything.
+        let mut metadata = Vec::new();
         let mut metadata_index = FxHashMap::default();
         for _ in 0..header.metadata_count {
             let (key, value) = parse::parse_metadata_entry(&mut c)?;
@@ -101,7 +106,7 @@ impl GgufFile {
             }
         };
 
-        let mut raw_tensors = Vec::with_capacity(header.tensor_count as usize);
+        let mut raw_tensors = Vec::new();
         for _ in 0..header.tensor_count {
             raw_tensors.push(parse::parse_tensor_info(&mut c)?);
         }
@@ -111,10 +116,21 @@ impl GgufFile {
 
         let mut tensors = Vec::with_capacity(raw_tensors.len());
         let mut tensor_index = FxHashMap::default();
+        // Where the next tensor's data must start, relative to the data section: each follows the one before,
+        // padded to the alignment. So no two tensors share bytes, and the weights a file declares are at most its
+        // size (the backends copy every matrix: overlapping tensors would let a small file ask for any amount).
+        let mut expected_offset = 0u64;
         for raw in raw_tensors {
             let (dtype, size) = parse::check_tensor_shape(&raw)?;
             if raw.offset % alignment != 0 {
                 return Err(GgufError::MisalignedTensor { tensor: raw.name, offset: raw.offset, alignment });
+            }
+            if raw.offset != expected_offset {
+                return Err(GgufError::TensorOffset {
+                    tensor: raw.name,
+                    offset: raw.offset,
+                    expected: expected_offset,
+                });
             }
             let out_of_bounds =
                 || GgufError::TensorOutOfBounds { tensor: raw.name.clone(), offset: raw.offset, size, file_len };
@@ -123,6 +139,8 @@ impl GgufFile {
             if end > file_len {
                 return Err(out_of_bounds());
             }
+            // Cannot overflow: `end` fits, and padding adds less than the alignment to a value below the file length.
+            expected_offset = (raw.offset + size).next_multiple_of(alignment);
             if tensor_index.insert(raw.name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::DuplicateTensor { name: raw.name });
             }

@@ -3,8 +3,12 @@
 //! Layout (GGUF spec, versions 2 and 3, little-endian): magic `GGUF`, u32 version, u64 tensor count, u64 metadata
 //! count, the metadata key/value pairs, the tensor infos, padding to `general.alignment`, then the tensor data.
 //! Nothing here can read out of bounds (every read goes through [`Cursor::take`]) or allocate more than the file
-//! could hold: each count is checked against the bytes left before anything is reserved for it.
+//! could hold: each count is checked against the bytes left before anything is reserved for it, and what the parsed
+//! values take in memory against [`MAX_PARSED_BYTES`](super::budget::MAX_PARSED_BYTES) (`budget.rs`).
 
+use std::mem::size_of;
+
+use super::budget::Budget;
 use super::dtype::GgmlType;
 use super::error::GgufError;
 use super::value::{Array, Value, ValueType};
@@ -16,8 +20,10 @@ pub const MAX_TENSORS: u64 = 65_536;
 /// Elements in one metadata array. The largest vocabularies have ~260k tokens and ~500k merges; 64M keeps a
 /// crafted count from asking for gigabytes while leaving two orders of magnitude of headroom.
 pub const MAX_ARRAY_LEN: u64 = 64 * 1024 * 1024;
-/// Bytes in one string. Chat templates are kilobytes; an embedded tokenizer.json is ~10 MB.
+/// Bytes in one string. Chat templates are kilobytes; an embedded tokenizer.json is ~10 MB (ggml allows 1 GiB).
 pub const MAX_STRING_LEN: u64 = 64 * 1024 * 1024;
+/// Bytes in one metadata key. Real keys are under 100 bytes (`tokenizer.ggml.fim_pre_token_id`).
+pub const MAX_KEY_LEN: u64 = 64 * 1024;
 /// Nesting of arrays within arrays. Real files use one level; the cap bounds recursion depth.
 pub const MAX_ARRAY_DEPTH: usize = 8;
 /// Dimensions of a tensor (ggml's `GGML_MAX_DIMS`).
@@ -27,15 +33,22 @@ pub const MAX_TENSOR_NAME_LEN: u64 = 1024;
 /// The alignment of tensor data when `general.alignment` is absent (GGUF spec).
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 
-/// A bounds-checked little-endian reader over the file bytes.
+/// A bounds-checked little-endian reader over the file bytes, with the memory budget of what it parses.
 pub struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    budget: Budget,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
+        Cursor { buf, pos: 0, budget: Budget::new() }
+    }
+
+    /// Takes `count` items of `size` bytes from the memory budget, before they are allocated.
+    pub fn reserve(&mut self, count: u64, size: usize, what: &'static str) -> Result<(), GgufError> {
+        let offset = self.offset();
+        self.budget.take_items(count, size, what, offset)
     }
 
     pub fn offset(&self) -> u64 {
@@ -70,13 +83,15 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    /// A GGUF string: u64 byte length, then UTF-8 bytes.
+    /// A GGUF string: u64 byte length, then UTF-8 bytes. Its bytes are taken from the budget (the `String` itself
+    /// by whoever holds it: the array it is an element of, or the entry).
     pub fn string(&mut self, what: &'static str, max_len: u64) -> Result<String, GgufError> {
         let offset = self.offset();
         let len = self.u64(what)?;
         if len > max_len {
             return Err(GgufError::StringTooLong { len, max: max_len, offset });
         }
+        self.budget.take(len, what, offset)?;
         let bytes = self.take(len, what)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_owned()),
@@ -133,11 +148,16 @@ pub fn parse_header(c: &mut Cursor<'_>) -> Result<Header, GgufError> {
     Ok(Header { version, tensor_count, metadata_count })
 }
 
-/// One metadata entry: key, then type id, then value.
+/// One metadata entry: key, then type id, then value. An error in the value names the key.
 pub fn parse_metadata_entry(c: &mut Cursor<'_>) -> Result<(String, Value), GgufError> {
-    let key = c.string("metadata key", MAX_STRING_LEN)?;
-    let value = parse_value(c, 0)?;
-    Ok((key, value))
+    // The entry in the file-order list, and the key's copy in the index by name.
+    c.reserve(1, size_of::<(String, Value)>() + size_of::<(String, usize)>(), "metadata entry")?;
+    let key = c.string("metadata key", MAX_KEY_LEN)?;
+    c.reserve(key.len() as u64, 1, "metadata key")?;
+    match parse_value(c, 0) {
+        Ok(value) => Ok((key, value)),
+        Err(source) => Err(GgufError::InMetadata { key, source: Box::new(source) }),
+    }
 }
 
 fn parse_value_type(c: &mut Cursor<'_>) -> Result<ValueType, GgufError> {
@@ -165,6 +185,7 @@ fn parse_value_of_type(c: &mut Cursor<'_>, t: ValueType, depth: usize) -> Result
         ValueType::F64 => Value::F64(f64::from_le_bytes(c.array("f64")?)),
         ValueType::Bool => Value::Bool(parse_bool(c)?),
         ValueType::String => Value::String(c.string("string value", MAX_STRING_LEN)?),
+        // Nested arrays are elements of their parent's `Vec<Array>`, charged there; a top-level one is the entry's.
         ValueType::Array => Value::Array(parse_array(c, depth + 1)?),
     })
 }
@@ -185,6 +206,7 @@ fn parse_array(c: &mut Cursor<'_>, depth: usize) -> Result<Array, GgufError> {
     let t = parse_value_type(c)?;
     let count = c.u64("array length")?;
     c.check_count("array element", count, MAX_ARRAY_LEN, t.min_encoded_len())?;
+    c.reserve(count, element_size(t), array_name(t))?;
     let n = count as usize;
     // Scalars are read straight from their bytes; the count check above bounds every allocation here.
     fn scalars<T, const N: usize>(
@@ -203,6 +225,19 @@ fn parse_array(c: &mut Cursor<'_>, depth: usize) -> Result<Array, GgufError> {
             })
             .collect())
     }
+    // Reserved at their final size: collecting `Result`s into a `Vec` grows it by doubling, up to twice the memory
+    // the budget counted.
+    fn each<T>(
+        c: &mut Cursor<'_>,
+        n: usize,
+        mut read: impl FnMut(&mut Cursor<'_>) -> Result<T, GgufError>,
+    ) -> Result<Vec<T>, GgufError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(read(c)?);
+        }
+        Ok(out)
+    }
     Ok(match t {
         ValueType::U8 => Array::U8(c.take(count, "u8 array")?.to_vec()),
         ValueType::I8 => Array::I8(scalars(c, n, "i8 array", i8::from_le_bytes)?),
@@ -214,12 +249,42 @@ fn parse_array(c: &mut Cursor<'_>, depth: usize) -> Result<Array, GgufError> {
         ValueType::I64 => Array::I64(scalars(c, n, "i64 array", i64::from_le_bytes)?),
         ValueType::F32 => Array::F32(scalars(c, n, "f32 array", f32::from_le_bytes)?),
         ValueType::F64 => Array::F64(scalars(c, n, "f64 array", f64::from_le_bytes)?),
-        ValueType::Bool => Array::Bool((0..n).map(|_| parse_bool(c)).collect::<Result<_, _>>()?),
-        ValueType::String => {
-            Array::String((0..n).map(|_| c.string("string array element", MAX_STRING_LEN)).collect::<Result<_, _>>()?)
-        }
-        ValueType::Array => Array::Array((0..n).map(|_| parse_array(c, depth + 1)).collect::<Result<_, _>>()?),
+        ValueType::Bool => Array::Bool(each(c, n, parse_bool)?),
+        ValueType::String => Array::String(each(c, n, |c| c.string("string array element", MAX_STRING_LEN))?),
+        ValueType::Array => Array::Array(each(c, n, |c| parse_array(c, depth + 1))?),
     })
+}
+
+/// What an array of `t` is called in errors.
+fn array_name(t: ValueType) -> &'static str {
+    match t {
+        ValueType::U8 => "array of u8",
+        ValueType::I8 => "array of i8",
+        ValueType::U16 => "array of u16",
+        ValueType::I16 => "array of i16",
+        ValueType::U32 => "array of u32",
+        ValueType::I32 => "array of i32",
+        ValueType::U64 => "array of u64",
+        ValueType::I64 => "array of i64",
+        ValueType::F32 => "array of f32",
+        ValueType::F64 => "array of f64",
+        ValueType::Bool => "array of bools",
+        ValueType::String => "array of strings",
+        ValueType::Array => "array of arrays",
+    }
+}
+
+/// The memory one array element of type `t` takes parsed (a string's bytes and a nested array's elements are
+/// charged when read).
+fn element_size(t: ValueType) -> usize {
+    match t {
+        ValueType::U8 | ValueType::I8 | ValueType::Bool => 1,
+        ValueType::U16 | ValueType::I16 => 2,
+        ValueType::U32 | ValueType::I32 | ValueType::F32 => 4,
+        ValueType::U64 | ValueType::I64 | ValueType::F64 => 8,
+        ValueType::String => size_of::<String>(),
+        ValueType::Array => size_of::<Array>(),
+    }
 }
 
 /// A tensor info as written in the file, before its data range is validated.
@@ -232,11 +297,16 @@ pub struct RawTensorInfo {
 }
 
 pub fn parse_tensor_info(c: &mut Cursor<'_>) -> Result<RawTensorInfo, GgufError> {
+    // The info in the raw list and the validated one, and the name's copy in the index by name.
+    let per_tensor = size_of::<RawTensorInfo>() + size_of::<super::TensorInfo>() + size_of::<(String, usize)>();
+    c.reserve(1, per_tensor, "tensor info")?;
     let name = c.string("tensor name", MAX_TENSOR_NAME_LEN)?;
+    c.reserve(name.len() as u64 * 2, 1, "tensor name")?;
     let n_dims = c.u32("tensor dimension count")?;
     if n_dims > MAX_DIMS {
         return Err(GgufError::TooManyDimensions { tensor: name, n_dims });
     }
+    c.reserve(u64::from(n_dims), size_of::<u64>(), "tensor shape")?;
     let shape = (0..n_dims).map(|_| c.u64("tensor dimension")).collect::<Result<Vec<_>, _>>()?;
     let type_id = c.u32("tensor type")?;
     let offset = c.u64("tensor offset")?;
