@@ -343,6 +343,9 @@ fn every_load_bomb_is_refused_naming_its_cause() {
         println!("{name}: {error}");
         assert!(error.contains(expected), "{name}: {error:?} does not contain {expected:?}");
     }
+    let (path, expected) = gguf_cases::gguf_bomb(&dir, "tensor_beyond_file").unwrap();
+    assert!(Model::load(Some(&path)).is_err_and(|e| e.to_string().contains(expected)));
+    assert!(gguf_cases::gguf_bomb(&dir, "no such case").is_none());
     if kept.is_none() {
         std::fs::remove_dir_all(&dir).unwrap();
     }

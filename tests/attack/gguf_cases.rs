@@ -20,38 +20,47 @@ use ember::model::tokenizer::limits::{MAX_MERGES, MAX_TOKENS};
 /// One case: its name, what writes its file, and a substring of the error that must refuse it.
 type Case = (&'static str, fn() -> GgufWriter, &'static str);
 
-/// Every hostile file, written into `dir`: (case name, file, a substring the load error must contain).
+const CASES: [Case; 12] = [
+    ("empty_tokens_16m", empty_tokens_16m, "metadata key \"tokenizer.ggml.tokens\""),
+    (
+        "vocabulary_smaller_than_embedding",
+        vocabulary_smaller_than_embedding,
+        "tokenizer.ggml.tokens has 100 tokens but tensor \"token_embd.weight\" has 49152 rows",
+    ),
+    ("olmo2_without_output", olmo2_without_output, "tensor \"output.weight\" is required"),
+    ("merges_beyond_limit", merges_beyond_limit, "tokenizer.ggml.merges has 2097153 entries"),
+    ("merges_count_beyond_file", merges_count_beyond_file, "metadata key \"tokenizer.ggml.merges\""),
+    (
+        "token_types_of_another_length",
+        token_types_of_another_length,
+        "tokenizer.ggml.token_type has 10 entries but tokenizer.ggml.tokens has 512",
+    ),
+    ("tokens_beyond_limit", tokens_beyond_limit, "1048577 tokens is not in 1..=1048576"),
+    ("tensor_dims_overflow", tensor_dims_overflow, "tensor \"token_embd.weight\" has a shape whose size overflows"),
+    ("tensor_beyond_file", tensor_beyond_file, "extends beyond the file"),
+    ("tensors_sharing_bytes", tensors_sharing_bytes, "expected 2621440 (where the tensors before it end)"),
+    ("chat_template_100mb", chat_template_100mb, "metadata key \"tokenizer.chat_template\""),
+    ("gemma3_with_output", gemma3_with_output, "a tensor \"output.weight\" would be left unused"),
+];
+
+/// Every hostile file, written into `dir`: (case name, file, a substring the load error must contain). About
+/// 370 MB in all; [`gguf_bomb`] writes one.
 pub fn gguf_bombs(dir: &Path) -> Vec<(String, PathBuf, &'static str)> {
-    let cases: [Case; 12] = [
-        ("empty_tokens_16m", empty_tokens_16m, "metadata key \"tokenizer.ggml.tokens\""),
-        (
-            "vocabulary_smaller_than_embedding",
-            vocabulary_smaller_than_embedding,
-            "tokenizer.ggml.tokens has 100 tokens but tensor \"token_embd.weight\" has 49152 rows",
-        ),
-        ("olmo2_without_output", olmo2_without_output, "tensor \"output.weight\" is required"),
-        ("merges_beyond_limit", merges_beyond_limit, "tokenizer.ggml.merges has 2097153 entries"),
-        ("merges_count_beyond_file", merges_count_beyond_file, "metadata key \"tokenizer.ggml.merges\""),
-        (
-            "token_types_of_another_length",
-            token_types_of_another_length,
-            "tokenizer.ggml.token_type has 10 entries but tokenizer.ggml.tokens has 512",
-        ),
-        ("tokens_beyond_limit", tokens_beyond_limit, "1048577 tokens is not in 1..=1048576"),
-        ("tensor_dims_overflow", tensor_dims_overflow, "tensor \"token_embd.weight\" has a shape whose size overflows"),
-        ("tensor_beyond_file", tensor_beyond_file, "extends beyond the file"),
-        ("tensors_sharing_bytes", tensors_sharing_bytes, "expected 2621440 (where the tensors before it end)"),
-        ("chat_template_100mb", chat_template_100mb, "metadata key \"tokenizer.chat_template\""),
-        ("gemma3_with_output", gemma3_with_output, "a tensor \"output.weight\" would be left unused"),
-    ];
-    cases
-        .into_iter()
-        .map(|(name, build, expected)| {
-            let path = dir.join(format!("{name}.gguf"));
-            build().write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-            (name.to_owned(), path, expected)
-        })
-        .collect()
+    CASES.iter().map(|&case| write(dir, case)).collect()
+}
+
+/// Case `name` alone, written into `dir`: its file and the substring its load error must contain (`None` for a name
+/// not in [`gguf_bombs`]).
+pub fn gguf_bomb(dir: &Path, name: &str) -> Option<(PathBuf, &'static str)> {
+    let case = CASES.iter().find(|(n, _, _)| *n == name)?;
+    let (_, path, expected) = write(dir, *case);
+    Some((path, expected))
+}
+
+fn write(dir: &Path, (name, build, expected): Case) -> (String, PathBuf, &'static str) {
+    let path = dir.join(format!("{name}.gguf"));
+    build().write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    (name.to_owned(), path, expected)
 }
 
 /// A tiny model (SmolLM2's layout, 2 layers of width 64) with a byte-level vocabulary of `vocab` tokens.
