@@ -111,3 +111,35 @@ fn choices_of_one_grammar_advance_independently() {
     assert!(!a.allows(id("{")), "inside an object, a key comes next");
     assert!(b.allows(id("{")), "the other choice is still at the start");
 }
+
+/// The first mask is computed when the grammar is compiled (proving the grammar can begin), and every matcher
+/// starts with it: the same tokens a matcher computing its own would allow.
+#[test]
+fn matchers_start_with_the_first_mask_computed_at_compile() {
+    let model = common::model();
+    let compiler = GuidedCompiler::new();
+    let g = compiler.compile(&model.tokenizer, &GuidedRequest::new(GuidedSpec::Regex("[0-9]{3}".into()), "t")).unwrap();
+    let m = g.matcher();
+    assert!(m.has_mask(), "computed at compile");
+    let (mut given, mut walked) = (g.matcher(), g.matcher());
+    assert_eq!(walked.accept(id("1")), Accepted::More);
+    for t in 0..model.tokenizer.vocab_size() as TokenId {
+        let digits = model
+            .tokenizer
+            .token_text(t)
+            .is_some_and(|s| (1..=3).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()));
+        assert_eq!(given.allows(t), digits, "token {t} {:?}", model.tokenizer.token_text(t));
+    }
+    assert!(walked.allows(id("2")) && !walked.allows(id("a")));
+}
+
+/// Compile errors name the limit they hit, and what the grammar compiler was given is never echoed whole.
+#[test]
+fn refusals_name_the_limit_and_stay_short() {
+    let long_regex = format!("({}", "x".repeat(100_000));
+    let e = compile(GuidedSpec::Regex(long_regex)).err().unwrap();
+    assert!(e.len() < 1_100 && !e.contains('\n'), "{} bytes", e.len());
+    let chain: String = (0..4_001).map(|i| format!("r{i}: r{} \"a\"\n", i + 1)).collect();
+    let e = compile(GuidedSpec::Lark(format!("start: r0\n{chain}r4001: \"z\""))).err().unwrap();
+    assert!(e.contains("grammar_limits.max_lark_definitions (4000)"), "{e}");
+}

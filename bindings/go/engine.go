@@ -60,6 +60,9 @@ type Config struct {
 	EnablePrefixCaching *bool `json:"enable_prefix_caching,omitempty"`
 	// Speculative turns n-gram speculative decoding on (docs/c_api.md, "Speculative decoding"); nil: off.
 	Speculative *SpeculativeConfig `json:"speculative,omitempty"`
+	// GrammarLimits sets some of the limits on compiling a request's structured-output constraint, by name
+	// ("max_bytes", "compile_timeout_ms", ...: docs/c_api.md); the others keep their defaults.
+	GrammarLimits map[string]uint64 `json:"grammar_limits,omitempty"`
 	// Log receives the engine's log lines; nil discards them.
 	Log LogFunc `json:"-"`
 	// LoadProgress receives the load's progress during NewEngine, and may cancel it; nil: no reports.

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::guided::GrammarLimits;
 use super::speculative::SpeculativeConfig;
 use crate::model::gguf::LoadMode;
 
@@ -108,6 +109,11 @@ pub struct EngineConfig {
     /// cache configuration, prefix cache counters) also under vLLM's names (`vllm:num_requests_waiting`, ...), so
     /// that a picker configured for vLLM reads ember unchanged.
     pub metrics_vllm_names: bool,
+    /// What compiling one request's structured-output constraint (schema, grammar, regex, choices, tools) may
+    /// cost: input size, schema depth and branches, regex intersections, Lark definitions and terminals, grammar
+    /// symbols, lexer fuel and states, Earley row work and items, mask fuel, and time (`GrammarLimits`,
+    /// docs/reliability.md). A constraint beyond them is refused at submit, naming its field.
+    pub grammar_limits: GrammarLimits,
 }
 
 impl Default for EngineConfig {
@@ -132,6 +138,7 @@ impl Default for EngineConfig {
             max_waiting_requests: None,
             served_model_name: None,
             metrics_vllm_names: false,
+            grammar_limits: GrammarLimits::default(),
         }
     }
 }
@@ -187,6 +194,9 @@ impl EngineConfig {
         }
         if let Some(problem) = self.speculative.as_ref().and_then(SpeculativeConfig::problem) {
             return err(vec!["speculative"], problem);
+        }
+        if let Some(problem) = self.grammar_limits.problem() {
+            return err(vec!["grammar_limits"], problem);
         }
         if self.served_model_name.as_deref().is_some_and(|name| name.trim().is_empty()) {
             return err(vec!["served_model_name"], "served_model_name is empty".into());

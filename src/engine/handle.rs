@@ -219,6 +219,7 @@ impl Engine {
             &format!("engine started: {backend_description}, {} KV positions{window_pool}", cache.tokens()),
         );
         let engine = Engine {
+            guided: GuidedCompiler::with_limits(config.grammar_limits.clone()),
             waiting: WaitingLimit::new(config.max_waiting_requests_or_default()),
             model_sha256: OnceLock::new(),
             load_time: load_started.elapsed(),
@@ -234,7 +235,6 @@ impl Engine {
             backend_description,
             cpu,
             logger,
-            guided: GuidedCompiler::new(),
         };
         if !progress.finish() {
             // Dropping the engine stops and joins its thread: nothing is left running.
@@ -265,6 +265,12 @@ impl Engine {
     /// The backend in use, e.g. `cpu (avx512 kernels, 2 threads)`.
     pub fn backend_description(&self) -> &str {
         &self.backend_description
+    }
+
+    /// The structured-output compiler, held to the engine's `grammar_limits`: for the protocol layer to check a
+    /// part of a refused constraint (which of several tools) as `submit` checks the whole.
+    pub fn guided_compiler(&self) -> &GuidedCompiler {
+        &self.guided
     }
 
     /// Submits a request; returns at once. Thread-safe.

@@ -12,6 +12,7 @@ use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::stream::{ChunkEncoder, ChunkPoll};
+use super::tool_schemas::blame_tool;
 use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
 use crate::model::TokenId;
 
@@ -100,7 +101,14 @@ impl ApiRequest {
             priority: request.priority,
         };
         let submit = SubmitRequest { prompts, n: request.n, options };
-        let handle = engine.submit(submit).map_err(|e| ApiError::from_submit(&e, request.names))?;
+        let handle = engine.submit(submit).map_err(|e| {
+            let error = ApiError::from_submit(&e, request.names);
+            match &request.tools {
+                // The tools' constraint is compiled as one; the client is told which tool when one is at fault.
+                Some(tools) if error.param.as_deref() == Some("tools") => blame_tool(&tools.tools, engine, error),
+                _ => error,
+            }
+        })?;
         let config = engine.config();
         let gate = MetricsGate::new(
             config.enable_per_request_metrics,

@@ -28,6 +28,7 @@ mod template_options;
 mod test_support;
 pub mod tokenize;
 mod tool_format;
+mod tool_schemas;
 mod tools;
 mod xml_arguments;
 

@@ -32,6 +32,7 @@ use super::call_syntax::{CallSyntax, EMBER};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Object};
 use super::tool_format::{call_id_style, tool_format, ToolFormat};
+use super::tool_schemas::rebased;
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
 use crate::model::chat_template::{python_json_dumps, ChatMessage, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
@@ -213,10 +214,14 @@ impl ToolsRequest {
     /// `{"name": NAME, "arguments": ARGS}` for one of the tools. `name` before `arguments`, which the schema's
     /// property order makes the output's (serde_json keeps insertion order here: the `preserve_order` feature),
     /// so that a stream knows the function first.
+    /// Each tool's parameters keep their own `$ref`s, rewritten to where they are placed (`tool_schemas.rs`).
     fn call_schema(&self) -> Value {
-        json!({"anyOf": self.tools.iter().map(|t| json!({
+        json!({"anyOf": self.tools.iter().enumerate().map(|(i, t)| json!({
             "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            "properties": {
+                "name": {"const": t.name},
+                "arguments": rebased(&t.parameters, &format!("#/anyOf/{i}/properties/arguments")),
+            },
             "required": ["name", "arguments"],
             "additionalProperties": false,
         })).collect::<Vec<_>>()})

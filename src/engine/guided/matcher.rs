@@ -3,6 +3,8 @@
 use llguidance::{Matcher, TokenParser};
 use toktrie::SimpleVob;
 
+use super::errors::clean_error;
+
 use crate::model::TokenId;
 
 /// What accepting a sampled token did.
@@ -24,15 +26,16 @@ pub struct GuidedMatcher {
 }
 
 impl GuidedMatcher {
-    pub(super) fn new(parser: TokenParser) -> Self {
-        GuidedMatcher { matcher: Matcher::new(Ok(parser)), mask: None }
+    /// A matcher at the start of `parser`'s grammar, with the first mask if it is known (computed at submit).
+    pub(super) fn new(parser: TokenParser, first_mask: Option<SimpleVob>) -> Self {
+        GuidedMatcher { matcher: Matcher::new(Ok(parser)), mask: first_mask.map(Ok) }
     }
 
     /// Computes the mask for the next token, unless it is computed already. Depends only on the tokens accepted,
     /// which is what lets it run beside the forward pass.
     pub fn compute_mask(&mut self) {
         if self.mask.is_none() {
-            self.mask = Some(self.matcher.compute_mask_or_eos().map_err(|e| e.to_string()));
+            self.mask = Some(self.matcher.compute_mask_or_eos().map_err(|e| clean_error(&e.to_string())));
         }
     }
 
@@ -83,7 +86,7 @@ impl GuidedMatcher {
             return Accepted::Failed(format!("structured output: {e}"));
         }
         if let Err(e) = self.matcher.consume_token(token) {
-            return Accepted::Failed(format!("structured output: {e}"));
+            return Accepted::Failed(format!("structured output: {}", clean_error(&e.to_string())));
         }
         match self.matcher.is_stopped() {
             true => Accepted::Complete,

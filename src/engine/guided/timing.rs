@@ -71,7 +71,8 @@ impl Default for MaskTimes {
 /// A snapshot of [`MaskTimes`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MaskTimeSummary {
-    /// Masks computed (one per constrained token sampled).
+    /// Masks computed during steps (one per constrained token sampled but each choice's first, computed at
+    /// submit).
     pub masks: u64,
     pub mask_p50_us: f64,
     pub mask_p99_us: f64,
