@@ -61,7 +61,7 @@ type Config struct {
 	// Speculative turns n-gram speculative decoding on (docs/c_api.md, "Speculative decoding"); nil: off.
 	Speculative *SpeculativeConfig `json:"speculative,omitempty"`
 	// GrammarLimits sets some of the limits on compiling a request's structured-output constraint, by name
-	// ("max_bytes", "compile_timeout_ms", ...: docs/c_api.md); the others keep their defaults.
+	// ("max_bytes", "max_compile_cpu_ms", ...: docs/c_api.md); the others keep their defaults.
 	GrammarLimits map[string]uint64 `json:"grammar_limits,omitempty"`
 	// Log receives the engine's log lines; nil discards them.
 	Log LogFunc `json:"-"`

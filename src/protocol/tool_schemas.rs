@@ -6,8 +6,8 @@
 //!
 //! The engine compiles the tools' constraint as one (`tools`); when it refuses it, the client is better told
 //! which tool: each one's schema is checked alone, first against the input limits (cheap), then compiled, until
-//! one is refused or the engine's `compile_timeout_ms` has been spent. If none is refused alone, the refusal
-//! stays on `tools` (only together are they too much).
+//! one is refused or as much time as the engine's `max_compile_cpu_ms` has passed. If none is refused alone, the
+//! refusal stays on `tools` (only together are they too much).
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +58,7 @@ pub(crate) fn blame_tool(tools: &[Tool], engine: &Engine, error: ApiError) -> Ap
             return at_fault(i, message);
         }
     }
-    let budget = Duration::from_millis(engine.config().grammar_limits.compile_timeout_ms);
+    let budget = Duration::from_millis(engine.config().grammar_limits.max_compile_cpu_ms);
     let started = Instant::now();
     for (i, tool) in tools.iter().enumerate() {
         if started.elapsed() > budget {

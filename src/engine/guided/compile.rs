@@ -10,9 +10,9 @@
 //! 2. on a thread of the compiler's own with a known stack (llguidance's compilers recurse, and a host's thread
 //!    may have a small stack): the spec to llguidance's grammar, the grammar compiled and checked
 //!    (`grammar_check.rs`), the parser built (its lexer, its first Earley row), and its first mask, which proves
-//!    the grammar can produce a first token. The host's thread waits for it and cancels the mask when
-//!    `compile_timeout_ms` runs out; the stages before the mask cannot be interrupted and are bounded by the
-//!    limits instead, with the time checked between them.
+//!    the grammar can produce a first token. The host's thread waits for it, watching the compiling thread's
+//!    CPU time (`cpu_clock.rs`), and cancels the mask when `max_compile_cpu_ms` runs out; the stages before the
+//!    mask cannot be interrupted and are bounded by the limits instead, with the time checked between them.
 //!
 //! The first mask is kept: every choice's matcher starts with it, so the first step computes no mask.
 
@@ -25,6 +25,7 @@ use llguidance::api::{GrammarInit, TopLevelGrammar};
 use llguidance::toktrie::SimpleVob;
 use llguidance::{panic_utils, CancellationHandle, Matcher, ParserFactory, TokenParser};
 
+use super::cpu_clock::ThreadClock;
 use super::errors::clean_error;
 use super::grammar_check::check_grammar;
 use super::lark_check::check_lark;
@@ -78,12 +79,10 @@ impl GuidedCompiler {
     /// The error is the message for the request's field: what is wrong with the schema, regex or grammar, or
     /// which limit it exceeds.
     pub fn compile(&self, tokenizer: &Tokenizer, request: &GuidedRequest) -> Result<CompiledGrammar, String> {
-        let started = Instant::now();
         let factory =
             self.factory.get_or_init(|| build_factory(tokenizer, &self.limits)).as_ref().map_err(Clone::clone)?;
         let grammar = self.checked_grammar(&request.spec)?;
-        let deadline = started + Duration::from_millis(self.limits.compile_timeout_ms);
-        let (parser, first_mask) = self.build(factory, grammar, deadline)?;
+        let (parser, first_mask) = self.build(factory, grammar)?;
         Ok(CompiledGrammar { parser, first_mask })
     }
 
@@ -117,14 +116,11 @@ impl GuidedCompiler {
         }
     }
 
-    /// Stage 2, on the compiling thread while this one waits (and cancels the first mask at the deadline).
-    fn build(
-        &self,
-        factory: &ParserFactory,
-        grammar: TopLevelGrammar,
-        deadline: Instant,
-    ) -> Result<(TokenParser, SimpleVob), String> {
-        let watch = &Watch::default();
+    /// Stage 2, on the compiling thread while this one waits (and cancels the first mask when the budget is
+    /// spent).
+    fn build(&self, factory: &ParserFactory, grammar: TopLevelGrammar) -> Result<(TokenParser, SimpleVob), String> {
+        let budget = Duration::from_millis(self.limits.max_compile_cpu_ms);
+        let watch = &Watch::new(budget);
         // The grammar goes to whichever thread compiles: the compiling one, or this one if none can be started.
         let slot = Mutex::new(Some(grammar));
         let slot = &slot;
@@ -133,7 +129,8 @@ impl GuidedCompiler {
         std::thread::scope(|scope| {
             let compile = move || {
                 if let Some(grammar) = take() {
-                    let _ = done.send(compile_stages(factory, grammar, &self.limits, deadline, watch));
+                    watch.start_clock();
+                    let _ = done.send(compile_stages(factory, grammar, &self.limits, watch));
                 }
             };
             let spawned = std::thread::Builder::new()
@@ -144,20 +141,24 @@ impl GuidedCompiler {
                 // No thread to be had: compile here. The input checks bound the recursion, so a host's thread of
                 // ordinary stack still holds it.
                 let grammar = take().ok_or(INTERRUPTED)?;
-                return compile_stages(factory, grammar, &self.limits, deadline, watch);
+                watch.start_clock();
+                return compile_stages(factory, grammar, &self.limits, watch);
             }
-            let waited = deadline.saturating_duration_since(Instant::now());
-            match result.recv_timeout(waited) {
-                Ok(r) => r,
-                Err(RecvTimeoutError::Timeout) => {
-                    watch.expire();
-                    result.recv().unwrap_or_else(|_| Err(INTERRUPTED.into()))
+            loop {
+                match result.recv_timeout(WATCH_EVERY) {
+                    Ok(r) => return r,
+                    Err(RecvTimeoutError::Timeout) if watch.spent() > budget => watch.expire(),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return Err(INTERRUPTED.into()),
                 }
-                Err(RecvTimeoutError::Disconnected) => Err(INTERRUPTED.into()),
             }
         })
     }
 }
+
+/// How often the waiting thread reads the compiling thread's CPU time: often enough that the first mask runs
+/// little past the budget, seldom enough to cost nothing (a small file read).
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 /// The compiling thread ended without a result (it cannot: every stage returns, panics are caught).
 const INTERRUPTED: &str = "the grammar compiler stopped without a result";
@@ -171,15 +172,42 @@ fn build_factory(tokenizer: &Tokenizer, limits: &GrammarLimits) -> Result<Parser
     Ok(factory)
 }
 
-/// The first mask's cancellation, shared by the compiling thread (which sets it up) and the waiting one (which
-/// fires it at the deadline, whichever comes first).
-#[derive(Default)]
+/// The compile's budget and the first mask's cancellation, shared by the compiling thread (which sets them up)
+/// and the waiting one (which fires the cancellation when the budget is spent, whichever comes first).
 struct Watch {
+    budget: Duration,
+    /// The compiling thread's CPU clock, once it has started (none where `/proc` does not tell it).
+    clock: OnceLock<Option<ThreadClock>>,
+    /// For the wall-clock fallback.
+    started: Instant,
     state: Mutex<(Option<CancellationHandle>, bool)>,
 }
 
 impl Watch {
-    /// The deadline passed: cancel the mask if it is running, and any that would start.
+    fn new(budget: Duration) -> Self {
+        Watch { budget, clock: OnceLock::new(), started: Instant::now(), state: Mutex::new((None, false)) }
+    }
+
+    /// Called by the compiling thread when it begins: its CPU time is the budget's measure.
+    fn start_clock(&self) {
+        let _ = self.clock.set(ThreadClock::current());
+    }
+
+    /// What the compile has spent: the compiling thread's CPU time, or where that is not known the wall-clock
+    /// time since the compile began.
+    fn spent(&self) -> Duration {
+        match self.clock.get().and_then(Option::as_ref).and_then(ThreadClock::elapsed) {
+            Some(cpu) => cpu,
+            None => self.started.elapsed(),
+        }
+    }
+
+    /// Whether the budget is spent (or was declared spent).
+    fn over(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 || self.spent() > self.budget
+    }
+
+    /// The budget is spent: cancel the mask if it is running, and any that would start.
     fn expire(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.1 = true;
@@ -188,7 +216,7 @@ impl Watch {
         }
     }
 
-    /// The mask is about to run under `handle`; false if the deadline has already passed.
+    /// The mask is about to run under `handle`; false if the budget is already spent.
     fn arm(&self, handle: CancellationHandle) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.0 = Some(handle);
@@ -196,18 +224,17 @@ impl Watch {
     }
 }
 
-/// The stages of compiling, each checked against the deadline after it.
+/// The stages of compiling, each checked against the budget after it.
 fn compile_stages(
     factory: &ParserFactory,
     grammar: TopLevelGrammar,
     limits: &GrammarLimits,
-    deadline: Instant,
     watch: &Watch,
 ) -> Result<(TokenParser, SimpleVob), String> {
-    let in_time = || match Instant::now() > deadline {
+    let in_time = || match watch.over() {
         true => Err(format!(
-            "compiling it took more than grammar_limits.compile_timeout_ms ({} ms)",
-            limits.compile_timeout_ms
+            "compiling it took more than grammar_limits.max_compile_cpu_ms ({} ms of CPU)",
+            limits.max_compile_cpu_ms
         )),
         false => Ok(()),
     };
@@ -293,16 +320,16 @@ mod tests {
     }
 
     #[test]
-    fn a_deadline_already_past_refuses_at_the_first_check() {
+    fn a_spent_budget_refuses_at_the_first_check() {
         let factory = ParserFactory::new_simple(&llguidance::toktrie::ApproximateTokEnv::single_byte_env()).unwrap();
         let limits = GrammarLimits::default();
-        let past = Instant::now().checked_sub(Duration::from_secs(1)).unwrap_or_else(Instant::now);
-        let grammar = GuidedSpec::Regex("[a-z]+".into()).grammar().unwrap();
-        let e = compile_stages(&factory, grammar, &limits, past, &Watch::default()).err().unwrap();
-        assert_eq!(e, "compiling it took more than grammar_limits.compile_timeout_ms (1000 ms)");
-        // A watch that expired before the mask started refuses it too.
-        let watch = Watch::default();
+        let grammar = || GuidedSpec::Regex("[a-z]+".into()).grammar().unwrap();
+        let watch = Watch::new(Duration::from_millis(limits.max_compile_cpu_ms));
+        watch.start_clock();
+        assert!(compile_stages(&factory, grammar(), &limits, &watch).is_ok());
         watch.expire();
-        assert!(!watch.arm(CancellationHandle::default()));
+        let e = compile_stages(&factory, grammar(), &limits, &watch).err().unwrap();
+        assert_eq!(e, "compiling it took more than grammar_limits.max_compile_cpu_ms (1000 ms of CPU)");
+        assert!(!watch.arm(CancellationHandle::default()), "nor does a mask start");
     }
 }

@@ -18,7 +18,7 @@
 //! | regexes into the lexer, precomputing large lexemes | `lexer_fuel` (llguidance's `initial_lexer_fuel`) |
 //! | an Earley row: predictions, each looked up in the row (no llguidance limit applies within a row) | `max_earley_row_work` |
 //! | a row's items (a symbol of more alternatives can never be used) | `max_items_in_row` |
-//! | each mask, at submit (the first) and at every step | `step_lexer_fuel`, `step_max_items`, and at submit `compile_timeout_ms` |
+//! | each mask, at submit (the first) and at every step | `step_lexer_fuel`, `step_max_items`, and at submit `max_compile_cpu_ms` |
 //! | the lexer's automaton as generation explores it (memory) | `max_lexer_states` |
 //!
 //! Every default lets the tests' grammars and ordinary real-world schemas through, and refuses every case of
@@ -33,10 +33,11 @@ use serde::{Deserialize, Serialize};
 pub struct GrammarLimits {
     /// Most bytes of a constraint's text: a schema as compact JSON, a grammar, a regex, or the choices together.
     pub max_bytes: usize,
-    /// Most milliseconds compiling one constraint may take, its first mask included: checked between the
-    /// stages, and the first mask is cancelled when it runs past. The stages before it are bounded by the limits
-    /// below, not by time (llguidance cannot interrupt them).
-    pub compile_timeout_ms: u64,
+    /// Most milliseconds of CPU compiling one constraint may take, its first mask included: the compiling
+    /// thread's CPU time where Linux tells it (`cpu_clock.rs`), else wall-clock time. Checked between the stages,
+    /// and the first mask is cancelled when it runs past; the stages before it are bounded by the limits below,
+    /// not by time (llguidance cannot interrupt them).
+    pub max_compile_cpu_ms: u64,
     /// Deepest path through a JSON schema's subschemas, following `$ref`s (cycles, which are recursion in the
     /// output, are fine): llguidance compiles a schema recursively, about 6 KB of stack per level.
     pub max_schema_depth: usize,
@@ -81,7 +82,7 @@ impl Default for GrammarLimits {
     fn default() -> Self {
         GrammarLimits {
             max_bytes: 512 * 1024,
-            compile_timeout_ms: 1_000,
+            max_compile_cpu_ms: 1_000,
             max_schema_depth: 128,
             max_schema_alternatives: 1_000,
             max_schema_properties: 2_000,
@@ -109,7 +110,7 @@ impl GrammarLimits {
     pub fn problem(&self) -> Option<String> {
         let sizes: [(&str, u64); 15] = [
             ("max_bytes", self.max_bytes as u64),
-            ("compile_timeout_ms", self.compile_timeout_ms),
+            ("max_compile_cpu_ms", self.max_compile_cpu_ms),
             ("max_schema_depth", self.max_schema_depth as u64),
             ("max_schema_alternatives", self.max_schema_alternatives as u64),
             ("max_schema_properties", self.max_schema_properties as u64),
@@ -167,8 +168,8 @@ mod tests {
 
     #[test]
     fn an_object_sets_some_limits_and_keeps_the_rest() {
-        let l: GrammarLimits = serde_json::from_str(r#"{"max_bytes": 100, "compile_timeout_ms": 5}"#).unwrap();
-        assert_eq!((l.max_bytes, l.compile_timeout_ms), (100, 5));
+        let l: GrammarLimits = serde_json::from_str(r#"{"max_bytes": 100, "max_compile_cpu_ms": 5}"#).unwrap();
+        assert_eq!((l.max_bytes, l.max_compile_cpu_ms), (100, 5));
         assert_eq!(l.max_schema_depth, GrammarLimits::default().max_schema_depth);
         assert!(serde_json::from_str::<GrammarLimits>(r#"{"max_byte": 1}"#).is_err());
         let p = GrammarLimits::default().parser_limits();
