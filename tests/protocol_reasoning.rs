@@ -8,13 +8,15 @@ mod common;
 use std::time::Duration;
 
 use ember::engine::{Engine, EngineConfig, Logger};
+use ember::model::chat_template::TemplateChoice;
 use ember::protocol::tokenize::apply_chat_template;
 use ember::protocol::{ApiRequest, ChunkPoll};
 use serde_json::{json, Value};
 
 /// The real model under a family's template (its weights and tokenizer shared).
 fn engine(template: &str) -> Engine {
-    let model = common::model().with_chat_template(&common::llamacpp_template(template)).unwrap();
+    let choice = TemplateChoice { source: Some(common::llamacpp_template(template)), ..Default::default() };
+    let model = common::model().with_chat_template(&choice).unwrap();
     let config = EngineConfig { kv_cache_tokens: 1024, threads: 2, ..Default::default() };
     Engine::with_model(config, std::sync::Arc::new(model), Logger::silent()).unwrap_or_else(|e| panic!("{e}"))
 }

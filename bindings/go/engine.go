@@ -26,6 +26,9 @@ type Config struct {
 	// ChatTemplate replaces the model's chat template: the Jinja text itself (it contains "{{" or "{%"), or
 	// the path of a file holding it; "" keeps the model's.
 	ChatTemplate string `json:"chat_template,omitempty"`
+	// ChatTemplateLimits sets some of the limits on compiling and rendering the chat template, by name ("fuel",
+	// "max_depth", "time_ms", ...: docs/c_api.md); the others keep their defaults.
+	ChatTemplateLimits map[string]uint64 `json:"chat_template_limits,omitempty"`
 	// Backend is "auto" (default), "cpu" or "cuda".
 	Backend string `json:"backend,omitempty"`
 	// Threads is the number of CPU threads; 0 uses every core.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::guided::GrammarLimits;
 use super::speculative::SpeculativeConfig;
+use crate::model::chat_template::TemplateLimits;
 use crate::model::gguf::LoadMode;
 
 /// Which backend runs the forward pass.
@@ -72,6 +73,9 @@ pub struct EngineConfig {
     /// `--chat-template-file` and vLLM's `--chat-template`: Jinja text, or the path of a file holding it
     /// ([`EngineConfig::chat_template_source`]). `None`: the model's own, or ChatML when it has none.
     pub chat_template: Option<String>,
+    /// What compiling and rendering the chat template (the model's, or `chat_template`'s) may cost: fuel, output,
+    /// value depth, call depth, expression size, source size and time (`TemplateLimits`, docs/reliability.md).
+    pub chat_template_limits: TemplateLimits,
     pub backend: BackendKind,
     /// CPU threads; 0 = all available cores.
     pub threads: usize,
@@ -122,6 +126,7 @@ impl Default for EngineConfig {
             model: None,
             load: LoadMode::Auto,
             chat_template: None,
+            chat_template_limits: TemplateLimits::default(),
             backend: BackendKind::Auto,
             threads: 0,
             max_num_seqs: 64,
@@ -191,6 +196,9 @@ impl EngineConfig {
             if !(lo..=hi).contains(&value) {
                 return err(vec![name], format!("{name} = {value} is not in {lo}..={hi}"));
             }
+        }
+        if let Some(problem) = self.chat_template_limits.problem() {
+            return err(vec!["chat_template_limits"], problem);
         }
         if let Some(problem) = self.speculative.as_ref().and_then(SpeculativeConfig::problem) {
             return err(vec!["speculative"], problem);

@@ -95,7 +95,7 @@ mod tests {
     #[test]
     fn the_keys_are_the_structs_fields() {
         let keys = config_keys();
-        assert_eq!(keys.len(), 20, "{keys:?}");
+        assert_eq!(keys.len(), 21, "{keys:?}");
         assert!(["model", "load", "threads", "seed", "enable_prefix_caching"].iter().all(|k| keys.contains(k)));
     }
 
@@ -133,7 +133,8 @@ mod tests {
         // An array is the wrong type for every key but an object's (serde reads a struct from a sequence too):
         // none is a list; an object's key gets a number.
         for &key in config_keys() {
-            let wrong = if matches!(key, "speculative" | "grammar_limits") { "7" } else { "[1]" };
+            let wrong =
+                if matches!(key, "speculative" | "grammar_limits" | "chat_template_limits") { "7" } else { "[1]" };
             let e = EngineConfig::from_json(&format!(r#"{{"{key}": {wrong}}}"#)).unwrap_err();
             assert_eq!(e.options, [key]);
             assert!(e.message.starts_with(&format!("{key}: invalid type: ")), "{}", e.message);

@@ -28,7 +28,7 @@ use super::stats::{EngineClock, RequestStateStats};
 use super::step_runner::StepRunner;
 use super::telemetry::Telemetry;
 use super::waiting_limit::WaitingLimit;
-use crate::model::chat_template::{ChatTemplate, TemplateError};
+use crate::model::chat_template::{ChatTemplate, TemplateChoice, TemplateError, TemplateOrigin};
 use crate::model::gguf::LoadMode;
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
@@ -150,19 +150,30 @@ impl Engine {
         config.validate().map_err(EngineError::Config)?;
         // The chat template is read and compiled before the model, so that a bad one fails at once.
         let template_source = config.chat_template_source().map_err(EngineError::Config)?;
+        let template_limits = &config.chat_template_limits;
         if let Some(source) = &template_source {
-            ChatTemplate::new(Some(source), "", "").map_err(template_error)?;
+            ChatTemplate::compile(Some(source), "", "", TemplateOrigin::Option, template_limits)
+                .map_err(template_error)?;
         }
         let cancelled = |progress: &LoadProgress<'_>, e: EngineError| match progress.cancelled() {
             true => EngineError::LoadCancelled,
             false => e,
         };
+        // The option's template fails as the option; the file's as the model.
+        let template_failed = |e| match template_source.is_some() {
+            true => template_error(e),
+            false => EngineError::Model(ModelError::Template(e)),
+        };
+        let template = TemplateChoice { source: template_source.clone(), limits: template_limits.clone() };
         let model = match model {
             Some(m) => {
                 if !progress.begin(m.file.file_len()) {
                     return Err(EngineError::LoadCancelled);
                 }
-                m
+                match template.is_default() {
+                    true => m,
+                    false => Arc::new(m.with_chat_template(&template).map_err(template_failed)?),
+                }
             }
             None => {
                 let path = resolve_model_path(config.model.as_deref())
@@ -173,15 +184,28 @@ impl Engine {
                 if !progress.begin(read_share + file_len) {
                     return Err(EngineError::LoadCancelled);
                 }
-                let model = Model::load_reporting(Some(&path), config.load, progress)
-                    .map_err(|e| cancelled(progress, EngineError::Model(e)))?;
+                // The template is chosen at load: a file whose own template does not compile still serves with
+                // the option's.
+                let model =
+                    Model::load_reporting_with(Some(&path), config.load, progress, &template).map_err(|e| match e {
+                        ModelError::Template(e) => template_failed(e),
+                        e => cancelled(progress, EngineError::Model(e)),
+                    })?;
                 Arc::new(model)
             }
         };
-        let model = match template_source {
-            None => model,
-            Some(source) => Arc::new(model.with_chat_template(&source).map_err(template_error)?),
-        };
+        // A template that cannot render the plainest conversation says so now, not on the first request: one
+        // that reaches a limit on it is refused (every chat would); one that fails otherwise (a variable of its
+        // own that transformers' callers set, `raise_exception` for a turn order it wants) is logged, and each
+        // chat it fails gets the error.
+        match model.chat_template.probe() {
+            Ok(_) => {}
+            Err(e @ TemplateError::Limit { .. }) => return Err(template_failed(e)),
+            Err(e) => logger.log(
+                LogLevel::Warn,
+                &format!("{}: it cannot render a plain conversation (system, user): {e}", model.chat_template.origin()),
+            ),
+        }
         let cache = CacheGeometry::from_config(&config);
         let capacity = Capacity {
             context_length: model.config.context_length,

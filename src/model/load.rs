@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::chat_template::{ChatTemplate, TemplateError};
+use super::chat_template::{ChatTemplate, TemplateChoice, TemplateError};
 use super::gguf::{GgufError, GgufFile, LoadMode};
 use super::llama::{LlamaConfig, ModelConfigError};
 use super::path::{resolve_model_path, ModelNotFound};
@@ -64,28 +64,45 @@ impl Model {
         mode: LoadMode,
         progress: &mut LoadProgress<'_>,
     ) -> Result<Self, ModelError> {
-        let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
-        let file = GgufFile::open_reporting(&path, mode, progress).map_err(ModelError::Gguf)?;
-        Self::from_file(path, file)
+        Self::load_reporting_with(path, mode, progress, &TemplateChoice::default())
     }
 
-    /// Builds a model from an already opened file (`path` is only reported).
+    /// [`Model::load_reporting`] with `template` as the chat template (the file's, or another) and its limits.
+    pub fn load_reporting_with(
+        path: Option<&Path>,
+        mode: LoadMode,
+        progress: &mut LoadProgress<'_>,
+        template: &TemplateChoice,
+    ) -> Result<Self, ModelError> {
+        let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
+        let file = GgufFile::open_reporting(&path, mode, progress).map_err(ModelError::Gguf)?;
+        Self::from_file_with(path, file, template)
+    }
+
+    /// Builds a model from an already opened file (`path` is only reported), with the file's chat template.
     pub fn from_file(path: PathBuf, file: GgufFile) -> Result<Self, ModelError> {
+        Self::from_file_with(path, file, &TemplateChoice::default())
+    }
+
+    /// [`Model::from_file`] with `template` as the chat template: the file's own is not compiled when another
+    /// replaces it.
+    pub fn from_file_with(path: PathBuf, file: GgufFile, template: &TemplateChoice) -> Result<Self, ModelError> {
         let config = LlamaConfig::from_gguf(&file).map_err(ModelError::Config)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(ModelError::Tokenizer)?);
-        let chat_template = ChatTemplate::from_gguf(&file).map_err(ModelError::Template)?;
+        let chat_template = template.compile(&file).map_err(ModelError::Template)?;
         Ok(Model { path, file: Arc::new(file), config, tokenizer, chat_template })
     }
 
-    /// The same model with `source` as its chat template instead of the file's (the engine option
-    /// `chat_template`), with the file's bos/eos texts; the weights, hyperparameters and tokenizer are shared.
-    pub fn with_chat_template(&self, source: &str) -> Result<Model, TemplateError> {
+    /// The same model with `template` as its chat template (the engine options `chat_template` and
+    /// `chat_template_limits`), with the file's bos/eos texts; the weights, hyperparameters and tokenizer are
+    /// shared.
+    pub fn with_chat_template(&self, template: &TemplateChoice) -> Result<Model, TemplateError> {
         Ok(Model {
             path: self.path.clone(),
             file: Arc::clone(&self.file),
             config: self.config.clone(),
             tokenizer: Arc::clone(&self.tokenizer),
-            chat_template: ChatTemplate::from_gguf_with_source(&self.file, Some(source))?,
+            chat_template: template.compile(&self.file)?,
         })
     }
 

@@ -7,9 +7,6 @@ pub mod llama;
 mod load;
 pub mod path;
 pub mod progress;
-mod strftime;
-mod template_json;
-mod template_tags;
 pub mod tokenizer;
 
 pub use load::{Model, ModelError};

@@ -2,18 +2,63 @@
 //!
 //! Templates are rendered the way Hugging Face transformers renders them (`apply_chat_template`): Jinja with
 //! `trim_blocks` and `lstrip_blocks`, loop controls, Python string methods (`.strip()`, `.startswith()`, ...) via
-//! minijinja-contrib's pycompat layer, `raise_exception(msg)`, HF's `tojson` (Python's `json.dumps` with its
-//! keywords, keys in the order given: `template_json.rs`), `strftime_now(format)` (UTC: `strftime.rs`), `{% generation %}` blocks (`template_tags.rs`), and the variables `messages`,
-//! `add_generation_prompt`, `bos_token` and `eos_token`. A model without a template gets ChatML, the format
-//! SmolLM2 and many other instruction models use. A template is data from a file, so rendering is bounded
-//! (minijinja "fuel") and every failure is returned as an error.
+//! minijinja-contrib's pycompat layer (`methods.rs`), `raise_exception(msg)`, HF's `tojson` (Python's `json.dumps`
+//! with its keywords, keys in the order given: `json.rs`), `strftime_now(format)` (UTC: `strftime.rs`),
+//! `{% generation %}` blocks (`tags.rs`), and the variables `messages`, `add_generation_prompt`, `bos_token` and
+//! `eos_token`. A model without a template gets ChatML, the format SmolLM2 and many other instruction models use.
+//!
+//! A template is code from a model file or a host's option, run inside the host's process: everything it can
+//! grow is bounded (`limits.rs`, the engine option `chat_template_limits`), it runs on a thread of its own
+//! (`sandbox.rs`), and every value it binds passes a depth check (`rewrite.rs`, `hold.rs`). Every failure is an
+//! error; one that reached a limit names it and the template's origin.
 
 use std::fmt;
+use std::time::Duration;
 
-use minijinja::{Environment, ErrorKind};
+use minijinja::{Environment, ErrorKind, State};
 use serde::Serialize;
 
 use crate::model::gguf::{GgufError, GgufFile};
+
+mod filters;
+mod hold;
+mod json;
+mod limits;
+mod methods;
+mod rewrite;
+mod sandbox;
+mod strftime;
+mod tags;
+
+pub use limits::{Limit, TemplateLimits};
+
+/// Which chat template a model gets (the file's own, or another's text: the engine option `chat_template`), and
+/// within which limits (`chat_template_limits`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TemplateChoice {
+    /// Jinja text that replaces the file's template; `None`: the file's own (ChatML when it has none).
+    pub source: Option<String>,
+    pub limits: TemplateLimits,
+}
+
+impl TemplateChoice {
+    /// The file's own template within the default limits.
+    pub fn is_default(&self) -> bool {
+        *self == TemplateChoice::default()
+    }
+
+    /// The template chosen, compiled with the bos/eos texts of the model in `file`. The file's own template is
+    /// read only when it is the one chosen.
+    pub fn compile(&self, file: &GgufFile) -> Result<ChatTemplate, TemplateError> {
+        match &self.source {
+            Some(source) => ChatTemplate::from_gguf_with(file, Some(source), TemplateOrigin::Option, &self.limits),
+            None => {
+                let source = file.optional("tokenizer.chat_template", GgufFile::str)?;
+                ChatTemplate::from_gguf_with(file, source, TemplateOrigin::ModelFile, &self.limits)
+            }
+        }
+    }
+}
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -52,7 +97,7 @@ impl ChatMessage {
 /// `json.dumps(value)` with Python's defaults (`ensure_ascii=True`, `", "` and `": "`): JSON text as a Python host
 /// writes it for a template that shows it as it is (Phi-4-mini's system-message tools).
 pub fn python_json_dumps(value: &serde_json::Value) -> String {
-    super::template_json::dumps(value, &super::template_json::DumpOptions { ensure_ascii: true, ..Default::default() })
+    json::dumps(value, &json::DumpOptions { ensure_ascii: true, ..Default::default() })
 }
 
 /// The fallback template, used only when a model has none: ChatML.
@@ -61,9 +106,28 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
 {% endfor %}\
 {% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-/// Instructions a render may execute: real templates use a few thousand for a long conversation.
-const RENDER_FUEL: u64 = 5_000_000;
 const TEMPLATE_NAME: &str = "chat";
+
+/// Where a template came from, which its errors name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateOrigin {
+    /// The model file's `tokenizer.chat_template`.
+    ModelFile,
+    /// The engine option `chat_template` (or a caller of [`ChatTemplate::new`]).
+    Option,
+    /// ChatML, for a model without a template.
+    ChatMl,
+}
+
+impl fmt::Display for TemplateOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TemplateOrigin::ModelFile => "the model file's chat template (tokenizer.chat_template)",
+            TemplateOrigin::Option => "the chat template of the chat_template option",
+            TemplateOrigin::ChatMl => "the ChatML fallback template",
+        })
+    }
+}
 
 /// A failure to compile or render a chat template.
 #[derive(Debug)]
@@ -72,8 +136,10 @@ pub enum TemplateError {
     Gguf(GgufError),
     /// The template does not parse.
     Syntax(String),
-    /// The template failed while rendering (including `raise_exception` calls and running out of fuel).
+    /// The template failed while rendering (including `raise_exception` calls).
     Render(String),
+    /// Compiling or rendering reached one of the template's limits.
+    Limit { limit: Limit, value: u64, origin: TemplateOrigin, detail: String },
 }
 
 impl fmt::Display for TemplateError {
@@ -82,6 +148,9 @@ impl fmt::Display for TemplateError {
             TemplateError::Gguf(e) => write!(f, "cannot read the chat template: {e}"),
             TemplateError::Syntax(e) => write!(f, "invalid chat template: {e}"),
             TemplateError::Render(e) => write!(f, "chat template failed to render: {e}"),
+            TemplateError::Limit { limit, value, origin, detail } => {
+                write!(f, "{origin} reached its limit {limit} = {value}: {detail}")
+            }
         }
     }
 }
@@ -99,8 +168,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
-    is_fallback: bool,
-    /// The Jinja text, kept for [`ChatTemplate::source`] (minijinja lends it only for as long as a `Template`).
+    origin: TemplateOrigin,
+    limits: TemplateLimits,
+    /// The Jinja text as written, kept for [`ChatTemplate::source`] (what is compiled is the rewritten text).
     source: String,
 }
 
@@ -109,7 +179,7 @@ impl fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
-            .field("is_fallback", &self.is_fallback)
+            .field("origin", &self.origin)
             .finish()
     }
 }
@@ -130,58 +200,108 @@ struct RenderContext<'a> {
 }
 
 impl ChatTemplate {
-    /// Compiles `source`, or ChatML when `source` is `None`.
+    /// Compiles `source` (from the `chat_template` option, or a caller's), or ChatML when `source` is `None`,
+    /// with the default limits.
     pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
-        let mut env = Environment::new();
-        let syntax = env.syntax().to_builder().trim_blocks(true).lstrip_blocks(true).build();
-        env.set_syntax(syntax.map_err(|e| TemplateError::Syntax(describe(&e)))?);
-        env.set_fuel(Some(RENDER_FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_filter("tojson", super::template_json::tojson);
-        env.add_test("iterable", is_iterable);
-        env.add_function("strftime_now", |format: String| -> Result<String, minijinja::Error> {
-            super::strftime::strftime_now(&format).map_err(date_error)
-        });
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        let is_fallback = source.is_none();
-        let source = source.unwrap_or(CHATML_TEMPLATE).to_owned();
-        let compiled = super::template_tags::rewrite_generation_tags(&source).into_owned();
-        env.add_template_owned(TEMPLATE_NAME, compiled).map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback, source })
+        let origin = if source.is_some() { TemplateOrigin::Option } else { TemplateOrigin::ChatMl };
+        Self::compile(source, bos_token, eos_token, origin, &TemplateLimits::default())
+    }
+
+    /// Compiles `source` (ChatML when `None`, whatever `origin` says) within `limits`. The source is checked,
+    /// rewritten and compiled on a thread of its own: minijinja's compiler recurses over an expression's tree, as
+    /// deep as a filter chain is long.
+    pub fn compile(
+        source: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+        origin: TemplateOrigin,
+        limits: &TemplateLimits,
+    ) -> Result<Self, TemplateError> {
+        let (source, origin) = match source {
+            Some(s) => (s, origin),
+            None => (CHATML_TEMPLATE, TemplateOrigin::ChatMl),
+        };
+        let limit =
+            |limit: Limit, detail: String| TemplateError::Limit { limit, value: limit.value(limits), origin, detail };
+        if source.len() > limits.max_source_bytes {
+            return Err(limit(Limit::Source, format!("the template is {} bytes long", source.len())));
+        }
+        let time = Duration::from_millis(limits.time_ms);
+        let (env, _) = sandbox::run(time, limits.max_output_bytes, || {
+            let mut env = Environment::new();
+            let syntax = env.syntax().to_builder().trim_blocks(true).lstrip_blocks(true).build();
+            env.set_syntax(syntax.map_err(|e| TemplateError::Syntax(describe(&e)))?);
+            let compiled = tags::rewrite_generation_tags(source);
+            let rewritten = rewrite::rewrite(compiled.as_ref(), env.syntax().clone(), limits.max_expression_nodes)
+                .map_err(|e| match e {
+                    rewrite::RewriteError::Syntax(e) => TemplateError::Syntax(e),
+                    rewrite::RewriteError::ExpressionTooLarge { line, nodes, .. } => limit(
+                        Limit::ExpressionNodes,
+                        format!("the expression at line {line} has {nodes} or more nodes"),
+                    ),
+                })?;
+            add_functions(&mut env, limits);
+            env.add_template_owned(TEMPLATE_NAME, rewritten).map_err(|e| TemplateError::Syntax(describe(&e)))?;
+            Ok::<_, TemplateError>(env)
+        })
+        .map_err(TemplateError::Render)?;
+        Ok(ChatTemplate {
+            env: env?,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+            origin,
+            limits: limits.clone(),
+            source: source.to_owned(),
+        })
     }
 
     /// The template of a GGUF model (`tokenizer.chat_template`, ChatML when absent), with the texts of its
     /// bos/eos tokens (`tokenizer.ggml.bos_token_id` / `eos_token_id` looked up in `tokenizer.ggml.tokens`;
-    /// empty when the model does not define them).
+    /// empty when the model does not define them), within the default limits.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, TemplateError> {
-        Self::from_gguf_with_source(file, file.optional("tokenizer.chat_template", GgufFile::str)?)
+        TemplateChoice::default().compile(file)
     }
 
-    /// `source` (ChatML when `None`) with the bos/eos texts of the model in `file`.
-    pub fn from_gguf_with_source(file: &GgufFile, source: Option<&str>) -> Result<Self, TemplateError> {
+    /// `source` (ChatML when `None`) from `origin`, with the bos/eos texts of the model in `file`, within
+    /// `limits`.
+    pub fn from_gguf_with(
+        file: &GgufFile,
+        source: Option<&str>,
+        origin: TemplateOrigin,
+        limits: &TemplateLimits,
+    ) -> Result<Self, TemplateError> {
         let tokens = file.string_array("tokenizer.ggml.tokens")?;
         let token_text = |key: &str| -> Result<String, TemplateError> {
             Ok(file.optional(key, GgufFile::u32)?.and_then(|id| tokens.get(id as usize)).cloned().unwrap_or_default())
         };
         let bos = token_text("tokenizer.ggml.bos_token_id")?;
         let eos = token_text("tokenizer.ggml.eos_token_id")?;
-        Self::new(source, &bos, &eos)
+        Self::compile(source, &bos, &eos, origin, limits)
     }
 
     /// The template with its clock stopped at `unix_seconds` (UTC): `strftime_now` always answers that time, so
     /// that a render can be reproduced (a reference comparison, a cached prompt that must not change at midnight).
     pub fn with_fixed_clock(mut self, unix_seconds: i64) -> Self {
-        self.env.add_function("strftime_now", move |format: String| -> Result<String, minijinja::Error> {
-            super::strftime::strftime(&format, unix_seconds).map_err(date_error)
+        self.env.add_function("strftime_now", move |state: &State, format: String| {
+            pay_for_date(state, &format)?;
+            strftime::strftime(&format, unix_seconds).map_err(date_error)
         });
         self
     }
 
     /// True when the model had no template and ChatML is used.
     pub fn is_fallback(&self) -> bool {
-        self.is_fallback
+        self.origin == TemplateOrigin::ChatMl
+    }
+
+    /// Where the template came from.
+    pub fn origin(&self) -> TemplateOrigin {
+        self.origin
+    }
+
+    /// The limits it compiles and renders within.
+    pub fn limits(&self) -> &TemplateLimits {
+        &self.limits
     }
 
     /// Renders `messages`; with `add_generation_prompt` the prompt ends where the assistant's reply begins.
@@ -209,7 +329,6 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String, TemplateError> {
-        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = RenderContext {
             messages,
             tools,
@@ -224,7 +343,36 @@ impl ChatTemplate {
             Ok(serde_json::Value::Object(own)) => variables.extend(own),
             other => return Err(TemplateError::Render(format!("the template's variables: {other:?}"))),
         }
-        template.render(minijinja::value::Serde(variables)).map_err(|e| TemplateError::Render(describe(&e)))
+        let time = Duration::from_millis(self.limits.time_ms);
+        let (result, reached) = sandbox::run(time, self.limits.max_output_bytes, || {
+            let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| (e.kind(), describe(&e)))?;
+            let mut output = sandbox::Output { bytes: Vec::new() };
+            // Everything the render made (its state, its values) is dropped here, on the render's own stack.
+            let rendered = template.render_captured_to(minijinja::value::Serde(variables), &mut output).map(drop);
+            rendered.map(|()| output.bytes).map_err(|e| (e.kind(), describe(&e)))
+        })
+        .map_err(TemplateError::Render)?;
+        match (result, reached) {
+            (Ok(bytes), _) => String::from_utf8(bytes).map_err(|e| TemplateError::Render(e.to_string())),
+            (Err((_, detail)), Some(limit)) => Err(self.limit_error(limit, detail)),
+            (Err((ErrorKind::OutOfFuel, detail)), None) => Err(self.limit_error(Limit::Fuel, detail)),
+            (Err((_, detail)), None) if detail.contains("recursion limit exceeded") => {
+                Err(self.limit_error(Limit::CallDepth, detail))
+            }
+            (Err((_, detail)), None) => Err(TemplateError::Render(detail)),
+        }
+    }
+
+    fn limit_error(&self, limit: Limit, detail: String) -> TemplateError {
+        TemplateError::Limit { limit, value: limit.value(&self.limits), origin: self.origin, detail }
+    }
+
+    /// Renders the conversation every chat template must take (a system and a user message, with the generation
+    /// prompt): an engine tries it at load, so that a template that cannot render says so then, not on the first
+    /// request.
+    pub fn probe(&self) -> Result<String, TemplateError> {
+        let messages = [ChatMessage::new("system", "You are a helpful assistant."), ChatMessage::new("user", "Hello!")];
+        self.render(&messages, true)
     }
 
     /// The template's Jinja source (ChatML's for the fallback), for what only its text says: which tool-call
@@ -250,6 +398,34 @@ impl ChatTemplate {
     }
 }
 
+/// Ember's functions, filters and tests, and the limits that minijinja enforces itself.
+fn add_functions(env: &mut Environment<'static>, limits: &TemplateLimits) {
+    env.set_fuel(Some(limits.fuel));
+    env.set_recursion_limit(limits.max_call_depth);
+    env.set_unknown_method_callback(methods::unknown_method);
+    filters::add_paid_filters(env);
+    env.add_filter("tojson", json::tojson);
+    env.add_test("iterable", is_iterable);
+    env.add_function("strftime_now", |state: &State, format: String| {
+        pay_for_date(state, &format)?;
+        strftime::strftime_now(&format).map_err(date_error)
+    });
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    let max_depth = limits.max_depth;
+    env.add_function(rewrite::HOLD_FUNCTION, move |state: &State, value| hold::hold(state, value, max_depth, false));
+    env.add_function(rewrite::HOLD_ATTR_FUNCTION, move |state: &State, value| {
+        hold::hold(state, value, max_depth, true)
+    });
+}
+
+/// A date's text is at most five times its format (`%A` is "Wednesday"): paid for before it is written.
+fn pay_for_date(state: &State, format: &str) -> Result<(), minijinja::Error> {
+    sandbox::check_time()?;
+    methods::pay(state, format.len().saturating_mul(5))
+}
+
 /// Jinja2's `iterable` test, which templates use to tell given tools from none (`tools is iterable and tools |
 /// length > 0`): `none` is not iterable, an undefined variable is (it iterates as empty in jinja2, as here).
 /// minijinja's own answers true for `none` too, which sends those templates into `none | length`.
@@ -261,7 +437,10 @@ fn date_error(message: String) -> minijinja::Error {
     minijinja::Error::new(ErrorKind::InvalidOperation, message)
 }
 
-/// minijinja's error with its detail and source location, on one line.
+/// The longest error text a render returns: a template's `raise_exception` message is its own to choose.
+const MAX_ERROR_CHARS: usize = 1_024;
+
+/// minijinja's error with its detail and source location, on one line, at most [`MAX_ERROR_CHARS`] long.
 fn describe(e: &minijinja::Error) -> String {
     let mut s = e.to_string();
     if let Some(detail) = e.detail() {
@@ -269,7 +448,10 @@ fn describe(e: &minijinja::Error) -> String {
             s = format!("{s}: {detail}");
         }
     }
-    s
+    match s.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s,
+    }
 }
 
 #[cfg(test)]
@@ -373,7 +555,13 @@ mod tests {
             "",
         )
         .unwrap();
-        assert!(matches!(t.render(&[user("x")], true), Err(TemplateError::Render(_))));
+        let err = t.render(&[user("x")], true).unwrap_err();
+        assert!(matches!(err, TemplateError::Limit { limit: Limit::Fuel, value: 2_000_000, .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("chat_template_limits.fuel = 2000000") && text.contains("chat_template option"),
+            "{text}"
+        );
     }
 
     #[test]

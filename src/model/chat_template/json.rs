@@ -8,7 +8,7 @@
 //! `preserve_order` feature, as minijinja's maps keep insertion order with theirs).
 
 use minijinja::value::{Kwargs, Value};
-use minijinja::{Error, ErrorKind};
+use minijinja::{Error, ErrorKind, State};
 use serde_json::Value as Json;
 
 /// `json.dumps`'s options.
@@ -37,8 +37,10 @@ impl Default for DumpOptions {
     }
 }
 
-/// The filter: `value|tojson(ensure_ascii=…, indent=…, separators=(…, …), sort_keys=…)`.
-pub fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+/// The filter: `value|tojson(ensure_ascii=…, indent=…, separators=(…, …), sort_keys=…)`. Its text is paid for
+/// from the render's fuel as it is written: a string `indent` is repeated once per level on every line.
+pub fn tojson(state: &State, value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    super::sandbox::check_time()?;
     let invalid = |m: String| Error::new(ErrorKind::InvalidOperation, m);
     let mut options = DumpOptions {
         ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
@@ -65,7 +67,13 @@ pub fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     options.sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     kwargs.assert_all_used()?;
     let json = serde_json::to_value(value).map_err(|e| invalid(format!("tojson: {e}")))?;
-    Ok(Value::from_safe_string(dumps(&json, &options)))
+    let affordable = state.fuel_levels().map_or(usize::MAX, |(_, left)| {
+        usize::try_from(left).unwrap_or(usize::MAX).saturating_mul(super::methods::BYTES_PER_FUEL)
+    });
+    let text = dumps_bounded(&json, &options, affordable)
+        .map_err(|TooLong| Error::new(ErrorKind::OutOfFuel, "tojson: the text would need more fuel than is left"))?;
+    super::methods::pay(state, text.len())?;
+    Ok(Value::from_safe_string(text))
 }
 
 /// `indent` as Python reads it: an int is that many spaces (none below 1, but still one item per line), a string
@@ -85,12 +93,50 @@ fn python_indent(indent: &Value) -> Result<Option<String>, String> {
 
 /// `json.dumps(value, …)` with `options`.
 pub fn dumps(value: &Json, options: &DumpOptions) -> String {
-    let mut out = String::new();
-    write_value(&mut out, value, options, 0);
-    out
+    dumps_bounded(value, options, usize::MAX).unwrap_or_default()
 }
 
-fn write_value(out: &mut String, value: &Json, options: &DumpOptions, depth: usize) {
+/// The text would pass its byte limit.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TooLong;
+
+/// [`dumps`], or [`TooLong`] as soon as the text would pass `max_bytes`. What grows the text beyond the value's own
+/// size is the indent (once per level on every line) and the separators (once per item), both a template's to
+/// choose: each is checked before it is written.
+pub fn dumps_bounded(value: &Json, options: &DumpOptions, max_bytes: usize) -> Result<String, TooLong> {
+    let mut out = Writer { text: String::new(), max_bytes };
+    write_value(&mut out, value, options, 0)?;
+    Ok(out.text)
+}
+
+struct Writer {
+    text: String,
+    max_bytes: usize,
+}
+
+impl Writer {
+    fn push_str(&mut self, s: &str) -> Result<(), TooLong> {
+        self.reserve(s.len())?;
+        self.text.push_str(s);
+        Ok(())
+    }
+
+    /// A JSON string: written, then checked (its escapes make it at most six times the text, which exists).
+    fn string(&mut self, s: &str, ensure_ascii: bool) -> Result<(), TooLong> {
+        write_string(&mut self.text, s, ensure_ascii);
+        self.reserve(0)
+    }
+
+    /// Fails when `more` bytes would pass the limit.
+    fn reserve(&self, more: usize) -> Result<(), TooLong> {
+        match self.text.len().checked_add(more) {
+            Some(len) if len <= self.max_bytes => Ok(()),
+            _ => Err(TooLong),
+        }
+    }
+}
+
+fn write_value(out: &mut Writer, value: &Json, options: &DumpOptions, depth: usize) -> Result<(), TooLong> {
     match value {
         Json::Null => out.push_str("null"),
         Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -98,9 +144,9 @@ fn write_value(out: &mut String, value: &Json, options: &DumpOptions, depth: usi
             Some(f) => out.push_str(&python_float_repr(f)),
             None => out.push_str(&n.to_string()),
         },
-        Json::String(s) => write_string(out, s, options.ensure_ascii),
+        Json::String(s) => out.string(s, options.ensure_ascii),
         Json::Array(items) => {
-            write_container(out, ('[', ']'), items.iter().map(|v| (None, v)), items.is_empty(), options, depth)
+            write_container(out, ("[", "]"), items.iter().map(|v| (None, v)), items.is_empty(), options, depth)
         }
         Json::Object(map) => {
             let mut entries: Vec<(&String, &Json)> = map.iter().collect();
@@ -108,44 +154,45 @@ fn write_value(out: &mut String, value: &Json, options: &DumpOptions, depth: usi
                 entries.sort_by(|a, b| a.0.cmp(b.0));
             }
             let empty = entries.is_empty();
-            write_container(out, ('{', '}'), entries.into_iter().map(|(k, v)| (Some(k), v)), empty, options, depth)
+            write_container(out, ("{", "}"), entries.into_iter().map(|(k, v)| (Some(k), v)), empty, options, depth)
         }
     }
 }
 
 /// An array (keys `None`) or an object, on one line or one item per line.
 fn write_container<'a>(
-    out: &mut String,
-    (open, close): (char, char),
+    out: &mut Writer,
+    (open, close): (&str, &str),
     items: impl Iterator<Item = (Option<&'a String>, &'a Json)>,
     empty: bool,
     options: &DumpOptions,
     depth: usize,
-) {
-    out.push(open);
+) -> Result<(), TooLong> {
+    out.push_str(open)?;
     if empty {
-        out.push(close);
-        return;
+        return out.push_str(close);
     }
-    let newline = |out: &mut String, depth: usize| {
+    let newline = |out: &mut Writer, depth: usize| -> Result<(), TooLong> {
         if let Some(indent) = &options.indent {
-            out.push('\n');
-            (0..depth).for_each(|_| out.push_str(indent));
+            out.reserve(indent.len().saturating_mul(depth).saturating_add(1))?;
+            out.text.push('\n');
+            (0..depth).for_each(|_| out.text.push_str(indent));
         }
+        Ok(())
     };
     for (i, (key, value)) in items.enumerate() {
         if i > 0 {
-            out.push_str(&options.item_separator);
+            out.push_str(&options.item_separator)?;
         }
-        newline(out, depth + 1);
+        newline(out, depth + 1)?;
         if let Some(key) = key {
-            write_string(out, key, options.ensure_ascii);
-            out.push_str(&options.key_separator);
+            out.string(key, options.ensure_ascii)?;
+            out.push_str(&options.key_separator)?;
         }
-        write_value(out, value, options, depth + 1);
+        write_value(out, value, options, depth + 1)?;
     }
-    newline(out, depth);
-    out.push(close);
+    newline(out, depth)?;
+    out.push_str(close)
 }
 
 /// A JSON string as Python escapes it: `\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, other control characters as
