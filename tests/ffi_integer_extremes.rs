@@ -12,9 +12,18 @@ use ember::ffi::{
 };
 use serde_json::{json, Value};
 
-/// The extremes, as JSON number literals (2^64 does not fit any JSON integer type serde keeps exactly).
-const EXTREMES: [&str; 6] =
-    ["0", "-1", "2147483648", "9007199254740992", "9223372036854775808", "18446744073709551616"];
+/// The extremes, as JSON number literals (2^64 does not fit any JSON integer type serde keeps exactly). 2^64 − 1
+/// once wrapped `max_tokens`' context check (the prompt plus it) to a small number and was accepted (issue 43).
+const EXTREMES: [&str; 8] = [
+    "0",
+    "-1",
+    "2147483648",
+    "9007199254740992",
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+];
 
 fn last_error() -> String {
     // SAFETY: ember's last error is a NUL-terminated string valid until this thread's next ember call.

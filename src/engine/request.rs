@@ -257,7 +257,8 @@ pub fn validate_request(request: &SubmitRequest, capacity: Capacity) -> Result<V
             }
             let prompt_tokens = prompt.len();
             let max_tokens = options.max_tokens.unwrap_or_else(|| limit.saturating_sub(prompt_tokens));
-            if prompt_tokens + max_tokens > limit || max_tokens == 0 {
+            // Checked: `max_tokens` can be any u64 a host sends (2^64 - 1 wrapped this sum to a small number).
+            if prompt_tokens.checked_add(max_tokens).is_none_or(|total| total > limit) || max_tokens == 0 {
                 return Err(SubmitError::TooLong { prompt_tokens, max_tokens, limit, limited_by });
             }
             Ok(max_tokens)
