@@ -49,6 +49,11 @@ pub fn gguf_bombs(dir: &Path) -> Vec<(String, PathBuf, &'static str)> {
     CASES.iter().map(|&case| write(dir, case)).collect()
 }
 
+/// Every load bomb's name, in order (nothing is written).
+pub fn gguf_bomb_names() -> impl Iterator<Item = &'static str> {
+    CASES.iter().map(|(name, _, _)| *name)
+}
+
 /// Case `name` alone, written into `dir`: its file and the substring its load error must contain (`None` for a name
 /// not in [`gguf_bombs`]).
 pub fn gguf_bomb(dir: &Path, name: &str) -> Option<(PathBuf, &'static str)> {
