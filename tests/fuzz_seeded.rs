@@ -17,7 +17,7 @@ mod rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ember::engine::{EngineConfig, RequestOptions, SubmitRequest};
-use ember::model::chat_template::ChatMessage;
+use ember::model::chat_template::{ChatMessage, ChatTemplate, TemplateLimits, TemplateOrigin};
 use ember::model::gguf::writer::GgufWriter;
 use ember::model::gguf::{Array, GgmlType, Value};
 use ember::model::tokenizer::{TokenId, Tokenizer};
@@ -236,4 +236,79 @@ fn chat_templates_render_arbitrary_messages_or_refuse_them() {
         }
     }
     println!("chat templates: 2000 message lists on each of 2 templates, {rendered} rendered");
+}
+
+/// Chat template sources themselves (a model file's, an option's), mutated from llama.cpp's 70 real templates
+/// (`make templates` fetches them) and a few hostile seeds, compiled and rendered within small limits: each
+/// compiles or is refused, renders or is refused, never a panic or a crash (a stack overflow would end the test's
+/// process). The cargo-fuzz target `template_source` does the same without end.
+#[test]
+fn mutated_chat_template_sources_compile_and_render_or_refuse() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/templates");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (make templates fetches them)", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    let mut seeds: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    seeds.extend(
+        [
+            "{% set ns = namespace(v=[]) %}{% for i in range(50) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v }}",
+            "{% macro f(x) %}{{ f([x]) }}{% endmacro %}{{ f(1) }}",
+            "{{ messages|tojson(indent='  ') }}{{ '{:>8}'.format('x') }}{{ 'a b'.split() }}",
+        ]
+        .map(|s| s.as_bytes().to_vec()),
+    );
+    let dictionary: &[&[u8]] = &[
+        b"{{",
+        b"}}",
+        b"{%",
+        b"%}",
+        b"{%-",
+        b"-%}",
+        b"set ",
+        b"for ",
+        b" in ",
+        b"endfor",
+        b"if ",
+        b"endif",
+        b"ns.v",
+        b"[ns.v]",
+        b"namespace(",
+        b"macro ",
+        b"endmacro",
+        b"loop(",
+        b" recursive",
+        b"|list",
+        b"|tojson",
+        b"|batch(1)",
+        b"|map(",
+        b" * 1000",
+        b" ~ ",
+        b".split()",
+        b"caller()",
+    ];
+    let limits = TemplateLimits { fuel: 200_000, time_ms: 200, ..Default::default() };
+    let messages = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "hi")];
+    let mut rng = Rng(0x7465_6d70);
+    let (mut compiled, mut rendered) = (0, 0);
+    for i in 0..2000 {
+        let seed = &seeds[rng.below(seeds.len() as u64) as usize];
+        let source = String::from_utf8_lossy(&mutate(&mut rng, seed, dictionary)).into_owned();
+        must_not_panic("chat template source", i, &source, || {
+            // The render thread turns a panic into an error: it must not say one happened.
+            let no_panic = |e: &dyn std::fmt::Display| assert!(!e.to_string().contains("panicked"), "{i}: {e}");
+            match ChatTemplate::compile(Some(&source), "<s>", "</s>", TemplateOrigin::ModelFile, &limits) {
+                Ok(t) => {
+                    compiled += 1;
+                    match t.render(&messages, true) {
+                        Ok(_) => rendered += 1,
+                        Err(e) => no_panic(&e),
+                    }
+                }
+                Err(e) => no_panic(&e),
+            }
+        });
+    }
+    println!("chat template sources: 2000 mutants, {compiled} compiled, {rendered} rendered");
 }
