@@ -30,6 +30,13 @@ const LIMIT_MESSAGES: [(&str, &str, Option<&str>); 8] = [
     ("Current row has", "max_items_in_row", None),
 ];
 
+/// llguidance's JSON schema compiler stops after 50,000 subschemas (its `SchemaBuilderOptions::max_size`, which
+/// no option reaches): said so, since the message alone does not say which limit.
+const SCHEMA_TOO_LARGE: (&str, &str) = (
+    "schema too large",
+    "the schema is too large: llguidance compiles at most 50,000 subschemas (allOf over anyOf multiplies them)",
+);
+
 /// The longest message kept: llguidance quotes the regex or grammar at fault, which can be half a megabyte.
 const MAX_MESSAGE: usize = 1_000;
 
@@ -46,6 +53,8 @@ pub(super) fn clean_error(message: &str) -> String {
             line = line.replace(needle, instead);
         }
         line.push_str(&format!(" (grammar_limits.{option})"));
+    } else if line == SCHEMA_TOO_LARGE.0 {
+        line = SCHEMA_TOO_LARGE.1.into();
     }
     if line.len() > MAX_MESSAGE {
         let cut = (0..=MAX_MESSAGE).rev().find(|&i| line.is_char_boundary(i)).unwrap_or(0);
@@ -92,6 +101,7 @@ mod tests {
         assert_eq!(e, "grammar size (number of symbols) too big (limit for this grammar: 50000) (grammar_limits.max_grammar_symbols)");
         let e = clean_error("lexer precomputation failed; either increase limits.initial_lexer_fuel or disable limits.precompute_large_lexemes");
         assert_eq!(e, "precomputing the lexer ran out of fuel (grammar_limits.lexer_fuel)");
+        assert_eq!(clean_error("schema too large"), SCHEMA_TOO_LARGE.1);
     }
 
     #[test]
