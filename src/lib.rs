@@ -4,6 +4,7 @@
 //! `ffi` → `protocol` → `engine` → `backend` → `model`.
 
 pub mod backend;
+mod cpu_clock;
 pub mod engine;
 pub mod ffi;
 pub mod model;

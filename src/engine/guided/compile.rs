@@ -11,7 +11,7 @@
 //!    may have a small stack): the spec to llguidance's grammar, the grammar compiled and checked
 //!    (`grammar_check.rs`), the parser built (its lexer, its first Earley row), and its first mask, which proves
 //!    the grammar can produce a first token. The host's thread waits for it, watching the compiling thread's
-//!    CPU time (`cpu_clock.rs`), and cancels the mask when `max_compile_cpu_ms` runs out; the stages before the
+//!    CPU time (`src/cpu_clock.rs`), and cancels the mask when `max_compile_cpu_ms` runs out; the stages before the
 //!    mask cannot be interrupted and are bounded by the limits instead, with the time checked between them.
 //!
 //! The first mask is kept: every choice's matcher starts with it, so the first step computes no mask.
@@ -25,7 +25,6 @@ use llguidance::api::{GrammarInit, TopLevelGrammar};
 use llguidance::toktrie::SimpleVob;
 use llguidance::{panic_utils, CancellationHandle, Matcher, ParserFactory, TokenParser};
 
-use super::cpu_clock::ThreadClock;
 use super::errors::clean_error;
 use super::grammar_check::check_grammar;
 use super::lark_check::check_lark;
@@ -34,6 +33,7 @@ use super::matcher::GuidedMatcher;
 use super::schema_check::check_schema;
 use super::spec::{GuidedRequest, GuidedSpec};
 use super::vocab::token_env;
+use crate::cpu_clock::ThreadClock;
 use crate::model::tokenizer::Tokenizer;
 
 /// The stack of the compiling thread. llguidance's schema compiler takes about 6 KB per level of subschemas and

@@ -34,7 +34,7 @@ pub struct GrammarLimits {
     /// Most bytes of a constraint's text: a schema as compact JSON, a grammar, a regex, or the choices together.
     pub max_bytes: usize,
     /// Most milliseconds of CPU compiling one constraint may take, its first mask included: the compiling
-    /// thread's CPU time where Linux tells it (`cpu_clock.rs`), else wall-clock time. Checked between the stages,
+    /// thread's CPU time where Linux tells it (`src/cpu_clock.rs`), else wall-clock time. Checked between the stages,
     /// and the first mask is cancelled when it runs past; the stages before it are bounded by the limits below,
     /// not by time (llguidance cannot interrupt them).
     pub max_compile_cpu_ms: u64,

@@ -25,7 +25,6 @@
 //! `timing.rs` keeps the mask times per token and how long a step waited for its masks, for the bench.
 
 mod compile;
-mod cpu_clock;
 mod errors;
 mod grammar_check;
 mod lark_check;

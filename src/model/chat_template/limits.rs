@@ -31,8 +31,9 @@ pub struct TemplateLimits {
     pub max_expression_nodes: usize,
     /// The longest template source, in bytes.
     pub max_source_bytes: usize,
-    /// Wall-clock time for one render, in milliseconds, checked at every value the template binds, every call
-    /// of ember's own functions and filters, and every write of output; the fuel bounds the work in between.
+    /// One render's time on a CPU, in milliseconds (wall-clock time where Linux does not tell a thread's CPU
+    /// time), checked at every value the template binds, every call of ember's own functions and filters, and every
+    /// write of output; the fuel bounds the work in between.
     pub time_ms: u64,
 }
 

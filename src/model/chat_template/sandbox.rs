@@ -9,9 +9,12 @@
 //! a render; the switch costs a mapping.)
 //!
 //! The budget is kept in a thread-local for the call, which the hooks ember adds to the template environment (the
-//! value checks, `tojson`, the filters and Python methods, `strftime_now`) and the output writer read: the
-//! wall-clock deadline, the output cap, and which limit was reached (so the error can name it even where minijinja
-//! wraps the message).
+//! value checks, `tojson`, the filters and Python methods, `strftime_now`) and the output writer read: the time
+//! limit, the output cap, and which limit was reached (so the error can name it even where minijinja wraps the
+//! message). Time is the render's CPU time (`src/cpu_clock.rs`; wall-clock where Linux does not tell it): on two
+//! busy cores a render's wall-clock time measures the load, and a template must not fail for its host's load.
+//! Each check reads only the wall clock until that passes the limit (the CPU time cannot have passed it before);
+//! then the CPU time decides, and the next look is when the rest of the limit could be spent.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -21,15 +24,38 @@ use std::time::{Duration, Instant};
 use minijinja::{Error, ErrorKind};
 
 use super::limits::Limit;
+use crate::cpu_clock::ThreadClock;
 
 /// The render's stack: far above what the limits let a template use, reserved, touched only as needed.
 pub const STACK_BYTES: usize = 64 << 20;
 
 /// One render's budget.
 struct Budget {
-    deadline: Instant,
+    /// The render's CPU-time limit, and its clock (`None`: wall-clock time counts).
+    limit: Duration,
+    clock: Option<ThreadClock>,
+    /// Before this instant the limit cannot have been reached.
+    next_look: Cell<Instant>,
     max_output: usize,
     reached: Cell<Option<Limit>>,
+}
+
+impl Budget {
+    /// Whether the render has spent its time.
+    fn spent(&self) -> bool {
+        let now = Instant::now();
+        if now < self.next_look.get() {
+            return false;
+        }
+        let used = self.clock.as_ref().and_then(ThreadClock::elapsed);
+        match used {
+            Some(used) if used < self.limit => {
+                self.next_look.set(now + (self.limit - used));
+                false
+            }
+            _ => true,
+        }
+    }
 }
 
 thread_local! {
@@ -49,7 +75,9 @@ impl Drop for ClearBudget {
 /// limit it reached, if any. `Err` when it panicked (no panic of minijinja or a hook is known; one must end this
 /// render, not the host).
 pub fn run<T>(time: Duration, max_output: usize, work: impl FnOnce() -> T) -> Result<(T, Option<Limit>), String> {
-    let budget = Budget { deadline: Instant::now() + time, max_output, reached: Cell::new(None) };
+    let clock = ThreadClock::current();
+    let next_look = Cell::new(Instant::now() + time);
+    let budget = Budget { limit: time, clock, next_look, max_output, reached: Cell::new(None) };
     BUDGET.with(|b| *b.borrow_mut() = Some(budget));
     let _clear = ClearBudget;
     let result = stacker::grow(STACK_BYTES, || catch_unwind(AssertUnwindSafe(work)));
@@ -70,7 +98,7 @@ pub fn reached(limit: Limit, detail: impl Into<String>) -> Error {
 /// Fails once the render's time is up. Called by every hook; outside a render (a test calling a hook directly)
 /// there is no deadline.
 pub fn check_time() -> Result<(), Error> {
-    let late = BUDGET.with(|b| b.borrow().as_ref().is_some_and(|b| Instant::now() > b.deadline));
+    let late = BUDGET.with(|b| b.borrow().as_ref().is_some_and(Budget::spent));
     match late {
         true => Err(reached(Limit::Time, "the render ran out of time")),
         false => Ok(()),

@@ -1,6 +1,7 @@
-//! A thread's CPU time, for the compile budget: on a machine whose cores the engine's own threads keep busy, a
-//! compile's wall-clock time says more about the load than about the grammar (a 0.3 s compile took over 1 s of
-//! wall-clock beside a stream and another build), so the budget counts the compiling thread's time on a CPU.
+//! A thread's CPU time, for the budgets of work done on a host's request (a grammar's compile, a chat template's
+//! render): on a machine whose cores the engine's own threads keep busy, wall-clock time says more about the load
+//! than about the work (a 0.3 s compile took over 1 s of wall-clock beside a stream and another build), so the
+//! budgets count the working thread's time on a CPU. Below every layer: `model` and `engine` both use it.
 //!
 //! Linux gives it in `/proc/<pid>/task/<tid>/schedstat` (nanoseconds on a CPU, the first field), readable from
 //! any thread of the process; no system call or unsafe code is needed. Elsewhere, or where `/proc` is not
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 /// One thread's CPU time since the clock was made.
 #[derive(Debug)]
-pub(super) struct ThreadClock {
+pub(crate) struct ThreadClock {
     schedstat: PathBuf,
     start: Duration,
 }
