@@ -8,7 +8,7 @@ use ember::model::llama::SyntheticSpec;
 use serde_json::{json, Value};
 
 use super::gguf_cases::{gguf_bomb, gguf_bomb_names};
-use super::grammar_cases::grammar_bombs;
+use super::grammar_cases::{grammar_bombs, grammar_heavy_served};
 use super::host::{reset_peak, rss_kib, timed, Engine};
 use super::request_cases::request_bombs;
 use super::template_cases::{template_bombs, TemplateBomb, Trigger};
@@ -46,6 +46,7 @@ pub fn all_cases() -> Vec<String> {
         names.extend(VIAS.iter().map(|via| format!("template/{}/{via}", bomb.name)));
     }
     names.extend(grammar_bombs().into_iter().map(|(name, _, _)| format!("grammar/{name}")));
+    names.extend(grammar_heavy_served().into_iter().map(|(name, _, _)| format!("grammar_served/{name}")));
     names.extend(gguf_bomb_names().map(|name| format!("gguf/{name}")));
     names.extend(request_bombs().into_iter().map(|b| format!("request/{}", b.name)));
     names
@@ -62,6 +63,10 @@ pub fn run_case(name: &str, dir: &Path) -> Outcome {
         ["grammar", bomb] => match grammar_bombs().into_iter().find(|(n, _, _)| n == bomb) {
             Some((_, field, body)) => grammar_case(field, &body),
             None => Err(format!("no grammar case {bomb}")),
+        },
+        ["grammar_served", case] => match grammar_heavy_served().into_iter().find(|(n, _, _)| n == case) {
+            Some((_, _, body)) => grammar_served_case(&body),
+            None => Err(format!("no grammar case {case}")),
         },
         ["gguf", bomb] => match gguf_bomb(dir, bomb) {
             Some((path, expect)) => gguf_case(&path, expect, dir),
@@ -191,14 +196,28 @@ fn template_case(bomb: &TemplateBomb, model_file: bool, dir: &Path) -> Result<Ou
     Ok(outcome(refused.message, ms, peak))
 }
 
-/// The real model's vocabulary: structured outputs are compiled against it (their cost grows with it).
-fn grammar_case(field: &str, body: &str) -> Result<Outcome, String> {
+/// An engine on the real model, with structured outputs warmed up: they are compiled against its vocabulary
+/// (their cost grows with it), whose part is built on the first constrained request, here, so that what is
+/// measured is the case's own cost.
+fn grammar_engine() -> Result<Engine, String> {
     let engine = Engine::new(&json!({"threads": 1, "kv_cache_tokens": 8192}))
         .map_err(|r| format!("the engine did not load: {}", r.message))?;
-    // The vocabulary's part of structured outputs is built on the first constrained request: built here, so
-    // that what is measured is the bomb's own cost.
     let warm = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "response_format": {"type": "json_object"}}"#;
     engine.serve(warm).map_err(|e| format!("a plain constrained request failed: {e}"))?;
+    Ok(engine)
+}
+
+/// A constraint that looks like a bomb but is within every limit: compiled, and served to its end.
+fn grammar_served_case(body: &str) -> Result<Outcome, String> {
+    let engine = grammar_engine()?;
+    let (served, ms, peak) = measured(|| engine.serve(body));
+    let served = served.map_err(|e| format!("not served: {e}"))?;
+    serves(&engine, true)?;
+    Ok(outcome(served["choices"][0]["finish_reason"].to_string(), ms, peak))
+}
+
+fn grammar_case(field: &str, body: &str) -> Result<Outcome, String> {
+    let engine = grammar_engine()?;
     let (submitted, ms, peak) = measured(|| engine.submit(body).map(drop));
     let refused = match submitted {
         Ok(()) => return Err("the grammar was accepted".into()),
