@@ -83,11 +83,15 @@ soak: model
 # libFuzzer needs nightly flags: RUSTC_BOOTSTRAP=1 lets stable rustc take them (docs/fuzzing.md). Inputs that
 # crash land in fuzz/artifacts/TARGET/; the corpus grows in fuzz/corpus/TARGET/ (both git-ignored).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := gguf engine_config request tokenizer chat_template
-fuzz: model
+# A target with a dictionary (fuzz/TARGET.dict: Jinja's words for template_source) gets it; template_source starts
+# from llama.cpp's 70 real templates.
+FUZZ_TARGETS := gguf engine_config request tokenizer chat_template template_source grammar
+fuzz: model templates
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
 	for t in $(FUZZ_TARGETS); do \
-		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
+		dict=""; [ -f fuzz/$$t.dict ] && dict="-dict=fuzz/$$t.dict"; \
+		[ $$t = template_source ] && mkdir -p fuzz/corpus/$$t && cp -n .cache/llamacpp/templates/*.jinja fuzz/corpus/$$t/; \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 $$dict || exit 1; \
 	done
 
 # Hours for the whole table on 2 cores (mostly the depth-4096 prefills): BENCH_ARGS narrows it, e.g.
