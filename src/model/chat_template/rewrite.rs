@@ -15,11 +15,11 @@
 //! token but does not always start at its first (a comparison's starts at the token before it, and a parenthesised
 //! operand's closing parenthesis lies outside it). So the tree says which expressions are bound, and the tokens
 //! say where each begins and ends: between the delimiters around it (`=` and the block's end, `in` and `if`,
-//! `(` and `,`), at bracket depth 0. The calls add no line break, so error locations keep their line numbers, and
-//! the rewritten template is parsed again to check that every call landed where it belongs.
+//! `(` and `,`), at bracket depth 0. Each text so found must parse as one expression, and the rewritten template
+//! parse again; the calls add no line break, so error locations keep their line numbers.
 
 use minijinja::machinery::ast::{CallArg, Expr, Stmt};
-use minijinja::machinery::{parse, tokenize, Span, Token};
+use minijinja::machinery::{parse, parse_expr, tokenize, Span, Token};
 use minijinja::syntax::SyntaxConfig;
 
 /// The function every binding's value is passed through (`hold.rs`).
@@ -45,21 +45,21 @@ pub fn rewrite(source: &str, syntax: SyntaxConfig, max_expression_nodes: usize) 
         .map_err(|e| RewriteError::Syntax(e.to_string()))?;
     let mut walk = Walk { tokens, holds: Vec::new(), max_nodes: max_expression_nodes };
     walk.stmt(&ast)?;
-    let holds = walk.holds.len();
-    let rewritten = insert_holds(source, walk.holds);
-    // The calls must have landed around whole expressions: the result parses, with one call per hold. Each call
-    // nests its expression two levels deeper, which can take a template already near the parser's nesting limit
-    // past it.
-    let placed = match parse(&rewritten, "chat", syntax) {
-        Ok(ast) => count_holds(&ast),
-        Err(e) => {
-            return Err(RewriteError::Syntax(format!("the template nests too deeply for ember's value checks: {e}")))
+    // Each call must wrap a whole expression: the text it wraps parses as one (in parentheses, as a tuple's
+    // items without them do).
+    for hold in &walk.holds {
+        if parse_expr(&format!("({})", &source[hold.start..hold.end])).is_err() {
+            let line = source[..hold.start].matches('\n').count() + 1;
+            return Err(RewriteError::Syntax(format!(
+                "ember could not place its value check at line {line} of this template; please report it"
+            )));
         }
-    };
-    if placed != holds {
-        return Err(RewriteError::Syntax(format!(
-            "ember could not place its value checks in this template ({placed} of {holds}); please report it"
-        )));
+    }
+    let rewritten = insert_holds(source, walk.holds);
+    // Each call nests its expression two levels deeper, which can take a template already near the parser's
+    // nesting limit past it.
+    if let Err(e) = parse(&rewritten, "chat", syntax) {
+        return Err(RewriteError::Syntax(format!("the template nests too deeply for ember's value checks: {e}")));
     }
     Ok(rewritten)
 }
@@ -330,92 +330,6 @@ fn for_each_child<'e, 'a>(expr: &'e Expr<'a>, visit: &mut impl FnMut(&'e Expr<'a
         Expr::List(l) => l.items.iter().for_each(visit),
         Expr::Tuple(t) => t.items.iter().for_each(visit),
         Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(visit),
-    }
-}
-
-/// How many calls of the hold functions a parsed template makes (statements nest at most 150 deep; expressions
-/// were checked for size before the rewrite, which adds two nodes per hold).
-fn count_holds(stmt: &Stmt<'_>) -> usize {
-    let mut count = 0;
-    visit_exprs(stmt, &mut |e: &Expr<'_>| {
-        let mut pending = vec![e];
-        while let Some(e) = pending.pop() {
-            if let Expr::Call(c) = e {
-                if matches!(&c.expr, Expr::Var(v) if v.id == HOLD_FUNCTION || v.id == HOLD_ATTR_FUNCTION) {
-                    count += 1;
-                }
-            }
-            for_each_child(e, &mut |child| pending.push(child));
-        }
-    });
-    count
-}
-
-/// Every top-level expression of a statement and of the statements inside it (which nest at most 150 deep).
-fn visit_exprs<'e, 'a>(stmt: &'e Stmt<'a>, visit: &mut dyn FnMut(&'e Expr<'a>)) {
-    fn body<'e, 'a>(stmts: &'e [Stmt<'a>], visit: &mut dyn FnMut(&'e Expr<'a>)) {
-        stmts.iter().for_each(|s| visit_exprs(s, visit));
-    }
-    fn call<'e, 'a>(c: &'e minijinja::machinery::ast::Call<'a>, visit: &mut dyn FnMut(&'e Expr<'a>)) {
-        visit(&c.expr);
-        c.args.iter().for_each(|a| visit(call_arg_expr(a)));
-    }
-    match stmt {
-        Stmt::Template(t) => body(&t.children, visit),
-        Stmt::EmitExpr(e) => visit(&e.expr),
-        Stmt::EmitRaw(_) | Stmt::Continue(_) | Stmt::Break(_) => {}
-        Stmt::ForLoop(f) => {
-            visit(&f.target);
-            visit(&f.iter);
-            if let Some(filter) = &f.filter_expr {
-                visit(filter);
-            }
-            body(&f.body, visit);
-            body(&f.else_body, visit);
-        }
-        Stmt::IfCond(i) => {
-            visit(&i.expr);
-            body(&i.true_body, visit);
-            body(&i.false_body, visit);
-        }
-        Stmt::WithBlock(w) => {
-            for (target, value) in &w.assignments {
-                visit(target);
-                visit(value);
-            }
-            body(&w.body, visit);
-        }
-        Stmt::Set(s) => {
-            visit(&s.target);
-            visit(&s.expr);
-        }
-        Stmt::SetBlock(s) => {
-            visit(&s.target);
-            if let Some(filter) = &s.filter {
-                visit(filter);
-            }
-            body(&s.body, visit);
-        }
-        Stmt::AutoEscape(a) => {
-            visit(&a.enabled);
-            body(&a.body, visit);
-        }
-        Stmt::FilterBlock(f) => {
-            visit(&f.filter);
-            body(&f.body, visit);
-        }
-        Stmt::Block(b) => body(&b.body, visit),
-        Stmt::Import(_) | Stmt::FromImport(_) | Stmt::Extends(_) | Stmt::Include(_) => {}
-        Stmt::Macro(m) => {
-            m.args.iter().chain(&m.defaults).for_each(&mut *visit);
-            body(&m.body, visit);
-        }
-        Stmt::CallBlock(c) => {
-            call(&c.call, visit);
-            c.macro_decl.args.iter().chain(&c.macro_decl.defaults).for_each(&mut *visit);
-            body(&c.macro_decl.body, visit);
-        }
-        Stmt::Do(d) => call(&d.call, visit),
     }
 }
 
