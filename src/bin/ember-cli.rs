@@ -28,6 +28,7 @@ use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateR
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
 use ember::model::gguf::GgufFile;
+use ember::model::llama::architecture::MultiplierRule;
 use ember::model::llama::{Architecture, GraniteScales, SyntheticSpec};
 use ember::model::tokenizer::{StreamDecoder, Tokenizer};
 use ember::model::Model;
@@ -237,13 +238,11 @@ fn synthetic(args: &Args) -> Result<(), String> {
             let mut spec = SyntheticSpec::family(family, seed, layers)
                 .ok_or_else(|| format!("unknown family {family:?} ({})", SyntheticSpec::FAMILIES.join(", ")))?;
             if let Some(name) = &args.arch {
-                let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
-                spec.arch = Architecture::ALL
-                    .into_iter()
-                    .find(|a| a.name() == name)
+                let names: Vec<&str> = Architecture::all().iter().map(|a| a.name()).collect();
+                spec.arch = Architecture::named(name)
                     .ok_or_else(|| format!("unknown architecture {name:?} ({})", names.join(", ")))?;
-                // A granite file must carry its logit divisor: Granite 3.1's multipliers.
-                if spec.arch == Architecture::Granite && spec.granite.is_none() {
+                // A Granite file must carry its logit divisor: Granite 3.1's multipliers.
+                if spec.arch.spec().multipliers == MultiplierRule::Granite && spec.granite.is_none() {
                     spec.granite = Some(GraniteScales::GRANITE_3_1_2B);
                 }
             }

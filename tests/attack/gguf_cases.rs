@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use ember::model::gguf::writer::GgufWriter;
 use ember::model::gguf::{Array, GgmlType, GgufFile, Value, ValueType};
-use ember::model::llama::architecture::Architecture;
+use ember::model::llama::families;
 use ember::model::llama::{LlamaConfig, SyntheticSpec};
 use ember::model::tokenizer::limits::{MAX_MERGES, MAX_TOKENS};
 
@@ -117,7 +117,7 @@ fn vocabulary_smaller_than_embedding() -> GgufWriter {
 /// Finding 3: an OLMo 2 model without `output.weight` loaded with its logits projected by the embedding, which
 /// OLMo 2 never ties (llama.cpp requires the tensor).
 fn olmo2_without_output() -> GgufWriter {
-    SyntheticSpec { arch: Architecture::Olmo2, ..SyntheticSpec::tiny(43) }
+    SyntheticSpec { arch: families::OLMO2, ..SyntheticSpec::tiny(43) }
         .writer_with_byte_vocabulary()
         .without_tensor("output.weight")
 }

@@ -302,6 +302,12 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
+    if let Some(moe) = &config.moe {
+        return Err(CudaBackendError::Unsupported(format!(
+            "mixture-of-experts FFNs ({} experts, {} per token): the CPU backend runs them",
+            moe.n_expert, moe.n_expert_used
+        )));
+    }
     if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
         return Err(CudaBackendError::Unsupported(format!(
             "widths {} and {} must be multiples of {QK}",

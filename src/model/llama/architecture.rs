@@ -1,48 +1,78 @@
-//! The architectures ember runs, and what each changes as data: its forward-pass flags ([`ArchTraits`]) and its
-//! metadata keys. Layer patterns and soft caps are read with the other hyperparameters (`config.rs`).
-//!
-//! Architectures:
-//! - `llama`: pre-norm blocks, SwiGLU, RoPE on adjacent pairs, one RoPE base.
-//! - `gemma3` (llama.cpp's `src/models/gemma3.cpp`): embeddings scaled by √n_embd; RMS norms of each query and
-//!   key head before RoPE; norms of the attention and FFN outputs before their residual adds; GELU-gated FFN;
-//!   RoPE on the two halves of a head (NEOX); five of every six layers attend to a sliding window, with their own
-//!   RoPE base (`rope.freq_base_swa`, 10000 when absent), the sixth to the whole context.
-//! - `qwen2` (Qwen 2 and 2.5, DeepSeek-R1's Qwen distills; llama.cpp's `src/models/qwen2.cpp`): llama's blocks with
-//!   biases on the query, key and value projections, and RoPE on the two halves of a head (NEOX).
-//! - `qwen3` (`src/models/qwen3.cpp`): llama's blocks with RMS norms of each query and key head before RoPE (as
-//!   Gemma 3's), no biases, NEOX RoPE; heads may be wider than `n_embd / n_head` (`attention.key_length`).
-//! - `phi3` (Phi-3, 3.5 and 4 mini; `src/models/phi3.cpp`): llama's blocks with the gate and up projections in one
-//!   tensor (`ffn_up`, the gate's rows first), NEOX RoPE, and LongRoPE (`rope_scaling.rs`).
-//! - `smollm3` (`src/models/smollm3.cpp`): llama's blocks, every fourth layer without RoPE.
-//! - `gemma2` (`src/models/gemma2.cpp`): Gemma 3's blocks without the head norms, every other layer (the even
-//!   ones) attending to a sliding window and turning by `rope.freq_base_swa` (the same base when absent);
-//!   attention scores and the final logits soft-capped
-//!   (`c · tanh(x / c)`).
-//! - `olmo2` (OLMo 2; `src/models/olmo2.cpp`): no norms before the attention and the FFN, norms of their outputs
-//!   before the residual adds (Gemma's post-norms), RMS norms of the whole query and key rows (not per head)
-//!   before RoPE, NEOX RoPE, SwiGLU. Its OLMo 3 files' sliding windows are refused.
-//! - `granite` (IBM Granite 3.x dense; `src/models/granite.cpp`): llama's blocks with four constant multipliers
-//!   (`multipliers.rs`): of the embeddings, of each block output before its residual add, of the query·key
-//!   products, and a divisor of the logits.
+//! What an architecture is to ember: one [`ArchSpec`] per family, in its own file under `families/`, holding
+//! everything that tells that family apart as data: its name and metadata keys, the flags of its blocks
+//! ([`ArchTraits`]), its layer pattern, soft caps, multipliers and mixture-of-experts layout. The loader
+//! (`config.rs`), the multipliers, the synthetic models and the forward pass read the spec; none of them matches on
+//! a family. Adding a family is adding a file to `families/` and its line to [`families::ALL`].
 
+use std::fmt;
+
+use super::families;
 use super::rope_scaling::RopeScalingKeys;
 
-/// The architectures ember runs (`general.architecture`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    Llama,
-    Gemma3,
-    Qwen2,
-    Qwen3,
-    Phi3,
-    SmolLm3,
-    Gemma2,
-    Granite,
-    Olmo2,
+/// Everything that distinguishes one architecture (`general.architecture`) from the generic block.
+#[derive(Debug)]
+pub struct ArchSpec {
+    /// The `general.architecture` value, also the prefix of its metadata keys.
+    pub name: &'static str,
+    /// Its metadata keys (`keys_of!`).
+    pub keys: Keys,
+    pub traits: ArchTraits,
+    /// Which layers attend to a window and which RoPE base each turns by.
+    pub layers: LayerPattern,
+    pub softcaps: SoftCaps,
+    pub multipliers: MultiplierRule,
+    /// Whether (and how) its feed-forward blocks are mixtures of experts.
+    pub experts: ExpertsRule,
 }
 
-/// What an architecture changes in the forward pass, beyond its layer pattern (one place, so that the loader and
-/// the synthetic models cannot disagree).
+/// One architecture: a handle on its [`ArchSpec`] (copied freely, compared by name).
+#[derive(Clone, Copy)]
+pub struct Architecture(pub(super) &'static ArchSpec);
+
+impl Architecture {
+    /// Every architecture ember runs.
+    pub fn all() -> &'static [Architecture] {
+        &families::ALL
+    }
+
+    /// The architecture whose `general.architecture` value is `name`.
+    pub fn named(name: &str) -> Option<Architecture> {
+        Self::all().iter().copied().find(|a| a.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    pub fn spec(self) -> &'static ArchSpec {
+        self.0
+    }
+
+    pub(super) fn keys(self) -> &'static Keys {
+        &self.0.keys
+    }
+
+    /// What the architecture changes in the forward pass (llama.cpp's `src/models/*.cpp`).
+    pub fn traits(self) -> ArchTraits {
+        self.0.traits
+    }
+}
+
+impl PartialEq for Architecture {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Architecture {}
+
+impl fmt::Debug for Architecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+/// What an architecture changes in the forward pass, beyond its layer pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArchTraits {
     pub rope_neox: bool,
@@ -60,111 +90,161 @@ pub struct ArchTraits {
     pub output: OutputProjection,
 }
 
+impl ArchTraits {
+    /// Llama's blocks: pre-norms, SwiGLU, RoPE on adjacent pairs, no biases, `output.weight` or the embedding.
+    pub const LLAMA: ArchTraits = ArchTraits {
+        rope_neox: false,
+        embed_scale: false,
+        qk_norm: None,
+        pre_norms: true,
+        post_norms: false,
+        qkv_bias: false,
+        ffn_activation: FfnActivation::Silu,
+        fused_gate_up: false,
+        output: OutputProjection::OwnOrTied,
+    };
+
+    /// Gemma's blocks: embeddings scaled by √n_embd, per-head query and key norms, post-norms, GeGLU, NEOX RoPE,
+    /// logits through the embedding.
+    pub const GEMMA: ArchTraits = ArchTraits {
+        rope_neox: true,
+        embed_scale: true,
+        qk_norm: Some(QkNorm::Heads),
+        post_norms: true,
+        ffn_activation: FfnActivation::GeluTanh,
+        output: OutputProjection::Tied,
+        ..ArchTraits::LLAMA
+    };
+}
+
 /// Which tensor projects the final hidden state to logits, as llama.cpp's `load_tensors` creates `output` for each
 /// architecture (`src/models/*.cpp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputProjection {
     /// `output.weight` when the file has one, else `token_embd.weight` (llama.cpp: `TENSOR_NOT_REQUIRED`, then the
-    /// embedding `TENSOR_DUPLICATED`): llama, qwen2, qwen3, phi3, smollm3, granite.
+    /// embedding `TENSOR_DUPLICATED`).
     OwnOrTied,
-    /// `output.weight`, required (llama.cpp creates it with no fallback): OLMo 2, whose checkpoints never tie it.
+    /// `output.weight`, required (llama.cpp creates it with no fallback): OLMo 2, Qwen 2 MoE.
     Own,
     /// Always `token_embd.weight` (llama.cpp never reads `output.weight`, and refuses a file with one as having a
     /// tensor too many): Gemma 2 and 3.
     Tied,
 }
 
-impl Architecture {
-    /// Every architecture ember runs.
-    pub const ALL: [Architecture; 9] = [
-        Architecture::Llama,
-        Architecture::Gemma3,
-        Architecture::Qwen2,
-        Architecture::Qwen3,
-        Architecture::Phi3,
-        Architecture::SmolLm3,
-        Architecture::Gemma2,
-        Architecture::Granite,
-        Architecture::Olmo2,
-    ];
+/// Which layers attend to a sliding window, and which RoPE base each layer turns by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LayerPattern {
+    /// Every layer attends to the whole context and turns by `rope.freq_base`.
+    Full,
+    /// [`LayerPattern::Full`], and a file that asks for windows (`attention.sliding_window` above 0) is refused:
+    /// OLMo 2's files are read as OLMo 3's too, whose windowed layers ember does not run.
+    FullWindowsRefused,
+    /// Layer `l` attends to a window unless `l mod period == period − 1`; windowed layers turn by
+    /// `rope.freq_base_swa`.
+    SlidingWindow {
+        /// The layer period, or `None` to read `attention.sliding_window_pattern` (default 2, llama.cpp's
+        /// `load_swa_pattern`).
+        period: Option<usize>,
+        /// The window when `attention.sliding_window` is absent (`None`: no windows at all). A key of 0 means no
+        /// windows either.
+        default_window: Option<u32>,
+        /// The windowed layers' base when `rope.freq_base_swa` is absent: `None` for the full layers' base.
+        default_swa_base: Option<f32>,
+    },
+    /// Layer `l` has no RoPE when `(l + 1) mod period == 0` (SmolLM3's `n_no_rope_layer_step`).
+    NoRopeEvery(usize),
+}
 
-    /// The `general.architecture` value, also the prefix of its metadata keys.
-    pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Gemma3 => "gemma3",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Qwen3 => "qwen3",
-            Architecture::Phi3 => "phi3",
-            Architecture::SmolLm3 => "smollm3",
-            Architecture::Gemma2 => "gemma2",
-            Architecture::Granite => "granite",
-            Architecture::Olmo2 => "olmo2",
-        }
-    }
+/// When the attention scores and the logits are soft-capped (`c · tanh(x / c)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SoftCaps {
+    /// `attn_logit_softcapping`.
+    pub attention: CapRule,
+    /// `final_logit_softcapping`.
+    pub logits: CapRule,
+}
 
-    pub(super) fn keys(self) -> &'static Keys {
-        match self {
-            Architecture::Llama => &LLAMA_KEYS,
-            Architecture::Gemma3 => &GEMMA3_KEYS,
-            Architecture::Qwen2 => &QWEN2_KEYS,
-            Architecture::Qwen3 => &QWEN3_KEYS,
-            Architecture::Phi3 => &PHI3_KEYS,
-            Architecture::SmolLm3 => &SMOLLM3_KEYS,
-            Architecture::Gemma2 => &GEMMA2_KEYS,
-            Architecture::Granite => &GRANITE_KEYS,
-            Architecture::Olmo2 => &OLMO2_KEYS,
-        }
-    }
+impl SoftCaps {
+    pub const NONE: SoftCaps = SoftCaps { attention: CapRule::Never, logits: CapRule::Never };
+}
 
-    /// What the architecture changes in the forward pass (llama.cpp's `src/models/*.cpp`).
-    pub fn traits(self) -> ArchTraits {
-        let llama = ArchTraits {
-            rope_neox: false,
-            embed_scale: false,
-            qk_norm: None,
-            pre_norms: true,
-            post_norms: false,
-            qkv_bias: false,
-            ffn_activation: FfnActivation::Silu,
-            fused_gate_up: false,
-            output: OutputProjection::OwnOrTied,
-        };
-        let gemma = ArchTraits {
-            rope_neox: true,
-            embed_scale: true,
-            qk_norm: Some(QkNorm::Heads),
-            post_norms: true,
-            ffn_activation: FfnActivation::GeluTanh,
-            output: OutputProjection::Tied,
-            ..llama
-        };
-        match self {
-            Architecture::Llama => llama,
-            Architecture::Gemma3 => gemma,
-            // Its soft-capping and layer pattern are in `from_gguf`.
-            Architecture::Gemma2 => ArchTraits { qk_norm: None, ..gemma },
-            Architecture::Qwen2 => ArchTraits { rope_neox: true, qkv_bias: true, ..llama },
-            Architecture::Qwen3 => ArchTraits { rope_neox: true, qk_norm: Some(QkNorm::Heads), ..llama },
-            Architecture::Phi3 => ArchTraits { rope_neox: true, fused_gate_up: true, ..llama },
-            // Its layer pattern (every fourth without RoPE) is in `from_gguf`.
-            Architecture::SmolLm3 => llama,
-            // Its multipliers are in `multipliers.rs`.
-            Architecture::Granite => llama,
-            Architecture::Olmo2 => ArchTraits {
-                rope_neox: true,
-                qk_norm: Some(QkNorm::Rows),
-                pre_norms: false,
-                post_norms: true,
-                output: OutputProjection::Own,
-                ..llama
-            },
-        }
-    }
+/// How one soft cap is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CapRule {
+    /// The architecture has none (its key is ignored, as llama.cpp ignores it).
+    Never,
+    /// The key's value, this one when absent (Gemma 2's 50 and 30).
+    KeyOr(f32),
+    /// The key's value when present and not 0 (Gemma 3's final cap).
+    WhenKeySet,
+}
+
+/// How the constant multipliers are read (`multipliers.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MultiplierRule {
+    /// 1/√head_dim for the attention, √n_embd for the embeddings when `ArchTraits::embed_scale`.
+    Standard,
+    /// Standard, but a model of exactly this many layers (Gemma 2 27B, Gemma 3 27B) scales its attention by
+    /// 1/√(n_embd / n_head), as llama.cpp recognizes them.
+    AttentionByWidthAtLayers(usize),
+    /// Granite's four multipliers from its keys.
+    Granite,
+}
+
+/// Whether an architecture's feed-forward blocks are mixtures of experts, and their layout.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExpertsRule {
+    /// Dense FFNs only; a file with `expert_count` above 0 is refused.
+    Dense,
+    /// Always experts (`expert_count` and `expert_used_count` required).
+    Always(MoeLayout),
+    /// Experts when the file's `expert_count` is above 0, else dense (llama: Mixtral; Granite MoE's files).
+    WhenCounted(MoeLayout),
+}
+
+/// The layout of a family's mixture-of-experts block (llama.cpp's `build_moe_ffn` arguments for that family).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeLayout {
+    /// The router's probabilities from its logits.
+    pub gating: Gating,
+    /// The selected experts' weights are divided by their sum (llama.cpp's `norm_w`).
+    pub normalize_weights: bool,
+    /// Where an expert's FFN width comes from.
+    pub expert_width: ExpertWidth,
+    /// A shared expert beside the routed ones.
+    pub shared: SharedExpert,
+}
+
+/// The router's probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// The width of each routed expert's FFN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertWidth {
+    /// `feed_forward_length` (Mixtral, OLMoE, Granite MoE).
+    FeedForward,
+    /// `expert_feed_forward_length` (Qwen 2 and 3 MoE).
+    ExpertFeedForward,
+}
+
+/// The shared expert every token runs beside its routed ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedExpert {
+    None,
+    /// `ffn_{gate,up,down}_shexp` when `expert_shared_feed_forward_length` is above 0 (Granite MoE shared).
+    WhenSized,
+    /// Always, `expert_shared_feed_forward_length` wide, its output times σ(`ffn_gate_inp_shexp` · x) (Qwen 2
+    /// MoE).
+    SigmoidGated,
 }
 
 /// The metadata keys of one architecture (`&'static` so that errors can name them).
-pub(super) struct Keys {
+#[derive(Debug)]
+pub struct Keys {
     pub(super) block_count: &'static str,
     pub(super) embedding_length: &'static str,
     pub(super) feed_forward_length: &'static str,
@@ -186,12 +266,19 @@ pub(super) struct Keys {
     pub(super) embedding_scale: &'static str,
     pub(super) residual_scale: &'static str,
     pub(super) logit_scale: &'static str,
+    pub(super) expert_count: &'static str,
+    pub(super) expert_used_count: &'static str,
+    pub(super) expert_feed_forward_length: &'static str,
+    pub(super) expert_shared_feed_forward_length: &'static str,
+    pub(super) expert_weights_scale: &'static str,
+    pub(super) expert_group_count: &'static str,
     pub(super) rope_scaling: RopeScalingKeys,
 }
 
+/// The keys of architecture `$arch`: llama.cpp's `LLM_KV_*` names with its prefix.
 macro_rules! keys_of {
     ($arch:literal) => {
-        Keys {
+        $crate::model::llama::architecture::Keys {
             block_count: concat!($arch, ".block_count"),
             embedding_length: concat!($arch, ".embedding_length"),
             feed_forward_length: concat!($arch, ".feed_forward_length"),
@@ -213,7 +300,13 @@ macro_rules! keys_of {
             embedding_scale: concat!($arch, ".embedding_scale"),
             residual_scale: concat!($arch, ".residual_scale"),
             logit_scale: concat!($arch, ".logit_scale"),
-            rope_scaling: RopeScalingKeys {
+            expert_count: concat!($arch, ".expert_count"),
+            expert_used_count: concat!($arch, ".expert_used_count"),
+            expert_feed_forward_length: concat!($arch, ".expert_feed_forward_length"),
+            expert_shared_feed_forward_length: concat!($arch, ".expert_shared_feed_forward_length"),
+            expert_weights_scale: concat!($arch, ".expert_weights_scale"),
+            expert_group_count: concat!($arch, ".expert_group_count"),
+            rope_scaling: $crate::model::llama::rope_scaling::RopeScalingKeys {
                 kind: concat!($arch, ".rope.scaling.type"),
                 factor: concat!($arch, ".rope.scaling.factor"),
                 scale_linear: concat!($arch, ".rope.scale_linear"),
@@ -223,22 +316,14 @@ macro_rules! keys_of {
         }
     };
 }
-static LLAMA_KEYS: Keys = keys_of!("llama");
-static GEMMA3_KEYS: Keys = keys_of!("gemma3");
-static QWEN2_KEYS: Keys = keys_of!("qwen2");
-static QWEN3_KEYS: Keys = keys_of!("qwen3");
-static PHI3_KEYS: Keys = keys_of!("phi3");
-static SMOLLM3_KEYS: Keys = keys_of!("smollm3");
-static GEMMA2_KEYS: Keys = keys_of!("gemma2");
-static GRANITE_KEYS: Keys = keys_of!("granite");
-static OLMO2_KEYS: Keys = keys_of!("olmo2");
+pub(super) use keys_of;
 
 /// What the query and key norms (`attn_q_norm`, `attn_k_norm`) normalize, before RoPE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QkNorm {
     /// Each head, with a `head_dim`-wide weight shared by the heads (Gemma 3, Qwen 3).
     Heads,
-    /// The whole query and key rows, with `q_dim`- and `kv_dim`-wide weights (OLMo 2).
+    /// The whole query and key rows, with `q_dim`- and `kv_dim`-wide weights (OLMo 2, OLMoE).
     Rows,
 }
 

@@ -17,7 +17,8 @@ use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
 mod vocab;
 
-use super::architecture::{Architecture, FfnActivation, QkNorm};
+use super::architecture::{Architecture, CapRule, FfnActivation, LayerPattern, QkNorm};
+use super::experts::{self, MoeConfig};
 use super::forward::Weight;
 use super::multipliers::{self, Widths};
 use super::rope_scaling::{self, LongRope, Yarn};
@@ -26,13 +27,6 @@ use super::rope_scaling::{self, LongRope, Yarn};
 const ROPE_FREQS: &str = "rope_freqs.weight";
 /// The fused query/key/value projection of a layer.
 const FUSED_QKV: &str = "attn_qkv.weight";
-
-/// SmolLM3's layer pattern (llama.cpp's `n_no_rope_layer_step`): layer `l` skips RoPE when `(l + 1) mod 4 == 0`.
-const SMOLLM3_NO_ROPE_PERIOD: usize = 4;
-
-/// Gemma 3's layer pattern (llama.cpp's `set_swa_pattern(6)`): layer `l` attends to a sliding window unless
-/// `l mod 6 == 5`.
-const GEMMA3_SWA_PERIOD: usize = 6;
 
 /// How one layer attends.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,6 +121,9 @@ pub struct LlamaConfig {
     /// True when the output projection reuses `token_embd.weight` (no `output.weight` tensor; as the
     /// architecture allows, `ArchTraits::output`).
     pub tied_output: bool,
+    /// The feed-forward blocks are mixtures of experts (`experts.rs`); `None`: dense (`ffn_gate`, `ffn_up`,
+    /// `ffn_down`).
+    pub moe: Option<MoeConfig>,
 }
 
 /// Why a file is not a usable llama model.
@@ -151,7 +148,7 @@ impl fmt::Display for ModelConfigError {
         match self {
             ModelConfigError::Gguf(e) => e.fmt(f),
             ModelConfigError::UnsupportedArchitecture(a) => {
-                let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
+                let names: Vec<&str> = Architecture::all().iter().map(|a| a.name()).collect();
                 write!(f, "unsupported model architecture {a:?} (ember runs {} models)", names.join(", "))
             }
             ModelConfigError::Invalid { key, detail } => write!(f, "invalid {key}: {detail}"),
@@ -205,6 +202,58 @@ fn refuse_unused_biases(file: &GgufFile, qkv_bias: bool) -> Result<(), ModelConf
     }
 }
 
+/// The RoPE bases and each layer's attention, as the family's [`LayerPattern`] reads them from `file`. `base` reads a
+/// RoPE base key (10000 when absent).
+fn layer_pattern(
+    file: &GgufFile,
+    arch: Architecture,
+    n_layer: usize,
+    rope_base: f32,
+    base: impl Fn(&'static str) -> Result<f32, ModelConfigError>,
+) -> Result<(Vec<Option<f32>>, Vec<LayerAttention>), ModelConfigError> {
+    let k = arch.keys();
+    let full = LayerAttention { rope: 0, window: None };
+    Ok(match arch.spec().layers {
+        LayerPattern::Full => (vec![Some(rope_base)], vec![full; n_layer]),
+        LayerPattern::FullWindowsRefused => {
+            if let Some(w) = file.optional(k.sliding_window, GgufFile::u32)?.filter(|&w| w > 0) {
+                let detail = format!("a window of {w} (OLMo 3's sliding-window layers) is not implemented");
+                return Err(invalid(k.sliding_window, detail));
+            }
+            (vec![Some(rope_base)], vec![full; n_layer])
+        }
+        LayerPattern::SlidingWindow { period, default_window, default_swa_base } => {
+            let window = match file.optional(k.sliding_window, GgufFile::u32)?.or(default_window) {
+                None | Some(0) => None,
+                Some(w) => Some(w as usize),
+            };
+            let period = match period {
+                Some(p) => p,
+                None => match file.optional(k.sliding_window_pattern, GgufFile::u32)?.unwrap_or(2) {
+                    0 => return Err(invalid(k.sliding_window_pattern, "0 is not a layer period".into())),
+                    p => p as usize,
+                },
+            };
+            // Windowed layers turn by `rope.freq_base_swa`; when absent, the family's default or the same base.
+            let swa_base = match (file.optional(k.rope_freq_base_swa, GgufFile::f32)?, default_swa_base) {
+                (Some(_), _) => base(k.rope_freq_base_swa)?,
+                (None, Some(b)) => b,
+                (None, None) => rope_base,
+            };
+            let layers = (0..n_layer).map(|l| match window.filter(|_| l % period < period - 1) {
+                Some(w) => LayerAttention { rope: 1, window: Some(w) },
+                None => full,
+            });
+            (vec![Some(rope_base), Some(swa_base)], layers.collect())
+        }
+        LayerPattern::NoRopeEvery(period) => {
+            let no_rope = LayerAttention { rope: 1, window: None };
+            let layers = (0..n_layer).map(|l| if (l + 1) % period == 0 { no_rope } else { full });
+            (vec![Some(rope_base), None], layers.collect())
+        }
+    })
+}
+
 fn positive(file: &GgufFile, key: &'static str, max: u32) -> Result<usize, ModelConfigError> {
     let v = file.u32(key)?;
     if v == 0 || v > max {
@@ -217,11 +266,37 @@ fn invalid(key: &'static str, detail: String) -> ModelConfigError {
     ModelConfigError::Invalid { key, detail }
 }
 
+/// A mixture-of-experts layer's tensors (`experts.rs`): the router, the experts' matrices stacked along a third
+/// dimension, and the shared expert's when there is one.
+fn moe_tensors(moe: &MoeConfig, d: u64) -> Vec<(&'static str, Vec<u64>, bool)> {
+    let (n, ff) = (moe.n_expert as u64, moe.n_ff_exp as u64);
+    let mut tensors = vec![("ffn_gate_inp.weight", vec![d, n], false)];
+    if moe.fused_gate_up {
+        tensors.push((experts::FUSED_GATE_UP_EXPS, vec![d, 2 * ff, n], false));
+    } else {
+        tensors
+            .extend([("ffn_gate_exps.weight", vec![d, ff, n], false), ("ffn_up_exps.weight", vec![d, ff, n], false)]);
+    }
+    tensors.push(("ffn_down_exps.weight", vec![ff, d, n], false));
+    if let Some(shared) = moe.shared {
+        let sff = shared.n_ff as u64;
+        tensors.extend([
+            ("ffn_gate_shexp.weight", vec![d, sff], false),
+            ("ffn_up_shexp.weight", vec![d, sff], false),
+            ("ffn_down_shexp.weight", vec![sff, d], false),
+        ]);
+        if shared.gated {
+            tensors.push(("ffn_gate_inp_shexp.weight", vec![d], true));
+        }
+    }
+    tensors
+}
+
 impl LlamaConfig {
     /// Reads and validates the hyperparameters, then checks every tensor's presence, type and shape.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelConfigError> {
         let name = file.str("general.architecture")?;
-        let Some(arch) = Architecture::ALL.into_iter().find(|a| a.name() == name) else {
+        let Some(arch) = Architecture::named(name) else {
             return Err(ModelConfigError::UnsupportedArchitecture(name.to_owned()));
         };
         let k = arch.keys();
@@ -272,65 +347,7 @@ impl LlamaConfig {
         // Missing, the embedding is named before anything is read from its shape.
         file.tensor(vocab::TOKEN_EMBD)?;
         let vocab_size = vocab::vocab_size(file, k.vocab_size)?;
-        let full = LayerAttention { rope: 0, window: None };
-        let (rope_bases, layers) = match arch {
-            Architecture::Llama
-            | Architecture::Qwen2
-            | Architecture::Qwen3
-            | Architecture::Phi3
-            | Architecture::Granite => (vec![Some(rope_base)], vec![full; n_layer]),
-            Architecture::Olmo2 => {
-                if let Some(w) = file.optional(k.sliding_window, GgufFile::u32)?.filter(|&w| w > 0) {
-                    let detail = format!("a window of {w} (OLMo 3's sliding-window layers) is not implemented");
-                    return Err(invalid(k.sliding_window, detail));
-                }
-                (vec![Some(rope_base)], vec![full; n_layer])
-            }
-            Architecture::Gemma3 => {
-                let window = match file.optional(k.sliding_window, GgufFile::u32)? {
-                    Some(0) | None => None,
-                    Some(w) => Some(w as usize),
-                };
-                let local = LayerAttention { rope: 1, window };
-                let layers =
-                    (0..n_layer)
-                        .map(|l| {
-                            if window.is_some() && l % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 {
-                                local
-                            } else {
-                                full
-                            }
-                        })
-                        .collect();
-                (vec![Some(rope_base), Some(base(k.rope_freq_base_swa)?)], layers)
-            }
-            Architecture::Gemma2 => {
-                // llama.cpp's defaults: a window of 4096 on every other layer (`load_swa_pattern(ml, 2)`).
-                let window = match file.optional(k.sliding_window, GgufFile::u32)?.unwrap_or(4096) {
-                    0 => None,
-                    w => Some(w as usize),
-                };
-                let period = match file.optional(k.sliding_window_pattern, GgufFile::u32)?.unwrap_or(2) {
-                    0 => return Err(invalid(k.sliding_window_pattern, "0 is not a layer period".into())),
-                    p => p as usize,
-                };
-                // Windowed layers turn by `rope.freq_base_swa` (the same base when absent, as in llama.cpp).
-                let swa_base = match file.optional(k.rope_freq_base_swa, GgufFile::f32)? {
-                    Some(_) => base(k.rope_freq_base_swa)?,
-                    None => rope_base,
-                };
-                let layers = (0..n_layer).map(|l| match window.filter(|_| l % period < period - 1) {
-                    Some(w) => LayerAttention { rope: 1, window: Some(w) },
-                    None => full,
-                });
-                (vec![Some(rope_base), Some(swa_base)], layers.collect())
-            }
-            Architecture::SmolLm3 => {
-                let no_rope = LayerAttention { rope: 1, window: None };
-                let layers = (0..n_layer).map(|l| if (l + 1) % SMOLLM3_NO_ROPE_PERIOD == 0 { no_rope } else { full });
-                (vec![Some(rope_base), None], layers.collect())
-            }
-        };
+        let (rope_bases, layers) = layer_pattern(file, arch, n_layer, rope_base, base)?;
         let traits = arch.traits();
         let tied_output = vocab::tied_output(file, arch, traits.output)?;
         let rope_freq_factors = match file.tensor_info(ROPE_FREQS) {
@@ -354,28 +371,26 @@ impl LlamaConfig {
         let fused_qkv = file.tensor_info(&Self::layer_tensor(0, FUSED_QKV)).is_some();
         refuse_unused_biases(file, traits.qkv_bias)?;
         let widths = Widths { n_layer, n_embd, n_head, head_dim };
-        let multipliers = multipliers::read(file, arch, k, widths)?;
-        // Soft caps as llama.cpp reads them: Gemma 2's both, 50 and 30 when absent; Gemma 3's final one only when
-        // its file has the key (0: none).
-        let softcap = |key: &'static str, gemma2_default: f32| -> Result<Option<f32>, ModelConfigError> {
+        let multipliers = multipliers::read(file, arch, widths)?;
+        // Soft caps as llama.cpp reads them for the family (`ArchSpec::softcaps`).
+        let softcap = |key: &'static str, rule: CapRule| -> Result<Option<f32>, ModelConfigError> {
             let found = file.optional(key, GgufFile::f32)?;
-            let cap = match arch {
-                Architecture::Gemma2 => found.unwrap_or(gemma2_default),
-                Architecture::Gemma3 if key == k.final_softcap => match found {
-                    None => return Ok(None),
-                    Some(0.0) => return Ok(None),
-                    Some(c) => c,
-                },
-                _ => return Ok(None),
+            let cap = match (rule, found) {
+                (CapRule::Never, _) | (CapRule::WhenKeySet, None | Some(0.0)) => return Ok(None),
+                (CapRule::KeyOr(default), found) => found.unwrap_or(default),
+                (CapRule::WhenKeySet, Some(c)) => c,
             };
             match cap {
                 c if c.is_finite() && c > 0.0 => Ok(Some(c)),
                 c => Err(invalid(key, format!("{c} is not a positive soft cap"))),
             }
         };
+        let caps = arch.spec().softcaps;
+        let moe = experts::read(file, arch, n_ff)?;
         let config = LlamaConfig {
-            attn_softcap: softcap(k.attn_softcap, 50.0)?,
-            final_softcap: softcap(k.final_softcap, 30.0)?,
+            attn_softcap: softcap(k.attn_softcap, caps.attention)?,
+            final_softcap: softcap(k.final_softcap, caps.logits)?,
+            moe,
             rope_freq_factors,
             rope_attn_factor: scaling.attn_factor,
             long_rope,
@@ -518,12 +533,16 @@ impl LlamaConfig {
             if self.pre_norms {
                 tensors.push(("ffn_norm.weight", vec![d], true));
             }
-            if self.fused_gate_up {
-                tensors.push(("ffn_up.weight", vec![d, 2 * ff], false));
-            } else {
-                tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)]);
+            match &self.moe {
+                Some(moe) => tensors.extend(moe_tensors(moe, d)),
+                None if self.fused_gate_up => tensors.push(("ffn_up.weight", vec![d, 2 * ff], false)),
+                None => {
+                    tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)])
+                }
             }
-            tensors.push(("ffn_down.weight", vec![ff, d], false));
+            if self.moe.is_none() {
+                tensors.push(("ffn_down.weight", vec![ff, d], false));
+            }
             match self.qk_norm {
                 Some(QkNorm::Heads) => {
                     tensors.extend([("attn_q_norm.weight", vec![hd], true), ("attn_k_norm.weight", vec![hd], true)])

@@ -5,6 +5,8 @@
 pub mod architecture;
 pub mod batch;
 pub mod config;
+pub mod experts;
+pub mod families;
 pub mod forward;
 pub mod multipliers;
 pub mod rope;
@@ -12,8 +14,9 @@ pub mod rope_scaling;
 pub mod synthetic;
 mod synthetic_families;
 
-pub use architecture::{Architecture, FfnActivation, QkNorm};
+pub use architecture::{ArchSpec, Architecture, FfnActivation, QkNorm};
 pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{LayerAttention, LlamaConfig, ModelConfigError};
+pub use experts::MoeConfig;
 pub use forward::{forward, LlamaBackend};
-pub use synthetic::{GraniteScales, SyntheticSpec};
+pub use synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};

@@ -13,13 +13,8 @@
 
 use crate::model::gguf::GgufFile;
 
-use super::architecture::{Architecture, Keys};
+use super::architecture::{Architecture, MultiplierRule};
 use super::config::ModelConfigError;
-
-/// Gemma 2 27B's layer count, by which llama.cpp recognizes its attention scale.
-const GEMMA2_27B_LAYERS: usize = 46;
-/// Gemma 3 27B's.
-const GEMMA3_27B_LAYERS: usize = 62;
 
 /// The multipliers of one model (see the module's documentation).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,13 +34,9 @@ pub struct Widths {
     pub head_dim: usize,
 }
 
-/// Reads architecture `arch`'s multipliers from `file`.
-pub(super) fn read(
-    file: &GgufFile,
-    arch: Architecture,
-    keys: &Keys,
-    w: Widths,
-) -> Result<Multipliers, ModelConfigError> {
+/// Reads architecture `arch`'s multipliers from `file`, as its `MultiplierRule` says.
+pub(super) fn read(file: &GgufFile, arch: Architecture, w: Widths) -> Result<Multipliers, ModelConfigError> {
+    let keys = arch.keys();
     let inverse_sqrt = |n: usize| 1.0 / (n as f32).sqrt();
     let mut m = Multipliers {
         attention_scale: inverse_sqrt(w.head_dim),
@@ -53,10 +44,10 @@ pub(super) fn read(
         residual_scale: None,
         logit_scale: None,
     };
-    match arch {
-        Architecture::Gemma2 | Architecture::Gemma3 => {
-            let layers_27b = if arch == Architecture::Gemma2 { GEMMA2_27B_LAYERS } else { GEMMA3_27B_LAYERS };
-            if w.n_layer == layers_27b {
+    match arch.spec().multipliers {
+        MultiplierRule::Standard => {}
+        MultiplierRule::AttentionByWidthAtLayers(layers) => {
+            if w.n_layer == layers {
                 if !w.n_embd.is_multiple_of(w.n_head) {
                     return Err(ModelConfigError::Invalid {
                         key: keys.head_count,
@@ -66,7 +57,7 @@ pub(super) fn read(
                 m.attention_scale = inverse_sqrt(w.n_embd / w.n_head);
             }
         }
-        Architecture::Granite => {
+        MultiplierRule::Granite => {
             m.attention_scale = optional(file, keys.attention_scale)?.unwrap_or(m.attention_scale);
             m.embed_scale = optional(file, keys.embedding_scale)?;
             m.residual_scale = optional(file, keys.residual_scale)?;
@@ -77,7 +68,6 @@ pub(super) fn read(
             }
             m.logit_scale = Some(logit_scale);
         }
-        _ => {}
     }
     Ok(m)
 }

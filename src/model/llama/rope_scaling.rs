@@ -15,7 +15,8 @@ use crate::model::gguf::GgufFile;
 use super::config::ModelConfigError;
 
 /// The scaling keys of one architecture (`&'static` so that errors can name them).
-pub(super) struct RopeScalingKeys {
+#[derive(Debug)]
+pub struct RopeScalingKeys {
     pub kind: &'static str,
     pub factor: &'static str,
     pub scale_linear: &'static str,

@@ -12,8 +12,10 @@ use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
-use super::architecture::Architecture;
+use super::architecture::{Architecture, ExpertWidth, ExpertsRule, LayerPattern, OutputProjection, SharedExpert};
 use super::config::{LayerAttention, LlamaConfig};
+use super::experts::{MoeConfig, SharedFfn};
+use super::families;
 use super::rope_scaling::{LongRope, Yarn};
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
@@ -56,6 +58,20 @@ pub struct SyntheticSpec {
     /// Every matrix F16 instead of the file's quantized types: for deep models compared with llama.cpp, whose
     /// 8-bit activations (and ours, in other blocks) would otherwise drift apart over the layers.
     pub f16_matrices: bool,
+    /// Mixture-of-experts FFNs (for a family whose spec has them), or dense ones.
+    pub experts: Option<SyntheticExperts>,
+}
+
+/// The mixture-of-experts shapes of a synthetic model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyntheticExperts {
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// Each expert's FFN width: `expert_feed_forward_length`, or `feed_forward_length` for the families that size
+    /// experts by it (then `n_ff` must be the same).
+    pub n_ff_exp: usize,
+    /// The shared expert's width (`expert_shared_feed_forward_length`), or none.
+    pub n_ff_shared: Option<usize>,
 }
 
 /// Granite's four multipliers as its files carry them (`multipliers.rs`).
@@ -102,7 +118,7 @@ impl SyntheticSpec {
             n_head_kv: 1,
             vocab_size: 262_144,
             context_length: 32_768,
-            arch: Architecture::Gemma3,
+            arch: families::GEMMA3,
             head_dim: Some(256),
             sliding_window: Some(512),
             ..Self::tiny(seed)
@@ -122,7 +138,7 @@ impl SyntheticSpec {
             context_length: 256,
             seed,
             rope_freq_factors: None,
-            arch: Architecture::Llama,
+            arch: families::LLAMA,
             head_dim: None,
             sliding_window: None,
             rope_base: ROPE_BASE,
@@ -133,6 +149,7 @@ impl SyntheticSpec {
             softcaps: None,
             granite: None,
             f16_matrices: false,
+            experts: None,
         }
     }
 
@@ -170,7 +187,7 @@ impl SyntheticSpec {
             n_head_kv: 1,
             vocab_size: 512,
             context_length: 256,
-            arch: Architecture::Gemma3,
+            arch: families::GEMMA3,
             head_dim: Some(64),
             sliding_window: Some(8),
             ..Self::tiny(seed)
@@ -183,7 +200,8 @@ impl SyntheticSpec {
     pub fn writer(&self) -> GgufWriter {
         let mut rng = SplitMix64(self.seed);
         let head_dim = self.head_dim.unwrap_or(self.n_embd / self.n_head);
-        let gemma = matches!(self.arch, Architecture::Gemma3 | Architecture::Gemma2);
+        let gemma = self.arch.traits().embed_scale;
+        let windowed = matches!(self.arch.spec().layers, LayerPattern::SlidingWindow { .. });
         let arch = self.arch.name();
         let key = |k: &str| format!("{arch}.{k}");
         let u32v = |v: usize| Value::U32(v as u32);
@@ -230,13 +248,23 @@ impl SyntheticSpec {
                 .metadata(&key("attention.scale"), Value::F32(g.attention))
                 .metadata(&key("logit_scale"), Value::F32(g.logit));
         }
+        let moe = self.moe_config();
+        if let (Some(e), Some(moe)) = (self.experts, &moe) {
+            w = w.metadata(&key("expert_count"), u32v(e.n_expert)).metadata(&key("expert_used_count"), u32v(e.n_used));
+            if self.n_ff != e.n_ff_exp {
+                w = w.metadata(&key("expert_feed_forward_length"), u32v(e.n_ff_exp));
+            }
+            if let Some(shared) = moe.shared {
+                w = w.metadata(&key("expert_shared_feed_forward_length"), u32v(shared.n_ff));
+            }
+        }
         if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
                 .metadata(&key("attention.key_length"), u32v(head_dim))
                 .metadata(&key("attention.value_length"), u32v(head_dim));
         }
-        if let Some(window) = self.sliding_window.filter(|_| gemma) {
+        if let Some(window) = self.sliding_window.filter(|_| windowed) {
             w = w
                 .metadata(&key("attention.sliding_window"), u32v(window))
                 .metadata(&key("rope.freq_base_swa"), Value::F32(ROPE_BASE_LOCAL));
@@ -259,8 +287,8 @@ impl SyntheticSpec {
             pre_norms: traits.pre_norms,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
-            // Phi-3's files fuse the projections; the other synthetic families keep them apart.
-            fused_qkv: self.arch == Architecture::Phi3,
+            // Phi-3's files fuse the projections (both pairs); the other synthetic families keep them apart.
+            fused_qkv: traits.fused_gate_up,
             fused_gate_up: traits.fused_gate_up,
             ffn_activation: traits.ffn_activation,
             rope_freq_factors: self.rope_freq_factors.clone(),
@@ -277,8 +305,10 @@ impl SyntheticSpec {
             rms_eps: 1e-5,
             context_length: self.context_length,
             vocab_size: self.vocab_size,
-            // OLMo 2's output projection is its own (llama.cpp requires `output.weight`); the others tie it.
-            tied_output: self.arch != Architecture::Olmo2,
+            // A family that requires its own output projection gets one (llama.cpp requires `output.weight`); the
+            // others tie it.
+            tied_output: traits.output != OutputProjection::Own,
+            moe,
         };
         for (name, shape, is_norm) in config.expected_tensors() {
             let long_rope = self.long_rope.as_ref();
@@ -288,6 +318,11 @@ impl SyntheticSpec {
                 w.tensor_f32(&name, &shape, &l.long)
             } else if let Some(l) = long_rope.filter(|_| name == "rope_factors_short.weight") {
                 w.tensor_f32(&name, &shape, &l.short)
+            } else if name.ends_with("ffn_gate_inp_shexp.weight") {
+                // The shared expert's gate: a row like a projection's, so that σ of its product is not saturated.
+                let values: Vec<f32> =
+                    (0..shape[0]).map(|_| 1.7 / (shape[0] as f32).sqrt() * rng.symmetric()).collect();
+                w.tensor_f32(&name, &shape, &values)
             } else if name.ends_with(".bias") {
                 // Biases as large as the projections' outputs, so that leaving one out changes the result.
                 let values: Vec<f32> = (0..shape[0]).map(|_| 0.5 * rng.symmetric()).collect();
@@ -298,15 +333,19 @@ impl SyntheticSpec {
             } else {
                 // Uniform weights scaled like a trained model's (std ≈ 1/sqrt(fan_in)) keep activations in range.
                 let scale = 1.7 / (shape[0] as f32).sqrt();
-                let dtype = if self.f16_matrices {
+                let dtype = if name.ends_with("ffn_gate_inp.weight") {
+                    // Routers stay F32 in quantized files (llama-quantize never quantizes them).
+                    GgmlType::F32
+                } else if self.f16_matrices {
                     GgmlType::F16
-                } else if gemma {
+                } else if gemma || self.experts.is_some() {
                     gemma3_type(&name, shape[0])
                 } else {
                     llama_type(&name)
                 };
-                let n = (shape[0] * shape[1]) as usize;
+                let n = shape.iter().product::<u64>() as usize;
                 let data = match dtype {
+                    GgmlType::F32 => (0..n).flat_map(|_| (scale * rng.symmetric()).to_le_bytes()).collect(),
                     GgmlType::F16 => {
                         (0..n).flat_map(|_| f16::from_f32(scale * rng.symmetric()).to_le_bytes()).collect()
                     }
@@ -317,6 +356,38 @@ impl SyntheticSpec {
             };
         }
         w
+    }
+}
+
+impl SyntheticSpec {
+    /// The mixture-of-experts configuration the file's metadata implies (its family's layout with these shapes).
+    fn moe_config(&self) -> Option<MoeConfig> {
+        let e = self.experts?;
+        let layout = match self.arch.spec().experts {
+            ExpertsRule::Dense => panic!("{:?} has no experts", self.arch),
+            ExpertsRule::Always(layout) | ExpertsRule::WhenCounted(layout) => layout,
+        };
+        assert!(
+            layout.expert_width == ExpertWidth::ExpertFeedForward || self.n_ff == e.n_ff_exp,
+            "n_ff sizes the experts"
+        );
+        let shared = match layout.shared {
+            SharedExpert::None => None,
+            SharedExpert::WhenSized => e.n_ff_shared.map(|n_ff| SharedFfn { n_ff, gated: false }),
+            SharedExpert::SigmoidGated => {
+                Some(SharedFfn { n_ff: e.n_ff_shared.expect("this family always has a shared expert"), gated: true })
+            }
+        };
+        Some(MoeConfig {
+            n_expert: e.n_expert,
+            n_expert_used: e.n_used,
+            n_ff_exp: e.n_ff_exp,
+            gating: layout.gating,
+            normalize_weights: layout.normalize_weights,
+            weights_scale: None,
+            shared,
+            fused_gate_up: false,
+        })
     }
 }
 
@@ -419,7 +490,7 @@ mod tests {
         let bytes = SyntheticSpec::tiny_gemma3(5).writer().to_bytes();
         let f = GgufFile::from_bytes(&bytes).unwrap();
         let c = LlamaConfig::from_gguf(&f).unwrap();
-        assert_eq!((c.arch, c.head_dim, c.q_dim(), c.rope_bases.len()), (Architecture::Gemma3, 64, 256, 2));
+        assert_eq!((c.arch, c.head_dim, c.q_dim(), c.rope_bases.len()), (families::GEMMA3, 64, 256, 2));
         let windows: Vec<_> = c.layers.iter().map(|l| l.window).collect();
         assert_eq!(windows, [Some(8), Some(8), Some(8), Some(8), Some(8), None, Some(8)]);
         let dtype = |name: &str| f.tensor(name).unwrap().dtype();

@@ -2,7 +2,7 @@
 //! family's real layer shapes with fewer layers and a 512-token vocabulary, so that llama.cpp and ember can be
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
-use super::architecture::Architecture;
+use super::families;
 use super::rope_scaling::LongRope;
 use super::synthetic::{GraniteScales, SyntheticSpec};
 
@@ -33,7 +33,7 @@ impl SyntheticSpec {
         Some(match name {
             // `qwen2`: 896 wide, 14 query heads and 2 key/value heads of 64, FFN 4864.
             "qwen2.5-0.5b" => {
-                SyntheticSpec { n_embd: 896, n_ff: 4864, n_head: 14, n_head_kv: 2, ..base(Architecture::Qwen2) }
+                SyntheticSpec { n_embd: 896, n_ff: 4864, n_head: 14, n_head_kv: 2, ..base(families::QWEN2) }
             }
             // `qwen3`: 1024 wide, 16 query heads and 8 key/value heads of 128 (wider than 1024 / 16), FFN 3072.
             "qwen3-0.6b" => SyntheticSpec {
@@ -42,7 +42,7 @@ impl SyntheticSpec {
                 n_head: 16,
                 n_head_kv: 8,
                 head_dim: Some(128),
-                ..base(Architecture::Qwen3)
+                ..base(families::QWEN3)
             },
             // `llama`: 2048 wide, 32 query heads and 8 key/value heads of 64, FFN 8192, RoPE base 500000 with
             // Llama 3.1's frequency factors for a factor of 32 (what Llama 3.2 1B's file carries).
@@ -53,7 +53,7 @@ impl SyntheticSpec {
                 n_head_kv: 8,
                 rope_base: 500_000.0,
                 rope_freq_factors: Some(llama3_rope_factors(500_000.0, 64, 32.0)),
-                ..base(Architecture::Llama)
+                ..base(families::LLAMA)
             },
             // `llama` with heads of 128 where 5120 / 32 is 160 (`attention.key_length`): Mistral Nemo 12B's 32
             // query and 8 key/value heads, FFN 14336, RoPE base 1000000.
@@ -64,7 +64,7 @@ impl SyntheticSpec {
                 n_head_kv: 8,
                 head_dim: Some(128),
                 rope_base: 1_000_000.0,
-                ..base(Architecture::Llama)
+                ..base(families::LLAMA)
             },
             // A small Gemma 3 (six sliding-window layers of 8 positions, then a global one) whose global layer
             // has linear RoPE scaling by 8, as Gemma 3 4B–27B's files do: the windowed layers stay unscaled.
@@ -74,9 +74,9 @@ impl SyntheticSpec {
             // `phi3`: 3072 wide, 32 query and 32 key/value heads of 96, FFN 8192, the q/k/v and the gate/up
             // projections fused, LongRoPE with Phi-3.5's attention factor (√(1 + ln 32 / ln 4096)); the short
             // factors apply (an original context of 4096, past the 256 positions of these files).
-            "phi3.5-mini" => phi3_5_mini(base(Architecture::Phi3), 4096),
+            "phi3.5-mini" => phi3_5_mini(base(families::PHI3), 4096),
             // The same with an original context of 128, so that a 256-position context takes the long factors.
-            "phi3.5-mini-long" => phi3_5_mini(base(Architecture::Phi3), 128),
+            "phi3.5-mini-long" => phi3_5_mini(base(families::PHI3), 128),
             // Qwen 3's layers with YaRN by 4 over an original context of 64 (as Qwen 3's 128k files scale 32k by 4):
             // with these files' RoPE base, pairs 0 to 13 of 64 lie on the ramp between kept and scaled speeds.
             "qwen3-0.6b-yarn4" => {
@@ -90,7 +90,7 @@ impl SyntheticSpec {
                 n_head: 16,
                 n_head_kv: 4,
                 rope_base: 5_000_000.0,
-                ..base(Architecture::SmolLm3)
+                ..base(families::SMOLLM3)
             },
             // `gemma2`: 2304 wide, 8 query and 4 key/value heads of 256, FFN 9216; windows of 8 positions (the real
             // model's are 4096) on the even layers, so that 16 positions see both kinds; soft caps of 2 and 10 (the
@@ -103,7 +103,7 @@ impl SyntheticSpec {
                 head_dim: Some(256),
                 sliding_window: Some(8),
                 softcaps: Some((2.0, 10.0)),
-                ..base(Architecture::Gemma2)
+                ..base(families::GEMMA2)
             },
             // `granite`: Granite 3.1 2B's layers (2048 wide, 32 query and 8 key/value heads of 64, FFN 8192) and its
             // four multipliers: embeddings ×12, residual branches ×0.22, query·key products ×1/64 (not 1/√64),
@@ -114,7 +114,7 @@ impl SyntheticSpec {
                 n_head: 32,
                 n_head_kv: 8,
                 granite: Some(GraniteScales::GRANITE_3_1_2B),
-                ..base(Architecture::Granite)
+                ..base(families::GRANITE)
             },
             // Gemma 2 27B's layer count (46, by which llama.cpp knows it) at small widths: 512 wide, 4 query and 2
             // key/value heads of 64, so that its attention scale 1/√(512 / 4) differs from 1/√64; windows of 8;
@@ -127,11 +127,11 @@ impl SyntheticSpec {
                 n_head_kv: 2,
                 head_dim: Some(64),
                 sliding_window: Some(8),
-                ..base(Architecture::Gemma2)
+                ..base(families::GEMMA2)
             },
             // Gemma 3 27B's layer count (62) at the same widths.
             "gemma3-27b-scale" => {
-                SyntheticSpec { arch: Architecture::Gemma3, ..Self::family("gemma2-27b-scale", seed, n_layer)? }
+                SyntheticSpec { arch: families::GEMMA3, ..Self::family("gemma2-27b-scale", seed, n_layer)? }
             }
             // `olmo2`: OLMo 2 1B's layers (2048 wide, 16 query and 16 key/value heads of 128, FFN 8192, RoPE base
             // 500000): no input norms, output norms before the residual adds, whole-row query and key norms, its
@@ -142,7 +142,7 @@ impl SyntheticSpec {
                 n_head: 16,
                 n_head_kv: 16,
                 rope_base: 500_000.0,
-                ..base(Architecture::Olmo2)
+                ..base(families::OLMO2)
             },
             _ => return None,
         })

@@ -79,7 +79,7 @@ mod tests {
     use super::*;
     use crate::model::gguf::writer::GgufWriter;
     use crate::model::gguf::{Array, GgmlType};
-    use crate::model::llama::SyntheticSpec;
+    use crate::model::llama::{families, SyntheticSpec};
 
     fn config(w: GgufWriter) -> Result<LlamaConfig, ModelConfigError> {
         LlamaConfig::from_gguf(&GgufFile::from_bytes(&w.to_bytes()).unwrap())
@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn each_architecture_has_the_output_projection_llama_cpp_gives_it() {
-        let olmo2 = SyntheticSpec { arch: Architecture::Olmo2, ..SyntheticSpec::tiny(1) };
+        let olmo2 = SyntheticSpec { arch: families::OLMO2, ..SyntheticSpec::tiny(1) };
         assert!(!config(olmo2.writer_with_byte_vocabulary()).unwrap().tied_output);
         let e = config(olmo2.writer_with_byte_vocabulary().without_tensor(OUTPUT)).unwrap_err();
         assert!(e.to_string().contains("tensor \"output.weight\" is required"), "{e}");
@@ -132,7 +132,7 @@ mod tests {
         let shape = [gemma3.n_embd as u64, gemma3.vocab_size as u64];
         let e = config(gemma3.writer_with_byte_vocabulary().tensor_f32(OUTPUT, &shape, &rows)).unwrap_err();
         assert!(e.to_string().contains("would be left unused"), "{e}");
-        for arch in [Architecture::Llama, Architecture::Qwen3, Architecture::SmolLm3, Architecture::Granite] {
+        for arch in [families::LLAMA, families::QWEN3, families::SMOLLM3, families::GRANITE] {
             assert_eq!(arch.traits().output, OutputProjection::OwnOrTied, "{arch:?}");
         }
     }

@@ -1,0 +1,243 @@
+//! Mixture-of-experts feed-forward blocks: their hyperparameters, read from a file as its family's
+//! [`MoeLayout`](super::architecture::MoeLayout) says, and the router that picks each token's experts and their
+//! weights (llama.cpp's `build_moe_ffn`, `src/llama-graph.cpp`).
+//!
+//! ```text
+//! logits  = ffn_gate_inp · x                                   [n_expert]   f32 weights and activations
+//! probs   = softmax(logits)                [Sigmoid: σ(logits)]
+//! chosen  = the expert_used_count largest probs, largest first (equal probabilities: the lower expert first)
+//! w       = probs[chosen]                  [normalize_weights: w / max(Σ w, 2^-14)] [· expert_weights_scale]
+//! out     = Σ_slots w_s · down_e(act(gate_e · x) ⊙ up_e · x)    e = chosen_s, added in slot order
+//!           [shared expert: + ffn_shexp(x), times σ(ffn_gate_inp_shexp · x) when gated]
+//! ```
+//!
+//! Ties: llama.cpp orders the probabilities with `std::sort` (libstdc++'s introsort), which for up to 16 experts
+//! is an insertion sort and keeps equal values in index order, as here; for more experts its order among exactly
+//! equal probabilities is an artifact of the partitioning. Ours is the stable order for every count (our logits
+//! are not llama.cpp's bits anyway, so exact equality between two experts is where the engines may differ).
+
+use crate::model::gguf::GgufFile;
+
+use super::architecture::{Architecture, ExpertWidth, ExpertsRule, Gating, SharedExpert};
+use super::config::ModelConfigError;
+
+/// Most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: usize = 512;
+
+/// The mixture-of-experts hyperparameters of a model (every layer alike).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Routed experts per layer (`expert_count`).
+    pub n_expert: usize,
+    /// Experts each token runs (`expert_used_count`).
+    pub n_expert_used: usize,
+    /// Width of each routed expert's FFN.
+    pub n_ff_exp: usize,
+    pub gating: Gating,
+    /// The chosen experts' weights are divided by their sum.
+    pub normalize_weights: bool,
+    /// The weights are multiplied by this (`expert_weights_scale`, when present and not 0 or 1).
+    pub weights_scale: Option<f32>,
+    /// The shared expert, when the model has one.
+    pub shared: Option<SharedFfn>,
+    /// The experts' gate and up projections are one tensor, `ffn_gate_up_exps` (each expert's `2 n_ff_exp` rows,
+    /// the gate's first).
+    pub fused_gate_up: bool,
+}
+
+/// The fused gate and up projections of the experts.
+pub const FUSED_GATE_UP_EXPS: &str = "ffn_gate_up_exps.weight";
+
+/// A shared expert: a dense FFN every token runs beside its routed experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedFfn {
+    /// Its width (`expert_shared_feed_forward_length`).
+    pub n_ff: usize,
+    /// Its output is scaled by σ(`ffn_gate_inp_shexp` · x) (Qwen 2 MoE).
+    pub gated: bool,
+}
+
+fn invalid(key: &'static str, detail: String) -> ModelConfigError {
+    ModelConfigError::Invalid { key, detail }
+}
+
+/// The mixture-of-experts hyperparameters of `file`, as `arch` reads them (`None`: a dense model). `n_ff` is the
+/// file's `feed_forward_length`.
+pub(super) fn read(file: &GgufFile, arch: Architecture, n_ff: usize) -> Result<Option<MoeConfig>, ModelConfigError> {
+    let k = arch.keys();
+    let count = file.optional(k.expert_count, GgufFile::u32)?.unwrap_or(0) as usize;
+    let layout = match arch.spec().experts {
+        ExpertsRule::Dense if count > 0 => {
+            let detail = format!("{count} experts: {} files are dense in ember (as in llama.cpp)", arch.name());
+            return Err(invalid(k.expert_count, detail));
+        }
+        ExpertsRule::Dense => return Ok(None),
+        ExpertsRule::WhenCounted(_) if count == 0 => return Ok(None),
+        ExpertsRule::WhenCounted(layout) | ExpertsRule::Always(layout) => layout,
+    };
+    if count == 0 || count > MAX_EXPERTS {
+        return Err(invalid(k.expert_count, format!("{count} experts is not in 1..={MAX_EXPERTS}")));
+    }
+    let used = file.optional(k.expert_used_count, GgufFile::u32)?.unwrap_or(0) as usize;
+    if used == 0 || used > count {
+        return Err(invalid(k.expert_used_count, format!("{used} experts per token is not in 1..={count}")));
+    }
+    if let Some(groups) = file.optional(k.expert_group_count, GgufFile::u32)?.filter(|&g| g > 1) {
+        let detail = format!("{groups} expert groups: group-limited routing is not implemented for {}", arch.name());
+        return Err(invalid(k.expert_group_count, detail));
+    }
+    let n_ff_exp = match layout.expert_width {
+        ExpertWidth::FeedForward => n_ff,
+        // llama.cpp: `n_ff_exp ? n_ff_exp : n_ff / n_expert_used`.
+        ExpertWidth::ExpertFeedForward => match file.optional(k.expert_feed_forward_length, GgufFile::u32)? {
+            Some(w) if w > 0 => w as usize,
+            _ => n_ff / used,
+        },
+    };
+    if n_ff_exp == 0 || n_ff_exp > 1 << 20 {
+        return Err(invalid(k.expert_feed_forward_length, format!("{n_ff_exp} is not in 1..=1048576")));
+    }
+    let shared_width = file.optional(k.expert_shared_feed_forward_length, GgufFile::u32)?.unwrap_or(0) as usize;
+    let shared = match layout.shared {
+        SharedExpert::None => None,
+        SharedExpert::WhenSized if shared_width == 0 => None,
+        SharedExpert::WhenSized => Some(SharedFfn { n_ff: shared_width, gated: false }),
+        // llama.cpp: `n_ff_shexp ? n_ff_shexp : n_ff`.
+        SharedExpert::SigmoidGated => {
+            Some(SharedFfn { n_ff: if shared_width > 0 { shared_width } else { n_ff }, gated: true })
+        }
+    };
+    if shared.is_some_and(|s| s.n_ff > 1 << 20) {
+        return Err(invalid(k.expert_shared_feed_forward_length, format!("{shared_width} is not in 1..=1048576")));
+    }
+    let weights_scale = match file.optional(k.expert_weights_scale, GgufFile::f32)? {
+        None => None,
+        Some(s) if s == 0.0 || s == 1.0 => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(s),
+        Some(s) => return Err(invalid(k.expert_weights_scale, format!("{s} is not a positive scale"))),
+    };
+    Ok(Some(MoeConfig {
+        n_expert: count,
+        n_expert_used: used,
+        n_ff_exp,
+        gating: layout.gating,
+        normalize_weights: layout.normalize_weights,
+        weights_scale,
+        shared,
+        fused_gate_up: file.tensor_info(&format!("blk.0.{FUSED_GATE_UP_EXPS}")).is_some(),
+    }))
+}
+
+/// llama.cpp's floor under the sum the weights are normalized by (the smallest normal f16).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+impl MoeConfig {
+    /// Routes one token: from its router logits (`n_expert`, overwritten with the probabilities) to its experts
+    /// (`selected`, `n_expert_used` ids, the most probable first) and their weights (`weights`). Deterministic,
+    /// and the same on every backend that computes the same logits.
+    pub fn route(&self, logits: &mut [f32], selected: &mut [u32], weights: &mut [f32]) {
+        assert_eq!(logits.len(), self.n_expert, "one logit per expert");
+        assert!(selected.len() == self.n_expert_used && weights.len() == self.n_expert_used);
+        match self.gating {
+            Gating::Softmax => softmax(logits),
+            Gating::Sigmoid => logits.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp())),
+        }
+        let probs = &*logits;
+        top_k(probs, selected);
+        for (w, &e) in weights.iter_mut().zip(selected.iter()) {
+            *w = probs[e as usize];
+        }
+        if self.normalize_weights {
+            // As ggml's `sum_rows`: accumulated in f64.
+            let sum = weights.iter().map(|&w| f64::from(w)).sum::<f64>() as f32;
+            let sum = sum.max(MIN_WEIGHT_SUM);
+            weights.iter_mut().for_each(|w| *w /= sum);
+        }
+        if let Some(scale) = self.weights_scale {
+            weights.iter_mut().for_each(|w| *w *= scale);
+        }
+    }
+}
+
+/// ggml's softmax: `exp(x − max)`, summed in f64, scaled by the f32 reciprocal of the sum.
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let scale = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= scale);
+}
+
+/// The indices of the `out.len()` largest values of `x`, largest first; equal values in index order; NaN sorts
+/// last.
+fn top_k(x: &[f32], out: &mut [u32]) {
+    let k = out.len();
+    let mut n = 0;
+    for (i, &v) in x.iter().enumerate() {
+        // Insertion into the sorted prefix: a value enters before the first smaller one (so after its equals).
+        let larger = |o: &u32| {
+            let w = x[*o as usize];
+            w >= v || v.is_nan()
+        };
+        let at = out[..n].iter().take_while(|o| larger(o)).count();
+        if at >= k {
+            continue;
+        }
+        let end = n.min(k - 1);
+        out.copy_within(at..end, at + 1);
+        out[at] = i as u32;
+        n = (n + 1).min(k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moe(n_expert: usize, used: usize, normalize: bool) -> MoeConfig {
+        MoeConfig {
+            n_expert,
+            n_expert_used: used,
+            n_ff_exp: 32,
+            gating: Gating::Softmax,
+            normalize_weights: normalize,
+            weights_scale: None,
+            shared: None,
+            fused_gate_up: false,
+        }
+    }
+
+    #[test]
+    fn top_k_takes_the_largest_first_and_equal_values_in_index_order() {
+        let x = [0.1, 0.5, 0.3, 0.5, f32::NAN, 0.9, 0.3];
+        let mut out = [0u32; 4];
+        top_k(&x, &mut out);
+        assert_eq!(out, [5, 1, 3, 2]);
+        let mut all = [0u32; 7];
+        top_k(&x, &mut all);
+        assert_eq!(all, [5, 1, 3, 2, 6, 0, 4]);
+        let mut one = [0u32; 1];
+        top_k(&[1.0, 1.0, 1.0], &mut one);
+        assert_eq!(one, [0]);
+    }
+
+    #[test]
+    fn routing_normalizes_the_chosen_probabilities_only_when_the_family_does() {
+        let logits = [1.0f32, 3.0, 2.0, 0.0];
+        let (mut sel, mut w) = ([0u32; 2], [0f32; 2]);
+        moe(4, 2, false).route(&mut logits.clone(), &mut sel, &mut w);
+        assert_eq!(sel, [1, 2]);
+        let z: f32 = logits.iter().map(|l| l.exp()).sum();
+        assert!((w[0] - 3f32.exp() / z).abs() < 1e-6 && (w[1] - 2f32.exp() / z).abs() < 1e-6, "{w:?}");
+        moe(4, 2, true).route(&mut logits.clone(), &mut sel, &mut w);
+        let e = 1f32.exp();
+        assert!((w[0] - e / (e + 1.0)).abs() < 1e-6 && (w[0] + w[1] - 1.0).abs() < 1e-6, "{w:?}");
+        let scaled = MoeConfig { weights_scale: Some(2.5), ..moe(4, 2, true) };
+        let mut w2 = [0f32; 2];
+        scaled.route(&mut logits.clone(), &mut sel, &mut w2);
+        assert_eq!(w2, [w[0] * 2.5, w[1] * 2.5]);
+    }
+}
