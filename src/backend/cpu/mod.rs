@@ -2,6 +2,7 @@
 
 mod attention;
 mod backend;
+mod experts;
 pub mod kernels;
 pub mod kv_cache;
 mod model_weights;
