@@ -5,6 +5,9 @@
 #
 #   scripts/llamacpp/build.sh          -DGGML_NATIVE=ON: the machine's own ISA (build/bin)
 #   scripts/llamacpp/build.sh avx2     AVX2 + FMA + F16C only, to compare with EMBER_CPU_KERNELS=avx2 (build-avx2/bin)
+#   scripts/llamacpp/build.sh avx512   AVX-512 (VBMI, VNNI, BF16) without AMX (build-avx512/bin): for machines whose
+#                                      native build dies (an AMX CPU, or a guest that lists amx_tile but faults on it:
+#                                      SIGILL in ggml-cpu)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 variant="${1:-native}"
@@ -15,7 +18,10 @@ case "$variant" in
   native) build=build; flags=(-DGGML_NATIVE=ON) ;;
   avx2) build=build-avx2
     flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) ;;
-  *) echo "usage: $0 [native|avx2]" >&2; exit 2 ;;
+  avx512) build=build-avx512
+    flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF) ;;
+  *) echo "usage: $0 [native|avx2|avx512]" >&2; exit 2 ;;
 esac
 targets=(llama-bench llama-quantize llama-tokenize llama-cli)
 bin="$PWD/$src/$build/bin"

@@ -27,14 +27,18 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("qwen3-yarn", "qwen3-0.6b-yarn4", 8, 2), ("smollm3", "smollm3-3b", 9, 4),
             ("gemma2", "gemma2-2b", 10, 2), ("granite", "granite3.1-2b", 11, 2),
             ("gemma2-27b", "gemma2-27b-scale", 12, 46), ("gemma3-27b", "gemma3-27b-scale", 13, 62),
-            ("olmo2", "olmo2-1b", 14, 2)]
+            ("olmo2", "olmo2-1b", 14, 2), ("qwen3moe", "qwen3moe-small", 15, 2), ("mixtral", "mixtral-small", 16, 2),
+            ("qwen2moe", "qwen2moe-small", 17, 2), ("olmoe", "olmoe-small", 18, 2),
+            ("granitemoe", "granitemoe-small", 19, 2)]
 
 
 def main():
-    bin_dir = subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "build.sh")], check=True,
+    # LLAMACPP_VARIANT=avx512 where the native build dies (scripts/llamacpp/build.sh).
+    variant = os.environ.get("LLAMACPP_VARIANT", "native")
+    bin_dir = subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "build.sh"), variant], check=True,
                              capture_output=True, text=True).stdout.strip()
     src = os.path.dirname(os.path.dirname(bin_dir))
-    tool = os.path.join(CACHE, "ember-logits")
+    tool = os.path.join(CACHE, f"ember-logits-{variant}")
     subprocess.run(["g++", "-O2", "-std=c++17", "-I", os.path.join(src, "include"),
                     "-I", os.path.join(src, "ggml", "include"), os.path.join(ROOT, "scripts", "llamacpp", "logits.cpp"),
                     "-L", bin_dir, "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bin_dir}", "-o", tool], check=True)

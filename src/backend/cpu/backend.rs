@@ -10,6 +10,7 @@ use super::kernels::numerics::soft_cap;
 use super::kernels::{kernels, BlockQ8A, Kernels};
 use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
 use super::model_weights::CpuModelWeights;
+use super::moe::{moe_ffn, MoeOperands, MoeScratch};
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
@@ -123,6 +124,8 @@ pub struct CpuBackend<'m> {
     act_q8: Vec<BlockQ8A>,
     /// `[max_batch_tokens][max(n_embd, n_ff, q_dim)]` on the precise path (empty otherwise): the matmul input.
     act_f32: Vec<f32>,
+    /// The mixture-of-experts blocks' buffers (`LlamaConfig::moe`).
+    moe: Option<MoeScratch>,
 }
 
 impl<'m> CpuBackend<'m> {
@@ -198,6 +201,8 @@ impl<'m> CpuBackend<'m> {
         if !q.is_multiple_of(QK) {
             return bad(format!("query width {q} must be a multiple of {QK}"));
         }
+        // A mixture-of-experts model's dense FFN width is unused: its experts have buffers of their own.
+        let ff = if config.moe.is_some() { 0 } else { ff };
         let widths = [d, d, q, kv, kv, q, ff, ff, d];
         let widest = d.max(ff).max(q);
         Ok(CpuBackend {
@@ -214,6 +219,7 @@ impl<'m> CpuBackend<'m> {
                 Precision::Float32 => vec![0.0; t * widest],
                 Precision::Quantized8 => Vec::new(),
             },
+            moe: config.moe.as_ref().map(|moe| MoeScratch::new(&config, moe, t, options.precision)),
             config,
             options,
         })
@@ -239,7 +245,8 @@ impl<'m> CpuBackend<'m> {
 
     /// Bytes of weights a decode step reads.
     pub fn weight_bytes_per_token(&self) -> usize {
-        self.weights.bytes_per_token()
+        // A mixture of experts reads its routed experts' bytes only for the ones a token chose.
+        self.weights.bytes_read_per_token(self.config.moe.as_ref().map_or(0, |m| m.n_expert_used))
     }
 
     fn width(&self, b: Buf) -> usize {
@@ -428,6 +435,21 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             }
         });
         std::mem::swap(&mut self.bufs[buf_index(Buf::Gate)], &mut self.hidden);
+    }
+
+    fn moe_ffn(&mut self, layer: usize, io: Buf) {
+        let n = self.step.n_tokens() * self.config.n_embd;
+        let op = MoeOperands {
+            pool: &self.pool,
+            kernels: self.kernels,
+            precision: self.options.precision,
+            config: &self.config,
+            experts: self.weights.experts(layer),
+        };
+        let scratch = self.moe.as_mut().expect("a mixture-of-experts model has its buffers");
+        let [rows, tmp] = self.bufs.get_disjoint_mut([buf_index(io), TMP]).expect("distinct buffers");
+        moe_ffn(&op, scratch, &rows[..n], &mut tmp[..n]);
+        rows[..n].copy_from_slice(&tmp[..n]);
     }
 
     fn logits(&mut self, out: &mut [f32]) -> Result<(), BatchError> {

@@ -6,6 +6,7 @@ mod experts;
 pub mod kernels;
 pub mod kv_cache;
 mod model_weights;
+mod moe;
 mod parallel;
 pub mod pool;
 mod step;

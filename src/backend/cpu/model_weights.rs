@@ -7,8 +7,10 @@ use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::llama::forward::{Bias, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
+use super::experts::ExpertMatrices;
 use super::kernels::packed::RunTasks;
 use super::kernels::{PackedMatrix, WeightMatrix};
+use crate::model::llama::experts::FUSED_GATE_UP_EXPS;
 
 /// A weight matrix as the matmuls read it.
 pub enum Matrix<'m> {
@@ -56,15 +58,28 @@ impl<'m> Matrix<'m> {
     }
 }
 
+/// A mixture-of-experts block's weights (`LlamaConfig::moe`).
+pub struct LayerExperts<'m> {
+    /// `[n_expert rows × n_embd]`: the router, read as the file has it (not packed: its logits are computed from
+    /// f32 activations, so that the choice of experts does not hang on 8-bit rounding).
+    pub router: Matrix<'m>,
+    /// One per routed expert.
+    pub routed: Vec<ExpertMatrices<'m>>,
+    /// The shared expert (a list of one, as `routed_experts` takes it), or empty.
+    pub shared: Vec<ExpertMatrices<'m>>,
+    /// `[n_embd]`: the shared expert's gate (`ffn_gate_inp_shexp`), or empty.
+    pub shared_gate: Box<[f32]>,
+}
+
 /// The matrices of one transformer block.
 struct LayerWeights<'m> {
     attn_q: Matrix<'m>,
     attn_k: Matrix<'m>,
     attn_v: Matrix<'m>,
     attn_output: Matrix<'m>,
-    ffn_gate: Matrix<'m>,
-    ffn_up: Matrix<'m>,
-    ffn_down: Matrix<'m>,
+    /// The dense FFN's (absent in a mixture-of-experts block).
+    ffn: Option<[Matrix<'m>; 3]>,
+    experts: Option<LayerExperts<'m>>,
     /// Empty without `LlamaConfig::pre_norms` (OLMo 2).
     attn_norm: Box<[f32]>,
     ffn_norm: Box<[f32]>,
@@ -130,9 +145,16 @@ impl<'m> CpuModelWeights<'m> {
                     attn_k: weight(Weight::AttnK(l))?,
                     attn_v: weight(Weight::AttnV(l))?,
                     attn_output: weight(Weight::AttnOutput(l))?,
-                    ffn_gate: weight(Weight::FfnGate(l))?,
-                    ffn_up: weight(Weight::FfnUp(l))?,
-                    ffn_down: weight(Weight::FfnDown(l))?,
+                    ffn: match config.moe {
+                        Some(_) => None,
+                        None => {
+                            Some([weight(Weight::FfnGate(l))?, weight(Weight::FfnUp(l))?, weight(Weight::FfnDown(l))?])
+                        }
+                    },
+                    experts: match &config.moe {
+                        Some(moe) => Some(layer_experts(file, l, moe, pack)?),
+                        None => None,
+                    },
                     attn_norm: norm_if(config.pre_norms, Norm::Attn(l))?,
                     ffn_norm: norm_if(config.pre_norms, Norm::Ffn(l))?,
                     post_attn_norm: norm_if(config.post_norms, Norm::PostAttn(l))?,
@@ -154,10 +176,19 @@ impl<'m> CpuModelWeights<'m> {
             Weight::AttnK(l) => &self.layers[l].attn_k,
             Weight::AttnV(l) => &self.layers[l].attn_v,
             Weight::AttnOutput(l) => &self.layers[l].attn_output,
-            Weight::FfnGate(l) => &self.layers[l].ffn_gate,
-            Weight::FfnUp(l) => &self.layers[l].ffn_up,
-            Weight::FfnDown(l) => &self.layers[l].ffn_down,
+            Weight::FfnGate(l) => &self.dense_ffn(l)[0],
+            Weight::FfnUp(l) => &self.dense_ffn(l)[1],
+            Weight::FfnDown(l) => &self.dense_ffn(l)[2],
         }
+    }
+
+    fn dense_ffn(&self, layer: usize) -> &[Matrix<'m>; 3] {
+        self.layers[layer].ffn.as_ref().expect("a dense FFN's weights are asked for a dense layer only")
+    }
+
+    /// Layer `layer`'s experts.
+    pub fn experts(&self, layer: usize) -> &LayerExperts<'m> {
+        self.layers[layer].experts.as_ref().expect("a mixture-of-experts layer's weights are asked for such a layer")
     }
 
     pub fn norm(&self, n: Norm) -> &[f32] {
@@ -190,24 +221,113 @@ impl<'m> CpuModelWeights<'m> {
 
     /// Whether any weight is still read from the file's bytes (a float matrix, or the precise path).
     pub fn reads_the_file(&self) -> bool {
-        let layer = |l: &LayerWeights| {
-            [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
-                .iter()
-                .any(|m| m.reads_the_file())
-        };
+        // The routers are read from the file on purpose (see `LayerExperts::router`).
+        let layer = |l: &LayerWeights| l.matrices().any(|m| m.reads_the_file());
         self.token_embd.reads_the_file()
             || self.output.as_ref().is_some_and(Matrix::reads_the_file)
             || self.layers.iter().any(layer)
     }
 
-    /// Bytes of weights one decode step streams (every matrix once, the output projection included).
-    pub fn bytes_per_token(&self) -> usize {
+    /// Bytes of weights one token's decode reads: the attention's and dense FFNs' matrices, the routers, the
+    /// `n_expert_used` routed experts' matrices (each expert's size times `n_expert_used`; experts of one layer
+    /// have one size) and the shared experts', and the output projection.
+    pub fn bytes_read_per_token(&self, n_expert_used: usize) -> usize {
+        let experts = |e: &LayerExperts| {
+            let one = |x: &ExpertMatrices| x.gate.n_bytes() + x.up.n_bytes() + x.down.n_bytes();
+            e.router.n_bytes()
+                + e.routed.first().map_or(0, one) * n_expert_used
+                + e.shared.iter().map(one).sum::<usize>()
+        };
         let per_layer = |l: &LayerWeights| {
-            [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down]
-                .iter()
-                .map(|m| m.n_bytes())
-                .sum::<usize>()
+            l.attention().map(Matrix::n_bytes).sum::<usize>()
+                + l.ffn.iter().flatten().map(Matrix::n_bytes).sum::<usize>()
+                + l.experts.as_ref().map_or(0, experts)
         };
         self.layers.iter().map(per_layer).sum::<usize>() + self.output().n_bytes()
     }
+}
+
+impl<'m> LayerWeights<'m> {
+    fn attention(&self) -> impl Iterator<Item = &Matrix<'m>> {
+        [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output].into_iter()
+    }
+
+    /// Every matrix of the block but the routers (what the packing replaces).
+    fn matrices(&self) -> impl Iterator<Item = &Matrix<'m>> {
+        let experts = self.experts.iter().flat_map(|e| e.routed.iter().chain(&e.shared));
+        self.attention().chain(self.ffn.iter().flatten()).chain(experts.flat_map(|x| [&x.gate, &x.up, &x.down]))
+    }
+}
+
+/// Layer `l`'s experts: each routed expert's rows of the stacked `ffn_*_exps` tensors (or of the fused
+/// `ffn_gate_up_exps`), packed like the dense matrices; the router as the file has it; the shared expert's.
+fn layer_experts<'m>(
+    file: &'m GgufFile,
+    l: usize,
+    moe: &crate::model::llama::MoeConfig,
+    pack: Option<RunTasks<'_>>,
+) -> Result<LayerExperts<'m>, GgufError> {
+    let name = |suffix: &str| LlamaConfig::layer_tensor(l, suffix);
+    let view = |name: &str| WeightMatrix::from_tensor(&file.tensor(name)?);
+    let ff = moe.n_ff_exp;
+    // Rows `rows` of a stacked tensor as a matrix of their own, packed when `pack` is given.
+    let part = |whole: &WeightMatrix<'m>, tensor: &str, rows: std::ops::Range<usize>| {
+        let m = whole.rows(rows.clone()).ok_or_else(|| GgufError::MissingTensor {
+            name: format!("{tensor} rows {}..{} (of {})", rows.start, rows.end, whole.n_rows()),
+        })?;
+        Ok::<_, GgufError>(Matrix::new(m, pack))
+    };
+    let down_name = name("ffn_down_exps.weight");
+    let down = view(&down_name)?;
+    let d = down.n_rows() / moe.n_expert;
+    let (gate_name, up_name) = match moe.fused_gate_up {
+        true => (name(FUSED_GATE_UP_EXPS), name(FUSED_GATE_UP_EXPS)),
+        false => (name("ffn_gate_exps.weight"), name("ffn_up_exps.weight")),
+    };
+    let (gate, up) = (view(&gate_name)?, view(&up_name)?);
+    let mut routed = Vec::with_capacity(moe.n_expert);
+    for e in 0..moe.n_expert {
+        let (gate_rows, up_rows) = match moe.fused_gate_up {
+            true => (2 * e * ff..2 * e * ff + ff, 2 * e * ff + ff..2 * (e + 1) * ff),
+            false => (e * ff..(e + 1) * ff, e * ff..(e + 1) * ff),
+        };
+        routed.push(ExpertMatrices {
+            gate: part(&gate, &gate_name, gate_rows)?,
+            up: part(&up, &up_name, up_rows)?,
+            down: part(&down, &down_name, e * d..(e + 1) * d)?,
+            gate_bias: Box::default(),
+            up_bias: Box::default(),
+            down_bias: Box::default(),
+        });
+    }
+    if pack.is_some() && routed.iter().all(|x| !x.gate.reads_the_file()) {
+        for tensor in [&gate_name, &up_name, &down_name] {
+            file.release_tensor(tensor);
+        }
+    }
+    let shared = match moe.shared {
+        None => Vec::new(),
+        Some(_) => {
+            let matrix = |suffix: &str| {
+                let m = Matrix::new(view(&name(suffix))?, pack);
+                if !m.reads_the_file() {
+                    file.release_tensor(&name(suffix));
+                }
+                Ok::<_, GgufError>(m)
+            };
+            vec![ExpertMatrices {
+                gate: matrix("ffn_gate_shexp.weight")?,
+                up: matrix("ffn_up_shexp.weight")?,
+                down: matrix("ffn_down_shexp.weight")?,
+                gate_bias: Box::default(),
+                up_bias: Box::default(),
+                down_bias: Box::default(),
+            }]
+        }
+    };
+    let shared_gate = match moe.shared {
+        Some(s) if s.gated => file.tensor(&name("ffn_gate_inp_shexp.weight"))?.as_f32()?.into(),
+        _ => Box::default(),
+    };
+    Ok(LayerExperts { router: Matrix::File(view(&name("ffn_gate_inp.weight"))?), routed, shared, shared_gate })
 }

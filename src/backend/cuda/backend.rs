@@ -381,6 +381,12 @@ impl LlamaBackend for CudaBackend {
         self.record(Op::Gated);
     }
 
+    fn moe_ffn(&mut self, _layer: usize, _io: Buf) {
+        // `check_options` refuses a mixture-of-experts model, so no step reaches here; were one to, its logits fail
+        // with this reason rather than return a dense FFN's result.
+        self.poisoned = Some("mixture-of-experts FFNs are not implemented by the CUDA backend".into());
+    }
+
     fn logits(&mut self, out: &mut [f32]) -> Result<(), CudaBackendError> {
         if let Some(reason) = &self.poisoned {
             return Err(CudaBackendError::Poisoned(reason.clone()));

@@ -424,6 +424,10 @@ impl LlamaConfig {
             vocab_size,
             tied_output,
         };
+        if config.moe.is_some() && !config.pre_norms {
+            // The forward pass computes the experts from the normalized input in place (`LlamaBackend::moe_ffn`).
+            return Err(invalid("general.architecture", "experts without an FFN input norm".into()));
+        }
         config.check_tensors(file)?;
         Ok(config)
     }

@@ -12,6 +12,7 @@
 //!                                                      [residual_scale s: x += s · att·Wo[l]ᵀ]
 //!     xn = rms_norm(x, ffn_norm[l])
 //!     x += (act(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ   act: SiLU [or GELU]; [post_norms: normalized first]
+//!                                                      [moe: x += Σ_chosen w_e · ffn_e(xn) (experts.rs)]
 //! logits = rms_norm(x, output_norm)·Woutᵀ              [S, vocab] only for the S rows that want logits
 //!                                                      [/ logit_scale] [final_softcap c: c · tanh(logits / c)]
 //! ```
@@ -152,6 +153,10 @@ pub trait LlamaBackend {
     fn attention(&mut self, layer: usize);
     /// `Gate = act(Gate) ⊙ Up`, `act` the config's `ffn_activation`.
     fn gated_activation(&mut self);
+    /// The mixture-of-experts FFN of `layer` (`LlamaConfig::moe`, `experts.rs`): `io` holds the block's normalized
+    /// input rows and is overwritten with its output (the routed experts' weighted sum, plus the shared
+    /// expert's).
+    fn moe_ffn(&mut self, layer: usize, io: Buf);
     /// Ends the step: final norm of `X` and the output projection for each row that wants logits
     /// (`SeqChunk::logit_rows`), in batch order, into `out` (`[rows, vocab]`); then the config's `logit_scale`
     /// and `final_softcap`.
@@ -179,9 +184,15 @@ pub fn forward<B: LlamaBackend>(
         backend.attention(l);
         residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
         let input = pre_norm(config, backend, Norm::Ffn(l));
-        backend.matmul(input, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
-        backend.gated_activation();
-        residual(config, backend, Buf::Gate, Weight::FfnDown(l), Norm::PostFfn(l));
+        if config.moe.is_some() {
+            // Every mixture-of-experts family normalizes the FFN's input (`Xn`), checked at load.
+            backend.moe_ffn(l, input);
+            add_branch(config, backend, input, Norm::PostFfn(l));
+        } else {
+            backend.matmul(input, &[(Weight::FfnGate(l), Buf::Gate), (Weight::FfnUp(l), Buf::Up)]);
+            backend.gated_activation();
+            residual(config, backend, Buf::Gate, Weight::FfnDown(l), Norm::PostFfn(l));
+        }
     }
     backend.logits(logits)
 }
@@ -193,6 +204,16 @@ fn pre_norm<B: LlamaBackend>(config: &LlamaConfig, backend: &mut B, norm: Norm) 
         Buf::Xn
     } else {
         Buf::X
+    }
+}
+
+/// `X += branch`, the branch (a computed block output in `branch`) scaled or normalized as [`residual`] does.
+fn add_branch<B: LlamaBackend>(config: &LlamaConfig, backend: &mut B, branch: Buf, post: Norm) {
+    if config.post_norms {
+        backend.rms_norm_add(branch, post, Buf::X);
+    } else {
+        // 1 · b is b exactly: a plain add.
+        backend.add_scaled(branch, config.residual_scale.unwrap_or(1.0), Buf::X);
     }
 }
 

@@ -4,11 +4,11 @@
 
 use super::families;
 use super::rope_scaling::LongRope;
-use super::synthetic::{GraniteScales, SyntheticSpec};
+use super::synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 14] = [
+    pub const FAMILIES: [&'static str; 21] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -23,6 +23,13 @@ impl SyntheticSpec {
         "gemma2-27b-scale",
         "gemma3-27b-scale",
         "olmo2-1b",
+        "qwen3moe-small",
+        "mixtral-small",
+        "qwen2moe-small",
+        "olmoe-small",
+        "granitemoe-small",
+        "qwen3-30b-a3b",
+        "mixtral-8x7b",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -143,6 +150,82 @@ impl SyntheticSpec {
                 n_head_kv: 16,
                 rope_base: 500_000.0,
                 ..base(families::OLMO2)
+            },
+            // `qwen3moe` at small widths: 512 wide, 8 query and 4 key/value heads of 128 (wider than 512 / 8, as
+            // Qwen3-30B-A3B's 32 heads of 128 are wider than 2048 / 32), 32 experts of 256, 8 per token.
+            "qwen3moe-small" => SyntheticSpec {
+                n_embd: 512,
+                n_ff: 1536,
+                n_head: 8,
+                n_head_kv: 4,
+                head_dim: Some(128),
+                experts: Some(SyntheticExperts { n_expert: 32, n_used: 8, n_ff_exp: 256, n_ff_shared: None }),
+                ..base(families::QWEN3MOE)
+            },
+            // `llama` with experts (Mixtral) at small widths: 512 wide, 8 query and 2 key/value heads, 8 experts of
+            // 1024, 2 per token.
+            "mixtral-small" => SyntheticSpec {
+                n_embd: 512,
+                n_ff: 1024,
+                n_head: 8,
+                n_head_kv: 2,
+                rope_base: 1_000_000.0,
+                experts: Some(SyntheticExperts { n_expert: 8, n_used: 2, n_ff_exp: 1024, n_ff_shared: None }),
+                ..base(families::LLAMA)
+            },
+            // `qwen2moe` at small widths: 512 wide, 8 heads, biased q/k/v, 16 experts of 256, 4 per token, and a
+            // gated shared expert of 1024 (Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, shared 5632).
+            "qwen2moe-small" => SyntheticSpec {
+                n_embd: 512,
+                n_ff: 1024,
+                n_head: 8,
+                n_head_kv: 8,
+                experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: Some(1024) }),
+                ..base(families::QWEN2MOE)
+            },
+            // `olmoe` at small widths: 512 wide, 8 heads (its row norms are n_embd wide for keys too), 16 experts of
+            // 256, 4 per token (OLMoE-1B-7B: 64 of 1024, 8 per token).
+            "olmoe-small" => SyntheticSpec {
+                n_embd: 512,
+                n_ff: 256,
+                n_head: 8,
+                n_head_kv: 8,
+                experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: None }),
+                ..base(families::OLMOE)
+            },
+            // `granitemoe` at small widths with Granite 3.1's multipliers: 512 wide, 8 query and 4 key/value heads,
+            // 16 experts of 256, 4 per token (Granite 3.1 1B-A400M: 1024 wide, 32 experts of 512, 8 per token).
+            "granitemoe-small" => SyntheticSpec {
+                n_embd: 512,
+                n_ff: 256,
+                n_head: 8,
+                n_head_kv: 4,
+                granite: Some(GraniteScales::GRANITE_3_1_2B),
+                experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: None }),
+                ..base(families::GRANITEMOE)
+            },
+            // Qwen3-30B-A3B's real layers (for benchmarks): 2048 wide, 32 query and 4 key/value heads of 128, 128
+            // experts of 768, 8 per token; a 151936-token vocabulary is the caller's to add.
+            "qwen3-30b-a3b" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 6144,
+                n_head: 32,
+                n_head_kv: 4,
+                head_dim: Some(128),
+                rope_base: 1_000_000.0,
+                experts: Some(SyntheticExperts { n_expert: 128, n_used: 8, n_ff_exp: 768, n_ff_shared: None }),
+                ..base(families::QWEN3MOE)
+            },
+            // Mixtral 8x7B's real layers (for benchmarks): 4096 wide, 32 query and 8 key/value heads, 8 experts of
+            // 14336, 2 per token.
+            "mixtral-8x7b" => SyntheticSpec {
+                n_embd: 4096,
+                n_ff: 14336,
+                n_head: 32,
+                n_head_kv: 8,
+                rope_base: 1_000_000.0,
+                experts: Some(SyntheticExperts { n_expert: 8, n_used: 2, n_ff_exp: 14336, n_ff_shared: None }),
+                ..base(families::LLAMA)
             },
             _ => return None,
         })

@@ -1,0 +1,94 @@
+//! A mixture-of-experts model through the engine (Qwen3 MoE's layout at small widths, `SyntheticSpec` family
+//! `qwen3moe-small`, with a byte vocabulary): greedy completions are the same token ids run one at a time, all at
+//! once under continuous batching, with prompts found in the prefix cache, and with n-gram speculation verifying a
+//! draft at every step, because a row's experts and their sums do not depend on its batch (`tests/moe_invariance.rs`).
+
+use std::sync::Arc;
+
+use ember::engine::speculative::{DraftPolicy, SpeculativeConfig, SpeculativeMethod};
+use ember::engine::{Engine, EngineConfig, Logger, RequestHandle, RequestOptions, SubmitRequest};
+use ember::model::gguf::GgufFile;
+use ember::model::llama::SyntheticSpec;
+use ember::model::{Model, TokenId};
+
+fn model() -> Arc<Model> {
+    let bytes = SyntheticSpec::family("qwen3moe-small", 31, 2).unwrap().writer_with_byte_vocabulary().to_bytes();
+    let file = GgufFile::from_bytes(&bytes).unwrap();
+    Arc::new(Model::from_file("qwen3moe-small.gguf".into(), file).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn engine(model: &Arc<Model>, config: EngineConfig) -> Engine {
+    let config = EngineConfig { threads: 2, kv_cache_tokens: 4096, ..config };
+    Engine::with_model(config, model.clone(), Logger::silent()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Prompts of bytes; the last two share their first 40 tokens with the first (a cached prefix).
+fn prompts() -> Vec<Vec<TokenId>> {
+    let text = |s: &str| s.bytes().map(TokenId::from).collect::<Vec<_>>();
+    let shared = "The experts of a mixture are chosen per token by a router; ";
+    vec![
+        text(&format!("{shared}the rest of the block is as before.")),
+        text("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,"),
+        text("abcabcabcabcabcabcabcabc"),
+        text("Mixture-of-experts models decode like small ones."),
+        text(&format!("{shared}then each expert runs once over its rows.")),
+        text(&format!("{shared}and the weights are renormalized.")),
+    ]
+}
+
+fn request(ids: &[TokenId]) -> SubmitRequest {
+    // Exactly 24 tokens: where the model would end a choice does not matter to the comparison.
+    let options = RequestOptions { max_tokens: Some(24), min_tokens: 24, include_metrics: true, ..Default::default() };
+    SubmitRequest::with_options(ids.to_vec(), options)
+}
+
+fn finish(h: &RequestHandle) -> Vec<TokenId> {
+    h.wait();
+    assert_eq!(h.error(), None);
+    h.choices()[0].token_ids.clone()
+}
+
+#[test]
+fn greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
+    let model = model();
+    let prompts = prompts();
+    let alone: Vec<Vec<TokenId>> = {
+        let e = engine(&model, EngineConfig { enable_prefix_caching: false, ..Default::default() });
+        prompts.iter().map(|p| finish(&e.submit(request(p)).unwrap())).collect()
+    };
+    assert!(alone.iter().all(|t| t.len() == 24));
+
+    let batched = engine(&model, EngineConfig { enable_prefix_caching: false, max_num_seqs: 8, ..Default::default() });
+    let handles: Vec<_> = prompts.iter().map(|p| batched.submit(request(p)).unwrap()).collect();
+    for (i, h) in handles.iter().enumerate() {
+        assert_eq!(finish(h), alone[i], "prompt {i} batched");
+    }
+
+    let cached = engine(&model, EngineConfig { enable_prefix_caching: true, ..Default::default() });
+    for (i, p) in prompts.iter().enumerate() {
+        let h = cached.submit(request(p)).unwrap();
+        assert_eq!(finish(&h), alone[i], "prompt {i} with the prefix cache");
+        let hit = h.extended_metrics(0).num_cached_prompt_tokens.expect("stats are on");
+        if i >= 4 {
+            assert!(hit >= 32, "prompt {i} shares 40 tokens with prompt 0: {hit} cached");
+        }
+    }
+
+    let speculative = engine(
+        &model,
+        EngineConfig {
+            speculative: Some(SpeculativeConfig {
+                method: SpeculativeMethod::Ngram,
+                num_speculative_tokens: 4,
+                prompt_lookup_min: 1,
+                prompt_lookup_max: 4,
+                draft_policy: DraftPolicy::Always,
+            }),
+            ..Default::default()
+        },
+    );
+    let handles: Vec<_> = prompts.iter().map(|p| speculative.submit(request(p)).unwrap()).collect();
+    for (i, h) in handles.iter().enumerate() {
+        assert_eq!(finish(h), alone[i], "prompt {i} with speculation");
+    }
+}
