@@ -140,3 +140,32 @@ fn every_vocabulary_file_is_listed() {
     // Baichuan's SentencePiece vocabulary loads, but llama.cpp ships no test texts for it: neither claimed nor refused.
     assert_eq!(stems, listed);
 }
+
+/// Whether prompts start with BOS, as llama.cpp decides it for each claimed vocabulary: the file's
+/// `tokenizer.ggml.add_bos_token` where it has one (command-r, deepseek-*, llama-spm, phi-3), else llama.cpp's default
+/// by tokenizer and pre-tokenizer: true for SentencePiece and for the Llama 3 pre-tokenizer (`llama-bpe` has no key
+/// and llama.cpp starts its prompts with 128000), false for the other byte-level ones.
+#[test]
+fn bos_is_added_where_llama_cpp_adds_it() {
+    let expected = [
+        ("command-r", true),
+        ("deepseek-coder", true),
+        ("deepseek-llm", true),
+        ("falcon", false),
+        ("gpt-2", false),
+        ("llama-bpe", true),
+        ("llama-spm", true),
+        ("mpt", false),
+        ("phi-3", true),
+        ("qwen2", false),
+        ("qwen35", false),
+        ("refact", false),
+        ("starcoder", false),
+    ];
+    assert_eq!(expected.len(), CLAIMED.len());
+    for (stem, add_bos) in expected {
+        let tokenizer = load(stem).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert_eq!(tokenizer.add_bos(), add_bos, "{stem}");
+    }
+    assert_eq!(load("llama-bpe").unwrap().bos_id(), Some(128000));
+}

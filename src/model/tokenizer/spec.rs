@@ -69,7 +69,8 @@ pub struct TokenizerSpec<'a> {
     /// `tokenizer.ggml.eot_token_id`.
     pub eot_id: Option<TokenId>,
     /// `tokenizer.ggml.add_bos_token`: whether prompts should start with BOS (when absent, llama.cpp's default:
-    /// false for `gpt2`, true for `llama` vocabularies).
+    /// true for `llama` vocabularies; for `gpt2` ones true with the Llama 3, Tekken and Chameleon pre-tokenizers,
+    /// false with the others).
     pub add_bos: bool,
     /// `tokenizer.ggml.fim_pre_token_id`, `fim_suf_token_id`, `fim_mid_token_id`: the fill-in-the-middle
     /// tokens that open the prefix, the suffix and the middle of an infill prompt.
@@ -126,10 +127,34 @@ impl<'a> TokenizerSpec<'a> {
             pad_id: file.optional(keys::PAD_ID, GgufFile::u32)?,
             unknown_id: file.optional(keys::UNKNOWN_ID, GgufFile::u32)?,
             eot_id: file.optional(keys::EOT_ID, GgufFile::u32)?,
-            add_bos: file.optional(keys::ADD_BOS, GgufFile::bool)?.unwrap_or(!bpe),
+            add_bos: match file.optional(keys::ADD_BOS, GgufFile::bool)? {
+                Some(add) => add,
+                None if bpe => adds_bos_by_default(file.str(keys::PRE)?),
+                None => true,
+            },
             fim_pre_id: file.optional(keys::FIM_PRE_ID, GgufFile::u32)?,
             fim_suf_id: file.optional(keys::FIM_SUF_ID, GgufFile::u32)?,
             fim_mid_id: file.optional(keys::FIM_MID_ID, GgufFile::u32)?,
         })
     }
+}
+
+/// Whether a byte-level BPE vocabulary whose file has no `tokenizer.ggml.add_bos_token` starts prompts with BOS:
+/// llama.cpp's defaults by pre-tokenizer (`llama_vocab::impl::load`): the Llama 3 family's (`llama-bpe` and its
+/// aliases), Tekken's (Mistral Nemo and later) and Chameleon's do; every other one does not.
+fn adds_bos_by_default(pre: &str) -> bool {
+    const ADD_BOS: [&str; 11] = [
+        "llama3",
+        "llama-v3",
+        "llama-bpe",
+        "falcon3",
+        "falcon-h1",
+        "pixtral",
+        "midm-2.0",
+        "lfm2",
+        "jina-v5-nano",
+        "tekken",
+        "chameleon",
+    ];
+    ADD_BOS.contains(&pre)
 }
