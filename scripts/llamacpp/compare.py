@@ -2,8 +2,8 @@
 """ember against llama.cpp on the same GGUF files, on this machine, in one run: `make bench-llamacpp`.
 
   python3 scripts/llamacpp/compare.py [--shapes llama-1b,llama-3b,qwen-7b-4l] [--types Q4_K_M,Q5_K_M,Q6_K,Q8_0,Q4_0]
-                                      [--threads N] [--runs N] [--decode N] [--depth N] [--rounds N]
-                                      [--llama-build native|avx2] [--json PATH]
+                                      [--threads N] [--runs N] [--decode N] [--depth N] [--rounds N] [--streams N]
+                                      [--llama-build native|avx2|avx512] [--json PATH]
 
 What it does:
 1. builds llama.cpp from the pinned llama-cpp-python sdist once (scripts/llamacpp/build.sh), and ember-bench;
@@ -12,6 +12,8 @@ What it does:
 3. for each file, alternates `llama-bench` and `ember-bench` (`--rounds` times each, same threads), reading both
    engines' JSON: prefill 128 and 512 (tokens/s), decode (tokens/s from an empty context, `--decode` tokens), and
    decode after a `--depth`-token prompt (0 skips it; it costs a long prefill per engine and file);
+   with `--streams N`, also the aggregate decode of N sequences in one batch (`llama-batched-bench -npp 128 -ntg
+   --decode -npl N` against `ember-bench --streams N`: random prompt and decode tokens, tokens/s over all);
 4. prints one table of the medians with ember ÷ llama.cpp, and the roofline share of each engine's decode: the
    file's weight bytes read per token × decode tokens/s ÷ the memory read bandwidth that ember-bench measured with
    the same threads (1.0 = decode streams the weights at the speed memory delivers them).
@@ -31,6 +33,8 @@ CACHE = os.path.join(ROOT, ".cache", "llamacpp")
 MODELS = os.path.join(CACHE, "models")
 VOCAB = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 SHAPES = ["llama-1b", "llama-3b", "qwen-7b-4l"]
+# Mixture-of-experts shapes (not in the default run: name them with --shapes).
+MOE_SHAPES = ["qwen3moe-30b-a3b-4l", "mixtral-8x7b-2l"]
 TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"]
 
 
@@ -84,6 +88,18 @@ def llama_bench(bin_dir, model, args, depth=0):
     return result
 
 
+def llama_batched_bench(bin_dir, model, args):
+    """llama-batched-bench's aggregate decode tokens/s of `--streams` sequences: {'tgN': z}."""
+    n = args.streams
+    cmd = [os.path.join(bin_dir, "llama-batched-bench"), "-m", model, "-t", str(args.threads), "-tb",
+           str(args.threads), "-c", str(n * (128 + args.decode) + 64), "-b", "2048", "-ub", "512", "-npp", "128",
+           "-ntg", str(args.decode), "-npl", str(n), "--output-format", "jsonl"]
+    log("+", " ".join(cmd))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    speeds = [json.loads(line)["speed_tg"] for line in out.splitlines() if line.startswith("{")]
+    return {f"tg{n}": statistics.median(speeds)}
+
+
 def ember_bench(model, args):
     path = os.path.join(CACHE, "ember-bench.json")
     cmd = [os.path.join(ROOT, "target", "release", "ember-bench"), "--model", model, "--threads", str(args.threads),
@@ -91,6 +107,8 @@ def ember_bench(model, args):
            "--json", path]
     if args.depth:
         cmd += ["--depth", str(args.depth)]
+    if args.streams:
+        cmd += ["--streams", str(args.streams)]
     run(cmd, stdout=subprocess.DEVNULL)
     with open(path) as f:
         report = json.load(f)
@@ -98,6 +116,8 @@ def ember_bench(model, args):
     result["tg"] = report["decode_tokens_per_s"]["result"]["median"]
     if report.get("decode_at_depth_tokens_per_s"):
         result["tg@depth"] = report["decode_at_depth_tokens_per_s"]["result"]["median"]
+    if report.get("streams_decode_tokens_per_s"):
+        result[f"tg{args.streams}"] = report["streams_decode_tokens_per_s"]["result"]["median"]
     result["read_gb_s"] = report["read_gb_per_s"]["result"]["median"]
     result["bytes_per_token"] = report["weight_bytes_per_token"]
     result["kernels"] = report["kernels"]
@@ -119,13 +139,14 @@ def main():
     p.add_argument("--decode", type=int, default=64)
     p.add_argument("--depth", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--llama-build", default="native", choices=["native", "avx2"])
+    p.add_argument("--streams", type=int, default=0)
+    p.add_argument("--llama-build", default="native", choices=["native", "avx2", "avx512"])
     p.add_argument("--json", default=os.path.join(CACHE, "compare.json"))
     args = p.parse_args()
     shapes, types = args.shapes.split(","), args.types.split(",")
     for s in shapes:
-        if s not in SHAPES:
-            sys.exit(f"unknown shape {s!r} (known: {', '.join(SHAPES)})")
+        if s not in SHAPES + MOE_SHAPES:
+            sys.exit(f"unknown shape {s!r} (known: {', '.join(SHAPES + MOE_SHAPES)})")
 
     bin_dir = ensure_tools(args.llama_build)
     rows = []
@@ -137,6 +158,8 @@ def main():
                 theirs.append(llama_bench(bin_dir, model, args))
                 if args.depth:
                     theirs[-1].update(llama_bench(bin_dir, model, args, depth=args.depth))
+                if args.streams:
+                    theirs[-1].update(llama_batched_bench(bin_dir, model, args))
                 ours.append(ember_bench(model, args))
             rows.append({"shape": shape, "type": qtype, "ember": ours, "llama.cpp": theirs})
             print_table(rows, args)
@@ -151,9 +174,10 @@ def main():
 
 
 def print_table(rows, args):
-    keys = ["pp128", "pp512", "tg"] + (["tg@depth"] if args.depth else [])
+    keys = ["pp128", "pp512", "tg"] + (["tg@depth"] if args.depth else []) + ([f"tg{args.streams}"] if args.streams
+                                                                              else [])
     names = {"pp128": "prefill 128", "pp512": "prefill 512", "tg": f"decode {args.decode}",
-             "tg@depth": f"decode @{args.depth}"}
+             "tg@depth": f"decode @{args.depth}", f"tg{args.streams}": f"{args.streams} streams' decode"}
     first = rows[0]["ember"][0]
     print(f"\n{first['cpu']}, {args.threads} threads, ember kernels {first['kernels']}, llama.cpp build "
           f"{args.llama_build}; tokens/s, ember / llama.cpp (ratio); roofline = weight bytes per token x decode "
@@ -169,7 +193,7 @@ def print_table(rows, args):
         bw = median_of(row["ember"], "read_gb_s") * 1e9
         bpt = row["ember"][0]["bytes_per_token"]
         e, l = median_of(row["ember"], "tg"), median_of(row["llama.cpp"], "tg")
-        cells.append(f"{bpt * e / bw:.2f} / {bpt * l / bw:.2f}")
+        cells.append(f"{bpt * e / bw:.2f} / {bpt * l / bw:.2f} ({bpt / 1e6:.1f} MB/token)")
         print(f"| {row['shape']} | {row['type']} | " + " | ".join(cells) + " |")
     sys.stdout.flush()
 

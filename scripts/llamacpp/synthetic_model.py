@@ -27,6 +27,17 @@ SHAPES = {
     "qwen-7b-4l": (3584, 4, 28, 4, 18944, 1000000.0, False),
 }
 
+# Mixture-of-experts shapes: real layers, fewer of them. name: (arch, n_embd, n_layer, n_head, n_head_kv, head_dim,
+# n_expert, n_expert_used, expert FFN width, rope_base)
+MOE_SHAPES = {
+    # Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 2048 wide, 32/4 heads of 128 with per-head q/k norms, 128 experts
+    # of 768, 8 per token, untied output; 4 of its 48 layers.
+    "qwen3moe-30b-a3b-4l": ("qwen3moe", 2048, 4, 32, 4, 128, 128, 8, 768, 1000000.0),
+    # Mixtral 8x7B: 4096 wide, 32/8 heads of 128, 8 experts of 14336, 2 per token, untied output; 2 of its 32
+    # layers.
+    "mixtral-8x7b-2l": ("llama", 4096, 2, 32, 8, 128, 8, 2, 14336, 1000000.0),
+}
+
 # Tokenizer and chat keys copied from the vocabulary file as they are.
 COPIED_PREFIXES = ("tokenizer.",)
 
@@ -61,9 +72,11 @@ def copy_tokenizer(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> int:
 
 
 def main() -> None:
-    if len(sys.argv) != 4 or sys.argv[1] not in SHAPES:
-        sys.exit(f"usage: {sys.argv[0]} {{{','.join(SHAPES)}}} VOCAB_GGUF OUT.gguf")
+    if len(sys.argv) != 4 or sys.argv[1] not in list(SHAPES) + list(MOE_SHAPES):
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(list(SHAPES) + list(MOE_SHAPES))}}} VOCAB_GGUF OUT.gguf")
     shape, vocab_file, out = sys.argv[1:]
+    if shape in MOE_SHAPES:
+        return write_moe(shape, vocab_file, out)
     n_embd, n_layer, n_head, n_head_kv, n_ff, rope_base, tied = SHAPES[shape]
     head_dim = n_embd // n_head
     reader = gguf.GGUFReader(vocab_file)
@@ -82,24 +95,7 @@ def main() -> None:
     vocab = copy_tokenizer(reader, writer)
     writer.add_vocab_size(vocab)
 
-    rng = np.random.default_rng(20261203)
-    # One pool of random f16 values; each matrix takes a window of it at a random offset (generating billions of
-    # normals one by one would take minutes, and the values need not be independent across matrices).
-    pool = (rng.standard_normal(64 << 20, dtype=np.float32) * 0.02).astype(np.float16)
-
-    def matrix(name: str, rows: int, cols: int) -> None:
-        n = rows * cols
-        out = np.empty(n, dtype=np.float16)
-        at = 0
-        while at < n:
-            start = int(rng.integers(0, pool.size // 2))
-            take = min(n - at, pool.size - start)
-            out[at : at + take] = pool[start : start + take]
-            at += take
-        writer.add_tensor(name, out.reshape(rows, cols))
-
-    def norm(name: str, n: int) -> None:
-        writer.add_tensor(name, np.ones(n, dtype=np.float32))
+    matrix, norm = tensor_writers(writer)
 
     matrix("token_embd.weight", vocab, n_embd)
     norm("output_norm.weight", n_embd)
@@ -117,6 +113,80 @@ def main() -> None:
         matrix(p + "ffn_gate.weight", n_ff, n_embd)
         matrix(p + "ffn_up.weight", n_ff, n_embd)
         matrix(p + "ffn_down.weight", n_embd, n_ff)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def tensor_writers(writer):
+    """`matrix(name, *shape)`: F16 random values (numpy order, the last dimension fastest); `norm(name, n)`: F32 ones."""
+    rng = np.random.default_rng(20261203)
+    # One pool of random f16 values; each matrix takes a window of it at a random offset (generating billions of
+    # normals one by one would take minutes, and the values need not be independent across matrices).
+    pool = (rng.standard_normal(64 << 20, dtype=np.float32) * 0.02).astype(np.float16)
+
+    def matrix(name: str, *shape: int, dtype=np.float16) -> None:
+        n = int(np.prod(shape))
+        out = np.empty(n, dtype=np.float16)
+        at = 0
+        while at < n:
+            start = int(rng.integers(0, pool.size // 2))
+            take = min(n - at, pool.size - start)
+            out[at : at + take] = pool[start : start + take]
+            at += take
+        writer.add_tensor(name, out.reshape(shape).astype(dtype))
+
+    def norm(name: str, n: int) -> None:
+        writer.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    return matrix, norm
+
+
+def write_moe(shape: str, vocab_file: str, out: str) -> None:
+    arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_expert, n_used, n_ff_exp, rope_base = MOE_SHAPES[shape]
+    reader = gguf.GGUFReader(vocab_file)
+    writer = gguf.GGUFWriter(out, arch)
+    writer.add_name(f"synthetic {shape}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(131072)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff_exp if arch == "llama" else 6144)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(rope_base)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_expert_count(n_expert)
+    writer.add_expert_used_count(n_used)
+    if arch != "llama":
+        writer.add_expert_feed_forward_length(n_ff_exp)
+    vocab = copy_tokenizer(reader, writer)
+    writer.add_vocab_size(vocab)
+    matrix, norm = tensor_writers(writer)
+    matrix("token_embd.weight", vocab, n_embd)
+    norm("output_norm.weight", n_embd)
+    matrix("output.weight", vocab, n_embd)
+    q, kv = n_head * head_dim, n_head_kv * head_dim
+    for layer in range(n_layer):
+        p = f"blk.{layer}."
+        norm(p + "attn_norm.weight", n_embd)
+        matrix(p + "attn_q.weight", q, n_embd)
+        matrix(p + "attn_k.weight", kv, n_embd)
+        matrix(p + "attn_v.weight", kv, n_embd)
+        matrix(p + "attn_output.weight", n_embd, q)
+        if arch == "qwen3moe":
+            norm(p + "attn_q_norm.weight", head_dim)
+            norm(p + "attn_k_norm.weight", head_dim)
+        norm(p + "ffn_norm.weight", n_embd)
+        # The router stays F32, as llama-quantize leaves it.
+        matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, dtype=np.float32)
+        matrix(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, n_embd)
+        matrix(p + "ffn_up_exps.weight", n_expert, n_ff_exp, n_embd)
+        matrix(p + "ffn_down_exps.weight", n_expert, n_embd, n_ff_exp)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -2,14 +2,16 @@
 //!
 //! ```text
 //! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
-//!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N]
+//!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]
 //! ```
 //!
 //! The second line shapes the run for a side-by-side with llama.cpp's `llama-bench` (what
 //! `scripts/llamacpp/compare.py` runs): `--no-rss` skips the peak-RSS generation, `--prefill` sets the prompt
 //! lengths, `--decode` the tokens decoded (from an empty context, as `llama-bench`'s `tg` does, instead of after a
 //! 128-token prompt), `--depth N` adds decode after an untimed N-token prompt (`llama-bench -d N`), `--runs` the
-//! runs of each measurement.
+//! runs of each measurement, `--streams N` adds the aggregate decode of N sequences in one batch (as
+//! `llama-batched-bench -npp 128 -ntg D -npl N` measures it: each sequence prefilled with 128 random tokens, untimed,
+//! then D steps of one random token per sequence, all sequences in one step; tokens/s over all sequences).
 //!
 //! A model with sliding-window layers (Gemma 3) keeps them in a KV pool of their own, sized for one sequence's
 //! windows (`engine::generate::single_sequence_window_blocks`), as the engine and `ember-cli` do;
@@ -52,7 +54,7 @@ use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
 const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
-                     [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N]";
+                     [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]";
 
 /// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
 const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
@@ -80,6 +82,8 @@ struct Args {
     depth: Option<usize>,
     /// Runs of each measurement, instead of the plan's.
     runs: Option<usize>,
+    /// Also measure the aggregate decode of this many sequences batched.
+    streams: Option<usize>,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
@@ -94,6 +98,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         decode: None,
         depth: None,
         runs: None,
+        streams: None,
     };
     let count =
         |name: &str, v: &str| v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("{name}: {v:?} is not a count"));
@@ -116,6 +121,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--decode" => args.decode = Some(count("--decode", &value("--decode")?)?),
             "--depth" => args.depth = Some(count("--depth", &value("--depth")?)?),
             "--runs" => args.runs = Some(count("--runs", &value("--runs")?)?),
+            "--streams" => args.streams = Some(count("--streams", &value("--streams")?)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -376,6 +382,14 @@ fn run(args: &Args) -> Result<(), String> {
             Some(Measurement::take(|| (0..runs).map(|_| bench.decode(&prompt, plan.decode_tokens + 1)).collect())?);
     }
     drop(bench);
+    let streams = match args.streams {
+        Some(n) => {
+            eprintln!("decoding {n} sequences batched...");
+            let runs = args.runs.unwrap_or(3);
+            Some((n, Measurement::take(|| streams_decode(&model, args.threads, n, plan.decode_tokens, runs))?))
+        }
+        None => None,
+    };
 
     let read_bytes = weight_bytes.max(plan.read_bytes);
     let read = Measurement::take(|| Ok(read_gb_per_second(read_bytes, args.threads, plan.memcpy_runs)))?;
@@ -397,6 +411,9 @@ fn run(args: &Args) -> Result<(), String> {
     decode.print(&decode_label);
     if let (Some(m), Some((depth, _))) = (&at_depth, plan.depth) {
         m.print(&format!("decode {} at depth {depth} (tokens/s)", plan.decode_tokens));
+    }
+    if let Some((n, m)) = &streams {
+        m.print(&format!("decode {} x {n} streams (tokens/s, all)", plan.decode_tokens));
     }
     if let Some(long) = &long {
         long.print(&format!("decode over {} positions (tokens/s)", plan.rss_positions));
@@ -439,6 +456,9 @@ fn run(args: &Args) -> Result<(), String> {
         "decode_at_depth_tokens_per_s": plan.depth.zip(at_depth.as_ref()).map(|((depth, _), m)| serde_json::json!({
             "depth": depth, "tokens": plan.decode_tokens, "result": m.json()
         })),
+        "streams_decode_tokens_per_s": streams.as_ref().map(|(n, m)| serde_json::json!({
+            "streams": n, "prompt": STREAM_PROMPT, "tokens": plan.decode_tokens, "result": m.json()
+        })),
         "read_gb_per_s": { "bytes": read_bytes, "threads": args.threads, "result": read.json() },
         "memcpy_gb_per_s": { "bytes": plan.memcpy_bytes, "result": memcpy.json() },
         "backend_start_ms": backend_ms,
@@ -461,6 +481,73 @@ fn run(args: &Args) -> Result<(), String> {
     std::fs::write(&args.json, text + "\n").map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
     println!("wrote {}", args.json.display());
     Ok(())
+}
+
+/// Random prompt tokens each stream is prefilled with (`llama-batched-bench -npp 128`).
+const STREAM_PROMPT: usize = 128;
+
+/// The aggregate decode speed of `streams` sequences in one batch, `runs` times: a fresh backend, each sequence
+/// prefilled with `STREAM_PROMPT` random tokens (untimed), then `tokens` timed steps of one random token per
+/// sequence with logits for each, as `llama-batched-bench` runs its text-generation phase. Tokens/s over all
+/// sequences, per run.
+fn streams_decode(
+    model: &Model,
+    threads: usize,
+    streams: usize,
+    tokens: usize,
+    runs: usize,
+) -> Result<Vec<f64>, String> {
+    let config = &model.config;
+    let block = 16;
+    let per_seq = (STREAM_PROMPT + tokens).div_ceil(block);
+    let options = CpuBackendOptions {
+        threads,
+        max_batch_tokens: STREAM_PROMPT.max(streams),
+        kv_block_size: block,
+        kv_num_blocks: streams * per_seq,
+        kv_window_blocks: None,
+        precision: Default::default(),
+    };
+    let mut backend = CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?;
+    let tables: Vec<Vec<u32>> =
+        (0..streams).map(|s| (0..per_seq).map(|b| (s * per_seq + b) as u32).collect()).collect();
+    // A fixed generator: every run and every engine's comparison sees the same kind of tokens (uniform ids).
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let vocab = config.vocab_size as u64;
+    let mut random = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab) as TokenId
+    };
+    let mut speeds = Vec::with_capacity(runs);
+    let mut logits = vec![0f32; streams * config.vocab_size];
+    for _ in 0..runs {
+        for table in &tables {
+            let prompt: Vec<TokenId> = (0..STREAM_PROMPT).map(|_| random()).collect();
+            let chunk =
+                SeqChunk { tokens: &prompt, start_pos: 0, block_table: table, window_table: &[], logit_rows: 1 };
+            forward(config, &mut backend, &[chunk], &mut logits[..config.vocab_size]).map_err(|e| e.to_string())?;
+        }
+        let start = Instant::now();
+        for step in 0..tokens {
+            let ids: Vec<[TokenId; 1]> = (0..streams).map(|_| [random()]).collect();
+            let chunks: Vec<SeqChunk> = ids
+                .iter()
+                .zip(&tables)
+                .map(|(t, table)| SeqChunk {
+                    tokens: t,
+                    start_pos: STREAM_PROMPT + step,
+                    block_table: table,
+                    window_table: &[],
+                    logit_rows: 1,
+                })
+                .collect();
+            forward(config, &mut backend, &chunks, &mut logits).map_err(|e| e.to_string())?;
+        }
+        speeds.push((streams * tokens) as f64 / start.elapsed().as_secs_f64());
+    }
+    Ok(speeds)
 }
 
 /// Reads a buffer of `bytes` with `threads` threads, each reading its contiguous share as the matvec kernels read

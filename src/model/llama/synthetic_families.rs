@@ -151,9 +151,13 @@ impl SyntheticSpec {
                 rope_base: 500_000.0,
                 ..base(families::OLMO2)
             },
+            // The mixture-of-experts families' fixtures have F16 matrices: with them ember's precise path computes
+            // llama.cpp's logits to a few thousandths, which checks the routing and the experts' arithmetic closely;
+            // on 8-bit activations a router's near-tie may pick another expert in one engine than in the other.
             // `qwen3moe` at small widths: 512 wide, 8 query and 4 key/value heads of 128 (wider than 512 / 8, as
             // Qwen3-30B-A3B's 32 heads of 128 are wider than 2048 / 32), 32 experts of 256, 8 per token.
             "qwen3moe-small" => SyntheticSpec {
+                f16_matrices: true,
                 n_embd: 512,
                 n_ff: 1536,
                 n_head: 8,
@@ -165,6 +169,7 @@ impl SyntheticSpec {
             // `llama` with experts (Mixtral) at small widths: 512 wide, 8 query and 2 key/value heads, 8 experts of
             // 1024, 2 per token.
             "mixtral-small" => SyntheticSpec {
+                f16_matrices: true,
                 n_embd: 512,
                 n_ff: 1024,
                 n_head: 8,
@@ -176,6 +181,7 @@ impl SyntheticSpec {
             // `qwen2moe` at small widths: 512 wide, 8 heads, biased q/k/v, 16 experts of 256, 4 per token, and a
             // gated shared expert of 1024 (Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, shared 5632).
             "qwen2moe-small" => SyntheticSpec {
+                f16_matrices: true,
                 n_embd: 512,
                 n_ff: 1024,
                 n_head: 8,
@@ -186,6 +192,7 @@ impl SyntheticSpec {
             // `olmoe` at small widths: 512 wide, 8 heads (its row norms are n_embd wide for keys too), 16 experts of
             // 256, 4 per token (OLMoE-1B-7B: 64 of 1024, 8 per token).
             "olmoe-small" => SyntheticSpec {
+                f16_matrices: true,
                 n_embd: 512,
                 n_ff: 256,
                 n_head: 8,
@@ -196,6 +203,7 @@ impl SyntheticSpec {
             // `granitemoe` at small widths with Granite 3.1's multipliers: 512 wide, 8 query and 4 key/value heads,
             // 16 experts of 256, 4 per token (Granite 3.1 1B-A400M: 1024 wide, 32 experts of 512, 8 per token).
             "granitemoe-small" => SyntheticSpec {
+                f16_matrices: true,
                 n_embd: 512,
                 n_ff: 256,
                 n_head: 8,
