@@ -91,11 +91,7 @@ one_test_per_type! {
     q4_k_matches_gguf => Q4K,
     q5_k_matches_gguf => Q5K,
     q6_k_matches_gguf => Q6K,
-}
-
-#[test]
-fn mxfp4_matches_gguf() {
-    check(GgmlType::Mxfp4);
+    mxfp4_matches_gguf => Mxfp4,
 }
 
 /// MXFP4 at every one of the 256 E8M0 exponent bytes, 0 and 255 included (gguf-py and ggml define them all, 0 and

@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use crate::rng::Rng; // the includer declares `mod rng` (common/rng.rs)
 
 /// Every weight type ember computes with.
-pub const WEIGHT_TYPES: [GgmlType; 13] = [
+pub const WEIGHT_TYPES: [GgmlType; 14] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Bf16,
@@ -23,6 +23,7 @@ pub const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::Mxfp4,
 ];
 
 /// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.

@@ -69,6 +69,24 @@ pub fn dequantize_mxfp4(blocks: &[BlockMxfp4], out: &mut [f32]) {
     }
 }
 
+/// Quantizes 32 values to MXFP4 as gguf-py's reference quantizer does: the scale from the block's largest
+/// magnitude, `e = ⌊log2 amax⌋ − 2 + 127` (so the largest value lands between codes 8 and 16 of the doubled
+/// table; 0 for an all-zero block), and each value the code whose value is nearest (the first on a tie).
+pub fn quantize_mxfp4(x: &[f32; QK]) -> BlockMxfp4 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let e = if amax > 0.0 { (amax.log2().floor() as i32 - 2 + 127).clamp(0, 255) as u8 } else { 0 };
+    let d = e8m0_to_fp32_half(e);
+    let code = |v: f32| {
+        let error = |c: usize| (d * f32::from(KVALUES[c]) - v).abs();
+        (0..16).fold(0, |best, c| if error(c) < error(best) { c } else { best }) as u8
+    };
+    let mut qs = [0u8; QK / 2];
+    for (j, q) in qs.iter_mut().enumerate() {
+        *q = code(x[j]) | (code(x[j + QK / 2]) << 4);
+    }
+    BlockMxfp4 { e, qs }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +113,21 @@ mod tests {
         assert_eq!((out[0], out[16], out[19]), (6.0, -6.0, -0.5));
         assert_eq!(out[3].to_bits(), 0f32.to_bits(), "code 8 is +0, as ggml's int8 0 makes it");
         assert_eq!(out[1], 0.0);
+    }
+
+    #[test]
+    fn quantization_rounds_to_the_nearest_code() {
+        let x: [f32; 32] = std::array::from_fn(|i| (i as f32 - 15.5) * 0.37);
+        let b = quantize_mxfp4(&x);
+        // amax 5.735: ⌊log2⌋ = 2, so e = 127 and the half scale 0.5 (values up to 6).
+        assert_eq!(b.e, 127);
+        let mut out = [0f32; 32];
+        dequantize_mxfp4(&[b], &mut out);
+        for (v, q) in x.iter().zip(&out) {
+            let nearest = KVALUES.iter().map(|&k| (0.5 * f32::from(k) - v).abs()).fold(f32::INFINITY, f32::min);
+            assert_eq!((q - v).abs(), nearest, "{v} became {q}");
+        }
+        assert_eq!(quantize_mxfp4(&[0.0; 32]).e, 0);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use super::architecture::Architecture;
 use super::rope_scaling::LongRope;
 use super::synthetic::{GraniteScales, SyntheticSpec};
+use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
@@ -120,7 +121,7 @@ impl SyntheticSpec {
             // key/value heads of 64, so that its attention scale 1/√(512 / 4) differs from 1/√64; windows of 8;
             // F16 matrices, so that 8-bit activations do not drift apart over the 46 layers.
             "gemma2-27b-scale" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 512,
                 n_head: 4,
