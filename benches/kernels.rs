@@ -56,7 +56,7 @@ const SHAPES: [Shape; 5] = [
 ];
 
 /// Every quantized type at Gemma 3 270M's `attn_output` shape (1024 -> 640, whole K-quant super-blocks).
-const TYPE_SHAPES: [Shape; 10] = {
+const TYPE_SHAPES: [Shape; 11] = {
     const fn at(dtype: GgmlType) -> Shape {
         Shape { name: "types 1024->640", row_len: 1024, n_rows: 640, dtype }
     }
@@ -71,11 +71,12 @@ const TYPE_SHAPES: [Shape; 10] = {
         at(GgmlType::Q4K),
         at(GgmlType::Q5K),
         at(GgmlType::Q6K),
+        at(GgmlType::Mxfp4),
     ]
 };
 
-/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes.
-const LLAMA_SHAPES: [Shape; 10] = {
+/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes, and MXFP4 (gpt-oss's experts).
+const LLAMA_SHAPES: [Shape; 12] = {
     const fn up(dtype: GgmlType) -> Shape {
         Shape { name: "1b_up 2048->8192", row_len: 2048, n_rows: 8192, dtype }
     }
@@ -88,11 +89,13 @@ const LLAMA_SHAPES: [Shape; 10] = {
         up(GgmlType::Q4K),
         up(GgmlType::Q5K),
         up(GgmlType::Q6K),
+        up(GgmlType::Mxfp4),
         down(GgmlType::Q4_0),
         down(GgmlType::Q8_0),
         down(GgmlType::Q4K),
         down(GgmlType::Q5K),
         down(GgmlType::Q6K),
+        down(GgmlType::Mxfp4),
     ]
 };
 

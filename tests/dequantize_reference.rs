@@ -10,6 +10,7 @@ mod rng;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ember::model::gguf::dequantize::{dequantize, DequantizeError};
 use ember::model::gguf::GgmlType;
@@ -21,8 +22,11 @@ const BLOCK_COUNTS: [usize; 3] = [1, 7, 37];
 
 /// gguf-py's dequantization of `bytes`.
 fn reference(dtype: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    // A file pair per call: two tests of one type run at once.
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir();
-    let tag = format!("ember-dequant-{}-{}", std::process::id(), dtype.name());
+    let tag = format!("ember-dequant-{}-{}-{call}", std::process::id(), dtype.name());
     let (src, dst) = (dir.join(format!("{tag}.in")), dir.join(format!("{tag}.out")));
     std::fs::write(&src, bytes).unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/reference/dequantize.py");
@@ -87,11 +91,34 @@ one_test_per_type! {
     q4_k_matches_gguf => Q4K,
     q5_k_matches_gguf => Q5K,
     q6_k_matches_gguf => Q6K,
+    mxfp4_matches_gguf => Mxfp4,
+}
+
+/// MXFP4 at every one of the 256 E8M0 exponent bytes, 0 and 255 included (gguf-py and ggml define them all, 0 and
+/// 1 as subnormal scales, 255 as 2^127 rather than the OCP format's NaN; the largest overflow to infinity with the
+/// larger codes), each block with random codes.
+#[test]
+fn mxfp4_matches_gguf_at_every_scale_byte() {
+    let mut rng = Rng(0x39_e8e0);
+    let mut bytes = random_blocks(GgmlType::Mxfp4, 256, &mut rng, false, &mut any_finite_f16);
+    for (e, block) in bytes.chunks_exact_mut(17).enumerate() {
+        block[0] = e as u8;
+    }
+    let want = reference(GgmlType::Mxfp4, &bytes);
+    let mut got = vec![f32::NAN; 256 * 32];
+    dequantize(GgmlType::Mxfp4, &bytes, &mut got).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "MXFP4 e = {}, element {}: ember {g:e}, gguf {w:e}", i / 32, i % 32);
+    }
+    // The extremes are there: subnormal scales, and infinities from e near 255.
+    assert!(got[..64].iter().any(|v| *v != 0.0 && v.is_subnormal()));
+    assert!(got[253 * 32..].iter().any(|v| v.is_infinite()));
 }
 
 #[test]
 fn other_types_are_refused_by_name() {
-    for dtype in [GgmlType::Iq2Xxs, GgmlType::Iq4Nl, GgmlType::Tq1_0, GgmlType::Mxfp4, GgmlType::Q8K] {
+    for dtype in [GgmlType::Iq2Xxs, GgmlType::Iq4Nl, GgmlType::Iq4Xs, GgmlType::Tq1_0, GgmlType::Q8K] {
         let bytes = vec![0u8; dtype.block_bytes() as usize];
         let mut out = vec![0f32; dtype.block_len() as usize];
         assert_eq!(dequantize(dtype, &bytes, &mut out), Err(DequantizeError::Unsupported(dtype)));

@@ -13,7 +13,7 @@ use ember::model::{Model, TokenId};
 
 fn model() -> Arc<Model> {
     // Quantized like a Q4_K_M file (the family's fixture is F16).
-    let spec = SyntheticSpec { f16_matrices: false, ..SyntheticSpec::family("qwen3moe-small", 31, 2).unwrap() };
+    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family("qwen3moe-small", 31, 2).unwrap() };
     let bytes = spec.writer_with_byte_vocabulary().to_bytes();
     let file = GgufFile::from_bytes(&bytes).unwrap();
     Arc::new(Model::from_file("qwen3moe-small.gguf".into(), file).unwrap_or_else(|e| panic!("{e}")))

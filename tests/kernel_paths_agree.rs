@@ -6,12 +6,16 @@
 //! This is the promise of `docs/architecture.md` ("Numerics"): a path decides speed, never a value, so the same
 //! request gives the same tokens on an AVX-512 server, an AVX2-only one and a CPU with neither. On a machine with
 //! AVX-512 this compares all three paths; on an AVX2-only one, two.
+//!
+//! The same scenario runs on a synthetic model whose every matrix (the tied embedding too) is MXFP4, the type of
+//! gpt-oss's experts, which no small real model has.
 
 use serde::Deserialize;
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
-use ember::model::llama::{forward, SeqChunk};
+use ember::model::gguf::{GgmlType, GgufFile};
+use ember::model::llama::{forward, SeqChunk, SyntheticSpec};
 use ember::model::{Model, TokenId};
 
 const GREEDY_REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/greedy_ref.json");
@@ -134,15 +138,33 @@ fn every_kernel_path_gives_the_scalar_paths_logits_bit_for_bit() {
     let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
     let prompts = prompts();
     assert_eq!(prompts.len(), 8, "the reference has 8 chat prompts");
+    every_path_agrees(&model, &prompts);
+}
+
+/// A 2-layer llama of MXFP4 matrices 128 wide (FFN 256, a 512-token byte vocabulary), 8 prompts of 5 to 54
+/// token ids.
+#[test]
+fn every_kernel_path_gives_the_scalar_paths_logits_on_an_mxfp4_model() {
+    let spec = SyntheticSpec { n_embd: 128, n_ff: 256, matrix_type: Some(GgmlType::Mxfp4), ..SyntheticSpec::tiny(39) };
+    let file = GgufFile::from_bytes(&spec.writer_with_byte_vocabulary().to_bytes()).expect("the synthetic file opens");
+    assert_eq!(file.tensor("blk.1.ffn_down.weight").expect("a matrix").dtype(), GgmlType::Mxfp4);
+    let model = Model::from_file("synthetic-mxfp4.gguf".into(), file).unwrap_or_else(|e| panic!("{e}"));
+    let prompts: Vec<Vec<TokenId>> =
+        (0..8).map(|i| (0..5 + 7 * i).map(|j| ((97 * i + 31 * j + 3) % 512) as TokenId).collect()).collect();
+    every_path_agrees(&model, &prompts);
+}
+
+/// Every SIMD path this CPU runs against the scalar path on `prompts` (8 of them), both precisions.
+fn every_path_agrees(model: &Model, prompts: &[Vec<TokenId>]) {
     assert!(prompts.iter().all(|p| p.len() + DECODE_STEPS < MAX_SEQ_LEN), "a prompt outgrew MAX_SEQ_LEN");
     let scalar = kernels_named("scalar").expect("the scalar path always exists");
     let paths: Vec<&'static Kernels> = supported_kernels().filter(|k| k.name != "scalar").collect();
     println!("paths compared with scalar: {:?}", paths.iter().map(|k| k.name).collect::<Vec<_>>());
     for precision in [Precision::Quantized8, Precision::Float32] {
-        let (want, tokens) = run(&model, scalar, precision, &prompts, None);
+        let (want, tokens) = run(model, scalar, precision, prompts, None);
         assert_eq!(want.len(), 8 + 4 + 8 * DECODE_STEPS, "rows: 8 prompt ends, 4 first chunks, the decodes");
         for &k in &paths {
-            let (got, _) = run(&model, k, precision, &prompts, Some(&tokens));
+            let (got, _) = run(model, k, precision, prompts, Some(&tokens));
             compare(k.name, precision, &got, &want);
         }
     }

@@ -12,6 +12,7 @@ use ember::backend::cpu::kernels::{
 };
 use ember::model::gguf::blocks::QK;
 use ember::model::gguf::kquants::SuperBlock;
+use ember::model::gguf::mxfp4::{e8m0_to_fp32_half, KVALUES};
 use ember::model::gguf::{GgmlType, GgufFile};
 use half::f16;
 
@@ -35,7 +36,7 @@ fn simd_paths() -> Vec<&'static Kernels> {
 }
 
 /// Every weight type ember computes with (`common/quant_blocks.rs`).
-const KINDS: [GgmlType; 13] = WEIGHT_TYPES;
+const KINDS: [GgmlType; 14] = WEIGHT_TYPES;
 
 /// Whether `dtype` is a float type: the quantized types meet 8-bit activations packed (`matmul_packed`), the float
 /// ones as they are (`matmul_q8`).
@@ -732,6 +733,71 @@ fn matmul_packed_q6k_is_exact_at_its_extremes() {
             }
             let got = f64::from(want[c * N_ROWS + r]);
             assert!((got - exact).abs() <= 16.0 * U * exact.abs(), "row {r} col {c}: {got} vs {exact}");
+        }
+    }
+}
+
+/// MXFP4 at the ends of its scale range: rows whose blocks take E8M0 bytes 0 and 1 (subnormal scales: `d·da` is
+/// then rounded, or flushed to zero, and no path may treat it otherwise), 2 (the smallest normal one), 127 and 128,
+/// and up to 200 (2^72), with every code. Every path gives the scalar bits; where `d·da` is normal the scalar
+/// result of a one-block row is the exact integer dot times `d·da`, rounded once.
+#[test]
+fn matmul_packed_mxfp4_is_exact_across_its_scale_range() {
+    const EXPONENTS: [u8; 8] = [0, 1, 2, 3, 100, 127, 128, 200];
+    let mut rng = Rng(15);
+    for row_len in [32, 96] {
+        let n_rows = 2 * EXPONENTS.len() + 1;
+        let weights = Weights::random(GgmlType::Mxfp4, n_rows, row_len, &mut rng);
+        let mut words = weights.words.clone();
+        let bytes = bytemuck::cast_slice_mut::<u32, u8>(&mut words);
+        for (b, block) in bytes.chunks_exact_mut(17).take(n_rows * row_len / QK).enumerate() {
+            block[0] = EXPONENTS[(b / (row_len / QK)) % EXPONENTS.len()];
+            // Every code in the row's first block: 16 codes in the low nibbles, reversed in the high ones.
+            if b % (row_len / QK) == 0 {
+                for (j, q) in block[1..].iter_mut().enumerate() {
+                    *q = j as u8 | ((15 - j as u8) << 4);
+                }
+            }
+        }
+        let weights = Weights { dtype: GgmlType::Mxfp4, words };
+        let w = weights.matrix(n_rows, row_len);
+        let packed = PackedMatrix::pack(&w).expect("MXFP4 packs");
+        let (mut got, mut want) = (vec![0f32; row_len], vec![0f32; row_len]);
+        for r in 0..n_rows {
+            packed.dequantize_row(r, &mut got);
+            w.dequantize_row(r, &mut want);
+            assert_same_bits(&got, &want, &format!("MXFP4 row {r} dequantized"));
+        }
+        for n_cols in [1, 2, 9] {
+            let act = quantize(&random_activations(n_cols, row_len, &mut rng));
+            let scalar_out = run_packed(scalar(), &packed, &act, n_cols);
+            for k in simd_paths() {
+                let what = format!("{} MXFP4 extremes {n_rows}x{row_len} n_cols {n_cols}", k.name);
+                assert_same_bits(&run_packed(k, &packed, &act, n_cols), &scalar_out, &what);
+            }
+            if row_len != QK {
+                continue;
+            }
+            let blocks = match w.data() {
+                WeightData::Mxfp4(b) => b,
+                _ => unreachable!(),
+            };
+            for c in 0..n_cols {
+                for (r, b) in blocks.iter().enumerate() {
+                    let a = &act[c];
+                    let dot: i32 = (0..QK)
+                        .map(|k| {
+                            let code = if k < 16 { b.qs[k] & 0x0f } else { b.qs[k - 16] >> 4 };
+                            i32::from(KVALUES[usize::from(code)]) * i32::from(a.qs[k])
+                        })
+                        .sum();
+                    let scale = e8m0_to_fp32_half(b.e) * a.d;
+                    if scale.is_normal() {
+                        let exact = (f64::from(dot) * f64::from(scale)) as f32;
+                        assert_eq!(scalar_out[c * n_rows + r].to_bits(), exact.to_bits(), "e {} col {c}", b.e);
+                    }
+                }
+            }
         }
     }
 }

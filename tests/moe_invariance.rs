@@ -19,7 +19,7 @@ const SEQS: usize = 5;
 
 /// The family's layers in the quantized types of a Q4_K_M file (its fixture's are F16): the packed kernels run.
 fn file(family: &str) -> Vec<u8> {
-    let spec = SyntheticSpec { f16_matrices: false, ..SyntheticSpec::family(family, 23, 2).unwrap() };
+    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family(family, 23, 2).unwrap() };
     spec.writer_with_byte_vocabulary().to_bytes()
 }
 

@@ -1,6 +1,6 @@
 //! Random, valid GGUF tensor data of every weight type ember computes with: random bytes with each f16 scale
-//! field replaced by a finite value, for the dequantization reference test and the kernel tests. Included with
-//! `#[path]`.
+//! field replaced by a finite value (MXFP4's exponent byte by the power of two nearest that value), for the
+//! dequantization reference test and the kernel tests. Included with `#[path]`.
 #![allow(dead_code)] // each includer uses some of the functions
 
 use ember::model::gguf::GgmlType;
@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use crate::rng::Rng; // the includer declares `mod rng` (common/rng.rs)
 
 /// Every weight type ember computes with.
-pub const WEIGHT_TYPES: [GgmlType; 13] = [
+pub const WEIGHT_TYPES: [GgmlType; 14] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Bf16,
@@ -23,6 +23,7 @@ pub const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::Mxfp4,
 ];
 
 /// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.
@@ -71,6 +72,11 @@ pub fn random_blocks(
             let v = if realistic { bf16::from_f32(rng.uniform(-1.0, 1.0)) } else { finite_bf16(rng) };
             c.copy_from_slice(&v.to_le_bytes());
         }),
+        GgmlType::Mxfp4 => {
+            for block in bytes.chunks_exact_mut(block_bytes) {
+                block[0] = e8m0_near(scale(rng).to_f32());
+            }
+        }
         _ => {
             for block in bytes.chunks_exact_mut(block_bytes) {
                 for &at in scale_offsets(dtype) {
@@ -80,6 +86,14 @@ pub fn random_blocks(
         }
     }
     bytes
+}
+
+/// The E8M0 byte whose MXFP4 half scale, `2^(e − 128)`, is the power of two nearest `|v|` in log scale (0 for 0).
+pub fn e8m0_near(v: f32) -> u8 {
+    if v == 0.0 {
+        return 0;
+    }
+    (v.abs().log2().round() as i32 + 128).clamp(0, 255) as u8
 }
 
 fn finite_f32(rng: &mut Rng) -> f32 {

@@ -114,6 +114,7 @@ impl PackedType {
             WeightData::F16(_) => PackedType::F16,
             WeightData::Bf16(_) => PackedType::Bf16,
             WeightData::F32(_) => PackedType::F32,
+            WeightData::Mxfp4(_) => unimplemented!("the CUDA backend has no MXFP4 kernels yet"),
         }
     }
 }
@@ -176,6 +177,7 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
         WeightData::F16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
         WeightData::Bf16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
         WeightData::F32(values) => out.raw_bytes(bytemuck::cast_slice(values)),
+        WeightData::Mxfp4(_) => unreachable!("refused by PackedType::of"),
     }
     debug_assert_eq!(out.quants.len(), groups * dtype.quant_words());
     debug_assert_eq!(out.scales.len(), groups * dtype.scale_words());

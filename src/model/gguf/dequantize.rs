@@ -1,11 +1,13 @@
 //! Dequantization of tensor data of any type ember computes with, by its GGUF type: the one dispatch over the
-//! per-type functions of `blocks` and `kquants`.
+//! per-type functions of `blocks`, `kquants` and
+//! `mxfp4`.
 
 use bytemuck::Pod;
 
 use super::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::dtype::GgmlType;
 use super::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::mxfp4::{dequantize_mxfp4, BlockMxfp4};
 
 /// Why [`dequantize`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +41,7 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q4K => dequantize_k(&pod_vec::<BlockQ4K>(bytes), out),
         GgmlType::Q5K => dequantize_k(&pod_vec::<BlockQ5K>(bytes), out),
         GgmlType::Q6K => dequantize_k(&pod_vec::<BlockQ6K>(bytes), out),
+        GgmlType::Mxfp4 => dequantize_mxfp4(&pod_vec::<BlockMxfp4>(bytes), out),
         other => return Err(DequantizeError::Unsupported(other)),
     }
     Ok(())

@@ -12,6 +12,7 @@ pub mod dequantize;
 pub mod dtype;
 mod error;
 pub mod kquants;
+pub mod mxfp4;
 mod parse;
 mod source;
 pub mod tensor;

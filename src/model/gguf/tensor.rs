@@ -11,6 +11,7 @@ use super::dequantize::dequantize;
 use super::dtype::GgmlType;
 use super::error::GgufError;
 use super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::mxfp4::BlockMxfp4;
 
 /// A tensor's description, validated against the file when it was opened.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,6 +128,10 @@ impl<'a> TensorView<'a> {
 
     pub fn as_q6_k(&self) -> Result<&'a [BlockQ6K], GgufError> {
         self.typed(GgmlType::Q6K)
+    }
+
+    pub fn as_mxfp4(&self) -> Result<&'a [BlockMxfp4], GgufError> {
+        self.typed(GgmlType::Mxfp4)
     }
 
     /// The whole tensor dequantized to f32 (an allocation of 4 bytes per element: for tests, small tensors and

@@ -8,6 +8,7 @@
 use half::f16;
 
 use crate::model::gguf::blocks::{quantize_q4_1, quantize_q8_0, QK};
+use crate::model::gguf::mxfp4::quantize_mxfp4;
 use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
@@ -55,9 +56,10 @@ pub struct SyntheticSpec {
     pub softcaps: Option<(f32, f32)>,
     /// Granite's multipliers, or none.
     pub granite: Option<GraniteScales>,
-    /// Every matrix F16 instead of the file's quantized types: for deep models compared with llama.cpp, whose
-    /// 8-bit activations (and ours, in other blocks) would otherwise drift apart over the layers.
-    pub f16_matrices: bool,
+    /// Every matrix of this type instead of the file's: F16 for deep models compared with llama.cpp, whose 8-bit
+    /// activations (and ours, in other blocks) would otherwise drift apart over the layers; MXFP4 (gpt-oss's
+    /// experts' type) for a model of a type no small real file has. `None`: the file's types.
+    pub matrix_type: Option<GgmlType>,
     /// Mixture-of-experts FFNs (for a family whose spec has them), or dense ones.
     pub experts: Option<SyntheticExperts>,
 }
@@ -148,7 +150,7 @@ impl SyntheticSpec {
             rope_yarn: None,
             softcaps: None,
             granite: None,
-            f16_matrices: false,
+            matrix_type: None,
             experts: None,
         }
     }
@@ -336,8 +338,8 @@ impl SyntheticSpec {
                 let dtype = if name.ends_with("ffn_gate_inp.weight") {
                     // Routers stay F32 in quantized files (llama-quantize never quantizes them).
                     GgmlType::F32
-                } else if self.f16_matrices {
-                    GgmlType::F16
+                } else if let Some(dtype) = self.matrix_type {
+                    dtype
                 } else if gemma || self.experts.is_some() {
                     gemma3_type(&name, shape[0])
                 } else {
@@ -349,7 +351,7 @@ impl SyntheticSpec {
                     GgmlType::F16 => {
                         (0..n).flat_map(|_| f16::from_f32(scale * rng.symmetric()).to_le_bytes()).collect()
                     }
-                    GgmlType::Q8_0 | GgmlType::Q4_1 => random_blocks(&mut rng, dtype, n, scale),
+                    GgmlType::Q8_0 | GgmlType::Q4_1 | GgmlType::Mxfp4 => random_blocks(&mut rng, dtype, n, scale),
                     _ => random_bytes_blocks(&mut rng, dtype, n, scale),
                 };
                 w.tensor(&name, dtype, &shape, data)
@@ -446,6 +448,7 @@ fn random_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) ->
         x.iter_mut().for_each(|v| *v = scale * rng.symmetric());
         match dtype {
             GgmlType::Q8_0 => out.extend_from_slice(bytemuck::bytes_of(&quantize_q8_0(&x))),
+            GgmlType::Mxfp4 => out.extend_from_slice(bytemuck::bytes_of(&quantize_mxfp4(&x))),
             _ => out.extend_from_slice(bytemuck::bytes_of(&quantize_q4_1(&x))),
         }
     }

@@ -3,6 +3,7 @@
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
 use super::families;
+use crate::model::gguf::GgmlType;
 use super::rope_scaling::LongRope;
 use super::synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};
 
@@ -127,7 +128,7 @@ impl SyntheticSpec {
             // key/value heads of 64, so that its attention scale 1/√(512 / 4) differs from 1/√64; windows of 8;
             // F16 matrices, so that 8-bit activations do not drift apart over the 46 layers.
             "gemma2-27b-scale" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 512,
                 n_head: 4,
@@ -157,7 +158,7 @@ impl SyntheticSpec {
             // `qwen3moe` at small widths: 512 wide, 8 query and 4 key/value heads of 128 (wider than 512 / 8, as
             // Qwen3-30B-A3B's 32 heads of 128 are wider than 2048 / 32), 32 experts of 256, 8 per token.
             "qwen3moe-small" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 1536,
                 n_head: 8,
@@ -169,7 +170,7 @@ impl SyntheticSpec {
             // `llama` with experts (Mixtral) at small widths: 512 wide, 8 query and 2 key/value heads, 8 experts of
             // 1024, 2 per token.
             "mixtral-small" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 1024,
                 n_head: 8,
@@ -181,7 +182,7 @@ impl SyntheticSpec {
             // `qwen2moe` at small widths: 512 wide, 8 heads, biased q/k/v, 16 experts of 256, 4 per token, and a
             // gated shared expert of 1024 (Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, shared 5632).
             "qwen2moe-small" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 1024,
                 n_head: 8,
@@ -192,7 +193,7 @@ impl SyntheticSpec {
             // `olmoe` at small widths: 512 wide, 8 heads (its row norms are n_embd wide for keys too), 16 experts of
             // 256, 4 per token (OLMoE-1B-7B: 64 of 1024, 8 per token).
             "olmoe-small" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 256,
                 n_head: 8,
@@ -203,7 +204,7 @@ impl SyntheticSpec {
             // `granitemoe` at small widths with Granite 3.1's multipliers: 512 wide, 8 query and 4 key/value heads,
             // 16 experts of 256, 4 per token (Granite 3.1 1B-A400M: 1024 wide, 32 experts of 512, 8 per token).
             "granitemoe-small" => SyntheticSpec {
-                f16_matrices: true,
+                matrix_type: Some(GgmlType::F16),
                 n_embd: 512,
                 n_ff: 256,
                 n_head: 8,

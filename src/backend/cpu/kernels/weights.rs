@@ -7,6 +7,7 @@ use half::{bf16, f16};
 
 use crate::model::gguf::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
+use crate::model::gguf::mxfp4::{dequantize_mxfp4, BlockMxfp4};
 use crate::model::gguf::{GgmlType, GgufError, TensorView};
 
 /// The elements of a weight matrix, row after row: blocks of the quantized types (32 elements, 256 for the
@@ -23,6 +24,7 @@ pub enum WeightData<'a> {
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
+    Mxfp4(&'a [BlockMxfp4]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
     F32(&'a [f32]),
@@ -42,6 +44,7 @@ macro_rules! with_slice {
             WeightData::Q4K($x) => $body,
             WeightData::Q5K($x) => $body,
             WeightData::Q6K($x) => $body,
+            WeightData::Mxfp4($x) => $body,
             WeightData::F16($x) => $body,
             WeightData::Bf16($x) => $body,
             WeightData::F32($x) => $body,
@@ -73,6 +76,7 @@ impl WeightData<'_> {
             WeightData::Q4K(_) => GgmlType::Q4K,
             WeightData::Q5K(_) => GgmlType::Q5K,
             WeightData::Q6K(_) => GgmlType::Q6K,
+            WeightData::Mxfp4(_) => GgmlType::Mxfp4,
             WeightData::F16(_) => GgmlType::F16,
             WeightData::Bf16(_) => GgmlType::Bf16,
             WeightData::F32(_) => GgmlType::F32,
@@ -93,6 +97,7 @@ impl WeightData<'_> {
             GgmlType::Q4K => WeightData::Q4K(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Q5K => WeightData::Q5K(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Q6K => WeightData::Q6K(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Mxfp4 => WeightData::Mxfp4(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::F16 => WeightData::F16(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Bf16 => WeightData::Bf16(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::F32 => WeightData::F32(bytemuck::try_cast_slice(bytes).ok()?),
@@ -170,7 +175,7 @@ impl<'a> WeightMatrix<'a> {
     /// Dimensions past the second count as more rows, in storage order (ggml lays a `[n0, n1, n2]` tensor out as
     /// `n1 · n2` rows of `n0`), so a 1-D tensor is one row. Callers check `n_rows` and `row_len` against the model's
     /// hyperparameters. Fails with [`GgufError::UnsupportedTensorType`] for types without a matmul kernel (the
-    /// IQ and TQ families, MXFP4, …) and for float rows that are not whole 32-element blocks, or with the view's own
+    /// IQ and TQ families, …) and for float rows that are not whole 32-element blocks, or with the view's own
     /// errors when the data is misaligned.
     pub fn from_tensor(view: &TensorView<'a>) -> Result<Self, GgufError> {
         let dtype = view.dtype();
@@ -215,6 +220,7 @@ impl<'a> WeightMatrix<'a> {
             WeightData::Q4K(b) => WeightData::Q4K(&b[r]),
             WeightData::Q5K(b) => WeightData::Q5K(&b[r]),
             WeightData::Q6K(b) => WeightData::Q6K(&b[r]),
+            WeightData::Mxfp4(b) => WeightData::Mxfp4(&b[r]),
             WeightData::F16(v) => WeightData::F16(&v[r]),
             WeightData::Bf16(v) => WeightData::Bf16(&v[r]),
             WeightData::F32(v) => WeightData::F32(&v[r]),
@@ -256,6 +262,7 @@ impl<'a> WeightMatrix<'a> {
             WeightData::Q4K(b) => dequantize_k(&b[items(QK_K)], out),
             WeightData::Q5K(b) => dequantize_k(&b[items(QK_K)], out),
             WeightData::Q6K(b) => dequantize_k(&b[items(QK_K)], out),
+            WeightData::Mxfp4(b) => dequantize_mxfp4(&b[items(QK)], out),
             WeightData::F16(v) => blocks::dequantize_f16(&v[items(1)], out),
             WeightData::Bf16(v) => blocks::dequantize_bf16(&v[items(1)], out),
             WeightData::F32(v) => out.copy_from_slice(&v[items(1)]),

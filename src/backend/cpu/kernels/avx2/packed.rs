@@ -5,7 +5,8 @@
 //! (four per 32-bit lane); for Q3_K and Q6_K, whose halves' dots are scaled in integers, `vpmaddwd` by the half's
 //! integer scale instead, which does that multiply for free. The 16-bit sums of several slices are added before
 //! widening while they cannot overflow: `2·u_max·127` per slice (`u_max` the type's largest value), so a group's
-//! eight slices for the 4-bit types, four for the 5-bit ones, two for the 6-bit one. Q8_0's values (`q + 128`)
+//! eight slices for the 4-bit types, four for the 5-bit ones and MXFP4 (whose codebook's `u` reach 24), two for the
+//! 6-bit one. Q8_0's values (`q + 128`)
 //! exceed what `vpmaddubsw` multiplies without saturating, so they are turned back into `q` and multiplied by sign
 //! (`|q|` times the activation with `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same
 //! integer. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
@@ -25,6 +26,7 @@ use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::model::gguf::mxfp4::BlockMxfp4;
 use crate::model::gguf::GgmlType;
 
 /// Rows of an octet.
@@ -66,6 +68,21 @@ unsafe fn load_bytes_i32(p: *const u8) -> __m256i {
     _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(unsafe { p.cast::<i64>().read_unaligned() }))
 }
 
+/// The half scales `2^(e − 128)` of the 8 E8M0 bytes at `p` (MXFP4), each as `mxfp4::e8m0_to_fp32_half` builds
+/// its bits: `(e − 1) << 23`, or the subnormal `0x200000 << e` for `e` 0 and 1.
+///
+/// # Safety
+/// `p` must point to 8 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_e8m0(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 8 readable bytes.
+    let e = unsafe { load_bytes_i32(p) };
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small))
+}
+
 /// Bytes before a group's base plane.
 const fn high_bytes<F: Format>() -> usize {
     match F::HIGH {
@@ -75,8 +92,18 @@ const fn high_bytes<F: Format>() -> usize {
     }
 }
 
-/// The largest value a type stores.
+/// The largest `u` of a type.
 const fn max_value<F: Format>() -> i32 {
+    if let Some(book) = F::CODEBOOK {
+        let (mut max, mut c) = (0, 0);
+        while c < 16 {
+            if book[c] as i32 > max {
+                max = book[c] as i32;
+            }
+            c += 1;
+        }
+        return max;
+    }
     let base = match F::BASE {
         Base::Nibbles => 15,
         Base::Crumbs => 3,
@@ -126,6 +153,7 @@ fn bit_bytes(bits: u32) -> __m256i {
 /// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes, `o < 2`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> __m256i {
+    const { assert!(F::CODEBOOK.is_none() || matches!((F::BASE, F::HIGH), (Base::Nibbles, High::None))) };
     // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
     unsafe {
         let base = planes.add(high_bytes::<F>() + 32 * o);
@@ -133,7 +161,15 @@ unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> 
             Base::Nibbles => {
                 let x = load(base.add(SLICE_BYTES * t));
                 let x = if h == 0 { x } else { _mm256_srli_epi16::<4>(x) };
-                _mm256_and_si256(x, _mm256_set1_epi8(0x0f))
+                let codes = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
+                match F::CODEBOOK {
+                    // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
+                    Some(book) => {
+                        let book = _mm256_broadcastsi128_si256(_mm_loadu_si128(book.as_ptr().cast()));
+                        _mm256_shuffle_epi8(book, codes)
+                    }
+                    None => codes,
+                }
             }
             Base::Crumbs => {
                 let x = load(base.add(SLICE_BYTES * h));
@@ -284,6 +320,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
                 d[r] = match F::SCALING {
                     Scaling::Halves => _mm256_loadu_ps(hdr[r].add(header::D + 32 * o).cast()),
+                    Scaling::E8m0 => load_e8m0(hdr[r].add(header::E + 8 * o)),
                     _ => load_f16(hdr[r].add(header::D + 16 * o)),
                 };
                 m[r] = match F::SCALING {

@@ -21,6 +21,7 @@ use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use crate::model::gguf::mxfp4::BlockMxfp4;
 use crate::model::gguf::GgmlType;
 
 /// Most panels and columns of a tile.
@@ -61,6 +62,21 @@ unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
 }
 
+/// The half scales `2^(e − 128)` of the 16 E8M0 bytes at `p` (MXFP4), each as `mxfp4::e8m0_to_fp32_half` builds
+/// its bits: `(e − 1) << 23`, or the subnormal `0x200000 << e` for `e` 0 and 1.
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_e8m0(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
+    let e = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p.cast()) });
+    let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+    let subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal))
+}
+
 /// Bytes before a group's base plane.
 const fn high_bytes<F: Format>() -> usize {
     match F::HIGH {
@@ -76,6 +92,7 @@ const fn high_bytes<F: Format>() -> usize {
 /// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
+    const { assert!(F::CODEBOOK.is_none() || matches!((F::BASE, F::HIGH), (Base::Nibbles, High::None))) };
     // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
     unsafe {
         let base = planes.add(high_bytes::<F>());
@@ -83,7 +100,15 @@ unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
             Base::Nibbles => {
                 let x = load(base.add(SLICE_BYTES * t));
                 let x = if h == 0 { x } else { _mm512_srli_epi16::<4>(x) };
-                _mm512_and_si512(x, _mm512_set1_epi8(0x0f))
+                let codes = _mm512_and_si512(x, _mm512_set1_epi8(0x0f));
+                match F::CODEBOOK {
+                    // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
+                    Some(book) => {
+                        let book = _mm512_broadcast_i32x4(_mm_loadu_si128(book.as_ptr().cast()));
+                        _mm512_shuffle_epi8(book, codes)
+                    }
+                    None => codes,
+                }
             }
             Base::Crumbs => {
                 let x = load(base.add(SLICE_BYTES * h));
@@ -222,6 +247,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
                 d[r] = match F::SCALING {
                     Scaling::Halves => _mm512_loadu_ps(hdr[r].add(header::D).cast()),
+                    Scaling::E8m0 => load_e8m0(hdr[r].add(header::E)),
                     _ => load_f16(hdr[r].add(header::D)),
                 };
                 m[r] = match F::SCALING {

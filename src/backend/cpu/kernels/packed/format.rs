@@ -11,6 +11,7 @@ use half::f16;
 
 use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS, QK_K};
+use crate::model::gguf::mxfp4::{self, e8m0_from_fp32_half, e8m0_to_fp32_half, BlockMxfp4, KVALUES};
 use crate::model::gguf::GgmlType;
 
 /// Rows of a panel: the outputs one AVX-512 register holds, one per 32-bit lane.
@@ -63,11 +64,15 @@ pub enum Scaling {
     /// Super-block scales `d`, `dmin` and a 4-bit scale and minimum per half group: header `d: [f16; 16]`,
     /// `dmin: [f16; 16]`, `scmn: [[u8; 16]; 16]`, scale in the low nibble (Q2_K).
     HalvesMin,
+    /// One power-of-two scale per block, stored as its E8M0 exponent byte: header `e: [u8; 16]`, `d = 2^(e − 128)`
+    /// (MXFP4; `mxfp4::e8m0_to_fp32_half`). The kernels then apply `d` as `Block` does.
+    E8m0,
 }
 
 /// One unit of one row, decoded: what dequantization and the scalar kernels read.
 pub struct RowUnit {
-    /// `u` of each element (at most 255).
+    /// What the planes store of each element (at most 255): its `u`, or for a type with a codebook its code, whose
+    /// `u` [`level`] gives.
     pub u: [u8; QK_K],
     /// `d`, and `m` (BlockMin) or `dmin` (the K-quants with minima).
     pub d: f32,
@@ -91,6 +96,10 @@ pub trait Format {
     /// Subtracted from every `u`.
     const OFFSET: i32;
     const SCALING: Scaling;
+    /// For a type whose values are not evenly spaced (MXFP4): the planes hold 4-bit codes (`Base::Nibbles`, no high
+    /// plane) and an element's `u` is `CODEBOOK[code]`, which the SIMD paths look up with a byte shuffle (`pshufb`)
+    /// right after unpacking the nibbles. `None`: the planes hold `u` itself.
+    const CODEBOOK: Option<[u8; 16]> = None;
     /// Plane bytes per group and panel: the high plane, then the base plane.
     const GROUP_BYTES: usize = high_bytes(Self::HIGH) + base_bytes(Self::BASE);
 
@@ -119,6 +128,15 @@ pub trait Format {
 
     /// One GGUF block decoded into `unit` (`u[..UNIT]`, `d`, `m`, and the scales and minima of its half groups).
     fn decode_block(b: &Self::Block, unit: &mut RowUnit);
+}
+
+/// An element's `u` from what its planes store (see [`Format::CODEBOOK`]).
+#[inline(always)]
+pub fn level<F: Format + ?Sized>(stored: u8) -> u8 {
+    match F::CODEBOOK {
+        Some(book) => book[usize::from(stored & 0x0f)],
+        None => stored,
+    }
 }
 
 const fn base_bytes(base: Base) -> usize {
@@ -150,6 +168,8 @@ pub mod header {
     pub const HALF_SC: usize = 64;
     /// `HalvesMin`: `scmn[2g + h]` at `HALF_SCMN + 16(2g + h)`.
     pub const HALF_SCMN: usize = 64;
+    /// `E8m0`: the exponent bytes, 16 values.
+    pub const E: usize = 0;
 }
 
 fn put_f16(out: &mut [u8], at: usize, r: usize, v: f32) {
@@ -166,9 +186,10 @@ fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]
                 put_f16(out, header::M, r, u.m);
             }
             Scaling::Halves => out[header::D + 4 * r..header::D + 4 * r + 4].copy_from_slice(&u.d.to_le_bytes()),
+            Scaling::E8m0 => out[header::E + r] = e8m0_from_fp32_half(u.d),
         }
         match F::SCALING {
-            Scaling::Block | Scaling::BlockMin => {}
+            Scaling::Block | Scaling::BlockMin | Scaling::E8m0 => {}
             Scaling::GroupMin => {
                 for g in 0..GROUPS {
                     out[header::SC + 16 * g + r] = u.scales[2 * g] as u8;
@@ -285,12 +306,13 @@ pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usi
             let at = header::D + 4 * r;
             unit.d = f32::from_le_bytes(header_bytes[at..at + 4].try_into().expect("4 bytes"));
         }
+        Scaling::E8m0 => unit.d = e8m0_to_fp32_half(header_bytes[header::E + r]),
     }
     for g in 0..F::UNIT / QK {
         for h in 0..2 {
             let t = 2 * g + h;
             let (sc, mn) = match F::SCALING {
-                Scaling::Block | Scaling::BlockMin => (0, 0),
+                Scaling::Block | Scaling::BlockMin | Scaling::E8m0 => (0, 0),
                 Scaling::GroupMin => {
                     (i32::from(header_bytes[header::SC + 16 * g + r]), i32::from(header_bytes[header::MN + 16 * g + r]))
                 }
@@ -311,12 +333,13 @@ pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usi
 }
 
 /// Dequantizes one decoded unit into `out` (`UNIT` floats) with the formula of its type's dequantization
-/// (`blocks::dequantize_*`, `kquants::dequantize_k`), operation for operation, so the results are the same bits.
+/// (`blocks::dequantize_*`, `kquants::dequantize_k`, `mxfp4::dequantize_mxfp4`), operation for operation, so the
+/// results are the same bits.
 pub fn dequantize_unit<F: Format + ?Sized>(unit: &RowUnit, out: &mut [f32]) {
     for (k, x) in out.iter_mut().enumerate().take(F::UNIT) {
-        let q = i32::from(unit.u[k]) - F::OFFSET;
+        let q = i32::from(level::<F>(unit.u[k])) - F::OFFSET;
         *x = match F::SCALING {
-            Scaling::Block => unit.d * q as f32,
+            Scaling::Block | Scaling::E8m0 => unit.d * q as f32,
             Scaling::BlockMin => unit.d * q as f32 + unit.m,
             Scaling::GroupMin | Scaling::Halves | Scaling::HalvesMin => {
                 let t = k / 16;
@@ -446,3 +469,73 @@ k_format!(BlockQ3K, Q3K, 64 + 256, Base::Crumbs, High::Bit(2), Scaling::Halves);
 k_format!(BlockQ4K, Q4K, 64 + 256, Base::Nibbles, High::None, Scaling::GroupMin);
 k_format!(BlockQ5K, Q5K, 64 + 256, Base::Nibbles, High::Bit(4), Scaling::GroupMin);
 k_format!(BlockQ6K, Q6K, 64 + 256, Base::Nibbles, High::Crumbs(4), Scaling::Halves);
+
+/// What MXFP4's codebook adds to its values so that they are unsigned, the left operand `vpdpbusd` and `vpmaddubsw`
+/// take: `u = KVALUES[code] + 12`, 0..=24.
+const MXFP4_OFFSET: i32 = 12;
+
+/// MXFP4's `u` of each code.
+const MXFP4_LEVELS: [u8; 16] = {
+    let mut levels = [0u8; 16];
+    let mut c = 0;
+    while c < 16 {
+        levels[c] = (KVALUES[c] as i32 + MXFP4_OFFSET) as u8;
+        c += 1;
+    }
+    levels
+};
+
+impl Format for BlockMxfp4 {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Mxfp4;
+    const UNIT: usize = QK;
+    const HEADER: usize = 16;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::None;
+    const OFFSET: i32 = MXFP4_OFFSET;
+    const SCALING: Scaling = Scaling::E8m0;
+    const CODEBOOK: Option<[u8; 16]> = Some(MXFP4_LEVELS);
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        unit.d = e8m0_to_fp32_half(b.e);
+        unit.u[..QK].copy_from_slice(&mxfp4::codes(&b.qs));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MXFP4's `u` is its doubled E2M1 value plus `OFFSET`: an unsigned byte for the SIMD dots, at most 24 (AVX2
+    /// adds four slices' 16-bit pair sums before widening on that bound).
+    #[test]
+    fn mxfp4_levels_are_its_values_plus_the_offset() {
+        for code in 0..16u8 {
+            let u = level::<BlockMxfp4>(code);
+            assert_eq!(i32::from(u) - BlockMxfp4::OFFSET, i32::from(KVALUES[usize::from(code)]), "code {code}");
+            assert!(u <= 24);
+        }
+        assert_eq!(level::<BlockQ4_0>(13), 13, "a type without a codebook stores u itself");
+    }
+
+    /// A packed MXFP4 unit gives back each row's codes and exponent (0, 1, 254 and 255 among them),
+    /// and zeros for the rows past the matrix.
+    #[test]
+    fn mxfp4_units_round_trip_through_the_panel() {
+        let blocks: Vec<BlockMxfp4> = (0..PANEL_ROWS)
+            .map(|r| BlockMxfp4 {
+                e: [0, 1, 2, 127, 128, 200, 254, 255][r % 8],
+                qs: std::array::from_fn(|j| (r * 16 + j * 7) as u8),
+            })
+            .collect();
+        let mut scratch = [RowUnit::EMPTY; PANEL_ROWS];
+        let (mut header, mut planes) = ([0u8; 16], [0u8; NIB_BYTES]);
+        BlockMxfp4::pack_unit(|r| (r < 12).then(|| &blocks[r]), &mut scratch, &mut header, &mut planes);
+        let mut unit = RowUnit::EMPTY;
+        for (r, b) in blocks.iter().enumerate() {
+            decode_row::<BlockMxfp4>(&header, &planes, r, &mut unit);
+            let (e, codes) = if r < 12 { (b.e, mxfp4::codes(&b.qs)) } else { (0, [0; QK]) };
+            assert_eq!(unit.d.to_bits(), e8m0_to_fp32_half(e).to_bits(), "row {r}");
+            assert_eq!(unit.u[..QK], codes, "row {r}");
+        }
+    }
+}

@@ -17,6 +17,7 @@ use half::{bf16, f16};
 
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 use crate::model::gguf::kquants::{dequantize_k, SuperBlock, GROUPS, QK_K};
+use crate::model::gguf::mxfp4::BlockMxfp4;
 
 /// The 32 weights of a 4-bit block in activation order, minus `offset`: byte `k` holds element `k` in its low
 /// nibble and element `k + 16` in its high nibble (`ggml-common.h`).
@@ -177,6 +178,15 @@ impl DequantizeBlock for BlockQ5_1 {
     }
 }
 
+impl DequantizeBlock for BlockMxfp4 {
+    #[inline(always)]
+    fn dequantize(&self) -> [f32; QK] {
+        let mut w = [0f32; QK];
+        crate::model::gguf::mxfp4::dequantize_mxfp4(std::slice::from_ref(self), &mut w);
+        w
+    }
+}
+
 impl<T: FloatBlock> DequantizeBlock for T {
     #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
@@ -236,6 +246,7 @@ pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32]
         WeightData::Q4K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
         WeightData::Q5K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
         WeightData::Q6K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
+        WeightData::Mxfp4(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
         WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
