@@ -26,7 +26,7 @@
 
 use std::sync::Mutex;
 
-use super::kernels::numerics::{self, max_lane, min_lane};
+use super::kernels::numerics::{max_lane, min_lane};
 use super::kernels::{BlockQ8A, Kernels, OutRows};
 use super::model_weights::Matrix;
 use super::parallel::{parallel_rows_mut, Activations, MAX_TASKS};
@@ -230,12 +230,15 @@ pub fn routed_experts(
     assert_eq!(selected.len(), t * k, "routed_experts: selected must hold {k} experts per row");
     assert_eq!(weights.len(), t * k, "routed_experts: weights must hold {k} weights per row");
     assert_eq!(out.len(), t * d, "routed_experts: out must hold {t} rows of {d}");
+    if let ExpertActivation::SwigluOai { alpha, .. } = activation {
+        assert!(alpha.is_normal(), "routed_experts: SwigluOai's alpha {alpha} must be a normal float (it divides)");
+    }
     if t == 0 {
         return;
     }
     scratch.group_by_expert(selected, experts.len());
     for g in &scratch.groups {
-        check_expert(g.expert, &experts[g.expert], d, ff);
+        check_expert(g.expert, &experts[g.expert], precision, d, ff);
     }
     scratch.gather_input(kernels, input);
     gate_up(pool, kernels, experts, scratch, t * k);
@@ -252,8 +255,17 @@ fn row_len(m: &Matrix) -> usize {
     }
 }
 
-/// Checks expert `e`'s shapes against the widths `d` (n_embd) and `ff` (n_ff).
-fn check_expert(e: usize, ex: &ExpertMatrices, d: usize, ff: usize) {
+/// Checks expert `e`'s shapes against the widths `d` (n_embd) and `ff` (n_ff), and that its matrices are resolved
+/// for `precision` (here rather than in a pool task, whose panic would reach the caller without its message).
+fn check_expert(e: usize, ex: &ExpertMatrices, precision: Precision, d: usize, ff: usize) {
+    let resolved = |m: &Matrix| match (precision, m) {
+        (Precision::Quantized8, Matrix::File(w)) => w.data().dtype().block_len() == 1,
+        (Precision::Quantized8, Matrix::Packed(_)) | (Precision::Float32, Matrix::File(_)) => true,
+        (Precision::Float32, Matrix::Packed(_)) => false,
+    };
+    for (name, m) in [("gate", &ex.gate), ("up", &ex.up), ("down", &ex.down)] {
+        assert!(resolved(m), "routed_experts: expert {e}'s {name} is not resolved for {precision:?} (packed or not)");
+    }
     let shape = |m: &Matrix| (m.n_rows(), row_len(m));
     assert_eq!(shape(&ex.gate), (ff, d), "routed_experts: expert {e}'s gate must be {ff} rows of {d}");
     assert_eq!(shape(&ex.up), (ff, d), "routed_experts: expert {e}'s up must be {ff} rows of {d}");
@@ -382,26 +394,37 @@ fn activate_rows(
     });
 }
 
-/// `out = act(gate, up)` for one row (`ones`: as many ones).
+/// `out = act(gate, up)` for one row (`ones`: as many ones). `gate` and `up` are scratch rows, which gpt-oss's
+/// variant overwrites.
 ///
-/// SiLU and GELU are the dense FFN's kernels. The clamped variants add `min`/`max` in `numerics`' lane semantics
-/// (a NaN input gives a limit) and are otherwise shared code: the clamped SiLU multiplies the SiLU kernel's
-/// `silu(gate) · 1` (exact), and gpt-oss's form, whose exponent is of `alpha·x` but whose numerator is `x`, uses
-/// `numerics::exp`, the exponential of every path. Either way every kernel path computes the same bits.
-fn activate(kernels: &Kernels, activation: ExpertActivation, gate: &[f32], up: &[f32], ones: &[f32], out: &mut [f32]) {
+/// Every variant goes through a SiLU or GELU kernel, so that its exponential is the vectorized one of each path
+/// (the same bits on every path; shared scalar code calling `numerics::exp` costs 60 ns an element where `fma` is
+/// not compiled in, against about 1). The clamps are `numerics`' `min`/`max` lanes (a NaN input gives a limit). The
+/// clamped SiLU multiplies the kernel's `silu(gate) · 1` (exact). gpt-oss's `x · σ(alpha·x) · (y + 1)` is computed
+/// as `silu(alpha·x) · ((y + 1) · (1 / alpha))`: the exponent is llama.cpp's `alpha · (−x)` exactly, and the
+/// result is within a few ulp of its `x / (1 + e^(alpha·(−x))) · (y + 1)`.
+fn activate(
+    kernels: &Kernels,
+    activation: ExpertActivation,
+    gate: &mut [f32],
+    up: &mut [f32],
+    ones: &[f32],
+    out: &mut [f32],
+) {
     match activation {
         ExpertActivation::Silu => kernels.silu_mul(gate, up, out),
         ExpertActivation::GeluTanh => kernels.gelu_mul(gate, up, out),
         ExpertActivation::SiluClamped { limit } => {
             kernels.silu_mul(gate, ones, out);
-            for (o, &u) in out.iter_mut().zip(up) {
+            for (o, &u) in out.iter_mut().zip(up.iter()) {
                 *o = min_lane(*o, limit) * clamp(u, limit);
             }
         }
         ExpertActivation::SwigluOai { alpha, limit } => {
-            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = swiglu_oai(g, u, alpha, limit);
-            }
+            let inv_alpha = 1.0 / alpha;
+            gate.iter_mut().for_each(|g| *g = alpha * min_lane(*g, limit));
+            up.iter_mut().for_each(|u| *u = (clamp(*u, limit) + 1.0) * inv_alpha);
+            kernels.silu_mul(gate, up, out);
         }
     }
 }
@@ -410,14 +433,6 @@ fn activate(kernels: &Kernels, activation: ExpertActivation, gate: &[f32], up: &
 #[inline(always)]
 fn clamp(v: f32, limit: f32) -> f32 {
     min_lane(max_lane(v, -limit), limit)
-}
-
-/// gpt-oss's gated activation of one element, in `ggml_swiglu_oai`'s order of operations.
-#[inline(always)]
-fn swiglu_oai(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
-    let x = min_lane(g, limit);
-    let y = clamp(u, limit);
-    (x / (1.0 + numerics::exp(alpha * -x))) * (y + 1.0)
 }
 
 /// Step 4: `out[t] = Σ_s (down row of pair (t, s) + its expert's down bias) · weights[t·k + s]`, the products added
@@ -477,7 +492,7 @@ impl<'a> ExpertMatmul<'a> {
             (Activations::Q8(a), Matrix::Packed(w)) => kernels.matmul_packed(w, a, n_cols, &mut self.out),
             (Activations::Q8(a), Matrix::File(w)) => kernels.matmul_q8(w, a, n_cols, &mut self.out),
             (Activations::F32(a), Matrix::File(w)) => kernels.matmul_f32(w, a, n_cols, &mut self.out),
-            (Activations::F32(_), Matrix::Packed(_)) => panic!("routed_experts: a packed expert on the precise path"),
+            (Activations::F32(_), Matrix::Packed(_)) => unreachable!("check_expert refuses packed experts here"),
         }
     }
 }
@@ -772,8 +787,8 @@ mod tests {
                 kernels.add_assign(&mut gate, &ex.gate_bias);
                 kernels.add_assign(&mut up, &ex.up_bias);
             }
-            let mut hidden = vec![0f32; gate.len()];
-            activate(kernels, activation, &gate, &up, &vec![1.0; gate.len()], &mut hidden);
+            let (mut hidden, ones) = (vec![0f32; gate.len()], vec![1f32; gate.len()]);
+            activate(kernels, activation, &mut gate, &mut up, &ones, &mut hidden);
             let mut y = matvec(kernels, &ex.down, &hidden);
             if !ex.down_bias.is_empty() {
                 y.iter_mut().zip(&ex.down_bias).for_each(|(y, b)| *y += b);
@@ -961,7 +976,8 @@ mod tests {
         let act = |g, u| {
             let mut out = [0f32];
             let kernels = crate::backend::cpu::kernels::kernels();
-            activate(kernels, ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 }, &[g], &[u], &[1.0], &mut out);
+            let act = ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 };
+            activate(kernels, act, &mut [g], &mut [u], &[1.0], &mut out);
             out[0]
         };
         // Gate clamped above only, up on both sides: x · σ(1.702 x) · (y + 1).
@@ -1089,5 +1105,184 @@ mod tests {
             &input,
             (&[0, 2], &[0.5; 2]),
         );
+    }
+
+    /// The median over 5 batches of the time per call of `f`, each batch at least `BATCH` long.
+    fn time_per_call(mut f: impl FnMut()) -> std::time::Duration {
+        const BATCH: std::time::Duration = std::time::Duration::from_millis(300);
+        f();
+        let mut batches: Vec<std::time::Duration> = (0..5)
+            .map(|_| {
+                let (start, mut calls) = (std::time::Instant::now(), 0u32);
+                while start.elapsed() < BATCH {
+                    f();
+                    calls += 1;
+                }
+                start.elapsed() / calls
+            })
+            .collect();
+        batches.sort();
+        batches[2]
+    }
+
+    /// Qwen3-30B-A3B's experts (n_embd 2048, n_ff 768, 128 experts, 8 per token) in Q4_K, on 1 and 2 threads:
+    /// time per call and the rate over the bytes of the experts the call reads, next to one dense matmul over as
+    /// many bytes (one matrix of the 24 matrices' rows). "stream" rotates over all 128 experts (345 MB: memory or
+    /// a large L3), or over 16 dense matrices of as much; "hot" repeats one call's experts (21 MB).
+    ///
+    /// `cargo test --release --lib experts::tests::timing -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a timing: prints numbers, asserts nothing"]
+    fn timing_qwen3_30b_a3b_experts() {
+        use crate::backend::cpu::parallel::{parallel_matmul, MatmulJob};
+        const N_EXPERTS: usize = 128;
+        const K: usize = 8;
+        const D: usize = 2048;
+        const FF: usize = 768;
+        let mut rng = Rng(8);
+        let mut packed = |n_rows: usize, row_len: usize| {
+            let blocks = Blocks::random(GgmlType::Q4K, n_rows * row_len, &mut rng);
+            Matrix::Packed(PackedMatrix::pack(&blocks.matrix(n_rows, row_len)).expect("Q4_K packs"))
+        };
+        let experts: Vec<ExpertMatrices> = (0..N_EXPERTS)
+            .map(|_| ExpertMatrices {
+                gate: packed(FF, D),
+                up: packed(FF, D),
+                down: packed(D, FF),
+                gate_bias: Box::default(),
+                up_bias: Box::default(),
+                down_bias: Box::default(),
+            })
+            .collect();
+        // Transparent huge pages back a packed matrix only where its mapping holds whole 2 MiB pages: the dense
+        // matrices (21.8 MB), not an expert's (0.9 MB each). Linux's count of them:
+        let huge_pages = || {
+            let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+            rollup.lines().find(|l| l.starts_with("AnonHugePages")).unwrap_or("AnonHugePages: ?").to_owned()
+        };
+        println!("after packing the experts: {}", huge_pages());
+        let dense: Vec<Matrix> = (0..16).map(|_| packed(3 * K * FF, D)).collect();
+        println!("after packing the dense matrices: {}", huge_pages());
+        let expert_bytes =
+            |e: usize| [&experts[e].gate, &experts[e].up, &experts[e].down].map(Matrix::n_bytes).iter().sum::<usize>();
+        let kernels = crate::backend::cpu::kernels::kernels();
+        let max_t = 64;
+        let input = rng.floats(max_t * D, -1.0, 1.0);
+        let routes: Vec<(Vec<u32>, Vec<f32>)> =
+            (0..64).map(|_| routing(max_t, K, N_EXPERTS, false, &mut rng)).collect();
+        println!("kernels {}, Q4_K, n_embd {D}, n_ff {FF}, {N_EXPERTS} experts, k {K}", kernels.name);
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads).expect("threads start");
+            let mut scratch = ExpertScratch::new(max_t, K, D, FF, Precision::Quantized8);
+            let mut out = vec![0f32; max_t * D];
+            for (label, t, rotate) in
+                [("stream", 1, true), ("hot", 1, false), ("stream", 4, true), ("stream", 64, true)]
+            {
+                let (mut call, mut bytes) = (0, 0usize);
+                let time = time_per_call(|| {
+                    let (selected, weights) = &routes[if rotate { call % routes.len() } else { 0 }];
+                    let (selected, weights) = (&selected[..t * K], &weights[..t * K]);
+                    let mut distinct = [false; N_EXPERTS];
+                    selected.iter().for_each(|&e| distinct[e as usize] = true);
+                    bytes += (0..N_EXPERTS).filter(|&e| distinct[e]).map(expert_bytes).sum::<usize>();
+                    call += 1;
+                    let (x, o) = (&input[..t * D], &mut out[..t * D]);
+                    routed_experts(
+                        &pool,
+                        kernels,
+                        Precision::Quantized8,
+                        &experts,
+                        ExpertActivation::Silu,
+                        x,
+                        selected,
+                        weights,
+                        &mut scratch,
+                        o,
+                    );
+                });
+                let per_call = bytes as f64 / call as f64;
+                println!(
+                    "experts {label:6} T={t:2} threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
+                    time.as_secs_f64() * 1e6,
+                    per_call / 1e6,
+                    per_call / time.as_secs_f64() / 1e9
+                );
+            }
+            let mut act = vec![BlockQ8A::ZERO; D / QK];
+            kernels.quantize_row_q8a(&input[..D], &mut act);
+            let mut hidden_act = vec![BlockQ8A::ZERO; FF / QK];
+            kernels.quantize_row_q8a(&input[..FF], &mut hidden_act);
+            // The selected experts' 24 matrices one matmul region each, as a dense FFN runs its matrices.
+            let mut call = 0;
+            let mut buf = vec![0f32; D];
+            let time = time_per_call(|| {
+                let (selected, _) = &routes[call % routes.len()];
+                call += 1;
+                for &e in &selected[..K] {
+                    let ex = &experts[e as usize];
+                    for (m, a) in [(&ex.gate, &act[..]), (&ex.up, &act[..]), (&ex.down, &hidden_act[..])] {
+                        let out = &mut buf[..m.n_rows()];
+                        parallel_matmul(&pool, kernels, Activations::Q8(a), 1, &mut [MatmulJob { weights: m, out }]);
+                    }
+                }
+            });
+            let bytes = expert_bytes(0) as f64 * K as f64;
+            println!(
+                "24 matmuls stream T= 1 threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
+                time.as_secs_f64() * 1e6,
+                bytes / 1e6,
+                bytes / time.as_secs_f64() / 1e9
+            );
+            let mut dense_out = vec![0f32; 3 * K * FF];
+            for (label, rotate) in [("stream", true), ("hot", false)] {
+                let mut call = 0;
+                let time = time_per_call(|| {
+                    let m = &dense[if rotate { call % dense.len() } else { 0 }];
+                    call += 1;
+                    parallel_matmul(
+                        &pool,
+                        kernels,
+                        Activations::Q8(&act),
+                        1,
+                        &mut [MatmulJob { weights: m, out: &mut dense_out }],
+                    );
+                });
+                let bytes = dense[0].n_bytes() as f64;
+                println!(
+                    "dense   {label:6} T= 1 threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
+                    time.as_secs_f64() * 1e6,
+                    bytes / 1e6,
+                    bytes / time.as_secs_f64() / 1e9
+                );
+            }
+        }
+    }
+
+    /// The gated activation's cost per element of each variant at gpt-oss's width (2880, 4 experts per token).
+    ///
+    /// `cargo test --release --lib experts::tests::timing -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a timing: prints numbers, asserts nothing"]
+    fn timing_activations() {
+        let mut rng = Rng(9);
+        let n = 4 * 2880;
+        let (gate, up, ones) = (rng.floats(n, -8.0, 8.0), rng.floats(n, -8.0, 8.0), vec![1f32; n]);
+        let (mut g, mut u, mut out) = (gate.clone(), up.clone(), vec![0f32; n]);
+        for kernels in supported_kernels() {
+            for act in [
+                ExpertActivation::Silu,
+                ExpertActivation::GeluTanh,
+                ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 },
+                ExpertActivation::SiluClamped { limit: 7.0 },
+            ] {
+                let time = time_per_call(|| {
+                    // Fresh rows each call: gpt-oss's variant overwrites them (the copy is timed too).
+                    g.copy_from_slice(&gate);
+                    u.copy_from_slice(&up);
+                    activate(kernels, act, &mut g, &mut u, &ones, &mut out)
+                });
+                println!("{:6} {act:?}: {:6.2} ns/element", kernels.name, time.as_secs_f64() * 1e9 / n as f64);
+            }
+        }
     }
 }
