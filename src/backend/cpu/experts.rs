@@ -64,8 +64,9 @@ pub enum ExpertActivation {
     Silu,
     /// `gelu_tanh(gate) · up`, the dense FFN's kernel.
     GeluTanh,
-    /// gpt-oss: `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha·x) · (y + 1)`, computed as
-    /// llama.cpp's `ggml_swiglu_oai` does, `x / (1 + e^(alpha·(−x))) · (y + 1)` (alpha 1.702, limit 7.0).
+    /// gpt-oss: `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha·x) · (y + 1)` (llama.cpp's
+    /// `ggml_swiglu_oai`; alpha 1.702, limit 7.0), within a few ulp of its order of operations (see `activate`).
+    /// `alpha` must be a normal float.
     SwigluOai { alpha: f32, limit: f32 },
     /// SiLU with clamps (llama.cpp's `swiglu_clamp_exp` path): `min(silu(gate), limit) · clamp(up, −limit, limit)`.
     SiluClamped { limit: f32 },
@@ -1107,28 +1108,51 @@ mod tests {
         );
     }
 
-    /// The median over 5 batches of the time per call of `f`, each batch at least `BATCH` long.
-    fn time_per_call(mut f: impl FnMut()) -> std::time::Duration {
-        const BATCH: std::time::Duration = std::time::Duration::from_millis(300);
-        f();
-        let mut batches: Vec<std::time::Duration> = (0..5)
-            .map(|_| {
+    /// The median time per call of each of `cases`, timed round-robin: 15 rounds of a batch of at least 100 ms per
+    /// case, so that bursts of load from elsewhere (the machine is shared) fall on every case alike.
+    fn time_interleaved(cases: &mut [&mut dyn FnMut()]) -> Vec<std::time::Duration> {
+        const BATCH: std::time::Duration = std::time::Duration::from_millis(100);
+        cases.iter_mut().for_each(|f| f());
+        let mut times = vec![Vec::new(); cases.len()];
+        for _ in 0..15 {
+            for (f, times) in cases.iter_mut().zip(&mut times) {
                 let (start, mut calls) = (std::time::Instant::now(), 0u32);
                 while start.elapsed() < BATCH {
                     f();
                     calls += 1;
                 }
-                start.elapsed() / calls
+                times.push(start.elapsed() / calls);
+            }
+        }
+        times
+            .into_iter()
+            .map(|mut t| {
+                t.sort();
+                t[t.len() / 2]
             })
-            .collect();
-        batches.sort();
-        batches[2]
+            .collect()
     }
 
-    /// Qwen3-30B-A3B's experts (n_embd 2048, n_ff 768, 128 experts, 8 per token) in Q4_K, on 1 and 2 threads:
-    /// time per call and the rate over the bytes of the experts the call reads, next to one dense matmul over as
-    /// many bytes (one matrix of the 24 matrices' rows). "stream" rotates over all 128 experts (345 MB: memory or
-    /// a large L3), or over 16 dense matrices of as much; "hot" repeats one call's experts (21 MB).
+    /// Prints a timing: time per call, and the rate over `bytes` read per call.
+    fn report(label: &str, time: std::time::Duration, bytes: f64) {
+        let secs = time.as_secs_f64();
+        println!(
+            "{label}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
+            secs * 1e6,
+            bytes / 1e6,
+            bytes / secs / 1e9
+        );
+    }
+
+    /// Qwen3-30B-A3B's experts (n_embd 2048, n_ff 768, 128 experts, 8 per token) in Q4_K, on 1 and 2 threads: time
+    /// per call and the rate over the bytes of the experts a call reads, next to matmuls over as many bytes:
+    /// - `dense`: one matrix of the 24 matrices' rows (a dense FFN's matvec);
+    /// - `24 matmuls`: the selected experts' 24 matrices, one `parallel_matmul` region each;
+    /// - `fused`: the 24 matrices as row ranges of three matrices holding every expert (one tensor of the file
+    ///   each), two regions like `routed_experts`'s, matmuls only.
+    ///
+    /// "stream" rotates over 64 routings of all 128 experts (345 MB, as much again for each other layout: memory,
+    /// or a large L3); "hot" repeats one call's experts (21.8 MB).
     ///
     /// `cargo test --release --lib experts::tests::timing -- --ignored --nocapture`
     #[test]
@@ -1155,14 +1179,27 @@ mod tests {
             })
             .collect();
         // Transparent huge pages back a packed matrix only where its mapping holds whole 2 MiB pages: the dense
-        // matrices (21.8 MB), not an expert's (0.9 MB each). Linux's count of them:
+        // and fused matrices, not an expert's 0.9 MB ones. Linux's count of them:
         let huge_pages = || {
             let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
             rollup.lines().find(|l| l.starts_with("AnonHugePages")).unwrap_or("AnonHugePages: ?").to_owned()
         };
         println!("after packing the experts: {}", huge_pages());
         let dense: Vec<Matrix> = (0..16).map(|_| packed(3 * K * FF, D)).collect();
-        println!("after packing the dense matrices: {}", huge_pages());
+        let fused = [packed(N_EXPERTS * FF, D), packed(N_EXPERTS * FF, D), packed(N_EXPERTS * D, FF)];
+        println!("after packing the dense and fused matrices: {}", huge_pages());
+        /// The rows of the (sorted, distinct) `selected` experts of a fused matrix's one-column output, `n_rows`
+        /// each, as disjoint views.
+        fn rows_of<'b>(buf: &'b mut [f32], n_rows: usize, selected: &[u32; K]) -> [OutRows<'b>; K] {
+            let stride = buf.len();
+            let mut rest = Some(OutRows::new(buf, 1, stride));
+            selected.map(|e| {
+                let (_, mine) = rest.take().expect("a view is left").split_at(e as usize * n_rows);
+                let (mine, tail) = mine.split_at((e as usize + 1) * n_rows);
+                rest = Some(tail);
+                mine
+            })
+        }
         let expert_bytes =
             |e: usize| [&experts[e].gate, &experts[e].up, &experts[e].down].map(Matrix::n_bytes).iter().sum::<usize>();
         let kernels = crate::backend::cpu::kernels::kernels();
@@ -1170,54 +1207,50 @@ mod tests {
         let input = rng.floats(max_t * D, -1.0, 1.0);
         let routes: Vec<(Vec<u32>, Vec<f32>)> =
             (0..64).map(|_| routing(max_t, K, N_EXPERTS, false, &mut rng)).collect();
+        let mut act = vec![BlockQ8A::ZERO; D / QK];
+        kernels.quantize_row_q8a(&input[..D], &mut act);
+        let mut hidden_act = vec![BlockQ8A::ZERO; FF / QK];
+        kernels.quantize_row_q8a(&input[..FF], &mut hidden_act);
         println!("kernels {}, Q4_K, n_embd {D}, n_ff {FF}, {N_EXPERTS} experts, k {K}", kernels.name);
+        /// `routed_experts` over the first `t` rows, on routing `call % 64` (`rotate`) or 0, counting calls and the
+        /// bytes of the experts they read.
+        struct ExpertsCase {
+            t: usize,
+            rotate: bool,
+            scratch: ExpertScratch,
+            out: Vec<f32>,
+            calls: usize,
+            bytes: usize,
+        }
+        let new_case = |t, rotate| ExpertsCase {
+            t,
+            rotate,
+            scratch: ExpertScratch::new(t, K, D, FF, Precision::Quantized8),
+            out: vec![0f32; t * D],
+            calls: 0,
+            bytes: 0,
+        };
+        let run_case = |case: &mut ExpertsCase, pool: &ThreadPool| {
+            let (selected, weights) = &routes[if case.rotate { case.calls % routes.len() } else { 0 }];
+            let (selected, weights) = (&selected[..case.t * K], &weights[..case.t * K]);
+            let mut distinct = [false; N_EXPERTS];
+            selected.iter().for_each(|&e| distinct[e as usize] = true);
+            case.bytes += (0..N_EXPERTS).filter(|&e| distinct[e]).map(expert_bytes).sum::<usize>();
+            case.calls += 1;
+            let (x, act, precision) = (&input[..case.t * D], ExpertActivation::Silu, Precision::Quantized8);
+            let (scratch, out) = (&mut case.scratch, &mut case.out);
+            routed_experts(pool, kernels, precision, &experts, act, x, selected, weights, scratch, out);
+        };
+        let bytes = (expert_bytes(0) * K) as f64;
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads).expect("threads start");
-            let mut scratch = ExpertScratch::new(max_t, K, D, FF, Precision::Quantized8);
-            let mut out = vec![0f32; max_t * D];
-            for (label, t, rotate) in
-                [("stream", 1, true), ("hot", 1, false), ("stream", 4, true), ("stream", 64, true)]
-            {
-                let (mut call, mut bytes) = (0, 0usize);
-                let time = time_per_call(|| {
-                    let (selected, weights) = &routes[if rotate { call % routes.len() } else { 0 }];
-                    let (selected, weights) = (&selected[..t * K], &weights[..t * K]);
-                    let mut distinct = [false; N_EXPERTS];
-                    selected.iter().for_each(|&e| distinct[e as usize] = true);
-                    bytes += (0..N_EXPERTS).filter(|&e| distinct[e]).map(expert_bytes).sum::<usize>();
-                    call += 1;
-                    let (x, o) = (&input[..t * D], &mut out[..t * D]);
-                    routed_experts(
-                        &pool,
-                        kernels,
-                        Precision::Quantized8,
-                        &experts,
-                        ExpertActivation::Silu,
-                        x,
-                        selected,
-                        weights,
-                        &mut scratch,
-                        o,
-                    );
-                });
-                let per_call = bytes as f64 / call as f64;
-                println!(
-                    "experts {label:6} T={t:2} threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
-                    time.as_secs_f64() * 1e6,
-                    per_call / 1e6,
-                    per_call / time.as_secs_f64() / 1e9
-                );
-            }
-            let mut act = vec![BlockQ8A::ZERO; D / QK];
-            kernels.quantize_row_q8a(&input[..D], &mut act);
-            let mut hidden_act = vec![BlockQ8A::ZERO; FF / QK];
-            kernels.quantize_row_q8a(&input[..FF], &mut hidden_act);
-            // The selected experts' 24 matrices one matmul region each, as a dense FFN runs its matrices.
-            let mut call = 0;
+            let (mut stream, mut hot) = (new_case(1, true), new_case(1, false));
+            let mut separate_calls = 0;
             let mut buf = vec![0f32; D];
-            let time = time_per_call(|| {
-                let (selected, _) = &routes[call % routes.len()];
-                call += 1;
+            // The selected experts' 24 matrices, one `parallel_matmul` region each.
+            let mut separate = || {
+                let (selected, _) = &routes[separate_calls % routes.len()];
+                separate_calls += 1;
                 for &e in &selected[..K] {
                     let ex = &experts[e as usize];
                     for (m, a) in [(&ex.gate, &act[..]), (&ex.up, &act[..]), (&ex.down, &hidden_act[..])] {
@@ -1225,34 +1258,70 @@ mod tests {
                         parallel_matmul(&pool, kernels, Activations::Q8(a), 1, &mut [MatmulJob { weights: m, out }]);
                     }
                 }
-            });
-            let bytes = expert_bytes(0) as f64 * K as f64;
-            println!(
-                "24 matmuls stream T= 1 threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
-                time.as_secs_f64() * 1e6,
-                bytes / 1e6,
-                bytes / time.as_secs_f64() / 1e9
-            );
-            let mut dense_out = vec![0f32; 3 * K * FF];
-            for (label, rotate) in [("stream", true), ("hot", false)] {
-                let mut call = 0;
-                let time = time_per_call(|| {
-                    let m = &dense[if rotate { call % dense.len() } else { 0 }];
-                    call += 1;
-                    parallel_matmul(
-                        &pool,
-                        kernels,
-                        Activations::Q8(&act),
-                        1,
-                        &mut [MatmulJob { weights: m, out: &mut dense_out }],
-                    );
-                });
-                let bytes = dense[0].n_bytes() as f64;
-                println!(
-                    "dense   {label:6} T= 1 threads={threads}: {:8.1} us/call, {:5.1} MB read/call, {:5.1} GB/s",
-                    time.as_secs_f64() * 1e6,
-                    bytes / 1e6,
-                    bytes / time.as_secs_f64() / 1e9
+            };
+            // The same rows of the fused matrices, in two regions as `routed_experts` runs them; `state`: the calls so
+            // far and the three outputs.
+            type FusedState = (usize, Vec<f32>, Vec<f32>, Vec<f32>);
+            let new_state = || -> FusedState {
+                (0, vec![0f32; N_EXPERTS * FF], vec![0f32; N_EXPERTS * FF], vec![0f32; N_EXPERTS * D])
+            };
+            let fused_case = |rotate: bool, (calls, gate_out, up_out, down_out): &mut FusedState| {
+                let route = if rotate { *calls % routes.len() } else { 0 };
+                let mut selected: [u32; K] = routes[route].0[..K].try_into().expect("K experts");
+                selected.sort_unstable();
+                *calls += 1;
+                let mut region = MatmulRegion::new(&pool, kernels, 2 * K * FF * 2);
+                let (gates, ups) = (rows_of(gate_out, FF, &selected), rows_of(up_out, FF, &selected));
+                for (g, u) in gates.into_iter().zip(ups) {
+                    region.push(ExpertMatmul { weights: &fused[0], act: Activations::Q8(&act), out: g });
+                    region.push(ExpertMatmul { weights: &fused[1], act: Activations::Q8(&act), out: u });
+                }
+                region.finish();
+                let mut region = MatmulRegion::new(&pool, kernels, K * D * 2);
+                for d in rows_of(down_out, D, &selected) {
+                    region.push(ExpertMatmul { weights: &fused[2], act: Activations::Q8(&hidden_act), out: d });
+                }
+                region.finish();
+            };
+            let (mut fused_stream, mut fused_hot) = (new_state(), new_state());
+            let (mut dense_calls, mut dense_out, mut hot_out) = (0, vec![0f32; 3 * K * FF], vec![0f32; 3 * K * FF]);
+            let mut dense_stream = || {
+                let job = MatmulJob { weights: &dense[dense_calls % dense.len()], out: &mut dense_out };
+                dense_calls += 1;
+                parallel_matmul(&pool, kernels, Activations::Q8(&act), 1, &mut [job]);
+            };
+            let mut dense_hot = || {
+                let job = MatmulJob { weights: &dense[0], out: &mut hot_out };
+                parallel_matmul(&pool, kernels, Activations::Q8(&act), 1, &mut [job]);
+            };
+            let times = time_interleaved(&mut [
+                &mut || run_case(&mut stream, &pool),
+                &mut || run_case(&mut hot, &pool),
+                &mut separate,
+                &mut || fused_case(true, &mut fused_stream),
+                &mut || fused_case(false, &mut fused_hot),
+                &mut dense_stream,
+                &mut dense_hot,
+            ]);
+            let labels = [
+                "experts    stream",
+                "experts    hot   ",
+                "24 matmuls stream",
+                "fused      stream",
+                "fused      hot   ",
+            ];
+            for (label, time) in labels.iter().zip(&times) {
+                report(&format!("{label} T= 1 threads={threads}"), *time, bytes);
+            }
+            report(&format!("dense      stream T= 1 threads={threads}"), times[5], dense[0].n_bytes() as f64);
+            report(&format!("dense      hot    T= 1 threads={threads}"), times[6], dense[0].n_bytes() as f64);
+            for t in [4, 64] {
+                let mut case = new_case(t, true);
+                let time = time_interleaved(&mut [&mut || run_case(&mut case, &pool)])[0];
+                report(
+                    &format!("experts    stream T={t:2} threads={threads}"),
+                    time,
+                    case.bytes as f64 / case.calls as f64,
                 );
             }
         }
@@ -1275,12 +1344,12 @@ mod tests {
                 ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 },
                 ExpertActivation::SiluClamped { limit: 7.0 },
             ] {
-                let time = time_per_call(|| {
+                let time = time_interleaved(&mut [&mut || {
                     // Fresh rows each call: gpt-oss's variant overwrites them (the copy is timed too).
                     g.copy_from_slice(&gate);
                     u.copy_from_slice(&up);
                     activate(kernels, act, &mut g, &mut u, &ones, &mut out)
-                });
+                }])[0];
                 println!("{:6} {act:?}: {:6.2} ns/element", kernels.name, time.as_secs_f64() * 1e9 / n as f64);
             }
         }
