@@ -13,13 +13,15 @@
 //! What it costs: a K-quant's super-block scale and minimum are repeated in each of its 8 groups beside the group's
 //! own integer scales (2 words per 32 elements), so Q4_K takes 6.0 bits per weight on the device against 4.5 in
 //! the file, Q6_K 8.0 against 6.56 (about 1.5 more for every K-quant); a legacy type's f16 scales take a whole word
-//! (Q4_0 5.0 against 4.5, Q4_1 and Q5_1 their file size).
+//! (Q4_0 5.0 against 4.5, Q4_1 and Q5_1 their file size), and so does MXFP4's E8M0 byte, widened to the f32 it
+//! stands for (5.0 against 4.25).
 
 use half::f16;
 
 use crate::backend::cpu::kernels::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{five_bit_values, QK};
 use crate::model::gguf::kquants::{SuperBlock, GROUPS};
+use crate::model::gguf::mxfp4::e8m0_to_fp32_half;
 
 /// The weight types the kernels read, numbered as `TYPE_*` in `common.cuh`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,11 +39,12 @@ pub enum PackedType {
     F16 = 10,
     Bf16 = 11,
     F32 = 12,
+    Mxfp4 = 13,
 }
 
 impl PackedType {
     /// In `TYPE_*` order (a type's position is its number), as `FOR_EACH_WEIGHT_TYPE` lists them.
-    pub const ALL: [PackedType; 13] = [
+    pub const ALL: [PackedType; 14] = [
         PackedType::Q4_0,
         PackedType::Q4_1,
         PackedType::Q8_0,
@@ -55,6 +58,7 @@ impl PackedType {
         PackedType::F16,
         PackedType::Bf16,
         PackedType::F32,
+        PackedType::Mxfp4,
     ];
 
     /// 32-bit words of values per group (`QWORDS`).
@@ -62,7 +66,7 @@ impl PackedType {
         match self {
             PackedType::Q2K => 2,
             PackedType::Q3K => 3,
-            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q4K => 4,
+            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q4K | PackedType::Mxfp4 => 4,
             PackedType::Q5_0 | PackedType::Q5_1 | PackedType::Q5K => 5,
             PackedType::Q6K => 6,
             PackedType::Q8_0 => 8,
@@ -74,7 +78,12 @@ impl PackedType {
     /// 32-bit words of scales per group (`SWORDS`).
     pub fn scale_words(self) -> usize {
         match self {
-            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q8_0 | PackedType::Q5_0 | PackedType::Q5_1 => 1,
+            PackedType::Q4_0
+            | PackedType::Q4_1
+            | PackedType::Q8_0
+            | PackedType::Q5_0
+            | PackedType::Q5_1
+            | PackedType::Mxfp4 => 1,
             PackedType::Q2K | PackedType::Q3K | PackedType::Q4K | PackedType::Q5K | PackedType::Q6K => 2,
             PackedType::F16 | PackedType::Bf16 | PackedType::F32 => 0,
         }
@@ -96,6 +105,7 @@ impl PackedType {
             PackedType::F16 => "f16",
             PackedType::Bf16 => "bf16",
             PackedType::F32 => "f32",
+            PackedType::Mxfp4 => "mxfp4",
         }
     }
 
@@ -114,7 +124,7 @@ impl PackedType {
             WeightData::F16(_) => PackedType::F16,
             WeightData::Bf16(_) => PackedType::Bf16,
             WeightData::F32(_) => PackedType::F32,
-            WeightData::Mxfp4(_) => unimplemented!("the CUDA backend has no MXFP4 kernels yet"),
+            WeightData::Mxfp4(_) => PackedType::Mxfp4,
         }
     }
 }
@@ -177,7 +187,11 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
         WeightData::F16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
         WeightData::Bf16(values) => out.raw_bytes(bytemuck::cast_slice(values)),
         WeightData::F32(values) => out.raw_bytes(bytemuck::cast_slice(values)),
-        WeightData::Mxfp4(_) => unreachable!("refused by PackedType::of"),
+        // The codes as stored (the nibble plane, as Q4_0's), the scale as the f32 bits of its exact value.
+        WeightData::Mxfp4(blocks) => blocks.iter().for_each(|b| {
+            out.raw_bytes(&b.qs);
+            out.scales.push(e8m0_to_fp32_half(b.e).to_bits());
+        }),
     }
     debug_assert_eq!(out.quants.len(), groups * dtype.quant_words());
     debug_assert_eq!(out.scales.len(), groups * dtype.scale_words());
@@ -311,6 +325,18 @@ mod tests {
             assert_eq!(pair, (u32::from(code) >> 4) & 3, "pair of element {k}");
             assert_eq!(bit, (u32::from(code) >> 2) & 1, "bit of element {k}");
         }
+    }
+
+    #[test]
+    fn mxfp4_keeps_its_codes_and_widens_its_scale() {
+        use crate::model::gguf::mxfp4::BlockMxfp4;
+        let blocks: Vec<BlockMxfp4> =
+            [0u8, 1, 128, 255].iter().map(|&e| BlockMxfp4 { e, qs: std::array::from_fn(|j| (j as u8) * 17) }).collect();
+        let packed = pack(&WeightMatrix::new(WeightData::Mxfp4(&blocks), 2, 64).unwrap());
+        assert_eq!((packed.dtype, packed.quants.len(), packed.scales.len()), (PackedType::Mxfp4, 16, 4));
+        assert_eq!(packed.quants[4], u32::from_le_bytes([0x00, 0x11, 0x22, 0x33]), "block 1's first word, as stored");
+        let scales: Vec<f32> = packed.scales.iter().map(|&w| f32::from_bits(w)).collect();
+        assert_eq!(scales, [2f32.powi(-128), 2f32.powi(-127), 1.0, 2f32.powi(127)]);
     }
 
     #[test]

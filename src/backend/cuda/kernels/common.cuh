@@ -33,6 +33,7 @@ typedef unsigned short u16;
 #define TYPE_F16 10
 #define TYPE_BF16 11
 #define TYPE_F32 12
+#define TYPE_MXFP4 13
 
 // Calls X(suffix, TYPE) for every weight type: each kernel that reads weights is instantiated once per type, named
 // with the suffix (`project_small_q4_k`), the list `PackedType::ALL` and `kernel_suffix` give on the Rust side.
@@ -43,7 +44,7 @@ typedef unsigned short u16;
 #define FOR_EACH_WEIGHT_TYPE(X) \
     X(q4_0, TYPE_Q4_0) X(q4_1, TYPE_Q4_1) X(q8_0, TYPE_Q8_0) X(q5_0, TYPE_Q5_0) X(q5_1, TYPE_Q5_1) \
     X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
-    X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32)
+    X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32) X(mxfp4, TYPE_MXFP4)
 #endif
 
 // Every quantized block covers 32 consecutive elements of a row (ggml's QK).
@@ -106,7 +107,7 @@ __device__ float block_sum(float v, float* scratch) {
 //   pairs   (2 words): the 16 bits at 16·(s % 2) of word s / 2 hold 2 bits of element 4s + i at bit 2i and of
 //                      4s + 16 + i at bit 8 + 2i;
 //   bits    (1 word):  byte s holds 1 bit of element 4s + i at bit i and of 4s + 16 + i at bit 4 + i.
-// Q4_*: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4, 5). Q2_K: pairs.
+// Q4_*, MXFP4: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4, 5). Q2_K: pairs.
 // Q3_K: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16 and BF16: 16 words of two elements,
 // F32: 32 words, in element order (which the slices' offsets read as they are).
 //
@@ -116,6 +117,10 @@ __device__ float block_sum(float v, float* scratch) {
 // `blocks.rs` / `kquants.rs`'s): Q4_0 d·(u − 8), Q5_0 d·(u − 16), Q4_1 and Q5_1 d·u + m, Q8_0 d·q; K-quants
 // (d·scale)·(u − OFFSET) − dmin·min, OFFSET 0 but Q3_K 4 and Q6_K 32, no minimum for Q3_K and Q6_K. Every product
 // of two stored numbers here is exact in f32 (11 by at most 8 significant bits), as on the CPU.
+// MXFP4: u is a code of E2M1's doubled values (ggml's kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8, 12, then their negatives,
+// code 8 being 0), its scale word the f32 bits of its E8M0 scale halved, 2^(e − 128), and the weight d·kvalue
+// (`mxfp4.rs`). That scale is subnormal for e 0 and 1, which the kernels keep: --ftz=false is NVRTC's default, and
+// module.rs leaves it.
 
 // OFFSET: what the K-quant formula subtracts from u (0 for the other types, which do not use it).
 template <int TYPE> struct Quant;
@@ -132,6 +137,7 @@ template <> struct Quant<TYPE_Q6_K> { static const int QWORDS = 6, SWORDS = 2, O
 template <> struct Quant<TYPE_F16> { static const int QWORDS = 16, SWORDS = 0, OFFSET = 0; };
 template <> struct Quant<TYPE_BF16> { static const int QWORDS = 16, SWORDS = 0, OFFSET = 0; };
 template <> struct Quant<TYPE_F32> { static const int QWORDS = 32, SWORDS = 0, OFFSET = 0; };
+template <> struct Quant<TYPE_MXFP4> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
 
 template <int TYPE> __device__ __forceinline__ constexpr bool is_k_quant() { return TYPE >= TYPE_Q2_K && TYPE <= TYPE_Q6_K; }
 
@@ -187,6 +193,14 @@ __device__ __forceinline__ void slice_codes(const u32* qg, int s, int ua[4], int
 
 __device__ __forceinline__ float bf16_to_f32(u32 bits) { return __int_as_float((int)(bits << 16)); }
 
+// MXFP4's value of code c (0..16): the magnitudes 0, 1, 2, 3, 4, 6, 8, 12 of codes 0..7 as the nibbles of one
+// word, negated for codes 8..15. No table in memory: a per-thread array indexed at run time would live in local
+// memory.
+__device__ __forceinline__ int mxfp4_value(int c) {
+    const int magnitude = (int)((0xc8643210u >> (4 * (c & 7))) & 0xfu);
+    return c & 8 ? -magnitude : magnitude;
+}
+
 // Dequantizes slice s of the group whose values are at `qg` (QWORDS words) and scales at `sg` (SWORDS words): `a`
 // gets the elements at the slice's first offset, `b` those at its second.
 template <int TYPE>
@@ -208,6 +222,14 @@ __device__ __forceinline__ void slice_dequant(const u32* qg, const u32* sg, int 
         for (int i = 0; i < 4; i++) {
             a[i] = d * (float)(signed char)((w0 >> (8 * i)) & 0xffu);
             b[i] = d * (float)(signed char)((w1 >> (8 * i)) & 0xffu);
+        }
+    } else if (TYPE == TYPE_MXFP4) {
+        int ua[4], ub[4];
+        slice_codes<TYPE>(qg, s, ua, ub);
+        const float d = __int_as_float((int)sg[0]);
+        for (int i = 0; i < 4; i++) {
+            a[i] = d * (float)mxfp4_value(ua[i]);
+            b[i] = d * (float)mxfp4_value(ub[i]);
         }
     } else if (is_k_quant<TYPE>()) {
         int ua[4], ub[4];
