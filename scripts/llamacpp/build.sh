@@ -5,9 +5,9 @@
 #
 #   scripts/llamacpp/build.sh          -DGGML_NATIVE=ON: the machine's own ISA (build/bin)
 #   scripts/llamacpp/build.sh avx2     AVX2 + FMA + F16C only, to compare with EMBER_CPU_KERNELS=avx2 (build-avx2/bin)
-#   scripts/llamacpp/build.sh avx512   AVX-512 (VBMI, VNNI, BF16) without AMX (build-avx512/bin): for machines whose
-#                                      native build dies (an AMX CPU, or a guest that lists amx_tile but faults on it:
-#                                      SIGILL in ggml-cpu)
+#   scripts/llamacpp/build.sh avx512   AVX-512 (VBMI, VNNI, BF16) without AMX (build-avx512/bin): for AMX machines,
+#                                      whose native build dies (on a 2-vCPU Intel Xeon KVM guest with AMX, 2026-12-05:
+#                                      SIGILL in ggml-cpu on the first forward step)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 variant="${1:-native}"

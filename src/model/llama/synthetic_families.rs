@@ -3,9 +3,9 @@
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
 use super::families;
-use crate::model::gguf::GgmlType;
 use super::rope_scaling::LongRope;
 use super::synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};
+use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
