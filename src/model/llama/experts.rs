@@ -23,6 +23,9 @@ use super::config::ModelConfigError;
 
 /// Most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
 pub const MAX_EXPERTS: usize = 512;
+/// Most a token's chosen experts may add up to in FFN width (the widest dense FFN `config.rs` accepts; Mixtral's
+/// 2 × 14336 and Qwen3-235B's 8 × 1536 are far below).
+const MAX_ACTIVE_WIDTH: usize = 1 << 20;
 
 /// The mixture-of-experts hyperparameters of a model (every layer alike).
 #[derive(Clone, Debug, PartialEq)]
@@ -94,8 +97,12 @@ pub(super) fn read(file: &GgufFile, arch: Architecture, n_ff: usize) -> Result<O
             _ => n_ff / used,
         },
     };
-    if n_ff_exp == 0 || n_ff_exp > 1 << 20 {
-        return Err(invalid(k.expert_feed_forward_length, format!("{n_ff_exp} is not in 1..=1048576")));
+    // A token's experts together are no wider than the widest dense FFN ember accepts: the buffers of a step are
+    // sized by it (`max_batch_tokens` rows of it each), so a file cannot make them larger than a dense one can.
+    if n_ff_exp == 0 || used * n_ff_exp > MAX_ACTIVE_WIDTH {
+        let detail =
+            format!("{used} experts of {n_ff_exp} per token: their total width must be in 1..={MAX_ACTIVE_WIDTH}");
+        return Err(invalid(k.expert_feed_forward_length, detail));
     }
     let shared_width = file.optional(k.expert_shared_feed_forward_length, GgufFile::u32)?.unwrap_or(0) as usize;
     let shared = match layout.shared {
@@ -107,8 +114,9 @@ pub(super) fn read(file: &GgufFile, arch: Architecture, n_ff: usize) -> Result<O
             Some(SharedFfn { n_ff: if shared_width > 0 { shared_width } else { n_ff }, gated: true })
         }
     };
-    if shared.is_some_and(|s| s.n_ff > 1 << 20) {
-        return Err(invalid(k.expert_shared_feed_forward_length, format!("{shared_width} is not in 1..=1048576")));
+    if shared.is_some_and(|s| s.n_ff > MAX_ACTIVE_WIDTH) {
+        let detail = format!("{shared_width} is not in 1..={MAX_ACTIVE_WIDTH}");
+        return Err(invalid(k.expert_shared_feed_forward_length, detail));
     }
     let weights_scale = match file.optional(k.expert_weights_scale, GgufFile::f32)? {
         None => None,
@@ -196,6 +204,42 @@ fn top_k(x: &[f32], out: &mut [u32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gguf::Value;
+    use crate::model::llama::{LlamaConfig, SyntheticSpec};
+
+    type Writer = crate::model::gguf::writer::GgufWriter;
+
+    /// `spec`'s file edited by `edit`, loaded: "loaded", or the error.
+    fn load(spec: SyntheticSpec, edit: impl Fn(Writer) -> Writer) -> String {
+        let bytes = edit(spec.writer_with_byte_vocabulary()).to_bytes();
+        match LlamaConfig::from_gguf(&GgufFile::from_bytes(&bytes).unwrap()) {
+            Ok(_) => "loaded".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn set(key: &'static str, v: u32) -> impl Fn(Writer) -> Writer {
+        move |w| w.set_metadata(key, Value::U32(v))
+    }
+
+    #[test]
+    fn hostile_expert_counts_and_widths_are_refused_by_key_before_any_tensor_is_read() {
+        let moe = || SyntheticSpec::family("qwen3moe-small", 1, 1).unwrap();
+        assert_eq!(load(moe(), |w| w), "loaded");
+        let e = load(moe(), set("qwen3moe.expert_count", u32::MAX));
+        assert!(e.contains("qwen3moe.expert_count") && e.contains("1..=512"), "{e}");
+        let e = load(moe(), set("qwen3moe.expert_used_count", 33));
+        assert!(e.contains("qwen3moe.expert_used_count") && e.contains("1..=32"), "{e}");
+        let e = load(moe(), set("qwen3moe.expert_feed_forward_length", 1 << 20));
+        assert!(e.contains("qwen3moe.expert_feed_forward_length") && e.contains("total width"), "{e}");
+        let e = load(moe(), set("qwen3moe.expert_group_count", 4));
+        assert!(e.contains("qwen3moe.expert_group_count"), "{e}");
+        // A dense family's file that claims experts is refused, not read as dense.
+        let dense = SyntheticSpec { arch: crate::model::llama::families::QWEN3, ..SyntheticSpec::tiny(1) };
+        assert_eq!(load(dense.clone(), |w| w), "loaded");
+        let e = load(dense, set("qwen3.expert_count", 8));
+        assert!(e.contains("qwen3.expert_count") && e.contains("dense"), "{e}");
+    }
 
     fn moe(n_expert: usize, used: usize, normalize: bool) -> MoeConfig {
         MoeConfig {
