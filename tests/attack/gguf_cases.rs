@@ -20,7 +20,7 @@ use ember::model::tokenizer::limits::{MAX_MERGES, MAX_TOKENS};
 /// One case: its name, what writes its file, and a substring of the error that must refuse it.
 type Case = (&'static str, fn() -> GgufWriter, &'static str);
 
-const CASES: [Case; 12] = [
+const CASES: [Case; 15] = [
     ("empty_tokens_16m", empty_tokens_16m, "metadata key \"tokenizer.ggml.tokens\""),
     (
         "vocabulary_smaller_than_embedding",
@@ -41,6 +41,13 @@ const CASES: [Case; 12] = [
     ("tensors_sharing_bytes", tensors_sharing_bytes, "expected 2621440 (where the tensors before it end)"),
     ("chat_template_100mb", chat_template_100mb, "metadata key \"tokenizer.chat_template\""),
     ("gemma3_with_output", gemma3_with_output, "a tensor \"output.weight\" would be left unused"),
+    ("expert_count_u32_max", expert_count_u32_max, "4294967295 experts is not in 1..=512"),
+    ("experts_wider_than_any_ffn", experts_wider_than_any_ffn, "their total width must be in 1..=1048576"),
+    (
+        "expert_tensor_of_another_shape",
+        expert_tensor_of_another_shape,
+        "tensor \"blk.0.ffn_gate_exps.weight\" has shape [512, 256, 8], expected [512, 256, 32]",
+    ),
 ];
 
 /// Every hostile file, written into `dir`: (case name, file, a substring the load error must contain). About
@@ -236,4 +243,27 @@ fn gemma3_with_output() -> GgufWriter {
     let shape = [spec.n_embd as u64, spec.vocab_size as u64];
     let zeros = vec![0.0; spec.n_embd * spec.vocab_size];
     spec.writer_with_byte_vocabulary().tensor_f32("output.weight", &shape, &zeros)
+}
+
+/// A Qwen3 MoE file (32 experts of 256, 8 per token) edited by `edit`.
+fn qwen3moe(edit: impl FnOnce(GgufWriter) -> GgufWriter) -> GgufWriter {
+    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family("qwen3moe-small", 44, 1).unwrap() };
+    edit(spec.writer_with_byte_vocabulary())
+}
+
+/// 4,294,967,295 experts: buffers sized by the count would not fit any machine.
+fn expert_count_u32_max() -> GgufWriter {
+    qwen3moe(|w| w.set_metadata("qwen3moe.expert_count", Value::U32(u32::MAX)))
+}
+
+/// Experts 2^20 wide, 8 per token: a step's expert buffers would be 8 times the widest dense FFN's.
+fn experts_wider_than_any_ffn() -> GgufWriter {
+    qwen3moe(|w| w.set_metadata("qwen3moe.expert_feed_forward_length", Value::U32(1 << 20)))
+}
+
+/// A stacked expert tensor with 8 experts where the metadata says 32: reading expert 31's rows would run past it.
+fn expert_tensor_of_another_shape() -> GgufWriter {
+    let name = "blk.0.ffn_gate_exps.weight";
+    let data = vec![0u8; 512 * 256 * 8 / 32 * 34];
+    qwen3moe(|w| w.without_tensor(name).tensor(name, GgmlType::Q8_0, &[512, 256, 8], data))
 }
