@@ -9,8 +9,9 @@
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::model::gguf::GgmlType;
 use ember::model::gguf::GgufFile;
-use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
+use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticExperts, SyntheticSpec};
 
 const BLOCK: usize = 16;
 /// Positions per sequence.
@@ -142,4 +143,18 @@ fn qwen3moe_rows_do_not_depend_on_their_batch_threads_or_kernel_path() {
 #[test]
 fn qwen2moe_with_its_shared_expert_does_not_depend_on_batch_threads_or_kernel_path() {
     check("qwen2moe-small");
+}
+
+/// A file whose experts are not whole 32-element blocks wide (F16 allows any row length) is refused by the
+/// backend with an error, not a panic in its buffers.
+#[test]
+fn expert_widths_that_are_not_whole_blocks_are_refused() {
+    let base = SyntheticSpec::family("qwen3moe-small", 1, 1).unwrap();
+    let experts = SyntheticExperts { n_ff_exp: 48, ..base.experts.unwrap() };
+    let spec = SyntheticSpec { matrix_type: Some(GgmlType::F16), experts: Some(experts), ..base };
+    let bytes = spec.writer_with_byte_vocabulary().to_bytes();
+    let file = GgufFile::from_bytes(&bytes).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    let e = CpuBackend::new(&file, config, CpuBackendOptions::single_sequence(64)).err().expect("refused");
+    assert!(e.to_string().contains("expert widths 48 and 32 must be multiples of 32"), "{e}");
 }

@@ -167,6 +167,13 @@ impl<'m> CpuBackend<'m> {
         if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
             return bad(format!("widths {} and {} must be multiples of {QK}", config.n_embd, config.n_ff));
         }
+        if let Some(moe) = &config.moe {
+            // The experts' buffers hold whole 32-element blocks of their rows (`ExpertScratch`).
+            let shared = moe.shared.map_or(QK, |s| s.n_ff);
+            if !moe.n_ff_exp.is_multiple_of(QK) || !shared.is_multiple_of(QK) {
+                return bad(format!("expert widths {} and {shared} must be multiples of {QK}", moe.n_ff_exp));
+            }
+        }
         let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
         // The fast path's kernels read the quantized matrices packed, by the pool's threads at once.
         let run = |n: usize, task: &(dyn Fn(usize) + Sync)| pool.run(n, task);

@@ -111,12 +111,16 @@ pub(super) fn moe_ffn(op: &MoeOperands<'_, '_>, scratch: &mut MoeScratch, input:
     }
 }
 
-/// The shared expert's weight for `row`: σ(`gate · row`) computed as llama.cpp does (`silu(x) / x`), or 1 without
-/// a gate.
+/// The shared expert's weight for `row`: σ(`gate · row`) computed as llama.cpp does (`silu(x) / x`, but ½ at 0),
+/// or 1 without a gate.
 fn shared_gate(gate: &[f32], row: &[f32]) -> f32 {
     if gate.is_empty() {
         return 1.0;
     }
     let x: f32 = gate.iter().zip(row).map(|(g, r)| g * r).sum();
+    if x == 0.0 {
+        // σ(0); llama.cpp's `silu(0) / 0` is NaN there, which would poison the whole row.
+        return 0.5;
+    }
     (x / (1.0 + (-x).exp())) / x
 }
