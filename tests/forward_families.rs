@@ -25,6 +25,13 @@
 //!   F16 matrices, so that 8-bit activations do not drift apart over so many layers.
 //! - `olmo2` (OLMo 2 1B's layers): no input norms, norms of the attention and FFN outputs, RMS norms of whole query
 //!   and key rows (not per head), its own output projection.
+//! - `gpt-oss` (gpt-oss-20b's traits at small widths, F16; `check_moe`): biased q/k/v/o, a sink logit per head,
+//!   windows of 8 on the even layers, YaRN by 32 on every layer, a biased router whose top 4 logits are weighted by
+//!   their own softmax, biased experts with the clamped SwiGLU. Measured 2026-12-06 (avx512): precise path 0.0034;
+//!   leaving out the sinks 4.4, the windowed layers' YaRN 2.5, the router's bias 1.4, the experts' biases 1.6, the
+//!   clamp (plain SwiGLU) 2.3, the softmax of the chosen (raw logits as weights) 3.1. `gpt-oss-mxfp4`: the
+//!   published files' types (MXFP4 experts, Q8_0 elsewhere) on the fast path against llama.cpp's, `check`'s bounds:
+//!   max 0.053, mean 0.045, 6 of 6 confident positions agree.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -281,4 +288,14 @@ fn olmoe_experts_and_row_norms_match_llama_cpp() {
 #[test]
 fn granitemoe_experts_and_multipliers_match_llama_cpp() {
     check_moe("granitemoe");
+}
+
+#[test]
+fn gpt_oss_sinks_windows_biases_and_clamped_experts_match_llama_cpp() {
+    check_moe("gpt-oss");
+}
+
+#[test]
+fn gpt_oss_mxfp4_experts_match_llama_cpp() {
+    check("gpt-oss-mxfp4");
 }

@@ -4,8 +4,8 @@
 //! the precise path.
 //!
 //! The models are the synthetic families of `tests/forward_families.rs`: Qwen3 MoE's layout (32 experts, 8 per
-//! token: many rows share experts in a batch) and Qwen2 MoE's (16 experts, 4 per token, and the gated shared expert
-//! beside them).
+//! token: many rows share experts in a batch), Qwen2 MoE's (16 experts, 4 per token, and the gated shared expert
+//! beside them) and gpt-oss' (16 experts, 4 per token, in MXFP4).
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
@@ -143,6 +143,13 @@ fn qwen3moe_rows_do_not_depend_on_their_batch_threads_or_kernel_path() {
 #[test]
 fn qwen2moe_with_its_shared_expert_does_not_depend_on_batch_threads_or_kernel_path() {
     check("qwen2moe-small");
+}
+
+/// gpt-oss' layout in its files' types (MXFP4 experts, Q8_0 elsewhere): attention sinks, windows of 8 on every
+/// other layer (the sequences are 32 long), biased router and experts, the clamped SwiGLU.
+#[test]
+fn gpt_oss_with_mxfp4_experts_sinks_and_windows_does_not_depend_on_batch_threads_or_kernel_path() {
+    check("gpt-oss-small-mxfp4");
 }
 
 /// A file whose experts are not whole 32-element blocks wide (F16 allows any row length) is refused by the

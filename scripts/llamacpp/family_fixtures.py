@@ -29,7 +29,8 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("gemma2-27b", "gemma2-27b-scale", 12, 46), ("gemma3-27b", "gemma3-27b-scale", 13, 62),
             ("olmo2", "olmo2-1b", 14, 2), ("qwen3moe", "qwen3moe-small", 15, 2), ("mixtral", "mixtral-small", 16, 2),
             ("qwen2moe", "qwen2moe-small", 17, 2), ("olmoe", "olmoe-small", 18, 2),
-            ("granitemoe", "granitemoe-small", 19, 2)]
+            ("granitemoe", "granitemoe-small", 19, 2), ("gpt-oss", "gpt-oss-small", 20, 2),
+            ("gpt-oss-mxfp4", "gpt-oss-small-mxfp4", 21, 2)]
 
 
 def main():

@@ -36,6 +36,9 @@ MOE_SHAPES = {
     # Mixtral 8x7B: 4096 wide, 32/8 heads of 128, 8 experts of 14336, 2 per token, untied output; 2 of its 32
     # layers.
     "mixtral-8x7b-2l": ("llama", 4096, 2, 32, 8, 128, 8, 2, 14336, 1000000.0),
+    # gpt-oss-20b: 2880 wide, 64/8 heads of 64 with biases and sinks, 32 experts of 2880 (biased), 4 per token, every
+    # other layer windowed at 128, YaRN by 32 over 4096, untied output; 4 of its 24 layers.
+    "gpt-oss-20b-4l": ("gpt-oss", 2880, 4, 64, 8, 64, 32, 4, 2880, 150000.0),
 }
 
 # Tokenizer and chat keys copied from the vocabulary file as they are.
@@ -77,6 +80,7 @@ def main() -> None:
     shape, vocab_file, out = sys.argv[1:]
     if shape in MOE_SHAPES:
         return write_moe(shape, vocab_file, out)
+    # (gpt-oss' keys and tensors are written by write_moe too.)
     n_embd, n_layer, n_head, n_head_kv, n_ff, rope_base, tied = SHAPES[shape]
     head_dim = n_embd // n_head
     reader = gguf.GGUFReader(vocab_file)
@@ -152,7 +156,7 @@ def write_moe(shape: str, vocab_file: str, out: str) -> None:
     writer.add_context_length(131072)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff_exp if arch == "llama" else 6144)
+    writer.add_feed_forward_length(n_ff_exp if arch in ("llama", "gpt-oss") else 6144)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
     writer.add_key_length(head_dim)
@@ -164,6 +168,12 @@ def write_moe(shape: str, vocab_file: str, out: str) -> None:
     writer.add_expert_used_count(n_used)
     if arch != "llama":
         writer.add_expert_feed_forward_length(n_ff_exp)
+    gpt_oss = arch == "gpt-oss"
+    if gpt_oss:
+        writer.add_uint32(f"{arch}.attention.sliding_window", 128)
+        writer.add_string(f"{arch}.rope.scaling.type", "yarn")
+        writer.add_float32(f"{arch}.rope.scaling.factor", 32.0)
+        writer.add_uint32(f"{arch}.rope.scaling.original_context_length", 4096)
     vocab = copy_tokenizer(reader, writer)
     writer.add_vocab_size(vocab)
     matrix, norm = tensor_writers(writer)
@@ -181,12 +191,19 @@ def write_moe(shape: str, vocab_file: str, out: str) -> None:
         if arch == "qwen3moe":
             norm(p + "attn_q_norm.weight", head_dim)
             norm(p + "attn_k_norm.weight", head_dim)
-        norm(p + "ffn_norm.weight", n_embd)
+        norm(p + ("post_attention_norm.weight" if gpt_oss else "ffn_norm.weight"), n_embd)
         # The router stays F32, as llama-quantize leaves it.
         matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, dtype=np.float32)
         matrix(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, n_embd)
         matrix(p + "ffn_up_exps.weight", n_expert, n_ff_exp, n_embd)
         matrix(p + "ffn_down_exps.weight", n_expert, n_embd, n_ff_exp)
+        if gpt_oss:
+            # Biases (F32, small) and sinks: vectors, no cost next to the matmuls.
+            for name, *shape in [("attn_q.bias", q), ("attn_k.bias", kv), ("attn_v.bias", kv),
+                                 ("attn_output.bias", n_embd), ("attn_sinks.weight", n_head),
+                                 ("ffn_gate_inp.bias", n_expert), ("ffn_gate_exps.bias", n_expert, n_ff_exp),
+                                 ("ffn_up_exps.bias", n_expert, n_ff_exp), ("ffn_down_exps.bias", n_expert, n_embd)]:
+                matrix(p + name, *shape, dtype=np.float32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -32,7 +32,8 @@ const TASKS_PER_KV_HEAD: usize = 16;
 
 /// A task's private working memory.
 struct TaskScratch {
-    /// `[group][context]`: scores, then probabilities, of each query head of the group.
+    /// `[group][context + 1]`: scores, then probabilities, of each query head of the group (the extra one is a
+    /// head's attention sink, `LlamaConfig::attn_sinks`).
     scores: Vec<f32>,
     /// `[group][head_dim]`: the rotated, scaled queries.
     queries: Vec<f32>,
@@ -58,7 +59,7 @@ impl AttentionScratch {
         let tasks = (0..threads.max(1))
             .map(|_| {
                 Mutex::new(TaskScratch {
-                    scores: vec![0.0; group * config.context_length],
+                    scores: vec![0.0; group * score_stride(config)],
                     queries: vec![0.0; group * config.head_dim],
                     outputs: vec![0.0; group * config.head_dim],
                     head: vec![0.0; config.head_dim],
@@ -67,6 +68,11 @@ impl AttentionScratch {
             .collect();
         AttentionScratch { tasks, stage: vec![0.0; max_rows * config.q_dim()], key_head: vec![0.0; config.head_dim] }
     }
+}
+
+/// The stride of one query head's scores in `TaskScratch::scores`: every position of the context and a sink.
+fn score_stride(config: &LlamaConfig) -> usize {
+    config.context_length + 1
 }
 
 /// The operands of one layer's attention.
@@ -81,6 +87,8 @@ pub struct AttentionIo<'a> {
     pub out: &'a mut [f32],
     /// The query and key heads' norm weights (`head_dim` each) when the architecture normalizes heads.
     pub head_norms: Option<(&'a [f32], &'a [f32])>,
+    /// `[n_head]`: each query head's sink logit, or empty (`LlamaConfig::attn_sinks`).
+    pub sinks: &'a [f32],
 }
 
 /// Prepares one query or key head in place: its RMS norm (`weight`, through `tmp`), then RoPE of its first
@@ -200,7 +208,7 @@ pub fn attention_layer(
 
     let layer_kv = cache.layer(layer);
     let cache = &*cache;
-    let q = io.q;
+    let (q, sinks) = (io.q, io.sinks);
     let scale = config.attention_scale;
     pool.run(n_tasks, &|task| {
         let Some((kv_head, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
@@ -227,8 +235,9 @@ pub fn attention_layer(
                 offset: kv_head * hd,
                 kv_dim,
                 head_dim: hd,
-                context: config.context_length,
+                stride: score_stride(config),
                 softcap: config.attn_softcap,
+                sinks: if sinks.is_empty() { None } else { Some(&sinks[kv_head * group..(kv_head + 1) * group]) },
             };
             match layer_kv {
                 KvLayer::F16 { keys, values } => row.run(keys, values, work),
@@ -282,10 +291,13 @@ struct RowAttention<'a> {
     offset: usize,
     kv_dim: usize,
     head_dim: usize,
-    /// Stride of the per-head score rows in the scratch.
-    context: usize,
+    /// Stride of the per-head score rows in the scratch (`score_stride`).
+    stride: usize,
     /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
     softcap: Option<f32>,
+    /// The group's query heads' sink logits (gpt-oss): each joins its head's softmax as one more score, whose
+    /// probability is dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes.
+    sinks: Option<&'a [f32]>,
 }
 
 impl RowAttention<'_> {
@@ -298,22 +310,30 @@ impl RowAttention<'_> {
         for (block, from, len, pos) in self.runs() {
             let keys = self.run_of(keys, block, from, len);
             for (g, query) in queries.chunks_exact(hd).enumerate() {
-                let out = &mut scores[g * self.context + pos - first..][..len];
+                let out = &mut scores[g * self.stride + pos - first..][..len];
                 T::scores(self.kernels, query, keys, self.kv_dim, out);
             }
         }
         for g in 0..queries.len() / hd {
-            let row = &mut scores[g * self.context..g * self.context + n - first];
+            let row = &mut scores[g * self.stride..g * self.stride + n - first + 1];
+            let (attended, sink) = row.split_at_mut(n - first);
             if let Some(cap) = self.softcap {
-                row.iter_mut().for_each(|s| *s = soft_cap(*s, cap));
+                attended.iter_mut().for_each(|s| *s = soft_cap(*s, cap));
             }
-            self.kernels.softmax_inplace(row);
+            match self.sinks {
+                // The sink's score after the positions': the same softmax kernel, so the same bits on every path.
+                Some(sinks) => {
+                    sink[0] = sinks[g];
+                    self.kernels.softmax_inplace(row);
+                }
+                None => self.kernels.softmax_inplace(attended),
+            }
         }
         outputs.iter_mut().for_each(|x| *x = 0.0);
         for (block, from, len, pos) in self.runs() {
             let values = self.run_of(values, block, from, len);
             for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
-                let weights = &scores[g * self.context + pos - first..][..len];
+                let weights = &scores[g * self.stride + pos - first..][..len];
                 T::values(self.kernels, weights, values, self.kv_dim, output);
             }
         }

@@ -416,7 +416,7 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             }
             None => None,
         };
-        let io = AttentionIo { q, k, v, out: att, head_norms };
+        let io = AttentionIo { q, k, v, out: att, head_norms, sinks: self.weights.sinks(layer) };
         attention_layer(
             &self.pool,
             self.kernels,

@@ -64,10 +64,9 @@ pub enum ExpertActivation {
     /// gpt-oss: `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha·x) · (y + 1)` (llama.cpp's
     /// `ggml_swiglu_oai`; alpha 1.702, limit 7.0), within a few ulp of its order of operations (see `activate`).
     /// `alpha` must be a normal float.
-    // gpt-oss's activation and the clamped SiLU wait for their families (`gpt-oss` is not loaded yet); tested here.
-    #[allow(dead_code)]
     SwigluOai { alpha: f32, limit: f32 },
     /// SiLU with clamps (llama.cpp's `swiglu_clamp_exp` path): `min(silu(gate), limit) · clamp(up, −limit, limit)`.
+    // For the families that clamp (none ember loads yet); tested here.
     #[allow(dead_code)]
     SiluClamped { limit: f32 },
 }

@@ -10,6 +10,7 @@ use crate::model::llama::LlamaConfig;
 use super::experts::ExpertMatrices;
 use super::kernels::packed::RunTasks;
 use super::kernels::{PackedMatrix, WeightMatrix};
+use crate::model::llama::config::ATTN_SINKS;
 use crate::model::llama::experts::FUSED_GATE_UP_EXPS;
 
 /// A weight matrix as the matmuls read it.
@@ -69,6 +70,8 @@ pub struct LayerExperts<'m> {
     pub shared: Vec<ExpertMatrices<'m>>,
     /// `[n_embd]`: the shared expert's gate (`ffn_gate_inp_shexp`), or empty.
     pub shared_gate: Box<[f32]>,
+    /// `[n_expert]`: the router's bias (`ffn_gate_inp.bias`), or empty.
+    pub router_bias: Box<[f32]>,
 }
 
 /// The matrices of one transformer block.
@@ -88,10 +91,13 @@ struct LayerWeights<'m> {
     post_ffn_norm: Box<[f32]>,
     q_norm: Box<[f32]>,
     k_norm: Box<[f32]>,
-    /// The projections' biases (`LlamaConfig::qkv_bias`); empty when absent.
+    /// The projections' biases (`LlamaConfig::qkv_bias`, `attn_output_bias`); empty when absent.
     q_bias: Box<[f32]>,
     k_bias: Box<[f32]>,
     v_bias: Box<[f32]>,
+    o_bias: Box<[f32]>,
+    /// `[n_head]`: the attention sinks (`LlamaConfig::attn_sinks`), or empty.
+    sinks: Box<[f32]>,
 }
 
 /// Every weight the forward pass reads.
@@ -134,8 +140,8 @@ impl<'m> CpuModelWeights<'m> {
         };
         // Copied: a few kilobytes, read at every step.
         let norm = |name: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(name)?.as_f32()?.into());
-        let norm_if = |present: bool, n: Norm| if present { norm(&n.tensor_name()) } else { Ok(Box::default()) };
-        let bias_if = |b: Bias| if config.qkv_bias { norm(&b.tensor_name()) } else { Ok(Box::default()) };
+        let norm_if = |present: bool, n: Norm| if present { norm(&config.norm_tensor(n)) } else { Ok(Box::default()) };
+        let bias_if = |present: bool, b: Bias| if present { norm(&b.tensor_name()) } else { Ok(Box::default()) };
         let token_embd = matrix("token_embd.weight")?;
         let output = if config.tied_output { None } else { Some(matrix("output.weight")?) };
         let layers = (0..config.n_layer)
@@ -161,9 +167,14 @@ impl<'m> CpuModelWeights<'m> {
                     post_ffn_norm: norm_if(config.post_norms, Norm::PostFfn(l))?,
                     q_norm: norm_if(config.qk_norm.is_some(), Norm::QHead(l))?,
                     k_norm: norm_if(config.qk_norm.is_some(), Norm::KHead(l))?,
-                    q_bias: bias_if(Bias::AttnQ(l))?,
-                    k_bias: bias_if(Bias::AttnK(l))?,
-                    v_bias: bias_if(Bias::AttnV(l))?,
+                    q_bias: bias_if(config.qkv_bias, Bias::AttnQ(l))?,
+                    k_bias: bias_if(config.qkv_bias, Bias::AttnK(l))?,
+                    v_bias: bias_if(config.qkv_bias, Bias::AttnV(l))?,
+                    o_bias: bias_if(config.attn_output_bias, Bias::AttnOutput(l))?,
+                    sinks: match config.attn_sinks {
+                        true => norm(&LlamaConfig::layer_tensor(l, ATTN_SINKS))?,
+                        false => Box::default(),
+                    },
                 })
             })
             .collect::<Result<Vec<_>, GgufError>>()?;
@@ -208,7 +219,13 @@ impl<'m> CpuModelWeights<'m> {
             Bias::AttnQ(l) => &self.layers[l].q_bias,
             Bias::AttnK(l) => &self.layers[l].k_bias,
             Bias::AttnV(l) => &self.layers[l].v_bias,
+            Bias::AttnOutput(l) => &self.layers[l].o_bias,
         }
+    }
+
+    /// Layer `layer`'s attention sinks, one per query head (empty without `LlamaConfig::attn_sinks`).
+    pub fn sinks(&self, layer: usize) -> &[f32] {
+        &self.layers[layer].sinks
     }
 
     pub fn token_embd(&self) -> &Matrix<'m> {
@@ -285,6 +302,19 @@ fn layer_experts<'m>(
         false => (name("ffn_gate_exps.weight"), name("ffn_up_exps.weight")),
     };
     let (gate, up) = (view(&gate_name)?, view(&up_name)?);
+    // The experts' biases (`MoeConfig::biases`): `[n_expert][rows]` f32, expert `e`'s row `e`.
+    let biases = |suffix: &str| -> Result<Vec<f32>, GgufError> {
+        Ok(if moe.biases { file.tensor(&name(suffix))?.as_f32()?.to_vec() } else { Vec::new() })
+    };
+    let (gate_b, up_b, down_b) =
+        (biases("ffn_gate_exps.bias")?, biases("ffn_up_exps.bias")?, biases("ffn_down_exps.bias")?);
+    let bias_of = |all: &[f32], e: usize, rows: usize| -> Box<[f32]> {
+        if all.is_empty() {
+            Box::default()
+        } else {
+            all[e * rows..(e + 1) * rows].into()
+        }
+    };
     let mut routed = Vec::with_capacity(moe.n_expert);
     for e in 0..moe.n_expert {
         let (gate_rows, up_rows) = match moe.fused_gate_up {
@@ -295,9 +325,9 @@ fn layer_experts<'m>(
             gate: part(&gate, &gate_name, gate_rows)?,
             up: part(&up, &up_name, up_rows)?,
             down: part(&down, &down_name, e * d..(e + 1) * d)?,
-            gate_bias: Box::default(),
-            up_bias: Box::default(),
-            down_bias: Box::default(),
+            gate_bias: bias_of(&gate_b, e, ff),
+            up_bias: bias_of(&up_b, e, ff),
+            down_bias: bias_of(&down_b, e, d),
         });
     }
     if pack.is_some() && routed.iter().all(|x| !x.gate.reads_the_file()) {
@@ -329,5 +359,10 @@ fn layer_experts<'m>(
         Some(s) if s.gated => file.tensor(&name("ffn_gate_inp_shexp.weight"))?.as_f32()?.into(),
         _ => Box::default(),
     };
-    Ok(LayerExperts { router: Matrix::File(view(&name("ffn_gate_inp.weight"))?), routed, shared, shared_gate })
+    let router_bias = match moe.biases {
+        true => file.tensor(&name("ffn_gate_inp.bias"))?.as_f32()?.into(),
+        false => Box::default(),
+    };
+    let router = Matrix::File(view(&name("ffn_gate_inp.weight"))?);
+    Ok(LayerExperts { router, routed, shared, shared_gate, router_bias })
 }

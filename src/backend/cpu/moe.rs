@@ -12,6 +12,7 @@ use super::kernels::Kernels;
 use super::model_weights::LayerExperts;
 use super::parallel::{parallel_matmul, Activations, MatmulJob};
 use super::pool::ThreadPool;
+use crate::model::llama::architecture::ExpertGlu;
 use crate::model::llama::{FfnActivation, LlamaConfig, MoeConfig};
 
 /// The buffers of a model's mixture-of-experts blocks, sized once for `max_batch_tokens` rows.
@@ -71,13 +72,19 @@ pub(super) fn moe_ffn(op: &MoeOperands<'_, '_>, scratch: &mut MoeScratch, input:
     let logits = &mut scratch.logits[..t * n];
     let job = MatmulJob { weights: &op.experts.router, out: logits };
     parallel_matmul(op.pool, op.kernels, Activations::F32(input), t, &mut [job]);
+    if !op.experts.router_bias.is_empty() {
+        for row in logits.chunks_exact_mut(n) {
+            op.kernels.add_assign(row, &op.experts.router_bias);
+        }
+    }
     for row in 0..t {
         let (sel, w) = (&mut scratch.selected[row * k..(row + 1) * k], &mut scratch.weights[row * k..(row + 1) * k]);
         moe.route(&mut scratch.logits[row * n..(row + 1) * n], sel, w);
     }
-    let activation = match op.config.ffn_activation {
-        FfnActivation::Silu => ExpertActivation::Silu,
-        FfnActivation::GeluTanh => ExpertActivation::GeluTanh,
+    let activation = match (moe.activation, op.config.ffn_activation) {
+        (ExpertGlu::SwigluOai { alpha, limit }, _) => ExpertActivation::SwigluOai { alpha, limit },
+        (ExpertGlu::AsDense, FfnActivation::Silu) => ExpertActivation::Silu,
+        (ExpertGlu::AsDense, FfnActivation::GeluTanh) => ExpertActivation::GeluTanh,
     };
     routed_experts(
         op.pool,

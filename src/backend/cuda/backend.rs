@@ -302,6 +302,12 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
+    // gpt-oss' attention: the CPU backend runs it.
+    if config.attn_sinks || config.attn_output_bias {
+        return Err(CudaBackendError::Unsupported(
+            "attention sinks and output-projection biases (gpt-oss): the CPU backend runs them".into(),
+        ));
+    }
     if let Some(moe) = &config.moe {
         return Err(CudaBackendError::Unsupported(format!(
             "mixture-of-experts FFNs ({} experts, {} per token): the CPU backend runs them",

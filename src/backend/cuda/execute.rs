@@ -155,6 +155,7 @@ impl StepRun<'_> {
         let width = match bias {
             Bias::AttnQ(_) => self.config.q_dim(),
             Bias::AttnK(_) | Bias::AttnV(_) => self.config.kv_dim(),
+            Bias::AttnOutput(_) => self.config.n_embd,
         };
         let call = AddBiasCall {
             x: self.activation(dst),

@@ -131,7 +131,7 @@ impl DeviceWeights {
                         weight(Weight::FfnDown(l))?,
                     ],
                     pre_norms: match config.pre_norms {
-                        true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&Norm::Ffn(l).tensor_name())?]),
+                        true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&config.norm_tensor(Norm::Ffn(l)))?]),
                         false => None,
                     },
                     post_norms: match config.post_norms {
@@ -199,6 +199,10 @@ impl DeviceWeights {
             Bias::AttnQ(l) => (l, 0),
             Bias::AttnK(l) => (l, 1),
             Bias::AttnV(l) => (l, 2),
+            // Refused at `check_options` (gpt-oss).
+            Bias::AttnOutput(_) => {
+                return Err(CudaBackendError::Internal(format!("the CUDA backend has no bias {b:?}")));
+            }
         };
         let found = self.layers.get(l).and_then(|w| w.biases.as_ref()).map(|b| &b[i]);
         found.ok_or_else(|| CudaBackendError::Internal(format!("the model has no bias {b:?}")))

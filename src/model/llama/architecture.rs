@@ -83,6 +83,14 @@ pub struct ArchTraits {
     pub pre_norms: bool,
     pub post_norms: bool,
     pub qkv_bias: bool,
+    /// The attention's output projection adds a bias (`attn_output.bias`, gpt-oss).
+    pub attn_output_bias: bool,
+    /// Each query head has a sink: a learned logit that joins its softmax's denominator and attends to nothing
+    /// (`attn_sinks.weight`, `n_head` values; gpt-oss).
+    pub attn_sinks: bool,
+    /// The FFN input norm's tensor suffix: `ffn_norm.weight`, or gpt-oss' `post_attention_norm.weight` (the same
+    /// norm under the name its converter gives it).
+    pub ffn_norm: &'static str,
     pub ffn_activation: FfnActivation,
     /// `ffn_up` holds the gate's rows, then the up projection's; no `ffn_gate`.
     pub fused_gate_up: bool,
@@ -99,6 +107,9 @@ impl ArchTraits {
         pre_norms: true,
         post_norms: false,
         qkv_bias: false,
+        attn_output_bias: false,
+        attn_sinks: false,
+        ffn_norm: "ffn_norm.weight",
         ffn_activation: FfnActivation::Silu,
         fused_gate_up: false,
         output: OutputProjection::OwnOrTied,
@@ -150,6 +161,9 @@ pub enum LayerPattern {
         default_window: Option<u32>,
         /// The windowed layers' base when `rope.freq_base_swa` is absent: `None` for the full layers' base.
         default_swa_base: Option<f32>,
+        /// The windowed layers' RoPE is scaled as the full layers' is (gpt-oss: llama.cpp sets
+        /// `rope_freq_scale_train_swa` to `rope_freq_scale_train`); otherwise never (Gemma 2 and 3).
+        scaled: bool,
     },
     /// Layer `l` has no RoPE when `(l + 1) mod period == 0` (SmolLM3's `n_no_rope_layer_step`).
     NoRopeEvery(usize),
@@ -213,6 +227,21 @@ pub struct MoeLayout {
     pub expert_width: ExpertWidth,
     /// A shared expert beside the routed ones.
     pub shared: SharedExpert,
+    /// The router's logits and each expert's three projections add biases (`ffn_gate_inp.bias`,
+    /// `ffn_{gate,up,down}_exps.bias`; gpt-oss).
+    pub biases: bool,
+    /// The experts' gated activation.
+    pub activation: ExpertGlu,
+}
+
+/// The gated activation of the routed experts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExpertGlu {
+    /// The dense FFN's (`ArchTraits::ffn_activation`).
+    AsDense,
+    /// gpt-oss' clamped SwiGLU: `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha·x) · (y + 1)`
+    /// (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE`, alpha 1.702 and limit 7 as constants there too).
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 /// The router's probabilities.
@@ -220,6 +249,9 @@ pub struct MoeLayout {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// The top experts by raw logit, their weights the softmax over the chosen logits only (llama.cpp's
+    /// `SOFTMAX_WEIGHT`, gpt-oss).
+    SoftmaxOfChosen,
 }
 
 /// The width of each routed expert's FFN.

@@ -19,7 +19,7 @@ mod vocab;
 
 use super::architecture::{Architecture, CapRule, FfnActivation, LayerPattern, QkNorm};
 use super::experts::{self, MoeConfig};
-use super::forward::Weight;
+use super::forward::{Norm, Weight};
 use super::multipliers::{self, Widths};
 use super::rope_scaling::{self, LongRope, Yarn};
 
@@ -27,6 +27,8 @@ use super::rope_scaling::{self, LongRope, Yarn};
 const ROPE_FREQS: &str = "rope_freqs.weight";
 /// The fused query/key/value projection of a layer.
 const FUSED_QKV: &str = "attn_qkv.weight";
+/// A layer's attention sinks (`LlamaConfig::attn_sinks`).
+pub const ATTN_SINKS: &str = "attn_sinks.weight";
 
 /// How one layer attends.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,6 +72,9 @@ pub struct LlamaConfig {
     /// YaRN (`rope.scaling.type` "yarn" with a factor above 1): `rope_freq_scale` applies to each pair of the
     /// full-attention layers through its ramp, and their rotations gain YaRN's magnitude correction.
     pub rope_yarn: Option<Yarn>,
+    /// The sliding-window layers' RoPE base is scaled as the full layers' is (`rope_freq_scale`, YaRN): gpt-oss.
+    /// Otherwise only `rope_bases[0]` is.
+    pub rope_scale_windows: bool,
     /// Phi-3's LongRoPE factors: the short ones are `rope_freq_factors` until [`LlamaConfig::for_context`] picks
     /// the long ones for a context past the original one.
     pub long_rope: Option<LongRope>,
@@ -97,6 +102,10 @@ pub struct LlamaConfig {
     pub post_norms: bool,
     /// The query, key and value projections add a bias (`attn_q.bias`, `attn_k.bias`, `attn_v.bias`).
     pub qkv_bias: bool,
+    /// The attention's output projection adds a bias (`attn_output.bias`).
+    pub attn_output_bias: bool,
+    /// Each query head's softmax has a sink logit in its denominator (`attn_sinks.weight`, `n_head` values).
+    pub attn_sinks: bool,
     /// Attention scores (after `attention_scale`) become `c · tanh(score / c)` before the softmax (Gemma 2).
     pub attn_softcap: Option<f32>,
     /// The logits become `c · tanh(logit / c)` (Gemma 2).
@@ -187,12 +196,17 @@ impl From<GgufError> for ModelConfigError {
 const MAX_DIM: u32 = 1 << 20;
 const MAX_LAYERS: u32 = 4096;
 
-/// Refuses a file whose layers carry biases the forward pass would not add (`attn_output.bias`, the FFN's, or
-/// q/k/v biases outside `qkv_bias`): running without them would be silently wrong.
-fn refuse_unused_biases(file: &GgufFile, qkv_bias: bool) -> Result<(), ModelConfigError> {
+/// Refuses a file whose layers carry biases the forward pass would not add (the dense FFN's, or the projections',
+/// the router's and the experts' where the architecture has none): running without them would be silently wrong.
+fn refuse_unused_biases(file: &GgufFile, config: &LlamaConfig) -> Result<(), ModelConfigError> {
     let qkv = ["attn_q.bias", "attn_k.bias", "attn_v.bias"];
-    let others = ["attn_qkv.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"];
-    let unused = others.iter().chain(qkv.iter().filter(|_| !qkv_bias));
+    let moe = ["ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"];
+    let others = ["attn_qkv.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"];
+    let unused = others
+        .iter()
+        .chain(qkv.iter().filter(|_| !config.qkv_bias))
+        .chain(["attn_output.bias"].iter().filter(|_| !config.attn_output_bias))
+        .chain(moe.iter().filter(|_| !config.moe.as_ref().is_some_and(|m| m.biases)));
     match unused.map(|s| LlamaConfig::layer_tensor(0, s)).find(|name| file.tensor_info(name).is_some()) {
         Some(name) => Err(ModelConfigError::Invalid {
             key: "general.architecture",
@@ -222,7 +236,7 @@ fn layer_pattern(
             }
             (vec![Some(rope_base)], vec![full; n_layer])
         }
-        LayerPattern::SlidingWindow { period, default_window, default_swa_base } => {
+        LayerPattern::SlidingWindow { period, default_window, default_swa_base, .. } => {
             let window = match file.optional(k.sliding_window, GgufFile::u32)?.or(default_window) {
                 None | Some(0) => None,
                 Some(w) => Some(w as usize),
@@ -278,6 +292,14 @@ fn moe_tensors(moe: &MoeConfig, d: u64) -> Vec<(&'static str, Vec<u64>, bool)> {
             .extend([("ffn_gate_exps.weight", vec![d, ff, n], false), ("ffn_up_exps.weight", vec![d, ff, n], false)]);
     }
     tensors.push(("ffn_down_exps.weight", vec![ff, d, n], false));
+    if moe.biases {
+        tensors.extend([
+            ("ffn_gate_inp.bias", vec![n], true),
+            ("ffn_gate_exps.bias", vec![ff, n], true),
+            ("ffn_up_exps.bias", vec![ff, n], true),
+            ("ffn_down_exps.bias", vec![d, n], true),
+        ]);
+    }
     if let Some(shared) = moe.shared {
         let sff = shared.n_ff as u64;
         tensors.extend([
@@ -369,7 +391,6 @@ impl LlamaConfig {
         }
         let rope_freq_factors = rope_freq_factors.or_else(|| long_rope.as_ref().map(|l| l.short.clone()));
         let fused_qkv = file.tensor_info(&Self::layer_tensor(0, FUSED_QKV)).is_some();
-        refuse_unused_biases(file, traits.qkv_bias)?;
         let widths = Widths { n_layer, n_embd, n_head, head_dim };
         let multipliers = multipliers::read(file, arch, widths)?;
         // Soft caps as llama.cpp reads them for the family (`ArchSpec::softcaps`).
@@ -407,6 +428,7 @@ impl LlamaConfig {
             rope_bases,
             rope_freq_scale: scaling.freq_scale,
             rope_yarn: scaling.yarn,
+            rope_scale_windows: matches!(arch.spec().layers, LayerPattern::SlidingWindow { scaled: true, .. }),
             layers,
             rope_neox: traits.rope_neox,
             embed_scale: multipliers.embed_scale,
@@ -417,6 +439,8 @@ impl LlamaConfig {
             pre_norms: traits.pre_norms,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
+            attn_output_bias: traits.attn_output_bias,
+            attn_sinks: traits.attn_sinks,
             ffn_activation: traits.ffn_activation,
             rope_dim,
             rms_eps,
@@ -428,6 +452,7 @@ impl LlamaConfig {
             // The forward pass computes the experts from the normalized input in place (`LlamaBackend::moe_ffn`).
             return Err(invalid("general.architecture", "experts without an FFN input norm".into()));
         }
+        refuse_unused_biases(file, &config)?;
         config.check_tensors(file)?;
         Ok(config)
     }
@@ -441,11 +466,11 @@ impl LlamaConfig {
         if let Some(factors) = &self.rope_freq_factors {
             inv.iter_mut().zip(factors).for_each(|(f, &d)| *f /= f64::from(d));
         }
-        if base == 0 && self.rope_freq_scale != 1.0 {
+        if self.is_scaled(base) && self.rope_freq_scale != 1.0 {
             let scale = f64::from(self.rope_freq_scale);
             match &self.rope_yarn {
                 Some(yarn) => {
-                    let factors = yarn.speed_factors(self.rope_dim, f64::from(self.rope_base), scale);
+                    let factors = yarn.speed_factors(self.rope_dim, f64::from(theta), scale);
                     inv.iter_mut().zip(factors).for_each(|(f, m)| *f *= m);
                 }
                 None => inv.iter_mut().for_each(|f| *f *= scale),
@@ -461,8 +486,23 @@ impl LlamaConfig {
         match &self.rope_yarn {
             // Layers without RoPE are not rotated at all, so not scaled either.
             _ if self.rope_bases[base].is_none() => 1.0,
-            Some(_) if base == 0 => attn * Yarn::magnitude(f64::from(self.rope_freq_scale)),
+            Some(_) if self.is_scaled(base) => attn * Yarn::magnitude(f64::from(self.rope_freq_scale)),
             _ => attn,
+        }
+    }
+
+    /// Whether RoPE base `base` is scaled (`rope_freq_scale`, YaRN): the full layers' always, the windowed
+    /// layers' with `rope_scale_windows`.
+    fn is_scaled(&self, base: usize) -> bool {
+        base == 0 || self.rope_scale_windows
+    }
+
+    /// The tensor of norm `n`: its usual name, but the FFN input norm's as the architecture names it
+    /// (`ArchTraits::ffn_norm`).
+    pub fn norm_tensor(&self, n: Norm) -> String {
+        match n {
+            Norm::Ffn(l) => Self::layer_tensor(l, self.arch.traits().ffn_norm),
+            n => n.tensor_name(),
         }
     }
 
@@ -534,8 +574,14 @@ impl LlamaConfig {
                 ]);
             }
             tensors.push(("attn_output.weight", vec![q, d], false));
+            if self.attn_output_bias {
+                tensors.push(("attn_output.bias", vec![d], true));
+            }
+            if self.attn_sinks {
+                tensors.push((ATTN_SINKS, vec![self.n_head as u64], true));
+            }
             if self.pre_norms {
-                tensors.push(("ffn_norm.weight", vec![d], true));
+                tensors.push((self.arch.traits().ffn_norm, vec![d], true));
             }
             match &self.moe {
                 Some(moe) => tensors.extend(moe_tensors(moe, d)),

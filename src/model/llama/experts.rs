@@ -3,11 +3,12 @@
 //! weights (llama.cpp's `build_moe_ffn`, `src/llama-graph.cpp`).
 //!
 //! ```text
-//! logits  = ffn_gate_inp · x                                   [n_expert]   f32 weights and activations
-//! probs   = softmax(logits)                [Sigmoid: σ(logits)]
+//! logits  = ffn_gate_inp · x               [+ ffn_gate_inp.bias]    [n_expert]   f32 weights and activations
+//! probs   = softmax(logits)                [Sigmoid: σ(logits)] [SoftmaxOfChosen: logits]
 //! chosen  = the expert_used_count largest probs, largest first (equal probabilities: the lower expert first)
-//! w       = probs[chosen]                  [normalize_weights: w / max(Σ w, 2^-14)] [· expert_weights_scale]
-//! out     = Σ_slots w_s · down_e(act(gate_e · x) ⊙ up_e · x)    e = chosen_s, added in slot order
+//! w       = probs[chosen]                  [SoftmaxOfChosen: softmax(w)]
+//!                                          [normalize_weights: w / max(Σ w, 2^-14)] [· expert_weights_scale]
+//! out     = Σ_slots w_s · (down_e(act(gate_e · x [+ b]) ⊙ (up_e · x [+ b])) [+ b])    e = chosen_s, in slot order
 //!           [shared expert: + ffn_shexp(x), times σ(ffn_gate_inp_shexp · x) when gated]
 //! ```
 //!
@@ -18,7 +19,7 @@
 
 use crate::model::gguf::GgufFile;
 
-use super::architecture::{Architecture, ExpertWidth, ExpertsRule, Gating, SharedExpert};
+use super::architecture::{Architecture, ExpertGlu, ExpertWidth, ExpertsRule, Gating, SharedExpert};
 use super::config::ModelConfigError;
 
 /// Most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
@@ -46,6 +47,10 @@ pub struct MoeConfig {
     /// The experts' gate and up projections are one tensor, `ffn_gate_up_exps` (each expert's `2 n_ff_exp` rows,
     /// the gate's first).
     pub fused_gate_up: bool,
+    /// The router and the experts' projections add biases (`ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`).
+    pub biases: bool,
+    /// The experts' gated activation.
+    pub activation: ExpertGlu,
 }
 
 /// The fused gate and up projections of the experts.
@@ -133,6 +138,8 @@ pub(super) fn read(file: &GgufFile, arch: Architecture, n_ff: usize) -> Result<O
         weights_scale,
         shared,
         fused_gate_up: file.tensor_info(&format!("blk.0.{FUSED_GATE_UP_EXPS}")).is_some(),
+        biases: layout.biases,
+        activation: layout.activation,
     }))
 }
 
@@ -149,11 +156,15 @@ impl MoeConfig {
         match self.gating {
             Gating::Softmax => softmax(logits),
             Gating::Sigmoid => logits.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp())),
+            Gating::SoftmaxOfChosen => {}
         }
         let probs = &*logits;
         top_k(probs, selected);
         for (w, &e) in weights.iter_mut().zip(selected.iter()) {
             *w = probs[e as usize];
+        }
+        if self.gating == Gating::SoftmaxOfChosen {
+            softmax(weights);
         }
         if self.normalize_weights {
             // As ggml's `sum_rows`: accumulated in f64.
@@ -251,6 +262,8 @@ mod tests {
             weights_scale: None,
             shared: None,
             fused_gate_up: false,
+            biases: false,
+            activation: ExpertGlu::AsDense,
         }
     }
 
@@ -283,5 +296,16 @@ mod tests {
         let mut w2 = [0f32; 2];
         scaled.route(&mut logits.clone(), &mut sel, &mut w2);
         assert_eq!(w2, [w[0] * 2.5, w[1] * 2.5]);
+    }
+
+    #[test]
+    fn softmax_of_chosen_picks_by_raw_logit_and_weights_by_the_chosen_logits_alone() {
+        // gpt-oss: the top two of the logits (not of a softmax over all four), weights softmax(3, 2).
+        let mut logits = [1.0f32, 3.0, 2.0, -4.0];
+        let (mut sel, mut w) = ([0u32; 2], [0f32; 2]);
+        MoeConfig { gating: Gating::SoftmaxOfChosen, ..moe(4, 2, false) }.route(&mut logits, &mut sel, &mut w);
+        assert_eq!(sel, [1, 2]);
+        let e = 1f32.exp();
+        assert!((w[0] - e / (e + 1.0)).abs() < 1e-6 && (w[1] - 1.0 / (e + 1.0)).abs() < 1e-6, "{w:?}");
     }
 }

@@ -8,7 +8,9 @@
 //!     q, k, v = xn·Wq[l]ᵀ, xn·Wk[l]ᵀ, xn·Wv[l]ᵀ          [T, q], [T, kv], [T, kv]   [qkv_bias: + bq, bk, bv]
 //!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
 //!                                                               [q and k heads, or rows, RMS-normalized before RoPE]
+//!                                                               [attn_sinks: a sink logit per head in each softmax]
 //!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
+//!                                                      [attn_output_bias: x += att·Wo[l]ᵀ + bo]
 //!                                                      [residual_scale s: x += s · att·Wo[l]ᵀ]
 //!     xn = rms_norm(x, ffn_norm[l])
 //!     x += (act(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ   act: SiLU [or GELU]; [post_norms: normalized first]
@@ -73,12 +75,13 @@ impl Weight {
     }
 }
 
-/// A bias vector of the model (`qkv_bias`).
+/// A bias vector of the model (`qkv_bias`, `attn_output_bias`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bias {
     AttnQ(usize),
     AttnK(usize),
     AttnV(usize),
+    AttnOutput(usize),
 }
 
 impl Bias {
@@ -88,6 +91,7 @@ impl Bias {
             Bias::AttnQ(l) => (l, "attn_q.bias"),
             Bias::AttnK(l) => (l, "attn_k.bias"),
             Bias::AttnV(l) => (l, "attn_v.bias"),
+            Bias::AttnOutput(l) => (l, "attn_output.bias"),
         };
         LlamaConfig::layer_tensor(l, suffix)
     }
@@ -182,7 +186,14 @@ pub fn forward<B: LlamaBackend>(
             backend.add_bias(Buf::V, Bias::AttnV(l));
         }
         backend.attention(l);
-        residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
+        if config.attn_output_bias {
+            // `X += Wo·att + bo` (no biased family has post-norms or a residual scale).
+            backend.matmul(Buf::Att, &[(Weight::AttnOutput(l), Buf::Xn)]);
+            backend.add_bias(Buf::Xn, Bias::AttnOutput(l));
+            add_branch(config, backend, Buf::Xn, Norm::PostAttn(l));
+        } else {
+            residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
+        }
         let input = pre_norm(config, backend, Norm::Ffn(l));
         if config.moe.is_some() {
             // Every mixture-of-experts family normalizes the FFN's input (`Xn`), checked at load.

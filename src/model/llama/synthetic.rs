@@ -14,7 +14,7 @@ use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
 use super::architecture::{Architecture, ExpertWidth, ExpertsRule, LayerPattern, OutputProjection, SharedExpert};
-use super::config::{LayerAttention, LlamaConfig};
+use super::config::{LayerAttention, LlamaConfig, ATTN_SINKS};
 use super::experts::{MoeConfig, SharedFfn};
 use super::families;
 use super::rope_scaling::{LongRope, Yarn};
@@ -253,7 +253,11 @@ impl SyntheticSpec {
         let moe = self.moe_config();
         if let (Some(e), Some(moe)) = (self.experts, &moe) {
             w = w.metadata(&key("expert_count"), u32v(e.n_expert)).metadata(&key("expert_used_count"), u32v(e.n_used));
-            if self.n_ff != e.n_ff_exp {
+            let layout_width = match self.arch.spec().experts {
+                ExpertsRule::Always(l) | ExpertsRule::WhenCounted(l) => l.expert_width,
+                ExpertsRule::Dense => ExpertWidth::FeedForward,
+            };
+            if layout_width == ExpertWidth::ExpertFeedForward {
                 w = w.metadata(&key("expert_feed_forward_length"), u32v(e.n_ff_exp));
             }
             if let Some(shared) = moe.shared {
@@ -267,9 +271,11 @@ impl SyntheticSpec {
                 .metadata(&key("attention.value_length"), u32v(head_dim));
         }
         if let Some(window) = self.sliding_window.filter(|_| windowed) {
-            w = w
-                .metadata(&key("attention.sliding_window"), u32v(window))
-                .metadata(&key("rope.freq_base_swa"), Value::F32(ROPE_BASE_LOCAL));
+            w = w.metadata(&key("attention.sliding_window"), u32v(window));
+            // gpt-oss' files have no base of their own for the windowed layers (they take the full layers').
+            if !matches!(self.arch.spec().layers, LayerPattern::SlidingWindow { scaled: true, .. }) {
+                w = w.metadata(&key("rope.freq_base_swa"), Value::F32(ROPE_BASE_LOCAL));
+            }
         }
         let traits = self.arch.traits();
         let config = LlamaConfig {
@@ -277,6 +283,7 @@ impl SyntheticSpec {
             rope_bases: vec![Some(self.rope_base)],
             rope_freq_scale: self.rope_linear_factor.or(self.rope_yarn.map(|(f, _)| f)).map_or(1.0, |f| 1.0 / f),
             rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context }),
+            rope_scale_windows: false,
             attn_softcap: None,
             final_softcap: None,
             layers: vec![LayerAttention { rope: 0, window: None }; self.n_layer],
@@ -289,6 +296,8 @@ impl SyntheticSpec {
             pre_norms: traits.pre_norms,
             post_norms: traits.post_norms,
             qkv_bias: traits.qkv_bias,
+            attn_output_bias: traits.attn_output_bias,
+            attn_sinks: traits.attn_sinks,
             // Phi-3's files fuse the projections (both pairs); the other synthetic families keep them apart.
             fused_qkv: traits.fused_gate_up,
             fused_gate_up: traits.fused_gate_up,
@@ -327,7 +336,12 @@ impl SyntheticSpec {
                 w.tensor_f32(&name, &shape, &values)
             } else if name.ends_with(".bias") {
                 // Biases as large as the projections' outputs, so that leaving one out changes the result.
-                let values: Vec<f32> = (0..shape[0]).map(|_| 0.5 * rng.symmetric()).collect();
+                let n = shape.iter().product::<u64>();
+                let values: Vec<f32> = (0..n).map(|_| 0.5 * rng.symmetric()).collect();
+                w.tensor_f32(&name, &shape, &values)
+            } else if name.ends_with(ATTN_SINKS) {
+                // Sinks in 0..4, the range of the scaled scores, so that each takes a share of its softmax.
+                let values: Vec<f32> = (0..shape[0]).map(|_| 2.0 + 2.0 * rng.symmetric()).collect();
                 w.tensor_f32(&name, &shape, &values)
             } else if is_norm {
                 let values: Vec<f32> = (0..shape[0]).map(|_| 1.0 + 0.1 * rng.symmetric()).collect();
@@ -340,6 +354,8 @@ impl SyntheticSpec {
                     GgmlType::F32
                 } else if let Some(dtype) = self.matrix_type {
                     dtype
+                } else if self.arch == families::GPT_OSS {
+                    gpt_oss_type(&name)
                 } else if gemma || self.experts.is_some() {
                     gemma3_type(&name, shape[0])
                 } else {
@@ -389,12 +405,23 @@ impl SyntheticSpec {
             weights_scale: None,
             shared,
             fused_gate_up: false,
+            biases: layout.biases,
+            activation: layout.activation,
         })
     }
 }
 
 /// The RoPE base of a synthetic Gemma's sliding-window layers.
 const ROPE_BASE_LOCAL: f32 = 10_000.0;
+
+/// gpt-oss' files as published (llama-quantize's `MXFP4_MOE`): the experts MXFP4, every other matrix Q8_0.
+fn gpt_oss_type(name: &str) -> GgmlType {
+    if name.contains("_exps.") {
+        GgmlType::Mxfp4
+    } else {
+        GgmlType::Q8_0
+    }
+}
 
 /// SmolLM2's file: matrices Q4_1, the embedding Q8_0.
 fn llama_type(name: &str) -> GgmlType {

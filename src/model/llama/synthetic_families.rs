@@ -9,7 +9,7 @@ use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 21] = [
+    pub const FAMILIES: [&'static str; 23] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -31,6 +31,8 @@ impl SyntheticSpec {
         "granitemoe-small",
         "qwen3-30b-a3b",
         "mixtral-8x7b",
+        "gpt-oss-small",
+        "gpt-oss-small-mxfp4",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -235,6 +237,28 @@ impl SyntheticSpec {
                 rope_base: 1_000_000.0,
                 experts: Some(SyntheticExperts { n_expert: 8, n_used: 2, n_ff_exp: 14336, n_ff_shared: None }),
                 ..base(families::LLAMA)
+            },
+            // `gpt-oss` at small widths, with gpt-oss-20b's traits: 576 wide (not whole 256-blocks, as 2880 is not), 8
+            // query and 2 key/value heads of 64 (queries 512 wide, narrower than the stream as 4096 is wider), 16
+            // experts of 576 with 4 per token (the real 32 of 2880, 4 per token), RoPE base 150000 with YaRN by 32
+            // over 4096 (the real file's: pairs 8 to 18 of 32 on the ramp), windows of 8 (the real 128) on the even
+            // layers. F16 matrices, as the other mixtures' fixtures.
+            "gpt-oss-small" => SyntheticSpec {
+                matrix_type: Some(GgmlType::F16),
+                ..Self::family("gpt-oss-small-mxfp4", seed, n_layer)?
+            },
+            // The same with the published files' types: experts MXFP4, every other matrix Q8_0.
+            "gpt-oss-small-mxfp4" => SyntheticSpec {
+                n_embd: 576,
+                n_ff: 576,
+                n_head: 8,
+                n_head_kv: 2,
+                head_dim: Some(64),
+                rope_base: 150_000.0,
+                rope_yarn: Some((32.0, 4096)),
+                sliding_window: Some(8),
+                experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 576, n_ff_shared: None }),
+                ..base(families::GPT_OSS)
             },
             _ => return None,
         })

@@ -10,7 +10,12 @@ static SPEC: ArchSpec = ArchSpec {
     keys: keys_of!("gemma2"),
     traits: ArchTraits { qk_norm: None, ..ArchTraits::GEMMA },
     // llama.cpp's `load_swa_pattern(ml, 2)`.
-    layers: LayerPattern::SlidingWindow { period: None, default_window: Some(4096), default_swa_base: None },
+    layers: LayerPattern::SlidingWindow {
+        period: None,
+        default_window: Some(4096),
+        default_swa_base: None,
+        scaled: false,
+    },
     softcaps: SoftCaps { attention: CapRule::KeyOr(50.0), logits: CapRule::KeyOr(30.0) },
     multipliers: MultiplierRule::AttentionByWidthAtLayers(46),
     experts: ExpertsRule::Dense,

@@ -11,7 +11,12 @@ static SPEC: ArchSpec = ArchSpec {
     keys: keys_of!("gemma3"),
     traits: ArchTraits::GEMMA,
     // llama.cpp's `set_swa_pattern(6)`.
-    layers: LayerPattern::SlidingWindow { period: Some(6), default_window: None, default_swa_base: Some(10_000.0) },
+    layers: LayerPattern::SlidingWindow {
+        period: Some(6),
+        default_window: None,
+        default_swa_base: Some(10_000.0),
+        scaled: false,
+    },
     softcaps: SoftCaps { attention: CapRule::Never, logits: CapRule::WhenKeySet },
     multipliers: MultiplierRule::AttentionByWidthAtLayers(62),
     experts: ExpertsRule::Dense,

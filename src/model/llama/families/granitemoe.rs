@@ -17,6 +17,8 @@ static SPEC: ArchSpec = ArchSpec {
         normalize_weights: true,
         expert_width: ExpertWidth::FeedForward,
         shared: SharedExpert::WhenSized,
+        biases: false,
+        activation: ExpertGlu::AsDense,
     }),
 };
 

@@ -3,6 +3,7 @@
 
 mod gemma2;
 mod gemma3;
+mod gptoss;
 mod granite;
 mod granitemoe;
 mod llama;
@@ -17,6 +18,7 @@ mod smollm3;
 
 pub use gemma2::GEMMA2;
 pub use gemma3::GEMMA3;
+pub use gptoss::GPT_OSS;
 pub use granite::GRANITE;
 pub use granitemoe::GRANITEMOE;
 pub use llama::LLAMA;
@@ -32,5 +34,6 @@ pub use smollm3::SMOLLM3;
 use super::architecture::Architecture;
 
 /// Every architecture ember runs.
-pub(super) static ALL: [Architecture; 13] =
-    [LLAMA, GEMMA3, QWEN2, QWEN3, PHI3, SMOLLM3, GEMMA2, GRANITE, OLMO2, QWEN3MOE, QWEN2MOE, OLMOE, GRANITEMOE];
+pub(super) static ALL: [Architecture; 14] = [
+    LLAMA, GEMMA3, QWEN2, QWEN3, PHI3, SMOLLM3, GEMMA2, GRANITE, OLMO2, QWEN3MOE, QWEN2MOE, OLMOE, GRANITEMOE, GPT_OSS,
+];

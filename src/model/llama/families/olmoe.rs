@@ -22,6 +22,8 @@ static SPEC: ArchSpec = ArchSpec {
         normalize_weights: false,
         expert_width: ExpertWidth::FeedForward,
         shared: SharedExpert::None,
+        biases: false,
+        activation: ExpertGlu::AsDense,
     }),
 };
 

@@ -18,6 +18,8 @@ static SPEC: ArchSpec = ArchSpec {
         normalize_weights: false,
         expert_width: ExpertWidth::ExpertFeedForward,
         shared: SharedExpert::SigmoidGated,
+        biases: false,
+        activation: ExpertGlu::AsDense,
     }),
 };
 

@@ -18,6 +18,8 @@ static SPEC: ArchSpec = ArchSpec {
         normalize_weights: true,
         expert_width: ExpertWidth::ExpertFeedForward,
         shared: SharedExpert::None,
+        biases: false,
+        activation: ExpertGlu::AsDense,
     }),
 };
 
