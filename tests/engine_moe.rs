@@ -1,5 +1,5 @@
-//! A mixture-of-experts model through the engine (Qwen3 MoE's layout at small widths, `SyntheticSpec` family
-//! `qwen3moe-small`, with a byte vocabulary): greedy completions are the same token ids run one at a time, all at
+//! Mixture-of-experts models through the engine (Qwen3 MoE's and gpt-oss' layouts at small widths, `SyntheticSpec`
+//! families `qwen3moe-small` and `gpt-oss-small-mxfp4`, with a byte vocabulary): greedy completions are the same token ids run one at a time, all at
 //! once under continuous batching, with prompts found in the prefix cache, and with n-gram speculation verifying a
 //! draft at every step, because a row's experts and their sums do not depend on its batch (`tests/moe_invariance.rs`).
 
@@ -11,12 +11,12 @@ use ember::model::gguf::GgufFile;
 use ember::model::llama::SyntheticSpec;
 use ember::model::{Model, TokenId};
 
-fn model() -> Arc<Model> {
-    // Quantized like a Q4_K_M file (the family's fixture is F16).
-    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family("qwen3moe-small", 31, 2).unwrap() };
+fn model(family: &str) -> Arc<Model> {
+    // Quantized as the family's published files are (the fixtures are F16).
+    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family(family, 31, 2).unwrap() };
     let bytes = spec.writer_with_byte_vocabulary().to_bytes();
     let file = GgufFile::from_bytes(&bytes).unwrap();
-    Arc::new(Model::from_file("qwen3moe-small.gguf".into(), file).unwrap_or_else(|e| panic!("{e}")))
+    Arc::new(Model::from_file(format!("{family}.gguf").into(), file).unwrap_or_else(|e| panic!("{e}")))
 }
 
 fn engine(model: &Arc<Model>, config: EngineConfig) -> Engine {
@@ -52,7 +52,18 @@ fn finish(h: &RequestHandle) -> Vec<TokenId> {
 
 #[test]
 fn greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
-    let model = model();
+    same_tokens_every_way("qwen3moe-small");
+}
+
+/// gpt-oss (MXFP4 experts, sinks, windows of 8 on every other layer, whose blocks the window pool releases as they
+/// leave the window).
+#[test]
+fn gpt_oss_greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
+    same_tokens_every_way("gpt-oss-small-mxfp4");
+}
+
+fn same_tokens_every_way(family: &str) {
+    let model = model(family);
     let prompts = prompts();
     let alone: Vec<Vec<TokenId>> = {
         let e = engine(&model, EngineConfig { enable_prefix_caching: false, ..Default::default() });
@@ -63,16 +74,28 @@ fn greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
     let batched = engine(&model, EngineConfig { enable_prefix_caching: false, max_num_seqs: 8, ..Default::default() });
     let handles: Vec<_> = prompts.iter().map(|p| batched.submit(request(p)).unwrap()).collect();
     for (i, h) in handles.iter().enumerate() {
-        assert_eq!(finish(h), alone[i], "prompt {i} batched");
+        assert_eq!(finish(h), alone[i], "{family}: prompt {i} batched");
     }
 
-    let cached = engine(&model, EngineConfig { enable_prefix_caching: true, ..Default::default() });
+    // Every position of every layer in the one pool (`kv_window_pool: false`; no effect without windows): the
+    // prefix cache serves the shared start.
+    let cached = engine(&model, EngineConfig { kv_window_pool: false, ..Default::default() });
     for (i, p) in prompts.iter().enumerate() {
         let h = cached.submit(request(p)).unwrap();
-        assert_eq!(finish(&h), alone[i], "prompt {i} with the prefix cache");
+        assert_eq!(finish(&h), alone[i], "{family}: prompt {i} with the prefix cache");
         let hit = h.extended_metrics(0).num_cached_prompt_tokens.expect("stats are on");
         if i >= 4 {
-            assert!(hit >= 32, "prompt {i} shares 40 tokens with prompt 0: {hit} cached");
+            assert!(hit >= 32, "{family}: prompt {i} shares 40 tokens with prompt 0: {hit} cached");
+        }
+    }
+    if model.config.max_window().is_some() {
+        // With the window pool (the default), the windowed layers keep only their windows' blocks and nothing is
+        // cached (docs/architecture.md, "The KV cache"): the same outputs, computed again.
+        let pooled = engine(&model, EngineConfig::default());
+        for (i, p) in prompts.iter().enumerate() {
+            let h = pooled.submit(request(p)).unwrap();
+            assert_eq!(finish(&h), alone[i], "{family}: prompt {i} with the window pool");
+            assert_eq!(h.extended_metrics(0).num_cached_prompt_tokens, Some(0), "{family}: prompt {i}");
         }
     }
 
@@ -86,11 +109,12 @@ fn greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
                 prompt_lookup_max: 4,
                 draft_policy: DraftPolicy::Always,
             }),
+            kv_window_pool: false,
             ..Default::default()
         },
     );
     let handles: Vec<_> = prompts.iter().map(|p| speculative.submit(request(p)).unwrap()).collect();
     for (i, h) in handles.iter().enumerate() {
-        assert_eq!(finish(h), alone[i], "prompt {i} with speculation");
+        assert_eq!(finish(h), alone[i], "{family}: prompt {i} with speculation");
     }
 }

@@ -61,6 +61,9 @@ type Config struct {
 	// EnablePrefixCaching keeps full KV blocks for later prompts with the same start; nil keeps the default
 	// (true).
 	EnablePrefixCaching *bool `json:"enable_prefix_caching,omitempty"`
+	// KVWindowPool keeps only the windows' KV blocks of a model's sliding-window layers (CPU), which turns prefix
+	// caching and speculation off for such a model; nil keeps the default (true).
+	KVWindowPool *bool `json:"kv_window_pool,omitempty"`
 	// Speculative turns n-gram speculative decoding on (docs/c_api.md, "Speculative decoding"); nil: off.
 	Speculative *SpeculativeConfig `json:"speculative,omitempty"`
 	// GrammarLimits sets some of the limits on compiling a request's structured-output constraint, by name

@@ -101,6 +101,11 @@ pub struct EngineConfig {
     /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
     /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
     pub enable_prefix_caching: bool,
+    /// On the CPU, a model's sliding-window layers keep only their windows' KV blocks, in a pool of their own (less
+    /// memory: Gemma 3's five windowed layers in six, gpt-oss' one in two). Such an engine caches no prefixes and
+    /// drafts no speculative tokens; `false` stores every position of every layer in the one pool, as for any
+    /// other model, and both work.
+    pub kv_window_pool: bool,
     /// n-gram speculative decoding (`speculative/`); `None` (the default): off.
     pub speculative: Option<SpeculativeConfig>,
     /// Most requests waiting to start (submitted, not yet scheduled): a submit beyond it is refused at once
@@ -139,6 +144,7 @@ impl Default for EngineConfig {
             force_include_usage: false,
             activation_precision: ActivationPrecision::Q8,
             enable_prefix_caching: true,
+            kv_window_pool: true,
             speculative: None,
             max_waiting_requests: None,
             served_model_name: None,

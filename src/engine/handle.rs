@@ -513,9 +513,16 @@ fn engine_thread(
     logger: Logger,
     ready: mpsc::Sender<Result<Started, String>>,
 ) {
-    // The CPU keeps sliding-window layers in a pool of their own; the CUDA backend runs no such model.
-    let cpu_cache =
-        cache.with_window_pool(&model.config, config.max_num_batched_tokens_on(BackendKind::Cpu), config.max_num_seqs);
+    // The CPU keeps sliding-window layers in a pool of their own (unless `kv_window_pool` is off); the CUDA
+    // backend runs no such model.
+    let cpu_cache = match config.kv_window_pool {
+        true => cache.with_window_pool(
+            &model.config,
+            config.max_num_batched_tokens_on(BackendKind::Cpu),
+            config.max_num_seqs,
+        ),
+        false => cache,
+    };
     let (runner, cache) = match config.backend {
         BackendKind::Cpu => (cpu_forward(&model, &config, cpu_cache, &logger), cpu_cache),
         BackendKind::Cuda => (cuda_forward(&model, &config, cache).map_err(|e| e.to_string()), cache),
@@ -546,7 +553,8 @@ fn engine_thread(
     if config.enable_prefix_caching && !prefix_caching {
         logger.log(
             LogLevel::Info,
-            "prefix caching is off: the model's sliding-window layers keep only their windows' KV blocks",
+            "prefix caching is off: the model's sliding-window layers keep only their windows' KV blocks \
+             (kv_window_pool: false keeps every position and caches prefixes)",
         );
     }
     let global =
