@@ -373,7 +373,8 @@ fn prompt_of(e: &Engine, body: &Value) -> String {
 
 /// The tools reach gpt-oss through its template's own `tools` (a TypeScript-like namespace in the developer
 /// message, no description of ember's), and a conversation that sends back a call and its result renders as the
-/// template writes harmony's messages (the call's arguments as their JSON, the result as a JSON string).
+/// template writes harmony's messages (the call's arguments as their JSON, the result as a JSON string, the call's
+/// `reasoning_content` as the analysis before it).
 #[test]
 fn gpt_oss_renders_the_tools_and_earlier_calls_in_its_own_messages() {
     let e = gpt_oss();
@@ -399,6 +400,19 @@ fn gpt_oss_renders_the_tools_and_earlier_calls_in_its_own_messages() {
              <|start|>functions.get_time to=assistant<|channel|>commentary<|message|>\"09:00\"<|end|><|start|>assistant"
         ),
         "{prompt}"
+    );
+    // The reasoning ember returned with the call (`reasoning_content`) comes back as the template's `thinking`:
+    // the analysis before the call, which the model goes on from.
+    let mut reasoned = earlier.clone();
+    reasoned["messages"][1]["reasoning_content"] = json!("The user wants Tokyo's time.");
+    reasoned["messages"][1]["content"] = json!("Checking.");
+    assert!(
+        prompt_of(&e, &reasoned).contains(
+            "<|start|>assistant<|channel|>analysis<|message|>The user wants Tokyo's time.<|end|>\
+             <|start|>assistant to=functions.get_time<|channel|>commentary json"
+        ),
+        "{}",
+        prompt_of(&e, &reasoned)
     );
     // The same conversation generates (a message or a call, in harmony's channels).
     let mut next = earlier.clone();

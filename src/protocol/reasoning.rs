@@ -102,6 +102,11 @@ fn syntax_of(template: &ChatTemplate) -> Option<ReasoningSyntax> {
     source.contains("<|channel|>analysis").then_some(HARMONY)
 }
 
+/// Whether `template` writes gpt-oss' harmony channels.
+pub(crate) fn is_harmony(template: &ChatTemplate) -> bool {
+    syntax_of(template) == Some(HARMONY)
+}
+
 /// `reasoning_format`: where a thinking model's reasoning goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) enum ReasoningFormat {
