@@ -2,7 +2,8 @@
 //! function) is always a valid call of the tools' schemas, whole and streamed; a call cut short is text; `"auto"`
 //! is a message or valid calls, in ember's format (SmolLM2's template has none), in Hermes' (a fixture template
 //! on the same model) and in real families' (their templates from llama.cpp), and refused for a template whose
-//! format ember cannot read; a conversation that carries earlier calls and their results renders.
+//! format ember cannot read; a conversation that carries earlier calls and their results renders. gpt-oss'
+//! template renders the tools and earlier calls itself, and its harmony channels hold "auto" and forced calls.
 
 mod common;
 
@@ -356,4 +357,116 @@ fn phi4_minis_tools_go_in_the_system_message() {
              <|assistant|>functools[{{\"name\": \"now\", \"arguments\": {{}}}}]<|end|><|tool|>09:00<|end|><|assistant|>"
         )
     );
+}
+
+/// gpt-oss' chat template (llama.cpp's copy, `tests/fixtures/gpt_oss_template.jinja`) on SmolLM2, whose vocabulary
+/// has none of harmony's special tokens, so that they are text.
+fn gpt_oss() -> Engine {
+    engine_with_template(include_str!("fixtures/gpt_oss_template.jinja"))
+}
+
+/// The prompt `body` renders to on `e`.
+fn prompt_of(e: &Engine, body: &Value) -> String {
+    let json = ember::protocol::tokenize::apply_chat_template(e.model(), &body.to_string()).unwrap();
+    serde_json::from_str::<Value>(&json).unwrap()["prompt"].as_str().unwrap().to_owned()
+}
+
+/// The tools reach gpt-oss through its template's own `tools` (a TypeScript-like namespace in the developer
+/// message, no description of ember's), and a conversation that sends back a call and its result renders as the
+/// template writes harmony's messages (the call's arguments as their JSON, the result as a JSON string, the call's
+/// `reasoning_content` as the analysis before it).
+#[test]
+fn gpt_oss_renders_the_tools_and_earlier_calls_in_its_own_messages() {
+    let e = gpt_oss();
+    let prompt = prompt_of(&e, &auto_body(json!({})));
+    let developer = "<|end|><|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n\
+                     // The weather in a city\ntype get_weather = (_: {\ncity: string,\nunit: any,\n}) => any;\n\n\
+                     // The time in a time zone\ntype get_time = (_: {\nzone: string,\n}) => any;\n\n\
+                     } // namespace functions<|end|>";
+    assert!(prompt.contains(developer), "{prompt}");
+    assert!(prompt.contains("Calls to these tools must go to the commentary channel: 'functions'.<|end|>"), "{prompt}");
+    assert!(!prompt.contains("\"parameters\""), "no description of ember's: {prompt}");
+    assert!(prompt.ends_with("<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant"));
+    let earlier = json!({"messages": [
+        {"role": "user", "content": "What is the time in Tokyo?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_time", "arguments": "{\"zone\": \"Asia/Tokyo\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "09:00"}], "tools": tools()});
+    let prompt = prompt_of(&e, &earlier);
+    assert!(
+        prompt.ends_with(
+            "<|start|>user<|message|>What is the time in Tokyo?<|end|>\
+             <|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"Asia/Tokyo\"}<|call|>\
+             <|start|>functions.get_time to=assistant<|channel|>commentary<|message|>\"09:00\"<|end|><|start|>assistant"
+        ),
+        "{prompt}"
+    );
+    // The reasoning ember returned with the call (`reasoning_content`) comes back as the template's `thinking`:
+    // the analysis before the call, which the model goes on from.
+    let mut reasoned = earlier.clone();
+    reasoned["messages"][1]["reasoning_content"] = json!("The user wants Tokyo's time.");
+    reasoned["messages"][1]["content"] = json!("Checking.");
+    assert!(
+        prompt_of(&e, &reasoned).contains(
+            "<|start|>assistant<|channel|>analysis<|message|>The user wants Tokyo's time.<|end|>\
+             <|start|>assistant to=functions.get_time<|channel|>commentary json"
+        ),
+        "{}",
+        prompt_of(&e, &reasoned)
+    );
+    // The same conversation generates (a message or a call, in harmony's channels).
+    let mut next = earlier.clone();
+    next["max_tokens"] = json!(16);
+    next["temperature"] = json!(0);
+    check_auto(&e, &next);
+}
+
+/// Biases towards the tokens SmolLM2 writes harmony's commentary channel with: under harmony's grammar (which
+/// holds the output to the channels from its first token) the model then calls a tool.
+fn towards_commentary() -> Value {
+    bias_towards("<|channel|>commentary")
+}
+
+/// `"auto"` in gpt-oss' harmony format on the real model: free, the output is in the channels whatever the model
+/// decides (reasoning apart, then an answer or one call), whole and streamed alike; steered to the commentary
+/// channel, it is one valid call, `parallel_tool_calls` or not.
+#[test]
+fn gpt_oss_auto_is_an_answer_or_one_valid_call_in_its_channels() {
+    let e = gpt_oss();
+    let free = check_auto(&e, &auto_body(json!({})));
+    assert!(
+        free["content"].as_str().is_some_and(|c| !c.contains("<|channel|>")) || free["tool_calls"].is_array(),
+        "{free}"
+    );
+    for parallel in [true, false] {
+        let mut body = auto_body(towards_commentary());
+        body["parallel_tool_calls"] = json!(parallel);
+        let message = check_auto(&e, &body);
+        assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1), "{message}");
+        assert!(message["content"].is_null(), "{message}");
+    }
+}
+
+/// `"required"` and a named function in harmony's format: one valid call (of the named function), whole and
+/// streamed alike; steered to reason first on the analysis channel, the reasoning comes apart from the call.
+#[test]
+fn gpt_oss_forced_calls_are_valid_calls_in_its_channels() {
+    let e = gpt_oss();
+    let named = json!({"type": "function", "function": {"name": "get_time"}});
+    for choice in [json!("required"), named.clone()] {
+        let mut body = auto_body(towards_commentary());
+        body["tool_choice"] = choice.clone();
+        let message = check_auto(&e, &body);
+        let calls = message["tool_calls"].as_array().unwrap_or_else(|| panic!("{choice}: {message}"));
+        assert_eq!(calls.len(), 1, "{message}");
+        if choice == named {
+            assert_eq!(calls[0]["function"]["name"], "get_time", "{message}");
+        }
+    }
+    // Steered through the analysis channel first: the reasoning comes apart, then the call.
+    let mut body = auto_body(bias_towards("<|channel|>analysis<|end|><|start|>assistant<|channel|>commentary"));
+    body["tool_choice"] = json!("required");
+    let message = check_auto(&e, &body);
+    assert!(message["reasoning_content"].as_str().is_some_and(|r| !r.is_empty()), "{message}");
+    assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1), "{message}");
 }

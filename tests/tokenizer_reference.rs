@@ -104,6 +104,28 @@ fn special_ids_come_from_the_metadata() {
     assert_eq!(tok.token_type(49152), None);
 }
 
+/// gpt-oss' harmony vocabulary ends a turn with `<|return|>` or `<|call|>`; its `<|end|>` only closes a message
+/// (the reasoning, before the answer), so it does not end generation there, as llama.cpp decides. Elsewhere
+/// (Phi-3's vocabulary, without the other two) `<|end|>` ends generation.
+#[test]
+fn harmonys_end_of_message_does_not_end_generation() {
+    let eog = |specials: &[&str]| {
+        let mut tokens: Vec<String> = ["a", "b"].map(String::from).to_vec();
+        tokens.extend(specials.iter().map(|s| s.to_string()));
+        let types: Vec<i32> = (0..tokens.len())
+            .map(|i| if i < 2 { TokenType::Normal as i32 } else { TokenType::Control as i32 })
+            .collect();
+        let spec = TokenizerSpec { token_types: Some(&types), ..TokenizerSpec::new(&tokens, &[], "smollm") };
+        let tok = Tokenizer::from_spec(&spec).unwrap();
+        let eog: Vec<&str> = tok.eog_ids().iter().map(|&id| tok.token_text(id).unwrap()).collect();
+        (eog.join(" "), tok.token_to_id("<|end|>").is_some_and(|id| tok.is_control(id)))
+    };
+    let harmony = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"];
+    assert_eq!(eog(&harmony), ("<|return|> <|call|>".into(), true), "a control token still");
+    assert_eq!(eog(&["<|end|>", "<|endoftext|>"]), ("<|end|> <|endoftext|>".into(), true));
+    assert_eq!(eog(&["<|end|>", "<|return|>"]), ("<|end|> <|return|>".into(), true), "both are needed");
+}
+
 #[test]
 fn control_tokens_decode_only_with_specials() {
     let tok = model_tokenizer();

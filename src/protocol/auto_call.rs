@@ -14,12 +14,17 @@
 //! `<｜tool▁sep｜>`) is that token in the grammar, and the request's text then keeps control tokens' text (as
 //! vLLM turns `skip_special_tokens` off for its Mistral parser) so that the calls can be read back.
 //!
+//! gpt-oss' harmony format is the exception: its grammar (`harmony.rs`) holds the whole output to its channels,
+//! since its control tokens are part of every message and a constrained output writes only those its grammar
+//! names; a forced call (`required`) uses it too.
+//!
 //! Reading back is exact, not a search (`CallSyntax::read`). Anything else, such as a call cut short by
 //! `max_tokens`, is a message.
 
 use serde_json::Value;
 
-use super::call_syntax::{Arguments, CallSyntax, ReadCalls, MARKER_TOKENS};
+use super::call_syntax::{Arguments, CallSyntax, ReadCalls, HARMONY, MARKER_TOKENS};
+use super::harmony;
 use super::tools::{CallIdStyle, Tool};
 use super::xml_arguments;
 use crate::engine::guided::{json_layout, GuidedRequest, GuidedSpec};
@@ -39,6 +44,9 @@ pub(crate) struct AutoCalls {
     pub control_markers: Vec<(&'static str, TokenId)>,
     /// The ids of calls after a choice's first (whose id the request draws).
     pub id_style: CallIdStyle,
+    /// The output must be a call (a forced `tool_choice` in harmony's format, whose grammar holds the whole
+    /// output: `harmony.rs`); `names` are then the tools it may call.
+    pub required: bool,
 }
 
 impl AutoCalls {
@@ -49,7 +57,12 @@ impl AutoCalls {
             .collect();
         let names = tools.iter().map(|t| t.name.clone()).collect();
         let strings = tools.iter().map(|t| xml_arguments::string_parameters(&t.parameters)).collect();
-        AutoCalls { syntax, names, strings, parallel, control_markers, id_style: CallIdStyle::OpenAi }
+        AutoCalls { syntax, names, strings, parallel, control_markers, id_style: CallIdStyle::OpenAi, required: false }
+    }
+
+    /// Whether `marker` is a control token of the model's vocabulary.
+    pub fn is_control(&self, marker: &str) -> bool {
+        self.control_markers.iter().any(|(m, _)| *m == marker)
     }
 
     /// Whether the output's text must keep control tokens' text for its calls to be read back.
@@ -61,6 +74,9 @@ impl AutoCalls {
 
     /// The lazy grammar (see the module comment) over each tool's `parameters` schema.
     pub fn constraint(&self, tools: &[Tool]) -> GuidedRequest {
+        if self.syntax == HARMONY {
+            return harmony::constraint(self, tools);
+        }
         let s = &self.syntax;
         let mut rules = String::new();
         let mut alternatives = Vec::new();
@@ -109,7 +125,7 @@ impl AutoCalls {
 
     /// `text` as a sequence of Lark terminals: control-token markers as those tokens (`<[id]>`), the rest as
     /// string literals; `""` when empty.
-    fn literal(&self, text: &str) -> String {
+    pub(super) fn literal(&self, text: &str) -> String {
         let mut parts = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
@@ -146,11 +162,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::guided::{Accepted, GuidedCompiler};
     use crate::protocol::call_syntax::{
         DEEPSEEK_V31, EMBER, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
     };
-    use crate::protocol::test_support::char_tokenizer;
+    use crate::protocol::test_support::{char_tokenizer, walk_grammar};
 
     fn tools() -> Vec<Tool> {
         let city = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
@@ -163,46 +178,13 @@ mod tests {
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
 
-    /// `text` as the char tokenizer's ids: control markers as their token, other characters one each.
-    fn ids(tokenizer: &Tokenizer, controls: &[&str], text: &str) -> Vec<TokenId> {
-        let mut out = Vec::new();
-        let mut rest = text;
-        'outer: while let Some(c) = rest.chars().next() {
-            for m in controls {
-                if let Some(after) = rest.strip_prefix(m) {
-                    out.push(tokenizer.token_to_id(m).unwrap());
-                    rest = after;
-                    continue 'outer;
-                }
-            }
-            out.push(match c {
-                ' ' => 94,
-                '\n' => 95,
-                c => c as TokenId - '!' as TokenId,
-            });
-            rest = &rest[1..];
-        }
-        out
-    }
-
     /// Walks `text` through the grammar of `syntax`: `Ok(may_end)` (whether end-of-generation is allowed after
     /// it, or the grammar completed on its last token) or `Err(i)`, the first token the grammar refuses.
     fn walk_with(syntax: CallSyntax, controls: &[&str], parallel: bool, text: &str) -> Result<bool, usize> {
         let tokenizer = char_tokenizer(controls);
         let calls = AutoCalls::new(syntax, &tools(), parallel, &tokenizer);
         assert_eq!(calls.control_markers.len(), controls.len());
-        let request = calls.constraint(&tools());
-        let mut m = GuidedCompiler::new().compile(&tokenizer, &request).unwrap_or_else(|e| panic!("{e}")).matcher();
-        let ids = ids(&tokenizer, controls, text);
-        for (i, &id) in ids.iter().enumerate() {
-            if !m.allows(id) {
-                return Err(i);
-            }
-            if m.accept(id) == Accepted::Complete {
-                return Ok(i + 1 == ids.len());
-            }
-        }
-        Ok(m.allows(tokenizer.eos_id().unwrap()))
+        walk_grammar(&calls.constraint(&tools()), controls, text)
     }
 
     fn walk(syntax: CallSyntax, text: &str) -> Result<bool, usize> {

@@ -291,6 +291,7 @@ mod tests {
             parallel: true,
             control_markers: Vec::new(),
             id_style: crate::protocol::tools::CallIdStyle::OpenAi,
+            required: false,
         };
         AutoStream::new(calls, "call_1".into())
     }

@@ -18,6 +18,7 @@
 //! | DeepSeek R1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>function<｜tool▁sep｜>` | ``\n```json\n`` | ``\n```<｜tool▁call▁end｜>`` | `\n` | `<｜tool▁calls▁end｜>` |
 //! | DeepSeek V3.1 | `<｜tool▁calls▁begin｜>` | `<｜tool▁call▁begin｜>` | `<｜tool▁sep｜>` | `<｜tool▁call▁end｜>` | (none) | `<｜tool▁calls▁end｜>` |
 //! | Qwen3-Coder XML (Qwen 3.5, Nemotron 3) | `<tool_call>` | `\n<function=` | `>\n` | `</function>\n</tool_call>` | `\n<tool_call>` | |
+//! | gpt-oss harmony (after the reasoning split) | `<\|channel\|>commentary to=functions.` | | ` <\|constrain\|>json<\|message\|>` | | — | |
 //!
 //! Qwen3-Coder's arguments are parameter blocks, not a JSON object (`xml_arguments.rs`): they are read into one.
 //!
@@ -41,6 +42,9 @@ pub(crate) struct CallSyntax {
     /// Between two calls; `None`: one call per message.
     pub sep: Option<&'static str>,
     pub close: &'static str,
+    /// A stop token the model ends its calls with (gpt-oss' `<|call|>`): the engine's grammar ends the output
+    /// before it, and an output that kept it anyway is read as if it had not.
+    pub end: &'static str,
     pub arguments: Arguments,
 }
 
@@ -56,7 +60,7 @@ pub(crate) enum Arguments {
 /// Every marker text that is a control token in some family's vocabulary (Mistral's `[TOOL_CALLS]`, DeepSeek's
 /// `<｜tool▁sep｜>`...). Where the model's vocabulary has it as a control token, the grammar names that token and
 /// the output's text keeps it (`AutoCalls::needs_special_text`); elsewhere it is ordinary text.
-pub(crate) const MARKER_TOKENS: [&str; 8] = [
+pub(crate) const MARKER_TOKENS: [&str; 14] = [
     "[TOOL_CALLS]",
     "[ARGS]",
     "<|tool_call|>",
@@ -65,6 +69,12 @@ pub(crate) const MARKER_TOKENS: [&str; 8] = [
     "<｜tool▁sep｜>",
     "<｜tool▁call▁end｜>",
     "<｜tool▁calls▁end｜>",
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
 ];
 
 const JSON_PRE: &str = "{\"name\": \"";
@@ -78,6 +88,7 @@ pub(crate) const EMBER: CallSyntax = CallSyntax {
     post: "}",
     sep: None,
     close: "",
+    end: "",
     arguments: Arguments::Json,
 };
 pub(crate) const LLAMA3_JSON: CallSyntax = CallSyntax { mid: "\", \"parameters\": ", ..EMBER };
@@ -89,6 +100,7 @@ pub(crate) const HERMES: CallSyntax = CallSyntax {
     post: "}\n</tool_call>",
     sep: Some("\n<tool_call>"),
     close: "",
+    end: "",
     arguments: Arguments::Json,
 };
 pub(crate) const MISTRAL_LIST: CallSyntax = CallSyntax {
@@ -99,6 +111,7 @@ pub(crate) const MISTRAL_LIST: CallSyntax = CallSyntax {
     post: "}",
     sep: Some(", "),
     close: "]",
+    end: "",
     arguments: Arguments::Json,
 };
 pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
@@ -109,6 +122,7 @@ pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
     post: "",
     sep: Some("[TOOL_CALLS]"),
     close: "",
+    end: "",
     arguments: Arguments::Json,
 };
 pub(crate) const GRANITE: CallSyntax = CallSyntax { open: "<|tool_call|>[", ..MISTRAL_LIST };
@@ -121,6 +135,7 @@ pub(crate) const QWEN3_XML: CallSyntax = CallSyntax {
     post: "</function>\n</tool_call>",
     sep: Some("\n<tool_call>"),
     close: "",
+    end: "",
     arguments: Arguments::XmlBlocks,
 };
 pub(crate) const DEEPSEEK_R1: CallSyntax = CallSyntax {
@@ -131,6 +146,7 @@ pub(crate) const DEEPSEEK_R1: CallSyntax = CallSyntax {
     post: "\n```<｜tool▁call▁end｜>",
     sep: Some("\n"),
     close: "<｜tool▁calls▁end｜>",
+    end: "",
     arguments: Arguments::Json,
 };
 pub(crate) const DEEPSEEK_V31: CallSyntax = CallSyntax {
@@ -141,6 +157,24 @@ pub(crate) const DEEPSEEK_V31: CallSyntax = CallSyntax {
     post: "<｜tool▁call▁end｜>",
     sep: Some(""),
     close: "<｜tool▁calls▁end｜>",
+    end: "",
+    arguments: Arguments::Json,
+};
+
+/// gpt-oss' harmony: a call is a message on the commentary channel to `functions.NAME`, its arguments JSON. The
+/// message header `<|start|>assistant` and any reasoning before it are left out by the reasoning split
+/// (`reasoning.rs`, whose headers this syntax shares), so what is read here begins at the channel; its grammar
+/// (`harmony.rs`) holds the whole output to the channels. One call per output: `<|call|>` ends generation in
+/// gpt-oss' vocabulary, and its template renders one call per assistant turn.
+pub(crate) const HARMONY: CallSyntax = CallSyntax {
+    text_first: true,
+    open: "<|channel|>commentary to=functions.",
+    pre: "",
+    mid: " <|constrain|>json<|message|>",
+    post: "",
+    sep: None,
+    close: "",
+    end: "<|call|>",
     arguments: Arguments::Json,
 };
 
@@ -215,7 +249,8 @@ impl CallSyntax {
                 None => break,
             }
         }
-        rest.strip_prefix(self.close)?.trim().is_empty().then_some(ReadCalls { content, calls })
+        let rest = rest.strip_prefix(self.close)?.trim();
+        (rest.is_empty() || rest == self.end).then_some(ReadCalls { content, calls })
     }
 
     /// One call at the start of `text`, and the text after it.
@@ -257,8 +292,8 @@ mod tests {
         s.write(calls.iter().copied())
     }
 
-    const ALL: [CallSyntax; 8] =
-        [EMBER, LLAMA3_JSON, HERMES, MISTRAL_LIST, MISTRAL_NAMED, GRANITE, DEEPSEEK_R1, DEEPSEEK_V31];
+    const ALL: [CallSyntax; 9] =
+        [EMBER, LLAMA3_JSON, HERMES, MISTRAL_LIST, MISTRAL_NAMED, GRANITE, DEEPSEEK_R1, DEEPSEEK_V31, HARMONY];
 
     #[test]
     fn each_format_reads_what_it_writes() {
@@ -329,6 +364,15 @@ mod tests {
         ];
         for (s, text) in cases {
             assert_eq!(s.read(text, &names(), &[], true).unwrap().calls, [call("get_weather", r#"{"city": "Paris"}"#)]);
+        }
+        // gpt-oss' call as OpenAI's harmony renderer writes it (after the reasoning split has left out the header),
+        // its closing `<|call|>` kept or not.
+        let harmony = r#"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}"#;
+        for text in [harmony.to_owned(), format!("{harmony}<|call|>")] {
+            assert_eq!(
+                HARMONY.read(&text, &names(), &[], true).unwrap().calls,
+                [call("get_weather", r#"{"city": "Paris"}"#)]
+            );
         }
         // Qwen3-Coder's: its parameter blocks read as the JSON object of their values.
         let xml =

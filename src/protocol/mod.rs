@@ -11,6 +11,7 @@ mod error;
 mod fields;
 mod forced_call;
 mod guided;
+mod harmony;
 mod json;
 mod logprobs;
 mod metrics_gate;

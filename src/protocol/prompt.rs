@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::call_syntax::{EMBER, PHI4_MINI};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
+use super::reasoning::is_harmony;
 use super::template_options::{continue_final_message, reasoning_effort_variable, TemplateOptions};
 use super::tool_format::reads_tools_from_system_message;
 use super::tools::{calls_as_text, ToolsRequest};
@@ -144,6 +145,14 @@ pub(crate) fn render_chat(
         let (variable, value) = reasoning_effort_variable(template, effort)?;
         kwargs.entry(variable).or_insert(value);
     }
+    let harmony_messages;
+    let messages = match is_harmony(template) {
+        true => {
+            harmony_messages = with_thinking(messages);
+            &harmony_messages[..]
+        }
+        false => messages,
+    };
     let render = |messages: &[ChatMessage], tools: Option<&Value>| {
         template.render_with_variables(messages, tools, options.add_generation_prompt, &kwargs)
     };
@@ -163,6 +172,30 @@ pub(crate) fn render_chat(
         true => continue_final_message(rendered, messages),
         false => Ok(rendered),
     }
+}
+
+/// gpt-oss' template reads an assistant turn's reasoning from `thinking` (and shows it before that turn's call,
+/// where the model is to go on from it), while ember's responses give it as `reasoning_content`, which clients
+/// send back: such a turn's `reasoning_content` becomes its `thinking` when it has none, as llama.cpp does. A turn
+/// with calls then loses its `content`, as there, since the template refuses both (one analysis message).
+fn with_thinking(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .map(|m| {
+            let reasoning = m.extra.get("reasoning_content").filter(|r| r.is_string());
+            match reasoning {
+                Some(r) if m.role == "assistant" && !m.extra.contains_key("thinking") => {
+                    let mut m = m.clone();
+                    m.extra.insert("thinking".into(), r.clone());
+                    if m.tool_calls.is_some() {
+                        m.content.clear();
+                    }
+                    m
+                }
+                _ => m.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The message keys ember reads itself; the others go to the template as they are.

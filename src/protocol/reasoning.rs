@@ -11,11 +11,14 @@
 //!   the prompt itself ends with `<think>` (DeepSeek-R1's and QwQ's templates open it for the model).
 //! - The reasoning is the exact text between the markers; the content is what follows `</think>`, leading
 //!   whitespace left out (as those templates drop it when the turn comes back in a conversation), and gpt-oss'
-//!   final channel's header. Output that never closes its reasoning (cut by `max_tokens`) is all reasoning.
+//!   headers (`<|start|>assistant`, which the prompt ends with and the model may write again, and the final
+//!   channel's, with or without reasoning before it). Output that never closes its reasoning (cut by
+//!   `max_tokens`) is all reasoning.
 //! - The request field `reasoning_format` (llama.cpp's name) chooses: `"auto"` (the default; `"deepseek"` is the
 //!   same) splits as above, `"none"` leaves the reasoning inline in `content`.
 //!
-//! A forced tool call (`"required"`, a named function) is constrained to be the whole output, so it is not split.
+//! A forced tool call (`"required"`, a named function) is constrained to be the whole output, so it is not split;
+//! but for gpt-oss, whose forced call follows its channels and may come after reasoning (`harmony.rs`).
 
 use std::sync::Arc;
 
@@ -34,21 +37,61 @@ pub(crate) struct ReasoningSyntax {
     pub open: &'static str,
     /// Closes it.
     pub close: &'static str,
-    /// Opens the answer after it, when the family writes such a header (left out of the content).
+    /// Opens each of the family's messages, where it writes one (gpt-oss' `<|start|>assistant`): left out before
+    /// the reasoning and before what follows it, since the prompt already ends with it and the model may or may
+    /// not write it again.
+    pub header: &'static str,
+    /// Opens the answer, when the family writes such a header (left out of the content), after the reasoning or
+    /// without it.
     pub answer: &'static str,
     /// The markers' pieces that may be control tokens of the family's vocabulary.
     pub tokens: &'static [&'static str],
 }
 
 pub(crate) const THINK: ReasoningSyntax =
-    ReasoningSyntax { open: "<think>", close: "</think>", answer: "", tokens: &["<think>", "</think>"] };
+    ReasoningSyntax { open: "<think>", close: "</think>", header: "", answer: "", tokens: &["<think>", "</think>"] };
 /// gpt-oss' harmony channels: the analysis channel is the reasoning, the final channel the answer.
 pub(crate) const HARMONY: ReasoningSyntax = ReasoningSyntax {
     open: "<|channel|>analysis<|message|>",
     close: "<|end|>",
-    answer: "<|start|>assistant<|channel|>final<|message|>",
+    header: "<|start|>assistant",
+    answer: "<|channel|>final<|message|>",
     tokens: &["<|channel|>", "<|message|>", "<|end|>", "<|start|>"],
 };
+
+impl ReasoningSyntax {
+    /// The content of `text` (what follows the reasoning when `after_reasoning`, else the whole output): the
+    /// message header and the answer's header left out where they open it (whitespace before them too). After the
+    /// reasoning, leading whitespace goes in any case; without reasoning, text that opens with neither header is
+    /// all content, as the model wrote it.
+    fn content<'t>(&self, text: &'t str, after_reasoning: bool) -> &'t str {
+        let trimmed = text.trim_start();
+        let rest = strip(strip(trimmed, self.header), self.answer);
+        match after_reasoning || rest.len() < trimmed.len() {
+            true => rest,
+            false => text,
+        }
+    }
+
+    /// Whether `trimmed` (text with its leading whitespace gone) may still grow into a header this syntax leaves
+    /// out, or into the reasoning's opening (`reasoning`: only where it may still open), so that a stream must
+    /// wait to say what it is.
+    fn may_become_header(&self, trimmed: &str, reasoning: bool) -> bool {
+        let [header, open, answer] = [self.header, self.open, self.answer];
+        let candidates = [
+            (reasoning, open.to_owned()),
+            (reasoning, format!("{header}{open}")),
+            (true, answer.to_owned()),
+            (true, format!("{header}{answer}")),
+        ];
+        candidates.iter().any(|(possible, c)| *possible && c.len() > trimmed.len() && c.starts_with(trimmed))
+    }
+}
+
+/// `text` without `prefix` where it begins with it.
+fn strip<'t>(text: &'t str, prefix: &str) -> &'t str {
+    text.strip_prefix(prefix).unwrap_or(text)
+}
 
 /// The reasoning syntax `template` teaches, if any.
 fn syntax_of(template: &ChatTemplate) -> Option<ReasoningSyntax> {
@@ -57,6 +100,11 @@ fn syntax_of(template: &ChatTemplate) -> Option<ReasoningSyntax> {
         return Some(THINK);
     }
     source.contains("<|channel|>analysis").then_some(HARMONY)
+}
+
+/// Whether `template` writes gpt-oss' harmony channels.
+pub(crate) fn is_harmony(template: &ChatTemplate) -> bool {
+    syntax_of(template) == Some(HARMONY)
 }
 
 /// `reasoning_format`: where a thinking model's reasoning goes.
@@ -145,17 +193,15 @@ impl ReasoningReader {
         let start = if self.starts_inside {
             0
         } else {
-            let trimmed = text.trim_start();
-            match trimmed.strip_prefix(open) {
-                Some(_) => text.len() - trimmed.len() + open.len(),
-                None => return Split { reasoning: None, content: text, reasoning_end: 0 },
+            match strip(text.trim_start(), self.syntax.header).strip_prefix(open) {
+                Some(rest) => text.len() - rest.len(),
+                None => return Split { reasoning: None, content: self.syntax.content(text, false), reasoning_end: 0 },
             }
         };
         let (reasoning, content, reasoning_end) = match text[start..].find(close) {
             Some(at) => {
                 let end = start + at + close.len();
-                let after = text[end..].trim_start();
-                (&text[start..start + at], after.strip_prefix(self.syntax.answer).unwrap_or(after), end)
+                (&text[start..start + at], self.syntax.content(&text[end..], true), end)
             }
             None => (&text[start..], "", text.len()),
         };
@@ -219,18 +265,20 @@ impl ReasoningStream {
     /// The deltas `piece` releases.
     pub fn push(&mut self, piece: &str) -> Vec<ReasoningDelta> {
         self.held.push_str(piece);
-        let ReasoningSyntax { open, close, answer, .. } = self.syntax;
+        let ReasoningSyntax { open, close, header, .. } = self.syntax;
         let mut out = Vec::new();
         loop {
             match self.stage {
                 Stage::Before => {
                     let trimmed = self.held.trim_start();
-                    if let Some(rest) = trimmed.strip_prefix(open) {
+                    if let Some(rest) = strip(trimmed, header).strip_prefix(open) {
                         self.held = rest.to_owned();
                         self.stage = Stage::Inside;
                         continue;
                     }
-                    if !open.starts_with(trimmed) {
+                    // Nothing was sent yet: the content is decided on all the text so far, as `split` decides it.
+                    if !self.syntax.may_become_header(trimmed, true) {
+                        self.held = self.syntax.content(&self.held, false).to_owned();
                         self.stage = Stage::Plain;
                         continue;
                     }
@@ -251,11 +299,11 @@ impl ReasoningStream {
                 Stage::After(started) => {
                     if !started {
                         let trimmed = self.held.trim_start();
-                        // Whitespace, or a beginning of the answer's header: wait for more.
-                        if trimmed.is_empty() || (answer.starts_with(trimmed) && trimmed != answer) {
+                        // Whitespace, or a beginning of the headers: wait for more.
+                        if trimmed.is_empty() || self.syntax.may_become_header(trimmed, false) {
                             return out;
                         }
-                        self.held = trimmed.strip_prefix(answer).unwrap_or(trimmed).to_owned();
+                        self.held = self.syntax.content(&self.held, true).to_owned();
                         self.stage = Stage::After(true);
                     }
                     push_nonempty(&mut out, ReasoningDelta::Content, std::mem::take(&mut self.held));
@@ -272,9 +320,12 @@ impl ReasoningStream {
         let mut out = Vec::new();
         match self.stage {
             Stage::Inside => push_nonempty(&mut out, ReasoningDelta::Reasoning, held),
-            Stage::Before | Stage::Plain | Stage::After(true) => push_nonempty(&mut out, ReasoningDelta::Content, held),
-            // Only whitespace, or a header cut short (the whole split keeps that as content too).
-            Stage::After(false) => push_nonempty(&mut out, ReasoningDelta::Content, held.trim_start().to_owned()),
+            Stage::Plain | Stage::After(true) => push_nonempty(&mut out, ReasoningDelta::Content, held),
+            // Headers cut short, or whole ones with nothing after them: what the whole split keeps of them.
+            Stage::Before => push_nonempty(&mut out, ReasoningDelta::Content, self.syntax.content(&held, false).into()),
+            Stage::After(false) => {
+                push_nonempty(&mut out, ReasoningDelta::Content, self.syntax.content(&held, true).into())
+            }
         }
         out
     }
@@ -350,7 +401,7 @@ mod tests {
     #[test]
     fn harmony_channels_split_whole_and_streamed_alike() {
         let r = ReasoningReader { syntax: HARMONY, ..reader(false) };
-        let cases: [(&str, Option<&str>, &str); 4] = [
+        let cases: [(&str, Option<&str>, &str); 11] = [
             (
                 "<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
                 Some("User greets."),
@@ -359,6 +410,19 @@ mod tests {
             ("<|channel|>analysis<|message|>Cut <|en", Some("Cut <|en"), ""),
             ("<|channel|>analysis<|message|>A.<|end|><|start|>assist", Some("A."), "<|start|>assist"),
             ("Plain answer.", None, "Plain answer."),
+            // The message header again, and the final channel without reasoning: headers, left out.
+            ("<|start|>assistant<|channel|>analysis<|message|>A.<|end|>B", Some("A."), "B"),
+            ("<|channel|>final<|message|>Hi!", None, "Hi!"),
+            (" <|start|>assistant<|channel|>final<|message|>Hi!", None, "Hi!"),
+            ("<|start|>assistant", None, ""),
+            ("<|channel|>fin", None, "<|channel|>fin"),
+            // What is not the final channel stays, for the calls to be read in (`harmony.rs`).
+            (
+                "<|channel|>analysis<|message|>A.<|end|><|start|>assistant<|channel|>commentary to=x",
+                Some("A."),
+                "<|channel|>commentary to=x",
+            ),
+            ("<|start|>assistant<|channel|>commentary to=x", None, "<|channel|>commentary to=x"),
         ];
         for (text, reasoning, content) in cases {
             assert_splits(&r, text, reasoning, content);

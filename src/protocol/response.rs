@@ -423,4 +423,53 @@ mod tests {
         let m = run("<think>Easy.</think>\n\nParis.", false);
         assert_eq!(m, json!({"role": "assistant", "content": "Paris.", "reasoning_content": "Easy."}));
     }
+
+    /// gpt-oss' harmony (`"auto"`): the analysis channel is the reasoning, a call on the commentary channel the
+    /// message's call, the final channel's text its content; a call cut short is text.
+    #[test]
+    fn harmony_channels_make_one_message() {
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::HARMONY;
+        use crate::protocol::test_support::{harmony_reader, tokenizer};
+        let reader = CallReader::Auto(AutoCalls {
+            names: vec!["f".into()],
+            ..AutoCalls::new(HARMONY, &[], false, &tokenizer())
+        });
+        let reasoning = harmony_reader(tokenizer());
+        let ids = ["call_1".to_owned()];
+        let run = |text: &str, reason: FinishReason| {
+            let r = FakeRequest::new(1, 7);
+            r.token(0, text, 2.0);
+            r.finish(0, reason);
+            let extras = ChoiceExtras {
+                calls: Some((&reader, ids.as_slice())),
+                reasoning: Some(&reasoning),
+                ..ChoiceExtras::default()
+            };
+            let gate = MetricsGate::new(false, false, false);
+            let b: Value =
+                serde_json::from_str(&response_body(ApiKind::Chat, &header(), gate, &r.handle, extras)).unwrap();
+            (b["choices"][0]["message"].clone(), b["choices"][0]["finish_reason"].clone())
+        };
+        let call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}";
+        let (m, reason) = run(
+            &format!("<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant{call}"),
+            FinishReason::Stop,
+        );
+        assert_eq!(reason, "tool_calls");
+        assert_eq!((&m["reasoning_content"], &m["content"]), (&json!("Look it up."), &Value::Null), "{m}");
+        let tool_calls =
+            json!([{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]);
+        assert_eq!(m["tool_calls"], tool_calls);
+        let (m, reason) = run(
+            "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Paris.",
+            FinishReason::Stop,
+        );
+        assert_eq!(
+            (m, reason),
+            (json!({"role": "assistant", "content": "Paris.", "reasoning_content": "Easy."}), json!("stop"))
+        );
+        let (m, reason) = run(&call[..call.len() - 3], FinishReason::Length);
+        assert_eq!((m, reason), (json!({"role": "assistant", "content": &call[..call.len() - 3]}), json!("length")));
+    }
 }

@@ -696,4 +696,43 @@ mod tests {
         assert!(deltas.iter().all(|d| d.get("content").is_none()), "{deltas:?}");
         assert_eq!(choices.last().unwrap()["finish_reason"], "tool_calls");
     }
+
+    /// gpt-oss' harmony (`"auto"`): the analysis channel streams as `reasoning_content`, the headers after it are
+    /// held back and left out, and the commentary channel's call streams as tool-call deltas.
+    #[test]
+    fn harmony_reasoning_then_a_call_streams_apart() {
+        use crate::protocol::auto_call::AutoCalls;
+        use crate::protocol::call_syntax::HARMONY;
+        use crate::protocol::test_support::{harmony_reader, tokenizer};
+        let calls = AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HARMONY, &[], false, &tokenizer()) };
+        let reader = CallReader::Auto(calls);
+        let r = FakeRequest::new(1, 10);
+        let mut e = encoder(ApiKind::Chat, 1, false, (false, false, false))
+            .with_reasoning(&harmony_reader(tokenizer()))
+            .with_calls(&reader, &["call_1".into()]);
+        let mut chunks = Vec::new();
+        for p in [
+            "<|channel|>analysis<|mess",
+            "age|>Let me",
+            " look.<|en",
+            "d|><|start|>assistant<|chan",
+            "nel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\"",
+            ": 1}",
+        ] {
+            r.token(0, p, 2.0);
+            chunks.extend(r.drain(&mut e, &header()).0);
+        }
+        r.finish(0, FinishReason::Stop);
+        chunks.extend(r.drain(&mut e, &header()).0);
+        let choices = choices(&chunks, "chat.completion.chunk");
+        let deltas: Vec<&Value> = choices[1..].iter().map(|c| &c["delta"]).collect();
+        assert_eq!(deltas[..2], [&json!({"reasoning_content": "Let me"}), &json!({"reasoning_content": " look."})]);
+        assert_eq!(deltas[2]["tool_calls"][0]["function"]["name"], "f", "{deltas:?}");
+        assert_eq!(deltas[2]["tool_calls"][0]["id"], "call_1", "{deltas:?}");
+        let arguments: String =
+            deltas.iter().filter_map(|d| d["tool_calls"][0]["function"]["arguments"].as_str()).collect();
+        assert_eq!(arguments, "{\"a\": 1}");
+        assert!(deltas.iter().all(|d| d.get("content").is_none()), "{deltas:?}");
+        assert_eq!(choices.last().unwrap()["finish_reason"], "tool_calls");
+    }
 }

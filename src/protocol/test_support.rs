@@ -116,6 +116,15 @@ pub(crate) fn thinking_reader() -> crate::protocol::reasoning::ReasoningReader {
     ReasoningReader::for_request(&template, &tokenizer, &[], ReasoningFormat::Separate).unwrap()
 }
 
+/// The reasoning split of a request under gpt-oss' harmony template, whose vocabulary is `tokenizer`.
+pub(crate) fn harmony_reader(
+    tokenizer: crate::model::tokenizer::Tokenizer,
+) -> crate::protocol::reasoning::ReasoningReader {
+    use crate::protocol::reasoning::{ReasoningFormat, ReasoningReader};
+    let template = crate::model::chat_template::ChatTemplate::new(Some("{{ '<|channel|>analysis' }}"), "", "").unwrap();
+    ReasoningReader::for_request(&template, &Arc::new(tokenizer), &[], ReasoningFormat::Separate).unwrap()
+}
+
 /// `text` cut into pieces of at least `size` bytes, each ending at the first character boundary from there (the
 /// last one the rest): how the streaming readers' tests feed a text as a model's tokens would come.
 pub(crate) fn pieces(text: &str, size: usize) -> Vec<&str> {
@@ -130,4 +139,53 @@ pub(crate) fn pieces(text: &str, size: usize) -> Vec<&str> {
         rest = &rest[cut..];
     }
     out
+}
+
+/// `text` as `char_tokenizer(controls)`'s ids: each of `controls` as its token, other characters one each.
+pub(crate) fn char_ids(
+    tokenizer: &crate::model::tokenizer::Tokenizer,
+    controls: &[&str],
+    text: &str,
+) -> Vec<crate::model::TokenId> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    'outer: while let Some(c) = rest.chars().next() {
+        for m in controls {
+            if let Some(after) = rest.strip_prefix(m) {
+                out.push(tokenizer.token_to_id(m).expect("a control of the tokenizer"));
+                rest = after;
+                continue 'outer;
+            }
+        }
+        out.push(match c {
+            ' ' => 94,
+            '\n' => 95,
+            c => c as crate::model::TokenId - '!' as crate::model::TokenId,
+        });
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// Walks `text` (as `char_tokenizer(controls)` writes it) through the grammar of `request`: `Ok(may_end)`
+/// (whether end-of-generation is allowed after it, or the grammar completed on its last token) or `Err(i)`, the
+/// first token the grammar refuses.
+pub(crate) fn walk_grammar(
+    request: &crate::engine::guided::GuidedRequest,
+    controls: &[&str],
+    text: &str,
+) -> Result<bool, usize> {
+    use crate::engine::guided::{Accepted, GuidedCompiler};
+    let tokenizer = char_tokenizer(controls);
+    let mut m = GuidedCompiler::new().compile(&tokenizer, request).unwrap_or_else(|e| panic!("{e}")).matcher();
+    let ids = char_ids(&tokenizer, controls, text);
+    for (i, &id) in ids.iter().enumerate() {
+        if !m.allows(id) {
+            return Err(i);
+        }
+        if m.accept(id) == Accepted::Complete {
+            return Ok(i + 1 == ids.len());
+        }
+    }
+    Ok(m.allows(tokenizer.eos_id().expect("char_tokenizer has an end")))
 }

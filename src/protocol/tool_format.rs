@@ -11,8 +11,8 @@
 use serde_json::json;
 
 use super::call_syntax::{
-    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, PHI4_MINI,
-    QWEN3_XML,
+    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HARMONY, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
+    PHI4_MINI, QWEN3_XML,
 };
 use super::tools::CallIdStyle;
 use crate::model::chat_template::{ChatMessage, ChatTemplate};
@@ -25,15 +25,15 @@ pub(crate) enum ToolFormat {
     Ember,
     /// One of the formats of `call_syntax.rs`, named for the documentation and the logs.
     Known(&'static str, CallSyntax),
-    /// The template formats tools some other way (GLM's `<arg_key>`, Kimi's, gpt-oss' channels,
-    /// ...), which ember cannot read back: `"auto"` is refused.
+    /// The template formats tools some other way (GLM's `<arg_key>`, Kimi's, ...), which ember cannot read
+    /// back: `"auto"` is refused.
     Unknown,
 }
 
 /// How the probe call is written by each known format, and that format. The probe's names cannot occur in a
 /// template by chance.
 const PROBE_TOOL: &str = "ember_probe_tool";
-const RENDERED_CALLS: [(&str, &str, CallSyntax); 8] = [
+const RENDERED_CALLS: [(&str, &str, CallSyntax); 10] = [
     (
         "Hermes",
         "<tool_call>\n{\"name\": \"ember_probe_tool\", \"arguments\": {\"ember_probe\": 1}}\n</tool_call>",
@@ -50,6 +50,10 @@ const RENDERED_CALLS: [(&str, &str, CallSyntax); 8] = [
         "<tool_call>\n<function=ember_probe_tool>\n<parameter=ember_probe>\n1\n</parameter>\n</function>",
         QWEN3_XML,
     ),
+    // gpt-oss' template puts the recipient in the message header; the model writes it after the channel (as
+    // OpenAI's harmony renderer does): either is the harmony format.
+    ("gpt-oss harmony", "to=functions.ember_probe_tool<|channel|>commentary", HARMONY),
+    ("gpt-oss harmony", "<|channel|>commentary to=functions.ember_probe_tool", HARMONY),
 ];
 
 /// The format `template` teaches the model.
@@ -157,6 +161,10 @@ mod tests {
         // Phi-4-mini's (its model's tokenizer_config.json): tools in the system message, calls as `functools[...]`.
         let phi4 = include_str!("../../tests/fixtures/phi4_mini_template.jinja");
         assert_eq!(format_of(Some(phi4)), ToolFormat::Known("Phi-4-mini", PHI4_MINI));
+        // gpt-oss' (llama.cpp's copy): the recipient in the header of an earlier call, the model's harmony format.
+        let gpt_oss = include_str!("../../tests/fixtures/gpt_oss_template.jinja");
+        assert_eq!(format_of(Some(gpt_oss)), ToolFormat::Known("gpt-oss harmony", HARMONY));
+        assert_eq!(call_id_style(&ChatTemplate::new(Some(gpt_oss), "", "").unwrap()), CallIdStyle::OpenAi);
         // A template that refuses the probe conversation is not a format ember can read either.
         assert_eq!(format_of(Some("{{ tools }}{{ raise_exception('no') }}")), ToolFormat::Unknown);
     }

@@ -8,9 +8,10 @@
 //!   `forced_call.rs`).
 //! - `"auto"` (OpenAI's default when tools are given): the model decides between a message and calls, in the
 //!   tool-call format of its chat template (`tool_format.rs`, `call_syntax.rs`: Hermes' `<tool_call>`, Llama
-//!   3.x's JSON, Mistral's `[TOOL_CALLS]`, Granite's, DeepSeek's; for a template without a tool format, ember's
-//!   own: a reply that is exactly one `{"name": …, "arguments": …}` object). A lazy grammar leaves text free
-//!   and makes begun calls valid ones (`auto_call.rs`); the calls are read back from the output
+//!   3.x's JSON, Mistral's `[TOOL_CALLS]`, Granite's, DeepSeek's, gpt-oss' harmony channels (whose grammar holds
+//!   the whole output, a forced call's too, which may then follow reasoning: `harmony.rs`); for a template
+//!   without a tool format, ember's own: a reply that is exactly one `{"name": …, "arguments": …}` object). A
+//!   lazy grammar leaves text free and makes begun calls valid ones (`auto_call.rs`); the calls are read back from the output
 //!   (`call_reader.rs`), and streamed once they are certain (`auto_stream.rs`). Several calls per choice where
 //!   the format has them, unless `parallel_tool_calls` is false. A template that formats tools in another way is
 //!   refused for `"auto"`, naming `tool_choice` (or `tools`).
@@ -28,7 +29,7 @@ use serde_json::{json, Value};
 
 use super::auto_call::AutoCalls;
 use super::call_reader::CallReader;
-use super::call_syntax::{CallSyntax, EMBER};
+use super::call_syntax::{CallSyntax, EMBER, HARMONY};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Object};
 use super::tool_format::{call_id_style, tool_format, ToolFormat};
@@ -177,11 +178,21 @@ impl ToolsRequest {
     /// default it is) for any other.
     pub fn reader(&self, template: &ChatTemplate, tokenizer: &Tokenizer) -> Result<CallReader, ApiError> {
         let id_style = call_id_style(template);
-        let explicit = match &self.choice {
-            ToolChoice::Forced(shape) => return Ok(CallReader::Forced(shape.clone(), id_style)),
-            ToolChoice::Auto { explicit } => explicit,
+        let format = tool_format(template);
+        let explicit = match (&self.choice, format) {
+            // Harmony's grammar holds the whole output to its channels, a forced call too (`harmony.rs`).
+            (ToolChoice::Forced(shape), ToolFormat::Known(_, HARMONY)) => {
+                let tools: Vec<Tool> = match shape {
+                    CallShape::Arguments { name } => self.tools.iter().filter(|t| &t.name == name).cloned().collect(),
+                    CallShape::NameAndArguments => self.tools.clone(),
+                };
+                let calls = AutoCalls::new(HARMONY, &tools, false, tokenizer);
+                return Ok(CallReader::Auto(AutoCalls { id_style, required: true, ..calls }));
+            }
+            (ToolChoice::Forced(shape), _) => return Ok(CallReader::Forced(shape.clone(), id_style)),
+            (ToolChoice::Auto { explicit }, _) => explicit,
         };
-        let syntax = match tool_format(template) {
+        let syntax = match format {
             ToolFormat::Ember => EMBER,
             ToolFormat::Known(_, syntax) => syntax,
             ToolFormat::Unknown => {
@@ -190,7 +201,7 @@ impl ToolsRequest {
                     "tool_choice \"auto\" (the default with tools) is not supported for this model: its chat \
                      template has a tool-call format ember cannot read back (ember reads Hermes' <tool_call>, \
                      Llama 3.x's JSON, Mistral's [TOOL_CALLS], Granite's <|tool_call|>, Qwen3-Coder's <function=…> blocks, \
-                     Phi-4-mini's functools, DeepSeek's and its own for templates without one); set tool_choice to \"required\" or to a function (ember then \
+                     Phi-4-mini's functools, DeepSeek's, gpt-oss' harmony channels and its own for templates without one); set tool_choice to \"required\" or to a function (ember then \
                      constrains the output to a valid call), or to \"none\"",
                 ))
             }
@@ -430,6 +441,7 @@ mod tests {
             parallel,
             control_markers: vec![],
             id_style: CallIdStyle::OpenAi,
+            required: false,
         };
         assert_eq!(reader, CallReader::Auto(auto_calls(EMBER, true)));
         assert!(matches!(auto.constraint(&reader).spec, GuidedSpec::Lark(_)));

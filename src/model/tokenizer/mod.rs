@@ -147,6 +147,13 @@ impl Tokenizer {
         let mut eog_ids: Vec<TokenId> = eog_texts.into_iter().chain(eos_id).chain(eot_id).collect();
         eog_ids.sort_unstable();
         eog_ids.dedup();
+        // gpt-oss' harmony vocabulary (o200k_harmony) ends a message with `<|end|>` and the turn with `<|return|>`
+        // or `<|call|>`: there `<|end|>` closes the reasoning and the model goes on, so it must not end generation
+        // (llama.cpp's workaround: `<|end|>` leaves the end-of-generation ids when both of the others are there).
+        let eog_text = |text: &str| eog_ids.iter().any(|&id| vocab.text(id) == Some(text));
+        if eog_text("<|return|>") && eog_text("<|call|>") {
+            eog_ids.retain(|&id| vocab.text(id) != Some("<|end|>"));
+        }
         Ok(Tokenizer {
             vocab,
             encoder,
