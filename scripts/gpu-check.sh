@@ -8,7 +8,8 @@
 #                                          every check that the files present allow; results under $OUT
 #   scripts/gpu-check.sh emulate           here: the kernels run under a CPU emulation of CUDA (g++), on weights of
 #                                          every type packed by the backend, against float64 references and each
-#                                          other (see src/backend/cuda/kernels/emulation)
+#                                          other, and the mixture-of-experts layers against the CPU backend's logits
+#                                          (see src/backend/cuda/kernels/emulation)
 #
 # `run`, in order (under 5 minutes; each step has its own time limit):
 #   1. device facts (nvidia-smi), and the kernels compiled by NVRTC for the device (ember-gpu-check info);
@@ -73,7 +74,9 @@ emulate() {
   python3 "$dir/host_source.py" src/backend/cuda/kernels "$build/kernels_host.h"
   # Weights of every type as the backend packs them, with the CPU's dequantization (tests/cuda_packed_fixtures.rs).
   EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" cargo test --release --quiet --test cuda_packed_fixtures
-  export EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin"
+  # Routing cases and one mixture-of-experts layer per family, with the CPU backend's logits (tests/cuda_moe_fixtures.rs).
+  EMBER_MOE_FIXTURES="$root/$build/moe.bin" cargo test --release --quiet --test cuda_moe_fixtures
+  export EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" EMBER_MOE_FIXTURES="$root/$build/moe.bin"
   g++ -std=c++20 -O2 -ffp-contract=off -Wno-unknown-pragmas -pthread -I "$dir" -I "$build" \
     "$dir/kernel_checks.cpp" -o "$build/kernel_checks"
   "$build/kernel_checks"

@@ -215,8 +215,8 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
 /// Qwen 2's q/k/v biases (`add_bias`), Qwen 3's head norms and wide heads, Phi-3's fused projections (taken
 /// apart at upload) and LongRoPE attention factor: one layer of each family's shapes; SmolLM3's four, the fourth
 /// without RoPE; Gemma 2's two (soft-capped scores and logits, a windowed layer), Granite's multipliers (scaled
-/// residual branches, `finish_logits`), Gemma 2 27B's 46 layers (its attention scale), and OLMo 2's layer (no input
-/// norms, whole-row query and key norms).
+/// residual branches, `finish_logits`), Gemma 2 27B's 46 layers (its attention scale), OLMo 2's layer (no input
+/// norms, whole-row query and key norms), and one layer of each mixture-of-experts family.
 #[test]
 fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
@@ -231,6 +231,14 @@ fn gpu_logits_match_the_cpu_on_the_model_families() {
         ("granite3.1-2b", 1),
         ("gemma2-27b-scale", 46),
         ("olmo2-1b", 1),
+        // Mixtures of experts: the router, the routing and the experts on the device (`execute_moe.rs`), Qwen 2
+        // MoE's gated shared expert, GraniteMoE's multipliers. Under the CPU emulation of the kernels,
+        // `scripts/gpu-check.sh emulate` checks one layer of each against the CPU backend (cuda_moe_fixtures.rs).
+        ("qwen3moe-small", 1),
+        ("mixtral-small", 1),
+        ("qwen2moe-small", 1),
+        ("olmoe-small", 1),
+        ("granitemoe-small", 1),
     ];
     for (family, layers) in families {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();

@@ -175,6 +175,71 @@ pub struct TopKArgs {
     pub(super) pad: i32,
 }
 
+/// `struct Route` of moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RouteArgs {
+    pub(super) logits: u64,
+    pub(super) selected: u64,
+    pub(super) weights: u64,
+    pub(super) n_tokens: i32,
+    pub(super) n_expert: i32,
+    pub(super) k: i32,
+    pub(super) gating: i32,
+    pub(super) normalize: i32,
+    pub(super) scale: f32,
+}
+
+/// `struct MoeGateUp` of moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeGateUpArgs {
+    pub(super) gate_qs: u64,
+    pub(super) gate_sc: u64,
+    pub(super) up_qs: u64,
+    pub(super) up_sc: u64,
+    pub(super) x: u64,
+    pub(super) selected: u64,
+    pub(super) hidden: u64,
+    pub(super) rows: i32,
+    pub(super) cols: i32,
+    pub(super) expert_stride: i32,
+    pub(super) up_offset: i32,
+    pub(super) n_tokens: i32,
+    pub(super) k: i32,
+    pub(super) n_expert: i32,
+    pub(super) act: i32,
+}
+
+/// `struct MoeDown` of moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeDownArgs {
+    pub(super) qs: u64,
+    pub(super) sc: u64,
+    pub(super) hidden: u64,
+    pub(super) selected: u64,
+    pub(super) weights: u64,
+    pub(super) out: u64,
+    pub(super) rows: i32,
+    pub(super) cols: i32,
+    pub(super) n_tokens: i32,
+    pub(super) k: i32,
+    pub(super) n_expert: i32,
+    pub(super) pad: i32,
+}
+
+/// `struct MoeSharedAdd` of moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeSharedAddArgs {
+    pub(super) out: u64,
+    pub(super) y: u64,
+    pub(super) gate: u64,
+    pub(super) n_tokens: i32,
+    pub(super) width: i32,
+}
+
 // The sizes the .cu files' static_asserts hold their structs to.
 const _: () = assert!(std::mem::size_of::<EmbedArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
@@ -188,8 +253,12 @@ const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<FinishLogitsArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
+const _: () = assert!(std::mem::size_of::<RouteArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 88);
+const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 72);
+const _: () = assert!(std::mem::size_of::<MoeSharedAddArgs>() == 32);
 
-// SAFETY (all twelve): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// SAFETY (all sixteen): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
 // sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
 unsafe impl DeviceRepr for EmbedArgs {}
 unsafe impl DeviceRepr for RmsNormArgs {}
@@ -203,6 +272,10 @@ unsafe impl DeviceRepr for AddBiasArgs {}
 unsafe impl DeviceRepr for AddScaledArgs {}
 unsafe impl DeviceRepr for FinishLogitsArgs {}
 unsafe impl DeviceRepr for TopKArgs {}
+unsafe impl DeviceRepr for RouteArgs {}
+unsafe impl DeviceRepr for MoeGateUpArgs {}
+unsafe impl DeviceRepr for MoeDownArgs {}
+unsafe impl DeviceRepr for MoeSharedAddArgs {}
 
 #[cfg(test)]
 mod tests {
@@ -295,5 +368,33 @@ mod tests {
         mirrors!(AddScaledArgs, "AddScaled", [dst, src, n, factor]);
         mirrors!(FinishLogitsArgs, "FinishLogits", [x, n, factor, cap, pad]);
         mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
+        mirrors!(RouteArgs, "Route", [logits, selected, weights, n_tokens, n_expert, k, gating, normalize, scale]);
+        mirrors!(
+            MoeGateUpArgs,
+            "MoeGateUp",
+            [
+                gate_qs,
+                gate_sc,
+                up_qs,
+                up_sc,
+                x,
+                selected,
+                hidden,
+                rows,
+                cols,
+                expert_stride,
+                up_offset,
+                n_tokens,
+                k,
+                n_expert,
+                act
+            ]
+        );
+        mirrors!(
+            MoeDownArgs,
+            "MoeDown",
+            [qs, sc, hidden, selected, weights, out, rows, cols, n_tokens, k, n_expert, pad]
+        );
+        mirrors!(MoeSharedAddArgs, "MoeSharedAdd", [out, y, gate, n_tokens, width]);
     }
 }

@@ -12,6 +12,7 @@ use cudarc::driver::CudaSlice;
 
 use super::buffers::Buffers;
 use super::calls::{HeadShape, TopKCall, TOP_K_MAX};
+use super::calls_moe::ROUTE_MAX_EXPERTS;
 use super::device::{guard, CudaDevice, DeviceInfo};
 use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
@@ -25,6 +26,7 @@ use super::step_meta::{MetaLayout, StepMeta};
 use super::weights::DeviceWeights;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
+use crate::model::llama::architecture::{ExpertGlu, Gating};
 use crate::model::llama::batch::{total_logit_rows, validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{forward, Bias, Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::LlamaConfig;
@@ -173,7 +175,7 @@ impl CudaBackend {
 
     /// Bytes of weights a decode step reads.
     pub fn weight_bytes_per_token(&self) -> usize {
-        self.weights.bytes_per_token()
+        self.weights.bytes_per_token(&self.config)
     }
 
     /// CUDA graphs recorded so far, and why graphs are off if a capture failed.
@@ -302,23 +304,44 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
-    // gpt-oss' attention: the CPU backend runs it.
+    // gpt-oss' attention and experts: the CPU backend runs them.
     if config.attn_sinks || config.attn_output_bias {
         return Err(CudaBackendError::Unsupported(
             "attention sinks and output-projection biases (gpt-oss): the CPU backend runs them".into(),
         ));
     }
-    if let Some(moe) = &config.moe {
+    if let Some(moe) = config
+        .moe
+        .as_ref()
+        .filter(|m| m.biases || m.gating == Gating::SoftmaxOfChosen || m.activation != ExpertGlu::AsDense)
+    {
         return Err(CudaBackendError::Unsupported(format!(
-            "mixture-of-experts FFNs ({} experts, {} per token): the CPU backend runs them",
-            moe.n_expert, moe.n_expert_used
+            "experts with biases, {:?} gating or the {:?} activation (gpt-oss): the CPU backend runs them",
+            moe.gating, moe.activation
         )));
     }
-    if !config.n_embd.is_multiple_of(QK) || !config.n_ff.is_multiple_of(QK) {
-        return Err(CudaBackendError::Unsupported(format!(
-            "widths {} and {} must be multiples of {QK}",
-            config.n_embd, config.n_ff
-        )));
+    // The FFN widths the kernels walk in whole 32-element groups: the dense FFN's, or the experts' and the shared
+    // expert's (a mixture-of-experts file's `feed_forward_length` sizes no matrix ember reads).
+    let ffn_widths = match &config.moe {
+        None => vec![("feed_forward_length", config.n_ff)],
+        Some(moe) => {
+            let mut widths = vec![("the experts' width", moe.n_ff_exp)];
+            widths.extend(moe.shared.map(|s| ("the shared expert's width", s.n_ff)));
+            widths
+        }
+    };
+    for (what, width) in [("embedding_length", config.n_embd)].into_iter().chain(ffn_widths) {
+        if !width.is_multiple_of(QK) {
+            return Err(CudaBackendError::Unsupported(format!("{what} {width} must be a multiple of {QK}")));
+        }
+    }
+    if let Some(moe) = &config.moe {
+        if moe.n_expert > ROUTE_MAX_EXPERTS || moe.n_expert_used > moe.n_expert {
+            return Err(CudaBackendError::Unsupported(format!(
+                "{} of {} experts per token: the routing kernel takes at most {ROUTE_MAX_EXPERTS} experts",
+                moe.n_expert_used, moe.n_expert
+            )));
+        }
     }
     Ok(())
 }
@@ -387,10 +410,8 @@ impl LlamaBackend for CudaBackend {
         self.record(Op::Gated);
     }
 
-    fn moe_ffn(&mut self, _layer: usize, _io: Buf) {
-        // `check_options` refuses a mixture-of-experts model, so no step reaches here; were one to, its logits fail
-        // with this reason rather than return a dense FFN's result.
-        self.poisoned = Some("mixture-of-experts FFNs are not implemented by the CUDA backend".into());
+    fn moe_ffn(&mut self, layer: usize, io: Buf) {
+        self.record(Op::Moe { layer, io });
     }
 
     fn logits(&mut self, out: &mut [f32]) -> Result<(), CudaBackendError> {
@@ -412,5 +433,43 @@ impl LlamaBackend for CudaBackend {
             }
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::llama::SyntheticSpec;
+
+    fn config_of(spec: SyntheticSpec) -> LlamaConfig {
+        let bytes = spec.writer_with_byte_vocabulary().to_bytes();
+        LlamaConfig::from_gguf(&GgufFile::from_bytes(&bytes).unwrap()).unwrap()
+    }
+
+    fn check(config: &LlamaConfig) -> Result<(), String> {
+        check_options(config, &CudaBackendOptions::single_sequence(256)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_mixture_of_experts_family_passes_the_checks_and_odd_widths_are_refused_by_name() {
+        for family in ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small"] {
+            let config = config_of(SyntheticSpec::family(family, 1, 1).unwrap());
+            assert!(config.moe.is_some(), "{family}");
+            assert_eq!(check(&config), Ok(()), "{family}");
+        }
+        let mut config = config_of(SyntheticSpec::family("qwen2moe-small", 1, 1).unwrap());
+        let moe = config.moe.as_mut().unwrap();
+        moe.n_ff_exp = 48;
+        let e = check(&config).unwrap_err();
+        assert!(e.contains("the experts' width 48"), "{e}");
+        let moe = config.moe.as_mut().unwrap();
+        moe.n_ff_exp = 64;
+        moe.shared.as_mut().unwrap().n_ff = 1000;
+        let e = check(&config).unwrap_err();
+        assert!(e.contains("the shared expert's width 1000"), "{e}");
+        // The file's dense width reads no matrix of a mixture-of-experts model.
+        let mut config = config_of(SyntheticSpec::family("olmoe-small", 1, 1).unwrap());
+        config.n_ff = 100;
+        assert_eq!(check(&config), Ok(()));
     }
 }

@@ -25,6 +25,32 @@ pub struct Buffers {
     pub top_ids: CudaSlice<i32>,
     /// `[max_tokens][TOP_K_MAX]`.
     pub top_values: CudaSlice<f32>,
+    /// A mixture-of-experts model's (`LlamaConfig::moe`).
+    pub moe: Option<MoeBuffers>,
+}
+
+/// The working memory of a mixture-of-experts block (`moe.cu`), `T = max_tokens` rows of each.
+pub struct MoeBuffers {
+    /// `[T][n_expert]`: the router's logits.
+    pub logits: CudaSlice<f32>,
+    /// `[T][k]`: each token's experts and their weights.
+    pub selected: CudaSlice<i32>,
+    pub weights: CudaSlice<f32>,
+    /// `[T · k][n_ff_exp]`: each (token, slot) pair's act(gate)·up.
+    pub hidden: CudaSlice<f32>,
+    /// The shared expert's, when the model has one.
+    pub shared: Option<SharedBuffers>,
+}
+
+/// The shared expert's working memory.
+pub struct SharedBuffers {
+    /// `[T][n_ff]` each: its gate (then act(gate)·up) and up projections.
+    pub gate: CudaSlice<f32>,
+    pub up: CudaSlice<f32>,
+    /// `[T]`: `ffn_gate_inp_shexp · x`.
+    pub gate_logit: CudaSlice<f32>,
+    /// `[T][n_embd]`: its output.
+    pub out: CudaSlice<f32>,
 }
 
 /// The rotation angles of one RoPE base.
@@ -88,6 +114,29 @@ impl Buffers {
                 .alloc_zeros(max_tokens * TOP_K_MAX)
                 .map_err(CudaBackendError::driver("allocating activation buffers"))?,
             top_values: alloc(max_tokens * TOP_K_MAX)?,
+            moe: match &config.moe {
+                None => None,
+                Some(moe) => {
+                    let pairs = max_tokens * moe.n_expert_used;
+                    Some(MoeBuffers {
+                        logits: alloc(max_tokens * moe.n_expert)?,
+                        selected: stream
+                            .alloc_zeros(pairs)
+                            .map_err(CudaBackendError::driver("allocating activation buffers"))?,
+                        weights: alloc(pairs)?,
+                        hidden: alloc(pairs * moe.n_ff_exp)?,
+                        shared: match moe.shared {
+                            None => None,
+                            Some(s) => Some(SharedBuffers {
+                                gate: alloc(max_tokens * s.n_ff)?,
+                                up: alloc(max_tokens * s.n_ff)?,
+                                gate_logit: alloc(max_tokens)?,
+                                out: alloc(max_tokens * d)?,
+                            }),
+                        },
+                    })
+                }
+            },
         })
     }
 

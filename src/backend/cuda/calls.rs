@@ -30,28 +30,28 @@ const ELEMENTWISE_THREADS: u32 = 256;
 const TOP_K_THREADS: u32 = 256;
 
 /// `ACT_*` of common.cuh.
-fn activation_code(a: FfnActivation) -> i32 {
+pub(super) fn activation_code(a: FfnActivation) -> i32 {
     match a {
         FfnActivation::Silu => 0,
         FfnActivation::GeluTanh => 1,
     }
 }
 
-fn internal(detail: String) -> CudaBackendError {
+pub(super) fn internal(detail: String) -> CudaBackendError {
     CudaBackendError::Internal(detail)
 }
 
 /// `n` as a kernel's `int`.
-fn int(n: usize, what: &str) -> Result<i32, CudaBackendError> {
+pub(super) fn int(n: usize, what: &str) -> Result<i32, CudaBackendError> {
     i32::try_from(n).map_err(|_| internal(format!("{what} = {n} does not fit a kernel's int")))
 }
 
 /// Blocks to cover `n` items at `per_block` items each, as a grid dimension.
-fn blocks(n: usize, per_block: usize) -> Result<u32, CudaBackendError> {
+pub(super) fn blocks(n: usize, per_block: usize) -> Result<u32, CudaBackendError> {
     u32::try_from(n.div_ceil(per_block)).map_err(|_| internal(format!("{n} items need too many blocks")))
 }
 
-fn config(grid: (u32, u32), threads: u32) -> LaunchConfig {
+pub(super) fn config(grid: (u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 

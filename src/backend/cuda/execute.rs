@@ -148,6 +148,7 @@ impl StepRun<'_> {
                     factor: f32::from_bits(factor_bits),
                 },
             ),
+            Launch::Moe { layer, io } => self.moe(layer, io),
         }
     }
 

@@ -4,6 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::calls::*;
+use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
 use super::error::CudaBackendError;
 use super::module::KernelModule;
 use super::packing::PackedType;
@@ -25,10 +26,15 @@ pub struct Kernels {
     add_scaled: CudaFunction,
     finish_logits: CudaFunction,
     top_k: CudaFunction,
+    moe_route: CudaFunction,
+    moe_shared_add: CudaFunction,
+    /// The mixture-of-experts kernels of each weight type the experts have.
+    moe_gate_up: Vec<Option<CudaFunction>>,
+    moe_down: Vec<Option<CudaFunction>>,
 }
 
 /// The kernels that are not compiled per weight type.
-const SHARED_KERNELS: [&str; 9] = [
+const SHARED_KERNELS: [&str; 11] = [
     "rms_norm",
     "rope_table",
     "rope_store",
@@ -38,6 +44,8 @@ const SHARED_KERNELS: [&str; 9] = [
     "add_scaled",
     "finish_logits",
     "top_k",
+    "moe_route",
+    "moe_shared_add",
 ];
 
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
@@ -46,6 +54,7 @@ pub fn kernel_names() -> Vec<String> {
     for t in PackedType::ALL.map(PackedType::kernel_suffix) {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
+        names.extend([format!("moe_gate_up_{t}"), format!("moe_down_{t}")]);
     }
     names
 }
@@ -86,6 +95,10 @@ impl Kernels {
             add_scaled: module.function("add_scaled")?,
             finish_logits: module.function("finish_logits")?,
             top_k: module.function("top_k")?,
+            moe_route: module.function("moe_route")?,
+            moe_shared_add: module.function("moe_shared_add")?,
+            moe_gate_up: per_type("moe_gate_up")?,
+            moe_down: per_type("moe_down")?,
         })
     }
 
@@ -150,6 +163,26 @@ impl Kernels {
         let (args, cfg) = call.args()?;
         launch(stream, &self.top_k, &args, cfg)
     }
+
+    pub fn moe_route(&self, stream: &CudaStream, call: &RouteCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.moe_route, &args, cfg)
+    }
+
+    pub fn moe_gate_up(&self, stream: &CudaStream, call: &MoeGateUpCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, compiled(&self.moe_gate_up, call.experts.gate.dtype)?, &args, cfg)
+    }
+
+    pub fn moe_down(&self, stream: &CudaStream, call: &MoeDownCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, compiled(&self.moe_down, call.down.dtype)?, &args, cfg)
+    }
+
+    pub fn moe_shared_add(&self, stream: &CudaStream, call: &MoeSharedAddCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.moe_shared_add, &args, cfg)
+    }
 }
 
 /// The kernel of `dtype` in a per-type table; an internal error for a type that was not compiled (the backend
@@ -186,7 +219,7 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 6);
+        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 8);
         // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
         // the compiled PTX); here, that its list is ours, in our order.
         let list: String = PackedType::ALL

@@ -18,7 +18,7 @@ use super::packing::PackedType;
 const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
 
 /// Every kernel file, by name, in compilation order (after `common.cuh`).
-pub const KERNEL_FILES: [(&str, &str); 8] = [
+pub const KERNEL_FILES: [(&str, &str); 9] = [
     ("embed.cu", include_str!("kernels/embed.cu")),
     ("rms_norm.cu", include_str!("kernels/rms_norm.cu")),
     ("matvec.cu", include_str!("kernels/matvec.cu")),
@@ -27,6 +27,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
     ("attention.cu", include_str!("kernels/attention.cu")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("top_k.cu", include_str!("kernels/top_k.cu")),
+    ("moe.cu", include_str!("kernels/moe.cu")),
 ];
 
 /// Virtual architectures the kernels are compiled for, oldest first, as `(major, minor, name)`. The kernels need

@@ -12,7 +12,9 @@
 //! - `HeadNorms(l)` (q/k norms) normalizes the heads of `Q` and `K` in place, one launch each;
 //! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention;
 //! - `AddBias` (Qwen 2's q/k/v biases) is one launch each, after the projections;
-//! - `AddScaled` (Granite's scaled residual branch) is one launch, after the projection into `Xn`.
+//! - `AddScaled` (Granite's scaled residual branch) is one launch, after the projection into `Xn`;
+//! - `Moe(l, io)` (a mixture-of-experts FFN) is one planned launch that `execute_moe.rs` runs as its few kernels;
+//!   the norm before it stays separate (its output is the block's input and output both).
 //!
 //! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
 //! operations mean, only how many launches they take.
@@ -85,6 +87,11 @@ pub enum Op {
         dst: Buf,
         factor_bits: u32,
     },
+    /// The mixture-of-experts FFN of `layer`: `io`'s rows replaced by the block's output.
+    Moe {
+        layer: usize,
+        io: Buf,
+    },
 }
 
 /// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
@@ -143,6 +150,11 @@ pub enum Launch {
         dst: Buf,
         factor_bits: u32,
     },
+    /// The router, the routing, the routed experts and the shared expert of `layer` (`execute_moe.rs`).
+    Moe {
+        layer: usize,
+        io: Buf,
+    },
 }
 
 /// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
@@ -174,6 +186,7 @@ pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
             Op::Gated => (Launch::Gated, 1),
             Op::AddBias { dst, bias } => (Launch::AddBias { dst, bias }, 1),
             Op::AddScaled { src, dst, factor_bits } => (Launch::AddScaled { src, dst, factor_bits }, 1),
+            Op::Moe { layer, io } => (Launch::Moe { layer, io }, 1),
         };
         out.push(launch);
         i += used;
@@ -348,6 +361,28 @@ mod tests {
         assert!(matches!(launches[0], Launch::Project { src: Buf::X, norm: Some(_), .. }));
         assert_eq!(launches[1..4], biases.map(|(dst, bias)| Launch::AddBias { dst, bias }));
         assert_eq!(launches[4..6], [Launch::RopeStore { layer: l }, Launch::Attention { layer: l }]);
+    }
+
+    /// A mixture-of-experts layer: its FFN input norm is not fused (the block reads and overwrites `Xn`), the block
+    /// is one planned launch, and the branch is added by one `add_scaled`.
+    #[test]
+    fn a_mixture_of_experts_layer_plans_its_block_between_a_norm_and_an_add() {
+        let mut ops = layer_ops(3);
+        let one = 1f32.to_bits();
+        ops.splice(
+            5..,
+            [Op::Moe { layer: 3, io: Buf::Xn }, Op::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits: one }],
+        );
+        let mut launches = Vec::new();
+        plan(&ops, true, &mut launches);
+        assert_eq!(
+            launches[4..],
+            [
+                Launch::RmsNorm { src: Buf::X, weight: Norm::Ffn(3), dst: Buf::Xn, add: false },
+                Launch::Moe { layer: 3, io: Buf::Xn },
+                Launch::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits: one },
+            ]
+        );
     }
 
     /// Granite's scaled residual branches: the projection into `Xn`, then one `add_scaled` launch with the factor's

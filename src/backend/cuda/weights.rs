@@ -8,6 +8,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
+use super::experts::DeviceExperts;
 use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
@@ -27,7 +28,7 @@ pub struct DeviceMatrix {
 
 impl DeviceMatrix {
     /// Uploads tensor `name`, or only its rows `rows` (one part of a fused tensor).
-    fn upload(
+    pub(super) fn upload(
         file: &GgufFile,
         name: &str,
         rows: Option<Range<usize>>,
@@ -70,8 +71,11 @@ impl DeviceMatrix {
 
 /// The matrices and norms of one transformer block.
 struct LayerWeights {
-    /// Indexed as [`matrix_index`] orders them.
-    matrices: [DeviceMatrix; 7],
+    /// The attention's, indexed as [`matrix_index`] orders them.
+    attention: [DeviceMatrix; 4],
+    /// The dense FFN's gate, up and down (absent in a mixture-of-experts block).
+    ffn: Option<[DeviceMatrix; 3]>,
+    experts: Option<DeviceExperts>,
     /// The attention's and the FFN's input norms (`pre_norms`; all but OLMo 2).
     pre_norms: Option<[CudaSlice<f32>; 2]>,
     /// Gemma 3's norms of the attention and feed-forward outputs (`post_norms`).
@@ -82,7 +86,14 @@ struct LayerWeights {
     biases: Option<[CudaSlice<f32>; 3]>,
 }
 
-/// Position of a layer's matrix in `LayerWeights::matrices`, and its layer.
+impl LayerWeights {
+    fn matrices(&self) -> impl Iterator<Item = &DeviceMatrix> {
+        let experts = self.experts.iter().flat_map(DeviceExperts::matrices);
+        self.attention.iter().chain(self.ffn.iter().flatten()).chain(experts)
+    }
+}
+
+/// Position of a layer's matrix in `LayerWeights::attention` (0..4) or `ffn` (4..7), and its layer.
 fn matrix_index(w: Weight) -> (usize, usize) {
     match w {
         Weight::AttnQ(l) => (l, 0),
@@ -121,15 +132,22 @@ impl DeviceWeights {
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
-                    matrices: [
+                    attention: [
                         weight(Weight::AttnQ(l))?,
                         weight(Weight::AttnK(l))?,
                         weight(Weight::AttnV(l))?,
                         weight(Weight::AttnOutput(l))?,
-                        weight(Weight::FfnGate(l))?,
-                        weight(Weight::FfnUp(l))?,
-                        weight(Weight::FfnDown(l))?,
                     ],
+                    ffn: match config.moe {
+                        Some(_) => None,
+                        None => {
+                            Some([weight(Weight::FfnGate(l))?, weight(Weight::FfnUp(l))?, weight(Weight::FfnDown(l))?])
+                        }
+                    },
+                    experts: match &config.moe {
+                        Some(moe) => Some(DeviceExperts::upload(file, l, moe, stream)?),
+                        None => None,
+                    },
                     pre_norms: match config.pre_norms {
                         true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&config.norm_tensor(Norm::Ffn(l)))?]),
                         false => None,
@@ -163,7 +181,7 @@ impl DeviceWeights {
 
     /// The weight types of the model's matrices, each once.
     pub fn types(&self) -> Vec<PackedType> {
-        let layers = self.layers.iter().flat_map(|l| &l.matrices);
+        let layers = self.layers.iter().flat_map(|l| l.matrices());
         let mut types: Vec<PackedType> =
             layers.chain([&self.token_embd]).chain(&self.output).map(|m| m.dtype).collect();
         types.sort_by_key(|t| *t as usize);
@@ -173,7 +191,18 @@ impl DeviceWeights {
 
     pub fn matrix(&self, w: Weight) -> &DeviceMatrix {
         let (layer, i) = matrix_index(w);
-        &self.layers[layer].matrices[i]
+        let layer = &self.layers[layer];
+        match i {
+            0..4 => &layer.attention[i],
+            _ => &layer.ffn.as_ref().expect("a dense FFN's weights are asked for a dense layer only")[i - 4],
+        }
+    }
+
+    /// Layer `layer`'s experts; an internal error for a dense layer (the forward pass asks only a mixture-of-experts
+    /// model's).
+    pub fn experts(&self, layer: usize) -> Result<&DeviceExperts, CudaBackendError> {
+        let found = self.layers.get(layer).and_then(|l| l.experts.as_ref());
+        found.ok_or_else(|| CudaBackendError::Internal(format!("layer {layer} has no experts")))
     }
 
     /// The weight of norm `n`; an error for a norm the model does not have (the forward pass names only those its
@@ -216,9 +245,17 @@ impl DeviceWeights {
         self.output.as_ref().unwrap_or(&self.token_embd)
     }
 
-    /// Bytes of weights a decode step reads (every matrix once, the output projection included).
-    pub fn bytes_per_token(&self) -> usize {
-        let layers: usize = self.layers.iter().flat_map(|l| &l.matrices).map(DeviceMatrix::bytes).sum();
-        layers + self.output().bytes()
+    /// Bytes of weights a one-token decode step reads: every dense matrix once, the output projection included,
+    /// and of a mixture-of-experts block its router, `n_expert_used` routed experts and its shared expert.
+    pub fn bytes_per_token(&self, config: &LlamaConfig) -> usize {
+        let layer = |l: &LayerWeights| -> usize {
+            let dense = l.attention.iter().chain(l.ffn.iter().flatten()).map(DeviceMatrix::bytes).sum::<usize>();
+            let experts = match (&l.experts, &config.moe) {
+                (Some(e), Some(moe)) => e.bytes_per_token(moe),
+                _ => 0,
+            };
+            dense + experts
+        };
+        self.layers.iter().map(layer).sum::<usize>() + self.output().bytes()
     }
 }

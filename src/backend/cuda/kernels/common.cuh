@@ -300,6 +300,62 @@ __device__ float inverse_rms(const float* x, int width, float eps, float* scratc
     return 1.0f / sqrtf(ss / (float)width + eps);
 }
 
+// Tokens a warp's row dot product serves at once (`project_small`'s batch, `MMV_MAX_TOKENS` of calls.rs).
+#define MMV_MAX_TOKENS 8
+
+// acc[t] = W[row]·x'[t] for t < n_tokens (rows of k floats at x), where x' is x normalized (x · inv_rms[t] · norm_w)
+// when norm_w is set. Every lane of the warp must call it; every lane gets the sums. The one order of a warp's dot
+// product, shared by `project_small` and the mixture-of-experts kernels.
+template <int TYPE>
+__device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_t row, const float* x, int k,
+                                             int n_tokens, const float* norm_w, const float* inv_rms,
+                                             float acc[MMV_MAX_TOKENS]) {
+    const int lane = threadIdx.x % 32, s = lane % 4, nb = k / QK;
+    int first, second;
+    slice_offsets<TYPE>(s, first, second);
+#pragma unroll
+    for (int t = 0; t < MMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        const int b = b0 + lane / 4;
+        const bool valid = b < nb;
+        float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float4 na = make_float4(1.0f, 1.0f, 1.0f, 1.0f), nb4 = na;
+        const int col = b * QK;
+        if (valid) {
+            const size_t block = row * nb + b;
+            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc + block * Quant<TYPE>::SWORDS, s, wa, wb);
+            if (norm_w) {
+                na = load_float4(norm_w + col + first);
+                nb4 = load_float4(norm_w + col + second);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < MMV_MAX_TOKENS; t++) {
+            if (t < n_tokens) {
+                float share = 0.0f;
+                if (valid) {
+                    const float* xt = x + (size_t)t * k + col;
+                    float4 xa = load_float4(xt + first), xb = load_float4(xt + second);
+                    if (norm_w) {
+                        xa = normalize4(xa, inv_rms[t], na);
+                        xb = normalize4(xb, inv_rms[t], nb4);
+                    }
+                    share = slice_dot(wa, wb, xa, xb);
+                }
+                // The block's share on its 4 lanes: (s0 + s1) + (s2 + s3), as block_dot adds them.
+                share += __shfl_xor_sync(FULL_MASK, share, 1);
+                share += __shfl_xor_sync(FULL_MASK, share, 2);
+                // Blocks b0 .. b0 + 7 into the sum, in column order.
+                for (int g = 0; g < 8 && b0 + g < nb; g++) acc[t] += __shfl_sync(FULL_MASK, share, 4 * g);
+            }
+        }
+    }
+}
+
+// Whether entry (v, i) comes before entry (w, j) in a top-k's order: the larger value first, the lower index first
+// among equals (`top_k` of logits, `moe_route` of experts).
+__device__ __forceinline__ bool before(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
+
 // The gated unit's activations, numbered as `FfnActivation` (`act` of the kernels that apply one).
 #define ACT_SILU 0
 #define ACT_GELU_TANH 1

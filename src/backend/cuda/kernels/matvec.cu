@@ -11,7 +11,6 @@
 //   forward pass says it is);
 // - the gated unit (`project_gated_small_*`): the warp computes gate row r and up row r and writes act(g)·u.
 
-#define MMV_MAX_TOKENS 8
 #define MMV_WARPS 4
 #define MMV_THREADS (32 * MMV_WARPS)
 static_assert(MMV_THREADS == NORM_THREADS, "the fused norm must sum like rms_norm");
@@ -53,53 +52,6 @@ __device__ void prepare_norm(const Projection& p, float* inv_rms, float* scratch
     }
 }
 
-// acc[t] = W[row]·x'[t] for t < n_tokens, where x' is x normalized when the projection has a norm. Every lane of
-// the warp must call it; every lane gets the sums.
-template <int TYPE>
-__device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_t row, const Projection& p,
-                                             const float* inv_rms, float acc[MMV_MAX_TOKENS]) {
-    const int lane = threadIdx.x % 32, s = lane % 4, nb = p.k / QK;
-    int first, second;
-    slice_offsets<TYPE>(s, first, second);
-#pragma unroll
-    for (int t = 0; t < MMV_MAX_TOKENS; t++) acc[t] = 0.0f;
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        const int b = b0 + lane / 4;
-        const bool valid = b < nb;
-        float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float4 na = make_float4(1.0f, 1.0f, 1.0f, 1.0f), nb4 = na;
-        const int col = b * QK;
-        if (valid) {
-            const size_t block = row * nb + b;
-            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc + block * Quant<TYPE>::SWORDS, s, wa, wb);
-            if (p.norm_w) {
-                na = load_float4(p.norm_w + col + first);
-                nb4 = load_float4(p.norm_w + col + second);
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < MMV_MAX_TOKENS; t++) {
-            if (t < p.n_tokens) {
-                float share = 0.0f;
-                if (valid) {
-                    const float* xt = p.x + (size_t)t * p.k + col;
-                    float4 xa = load_float4(xt + first), xb = load_float4(xt + second);
-                    if (p.norm_w) {
-                        xa = normalize4(xa, inv_rms[t], na);
-                        xb = normalize4(xb, inv_rms[t], nb4);
-                    }
-                    share = slice_dot(wa, wb, xa, xb);
-                }
-                // The block's share on its 4 lanes: (s0 + s1) + (s2 + s3), as block_dot adds them.
-                share += __shfl_xor_sync(FULL_MASK, share, 1);
-                share += __shfl_xor_sync(FULL_MASK, share, 2);
-                // Blocks b0 .. b0 + 7 into the sum, in column order.
-                for (int g = 0; g < 8 && b0 + g < nb; g++) acc[t] += __shfl_sync(FULL_MASK, share, 4 * g);
-            }
-        }
-    }
-}
-
 template <int TYPE>
 __device__ void project_small(const Projection& p) {
     __shared__ float inv_rms[MMV_MAX_TOKENS];
@@ -116,7 +68,7 @@ __device__ void project_small(const Projection& p) {
     if (m >= p.n_mats) return;
 
     float acc[MMV_MAX_TOKENS];
-    warp_row_dot<TYPE>(p.qs[m], p.sc[m], (size_t)row, p, inv_rms, acc);
+    warp_row_dot<TYPE>(p.qs[m], p.sc[m], (size_t)row, p.x, p.k, p.n_tokens, p.norm_w, inv_rms, acc);
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
         for (int t = 0; t < MMV_MAX_TOKENS; t++) {
@@ -138,8 +90,8 @@ __device__ void project_gated_small(const Projection& p) {
     const int row = blockIdx.x * MMV_WARPS + threadIdx.x / 32;
     if (row >= p.rows[0]) return;
     float gate[MMV_MAX_TOKENS], up[MMV_MAX_TOKENS];
-    warp_row_dot<TYPE>(p.qs[0], p.sc[0], (size_t)row, p, inv_rms, gate);
-    warp_row_dot<TYPE>(p.qs[1], p.sc[1], (size_t)row, p, inv_rms, up);
+    warp_row_dot<TYPE>(p.qs[0], p.sc[0], (size_t)row, p.x, p.k, p.n_tokens, p.norm_w, inv_rms, gate);
+    warp_row_dot<TYPE>(p.qs[1], p.sc[1], (size_t)row, p.x, p.k, p.n_tokens, p.norm_w, inv_rms, up);
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
         for (int t = 0; t < MMV_MAX_TOKENS; t++) {

@@ -20,9 +20,6 @@ struct TopK {
 };
 static_assert(sizeof(TopK) == 40, "TopK must match TopKArgs in launch.rs");
 
-// Whether entry (v, i) comes before entry (w, j) in the order above.
-__device__ __forceinline__ bool before(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
-
 extern "C" __global__ void __launch_bounds__(TOP_K_THREADS) top_k(const TopK p) {
     __shared__ float best_v[TOP_K_THREADS / 32];
     __shared__ int best_i[TOP_K_THREADS / 32];

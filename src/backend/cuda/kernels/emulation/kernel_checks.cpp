@@ -85,6 +85,12 @@ static MmFn matmul_fn[][3] = {FOR_EACH_WEIGHT_TYPE(MATMUL_FNS)};
 using EmbFn = void (*)(const Embed);
 #define EMBED_FN(SUFFIX, TYPE) embed_##SUFFIX,
 static EmbFn embed_fn[] = {FOR_EACH_WEIGHT_TYPE(EMBED_FN)};
+using GateUpFn = void (*)(const MoeGateUp);
+#define MOE_GATE_UP_FN(SUFFIX, TYPE) moe_gate_up_##SUFFIX,
+static GateUpFn moe_gate_up_fn[] = {FOR_EACH_WEIGHT_TYPE(MOE_GATE_UP_FN)};
+using DownFn = void (*)(const MoeDown);
+#define MOE_DOWN_FN(SUFFIX, TYPE) moe_down_##SUFFIX,
+static DownFn moe_down_fn[] = {FOR_EACH_WEIGHT_TYPE(MOE_DOWN_FN)};
 
 static void run_rms_norm(const float* x, const float* w, float* out, const int* rows, int n_rows, int width, float eps, int add = 0) {
     RmsNorm a{x, w, out, rows, n_rows, width, eps, add};
@@ -387,10 +393,13 @@ static void test_top_k() {
     }
 }
 
+#include "moe_checks.h"
+
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
-        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k}};
+        {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k},
+        {"moe_route", test_moe_route}, {"moe_families", test_moe_families}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run

@@ -1,0 +1,296 @@
+//! The operands of the mixture-of-experts kernels (`kernels/moe.cu`), their checks and launch shapes, as
+//! `calls.rs` does for the dense ones: `args()` is a pure function, tested below without a GPU.
+
+use cudarc::driver::LaunchConfig;
+
+use super::args::{MoeDownArgs, MoeGateUpArgs, MoeSharedAddArgs, RouteArgs};
+use super::calls::{activation_code, blocks, config, int, internal};
+use super::device_array::{DeviceArray, MatrixArray};
+use super::error::CudaBackendError;
+use crate::model::llama::architecture::Gating;
+use crate::model::llama::{FfnActivation, MoeConfig};
+
+/// Most experts `moe_route` takes (`ROUTE_MAX_EXPERTS` of moe.cu; `experts::MAX_EXPERTS`, which the config's
+/// reader holds files to).
+pub const ROUTE_MAX_EXPERTS: usize = 512;
+const ROUTE_THREADS: u32 = 256;
+const MOE_THREADS: u32 = 128;
+const MOE_ROWS_PER_BLOCK: usize = 4;
+const SHARED_ADD_THREADS: u32 = 256;
+/// A grid's largest second dimension; the kernels loop over what does not fit.
+const MAX_GRID_Y: usize = 65535;
+
+/// Each token's experts and weights from its router logits (`MoeConfig::route` on the device).
+pub struct RouteCall<'a> {
+    /// `[n_tokens][moe.n_expert]`.
+    pub logits: DeviceArray<'a, f32>,
+    /// `[n_tokens][moe.n_expert_used]`.
+    pub selected: DeviceArray<'a, i32>,
+    pub weights: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub moe: &'a MoeConfig,
+}
+
+impl RouteCall<'_> {
+    pub fn args(&self) -> Result<(RouteArgs, LaunchConfig), CudaBackendError> {
+        let (n, k) = (self.moe.n_expert, self.moe.n_expert_used);
+        if n == 0 || n > ROUTE_MAX_EXPERTS || k == 0 || k > n {
+            return Err(internal(format!("routing {k} of {n} experts (at most {ROUTE_MAX_EXPERTS})")));
+        }
+        let args = RouteArgs {
+            logits: self.logits.covering(self.n_tokens * n, "the router logits")?,
+            selected: self.selected.covering(self.n_tokens * k, "the chosen experts")?,
+            weights: self.weights.covering(self.n_tokens * k, "the experts' weights")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            n_expert: n as i32,
+            k: k as i32,
+            gating: match self.moe.gating {
+                Gating::Softmax => 0,
+                Gating::Sigmoid => 1,
+                // Refused at `check_options` (gpt-oss).
+                Gating::SoftmaxOfChosen => return Err(internal("the softmax of the chosen experts".into())),
+            },
+            normalize: i32::from(self.moe.normalize_weights),
+            scale: match self.moe.weights_scale {
+                None => 0.0,
+                Some(s) if s.is_finite() && s > 0.0 => s,
+                Some(s) => return Err(internal(format!("expert weights scale {s}"))),
+            },
+        };
+        Ok((args, config((blocks(self.n_tokens, 1)?, 1), ROUTE_THREADS)))
+    }
+}
+
+/// Where each expert's gate and up rows sit in their stacked tensors.
+#[derive(Clone, Copy)]
+pub struct ExpertRows<'a> {
+    /// `[n_expert · stride rows][n_embd]`.
+    pub gate: MatrixArray<'a>,
+    /// The up tensor: `gate` itself when the file fuses them (`ffn_gate_up_exps`).
+    pub up: MatrixArray<'a>,
+    /// Rows from one expert's first gate row to the next's (`n_ff_exp`, or `2 n_ff_exp` fused).
+    pub stride: usize,
+    /// Rows from an expert's first gate row to its first up row (0, or `n_ff_exp` fused).
+    pub up_offset: usize,
+}
+
+/// `hidden[pair] = act(gate_e · x[token]) ⊙ (up_e · x[token])` for every (token, slot) pair, `e` its expert.
+pub struct MoeGateUpCall<'a> {
+    pub experts: ExpertRows<'a>,
+    /// `[n_tokens][n_embd]`.
+    pub x: DeviceArray<'a, f32>,
+    /// `[n_tokens][k]`.
+    pub selected: DeviceArray<'a, i32>,
+    /// `[n_tokens · k][n_ff]`.
+    pub hidden: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub k: usize,
+    pub n_expert: usize,
+    /// One expert's width.
+    pub n_ff: usize,
+    pub activation: FfnActivation,
+}
+
+impl MoeGateUpCall<'_> {
+    pub fn args(&self) -> Result<(MoeGateUpArgs, LaunchConfig), CudaBackendError> {
+        let (e, ff) = (&self.experts, self.n_ff);
+        let cols = e.gate.cols;
+        if e.up.dtype != e.gate.dtype || e.up.cols != cols {
+            return Err(internal("the experts' gate and up of different types or widths".into()));
+        }
+        if e.stride < e.up_offset + ff || self.n_expert == 0 {
+            return Err(internal(format!("experts of {ff} rows every {} rows, up at {}", e.stride, e.up_offset)));
+        }
+        let total = self.n_expert * e.stride;
+        if e.gate.rows != total || e.up.rows != total {
+            return Err(internal(format!(
+                "{} experts of {} rows in tensors of {} rows",
+                self.n_expert, e.stride, e.gate.rows
+            )));
+        }
+        let ((gate_qs, gate_sc), (up_qs, up_sc)) =
+            (e.gate.addresses("the experts' gate")?, e.up.addresses("the experts' up")?);
+        let pairs = self.n_tokens * self.k;
+        let args = MoeGateUpArgs {
+            gate_qs,
+            gate_sc,
+            up_qs,
+            up_sc,
+            x: self.x.covering(self.n_tokens * cols, "the experts' input")?,
+            selected: self.selected.covering(pairs, "the chosen experts")?,
+            hidden: self.hidden.covering(pairs * ff, "the experts' hidden rows")?,
+            rows: int(ff, "an expert's width")?,
+            cols: int(cols, "the row length")?,
+            expert_stride: int(e.stride, "the expert stride")?,
+            up_offset: int(e.up_offset, "the up rows' offset")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            k: int(self.k, "experts per token")?,
+            n_expert: int(self.n_expert, "experts")?,
+            act: activation_code(self.activation),
+        };
+        let grid_y = pairs.min(MAX_GRID_Y) as u32;
+        Ok((args, config((blocks(ff, MOE_ROWS_PER_BLOCK)?, grid_y), MOE_THREADS)))
+    }
+}
+
+/// `out[t] = Σ_s weights[t][s] · down_e · hidden[t·k + s]` in slot order, `e = selected[t][s]`.
+pub struct MoeDownCall<'a> {
+    /// `[n_expert · n_embd rows][n_ff]`.
+    pub down: MatrixArray<'a>,
+    pub hidden: DeviceArray<'a, f32>,
+    pub selected: DeviceArray<'a, i32>,
+    pub weights: DeviceArray<'a, f32>,
+    /// `[n_tokens][n_embd]`.
+    pub out: DeviceArray<'a, f32>,
+    pub n_tokens: usize,
+    pub k: usize,
+    pub n_expert: usize,
+}
+
+impl MoeDownCall<'_> {
+    pub fn args(&self) -> Result<(MoeDownArgs, LaunchConfig), CudaBackendError> {
+        let (cols, n_expert) = (self.down.cols, self.n_expert);
+        if n_expert == 0 || !self.down.rows.is_multiple_of(n_expert) {
+            return Err(internal(format!("a down tensor of {} rows for {n_expert} experts", self.down.rows)));
+        }
+        let rows = self.down.rows / n_expert;
+        let (qs, sc) = self.down.addresses("the experts' down")?;
+        let pairs = self.n_tokens * self.k;
+        let args = MoeDownArgs {
+            qs,
+            sc,
+            hidden: self.hidden.covering(pairs * cols, "the experts' hidden rows")?,
+            selected: self.selected.covering(pairs, "the chosen experts")?,
+            weights: self.weights.covering(pairs, "the experts' weights")?,
+            out: self.out.covering(self.n_tokens * rows, "the experts' output")?,
+            rows: int(rows, "the output width")?,
+            cols: int(cols, "an expert's width")?,
+            n_tokens: int(self.n_tokens, "tokens")?,
+            k: int(self.k, "experts per token")?,
+            n_expert: int(n_expert, "experts")?,
+            pad: 0,
+        };
+        let grid_y = self.n_tokens.min(MAX_GRID_Y) as u32;
+        Ok((args, config((blocks(rows, MOE_ROWS_PER_BLOCK)?, grid_y), MOE_THREADS)))
+    }
+}
+
+/// `out += g · y`, `g` σ of each token's shared-expert gate logit, or 1 without one.
+pub struct MoeSharedAddCall<'a> {
+    pub out: DeviceArray<'a, f32>,
+    pub y: DeviceArray<'a, f32>,
+    /// `[n_tokens]`.
+    pub gate: Option<DeviceArray<'a, f32>>,
+    pub n_tokens: usize,
+    pub width: usize,
+}
+
+impl MoeSharedAddCall<'_> {
+    pub fn args(&self) -> Result<(MoeSharedAddArgs, LaunchConfig), CudaBackendError> {
+        let n = self.n_tokens.checked_mul(self.width).ok_or_else(|| internal("shared expert rows overflow".into()))?;
+        let args = MoeSharedAddArgs {
+            out: self.out.covering(n, "the block's output")?,
+            y: self.y.covering(n, "the shared expert's output")?,
+            gate: match self.gate {
+                Some(g) => g.covering(self.n_tokens, "the shared expert's gate")?,
+                None => 0,
+            },
+            n_tokens: int(self.n_tokens, "tokens")?,
+            width: int(self.width, "the width")?,
+        };
+        int(n, "elements")?;
+        Ok((args, config((blocks(n, SHARED_ADD_THREADS as usize)?, 1), SHARED_ADD_THREADS)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::packing::PackedType;
+    use crate::model::llama::architecture::ExpertGlu;
+
+    fn matrix<'a>(dtype: PackedType, rows: usize, cols: usize) -> MatrixArray<'a> {
+        let blocks = rows * cols / 32;
+        MatrixArray {
+            dtype,
+            rows,
+            cols,
+            quants: DeviceArray::fake(0x1000, blocks * dtype.quant_words()),
+            scales: DeviceArray::fake(0x9000_0000, blocks * dtype.scale_words()),
+        }
+    }
+
+    fn moe(n_expert: usize, k: usize) -> MoeConfig {
+        MoeConfig {
+            n_expert,
+            n_expert_used: k,
+            n_ff_exp: 64,
+            gating: Gating::Softmax,
+            normalize_weights: true,
+            weights_scale: None,
+            shared: None,
+            fused_gate_up: false,
+            biases: false,
+            activation: ExpertGlu::AsDense,
+        }
+    }
+
+    #[test]
+    fn routing_is_bounded_by_the_kernels_expert_count() {
+        let call = |m: &MoeConfig, t: usize| {
+            RouteCall {
+                logits: DeviceArray::fake(0, 3 * 512),
+                selected: DeviceArray::fake(0, 3 * 8),
+                weights: DeviceArray::fake(0, 3 * 8),
+                n_tokens: t,
+                moe: m,
+            }
+            .args()
+            .map(|(a, c)| (a.n_expert, a.k, c.grid_dim))
+        };
+        assert_eq!(call(&moe(512, 8), 3).unwrap(), (512, 8, (3, 1, 1)));
+        assert!(call(&moe(513, 8), 1).is_err());
+        assert!(call(&moe(512, 8), 4).is_err(), "short logits");
+        assert!(call(&moe(8, 9), 1).is_err());
+    }
+
+    #[test]
+    fn expert_calls_check_the_stacked_tensors_and_cover_every_pair() {
+        let (gate, down) = (matrix(PackedType::Q4K, 8 * 64, 256), matrix(PackedType::Q6K, 8 * 256, 64));
+        let fused = matrix(PackedType::Q4K, 8 * 128, 256);
+        let gate_up = |experts, n_tokens| MoeGateUpCall {
+            experts,
+            x: DeviceArray::fake(0, n_tokens * 256),
+            selected: DeviceArray::fake(0, n_tokens * 2),
+            hidden: DeviceArray::fake(0, n_tokens * 2 * 64),
+            n_tokens,
+            k: 2,
+            n_expert: 8,
+            n_ff: 64,
+            activation: FfnActivation::Silu,
+        };
+        let split = ExpertRows { gate, up: gate, stride: 64, up_offset: 0 };
+        let (args, cfg) = gate_up(split, 5).args().unwrap();
+        assert_eq!((args.rows, args.expert_stride, cfg.grid_dim), (64, 64, (16, 10, 1)));
+        let joined = ExpertRows { gate: fused, up: fused, stride: 128, up_offset: 64 };
+        assert_eq!(gate_up(joined, 1).args().unwrap().0.up_offset, 64);
+        assert!(gate_up(ExpertRows { stride: 100, ..joined }, 1).args().is_err(), "stride against the rows");
+        let q8 = matrix(PackedType::Q8_0, 8 * 64, 256);
+        assert!(gate_up(ExpertRows { up: q8, ..split }, 1).args().is_err(), "two types in one launch");
+        // 70,000 pairs: the grid stops at 65,535 and the kernel loops.
+        assert_eq!(gate_up(split, 35_000).args().unwrap().1.grid_dim.1, 65_535);
+        let down_call = |n_expert| MoeDownCall {
+            down,
+            hidden: DeviceArray::fake(0, 3 * 2 * 64),
+            selected: DeviceArray::fake(0, 3 * 2),
+            weights: DeviceArray::fake(0, 3 * 2),
+            out: DeviceArray::fake(0, 3 * 256),
+            n_tokens: 3,
+            k: 2,
+            n_expert,
+        };
+        let (args, cfg) = down_call(8).args().unwrap();
+        assert_eq!((args.rows, args.cols, cfg.grid_dim), (256, 64, (64, 3, 1)));
+        assert!(down_call(7).args().is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! A mixture-of-experts block's weights on the device: the router, the routed experts as the file stacks them (one
+//! packed matrix per tensor, expert `e`'s rows at `e × its rows`, so that a kernel reaches any expert by an
+//! offset and a step reads only the experts it chose), and the shared expert's dense matrices.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::calls_moe::ExpertRows;
+use super::error::CudaBackendError;
+use super::weights::DeviceMatrix;
+use crate::model::gguf::GgufFile;
+use crate::model::llama::experts::FUSED_GATE_UP_EXPS;
+use crate::model::llama::{LlamaConfig, MoeConfig};
+
+/// The shared expert: a dense FFN every token runs.
+pub struct DeviceSharedExpert {
+    pub gate: DeviceMatrix,
+    pub up: DeviceMatrix,
+    pub down: DeviceMatrix,
+    /// `[1 row][n_embd]`: `ffn_gate_inp_shexp`, whose product with a row gates the expert's output (Qwen 2 MoE).
+    pub gate_inp: Option<DeviceMatrix>,
+}
+
+/// One layer's experts.
+pub struct DeviceExperts {
+    /// `[n_expert rows][n_embd]`: `ffn_gate_inp`, as the file has it (F32 in every file llama-quantize writes).
+    pub router: DeviceMatrix,
+    /// `[n_expert · n_ff_exp rows][n_embd]`, or the fused `[n_expert · 2 n_ff_exp rows][n_embd]`.
+    gate: DeviceMatrix,
+    /// `None` when fused into `gate`.
+    up: Option<DeviceMatrix>,
+    /// `[n_expert · n_embd rows][n_ff_exp]`.
+    pub down: DeviceMatrix,
+    pub shared: Option<DeviceSharedExpert>,
+    n_ff: usize,
+}
+
+impl DeviceExperts {
+    /// Uploads layer `l`'s experts. The gate and up of the routed experts must have one type (one kernel reads
+    /// both); a file whose do not is refused naming them.
+    pub fn upload(
+        file: &GgufFile,
+        l: usize,
+        moe: &MoeConfig,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, CudaBackendError> {
+        let name = |suffix: &str| LlamaConfig::layer_tensor(l, suffix);
+        let matrix = |suffix: &str| DeviceMatrix::upload(file, &name(suffix), None, stream);
+        let (gate, up) = if moe.fused_gate_up {
+            (matrix(FUSED_GATE_UP_EXPS)?, None)
+        } else {
+            let (gate, up) = (matrix("ffn_gate_exps.weight")?, matrix("ffn_up_exps.weight")?);
+            if gate.dtype != up.dtype {
+                return Err(CudaBackendError::Unsupported(format!(
+                    "{} ({:?}) and {} ({:?}) of different types: the CUDA backend reads an expert's gate and up \
+                     with one kernel",
+                    name("ffn_gate_exps.weight"),
+                    gate.dtype,
+                    name("ffn_up_exps.weight"),
+                    up.dtype
+                )));
+            }
+            (gate, Some(up))
+        };
+        let shared = match moe.shared {
+            None => None,
+            Some(s) => Some(DeviceSharedExpert {
+                gate: matrix("ffn_gate_shexp.weight")?,
+                up: matrix("ffn_up_shexp.weight")?,
+                down: matrix("ffn_down_shexp.weight")?,
+                gate_inp: if s.gated { Some(matrix("ffn_gate_inp_shexp.weight")?) } else { None },
+            }),
+        };
+        Ok(DeviceExperts {
+            router: matrix("ffn_gate_inp.weight")?,
+            gate,
+            up,
+            down: matrix("ffn_down_exps.weight")?,
+            shared,
+            n_ff: moe.n_ff_exp,
+        })
+    }
+
+    /// The routed experts' gate and up rows as the kernel reads them.
+    pub fn rows<'a>(&'a self, stream: &CudaStream) -> ExpertRows<'a> {
+        let gate = self.gate.array(stream);
+        match &self.up {
+            Some(up) => ExpertRows { gate, up: up.array(stream), stride: self.n_ff, up_offset: 0 },
+            None => ExpertRows { gate, up: gate, stride: 2 * self.n_ff, up_offset: self.n_ff },
+        }
+    }
+
+    /// Every matrix, for the list of weight types to compile kernels for.
+    pub fn matrices(&self) -> impl Iterator<Item = &DeviceMatrix> {
+        let shared = self.shared.iter().flat_map(|s| [&s.gate, &s.up, &s.down].into_iter().chain(&s.gate_inp));
+        [&self.router, &self.gate, &self.down].into_iter().chain(&self.up).chain(shared)
+    }
+
+    /// Bytes a token reads: the router, `k` routed experts (the stacked tensors' bytes over `n_expert`, times `k`)
+    /// and the shared expert.
+    pub fn bytes_per_token(&self, moe: &MoeConfig) -> usize {
+        let routed = self.gate.bytes() + self.up.as_ref().map_or(0, DeviceMatrix::bytes) + self.down.bytes();
+        let shared = self.shared.iter().flat_map(|s| [&s.gate, &s.up, &s.down].into_iter().chain(&s.gate_inp));
+        self.router.bytes() + routed / moe.n_expert * moe.n_expert_used + shared.map(DeviceMatrix::bytes).sum::<usize>()
+    }
+}

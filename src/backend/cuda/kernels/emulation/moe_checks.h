@@ -1,0 +1,213 @@
+// The mixture-of-experts kernels (moe.cu) under the emulation, against what the Rust side computed
+// (tests/cuda_moe_fixtures.rs writes EMBER_MOE_FIXTURES):
+//
+//   moe_route     each routing case's rows through `moe_route`: the chosen experts exactly those of
+//                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6;
+//   moe_families  one layer of each mixture-of-experts family (and quantized experts): embed, the FFN norm, the
+//                 block as execute_moe.rs enqueues it, the residual add, the final norm and output projection, the
+//                 logits within relative error 1e-3 of the CPU backend's (the bound tests/cuda_backend.rs holds the
+//                 GPU to for the dense families); a token's logits bit for bit alone and in its step (the tiled
+//                 matmul past 8 rows), and the same with the gate and up fused into one tensor.
+//
+// Included by kernel_checks.cpp after its helpers (Mat, launch wrappers, CHECK).
+
+struct MoeFixtures {
+    std::vector<u32> words;
+    size_t at = 0;
+    bool ok = true;
+    u32 word() {
+        if (at >= words.size()) { ok = false; return 0; }
+        return words[at++];
+    }
+    float real() { u32 w = word(); float f; std::memcpy(&f, &w, 4); return f; }
+    std::vector<float> reals(size_t n) { std::vector<float> v(n); for (auto& x : v) x = real(); return v; }
+    std::vector<int> ints(size_t n) { std::vector<int> v(n); for (auto& x : v) x = (int)word(); return v; }
+    Mat matrix() {
+        Mat m{};
+        m.type = (int)word(); m.rows = (int)word(); m.cols = (int)word();
+        u32 nq = word(), ns = word();
+        if (!ok || m.type >= N_TYPES || nq > words.size() || ns > words.size()) { ok = false; return m; }
+        for (u32 i = 0; i < nq; i++) m.qs.push_back(word());
+        for (u32 i = 0; i < ns; i++) m.sc.push_back(word());
+        if (m.sc.empty()) m.sc.push_back(0);
+        return m;
+    }
+};
+
+static bool load_moe_fixtures(MoeFixtures& f) {
+    const char* path = std::getenv("EMBER_MOE_FIXTURES");
+    FILE* file = path ? std::fopen(path, "rb") : nullptr;
+    if (!file) { printf("error: set EMBER_MOE_FIXTURES to the file tests/cuda_moe_fixtures.rs writes\n"); return false; }
+    u32 w;
+    while (std::fread(&w, 4, 1, file) == 1) f.words.push_back(w);
+    std::fclose(file);
+    return true;
+}
+
+static void run_route(const float* logits, int* selected, float* weights, int T, int n_expert, int k, int gating, int normalize, float scale) {
+    Route p{logits, selected, weights, T, n_expert, k, gating, normalize, scale};
+    launch({(unsigned)T, 1, 1}, {256, 1, 1}, [&] { moe_route(p); });
+}
+
+static void test_moe_route() {
+    MoeFixtures f;
+    if (!load_moe_fixtures(f)) { failures++; return; }
+    int n_cases = (int)f.word(), exact = 0, total = 0;
+    for (int c = 0; c < n_cases && f.ok; c++) {
+        int gating = (int)f.word(), normalize = (int)f.word();
+        float scale = f.real();
+        int n = (int)f.word(), k = (int)f.word(), rows = (int)f.word();
+        auto logits = f.reals((size_t)rows * n);
+        auto want_sel = f.ints((size_t)rows * k);
+        auto want_w = f.reals((size_t)rows * k);
+        std::vector<int> sel(rows * k, -1);
+        std::vector<float> w(rows * k, -1.0f);
+        run_route(logits.data(), sel.data(), w.data(), rows, n, k, gating, normalize, scale);
+        CHECK(sel == want_sel, "moe_route case %d (%d of %d experts, gating %d): chosen experts differ", c, k, n, gating);
+        double worst = 0;
+        for (int i = 0; i < rows * k; i++) {
+            total++;
+            if (std::isnan(want_w[i]) || std::isnan(w[i])) { CHECK(std::isnan(want_w[i]) && std::isnan(w[i]), "moe_route case %d weight %d: NaN on one side", c, i); exact++; continue; }
+            exact += w[i] == want_w[i];
+            worst = std::max(worst, std::fabs((double)w[i] - want_w[i]) / std::max(1e-30, std::fabs((double)want_w[i])));
+        }
+        CHECK(worst < 1e-6, "moe_route case %d: weights' relative error %g", c, worst);
+    }
+    CHECK(f.ok, "moe fixtures truncated in the routing cases");
+    printf("moe_route: %d cases, %d of %d weights bit for bit MoeConfig::route's\n", n_cases, exact, total);
+}
+
+// A mixture-of-experts layer as the fixture describes it.
+struct MoeLayer {
+    std::string name;
+    int d, vocab, n_expert, k, ff, gating, normalize, act, sff, sgated, T;
+    float scale, eps, embed_scale, logit_scale, residual;
+    std::vector<int> tokens;
+    std::vector<float> ffn_norm, out_norm, cpu_logits;
+    Mat embd, output, router, gate, up, down, sgate, sup, sdown, sgate_inp;
+};
+
+static bool read_layer(MoeFixtures& f, MoeLayer& L) {
+    u32 len = f.word();
+    std::string name;
+    for (u32 i = 0; i < (len + 3) / 4 && f.ok; i++) { u32 w = f.word(); for (int b = 0; b < 4; b++) name.push_back((char)(w >> (8 * b))); }
+    L.name = name.substr(0, len);
+    L.d = (int)f.word(); L.vocab = (int)f.word(); L.n_expert = (int)f.word(); L.k = (int)f.word(); L.ff = (int)f.word();
+    L.gating = (int)f.word(); L.normalize = (int)f.word(); L.scale = f.real(); L.act = (int)f.word();
+    L.sff = (int)f.word(); L.sgated = (int)f.word(); L.eps = f.real(); L.embed_scale = f.real(); L.logit_scale = f.real();
+    L.residual = f.real(); L.T = (int)f.word();
+    L.tokens = f.ints(L.T);
+    L.ffn_norm = f.reals(L.d); L.out_norm = f.reals(L.d);
+    L.embd = f.matrix(); L.output = f.matrix(); L.router = f.matrix(); L.gate = f.matrix(); L.up = f.matrix(); L.down = f.matrix();
+    if (L.sff) { L.sgate = f.matrix(); L.sup = f.matrix(); L.sdown = f.matrix(); }
+    if (L.sgated) L.sgate_inp = f.matrix();
+    L.cpu_logits = f.reals((size_t)L.T * L.vocab);
+    return f.ok;
+}
+
+// y = m · x over T rows, as execute_moe.rs's `dense`: project_small for up to 8 rows, the tiled matmul for more.
+static void run_dense(const Mat& m, const float* x, float* y, int T) {
+    if (T <= 8) run_project_small({&m}, {y}, x, T, nullptr, nullptr, 0.0f, 0, -1);
+    else run_matmul(m, x, y, T, 0);
+}
+
+// The whole layer for `tokens`, the routed gate and up read from `gate`/`up` at `stride`/`up_offset` (split or
+// fused), into logits [T][vocab].
+static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& tokens, const Mat& gate, const Mat& up, int stride, int up_offset) {
+    const int T = (int)tokens.size(), d = L.d, k = L.k;
+    std::vector<float> x(T * d), xn(T * d), logits_in(T * d), logits(T * L.vocab), router(T * L.n_expert), weights(T * k);
+    std::vector<float> hidden((size_t)T * k * L.ff), sg(T * std::max(L.sff, 1)), su(T * std::max(L.sff, 1)), sgl(T), sout(T * d);
+    std::vector<int> selected(T * k, -1), rows(T);
+    for (int t = 0; t < T; t++) rows[t] = t;
+    Embed e{L.embd.qs.data(), L.embd.sc.data(), tokens.data(), x.data(), T, d, L.embd.rows, L.embed_scale};
+    launch({(unsigned)T, 1, 1}, {128, 1, 1}, [&] { embed_fn[L.embd.type](e); });
+    run_rms_norm(x.data(), L.ffn_norm.data(), xn.data(), nullptr, T, d, L.eps);
+    // execute_moe.rs's order: router, routing, the routed gate/up, the shared expert's gate/up and gate, then the
+    // down (which overwrites xn), the shared expert's down and its add.
+    run_dense(L.router, xn.data(), router.data(), T);
+    run_route(router.data(), selected.data(), weights.data(), T, L.n_expert, k, L.gating, L.normalize, L.scale);
+    MoeGateUp gu{gate.qs.data(), gate.sc.data(), up.qs.data(), up.sc.data(), xn.data(), selected.data(), hidden.data(),
+                 L.ff, d, stride, up_offset, T, k, L.n_expert, L.act};
+    launch({(unsigned)((L.ff + 3) / 4), (unsigned)(T * k), 1}, {128, 1, 1}, [&] { moe_gate_up_fn[gate.type](gu); });
+    if (L.sff) {
+        if (T <= 8 && L.sgate.type == L.sup.type) {
+            run_project_small({&L.sgate, &L.sup}, {sg.data(), su.data()}, xn.data(), T, nullptr, nullptr, 0.0f, 0, L.act);
+        } else {
+            run_dense(L.sgate, xn.data(), sg.data(), T);
+            run_dense(L.sup, xn.data(), su.data(), T);
+            Gated g{sg.data(), su.data(), T * L.sff, L.act};
+            launch({(unsigned)((T * L.sff + 255) / 256), 1, 1}, {256, 1, 1}, [&] { gated_activation(g); });
+        }
+        if (L.sgated) run_dense(L.sgate_inp, xn.data(), sgl.data(), T);
+    }
+    MoeDown dn{L.down.qs.data(), L.down.sc.data(), hidden.data(), selected.data(), weights.data(), xn.data(), d, L.ff, T, k, L.n_expert, 0};
+    launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[L.down.type](dn); });
+    if (L.sff) {
+        run_dense(L.sdown, sg.data(), sout.data(), T);
+        MoeSharedAdd sa{xn.data(), sout.data(), L.sgated ? sgl.data() : nullptr, T, d};
+        launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { moe_shared_add(sa); });
+    }
+    AddScaled as{x.data(), xn.data(), T * d, L.residual};
+    launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { add_scaled(as); });
+    run_rms_norm(x.data(), L.out_norm.data(), logits_in.data(), rows.data(), T, d, L.eps);
+    run_dense(L.output, logits_in.data(), logits.data(), T);
+    if (L.logit_scale != 0.0f) {
+        FinishLogits fl{logits.data(), T * L.vocab, 1.0f / L.logit_scale, 0.0f, 0};
+        launch({(unsigned)((T * L.vocab + 255) / 256), 1, 1}, {256, 1, 1}, [&] { finish_logits(fl); });
+    }
+    return logits;
+}
+
+// The fused tensor `ffn_gate_up_exps` of a split gate and up: each expert's gate rows, then its up rows (packed
+// groups are self-contained, so packed rows concatenate as the file's rows do).
+static Mat fuse_gate_up(const Mat& gate, const Mat& up, int n_expert, int ff) {
+    Mat m{gate.type, 2 * gate.rows, gate.cols};
+    const size_t qrow = gate.qs.size() / gate.rows, srow = gate.type >= TYPE_F16 && gate.type <= TYPE_F32 ? 0 : gate.sc.size() / gate.rows;
+    for (int e = 0; e < n_expert; e++) for (const Mat* part : {&gate, &up}) {
+        m.qs.insert(m.qs.end(), part->qs.begin() + (size_t)e * ff * qrow, part->qs.begin() + (size_t)(e + 1) * ff * qrow);
+        if (srow) m.sc.insert(m.sc.end(), part->sc.begin() + (size_t)e * ff * srow, part->sc.begin() + (size_t)(e + 1) * ff * srow);
+    }
+    if (m.sc.empty()) m.sc.push_back(0);
+    return m;
+}
+
+static void test_moe_families() {
+    MoeFixtures f;
+    if (!load_moe_fixtures(f)) { failures++; return; }
+    // Past the routing cases.
+    for (int c = 0, n = (int)f.word(); c < n && f.ok; c++) {
+        f.word(); f.word(); f.word();
+        size_t experts = f.word(), k = f.word(), rows = f.word();
+        f.at += rows * experts + 2 * rows * k;
+    }
+    int n_layers = (int)f.word();
+    for (int c = 0; c < n_layers && f.ok; c++) {
+        MoeLayer L;
+        if (!read_layer(f, L)) break;
+        auto logits = run_layer(L, L.tokens, L.gate, L.up, L.ff, 0);
+        double worst = 0;
+        for (int t = 0; t < L.T; t++) {
+            double diff = 0, norm = 0;
+            for (int v = 0; v < L.vocab; v++) {
+                double a = logits[(size_t)t * L.vocab + v], b = L.cpu_logits[(size_t)t * L.vocab + v];
+                diff += (a - b) * (a - b); norm += b * b;
+            }
+            worst = std::max(worst, std::sqrt(diff / norm));
+        }
+        CHECK(worst <= 1e-3, "moe layer %s: relative error %.2e against the CPU backend", L.name.c_str(), worst);
+        printf("moe_families: %-36s %d tokens, %d of %d experts, worst relative error against the CPU %.2e\n", L.name.c_str(), L.T, L.k, L.n_expert, worst);
+        if (c == 0 || L.T > 8) {
+            // A token alone (project_small everywhere) against its row in the step (the tiled matmul past 8 rows).
+            const int t = L.T - 1;
+            auto alone = run_layer(L, {L.tokens[t]}, L.gate, L.up, L.ff, 0);
+            CHECK(bits_equal(alone.data(), &logits[(size_t)t * L.vocab], L.vocab), "moe layer %s: token %d alone differs from its row in the step", L.name.c_str(), t);
+            if (c == 0) {
+                // The gate and up fused into one tensor (`ffn_gate_up_exps`): the same rows, the same bits.
+                Mat fused = fuse_gate_up(L.gate, L.up, L.n_expert, L.ff);
+                auto fused_logits = run_layer(L, {L.tokens[t]}, fused, fused, 2 * L.ff, L.ff);
+                CHECK(bits_equal(fused_logits.data(), alone.data(), L.vocab), "moe layer %s: fused gate/up differ", L.name.c_str());
+            }
+        }
+    }
+    CHECK(f.ok, "moe fixtures truncated in the layers");
+}

@@ -1,0 +1,256 @@
+// Mixture-of-experts FFNs (`experts.rs`, the CPU's `moe.rs`): the router's logits come from a dense projection
+// (`project_small` or `matmul_tiled` of the f32 router matrix); these kernels do the rest on the device, so that a
+// step needs no round trip to the host and a decode step replays from a CUDA graph like a dense one:
+//
+//   moe_route          one block per token: softmax or sigmoid of its logits, its k experts (stable top-k), their
+//                      weights renormalized and scaled, as `MoeConfig::route` computes them;
+//   moe_gate_up_*      one warp per (expert row, (token, slot) pair): act(gate_e·x)·(up_e·x), e the pair's expert,
+//                      its rows read from the stacked `ffn_{gate,up}_exps` (or fused `ffn_gate_up_exps`) tensor;
+//   moe_down_*         one warp per (output row, token): Σ_s w_s · (down_e_s · hidden_s), in slot order, into the
+//                      block's output;
+//   moe_shared_add     out += σ(g)·y (or out += y): the shared expert's output, added after the routed sum.
+//
+// A pair reads only its expert's rows, so a decode step reads the bytes of the experts its tokens chose and no
+// others. Every dot product is `warp_row_dot`'s (the order common.cuh fixes), whatever the step's size, so a
+// token's result does not depend on the other tokens of its step.
+
+#define MOE_WARPS 4
+#define MOE_THREADS (32 * MOE_WARPS)
+#define ROUTE_THREADS 256
+// Most experts a layer may have (`MAX_EXPERTS` of experts.rs, llama.cpp's LLAMA_MAX_EXPERTS).
+#define ROUTE_MAX_EXPERTS 512
+// `Gating` of architecture.rs.
+#define GATING_SOFTMAX 0
+#define GATING_SIGMOID 1
+// llama.cpp's floor under the sum the weights are normalized by (the smallest normal f16).
+#define MIN_WEIGHT_SUM 6.103515625e-5f
+
+struct Route {
+    const float* logits;  // [n_tokens][n_expert]: the router's logits
+    int* selected;        // [n_tokens][k]: the chosen experts, the most probable first
+    float* weights;       // [n_tokens][k]: their weights
+    int n_tokens;
+    int n_expert;         // 1 ..= ROUTE_MAX_EXPERTS
+    int k;                // 1 ..= n_expert
+    int gating;           // GATING_SOFTMAX or GATING_SIGMOID
+    int normalize;        // 1: the weights are divided by their sum (at least MIN_WEIGHT_SUM)
+    float scale;          // multiplies the weights; 0 for none
+};
+static_assert(sizeof(Route) == 48, "Route must match RouteArgs in args.rs");
+
+// The order of the top k: the larger probability first, the lower expert first among equals, NaN after every
+// number (as `top_k` of experts.rs sorts).
+__device__ __forceinline__ float route_key(float v) { return v != v ? neg_infinity() : v; }
+
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Route p) {
+    __shared__ float probs[ROUTE_MAX_EXPERTS];
+    __shared__ float best_v[ROUTE_THREADS / 32];
+    __shared__ int best_i[ROUTE_THREADS / 32];
+    __shared__ float shared_value;
+    __shared__ int shared_index;
+    const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, n = p.n_expert;
+    const float* x = p.logits + (size_t)t * n;
+    if (p.gating == GATING_SIGMOID) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) probs[i] = 1.0f / (1.0f + expf(-x[i]));
+    } else {
+        // ggml's softmax: exp(x − max), the sum in f64 in expert order (one thread: at most 512 adds), times the
+        // f32 reciprocal of the sum. fmaxf skips NaN as f32::max does.
+        float m = neg_infinity();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, x[i]);
+        m = warp_max(m);
+        if (lane == 0) best_v[warp] = m;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < ROUTE_THREADS / 32; w++) m = fmaxf(m, best_v[w]);
+            shared_value = m;
+        }
+        __syncthreads();
+        m = shared_value;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) probs[i] = expf(x[i] - m);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double sum = 0.0;
+            for (int i = 0; i < n; i++) sum += (double)probs[i];
+            shared_value = (float)(1.0 / sum);
+        }
+        __syncthreads();
+        const float inv = shared_value;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) probs[i] *= inv;
+    }
+    __syncthreads();
+
+    // The k experts one after the other, each round taking the best entry after the previous round's (top_k.cu's
+    // rounds over a row of at most 512 probabilities in shared memory).
+    int* selected = p.selected + (size_t)t * p.k;
+    float* weights = p.weights + (size_t)t * p.k;
+    float prev_v = infinity();
+    int prev_i = -1;
+    for (int r = 0; r < p.k; r++) {
+        float v = neg_infinity();
+        int i = 0x7fffffff;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const float key = route_key(probs[j]);
+            if (before(prev_v, prev_i, key, j) && before(key, j, v, i)) {
+                v = key;
+                i = j;
+            }
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const float ov = __shfl_xor_sync(FULL_MASK, v, offset);
+            const int oi = __shfl_xor_sync(FULL_MASK, i, offset);
+            if (before(ov, oi, v, i)) {
+                v = ov;
+                i = oi;
+            }
+        }
+        if (lane == 0) {
+            best_v[warp] = v;
+            best_i[warp] = i;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < ROUTE_THREADS / 32; w++) {
+                if (before(best_v[w], best_i[w], v, i)) {
+                    v = best_v[w];
+                    i = best_i[w];
+                }
+            }
+            selected[r] = i;
+            weights[r] = probs[i];
+            shared_value = v;
+            shared_index = i;
+        }
+        __syncthreads();
+        prev_v = shared_value;
+        prev_i = shared_index;
+    }
+
+    if (threadIdx.x == 0) {
+        if (p.normalize) {
+            // As ggml's sum_rows: accumulated in f64, in slot order.
+            double sum = 0.0;
+            for (int r = 0; r < p.k; r++) sum += (double)weights[r];
+            const float s = fmaxf((float)sum, MIN_WEIGHT_SUM);
+            for (int r = 0; r < p.k; r++) weights[r] = weights[r] / s;
+        }
+        if (p.scale != 0.0f) {
+            for (int r = 0; r < p.k; r++) weights[r] = weights[r] * p.scale;
+        }
+    }
+}
+
+struct MoeGateUp {
+    const u32* gate_qs;  // the stacked gate tensor's quants, [n_expert · expert_stride][cols / 32][QWORDS]
+    const u32* gate_sc;  // its scales
+    const u32* up_qs;    // the up tensor's (the gate's own for a fused tensor)
+    const u32* up_sc;
+    const float* x;      // [n_tokens][cols]: the block's normalized input
+    const int* selected; // [n_tokens][k]: each pair's expert
+    float* hidden;       // [n_tokens · k][rows]: act(gate·x)·(up·x) of each pair
+    int rows;            // one expert's width (n_ff_exp)
+    int cols;            // n_embd, a multiple of 32
+    int expert_stride;   // rows from one expert's first gate row to the next's: rows, or 2·rows when fused
+    int up_offset;       // rows from an expert's first gate row to its first up row: 0, or rows when fused
+    int n_tokens;
+    int k;
+    int n_expert;
+    int act;             // ACT_SILU or ACT_GELU_TANH
+};
+static_assert(sizeof(MoeGateUp) == 88, "MoeGateUp must match MoeGateUpArgs in args.rs");
+
+__device__ __forceinline__ bool valid_expert(int e, int n_expert) { return e >= 0 && e < n_expert; }
+
+template <int TYPE>
+__device__ void moe_gate_up(const MoeGateUp& p) {
+    // No block-wide synchronization follows, so warps past the last row may leave.
+    const int row = blockIdx.x * MOE_WARPS + threadIdx.x / 32;
+    if (row >= p.rows) return;
+    const int n_pairs = p.n_tokens * p.k;
+    for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
+        const int e = p.selected[pair];
+        float g[MMV_MAX_TOKENS], u[MMV_MAX_TOKENS];
+        float h = __int_as_float(0x7fc00000);  // NaN for an expert out of range: a bug shows, it reads nothing
+        if (valid_expert(e, p.n_expert)) {
+            const float* x = p.x + (size_t)(pair / p.k) * p.cols;
+            const size_t first = (size_t)e * p.expert_stride;
+            warp_row_dot<TYPE>(p.gate_qs, p.gate_sc, first + row, x, p.cols, 1, nullptr, nullptr, g);
+            warp_row_dot<TYPE>(p.up_qs, p.up_sc, first + p.up_offset + row, x, p.cols, 1, nullptr, nullptr, u);
+            h = gated_mul(g[0], u[0], p.act);
+        }
+        if (threadIdx.x % 32 == 0) p.hidden[(size_t)pair * p.rows + row] = h;
+    }
+}
+
+struct MoeDown {
+    const u32* qs;        // the stacked down tensor's quants, [n_expert · rows][cols / 32][QWORDS]
+    const u32* sc;        // its scales
+    const float* hidden;  // [n_tokens · k][cols]
+    const int* selected;  // [n_tokens][k]
+    const float* weights; // [n_tokens][k]
+    float* out;           // [n_tokens][rows]: the routed experts' weighted sum
+    int rows;             // n_embd
+    int cols;             // one expert's width (n_ff_exp), a multiple of 32
+    int n_tokens;
+    int k;
+    int n_expert;
+    int pad_;
+};
+static_assert(sizeof(MoeDown) == 72, "MoeDown must match MoeDownArgs in args.rs");
+
+// out[t][row] = Σ_s w[t][s] · (down_e · hidden[t·k + s])[row], the products rounded and added in slot order from
+// slot 0's, as `weighted_sum` of the CPU's experts.rs adds them.
+template <int TYPE>
+__device__ void moe_down(const MoeDown& p) {
+    const int row = blockIdx.x * MOE_WARPS + threadIdx.x / 32;
+    if (row >= p.rows) return;
+    for (int t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
+        float acc = 0.0f;
+        for (int s = 0; s < p.k; s++) {
+            const int pair = t * p.k + s, e = p.selected[pair];
+            float y = __int_as_float(0x7fc00000);
+            if (valid_expert(e, p.n_expert)) {
+                float d[MMV_MAX_TOKENS];
+                const float* h = p.hidden + (size_t)pair * p.cols;
+                warp_row_dot<TYPE>(p.qs, p.sc, (size_t)e * p.rows + row, h, p.cols, 1, nullptr, nullptr, d);
+                y = d[0];
+            }
+            const float term = y * p.weights[pair];
+            acc = s == 0 ? term : acc + term;
+        }
+        if (threadIdx.x % 32 == 0) p.out[(size_t)t * p.rows + row] = acc;
+    }
+}
+
+#define MOE_KERNELS(SUFFIX, TYPE)                                                                       \
+    extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_gate_up_##SUFFIX(const MoeGateUp p) {  \
+        moe_gate_up<TYPE>(p);                                                                           \
+    }                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_down_##SUFFIX(const MoeDown p) {      \
+        moe_down<TYPE>(p);                                                                              \
+    }
+FOR_EACH_WEIGHT_TYPE(MOE_KERNELS)
+
+struct MoeSharedAdd {
+    float* out;          // [n_tokens][width]: out += g·y
+    const float* y;      // [n_tokens][width]: the shared expert's output
+    const float* gate;   // [n_tokens]: ffn_gate_inp_shexp·x of each token, g = σ of it; null: g = 1
+    int n_tokens;
+    int width;
+};
+static_assert(sizeof(MoeSharedAdd) == 32, "MoeSharedAdd must match MoeSharedAddArgs in args.rs");
+
+#define SHARED_ADD_THREADS 256
+
+// σ(x) as llama.cpp computes the shared expert's gate, silu(x) / x, but 1/2 at 0 (where that is NaN), as the CPU's
+// `shared_gate`; the product g·y is rounded before the add, as the CPU adds it.
+extern "C" __global__ void __launch_bounds__(SHARED_ADD_THREADS) moe_shared_add(const MoeSharedAdd p) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n_tokens * p.width) return;
+    float g = 1.0f;
+    if (p.gate) {
+        const float x = p.gate[i / p.width];
+        g = x == 0.0f ? 0.5f : (x / (1.0f + expf(-x))) / x;
+    }
+    const float term = p.y[i] * g;
+    p.out[i] += term;
+}

@@ -1,0 +1,236 @@
+//! What the CPU emulation of the CUDA mixture-of-experts kernels is checked against (`scripts/gpu-check.sh
+//! emulate`, the `moe_route` and `moe_families` checks of kernel_checks.cpp):
+//!
+//! - routing cases: logits rows (exact ties, ties at the k-th place, NaN, 512 experts) with what
+//!   `MoeConfig::route` makes of them, for softmax and sigmoid, with and without renormalization and a scale;
+//! - one mixture-of-experts layer of each of the five families' synthetic models (qwen3moe, Mixtral, qwen2moe with
+//!   its gated shared expert, OLMoE, GraniteMoE with its multipliers), and qwen3moe with Q8_0, Q4_K and MXFP4
+//!   experts: the layer's tensors packed by the CUDA backend's own `packing::pack`, a few tokens, and the CPU
+//!   backend's logits for them through that layer alone: its `LlamaBackend` operations `embed`, `rms_norm` (the
+//!   FFN norm), `moe_ffn`, the residual add and `logits`, the sequence the forward pass runs for a mixture-of-experts
+//!   block, without the attention. The emulation runs the CUDA kernels in the order `execute_moe.rs` enqueues them
+//!   and compares the logits within the bound the GPU's logits are held to for the dense families
+//!   (`tests/cuda_backend.rs`: relative error 1e-3).
+//!
+//! With `EMBER_MOE_FIXTURES=FILE` the test writes them there. File format, little-endian u32 words (floats as their
+//! bits): the count of routing cases, each `gating normalize scale n_expert k n_rows`, the logits, the chosen
+//! experts, the weights; then the count of layers, each its name (length, then bytes padded to words), `n_embd vocab
+//! n_expert k n_ff gating normalize scale act shared_n_ff shared_gated eps embed_scale logit_scale n_tokens`, the
+//! tokens, the FFN norm, the output norm, the matrices (token_embd, output, router, gate, up, down, then the shared
+//! expert's gate, up, down and, when gated, its gate row), each as `type rows cols n_quants n_scales quants scales`,
+//! and the CPU's logits `[n_tokens][vocab]`.
+
+#[path = "common/rng.rs"]
+mod rng;
+
+use ember::backend::cpu::kernels::WeightMatrix;
+use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::cuda::packing::pack;
+use ember::model::gguf::{GgmlType, GgufFile};
+use ember::model::llama::architecture::{ExpertGlu, Gating};
+use ember::model::llama::forward::{Buf, Norm};
+use ember::model::llama::{FfnActivation, LlamaBackend, LlamaConfig, MoeConfig, SeqChunk, SyntheticSpec};
+use ember::model::TokenId;
+use rng::Rng;
+
+fn moe(n_expert: usize, k: usize, gating: Gating, normalize: bool, scale: Option<f32>) -> MoeConfig {
+    MoeConfig {
+        n_expert,
+        n_expert_used: k,
+        n_ff_exp: 32,
+        gating,
+        normalize_weights: normalize,
+        weights_scale: scale,
+        shared: None,
+        fused_gate_up: false,
+        biases: false,
+        activation: ExpertGlu::AsDense,
+    }
+}
+
+/// Logits rows for a routing case: random, with values repeated so that exact ties fall inside, across and below
+/// the k-th place; one row all equal; and, where asked, a NaN.
+fn routing_rows(n_expert: usize, n_rows: usize, nan: bool, rng: &mut Rng) -> Vec<f32> {
+    let mut rows = Vec::new();
+    for r in 0..n_rows {
+        let mut row: Vec<f32> = (0..n_expert).map(|_| (rng.uniform(-1.0, 1.0) * 8.0).round() / 2.0).collect();
+        match r {
+            0 => row.iter_mut().for_each(|x| *x = 0.25),
+            1 => {
+                // The largest value three times: the first two places and the third are a tie.
+                let top = row.iter().copied().fold(f32::MIN, f32::max) + 1.0;
+                for i in [n_expert - 1, n_expert / 2, 1] {
+                    row[i] = top;
+                }
+            }
+            2 if nan => row[n_expert / 3] = f32::NAN,
+            _ => {}
+        }
+        rows.extend(row);
+    }
+    rows
+}
+
+struct Words(Vec<u32>);
+
+impl Words {
+    fn put(&mut self, v: usize) {
+        self.0.push(u32::try_from(v).unwrap());
+    }
+    fn float(&mut self, v: f32) {
+        self.0.push(v.to_bits());
+    }
+    fn floats(&mut self, v: &[f32]) {
+        self.0.extend(v.iter().map(|x| x.to_bits()));
+    }
+    fn name(&mut self, s: &str) {
+        self.put(s.len());
+        let mut bytes = s.as_bytes().to_vec();
+        bytes.resize(s.len().next_multiple_of(4), 0);
+        self.0.extend(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())));
+    }
+    fn matrix(&mut self, file: &GgufFile, name: &str) {
+        let packed = pack(&WeightMatrix::from_tensor(&file.tensor(name).unwrap()).unwrap());
+        for v in [packed.dtype as usize, packed.rows, packed.cols, packed.quants.len(), packed.scales.len()] {
+            self.put(v);
+        }
+        self.0.extend(&packed.quants);
+        self.0.extend(&packed.scales);
+    }
+}
+
+fn routing_cases(out: &mut Words) -> usize {
+    let mut rng = Rng(20270301);
+    let cases = [
+        moe(8, 2, Gating::Softmax, true, None),
+        moe(64, 8, Gating::Softmax, false, None),
+        moe(16, 4, Gating::Sigmoid, true, Some(2.5)),
+        moe(60, 4, Gating::Softmax, false, Some(16.0)),
+        moe(512, 8, Gating::Softmax, true, None),
+        moe(32, 32, Gating::Sigmoid, false, None),
+    ];
+    out.put(cases.len());
+    let mut exact_ties = 0;
+    for m in &cases {
+        let n_rows = 5;
+        let rows = routing_rows(m.n_expert, n_rows, m.gating == Gating::Sigmoid, &mut rng);
+        let (k, mut selected, mut weights) = (m.n_expert_used, Vec::new(), Vec::new());
+        for row in rows.chunks_exact(m.n_expert) {
+            let (mut sel, mut w) = (vec![0u32; k], vec![0f32; k]);
+            m.route(&mut row.to_vec(), &mut sel, &mut w);
+            // The all-equal row takes the first k experts, in order: ties go by index.
+            exact_ties += usize::from(row.iter().all(|&x| x == row[0]));
+            selected.extend(sel);
+            weights.extend(w);
+        }
+        assert_eq!(selected[..k], (0..k as u32).collect::<Vec<_>>()[..], "an all-equal row takes experts 0..k");
+        let gating = usize::from(m.gating == Gating::Sigmoid);
+        for v in [gating, usize::from(m.normalize_weights)] {
+            out.put(v);
+        }
+        out.float(m.weights_scale.unwrap_or(0.0));
+        for v in [m.n_expert, k, n_rows] {
+            out.put(v);
+        }
+        out.floats(&rows);
+        out.0.extend(&selected);
+        out.floats(&weights);
+    }
+    assert_eq!(exact_ties, cases.len());
+    cases.len()
+}
+
+/// One layer of `spec`'s model: its tensors, a few tokens, and the CPU backend's logits through that layer alone.
+fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize) {
+    let bytes = spec.writer_with_byte_vocabulary().to_bytes();
+    let file = GgufFile::from_bytes(&bytes).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    let moe = config.moe.clone().expect("a mixture-of-experts family");
+    assert!(config.pre_norms && !config.post_norms && config.final_softcap.is_none(), "{name}: the emulated layer");
+    let cpu_options = CpuBackendOptions {
+        threads: 2,
+        max_batch_tokens: 64,
+        kv_block_size: 16,
+        kv_num_blocks: 4,
+        kv_window_blocks: None,
+        precision: Precision::Float32,
+    };
+    let mut cpu = CpuBackend::new(&file, config.clone(), cpu_options).unwrap();
+    let tokens: Vec<TokenId> = (0..n_tokens).map(|j| ((j * 37 + 11) % config.vocab_size) as TokenId).collect();
+    let table = [0u32, 1, 2, 3];
+    let batch =
+        [SeqChunk { tokens: &tokens, start_pos: 0, block_table: &table, window_table: &[], logit_rows: n_tokens }];
+    let mut logits = vec![0f32; n_tokens * config.vocab_size];
+    // The forward pass's mixture-of-experts block (forward.rs: `pre_norm`, `moe_ffn`, `add_branch`) on the
+    // embeddings, then the final norm and output projection.
+    cpu.begin(&batch).unwrap();
+    cpu.embed(Buf::X);
+    cpu.rms_norm(Buf::X, Norm::Ffn(0), Buf::Xn);
+    cpu.moe_ffn(0, Buf::Xn);
+    cpu.add_scaled(Buf::Xn, config.residual_scale.unwrap_or(1.0), Buf::X);
+    cpu.logits(&mut logits).unwrap();
+    assert!(logits.iter().all(|v| v.is_finite()), "{name}");
+
+    out.name(name);
+    let act = match config.ffn_activation {
+        FfnActivation::Silu => 0,
+        FfnActivation::GeluTanh => 1,
+    };
+    let (shared_n_ff, shared_gated) = moe.shared.map_or((0, false), |s| (s.n_ff, s.gated));
+    for v in [config.n_embd, config.vocab_size, moe.n_expert, moe.n_expert_used, moe.n_ff_exp] {
+        out.put(v);
+    }
+    out.put(usize::from(moe.gating == Gating::Sigmoid));
+    out.put(usize::from(moe.normalize_weights));
+    out.float(moe.weights_scale.unwrap_or(0.0));
+    for v in [act, shared_n_ff, usize::from(shared_gated)] {
+        out.put(v);
+    }
+    out.float(config.rms_eps);
+    out.float(config.embed_scale.unwrap_or(1.0));
+    out.float(config.logit_scale.unwrap_or(0.0));
+    out.float(config.residual_scale.unwrap_or(1.0));
+    out.put(n_tokens);
+    out.0.extend(&tokens);
+    let norm = |n: Norm| file.tensor(&n.tensor_name()).unwrap().as_f32().unwrap().to_vec();
+    out.floats(&norm(Norm::Ffn(0)));
+    out.floats(&norm(Norm::Output));
+    out.matrix(&file, "token_embd.weight");
+    out.matrix(&file, if config.tied_output { "token_embd.weight" } else { "output.weight" });
+    let layer = |suffix: &str| LlamaConfig::layer_tensor(0, suffix);
+    let mut names = vec!["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"];
+    if moe.shared.is_some() {
+        names.extend(["ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"]);
+    }
+    if shared_gated {
+        names.push("ffn_gate_inp_shexp.weight");
+    }
+    for suffix in names {
+        out.matrix(&file, &layer(suffix));
+    }
+    out.floats(&logits);
+}
+
+#[test]
+fn moe_fixtures_for_the_cuda_emulation() {
+    let mut out = Words(Vec::new());
+    let n_routing = routing_cases(&mut out);
+    let families = ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small"];
+    let mut layers: Vec<(String, SyntheticSpec, usize)> =
+        families.iter().map(|f| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), 2)).collect();
+    // More than `SMALL_BATCH_MAX_TOKENS` rows: the router and the shared expert take the tiled matmul.
+    layers.push(("qwen2moe-small, 9 tokens".into(), SyntheticSpec::family("qwen2moe-small", 6, 1).unwrap(), 9));
+    for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4] {
+        let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 7, 1).unwrap() };
+        // One token each: the emulation runs a thread per GPU thread, and the types differ only in `slice_dequant`.
+        layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 1));
+    }
+    out.put(layers.len());
+    for (name, spec, n_tokens) in &layers {
+        layer_case(&mut out, name, spec, *n_tokens);
+    }
+    if let Some(path) = std::env::var_os("EMBER_MOE_FIXTURES") {
+        std::fs::write(&path, bytemuck::cast_slice::<u32, u8>(&out.0)).unwrap();
+        eprintln!("wrote {n_routing} routing cases and {} layers to {}", layers.len(), path.to_string_lossy());
+    }
+}
