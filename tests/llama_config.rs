@@ -287,3 +287,37 @@ fn biases_the_blocks_do_not_have_are_refused() {
         }
     }
 }
+
+/// gpt-oss' layers as llama.cpp reads them: every other layer windowed (the even ones), the windowed layers' RoPE
+/// scaled as the full ones' (YaRN), sinks and output biases; a file without its window key is refused as llama.cpp
+/// refuses it, and the router's and experts' biases are refused on a family without them.
+#[test]
+fn gpt_oss_windows_sinks_and_biases_are_read_as_llama_cpp_reads_them() {
+    let spec = SyntheticSpec::family("gpt-oss-small-mxfp4", 1, 4).unwrap();
+    let c = config_of(spec.writer()).unwrap();
+    let windows: Vec<_> = c.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(8), None, Some(8), None]);
+    assert!(c.attn_sinks && c.attn_output_bias && c.qkv_bias && c.rope_scale_windows && c.rope_yarn.is_some());
+    // The windowed layers share the full layers' base, and both are scaled alike.
+    assert_eq!(c.rope_bases, [Some(150_000.0), Some(150_000.0)]);
+    assert_eq!(c.inv_frequencies(0), c.inv_frequencies(1));
+    assert_eq!(c.rope_magnitude(0), c.rope_magnitude(1));
+    assert!(c.rope_magnitude(0) > 1.0, "YaRN's magnitude correction");
+    let moe = c.moe.as_ref().unwrap();
+    assert!(moe.biases && moe.n_expert == 16 && moe.n_expert_used == 4 && moe.n_ff_exp == 576);
+
+    let w = spec.writer().without_metadata("gpt-oss.attention.sliding_window");
+    assert_eq!(invalid_key(config_of(w)), "gpt-oss.attention.sliding_window");
+    match config_of(spec.writer().without_tensor("blk.1.attn_sinks.weight")) {
+        Err(e) => assert!(e.to_string().contains("blk.1.attn_sinks.weight"), "{e}"),
+        Ok(_) => panic!("a gpt-oss file without its sinks loaded"),
+    }
+    let qwen3moe = SyntheticSpec::family("qwen3moe-small", 1, 1).unwrap();
+    for bias in ["ffn_gate_inp.bias", "ffn_down_exps.bias"] {
+        let name = format!("blk.0.{bias}");
+        match config_of(qwen3moe.writer().tensor_f32(&name, &[32], &[0.0; 32])) {
+            Err(ModelConfigError::Invalid { detail, .. }) => assert!(detail.contains(&name), "{detail}"),
+            other => panic!("{bias}: expected a refusal, got {other:?}"),
+        }
+    }
+}

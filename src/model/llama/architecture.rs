@@ -156,9 +156,8 @@ pub enum LayerPattern {
         /// The layer period, or `None` to read `attention.sliding_window_pattern` (default 2, llama.cpp's
         /// `load_swa_pattern`).
         period: Option<usize>,
-        /// The window when `attention.sliding_window` is absent (`None`: no windows at all). A key of 0 means no
-        /// windows either.
-        default_window: Option<u32>,
+        /// What an absent `attention.sliding_window` means. A key of 0 means no windows.
+        default_window: WindowDefault,
         /// The windowed layers' base when `rope.freq_base_swa` is absent: `None` for the full layers' base.
         default_swa_base: Option<f32>,
         /// The windowed layers' RoPE is scaled as the full layers' is (gpt-oss: llama.cpp sets
@@ -167,6 +166,17 @@ pub enum LayerPattern {
     },
     /// Layer `l` has no RoPE when `(l + 1) mod period == 0` (SmolLM3's `n_no_rope_layer_step`).
     NoRopeEvery(usize),
+}
+
+/// What a family's file without `attention.sliding_window` means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowDefault {
+    /// No windows at all (Gemma 3's files always carry the key).
+    NoWindows,
+    /// This window (Gemma 2's 4096, as llama.cpp defaults it).
+    Size(u32),
+    /// The key is required: llama.cpp refuses such a file (gpt-oss).
+    Required,
 }
 
 /// When the attention scores and the logits are soft-capped (`c · tanh(x / c)`).

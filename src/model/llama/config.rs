@@ -17,7 +17,7 @@ use crate::model::gguf::{GgmlType, GgufError, GgufFile};
 
 mod vocab;
 
-use super::architecture::{Architecture, CapRule, FfnActivation, LayerPattern, QkNorm};
+use super::architecture::{Architecture, CapRule, FfnActivation, LayerPattern, QkNorm, WindowDefault};
 use super::experts::{self, MoeConfig};
 use super::forward::{Norm, Weight};
 use super::multipliers::{self, Widths};
@@ -237,9 +237,13 @@ fn layer_pattern(
             (vec![Some(rope_base)], vec![full; n_layer])
         }
         LayerPattern::SlidingWindow { period, default_window, default_swa_base, .. } => {
-            let window = match file.optional(k.sliding_window, GgufFile::u32)?.or(default_window) {
-                None | Some(0) => None,
-                Some(w) => Some(w as usize),
+            let key = file.optional(k.sliding_window, GgufFile::u32)?;
+            let window = match (key, default_window) {
+                (Some(0), _) | (None, WindowDefault::NoWindows) => None,
+                (Some(w), _) | (None, WindowDefault::Size(w)) => Some(w as usize),
+                (None, WindowDefault::Required) => {
+                    return Err(invalid(k.sliding_window, "missing: this architecture's files carry it".into()))
+                }
             };
             let period = match period {
                 Some(p) => p,

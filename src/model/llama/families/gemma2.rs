@@ -12,7 +12,7 @@ static SPEC: ArchSpec = ArchSpec {
     // llama.cpp's `load_swa_pattern(ml, 2)`.
     layers: LayerPattern::SlidingWindow {
         period: None,
-        default_window: Some(4096),
+        default_window: WindowDefault::Size(4096),
         default_swa_base: None,
         scaled: false,
     },

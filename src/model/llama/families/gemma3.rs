@@ -13,7 +13,7 @@ static SPEC: ArchSpec = ArchSpec {
     // llama.cpp's `set_swa_pattern(6)`.
     layers: LayerPattern::SlidingWindow {
         period: Some(6),
-        default_window: None,
+        default_window: WindowDefault::NoWindows,
         default_swa_base: Some(10_000.0),
         scaled: false,
     },

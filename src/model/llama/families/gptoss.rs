@@ -24,7 +24,12 @@ static SPEC: ArchSpec = ArchSpec {
     },
     // llama.cpp reads `attention.sliding_window` as a required key; the windowed layers' base is
     // `rope.freq_base_swa` when present, else the full layers', and scaled as theirs.
-    layers: LayerPattern::SlidingWindow { period: None, default_window: None, default_swa_base: None, scaled: true },
+    layers: LayerPattern::SlidingWindow {
+        period: None,
+        default_window: WindowDefault::Required,
+        default_swa_base: None,
+        scaled: true,
+    },
     softcaps: SoftCaps::NONE,
     multipliers: MultiplierRule::Standard,
     experts: ExpertsRule::Always(MoeLayout {
