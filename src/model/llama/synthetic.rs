@@ -159,9 +159,16 @@ impl SyntheticSpec {
     /// `<|endoftext|>` end token, control tokens `<|t257|>`… to fill, no merges. Enough for any engine to load the
     /// file and take token ids (llama.cpp builds its fixtures from such files).
     pub fn writer_with_byte_vocabulary(&self) -> GgufWriter {
-        assert!(self.vocab_size > 256, "a byte vocabulary needs more than 256 tokens");
+        self.writer_with_byte_vocabulary_and(&[])
+    }
+
+    /// [`SyntheticSpec::writer_with_byte_vocabulary`] whose first control tokens after `<|endoftext|>` (ids 257...)
+    /// are `control` (a family's special tokens, e.g. gpt-oss' harmony markers), the rest `<|tN|>`.
+    pub fn writer_with_byte_vocabulary_and(&self, control: &[&str]) -> GgufWriter {
+        assert!(self.vocab_size > 257 + control.len(), "a byte vocabulary needs more than 256 tokens");
         let mut tokens: Vec<String> = BYTE_TO_CHAR.iter().map(|c| c.to_string()).collect();
         tokens.push("<|endoftext|>".into());
+        tokens.extend(control.iter().map(|c| (*c).to_owned()));
         tokens.extend((tokens.len()..self.vocab_size).map(|i| format!("<|t{i}|>")));
         let types: Vec<i32> = (0..self.vocab_size).map(|i| if i < 256 { 1 } else { 3 }).collect();
         // A name without the architecture's: llama.cpp sets token attributes by model name ("phi3" wants `</s>`).
