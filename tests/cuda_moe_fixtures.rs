@@ -2,9 +2,11 @@
 //! emulate`, the `moe_route` and `moe_families` checks of kernel_checks.cpp):
 //!
 //! - routing cases: logits rows (exact ties, ties at the k-th place, NaN, 512 experts) with what
-//!   `MoeConfig::route` makes of them, for softmax and sigmoid, with and without renormalization and a scale;
-//! - one mixture-of-experts layer of each of the five families' synthetic models (qwen3moe, Mixtral, qwen2moe with
-//!   its gated shared expert, OLMoE, GraniteMoE with its multipliers), and qwen3moe with Q8_0, Q4_K and MXFP4
+//!   `MoeConfig::route` makes of them, for softmax, sigmoid and gpt-oss' softmax of the chosen, with and without
+//!   renormalization and a scale;
+//! - one mixture-of-experts layer of each of the six families' synthetic models (qwen3moe, Mixtral, qwen2moe with
+//!   its gated shared expert, OLMoE, GraniteMoE with its multipliers, gpt-oss with its router and expert biases,
+//!   softmax of the chosen and clamped SwiGLU over MXFP4 experts), and qwen3moe with Q8_0, Q4_K and MXFP4
 //!   experts: the layer's tensors packed by the CUDA backend's own `packing::pack`, a few tokens, and the CPU
 //!   backend's logits for them through that layer alone: its `LlamaBackend` operations `embed`, `rms_norm` (the
 //!   FFN norm), `moe_ffn`, the residual add and `logits`, the sequence the forward pass runs for a mixture-of-experts
@@ -15,10 +17,12 @@
 //! With `EMBER_MOE_FIXTURES=FILE` the test writes them there. File format, little-endian u32 words (floats as their
 //! bits): the count of routing cases, each `gating normalize scale n_expert k n_rows`, the logits, the chosen
 //! experts, the weights; then the count of layers, each its name (length, then bytes padded to words), `n_embd vocab
-//! n_expert k n_ff gating normalize scale act shared_n_ff shared_gated eps embed_scale logit_scale n_tokens`, the
-//! tokens, the FFN norm, the output norm, the matrices (token_embd, output, router, gate, up, down, then the shared
-//! expert's gate, up, down and, when gated, its gate row), each as `type rows cols n_quants n_scales quants scales`,
-//! and the CPU's logits `[n_tokens][vocab]`.
+//! n_expert k n_ff gating normalize scale act shared_n_ff shared_gated eps embed_scale logit_scale residual_scale
+//! biases alpha limit n_tokens`, the tokens, the FFN norm, the output norm, the matrices (token_embd, output, router,
+//! gate, up, down, then the shared expert's gate, up, down and, when gated, its gate row), each as `type rows cols
+//! n_quants n_scales quants scales`, with `biases` the router's, the experts' gate, up and down biases, and the CPU's
+//! logits `[n_tokens][vocab]`. `gating` is moe.cu's GATING_* (0 softmax, 1 sigmoid, 2 softmax of the chosen), `act`
+//! its ACT_* (0 SiLU, 1 GELU, 2 gpt-oss' clamped SwiGLU with `alpha` and `limit`).
 
 #[path = "common/rng.rs"]
 mod rng;
@@ -32,6 +36,15 @@ use ember::model::llama::forward::{Buf, Norm};
 use ember::model::llama::{FfnActivation, LlamaBackend, LlamaConfig, MoeConfig, SeqChunk, SyntheticSpec};
 use ember::model::TokenId;
 use rng::Rng;
+
+/// moe.cu's GATING_* code of `g`.
+fn gating_code(g: Gating) -> usize {
+    match g {
+        Gating::Softmax => 0,
+        Gating::Sigmoid => 1,
+        Gating::SoftmaxOfChosen => 2,
+    }
+}
 
 fn moe(n_expert: usize, k: usize, gating: Gating, normalize: bool, scale: Option<f32>) -> MoeConfig {
     MoeConfig {
@@ -108,6 +121,9 @@ fn routing_cases(out: &mut Words) -> usize {
         moe(60, 4, Gating::Softmax, false, Some(16.0)),
         moe(512, 8, Gating::Softmax, true, None),
         moe(32, 32, Gating::Sigmoid, false, None),
+        // gpt-oss-20b's 4 of 32 and -120b's 4 of 128: the top k of the raw logits, the softmax of those k.
+        moe(32, 4, Gating::SoftmaxOfChosen, false, None),
+        moe(128, 4, Gating::SoftmaxOfChosen, false, None),
     ];
     out.put(cases.len());
     let mut exact_ties = 0;
@@ -124,8 +140,7 @@ fn routing_cases(out: &mut Words) -> usize {
             weights.extend(w);
         }
         assert_eq!(selected[..k], (0..k as u32).collect::<Vec<_>>()[..], "an all-equal row takes experts 0..k");
-        let gating = usize::from(m.gating == Gating::Sigmoid);
-        for v in [gating, usize::from(m.normalize_weights)] {
+        for v in [gating_code(m.gating), usize::from(m.normalize_weights)] {
             out.put(v);
         }
         out.float(m.weights_scale.unwrap_or(0.0));
@@ -172,15 +187,16 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     assert!(logits.iter().all(|v| v.is_finite()), "{name}");
 
     out.name(name);
-    let act = match config.ffn_activation {
-        FfnActivation::Silu => 0,
-        FfnActivation::GeluTanh => 1,
+    let (act, alpha, limit) = match (moe.activation, config.ffn_activation) {
+        (ExpertGlu::SwigluOai { alpha, limit }, _) => (2, alpha, limit),
+        (ExpertGlu::AsDense, FfnActivation::Silu) => (0, 0.0, 0.0),
+        (ExpertGlu::AsDense, FfnActivation::GeluTanh) => (1, 0.0, 0.0),
     };
     let (shared_n_ff, shared_gated) = moe.shared.map_or((0, false), |s| (s.n_ff, s.gated));
     for v in [config.n_embd, config.vocab_size, moe.n_expert, moe.n_expert_used, moe.n_ff_exp] {
         out.put(v);
     }
-    out.put(usize::from(moe.gating == Gating::Sigmoid));
+    out.put(gating_code(moe.gating));
     out.put(usize::from(moe.normalize_weights));
     out.float(moe.weights_scale.unwrap_or(0.0));
     for v in [act, shared_n_ff, usize::from(shared_gated)] {
@@ -190,9 +206,13 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     out.float(config.embed_scale.unwrap_or(1.0));
     out.float(config.logit_scale.unwrap_or(0.0));
     out.float(config.residual_scale.unwrap_or(1.0));
+    out.put(usize::from(moe.biases));
+    out.float(alpha);
+    out.float(limit);
     out.put(n_tokens);
     out.0.extend(&tokens);
-    let norm = |n: Norm| file.tensor(&n.tensor_name()).unwrap().as_f32().unwrap().to_vec();
+    // The FFN norm under its family's name (gpt-oss': `post_attention_norm`).
+    let norm = |n: Norm| file.tensor(&config.norm_tensor(n)).unwrap().as_f32().unwrap().to_vec();
     out.floats(&norm(Norm::Ffn(0)));
     out.floats(&norm(Norm::Output));
     out.matrix(&file, "token_embd.weight");
@@ -208,6 +228,11 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     for suffix in names {
         out.matrix(&file, &layer(suffix));
     }
+    if moe.biases {
+        for suffix in ["ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"] {
+            out.floats(file.tensor(&layer(suffix)).unwrap().as_f32().unwrap());
+        }
+    }
     out.floats(&logits);
 }
 
@@ -217,7 +242,8 @@ fn moe_fixtures_for_the_cuda_emulation() {
     let n_routing = routing_cases(&mut out);
     // One token per family (the emulation runs a thread per GPU thread: `make test` pays for each row), several in
     // the 9-token case below.
-    let families = ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small"];
+    let families =
+        ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small", "gpt-oss-small-mxfp4"];
     let mut layers: Vec<(String, SyntheticSpec, usize)> =
         families.iter().map(|f| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), 1)).collect();
     // More than `SMALL_BATCH_MAX_TOKENS` rows: the router and the shared expert take the tiled matmul.

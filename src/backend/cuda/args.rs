@@ -111,6 +111,7 @@ pub struct AttentionArgs {
     pub(super) positions: u64,
     pub(super) table_offsets: u64,
     pub(super) block_tables: u64,
+    pub(super) sinks: u64,
     pub(super) n_tokens: i32,
     pub(super) n_head: i32,
     pub(super) n_head_kv: i32,
@@ -180,6 +181,7 @@ pub struct TopKArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RouteArgs {
     pub(super) logits: u64,
+    pub(super) bias: u64,
     pub(super) selected: u64,
     pub(super) weights: u64,
     pub(super) n_tokens: i32,
@@ -201,6 +203,8 @@ pub struct MoeGateUpArgs {
     pub(super) x: u64,
     pub(super) selected: u64,
     pub(super) hidden: u64,
+    pub(super) gate_bias: u64,
+    pub(super) up_bias: u64,
     pub(super) rows: i32,
     pub(super) cols: i32,
     pub(super) expert_stride: i32,
@@ -209,6 +213,8 @@ pub struct MoeGateUpArgs {
     pub(super) k: i32,
     pub(super) n_expert: i32,
     pub(super) act: i32,
+    pub(super) alpha: f32,
+    pub(super) limit: f32,
 }
 
 /// `struct MoeDown` of moe.cu.
@@ -221,6 +227,7 @@ pub struct MoeDownArgs {
     pub(super) selected: u64,
     pub(super) weights: u64,
     pub(super) out: u64,
+    pub(super) bias: u64,
     pub(super) rows: i32,
     pub(super) cols: i32,
     pub(super) n_tokens: i32,
@@ -247,15 +254,15 @@ const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
-const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 88);
+const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 96);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<FinishLogitsArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
-const _: () = assert!(std::mem::size_of::<RouteArgs>() == 48);
-const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 88);
-const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 72);
+const _: () = assert!(std::mem::size_of::<RouteArgs>() == 56);
+const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 112);
+const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<MoeSharedAddArgs>() == 32);
 
 // SAFETY (all sixteen): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
@@ -353,6 +360,7 @@ mod tests {
                 positions,
                 table_offsets,
                 block_tables,
+                sinks,
                 n_tokens,
                 n_head,
                 n_head_kv,
@@ -368,7 +376,11 @@ mod tests {
         mirrors!(AddScaledArgs, "AddScaled", [dst, src, n, factor]);
         mirrors!(FinishLogitsArgs, "FinishLogits", [x, n, factor, cap, pad]);
         mirrors!(TopKArgs, "TopK", [logits, ids, values, n_rows, vocab, k, pad]);
-        mirrors!(RouteArgs, "Route", [logits, selected, weights, n_tokens, n_expert, k, gating, normalize, scale]);
+        mirrors!(
+            RouteArgs,
+            "Route",
+            [logits, bias, selected, weights, n_tokens, n_expert, k, gating, normalize, scale]
+        );
         mirrors!(
             MoeGateUpArgs,
             "MoeGateUp",
@@ -380,6 +392,8 @@ mod tests {
                 x,
                 selected,
                 hidden,
+                gate_bias,
+                up_bias,
                 rows,
                 cols,
                 expert_stride,
@@ -387,13 +401,15 @@ mod tests {
                 n_tokens,
                 k,
                 n_expert,
-                act
+                act,
+                alpha,
+                limit
             ]
         );
         mirrors!(
             MoeDownArgs,
             "MoeDown",
-            [qs, sc, hidden, selected, weights, out, rows, cols, n_tokens, k, n_expert, pad]
+            [qs, sc, hidden, selected, weights, out, bias, rows, cols, n_tokens, k, n_expert, pad]
         );
         mirrors!(MoeSharedAddArgs, "MoeSharedAdd", [out, y, gate, n_tokens, width]);
     }

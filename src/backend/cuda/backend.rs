@@ -26,7 +26,7 @@ use super::step_meta::{MetaLayout, StepMeta};
 use super::weights::DeviceWeights;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
-use crate::model::llama::architecture::{ExpertGlu, Gating};
+use crate::model::llama::architecture::ExpertGlu;
 use crate::model::llama::batch::{total_logit_rows, validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{forward, Bias, Buf, LlamaBackend, Norm, Weight};
 use crate::model::llama::LlamaConfig;
@@ -304,21 +304,11 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
-    // gpt-oss' attention and experts: the CPU backend runs them.
-    if config.attn_sinks || config.attn_output_bias {
-        return Err(CudaBackendError::Unsupported(
-            "attention sinks and output-projection biases (gpt-oss): the CPU backend runs them".into(),
-        ));
-    }
-    if let Some(moe) = config
-        .moe
-        .as_ref()
-        .filter(|m| m.biases || m.gating == Gating::SoftmaxOfChosen || m.activation != ExpertGlu::AsDense)
-    {
-        return Err(CudaBackendError::Unsupported(format!(
-            "experts with biases, {:?} gating or the {:?} activation (gpt-oss): the CPU backend runs them",
-            moe.gating, moe.activation
-        )));
+    // gpt-oss' clamped SwiGLU divides by its alpha (`moe_gate_up`, as the CPU's experts).
+    if let Some(ExpertGlu::SwigluOai { alpha, .. }) = config.moe.as_ref().map(|m| m.activation) {
+        if !alpha.is_normal() {
+            return Err(CudaBackendError::Unsupported(format!("a SwiGLU alpha of {alpha}: it must be a normal float")));
+        }
     }
     // The FFN widths the kernels walk in whole 32-element groups: the dense FFN's, or the experts' and the shared
     // expert's (a mixture-of-experts file's `feed_forward_length` sizes no matrix ember reads).
@@ -452,7 +442,8 @@ mod tests {
 
     #[test]
     fn every_mixture_of_experts_family_passes_the_checks_and_odd_widths_are_refused_by_name() {
-        for family in ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small"] {
+        let families = ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small"];
+        for family in families.into_iter().chain(["gpt-oss-small", "gpt-oss-small-mxfp4"]) {
             let config = config_of(SyntheticSpec::family(family, 1, 1).unwrap());
             assert!(config.moe.is_some(), "{family}");
             assert_eq!(check(&config), Ok(()), "{family}");
@@ -471,5 +462,12 @@ mod tests {
         let mut config = config_of(SyntheticSpec::family("olmoe-small", 1, 1).unwrap());
         config.n_ff = 100;
         assert_eq!(check(&config), Ok(()));
+        // gpt-oss' sinks, output bias, biased experts and clamped SwiGLU all run; an alpha that cannot divide does not.
+        let mut config = config_of(SyntheticSpec::family("gpt-oss-small-mxfp4", 1, 2).unwrap());
+        assert!(config.attn_sinks && config.attn_output_bias && config.moe.as_ref().unwrap().biases);
+        assert_eq!(config.layers.iter().filter(|l| l.window.is_some()).count(), 1, "windows every other layer");
+        config.moe.as_mut().unwrap().activation = ExpertGlu::SwigluOai { alpha: 0.0, limit: 7.0 };
+        let e = check(&config).unwrap_err();
+        assert!(e.contains("alpha of 0"), "{e}");
     }
 }

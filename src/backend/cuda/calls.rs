@@ -359,6 +359,8 @@ pub struct AttentionCall<'a> {
     pub scale: f32,
     /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
     pub softcap: Option<f32>,
+    /// `[n_head]`: each query head's sink logit (gpt-oss' `attn_sinks`).
+    pub sinks: Option<DeviceArray<'a, f32>>,
 }
 
 impl AttentionCall<'_> {
@@ -374,6 +376,10 @@ impl AttentionCall<'_> {
             positions: self.positions.covering(n, "the positions")?,
             table_offsets: self.table_offsets.covering(n, "the table offsets")?,
             block_tables: self.block_tables.covering(1, "the block tables")?,
+            sinks: match self.sinks {
+                Some(sinks) => sinks.covering(s.n_head, "the attention sinks")?,
+                None => 0,
+            },
             n_tokens: int(n, "tokens")?,
             n_head: int(s.n_head, "heads")?,
             n_head_kv: int(s.n_head_kv, "KV heads")?,

@@ -7,7 +7,7 @@ use super::args::{MoeDownArgs, MoeGateUpArgs, MoeSharedAddArgs, RouteArgs};
 use super::calls::{activation_code, blocks, config, int, internal};
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
-use crate::model::llama::architecture::Gating;
+use crate::model::llama::architecture::{ExpertGlu, Gating};
 use crate::model::llama::{FfnActivation, MoeConfig};
 
 /// Most experts `moe_route` takes (`ROUTE_MAX_EXPERTS` of moe.cu; `experts::MAX_EXPERTS`, which the config's
@@ -24,6 +24,8 @@ const MAX_GRID_Y: usize = 65535;
 pub struct RouteCall<'a> {
     /// `[n_tokens][moe.n_expert]`.
     pub logits: DeviceArray<'a, f32>,
+    /// `[moe.n_expert]`: the router's bias (`moe.biases`), added to every token's logits before the routing.
+    pub bias: Option<DeviceArray<'a, f32>>,
     /// `[n_tokens][moe.n_expert_used]`.
     pub selected: DeviceArray<'a, i32>,
     pub weights: DeviceArray<'a, f32>,
@@ -39,6 +41,7 @@ impl RouteCall<'_> {
         }
         let args = RouteArgs {
             logits: self.logits.covering(self.n_tokens * n, "the router logits")?,
+            bias: optional(self.bias, n, "the router's bias")?,
             selected: self.selected.covering(self.n_tokens * k, "the chosen experts")?,
             weights: self.weights.covering(self.n_tokens * k, "the experts' weights")?,
             n_tokens: int(self.n_tokens, "tokens")?,
@@ -47,8 +50,7 @@ impl RouteCall<'_> {
             gating: match self.moe.gating {
                 Gating::Softmax => 0,
                 Gating::Sigmoid => 1,
-                // Refused at `check_options` (gpt-oss).
-                Gating::SoftmaxOfChosen => return Err(internal("the softmax of the chosen experts".into())),
+                Gating::SoftmaxOfChosen => 2,
             },
             normalize: i32::from(self.moe.normalize_weights),
             scale: match self.moe.weights_scale {
@@ -74,7 +76,21 @@ pub struct ExpertRows<'a> {
     pub up_offset: usize,
 }
 
-/// `hidden[pair] = act(gate_e · x[token]) ⊙ (up_e · x[token])` for every (token, slot) pair, `e` its expert.
+/// The address of an optional array of at least `n` elements, or 0 (null: the kernel's "none").
+fn optional(array: Option<DeviceArray<'_, f32>>, n: usize, what: &str) -> Result<u64, CudaBackendError> {
+    array.map_or(Ok(0), |a| a.covering(n, what))
+}
+
+/// The experts' biases (gpt-oss), `[n_expert][width]` each: gate and up `n_ff_exp` wide, down `n_embd`.
+#[derive(Clone, Copy)]
+pub struct ExpertBiases<'a> {
+    pub gate: DeviceArray<'a, f32>,
+    pub up: DeviceArray<'a, f32>,
+    pub down: DeviceArray<'a, f32>,
+}
+
+/// `hidden[pair] = act(gate_e · x[token] + gb_e, up_e · x[token] + ub_e)` for every (token, slot) pair, `e` its
+/// expert, `act(g, u)` the dense FFN's `act(g) · u` or gpt-oss' clamped SwiGLU.
 pub struct MoeGateUpCall<'a> {
     pub experts: ExpertRows<'a>,
     /// `[n_tokens][n_embd]`.
@@ -88,7 +104,10 @@ pub struct MoeGateUpCall<'a> {
     pub n_expert: usize,
     /// One expert's width.
     pub n_ff: usize,
+    /// The dense FFN's activation, which `glu` may name for the experts too.
     pub activation: FfnActivation,
+    pub glu: ExpertGlu,
+    pub biases: Option<ExpertBiases<'a>>,
 }
 
 impl MoeGateUpCall<'_> {
@@ -111,6 +130,13 @@ impl MoeGateUpCall<'_> {
         let ((gate_qs, gate_sc), (up_qs, up_sc)) =
             (e.gate.addresses("the experts' gate")?, e.up.addresses("the experts' up")?);
         let pairs = self.n_tokens * self.k;
+        let (act, alpha, limit) = match self.glu {
+            ExpertGlu::AsDense => (activation_code(self.activation), 0.0, 0.0),
+            // `alpha` divides (the CPU's `routed_experts` holds it to the same).
+            ExpertGlu::SwigluOai { alpha, limit } if alpha.is_normal() => (2, alpha, limit),
+            ExpertGlu::SwigluOai { alpha, .. } => return Err(internal(format!("a SwiGLU alpha of {alpha}"))),
+        };
+        let biases = self.n_expert * ff;
         let args = MoeGateUpArgs {
             gate_qs,
             gate_sc,
@@ -119,6 +145,8 @@ impl MoeGateUpCall<'_> {
             x: self.x.covering(self.n_tokens * cols, "the experts' input")?,
             selected: self.selected.covering(pairs, "the chosen experts")?,
             hidden: self.hidden.covering(pairs * ff, "the experts' hidden rows")?,
+            gate_bias: optional(self.biases.map(|b| b.gate), biases, "the experts' gate biases")?,
+            up_bias: optional(self.biases.map(|b| b.up), biases, "the experts' up biases")?,
             rows: int(ff, "an expert's width")?,
             cols: int(cols, "the row length")?,
             expert_stride: int(e.stride, "the expert stride")?,
@@ -126,14 +154,16 @@ impl MoeGateUpCall<'_> {
             n_tokens: int(self.n_tokens, "tokens")?,
             k: int(self.k, "experts per token")?,
             n_expert: int(self.n_expert, "experts")?,
-            act: activation_code(self.activation),
+            act,
+            alpha,
+            limit,
         };
         let grid_y = pairs.min(MAX_GRID_Y) as u32;
         Ok((args, config((blocks(ff, MOE_ROWS_PER_BLOCK)?, grid_y), MOE_THREADS)))
     }
 }
 
-/// `out[t] = Σ_s weights[t][s] · down_e · hidden[t·k + s]` in slot order, `e = selected[t][s]`.
+/// `out[t] = Σ_s weights[t][s] · (down_e · hidden[t·k + s] + db_e)` in slot order, `e = selected[t][s]`.
 pub struct MoeDownCall<'a> {
     /// `[n_expert · n_embd rows][n_ff]`.
     pub down: MatrixArray<'a>,
@@ -142,6 +172,8 @@ pub struct MoeDownCall<'a> {
     pub weights: DeviceArray<'a, f32>,
     /// `[n_tokens][n_embd]`.
     pub out: DeviceArray<'a, f32>,
+    /// `[n_expert][n_embd]`: each expert's down bias (gpt-oss).
+    pub bias: Option<DeviceArray<'a, f32>>,
     pub n_tokens: usize,
     pub k: usize,
     pub n_expert: usize,
@@ -163,6 +195,7 @@ impl MoeDownCall<'_> {
             selected: self.selected.covering(pairs, "the chosen experts")?,
             weights: self.weights.covering(pairs, "the experts' weights")?,
             out: self.out.covering(self.n_tokens * rows, "the experts' output")?,
+            bias: optional(self.bias, n_expert * rows, "the experts' down biases")?,
             rows: int(rows, "the output width")?,
             cols: int(cols, "an expert's width")?,
             n_tokens: int(self.n_tokens, "tokens")?,
@@ -207,7 +240,6 @@ impl MoeSharedAddCall<'_> {
 mod tests {
     use super::*;
     use crate::backend::cuda::packing::PackedType;
-    use crate::model::llama::architecture::ExpertGlu;
 
     fn matrix<'a>(dtype: PackedType, rows: usize, cols: usize) -> MatrixArray<'a> {
         let blocks = rows * cols / 32;
@@ -240,6 +272,7 @@ mod tests {
         let call = |m: &MoeConfig, t: usize| {
             RouteCall {
                 logits: DeviceArray::fake(0, 3 * 512),
+                bias: None,
                 selected: DeviceArray::fake(0, 3 * 8),
                 weights: DeviceArray::fake(0, 3 * 8),
                 n_tokens: t,
@@ -268,6 +301,8 @@ mod tests {
             n_expert: 8,
             n_ff: 64,
             activation: FfnActivation::Silu,
+            glu: ExpertGlu::AsDense,
+            biases: None,
         };
         let split = ExpertRows { gate, up: gate, stride: 64, up_offset: 0 };
         let (args, cfg) = gate_up(split, 5).args().unwrap();
@@ -285,6 +320,7 @@ mod tests {
             selected: DeviceArray::fake(0, 3 * 2),
             weights: DeviceArray::fake(0, 3 * 2),
             out: DeviceArray::fake(0, 3 * 256),
+            bias: None,
             n_tokens: 3,
             k: 2,
             n_expert,
@@ -292,5 +328,71 @@ mod tests {
         let (args, cfg) = down_call(8).args().unwrap();
         assert_eq!((args.rows, args.cols, cfg.grid_dim), (256, 64, (64, 3, 1)));
         assert!(down_call(7).args().is_err());
+    }
+
+    #[test]
+    fn gpt_oss_experts_pass_their_gating_activation_and_biases_or_null_without_them() {
+        let oss = MoeConfig {
+            gating: Gating::SoftmaxOfChosen,
+            normalize_weights: false,
+            biases: true,
+            activation: ExpertGlu::SwigluOai { alpha: 1.702, limit: 7.0 },
+            ..moe(32, 4)
+        };
+        let route = |bias_len: usize| {
+            RouteCall {
+                logits: DeviceArray::fake(0x100, 2 * 32),
+                bias: Some(DeviceArray::fake(0x4000, bias_len)),
+                selected: DeviceArray::fake(0, 2 * 4),
+                weights: DeviceArray::fake(0, 2 * 4),
+                n_tokens: 2,
+                moe: &oss,
+            }
+            .args()
+            .map(|(a, _)| (a.gating, a.bias, a.normalize))
+        };
+        assert_eq!(route(32).unwrap(), (2, 0x4000, 0));
+        assert!(route(31).is_err(), "a bias short of one expert");
+        let gate = matrix(PackedType::Mxfp4, 32 * 64, 256);
+        let biases = |len: usize| ExpertBiases {
+            gate: DeviceArray::fake(0x1_0000, len),
+            up: DeviceArray::fake(0x2_0000, len),
+            down: DeviceArray::fake(0x3_0000, 32 * 256),
+        };
+        let gate_up = |glu, biases| MoeGateUpCall {
+            experts: ExpertRows { gate, up: gate, stride: 64, up_offset: 0 },
+            x: DeviceArray::fake(0, 256),
+            selected: DeviceArray::fake(0, 4),
+            hidden: DeviceArray::fake(0, 4 * 64),
+            n_tokens: 1,
+            k: 4,
+            n_expert: 32,
+            n_ff: 64,
+            activation: FfnActivation::Silu,
+            glu,
+            biases,
+        };
+        let (args, _) = gate_up(oss.activation, Some(biases(32 * 64))).args().unwrap();
+        assert_eq!((args.act, args.alpha, args.limit), (2, 1.702, 7.0));
+        assert_eq!((args.gate_bias, args.up_bias), (0x1_0000, 0x2_0000));
+        assert!(gate_up(oss.activation, Some(biases(32 * 64 - 1))).args().is_err(), "short expert biases");
+        let subnormal = ExpertGlu::SwigluOai { alpha: 1e-40, limit: 7.0 };
+        assert!(gate_up(subnormal, None).args().is_err(), "alpha divides");
+        let (args, _) = gate_up(ExpertGlu::AsDense, None).args().unwrap();
+        assert_eq!((args.act, args.gate_bias, args.up_bias), (0, 0, 0));
+        let down = |bias| MoeDownCall {
+            down: matrix(PackedType::Mxfp4, 32 * 256, 64),
+            hidden: DeviceArray::fake(0, 4 * 64),
+            selected: DeviceArray::fake(0, 4),
+            weights: DeviceArray::fake(0, 4),
+            out: DeviceArray::fake(0, 256),
+            bias,
+            n_tokens: 1,
+            k: 4,
+            n_expert: 32,
+        };
+        assert_eq!(down(Some(biases(0).down)).args().unwrap().0.bias, 0x3_0000);
+        assert!(down(Some(DeviceArray::fake(0x3_0000, 256))).args().is_err(), "one expert's down bias only");
+        assert_eq!(down(None).args().unwrap().0.bias, 0);
     }
 }

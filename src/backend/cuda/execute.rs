@@ -135,6 +135,7 @@ impl StepRun<'_> {
                     window: self.config.layers[layer].window,
                     scale: self.config.attention_scale,
                     softcap: self.config.attn_softcap,
+                    sinks: self.weights.sinks(layer).map(|w| DeviceArray::new(w, s)),
                 },
             ),
             Launch::Gated => self.gated_activation(),

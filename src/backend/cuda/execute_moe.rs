@@ -1,5 +1,5 @@
-//! A mixture-of-experts block enqueued on the stream (`Launch::Moe`): the router's logits, the routing, the routed
-//! experts, the shared expert. Everything stays on the device, so that a decode step with experts replays from a
+//! A mixture-of-experts block enqueued on the stream (`Launch::Moe`): the router's logits, the routing (which adds
+//! gpt-oss' router bias), the routed experts (with gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with experts replays from a
 //! CUDA graph like a dense one (the chosen experts are data the kernels read, not launch parameters).
 //!
 //! The order matters because the block's input and output are one buffer (`io`, the normalized rows): every
@@ -33,8 +33,11 @@ impl StepRun<'_> {
         let (selected, weights, hidden) =
             (DeviceArray::new(selected, s), DeviceArray::new(weights, s), DeviceArray::new(hidden, s));
 
+        let biases = experts.biases.as_ref();
         self.dense(&experts.router, x, logits)?;
-        self.kernels.moe_route(s, &RouteCall { logits, selected, weights, n_tokens, moe })?;
+        let router_bias = biases.map(|b| DeviceArray::new(&b.router, s));
+        self.kernels.moe_route(s, &RouteCall { logits, bias: router_bias, selected, weights, n_tokens, moe })?;
+        let expert_biases = biases.map(|b| b.experts(s));
         let gate_up = MoeGateUpCall {
             experts: experts.rows(s),
             x,
@@ -45,6 +48,8 @@ impl StepRun<'_> {
             n_expert: moe.n_expert,
             n_ff: moe.n_ff_exp,
             activation: self.config.ffn_activation,
+            glu: moe.activation,
+            biases: expert_biases,
         };
         self.kernels.moe_gate_up(s, &gate_up)?;
         let shared = match (&experts.shared, shared_bufs) {
@@ -65,6 +70,7 @@ impl StepRun<'_> {
             selected,
             weights,
             out: x,
+            bias: expert_biases.map(|b| b.down),
             n_tokens,
             k,
             n_expert: moe.n_expert,

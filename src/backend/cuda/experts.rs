@@ -1,12 +1,14 @@
 //! A mixture-of-experts block's weights on the device: the router, the routed experts as the file stacks them (one
 //! packed matrix per tensor, expert `e`'s rows at `e × its rows`, so that a kernel reaches any expert by an
-//! offset and a step reads only the experts it chose), and the shared expert's dense matrices.
+//! offset and a step reads only the experts it chose), the shared expert's dense matrices, and gpt-oss' biases
+//! (the router's and each expert's, f32, stacked as the matrices are).
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::calls_moe::ExpertRows;
+use super::calls_moe::{ExpertBiases, ExpertRows};
+use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
 use super::weights::DeviceMatrix;
 use crate::model::gguf::GgufFile;
@@ -22,6 +24,27 @@ pub struct DeviceSharedExpert {
     pub gate_inp: Option<DeviceMatrix>,
 }
 
+/// The biases of a layer whose experts have them (`MoeConfig::biases`).
+pub struct DeviceExpertBiases {
+    /// `[n_expert]`: `ffn_gate_inp.bias`, added to the router's logits.
+    pub router: CudaSlice<f32>,
+    /// `[n_expert][n_ff_exp]`, `[n_expert][n_ff_exp]`, `[n_expert][n_embd]`: `ffn_{gate,up,down}_exps.bias`.
+    gate: CudaSlice<f32>,
+    up: CudaSlice<f32>,
+    down: CudaSlice<f32>,
+}
+
+impl DeviceExpertBiases {
+    /// The experts' biases as the kernels read them.
+    pub fn experts<'a>(&'a self, stream: &CudaStream) -> ExpertBiases<'a> {
+        ExpertBiases {
+            gate: DeviceArray::new(&self.gate, stream),
+            up: DeviceArray::new(&self.up, stream),
+            down: DeviceArray::new(&self.down, stream),
+        }
+    }
+}
+
 /// One layer's experts.
 pub struct DeviceExperts {
     /// `[n_expert rows][n_embd]`: `ffn_gate_inp`, as the file has it (F32 in every file llama-quantize writes).
@@ -33,6 +56,7 @@ pub struct DeviceExperts {
     /// `[n_expert · n_embd rows][n_ff_exp]`.
     pub down: DeviceMatrix,
     pub shared: Option<DeviceSharedExpert>,
+    pub biases: Option<DeviceExpertBiases>,
     n_ff: usize,
 }
 
@@ -72,12 +96,27 @@ impl DeviceExperts {
                 gate_inp: if s.gated { Some(matrix("ffn_gate_inp_shexp.weight")?) } else { None },
             }),
         };
+        let bias = |suffix: &str| -> Result<CudaSlice<f32>, CudaBackendError> {
+            let values = file.tensor(&name(suffix))?.as_f32()?;
+            stream.clone_htod(values).map_err(CudaBackendError::driver("uploading the weights"))
+        };
+        // The file's loader checked their shapes against the config (`config.rs`).
+        let biases = match moe.biases {
+            false => None,
+            true => Some(DeviceExpertBiases {
+                router: bias("ffn_gate_inp.bias")?,
+                gate: bias("ffn_gate_exps.bias")?,
+                up: bias("ffn_up_exps.bias")?,
+                down: bias("ffn_down_exps.bias")?,
+            }),
+        };
         Ok(DeviceExperts {
             router: matrix("ffn_gate_inp.weight")?,
             gate,
             up,
             down: matrix("ffn_down_exps.weight")?,
             shared,
+            biases,
             n_ff: moe.n_ff_exp,
         })
     }

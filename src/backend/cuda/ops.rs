@@ -11,7 +11,8 @@
 //!   residual branch) is a norm that adds into its output, never fused;
 //! - `HeadNorms(l)` (q/k norms) normalizes the heads of `Q` and `K` in place, one launch each;
 //! - `Attention(l)` is two launches: RoPE and the cache append for every token, then attention;
-//! - `AddBias` (Qwen 2's q/k/v biases) is one launch each, after the projections;
+//! - `AddBias` (Qwen 2's and gpt-oss' q/k/v biases, gpt-oss' output-projection bias) is one launch each, after the
+//!   projections;
 //! - `AddScaled` (Granite's scaled residual branch) is one launch, after the projection into `Xn`;
 //! - `Moe(l, io)` (a mixture-of-experts FFN) is one planned launch that `execute_moe.rs` runs as its few kernels;
 //!   the norm before it stays separate (its output is the block's input and output both).
@@ -380,6 +381,32 @@ mod tests {
             [
                 Launch::RmsNorm { src: Buf::X, weight: Norm::Ffn(3), dst: Buf::Xn, add: false },
                 Launch::Moe { layer: 3, io: Buf::Xn },
+                Launch::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits: one },
+            ]
+        );
+    }
+
+    /// gpt-oss' biased output projection: into `Xn`, its bias, then the residual add of `Xn` (forward.rs's order).
+    #[test]
+    fn a_gpt_oss_output_projection_adds_its_bias_before_the_residual() {
+        let one = 1f32.to_bits();
+        let mut ops = layer_ops(2);
+        ops.splice(
+            3..4,
+            [
+                Op::Matmul { src: Buf::Att, outputs: Outputs::new(&[(Weight::AttnOutput(2), Buf::Xn)]) },
+                Op::AddBias { dst: Buf::Xn, bias: Bias::AttnOutput(2) },
+                Op::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits: one },
+            ],
+        );
+        let mut launches = Vec::new();
+        plan(&ops, true, &mut launches);
+        let output = Outputs::new(&[(Weight::AttnOutput(2), Buf::Xn)]);
+        assert_eq!(
+            launches[3..6],
+            [
+                Launch::Project { src: Buf::Att, norm: None, outputs: output, add: false },
+                Launch::AddBias { dst: Buf::Xn, bias: Bias::AttnOutput(2) },
                 Launch::AddScaled { src: Buf::Xn, dst: Buf::X, factor_bits: one },
             ]
         );

@@ -12,6 +12,7 @@ use super::experts::DeviceExperts;
 use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
+use crate::model::llama::config::ATTN_SINKS;
 use crate::model::llama::forward::{Bias, Norm, Weight};
 use crate::model::llama::LlamaConfig;
 
@@ -84,6 +85,10 @@ struct LayerWeights {
     head_norms: Option<[CudaSlice<f32>; 2]>,
     /// The query, key and value projections' biases (`qkv_bias`).
     biases: Option<[CudaSlice<f32>; 3]>,
+    /// `[n_embd]`: the output projection's bias (`attn_output_bias`, gpt-oss).
+    output_bias: Option<CudaSlice<f32>>,
+    /// `[n_head]`: each query head's sink logit (`attn_sinks`, gpt-oss).
+    sinks: Option<CudaSlice<f32>>,
 }
 
 impl LayerWeights {
@@ -168,6 +173,14 @@ impl DeviceWeights {
                         ]),
                         false => None,
                     },
+                    output_bias: match config.attn_output_bias {
+                        true => Some(norm(&Bias::AttnOutput(l).tensor_name())?),
+                        false => None,
+                    },
+                    sinks: match config.attn_sinks {
+                        true => Some(norm(&LlamaConfig::layer_tensor(l, ATTN_SINKS))?),
+                        false => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, CudaBackendError>>()?;
@@ -224,17 +237,19 @@ impl DeviceWeights {
     /// The bias `b`; an internal error for a model without biases (the forward pass adds them only when its
     /// config has them).
     pub fn bias(&self, b: Bias) -> Result<&CudaSlice<f32>, CudaBackendError> {
-        let (l, i) = match b {
-            Bias::AttnQ(l) => (l, 0),
-            Bias::AttnK(l) => (l, 1),
-            Bias::AttnV(l) => (l, 2),
-            // Refused at `check_options` (gpt-oss).
-            Bias::AttnOutput(_) => {
-                return Err(CudaBackendError::Internal(format!("the CUDA backend has no bias {b:?}")));
-            }
+        let qkv = |l: usize, i: usize| self.layers.get(l).and_then(|w| w.biases.as_ref()).map(|b| &b[i]);
+        let found = match b {
+            Bias::AttnQ(l) => qkv(l, 0),
+            Bias::AttnK(l) => qkv(l, 1),
+            Bias::AttnV(l) => qkv(l, 2),
+            Bias::AttnOutput(l) => self.layers.get(l).and_then(|w| w.output_bias.as_ref()),
         };
-        let found = self.layers.get(l).and_then(|w| w.biases.as_ref()).map(|b| &b[i]);
         found.ok_or_else(|| CudaBackendError::Internal(format!("the model has no bias {b:?}")))
+    }
+
+    /// Layer `layer`'s attention sinks, `None` for a model without them.
+    pub fn sinks(&self, layer: usize) -> Option<&CudaSlice<f32>> {
+        self.layers.get(layer).and_then(|w| w.sinks.as_ref())
     }
 
     pub fn token_embd(&self) -> &DeviceMatrix {

@@ -9,6 +9,10 @@
 // (running maximum and sum per head, rescaling the accumulator when the maximum grows), so shared memory does not
 // grow with the context. Position j of a sequence is row table[j / block_size]·block_size + j % block_size of
 // the cache (`SeqChunk`'s rule).
+//
+// With sinks (gpt-oss), each query head's softmax has one more logit, its sink, which attends to no value: it joins
+// the head's running maximum and sum once the positions are done, as ggml's `soft_max_ext` with sinks (and the CPU's
+// `RowAttention::run`) computes it.
 
 #define ATT_THREADS 128
 #define ATT_CHUNK ATT_THREADS
@@ -25,6 +29,7 @@ struct Attention {
     const int* positions;      // [n_tokens], −1 for a padding row (its output is zero)
     const int* table_offsets;  // [n_tokens]: where the token's block table starts in block_tables
     const int* block_tables;   // every sequence's block table, concatenated
+    const float* sinks;        // [n_head]: each query head's sink logit (unscaled, uncapped); null: none
     int n_tokens;
     int n_head;
     int n_head_kv;             // divides n_head; n_head / n_head_kv ≤ ATT_MAX_GROUP
@@ -34,7 +39,7 @@ struct Attention {
     int window;                // a query sees the last `window` positions only; 0: all of them
     float softcap;             // scaled scores become softcap · tanh(score / softcap) (Gemma 2); 0: none
 };
-static_assert(sizeof(Attention) == 88, "Attention must match AttentionArgs in launch.rs");
+static_assert(sizeof(Attention) == 96, "Attention must match AttentionArgs in launch.rs");
 
 // The maximum (is_max) or sum over the block of each of the `group` values in v; every thread gets them.
 __device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_max,
@@ -174,6 +179,18 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
 #pragma unroll
     for (int j = 0; j < ATT_MAX_OUT; j++) {
         const int o = tid + j * ATT_THREADS;
-        if (o < width) out[o] = acc[j] / running_sum[o / D];
+        if (o < width) {
+            const int h = o / D;
+            float a = acc[j], sum = running_sum[h];
+            if (p.sinks) {
+                // The sink as one more chunk of one score: the maximum, the rescale, its weight in the sum only.
+                const float sink = p.sinks[kv_head * group + h];
+                const float new_max = fmaxf(running_max[h], sink);
+                const float rescale = expf(running_max[h] - new_max);
+                sum = sum * rescale + expf(sink - new_max);
+                a *= rescale;
+            }
+            out[o] = a / sum;
+        }
     }
 }

@@ -2,12 +2,15 @@
 // (`project_small` or `matmul_tiled` of the f32 router matrix); these kernels do the rest on the device, so that a
 // step needs no round trip to the host and a decode step replays from a CUDA graph like a dense one:
 //
-//   moe_route          one block per token: softmax or sigmoid of its logits, its k experts (stable top-k), their
-//                      weights renormalized and scaled, as `MoeConfig::route` computes them;
-//   moe_gate_up_*      one warp per (expert row, (token, slot) pair): act(gate_e·x)·(up_e·x), e the pair's expert,
-//                      its rows read from the stacked `ffn_{gate,up}_exps` (or fused `ffn_gate_up_exps`) tensor;
-//   moe_down_*         one warp per (output row, token): Σ_s w_s · (down_e_s · hidden_s), in slot order, into the
-//                      block's output;
+//   moe_route          one block per token: its logits (plus the router's bias), their softmax or sigmoid, its k
+//                      experts (stable top-k), their weights renormalized and scaled, as `MoeConfig::route` computes
+//                      them; or gpt-oss' softmax of the chosen: the top k of the raw logits, weighted by the softmax
+//                      of those k only;
+//   moe_gate_up_*      one warp per (expert row, (token, slot) pair): act(gate_e·x + gb_e)·(up_e·x + ub_e), e the
+//                      pair's expert, its rows read from the stacked `ffn_{gate,up}_exps` (or fused
+//                      `ffn_gate_up_exps`) tensor, the biases gpt-oss' (`ffn_{gate,up}_exps.bias`) or none;
+//   moe_down_*         one warp per (output row, token): Σ_s w_s · (down_e_s · hidden_s + db_e_s), in slot order,
+//                      into the block's output;
 //   moe_shared_add     out += σ(g)·y (or out += y): the shared expert's output, added after the routed sum.
 //
 // A pair reads only its expert's rows, so a decode step reads the bytes of the experts its tokens chose and no
@@ -22,25 +25,43 @@
 // `Gating` of architecture.rs.
 #define GATING_SOFTMAX 0
 #define GATING_SIGMOID 1
+#define GATING_SOFTMAX_OF_CHOSEN 2
+// The experts' activation beyond `FfnActivation`'s: gpt-oss' clamped SwiGLU (`ExpertGlu::SwigluOai`).
+#define ACT_SWIGLU_OAI 2
 // llama.cpp's floor under the sum the weights are normalized by (the smallest normal f16).
 #define MIN_WEIGHT_SUM 6.103515625e-5f
 
 struct Route {
     const float* logits;  // [n_tokens][n_expert]: the router's logits
+    const float* bias;    // [n_expert]: added to each token's logits first (`ffn_gate_inp.bias`); null: none
     int* selected;        // [n_tokens][k]: the chosen experts, the most probable first
     float* weights;       // [n_tokens][k]: their weights
     int n_tokens;
     int n_expert;         // 1 ..= ROUTE_MAX_EXPERTS
     int k;                // 1 ..= n_expert
-    int gating;           // GATING_SOFTMAX or GATING_SIGMOID
+    int gating;           // GATING_SOFTMAX, GATING_SIGMOID or GATING_SOFTMAX_OF_CHOSEN
     int normalize;        // 1: the weights are divided by their sum (at least MIN_WEIGHT_SUM)
     float scale;          // multiplies the weights; 0 for none
 };
-static_assert(sizeof(Route) == 48, "Route must match RouteArgs in args.rs");
+static_assert(sizeof(Route) == 56, "Route must match RouteArgs in args.rs");
 
 // The order of the top k: the larger probability first, the lower expert first among equals, NaN after every
 // number (as `top_k` of experts.rs sorts).
 __device__ __forceinline__ float route_key(float v) { return v != v ? neg_infinity() : v; }
+
+// ggml's softmax of a few values by one thread: exp(x − max) (fmaxf skips NaN as f32::max does), summed in f64 in
+// order, times the f32 reciprocal of the sum (`softmax` of experts.rs, which the block-wide one above also follows).
+__device__ void softmax_serial(float* x, int n) {
+    float m = neg_infinity();
+    for (int i = 0; i < n; i++) m = fmaxf(m, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += (double)x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
 
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Route p) {
     __shared__ float probs[ROUTE_MAX_EXPERTS];
@@ -49,10 +70,15 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Rout
     __shared__ float shared_value;
     __shared__ int shared_index;
     const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, n = p.n_expert;
-    const float* x = p.logits + (size_t)t * n;
+    const float* logits = p.logits + (size_t)t * n;
+    // The logits, biased (one f32 add, as the CPU's `add_assign`), into shared memory; the gating transforms them
+    // there in place.
+    for (int i = threadIdx.x; i < n; i += blockDim.x) probs[i] = p.bias ? logits[i] + p.bias[i] : logits[i];
+    __syncthreads();
+    const float* x = probs;
     if (p.gating == GATING_SIGMOID) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) probs[i] = 1.0f / (1.0f + expf(-x[i]));
-    } else {
+    } else if (p.gating == GATING_SOFTMAX) {
         // ggml's softmax: exp(x − max), the sum in f64 in expert order (one thread: at most 512 adds), times the
         // f32 reciprocal of the sum. fmaxf skips NaN as f32::max does.
         float m = neg_infinity();
@@ -126,6 +152,7 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Rout
     }
 
     if (threadIdx.x == 0) {
+        if (p.gating == GATING_SOFTMAX_OF_CHOSEN) softmax_serial(weights, p.k);
         if (p.normalize) {
             // As ggml's sum_rows: accumulated in f64, in slot order.
             double sum = 0.0;
@@ -146,7 +173,9 @@ struct MoeGateUp {
     const u32* up_sc;
     const float* x;      // [n_tokens][cols]: the block's normalized input
     const int* selected; // [n_tokens][k]: each pair's expert
-    float* hidden;       // [n_tokens · k][rows]: act(gate·x)·(up·x) of each pair
+    float* hidden;       // [n_tokens · k][rows]: act(gate·x + gb)·(up·x + ub) of each pair
+    const float* gate_bias;  // [n_expert][rows]: added to each expert's gate rows; null: none
+    const float* up_bias;    // [n_expert][rows]: the same for the up rows; null: none
     int rows;            // one expert's width (n_ff_exp)
     int cols;            // n_embd, a multiple of 32
     int expert_stride;   // rows from one expert's first gate row to the next's: rows, or 2·rows when fused
@@ -154,11 +183,21 @@ struct MoeGateUp {
     int n_tokens;
     int k;
     int n_expert;
-    int act;             // ACT_SILU or ACT_GELU_TANH
+    int act;             // ACT_SILU, ACT_GELU_TANH or ACT_SWIGLU_OAI
+    float alpha;         // ACT_SWIGLU_OAI's: a normal float
+    float limit;
 };
-static_assert(sizeof(MoeGateUp) == 88, "MoeGateUp must match MoeGateUpArgs in args.rs");
+static_assert(sizeof(MoeGateUp) == 112, "MoeGateUp must match MoeGateUpArgs in args.rs");
 
 __device__ __forceinline__ bool valid_expert(int e, int n_expert) { return e >= 0 && e < n_expert; }
+
+// gpt-oss' x · σ(alpha·x) · (y + 1), x = min(g, limit), y = clamp(u, −limit, limit), in the CPU's order (`activate`
+// of the CPU's experts.rs): silu(alpha·x) · ((y + 1) · (1 / alpha)), through `gated_mul`'s SiLU. fminf and fmaxf
+// give the limit for a NaN input, as the CPU's min and max lanes do.
+__device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float limit) {
+    const float x = fminf(g, limit), y = fminf(fmaxf(u, -limit), limit);
+    return gated_mul(alpha * x, (y + 1.0f) * (1.0f / alpha), ACT_SILU);
+}
 
 template <int TYPE>
 __device__ void moe_gate_up(const MoeGateUp& p) {
@@ -175,7 +214,10 @@ __device__ void moe_gate_up(const MoeGateUp& p) {
             const size_t first = (size_t)e * p.expert_stride;
             warp_row_dot<TYPE>(p.gate_qs, p.gate_sc, first + row, x, p.cols, 1, nullptr, nullptr, g);
             warp_row_dot<TYPE>(p.up_qs, p.up_sc, first + p.up_offset + row, x, p.cols, 1, nullptr, nullptr, u);
-            h = gated_mul(g[0], u[0], p.act);
+            const size_t b = (size_t)e * p.rows + row;
+            const float gate = p.gate_bias ? g[0] + p.gate_bias[b] : g[0];
+            const float up = p.up_bias ? u[0] + p.up_bias[b] : u[0];
+            h = p.act == ACT_SWIGLU_OAI ? swiglu_oai(gate, up, p.alpha, p.limit) : gated_mul(gate, up, p.act);
         }
         if (threadIdx.x % 32 == 0) p.hidden[(size_t)pair * p.rows + row] = h;
     }
@@ -188,6 +230,7 @@ struct MoeDown {
     const int* selected;  // [n_tokens][k]
     const float* weights; // [n_tokens][k]
     float* out;           // [n_tokens][rows]: the routed experts' weighted sum
+    const float* bias;    // [n_expert][rows]: added to each expert's output before its weight; null: none
     int rows;             // n_embd
     int cols;             // one expert's width (n_ff_exp), a multiple of 32
     int n_tokens;
@@ -195,10 +238,10 @@ struct MoeDown {
     int n_expert;
     int pad_;
 };
-static_assert(sizeof(MoeDown) == 72, "MoeDown must match MoeDownArgs in args.rs");
+static_assert(sizeof(MoeDown) == 80, "MoeDown must match MoeDownArgs in args.rs");
 
-// out[t][row] = Σ_s w[t][s] · (down_e · hidden[t·k + s])[row], the products rounded and added in slot order from
-// slot 0's, as `weighted_sum` of the CPU's experts.rs adds them.
+// out[t][row] = Σ_s w[t][s] · ((down_e · hidden[t·k + s])[row] + bias_e[row]), the products rounded and added in
+// slot order from slot 0's, as `weighted_sum` of the CPU's experts.rs adds them.
 template <int TYPE>
 __device__ void moe_down(const MoeDown& p) {
     const int row = blockIdx.x * MOE_WARPS + threadIdx.x / 32;
@@ -212,7 +255,7 @@ __device__ void moe_down(const MoeDown& p) {
                 float d[MMV_MAX_TOKENS];
                 const float* h = p.hidden + (size_t)pair * p.cols;
                 warp_row_dot<TYPE>(p.qs, p.sc, (size_t)e * p.rows + row, h, p.cols, 1, nullptr, nullptr, d);
-                y = d[0];
+                y = p.bias ? d[0] + p.bias[(size_t)e * p.rows + row] : d[0];
             }
             const float term = y * p.weights[pair];
             acc = s == 0 ? term : acc + term;

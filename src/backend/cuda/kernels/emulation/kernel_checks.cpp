@@ -333,11 +333,13 @@ static void test_rope_store() {
     }
 }
 
-// Windows, Gemma 2's soft cap on the scores and an attention scale other than 1/√head_dim (Gemma 2 27B's).
+// Windows, Gemma 2's soft cap on the scores, an attention scale other than 1/√head_dim (Gemma 2 27B's), and
+// gpt-oss' sinks (one case, windowed for its first token only: a sink logit per query head, from one the scores
+// outweigh to one that outweighs them).
 static void test_attention() {
-  struct Case { int window; float cap, scale; };
-  for (Case c : {Case{0, 0.0f, 1.0f / 8.0f}, Case{200, 0.0f, 1.0f / 8.0f}, Case{1, 0.0f, 1.0f / 8.0f},
-                 Case{0, 2.0f, 1.0f / 12.0f}, Case{200, 3.0f, 1.0f / 8.0f}}) {
+  struct Case { int window; float cap, scale; bool sinks; };
+  for (Case c : {Case{0, 0.0f, 1.0f / 8.0f, false}, Case{200, 0.0f, 1.0f / 8.0f, false}, Case{1, 0.0f, 1.0f / 8.0f, false},
+                 Case{0, 2.0f, 1.0f / 12.0f, false}, Case{200, 3.0f, 1.0f / 8.0f, false}, Case{200, 0.0f, 1.0f / 8.0f, true}}) {
     const int window = c.window;
     int H = 9, HKV = 3, D = 64, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
     std::vector<u16> kc(SLOTS * KV), vc(SLOTS * KV);
@@ -347,7 +349,8 @@ static void test_attention() {
     int T = 5;
     int positions[5] = {299, 130, 127, 3, -1}, offsets[5] = {0, 0, 0, 19, 0};
     auto q = randv(T * H * D, 3.0f); std::vector<float> out(T * H * D, 42.0f);
-    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), T, H, HKV, D, BS, c.scale, window, c.cap};
+    std::vector<float> sinks(H); for (int h = 0; h < H; h++) sinks[h] = -2.0f + 1.0f * h;
+    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), c.sinks ? sinks.data() : nullptr, T, H, HKV, D, BS, c.scale, window, c.cap};
     launch({(unsigned)T, (unsigned)HKV, 1}, {128, 1, 1}, [&] { attention(a); });
     double worst = 0; bool zero = true;
     for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) {
@@ -362,14 +365,16 @@ static void test_attention() {
             if (c.cap > 0) acc = c.cap * std::tanh(acc / c.cap);
             s[j] = acc; mx = std::max(mx, acc);
         }
-        double sum = 0; for (int j = first; j <= pos; j++) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
+        // A sink joins the maximum and the sum, and weighs no value.
+        if (c.sinks) mx = std::max(mx, (double)sinks[h]);
+        double sum = c.sinks ? std::exp(sinks[h] - mx) : 0; for (int j = first; j <= pos; j++) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
         for (int d = 0; d < D; d++) {
             double o = 0;
             for (int j = first; j <= pos; j++) { int slot = tables[offsets[t] + j / BS] * BS + j % BS; o += s[j] / sum * host_f16_to_f32(vc[slot * KV + g * D + d]); }
             worst = std::max(worst, rel(out[t * H * D + h * D + d], o));
         }
     }
-    CHECK(worst < 1e-5, "attention (window %d, cap %g, scale %g) error %g", window, c.cap, c.scale, worst);
+    CHECK(worst < 1e-5, "attention (window %d, cap %g, scale %g, sinks %d) error %g", window, c.cap, c.scale, c.sinks, worst);
     CHECK(zero, "padding row not zero");
   }
 }

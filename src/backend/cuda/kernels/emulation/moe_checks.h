@@ -2,8 +2,10 @@
 // (tests/cuda_moe_fixtures.rs writes EMBER_MOE_FIXTURES):
 //
 //   moe_route     each routing case's rows through `moe_route`: the chosen experts exactly those of
-//                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6;
-//   moe_families  one layer of each mixture-of-experts family (and quantized experts): embed, the FFN norm, the
+//                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6 (softmax,
+//                 sigmoid, and gpt-oss' softmax of the chosen);
+//   moe_families  one layer of each mixture-of-experts family (gpt-oss' with its router and expert biases and
+//                 clamped SwiGLU; and quantized experts): embed, the FFN norm, the
 //                 block as execute_moe.rs enqueues it, the residual add, the final norm and output projection, the
 //                 logits within relative error 1e-3 of the CPU backend's (the bound tests/cuda_backend.rs holds the
 //                 GPU to for the dense families); a token's logits bit for bit alone and in its step (the tiled
@@ -44,8 +46,8 @@ static bool load_moe_fixtures(MoeFixtures& f) {
     return true;
 }
 
-static void run_route(const float* logits, int* selected, float* weights, int T, int n_expert, int k, int gating, int normalize, float scale) {
-    Route p{logits, selected, weights, T, n_expert, k, gating, normalize, scale};
+static void run_route(const float* logits, const float* bias, int* selected, float* weights, int T, int n_expert, int k, int gating, int normalize, float scale) {
+    Route p{logits, bias, selected, weights, T, n_expert, k, gating, normalize, scale};
     launch({(unsigned)T, 1, 1}, {256, 1, 1}, [&] { moe_route(p); });
 }
 
@@ -62,7 +64,7 @@ static void test_moe_route() {
         auto want_w = f.reals((size_t)rows * k);
         std::vector<int> sel(rows * k, -1);
         std::vector<float> w(rows * k, -1.0f);
-        run_route(logits.data(), sel.data(), w.data(), rows, n, k, gating, normalize, scale);
+        run_route(logits.data(), nullptr, sel.data(), w.data(), rows, n, k, gating, normalize, scale);
         CHECK(sel == want_sel, "moe_route case %d (%d of %d experts, gating %d): chosen experts differ", c, k, n, gating);
         double worst = 0;
         for (int i = 0; i < rows * k; i++) {
@@ -80,10 +82,12 @@ static void test_moe_route() {
 // A mixture-of-experts layer as the fixture describes it.
 struct MoeLayer {
     std::string name;
-    int d, vocab, n_expert, k, ff, gating, normalize, act, sff, sgated, T;
-    float scale, eps, embed_scale, logit_scale, residual;
+    int d, vocab, n_expert, k, ff, gating, normalize, act, sff, sgated, biases, T;
+    float scale, eps, embed_scale, logit_scale, residual, alpha, limit;
     std::vector<int> tokens;
     std::vector<float> ffn_norm, out_norm, cpu_logits;
+    // gpt-oss' biases (`biases`): the router's [n_expert], the experts' gate and up [n_expert][ff], down [n_expert][d].
+    std::vector<float> router_b, gate_b, up_b, down_b;
     Mat embd, output, router, gate, up, down, sgate, sup, sdown, sgate_inp;
 };
 
@@ -95,12 +99,16 @@ static bool read_layer(MoeFixtures& f, MoeLayer& L) {
     L.d = (int)f.word(); L.vocab = (int)f.word(); L.n_expert = (int)f.word(); L.k = (int)f.word(); L.ff = (int)f.word();
     L.gating = (int)f.word(); L.normalize = (int)f.word(); L.scale = f.real(); L.act = (int)f.word();
     L.sff = (int)f.word(); L.sgated = (int)f.word(); L.eps = f.real(); L.embed_scale = f.real(); L.logit_scale = f.real();
-    L.residual = f.real(); L.T = (int)f.word();
+    L.residual = f.real(); L.biases = (int)f.word(); L.alpha = f.real(); L.limit = f.real(); L.T = (int)f.word();
     L.tokens = f.ints(L.T);
     L.ffn_norm = f.reals(L.d); L.out_norm = f.reals(L.d);
     L.embd = f.matrix(); L.output = f.matrix(); L.router = f.matrix(); L.gate = f.matrix(); L.up = f.matrix(); L.down = f.matrix();
     if (L.sff) { L.sgate = f.matrix(); L.sup = f.matrix(); L.sdown = f.matrix(); }
     if (L.sgated) L.sgate_inp = f.matrix();
+    if (L.biases) {
+        L.router_b = f.reals(L.n_expert); L.gate_b = f.reals((size_t)L.n_expert * L.ff);
+        L.up_b = f.reals((size_t)L.n_expert * L.ff); L.down_b = f.reals((size_t)L.n_expert * L.d);
+    }
     L.cpu_logits = f.reals((size_t)L.T * L.vocab);
     return f.ok;
 }
@@ -125,9 +133,11 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
     // execute_moe.rs's order: router, routing, the routed gate/up, the shared expert's gate/up and gate, then the
     // down (which overwrites xn), the shared expert's down and its add.
     run_dense(L.router, xn.data(), router.data(), T);
-    run_route(router.data(), selected.data(), weights.data(), T, L.n_expert, k, L.gating, L.normalize, L.scale);
+    // Null for a family without biases (the vectors are empty).
+    auto bias = [&](const std::vector<float>& b) { return L.biases ? b.data() : nullptr; };
+    run_route(router.data(), bias(L.router_b), selected.data(), weights.data(), T, L.n_expert, k, L.gating, L.normalize, L.scale);
     MoeGateUp gu{gate.qs.data(), gate.sc.data(), up.qs.data(), up.sc.data(), xn.data(), selected.data(), hidden.data(),
-                 L.ff, d, stride, up_offset, T, k, L.n_expert, L.act};
+                 bias(L.gate_b), bias(L.up_b), L.ff, d, stride, up_offset, T, k, L.n_expert, L.act, L.alpha, L.limit};
     launch({(unsigned)((L.ff + 3) / 4), (unsigned)(T * k), 1}, {128, 1, 1}, [&] { moe_gate_up_fn[gate.type](gu); });
     if (L.sff) {
         if (T <= 8 && L.sgate.type == L.sup.type) {
@@ -140,7 +150,7 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
         }
         if (L.sgated) run_dense(L.sgate_inp, xn.data(), sgl.data(), T);
     }
-    MoeDown dn{L.down.qs.data(), L.down.sc.data(), hidden.data(), selected.data(), weights.data(), xn.data(), d, L.ff, T, k, L.n_expert, 0};
+    MoeDown dn{L.down.qs.data(), L.down.sc.data(), hidden.data(), selected.data(), weights.data(), xn.data(), bias(L.down_b), d, L.ff, T, k, L.n_expert, 0};
     launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[L.down.type](dn); });
     if (L.sff) {
         run_dense(L.sdown, sg.data(), sout.data(), T);
@@ -171,7 +181,27 @@ static Mat fuse_gate_up(const Mat& gate, const Mat& up, int n_expert, int ff) {
     return m;
 }
 
+// gpt-oss' clamped SwiGLU (`swiglu_oai` of moe.cu) where the synthetic layer's values may not reach: at and past
+// both limits, and NaN (which either clamp turns into a limit, as the CPU's min and max lanes do), against
+// x · σ(alpha·x) · (y + 1) in double.
+static void check_swiglu_oai() {
+    const float alpha = 1.702f, limit = 7.0f, nan = std::nanf("");
+    const float gs[] = {-30.0f, -7.5f, -1.0f, 0.0f, 0.3f, 6.99f, 7.0f, 12.0f, nan};
+    const float us[] = {-9.0f, -7.0f, -0.5f, 0.0f, 2.0f, 7.0f, 40.0f, nan};
+    double worst = 0;
+    for (float g : gs) for (float u : us) {
+        const double x = std::isnan(g) ? limit : std::min((double)g, (double)limit);
+        const double y = std::isnan(u) ? -limit : std::clamp((double)u, -(double)limit, (double)limit);
+        const double want = x / (1.0 + std::exp(-alpha * x)) * (y + 1.0);
+        const double got = swiglu_oai(g, u, alpha, limit);
+        worst = std::max(worst, std::fabs(got - want) / std::max(1e-6, std::fabs(want)));
+    }
+    CHECK(worst < 2e-6, "swiglu_oai: relative error %g against the double formula", worst);
+    printf("moe_families: swiglu_oai at and past its limits, worst relative error %.2e\n", worst);
+}
+
 static void test_moe_families() {
+    check_swiglu_oai();
     MoeFixtures f;
     if (!load_moe_fixtures(f)) { failures++; return; }
     // Past the routing cases.
