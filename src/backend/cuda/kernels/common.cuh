@@ -356,6 +356,33 @@ __device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_
 // among equals (`top_k` of logits, `moe_route` of experts).
 __device__ __forceinline__ bool before(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
 
+// The block's first entry in `before`'s order, from each thread's own (v, i): the warp's by shuffles, then thread 0
+// merges the warps' through `best_v` / `best_i` (shared, one slot per warp). Only thread 0's (v, i) is the block's
+// result; every thread must call it (it synchronizes the block). The rounds of top_k.cu and moe.cu's routing.
+__device__ __forceinline__ void block_first(float& v, int& i, float* best_v, int* best_i, int n_warps) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float ov = __shfl_xor_sync(FULL_MASK, v, offset);
+        const int oi = __shfl_xor_sync(FULL_MASK, i, offset);
+        if (before(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    if (threadIdx.x % 32 == 0) {
+        best_v[threadIdx.x / 32] = v;
+        best_i[threadIdx.x / 32] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < n_warps; w++) {
+            if (before(best_v[w], best_i[w], v, i)) {
+                v = best_v[w];
+                i = best_i[w];
+            }
+        }
+    }
+}
+
 // The gated unit's activations, numbered as `FfnActivation` (`act` of the kernels that apply one).
 #define ACT_SILU 0
 #define ACT_GELU_TANH 1

@@ -121,26 +121,8 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Rout
                 i = j;
             }
         }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float ov = __shfl_xor_sync(FULL_MASK, v, offset);
-            const int oi = __shfl_xor_sync(FULL_MASK, i, offset);
-            if (before(ov, oi, v, i)) {
-                v = ov;
-                i = oi;
-            }
-        }
-        if (lane == 0) {
-            best_v[warp] = v;
-            best_i[warp] = i;
-        }
-        __syncthreads();
+        block_first(v, i, best_v, best_i, ROUTE_THREADS / 32);
         if (threadIdx.x == 0) {
-            for (int w = 1; w < ROUTE_THREADS / 32; w++) {
-                if (before(best_v[w], best_i[w], v, i)) {
-                    v = best_v[w];
-                    i = best_i[w];
-                }
-            }
             selected[r] = i;
             weights[r] = probs[i];
             shared_value = v;

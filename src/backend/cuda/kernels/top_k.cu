@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(TOP_K_THREADS) top_k(const TopK p) 
     __shared__ int best_i[TOP_K_THREADS / 32];
     __shared__ float prev_v_sh;
     __shared__ int prev_i_sh;
-    const int row = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int row = blockIdx.x;
     const float* logits = p.logits + (size_t)row * p.vocab;
     // Before the first round, every entry comes after the "previous" one (+∞, −1).
     float prev_v = infinity();
@@ -42,26 +42,8 @@ extern "C" __global__ void __launch_bounds__(TOP_K_THREADS) top_k(const TopK p) 
                 i = j;
             }
         }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float ov = __shfl_xor_sync(FULL_MASK, v, offset);
-            const int oi = __shfl_xor_sync(FULL_MASK, i, offset);
-            if (before(ov, oi, v, i)) {
-                v = ov;
-                i = oi;
-            }
-        }
-        if (lane == 0) {
-            best_v[warp] = v;
-            best_i[warp] = i;
-        }
-        __syncthreads();
+        block_first(v, i, best_v, best_i, TOP_K_THREADS / 32);
         if (threadIdx.x == 0) {
-            for (int w = 1; w < TOP_K_THREADS / 32; w++) {
-                if (before(best_v[w], best_i[w], v, i)) {
-                    v = best_v[w];
-                    i = best_i[w];
-                }
-            }
             p.ids[(size_t)row * p.k + r] = i;
             p.values[(size_t)row * p.k + r] = v;
             prev_v_sh = v;
