@@ -58,6 +58,9 @@ fn moe(n_expert: usize, k: usize, gating: Gating, normalize: bool, scale: Option
         fused_gate_up: false,
         biases: false,
         activation: ExpertGlu::AsDense,
+        selection_bias: false,
+        groups: None,
+        first_layer: 0,
     }
 }
 
@@ -133,7 +136,7 @@ fn routing_cases(out: &mut Words) -> usize {
         let (k, mut selected, mut weights) = (m.n_expert_used, Vec::new(), Vec::new());
         for row in rows.chunks_exact(m.n_expert) {
             let (mut sel, mut w) = (vec![0u32; k], vec![0f32; k]);
-            m.route(&mut row.to_vec(), &mut sel, &mut w);
+            m.route(&mut row.to_vec(), &[], &mut [], &mut sel, &mut w);
             // The all-equal row takes the first k experts, in order: ties go by index.
             exact_ties += usize::from(row.iter().all(|&x| x == row[0]));
             selected.extend(sel);

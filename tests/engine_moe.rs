@@ -1,5 +1,5 @@
-//! Mixture-of-experts models through the engine (Qwen3 MoE's and gpt-oss' layouts at small widths, `SyntheticSpec`
-//! families `qwen3moe-small` and `gpt-oss-small-mxfp4`, with a byte vocabulary): greedy completions are the same token ids run one at a time, all at
+//! Mixture-of-experts models through the engine (Qwen3 MoE's, gpt-oss' and DeepSeek V3's layouts at small widths,
+//! `SyntheticSpec` families `qwen3moe-small`, `gpt-oss-small-mxfp4` and `deepseek3-small`, with a byte vocabulary): greedy completions are the same token ids run one at a time, all at
 //! once under continuous batching, with prompts found in the prefix cache, and with n-gram speculation verifying a
 //! draft at every step, because a row's experts and their sums do not depend on its batch (`tests/moe_invariance.rs`).
 
@@ -60,6 +60,13 @@ fn greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
 #[test]
 fn gpt_oss_greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
     same_tokens_every_way("gpt-oss-small-mxfp4");
+}
+
+/// DeepSeek V3's layout (latent attention with a query rank and its keys-only cache, a dense first block, a sigmoid
+/// router with a selection bias and expert groups, a shared expert).
+#[test]
+fn deepseek_greedy_tokens_are_the_same_alone_batched_cached_and_speculated() {
+    same_tokens_every_way("deepseek3-small");
 }
 
 fn same_tokens_every_way(family: &str) {

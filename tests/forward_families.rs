@@ -32,6 +32,18 @@
 //!   clamp (plain SwiGLU) 2.3, the softmax of the chosen (raw logits as weights) 3.1. `gpt-oss-mxfp4`: the
 //!   published files' types (MXFP4 experts, Q8_0 elsewhere) on the fast path against llama.cpp's, `check`'s bounds:
 //!   max 0.053, mean 0.045, 6 of 6 confident positions agree.
+//! - `deepseek2-lite` (DeepSeek-V2-Lite's traits at small widths, F16, three layers; `check_moe`): multi-head latent
+//!   attention (queries from `attn_q`, one compressed key row per position whose prefix is the values, the key
+//!   decompression absorbed into the queries and the values' after the attention), RoPE on the last 32 dimensions,
+//!   YaRN by 40 with its log multiplier (the rotations uncorrected, the scale times mscale²), a dense first block,
+//!   then a softmax router over 16 experts and 2 shared experts. `deepseek3` (V3's traits): queries through a rank
+//!   of 256 and its norm, a sigmoid router whose choice adds `exp_probs_b`, 4 groups of which the best 2 are chosen
+//!   from, weights renormalized and scaled by 2.5. Measured 2026-12-06 (avx512): precise path 0.0080 and 0.0097;
+//!   leaving out mscale 1.7 and 2.8, keeping YaRN's correction on the rotations 2.6 and 3.2, the selection bias 2.5,
+//!   the groups 2.1. Seeds without a router near-tie within the engines' rounding: of 22 and 28–30 for
+//!   deepseek2-lite, 29 routes one expert of position 0 otherwise even on the precise path (0.09 there, 0.02 at
+//!   every later position through the cache); of 23–27 for deepseek3, 23, 25 and 26 do so on the fast path at an
+//!   early position.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -235,6 +247,11 @@ const MAX_MOE_FLIPS: usize = 2;
 /// A mixture-of-experts family against its fixture: tight on the precise path; on the fast path the argmax at
 /// confident positions and the median difference.
 fn check_moe(name: &str) {
+    check_moe_within(name, MAX_MEDIAN_MOE_DIFF)
+}
+
+/// [`check_moe`] with the fast path's median bounded by `max_median`.
+fn check_moe_within(name: &str, max_median: f32) {
     let f = fixture(name);
     let maxima = |ours: &[Vec<f32>]| -> Vec<f32> {
         ours.iter()
@@ -262,7 +279,7 @@ fn check_moe(name: &str) {
     fast_maxima.sort_by(f32::total_cmp);
     let median = fast_maxima[fast_maxima.len() / 2];
     eprintln!("{name}: fast path, median of the per-position maxima {median:.4}, largest {:?}", fast_maxima.last());
-    assert!(median <= MAX_MEDIAN_MOE_DIFF, "{name}: fast path median difference {median}");
+    assert!(median <= max_median, "{name}: fast path median difference {median}");
 }
 
 #[test]
@@ -298,4 +315,18 @@ fn gpt_oss_sinks_windows_biases_and_clamped_experts_match_llama_cpp() {
 #[test]
 fn gpt_oss_mxfp4_experts_match_llama_cpp() {
     check("gpt-oss-mxfp4");
+}
+
+#[test]
+fn deepseek2_latent_attention_and_shared_experts_match_llama_cpp() {
+    check_moe("deepseek2-lite");
+}
+
+/// DeepSeek V3's expert weights are scaled by 2.5, and the 8-bit activations' error with them: the fast path's median
+/// difference measured 0.105 on this fixture (0.120 with seed 24), against deepseek2-lite's 0.079.
+const MAX_MEDIAN_DEEPSEEK3_DIFF: f32 = 0.15;
+
+#[test]
+fn deepseek3_query_rank_sigmoid_groups_and_selection_bias_match_llama_cpp() {
+    check_moe_within("deepseek3", MAX_MEDIAN_DEEPSEEK3_DIFF);
 }

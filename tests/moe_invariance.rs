@@ -5,7 +5,9 @@
 //!
 //! The models are the synthetic families of `tests/forward_families.rs`: Qwen3 MoE's layout (32 experts, 8 per
 //! token: many rows share experts in a batch), Qwen2 MoE's (16 experts, 4 per token, and the gated shared expert
-//! beside them) and gpt-oss' (16 experts, 4 per token, in MXFP4).
+//! beside them), gpt-oss' (16 experts, 4 per token, in MXFP4) and DeepSeek's (latent attention, whose one key/value
+//! row serves every query head and whose heads the attention splits across tasks; a dense first block, shared
+//! experts; V3's query rank, sigmoid router, selection bias and expert groups).
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
@@ -154,6 +156,16 @@ fn gpt_oss_with_mxfp4_experts_sinks_and_windows_does_not_depend_on_batch_threads
 
 /// A file whose experts are not whole 32-element blocks wide (F16 allows any row length) is refused by the
 /// backend with an error, not a panic in its buffers.
+#[test]
+fn deepseek2_latent_attention_does_not_depend_on_batch_threads_or_kernel_path() {
+    check("deepseek2-lite-small");
+}
+
+#[test]
+fn deepseek3_routing_does_not_depend_on_batch_threads_or_kernel_path() {
+    check("deepseek3-small");
+}
+
 #[test]
 fn expert_widths_that_are_not_whole_blocks_are_refused() {
     let base = SyntheticSpec::family("qwen3moe-small", 1, 1).unwrap();

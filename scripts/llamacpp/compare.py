@@ -34,7 +34,7 @@ MODELS = os.path.join(CACHE, "models")
 VOCAB = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 SHAPES = ["llama-1b", "llama-3b", "qwen-7b-4l"]
 # Mixture-of-experts shapes (not in the default run: name them with --shapes).
-MOE_SHAPES = ["qwen3moe-30b-a3b-4l", "mixtral-8x7b-2l", "gpt-oss-20b-4l"]
+MOE_SHAPES = ["qwen3moe-30b-a3b-4l", "mixtral-8x7b-2l", "gpt-oss-20b-4l", "deepseek2-lite-4l"]
 TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"]
 
 

@@ -20,7 +20,8 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "families")
 IDS = [1, 17, 300, 42, 5, 99, 123, 7, 256, 8, 64, 3, 400, 12, 77, 200]
 # (fixture, family, seed, layers): Mistral Nemo's layers are 5120 wide, so one; the tiny Gemma needs its seventh
 # layer, the global one that linear scaling changes; SmolLM3 its fourth, the first without RoPE; Gemma 2 27B and
-# Gemma 3 27B all of theirs (46 and 62), the counts by which llama.cpp picks their attention scale.
+# Gemma 3 27B all of theirs (46 and 62), the counts by which llama.cpp picks their attention scale; DeepSeek's a
+# dense first block and two with experts.
 FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("llama3", "llama3.2-1b", 3, 2),
             ("mistral", "mistral-nemo", 4, 1), ("gemma3-linear", "gemma3-tiny-linear8", 5, 7),
             ("phi3", "phi3.5-mini", 6, 2), ("phi3-long", "phi3.5-mini-long", 7, 1),
@@ -30,7 +31,8 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("olmo2", "olmo2-1b", 14, 2), ("qwen3moe", "qwen3moe-small", 15, 2), ("mixtral", "mixtral-small", 16, 2),
             ("qwen2moe", "qwen2moe-small", 17, 2), ("olmoe", "olmoe-small", 18, 2),
             ("granitemoe", "granitemoe-small", 19, 2), ("gpt-oss", "gpt-oss-small", 20, 2),
-            ("gpt-oss-mxfp4", "gpt-oss-small-mxfp4", 21, 2)]
+            ("gpt-oss-mxfp4", "gpt-oss-small-mxfp4", 21, 2), ("deepseek2-lite", "deepseek2-lite-small", 22, 3),
+            ("deepseek3", "deepseek3-small", 27, 3)]
 
 
 def main():

@@ -41,6 +41,16 @@ MOE_SHAPES = {
     "gpt-oss-20b-4l": ("gpt-oss", 2880, 4, 64, 8, 64, 32, 4, 2880, 150000.0),
 }
 
+# DeepSeek's latent-attention shapes (`deepseek2`): name: (n_embd, n_layer, n_head, kv_lora_rank, nope, rope, v_head,
+# n_expert, n_expert_used, expert FFN width, shared experts, leading dense blocks, dense FFN width)
+DEEPSEEK_SHAPES = {
+    # DeepSeek-V2-Lite (16B, 2.4B active; Moonlight's layout but for its query rank): 2048 wide, 16 heads, a
+    # compressed key row of 512 + 64 RoPE dimensions, 128 + 64 and 128 per head, queries from attn_q; one dense
+    # block (FFN 10944), then 64 experts of 1408, 6 per token, 2 shared; YaRN by 40 with its log multiplier; 4 of
+    # its 27 layers.
+    "deepseek2-lite-4l": (2048, 4, 16, 512, 128, 64, 128, 64, 6, 1408, 2, 1, 10944),
+}
+
 # Tokenizer and chat keys copied from the vocabulary file as they are.
 COPIED_PREFIXES = ("tokenizer.",)
 
@@ -75,11 +85,14 @@ def copy_tokenizer(reader: gguf.GGUFReader, writer: gguf.GGUFWriter) -> int:
 
 
 def main() -> None:
-    if len(sys.argv) != 4 or sys.argv[1] not in list(SHAPES) + list(MOE_SHAPES):
-        sys.exit(f"usage: {sys.argv[0]} {{{','.join(list(SHAPES) + list(MOE_SHAPES))}}} VOCAB_GGUF OUT.gguf")
+    names = list(SHAPES) + list(MOE_SHAPES) + list(DEEPSEEK_SHAPES)
+    if len(sys.argv) != 4 or sys.argv[1] not in names:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(names)}}} VOCAB_GGUF OUT.gguf")
     shape, vocab_file, out = sys.argv[1:]
     if shape in MOE_SHAPES:
         return write_moe(shape, vocab_file, out)
+    if shape in DEEPSEEK_SHAPES:
+        return write_deepseek2(shape, vocab_file, out)
     # (gpt-oss' keys and tensors are written by write_moe too.)
     n_embd, n_layer, n_head, n_head_kv, n_ff, rope_base, tied = SHAPES[shape]
     head_dim = n_embd // n_head
@@ -204,6 +217,74 @@ def write_moe(shape: str, vocab_file: str, out: str) -> None:
                                  ("ffn_gate_inp.bias", n_expert), ("ffn_gate_exps.bias", n_expert, n_ff_exp),
                                  ("ffn_up_exps.bias", n_expert, n_ff_exp), ("ffn_down_exps.bias", n_expert, n_embd)]:
                 matrix(p + name, *shape, dtype=np.float32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_deepseek2(shape: str, vocab_file: str, out: str) -> None:
+    (n_embd, n_layer, n_head, rank, nope, rope, v_head, n_expert, n_used, n_ff_exp, n_shared, n_dense,
+     n_ff) = DEEPSEEK_SHAPES[shape]
+    arch = "deepseek2"
+    reader = gguf.GGUFReader(vocab_file)
+    writer = gguf.GGUFWriter(out, arch)
+    writer.add_name(f"synthetic {shape}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(163840)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    # As llama.cpp's converter writes MLA: one key/value head as wide as the cache row, the rank as values.
+    writer.add_head_count_kv(1)
+    writer.add_key_length(rank + rope)
+    writer.add_value_length(rank)
+    writer.add_uint32(f"{arch}.attention.key_length_mla", nope + rope)
+    writer.add_uint32(f"{arch}.attention.value_length_mla", v_head)
+    writer.add_uint32(f"{arch}.attention.kv_lora_rank", rank)
+    writer.add_uint32(f"{arch}.attention.q_lora_rank", 0)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(rope)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_uint32(f"{arch}.leading_dense_block_count", n_dense)
+    writer.add_expert_count(n_expert)
+    writer.add_expert_used_count(n_used)
+    writer.add_expert_feed_forward_length(n_ff_exp)
+    writer.add_uint32(f"{arch}.expert_shared_count", n_shared)
+    writer.add_float32(f"{arch}.expert_weights_scale", 1.0)
+    writer.add_string(f"{arch}.rope.scaling.type", "yarn")
+    writer.add_float32(f"{arch}.rope.scaling.factor", 40.0)
+    writer.add_uint32(f"{arch}.rope.scaling.original_context_length", 4096)
+    writer.add_float32(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0707)
+    vocab = copy_tokenizer(reader, writer)
+    writer.add_vocab_size(vocab)
+    matrix, norm = tensor_writers(writer)
+    matrix("token_embd.weight", vocab, n_embd)
+    norm("output_norm.weight", n_embd)
+    matrix("output.weight", vocab, n_embd)
+    for layer in range(n_layer):
+        p = f"blk.{layer}."
+        norm(p + "attn_norm.weight", n_embd)
+        matrix(p + "attn_q.weight", n_head * (nope + rope), n_embd)
+        matrix(p + "attn_kv_a_mqa.weight", rank + rope, n_embd)
+        norm(p + "attn_kv_a_norm.weight", rank)
+        matrix(p + "attn_k_b.weight", n_head, rank, nope)
+        matrix(p + "attn_v_b.weight", n_head, v_head, rank)
+        matrix(p + "attn_output.weight", n_embd, n_head * v_head)
+        norm(p + "ffn_norm.weight", n_embd)
+        if layer < n_dense:
+            matrix(p + "ffn_gate.weight", n_ff, n_embd)
+            matrix(p + "ffn_up.weight", n_ff, n_embd)
+            matrix(p + "ffn_down.weight", n_embd, n_ff)
+            continue
+        matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, dtype=np.float32)
+        matrix(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, n_embd)
+        matrix(p + "ffn_up_exps.weight", n_expert, n_ff_exp, n_embd)
+        matrix(p + "ffn_down_exps.weight", n_expert, n_embd, n_ff_exp)
+        matrix(p + "ffn_gate_shexp.weight", n_shared * n_ff_exp, n_embd)
+        matrix(p + "ffn_up_shexp.weight", n_shared * n_ff_exp, n_embd)
+        matrix(p + "ffn_down_shexp.weight", n_embd, n_shared * n_ff_exp)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -351,7 +351,8 @@ fn run(args: &Args) -> Result<(), String> {
     let kernel_path = bench.backend.kernel_path();
     let weight_bytes = bench.backend.weight_bytes_per_token();
     let kv_bytes = bench.backend.kv_cache_bytes();
-    let whole_kv_bytes = CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions);
+    let whole_kv_bytes =
+        CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions, config.latent.is_none());
     let quick = if args.quick { ", quick" } else { "" };
     println!("ember-bench: {}, {} threads, {kernel_path} kernels{quick}", model.name(), args.threads);
 

@@ -11,8 +11,14 @@
 //! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences, nor on the pool its
 //! layer's keys live in.
 //!
-//! Tasks write into a staging buffer laid out `[kv_head][row][group × head_dim]`, where each task's rows are one
-//! contiguous slice; one copy afterwards puts the heads in place in the `[row][q_dim]` output.
+//! Tasks write into a staging buffer laid out `[kv_head][part][row][part's heads × value width]`, where each task's
+//! rows are one contiguous slice; one copy afterwards puts the heads in place in the `[row][n_head × value width]`
+//! output. A part is the whole group, except in latent attention (`HeadLayout::split_group`), whose one KV head
+//! serves every query head: there the group is split so that a decode step's one row still feeds every thread (each
+//! query head's arithmetic is the same whichever part computes it).
+//!
+//! Latent attention (`latent.rs`) runs the same tasks through [`attend`] on queries it prepared itself, with values
+//! that are the first `value_width` elements of each cached key row.
 
 use std::sync::{Mutex, TryLockError};
 
@@ -30,16 +36,74 @@ const MAX_TASKS: usize = 96;
 /// Tasks each KV head's rows are split into, at most: enough for load balance on a few threads.
 const TASKS_PER_KV_HEAD: usize = 16;
 
+/// How the heads of a model's attention are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadLayout {
+    pub n_head_kv: usize,
+    /// Query heads per KV head.
+    pub group: usize,
+    /// Width of a query head and of a cached key head (the dot products').
+    pub key_width: usize,
+    /// Width of a value head, and of an output head.
+    pub value_width: usize,
+    /// Split a KV head's query heads across tasks (latent attention's one KV head).
+    pub split_group: bool,
+}
+
+impl HeadLayout {
+    /// The layout of `config`'s attention: grouped-query heads of `head_dim`, or latent attention's one key row of
+    /// `head_dim` whose first `kv_lora_rank` elements are the values.
+    pub fn of(config: &LlamaConfig) -> Self {
+        match &config.latent {
+            Some(latent) => HeadLayout {
+                n_head_kv: 1,
+                group: config.n_head,
+                key_width: config.head_dim,
+                value_width: latent.kv_lora_rank,
+                split_group: true,
+            },
+            None => HeadLayout {
+                n_head_kv: config.n_head_kv,
+                group: config.n_head / config.n_head_kv,
+                key_width: config.head_dim,
+                value_width: config.head_dim,
+                split_group: false,
+            },
+        }
+    }
+
+    /// Width of a row of queries.
+    fn query_width(&self) -> usize {
+        self.n_head_kv * self.group * self.key_width
+    }
+
+    /// Width of a row of the output.
+    fn output_width(&self) -> usize {
+        self.n_head_kv * self.group * self.value_width
+    }
+
+    /// Parts each KV head's group is split into for a step of `rows` rows on `threads` threads: 1, or with
+    /// `split_group` the smallest divisor of the group that gives every thread two tasks.
+    fn parts(&self, rows: usize, threads: usize) -> usize {
+        let row_tasks = TASKS_PER_KV_HEAD.min(rows).max(1);
+        if !self.split_group || self.n_head_kv * row_tasks >= 2 * threads {
+            return 1;
+        }
+        let wanted = (2 * threads).div_ceil(self.n_head_kv * row_tasks);
+        (1..=self.group).find(|p| self.group.is_multiple_of(*p) && *p >= wanted).unwrap_or(self.group)
+    }
+}
+
 /// A task's private working memory.
 struct TaskScratch {
     /// `[group][context + 1]`: scores, then probabilities, of each query head of the group (the extra one is a
     /// head's attention sink, `LlamaConfig::attn_sinks`).
     scores: Vec<f32>,
-    /// `[group][head_dim]`: the rotated, scaled queries.
+    /// `[group][key_width]`: the rotated, scaled queries.
     queries: Vec<f32>,
-    /// `[group][head_dim]`: the weighted sums of values.
+    /// `[group][value_width]`: the weighted sums of values.
     outputs: Vec<f32>,
-    /// `[head_dim]`: a head being normalized or rotated.
+    /// `[key_width]`: a head being normalized or rotated.
     head: Vec<f32>,
 }
 
@@ -47,26 +111,30 @@ struct TaskScratch {
 /// staging buffer of the outputs.
 pub struct AttentionScratch {
     tasks: Vec<Mutex<TaskScratch>>,
-    /// `[n_head_kv][max_rows][group × head_dim]`.
+    /// `[n_head_kv][part][max_rows][part's heads × value_width]`.
     stage: Vec<f32>,
-    /// `[head_dim]`: a key head being normalized or rotated.
+    /// `[key_width]`: a key head being normalized or rotated.
     key_head: Vec<f32>,
 }
 
 impl AttentionScratch {
     pub fn new(config: &LlamaConfig, threads: usize, max_rows: usize) -> Self {
-        let group = config.n_head / config.n_head_kv;
+        let layout = HeadLayout::of(config);
         let tasks = (0..threads.max(1))
             .map(|_| {
                 Mutex::new(TaskScratch {
-                    scores: vec![0.0; group * score_stride(config)],
-                    queries: vec![0.0; group * config.head_dim],
-                    outputs: vec![0.0; group * config.head_dim],
-                    head: vec![0.0; config.head_dim],
+                    scores: vec![0.0; layout.group * score_stride(config)],
+                    queries: vec![0.0; layout.group * layout.key_width],
+                    outputs: vec![0.0; layout.group * layout.value_width],
+                    head: vec![0.0; layout.key_width],
                 })
             })
             .collect();
-        AttentionScratch { tasks, stage: vec![0.0; max_rows * config.q_dim()], key_head: vec![0.0; config.head_dim] }
+        AttentionScratch {
+            tasks,
+            stage: vec![0.0; max_rows * layout.output_width()],
+            key_head: vec![0.0; layout.key_width],
+        }
     }
 }
 
@@ -95,7 +163,7 @@ pub struct AttentionIo<'a> {
 /// `rope_dim` dimensions, on adjacent pairs or, with `neox`, on dimensions `i` and `i + rope_dim / 2` (gathered
 /// into pairs in `tmp`, rotated by the same kernel, scattered back: the same arithmetic per pair).
 #[allow(clippy::too_many_arguments)]
-fn prepare_head(
+pub(super) fn prepare_head(
     kernels: &Kernels,
     config: &LlamaConfig,
     head: &mut [f32],
@@ -169,12 +237,8 @@ pub fn attention_layer(
     layer: usize,
     io: AttentionIo<'_>,
 ) {
-    let (hd, kv_dim, d) = (config.head_dim, config.kv_dim(), config.q_dim());
-    let rows = step.n_tokens();
-    let group = config.n_head / config.n_head_kv;
-    let group_width = group * hd;
+    let (hd, kv_dim) = (config.head_dim, config.kv_dim());
     let attends = config.layers[layer];
-    // A windowed layer may live in the window pool: its slots and table are that pool's.
     let kv_pool = cache.pool_of(layer);
     let (q_norm, k_norm) = match io.head_norms {
         Some((q, k)) => (Some(q), Some(k)),
@@ -182,7 +246,7 @@ pub fn attention_layer(
     };
 
     // Norms and RoPE on the new keys, then append keys and values to the cache.
-    for t in 0..rows {
+    for t in 0..step.n_tokens() {
         let (cos, sin) = step.rope(attends.rope, t);
         let key = &mut io.k[t * kv_dim..(t + 1) * kv_dim];
         for head in key.chunks_exact_mut(hd) {
@@ -190,39 +254,81 @@ pub fn attention_layer(
         }
         cache.store(layer, step.slot(t, kv_pool), key, &io.v[t * kv_dim..(t + 1) * kv_dim]);
     }
+    let queries = Queries::Raw { values: io.q, norm: q_norm };
+    attend(pool, kernels, config, step, cache, scratch, layer, queries, io.sinks, io.out);
+}
 
-    // Tasks: (KV head, contiguous rows), each owning its rows of that head's plane of the staging buffer.
-    let per_head = TASKS_PER_KV_HEAD.min(MAX_TASKS / config.n_head_kv).min(rows).max(1);
-    let rows_per_task = rows.div_ceil(per_head);
+/// The queries [`attend`] reads, `[T][n_head × key_width]`.
+pub enum Queries<'a> {
+    /// Before their norms (`norm`, when the architecture has them) and RoPE, which each task applies.
+    Raw { values: &'a [f32], norm: Option<&'a [f32]> },
+    /// Rotated already (latent attention's); only the scale is still to apply.
+    Rotated(&'a [f32]),
+}
+
+/// Causal attention of every row of the step over its sequence's cached keys and values of `layer` (stored
+/// already, this step's included), into `out` (`[T][n_head × value_width]`, `HeadLayout::of(config)`).
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    pool: &ThreadPool,
+    kernels: &Kernels,
+    config: &LlamaConfig,
+    step: &StepLayout,
+    cache: &CpuKvCache,
+    scratch: &mut AttentionScratch,
+    layer: usize,
+    queries: Queries<'_>,
+    sinks: &[f32],
+    out: &mut [f32],
+) {
+    let layout = HeadLayout::of(config);
+    let (kw, vw) = (layout.key_width, layout.value_width);
+    let (q_width, out_width) = (layout.query_width(), layout.output_width());
+    let rows = step.n_tokens();
+    let parts = layout.parts(rows, pool.threads());
+    let part_heads = layout.group / parts;
+    let part_width = part_heads * vw;
+    let attends = config.layers[layer];
+    let kv_pool = cache.pool_of(layer);
+
+    // Tasks: (KV head, part of its group, contiguous rows), each owning its rows of that part's plane of the stage.
+    let planes = layout.n_head_kv * parts;
+    let per_plane = TASKS_PER_KV_HEAD.min(MAX_TASKS / planes).min(rows).max(1);
+    let rows_per_task = rows.div_ceil(per_plane);
     type Slot<'s> = Mutex<Option<(usize, usize, &'s mut [f32])>>;
     let slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
     let AttentionScratch { tasks, stage, .. } = scratch;
     let tasks = &*tasks;
     let mut n_tasks = 0;
-    for (kv_head, plane) in stage[..config.n_head_kv * rows * group_width].chunks_mut(rows * group_width).enumerate() {
-        for (i, piece) in plane.chunks_mut(rows_per_task * group_width).enumerate() {
-            *slots[n_tasks].lock().unwrap_or_else(|e| e.into_inner()) = Some((kv_head, i * rows_per_task, piece));
+    for (plane_index, plane) in stage[..planes * rows * part_width].chunks_mut(rows * part_width).enumerate() {
+        for (i, piece) in plane.chunks_mut(rows_per_task * part_width).enumerate() {
+            *slots[n_tasks].lock().unwrap_or_else(|e| e.into_inner()) = Some((plane_index, i * rows_per_task, piece));
             n_tasks += 1;
         }
     }
 
     let layer_kv = cache.layer(layer);
-    let cache = &*cache;
-    let (q, sinks) = (io.q, io.sinks);
     let scale = config.attention_scale;
     pool.run(n_tasks, &|task| {
-        let Some((kv_head, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some((plane, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };
+        let (kv_head, part) = (plane / parts, plane % parts);
+        let first_head = kv_head * layout.group + part * part_heads;
         let mut guard = acquire(tasks);
         let work = &mut *guard;
-        for (i, out_row) in out.chunks_exact_mut(group_width).enumerate() {
+        for (i, out_row) in out.chunks_exact_mut(part_width).enumerate() {
             let t = first_row + i;
             let (cos, sin) = step.rope(attends.rope, t);
-            for (g, query) in work.queries.chunks_exact_mut(hd).enumerate() {
-                let h = kv_head * group + g;
-                query.copy_from_slice(&q[t * d + h * hd..t * d + (h + 1) * hd]);
-                prepare_head(kernels, config, query, q_norm, cos, sin, &mut work.head);
+            for (g, query) in work.queries[..part_heads * kw].chunks_exact_mut(kw).enumerate() {
+                let h = first_head + g;
+                match &queries {
+                    Queries::Raw { values, norm } => {
+                        query.copy_from_slice(&values[t * q_width + h * kw..][..kw]);
+                        prepare_head(kernels, config, query, *norm, cos, sin, &mut work.head);
+                    }
+                    Queries::Rotated(values) => query.copy_from_slice(&values[t * q_width + h * kw..][..kw]),
+                }
                 query.iter_mut().for_each(|x| *x *= scale);
             }
             let positions = step.position(t) + 1;
@@ -232,26 +338,29 @@ pub fn attention_layer(
                 block_table: step.block_table_of_row(t, kv_pool),
                 first: attends.window.map_or(0, |w| positions.saturating_sub(w)),
                 positions,
-                offset: kv_head * hd,
-                kv_dim,
-                head_dim: hd,
+                offset: kv_head * kw,
+                kv_dim: layout.n_head_kv * kw,
+                key_width: kw,
+                value_width: vw,
+                heads: part_heads,
                 stride: score_stride(config),
                 softcap: config.attn_softcap,
-                sinks: if sinks.is_empty() { None } else { Some(&sinks[kv_head * group..(kv_head + 1) * group]) },
+                sinks: if sinks.is_empty() { None } else { Some(&sinks[first_head..first_head + part_heads]) },
             };
             match layer_kv {
                 KvLayer::F16 { keys, values } => row.run(keys, values, work),
                 KvLayer::F32 { keys, values } => row.run(keys, values, work),
             }
-            out_row.copy_from_slice(&work.outputs);
+            out_row.copy_from_slice(&work.outputs[..part_width]);
         }
     });
 
-    // Put each KV head's group of query heads in place: out[t][kv_head × group_width ..] = stage[kv_head][t].
-    for (kv_head, plane) in stage[..config.n_head_kv * rows * group_width].chunks(rows * group_width).enumerate() {
-        for (t, staged) in plane.chunks_exact(group_width).enumerate() {
-            let at = t * d + kv_head * group_width;
-            io.out[at..at + group_width].copy_from_slice(staged);
+    // Put each plane's heads in place: out[t][first head of the plane × vw ..] = stage[plane][t].
+    for (plane, staged_rows) in stage[..planes * rows * part_width].chunks(rows * part_width).enumerate() {
+        let first_head = (plane / parts) * layout.group + (plane % parts) * part_heads;
+        for (t, staged) in staged_rows.chunks_exact(part_width).enumerate() {
+            let at = t * out_width + first_head * vw;
+            out[at..at + part_width].copy_from_slice(staged);
         }
     }
 }
@@ -287,10 +396,15 @@ struct RowAttention<'a> {
     /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
     first: usize,
     positions: usize,
-    /// Offset of the KV head within a cache row.
+    /// Offset of the KV head within a cache row (of keys, and of values when they have a plane of their own).
     offset: usize,
     kv_dim: usize,
-    head_dim: usize,
+    /// Width of a key head (and of the queries).
+    key_width: usize,
+    /// Width of a value head (a prefix of the key head's when the values are the keys' plane).
+    value_width: usize,
+    /// Query heads in `TaskScratch::queries` (the part of the group this task computes).
+    heads: usize,
     /// Stride of the per-head score rows in the scratch (`score_stride`).
     stride: usize,
     /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
@@ -304,17 +418,18 @@ impl RowAttention<'_> {
     /// Scores every position against each query of `work.queries`, softmaxes, and sums the values into
     /// `work.outputs`. Keys and values are each read once, block by block.
     fn run<T: KvElement>(&self, keys: &[T], values: &[T], work: &mut TaskScratch) {
-        let (hd, first, n) = (self.head_dim, self.first, self.positions);
+        let (kw, vw, first, n) = (self.key_width, self.value_width, self.first, self.positions);
         let TaskScratch { scores, queries, outputs, .. } = work;
+        let (queries, outputs) = (&queries[..self.heads * kw], &mut outputs[..self.heads * vw]);
         // Score `i` belongs to position `first + i`.
         for (block, from, len, pos) in self.runs() {
-            let keys = self.run_of(keys, block, from, len);
-            for (g, query) in queries.chunks_exact(hd).enumerate() {
+            let keys = self.run_of(keys, block, from, len, kw);
+            for (g, query) in queries.chunks_exact(kw).enumerate() {
                 let out = &mut scores[g * self.stride + pos - first..][..len];
                 T::scores(self.kernels, query, keys, self.kv_dim, out);
             }
         }
-        for g in 0..queries.len() / hd {
+        for g in 0..self.heads {
             let row = &mut scores[g * self.stride..g * self.stride + n - first + 1];
             let (attended, sink) = row.split_at_mut(n - first);
             if let Some(cap) = self.softcap {
@@ -331,8 +446,8 @@ impl RowAttention<'_> {
         }
         outputs.iter_mut().for_each(|x| *x = 0.0);
         for (block, from, len, pos) in self.runs() {
-            let values = self.run_of(values, block, from, len);
-            for (g, output) in outputs.chunks_exact_mut(hd).enumerate() {
+            let values = self.run_of(values, block, from, len, vw);
+            for (g, output) in outputs.chunks_exact_mut(vw).enumerate() {
                 let weights = &scores[g * self.stride + pos - first..][..len];
                 T::values(self.kernels, weights, values, self.kv_dim, output);
             }
@@ -352,10 +467,11 @@ impl RowAttention<'_> {
     }
 
     /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
-    /// values): from the head's first element in slot `from` to its last in slot `from + len − 1`, `kv_dim` apart.
-    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize) -> &'p [T] {
+    /// values), `width` wide: from the head's first element in slot `from` to its `width`-th in slot
+    /// `from + len − 1`, `kv_dim` apart.
+    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> &'p [T] {
         let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
-        &plane[first..first + (len - 1) * self.kv_dim + self.head_dim]
+        &plane[first..first + (len - 1) * self.kv_dim + width]
     }
 }
 

@@ -9,6 +9,7 @@ use super::attention::{attention_layer, AttentionIo, AttentionScratch};
 use super::kernels::numerics::soft_cap;
 use super::kernels::{kernels, BlockQ8A, Kernels};
 use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
+use super::latent::{latent_attention, LatentOperands, LatentScratch, MAX_LATENT_HEADS};
 use super::model_weights::CpuModelWeights;
 use super::moe::{moe_ffn, MoeOperands, MoeScratch};
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
@@ -126,6 +127,8 @@ pub struct CpuBackend<'m> {
     act_f32: Vec<f32>,
     /// The mixture-of-experts blocks' buffers (`LlamaConfig::moe`).
     moe: Option<MoeScratch>,
+    /// The latent attention's buffers (`LlamaConfig::latent`).
+    latent: Option<LatentScratch>,
 }
 
 impl<'m> CpuBackend<'m> {
@@ -174,6 +177,16 @@ impl<'m> CpuBackend<'m> {
                 return bad(format!("expert widths {} and {shared} must be multiples of {QK}", moe.n_ff_exp));
             }
         }
+        if let Some(latent) = &config.latent {
+            // Their rows are matmul inputs, quantized in whole 32-element blocks; a task per head.
+            let widths = [latent.nope_dim, latent.kv_lora_rank, latent.q_lora_rank.unwrap_or(QK)];
+            if widths.iter().any(|w| !w.is_multiple_of(QK)) {
+                return bad(format!("latent attention widths {widths:?} must be multiples of {QK}"));
+            }
+            if config.n_head > MAX_LATENT_HEADS {
+                return bad(format!("{} heads of latent attention: at most {MAX_LATENT_HEADS}", config.n_head));
+            }
+        }
         let pool = ThreadPool::new(options.threads).map_err(CpuBackendError::Threads)?;
         // The fast path's kernels read the quantized matrices packed, by the pool's threads at once.
         let run = |n: usize, task: &(dyn Fn(usize) + Sync)| pool.run(n, task);
@@ -202,16 +215,21 @@ impl<'m> CpuBackend<'m> {
             options.kv_num_blocks,
             options.kv_window_blocks.unwrap_or(0),
             kv_precision,
+            config.latent.is_none(),
         );
         let t = options.max_batch_tokens;
-        let (d, kv, ff, q) = (config.n_embd, config.kv_dim(), config.n_ff, config.q_dim());
-        if !q.is_multiple_of(QK) {
-            return bad(format!("query width {q} must be a multiple of {QK}"));
+        let (d, kv, ff) = (config.n_embd, config.kv_dim(), config.n_ff);
+        let (q, att) = (config.query_width(), config.attention_width());
+        if !att.is_multiple_of(QK) {
+            return bad(format!("attention output width {att} must be a multiple of {QK}"));
         }
-        // A mixture-of-experts model's dense FFN width is unused: its experts have buffers of their own.
-        let ff = if config.moe.is_some() { 0 } else { ff };
-        let widths = [d, d, q, kv, kv, q, ff, ff, d];
-        let widest = d.max(ff).max(q);
+        // A mixture-of-experts model's dense FFN width is unused unless some leading layers are dense: its experts
+        // have buffers of their own. Latent attention has no value rows.
+        let ff = if config.has_dense_ffn() { ff } else { 0 };
+        let v = if config.latent.is_some() { 0 } else { kv };
+        let widths = [d, d, q, kv, v, att, ff, ff, d];
+        let q_rank = config.latent.and_then(|l| l.q_lora_rank).unwrap_or(0);
+        let widest = d.max(ff).max(att).max(q_rank);
         Ok(CpuBackend {
             kernels,
             pool,
@@ -227,6 +245,7 @@ impl<'m> CpuBackend<'m> {
                 Precision::Quantized8 => Vec::new(),
             },
             moe: config.moe.as_ref().map(|moe| MoeScratch::new(&config, moe, t, options.precision)),
+            latent: config.latent.map(|shapes| LatentScratch::new(&config, shapes, t, options.precision)),
             config,
             options,
         })
@@ -260,7 +279,8 @@ impl<'m> CpuBackend<'m> {
         match b {
             Buf::K | Buf::V => self.config.kv_dim(),
             Buf::Gate | Buf::Up => self.config.n_ff,
-            Buf::Q | Buf::Att => self.config.q_dim(),
+            Buf::Q => self.config.query_width(),
+            Buf::Att => self.config.attention_width(),
             Buf::X | Buf::Xn => self.config.n_embd,
         }
     }
@@ -429,6 +449,45 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
         );
     }
 
+    fn latent_attention(&mut self, layer: usize, input: Buf) {
+        let (t, d, eps) = (self.step.n_tokens(), self.config.n_embd, self.config.rms_eps);
+        let (kv, q_width, att_width) = (self.config.kv_dim(), self.config.query_width(), self.config.attention_width());
+        self.prepare_input(buf_index(input), t, d);
+        let Self {
+            bufs, act_q8, act_f32, pool, kernels, options, weights, latent, cache, attention, step, config, ..
+        } = self;
+        let scratch = latent.as_mut().expect("a latent-attention model has its buffers");
+        let lw = weights.latent(layer);
+        let [q, k, att] =
+            bufs.get_disjoint_mut([buf_index(Buf::Q), buf_index(Buf::K), buf_index(Buf::Att)]).expect("distinct");
+        let (q, k) = (&mut q[..t * q_width], &mut k[..t * kv]);
+        let precision = options.precision;
+        match &lw.q_a {
+            Some((q_a, q_a_norm)) => {
+                // The compressed queries, normalized, become the input of `attn_q_b`.
+                let rank = q_a.n_rows();
+                let mut jobs = [
+                    MatmulJob { weights: q_a, out: &mut scratch.q_latent[..t * rank] },
+                    MatmulJob { weights: &lw.kv_a, out: k },
+                ];
+                parallel_matmul(pool, kernels, activations_of(precision, act_q8, act_f32, t * d), t, &mut jobs);
+                let q_latent = scratch.normalize_q_latent(kernels, t * rank, q_a_norm, eps);
+                match precision {
+                    Precision::Quantized8 => kernels.quantize_row_q8a(q_latent, &mut act_q8[..t * rank / QK]),
+                    Precision::Float32 => act_f32[..t * rank].copy_from_slice(q_latent),
+                }
+                let act = activations_of(precision, act_q8, act_f32, t * rank);
+                parallel_matmul(pool, kernels, act, t, &mut [MatmulJob { weights: &lw.q, out: q }]);
+            }
+            None => {
+                let mut jobs = [MatmulJob { weights: &lw.q, out: q }, MatmulJob { weights: &lw.kv_a, out: k }];
+                parallel_matmul(pool, kernels, activations_of(precision, act_q8, act_f32, t * d), t, &mut jobs);
+            }
+        }
+        let op = LatentOperands { pool, kernels, precision: options.precision, config, step, weights: lw, layer };
+        latent_attention(&op, scratch, cache, attention, q, k, &mut att[..t * att_width]);
+    }
+
     fn gated_activation(&mut self) {
         let (ff, t) = (self.config.n_ff, self.step.n_tokens());
         let (kernels, activation) = (self.kernels, self.config.ffn_activation);
@@ -486,6 +545,14 @@ impl<'m> LlamaBackend for CpuBackend<'m> {
             out.iter_mut().for_each(|x| *x = soft_cap(*x, cap));
         }
         Ok(())
+    }
+}
+
+/// The first `n` prepared activations: quantized blocks, or floats on the precise path.
+fn activations_of<'a>(precision: Precision, q8: &'a [BlockQ8A], f32s: &'a [f32], n: usize) -> Activations<'a> {
+    match precision {
+        Precision::Quantized8 => Activations::Q8(&q8[..n / QK]),
+        Precision::Float32 => Activations::F32(&f32s[..n]),
     }
 }
 

@@ -5,6 +5,7 @@ mod backend;
 mod experts;
 pub mod kernels;
 pub mod kv_cache;
+mod latent;
 mod model_weights;
 mod moe;
 mod parallel;

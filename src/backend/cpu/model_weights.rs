@@ -10,8 +10,10 @@ use crate::model::llama::LlamaConfig;
 use super::experts::ExpertMatrices;
 use super::kernels::packed::RunTasks;
 use super::kernels::{PackedMatrix, WeightMatrix};
+use super::latent::LatentWeights;
 use crate::model::llama::config::ATTN_SINKS;
-use crate::model::llama::experts::FUSED_GATE_UP_EXPS;
+use crate::model::llama::experts::{FUSED_GATE_UP_EXPS, SELECTION_BIAS};
+use crate::model::llama::latent;
 
 /// A weight matrix as the matmuls read it.
 pub enum Matrix<'m> {
@@ -72,13 +74,16 @@ pub struct LayerExperts<'m> {
     pub shared_gate: Box<[f32]>,
     /// `[n_expert]`: the router's bias (`ffn_gate_inp.bias`), or empty.
     pub router_bias: Box<[f32]>,
+    /// `[n_expert]`: the bias of the choice (`exp_probs_b.bias`, `MoeConfig::selection_bias`), or empty.
+    pub selection_bias: Box<[f32]>,
 }
 
 /// The matrices of one transformer block.
 struct LayerWeights<'m> {
-    attn_q: Matrix<'m>,
-    attn_k: Matrix<'m>,
-    attn_v: Matrix<'m>,
+    /// The query, key and value projections (absent with latent attention).
+    attn_qkv: Option<[Matrix<'m>; 3]>,
+    /// Latent attention's matrices (`LlamaConfig::latent`).
+    latent: Option<LatentWeights<'m>>,
     attn_output: Matrix<'m>,
     /// The dense FFN's (absent in a mixture-of-experts block).
     ffn: Option<[Matrix<'m>; 3]>,
@@ -147,19 +152,24 @@ impl<'m> CpuModelWeights<'m> {
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
-                    attn_q: weight(Weight::AttnQ(l))?,
-                    attn_k: weight(Weight::AttnK(l))?,
-                    attn_v: weight(Weight::AttnV(l))?,
-                    attn_output: weight(Weight::AttnOutput(l))?,
-                    ffn: match config.moe {
+                    attn_qkv: match config.latent {
                         Some(_) => None,
-                        None => {
+                        None => Some([weight(Weight::AttnQ(l))?, weight(Weight::AttnK(l))?, weight(Weight::AttnV(l))?]),
+                    },
+                    latent: match &config.latent {
+                        Some(shapes) => Some(latent_weights(file, l, config, shapes, pack)?),
+                        None => None,
+                    },
+                    attn_output: weight(Weight::AttnOutput(l))?,
+                    ffn: match config.is_moe_layer(l) {
+                        true => None,
+                        false => {
                             Some([weight(Weight::FfnGate(l))?, weight(Weight::FfnUp(l))?, weight(Weight::FfnDown(l))?])
                         }
                     },
                     experts: match &config.moe {
-                        Some(moe) => Some(layer_experts(file, l, moe, pack)?),
-                        None => None,
+                        Some(moe) if moe.has_layer(l) => Some(layer_experts(file, l, moe, pack)?),
+                        _ => None,
                     },
                     attn_norm: norm_if(config.pre_norms, Norm::Attn(l))?,
                     ffn_norm: norm_if(config.pre_norms, Norm::Ffn(l))?,
@@ -183,14 +193,23 @@ impl<'m> CpuModelWeights<'m> {
 
     pub fn matrix(&self, w: Weight) -> &Matrix<'m> {
         match w {
-            Weight::AttnQ(l) => &self.layers[l].attn_q,
-            Weight::AttnK(l) => &self.layers[l].attn_k,
-            Weight::AttnV(l) => &self.layers[l].attn_v,
+            Weight::AttnQ(l) => &self.attn_qkv(l)[0],
+            Weight::AttnK(l) => &self.attn_qkv(l)[1],
+            Weight::AttnV(l) => &self.attn_qkv(l)[2],
             Weight::AttnOutput(l) => &self.layers[l].attn_output,
             Weight::FfnGate(l) => &self.dense_ffn(l)[0],
             Weight::FfnUp(l) => &self.dense_ffn(l)[1],
             Weight::FfnDown(l) => &self.dense_ffn(l)[2],
         }
+    }
+
+    fn attn_qkv(&self, layer: usize) -> &[Matrix<'m>; 3] {
+        self.layers[layer].attn_qkv.as_ref().expect("q/k/v projections are asked for outside latent attention only")
+    }
+
+    /// Layer `layer`'s latent-attention weights.
+    pub fn latent(&self, layer: usize) -> &LatentWeights<'m> {
+        self.layers[layer].latent.as_ref().expect("latent-attention weights are asked for such a model only")
     }
 
     fn dense_ffn(&self, layer: usize) -> &[Matrix<'m>; 3] {
@@ -265,12 +284,13 @@ impl<'m> CpuModelWeights<'m> {
 }
 
 impl<'m> LayerWeights<'m> {
-    fn attention(&self) -> impl Iterator<Item = &Matrix<'m>> {
-        [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output].into_iter()
+    fn attention(&self) -> impl Iterator<Item = &Matrix<'_>> {
+        let latent = self.latent.iter().flat_map(LatentWeights::matrices);
+        self.attn_qkv.iter().flatten().chain([&self.attn_output]).chain(latent)
     }
 
     /// Every matrix of the block but the routers (what the packing replaces).
-    fn matrices(&self) -> impl Iterator<Item = &Matrix<'m>> {
+    fn matrices(&self) -> impl Iterator<Item = &Matrix<'_>> {
         let experts = self.experts.iter().flat_map(|e| e.routed.iter().chain(&e.shared));
         self.attention().chain(self.ffn.iter().flatten()).chain(experts.flat_map(|x| [&x.gate, &x.up, &x.down]))
     }
@@ -363,6 +383,58 @@ fn layer_experts<'m>(
         true => file.tensor(&name("ffn_gate_inp.bias"))?.as_f32()?.into(),
         false => Box::default(),
     };
+    let selection_bias = match moe.selection_bias {
+        true => file.tensor(&name(SELECTION_BIAS))?.as_f32()?.into(),
+        false => Box::default(),
+    };
     let router = Matrix::File(view(&name("ffn_gate_inp.weight"))?);
-    Ok(LayerExperts { router, routed, shared, shared_gate, router_bias })
+    Ok(LayerExperts { router, routed, shared, shared_gate, router_bias, selection_bias })
+}
+
+/// Layer `l`'s latent-attention weights (`latent.rs`): the projections packed like the dense matrices, `attn_k_b`
+/// and `attn_v_b` taken apart into one matrix per head.
+fn latent_weights<'m>(
+    file: &'m GgufFile,
+    l: usize,
+    config: &LlamaConfig,
+    shapes: &latent::LatentAttention,
+    pack: Option<RunTasks<'_>>,
+) -> Result<LatentWeights<'m>, GgufError> {
+    let name = |suffix: &str| LlamaConfig::layer_tensor(l, suffix);
+    let matrix = |suffix: &str| {
+        let m = Matrix::new(WeightMatrix::from_tensor(&file.tensor(&name(suffix))?)?, pack);
+        if !m.reads_the_file() {
+            file.release_tensor(&name(suffix));
+        }
+        Ok::<_, GgufError>(m)
+    };
+    let norm = |suffix: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(&name(suffix))?.as_f32()?.into());
+    // A stacked tensor's `rows` rows per head, each head a matrix of its own.
+    let per_head = |suffix: &str, rows: usize| {
+        let whole = WeightMatrix::from_tensor(&file.tensor(&name(suffix))?)?;
+        let heads = (0..config.n_head)
+            .map(|h| {
+                let part = whole.rows(h * rows..(h + 1) * rows).ok_or_else(|| GgufError::MissingTensor {
+                    name: format!("{} rows {}..{} (of {})", name(suffix), h * rows, (h + 1) * rows, whole.n_rows()),
+                })?;
+                Ok(Matrix::new(part, pack))
+            })
+            .collect::<Result<Vec<_>, GgufError>>()?;
+        if heads.iter().all(|m| !m.reads_the_file()) {
+            file.release_tensor(&name(suffix));
+        }
+        Ok::<_, GgufError>(heads)
+    };
+    let (q, q_a) = match shapes.q_lora_rank {
+        Some(_) => (matrix(latent::Q_B)?, Some((matrix(latent::Q_A)?, norm(latent::Q_A_NORM)?))),
+        None => (matrix("attn_q.weight")?, None),
+    };
+    Ok(LatentWeights {
+        q,
+        q_a,
+        kv_a: matrix(latent::KV_A)?,
+        kv_a_norm: norm(latent::KV_A_NORM)?,
+        k_b: per_head(latent::K_B, shapes.kv_lora_rank)?,
+        v_b: per_head(latent::V_B, shapes.v_head_dim)?,
+    })
 }

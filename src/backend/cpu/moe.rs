@@ -19,6 +19,8 @@ use crate::model::llama::{FfnActivation, LlamaConfig, MoeConfig};
 pub(super) struct MoeScratch {
     /// `[T][n_expert]`: router logits, then probabilities.
     logits: Vec<f32>,
+    /// `[n_expert]`: the values a row's experts are chosen by, where they are not its probabilities.
+    choice: Vec<f32>,
     /// `[T][n_expert_used]`: each row's experts and weights.
     selected: Vec<u32>,
     weights: Vec<f32>,
@@ -41,6 +43,7 @@ impl MoeScratch {
         let (d, k) = (config.n_embd, moe.n_expert_used);
         MoeScratch {
             logits: vec![0.0; max_tokens * moe.n_expert],
+            choice: vec![0.0; moe.n_expert],
             selected: vec![0; max_tokens * k],
             weights: vec![0.0; max_tokens * k],
             routed: ExpertScratch::new(max_tokens, k, d, moe.n_ff_exp, precision),
@@ -79,7 +82,8 @@ pub(super) fn moe_ffn(op: &MoeOperands<'_, '_>, scratch: &mut MoeScratch, input:
     }
     for row in 0..t {
         let (sel, w) = (&mut scratch.selected[row * k..(row + 1) * k], &mut scratch.weights[row * k..(row + 1) * k]);
-        moe.route(&mut scratch.logits[row * n..(row + 1) * n], sel, w);
+        let logits = &mut scratch.logits[row * n..(row + 1) * n];
+        moe.route(logits, &op.experts.selection_bias, &mut scratch.choice, sel, w);
     }
     let activation = match (moe.activation, op.config.ffn_activation) {
         (ExpertGlu::SwigluOai { alpha, limit }, _) => ExpertActivation::SwigluOai { alpha, limit },

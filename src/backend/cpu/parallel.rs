@@ -69,13 +69,19 @@ pub fn parallel_matmul(
             return;
         };
         let w = weights[job_index].expect("every job has its weights");
-        match (act, w) {
-            (Activations::Q8(blocks), Matrix::Packed(w)) => kernels.matmul_packed(w, blocks, n_cols, &mut view),
-            (Activations::Q8(blocks), Matrix::File(w)) => kernels.matmul_q8(w, blocks, n_cols, &mut view),
-            (Activations::F32(values), Matrix::File(w)) => kernels.matmul_f32(w, values, n_cols, &mut view),
-            (Activations::F32(_), Matrix::Packed(_)) => unreachable!("the precise path packs nothing"),
-        }
+        matmul_rows(kernels, act, w, n_cols, &mut view);
     });
+}
+
+/// `out(c, r) = w[r] · act[c]` for the rows of `out` and `n_cols` columns, on the calling thread: the kernel that
+/// meets `act`'s type and `w`'s.
+pub fn matmul_rows(kernels: &Kernels, act: Activations<'_>, w: &Matrix<'_>, n_cols: usize, out: &mut OutRows<'_>) {
+    match (act, w) {
+        (Activations::Q8(blocks), Matrix::Packed(w)) => kernels.matmul_packed(w, blocks, n_cols, out),
+        (Activations::Q8(blocks), Matrix::File(w)) => kernels.matmul_q8(w, blocks, n_cols, out),
+        (Activations::F32(values), Matrix::File(w)) => kernels.matmul_f32(w, values, n_cols, out),
+        (Activations::F32(_), Matrix::Packed(_)) => unreachable!("the precise path packs nothing"),
+    }
 }
 
 /// A task's share of a row-wise job: its first row and its rows of the destination.

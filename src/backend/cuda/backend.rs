@@ -297,6 +297,23 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
     if options.kv_num_blocks == 0 || options.kv_num_blocks.saturating_mul(options.kv_block_size) > i32::MAX as usize {
         return bad(format!("{} KV blocks of {} positions", options.kv_num_blocks, options.kv_block_size));
     }
+    // DeepSeek's latent attention and routing have CPU kernels only so far.
+    if config.latent.is_some() {
+        return Err(CudaBackendError::Unsupported(format!(
+            "{}'s multi-head latent attention is not implemented on CUDA (the CPU backend runs it)",
+            config.arch.name()
+        )));
+    }
+    if let Some(moe) = config.moe.as_ref().filter(|m| m.first_layer > 0 || m.groups.is_some() || m.selection_bias) {
+        let what = match (moe.first_layer > 0, moe.groups.is_some()) {
+            (true, _) => "leading dense blocks before the experts",
+            (false, true) => "group-limited expert routing",
+            (false, false) => "an expert selection bias (exp_probs_b)",
+        };
+        return Err(CudaBackendError::Unsupported(format!(
+            "{what}: not implemented on CUDA (the CPU backend runs it)"
+        )));
+    }
     let heads = HeadShape {
         n_head: config.n_head,
         n_head_kv: config.n_head_kv,
@@ -385,6 +402,10 @@ impl LlamaBackend for CudaBackend {
         self.record(Op::MatmulAdd { src, weight, dst });
     }
 
+    fn latent_attention(&mut self, _layer: usize, _input: Buf) {
+        unreachable!("check_options refuses latent attention on CUDA")
+    }
+
     fn attention(&mut self, layer: usize) {
         if self.config.qk_norm.is_some() {
             self.record(Op::HeadNorms { layer });
@@ -469,5 +490,19 @@ mod tests {
         config.moe.as_mut().unwrap().activation = ExpertGlu::SwigluOai { alpha: 0.0, limit: 7.0 };
         let e = check(&config).unwrap_err();
         assert!(e.contains("alpha of 0"), "{e}");
+    }
+
+    #[test]
+    fn deepseeks_latent_attention_and_routing_are_refused_by_name() {
+        let mut config = config_of(SyntheticSpec::family("deepseek3-small", 1, 2).unwrap());
+        let e = check(&config).unwrap_err();
+        assert!(e.contains("deepseek2's multi-head latent attention is not implemented on CUDA"), "{e}");
+        // Each routing part names itself too (on a config without the latent attention).
+        config.latent = None;
+        assert!(check(&config).unwrap_err().contains("leading dense blocks"));
+        config.moe.as_mut().unwrap().first_layer = 0;
+        assert!(check(&config).unwrap_err().contains("group-limited expert routing"));
+        config.moe.as_mut().unwrap().groups = None;
+        assert!(check(&config).unwrap_err().contains("exp_probs_b"));
     }
 }

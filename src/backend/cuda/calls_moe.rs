@@ -264,6 +264,9 @@ mod tests {
             fused_gate_up: false,
             biases: false,
             activation: ExpertGlu::AsDense,
+            selection_bias: false,
+            groups: None,
+            first_layer: 0,
         }
     }
 

@@ -96,6 +96,9 @@ pub struct ArchTraits {
     pub fused_gate_up: bool,
     /// Where the logits' projection comes from: `output.weight`, or the token embedding.
     pub output: OutputProjection,
+    /// Multi-head latent attention (DeepSeek V2 and V3, `latent.rs`) in place of the query, key and value
+    /// projections: one compressed key row per position in the cache, its prefix the values.
+    pub latent_attention: bool,
 }
 
 impl ArchTraits {
@@ -113,6 +116,7 @@ impl ArchTraits {
         ffn_activation: FfnActivation::Silu,
         fused_gate_up: false,
         output: OutputProjection::OwnOrTied,
+        latent_attention: false,
     };
 
     /// Gemma's blocks: embeddings scaled by √n_embd, per-head query and key norms, post-norms, GeGLU, NEOX RoPE,
@@ -242,6 +246,32 @@ pub struct MoeLayout {
     pub biases: bool,
     /// The experts' gated activation.
     pub activation: ExpertGlu,
+    /// What the family reads from keys and tensors beyond the counts and widths.
+    pub keyed: KeyedRouting,
+}
+
+/// The parts of a mixture-of-experts block a family reads from its file (DeepSeek V2/V3's), rather than fixes in its
+/// layout. Where a part is not keyed, its key is ignored (or, for expert groups, refused by name) as llama.cpp
+/// ignores it for that family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyedRouting {
+    /// `expert_gating_func` (1 softmax, 2 sigmoid) overrides `MoeLayout::gating` when present.
+    pub gating: bool,
+    /// `expert_weights_norm` (default false) decides `MoeLayout::normalize_weights`.
+    pub normalize: bool,
+    /// `expert_group_count` / `expert_group_used_count`: group-limited routing.
+    pub groups: bool,
+    /// `exp_probs_b.bias`, when the file has it: a per-expert bias added to the probabilities to choose the experts
+    /// (not to weight them).
+    pub selection_bias: bool,
+    /// `leading_dense_block_count`: that many first blocks have dense FFNs (`feed_forward_length` wide).
+    pub leading_dense: bool,
+}
+
+impl KeyedRouting {
+    /// Nothing keyed: the layout is the family's.
+    pub const NONE: KeyedRouting =
+        KeyedRouting { gating: false, normalize: false, groups: false, selection_bias: false, leading_dense: false };
 }
 
 /// The gated activation of the routed experts.
@@ -282,6 +312,9 @@ pub enum SharedExpert {
     /// Always, `expert_shared_feed_forward_length` wide, its output times σ(`ffn_gate_inp_shexp` · x) (Qwen 2
     /// MoE).
     SigmoidGated,
+    /// `expert_shared_count` experts of the routed experts' width, as one FFN of their total width, ungated
+    /// (DeepSeek); none when the count is 0.
+    Counted,
 }
 
 /// The metadata keys of one architecture (`&'static` so that errors can name them).
@@ -314,6 +347,17 @@ pub struct Keys {
     pub(super) expert_shared_feed_forward_length: &'static str,
     pub(super) expert_weights_scale: &'static str,
     pub(super) expert_group_count: &'static str,
+    pub(super) expert_group_used_count: &'static str,
+    pub(super) expert_shared_count: &'static str,
+    pub(super) expert_gating_func: &'static str,
+    pub(super) expert_weights_norm: &'static str,
+    pub(super) leading_dense_block_count: &'static str,
+    pub(super) q_lora_rank: &'static str,
+    pub(super) kv_lora_rank: &'static str,
+    pub(super) key_length_mla: &'static str,
+    pub(super) value_length_mla: &'static str,
+    pub(super) nextn_predict_layers: &'static str,
+    pub(super) attention_temperature_scale: &'static str,
     pub(super) rope_scaling: RopeScalingKeys,
 }
 
@@ -348,12 +392,24 @@ macro_rules! keys_of {
             expert_shared_feed_forward_length: concat!($arch, ".expert_shared_feed_forward_length"),
             expert_weights_scale: concat!($arch, ".expert_weights_scale"),
             expert_group_count: concat!($arch, ".expert_group_count"),
+            expert_group_used_count: concat!($arch, ".expert_group_used_count"),
+            expert_shared_count: concat!($arch, ".expert_shared_count"),
+            expert_gating_func: concat!($arch, ".expert_gating_func"),
+            expert_weights_norm: concat!($arch, ".expert_weights_norm"),
+            leading_dense_block_count: concat!($arch, ".leading_dense_block_count"),
+            q_lora_rank: concat!($arch, ".attention.q_lora_rank"),
+            kv_lora_rank: concat!($arch, ".attention.kv_lora_rank"),
+            key_length_mla: concat!($arch, ".attention.key_length_mla"),
+            value_length_mla: concat!($arch, ".attention.value_length_mla"),
+            nextn_predict_layers: concat!($arch, ".nextn_predict_layers"),
+            attention_temperature_scale: concat!($arch, ".attention.temperature_scale"),
             rope_scaling: $crate::model::llama::rope_scaling::RopeScalingKeys {
                 kind: concat!($arch, ".rope.scaling.type"),
                 factor: concat!($arch, ".rope.scaling.factor"),
                 scale_linear: concat!($arch, ".rope.scale_linear"),
                 attn_factor: concat!($arch, ".rope.scaling.attn_factor"),
                 original_context: concat!($arch, ".rope.scaling.original_context_length"),
+                yarn_log_multiplier: concat!($arch, ".rope.scaling.yarn_log_multiplier"),
             },
         }
     };

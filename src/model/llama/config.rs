@@ -20,6 +20,7 @@ mod vocab;
 use super::architecture::{Architecture, CapRule, FfnActivation, LayerPattern, QkNorm, WindowDefault};
 use super::experts::{self, MoeConfig};
 use super::forward::{Norm, Weight};
+use super::latent::{self, LatentAttention};
 use super::multipliers::{self, Widths};
 use super::rope_scaling::{self, LongRope, Yarn};
 
@@ -130,9 +131,12 @@ pub struct LlamaConfig {
     /// True when the output projection reuses `token_embd.weight` (no `output.weight` tensor; as the
     /// architecture allows, `ArchTraits::output`).
     pub tied_output: bool,
-    /// The feed-forward blocks are mixtures of experts (`experts.rs`); `None`: dense (`ffn_gate`, `ffn_up`,
-    /// `ffn_down`).
+    /// The feed-forward blocks are mixtures of experts (`experts.rs`; those after `MoeConfig::first_layer`); `None`:
+    /// dense (`ffn_gate`, `ffn_up`, `ffn_down`).
     pub moe: Option<MoeConfig>,
+    /// Multi-head latent attention (`latent.rs`) in place of the q/k/v projections: then `n_head_kv` is 1 and
+    /// `head_dim` is the cache row's width (`kv_lora_rank + rope_dim`), whose last `rope_dim` dimensions RoPE turns.
+    pub latent: Option<LatentAttention>,
 }
 
 /// Why a file is not a usable llama model.
@@ -289,6 +293,9 @@ fn invalid(key: &'static str, detail: String) -> ModelConfigError {
 fn moe_tensors(moe: &MoeConfig, d: u64) -> Vec<(&'static str, Vec<u64>, bool)> {
     let (n, ff) = (moe.n_expert as u64, moe.n_ff_exp as u64);
     let mut tensors = vec![("ffn_gate_inp.weight", vec![d, n], false)];
+    if moe.selection_bias {
+        tensors.push((experts::SELECTION_BIAS, vec![n], true));
+    }
     if moe.fused_gate_up {
         tensors.push((experts::FUSED_GATE_UP_EXPS, vec![d, 2 * ff, n], false));
     } else {
@@ -315,6 +322,27 @@ fn moe_tensors(moe: &MoeConfig, d: u64) -> Vec<(&'static str, Vec<u64>, bool)> {
             tensors.push(("ffn_gate_inp_shexp.weight", vec![d], true));
         }
     }
+    tensors
+}
+
+/// A latent-attention layer's tensors (`latent.rs`), but the output projection.
+fn latent_tensors(latent: &LatentAttention, n_head: u64, d: u64, rope: u64) -> Vec<(&'static str, Vec<u64>, bool)> {
+    let (r, nope, v) = (latent.kv_lora_rank as u64, latent.nope_dim as u64, latent.v_head_dim as u64);
+    let q = n_head * (nope + rope);
+    let mut tensors = match latent.q_lora_rank.map(|n| n as u64) {
+        Some(rank) => vec![
+            (latent::Q_A, vec![d, rank], false),
+            (latent::Q_A_NORM, vec![rank], true),
+            (latent::Q_B, vec![rank, q], false),
+        ],
+        None => vec![("attn_q.weight", vec![d, q], false)],
+    };
+    tensors.extend([
+        (latent::KV_A, vec![d, r + rope], false),
+        (latent::KV_A_NORM, vec![r], true),
+        (latent::K_B, vec![nope, r, n_head], false),
+        (latent::V_B, vec![r, v, n_head], false),
+    ]);
     tensors
 }
 
@@ -345,7 +373,7 @@ impl LlamaConfig {
                 format!("{n_head_kv} key/value heads do not divide the {n_head} query heads"),
             ));
         }
-        if let Some(v) = file.optional(k.value_length, GgufFile::u32)? {
+        if let Some(v) = file.optional(k.value_length, GgufFile::u32)?.filter(|_| !arch.traits().latent_attention) {
             if v as usize != head_dim {
                 return Err(invalid(k.value_length, format!("{v} differs from the key length {head_dim}")));
             }
@@ -411,7 +439,16 @@ impl LlamaConfig {
             }
         };
         let caps = arch.spec().softcaps;
-        let moe = experts::read(file, arch, n_ff)?;
+        let moe = experts::read(file, arch, n_ff, n_layer)?;
+        let latent = latent::read(file, arch, (n_head, n_head_kv), head_dim, rope_dim, &scaling)?;
+        let mut rope_yarn = scaling.yarn;
+        let mut attention_scale = multipliers.attention_scale;
+        if let Some(l) = &latent {
+            attention_scale = l.attention_scale;
+            if let Some(yarn) = &mut rope_yarn {
+                yarn.corrects_rotations = l.corrects_rotations;
+            }
+        }
         let config = LlamaConfig {
             attn_softcap: softcap(k.attn_softcap, caps.attention)?,
             final_softcap: softcap(k.final_softcap, caps.logits)?,
@@ -431,12 +468,12 @@ impl LlamaConfig {
             rope_base,
             rope_bases,
             rope_freq_scale: scaling.freq_scale,
-            rope_yarn: scaling.yarn,
+            rope_yarn,
             rope_scale_windows: matches!(arch.spec().layers, LayerPattern::SlidingWindow { scaled: true, .. }),
             layers,
             rope_neox: traits.rope_neox,
             embed_scale: multipliers.embed_scale,
-            attention_scale: multipliers.attention_scale,
+            attention_scale,
             residual_scale: multipliers.residual_scale,
             logit_scale: multipliers.logit_scale,
             qk_norm: traits.qk_norm,
@@ -451,6 +488,7 @@ impl LlamaConfig {
             context_length,
             vocab_size,
             tied_output,
+            latent: latent.map(|l| l.shapes),
         };
         if config.moe.is_some() && !config.pre_norms {
             // The forward pass computes the experts from the normalized input in place (`LlamaBackend::moe_ffn`).
@@ -490,7 +528,9 @@ impl LlamaConfig {
         match &self.rope_yarn {
             // Layers without RoPE are not rotated at all, so not scaled either.
             _ if self.rope_bases[base].is_none() => 1.0,
-            Some(_) if self.is_scaled(base) => attn * Yarn::magnitude(f64::from(self.rope_freq_scale)),
+            Some(yarn) if self.is_scaled(base) && yarn.corrects_rotations => {
+                attn * Yarn::magnitude(f64::from(self.rope_freq_scale))
+            }
             _ => attn,
         }
     }
@@ -547,9 +587,37 @@ impl LlamaConfig {
         self.n_head * self.head_dim
     }
 
-    /// Width of the key (and value) projection: `n_head_kv * head_dim`.
+    /// Width of the key (and value) projection: `n_head_kv * head_dim` (with latent attention, the cache row).
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Width of the query projection's output: `q_dim`, or with latent attention `n_head` heads of
+    /// `nope_dim + rope_dim`.
+    pub fn query_width(&self) -> usize {
+        match &self.latent {
+            Some(l) => self.n_head * l.query_head_width(self.rope_dim),
+            None => self.q_dim(),
+        }
+    }
+
+    /// Width of the attention's output (the output projection's input): `q_dim`, or with latent attention `n_head`
+    /// decompressed values of `v_head_dim`.
+    pub fn attention_width(&self) -> usize {
+        match &self.latent {
+            Some(l) => self.n_head * l.v_head_dim,
+            None => self.q_dim(),
+        }
+    }
+
+    /// Whether layer `layer`'s FFN is a mixture of experts (not a dense one).
+    pub fn is_moe_layer(&self, layer: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.has_layer(layer))
+    }
+
+    /// Whether some layer has a dense FFN (`ffn_gate`, `ffn_up`, `ffn_down`, `n_ff` wide).
+    pub fn has_dense_ffn(&self) -> bool {
+        !self.is_moe_layer(0)
     }
 
     /// The name of tensor `suffix` (e.g. `"attn_q.weight"`) in block `layer`.
@@ -568,7 +636,9 @@ impl LlamaConfig {
             if self.pre_norms {
                 tensors.push(("attn_norm.weight", vec![d], true));
             }
-            if self.fused_qkv {
+            if let Some(latent) = &self.latent {
+                tensors.extend(latent_tensors(latent, self.n_head as u64, d, self.rope_dim as u64));
+            } else if self.fused_qkv {
                 tensors.push((FUSED_QKV, vec![d, q + 2 * kv], false));
             } else {
                 tensors.extend([
@@ -577,7 +647,7 @@ impl LlamaConfig {
                     ("attn_v.weight", vec![d, kv], false),
                 ]);
             }
-            tensors.push(("attn_output.weight", vec![q, d], false));
+            tensors.push(("attn_output.weight", vec![self.attention_width() as u64, d], false));
             if self.attn_output_bias {
                 tensors.push(("attn_output.bias", vec![d], true));
             }
@@ -588,13 +658,11 @@ impl LlamaConfig {
                 tensors.push((self.arch.traits().ffn_norm, vec![d], true));
             }
             match &self.moe {
-                Some(moe) => tensors.extend(moe_tensors(moe, d)),
-                None if self.fused_gate_up => tensors.push(("ffn_up.weight", vec![d, 2 * ff], false)),
-                None => {
-                    tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)])
-                }
+                Some(moe) if moe.has_layer(l) => tensors.extend(moe_tensors(moe, d)),
+                _ if self.fused_gate_up => tensors.push(("ffn_up.weight", vec![d, 2 * ff], false)),
+                _ => tensors.extend([("ffn_gate.weight", vec![d, ff], false), ("ffn_up.weight", vec![d, ff], false)]),
             }
-            if self.moe.is_none() {
+            if !self.is_moe_layer(l) {
                 tensors.push(("ffn_down.weight", vec![ff, d], false));
             }
             match self.qk_norm {

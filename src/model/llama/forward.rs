@@ -9,12 +9,15 @@
 //!     att = attention(rope(q), rope(k), v, KV cache)   [T, q]   causal [windowed], grouped-query, per sequence
 //!                                                               [q and k heads, or rows, RMS-normalized before RoPE]
 //!                                                               [attn_sinks: a sink logit per head in each softmax]
+//!                                                      [latent: att = latent_attention(xn) (latent.rs), the q/k/v
+//!                                                       projections, cache and decompression in one operation]
 //!     x += att·Wo[l]ᵀ                                  [post_norms: x += rms_norm(att·Wo[l]ᵀ, post_attention_norm)]
 //!                                                      [attn_output_bias: x += att·Wo[l]ᵀ + bo]
 //!                                                      [residual_scale s: x += s · att·Wo[l]ᵀ]
 //!     xn = rms_norm(x, ffn_norm[l])
 //!     x += (act(xn·Wgate[l]ᵀ) ⊙ xn·Wup[l]ᵀ)·Wdown[l]ᵀ   act: SiLU [or GELU]; [post_norms: normalized first]
-//!                                                      [moe: x += Σ_chosen w_e · ffn_e(xn) (experts.rs)]
+//!                                                      [moe: x += Σ_chosen w_e · ffn_e(xn) (experts.rs), in the
+//!                                                       layers from `MoeConfig::first_layer` on]
 //! logits = rms_norm(x, output_norm)·Woutᵀ              [S, vocab] only for the S rows that want logits
 //!                                                      [/ logit_scale] [final_softcap c: c · tanh(logits / c)]
 //! ```
@@ -33,13 +36,13 @@ pub enum Buf {
     X,
     /// A normalized copy of `X`, or a projection to add to it, `[T, n_embd]`.
     Xn,
-    /// Queries, `[T, q_dim]` (`n_head` heads of `head_dim`).
+    /// Queries, `[T, q_dim]` (`n_head` heads of `head_dim`; `LlamaConfig::query_width`).
     Q,
     /// Keys of the new tokens, `[T, kv_dim]`.
     K,
     /// Values of the new tokens, `[T, kv_dim]`.
     V,
-    /// Attention output, `[T, q_dim]`.
+    /// Attention output, `[T, q_dim]` (`LlamaConfig::attention_width`).
     Att,
     /// FFN gate projection, then the gated activation's product, `[T, n_ff]`.
     Gate,
@@ -155,6 +158,10 @@ pub trait LlamaBackend {
     /// (RoPE, with `layer`'s base and style), appends `K` and `V` to each sequence's KV cache at `layer`, and
     /// writes causal grouped-query attention over the cache (within `layer`'s window) to `Att`.
     fn attention(&mut self, layer: usize);
+    /// Multi-head latent attention of `layer` (`LlamaConfig::latent`, `latent.rs`): from the normalized rows in
+    /// `input`, the queries, the compressed key row (appended to each sequence's cache), causal attention over the
+    /// cache and the values' decompression, into `Att` (`attention_width` wide).
+    fn latent_attention(&mut self, layer: usize, input: Buf);
     /// `Gate = act(Gate) ⊙ Up`, `act` the config's `ffn_activation`.
     fn gated_activation(&mut self);
     /// The mixture-of-experts FFN of `layer` (`LlamaConfig::moe`, `experts.rs`): `io` holds the block's normalized
@@ -179,13 +186,18 @@ pub fn forward<B: LlamaBackend>(
     backend.embed(Buf::X);
     for l in 0..config.n_layer {
         let input = pre_norm(config, backend, Norm::Attn(l));
-        backend.matmul(input, &[(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)]);
-        if config.qkv_bias {
-            backend.add_bias(Buf::Q, Bias::AttnQ(l));
-            backend.add_bias(Buf::K, Bias::AttnK(l));
-            backend.add_bias(Buf::V, Bias::AttnV(l));
+        if config.latent.is_some() {
+            backend.latent_attention(l, input);
+        } else {
+            let qkv = [(Weight::AttnQ(l), Buf::Q), (Weight::AttnK(l), Buf::K), (Weight::AttnV(l), Buf::V)];
+            backend.matmul(input, &qkv);
+            if config.qkv_bias {
+                backend.add_bias(Buf::Q, Bias::AttnQ(l));
+                backend.add_bias(Buf::K, Bias::AttnK(l));
+                backend.add_bias(Buf::V, Bias::AttnV(l));
+            }
+            backend.attention(l);
         }
-        backend.attention(l);
         if config.attn_output_bias {
             // `X += Wo·att + bo` (no biased family has post-norms or a residual scale).
             backend.matmul(Buf::Att, &[(Weight::AttnOutput(l), Buf::Xn)]);
@@ -195,7 +207,7 @@ pub fn forward<B: LlamaBackend>(
             residual(config, backend, Buf::Att, Weight::AttnOutput(l), Norm::PostAttn(l));
         }
         let input = pre_norm(config, backend, Norm::Ffn(l));
-        if config.moe.is_some() {
+        if config.is_moe_layer(l) {
             // Every mixture-of-experts family normalizes the FFN's input (`Xn`), checked at load.
             backend.moe_ffn(l, input);
             add_branch(config, backend, input, Norm::PostFfn(l));

@@ -8,6 +8,7 @@ pub mod config;
 pub mod experts;
 pub mod families;
 pub mod forward;
+pub mod latent;
 pub mod multipliers;
 pub mod rope;
 pub mod rope_scaling;

@@ -22,6 +22,8 @@ pub struct RopeScalingKeys {
     pub scale_linear: &'static str,
     pub attn_factor: &'static str,
     pub original_context: &'static str,
+    /// DeepSeek's YaRN attention-scale multiplier (read by `latent.rs` only, as llama.cpp reads it for `deepseek2`).
+    pub yarn_log_multiplier: &'static str,
 }
 
 /// LongRoPE's factor tensors (llama.cpp's `LLM_TENSOR_ROPE_FACTORS_LONG` / `_SHORT`), `rope_dim / 2` each.
@@ -48,6 +50,9 @@ pub(super) struct RopeScaling {
 pub struct Yarn {
     /// `rope.scaling.original_context_length` (the model's context length when absent).
     pub original_context: usize,
+    /// YaRN's magnitude correction multiplies the rotations (`LlamaConfig::rope_magnitude`); false where llama.cpp
+    /// cancels it there and scales the attention instead (DeepSeek's files with a `yarn_log_multiplier`, `latent.rs`).
+    pub corrects_rotations: bool,
 }
 
 const YARN_BETA_FAST: f64 = 32.0;
@@ -121,7 +126,9 @@ pub(super) fn read(
     // llama.cpp corrects nothing for a factor of at most 1 (its `get_mscale`), and a ramp towards a scale of 1
     // changes no speed: YaRN without a factor above 1 is no scaling.
     let yarn = match kind {
-        "yarn" if freq_scale < 1.0 => Some(Yarn { original_context: original_context(file, keys, context_length)? }),
+        "yarn" if freq_scale < 1.0 => {
+            Some(Yarn { original_context: original_context(file, keys, context_length)?, corrects_rotations: true })
+        }
         _ => None,
     };
     Ok(RopeScaling { freq_scale, attn_factor, yarn })

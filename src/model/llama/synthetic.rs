@@ -13,10 +13,12 @@ use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{Array, GgmlType, Value};
 use crate::model::tokenizer::BYTE_TO_CHAR;
 
+use super::architecture::Gating;
 use super::architecture::{Architecture, ExpertWidth, ExpertsRule, LayerPattern, OutputProjection, SharedExpert};
 use super::config::{LayerAttention, LlamaConfig, ATTN_SINKS};
-use super::experts::{MoeConfig, SharedFfn};
+use super::experts::{ExpertGroups, MoeConfig, SharedFfn};
 use super::families;
+use super::latent::LatentAttention;
 use super::rope_scaling::{LongRope, Yarn};
 
 /// The RoPE base of every synthetic model (its metadata and the config it implies).
@@ -62,6 +64,30 @@ pub struct SyntheticSpec {
     pub matrix_type: Option<GgmlType>,
     /// Mixture-of-experts FFNs (for a family whose spec has them), or dense ones.
     pub experts: Option<SyntheticExperts>,
+    /// DeepSeek's latent attention and routing (a `deepseek2` model, whose `head_dim` is then implied), or none.
+    pub deepseek: Option<SyntheticDeepseek>,
+}
+
+/// A `deepseek2` model's latent attention and the parts of its routing its keys set (`latent.rs`, `experts.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SyntheticDeepseek {
+    pub latent: LatentAttention,
+    /// `rope.dimension_count`: the dimensions RoPE turns, after the latent ones.
+    pub rope_dim: usize,
+    /// `expert_gating_func` (softmax or sigmoid).
+    pub gating: Gating,
+    /// `expert_weights_norm`.
+    pub normalize: bool,
+    /// `expert_weights_scale`, or none.
+    pub weights_scale: Option<f32>,
+    /// `expert_group_count` and `expert_group_used_count`, or none.
+    pub groups: Option<ExpertGroups>,
+    /// Each expert layer has an `exp_probs_b.bias`.
+    pub selection_bias: bool,
+    /// `leading_dense_block_count`.
+    pub leading_dense: usize,
+    /// `rope.scaling.yarn_log_multiplier` as the converter stores it (0.1 · mscale_all_dim), or none.
+    pub yarn_log_multiplier: Option<f32>,
 }
 
 /// The mixture-of-experts shapes of a synthetic model.
@@ -152,6 +178,7 @@ impl SyntheticSpec {
             granite: None,
             matrix_type: None,
             experts: None,
+            deepseek: None,
         }
     }
 
@@ -208,7 +235,11 @@ impl SyntheticSpec {
     /// types where the rows allow them (Q4_K and Q6_K need rows of multiples of 256; Q5_0 and Q8_0 elsewhere).
     pub fn writer(&self) -> GgufWriter {
         let mut rng = SplitMix64(self.seed);
-        let head_dim = self.head_dim.unwrap_or(self.n_embd / self.n_head);
+        let head_dim = match &self.deepseek {
+            Some(ds) => ds.latent.kv_lora_rank + ds.rope_dim,
+            None => self.head_dim.unwrap_or(self.n_embd / self.n_head),
+        };
+        let rope_dim = self.deepseek.map_or(head_dim, |ds| ds.rope_dim);
         let gemma = self.arch.traits().embed_scale;
         let windowed = matches!(self.arch.spec().layers, LayerPattern::SlidingWindow { .. });
         let arch = self.arch.name();
@@ -224,7 +255,7 @@ impl SyntheticSpec {
             .metadata(&key("attention.head_count"), u32v(self.n_head))
             .metadata(&key("attention.head_count_kv"), u32v(self.n_head_kv))
             .metadata(&key("rope.freq_base"), Value::F32(self.rope_base))
-            .metadata(&key("rope.dimension_count"), u32v(head_dim))
+            .metadata(&key("rope.dimension_count"), u32v(rope_dim))
             .metadata(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
             .metadata(&key("vocab_size"), u32v(self.vocab_size));
         if let Some(factor) = self.rope_linear_factor {
@@ -267,11 +298,14 @@ impl SyntheticSpec {
             if layout_width == ExpertWidth::ExpertFeedForward {
                 w = w.metadata(&key("expert_feed_forward_length"), u32v(e.n_ff_exp));
             }
-            if let Some(shared) = moe.shared {
+            // DeepSeek's shared experts are counted (`deepseek_metadata`), the others' sized.
+            if let Some(shared) = moe.shared.filter(|_| self.deepseek.is_none()) {
                 w = w.metadata(&key("expert_shared_feed_forward_length"), u32v(shared.n_ff));
             }
         }
-        if self.head_dim.is_some() {
+        if let Some(ds) = &self.deepseek {
+            w = self.deepseek_metadata(w, ds);
+        } else if self.head_dim.is_some() {
             // Heads wider than n_embd / n_head (Gemma 3); llama files leave the width implied.
             w = w
                 .metadata(&key("attention.key_length"), u32v(head_dim))
@@ -289,7 +323,7 @@ impl SyntheticSpec {
             arch: self.arch,
             rope_bases: vec![Some(self.rope_base)],
             rope_freq_scale: self.rope_linear_factor.or(self.rope_yarn.map(|(f, _)| f)).map_or(1.0, |f| 1.0 / f),
-            rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context }),
+            rope_yarn: self.rope_yarn.map(|(_, original_context)| Yarn { original_context, corrects_rotations: true }),
             rope_scale_windows: false,
             attn_softcap: None,
             final_softcap: None,
@@ -319,7 +353,7 @@ impl SyntheticSpec {
             n_head_kv: self.n_head_kv,
             head_dim,
             rope_base: self.rope_base,
-            rope_dim: head_dim,
+            rope_dim,
             rms_eps: 1e-5,
             context_length: self.context_length,
             vocab_size: self.vocab_size,
@@ -327,6 +361,7 @@ impl SyntheticSpec {
             // others tie it.
             tied_output: traits.output != OutputProjection::Own,
             moe,
+            latent: self.deepseek.map(|ds| ds.latent),
         };
         for (name, shape, is_norm) in config.expected_tensors() {
             let long_rope = self.long_rope.as_ref();
@@ -402,19 +437,62 @@ impl SyntheticSpec {
             SharedExpert::SigmoidGated => {
                 Some(SharedFfn { n_ff: e.n_ff_shared.expect("this family always has a shared expert"), gated: true })
             }
+            SharedExpert::Counted => e.n_ff_shared.map(|n_ff| {
+                assert!(n_ff.is_multiple_of(e.n_ff_exp), "shared experts are whole experts");
+                SharedFfn { n_ff, gated: false }
+            }),
         };
+        let ds = self.deepseek;
         Some(MoeConfig {
             n_expert: e.n_expert,
             n_expert_used: e.n_used,
             n_ff_exp: e.n_ff_exp,
-            gating: layout.gating,
-            normalize_weights: layout.normalize_weights,
-            weights_scale: None,
+            gating: ds.map_or(layout.gating, |ds| ds.gating),
+            normalize_weights: ds.map_or(layout.normalize_weights, |ds| ds.normalize),
+            weights_scale: ds.and_then(|ds| ds.weights_scale),
             shared,
             fused_gate_up: false,
             biases: layout.biases,
             activation: layout.activation,
+            selection_bias: ds.is_some_and(|ds| ds.selection_bias),
+            groups: ds.and_then(|ds| ds.groups),
+            first_layer: ds.map_or(0, |ds| ds.leading_dense),
         })
+    }
+
+    /// The keys of a `deepseek2` file (as llama.cpp's converter writes them: one key/value head, the cache row's width
+    /// as `key_length`, the latent rank as `value_length`, `q_lora_rank` 0 without a query compression).
+    fn deepseek_metadata(&self, w: GgufWriter, ds: &SyntheticDeepseek) -> GgufWriter {
+        let arch = self.arch.name();
+        let key = |k: &str| format!("{arch}.{k}");
+        let u32v = |v: usize| Value::U32(v as u32);
+        let l = ds.latent;
+        let mut w = w
+            .set_metadata(&key("attention.head_count_kv"), u32v(1))
+            .metadata(&key("attention.key_length"), u32v(l.kv_lora_rank + ds.rope_dim))
+            .metadata(&key("attention.value_length"), u32v(l.kv_lora_rank))
+            .metadata(&key("attention.key_length_mla"), u32v(l.nope_dim + ds.rope_dim))
+            .metadata(&key("attention.value_length_mla"), u32v(l.v_head_dim))
+            .metadata(&key("attention.kv_lora_rank"), u32v(l.kv_lora_rank))
+            .metadata(&key("attention.q_lora_rank"), u32v(l.q_lora_rank.unwrap_or(0)))
+            .metadata(&key("leading_dense_block_count"), u32v(ds.leading_dense))
+            .metadata(&key("expert_weights_norm"), Value::Bool(ds.normalize))
+            .metadata(&key("expert_gating_func"), u32v(if ds.gating == Gating::Sigmoid { 2 } else { 1 }));
+        let e = self.experts.expect("a deepseek2 model has experts");
+        let shared = e.n_ff_shared.map_or(0, |n| n / e.n_ff_exp);
+        w = w.metadata(&key("expert_shared_count"), u32v(shared));
+        if let Some(scale) = ds.weights_scale {
+            w = w.metadata(&key("expert_weights_scale"), Value::F32(scale));
+        }
+        if let Some(g) = ds.groups {
+            w = w
+                .metadata(&key("expert_group_count"), u32v(g.count))
+                .metadata(&key("expert_group_used_count"), u32v(g.used));
+        }
+        if let Some(m) = ds.yarn_log_multiplier {
+            w = w.metadata(&key("rope.scaling.yarn_log_multiplier"), Value::F32(m));
+        }
+        w
     }
 }
 

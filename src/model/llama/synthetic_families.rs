@@ -2,14 +2,17 @@
 //! family's real layer shapes with fewer layers and a 512-token vocabulary, so that llama.cpp and ember can be
 //! compared on the architecture (`scripts/llamacpp/family_fixtures.py`) in files small enough for a test.
 
+use super::architecture::Gating;
+use super::experts::ExpertGroups;
 use super::families;
+use super::latent::LatentAttention;
 use super::rope_scaling::LongRope;
-use super::synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};
+use super::synthetic::{GraniteScales, SyntheticDeepseek, SyntheticExperts, SyntheticSpec};
 use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 23] = [
+    pub const FAMILIES: [&'static str; 26] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -33,6 +36,9 @@ impl SyntheticSpec {
         "mixtral-8x7b",
         "gpt-oss-small",
         "gpt-oss-small-mxfp4",
+        "deepseek2-lite-small",
+        "deepseek3-small",
+        "deepseek2-lite",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -259,6 +265,80 @@ impl SyntheticSpec {
                 sliding_window: Some(8),
                 experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 576, n_ff_shared: None }),
                 ..base(families::GPT_OSS)
+            },
+            // `deepseek2` at small widths with DeepSeek-V2-Lite's traits: 512 wide, 8 heads whose queries come from
+            // `attn_q` (no query rank), a compressed key row of 128 + 32 RoPE dimensions, 64 + 32 query·key and 64
+            // value dimensions per head; a dense first block (FFN 1024), then 16 experts of 256 with 4 per token, a
+            // softmax router and 2 shared experts; YaRN by 40 over 4096 with the real file's log multiplier (0.0707,
+            // 0.1 · mscale_all_dim) (V2-Lite: 2048 wide, 16 heads, rank 512 + 64, 128 + 64 and 128 per head, 64
+            // experts of 1408, 6 per token, 2 shared). F16 matrices, as the other mixtures' fixtures.
+            "deepseek2-lite-small" => SyntheticSpec {
+                matrix_type: Some(GgmlType::F16),
+                n_embd: 512,
+                n_ff: 1024,
+                n_head: 8,
+                n_head_kv: 1,
+                rope_base: 10_000.0,
+                rope_yarn: Some((40.0, 4096)),
+                experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: Some(512) }),
+                deepseek: Some(SyntheticDeepseek {
+                    latent: LatentAttention { q_lora_rank: None, kv_lora_rank: 128, nope_dim: 64, v_head_dim: 64 },
+                    rope_dim: 32,
+                    gating: Gating::Softmax,
+                    normalize: false,
+                    weights_scale: None,
+                    groups: None,
+                    selection_bias: false,
+                    leading_dense: 1,
+                    yarn_log_multiplier: Some(0.0707),
+                }),
+                ..base(families::DEEPSEEK2)
+            },
+            // `deepseek2` with DeepSeek V3's traits (V3, R1, Kimi K2, Moonlight): queries through a rank of 256 and
+            // its norm, a sigmoid router with a selection bias, 4 groups of 4 experts of which the best 2 (by the sum
+            // of their two best) are chosen from, weights renormalized and scaled by 2.5, one shared expert; YaRN by
+            // 40 with a log multiplier of 0.1 (mscale_all_dim 1).
+            "deepseek3-small" => {
+                let lite = Self::family("deepseek2-lite-small", seed, n_layer)?;
+                let ds = lite.deepseek.expect("deepseek2-lite-small has DeepSeek's traits");
+                SyntheticSpec {
+                    experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: Some(256) }),
+                    deepseek: Some(SyntheticDeepseek {
+                        latent: LatentAttention { q_lora_rank: Some(256), ..ds.latent },
+                        gating: Gating::Sigmoid,
+                        normalize: true,
+                        weights_scale: Some(2.5),
+                        groups: Some(ExpertGroups { count: 4, used: 2 }),
+                        selection_bias: true,
+                        yarn_log_multiplier: Some(0.1),
+                        ..ds
+                    }),
+                    ..lite
+                }
+            }
+            // DeepSeek-V2-Lite's real layers (for benchmarks): 2048 wide, 16 heads, rank 512 + 64 RoPE dimensions,
+            // 128 + 64 and 128 per head, a dense first block (FFN 10944), 64 experts of 1408, 6 per token, 2 shared;
+            // a 102400-token vocabulary is the caller's to add.
+            "deepseek2-lite" => SyntheticSpec {
+                n_embd: 2048,
+                n_ff: 10944,
+                n_head: 16,
+                n_head_kv: 1,
+                rope_base: 10_000.0,
+                rope_yarn: Some((40.0, 4096)),
+                experts: Some(SyntheticExperts { n_expert: 64, n_used: 6, n_ff_exp: 1408, n_ff_shared: Some(2816) }),
+                deepseek: Some(SyntheticDeepseek {
+                    latent: LatentAttention { q_lora_rank: None, kv_lora_rank: 512, nope_dim: 128, v_head_dim: 128 },
+                    rope_dim: 64,
+                    gating: Gating::Softmax,
+                    normalize: false,
+                    weights_scale: None,
+                    groups: None,
+                    selection_bias: false,
+                    leading_dense: 1,
+                    yarn_log_multiplier: Some(0.0707),
+                }),
+                ..base(families::DEEPSEEK2)
             },
             _ => return None,
         })

@@ -39,6 +39,7 @@ static SPEC: ArchSpec = ArchSpec {
         shared: SharedExpert::None,
         biases: true,
         activation: ExpertGlu::SwigluOai { alpha: 1.702, limit: 7.0 },
+        keyed: KeyedRouting::NONE,
     }),
 };
 

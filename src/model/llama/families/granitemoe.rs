@@ -19,6 +19,7 @@ static SPEC: ArchSpec = ArchSpec {
         shared: SharedExpert::WhenSized,
         biases: false,
         activation: ExpertGlu::AsDense,
+        keyed: KeyedRouting::NONE,
     }),
 };
 

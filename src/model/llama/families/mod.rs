@@ -1,6 +1,7 @@
 //! One file per architecture, each holding its [`ArchSpec`](super::architecture::ArchSpec): what the generic block
 //! reads to run that family. [`ALL`] is the one list of them.
 
+mod deepseek2;
 mod gemma2;
 mod gemma3;
 mod gptoss;
@@ -16,6 +17,7 @@ mod qwen3;
 mod qwen3moe;
 mod smollm3;
 
+pub use deepseek2::DEEPSEEK2;
 pub use gemma2::GEMMA2;
 pub use gemma3::GEMMA3;
 pub use gptoss::GPT_OSS;
@@ -34,6 +36,7 @@ pub use smollm3::SMOLLM3;
 use super::architecture::Architecture;
 
 /// Every architecture ember runs.
-pub(super) static ALL: [Architecture; 14] = [
+pub(super) static ALL: [Architecture; 15] = [
     LLAMA, GEMMA3, QWEN2, QWEN3, PHI3, SMOLLM3, GEMMA2, GRANITE, OLMO2, QWEN3MOE, QWEN2MOE, OLMOE, GRANITEMOE, GPT_OSS,
+    DEEPSEEK2,
 ];

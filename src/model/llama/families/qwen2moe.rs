@@ -20,6 +20,7 @@ static SPEC: ArchSpec = ArchSpec {
         shared: SharedExpert::SigmoidGated,
         biases: false,
         activation: ExpertGlu::AsDense,
+        keyed: KeyedRouting::NONE,
     }),
 };
 

@@ -20,6 +20,7 @@ static SPEC: ArchSpec = ArchSpec {
         shared: SharedExpert::None,
         biases: false,
         activation: ExpertGlu::AsDense,
+        keyed: KeyedRouting::NONE,
     }),
 };
 
