@@ -38,7 +38,7 @@
 //!   YaRN by 40 with its log multiplier (the rotations uncorrected, the scale times mscale²), a dense first block,
 //!   then a softmax router over 16 experts and 2 shared experts. `deepseek3` (V3's traits): queries through a rank
 //!   of 256 and its norm, a sigmoid router whose choice adds `exp_probs_b`, 4 groups of which the best 2 are chosen
-//!   from, weights renormalized and scaled by 2.5. Measured 2026-12-06 (avx512): precise path 0.0080 and 0.0097;
+//!   from, weights renormalized and scaled by 2.5. Measured 2026-12-06 (avx512): precise path 0.0080 and 0.0083;
 //!   leaving out mscale 1.7 and 2.8, keeping YaRN's correction on the rotations 2.6 and 3.2, the selection bias 2.5,
 //!   the groups 2.1. Seeds without a router near-tie within the engines' rounding: of 22 and 28–30 for
 //!   deepseek2-lite, 29 routes one expert of position 0 otherwise even on the precise path (0.09 there, 0.02 at
