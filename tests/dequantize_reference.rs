@@ -92,6 +92,8 @@ one_test_per_type! {
     q5_k_matches_gguf => Q5K,
     q6_k_matches_gguf => Q6K,
     mxfp4_matches_gguf => Mxfp4,
+    iq4_nl_matches_gguf => Iq4Nl,
+    iq4_xs_matches_gguf => Iq4Xs,
 }
 
 /// MXFP4 at every one of the 256 E8M0 exponent bytes, 0 and 255 included (gguf-py and ggml define them all, 0 and
@@ -118,7 +120,7 @@ fn mxfp4_matches_gguf_at_every_scale_byte() {
 
 #[test]
 fn other_types_are_refused_by_name() {
-    for dtype in [GgmlType::Iq2Xxs, GgmlType::Iq4Nl, GgmlType::Iq4Xs, GgmlType::Tq1_0, GgmlType::Q8K] {
+    for dtype in [GgmlType::Iq2Xxs, GgmlType::Iq3S, GgmlType::Iq1M, GgmlType::Tq1_0, GgmlType::Q8K] {
         let bytes = vec![0u8; dtype.block_bytes() as usize];
         let mut out = vec![0f32; dtype.block_len() as usize];
         assert_eq!(dequantize(dtype, &bytes, &mut out), Err(DequantizeError::Unsupported(dtype)));

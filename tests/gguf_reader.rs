@@ -105,12 +105,12 @@ fn tensor_views_have_type_shape_and_aligned_data() {
 
 #[test]
 fn unsupported_tensor_types_open_but_fail_when_computed_with() {
-    let bytes = GgufWriter::new().tensor("k", GgmlType::Iq4Xs, &[256], vec![0u8; 136]).to_bytes();
+    let bytes = GgufWriter::new().tensor("k", GgmlType::Iq2Xxs, &[256], vec![0u8; 66]).to_bytes();
     let f = GgufFile::from_bytes(&bytes).unwrap();
     let t = f.tensor("k").unwrap();
     let err = t.to_f32_vec().unwrap_err();
-    assert!(matches!(err, GgufError::UnsupportedTensorType { dtype: GgmlType::Iq4Xs, .. }));
-    assert!(err.to_string().contains("IQ4_XS"), "{err}");
+    assert!(matches!(err, GgufError::UnsupportedTensorType { dtype: GgmlType::Iq2Xxs, .. }));
+    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
 }
 
 #[test]

@@ -32,7 +32,8 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("qwen2moe", "qwen2moe-small", 17, 2), ("olmoe", "olmoe-small", 18, 2),
             ("granitemoe", "granitemoe-small", 19, 2), ("gpt-oss", "gpt-oss-small", 20, 2),
             ("gpt-oss-mxfp4", "gpt-oss-small-mxfp4", 21, 2), ("deepseek2-lite", "deepseek2-lite-small", 22, 3),
-            ("deepseek3", "deepseek3-small", 27, 3)]
+            ("deepseek3", "deepseek3-small", 27, 3), ("iq4_nl", "llama3.2-1b-iq4_nl", 28, 2),
+            ("iq4_xs", "llama3.2-1b-iq4_xs", 29, 2)]
 
 
 def main():

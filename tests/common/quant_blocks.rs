@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use crate::rng::Rng; // the includer declares `mod rng` (common/rng.rs)
 
 /// Every weight type ember computes with.
-pub const WEIGHT_TYPES: [GgmlType; 14] = [
+pub const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Bf16,
@@ -24,12 +24,14 @@ pub const WEIGHT_TYPES: [GgmlType; 14] = [
     GgmlType::Q5K,
     GgmlType::Q6K,
     GgmlType::Mxfp4,
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
 ];
 
 /// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.
 fn scale_offsets(dtype: GgmlType) -> &'static [usize] {
     match dtype {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],

@@ -109,8 +109,9 @@ impl PackedType {
         }
     }
 
-    fn of(data: &WeightData<'_>) -> PackedType {
-        match data {
+    /// The device type of `data`, or `None` for a type the device does not run yet (the IQ4 types).
+    pub fn of(data: &WeightData<'_>) -> Option<PackedType> {
+        Some(match data {
             WeightData::Q4_0(_) => PackedType::Q4_0,
             WeightData::Q4_1(_) => PackedType::Q4_1,
             WeightData::Q8_0(_) => PackedType::Q8_0,
@@ -125,7 +126,8 @@ impl PackedType {
             WeightData::Bf16(_) => PackedType::Bf16,
             WeightData::F32(_) => PackedType::F32,
             WeightData::Mxfp4(_) => PackedType::Mxfp4,
-        }
+            WeightData::Iq4Nl(_) | WeightData::Iq4Xs(_) => return None,
+        })
     }
 }
 
@@ -143,9 +145,12 @@ pub struct PackedMatrix {
 }
 
 /// Packs `matrix` (rows of any weight type are whole groups of 32: blocks are 32 or 256 elements).
+///
+/// # Panics
+/// For a type the device does not run (`PackedType::of` is `None`): `DeviceMatrix::upload` refuses those first.
 pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
     let data = matrix.data();
-    let dtype = PackedType::of(&data);
+    let dtype = PackedType::of(&data).expect("a type the device runs (DeviceMatrix::upload checks)");
     let groups = matrix.n_rows() * matrix.row_len() / QK;
     let mut out = Planes {
         quants: Vec::with_capacity(groups * dtype.quant_words()),
@@ -192,6 +197,7 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
             out.raw_bytes(&b.qs);
             out.scales.push(e8m0_to_fp32_half(b.e).to_bits());
         }),
+        WeightData::Iq4Nl(_) | WeightData::Iq4Xs(_) => unreachable!("PackedType::of refused it above"),
     }
     debug_assert_eq!(out.quants.len(), groups * dtype.quant_words());
     debug_assert_eq!(out.scales.len(), groups * dtype.scale_words());
@@ -344,5 +350,14 @@ mod tests {
         for (i, t) in PackedType::ALL.iter().enumerate() {
             assert_eq!(*t as usize, i);
         }
+    }
+
+    #[test]
+    fn the_iq4_types_have_no_device_type_yet() {
+        use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
+        let nl = [BlockIq4Nl { d: f16::ONE, qs: [0; 16] }];
+        let xs = [BlockIq4Xs { d: f16::ONE, scales_h: 0, scales_l: [0; 4], qs: [0; 128] }];
+        assert_eq!(PackedType::of(&WeightData::Iq4Nl(&nl)), None);
+        assert_eq!(PackedType::of(&WeightData::Iq4Xs(&xs)), None);
     }
 }

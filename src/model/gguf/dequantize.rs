@@ -1,11 +1,12 @@
 //! Dequantization of tensor data of any type ember computes with, by its GGUF type: the one dispatch over the
-//! per-type functions of `blocks`, `kquants` and
-//! `mxfp4`.
+//! per-type functions of `blocks`, `kquants`,
+//! `mxfp4` and `iq4`.
 
 use bytemuck::Pod;
 
 use super::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::dtype::GgmlType;
+use super::iq4::{dequantize_iq4_nl, dequantize_iq4_xs, BlockIq4Nl, BlockIq4Xs};
 use super::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::mxfp4::{dequantize_mxfp4, BlockMxfp4};
 
@@ -42,6 +43,8 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q5K => dequantize_k(&pod_vec::<BlockQ5K>(bytes), out),
         GgmlType::Q6K => dequantize_k(&pod_vec::<BlockQ6K>(bytes), out),
         GgmlType::Mxfp4 => dequantize_mxfp4(&pod_vec::<BlockMxfp4>(bytes), out),
+        GgmlType::Iq4Nl => dequantize_iq4_nl(&pod_vec::<BlockIq4Nl>(bytes), out),
+        GgmlType::Iq4Xs => dequantize_iq4_xs(&pod_vec::<BlockIq4Xs>(bytes), out),
         other => return Err(DequantizeError::Unsupported(other)),
     }
     Ok(())

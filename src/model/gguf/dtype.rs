@@ -180,7 +180,10 @@ impl GgmlType {
     /// Whether ember can compute with tensors of this type (dequantize them, or run kernels on them).
     pub fn is_supported_for_compute(self) -> bool {
         use GgmlType::*;
-        matches!(self, F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Mxfp4)
+        matches!(
+            self,
+            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Mxfp4 | Iq4Nl | Iq4Xs
+        )
     }
 
     /// Bytes taken by a row of `row_len` elements, or `None` when `row_len` is not a whole number of blocks.

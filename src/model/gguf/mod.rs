@@ -11,6 +11,7 @@ mod budget;
 pub mod dequantize;
 pub mod dtype;
 mod error;
+pub mod iq4;
 pub mod kquants;
 pub mod mxfp4;
 mod parse;

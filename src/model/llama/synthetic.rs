@@ -534,10 +534,15 @@ fn gemma3_type(name: &str, row_len: u64) -> GgmlType {
 fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) -> Vec<u8> {
     // Byte offsets of d (and dmin) in a block (`ggml-common.h`), and d for a spread of `scale`: the integer
     // products' spread is ~ 63·7.5 (Q4_K: scale × nibble), 64·18 (Q6_K), 9 (Q5_0).
+    // IQ4_NL's values average 60 in magnitude; IQ4_XS' times its sub-block scales, kept as a quantizer leaves them
+    // (below: ls − 32 in 8..16, not any of −32..32, whose outlier sub-blocks would make the 8-bit activations of
+    // both engines drift apart).
     let (d_at, dmin_at, d) = match dtype {
         GgmlType::Q4K => (0, Some(2), scale / 470.0),
         GgmlType::Q6K => (208, None, scale / 1150.0),
         GgmlType::Q5_0 => (0, None, scale / 9.0),
+        GgmlType::Iq4Nl => (0, None, scale / 60.0),
+        GgmlType::Iq4Xs => (0, None, scale / 690.0),
         other => unreachable!("no random blocks of {other:?}"),
     };
     let block = dtype.block_bytes() as usize;
@@ -548,6 +553,11 @@ fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f
         if let Some(at) = dmin_at {
             // Minima average 31.5 and values 7.5·31.5·d: dmin = 7.5·d centres the weights.
             b[at..at + 2].copy_from_slice(&f16::from_f32(7.5 * d).to_le_bytes());
+        }
+        if dtype == GgmlType::Iq4Xs {
+            // ls = 40 + 0..8 in each sub-block: the high bits (2) of all eight, the low nibbles 8..16.
+            b[2..4].copy_from_slice(&0xaaaau16.to_le_bytes());
+            b[4..8].iter_mut().for_each(|x| *x = (*x & 0x77) | 0x88);
         }
     }
     out

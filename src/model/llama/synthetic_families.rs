@@ -12,7 +12,7 @@ use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 26] = [
+    pub const FAMILIES: [&'static str; 28] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -39,6 +39,8 @@ impl SyntheticSpec {
         "deepseek2-lite-small",
         "deepseek3-small",
         "deepseek2-lite",
+        "llama3.2-1b-iq4_nl",
+        "llama3.2-1b-iq4_xs",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -340,6 +342,14 @@ impl SyntheticSpec {
                 }),
                 ..base(families::DEEPSEEK2)
             },
+            // Llama 3.2 1B's layers with every matrix in IQ4_NL or IQ4_XS (random codes and scales, valid blocks; the
+            // published IQ4 files keep a few tensors in other types, which the other fixtures cover).
+            "llama3.2-1b-iq4_nl" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq4Nl), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq4_xs" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq4Xs), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
             _ => return None,
         })
     }

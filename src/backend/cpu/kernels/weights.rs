@@ -6,6 +6,7 @@ use std::fmt;
 use half::{bf16, f16};
 
 use crate::model::gguf::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{dequantize_iq4_nl, dequantize_iq4_xs, BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
 use crate::model::gguf::mxfp4::{dequantize_mxfp4, BlockMxfp4};
 use crate::model::gguf::{GgmlType, GgufError, TensorView};
@@ -25,6 +26,8 @@ pub enum WeightData<'a> {
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
     Mxfp4(&'a [BlockMxfp4]),
+    Iq4Nl(&'a [BlockIq4Nl]),
+    Iq4Xs(&'a [BlockIq4Xs]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
     F32(&'a [f32]),
@@ -45,6 +48,8 @@ macro_rules! with_slice {
             WeightData::Q5K($x) => $body,
             WeightData::Q6K($x) => $body,
             WeightData::Mxfp4($x) => $body,
+            WeightData::Iq4Nl($x) => $body,
+            WeightData::Iq4Xs($x) => $body,
             WeightData::F16($x) => $body,
             WeightData::Bf16($x) => $body,
             WeightData::F32($x) => $body,
@@ -77,6 +82,8 @@ impl WeightData<'_> {
             WeightData::Q5K(_) => GgmlType::Q5K,
             WeightData::Q6K(_) => GgmlType::Q6K,
             WeightData::Mxfp4(_) => GgmlType::Mxfp4,
+            WeightData::Iq4Nl(_) => GgmlType::Iq4Nl,
+            WeightData::Iq4Xs(_) => GgmlType::Iq4Xs,
             WeightData::F16(_) => GgmlType::F16,
             WeightData::Bf16(_) => GgmlType::Bf16,
             WeightData::F32(_) => GgmlType::F32,
@@ -98,6 +105,8 @@ impl WeightData<'_> {
             GgmlType::Q5K => WeightData::Q5K(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Q6K => WeightData::Q6K(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Mxfp4 => WeightData::Mxfp4(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Iq4Nl => WeightData::Iq4Nl(bytemuck::try_cast_slice(bytes).ok()?),
+            GgmlType::Iq4Xs => WeightData::Iq4Xs(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::F16 => WeightData::F16(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::Bf16 => WeightData::Bf16(bytemuck::try_cast_slice(bytes).ok()?),
             GgmlType::F32 => WeightData::F32(bytemuck::try_cast_slice(bytes).ok()?),
@@ -221,6 +230,8 @@ impl<'a> WeightMatrix<'a> {
             WeightData::Q5K(b) => WeightData::Q5K(&b[r]),
             WeightData::Q6K(b) => WeightData::Q6K(&b[r]),
             WeightData::Mxfp4(b) => WeightData::Mxfp4(&b[r]),
+            WeightData::Iq4Nl(b) => WeightData::Iq4Nl(&b[r]),
+            WeightData::Iq4Xs(b) => WeightData::Iq4Xs(&b[r]),
             WeightData::F16(v) => WeightData::F16(&v[r]),
             WeightData::Bf16(v) => WeightData::Bf16(&v[r]),
             WeightData::F32(v) => WeightData::F32(&v[r]),
@@ -263,6 +274,8 @@ impl<'a> WeightMatrix<'a> {
             WeightData::Q5K(b) => dequantize_k(&b[items(QK_K)], out),
             WeightData::Q6K(b) => dequantize_k(&b[items(QK_K)], out),
             WeightData::Mxfp4(b) => dequantize_mxfp4(&b[items(QK)], out),
+            WeightData::Iq4Nl(b) => dequantize_iq4_nl(&b[items(QK)], out),
+            WeightData::Iq4Xs(b) => dequantize_iq4_xs(&b[items(QK_K)], out),
             WeightData::F16(v) => blocks::dequantize_f16(&v[items(1)], out),
             WeightData::Bf16(v) => blocks::dequantize_bf16(&v[items(1)], out),
             WeightData::F32(v) => out.copy_from_slice(&v[items(1)]),

@@ -6,7 +6,7 @@
 //! integer scale instead, which does that multiply for free. The 16-bit sums of several slices are added before
 //! widening while they cannot overflow: `2·u_max·127` per slice (`u_max` the type's largest value), so a group's
 //! eight slices for the 4-bit types, four for the 5-bit ones and MXFP4 (whose codebook's `u` reach 24), two for the
-//! 6-bit one. Q8_0's values (`q + 128`)
+//! 6-bit one. Q8_0's values (`q + 128`), and the IQ4 types' (their codebook's value + 128),
 //! exceed what `vpmaddubsw` multiplies without saturating, so they are turned back into `q` and multiplied by sign
 //! (`|q|` times the activation with `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same
 //! integer. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
@@ -25,6 +25,7 @@ use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
 use crate::model::gguf::GgmlType;
@@ -56,6 +57,16 @@ unsafe fn load(p: *const u8) -> __m256i {
 unsafe fn load_f16(p: *const u8) -> __m256 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// 8 signed bytes at `p` as 32-bit integers (IQ4_XS' group scales).
+///
+/// # Safety
+/// `p` must point to 8 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_signed_bytes_i32(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 8 readable bytes.
+    _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(unsafe { p.cast::<i64>().read_unaligned() }))
 }
 
 /// 8 unsigned bytes at `p` as 32-bit integers.
@@ -116,9 +127,15 @@ const fn max_value<F: Format>() -> i32 {
     }
 }
 
+/// Whether the type's `u` (`q + 128`, Q8_0's, or a codebook's entries past 127, the IQ4 types') are multiplied by
+/// sign: `vpmaddubsw` would saturate on them as unsigned bytes.
+const fn by_sign<F: Format>() -> bool {
+    matches!(F::BASE, Base::Bytes) || max_value::<F>() > 127
+}
+
 /// Slices whose 16-bit sums can be added before widening (see the module documentation).
 const fn slices_per_widening<F: Format>() -> usize {
-    if matches!(F::BASE, Base::Bytes) {
+    if by_sign::<F>() {
         return 1;
     }
     let per_slice = 2 * max_value::<F>() * 127;
@@ -208,7 +225,8 @@ fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m256i {
 /// The 16-bit pair sums of one slice: `w·q` two products per lane, exact.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pair_sums<F: Format>(w: __m256i, q: __m256i) -> __m256i {
-    if matches!(F::BASE, Base::Bytes) {
+    const { assert!(!by_sign::<F>() || F::OFFSET == 128, "multiplied by sign: u is the value plus 128") };
+    if by_sign::<F>() {
         // `w` holds q_w + 128: back to q_w, then |q_w| times the activation with q_w's sign.
         let signed = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
         _mm256_maddubs_epi16(_mm256_abs_epi8(signed), _mm256_sign_epi8(q, signed))
@@ -279,7 +297,7 @@ unsafe fn add_dots<F: Format, const R: usize, const C: usize, const X: bool>(
 /// The integer dot's start for an offset `OFFSET · Σ qa` (Q8_0's sign multiply needs none).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_start<F: Format>(sum: i32) -> __m256i {
-    if matches!(F::BASE, Base::Bytes) {
+    if by_sign::<F>() {
         _mm256_setzero_si256()
     } else {
         _mm256_set1_epi32(-F::OFFSET * sum)
@@ -438,6 +456,13 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                         scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
                         min[r] = _mm256_mul_ps(m[r], _mm256_cvtepi32_ps(mn));
                     }
+                }
+            }
+            if F::SCALING == Scaling::Group {
+                for r in 0..R {
+                    // SAFETY: group `g`'s signed scale bytes lie in the unit's header, octet `o`'s 8 of 16.
+                    let sc = unsafe { load_signed_bytes_i32(hdr[r].add(header::GROUP_SC + 16 * g + 8 * octets[r])) };
+                    scale[r] = _mm256_mul_ps(d[r], _mm256_cvtepi32_ps(sc));
                 }
             }
             let mut dot = [[_mm256_setzero_si256(); R]; C];

@@ -20,6 +20,7 @@ use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::weights::WeightMatrix;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
 use crate::model::gguf::GgmlType;
@@ -60,6 +61,17 @@ unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let v = unsafe { _mm_loadu_si128(p.cast()) };
     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+}
+
+/// 16 signed bytes at `p`, as f32 (IQ4_XS' group scales).
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_signed_bytes_f32(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
+    let v = unsafe { _mm_loadu_si128(p.cast()) };
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
 }
 
 /// The half scales `2^(e − 128)` of the 16 E8M0 bytes at `p` (MXFP4), each as `mxfp4::e8m0_to_fp32_half` builds
@@ -344,6 +356,13 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                         scale[r] = _mm512_mul_ps(d[r], load_bytes_f32(hdr[r].add(header::SC + 16 * g)));
                         min[r] = _mm512_mul_ps(m[r], load_bytes_f32(hdr[r].add(header::MN + 16 * g)));
                     }
+                }
+            }
+            if F::SCALING == Scaling::Group {
+                for r in 0..R {
+                    // SAFETY: group `g`'s signed scale bytes lie in the unit's header.
+                    scale[r] =
+                        _mm512_mul_ps(d[r], unsafe { load_signed_bytes_f32(hdr[r].add(header::GROUP_SC + 16 * g)) });
                 }
             }
             let mut dot = [[_mm512_setzero_si512(); R]; C];

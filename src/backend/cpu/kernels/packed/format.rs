@@ -10,6 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{self, BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS, QK_K};
 use crate::model::gguf::mxfp4::{self, e8m0_from_fp32_half, e8m0_to_fp32_half, BlockMxfp4, KVALUES};
 use crate::model::gguf::GgmlType;
@@ -67,6 +68,10 @@ pub enum Scaling {
     /// One power-of-two scale per block, stored as its E8M0 exponent byte: header `e: [u8; 16]`, `d = 2^(e − 128)`
     /// (MXFP4; `mxfp4::e8m0_to_fp32_half`). The kernels then apply `d` as `Block` does.
     E8m0,
+    /// A super-block scale `d` and a signed integer scale per group, no minimum: header `d: [f16; 16]`,
+    /// `sc: [[i8; 16]; 8]` (IQ4_XS, whose `sc` is `ls − 32`). The kernels apply `d · sc` as `GroupMin` applies its
+    /// scale.
+    Group,
 }
 
 /// One unit of one row, decoded: what dequantization and the scalar kernels read.
@@ -170,6 +175,8 @@ pub mod header {
     pub const HALF_SCMN: usize = 64;
     /// `E8m0`: the exponent bytes, 16 values.
     pub const E: usize = 0;
+    /// `Group`: `sc[g]` at `GROUP_SC + 16g` (after the f16 `d`).
+    pub const GROUP_SC: usize = 32;
 }
 
 fn put_f16(out: &mut [u8], at: usize, r: usize, v: f32) {
@@ -180,7 +187,7 @@ fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]
     out[..F::HEADER].fill(0);
     for (r, u) in rows.iter().enumerate() {
         match F::SCALING {
-            Scaling::Block => put_f16(out, header::D, r, u.d),
+            Scaling::Block | Scaling::Group => put_f16(out, header::D, r, u.d),
             Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
                 put_f16(out, header::D, r, u.d);
                 put_f16(out, header::M, r, u.m);
@@ -194,6 +201,11 @@ fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]
                 for g in 0..GROUPS {
                     out[header::SC + 16 * g + r] = u.scales[2 * g] as u8;
                     out[header::MN + 16 * g + r] = u.mins[2 * g] as u8;
+                }
+            }
+            Scaling::Group => {
+                for g in 0..GROUPS {
+                    out[header::GROUP_SC + 16 * g + r] = u.scales[2 * g] as i8 as u8;
                 }
             }
             Scaling::Halves => {
@@ -297,7 +309,7 @@ impl RowUnit {
 #[inline(always)]
 pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usize, unit: &mut RowUnit) {
     match F::SCALING {
-        Scaling::Block => unit.d = get_f16(header_bytes, header::D, r),
+        Scaling::Block | Scaling::Group => unit.d = get_f16(header_bytes, header::D, r),
         Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
             unit.d = get_f16(header_bytes, header::D, r);
             unit.m = get_f16(header_bytes, header::M, r);
@@ -317,6 +329,7 @@ pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usi
                     (i32::from(header_bytes[header::SC + 16 * g + r]), i32::from(header_bytes[header::MN + 16 * g + r]))
                 }
                 Scaling::Halves => (i32::from(header_bytes[header::HALF_SC + 16 * t + r] as i8), 0),
+                Scaling::Group => (i32::from(header_bytes[header::GROUP_SC + 16 * g + r] as i8), 0),
                 Scaling::HalvesMin => {
                     let b = header_bytes[header::HALF_SCMN + 16 * t + r];
                     (i32::from(b & 0x0f), i32::from(b >> 4))
@@ -341,10 +354,10 @@ pub fn dequantize_unit<F: Format + ?Sized>(unit: &RowUnit, out: &mut [f32]) {
         *x = match F::SCALING {
             Scaling::Block | Scaling::E8m0 => unit.d * q as f32,
             Scaling::BlockMin => unit.d * q as f32 + unit.m,
-            Scaling::GroupMin | Scaling::Halves | Scaling::HalvesMin => {
+            Scaling::GroupMin | Scaling::Halves | Scaling::HalvesMin | Scaling::Group => {
                 let t = k / 16;
                 let dl = unit.d * unit.scales[t] as f32;
-                if F::SCALING == Scaling::Halves {
+                if matches!(F::SCALING, Scaling::Halves | Scaling::Group) {
                     dl * q as f32
                 } else {
                     dl * q as f32 - unit.m * unit.mins[t] as f32
@@ -498,6 +511,58 @@ impl Format for BlockMxfp4 {
     fn decode_block(b: &Self, unit: &mut RowUnit) {
         unit.d = e8m0_to_fp32_half(b.e);
         unit.u[..QK].copy_from_slice(&mxfp4::codes(&b.qs));
+    }
+}
+
+/// What IQ4's codebook adds to its values so that they are unsigned bytes: `u = iq4::KVALUES[code] + 128`, 1..=241,
+/// as Q8_0's `q + 128` (the AVX2 path multiplies such bytes by sign, as it does Q8_0's).
+const IQ4_OFFSET: i32 = 128;
+
+/// IQ4_NL's and IQ4_XS's `u` of each code.
+const IQ4_LEVELS: [u8; 16] = {
+    let mut levels = [0u8; 16];
+    let mut c = 0;
+    while c < 16 {
+        levels[c] = (iq4::KVALUES[c] as i32 + IQ4_OFFSET) as u8;
+        c += 1;
+    }
+    levels
+};
+
+impl Format for BlockIq4Nl {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Iq4Nl;
+    const UNIT: usize = QK;
+    const HEADER: usize = 32;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::None;
+    const OFFSET: i32 = IQ4_OFFSET;
+    const SCALING: Scaling = Scaling::Block;
+    const CODEBOOK: Option<[u8; 16]> = Some(IQ4_LEVELS);
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        unit.d = b.d.to_f32();
+        unit.u[..QK].copy_from_slice(&iq4::codes(&b.qs));
+    }
+}
+
+impl Format for BlockIq4Xs {
+    type Block = Self;
+    const DTYPE: GgmlType = GgmlType::Iq4Xs;
+    const UNIT: usize = QK_K;
+    const HEADER: usize = 32 + 128;
+    const BASE: Base = Base::Nibbles;
+    const HIGH: High = High::None;
+    const OFFSET: i32 = IQ4_OFFSET;
+    const SCALING: Scaling = Scaling::Group;
+    const CODEBOOK: Option<[u8; 16]> = Some(IQ4_LEVELS);
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        unit.d = b.d.to_f32();
+        for g in 0..GROUPS {
+            let sc = b.sub_scale(g) - 32;
+            unit.scales[2 * g] = sc;
+            unit.scales[2 * g + 1] = sc;
+            unit.u[QK * g..QK * (g + 1)].copy_from_slice(&iq4::codes(&b.qs[16 * g..16 * (g + 1)]));
+        }
     }
 }
 

@@ -22,7 +22,7 @@
 //! - a 1-bit plane has 8 64-bit masks: bit `4r + j` of mask `s` belongs to row `r`, element `4s + j`.
 //!
 //! A value `u` is its base plane's bits ORed with its high plane's, shifted (`Format::BASE`, `Format::HIGH`), or for
-//! MXFP4, whose 4-bit codes stand for unevenly spaced values, the entry of its codebook the nibble indexes
+//! MXFP4 and the IQ4 types, whose 4-bit codes stand for unevenly spaced values, the entry of its codebook the nibble indexes
 //! (`Format::CODEBOOK`); the header holds the scales as `Format::SCALING` says, each field a run of 16 values, one
 //! per row. Sizes equal the file's but for the K-quants' unpacked 6-bit scales (Q4_K +2.8 %, Q5_K +2.3 %) and
 //! Q3_K's f32 scale.
@@ -39,6 +39,7 @@ use format::{decode_row, dequantize_unit, Format, RowUnit, PANEL_ROWS};
 
 use super::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
 use crate::model::gguf::GgmlType;
@@ -215,6 +216,14 @@ macro_rules! with_format {
                 type $F = BlockMxfp4;
                 $body
             }
+            GgmlType::Iq4Nl => {
+                type $F = BlockIq4Nl;
+                $body
+            }
+            GgmlType::Iq4Xs => {
+                type $F = BlockIq4Xs;
+                $body
+            }
             _ => $none,
         }
     };
@@ -242,6 +251,8 @@ impl PackedMatrix {
             WeightData::Q5K(b) => Self::pack_as::<BlockQ5K>(b, n_rows, row_len, run),
             WeightData::Q6K(b) => Self::pack_as::<BlockQ6K>(b, n_rows, row_len, run),
             WeightData::Mxfp4(b) => Self::pack_as::<BlockMxfp4>(b, n_rows, row_len, run),
+            WeightData::Iq4Nl(b) => Self::pack_as::<BlockIq4Nl>(b, n_rows, row_len, run),
+            WeightData::Iq4Xs(b) => Self::pack_as::<BlockIq4Xs>(b, n_rows, row_len, run),
             WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => return None,
         })
     }

@@ -9,6 +9,7 @@
 //!   acc)`;
 //! - `BlockMin`: then `acc = fma(m, sa, acc)`;
 //! - `GroupMin`: `acc = fma(f32(i), (d·sc)·da, acc)`, then `acc = fma((−dmin)·mn, sa, acc)`;
+//! - `Group` (IQ4_XS, `sc` signed): `acc = fma(f32(i), (d·sc)·da, acc)`;
 //! - `Halves`: `i = sc_0·i_0 + sc_1·i_1` over the halves' dots, in integers, then `acc = fma(f32(i), d·da, acc)`;
 //! - `HalvesMin`, per half `h`: `acc = fma(f32(i_h), (d·sc_h)·da, acc)`, then `acc = fma((−dmin)·mn_h,
 //!   da·f32(Σ_h q), acc)`.
@@ -61,6 +62,7 @@ fn add_group<F: Format>(unit: &RowUnit, g: usize, a: &BlockQ8A, mut acc: f32) ->
     match F::SCALING {
         Scaling::Block | Scaling::E8m0 => i.mul_add(unit.d * a.d, acc),
         Scaling::BlockMin => unit.m.mul_add(a.s, i.mul_add(unit.d * a.d, acc)),
+        Scaling::Group => i.mul_add((unit.d * unit.scales[2 * g] as f32) * a.d, acc),
         _ => {
             let t = 2 * g;
             let acc = i.mul_add((unit.d * unit.scales[t] as f32) * a.d, acc);

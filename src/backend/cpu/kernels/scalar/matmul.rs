@@ -16,6 +16,7 @@ use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use half::{bf16, f16};
 
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{dequantize_k, SuperBlock, GROUPS, QK_K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
 
@@ -187,6 +188,15 @@ impl DequantizeBlock for BlockMxfp4 {
     }
 }
 
+impl DequantizeBlock for BlockIq4Nl {
+    #[inline(always)]
+    fn dequantize(&self) -> [f32; QK] {
+        let mut w = [0f32; QK];
+        crate::model::gguf::iq4::dequantize_iq4_nl(std::slice::from_ref(self), &mut w);
+        w
+    }
+}
+
 impl<T: FloatBlock> DequantizeBlock for T {
     #[inline(always)]
     fn dequantize(&self) -> [f32; QK] {
@@ -229,6 +239,21 @@ fn output_f32_k<B: SuperBlock>(row: &[B], col: &[[f32; QK]]) -> f32 {
     sum_lanes(acc)
 }
 
+/// One precise output of an IQ4_XS row: each super-block dequantized (as `iq4::dequantize_iq4_xs`), then its eight
+/// 32-element blocks as in `output_f32`.
+#[inline(always)]
+fn output_f32_iq4_xs(row: &[BlockIq4Xs], col: &[[f32; QK]]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    let mut w = [0f32; QK_K];
+    for (b, x) in row.iter().zip(col.chunks_exact(GROUPS)) {
+        crate::model::gguf::iq4::dequantize_iq4_xs(std::slice::from_ref(b), &mut w);
+        for (wb, xb) in w.as_chunks::<QK>().0.iter().zip(x) {
+            accumulate_f32(&mut acc, wb, xb);
+        }
+    }
+    sum_lanes(acc)
+}
+
 /// The scalar `Kernels::matmul_f32` (arguments checked by the caller).
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
@@ -247,6 +272,8 @@ pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32]
         WeightData::Q5K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
         WeightData::Q6K(b) => for_each_output(b, supers, act, n_cols, out, output_f32_k),
         WeightData::Mxfp4(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Iq4Nl(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
+        WeightData::Iq4Xs(b) => for_each_output(b, supers, act, n_cols, out, output_f32_iq4_xs),
         WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),

@@ -32,6 +32,7 @@ macro_rules! scalar_table {
             use crate::backend::cpu::kernels::weights::WeightMatrix;
             use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
             use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+            use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
             use crate::model::gguf::mxfp4::BlockMxfp4;
             use crate::model::gguf::GgmlType;
 
