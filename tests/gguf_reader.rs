@@ -129,3 +129,15 @@ fn the_real_model_opens_with_llama_metadata() {
     assert_eq!(cfg.rope_base, 100_000.0);
     assert!(cfg.tied_output);
 }
+
+#[test]
+fn the_type_summary_counts_each_types_tensors_and_bytes_most_bytes_first() {
+    let bytes = GgufWriter::new()
+        .tensor_f32("a", &[4], &[0.0; 4])
+        .tensor("b", GgmlType::Iq4Xs, &[256, 2], vec![0u8; 272])
+        .tensor_f32("c", &[8], &[0.0; 8])
+        .tensor("d", GgmlType::Q8_0, &[32], vec![0u8; 34])
+        .to_bytes();
+    let f = GgufFile::from_bytes(&bytes).unwrap();
+    assert_eq!(f.type_summary(), [(GgmlType::Iq4Xs, 1, 272), (GgmlType::F32, 2, 48), (GgmlType::Q8_0, 1, 34)]);
+}

@@ -141,6 +141,10 @@ fn info(args: &Args) -> Result<(), String> {
     println!("rope         base {}, {} dims; rms eps {}", c.rope_base, c.rope_dim, c.rms_eps);
     println!("context      {} tokens; vocabulary {} tokens", c.context_length, c.vocab_size);
     println!("output       {}", if c.tied_output { "tied to the token embedding" } else { "separate" });
+    for (i, (dtype, count, bytes)) in model.file.type_summary().into_iter().enumerate() {
+        let label = if i == 0 { "types" } else { "" };
+        println!("{label:<12} {:<7} {count:4} tensors {:10.2} MiB", dtype.name(), bytes as f64 / (1 << 20) as f64);
+    }
     let message = args.positional.first().map_or("What is the boiling point of water in Celsius?", String::as_str);
     let rendered = model.chat_template.render(&[ChatMessage::new("user", message)], true).map_err(|e| e.to_string())?;
     let ids = chat_prompt(&model, message)?;

@@ -322,6 +322,20 @@ impl GgufFile {
         &self.tensors
     }
 
+    /// Each tensor type of the file with its tensor count and bytes, the most bytes first (what llama.cpp's loader
+    /// logs as `type q4_K: 97 tensors`): a "dynamic" quantization's mix of types shows here.
+    pub fn type_summary(&self) -> Vec<(GgmlType, usize, u64)> {
+        let mut types: Vec<(GgmlType, usize, u64)> = Vec::new();
+        for t in &self.tensors {
+            match types.iter_mut().find(|(d, _, _)| *d == t.dtype) {
+                Some((_, count, bytes)) => (*count, *bytes) = (*count + 1, *bytes + t.size),
+                None => types.push((t.dtype, 1, t.size)),
+            }
+        }
+        types.sort_by(|a, b| b.2.cmp(&a.2).then((a.0 as u32).cmp(&(b.0 as u32))));
+        types
+    }
+
     /// The info of tensor `name`, if present.
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
