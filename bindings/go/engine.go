@@ -56,7 +56,8 @@ type Config struct {
 	DisableLogStats bool `json:"disable_log_stats,omitempty"`
 	// ForceIncludeUsage ends every stream with a usage chunk.
 	ForceIncludeUsage bool `json:"force_include_usage,omitempty"`
-	// ActivationPrecision is "q8" (default) or "f32".
+	// ActivationPrecision is "auto" (default: f32 activations for a model whose matmul weights are all float, 8-bit
+	// ones otherwise, as llama.cpp pairs them), "q8" or "f32".
 	ActivationPrecision string `json:"activation_precision,omitempty"`
 	// EnablePrefixCaching keeps full KV blocks for later prompts with the same start; nil keeps the default
 	// (true).

@@ -47,7 +47,7 @@ use std::time::Instant;
 
 use ember::backend::cpu::kernels::read_probe;
 use ember::backend::cpu::kv_cache::CpuKvCache;
-use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
+use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
@@ -326,12 +326,26 @@ impl Bench<'_> {
     }
 }
 
+/// The activations an engine runs this model with by default (`activation_precision: "auto"`): f32 for a model whose
+/// matmul weights are all float, 8-bit otherwise, so that the bench measures what a user gets.
+fn engine_default_precision(model: &Model) -> Precision {
+    if model.config.matmul_weights_are_float(&model.file) {
+        Precision::Float32
+    } else {
+        Precision::Quantized8
+    }
+}
+
 fn run(args: &Args) -> Result<(), String> {
     let plan = Plan::new(args);
     let load_at_start = load_average();
     let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
     let config = &model.config;
-    let mut options = CpuBackendOptions { threads: args.threads, ..CpuBackendOptions::single_sequence(plan.context()) };
+    let mut options = CpuBackendOptions {
+        threads: args.threads,
+        precision: engine_default_precision(&model),
+        ..CpuBackendOptions::single_sequence(plan.context())
+    };
     if !args.no_window_pool {
         options.kv_window_blocks = single_sequence_window_blocks(config, &options);
     }
@@ -507,7 +521,7 @@ fn streams_decode(
         kv_block_size: block,
         kv_num_blocks: streams * per_seq,
         kv_window_blocks: None,
-        precision: Default::default(),
+        precision: engine_default_precision(model),
     };
     let mut backend = CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?;
     let tables: Vec<Vec<u32>> =

@@ -37,14 +37,19 @@ impl TryFrom<String> for BackendKind {
     }
 }
 
-/// How the CPU backend multiplies activations with quantized weights.
+/// How the CPU backend multiplies activations with the weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase", try_from = "String")]
 pub enum ActivationPrecision {
-    /// 8-bit activation blocks with integer dot products (fast; what llama.cpp does).
+    /// What llama.cpp pairs with the model's weights: `F32` for a model whose matmul weights are all float (F32,
+    /// F16, BF16; llama.cpp multiplies them with float activations), `Q8` otherwise (quantized weights meet 8-bit
+    /// activations there too).
     #[default]
+    Auto,
+    /// 8-bit activation blocks with integer dot products (fast; what llama.cpp does for quantized weights).
     Q8,
-    /// f32 activations against dequantized weights (slow; for checking against references).
+    /// f32 activations against dequantized weights, and an f32 KV cache (precise; the quantized types' kernels are
+    /// slower this way).
     F32,
 }
 
@@ -52,9 +57,10 @@ impl TryFrom<String> for ActivationPrecision {
     type Error = String;
     fn try_from(name: String) -> Result<Self, String> {
         match name.as_str() {
+            "auto" => Ok(ActivationPrecision::Auto),
             "q8" => Ok(ActivationPrecision::Q8),
             "f32" => Ok(ActivationPrecision::F32),
-            _ => Err(format!("unknown activation precision {name:?}, expected \"q8\" or \"f32\"")),
+            _ => Err(format!("unknown activation precision {name:?}, expected \"auto\", \"q8\" or \"f32\"")),
         }
     }
 }
@@ -96,7 +102,7 @@ pub struct EngineConfig {
     pub disable_log_stats: bool,
     /// Streams end with a usage chunk even when the request did not ask for one (`stream_options.include_usage`).
     pub force_include_usage: bool,
-    /// CPU activation precision (`"q8"` or `"f32"`).
+    /// CPU activation precision (`"auto"`, the default, `"q8"` or `"f32"`).
     pub activation_precision: ActivationPrecision,
     /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
     /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
@@ -142,7 +148,7 @@ impl Default for EngineConfig {
             enable_per_request_metrics: false,
             disable_log_stats: false,
             force_include_usage: false,
-            activation_precision: ActivationPrecision::Q8,
+            activation_precision: ActivationPrecision::Auto,
             enable_prefix_caching: true,
             kv_window_pool: true,
             speculative: None,

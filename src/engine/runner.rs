@@ -114,6 +114,11 @@ impl CacheGeometry {
 
 /// Builds the CPU runner, logging why its kernel path differs from the one `EMBER_CPU_KERNELS` asked for and why
 /// its thread count differs from `threads` (`cpu_threads.rs`).
+/// Whether the model's matmul weights are all float (`activation_precision: "auto"` then runs f32 activations).
+fn float_weights(model: &Model) -> bool {
+    model.config.matmul_weights_are_float(&model.file)
+}
+
 pub fn cpu_forward<'m>(
     model: &'m Model,
     config: &EngineConfig,
@@ -136,15 +141,21 @@ pub fn cpu_forward<'m>(
         kv_num_blocks: cache.num_blocks,
         kv_window_blocks: cache.window_blocks,
         precision: match config.activation_precision {
-            ActivationPrecision::Q8 => Precision::Quantized8,
+            ActivationPrecision::Auto if float_weights(model) => Precision::Float32,
+            ActivationPrecision::Auto | ActivationPrecision::Q8 => Precision::Quantized8,
             ActivationPrecision::F32 => Precision::Float32,
         },
     };
+    let options_precision = options.precision;
     let model_config = model.config.for_context(model.config.context_length.min(cache.tokens()));
     let backend = CpuBackend::new(&model.file, model_config.clone(), options).map_err(|e| e.to_string())?;
     let kernels = backend.kernel_path();
     let how = if selection.forced { " (EMBER_CPU_KERNELS)" } else { "" };
-    let description = format!("cpu ({kernels} kernels{how}, {threads} threads)");
+    let activations = match options_precision {
+        Precision::Quantized8 => "8-bit",
+        Precision::Float32 => "f32",
+    };
+    let description = format!("cpu ({kernels} kernels{how}, {threads} threads, {activations} activations)");
     let cpu = Some(CpuServing { kernels, threads });
     Ok(Box::new(LlamaForward { config: model_config, backend, description, max_batch_tokens, cpu }))
 }

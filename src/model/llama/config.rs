@@ -704,6 +704,23 @@ impl LlamaConfig {
         out
     }
 
+    /// Whether every matrix the forward pass multiplies by is of a float type (F32, F16, BF16) in `file`: the token
+    /// embedding only where it is the output projection too, the routers aside (their logits are computed from f32
+    /// rows on every path). What `activation_precision: "auto"` decides by, as llama.cpp pairs such weights with
+    /// float activations.
+    pub fn matmul_weights_are_float(&self, file: &GgufFile) -> bool {
+        let is_float = |t: GgmlType| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16);
+        self.expected_tensors()
+            .iter()
+            .filter(|(name, shape, is_norm)| {
+                !is_norm
+                    && shape.len() >= 2
+                    && (name != vocab::TOKEN_EMBD || self.tied_output)
+                    && !name.ends_with("ffn_gate_inp.weight")
+            })
+            .all(|(name, ..)| file.tensor_info(name).is_some_and(|t| is_float(t.dtype)))
+    }
+
     fn check_tensors(&self, file: &GgufFile) -> Result<(), ModelConfigError> {
         for (name, expected, is_norm) in self.expected_tensors() {
             let t = file.tensor(&name)?;

@@ -409,6 +409,9 @@ impl SyntheticSpec {
                     GgmlType::F16 => {
                         (0..n).flat_map(|_| f16::from_f32(scale * rng.symmetric()).to_le_bytes()).collect()
                     }
+                    GgmlType::Bf16 => {
+                        (0..n).flat_map(|_| half::bf16::from_f32(scale * rng.symmetric()).to_le_bytes()).collect()
+                    }
                     GgmlType::Q8_0 | GgmlType::Q4_1 | GgmlType::Mxfp4 => random_blocks(&mut rng, dtype, n, scale),
                     _ => random_bytes_blocks(&mut rng, dtype, n, scale),
                 };

@@ -4,7 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::{f16_pair, hsum, load_16, load_32, load_8f};
+use half::{bf16, f16};
+
+use super::lanes::{f16_pair, hsum, load_16, load_32, load_8f, load_8h};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
@@ -39,6 +41,8 @@ struct Q4_0;
 struct Q4_1;
 struct Q8_0;
 struct F32;
+struct F16;
+struct Bf16;
 
 impl Dequantize for Q4_0 {
     type Block = BlockQ4_0;
@@ -100,6 +104,34 @@ impl Dequantize for F32 {
     }
 }
 
+impl Dequantize for F16 {
+    type Block = [f16; QK];
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequantize(b: &[f16; QK]) -> Dequantized {
+        let (eights, _) = b.as_chunks::<8>();
+        [load_8h(&eights[0]), load_8h(&eights[1]), load_8h(&eights[2]), load_8h(&eights[3])]
+    }
+}
+
+impl Dequantize for Bf16 {
+    type Block = [bf16; QK];
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequantize(b: &[bf16; QK]) -> Dequantized {
+        let (eights, _) = b.as_chunks::<8>();
+        [load_8bf(&eights[0]), load_8bf(&eights[1]), load_8bf(&eights[2]), load_8bf(&eights[3])]
+    }
+}
+
+/// 8 bf16 values as f32 (exact: a bf16 is the top half of an f32).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_8bf(x: &[bf16; 8]) -> __m256 {
+    // SAFETY: the reference covers 16 readable bytes; `loadu` has no alignment requirement.
+    let halves = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(halves)))
+}
+
 /// One `R × C` tile (see `tiling::TileFn` for the slice shapes; activation "blocks" are 32 floats).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile<F: Dequantize, const R: usize, const C: usize>(
@@ -155,6 +187,10 @@ static Q8_0_TILES: Tiles<BlockQ8_0> =
     TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 static F32_TILES: Tiles<[f32; QK]> =
     TileTable { fns: tile_fns!(tile, F32, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static F16_TILES: Tiles<[f16; QK]> =
+    TileTable { fns: tile_fns!(tile, F16, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static BF16_TILES: Tiles<[bf16; QK]> =
+    TileTable { fns: tile_fns!(tile, Bf16, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 
 /// The AVX2 `Kernels::matmul_f32` (arguments checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -169,6 +205,8 @@ pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
             WeightData::F32(v) => run_tiles(&F32_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+            WeightData::F16(v) => run_tiles(&F16_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+            WeightData::Bf16(v) => run_tiles(&BF16_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
             // The types this path has no tiles for yet: the scalar kernel (the same arithmetic).
             _ => scalar::matmul_f32(w, flat, n_cols, out),
         }

@@ -10,7 +10,9 @@ use std::arch::x86_64::*;
 use bytemuck::Zeroable;
 
 use super::{spread, store_pair_results, two_scales, MAX_PAIRS};
-use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, load_8f};
+use half::{bf16, f16};
+
+use crate::backend::cpu::kernels::avx2::lanes::{f16_pair, load_16, load_32, load_8f, load_8h};
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::scalar;
 use crate::backend::cpu::kernels::tiling::{run_tiles, tile_fns, TileTable};
@@ -63,6 +65,8 @@ struct Q4_0;
 struct Q4_1;
 struct Q8_0;
 struct F32;
+struct F16;
+struct Bf16;
 
 impl Dequantize for Q4_0 {
     type Block = BlockQ4_0;
@@ -127,6 +131,38 @@ impl Dequantize for F32 {
         let mut w = [_mm512_setzero_ps(); 4];
         for i in 0..4 {
             w[i] = two_halves(load_8f(&c0[i]), load_8f(&c1[i]));
+        }
+        w
+    }
+}
+
+impl Dequantize for F16 {
+    type Block = [f16; QK];
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b0: &[f16; QK], b1: &[f16; QK]) -> Dequantized {
+        let (c0, c1) = (b0.as_chunks::<8>().0, b1.as_chunks::<8>().0);
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            w[i] = two_halves(load_8h(&c0[i]), load_8h(&c1[i]));
+        }
+        w
+    }
+}
+
+impl Dequantize for Bf16 {
+    type Block = [bf16; QK];
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dequantize(b0: &[bf16; QK], b1: &[bf16; QK]) -> Dequantized {
+        let (c0, c1) = (b0.as_chunks::<8>().0, b1.as_chunks::<8>().0);
+        let mut w = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            // SAFETY: each chunk covers 16 readable bytes; `loadu` has no alignment requirement.
+            let (h0, h1) = unsafe { (_mm_loadu_si128(c0[i].as_ptr().cast()), _mm_loadu_si128(c1[i].as_ptr().cast())) };
+            // bf16 → f32 exactly: the 16 bits become an f32's top half.
+            let wide = _mm512_cvtepu16_epi32(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(h0), h1));
+            w[i] = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide));
         }
         w
     }
@@ -197,6 +233,10 @@ static Q8_0_TILES: Tiles<BlockQ8_0> =
     TileTable { fns: tile_fns!(tile, Q8_0, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 static F32_TILES: Tiles<[f32; QK]> =
     TileTable { fns: tile_fns!(tile, F32, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static F16_TILES: Tiles<[f16; QK]> =
+    TileTable { fns: tile_fns!(tile, F16, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
+static BF16_TILES: Tiles<[bf16; QK]> =
+    TileTable { fns: tile_fns!(tile, Bf16, [1, 2, 3, 4], [1, 2, 3, 4]), batch_rows: BATCH_ROWS };
 
 /// The AVX-512 `Kernels::matmul_f32` (arguments checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -211,6 +251,8 @@ pub(super) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut
             WeightData::Q4_1(b) => run_tiles(&Q4_1_TILES, b, n, act, n_cols, out),
             WeightData::Q8_0(b) => run_tiles(&Q8_0_TILES, b, n, act, n_cols, out),
             WeightData::F32(v) => run_tiles(&F32_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+            WeightData::F16(v) => run_tiles(&F16_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
+            WeightData::Bf16(v) => run_tiles(&BF16_TILES, v.as_chunks::<QK>().0, n, act, n_cols, out),
             // The types this path has no tiles for yet: the scalar kernel (the same arithmetic).
             _ => scalar::matmul_f32(w, flat, n_cols, out),
         }
