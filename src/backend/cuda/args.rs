@@ -190,6 +190,9 @@ pub struct RouteArgs {
     pub(super) gating: i32,
     pub(super) normalize: i32,
     pub(super) scale: f32,
+    pub(super) selection_bias: u64,
+    pub(super) n_group: i32,
+    pub(super) group_used: i32,
 }
 
 /// `struct MoeGateUp` of moe.cu.
@@ -260,7 +263,7 @@ const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<FinishLogitsArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
-const _: () = assert!(std::mem::size_of::<RouteArgs>() == 56);
+const _: () = assert!(std::mem::size_of::<RouteArgs>() == 72);
 const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 112);
 const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<MoeSharedAddArgs>() == 32);
@@ -379,7 +382,21 @@ mod tests {
         mirrors!(
             RouteArgs,
             "Route",
-            [logits, bias, selected, weights, n_tokens, n_expert, k, gating, normalize, scale]
+            [
+                logits,
+                bias,
+                selected,
+                weights,
+                n_tokens,
+                n_expert,
+                k,
+                gating,
+                normalize,
+                scale,
+                selection_bias,
+                n_group,
+                group_used
+            ]
         );
         mirrors!(
             MoeGateUpArgs,

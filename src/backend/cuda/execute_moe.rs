@@ -1,6 +1,8 @@
 //! A mixture-of-experts block enqueued on the stream (`Launch::Moe`): the router's logits, the routing (which adds
-//! gpt-oss' router bias), the routed experts (with gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with experts replays from a
-//! CUDA graph like a dense one (the chosen experts are data the kernels read, not launch parameters).
+//! gpt-oss' router bias, and DeepSeek's selection bias and group limit for the choice), the routed experts (with
+//! gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with
+//! experts replays from a CUDA graph like a dense one (the chosen experts are data the kernels read, not launch
+//! parameters).
 //!
 //! The order matters because the block's input and output are one buffer (`io`, the normalized rows): every
 //! kernel that reads the input (router, routed gate/up, the shared expert's gate/up and gate) runs before
@@ -35,8 +37,10 @@ impl StepRun<'_> {
 
         let biases = experts.biases.as_ref();
         self.dense(&experts.router, x, logits)?;
-        let router_bias = biases.map(|b| DeviceArray::new(&b.router, s));
-        self.kernels.moe_route(s, &RouteCall { logits, bias: router_bias, selected, weights, n_tokens, moe })?;
+        let bias = biases.map(|b| DeviceArray::new(&b.router, s));
+        let selection_bias = experts.selection_bias.as_ref().map(|b| DeviceArray::new(b, s));
+        let route = RouteCall { logits, bias, selection_bias, selected, weights, n_tokens, moe };
+        self.kernels.moe_route(s, &route)?;
         let expert_biases = biases.map(|b| b.experts(s));
         let gate_up = MoeGateUpCall {
             experts: experts.rows(s),

@@ -143,15 +143,17 @@ impl DeviceWeights {
                         weight(Weight::AttnV(l))?,
                         weight(Weight::AttnOutput(l))?,
                     ],
-                    ffn: match config.moe {
-                        Some(_) => None,
-                        None => {
+                    // A layer has a dense FFN or experts, as the forward pass chooses (DeepSeek's leading dense blocks
+                    // come before its mixture-of-experts layers).
+                    ffn: match config.is_moe_layer(l) {
+                        true => None,
+                        false => {
                             Some([weight(Weight::FfnGate(l))?, weight(Weight::FfnUp(l))?, weight(Weight::FfnDown(l))?])
                         }
                     },
                     experts: match &config.moe {
-                        Some(moe) => Some(DeviceExperts::upload(file, l, moe, stream)?),
-                        None => None,
+                        Some(moe) if moe.has_layer(l) => Some(DeviceExperts::upload(file, l, moe, stream)?),
+                        _ => None,
                     },
                     pre_norms: match config.pre_norms {
                         true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&config.norm_tensor(Norm::Ffn(l)))?]),
