@@ -116,6 +116,8 @@ pub struct AttentionArgs {
     pub(super) n_head: i32,
     pub(super) n_head_kv: i32,
     pub(super) head_dim: i32,
+    pub(super) value_dim: i32,
+    pub(super) pad: i32,
     pub(super) block_size: i32,
     pub(super) scale: f32,
     pub(super) window: i32,
@@ -257,7 +259,7 @@ const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
-const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 96);
+const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 104);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
@@ -368,6 +370,8 @@ mod tests {
                 n_head,
                 n_head_kv,
                 head_dim,
+                value_dim,
+                pad,
                 block_size,
                 scale,
                 window,

@@ -136,6 +136,8 @@ impl StepRun<'_> {
                     scale: self.config.attention_scale,
                     softcap: self.config.attn_softcap,
                     sinks: self.weights.sinks(layer).map(|w| DeviceArray::new(w, s)),
+                    value_dim: self.config.head_dim,
+                    values_in_keys: false,
                 },
             ),
             Launch::Gated => self.gated_activation(),

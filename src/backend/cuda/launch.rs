@@ -21,6 +21,7 @@ pub struct Kernels {
     rope_table: CudaFunction,
     rope_store: CudaFunction,
     attention: CudaFunction,
+    attention_wide: CudaFunction,
     gated_activation: CudaFunction,
     add_bias: CudaFunction,
     add_scaled: CudaFunction,
@@ -34,11 +35,12 @@ pub struct Kernels {
 }
 
 /// The kernels that are not compiled per weight type.
-const SHARED_KERNELS: [&str; 11] = [
+const SHARED_KERNELS: [&str; 12] = [
     "rms_norm",
     "rope_table",
     "rope_store",
     "attention",
+    "attention_wide",
     "gated_activation",
     "add_bias",
     "add_scaled",
@@ -90,6 +92,7 @@ impl Kernels {
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
+            attention_wide: module.function("attention_wide")?,
             gated_activation: module.function("gated_activation")?,
             add_bias: module.function("add_bias")?,
             add_scaled: module.function("add_scaled")?,
@@ -136,7 +139,8 @@ impl Kernels {
 
     pub fn attention(&self, stream: &CudaStream, call: &AttentionCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        launch(stream, &self.attention, &args, cfg)
+        let function = if call.wide() { &self.attention_wide } else { &self.attention };
+        launch(stream, function, &args, cfg)
     }
 
     pub fn gated_activation(&self, stream: &CudaStream, call: &GatedCall<'_>) -> Result<(), CudaBackendError> {
