@@ -152,6 +152,7 @@ impl StepRun<'_> {
                 },
             ),
             Launch::Moe { layer, io } => self.moe(layer, io),
+            Launch::LatentAttention { layer, input } => self.latent_attention(layer, input),
         }
     }
 

@@ -12,7 +12,7 @@
 use super::buffers::{MoeBuffers, SharedBuffers};
 use super::calls::{GatedCall, MatmulCall, ProjectSmallCall, SMALL_BATCH_MAX_TOKENS};
 use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
-use super::device_array::DeviceArray;
+use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use super::execute::StepRun;
 use super::experts::DeviceSharedExpert;
@@ -96,19 +96,29 @@ impl StepRun<'_> {
     }
 
     /// `y = m · x` over the step's rows: `project_small` for a few, the tiled matmul for more (the same bits).
-    fn dense(
+    pub(super) fn dense(
         &self,
         m: &DeviceMatrix,
         x: DeviceArray<'_, f32>,
         y: DeviceArray<'_, f32>,
     ) -> Result<(), CudaBackendError> {
+        self.dense_array(m.array(self.stream), x, y)
+    }
+
+    /// [`dense`](Self::dense) of a matrix as the kernels read it (one head's rows of a per-head stack).
+    pub(super) fn dense_array(
+        &self,
+        m: MatrixArray<'_>,
+        x: DeviceArray<'_, f32>,
+        y: DeviceArray<'_, f32>,
+    ) -> Result<(), CudaBackendError> {
         let (s, n_tokens) = (self.stream, self.rows);
         if n_tokens <= SMALL_BATCH_MAX_TOKENS {
-            let outputs = [(m.array(s), y)];
+            let outputs = [(m, y)];
             let call = ProjectSmallCall { outputs: &outputs, x, n_tokens, norm: None, add: false, gated: None };
             self.kernels.project_small(s, &call)
         } else {
-            self.kernels.matmul(s, &MatmulCall { matrix: m.array(s), x, y, n_tokens, add: false })
+            self.kernels.matmul(s, &MatmulCall { matrix: m, x, y, n_tokens, add: false })
         }
     }
 
