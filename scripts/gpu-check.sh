@@ -8,7 +8,8 @@
 #                                          every check that the files present allow; results under $OUT
 #   scripts/gpu-check.sh emulate           here: the kernels run under a CPU emulation of CUDA (g++), on weights of
 #                                          every type packed by the backend, against float64 references and each
-#                                          other, and the mixture-of-experts layers against the CPU backend's logits
+#                                          other, and the mixture-of-experts and latent-attention layers against the
+#                                          CPU backend's logits
 #                                          (see src/backend/cuda/kernels/emulation)
 #
 # `run`, in order (under 5 minutes; each step has its own time limit):
@@ -76,7 +77,10 @@ emulate() {
   EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" cargo test --release --quiet --test cuda_packed_fixtures
   # Routing cases and one mixture-of-experts layer per family, with the CPU backend's logits (tests/cuda_moe_fixtures.rs).
   EMBER_MOE_FIXTURES="$root/$build/moe.bin" cargo test --release --quiet --test cuda_moe_fixtures
+  # One latent-attention layer of each DeepSeek layout, with the CPU backend's logits (tests/cuda_latent_fixtures.rs).
+  EMBER_LATENT_FIXTURES="$root/$build/latent.bin" cargo test --release --quiet --test cuda_latent_fixtures
   export EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" EMBER_MOE_FIXTURES="$root/$build/moe.bin"
+  export EMBER_LATENT_FIXTURES="$root/$build/latent.bin"
   g++ -std=c++20 -O2 -ffp-contract=off -Wno-unknown-pragmas -pthread -I "$dir" -I "$build" \
     "$dir/kernel_checks.cpp" -o "$build/kernel_checks"
   "$build/kernel_checks"

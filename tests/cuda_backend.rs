@@ -216,8 +216,9 @@ fn gpu_logits_match_the_cpu_on_a_synthetic_model() {
 /// apart at upload) and LongRoPE attention factor: one layer of each family's shapes; SmolLM3's four, the fourth
 /// without RoPE; Gemma 2's two (soft-capped scores and logits, a windowed layer), Granite's multipliers (scaled
 /// residual branches, `finish_logits`), Gemma 2 27B's 46 layers (its attention scale), OLMo 2's layer (no input
-/// norms, whole-row query and key norms), one layer of each mixture-of-experts family, and gpt-oss' two (a windowed
-/// layer and a full one, both with YaRN, attention sinks, the output projection's bias, and biased experts).
+/// norms, whole-row query and key norms), one layer of each mixture-of-experts family, gpt-oss' two (a windowed
+/// layer and a full one, both with YaRN, attention sinks, the output projection's bias, and biased experts), and
+/// DeepSeek's two of each layout (a dense block with latent attention, then one with experts).
 #[test]
 fn gpu_logits_match_the_cpu_on_the_model_families() {
     if !gpu_available() {
@@ -243,6 +244,11 @@ fn gpu_logits_match_the_cpu_on_the_model_families() {
         // gpt-oss: sinks (the attention emulation check has them), the output bias, the router's and the experts'
         // biases, the softmax of the chosen and the clamped SwiGLU (cuda_moe_fixtures.rs' gpt-oss layer).
         ("gpt-oss-small-mxfp4", 2),
+        // DeepSeek: the latent attention with its keys-only cache (execute_latent.rs; cuda_latent_fixtures.rs' layers
+        // under the emulation), a leading dense block, then experts: V2-Lite's softmax router and two shared experts,
+        // V3's query rank, sigmoid router with a selection bias and groups (cuda_moe_fixtures.rs' layers).
+        ("deepseek2-lite-small", 2),
+        ("deepseek3-small", 2),
     ];
     for (family, layers) in families {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();

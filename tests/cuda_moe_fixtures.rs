@@ -3,11 +3,15 @@
 //!
 //! - routing cases: logits rows (exact ties, ties at the k-th place, NaN, 512 experts) with what
 //!   `MoeConfig::route` makes of them, for softmax, sigmoid and gpt-oss' softmax of the chosen, with and without
-//!   renormalization and a scale;
+//!   renormalization and a scale, and DeepSeek's choice: a selection bias (`exp_probs_b`), group-limited routing, both
+//!   (V3's 8 of 256 experts in the best 4 of 8 groups), with ties between experts and between groups' scores;
 //! - one mixture-of-experts layer of each of the six families' synthetic models (qwen3moe, Mixtral, qwen2moe with
 //!   its gated shared expert, OLMoE, GraniteMoE with its multipliers, gpt-oss with its router and expert biases,
 //!   softmax of the chosen and clamped SwiGLU over MXFP4 experts), and qwen3moe with Q8_0, Q4_K and MXFP4
-//!   experts: the layer's tensors packed by the CUDA backend's own `packing::pack`, a few tokens, and the CPU
+//!   experts, and the first mixture-of-experts layer of deepseek2-lite-small (softmax router, two counted shared
+//!   experts as one ungated FFN, after a leading dense block) and deepseek3-small (sigmoid router with a selection
+//!   bias, 2 of 4 groups, renormalized and scaled weights, one shared expert): the layer's tensors packed by the CUDA
+//!   backend's own `packing::pack`, a few tokens, and the CPU
 //!   backend's logits for them through that layer alone: its `LlamaBackend` operations `embed`, `rms_norm` (the
 //!   FFN norm), `moe_ffn`, the residual add and `logits`, the sequence the forward pass runs for a mixture-of-experts
 //!   block, without the attention. The emulation runs the CUDA kernels in the order `execute_moe.rs` enqueues them
@@ -15,13 +19,15 @@
 //!   (`tests/cuda_backend.rs`: relative error 1e-3).
 //!
 //! With `EMBER_MOE_FIXTURES=FILE` the test writes them there. File format, little-endian u32 words (floats as their
-//! bits): the count of routing cases, each `gating normalize scale n_expert k n_rows`, the logits, the chosen
+//! bits): the count of routing cases, each `gating normalize scale n_expert k n_rows n_group group_used
+//! selection_bias`, the logits, the selection bias (`n_expert` values, when `selection_bias` is 1), the chosen
 //! experts, the weights; then the count of layers, each its name (length, then bytes padded to words), `n_embd vocab
 //! n_expert k n_ff gating normalize scale act shared_n_ff shared_gated eps embed_scale logit_scale residual_scale
-//! biases alpha limit n_tokens`, the tokens, the FFN norm, the output norm, the matrices (token_embd, output, router,
-//! gate, up, down, then the shared expert's gate, up, down and, when gated, its gate row), each as `type rows cols
-//! n_quants n_scales quants scales`, with `biases` the router's, the experts' gate, up and down biases, and the CPU's
-//! logits `[n_tokens][vocab]`. `gating` is moe.cu's GATING_* (0 softmax, 1 sigmoid, 2 softmax of the chosen), `act`
+//! biases alpha limit n_group group_used selection_bias n_tokens`, the tokens, the FFN norm, the output norm, the
+//! matrices (token_embd, output, router, gate, up, down, then the shared expert's gate, up, down and, when gated, its
+//! gate row), each as `type rows cols n_quants n_scales quants scales`, with `biases` the router's, the experts'
+//! gate, up and down biases, with `selection_bias` the layer's `exp_probs_b`, and the CPU's logits
+//! `[n_tokens][vocab]`. `n_group` is 0 without group-limited routing. `gating` is moe.cu's GATING_* (0 softmax, 1 sigmoid, 2 softmax of the chosen), `act`
 //! its ACT_* (0 SiLU, 1 GELU, 2 gpt-oss' clamped SwiGLU with `alpha` and `limit`).
 
 #[path = "common/rng.rs"]
@@ -32,6 +38,7 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::packing::pack;
 use ember::model::gguf::{GgmlType, GgufFile};
 use ember::model::llama::architecture::{ExpertGlu, Gating};
+use ember::model::llama::experts::{ExpertGroups, SELECTION_BIAS};
 use ember::model::llama::forward::{Buf, Norm};
 use ember::model::llama::{FfnActivation, LlamaBackend, LlamaConfig, MoeConfig, SeqChunk, SyntheticSpec};
 use ember::model::TokenId;
@@ -65,7 +72,7 @@ fn moe(n_expert: usize, k: usize, gating: Gating, normalize: bool, scale: Option
 }
 
 /// Logits rows for a routing case: random, with values repeated so that exact ties fall inside, across and below
-/// the k-th place; one row all equal; and, where asked, a NaN.
+/// the k-th place; one row all equal; where asked, a NaN; and one row of distinct values.
 fn routing_rows(n_expert: usize, n_rows: usize, nan: bool, rng: &mut Rng) -> Vec<f32> {
     let mut rows = Vec::new();
     for r in 0..n_rows {
@@ -80,6 +87,9 @@ fn routing_rows(n_expert: usize, n_rows: usize, nan: bool, rng: &mut Rng) -> Vec
                 }
             }
             2 if nan => row[n_expert / 3] = f32::NAN,
+            // Unrounded: few ties, so that the best experts spread over the groups and group-limited routing
+            // (whose all-equal row keeps the first groups, as an unlimited choice would) decides.
+            4 => row.iter_mut().for_each(|x| *x = rng.uniform(-4.0, 4.0)),
             _ => {}
         }
         rows.extend(row);
@@ -115,6 +125,11 @@ impl Words {
     }
 }
 
+/// DeepSeek's routing: `m` with a selection bias and `groups` (count, used) as asked.
+fn deepseek(m: MoeConfig, selection_bias: bool, groups: Option<(usize, usize)>) -> MoeConfig {
+    MoeConfig { selection_bias, groups: groups.map(|(count, used)| ExpertGroups { count, used }), ..m }
+}
+
 fn routing_cases(out: &mut Words) -> usize {
     let mut rng = Rng(20270301);
     let cases = [
@@ -127,30 +142,47 @@ fn routing_cases(out: &mut Words) -> usize {
         // gpt-oss-20b's 4 of 32 and -120b's 4 of 128: the top k of the raw logits, the softmax of those k.
         moe(32, 4, Gating::SoftmaxOfChosen, false, None),
         moe(128, 4, Gating::SoftmaxOfChosen, false, None),
+        // DeepSeek: V3's 8 of 256 in the best 4 of 8 groups with a selection bias; deepseek3-small's 4 of 16 in 2 of 4
+        // groups; V2's group-limited greedy choice (6 of 160 in 3 of 8 groups, no bias); a bias alone; the most groups
+        // (256 of two experts, 2 kept).
+        deepseek(moe(256, 8, Gating::Sigmoid, true, Some(2.5)), true, Some((8, 4))),
+        deepseek(moe(16, 4, Gating::Sigmoid, true, Some(2.5)), true, Some((4, 2))),
+        deepseek(moe(160, 6, Gating::Softmax, false, Some(16.0)), false, Some((8, 3))),
+        deepseek(moe(64, 6, Gating::Sigmoid, true, None), true, None),
+        deepseek(moe(512, 4, Gating::Softmax, true, None), false, Some((256, 2))),
     ];
     out.put(cases.len());
     let mut exact_ties = 0;
     for m in &cases {
         let n_rows = 5;
         let rows = routing_rows(m.n_expert, n_rows, m.gating == Gating::Sigmoid, &mut rng);
+        // Multiples of 1/16, so that biased choices still tie where their probabilities and biases do.
+        let bias: Vec<f32> = match m.selection_bias {
+            true => (0..m.n_expert).map(|_| (rng.uniform(-1.0, 1.0) * 4.0).round() / 16.0).collect(),
+            false => Vec::new(),
+        };
         let (k, mut selected, mut weights) = (m.n_expert_used, Vec::new(), Vec::new());
         for row in rows.chunks_exact(m.n_expert) {
-            let (mut sel, mut w) = (vec![0u32; k], vec![0f32; k]);
-            m.route(&mut row.to_vec(), &[], &mut [], &mut sel, &mut w);
-            // The all-equal row takes the first k experts, in order: ties go by index.
+            let (mut sel, mut w, mut choice) = (vec![0u32; k], vec![0f32; k], vec![0f32; m.n_expert]);
+            m.route(&mut row.to_vec(), &bias, &mut choice, &mut sel, &mut w);
+            // The all-equal row takes the first k experts, in order: ties go by index (the groups' too).
             exact_ties += usize::from(row.iter().all(|&x| x == row[0]));
             selected.extend(sel);
             weights.extend(w);
         }
-        assert_eq!(selected[..k], (0..k as u32).collect::<Vec<_>>()[..], "an all-equal row takes experts 0..k");
+        if !m.selection_bias {
+            assert_eq!(selected[..k], (0..k as u32).collect::<Vec<_>>()[..], "an all-equal row takes experts 0..k");
+        }
         for v in [gating_code(m.gating), usize::from(m.normalize_weights)] {
             out.put(v);
         }
         out.float(m.weights_scale.unwrap_or(0.0));
-        for v in [m.n_expert, k, n_rows] {
+        let (n_group, group_used) = m.groups.map_or((0, 0), |g| (g.count, g.used));
+        for v in [m.n_expert, k, n_rows, n_group, group_used, usize::from(m.selection_bias)] {
             out.put(v);
         }
         out.floats(&rows);
+        out.floats(&bias);
         out.0.extend(&selected);
         out.floats(&weights);
     }
@@ -164,6 +196,8 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     let file = GgufFile::from_bytes(&bytes).unwrap();
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let moe = config.moe.clone().expect("a mixture-of-experts family");
+    // The first layer with experts (DeepSeek's leading dense blocks come before it).
+    let l = moe.first_layer;
     assert!(config.pre_norms && !config.post_norms && config.final_softcap.is_none(), "{name}: the emulated layer");
     let cpu_options = CpuBackendOptions {
         threads: 2,
@@ -183,8 +217,8 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     // embeddings, then the final norm and output projection.
     cpu.begin(&batch).unwrap();
     cpu.embed(Buf::X);
-    cpu.rms_norm(Buf::X, Norm::Ffn(0), Buf::Xn);
-    cpu.moe_ffn(0, Buf::Xn);
+    cpu.rms_norm(Buf::X, Norm::Ffn(l), Buf::Xn);
+    cpu.moe_ffn(l, Buf::Xn);
     cpu.add_scaled(Buf::Xn, config.residual_scale.unwrap_or(1.0), Buf::X);
     cpu.logits(&mut logits).unwrap();
     assert!(logits.iter().all(|v| v.is_finite()), "{name}");
@@ -212,15 +246,18 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
     out.put(usize::from(moe.biases));
     out.float(alpha);
     out.float(limit);
-    out.put(n_tokens);
+    let (n_group, group_used) = moe.groups.map_or((0, 0), |g| (g.count, g.used));
+    for v in [n_group, group_used, usize::from(moe.selection_bias), n_tokens] {
+        out.put(v);
+    }
     out.0.extend(&tokens);
     // The FFN norm under its family's name (gpt-oss': `post_attention_norm`).
     let norm = |n: Norm| file.tensor(&config.norm_tensor(n)).unwrap().as_f32().unwrap().to_vec();
-    out.floats(&norm(Norm::Ffn(0)));
+    out.floats(&norm(Norm::Ffn(l)));
     out.floats(&norm(Norm::Output));
     out.matrix(&file, "token_embd.weight");
     out.matrix(&file, if config.tied_output { "token_embd.weight" } else { "output.weight" });
-    let layer = |suffix: &str| LlamaConfig::layer_tensor(0, suffix);
+    let layer = |suffix: &str| LlamaConfig::layer_tensor(l, suffix);
     let mut names = vec!["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"];
     if moe.shared.is_some() {
         names.extend(["ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"]);
@@ -235,6 +272,9 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
         for suffix in ["ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"] {
             out.floats(file.tensor(&layer(suffix)).unwrap().as_f32().unwrap());
         }
+    }
+    if moe.selection_bias {
+        out.floats(file.tensor(&layer(SELECTION_BIAS)).unwrap().as_f32().unwrap());
     }
     out.floats(&logits);
 }
@@ -255,6 +295,11 @@ fn moe_fixtures_for_the_cuda_emulation() {
         let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 7, 1).unwrap() };
         // One token each: the emulation runs a thread per GPU thread, and the types differ only in `slice_dequant`.
         layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 1));
+    }
+    // DeepSeek's routing and counted shared experts, in layer 1 (after the leading dense block). Its attention is
+    // not part of the emulated layer.
+    for family in ["deepseek2-lite-small", "deepseek3-small"] {
+        layers.push((format!("{family}, layer 1"), SyntheticSpec::family(family, 8, 2).unwrap(), 1));
     }
     out.put(layers.len());
     for (name, spec, n_tokens) in &layers {

@@ -116,10 +116,62 @@ pub struct AttentionArgs {
     pub(super) n_head: i32,
     pub(super) n_head_kv: i32,
     pub(super) head_dim: i32,
+    pub(super) value_dim: i32,
+    pub(super) pad: i32,
     pub(super) block_size: i32,
     pub(super) scale: f32,
     pub(super) window: i32,
     pub(super) softcap: f32,
+}
+
+/// `struct LatentKeys` of latent.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatentKeysArgs {
+    pub(super) kv: u64,
+    pub(super) norm_w: u64,
+    pub(super) cos: u64,
+    pub(super) sin: u64,
+    pub(super) positions: u64,
+    pub(super) slots: u64,
+    pub(super) k_cache: u64,
+    pub(super) n_tokens: i32,
+    pub(super) rank: i32,
+    pub(super) rope_dim: i32,
+    pub(super) eps: f32,
+}
+
+/// `struct HeadsCopy` of latent.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HeadsCopyArgs {
+    pub(super) src: u64,
+    pub(super) dst: u64,
+    pub(super) n_head: i32,
+    pub(super) n_tokens: i32,
+    pub(super) width: i32,
+    pub(super) src_head: i32,
+    pub(super) src_token: i32,
+    pub(super) dst_head: i32,
+    pub(super) dst_token: i32,
+    pub(super) pad: i32,
+}
+
+/// `struct LatentQueries` of latent.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatentQueriesArgs {
+    pub(super) absorbed: u64,
+    pub(super) q: u64,
+    pub(super) cos: u64,
+    pub(super) sin: u64,
+    pub(super) out: u64,
+    pub(super) n_tokens: i32,
+    pub(super) n_head: i32,
+    pub(super) rank: i32,
+    pub(super) nope: i32,
+    pub(super) rope_dim: i32,
+    pub(super) pad: i32,
 }
 
 /// `struct Gated` of elementwise.cu.
@@ -190,6 +242,9 @@ pub struct RouteArgs {
     pub(super) gating: i32,
     pub(super) normalize: i32,
     pub(super) scale: f32,
+    pub(super) selection_bias: u64,
+    pub(super) n_group: i32,
+    pub(super) group_used: i32,
 }
 
 /// `struct MoeGateUp` of moe.cu.
@@ -254,18 +309,21 @@ const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
-const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 96);
+const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 104);
+const _: () = assert!(std::mem::size_of::<LatentKeysArgs>() == 72);
+const _: () = assert!(std::mem::size_of::<HeadsCopyArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<LatentQueriesArgs>() == 64);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddBiasArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<AddScaledArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<FinishLogitsArgs>() == 24);
 const _: () = assert!(std::mem::size_of::<TopKArgs>() == 40);
-const _: () = assert!(std::mem::size_of::<RouteArgs>() == 56);
+const _: () = assert!(std::mem::size_of::<RouteArgs>() == 72);
 const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 112);
 const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<MoeSharedAddArgs>() == 32);
 
-// SAFETY (all sixteen): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// SAFETY (all nineteen): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
 // sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
 unsafe impl DeviceRepr for EmbedArgs {}
 unsafe impl DeviceRepr for RmsNormArgs {}
@@ -274,6 +332,9 @@ unsafe impl DeviceRepr for MatmulArgs {}
 unsafe impl DeviceRepr for RopeTableArgs {}
 unsafe impl DeviceRepr for RopeStoreArgs {}
 unsafe impl DeviceRepr for AttentionArgs {}
+unsafe impl DeviceRepr for LatentKeysArgs {}
+unsafe impl DeviceRepr for HeadsCopyArgs {}
+unsafe impl DeviceRepr for LatentQueriesArgs {}
 unsafe impl DeviceRepr for GatedArgs {}
 unsafe impl DeviceRepr for AddBiasArgs {}
 unsafe impl DeviceRepr for AddScaledArgs {}
@@ -365,11 +426,28 @@ mod tests {
                 n_head,
                 n_head_kv,
                 head_dim,
+                value_dim,
+                pad,
                 block_size,
                 scale,
                 window,
                 softcap
             ]
+        );
+        mirrors!(
+            LatentKeysArgs,
+            "LatentKeys",
+            [kv, norm_w, cos, sin, positions, slots, k_cache, n_tokens, rank, rope_dim, eps]
+        );
+        mirrors!(
+            HeadsCopyArgs,
+            "HeadsCopy",
+            [src, dst, n_head, n_tokens, width, src_head, src_token, dst_head, dst_token, pad]
+        );
+        mirrors!(
+            LatentQueriesArgs,
+            "LatentQueries",
+            [absorbed, q, cos, sin, out, n_tokens, n_head, rank, nope, rope_dim, pad]
         );
         mirrors!(GatedArgs, "Gated", [gate, up, n, act]);
         mirrors!(AddBiasArgs, "AddBias", [x, bias, n, width]);
@@ -379,7 +457,21 @@ mod tests {
         mirrors!(
             RouteArgs,
             "Route",
-            [logits, bias, selected, weights, n_tokens, n_expert, k, gating, normalize, scale]
+            [
+                logits,
+                bias,
+                selected,
+                weights,
+                n_tokens,
+                n_expert,
+                k,
+                gating,
+                normalize,
+                scale,
+                selection_bias,
+                n_group,
+                group_used
+            ]
         );
         mirrors!(
             MoeGateUpArgs,

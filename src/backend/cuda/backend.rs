@@ -11,7 +11,7 @@ use std::fmt;
 use cudarc::driver::CudaSlice;
 
 use super::buffers::Buffers;
-use super::calls::{HeadShape, TopKCall, TOP_K_MAX};
+use super::calls::{HeadShape, TopKCall, ATTENTION_WIDE_MAX_HEAD_DIM, TOP_K_MAX};
 use super::calls_moe::ROUTE_MAX_EXPERTS;
 use super::device::{guard, CudaDevice, DeviceInfo};
 use super::device_array::DeviceArray;
@@ -29,6 +29,7 @@ use crate::model::gguf::GgufFile;
 use crate::model::llama::architecture::ExpertGlu;
 use crate::model::llama::batch::{total_logit_rows, validate_batch, BatchError, SeqChunk};
 use crate::model::llama::forward::{forward, Bias, Buf, LlamaBackend, Norm, Weight};
+use crate::model::llama::latent::LatentAttention;
 use crate::model::llama::LlamaConfig;
 use crate::model::TokenId;
 
@@ -129,6 +130,7 @@ impl CudaBackend {
                 config.kv_dim(),
                 options.kv_block_size,
                 options.kv_num_blocks,
+                config.latent.is_some(),
             )?;
             let buffers = Buffers::new(stream, &config, options.max_batch_tokens)?;
             let layout = MetaLayout {
@@ -297,22 +299,8 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
     if options.kv_num_blocks == 0 || options.kv_num_blocks.saturating_mul(options.kv_block_size) > i32::MAX as usize {
         return bad(format!("{} KV blocks of {} positions", options.kv_num_blocks, options.kv_block_size));
     }
-    // DeepSeek's latent attention and routing have CPU kernels only so far.
-    if config.latent.is_some() {
-        return Err(CudaBackendError::Unsupported(format!(
-            "{}'s multi-head latent attention is not implemented on CUDA (the CPU backend runs it)",
-            config.arch.name()
-        )));
-    }
-    if let Some(moe) = config.moe.as_ref().filter(|m| m.first_layer > 0 || m.groups.is_some() || m.selection_bias) {
-        let what = match (moe.first_layer > 0, moe.groups.is_some()) {
-            (true, _) => "leading dense blocks before the experts",
-            (false, true) => "group-limited expert routing",
-            (false, false) => "an expert selection bias (exp_probs_b)",
-        };
-        return Err(CudaBackendError::Unsupported(format!(
-            "{what}: not implemented on CUDA (the CPU backend runs it)"
-        )));
+    if let Some(latent) = &config.latent {
+        check_latent(config, latent)?;
     }
     let heads = HeadShape {
         n_head: config.n_head,
@@ -328,12 +316,16 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         }
     }
     // The FFN widths the kernels walk in whole 32-element groups: the dense FFN's, or the experts' and the shared
-    // expert's (a mixture-of-experts file's `feed_forward_length` sizes no matrix ember reads).
+    // expert's (a mixture-of-experts file's `feed_forward_length` sizes no matrix ember reads, but for its leading
+    // dense blocks).
     let ffn_widths = match &config.moe {
         None => vec![("feed_forward_length", config.n_ff)],
         Some(moe) => {
             let mut widths = vec![("the experts' width", moe.n_ff_exp)];
             widths.extend(moe.shared.map(|s| ("the shared expert's width", s.n_ff)));
+            if moe.first_layer > 0 {
+                widths.push(("feed_forward_length", config.n_ff));
+            }
             widths
         }
     };
@@ -349,6 +341,35 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
                 moe.n_expert_used, moe.n_expert
             )));
         }
+    }
+    Ok(())
+}
+
+/// The widths DeepSeek's latent attention runs on: the per-head projections walk whole 32-element groups of
+/// `nope_dim` (`attn_k_b`), `kv_lora_rank` (`attn_v_b`) and the query rank (`attn_q_b`), the output projection of
+/// `n_head · v_head_dim`; the attention reads values `kv_lora_rank` wide; the kernels rotate adjacent pairs.
+fn check_latent(config: &LlamaConfig, latent: &LatentAttention) -> Result<(), CudaBackendError> {
+    let unsupported = |m: String| Err(CudaBackendError::Unsupported(m));
+    let widths = [
+        ("nope dimensions (key_length_mla - rope dimensions)", latent.nope_dim),
+        ("kv_lora_rank", latent.kv_lora_rank),
+        ("q_lora_rank", latent.q_lora_rank.unwrap_or(QK)),
+        ("the attention output (head_count · value_length_mla)", config.n_head * latent.v_head_dim),
+    ];
+    for (what, width) in widths {
+        if width == 0 || !width.is_multiple_of(QK) {
+            return unsupported(format!("latent attention with {what} {width}: it must be a multiple of {QK}"));
+        }
+    }
+    if latent.kv_lora_rank > ATTENTION_WIDE_MAX_HEAD_DIM || latent.v_head_dim > config.head_dim {
+        return unsupported(format!(
+            "latent attention with values of {} (at most {ATTENTION_WIDE_MAX_HEAD_DIM}) decompressed to {} per head \
+             (at most the cache row's {})",
+            latent.kv_lora_rank, latent.v_head_dim, config.head_dim
+        ));
+    }
+    if config.rope_neox {
+        return unsupported("latent attention with NEOX-style RoPE pairs".into());
     }
     Ok(())
 }
@@ -402,8 +423,8 @@ impl LlamaBackend for CudaBackend {
         self.record(Op::MatmulAdd { src, weight, dst });
     }
 
-    fn latent_attention(&mut self, _layer: usize, _input: Buf) {
-        unreachable!("check_options refuses latent attention on CUDA")
+    fn latent_attention(&mut self, layer: usize, input: Buf) {
+        self.record(Op::LatentAttention { layer, input });
     }
 
     fn attention(&mut self, layer: usize) {
@@ -493,16 +514,29 @@ mod tests {
     }
 
     #[test]
-    fn deepseeks_latent_attention_and_routing_are_refused_by_name() {
+    fn deepseeks_pass_the_checks_and_latent_widths_outside_the_kernels_are_refused_by_name() {
+        for family in ["deepseek2-lite-small", "deepseek3-small"] {
+            let config = config_of(SyntheticSpec::family(family, 1, 2).unwrap());
+            check(&config).unwrap_or_else(|e| panic!("{family}: {e}"));
+        }
         let mut config = config_of(SyntheticSpec::family("deepseek3-small", 1, 2).unwrap());
-        let e = check(&config).unwrap_err();
-        assert!(e.contains("deepseek2's multi-head latent attention is not implemented on CUDA"), "{e}");
-        // Each routing part names itself too (on a config without the latent attention).
-        config.latent = None;
-        assert!(check(&config).unwrap_err().contains("leading dense blocks"));
-        config.moe.as_mut().unwrap().first_layer = 0;
-        assert!(check(&config).unwrap_err().contains("group-limited expert routing"));
-        config.moe.as_mut().unwrap().groups = None;
-        assert!(check(&config).unwrap_err().contains("exp_probs_b"));
+        let moe = config.moe.as_ref().unwrap();
+        assert!(moe.first_layer == 1 && moe.selection_bias && moe.groups.is_some() && moe.shared.is_some());
+        // The leading dense blocks' FFN width is a width the kernels walk.
+        config.n_ff = 1000;
+        assert!(check(&config).unwrap_err().contains("feed_forward_length 1000"));
+        config.n_ff = 1024;
+        let latent = config.latent.unwrap();
+        config.latent = Some(LatentAttention { nope_dim: 48, ..latent });
+        assert!(check(&config).unwrap_err().contains("nope dimensions"));
+        config.latent = Some(LatentAttention { q_lora_rank: Some(200), ..latent });
+        assert!(check(&config).unwrap_err().contains("q_lora_rank 200"));
+        config.latent = Some(LatentAttention { v_head_dim: 161, ..latent });
+        assert!(check(&config).unwrap_err().contains("attention output"));
+        config.latent = Some(LatentAttention { v_head_dim: 192, ..latent });
+        assert!(check(&config).unwrap_err().contains("decompressed to 192 per head"));
+        config.latent = Some(latent);
+        config.rope_neox = true;
+        assert!(check(&config).unwrap_err().contains("NEOX"));
     }
 }

@@ -27,6 +27,23 @@ pub struct Buffers {
     pub top_values: CudaSlice<f32>,
     /// A mixture-of-experts model's (`LlamaConfig::moe`).
     pub moe: Option<MoeBuffers>,
+    /// A latent-attention model's (`LlamaConfig::latent`).
+    pub latent: Option<LatentBuffers>,
+}
+
+/// The working memory of DeepSeek's latent attention (`execute_latent.rs`), `T = max_tokens` rows of each; its
+/// queries go to `Q` (`[T][n_head · (kv_lora_rank + rope)]`), its key rows to `K` and its output to `Att`.
+pub struct LatentBuffers {
+    /// `[T][q_lora_rank]`: the compressed queries (one unused element without a query rank).
+    pub q_latent: CudaSlice<f32>,
+    /// `[T][n_head · (nope + rope)]`: the projected queries.
+    pub q: CudaSlice<f32>,
+    /// `[T][n_head · kv_lora_rank]`: the attention's output, still compressed.
+    pub latent: CudaSlice<f32>,
+    /// `[n_head][T][max(nope, kv_lora_rank)]`: a per-head projection's inputs, head-major.
+    pub heads_in: CudaSlice<f32>,
+    /// `[n_head][T][max(kv_lora_rank, v_head_dim)]`: its outputs.
+    pub heads_out: CudaSlice<f32>,
 }
 
 /// The working memory of a mixture-of-experts block (`moe.cu`), `T = max_tokens` rows of each.
@@ -114,6 +131,19 @@ impl Buffers {
                 .alloc_zeros(max_tokens * TOP_K_MAX)
                 .map_err(CudaBackendError::driver("allocating activation buffers"))?,
             top_values: alloc(max_tokens * TOP_K_MAX)?,
+            latent: match config.latent {
+                None => None,
+                Some(l) => {
+                    let (h, r, rope) = (config.n_head, l.kv_lora_rank, config.rope_dim);
+                    Some(LatentBuffers {
+                        q_latent: alloc(max_tokens * l.q_lora_rank.unwrap_or(0) + 1)?,
+                        q: alloc(max_tokens * h * (l.nope_dim + rope))?,
+                        latent: alloc(max_tokens * h * r)?,
+                        heads_in: alloc(h * max_tokens * l.nope_dim.max(r))?,
+                        heads_out: alloc(h * max_tokens * r.max(l.v_head_dim))?,
+                    })
+                }
+            },
             moe: match &config.moe {
                 None => None,
                 Some(moe) => {

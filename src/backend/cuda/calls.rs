@@ -10,10 +10,15 @@ use crate::model::llama::FfnActivation;
 
 /// Tokens `project_small` computes at once (`MMV_MAX_TOKENS` of matvec.cu); more go to `matmul_tiled`.
 pub const SMALL_BATCH_MAX_TOKENS: usize = 8;
-/// Most query heads per KV head (`ATT_MAX_GROUP` of attention.cu).
+/// Query heads one attention block serves (`ATT_MAX_GROUP` of attention.cu); a KV head with more has several
+/// blocks, on the grid's z.
 pub const ATTENTION_MAX_GROUP: usize = 8;
-/// Widest head (`ATT_MAX_HEAD_DIM` of attention.cu).
+/// Widest head (key or value) of `attention` (`ATT_MAX_HEAD_DIM` of attention.cu).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
+/// Widest head of `attention_wide` (`ATT_WIDE_MAX_HEAD_DIM`: DeepSeek's 512 + 64).
+pub const ATTENTION_WIDE_MAX_HEAD_DIM: usize = 576;
+/// A grid's largest second and third dimensions.
+const MAX_GRID_YZ: usize = 65535;
 /// Largest k of `top_k`: a bound on the rounds it runs, not a limit of the kernel.
 pub const TOP_K_MAX: usize = 256;
 
@@ -272,15 +277,17 @@ impl HeadShape {
 
     /// Whether the kernels handle this shape (the backend checks it once, when it is built).
     pub fn check(&self) -> Result<(), String> {
-        let group = self.n_head.checked_div(self.n_head_kv).unwrap_or(0);
-        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) || group > ATTENTION_MAX_GROUP {
-            return Err(format!(
-                "{} query heads over {} KV heads (at most {ATTENTION_MAX_GROUP} per KV head)",
-                self.n_head, self.n_head_kv
-            ));
+        let chunks = self.n_head.checked_div(self.n_head_kv).unwrap_or(0).div_ceil(ATTENTION_MAX_GROUP);
+        if self.n_head_kv == 0
+            || self.n_head == 0
+            || !self.n_head.is_multiple_of(self.n_head_kv)
+            || self.n_head_kv > MAX_GRID_YZ
+            || chunks > MAX_GRID_YZ
+        {
+            return Err(format!("{} query heads over {} KV heads", self.n_head, self.n_head_kv));
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) || self.head_dim > ATTENTION_MAX_HEAD_DIM {
-            return Err(format!("head width {} (a multiple of 8 up to {ATTENTION_MAX_HEAD_DIM})", self.head_dim));
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) || self.head_dim > ATTENTION_WIDE_MAX_HEAD_DIM {
+            return Err(format!("head width {} (a multiple of 8 up to {ATTENTION_WIDE_MAX_HEAD_DIM})", self.head_dim));
         }
         if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {
             return Err(format!("RoPE over {} of {} dimensions", self.rope_dim, self.head_dim));
@@ -361,18 +368,43 @@ pub struct AttentionCall<'a> {
     pub softcap: Option<f32>,
     /// `[n_head]`: each query head's sink logit (gpt-oss' `attn_sinks`).
     pub sinks: Option<DeviceArray<'a, f32>>,
+    /// Each KV head's value width: `head_dim`, or the compressed rank of DeepSeek's latent attention.
+    pub value_dim: usize,
+    /// The values are the first `value_dim` elements of each key row (a keys-only cache, one KV head), not
+    /// `cache.values`' rows.
+    pub values_in_keys: bool,
 }
 
 impl AttentionCall<'_> {
+    /// Whether the heads take `attention_wide` (wider than `attention`'s 256).
+    pub fn wide(&self) -> bool {
+        self.shape.head_dim.max(self.value_dim) > ATTENTION_MAX_HEAD_DIM
+    }
+
     pub fn args(&self) -> Result<(AttentionArgs, LaunchConfig), CudaBackendError> {
-        let (s, n) = (self.shape, self.n_tokens);
+        let (s, n, vd) = (self.shape, self.n_tokens, self.value_dim);
         s.check().map_err(internal)?;
-        let width = n * s.n_head * s.head_dim;
+        if vd == 0 || vd > ATTENTION_WIDE_MAX_HEAD_DIM {
+            return Err(internal(format!("a value width of {vd} (at most {ATTENTION_WIDE_MAX_HEAD_DIM})")));
+        }
+        // Values in rows as wide as the key rows: the value cache's, or the key rows' first `vd` elements.
+        let v_cache = if self.values_in_keys {
+            if s.n_head_kv != 1 || vd > s.head_dim {
+                let detail = format!("values of {vd} in key rows of {} with {} KV heads", s.head_dim, s.n_head_kv);
+                return Err(internal(detail));
+            }
+            self.cache.keys.covering(self.cache.slots * s.kv_dim(), "the key cache")?
+        } else {
+            if vd != s.head_dim {
+                return Err(internal(format!("a value cache of {vd}-wide heads beside {}-wide keys", s.head_dim)));
+            }
+            self.cache.values.covering(self.cache.slots * s.kv_dim(), "the value cache")?
+        };
         let args = AttentionArgs {
-            q: self.q.covering(width, "the queries")?,
-            out: self.out.covering(width, "the attention output")?,
+            q: self.q.covering(n * s.n_head * s.head_dim, "the queries")?,
+            out: self.out.covering(n * s.n_head * vd, "the attention output")?,
             k_cache: self.cache.keys.covering(self.cache.slots * s.kv_dim(), "the key cache")?,
-            v_cache: self.cache.values.covering(self.cache.slots * s.kv_dim(), "the value cache")?,
+            v_cache,
             positions: self.positions.covering(n, "the positions")?,
             table_offsets: self.table_offsets.covering(n, "the table offsets")?,
             block_tables: self.block_tables.covering(1, "the block tables")?,
@@ -384,6 +416,8 @@ impl AttentionCall<'_> {
             n_head: int(s.n_head, "heads")?,
             n_head_kv: int(s.n_head_kv, "KV heads")?,
             head_dim: int(s.head_dim, "the head width")?,
+            value_dim: int(vd, "the value width")?,
+            pad: 0,
             block_size: int(self.block_size, "the block size")?,
             scale: self.scale,
             window: match self.window {
@@ -393,8 +427,11 @@ impl AttentionCall<'_> {
             },
             softcap: positive_or_none(self.softcap, "the attention soft cap")?,
         };
-        let kv_heads = u32::try_from(s.n_head_kv).map_err(|_| internal("too many KV heads".into()))?;
-        Ok((args, config((blocks(n, 1)?, kv_heads), ATT_THREADS)))
+        // `check` bounds both by the grid's limit.
+        let chunks = (s.n_head / s.n_head_kv).div_ceil(ATTENTION_MAX_GROUP) as u32;
+        let mut cfg = config((blocks(n, 1)?, s.n_head_kv as u32), ATT_THREADS);
+        cfg.grid_dim.2 = chunks;
+        Ok((args, cfg))
     }
 }
 
@@ -592,10 +629,54 @@ mod tests {
     fn head_shapes_outside_the_kernels_are_refused() {
         let smollm = HeadShape { n_head: 9, n_head_kv: 3, head_dim: 64, rope_dim: 64 };
         assert!(smollm.check().is_ok());
-        assert!(HeadShape { n_head_kv: 1, ..smollm }.check().is_err(), "9 queries per KV head");
+        // 9 and 128 query heads over one KV head: blocks of 8 on the grid's z.
+        assert!(HeadShape { n_head_kv: 1, ..smollm }.check().is_ok());
+        assert!(HeadShape { n_head: 128, n_head_kv: 1, head_dim: 576, rope_dim: 64 }.check().is_ok());
+        assert!(HeadShape { head_dim: 584, rope_dim: 64, ..smollm }.check().is_err(), "wider than attention_wide");
         assert!(HeadShape { head_dim: 60, rope_dim: 60, ..smollm }.check().is_err());
         assert!(HeadShape { rope_dim: 65, ..smollm }.check().is_err());
         assert!(HeadShape { n_head_kv: 0, ..smollm }.check().is_err());
+        assert!(HeadShape { n_head: 0, ..smollm }.check().is_err());
+    }
+
+    #[test]
+    fn attention_takes_its_values_from_the_value_rows_or_the_key_rows_prefix() {
+        let call = |shape: HeadShape, value_dim, values_in_keys| AttentionCall {
+            q: DeviceArray::fake(0x100, 3 * shape.n_head * shape.head_dim),
+            out: DeviceArray::fake(0x200, 3 * shape.n_head * value_dim),
+            cache: LayerCache {
+                keys: DeviceArray::fake(0x1000, 64 * shape.kv_dim()),
+                values: DeviceArray::fake(0x2000, 64 * shape.kv_dim()),
+                slots: 64,
+            },
+            positions: DeviceArray::fake(0, 3),
+            table_offsets: DeviceArray::fake(0, 3),
+            block_tables: DeviceArray::fake(0, 4),
+            shape,
+            block_size: 16,
+            n_tokens: 3,
+            window: None,
+            scale: 0.125,
+            softcap: None,
+            sinks: None,
+            value_dim,
+            values_in_keys,
+        };
+        let smollm = HeadShape { n_head: 9, n_head_kv: 3, head_dim: 64, rope_dim: 64 };
+        let dense = call(smollm, 64, false);
+        let (args, cfg) = dense.args().unwrap();
+        assert_eq!((args.v_cache, args.value_dim, cfg.grid_dim), (0x2000, 64, (3, 3, 1)));
+        assert!(!dense.wide());
+        // DeepSeek-V2-Lite: 16 heads on one row of 512 + 64, the values its first 512.
+        let lite = HeadShape { n_head: 16, n_head_kv: 1, head_dim: 576, rope_dim: 64 };
+        let latent = call(lite, 512, true);
+        let (args, cfg) = latent.args().unwrap();
+        assert_eq!((args.v_cache, args.value_dim, cfg.grid_dim), (0x1000, 512, (3, 1, 2)));
+        assert!(latent.wide());
+        assert!(call(lite, 580, true).args().is_err(), "values wider than the key row");
+        assert!(call(smollm, 64, true).args().is_err(), "values in the keys of several KV heads");
+        assert!(call(smollm, 0, false).args().is_err());
+        assert!(call(smollm, 32, false).args().is_err(), "value rows narrower than the key rows");
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct RouteCall<'a> {
     pub logits: DeviceArray<'a, f32>,
     /// `[moe.n_expert]`: the router's bias (`moe.biases`), added to every token's logits before the routing.
     pub bias: Option<DeviceArray<'a, f32>>,
+    /// `[moe.n_expert]`: the layer's selection bias (`exp_probs_b`, `moe.selection_bias`), added to the
+    /// probabilities to choose the experts, not to their weights.
+    pub selection_bias: Option<DeviceArray<'a, f32>>,
     /// `[n_tokens][moe.n_expert_used]`.
     pub selected: DeviceArray<'a, i32>,
     pub weights: DeviceArray<'a, f32>,
@@ -38,6 +41,19 @@ impl RouteCall<'_> {
         let (n, k) = (self.moe.n_expert, self.moe.n_expert_used);
         if n == 0 || n > ROUTE_MAX_EXPERTS || k == 0 || k > n {
             return Err(internal(format!("routing {k} of {n} experts (at most {ROUTE_MAX_EXPERTS})")));
+        }
+        // `read_groups` of experts.rs holds a file to these; the kernel's group scores need two experts a group.
+        let (n_group, group_used) = match self.moe.groups {
+            None => (0, 0),
+            Some(g)
+                if g.count > 1 && n.is_multiple_of(g.count) && n / g.count >= 2 && (1..g.count).contains(&g.used) =>
+            {
+                (g.count as i32, g.used as i32)
+            }
+            Some(g) => return Err(internal(format!("{} of {} groups of {n} experts", g.used, g.count))),
+        };
+        if self.moe.selection_bias != self.selection_bias.is_some() {
+            return Err(internal("a selection bias for a layer without one, or none for a layer with one".into()));
         }
         let args = RouteArgs {
             logits: self.logits.covering(self.n_tokens * n, "the router logits")?,
@@ -58,6 +74,9 @@ impl RouteCall<'_> {
                 Some(s) if s.is_finite() && s > 0.0 => s,
                 Some(s) => return Err(internal(format!("expert weights scale {s}"))),
             },
+            selection_bias: optional(self.selection_bias, n, "the experts' selection bias")?,
+            n_group,
+            group_used,
         };
         Ok((args, config((blocks(self.n_tokens, 1)?, 1), ROUTE_THREADS)))
     }
@@ -240,6 +259,7 @@ impl MoeSharedAddCall<'_> {
 mod tests {
     use super::*;
     use crate::backend::cuda::packing::PackedType;
+    use crate::model::llama::experts::ExpertGroups;
 
     fn matrix<'a>(dtype: PackedType, rows: usize, cols: usize) -> MatrixArray<'a> {
         let blocks = rows * cols / 32;
@@ -276,6 +296,7 @@ mod tests {
             RouteCall {
                 logits: DeviceArray::fake(0, 3 * 512),
                 bias: None,
+                selection_bias: None,
                 selected: DeviceArray::fake(0, 3 * 8),
                 weights: DeviceArray::fake(0, 3 * 8),
                 n_tokens: t,
@@ -346,6 +367,7 @@ mod tests {
             RouteCall {
                 logits: DeviceArray::fake(0x100, 2 * 32),
                 bias: Some(DeviceArray::fake(0x4000, bias_len)),
+                selection_bias: None,
                 selected: DeviceArray::fake(0, 2 * 4),
                 weights: DeviceArray::fake(0, 2 * 4),
                 n_tokens: 2,
@@ -397,5 +419,38 @@ mod tests {
         assert_eq!(down(Some(biases(0).down)).args().unwrap().0.bias, 0x3_0000);
         assert!(down(Some(DeviceArray::fake(0x3_0000, 256))).args().is_err(), "one expert's down bias only");
         assert_eq!(down(None).args().unwrap().0.bias, 0);
+    }
+
+    #[test]
+    fn deepseeks_selection_bias_and_groups_reach_the_routing_kernel_or_are_refused() {
+        let v3 = MoeConfig {
+            gating: Gating::Sigmoid,
+            selection_bias: true,
+            groups: Some(ExpertGroups { count: 8, used: 4 }),
+            ..moe(256, 8)
+        };
+        let route = |m: &MoeConfig, bias_len: Option<usize>| {
+            RouteCall {
+                logits: DeviceArray::fake(0x100, 256),
+                bias: None,
+                selection_bias: bias_len.map(|n| DeviceArray::fake(0x5000, n)),
+                selected: DeviceArray::fake(0, 8),
+                weights: DeviceArray::fake(0, 8),
+                n_tokens: 1,
+                moe: m,
+            }
+            .args()
+            .map(|(a, _)| (a.selection_bias, a.n_group, a.group_used, a.bias))
+        };
+        assert_eq!(route(&v3, Some(256)).unwrap(), (0x5000, 8, 4, 0));
+        assert!(route(&v3, Some(255)).is_err(), "a selection bias short of one expert");
+        assert!(route(&v3, None).is_err(), "a layer with a selection bias routed without it");
+        let plain = MoeConfig { selection_bias: false, groups: None, ..v3.clone() };
+        assert_eq!(route(&plain, None).unwrap(), (0, 0, 0, 0));
+        assert!(route(&plain, Some(256)).is_err(), "a selection bias the config does not have");
+        for (count, used) in [(7, 2), (256, 2), (8, 0), (8, 8)] {
+            let m = MoeConfig { groups: Some(ExpertGroups { count, used }), ..v3.clone() };
+            assert!(route(&m, Some(256)).is_err(), "{used} of {count} groups");
+        }
     }
 }

@@ -78,6 +78,22 @@ pub struct MatrixArray<'a> {
 }
 
 impl MatrixArray<'_> {
+    /// Rows `start..start + n` as a matrix of their own (a packed row's groups are self-contained): one head's
+    /// matrix of a per-head stack such as `attn_k_b`.
+    pub fn rows(self, start: usize, n: usize) -> Result<Self, CudaBackendError> {
+        if start + n > self.rows || !self.cols.is_multiple_of(32) {
+            return Err(internal(format!("rows {start}..{} of a matrix of {}", start + n, self.rows)));
+        }
+        let blocks = self.cols / 32;
+        let (q, s) = (blocks * self.dtype.quant_words(), blocks * self.dtype.scale_words());
+        Ok(MatrixArray {
+            rows: n,
+            quants: self.quants.sub(start * q..(start + n) * q)?,
+            scales: self.scales.sub(start * s..(start + n) * s)?,
+            ..self
+        })
+    }
+
     /// The addresses of quants and scales, checked against the shape.
     pub(super) fn addresses(&self, what: &str) -> Result<(u64, u64), CudaBackendError> {
         if self.cols == 0 || !self.cols.is_multiple_of(32) {
@@ -118,5 +134,9 @@ mod tests {
         assert!(m(15, 4).addresses("m").is_err());
         assert!(m(16, 3).addresses("m").is_err());
         assert!(MatrixArray { cols: 48, ..m(16, 4) }.addresses("m").is_err());
+        // Row 1 alone: 8 quant words and 2 scale words (4 bytes each) past the matrix's start.
+        let second = m(16, 4).rows(1, 1).unwrap();
+        assert_eq!((second.rows, second.addresses("row").unwrap()), (1, (0x60, 0x88)));
+        assert!(m(16, 4).rows(1, 2).is_err());
     }
 }

@@ -136,6 +136,8 @@ impl StepRun<'_> {
                     scale: self.config.attention_scale,
                     softcap: self.config.attn_softcap,
                     sinks: self.weights.sinks(layer).map(|w| DeviceArray::new(w, s)),
+                    value_dim: self.config.head_dim,
+                    values_in_keys: false,
                 },
             ),
             Launch::Gated => self.gated_activation(),
@@ -150,6 +152,7 @@ impl StepRun<'_> {
                 },
             ),
             Launch::Moe { layer, io } => self.moe(layer, io),
+            Launch::LatentAttention { layer, input } => self.latent_attention(layer, input),
         }
     }
 

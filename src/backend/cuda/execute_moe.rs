@@ -1,6 +1,8 @@
 //! A mixture-of-experts block enqueued on the stream (`Launch::Moe`): the router's logits, the routing (which adds
-//! gpt-oss' router bias), the routed experts (with gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with experts replays from a
-//! CUDA graph like a dense one (the chosen experts are data the kernels read, not launch parameters).
+//! gpt-oss' router bias, and DeepSeek's selection bias and group limit for the choice), the routed experts (with
+//! gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with
+//! experts replays from a CUDA graph like a dense one (the chosen experts are data the kernels read, not launch
+//! parameters).
 //!
 //! The order matters because the block's input and output are one buffer (`io`, the normalized rows): every
 //! kernel that reads the input (router, routed gate/up, the shared expert's gate/up and gate) runs before
@@ -10,7 +12,7 @@
 use super::buffers::{MoeBuffers, SharedBuffers};
 use super::calls::{GatedCall, MatmulCall, ProjectSmallCall, SMALL_BATCH_MAX_TOKENS};
 use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
-use super::device_array::DeviceArray;
+use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use super::execute::StepRun;
 use super::experts::DeviceSharedExpert;
@@ -35,8 +37,10 @@ impl StepRun<'_> {
 
         let biases = experts.biases.as_ref();
         self.dense(&experts.router, x, logits)?;
-        let router_bias = biases.map(|b| DeviceArray::new(&b.router, s));
-        self.kernels.moe_route(s, &RouteCall { logits, bias: router_bias, selected, weights, n_tokens, moe })?;
+        let bias = biases.map(|b| DeviceArray::new(&b.router, s));
+        let selection_bias = experts.selection_bias.as_ref().map(|b| DeviceArray::new(b, s));
+        let route = RouteCall { logits, bias, selection_bias, selected, weights, n_tokens, moe };
+        self.kernels.moe_route(s, &route)?;
         let expert_biases = biases.map(|b| b.experts(s));
         let gate_up = MoeGateUpCall {
             experts: experts.rows(s),
@@ -92,19 +96,29 @@ impl StepRun<'_> {
     }
 
     /// `y = m · x` over the step's rows: `project_small` for a few, the tiled matmul for more (the same bits).
-    fn dense(
+    pub(super) fn dense(
         &self,
         m: &DeviceMatrix,
         x: DeviceArray<'_, f32>,
         y: DeviceArray<'_, f32>,
     ) -> Result<(), CudaBackendError> {
+        self.dense_array(m.array(self.stream), x, y)
+    }
+
+    /// [`dense`](Self::dense) of a matrix as the kernels read it (one head's rows of a per-head stack).
+    pub(super) fn dense_array(
+        &self,
+        m: MatrixArray<'_>,
+        x: DeviceArray<'_, f32>,
+        y: DeviceArray<'_, f32>,
+    ) -> Result<(), CudaBackendError> {
         let (s, n_tokens) = (self.stream, self.rows);
         if n_tokens <= SMALL_BATCH_MAX_TOKENS {
-            let outputs = [(m.array(s), y)];
+            let outputs = [(m, y)];
             let call = ProjectSmallCall { outputs: &outputs, x, n_tokens, norm: None, add: false, gated: None };
             self.kernels.project_small(s, &call)
         } else {
-            self.kernels.matmul(s, &MatmulCall { matrix: m.array(s), x, y, n_tokens, add: false })
+            self.kernels.matmul(s, &MatmulCall { matrix: m, x, y, n_tokens, add: false })
         }
     }
 

@@ -1,7 +1,8 @@
 //! A mixture-of-experts block's weights on the device: the router, the routed experts as the file stacks them (one
 //! packed matrix per tensor, expert `e`'s rows at `e × its rows`, so that a kernel reaches any expert by an
-//! offset and a step reads only the experts it chose), the shared expert's dense matrices, and gpt-oss' biases
-//! (the router's and each expert's, f32, stacked as the matrices are).
+//! offset and a step reads only the experts it chose), the shared expert's dense matrices (Qwen 2 MoE's gated one,
+//! or DeepSeek's counted shared experts as one ungated FFN), gpt-oss' biases (the router's and each expert's, f32,
+//! stacked as the matrices are) and DeepSeek's selection bias.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
 use super::weights::DeviceMatrix;
 use crate::model::gguf::GgufFile;
-use crate::model::llama::experts::FUSED_GATE_UP_EXPS;
+use crate::model::llama::experts::{FUSED_GATE_UP_EXPS, SELECTION_BIAS};
 use crate::model::llama::{LlamaConfig, MoeConfig};
 
 /// The shared expert: a dense FFN every token runs.
@@ -57,6 +58,8 @@ pub struct DeviceExperts {
     pub down: DeviceMatrix,
     pub shared: Option<DeviceSharedExpert>,
     pub biases: Option<DeviceExpertBiases>,
+    /// `[n_expert]`: `exp_probs_b.bias` (`MoeConfig::selection_bias`), added to the probabilities for the choice.
+    pub selection_bias: Option<CudaSlice<f32>>,
     n_ff: usize,
 }
 
@@ -117,6 +120,10 @@ impl DeviceExperts {
             down: matrix("ffn_down_exps.weight")?,
             shared,
             biases,
+            selection_bias: match moe.selection_bias {
+                true => Some(bias(SELECTION_BIAS)?),
+                false => None,
+            },
             n_ff: moe.n_ff_exp,
         })
     }

@@ -4,6 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::calls::*;
+use super::calls_latent::{HeadsCopyCall, LatentKeysCall, LatentQueriesCall};
 use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
 use super::error::CudaBackendError;
 use super::module::KernelModule;
@@ -21,6 +22,10 @@ pub struct Kernels {
     rope_table: CudaFunction,
     rope_store: CudaFunction,
     attention: CudaFunction,
+    attention_wide: CudaFunction,
+    latent_keys: CudaFunction,
+    heads_copy: CudaFunction,
+    latent_queries: CudaFunction,
     gated_activation: CudaFunction,
     add_bias: CudaFunction,
     add_scaled: CudaFunction,
@@ -34,11 +39,15 @@ pub struct Kernels {
 }
 
 /// The kernels that are not compiled per weight type.
-const SHARED_KERNELS: [&str; 11] = [
+const SHARED_KERNELS: [&str; 15] = [
     "rms_norm",
     "rope_table",
     "rope_store",
     "attention",
+    "attention_wide",
+    "latent_keys",
+    "heads_copy",
+    "latent_queries",
     "gated_activation",
     "add_bias",
     "add_scaled",
@@ -90,6 +99,10 @@ impl Kernels {
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
+            attention_wide: module.function("attention_wide")?,
+            latent_keys: module.function("latent_keys")?,
+            heads_copy: module.function("heads_copy")?,
+            latent_queries: module.function("latent_queries")?,
             gated_activation: module.function("gated_activation")?,
             add_bias: module.function("add_bias")?,
             add_scaled: module.function("add_scaled")?,
@@ -136,7 +149,8 @@ impl Kernels {
 
     pub fn attention(&self, stream: &CudaStream, call: &AttentionCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        launch(stream, &self.attention, &args, cfg)
+        let function = if call.wide() { &self.attention_wide } else { &self.attention };
+        launch(stream, function, &args, cfg)
     }
 
     pub fn gated_activation(&self, stream: &CudaStream, call: &GatedCall<'_>) -> Result<(), CudaBackendError> {
@@ -182,6 +196,21 @@ impl Kernels {
     pub fn moe_shared_add(&self, stream: &CudaStream, call: &MoeSharedAddCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
         launch(stream, &self.moe_shared_add, &args, cfg)
+    }
+
+    pub fn latent_keys(&self, stream: &CudaStream, call: &LatentKeysCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.latent_keys, &args, cfg)
+    }
+
+    pub fn heads_copy(&self, stream: &CudaStream, call: &HeadsCopyCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.heads_copy, &args, cfg)
+    }
+
+    pub fn latent_queries(&self, stream: &CudaStream, call: &LatentQueriesCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.latent_queries, &args, cfg)
     }
 }
 

@@ -6,28 +6,31 @@
 //!
 //! - `device.rs`: probing for the driver and a device, the panic boundary around cudarc;
 //! - `module.rs`: the CUDA C kernels (`kernels/*.cu`), compiled by NVRTC once per process and architecture;
-//! - `launch.rs`, `calls.rs`, `calls_moe.rs`, `args.rs`, `device_array.rs`: one checked, typed Rust function per
-//!   kernel;
-//! - `packing.rs`, `weights.rs`, `experts.rs`: the weights, uploaded once and kept quantized (a mixture-of-experts
-//!   block's experts as the file stacks them);
+//! - `launch.rs`, `calls.rs`, `calls_moe.rs`, `calls_latent.rs`, `args.rs`, `device_array.rs`: one checked, typed
+//!   Rust function per kernel;
+//! - `packing.rs`, `weights.rs`, `experts.rs`, `latent.rs`: the weights, uploaded once and kept quantized (a
+//!   mixture-of-experts block's experts and a latent-attention layer's per-head matrices as the file stacks them);
 //! - `kv_cache.rs`, `buffers.rs`, `step_meta.rs`: device memory, allocated once;
-//! - `ops.rs`, `execute.rs`, `execute_moe.rs`, `graph.rs`: a step recorded, fused into few launches, replayed from a
-//!   CUDA graph;
+//! - `ops.rs`, `execute.rs`, `execute_moe.rs`, `execute_latent.rs`, `graph.rs`: a step recorded, fused into few
+//!   launches, replayed from a CUDA graph;
 //! - `backend.rs`: [`CudaBackend`], the `LlamaBackend` these make up.
 
 mod args;
 mod backend;
 mod buffers;
 mod calls;
+mod calls_latent;
 mod calls_moe;
 mod device;
 mod device_array;
 mod error;
 mod execute;
+mod execute_latent;
 mod execute_moe;
 mod experts;
 mod graph;
 mod kv_cache;
+mod latent;
 mod launch;
 pub mod module;
 mod ops;

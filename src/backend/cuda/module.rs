@@ -18,13 +18,14 @@ use super::packing::PackedType;
 const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
 
 /// Every kernel file, by name, in compilation order (after `common.cuh`).
-pub const KERNEL_FILES: [(&str, &str); 9] = [
+pub const KERNEL_FILES: [(&str, &str); 10] = [
     ("embed.cu", include_str!("kernels/embed.cu")),
     ("rms_norm.cu", include_str!("kernels/rms_norm.cu")),
     ("matvec.cu", include_str!("kernels/matvec.cu")),
     ("matmul.cu", include_str!("kernels/matmul.cu")),
     ("rope_kv.cu", include_str!("kernels/rope_kv.cu")),
     ("attention.cu", include_str!("kernels/attention.cu")),
+    ("latent.cu", include_str!("kernels/latent.cu")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("top_k.cu", include_str!("kernels/top_k.cu")),
     ("moe.cu", include_str!("kernels/moe.cu")),

@@ -15,7 +15,9 @@
 //!   projections;
 //! - `AddScaled` (Granite's scaled residual branch) is one launch, after the projection into `Xn`;
 //! - `Moe(l, io)` (a mixture-of-experts FFN) is one planned launch that `execute_moe.rs` runs as its few kernels;
-//!   the norm before it stays separate (its output is the block's input and output both).
+//!   the norm before it stays separate (its output is the block's input and output both);
+//! - `LatentAttention(l, input)` (DeepSeek's) is one planned launch that `execute_latent.rs` runs as its kernels;
+//!   the norm before it stays separate.
 //!
 //! A sequence the rules do not match runs operation by operation, unfused: fusing never changes what the
 //! operations mean, only how many launches they take.
@@ -93,6 +95,11 @@ pub enum Op {
         layer: usize,
         io: Buf,
     },
+    /// The latent attention of `layer` from the normalized rows in `input`, into `Att`.
+    LatentAttention {
+        layer: usize,
+        input: Buf,
+    },
 }
 
 /// An RMSNorm applied by the projection that reads its output: `weight`, and `dst`, the buffer the normalized input
@@ -156,6 +163,12 @@ pub enum Launch {
         layer: usize,
         io: Buf,
     },
+    /// The projections, key store, absorption, attention and decompression of `layer`'s latent attention
+    /// (`execute_latent.rs`).
+    LatentAttention {
+        layer: usize,
+        input: Buf,
+    },
 }
 
 /// The launches that carry out `ops`, fusing as the module comment says; `fuse_norms` allows the norm fusion
@@ -188,6 +201,7 @@ pub fn plan(ops: &[Op], fuse_norms: bool, out: &mut Vec<Launch>) {
             Op::AddBias { dst, bias } => (Launch::AddBias { dst, bias }, 1),
             Op::AddScaled { src, dst, factor_bits } => (Launch::AddScaled { src, dst, factor_bits }, 1),
             Op::Moe { layer, io } => (Launch::Moe { layer, io }, 1),
+            Op::LatentAttention { layer, input } => (Launch::LatentAttention { layer, input }, 1),
         };
         out.push(launch);
         i += used;

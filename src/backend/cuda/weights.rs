@@ -9,6 +9,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use super::experts::DeviceExperts;
+use super::latent::DeviceLatent;
 use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
@@ -78,8 +79,12 @@ impl DeviceMatrix {
 
 /// The matrices and norms of one transformer block.
 struct LayerWeights {
-    /// The attention's, indexed as [`matrix_index`] orders them.
-    attention: [DeviceMatrix; 4],
+    /// The attention's q, k and v, indexed as [`matrix_index`] orders them (absent with latent attention).
+    qkv: Option<[DeviceMatrix; 3]>,
+    /// The attention's output projection.
+    output: DeviceMatrix,
+    /// DeepSeek's latent attention (`LlamaConfig::latent`) in place of `qkv`.
+    latent: Option<DeviceLatent>,
     /// The dense FFN's gate, up and down (absent in a mixture-of-experts block).
     ffn: Option<[DeviceMatrix; 3]>,
     experts: Option<DeviceExperts>,
@@ -100,11 +105,13 @@ struct LayerWeights {
 impl LayerWeights {
     fn matrices(&self) -> impl Iterator<Item = &DeviceMatrix> {
         let experts = self.experts.iter().flat_map(DeviceExperts::matrices);
-        self.attention.iter().chain(self.ffn.iter().flatten()).chain(experts)
+        let latent = self.latent.iter().flat_map(DeviceLatent::matrices);
+        self.qkv.iter().flatten().chain([&self.output]).chain(latent).chain(self.ffn.iter().flatten()).chain(experts)
     }
 }
 
-/// Position of a layer's matrix in `LayerWeights::attention` (0..4) or `ffn` (4..7), and its layer.
+/// Position of a layer's matrix in `LayerWeights::qkv` (0..3), the output projection (3) or `ffn` (4..7), and its
+/// layer.
 fn matrix_index(w: Weight) -> (usize, usize) {
     match w {
         Weight::AttnQ(l) => (l, 0),
@@ -143,21 +150,26 @@ impl DeviceWeights {
         let layers = (0..config.n_layer)
             .map(|l| {
                 Ok(LayerWeights {
-                    attention: [
-                        weight(Weight::AttnQ(l))?,
-                        weight(Weight::AttnK(l))?,
-                        weight(Weight::AttnV(l))?,
-                        weight(Weight::AttnOutput(l))?,
-                    ],
-                    ffn: match config.moe {
+                    qkv: match config.latent {
                         Some(_) => None,
-                        None => {
+                        None => Some([weight(Weight::AttnQ(l))?, weight(Weight::AttnK(l))?, weight(Weight::AttnV(l))?]),
+                    },
+                    output: weight(Weight::AttnOutput(l))?,
+                    latent: match config.latent {
+                        Some(shapes) => Some(DeviceLatent::upload(file, l, shapes, stream)?),
+                        None => None,
+                    },
+                    // A layer has a dense FFN or experts, as the forward pass chooses (DeepSeek's leading dense blocks
+                    // come before its mixture-of-experts layers).
+                    ffn: match config.is_moe_layer(l) {
+                        true => None,
+                        false => {
                             Some([weight(Weight::FfnGate(l))?, weight(Weight::FfnUp(l))?, weight(Weight::FfnDown(l))?])
                         }
                     },
                     experts: match &config.moe {
-                        Some(moe) => Some(DeviceExperts::upload(file, l, moe, stream)?),
-                        None => None,
+                        Some(moe) if moe.has_layer(l) => Some(DeviceExperts::upload(file, l, moe, stream)?),
+                        _ => None,
                     },
                     pre_norms: match config.pre_norms {
                         true => Some([norm(&Norm::Attn(l).tensor_name())?, norm(&config.norm_tensor(Norm::Ffn(l)))?]),
@@ -212,9 +224,16 @@ impl DeviceWeights {
         let (layer, i) = matrix_index(w);
         let layer = &self.layers[layer];
         match i {
-            0..4 => &layer.attention[i],
+            0..3 => &layer.qkv.as_ref().expect("q/k/v weights are asked for without latent attention only")[i],
+            3 => &layer.output,
             _ => &layer.ffn.as_ref().expect("a dense FFN's weights are asked for a dense layer only")[i - 4],
         }
+    }
+
+    /// Layer `layer`'s latent-attention weights; an internal error for a model without latent attention.
+    pub fn latent(&self, layer: usize) -> Result<&DeviceLatent, CudaBackendError> {
+        let found = self.layers.get(layer).and_then(|l| l.latent.as_ref());
+        found.ok_or_else(|| CudaBackendError::Internal(format!("layer {layer} has no latent attention")))
     }
 
     /// Layer `layer`'s experts; an internal error for a dense layer (the forward pass asks only a mixture-of-experts
@@ -270,7 +289,9 @@ impl DeviceWeights {
     /// and of a mixture-of-experts block its router, `n_expert_used` routed experts and its shared expert.
     pub fn bytes_per_token(&self, config: &LlamaConfig) -> usize {
         let layer = |l: &LayerWeights| -> usize {
-            let dense = l.attention.iter().chain(l.ffn.iter().flatten()).map(DeviceMatrix::bytes).sum::<usize>();
+            let latent = l.latent.iter().flat_map(DeviceLatent::matrices);
+            let attention = l.qkv.iter().flatten().chain([&l.output]).chain(latent);
+            let dense = attention.chain(l.ffn.iter().flatten()).map(DeviceMatrix::bytes).sum::<usize>();
             let experts = match (&l.experts, &config.moe) {
                 (Some(e), Some(moe)) => e.bytes_per_token(moe),
                 _ => 0,

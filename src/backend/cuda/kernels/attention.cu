@@ -4,11 +4,17 @@
 // As on the CPU, a query at position p reads keys and values 0..=p of its own sequence from the cache, its own
 // included (p + 1 − window ..= p in a sliding-window layer), so a token's result does not depend on whether it came in a prompt chunk or as a decode.
 //
-// One block per (token, KV head): the block serves the `group` query heads that share the KV head, so each key
-// and value row is read once for all of them. Positions are walked in chunks of ATT_CHUNK with an online softmax
+// One block per (token, KV head, chunk of up to ATT_MAX_GROUP query heads): the block serves the query heads of
+// its chunk, which share the KV head, so each key and value row is read once for all of them; a KV head with more
+// query heads (DeepSeek's latent attention: every head on one compressed row) has several chunks on the grid's z. Positions are walked in chunks of ATT_CHUNK with an online softmax
 // (running maximum and sum per head, rescaling the accumulator when the maximum grows), so shared memory does not
 // grow with the context. Position j of a sequence is row table[j / block_size]·block_size + j % block_size of
 // the cache (`SeqChunk`'s rule).
+//
+// The values are `value_dim` wide, at `kv_head · value_dim` in rows as wide as the key rows (kv_dim): the value
+// cache's own rows (`value_dim` = `head_dim`), or the key rows themselves, whose first `value_dim` elements are the
+// values (DeepSeek's keys-only cache: one KV head, `v_cache` = `k_cache`, `value_dim` = `kv_lora_rank`). Two instantiations: `attention` for heads up to 256 wide, `attention_wide` for up to
+// 576 (DeepSeek's 512 + 64), which holds more per thread.
 //
 // With sinks (gpt-oss), each query head's softmax has one more logit, its sink, which attends to no value: it joins
 // the head's running maximum and sum once the positions are done, as ggml's `soft_max_ext` with sinks (and the CPU's
@@ -18,28 +24,29 @@
 #define ATT_CHUNK ATT_THREADS
 #define ATT_MAX_GROUP 8
 #define ATT_MAX_HEAD_DIM 256
-// Outputs (query head, dimension) per thread: ATT_MAX_GROUP · ATT_MAX_HEAD_DIM / ATT_THREADS.
-#define ATT_MAX_OUT (ATT_MAX_GROUP * ATT_MAX_HEAD_DIM / ATT_THREADS)
+#define ATT_WIDE_MAX_HEAD_DIM 576
 
 struct Attention {
     const float* q;            // [n_tokens][n_head · head_dim], rotated
-    float* out;                // [n_tokens][n_head · head_dim]
+    float* out;                // [n_tokens][n_head · value_dim]
     const u16* k_cache;        // this layer's keys, [slots][kv_dim] f16
-    const u16* v_cache;        // this layer's values, [slots][kv_dim] f16
+    const u16* v_cache;        // this layer's values, [slots][kv_dim] f16 (k_cache itself for a keys-only cache)
     const int* positions;      // [n_tokens], −1 for a padding row (its output is zero)
     const int* table_offsets;  // [n_tokens]: where the token's block table starts in block_tables
     const int* block_tables;   // every sequence's block table, concatenated
     const float* sinks;        // [n_head]: each query head's sink logit (unscaled, uncapped); null: none
     int n_tokens;
     int n_head;
-    int n_head_kv;             // divides n_head; n_head / n_head_kv ≤ ATT_MAX_GROUP
-    int head_dim;              // a multiple of 8, ≤ ATT_MAX_HEAD_DIM
+    int n_head_kv;             // divides n_head
+    int head_dim;              // a multiple of 8, ≤ the instantiation's largest
+    int value_dim;             // each KV head's value width, ≤ the instantiation's largest; n_head_kv · value_dim ≤ kv_dim
+    int pad_;
     int block_size;            // positions per cache block
     float scale;               // what multiplies each query·key product (`LlamaConfig::attention_scale`)
     int window;                // a query sees the last `window` positions only; 0: all of them
     float softcap;             // scaled scores become softcap · tanh(score / softcap) (Gemma 2); 0: none
 };
-static_assert(sizeof(Attention) == 96, "Attention must match AttentionArgs in launch.rs");
+static_assert(sizeof(Attention) == 104, "Attention must match AttentionArgs in args.rs");
 
 // The maximum (is_max) or sum over the block of each of the `group` values in v; every thread gets them.
 __device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_max,
@@ -64,34 +71,41 @@ __device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_ma
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attention p) {
-    __shared__ float q_sh[ATT_MAX_GROUP * ATT_MAX_HEAD_DIM];  // the group's queries, scaled
+template <int MAX_D>
+__device__ void attend(const Attention& p) {
+    // Outputs (query head, value dimension) per thread.
+    constexpr int MAX_OUT = ATT_MAX_GROUP * MAX_D / ATT_THREADS;
+    __shared__ float q_sh[ATT_MAX_GROUP * MAX_D];             // the chunk's queries, scaled
     __shared__ float s_sh[ATT_MAX_GROUP][ATT_CHUNK];          // the chunk's scores, then weights
     __shared__ int slot_sh[ATT_CHUNK];                        // the chunk's cache rows
     __shared__ float scratch[ATT_MAX_GROUP][ATT_THREADS / 32];
 
-    // Tokens on x, which allows 2^31 − 1 blocks; KV heads on y.
+    // Tokens on x, which allows 2^31 − 1 blocks; KV heads on y; chunks of a KV head's query heads on z.
     const int t = blockIdx.x, kv_head = blockIdx.y, tid = threadIdx.x;
-    const int group = p.n_head / p.n_head_kv, D = p.head_dim, kv_dim = p.n_head_kv * D, width = group * D;
+    const int D = p.head_dim, VD = p.value_dim, kv_dim = p.n_head_kv * D;
+    const int head0 = kv_head * (p.n_head / p.n_head_kv) + blockIdx.z * ATT_MAX_GROUP;
+    const int group = min(ATT_MAX_GROUP, (kv_head + 1) * (p.n_head / p.n_head_kv) - head0);
+    const int width = group * VD;  // this block's outputs
     const int pos = p.positions[t];
-    float* out = p.out + (size_t)t * p.n_head * D + (size_t)kv_head * width;
+    float* out = p.out + (size_t)t * p.n_head * VD + (size_t)head0 * VD;
     if (pos < 0) {
         for (int i = tid; i < width; i += ATT_THREADS) out[i] = 0.0f;
         return;
     }
-    const float* q = p.q + (size_t)t * p.n_head * D + (size_t)kv_head * width;
-    for (int i = tid; i < width; i += ATT_THREADS) q_sh[i] = q[i] * p.scale;
+    const float* q = p.q + (size_t)t * p.n_head * D + (size_t)head0 * D;
+    for (int i = tid; i < group * D; i += ATT_THREADS) q_sh[i] = q[i] * p.scale;
     const int* table = p.block_tables + p.table_offsets[t];
     const int kv_offset = kv_head * D;
+    const u16* values = p.v_cache + (size_t)kv_head * VD;
 
-    float running_max[ATT_MAX_GROUP], running_sum[ATT_MAX_GROUP], acc[ATT_MAX_OUT];
+    float running_max[ATT_MAX_GROUP], running_sum[ATT_MAX_GROUP], acc[MAX_OUT];
 #pragma unroll
     for (int h = 0; h < ATT_MAX_GROUP; h++) {
         running_max[h] = neg_infinity();
         running_sum[h] = 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < ATT_MAX_OUT; j++) acc[j] = 0.0f;
+    for (int j = 0; j < MAX_OUT; j++) acc[j] = 0.0f;
     __syncthreads();
 
     const int first = p.window > 0 ? max(0, pos + 1 - p.window) : 0;
@@ -161,15 +175,15 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
         for (int h = 0; h < ATT_MAX_GROUP; h++) {
             if (h < group) running_sum[h] = running_sum[h] * rescale[h] + chunk[h];
         }
-        // Values: thread tid owns outputs tid, tid + ATT_THREADS, ... of the group's width (head h, dimension d).
+        // Values: thread tid owns outputs tid, tid + ATT_THREADS, ... of the chunk's width (head h, dimension d).
 #pragma unroll
-        for (int j = 0; j < ATT_MAX_OUT; j++) {
+        for (int j = 0; j < MAX_OUT; j++) {
             const int o = tid + j * ATT_THREADS;
             if (o < width) {
-                const int h = o / D, d = o % D;
+                const int h = o / VD, d = o % VD;
                 float a = acc[j] * rescale[h];
                 for (int i = 0; i < n; i++) {
-                    a = fmaf(s_sh[h][i], f16_to_f32(p.v_cache[(size_t)slot_sh[i] * kv_dim + kv_offset + d]), a);
+                    a = fmaf(s_sh[h][i], f16_to_f32(values[(size_t)slot_sh[i] * kv_dim + d]), a);
                 }
                 acc[j] = a;
             }
@@ -177,14 +191,14 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
         __syncthreads();  // before the next chunk overwrites s_sh and slot_sh
     }
 #pragma unroll
-    for (int j = 0; j < ATT_MAX_OUT; j++) {
+    for (int j = 0; j < MAX_OUT; j++) {
         const int o = tid + j * ATT_THREADS;
         if (o < width) {
-            const int h = o / D;
+            const int h = o / VD;
             float a = acc[j], sum = running_sum[h];
             if (p.sinks) {
                 // The sink as one more chunk of one score: the maximum, the rescale, its weight in the sum only.
-                const float sink = p.sinks[kv_head * group + h];
+                const float sink = p.sinks[head0 + h];
                 const float new_max = fmaxf(running_max[h], sink);
                 const float rescale = expf(running_max[h] - new_max);
                 sum = sum * rescale + expf(sink - new_max);
@@ -193,4 +207,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attent
             out[o] = a / sum;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attention p) { attend<ATT_MAX_HEAD_DIM>(p); }
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_wide(const Attention p) {
+    attend<ATT_WIDE_MAX_HEAD_DIM>(p);
 }

@@ -5,7 +5,9 @@
 //   moe_route          one block per token: its logits (plus the router's bias), their softmax or sigmoid, its k
 //                      experts (stable top-k), their weights renormalized and scaled, as `MoeConfig::route` computes
 //                      them; or gpt-oss' softmax of the chosen: the top k of the raw logits, weighted by the softmax
-//                      of those k only;
+//                      of those k only; DeepSeek's choice: the experts chosen by their probabilities plus a selection
+//                      bias (`exp_probs_b`), among the best groups only (group-limited routing), weighted by their
+//                      probabilities alone;
 //   moe_gate_up_*      one warp per (expert row, (token, slot) pair): act(gate_e·x + gb_e)·(up_e·x + ub_e), e the
 //                      pair's expert, its rows read from the stacked `ffn_{gate,up}_exps` (or fused
 //                      `ffn_gate_up_exps`) tensor, the biases gpt-oss' (`ffn_{gate,up}_exps.bias`) or none;
@@ -22,6 +24,8 @@
 #define ROUTE_THREADS 256
 // Most experts a layer may have (`MAX_EXPERTS` of experts.rs, llama.cpp's LLAMA_MAX_EXPERTS).
 #define ROUTE_MAX_EXPERTS 512
+// Most expert groups (each group holds at least two experts: `read_groups` of experts.rs).
+#define ROUTE_MAX_GROUPS (ROUTE_MAX_EXPERTS / 2)
 // `Gating` of architecture.rs.
 #define GATING_SOFTMAX 0
 #define GATING_SIGMOID 1
@@ -42,8 +46,12 @@ struct Route {
     int gating;           // GATING_SOFTMAX, GATING_SIGMOID or GATING_SOFTMAX_OF_CHOSEN
     int normalize;        // 1: the weights are divided by their sum (at least MIN_WEIGHT_SUM)
     float scale;          // multiplies the weights; 0 for none
+    const float* selection_bias;  // [n_expert]: added to the probabilities for the choice only (`exp_probs_b`);
+                                  // null: none
+    int n_group;          // group-limited routing: the experts are n_group groups of consecutive ones; 0: no groups
+    int group_used;       // the best group_used groups (by the sum of their two best choice values) are chosen from
 };
-static_assert(sizeof(Route) == 56, "Route must match RouteArgs in args.rs");
+static_assert(sizeof(Route) == 72, "Route must match RouteArgs in args.rs");
 
 // The order of the top k: the larger probability first, the lower expert first among equals, NaN after every
 // number (as `top_k` of experts.rs sorts).
@@ -63,8 +71,61 @@ __device__ void softmax_serial(float* x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+// DeepSeek's group-limited routing (`keep_best_groups` of experts.rs): each group of n / n_group consecutive experts
+// scored by the sum of its two best choice values (`top_k`'s order: the larger first, the lower expert among equals),
+// the best `used` groups kept (the same order over the scores), every other group's experts set to −∞. One thread per
+// group for the scores, thread 0 for the few groups' choice; every thread must call it (it synchronizes the block).
+__device__ void keep_best_groups(float* choice, int n, int n_group, int used, float* score, int* kept) {
+    const int per = n / n_group;
+    for (int g = threadIdx.x; g < n_group; g += blockDim.x) {
+        float v0 = neg_infinity(), v1 = neg_infinity();
+        int i0 = 0x7fffffff, i1 = 0x7fffffff;
+        for (int j = g * per; j < (g + 1) * per; j++) {
+            const float key = route_key(choice[j]);
+            if (before(key, j, v0, i0)) {
+                v1 = v0;
+                i1 = i0;
+                v0 = key;
+                i0 = j;
+            } else if (before(key, j, v1, i1)) {
+                v1 = key;
+                i1 = j;
+            }
+        }
+        score[g] = choice[i0] + choice[i1];
+        kept[g] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float prev_v = infinity();
+        int prev_i = -1;
+        for (int r = 0; r < used; r++) {
+            float v = neg_infinity();
+            int best = 0x7fffffff;
+            for (int g = 0; g < n_group; g++) {
+                const float key = route_key(score[g]);
+                if (before(prev_v, prev_i, key, g) && before(key, g, v, best)) {
+                    v = key;
+                    best = g;
+                }
+            }
+            kept[best] = 1;
+            prev_v = v;
+            prev_i = best;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        if (!kept[i / per]) choice[i] = neg_infinity();
+    }
+    __syncthreads();
+}
+
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Route p) {
     __shared__ float probs[ROUTE_MAX_EXPERTS];
+    __shared__ float choice[ROUTE_MAX_EXPERTS];
+    __shared__ float group_score[ROUTE_MAX_GROUPS];
+    __shared__ int group_kept[ROUTE_MAX_GROUPS];
     __shared__ float best_v[ROUTE_THREADS / 32];
     __shared__ int best_i[ROUTE_THREADS / 32];
     __shared__ float shared_value;
@@ -105,6 +166,18 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Rout
     }
     __syncthreads();
 
+    // What the experts are chosen by: their probabilities, or (DeepSeek) the probabilities plus the selection bias
+    // (one f32 add, as the CPU's), with every expert outside the best groups at −∞.
+    const bool apart = p.selection_bias != nullptr || p.n_group > 1;
+    if (apart) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            choice[i] = p.selection_bias ? probs[i] + p.selection_bias[i] : probs[i];
+        }
+        __syncthreads();
+        if (p.n_group > 1) keep_best_groups(choice, n, p.n_group, p.group_used, group_score, group_kept);
+    }
+    const float* keys = apart ? choice : probs;
+
     // The k experts one after the other, each round taking the best entry after the previous round's (top_k.cu's
     // rounds over a row of at most 512 probabilities in shared memory).
     int* selected = p.selected + (size_t)t * p.k;
@@ -115,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(const Rout
         float v = neg_infinity();
         int i = 0x7fffffff;
         for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            const float key = route_key(probs[j]);
+            const float key = route_key(keys[j]);
             if (before(prev_v, prev_i, key, j) && before(key, j, v, i)) {
                 v = key;
                 i = j;

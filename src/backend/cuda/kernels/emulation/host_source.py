@@ -11,7 +11,7 @@ import sys
 
 # module.rs's KERNEL_FILES, after common.cuh.
 FILES = ["common.cuh", "embed.cu", "rms_norm.cu", "matvec.cu", "matmul.cu", "rope_kv.cu", "attention.cu",
-         "elementwise.cu", "top_k.cu", "moe.cu"]
+         "latent.cu", "elementwise.cu", "top_k.cu", "moe.cu"]
 CONVERSIONS = {
     r"__device__ __forceinline__ float f16_to_f32\(u16 h\) \{.*?\n\}\n":
         "__device__ __forceinline__ float f16_to_f32(u16 h) { return host_f16_to_f32(h); }\n",

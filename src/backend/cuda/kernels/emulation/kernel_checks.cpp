@@ -336,26 +336,40 @@ static void test_rope_store() {
 // Windows, Gemma 2's soft cap on the scores, an attention scale other than 1/√head_dim (Gemma 2 27B's), and
 // gpt-oss' sinks (one case, windowed for its first token only: a sink logit per query head, from one the scores
 // outweigh to one that outweighs them).
+// Attention against a double-precision reference. `latent`: DeepSeek's keys-only cache, the values the first `VD`
+// elements of each key row (v_cache = k_cache, v_stride = D); `wide`: the instantiation for heads up to 576.
 static void test_attention() {
-  struct Case { int window; float cap, scale; bool sinks; };
-  for (Case c : {Case{0, 0.0f, 1.0f / 8.0f, false}, Case{200, 0.0f, 1.0f / 8.0f, false}, Case{1, 0.0f, 1.0f / 8.0f, false},
-                 Case{0, 2.0f, 1.0f / 12.0f, false}, Case{200, 3.0f, 1.0f / 8.0f, false}, Case{200, 0.0f, 1.0f / 8.0f, true}}) {
-    const int window = c.window;
-    int H = 9, HKV = 3, D = 64, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
-    std::vector<u16> kc(SLOTS * KV), vc(SLOTS * KV);
+  struct Case { int window; float cap, scale; bool sinks; int H, HKV, D, VD; bool latent, wide; };
+  const Case cases[] = {
+      {0, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false}, {200, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false},
+      {1, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false}, {0, 2.0f, 1.0f / 12.0f, false, 9, 3, 64, 64, false, false},
+      {200, 3.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false}, {200, 0.0f, 1.0f / 8.0f, true, 9, 3, 64, 64, false, false},
+      // 10 query heads per KV head: chunks of 8 and 2 on the grid's z, with sinks per head.
+      {0, 0.0f, 1.0f / 8.0f, true, 20, 2, 32, 32, false, false},
+      // DeepSeek's latent attention: one KV head, 16 query heads (two chunks), keys 128 + 32, values their first 128
+      // (deepseek2-lite-small's shapes); and V2-Lite's real 512 + 64 keys with 512 values through attention_wide.
+      {0, 0.0f, 1.0f / 10.0f, false, 16, 1, 160, 128, true, false},
+      {200, 0.0f, 1.0f / 14.0f, false, 10, 1, 576, 512, true, true}};
+  for (const Case& c : cases) {
+    const int window = c.window, H = c.H, HKV = c.HKV, D = c.D, VD = c.VD, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
+    const int VS = KV, group = H / HKV;  // elements from one slot's values to the next's: the key rows' width
+    std::vector<u16> kc(SLOTS * KV), vc(c.latent ? 0 : SLOTS * VS);
     for (auto& x : kc) x = host_f32_to_f16(uniform()); for (auto& x : vc) x = host_f32_to_f16(uniform());
+    const u16* values = c.latent ? kc.data() : vc.data();
     // Sequence A: 19 blocks, permuted; sequence B: 1 block.
     std::vector<int> tables; for (int i = 0; i < 19; i++) tables.push_back((i * 7 + 3) % 40); tables.push_back(39);
     int T = 5;
     int positions[5] = {299, 130, 127, 3, -1}, offsets[5] = {0, 0, 0, 19, 0};
-    auto q = randv(T * H * D, 3.0f); std::vector<float> out(T * H * D, 42.0f);
-    std::vector<float> sinks(H); for (int h = 0; h < H; h++) sinks[h] = -2.0f + 1.0f * h;
-    Attention a{q.data(), out.data(), kc.data(), vc.data(), positions, offsets, tables.data(), c.sinks ? sinks.data() : nullptr, T, H, HKV, D, BS, c.scale, window, c.cap};
-    launch({(unsigned)T, (unsigned)HKV, 1}, {128, 1, 1}, [&] { attention(a); });
+    // Queries of |x| < 3 / √(D / 64), so that the scores spread as the 64-wide heads' do.
+    auto q = randv(T * H * D, 3.0f * std::sqrt(64.0f / D)); std::vector<float> out(T * H * VD, 42.0f);
+    std::vector<float> sinks(H); for (int h = 0; h < H; h++) sinks[h] = -2.0f + 1.0f * (h % 9);
+    Attention a{q.data(), out.data(), kc.data(), values, positions, offsets, tables.data(), c.sinks ? sinks.data() : nullptr, T, H, HKV, D, VD, 0, BS, c.scale, window, c.cap};
+    const unsigned chunks = (unsigned)((group + 7) / 8);
+    launch({(unsigned)T, (unsigned)HKV, chunks}, {128, 1, 1}, [&] { if (c.wide) attention_wide(a); else attention(a); });
     double worst = 0; bool zero = true;
     for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) {
-        int pos = positions[t], g = h / (H / HKV);
-        if (pos < 0) { for (int d = 0; d < D; d++) zero &= out[t * H * D + h * D + d] == 0.0f; continue; }
+        int pos = positions[t], g = h / group;
+        if (pos < 0) { for (int d = 0; d < VD; d++) zero &= out[t * H * VD + h * VD + d] == 0.0f; continue; }
         // A sliding window of w positions sees first..=pos only.
         int first = window > 0 ? std::max(0, pos + 1 - window) : 0;
         std::vector<double> s(pos + 1, 0.0); double mx = -1e300;
@@ -368,14 +382,16 @@ static void test_attention() {
         // A sink joins the maximum and the sum, and weighs no value.
         if (c.sinks) mx = std::max(mx, (double)sinks[h]);
         double sum = c.sinks ? std::exp(sinks[h] - mx) : 0; for (int j = first; j <= pos; j++) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
-        for (int d = 0; d < D; d++) {
+        for (int d = 0; d < VD; d++) {
             double o = 0;
-            for (int j = first; j <= pos; j++) { int slot = tables[offsets[t] + j / BS] * BS + j % BS; o += s[j] / sum * host_f16_to_f32(vc[slot * KV + g * D + d]); }
-            worst = std::max(worst, rel(out[t * H * D + h * D + d], o));
+            for (int j = first; j <= pos; j++) { int slot = tables[offsets[t] + j / BS] * BS + j % BS; o += s[j] / sum * host_f16_to_f32(values[(size_t)slot * VS + g * VD + d]); }
+            worst = std::max(worst, rel(out[t * H * VD + h * VD + d], o));
         }
     }
-    CHECK(worst < 1e-5, "attention (window %d, cap %g, scale %g, sinks %d) error %g", window, c.cap, c.scale, c.sinks, worst);
+    CHECK(worst < 1e-5, "attention (%d heads over %d, %d wide, values %d%s; window %d, cap %g, scale %g, sinks %d) error %g", H, HKV, D, VD, c.latent ? " of the key rows" : "", window, c.cap, c.scale, c.sinks, worst);
     CHECK(zero, "padding row not zero");
+    printf("attention: %2d heads over %d, %3d wide, values %3d%s%s, window %3d, cap %g, sinks %d: worst relative error %.2e\n", H, HKV, D, VD,
+           c.latent ? " of the key rows" : "", c.wide ? " (attention_wide)" : "", window, c.cap, c.sinks, worst);
   }
 }
 
@@ -399,12 +415,13 @@ static void test_top_k() {
 }
 
 #include "moe_checks.h"
+#include "latent_checks.h"
 
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
         {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k},
-        {"moe_route", test_moe_route}, {"moe_families", test_moe_families}};
+        {"moe_route", test_moe_route}, {"moe_families", test_moe_families}, {"latent_layers", test_latent_layers}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run

@@ -3,9 +3,10 @@
 //
 //   moe_route     each routing case's rows through `moe_route`: the chosen experts exactly those of
 //                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6 (softmax,
-//                 sigmoid, and gpt-oss' softmax of the chosen);
+//                 sigmoid, and gpt-oss' softmax of the chosen; DeepSeek's selection bias and expert groups);
 //   moe_families  one layer of each mixture-of-experts family (gpt-oss' with its router and expert biases and
-//                 clamped SwiGLU; and quantized experts): embed, the FFN norm, the
+//                 clamped SwiGLU; DeepSeek's with its selection bias, groups and counted shared experts; and
+//                 quantized experts): embed, the FFN norm, the
 //                 block as execute_moe.rs enqueues it, the residual add, the final norm and output projection, the
 //                 logits within relative error 1e-3 of the CPU backend's (the bound tests/cuda_backend.rs holds the
 //                 GPU to for the dense families); a token's logits bit for bit alone and in its step (the tiled
@@ -46,8 +47,9 @@ static bool load_moe_fixtures(MoeFixtures& f) {
     return true;
 }
 
-static void run_route(const float* logits, const float* bias, int* selected, float* weights, int T, int n_expert, int k, int gating, int normalize, float scale) {
-    Route p{logits, bias, selected, weights, T, n_expert, k, gating, normalize, scale};
+static void run_route(const float* logits, const float* bias, int* selected, float* weights, int T, int n_expert, int k, int gating, int normalize, float scale,
+                      const float* selection_bias = nullptr, int n_group = 0, int group_used = 0) {
+    Route p{logits, bias, selected, weights, T, n_expert, k, gating, normalize, scale, selection_bias, n_group, group_used};
     launch({(unsigned)T, 1, 1}, {256, 1, 1}, [&] { moe_route(p); });
 }
 
@@ -59,13 +61,16 @@ static void test_moe_route() {
         int gating = (int)f.word(), normalize = (int)f.word();
         float scale = f.real();
         int n = (int)f.word(), k = (int)f.word(), rows = (int)f.word();
+        int n_group = (int)f.word(), group_used = (int)f.word(), has_bias = (int)f.word();
         auto logits = f.reals((size_t)rows * n);
+        auto selection_bias = f.reals(has_bias ? (size_t)n : 0);
         auto want_sel = f.ints((size_t)rows * k);
         auto want_w = f.reals((size_t)rows * k);
         std::vector<int> sel(rows * k, -1);
         std::vector<float> w(rows * k, -1.0f);
-        run_route(logits.data(), nullptr, sel.data(), w.data(), rows, n, k, gating, normalize, scale);
-        CHECK(sel == want_sel, "moe_route case %d (%d of %d experts, gating %d): chosen experts differ", c, k, n, gating);
+        run_route(logits.data(), nullptr, sel.data(), w.data(), rows, n, k, gating, normalize, scale,
+                  has_bias ? selection_bias.data() : nullptr, n_group, group_used);
+        CHECK(sel == want_sel, "moe_route case %d (%d of %d experts, gating %d, %d of %d groups, bias %d): chosen experts differ", c, k, n, gating, group_used, n_group, has_bias);
         double worst = 0;
         for (int i = 0; i < rows * k; i++) {
             total++;
@@ -82,12 +87,14 @@ static void test_moe_route() {
 // A mixture-of-experts layer as the fixture describes it.
 struct MoeLayer {
     std::string name;
-    int d, vocab, n_expert, k, ff, gating, normalize, act, sff, sgated, biases, T;
+    int d, vocab, n_expert, k, ff, gating, normalize, act, sff, sgated, biases, n_group, group_used, has_selection_bias, T;
     float scale, eps, embed_scale, logit_scale, residual, alpha, limit;
     std::vector<int> tokens;
     std::vector<float> ffn_norm, out_norm, cpu_logits;
     // gpt-oss' biases (`biases`): the router's [n_expert], the experts' gate and up [n_expert][ff], down [n_expert][d].
     std::vector<float> router_b, gate_b, up_b, down_b;
+    // DeepSeek's selection bias (`has_selection_bias`): [n_expert].
+    std::vector<float> selection_b;
     Mat embd, output, router, gate, up, down, sgate, sup, sdown, sgate_inp;
 };
 
@@ -99,7 +106,8 @@ static bool read_layer(MoeFixtures& f, MoeLayer& L) {
     L.d = (int)f.word(); L.vocab = (int)f.word(); L.n_expert = (int)f.word(); L.k = (int)f.word(); L.ff = (int)f.word();
     L.gating = (int)f.word(); L.normalize = (int)f.word(); L.scale = f.real(); L.act = (int)f.word();
     L.sff = (int)f.word(); L.sgated = (int)f.word(); L.eps = f.real(); L.embed_scale = f.real(); L.logit_scale = f.real();
-    L.residual = f.real(); L.biases = (int)f.word(); L.alpha = f.real(); L.limit = f.real(); L.T = (int)f.word();
+    L.residual = f.real(); L.biases = (int)f.word(); L.alpha = f.real(); L.limit = f.real();
+    L.n_group = (int)f.word(); L.group_used = (int)f.word(); L.has_selection_bias = (int)f.word(); L.T = (int)f.word();
     L.tokens = f.ints(L.T);
     L.ffn_norm = f.reals(L.d); L.out_norm = f.reals(L.d);
     L.embd = f.matrix(); L.output = f.matrix(); L.router = f.matrix(); L.gate = f.matrix(); L.up = f.matrix(); L.down = f.matrix();
@@ -109,6 +117,7 @@ static bool read_layer(MoeFixtures& f, MoeLayer& L) {
         L.router_b = f.reals(L.n_expert); L.gate_b = f.reals((size_t)L.n_expert * L.ff);
         L.up_b = f.reals((size_t)L.n_expert * L.ff); L.down_b = f.reals((size_t)L.n_expert * L.d);
     }
+    if (L.has_selection_bias) L.selection_b = f.reals(L.n_expert);
     L.cpu_logits = f.reals((size_t)L.T * L.vocab);
     return f.ok;
 }
@@ -135,7 +144,8 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
     run_dense(L.router, xn.data(), router.data(), T);
     // Null for a family without biases (the vectors are empty).
     auto bias = [&](const std::vector<float>& b) { return L.biases ? b.data() : nullptr; };
-    run_route(router.data(), bias(L.router_b), selected.data(), weights.data(), T, L.n_expert, k, L.gating, L.normalize, L.scale);
+    run_route(router.data(), bias(L.router_b), selected.data(), weights.data(), T, L.n_expert, k, L.gating, L.normalize, L.scale,
+              L.has_selection_bias ? L.selection_b.data() : nullptr, L.n_group, L.group_used);
     MoeGateUp gu{gate.qs.data(), gate.sc.data(), up.qs.data(), up.sc.data(), xn.data(), selected.data(), hidden.data(),
                  bias(L.gate_b), bias(L.up_b), L.ff, d, stride, up_offset, T, k, L.n_expert, L.act, L.alpha, L.limit};
     launch({(unsigned)((L.ff + 3) / 4), (unsigned)(T * k), 1}, {128, 1, 1}, [&] { moe_gate_up_fn[gate.type](gu); });
@@ -208,7 +218,9 @@ static void test_moe_families() {
     for (int c = 0, n = (int)f.word(); c < n && f.ok; c++) {
         f.word(); f.word(); f.word();
         size_t experts = f.word(), k = f.word(), rows = f.word();
-        f.at += rows * experts + 2 * rows * k;
+        f.word(); f.word();
+        const size_t has_bias = f.word();
+        f.at += rows * experts + has_bias * experts + 2 * rows * k;
     }
     int n_layers = (int)f.word();
     for (int c = 0; c < n_layers && f.ok; c++) {
