@@ -4,6 +4,8 @@
 //   moe_route     each routing case's rows through `moe_route`: the chosen experts exactly those of
 //                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6 (softmax,
 //                 sigmoid, and gpt-oss' softmax of the chosen);
+//   moe_grouped   the grouped kernels (moe_group, moe_*_tiled_*, moe_weighted_sum) against the per-pair ones on
+//                 random experts, bit for bit, at every tile width, fused and split, with and without gpt-oss' biases;
 //   moe_families  one layer of each mixture-of-experts family (gpt-oss' with its router and expert biases and
 //                 clamped SwiGLU; and quantized experts): embed, the FFN norm, the
 //                 block as execute_moe.rs enqueues it, the residual add, the final norm and output projection, the
@@ -140,11 +142,11 @@ struct Grouping {
 };
 
 // moe_group over `selected`, checked against a counting sort written here: the pairs of expert 0, then 1, ..., each
-// expert's in pair order, and one tile per run of up to `tile` of an expert's pairs.
-static Grouping run_group(const std::vector<int>& selected, int n_expert, int width) {
+// expert's in pair order, and one tile per run of up to `tile` of an expert's pairs (0: execute_moe.rs's tile).
+static Grouping run_group(const std::vector<int>& selected, int n_expert, int width, int tile = 0) {
     const int pairs = (int)selected.size();
     Grouping g;
-    g.tile = expert_tile(pairs, n_expert);
+    g.tile = tile ? tile : expert_tile(pairs, n_expert);
     g.max_tiles = max_expert_tiles(pairs, n_expert, g.tile);
     g.order.assign(pairs, -1); g.tiles.assign(3 * g.max_tiles, -1); g.n_tiles.assign(1, -1);
     g.pair_out.assign((size_t)pairs * width, NAN);
@@ -269,6 +271,60 @@ static void check_swiglu_oai() {
     }
     CHECK(worst < 2e-6, "swiglu_oai: relative error %g against the double formula", worst);
     printf("moe_families: swiglu_oai at and past its limits, worst relative error %.2e\n", worst);
+}
+
+// The grouped kernels against the per-pair ones, bit for bit, at each tile width, on random experts whose pair
+// counts range from none to several tiles (expert 0 takes about half the pairs: full tiles, and every token column
+// of the 32- and 64-pair tiles), expert rows that fill part of a 64-row tile, a pair whose expert is out of range
+// (NaN for its token on both paths), in two layouts: fused gate/up with gpt-oss' biases and clamped SwiGLU, and
+// split with SiLU and no biases.
+static void test_moe_grouped() {
+    const int n_expert = 5, ff = 32, d = 96, T = 24, k = 3, pairs = T * k;
+    std::vector<int> selected(pairs);
+    for (auto& e : selected) e = next_u64() % 2 ? 0 : (int)(next_u64() % n_expert);
+    selected[7] = -1;
+    selected[40] = n_expert;
+    const int busiest = (int)std::count(selected.begin(), selected.end(), 0);
+    CHECK(busiest > 32, "moe_grouped: expert 0 has %d pairs, fewer than the 64-pair tile's third column needs", busiest);
+    std::vector<float> x = randv((size_t)T * d), weights = randv(pairs);
+    std::vector<float> gate_b = randv((size_t)n_expert * ff), up_b = randv((size_t)n_expert * ff), down_b = randv((size_t)n_expert * d);
+    Mat fused = random_matrix(TYPE_Q4_1, n_expert * 2 * ff, d), gate = random_matrix(TYPE_Q4_1, n_expert * ff, d);
+    Mat up = random_matrix(TYPE_Q4_1, n_expert * ff, d), down = random_matrix(TYPE_Q8_0, n_expert * d, ff);
+    int compared = 0;
+    for (int layout = 0; layout < 2; layout++) {
+        const bool oai = layout == 0;
+        const Mat &g_m = oai ? fused : gate, &u_m = oai ? fused : up;
+        std::vector<float> hidden_ref((size_t)pairs * ff), out_ref((size_t)T * d), out((size_t)T * d);
+        MoeGateUp gu{g_m.qs.data(), g_m.sc.data(), u_m.qs.data(), u_m.sc.data(), x.data(), selected.data(), hidden_ref.data(),
+                     oai ? gate_b.data() : nullptr, oai ? up_b.data() : nullptr, ff, d, oai ? 2 * ff : ff, oai ? ff : 0, T, k, n_expert,
+                     oai ? ACT_SWIGLU_OAI : ACT_SILU, 1.702f, 7.0f};
+        launch({(unsigned)((ff + 3) / 4), (unsigned)pairs, 1}, {128, 1, 1}, [&] { moe_gate_up_fn[g_m.type](gu); });
+        MoeDown dn{down.qs.data(), down.sc.data(), hidden_ref.data(), selected.data(), weights.data(), out_ref.data(), oai ? down_b.data() : nullptr, d, ff, T, k, n_expert, 0};
+        launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[down.type](dn); });
+        // The tokens of the two pairs out of range are NaN, the others numbers (token 0's pairs are in range).
+        CHECK(std::isnan(out_ref[(size_t)(7 / k) * d]) && std::isnan(out_ref[(size_t)(40 / k) * d]) && !std::isnan(out_ref[0]), "moe_down: NaN where no expert");
+        for (int tile = 0; tile < 3; tile++) {
+            Grouping g = run_group(selected, n_expert, d, 16 << tile);
+            const MoeTiles tiles = g.args();
+            std::vector<float> hidden((size_t)pairs * ff, NAN);
+            MoeGateUp gu_g = gu;
+            gu_g.hidden = hidden.data();
+            launch({(unsigned)((ff + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_gate_up_tiled_fn[g_m.type][tile](gu_g, tiles); });
+            bool same = true;
+            for (int i = 0; i < pairs; i++) {
+                if (selected[i] >= 0 && selected[i] < n_expert) same &= bits_equal(&hidden[(size_t)i * ff], &hidden_ref[(size_t)i * ff], ff);
+            }
+            CHECK(same, "moe_gate_up_tiled (%s, tiles of %d) differs from moe_gate_up", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            MoeDown dn_g = dn;
+            dn_g.hidden = hidden.data();
+            dn_g.out = out.data();
+            launch({(unsigned)((d + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_down_tiled_fn[down.type][tile](dn_g, tiles); });
+            launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { moe_weighted_sum(dn_g, tiles); });
+            CHECK(bits_equal(out.data(), out_ref.data(), (size_t)T * d), "moe_down_tiled + moe_weighted_sum (%s, tiles of %d) differ from moe_down", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            compared++;
+        }
+    }
+    printf("moe_grouped: %d runs (2 layouts x tiles of 16, 32, 64) of %d pairs over %d experts (%d on expert 0) against the per-pair kernels' bits\n", compared, pairs, n_expert, busiest);
 }
 
 static void test_moe_families() {
