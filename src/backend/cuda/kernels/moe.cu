@@ -327,12 +327,12 @@ struct MoeGroup {
     int n_pairs;
     int n_expert;         // 1 ..= ROUTE_MAX_EXPERTS
     int tile;             // BN: the most pairs a tile takes
-    int max_tiles;        // at least ⌈n_pairs / tile⌉ + min(n_expert, n_pairs), the most tiles a step can have
+    int max_tiles;        // ⌊n_pairs / tile⌋ + min(n_expert, n_pairs): the most tiles a step can have
 };
 static_assert(sizeof(MoeGroup) == 48, "MoeGroup must match MoeGroupArgs in args.rs");
 
 // One block. Each thread counts and places the pairs of its experts by reading every pair's expert id in order: no
-// atomics, so the order within an expert is the pairs' by construction. That is n_expert / GROUP_THREADS passes
+// atomics, so the order within an expert is the pairs' by construction. That is ⌈n_expert / GROUP_THREADS⌉ passes
 // over the step's T·k ids (which a warp reads at once), small beside the matmuls they serve. A pair whose expert is
 // out of range joins no tile (`moe_weighted_sum` makes its token NaN, as the per-pair kernels do).
 extern "C" __global__ void __launch_bounds__(GROUP_THREADS) moe_group(const MoeGroup p) {
@@ -459,7 +459,8 @@ extern "C" __global__ void __launch_bounds__(SHARED_ADD_THREADS) moe_weighted_su
     float acc = 0.0f;
     for (int s = 0; s < p.k; s++) {
         const int pair = t * p.k + s, e = p.selected[pair];
-        const float y = valid_expert(e, p.n_expert) ? g.pair_out[(size_t)pair * p.rows + row] : __int_as_float(0x7fc00000);
+        const float nan = __int_as_float(0x7fc00000);
+        const float y = valid_expert(e, p.n_expert) ? g.pair_out[(size_t)pair * p.rows + row] : nan;
         acc = add_slot(acc, s, y, p.weights[pair]);
     }
     p.out[i] = acc;
