@@ -7,7 +7,7 @@ use super::args::MoeTilesArgs;
 use super::calls::*;
 use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeGroupCall, MoeSharedAddCall, PairTiles, RouteCall};
 use super::error::CudaBackendError;
-use super::module::KernelModule;
+use super::module::{KernelModule, KernelTypes};
 use super::packing::PackedType;
 
 /// Every kernel of the program, looked up once in the loaded module.
@@ -29,7 +29,7 @@ pub struct Kernels {
     top_k: CudaFunction,
     moe_route: CudaFunction,
     moe_shared_add: CudaFunction,
-    /// The mixture-of-experts kernels of each weight type the experts have.
+    /// The mixture-of-experts kernels of each weight type the routed experts have (`KernelTypes::experts`).
     moe_gate_up: Vec<Option<CudaFunction>>,
     moe_down: Vec<Option<CudaFunction>>,
     /// The grouped path's (prefill): `moe_group`, the tiled gate/up and down of each type `[type][tile]` (tiles of
@@ -80,13 +80,14 @@ fn tile_index(n_tokens: usize) -> usize {
 
 impl Kernels {
     /// Looks up every kernel of `module`, which was compiled with the per-type kernels of `types`.
-    pub fn load(module: &KernelModule, types: &[PackedType]) -> Result<Self, CudaBackendError> {
-        let per_type = |prefix: &str| -> Result<Vec<Option<CudaFunction>>, CudaBackendError> {
+    pub fn load(module: &KernelModule, types: &KernelTypes) -> Result<Self, CudaBackendError> {
+        let per_type_of = |prefix: &str, types: &[PackedType]| -> Result<Vec<Option<CudaFunction>>, CudaBackendError> {
             let of = |t: &PackedType| module.function(&format!("{prefix}_{}", t.kernel_suffix()));
             PackedType::ALL.iter().map(|t| types.contains(t).then(|| of(t)).transpose()).collect()
         };
+        let per_type = |prefix: &str| per_type_of(prefix, &types.weights);
         // The three tile widths of each compiled type's `{prefix}_{type}_n{16,32,64}`.
-        let tiled = |prefix: &str| -> Result<Vec<Option<[CudaFunction; 3]>>, CudaBackendError> {
+        let tiled = |prefix: &str, types: &[PackedType]| -> Result<Vec<Option<[CudaFunction; 3]>>, CudaBackendError> {
             let of = |t: &PackedType| -> Result<[CudaFunction; 3], CudaBackendError> {
                 let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("{prefix}_{}_n{n}", t.kernel_suffix())));
                 Ok([a?, b?, c?])
@@ -98,7 +99,7 @@ impl Kernels {
             rms_norm: module.function("rms_norm")?,
             project_small: per_type("project_small")?,
             project_gated_small: per_type("project_gated_small")?,
-            matmul: tiled("matmul")?,
+            matmul: tiled("matmul", &types.weights)?,
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
@@ -109,11 +110,11 @@ impl Kernels {
             top_k: module.function("top_k")?,
             moe_route: module.function("moe_route")?,
             moe_shared_add: module.function("moe_shared_add")?,
-            moe_gate_up: per_type("moe_gate_up")?,
-            moe_down: per_type("moe_down")?,
+            moe_gate_up: per_type_of("moe_gate_up", &types.experts)?,
+            moe_down: per_type_of("moe_down", &types.experts)?,
             moe_group: module.function("moe_group")?,
-            moe_gate_up_tiled: tiled("moe_gate_up_tiled")?,
-            moe_down_tiled: tiled("moe_down_tiled")?,
+            moe_gate_up_tiled: tiled("moe_gate_up_tiled", &types.experts)?,
+            moe_down_tiled: tiled("moe_down_tiled", &types.experts)?,
             moe_weighted_sum: module.function("moe_weighted_sum")?,
         })
     }

@@ -46,6 +46,13 @@ typedef unsigned short u16;
     X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
     X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32) X(mxfp4, TYPE_MXFP4)
 #endif
+// The same for the routed experts' kernels (moe.cu), which a backend compiles for its experts' types only (none for
+// a dense model): `module.rs` defines EMBER_EXPERT_TYPES beside EMBER_WEIGHT_TYPES; without it, every type.
+#ifdef EMBER_EXPERT_TYPES
+#define FOR_EACH_EXPERT_TYPE(X) EMBER_EXPERT_TYPES(X)
+#else
+#define FOR_EACH_EXPERT_TYPE(X) FOR_EACH_WEIGHT_TYPE(X)
+#endif
 
 // Every quantized block covers 32 consecutive elements of a row (ggml's QK).
 #define QK 32

@@ -270,7 +270,7 @@ __device__ void moe_down(const MoeDown& p) {
     extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_down_##SUFFIX(const MoeDown p) {      \
         moe_down<TYPE>(p);                                                                              \
     }
-FOR_EACH_WEIGHT_TYPE(MOE_KERNELS)
+FOR_EACH_EXPERT_TYPE(MOE_KERNELS)
 
 struct MoeSharedAdd {
     float* out;          // [n_tokens][width]: out += g·y
@@ -448,7 +448,7 @@ __device__ void moe_down_tiled(const MoeDown& p, const MoeTiles& g) {
     MOE_TILED_KERNEL(SUFFIX, TYPE, 1, 16) \
     MOE_TILED_KERNEL(SUFFIX, TYPE, 2, 32) \
     MOE_TILED_KERNEL(SUFFIX, TYPE, 4, 64)
-FOR_EACH_WEIGHT_TYPE(MOE_TILED_KERNELS)
+FOR_EACH_EXPERT_TYPE(MOE_TILED_KERNELS)
 
 // out[t][row] = Σ_s w[t][s] · pair_out[t·k + s][row] in slot order, `moe_down`'s sum of what moe_down_tiled wrote.
 // Of `p`, it reads selected, weights, out, rows, n_tokens, k and n_expert.
