@@ -261,8 +261,20 @@ fn gpu_results_do_not_depend_on_the_batch_or_on_graphs() {
     if !gpu_available() {
         return;
     }
-    let (bytes, config) = tiny_model();
-    let file = GgufFile::from_bytes(&bytes).unwrap();
+    results_do_not_depend_on_the_batch_or_on_graphs("tiny llama", &tiny_model().0);
+    // Mixtures of experts: a token alone runs the per-pair expert kernels, a step of 12 sequences or of chunks the
+    // grouped ones (`calls_moe::grouped_experts`), which promise the same bits.
+    for family in ["qwen3moe-small", "gpt-oss-small-mxfp4"] {
+        let spec = SyntheticSpec::family(family, 3, 1).unwrap();
+        results_do_not_depend_on_the_batch_or_on_graphs(family, &spec.writer_with_byte_vocabulary().to_bytes());
+    }
+}
+
+/// Sequence 0's logits bit for bit the same alone and beside others, in chunks of every kernel path, with and
+/// without graphs, on the model in `bytes`.
+fn results_do_not_depend_on_the_batch_or_on_graphs(what: &str, bytes: &[u8]) {
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
     let bits = |rows: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
         rows.into_iter().map(|r| r.into_iter().map(f32::to_bits).collect()).collect()
     };
@@ -278,12 +290,13 @@ fn gpu_results_do_not_depend_on_the_batch_or_on_graphs() {
                 let rows = bits(run(&config, backend, &seqs, 20, chunk, 4).remove(0));
                 // The chunked runs have logits only at each chunk's end: compare the last steps (decodes).
                 let (a, b) = (&alone[alone.len() - 4..], &rows[rows.len() - 4..]);
-                assert!(a == b, "{name}, {} sequences, chunks of {chunk}: sequence 0's logits differ", seqs.len());
+                let n = seqs.len();
+                assert!(a == b, "{what}, {name}, {n} sequences, chunks of {chunk}: sequence 0's logits differ");
             }
         }
     }
     let (graphs, disabled) = with_graphs.graphs();
-    assert!(graphs > 0 && disabled.is_none(), "no graph recorded: {disabled:?}");
+    assert!(graphs > 0 && disabled.is_none(), "{what}: no graph recorded: {disabled:?}");
 }
 
 #[test]

@@ -11,8 +11,8 @@
 //!   experts, and the first mixture-of-experts layer of deepseek2-lite-small (softmax router, two counted shared
 //!   experts as one ungated FFN, after a leading dense block) and deepseek3-small (sigmoid router with a selection
 //!   bias, 2 of 4 groups, renormalized and scaled weights, one shared expert): the layer's tensors packed by the CUDA
-//!   backend's own `packing::pack`, a few tokens, and the CPU
-//!   backend's logits for them through that layer alone: its `LlamaBackend` operations `embed`, `rms_norm` (the
+//!   backend's own `packing::pack`, a few tokens or a step of 16 (which takes the grouped expert kernels), and the
+//!   CPU backend's logits for them through that layer alone: its `LlamaBackend` operations `embed`, `rms_norm` (the
 //!   FFN norm), `moe_ffn`, the residual add and `logits`, the sequence the forward pass runs for a mixture-of-experts
 //!   block, without the attention. The emulation runs the CUDA kernels in the order `execute_moe.rs` enqueues them
 //!   and compares the logits within the bound the GPU's logits are held to for the dense families
@@ -283,18 +283,27 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
 fn moe_fixtures_for_the_cuda_emulation() {
     let mut out = Words(Vec::new());
     let n_routing = routing_cases(&mut out);
-    // One token per family (the emulation runs a thread per GPU thread: `make test` pays for each row), several in
-    // the 9-token case below.
-    let families =
-        ["qwen3moe-small", "mixtral-small", "qwen2moe-small", "olmoe-small", "granitemoe-small", "gpt-oss-small-mxfp4"];
-    let mut layers: Vec<(String, SyntheticSpec, usize)> =
-        families.iter().map(|f| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), 1)).collect();
-    // More than `SMALL_BATCH_MAX_TOKENS` rows: the router and the shared expert take the tiled matmul.
-    layers.push(("qwen2moe-small, 9 tokens".into(), SyntheticSpec::family("qwen2moe-small", 6, 1).unwrap(), 9));
+    // Steps of 16 tokens for the families whose routed experts differ (Qwen 3's many experts, Mixtral's few wide
+    // ones, Qwen 2's shared expert, gpt-oss' biases and SwiGLU over MXFP4): past `SMALL_BATCH_MAX_TOKENS` rows with
+    // at least one pair per expert, they take the grouped path (`calls_moe::grouped_experts`), and the router and
+    // shared expert the tiled matmul. One token for the others, whose routing is what differs (the per-pair path;
+    // the emulation runs a thread per GPU thread: `make test` pays for each row).
+    let families = [
+        ("qwen3moe-small", 16),
+        ("mixtral-small", 16),
+        ("qwen2moe-small", 16),
+        ("olmoe-small", 1),
+        ("granitemoe-small", 1),
+        ("gpt-oss-small-mxfp4", 16),
+    ];
+    let mut layers: Vec<(String, SyntheticSpec, usize)> = families
+        .iter()
+        .map(|&(f, n_tokens)| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), n_tokens))
+        .collect();
     for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4] {
         let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 7, 1).unwrap() };
-        // One token each: the emulation runs a thread per GPU thread, and the types differ only in `slice_dequant`.
-        layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 1));
+        // The grouped path over quantized experts (the types differ only in `slice_dequant`).
+        layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 16));
     }
     // DeepSeek's routing and counted shared experts, in layer 1 (after the leading dense block). Its attention is
     // not part of the emulated layer.

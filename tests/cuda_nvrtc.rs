@@ -12,7 +12,8 @@
 
 use ember::backend::cuda::packing::PackedType;
 use ember::backend::cuda::{
-    compile, kernel_names, nvrtc_library_present, program_source, program_source_for, CudaBackendError, KERNEL_FILES,
+    compile, kernel_names, nvrtc_library_present, program_source, program_source_for, CudaBackendError, KernelTypes,
+    KERNEL_FILES,
 };
 
 /// Whether NVRTC is here; panics when it is not but must be.
@@ -74,19 +75,31 @@ fn a_kernel_that_does_not_compile_is_reported_with_its_file_and_line() {
 }
 
 #[test]
-fn a_model_compiles_the_kernels_of_its_own_weight_types_only() {
+fn a_model_compiles_the_kernels_of_its_own_weight_types_and_its_experts_only() {
     if !nvrtc_available() {
         return;
     }
-    // SmolLM2's file: Q4_1 matrices, a Q8_0 embedding.
-    let types = [PackedType::Q8_0, PackedType::Q4_1];
-    let ptx = compile(&program_source_for(&KERNEL_FILES, Some(&types)), "compute_90").unwrap_or_else(|e| panic!("{e}"));
-    let ptx = ptx.to_src();
-    for t in PackedType::ALL {
-        let name = format!(".entry matmul_{}_n16(", t.kernel_suffix());
-        assert_eq!(ptx.contains(&name), types.contains(&t), "{name} compiled: {}", ptx.contains(&name));
-    }
-    for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k"] {
-        assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} is missing from the PTX");
+    // SmolLM2's file (Q4_1 matrices, a Q8_0 embedding; no experts), and a mixture of experts whose routed experts
+    // are Q4_K and its other matrices Q8_0 and Q6_K.
+    let dense = KernelTypes { weights: vec![PackedType::Q8_0, PackedType::Q4_1], experts: vec![] };
+    let moe = KernelTypes {
+        weights: vec![PackedType::Q8_0, PackedType::Q6K, PackedType::Q4K],
+        experts: vec![PackedType::Q4K],
+    };
+    for types in [dense, moe] {
+        let source = program_source_for(&KERNEL_FILES, Some(&types));
+        let ptx = compile(&source, "compute_90").unwrap_or_else(|e| panic!("{e}")).to_src();
+        for t in PackedType::ALL {
+            let suffix = t.kernel_suffix();
+            let name = format!(".entry matmul_{suffix}_n16(");
+            assert_eq!(ptx.contains(&name), types.weights.contains(&t), "{name} compiled: {}", ptx.contains(&name));
+            for kernel in [format!("moe_gate_up_{suffix}("), format!("moe_down_tiled_{suffix}_n64(")] {
+                let name = format!(".entry {kernel}");
+                assert_eq!(ptx.contains(&name), types.experts.contains(&t), "{name} compiled: {}", ptx.contains(&name));
+            }
+        }
+        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k", "moe_group"] {
+            assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} is missing from the PTX");
+        }
     }
 }

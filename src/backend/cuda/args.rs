@@ -1,6 +1,7 @@
 //! The kernels' parameter structs as Rust sees them: field for field the structs of the same names in the `.cu`
 //! files (pointers as `u64` device addresses first, then 32-bit fields, so that neither side has hidden padding).
-//! Both sides assert each struct's size; the kernels take exactly one such struct by value.
+//! Both sides assert each struct's size; the kernels take one such struct by value (the grouped expert kernels
+//! two: their per-pair kernel's and `MoeTilesArgs`).
 
 use cudarc::driver::DeviceRepr;
 
@@ -302,6 +303,30 @@ pub struct MoeSharedAddArgs {
     pub(super) width: i32,
 }
 
+/// `struct MoeGroup` of moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeGroupArgs {
+    pub(super) selected: u64,
+    pub(super) order: u64,
+    pub(super) tiles: u64,
+    pub(super) n_tiles: u64,
+    pub(super) n_pairs: i32,
+    pub(super) n_expert: i32,
+    pub(super) tile: i32,
+    pub(super) max_tiles: i32,
+}
+
+/// `struct MoeTiles` of moe.cu: the second parameter of the grouped expert kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeTilesArgs {
+    pub(super) order: u64,
+    pub(super) tiles: u64,
+    pub(super) n_tiles: u64,
+    pub(super) pair_out: u64,
+}
+
 // The sizes the .cu files' static_asserts hold their structs to.
 const _: () = assert!(std::mem::size_of::<EmbedArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
@@ -322,8 +347,10 @@ const _: () = assert!(std::mem::size_of::<RouteArgs>() == 72);
 const _: () = assert!(std::mem::size_of::<MoeGateUpArgs>() == 112);
 const _: () = assert!(std::mem::size_of::<MoeDownArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<MoeSharedAddArgs>() == 32);
+const _: () = assert!(std::mem::size_of::<MoeGroupArgs>() == 48);
+const _: () = assert!(std::mem::size_of::<MoeTilesArgs>() == 32);
 
-// SAFETY (all nineteen): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
+// SAFETY (all twenty-one): plain `#[repr(C)]` structs of integers and floats with no padding (the sizes above are the
 // sums of their fields), valid for any bit pattern, laid out as the kernels' parameter structs.
 unsafe impl DeviceRepr for EmbedArgs {}
 unsafe impl DeviceRepr for RmsNormArgs {}
@@ -344,6 +371,8 @@ unsafe impl DeviceRepr for RouteArgs {}
 unsafe impl DeviceRepr for MoeGateUpArgs {}
 unsafe impl DeviceRepr for MoeDownArgs {}
 unsafe impl DeviceRepr for MoeSharedAddArgs {}
+unsafe impl DeviceRepr for MoeGroupArgs {}
+unsafe impl DeviceRepr for MoeTilesArgs {}
 
 #[cfg(test)]
 mod tests {
@@ -504,5 +533,7 @@ mod tests {
             [qs, sc, hidden, selected, weights, out, bias, rows, cols, n_tokens, k, n_expert, pad]
         );
         mirrors!(MoeSharedAddArgs, "MoeSharedAdd", [out, y, gate, n_tokens, width]);
+        mirrors!(MoeGroupArgs, "MoeGroup", [selected, order, tiles, n_tiles, n_pairs, n_expert, tile, max_tiles]);
+        mirrors!(MoeTilesArgs, "MoeTiles", [order, tiles, n_tiles, pair_out]);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::calls::TOP_K_MAX;
+use super::calls_moe::{expert_tile, grouped_experts, max_expert_tiles, PairTiles};
 use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
 use crate::model::llama::forward::Buf;
@@ -57,6 +58,33 @@ pub struct MoeBuffers {
     pub hidden: CudaSlice<f32>,
     /// The shared expert's, when the model has one.
     pub shared: Option<SharedBuffers>,
+    /// The grouped path's (`calls_moe::grouped_experts`), when a step of `T` rows can take it.
+    pub grouped: Option<GroupedBuffers>,
+}
+
+/// Where `moe_group` groups a step's pairs by expert, and the tiled down's output (`calls_moe::PairTiles`).
+pub struct GroupedBuffers {
+    /// `[T · k]`: the pairs in expert-major order.
+    pub order: CudaSlice<i32>,
+    /// `[max tiles][3]`: the most tiles of `T · k` pairs at the narrowest tile (16).
+    pub tiles: CudaSlice<i32>,
+    /// `[1]`.
+    pub n_tiles: CudaSlice<i32>,
+    /// `[T · k][n_embd]`: each pair's expert output, before the weighted sum.
+    pub pair_out: CudaSlice<f32>,
+}
+
+impl GroupedBuffers {
+    /// The buffers as the grouped kernels read them, for a step of `pairs` pairs over `n_expert` experts.
+    pub fn tiles<'a>(&'a self, stream: &CudaStream, pairs: usize, n_expert: usize) -> PairTiles<'a> {
+        PairTiles {
+            order: DeviceArray::new(&self.order, stream),
+            tiles: DeviceArray::new(&self.tiles, stream),
+            n_tiles: DeviceArray::new(&self.n_tiles, stream),
+            pair_out: DeviceArray::new(&self.pair_out, stream),
+            tile: expert_tile(pairs, n_expert),
+        }
+    }
 }
 
 /// The shared expert's working memory.
@@ -107,6 +135,9 @@ impl Buffers {
         let alloc = |n: usize| -> Result<CudaSlice<f32>, CudaBackendError> {
             stream.alloc_zeros(n).map_err(CudaBackendError::driver("allocating activation buffers"))
         };
+        let ints = |n: usize| -> Result<CudaSlice<i32>, CudaBackendError> {
+            stream.alloc_zeros(n).map_err(CudaBackendError::driver("allocating activation buffers"))
+        };
         let d = config.n_embd;
         let half = config.rope_dim / 2;
         let rope = (0..config.rope_bases.len())
@@ -150,11 +181,18 @@ impl Buffers {
                     let pairs = max_tokens * moe.n_expert_used;
                     Some(MoeBuffers {
                         logits: alloc(max_tokens * moe.n_expert)?,
-                        selected: stream
-                            .alloc_zeros(pairs)
-                            .map_err(CudaBackendError::driver("allocating activation buffers"))?,
+                        selected: ints(pairs)?,
                         weights: alloc(pairs)?,
                         hidden: alloc(pairs * moe.n_ff_exp)?,
+                        grouped: match grouped_experts(max_tokens, moe.n_expert_used, moe.n_expert) {
+                            false => None,
+                            true => Some(GroupedBuffers {
+                                order: ints(pairs)?,
+                                tiles: ints(3 * max_expert_tiles(pairs, moe.n_expert, 16))?,
+                                n_tiles: ints(1)?,
+                                pair_out: alloc(pairs * d)?,
+                            }),
+                        },
                         shared: match moe.shared {
                             None => None,
                             Some(s) => Some(SharedBuffers {

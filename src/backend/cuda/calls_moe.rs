@@ -3,8 +3,8 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::args::{MoeDownArgs, MoeGateUpArgs, MoeSharedAddArgs, RouteArgs};
-use super::calls::{activation_code, blocks, config, int, internal};
+use super::args::{MoeDownArgs, MoeGateUpArgs, MoeGroupArgs, MoeSharedAddArgs, MoeTilesArgs, RouteArgs};
+use super::calls::{activation_code, blocks, config, int, internal, matmul_tile, SMALL_BATCH_MAX_TOKENS};
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use crate::model::llama::architecture::{ExpertGlu, Gating};
@@ -17,6 +17,10 @@ const ROUTE_THREADS: u32 = 256;
 const MOE_THREADS: u32 = 128;
 const MOE_ROWS_PER_BLOCK: usize = 4;
 const SHARED_ADD_THREADS: u32 = 256;
+const GROUP_THREADS: u32 = 256;
+/// `MM_THREADS` and `MM_BM` of common.cuh: the grouped expert kernels' blocks and rows per block.
+const TILED_THREADS: u32 = 256;
+const TILED_ROWS_PER_BLOCK: usize = 64;
 /// A grid's largest second dimension; the kernels loop over what does not fit.
 const MAX_GRID_Y: usize = 65535;
 
@@ -224,6 +228,136 @@ impl MoeDownCall<'_> {
         };
         let grid_y = self.n_tokens.min(MAX_GRID_Y) as u32;
         Ok((args, config((blocks(rows, MOE_ROWS_PER_BLOCK)?, grid_y), MOE_THREADS)))
+    }
+}
+
+/// Whether a step runs its routed experts grouped by expert (`moe_group`, then a tiled matmul per expert) rather
+/// than per (token, slot) pair. As the dense projections take the tiled matmul past [`SMALL_BATCH_MAX_TOKENS`]
+/// rows, so do the experts, when the step also has at least as many pairs as there are experts: below that most
+/// experts get one pair or none, a tile would read an expert's rows for one pair as a per-pair matvec does, and the
+/// grouping would be pure overhead. Decode steps (a few rows) keep the per-pair kernels, which read only the chosen
+/// experts' bytes. Both paths give the same bits (moe.cu), so this decides speed only; the bound is reasoned, not
+/// measured on a GPU.
+pub fn grouped_experts(n_tokens: usize, k: usize, n_expert: usize) -> bool {
+    n_tokens > SMALL_BATCH_MAX_TOKENS && n_tokens * k >= n_expert
+}
+
+/// Pairs per tile of the grouped expert kernels for a step of `pairs` pairs: the dense matmul's tile
+/// ([`matmul_tile`]: 16, 32 or 64) for the pairs an expert gets on average.
+pub fn expert_tile(pairs: usize, n_expert: usize) -> usize {
+    matmul_tile(pairs.div_ceil(n_expert.max(1)))
+}
+
+/// The most tiles `pairs` pairs over `n_expert` experts make at `tile` pairs per tile: every full tile, plus at
+/// most one partial tile per expert that has pairs.
+pub fn max_expert_tiles(pairs: usize, n_expert: usize, tile: usize) -> usize {
+    pairs / tile + n_expert.min(pairs)
+}
+
+/// Where a step's pairs grouped by expert live on the device (`MoeBuffers::grouped`), at one tile width.
+#[derive(Clone, Copy)]
+pub struct PairTiles<'a> {
+    /// `[pairs]`: the pairs, expert by expert, each expert's in pair order.
+    pub order: DeviceArray<'a, i32>,
+    /// `[max tiles][3]`: each tile's expert, first position in `order` and number of pairs.
+    pub tiles: DeviceArray<'a, i32>,
+    /// `[1]`: how many tiles the step has.
+    pub n_tiles: DeviceArray<'a, i32>,
+    /// `[pairs][n_embd]`: each pair's expert output, before the weighted sum.
+    pub pair_out: DeviceArray<'a, f32>,
+    /// Pairs per tile: 16, 32 or 64 ([`expert_tile`]).
+    pub tile: usize,
+}
+
+impl PairTiles<'_> {
+    /// The tiled kernels' second parameter for `pairs` pairs over `n_expert` experts, `width` the down's output
+    /// width; with the most tiles, which the grid covers.
+    fn args(&self, pairs: usize, n_expert: usize, width: usize) -> Result<(MoeTilesArgs, usize), CudaBackendError> {
+        if ![16, 32, 64].contains(&self.tile) {
+            return Err(internal(format!("expert tiles of {} pairs", self.tile)));
+        }
+        let max_tiles = max_expert_tiles(pairs, n_expert, self.tile);
+        let args = MoeTilesArgs {
+            order: self.order.covering(pairs, "the pairs by expert")?,
+            tiles: self.tiles.covering(3 * max_tiles, "the expert tiles")?,
+            n_tiles: self.n_tiles.covering(1, "the tile count")?,
+            pair_out: self.pair_out.covering(pairs * width, "the pairs' expert outputs")?,
+        };
+        Ok((args, max_tiles))
+    }
+}
+
+/// The step's pairs grouped by expert into `tiles` (`moe_group`, one block).
+pub struct MoeGroupCall<'a> {
+    /// `[n_tokens][k]`: each pair's expert.
+    pub selected: DeviceArray<'a, i32>,
+    pub tiles: PairTiles<'a>,
+    pub pairs: usize,
+    pub n_expert: usize,
+    /// The down's output width (`n_embd`), for `tiles.pair_out`.
+    pub width: usize,
+}
+
+impl MoeGroupCall<'_> {
+    pub fn args(&self) -> Result<(MoeGroupArgs, LaunchConfig), CudaBackendError> {
+        if self.n_expert == 0 || self.n_expert > ROUTE_MAX_EXPERTS {
+            return Err(internal(format!("grouping pairs over {} experts", self.n_expert)));
+        }
+        let (tiles, max_tiles) = self.tiles.args(self.pairs, self.n_expert, self.width)?;
+        let args = MoeGroupArgs {
+            selected: self.selected.covering(self.pairs, "the chosen experts")?,
+            order: tiles.order,
+            tiles: tiles.tiles,
+            n_tiles: tiles.n_tiles,
+            n_pairs: int(self.pairs, "pairs")?,
+            n_expert: self.n_expert as i32,
+            tile: self.tiles.tile as i32,
+            max_tiles: int(max_tiles, "expert tiles")?,
+        };
+        Ok((args, config((1, 1), GROUP_THREADS)))
+    }
+}
+
+/// The grid of a grouped expert kernel: blocks of 64 of `rows` rows by every tile a step can have (the kernel
+/// loops past the grid's limit; blocks past the step's tiles leave).
+fn tiled_grid(rows: usize, max_tiles: usize) -> Result<LaunchConfig, CudaBackendError> {
+    Ok(config((blocks(rows, TILED_ROWS_PER_BLOCK)?, max_tiles.clamp(1, MAX_GRID_Y) as u32), TILED_THREADS))
+}
+
+impl MoeGateUpCall<'_> {
+    /// The per-pair call's operands for `moe_gate_up_tiled_*`, with the pairs grouped in `tiles`.
+    pub fn tiled_args(
+        &self,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(MoeGateUpArgs, MoeTilesArgs, LaunchConfig), CudaBackendError> {
+        let (args, _) = self.args()?;
+        let pairs = self.n_tokens * self.k;
+        let (tiles, max_tiles) = tiles.args(pairs, self.n_expert, self.experts.gate.cols)?;
+        Ok((args, tiles, tiled_grid(self.n_ff, max_tiles)?))
+    }
+}
+
+impl MoeDownCall<'_> {
+    /// The per-pair call's operands for `moe_down_tiled_*` (each pair's output into `tiles.pair_out`).
+    pub fn tiled_args(
+        &self,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(MoeDownArgs, MoeTilesArgs, LaunchConfig), CudaBackendError> {
+        let (args, _) = self.args()?;
+        let (tiles, max_tiles) = tiles.args(self.n_tokens * self.k, self.n_expert, args.rows as usize)?;
+        Ok((args, tiles, tiled_grid(args.rows as usize, max_tiles)?))
+    }
+
+    /// The operands of `moe_weighted_sum`: `out` from what `moe_down_tiled_*` left in `tiles.pair_out`.
+    pub fn weighted_sum_args(
+        &self,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(MoeDownArgs, MoeTilesArgs, LaunchConfig), CudaBackendError> {
+        let (args, _) = self.args()?;
+        let rows = args.rows as usize;
+        let (tiles, _) = tiles.args(self.n_tokens * self.k, self.n_expert, rows)?;
+        let n = int(self.n_tokens * rows, "outputs")? as usize;
+        Ok((args, tiles, config((blocks(n, SHARED_ADD_THREADS as usize)?, 1), SHARED_ADD_THREADS)))
     }
 }
 
@@ -452,5 +586,94 @@ mod tests {
             let m = MoeConfig { groups: Some(ExpertGroups { count, used }), ..v3.clone() };
             assert!(route(&m, Some(256)).is_err(), "{used} of {count} groups");
         }
+    }
+
+    #[test]
+    fn steps_past_a_few_rows_with_a_pair_per_expert_take_the_grouped_path() {
+        assert!(!grouped_experts(8, 8, 32), "a step project_small takes stays per pair");
+        assert!(grouped_experts(9, 8, 32));
+        assert!(!grouped_experts(16, 1, 32), "fewer pairs than experts");
+        assert!(grouped_experts(16, 2, 32) && grouped_experts(512, 8, 128));
+        // The tile follows the pairs an expert gets on average, as the dense matmul's follows the tokens.
+        assert_eq!(
+            [(128, 32), (16 * 2, 8), (512 * 8, 128), (4096, 8)].map(|(p, e)| expert_tile(p, e)),
+            [16, 16, 32, 64]
+        );
+    }
+
+    #[test]
+    fn no_split_of_a_steps_pairs_over_the_experts_makes_more_tiles_than_the_bound() {
+        // Every way of giving `pairs` pairs to 4 experts (some none), at each tile width: the tiles moe_group makes.
+        for tile in [1, 2, 3, 16] {
+            for pairs in 0..=12usize {
+                for a in 0..=pairs {
+                    for b in 0..=pairs - a {
+                        for c in 0..=pairs - a - b {
+                            let counts = [a, b, c, pairs - a - b - c];
+                            let tiles: usize = counts.iter().map(|n| n.div_ceil(tile)).sum();
+                            assert!(tiles <= max_expert_tiles(pairs, 4, tile), "{counts:?} at {tile}");
+                        }
+                    }
+                }
+            }
+        }
+        // Its two terms: the full tiles, and at most one partial tile per expert, or per pair when fewer.
+        assert_eq!(max_expert_tiles(64, 4, 16), 4 + 4);
+        assert_eq!(max_expert_tiles(3, 8, 16), 3);
+    }
+
+    #[test]
+    fn grouped_calls_cover_every_tile_a_step_can_have() {
+        let (gate, down) = (matrix(PackedType::Q4K, 8 * 64, 256), matrix(PackedType::Q6K, 8 * 256, 64));
+        let (n_tokens, k) = (12, 2);
+        let pairs = n_tokens * k;
+        let tiles = |tile, tiles_len| PairTiles {
+            order: DeviceArray::fake(0x100, pairs),
+            tiles: DeviceArray::fake(0x200, tiles_len),
+            n_tiles: DeviceArray::fake(0x300, 1),
+            pair_out: DeviceArray::fake(0x400, pairs * 256),
+            tile,
+        };
+        // 24 pairs over 8 experts at 16 per tile: 1 full tile and up to 8 partial ones.
+        assert_eq!(expert_tile(pairs, 8), 16);
+        let full = tiles(16, 3 * 9);
+        let group =
+            |t| MoeGroupCall { selected: DeviceArray::fake(0x500, pairs), tiles: t, pairs, n_expert: 8, width: 256 };
+        let (args, cfg) = group(full).args().unwrap();
+        assert_eq!((args.n_pairs, args.tile, args.max_tiles, cfg.grid_dim), (24, 16, 9, (1, 1, 1)));
+        assert_eq!((args.order, args.tiles, args.n_tiles), (0x100, 0x200, 0x300));
+        assert!(group(tiles(16, 3 * 9 - 1)).args().is_err(), "room for one tile too few");
+        assert!(group(tiles(24, 3 * 9)).args().is_err(), "no kernel for tiles of 24");
+        let gate_up = MoeGateUpCall {
+            experts: ExpertRows { gate, up: gate, stride: 64, up_offset: 0 },
+            x: DeviceArray::fake(0, n_tokens * 256),
+            selected: DeviceArray::fake(0, pairs),
+            hidden: DeviceArray::fake(0, pairs * 64),
+            n_tokens,
+            k,
+            n_expert: 8,
+            n_ff: 64,
+            activation: FfnActivation::Silu,
+            glu: ExpertGlu::AsDense,
+            biases: None,
+        };
+        // Blocks of 64 rows by the 9 tiles a step of 24 pairs can have.
+        let (args, tiles_args, cfg) = gate_up.tiled_args(&full).unwrap();
+        assert_eq!((args.rows, tiles_args.pair_out, cfg.grid_dim, cfg.block_dim), (64, 0x400, (1, 9, 1), (256, 1, 1)));
+        let down = MoeDownCall {
+            down,
+            hidden: DeviceArray::fake(0, pairs * 64),
+            selected: DeviceArray::fake(0, pairs),
+            weights: DeviceArray::fake(0, pairs),
+            out: DeviceArray::fake(0, n_tokens * 256),
+            bias: None,
+            n_tokens,
+            k,
+            n_expert: 8,
+        };
+        assert_eq!(down.tiled_args(&full).unwrap().2.grid_dim, (4, 9, 1));
+        assert_eq!(down.weighted_sum_args(&full).unwrap().2.grid_dim, (12, 1, 1));
+        let short = PairTiles { pair_out: DeviceArray::fake(0x400, pairs * 256 - 1), ..full };
+        assert!(down.tiled_args(&short).is_err(), "a pair's output row short");
     }
 }

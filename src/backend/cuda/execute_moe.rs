@@ -2,16 +2,17 @@
 //! gpt-oss' router bias, and DeepSeek's selection bias and group limit for the choice), the routed experts (with
 //! gpt-oss' biases and activation), the shared expert. Everything stays on the device, so that a decode step with
 //! experts replays from a CUDA graph like a dense one (the chosen experts are data the kernels read, not launch
-//! parameters).
+//! parameters). The routed experts run per (token, slot) pair for a few rows and grouped by expert for more
+//! (`calls_moe::grouped_experts`), with the same bits either way.
 //!
 //! The order matters because the block's input and output are one buffer (`io`, the normalized rows): every
 //! kernel that reads the input (router, routed gate/up, the shared expert's gate/up and gate) runs before
-//! `moe_down` overwrites it with the routed experts' weighted sum; the shared expert's output is added after, as
-//! the CPU adds it.
+//! `moe_down` (or `moe_weighted_sum`) overwrites it with the routed experts' weighted sum; the shared expert's
+//! output is added after, as the CPU adds it.
 
 use super::buffers::{MoeBuffers, SharedBuffers};
 use super::calls::{GatedCall, MatmulCall, ProjectSmallCall, SMALL_BATCH_MAX_TOKENS};
-use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
+use super::calls_moe::{grouped_experts, MoeDownCall, MoeGateUpCall, MoeGroupCall, MoeSharedAddCall, RouteCall};
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use super::execute::StepRun;
@@ -30,7 +31,7 @@ impl StepRun<'_> {
         let bufs = self.buffers.moe.as_ref().ok_or_else(|| internal("no mixture-of-experts buffers"))?;
         let experts = self.weights.experts(layer)?;
         let (s, k, n_tokens) = (self.stream, moe.n_expert_used, self.rows);
-        let MoeBuffers { logits, selected, weights, hidden, shared: shared_bufs } = bufs;
+        let MoeBuffers { logits, selected, weights, hidden, shared: shared_bufs, grouped } = bufs;
         let (x, logits) = (self.buffers.activation(io, s), DeviceArray::new(logits, s));
         let (selected, weights, hidden) =
             (DeviceArray::new(selected, s), DeviceArray::new(weights, s), DeviceArray::new(hidden, s));
@@ -55,7 +56,26 @@ impl StepRun<'_> {
             glu: moe.activation,
             biases: expert_biases,
         };
-        self.kernels.moe_gate_up(s, &gate_up)?;
+        // The step's pairs by expert, when it takes the grouped path.
+        let tiles = match (grouped_experts(n_tokens, k, moe.n_expert), grouped) {
+            (false, _) => None,
+            (true, Some(g)) => Some(g.tiles(s, n_tokens * k, moe.n_expert)),
+            (true, None) => return Err(internal("a grouped step without the grouped path's buffers")),
+        };
+        match &tiles {
+            Some(tiles) => {
+                let group = MoeGroupCall {
+                    selected,
+                    tiles: *tiles,
+                    pairs: n_tokens * k,
+                    n_expert: moe.n_expert,
+                    width: self.config.n_embd,
+                };
+                self.kernels.moe_group(s, &group)?;
+                self.kernels.moe_gate_up_tiled(s, &gate_up, tiles)?;
+            }
+            None => self.kernels.moe_gate_up(s, &gate_up)?,
+        }
         let shared = match (&experts.shared, shared_bufs) {
             (Some(weights), Some(bufs)) => Some((weights, bufs)),
             (None, None) => None,
@@ -79,7 +99,13 @@ impl StepRun<'_> {
             k,
             n_expert: moe.n_expert,
         };
-        self.kernels.moe_down(s, &down)?;
+        match &tiles {
+            Some(tiles) => {
+                self.kernels.moe_down_tiled(s, &down, tiles)?;
+                self.kernels.moe_weighted_sum(s, &down, tiles)?;
+            }
+            None => self.kernels.moe_down(s, &down)?,
+        }
         if let Some((w, b)) = shared {
             let out = DeviceArray::new(&b.out, s);
             self.dense(&w.down, DeviceArray::new(&b.gate, s), out)?;

@@ -137,6 +137,11 @@ impl DeviceExperts {
         }
     }
 
+    /// The routed experts' stacked matrices (gate, down, and up unless fused), which moe.cu's per-type kernels read.
+    pub fn routed(&self) -> impl Iterator<Item = &DeviceMatrix> {
+        [&self.gate, &self.down].into_iter().chain(&self.up)
+    }
+
     /// Every matrix, for the list of weight types to compile kernels for.
     pub fn matrices(&self) -> impl Iterator<Item = &DeviceMatrix> {
         let shared = self.shared.iter().flat_map(|s| [&s.gate, &s.up, &s.down].into_iter().chain(&s.gate_inp));

@@ -3,11 +3,12 @@
 
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
+use super::args::MoeTilesArgs;
 use super::calls::*;
 use super::calls_latent::{HeadsCopyCall, LatentKeysCall, LatentQueriesCall};
-use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeSharedAddCall, RouteCall};
+use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeGroupCall, MoeSharedAddCall, PairTiles, RouteCall};
 use super::error::CudaBackendError;
-use super::module::KernelModule;
+use super::module::{KernelModule, KernelTypes};
 use super::packing::PackedType;
 
 /// Every kernel of the program, looked up once in the loaded module.
@@ -33,13 +34,19 @@ pub struct Kernels {
     top_k: CudaFunction,
     moe_route: CudaFunction,
     moe_shared_add: CudaFunction,
-    /// The mixture-of-experts kernels of each weight type the experts have.
+    /// The mixture-of-experts kernels of each weight type the routed experts have (`KernelTypes::experts`).
     moe_gate_up: Vec<Option<CudaFunction>>,
     moe_down: Vec<Option<CudaFunction>>,
+    /// The grouped path's (prefill): `moe_group`, the tiled gate/up and down of each type `[type][tile]` (tiles of
+    /// 16, 32 and 64 pairs), and `moe_weighted_sum`.
+    moe_group: CudaFunction,
+    moe_gate_up_tiled: Vec<Option<[CudaFunction; 3]>>,
+    moe_down_tiled: Vec<Option<[CudaFunction; 3]>>,
+    moe_weighted_sum: CudaFunction,
 }
 
 /// The kernels that are not compiled per weight type.
-const SHARED_KERNELS: [&str; 15] = [
+const SHARED_KERNELS: [&str; 17] = [
     "rms_norm",
     "rope_table",
     "rope_store",
@@ -55,6 +62,8 @@ const SHARED_KERNELS: [&str; 15] = [
     "top_k",
     "moe_route",
     "moe_shared_add",
+    "moe_group",
+    "moe_weighted_sum",
 ];
 
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
@@ -64,6 +73,8 @@ pub fn kernel_names() -> Vec<String> {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
         names.extend([format!("moe_gate_up_{t}"), format!("moe_down_{t}")]);
+        names.extend([16, 32, 64].map(|n| format!("moe_gate_up_tiled_{t}_n{n}")));
+        names.extend([16, 32, 64].map(|n| format!("moe_down_tiled_{t}_n{n}")));
     }
     names
 }
@@ -78,24 +89,26 @@ fn tile_index(n_tokens: usize) -> usize {
 
 impl Kernels {
     /// Looks up every kernel of `module`, which was compiled with the per-type kernels of `types`.
-    pub fn load(module: &KernelModule, types: &[PackedType]) -> Result<Self, CudaBackendError> {
-        let per_type = |prefix: &str| -> Result<Vec<Option<CudaFunction>>, CudaBackendError> {
+    pub fn load(module: &KernelModule, types: &KernelTypes) -> Result<Self, CudaBackendError> {
+        let per_type_of = |prefix: &str, types: &[PackedType]| -> Result<Vec<Option<CudaFunction>>, CudaBackendError> {
             let of = |t: &PackedType| module.function(&format!("{prefix}_{}", t.kernel_suffix()));
             PackedType::ALL.iter().map(|t| types.contains(t).then(|| of(t)).transpose()).collect()
         };
-        let matmul_of = |t: PackedType| -> Result<Option<[CudaFunction; 3]>, CudaBackendError> {
-            if !types.contains(&t) {
-                return Ok(None);
-            }
-            let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("matmul_{}_n{n}", t.kernel_suffix())));
-            Ok(Some([a?, b?, c?]))
+        let per_type = |prefix: &str| per_type_of(prefix, &types.weights);
+        // The three tile widths of each compiled type's `{prefix}_{type}_n{16,32,64}`.
+        let tiled = |prefix: &str, types: &[PackedType]| -> Result<Vec<Option<[CudaFunction; 3]>>, CudaBackendError> {
+            let of = |t: &PackedType| -> Result<[CudaFunction; 3], CudaBackendError> {
+                let [a, b, c] = [16, 32, 64].map(|n| module.function(&format!("{prefix}_{}_n{n}", t.kernel_suffix())));
+                Ok([a?, b?, c?])
+            };
+            PackedType::ALL.iter().map(|t| types.contains(t).then(|| of(t)).transpose()).collect()
         };
         Ok(Kernels {
             embed: per_type("embed")?,
             rms_norm: module.function("rms_norm")?,
             project_small: per_type("project_small")?,
             project_gated_small: per_type("project_gated_small")?,
-            matmul: PackedType::ALL.into_iter().map(matmul_of).collect::<Result<_, _>>()?,
+            matmul: tiled("matmul", &types.weights)?,
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
             attention: module.function("attention")?,
@@ -110,8 +123,12 @@ impl Kernels {
             top_k: module.function("top_k")?,
             moe_route: module.function("moe_route")?,
             moe_shared_add: module.function("moe_shared_add")?,
-            moe_gate_up: per_type("moe_gate_up")?,
-            moe_down: per_type("moe_down")?,
+            moe_gate_up: per_type_of("moe_gate_up", &types.experts)?,
+            moe_down: per_type_of("moe_down", &types.experts)?,
+            moe_group: module.function("moe_group")?,
+            moe_gate_up_tiled: tiled("moe_gate_up_tiled", &types.experts)?,
+            moe_down_tiled: tiled("moe_down_tiled", &types.experts)?,
+            moe_weighted_sum: module.function("moe_weighted_sum")?,
         })
     }
 
@@ -193,6 +210,43 @@ impl Kernels {
         launch(stream, compiled(&self.moe_down, call.down.dtype)?, &args, cfg)
     }
 
+    pub fn moe_group(&self, stream: &CudaStream, call: &MoeGroupCall<'_>) -> Result<(), CudaBackendError> {
+        let (args, cfg) = call.args()?;
+        launch(stream, &self.moe_group, &args, cfg)
+    }
+
+    pub fn moe_gate_up_tiled(
+        &self,
+        stream: &CudaStream,
+        call: &MoeGateUpCall<'_>,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(), CudaBackendError> {
+        let (args, tiles_args, cfg) = call.tiled_args(tiles)?;
+        let kernels = compiled(&self.moe_gate_up_tiled, call.experts.gate.dtype)?;
+        launch_with_tiles(stream, &kernels[tile_index(tiles.tile)], &args, &tiles_args, cfg)
+    }
+
+    pub fn moe_down_tiled(
+        &self,
+        stream: &CudaStream,
+        call: &MoeDownCall<'_>,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(), CudaBackendError> {
+        let (args, tiles_args, cfg) = call.tiled_args(tiles)?;
+        let kernels = compiled(&self.moe_down_tiled, call.down.dtype)?;
+        launch_with_tiles(stream, &kernels[tile_index(tiles.tile)], &args, &tiles_args, cfg)
+    }
+
+    pub fn moe_weighted_sum(
+        &self,
+        stream: &CudaStream,
+        call: &MoeDownCall<'_>,
+        tiles: &PairTiles<'_>,
+    ) -> Result<(), CudaBackendError> {
+        let (args, tiles_args, cfg) = call.weighted_sum_args(tiles)?;
+        launch_with_tiles(stream, &self.moe_weighted_sum, &args, &tiles_args, cfg)
+    }
+
     pub fn moe_shared_add(&self, stream: &CudaStream, call: &MoeSharedAddCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
         launch(stream, &self.moe_shared_add, &args, cfg)
@@ -241,6 +295,25 @@ fn launch<A: DeviceRepr>(
     unsafe { builder.launch(cfg) }.map(|_| ()).map_err(CudaBackendError::driver("launching a kernel"))
 }
 
+/// Launches a grouped expert kernel: its per-pair kernel's struct `args`, then `tiles` (`MoeTiles`).
+fn launch_with_tiles<A: DeviceRepr>(
+    stream: &CudaStream,
+    function: &CudaFunction,
+    args: &A,
+    tiles: &MoeTilesArgs,
+    cfg: LaunchConfig,
+) -> Result<(), CudaBackendError> {
+    if cfg.grid_dim.0 == 0 || cfg.grid_dim.1 == 0 {
+        return Ok(());
+    }
+    let mut builder = stream.launch_builder(function);
+    builder.arg(args).arg(tiles);
+    // SAFETY: as `launch`'s, for both parameters: `#[repr(C)]` mirrors of the kernel's two structs, whose pointers
+    // the call's `tiled_args` or `weighted_sum_args` checked against these sizes (the tiles' arrays against the most
+    // tiles the grid covers); the buffers outlive the kernel; the block size is the kernel's `__launch_bounds__`.
+    unsafe { builder.launch(cfg) }.map(|_| ()).map_err(CudaBackendError::driver("launching a kernel"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,7 +321,7 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 8);
+        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 14);
         // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
         // the compiled PTX); here, that its list is ours, in our order.
         let list: String = PackedType::ALL

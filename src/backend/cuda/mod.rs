@@ -43,4 +43,6 @@ pub use calls::TOP_K_MAX;
 pub use device::{driver_library_present, nvrtc_library_present, probe, DeviceInfo};
 pub use error::CudaBackendError;
 pub use launch::kernel_names;
-pub use module::{compile, kernels_ptx, kernels_ptx_for, program_source, program_source_for, KERNEL_FILES};
+pub use module::{
+    compile, kernels_ptx, kernels_ptx_for, program_source, program_source_for, KernelTypes, KERNEL_FILES,
+};

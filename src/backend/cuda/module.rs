@@ -49,23 +49,49 @@ pub fn virtual_arch(compute_capability: (i32, i32)) -> Option<&'static str> {
     ARCHITECTURES.iter().rev().find(|&&(major, minor, _)| (major, minor) <= compute_capability).map(|a| a.2)
 }
 
+/// The weight types a program's per-type kernels are compiled for: those of every matrix of the model, and those of
+/// its routed experts, for the kernels of moe.cu that only they use (none for a dense model).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelTypes {
+    pub weights: Vec<PackedType>,
+    pub experts: Vec<PackedType>,
+}
+
+impl KernelTypes {
+    /// Every type, for both (the whole program).
+    pub fn all() -> Self {
+        KernelTypes { weights: PackedType::ALL.to_vec(), experts: PackedType::ALL.to_vec() }
+    }
+
+    /// Each list sorted by type number, each type once: equal sets of types are one cache entry.
+    fn normalized(&self) -> Self {
+        let sorted = |types: &[PackedType]| {
+            let mut types = types.to_vec();
+            types.sort_by_key(|t| *t as usize);
+            types.dedup();
+            types
+        };
+        KernelTypes { weights: sorted(&self.weights), experts: sorted(&self.experts) }
+    }
+}
+
 /// `common.cuh` followed by `files`, each behind a `#line` marker naming it: the kernels of every weight type.
 pub fn program_source(files: &[(&str, &str)]) -> String {
     program_source_for(files, None)
 }
 
 /// [`program_source`] with the per-type kernels of `types` only (all types for `None`).
-pub fn program_source_for(files: &[(&str, &str)], types: Option<&[PackedType]>) -> String {
+pub fn program_source_for(files: &[(&str, &str)], types: Option<&KernelTypes>) -> String {
     let mut source = String::new();
     if let Some(types) = types {
-        let list: String = types
-            .iter()
-            .map(|t| format!(" X({}, TYPE_{})", t.kernel_suffix(), t.kernel_suffix().to_uppercase()))
-            .collect();
-        source.push_str(&format!(
-            "#define EMBER_WEIGHT_TYPES(X){list}
-"
-        ));
+        let list = |types: &[PackedType]| -> String {
+            types
+                .iter()
+                .map(|t| format!(" X({}, TYPE_{})", t.kernel_suffix(), t.kernel_suffix().to_uppercase()))
+                .collect()
+        };
+        source.push_str(&format!("#define EMBER_WEIGHT_TYPES(X){}\n", list(&types.weights)));
+        source.push_str(&format!("#define EMBER_EXPERT_TYPES(X){}\n", list(&types.experts)));
     }
     for (name, text) in std::iter::once(&COMMON).chain(files) {
         source.push_str(&format!("#line 1 \"{name}\"\n"));
@@ -100,24 +126,23 @@ pub fn compile(source: &str, arch: &'static str) -> Result<Ptx, CudaBackendError
 /// The whole program's PTX for `arch` (the kernels of every weight type), compiled on first use and kept for the
 /// life of the process.
 pub fn kernels_ptx(arch: &'static str) -> Result<Ptx, CudaBackendError> {
-    kernels_ptx_for(arch, &PackedType::ALL)
+    kernels_ptx_for(arch, &KernelTypes::all())
 }
 
 /// The program's PTX for `arch` with the per-type kernels of `types` only, compiled on first use and kept for the
 /// life of the process: a model of one or two weight types compiles a fifth of the kernels or less (on our CI
-/// machine NVRTC takes 2.2 s for SmolLM2's two types and 11.7 s for all thirteen, per architecture).
+/// machine NVRTC takes 2.2 s for SmolLM2's two types and 11.7 s for all thirteen, per architecture), and a dense
+/// model none of the experts' kernels.
 ///
 /// A process-wide cache, although ember keeps no global state otherwise: compiling takes seconds, the result is a
 /// pure function of the embedded sources, `arch` and `types`, and engines share nothing through it but the time
 /// saved.
-pub fn kernels_ptx_for(arch: &'static str, types: &[PackedType]) -> Result<Ptx, CudaBackendError> {
+pub fn kernels_ptx_for(arch: &'static str, types: &KernelTypes) -> Result<Ptx, CudaBackendError> {
     /// PTX by architecture and (sorted) weight types.
-    type PtxCache = HashMap<(&'static str, Vec<PackedType>), Ptx>;
+    type PtxCache = HashMap<(&'static str, KernelTypes), Ptx>;
     static CACHE: OnceLock<Mutex<PtxCache>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut types = types.to_vec();
-    types.sort_by_key(|t| *t as usize);
-    types.dedup();
+    let types = types.normalized();
     // Held while compiling: a second engine starting at the same time waits for the first's result.
     let mut compiled = cache.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(ptx) = compiled.get(&(arch, types.clone())) {
@@ -139,7 +164,7 @@ impl KernelModule {
     pub fn load(
         context: &Arc<CudaContext>,
         compute_capability: (i32, i32),
-        types: &[PackedType],
+        types: &KernelTypes,
     ) -> Result<Self, CudaBackendError> {
         let arch = virtual_arch(compute_capability).ok_or_else(|| {
             CudaBackendError::Unsupported(format!(

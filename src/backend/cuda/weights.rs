@@ -10,6 +10,7 @@ use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
 use super::experts::DeviceExperts;
 use super::latent::DeviceLatent;
+use super::module::KernelTypes;
 use super::packing::{pack, PackedType};
 use crate::backend::cpu::kernels::WeightMatrix;
 use crate::model::gguf::GgufFile;
@@ -210,14 +211,12 @@ impl DeviceWeights {
         })
     }
 
-    /// The weight types of the model's matrices, each once.
-    pub fn types(&self) -> Vec<PackedType> {
+    /// The weight types of the model's matrices, and of its routed experts' (for the kernels that read them).
+    pub fn types(&self) -> KernelTypes {
         let layers = self.layers.iter().flat_map(|l| l.matrices());
-        let mut types: Vec<PackedType> =
-            layers.chain([&self.token_embd]).chain(&self.output).map(|m| m.dtype).collect();
-        types.sort_by_key(|t| *t as usize);
-        types.dedup();
-        types
+        let weights = layers.chain([&self.token_embd]).chain(&self.output).map(|m| m.dtype).collect();
+        let routed = self.layers.iter().flat_map(|l| l.experts.iter().flat_map(DeviceExperts::routed));
+        KernelTypes { weights, experts: routed.map(|m| m.dtype).collect() }
     }
 
     pub fn matrix(&self, w: Weight) -> &DeviceMatrix {

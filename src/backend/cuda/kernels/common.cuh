@@ -46,6 +46,13 @@ typedef unsigned short u16;
     X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
     X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32) X(mxfp4, TYPE_MXFP4)
 #endif
+// The same for the routed experts' kernels (moe.cu), which a backend compiles for its experts' types only (none for
+// a dense model): `module.rs` defines EMBER_EXPERT_TYPES beside EMBER_WEIGHT_TYPES; without it, every type.
+#ifdef EMBER_EXPERT_TYPES
+#define FOR_EACH_EXPERT_TYPE(X) EMBER_EXPERT_TYPES(X)
+#else
+#define FOR_EACH_EXPERT_TYPE(X) FOR_EACH_WEIGHT_TYPE(X)
+#endif
 
 // Every quantized block covers 32 consecutive elements of a row (ggml's QK).
 #define QK 32
@@ -349,6 +356,90 @@ __device__ __forceinline__ void warp_row_dot(const u32* qs, const u32* sc, size_
                 for (int g = 0; g < 8 && b0 + g < nb; g++) acc[t] += __shfl_sync(FULL_MASK, share, 4 * g);
             }
         }
+    }
+}
+
+// Rows of weights a tile of `tile_products` covers, and its block size.
+#define MM_BM 64
+#define MM_THREADS 256
+
+// A tile's products, shared by `matmul_tiled` and the grouped mixture-of-experts kernels: rows row0 .. row0 + 63
+// (those below `rows`) of the matrix whose row 0 is packed row `first_row` of (qs, sc), times up to 16·TN tokens
+// whose input rows (k floats each) `input(j)` gives, null past the tile's last token. A classic shared-memory
+// tiling: each step dequantizes the 64 rows' next block of 32 columns into shared memory (each weight once per
+// tile, not once per token) and stages the tokens' 32 columns beside it; every thread accumulates 4 rows × TN
+// tokens, acc[i][j] for row row0 + tid % 16 + 16 i and token tid / 16 + 16 j. The products are summed in this
+// file's order (the order `warp_row_dot` sums them in), so a token's result is the same bits in either kernel.
+// Every thread of the MM_THREADS-thread block must call it (it synchronizes the block).
+template <int TYPE, int TN, class Input>
+__device__ __forceinline__ void tile_products(const u32* qs, const u32* sc, size_t first_row, int rows, int k,
+                                              int row0, const Input& input, float acc[4][TN]) {
+    const int BN = 16 * TN;
+    // Column-major tiles ([k][row], [k][token]) so that the inner loop reads a row of each.
+    __shared__ float ws[QK][MM_BM + 4];
+    __shared__ float xs[QK][16 * TN + 4];
+
+    const int tid = threadIdx.x, tr = tid % 16, tc = tid / 16, nb = k / QK;
+    // The weight slice this thread dequantizes at each step: row wr of the tile, slice ws_s of its block.
+    const int wr = tid / 4, ws_s = tid % 4;
+    int first, second;
+    slice_offsets<TYPE>(ws_s, first, second);
+
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+
+    for (int b = 0; b < nb; b++) {
+        float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (row0 + wr < rows) {
+            const size_t block = (first_row + row0 + wr) * nb + b;
+            slice_dequant<TYPE>(qs + block * Quant<TYPE>::QWORDS, sc + block * Quant<TYPE>::SWORDS, ws_s, wa, wb);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ws[first + i][wr] = wa[i];
+            ws[second + i][wr] = wb[i];
+        }
+        // BN tokens × 32 columns, as float4s: 8 per token.
+        for (int idx = tid; idx < BN * 8; idx += MM_THREADS) {
+            const int tok = idx / 8, c4 = idx % 8;
+            const float* x = input(tok);
+            const float4 v = x ? load_float4(x + b * QK + 4 * c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            xs[4 * c4 + 0][tok] = v.x;
+            xs[4 * c4 + 1][tok] = v.y;
+            xs[4 * c4 + 2][tok] = v.z;
+            xs[4 * c4 + 3][tok] = v.w;
+        }
+        __syncthreads();
+        // This block's dot products, in this file's order: each slice's 8 products chained as `slice_dot` chains
+        // them, the slices combined by `block_dot`, then into the sum.
+        float part[4][4][TN];  // [slice][row][token]
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            int f, g;
+            slice_offsets<TYPE>(s, f, g);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int kk = e < 4 ? f + e : g + e - 4;
+                float w[4], xv[TN];
+#pragma unroll
+                for (int i = 0; i < 4; i++) w[i] = ws[kk][tr + 16 * i];
+#pragma unroll
+                for (int j = 0; j < TN; j++) xv[j] = xs[kk][tc + 16 * j];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < TN; j++) {
+                        part[s][i][j] = e == 0 ? w[i] * xv[j] : fmaf(w[i], xv[j], part[s][i][j]);
+                    }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) acc[i][j] += block_dot(part[0][i][j], part[1][i][j], part[2][i][j], part[3][i][j]);
+        __syncthreads();
     }
 }
 

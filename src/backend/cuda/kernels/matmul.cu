@@ -1,17 +1,12 @@
 // Projections of many tokens (prefill chunks, large decode batches): Y[t][r] (+)= Σ_k W[r][k]·X[t][k].
 //
-// A classic shared-memory tiling: a block computes a tile of 64 rows × BN tokens, walking the row length one
-// quantized block (32 columns) at a time. Each step dequantizes the 64 rows' blocks into shared memory (each
-// weight is dequantized once per token tile, not once per token) and stages the tokens' 32 columns beside them;
-// every thread then accumulates 4 rows × TN tokens in registers. BN = 16·TN follows the number of tokens, so that
-// a batch of 16 decodes does not pay for 64. Each block's products are summed in the order of common.cuh, the
-// order `project_small` sums them in, so that a token's result is the same bit for bit in either kernel.
+// A block computes a tile of 64 rows × BN tokens by common.cuh's `tile_products` (a shared-memory tiling that
+// dequantizes each weight once per token tile); BN = 16·TN follows the number of tokens, so that a batch of 16
+// decodes does not pay for 64. Its products are summed in the order of common.cuh, the order `project_small` sums
+// them in, so that a token's result is the same bit for bit in either kernel.
 //
 // Plain f32 FMAs, no tensor cores: simple enough to trust before it has run on a GPU. A decode step of a 135M model
 // is dominated by launches and weight reads; prefill is where tensor cores would pay (docs/performance.md).
-
-#define MM_BM 64
-#define MM_THREADS 256
 
 struct Matmul {
     const u32* qs;   // packed quants, [rows][k / 32][QWORDS]
@@ -25,78 +20,21 @@ struct Matmul {
 };
 static_assert(sizeof(Matmul) == 48, "Matmul must match MatmulArgs in launch.rs");
 
+// Token j of a tile whose first token is tok0: its row of the input, null past the step's last token.
+struct TokenRows {
+    const float* x;
+    int k, tok0, n_tokens;
+    __device__ __forceinline__ const float* operator()(int j) const {
+        return tok0 + j < n_tokens ? x + (size_t)(tok0 + j) * k : nullptr;
+    }
+};
+
 template <int TYPE, int TN>
 __device__ void matmul_tiled(const Matmul& p) {
-    const int BN = 16 * TN;
-    // Column-major tiles ([k][row], [k][token]) so that the inner loop reads a row of each.
-    __shared__ float ws[QK][MM_BM + 4];
-    __shared__ float xs[QK][16 * TN + 4];
-
-    const int tid = threadIdx.x, tr = tid % 16, tc = tid / 16;
-    const int row0 = blockIdx.x * MM_BM, tok0 = blockIdx.y * BN, nb = p.k / QK;
-    // The weight slice this thread dequantizes at each step: row wr of the tile, slice ws_s of its block.
-    const int wr = tid / 4, ws_s = tid % 4;
-    int first, second;
-    slice_offsets<TYPE>(ws_s, first, second);
-
+    const int tr = threadIdx.x % 16, tc = threadIdx.x / 16;
+    const int row0 = blockIdx.x * MM_BM, tok0 = blockIdx.y * 16 * TN;
     float acc[4][TN];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
-
-    for (int b = 0; b < nb; b++) {
-        float wa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (row0 + wr < p.rows) {
-            const size_t block = (size_t)(row0 + wr) * nb + b;
-            slice_dequant<TYPE>(p.qs + block * Quant<TYPE>::QWORDS, p.sc + block * Quant<TYPE>::SWORDS, ws_s, wa, wb);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            ws[first + i][wr] = wa[i];
-            ws[second + i][wr] = wb[i];
-        }
-        // BN tokens × 32 columns, as float4s: 8 per token.
-        for (int idx = tid; idx < BN * 8; idx += MM_THREADS) {
-            const int tok = idx / 8, c4 = idx % 8;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (tok0 + tok < p.n_tokens) v = load_float4(p.x + (size_t)(tok0 + tok) * p.k + b * QK + 4 * c4);
-            xs[4 * c4 + 0][tok] = v.x;
-            xs[4 * c4 + 1][tok] = v.y;
-            xs[4 * c4 + 2][tok] = v.z;
-            xs[4 * c4 + 3][tok] = v.w;
-        }
-        __syncthreads();
-        // This block's dot products, in the order of common.cuh (the order `project_small` uses): each slice's
-        // 8 products chained as `slice_dot` chains them, the slices combined by `block_dot`, then into the sum.
-        float part[4][4][TN];  // [slice][row][token]
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            int f, g;
-            slice_offsets<TYPE>(s, f, g);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int kk = e < 4 ? f + e : g + e - 4;
-                float w[4], xv[TN];
-#pragma unroll
-                for (int i = 0; i < 4; i++) w[i] = ws[kk][tr + 16 * i];
-#pragma unroll
-                for (int j = 0; j < TN; j++) xv[j] = xs[kk][tc + 16 * j];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < TN; j++) {
-                        part[s][i][j] = e == 0 ? w[i] * xv[j] : fmaf(w[i], xv[j], part[s][i][j]);
-                    }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++) acc[i][j] += block_dot(part[0][i][j], part[1][i][j], part[2][i][j], part[3][i][j]);
-        __syncthreads();
-    }
-
+    tile_products<TYPE, TN>(p.qs, p.sc, 0, p.rows, p.k, row0, TokenRows{p.x, p.k, tok0, p.n_tokens}, acc);
 #pragma unroll
     for (int j = 0; j < TN; j++) {
         const int t = tok0 + tc + 16 * j;

@@ -254,6 +254,15 @@ __device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float
     return gated_mul(alpha * x, (y + 1.0f) * (1.0f / alpha), ACT_SILU);
 }
 
+// act(g + gb, u + ub) of expert e's row `row`, from its gate and up dot products g and u: the one formula of the
+// per-pair and the grouped kernels.
+__device__ __forceinline__ float expert_hidden(const MoeGateUp& p, int e, int row, float g, float u) {
+    const size_t b = (size_t)e * p.rows + row;
+    const float gate = p.gate_bias ? g + p.gate_bias[b] : g;
+    const float up = p.up_bias ? u + p.up_bias[b] : u;
+    return p.act == ACT_SWIGLU_OAI ? swiglu_oai(gate, up, p.alpha, p.limit) : gated_mul(gate, up, p.act);
+}
+
 template <int TYPE>
 __device__ void moe_gate_up(const MoeGateUp& p) {
     // No block-wide synchronization follows, so warps past the last row may leave.
@@ -269,10 +278,7 @@ __device__ void moe_gate_up(const MoeGateUp& p) {
             const size_t first = (size_t)e * p.expert_stride;
             warp_row_dot<TYPE>(p.gate_qs, p.gate_sc, first + row, x, p.cols, 1, nullptr, nullptr, g);
             warp_row_dot<TYPE>(p.up_qs, p.up_sc, first + p.up_offset + row, x, p.cols, 1, nullptr, nullptr, u);
-            const size_t b = (size_t)e * p.rows + row;
-            const float gate = p.gate_bias ? g[0] + p.gate_bias[b] : g[0];
-            const float up = p.up_bias ? u[0] + p.up_bias[b] : u[0];
-            h = p.act == ACT_SWIGLU_OAI ? swiglu_oai(gate, up, p.alpha, p.limit) : gated_mul(gate, up, p.act);
+            h = expert_hidden(p, e, row, g[0], u[0]);
         }
         if (threadIdx.x % 32 == 0) p.hidden[(size_t)pair * p.rows + row] = h;
     }
@@ -295,6 +301,18 @@ struct MoeDown {
 };
 static_assert(sizeof(MoeDown) == 80, "MoeDown must match MoeDownArgs in args.rs");
 
+// Expert e's output row `row` from its down dot product d: d plus the expert's down bias, if any.
+__device__ __forceinline__ float expert_output(const MoeDown& p, int e, int row, float d) {
+    return p.bias ? d + p.bias[(size_t)e * p.rows + row] : d;
+}
+
+// The running weighted sum of a token's slots after slot s, whose expert's output is y and weight w: the product
+// rounded, then added to the slots before it (slot 0's product is the sum's start).
+__device__ __forceinline__ float add_slot(float acc, int s, float y, float w) {
+    const float term = y * w;
+    return s == 0 ? term : acc + term;
+}
+
 // out[t][row] = Σ_s w[t][s] · ((down_e · hidden[t·k + s])[row] + bias_e[row]), the products rounded and added in
 // slot order from slot 0's, as `weighted_sum` of the CPU's experts.rs adds them.
 template <int TYPE>
@@ -310,10 +328,9 @@ __device__ void moe_down(const MoeDown& p) {
                 float d[MMV_MAX_TOKENS];
                 const float* h = p.hidden + (size_t)pair * p.cols;
                 warp_row_dot<TYPE>(p.qs, p.sc, (size_t)e * p.rows + row, h, p.cols, 1, nullptr, nullptr, d);
-                y = p.bias ? d[0] + p.bias[(size_t)e * p.rows + row] : d[0];
+                y = expert_output(p, e, row, d[0]);
             }
-            const float term = y * p.weights[pair];
-            acc = s == 0 ? term : acc + term;
+            acc = add_slot(acc, s, y, p.weights[pair]);
         }
         if (threadIdx.x % 32 == 0) p.out[(size_t)t * p.rows + row] = acc;
     }
@@ -326,7 +343,7 @@ __device__ void moe_down(const MoeDown& p) {
     extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_down_##SUFFIX(const MoeDown p) {      \
         moe_down<TYPE>(p);                                                                              \
     }
-FOR_EACH_WEIGHT_TYPE(MOE_KERNELS)
+FOR_EACH_EXPERT_TYPE(MOE_KERNELS)
 
 struct MoeSharedAdd {
     float* out;          // [n_tokens][width]: out += g·y
@@ -351,4 +368,173 @@ extern "C" __global__ void __launch_bounds__(SHARED_ADD_THREADS) moe_shared_add(
     }
     const float term = p.y[i] * g;
     p.out[i] += term;
+}
+
+// Prefill by expert. The per-pair kernels above read an expert's rows once per pair routed to it; a prefill step of
+// T tokens has T·k pairs, so these group them by expert and read an expert's rows once per tile of up to 16·TN of
+// its pairs, as `matmul_tiled` reads a dense matrix once per tile of tokens:
+//
+//   moe_group              one block: a counting sort of the step's pairs by expert (each expert's count, their
+//                          offsets, the pairs in expert-major order, an expert's in pair order) and the tiles, one
+//                          per run of up to BN of an expert's pairs: (expert, first position, count);
+//   moe_gate_up_tiled_*    a block per (64 expert rows, tile): `tile_products` of the expert's gate rows and of its
+//                          up rows over the inputs of the tile's pairs' tokens, `expert_hidden` of the two into each
+//                          pair's hidden row;
+//   moe_down_tiled_*       the same over the expert's down rows and the pairs' hidden rows: `expert_output` into
+//                          each pair's output row (`pair_out`);
+//   moe_weighted_sum       each token's slots weighted and added in slot order (`add_slot`, as `moe_down`).
+//
+// The tiles' grid dimension is an upper bound of their count (the host never learns the counts, so such a step
+// could replay from a graph like any other); blocks past the step's tiles leave at once. `tile_products` sums in
+// `warp_row_dot`'s order and the biases, activation and weighted sum are the per-pair kernels' functions, so each
+// pair's hidden row and each token's output are the per-pair kernels' bits: a token's result does not depend on
+// the other tokens of its step, nor on which path ran it.
+
+#define GROUP_THREADS 256
+
+struct MoeGroup {
+    const int* selected;  // [n_pairs]: each pair's expert (pair t·k + s: token t's slot s)
+    int* order;           // [n_pairs]: the pairs, expert by expert, each expert's in pair order
+    int* tiles;           // [max_tiles][3]: each tile's expert, first position in `order`, and number of pairs
+    int* n_tiles;         // [1]: how many tiles the step has
+    int n_pairs;
+    int n_expert;         // 1 ..= ROUTE_MAX_EXPERTS
+    int tile;             // BN: the most pairs a tile takes
+    int max_tiles;        // ⌊n_pairs / tile⌋ + min(n_expert, n_pairs): the most tiles a step can have
+};
+static_assert(sizeof(MoeGroup) == 48, "MoeGroup must match MoeGroupArgs in args.rs");
+
+// One block. Each thread counts and places the pairs of its experts by reading every pair's expert id in order: no
+// atomics, so the order within an expert is the pairs' by construction. That is ⌈n_expert / GROUP_THREADS⌉ passes
+// over the step's T·k ids (which a warp reads at once), small beside the matmuls they serve. A pair whose expert is
+// out of range joins no tile (`moe_weighted_sum` makes its token NaN, as the per-pair kernels do).
+extern "C" __global__ void __launch_bounds__(GROUP_THREADS) moe_group(const MoeGroup p) {
+    // start[e]: expert e's first position in `order`; start[e + 1] holds its count until thread 0 adds them up.
+    __shared__ int start[ROUTE_MAX_EXPERTS + 1];
+    for (int e = threadIdx.x; e < p.n_expert; e += blockDim.x) {
+        int count = 0;
+        for (int i = 0; i < p.n_pairs; i++) count += p.selected[i] == e;
+        start[e + 1] = count;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        start[0] = 0;
+        int n = 0;
+        for (int e = 0; e < p.n_expert; e++) {
+            const int end = start[e] + start[e + 1];
+            for (int first = start[e]; first < end && n < p.max_tiles; first += p.tile, n++) {
+                p.tiles[3 * n] = e;
+                p.tiles[3 * n + 1] = first;
+                p.tiles[3 * n + 2] = min(p.tile, end - first);
+            }
+            start[e + 1] = end;
+        }
+        *p.n_tiles = n;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < p.n_expert; e += blockDim.x) {
+        int at = start[e];
+        for (int i = 0; i < p.n_pairs; i++) {
+            if (p.selected[i] == e) p.order[at++] = i;
+        }
+    }
+}
+
+struct MoeTiles {
+    const int* order;     // moe_group's
+    const int* tiles;
+    const int* n_tiles;
+    float* pair_out;      // [n_pairs][n_embd]: each pair's expert output, by moe_down_tiled for moe_weighted_sum
+};
+static_assert(sizeof(MoeTiles) == 32, "MoeTiles must match MoeTilesArgs in args.rs");
+
+// Pair j of a tile (of `count`, listed at `pairs`): the row of `x` its input is, row pair / per_row (the token's
+// input for gate/up with per_row = k, the pair's own hidden row for down with 1); null past the tile's pairs.
+struct PairRows {
+    const float* x;
+    const int* pairs;
+    int count, per_row, width;
+    __device__ __forceinline__ const float* operator()(int j) const {
+        return j < count ? x + (size_t)(pairs[j] / per_row) * width : nullptr;
+    }
+};
+
+template <int TYPE, int TN>
+__device__ void moe_gate_up_tiled(const MoeGateUp& p, const MoeTiles& g) {
+    const int tr = threadIdx.x % 16, tc = threadIdx.x / 16, row0 = blockIdx.x * MM_BM;
+    // The bound is the same for every thread of the block, which tile_products synchronizes.
+    for (int tile = blockIdx.y; tile < *g.n_tiles; tile += gridDim.y) {
+        const int e = g.tiles[3 * tile], count = g.tiles[3 * tile + 2];
+        const int* pairs = g.order + g.tiles[3 * tile + 1];
+        const PairRows in{p.x, pairs, count, p.k, p.cols};
+        const size_t first = (size_t)e * p.expert_stride;
+        float gate[4][TN], up[4][TN];
+        tile_products<TYPE, TN>(p.gate_qs, p.gate_sc, first, p.rows, p.cols, row0, in, gate);
+        tile_products<TYPE, TN>(p.up_qs, p.up_sc, first + p.up_offset, p.rows, p.cols, row0, in, up);
+#pragma unroll
+        for (int j = 0; j < TN; j++) {
+            const int c = tc + 16 * j;
+            if (c >= count) continue;
+            float* hidden = p.hidden + (size_t)pairs[c] * p.rows;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = row0 + tr + 16 * i;
+                if (r < p.rows) hidden[r] = expert_hidden(p, e, r, gate[i][j], up[i][j]);
+            }
+        }
+    }
+}
+
+template <int TYPE, int TN>
+__device__ void moe_down_tiled(const MoeDown& p, const MoeTiles& g) {
+    const int tr = threadIdx.x % 16, tc = threadIdx.x / 16, row0 = blockIdx.x * MM_BM;
+    for (int tile = blockIdx.y; tile < *g.n_tiles; tile += gridDim.y) {
+        const int e = g.tiles[3 * tile], count = g.tiles[3 * tile + 2];
+        const int* pairs = g.order + g.tiles[3 * tile + 1];
+        float acc[4][TN];
+        tile_products<TYPE, TN>(p.qs, p.sc, (size_t)e * p.rows, p.rows, p.cols, row0,
+                                PairRows{p.hidden, pairs, count, 1, p.cols}, acc);
+#pragma unroll
+        for (int j = 0; j < TN; j++) {
+            const int c = tc + 16 * j;
+            if (c >= count) continue;
+            float* out = g.pair_out + (size_t)pairs[c] * p.rows;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = row0 + tr + 16 * i;
+                if (r < p.rows) out[r] = expert_output(p, e, r, acc[i][j]);
+            }
+        }
+    }
+}
+
+#define MOE_TILED_KERNEL(SUFFIX, TYPE, TN, N)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS)                                                  \
+        moe_gate_up_tiled_##SUFFIX##_n##N(const MoeGateUp p, const MoeTiles g) {                              \
+        moe_gate_up_tiled<TYPE, TN>(p, g);                                                                    \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS) moe_down_tiled_##SUFFIX##_n##N(const MoeDown p,  \
+                                                                                           const MoeTiles g) { \
+        moe_down_tiled<TYPE, TN>(p, g);                                                                       \
+    }
+#define MOE_TILED_KERNELS(SUFFIX, TYPE)   \
+    MOE_TILED_KERNEL(SUFFIX, TYPE, 1, 16) \
+    MOE_TILED_KERNEL(SUFFIX, TYPE, 2, 32) \
+    MOE_TILED_KERNEL(SUFFIX, TYPE, 4, 64)
+FOR_EACH_EXPERT_TYPE(MOE_TILED_KERNELS)
+
+// out[t][row] = Σ_s w[t][s] · pair_out[t·k + s][row] in slot order, `moe_down`'s sum of what moe_down_tiled wrote.
+// Of `p`, it reads selected, weights, out, rows, n_tokens, k and n_expert.
+extern "C" __global__ void __launch_bounds__(SHARED_ADD_THREADS) moe_weighted_sum(const MoeDown p, const MoeTiles g) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n_tokens * p.rows) return;
+    const int t = i / p.rows, row = i % p.rows;
+    float acc = 0.0f;
+    for (int s = 0; s < p.k; s++) {
+        const int pair = t * p.k + s, e = p.selected[pair];
+        const float nan = __int_as_float(0x7fc00000);
+        const float y = valid_expert(e, p.n_expert) ? g.pair_out[(size_t)pair * p.rows + row] : nan;
+        acc = add_slot(acc, s, y, p.weights[pair]);
+    }
+    p.out[i] = acc;
 }

@@ -4,13 +4,17 @@
 //   moe_route     each routing case's rows through `moe_route`: the chosen experts exactly those of
 //                 `MoeConfig::route` (exact ties in index order, NaN last), their weights within 1e-6 (softmax,
 //                 sigmoid, and gpt-oss' softmax of the chosen; DeepSeek's selection bias and expert groups);
+//   moe_grouped   the grouped kernels (moe_group, moe_*_tiled_*, moe_weighted_sum) against the per-pair ones on
+//                 random experts, bit for bit, at every tile width, fused and split, with and without gpt-oss' biases;
 //   moe_families  one layer of each mixture-of-experts family (gpt-oss' with its router and expert biases and
 //                 clamped SwiGLU; DeepSeek's with its selection bias, groups and counted shared experts; and
 //                 quantized experts): embed, the FFN norm, the
 //                 block as execute_moe.rs enqueues it, the residual add, the final norm and output projection, the
 //                 logits within relative error 1e-3 of the CPU backend's (the bound tests/cuda_backend.rs holds the
-//                 GPU to for the dense families); a token's logits bit for bit alone and in its step (the tiled
-//                 matmul past 8 rows), and the same with the gate and up fused into one tensor.
+//                 GPU to for the dense families); the steps of 16 tokens through the grouped path (moe_group's
+//                 order and tiles against a counting sort here), a token's logits bit for bit alone (the per-pair
+//                 kernels, project_small) and in its step (the grouped kernels, the tiled matmul), and the same with
+//                 the gate and up fused into one tensor.
 //
 // Included by kernel_checks.cpp after its helpers (Mat, launch wrappers, CHECK).
 
@@ -122,15 +126,68 @@ static bool read_layer(MoeFixtures& f, MoeLayer& L) {
     return f.ok;
 }
 
+// The grouped path's kernels of each type, [type][tile of 16, 32, 64 pairs].
+using GateUpTiledFn = void (*)(const MoeGateUp, const MoeTiles);
+using DownTiledFn = void (*)(const MoeDown, const MoeTiles);
+#define MOE_GATE_UP_TILED_FNS(SUFFIX, TYPE) {moe_gate_up_tiled_##SUFFIX##_n16, moe_gate_up_tiled_##SUFFIX##_n32, moe_gate_up_tiled_##SUFFIX##_n64},
+#define MOE_DOWN_TILED_FNS(SUFFIX, TYPE) {moe_down_tiled_##SUFFIX##_n16, moe_down_tiled_##SUFFIX##_n32, moe_down_tiled_##SUFFIX##_n64},
+static GateUpTiledFn moe_gate_up_tiled_fn[][3] = {FOR_EACH_WEIGHT_TYPE(MOE_GATE_UP_TILED_FNS)};
+static DownTiledFn moe_down_tiled_fn[][3] = {FOR_EACH_WEIGHT_TYPE(MOE_DOWN_TILED_FNS)};
+
+// calls_moe.rs's `grouped_experts`, `expert_tile` and `max_expert_tiles`.
+static bool grouped_experts(int T, int k, int n_expert) { return T > 8 && T * k >= n_expert; }
+static int expert_tile(int pairs, int n_expert) {
+    const int mean = (pairs + n_expert - 1) / n_expert;
+    return mean <= 16 ? 16 : mean <= 32 ? 32 : 64;
+}
+static int max_expert_tiles(int pairs, int n_expert, int tile) { return pairs / tile + std::min(n_expert, pairs); }
+
+// A step's pairs grouped by expert: moe_group's output and the down's per-pair rows (MoeBuffers::grouped).
+struct Grouping {
+    int tile = 0, max_tiles = 0;
+    std::vector<int> order, tiles, n_tiles;
+    std::vector<float> pair_out;
+    MoeTiles args() { return MoeTiles{order.data(), tiles.data(), n_tiles.data(), pair_out.data()}; }
+};
+
+// moe_group over `selected`, checked against a counting sort written here: the pairs of expert 0, then 1, ..., each
+// expert's in pair order, and one tile per run of up to `tile` of an expert's pairs (0: execute_moe.rs's tile).
+static Grouping run_group(const std::vector<int>& selected, int n_expert, int width, int tile = 0) {
+    const int pairs = (int)selected.size();
+    Grouping g;
+    g.tile = tile ? tile : expert_tile(pairs, n_expert);
+    g.max_tiles = max_expert_tiles(pairs, n_expert, g.tile);
+    g.order.assign(pairs, -1); g.tiles.assign(3 * g.max_tiles, -1); g.n_tiles.assign(1, -1);
+    g.pair_out.assign((size_t)pairs * width, NAN);
+    MoeGroup p{selected.data(), g.order.data(), g.tiles.data(), g.n_tiles.data(), pairs, n_expert, g.tile, g.max_tiles};
+    launch({1, 1, 1}, {256, 1, 1}, [&] { moe_group(p); });
+    std::vector<int> want_order, want_tiles;
+    for (int e = 0; e < n_expert; e++) {
+        const int first = (int)want_order.size();
+        for (int i = 0; i < pairs; i++) if (selected[i] == e) want_order.push_back(i);
+        for (int at = first; at < (int)want_order.size(); at += g.tile) want_tiles.insert(want_tiles.end(), {e, at, std::min(g.tile, (int)want_order.size() - at)});
+    }
+    const int n = (int)want_tiles.size() / 3;
+    CHECK(g.n_tiles[0] == n && n <= g.max_tiles, "moe_group: %d tiles, want %d (at most %d)", g.n_tiles[0], n, g.max_tiles);
+    CHECK(std::equal(want_order.begin(), want_order.end(), g.order.begin()), "moe_group: the pairs' order differs from a counting sort's");
+    CHECK(std::equal(want_tiles.begin(), want_tiles.end(), g.tiles.begin()), "moe_group: the tiles differ");
+    return g;
+}
+
 // y = m · x over T rows, as execute_moe.rs's `dense`: project_small for up to 8 rows, the tiled matmul for more.
 static void run_dense(const Mat& m, const float* x, float* y, int T) {
     if (T <= 8) run_project_small({&m}, {y}, x, T, nullptr, nullptr, 0.0f, 0, -1);
     else run_matmul(m, x, y, T, 0);
 }
 
+struct LayerRun {
+    std::vector<float> logits;  // [T][vocab]
+    bool grouped;               // whether the routed experts took the grouped path
+};
+
 // The whole layer for `tokens`, the routed gate and up read from `gate`/`up` at `stride`/`up_offset` (split or
-// fused), into logits [T][vocab].
-static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& tokens, const Mat& gate, const Mat& up, int stride, int up_offset) {
+// fused), the routed experts per pair or grouped as execute_moe.rs chooses.
+static LayerRun run_layer(const MoeLayer& L, const std::vector<int>& tokens, const Mat& gate, const Mat& up, int stride, int up_offset) {
     const int T = (int)tokens.size(), d = L.d, k = L.k;
     std::vector<float> x(T * d), xn(T * d), logits_in(T * d), logits(T * L.vocab), router(T * L.n_expert), weights(T * k);
     std::vector<float> hidden((size_t)T * k * L.ff), sg(T * std::max(L.sff, 1)), su(T * std::max(L.sff, 1)), sgl(T), sout(T * d);
@@ -148,7 +205,17 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
               L.has_selection_bias ? L.selection_b.data() : nullptr, L.n_group, L.group_used);
     MoeGateUp gu{gate.qs.data(), gate.sc.data(), up.qs.data(), up.sc.data(), xn.data(), selected.data(), hidden.data(),
                  bias(L.gate_b), bias(L.up_b), L.ff, d, stride, up_offset, T, k, L.n_expert, L.act, L.alpha, L.limit};
-    launch({(unsigned)((L.ff + 3) / 4), (unsigned)(T * k), 1}, {128, 1, 1}, [&] { moe_gate_up_fn[gate.type](gu); });
+    const bool grouped = grouped_experts(T, k, L.n_expert);
+    Grouping g;
+    int tile = 0;
+    if (grouped) {
+        g = run_group(selected, L.n_expert, d);
+        tile = g.tile == 16 ? 0 : g.tile == 32 ? 1 : 2;
+        const MoeTiles tiles = g.args();
+        launch({(unsigned)((L.ff + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_gate_up_tiled_fn[gate.type][tile](gu, tiles); });
+    } else {
+        launch({(unsigned)((L.ff + 3) / 4), (unsigned)(T * k), 1}, {128, 1, 1}, [&] { moe_gate_up_fn[gate.type](gu); });
+    }
     if (L.sff) {
         if (T <= 8 && L.sgate.type == L.sup.type) {
             run_project_small({&L.sgate, &L.sup}, {sg.data(), su.data()}, xn.data(), T, nullptr, nullptr, 0.0f, 0, L.act);
@@ -161,7 +228,13 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
         if (L.sgated) run_dense(L.sgate_inp, xn.data(), sgl.data(), T);
     }
     MoeDown dn{L.down.qs.data(), L.down.sc.data(), hidden.data(), selected.data(), weights.data(), xn.data(), bias(L.down_b), d, L.ff, T, k, L.n_expert, 0};
-    launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[L.down.type](dn); });
+    if (grouped) {
+        const MoeTiles tiles = g.args();
+        launch({(unsigned)((d + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_down_tiled_fn[L.down.type][tile](dn, tiles); });
+        launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { moe_weighted_sum(dn, tiles); });
+    } else {
+        launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[L.down.type](dn); });
+    }
     if (L.sff) {
         run_dense(L.sdown, sg.data(), sout.data(), T);
         MoeSharedAdd sa{xn.data(), sout.data(), L.sgated ? sgl.data() : nullptr, T, d};
@@ -175,7 +248,7 @@ static std::vector<float> run_layer(const MoeLayer& L, const std::vector<int>& t
         FinishLogits fl{logits.data(), T * L.vocab, 1.0f / L.logit_scale, 0.0f, 0};
         launch({(unsigned)((T * L.vocab + 255) / 256), 1, 1}, {256, 1, 1}, [&] { finish_logits(fl); });
     }
-    return logits;
+    return {logits, grouped};
 }
 
 // The fused tensor `ffn_gate_up_exps` of a split gate and up: each expert's gate rows, then its up rows (packed
@@ -210,6 +283,60 @@ static void check_swiglu_oai() {
     printf("moe_families: swiglu_oai at and past its limits, worst relative error %.2e\n", worst);
 }
 
+// The grouped kernels against the per-pair ones, bit for bit, at each tile width, on random experts whose pair
+// counts range from none to several tiles (expert 0 takes about half the pairs: full tiles, and every token column
+// of the 32- and 64-pair tiles), expert rows that fill part of a 64-row tile, a pair whose expert is out of range
+// (NaN for its token on both paths), in two layouts: fused gate/up with gpt-oss' biases and clamped SwiGLU, and
+// split with SiLU and no biases.
+static void test_moe_grouped() {
+    const int n_expert = 5, ff = 32, d = 96, T = 24, k = 3, pairs = T * k;
+    std::vector<int> selected(pairs);
+    for (auto& e : selected) e = next_u64() % 2 ? 0 : (int)(next_u64() % n_expert);
+    selected[7] = -1;
+    selected[40] = n_expert;
+    const int busiest = (int)std::count(selected.begin(), selected.end(), 0);
+    CHECK(busiest > 32, "moe_grouped: expert 0 has %d pairs, fewer than the 64-pair tile's third column needs", busiest);
+    std::vector<float> x = randv((size_t)T * d), weights = randv(pairs);
+    std::vector<float> gate_b = randv((size_t)n_expert * ff), up_b = randv((size_t)n_expert * ff), down_b = randv((size_t)n_expert * d);
+    Mat fused = random_matrix(TYPE_Q4_1, n_expert * 2 * ff, d), gate = random_matrix(TYPE_Q4_1, n_expert * ff, d);
+    Mat up = random_matrix(TYPE_Q4_1, n_expert * ff, d), down = random_matrix(TYPE_Q8_0, n_expert * d, ff);
+    int compared = 0;
+    for (int layout = 0; layout < 2; layout++) {
+        const bool oai = layout == 0;
+        const Mat &g_m = oai ? fused : gate, &u_m = oai ? fused : up;
+        std::vector<float> hidden_ref((size_t)pairs * ff), out_ref((size_t)T * d), out((size_t)T * d);
+        MoeGateUp gu{g_m.qs.data(), g_m.sc.data(), u_m.qs.data(), u_m.sc.data(), x.data(), selected.data(), hidden_ref.data(),
+                     oai ? gate_b.data() : nullptr, oai ? up_b.data() : nullptr, ff, d, oai ? 2 * ff : ff, oai ? ff : 0, T, k, n_expert,
+                     oai ? ACT_SWIGLU_OAI : ACT_SILU, 1.702f, 7.0f};
+        launch({(unsigned)((ff + 3) / 4), (unsigned)pairs, 1}, {128, 1, 1}, [&] { moe_gate_up_fn[g_m.type](gu); });
+        MoeDown dn{down.qs.data(), down.sc.data(), hidden_ref.data(), selected.data(), weights.data(), out_ref.data(), oai ? down_b.data() : nullptr, d, ff, T, k, n_expert, 0};
+        launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[down.type](dn); });
+        // The tokens of the two pairs out of range are NaN, the others numbers (token 0's pairs are in range).
+        CHECK(std::isnan(out_ref[(size_t)(7 / k) * d]) && std::isnan(out_ref[(size_t)(40 / k) * d]) && !std::isnan(out_ref[0]), "moe_down: NaN where no expert");
+        for (int tile = 0; tile < 3; tile++) {
+            Grouping g = run_group(selected, n_expert, d, 16 << tile);
+            const MoeTiles tiles = g.args();
+            std::vector<float> hidden((size_t)pairs * ff, NAN);
+            MoeGateUp gu_g = gu;
+            gu_g.hidden = hidden.data();
+            launch({(unsigned)((ff + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_gate_up_tiled_fn[g_m.type][tile](gu_g, tiles); });
+            bool same = true;
+            for (int i = 0; i < pairs; i++) {
+                if (selected[i] >= 0 && selected[i] < n_expert) same &= bits_equal(&hidden[(size_t)i * ff], &hidden_ref[(size_t)i * ff], ff);
+            }
+            CHECK(same, "moe_gate_up_tiled (%s, tiles of %d) differs from moe_gate_up", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            MoeDown dn_g = dn;
+            dn_g.hidden = hidden.data();
+            dn_g.out = out.data();
+            launch({(unsigned)((d + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_down_tiled_fn[down.type][tile](dn_g, tiles); });
+            launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { moe_weighted_sum(dn_g, tiles); });
+            CHECK(bits_equal(out.data(), out_ref.data(), (size_t)T * d), "moe_down_tiled + moe_weighted_sum (%s, tiles of %d) differ from moe_down", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            compared++;
+        }
+    }
+    printf("moe_grouped: %d runs (2 layouts x tiles of 16, 32, 64) of %d pairs over %d experts (%d on expert 0) against the per-pair kernels' bits\n", compared, pairs, n_expert, busiest);
+}
+
 static void test_moe_families() {
     check_swiglu_oai();
     MoeFixtures f;
@@ -226,7 +353,10 @@ static void test_moe_families() {
     for (int c = 0; c < n_layers && f.ok; c++) {
         MoeLayer L;
         if (!read_layer(f, L)) break;
-        auto logits = run_layer(L, L.tokens, L.gate, L.up, L.ff, 0);
+        const LayerRun step = run_layer(L, L.tokens, L.gate, L.up, L.ff, 0);
+        const std::vector<float>& logits = step.logits;
+        // Steps of more than 8 rows take the grouped path here (each has at least one pair per expert).
+        CHECK(step.grouped == (L.T > 8), "moe layer %s: %d tokens took the %s path", L.name.c_str(), L.T, step.grouped ? "grouped" : "per-pair");
         double worst = 0;
         for (int t = 0; t < L.T; t++) {
             double diff = 0, norm = 0;
@@ -237,16 +367,17 @@ static void test_moe_families() {
             worst = std::max(worst, std::sqrt(diff / norm));
         }
         CHECK(worst <= 1e-3, "moe layer %s: relative error %.2e against the CPU backend", L.name.c_str(), worst);
-        printf("moe_families: %-36s %d tokens, %d of %d experts, worst relative error against the CPU %.2e\n", L.name.c_str(), L.T, L.k, L.n_expert, worst);
+        printf("moe_families: %-36s %2d tokens (%s), %d of %d experts, worst relative error against the CPU %.2e\n", L.name.c_str(), L.T, step.grouped ? "grouped" : "per pair", L.k, L.n_expert, worst);
         if (c == 0 || L.T > 8) {
-            // A token alone (project_small everywhere) against its row in the step (the tiled matmul past 8 rows).
+            // A token alone (project_small and the per-pair expert kernels) against its row in the step (the tiled
+            // matmul and the grouped expert kernels past 8 rows).
             const int t = L.T - 1;
-            auto alone = run_layer(L, {L.tokens[t]}, L.gate, L.up, L.ff, 0);
+            auto alone = run_layer(L, {L.tokens[t]}, L.gate, L.up, L.ff, 0).logits;
             CHECK(bits_equal(alone.data(), &logits[(size_t)t * L.vocab], L.vocab), "moe layer %s: token %d alone differs from its row in the step", L.name.c_str(), t);
             if (c == 0) {
                 // The gate and up fused into one tensor (`ffn_gate_up_exps`): the same rows, the same bits.
                 Mat fused = fuse_gate_up(L.gate, L.up, L.n_expert, L.ff);
-                auto fused_logits = run_layer(L, {L.tokens[t]}, fused, fused, 2 * L.ff, L.ff);
+                auto fused_logits = run_layer(L, {L.tokens[t]}, fused, fused, 2 * L.ff, L.ff).logits;
                 CHECK(bits_equal(fused_logits.data(), alone.data(), L.vocab), "moe layer %s: fused gate/up differ", L.name.c_str());
             }
         }
