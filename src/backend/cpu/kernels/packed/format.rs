@@ -488,15 +488,18 @@ k_format!(BlockQ6K, Q6K, 64 + 256, Base::Nibbles, High::Crumbs(4), Scaling::Halv
 const MXFP4_OFFSET: i32 = 12;
 
 /// MXFP4's `u` of each code.
-const MXFP4_LEVELS: [u8; 16] = {
+const MXFP4_LEVELS: [u8; 16] = levels(KVALUES, MXFP4_OFFSET);
+
+/// A codebook's `u` of each code: its value plus `offset` (an unsigned byte).
+const fn levels(values: [i8; 16], offset: i32) -> [u8; 16] {
     let mut levels = [0u8; 16];
     let mut c = 0;
     while c < 16 {
-        levels[c] = (KVALUES[c] as i32 + MXFP4_OFFSET) as u8;
+        levels[c] = (values[c] as i32 + offset) as u8;
         c += 1;
     }
     levels
-};
+}
 
 impl Format for BlockMxfp4 {
     type Block = Self;
@@ -519,15 +522,7 @@ impl Format for BlockMxfp4 {
 const IQ4_OFFSET: i32 = 128;
 
 /// IQ4_NL's and IQ4_XS's `u` of each code.
-const IQ4_LEVELS: [u8; 16] = {
-    let mut levels = [0u8; 16];
-    let mut c = 0;
-    while c < 16 {
-        levels[c] = (iq4::KVALUES[c] as i32 + IQ4_OFFSET) as u8;
-        c += 1;
-    }
-    levels
-};
+const IQ4_LEVELS: [u8; 16] = levels(iq4::KVALUES, IQ4_OFFSET);
 
 impl Format for BlockIq4Nl {
     type Block = Self;
@@ -580,6 +575,18 @@ mod tests {
             assert!(u <= 24);
         }
         assert_eq!(level::<BlockQ4_0>(13), 13, "a type without a codebook stores u itself");
+    }
+
+    /// IQ4's `u` is its codebook value plus 128: unsigned bytes 1..=241, past what `vpmaddubsw` multiplies
+    /// unsigned (AVX2 multiplies them by sign), and the same codebook for IQ4_NL and IQ4_XS.
+    #[test]
+    fn iq4_levels_are_its_values_plus_128() {
+        for code in 0..16u8 {
+            let u = level::<BlockIq4Nl>(code);
+            assert_eq!(i32::from(u) - 128, i32::from(iq4::KVALUES[usize::from(code)]), "code {code}");
+            assert_eq!(u, level::<BlockIq4Xs>(code));
+        }
+        assert_eq!((level::<BlockIq4Nl>(0), level::<BlockIq4Nl>(15)), (1, 241));
     }
 
     /// A packed MXFP4 unit gives back each row's codes and exponent (0, 1, 254 and 255 among them),
