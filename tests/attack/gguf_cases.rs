@@ -20,7 +20,7 @@ use ember::model::tokenizer::limits::{MAX_MERGES, MAX_TOKENS};
 /// One case: its name, what writes its file, and a substring of the error that must refuse it.
 type Case = (&'static str, fn() -> GgufWriter, &'static str);
 
-const CASES: [Case; 15] = [
+const CASES: [Case; 17] = [
     ("empty_tokens_16m", empty_tokens_16m, "metadata key \"tokenizer.ggml.tokens\""),
     (
         "vocabulary_smaller_than_embedding",
@@ -47,6 +47,12 @@ const CASES: [Case; 15] = [
         "expert_tensor_of_another_shape",
         expert_tensor_of_another_shape,
         "tensor \"blk.0.ffn_gate_exps.weight\" has shape [512, 256, 8], expected [512, 256, 32]",
+    ),
+    ("latent_rank_u32_max", latent_rank_u32_max, "deepseek2.attention.kv_lora_rank: 4294967295 is not in 0..="),
+    (
+        "per_head_tensor_of_fewer_heads",
+        per_head_tensor_of_fewer_heads,
+        "tensor \"blk.1.attn_k_b.weight\" has shape [64, 128, 4], expected [64, 128, 8]",
     ),
 ];
 
@@ -266,4 +272,22 @@ fn expert_tensor_of_another_shape() -> GgufWriter {
     let name = "blk.0.ffn_gate_exps.weight";
     let data = vec![0u8; 512 * 256 * 8 / 32 * 34];
     qwen3moe(|w| w.without_tensor(name).tensor(name, GgmlType::Q8_0, &[512, 256, 8], data))
+}
+
+/// A DeepSeek V3-layout file (latent attention: 8 heads, a compressed key row of 128 + 32) edited by `edit`.
+fn deepseek(edit: impl FnOnce(GgufWriter) -> GgufWriter) -> GgufWriter {
+    let spec = SyntheticSpec { matrix_type: None, ..SyntheticSpec::family("deepseek3-small", 45, 2).unwrap() };
+    edit(spec.writer_with_byte_vocabulary())
+}
+
+/// A compressed key row 4,294,967,295 wide: the cache's rows and the absorbed queries are sized by it.
+fn latent_rank_u32_max() -> GgufWriter {
+    deepseek(|w| w.set_metadata("deepseek2.attention.kv_lora_rank", Value::U32(u32::MAX)))
+}
+
+/// A per-head key decompression of 4 heads where the model has 8: absorbing head 7's query would read past it.
+fn per_head_tensor_of_fewer_heads() -> GgufWriter {
+    let name = "blk.1.attn_k_b.weight";
+    let data = vec![0u8; 64 * 128 * 4 / 32 * 34];
+    deepseek(|w| w.without_tensor(name).tensor(name, GgmlType::Q8_0, &[64, 128, 4], data))
 }
