@@ -283,17 +283,10 @@ impl SyntheticSpec {
                 rope_base: 10_000.0,
                 rope_yarn: Some((40.0, 4096)),
                 experts: Some(SyntheticExperts { n_expert: 16, n_used: 4, n_ff_exp: 256, n_ff_shared: Some(512) }),
-                deepseek: Some(SyntheticDeepseek {
-                    latent: LatentAttention { q_lora_rank: None, kv_lora_rank: 128, nope_dim: 64, v_head_dim: 64 },
-                    rope_dim: 32,
-                    gating: Gating::Softmax,
-                    normalize: false,
-                    weights_scale: None,
-                    groups: None,
-                    selection_bias: false,
-                    leading_dense: 1,
-                    yarn_log_multiplier: Some(0.0707),
-                }),
+                deepseek: Some(deepseek2_lite(
+                    LatentAttention { q_lora_rank: None, kv_lora_rank: 128, nope_dim: 64, v_head_dim: 64 },
+                    32,
+                )),
                 ..base(families::DEEPSEEK2)
             },
             // `deepseek2` with DeepSeek V3's traits (V3, R1, Kimi K2, Moonlight): queries through a rank of 256 and
@@ -329,17 +322,10 @@ impl SyntheticSpec {
                 rope_base: 10_000.0,
                 rope_yarn: Some((40.0, 4096)),
                 experts: Some(SyntheticExperts { n_expert: 64, n_used: 6, n_ff_exp: 1408, n_ff_shared: Some(2816) }),
-                deepseek: Some(SyntheticDeepseek {
-                    latent: LatentAttention { q_lora_rank: None, kv_lora_rank: 512, nope_dim: 128, v_head_dim: 128 },
-                    rope_dim: 64,
-                    gating: Gating::Softmax,
-                    normalize: false,
-                    weights_scale: None,
-                    groups: None,
-                    selection_bias: false,
-                    leading_dense: 1,
-                    yarn_log_multiplier: Some(0.0707),
-                }),
+                deepseek: Some(deepseek2_lite(
+                    LatentAttention { q_lora_rank: None, kv_lora_rank: 512, nope_dim: 128, v_head_dim: 128 },
+                    64,
+                )),
                 ..base(families::DEEPSEEK2)
             },
             // Llama 3.2 1B's layers with every matrix in IQ4_NL or IQ4_XS (random codes and scales, valid blocks; the
@@ -352,6 +338,23 @@ impl SyntheticSpec {
             }
             _ => return None,
         })
+    }
+}
+
+/// DeepSeek-V2-Lite's routing and YaRN with latent attention of `latent` and `rope_dim`: a softmax router, weights
+/// neither renormalized nor scaled, no groups or selection bias, one leading dense block, the real file's log
+/// multiplier (0.0707, 0.1 · mscale_all_dim).
+fn deepseek2_lite(latent: LatentAttention, rope_dim: usize) -> SyntheticDeepseek {
+    SyntheticDeepseek {
+        latent,
+        rope_dim,
+        gating: Gating::Softmax,
+        normalize: false,
+        weights_scale: None,
+        groups: None,
+        selection_bias: false,
+        leading_dense: 1,
+        yarn_log_multiplier: Some(0.0707),
     }
 }
 
