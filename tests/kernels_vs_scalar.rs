@@ -36,7 +36,7 @@ fn simd_paths() -> Vec<&'static Kernels> {
 }
 
 /// Every weight type ember computes with (`common/quant_blocks.rs`).
-const KINDS: [GgmlType; 16] = WEIGHT_TYPES;
+const KINDS: [GgmlType; 25] = WEIGHT_TYPES;
 
 /// Whether `dtype` is a float type: the quantized types meet 8-bit activations packed (`matmul_packed`), the float
 /// ones as they are (`matmul_q8`).

@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use crate::rng::Rng; // the includer declares `mod rng` (common/rng.rs)
 
 /// Every weight type ember computes with.
-pub const WEIGHT_TYPES: [GgmlType; 16] = [
+pub const WEIGHT_TYPES: [GgmlType; 25] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Bf16,
@@ -26,12 +26,46 @@ pub const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::Mxfp4,
     GgmlType::Iq4Nl,
     GgmlType::Iq4Xs,
+    GgmlType::Iq3Xxs,
+    GgmlType::Iq3S,
+    GgmlType::Iq2Xxs,
+    GgmlType::Iq2Xs,
+    GgmlType::Iq2S,
+    GgmlType::Iq1S,
+    GgmlType::Iq1M,
+    GgmlType::Tq1_0,
+    GgmlType::Tq2_0,
+];
+
+/// The types whose values are codes into a table of levels (`ember::model::gguf::coded`).
+pub const CODED_TYPES: [GgmlType; 9] = [
+    GgmlType::Iq3Xxs,
+    GgmlType::Iq3S,
+    GgmlType::Iq2Xxs,
+    GgmlType::Iq2Xs,
+    GgmlType::Iq2S,
+    GgmlType::Iq1S,
+    GgmlType::Iq1M,
+    GgmlType::Tq1_0,
+    GgmlType::Tq2_0,
 ];
 
 /// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.
 fn scale_offsets(dtype: GgmlType) -> &'static [usize] {
     match dtype {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q8_0
+        | GgmlType::Iq4Nl
+        | GgmlType::Iq4Xs
+        | GgmlType::Iq3Xxs
+        | GgmlType::Iq3S
+        | GgmlType::Iq2Xxs
+        | GgmlType::Iq2Xs
+        | GgmlType::Iq2S
+        | GgmlType::Iq1S => &[0],
+        GgmlType::Tq1_0 => &[52],
+        GgmlType::Tq2_0 => &[64],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],
@@ -77,6 +111,16 @@ pub fn random_blocks(
         GgmlType::Mxfp4 => {
             for block in bytes.chunks_exact_mut(block_bytes) {
                 block[0] = e8m0_near(scale(rng).to_f32());
+            }
+        }
+        GgmlType::Iq1M => {
+            // The f16 `d` is spread over the top nibbles of the four u16 scale words (bytes 48..56).
+            for block in bytes.chunks_exact_mut(block_bytes) {
+                let d = scale(rng).to_bits();
+                for i in 0..4 {
+                    let at = 48 + 2 * i + 1;
+                    block[at] = (block[at] & 0x0f) | ((((d >> (4 * i)) & 0x0f) as u8) << 4);
+                }
             }
         }
         _ => {

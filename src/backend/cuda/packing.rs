@@ -126,7 +126,17 @@ impl PackedType {
             WeightData::Bf16(_) => PackedType::Bf16,
             WeightData::F32(_) => PackedType::F32,
             WeightData::Mxfp4(_) => PackedType::Mxfp4,
-            WeightData::Iq4Nl(_) | WeightData::Iq4Xs(_) => return None,
+            WeightData::Iq4Nl(_)
+            | WeightData::Iq4Xs(_)
+            | WeightData::Iq3Xxs(_)
+            | WeightData::Iq3S(_)
+            | WeightData::Iq2Xxs(_)
+            | WeightData::Iq2Xs(_)
+            | WeightData::Iq2S(_)
+            | WeightData::Iq1S(_)
+            | WeightData::Iq1M(_)
+            | WeightData::Tq1_0(_)
+            | WeightData::Tq2_0(_) => return None,
         })
     }
 }
@@ -197,7 +207,17 @@ pub fn pack(matrix: &WeightMatrix<'_>) -> PackedMatrix {
             out.raw_bytes(&b.qs);
             out.scales.push(e8m0_to_fp32_half(b.e).to_bits());
         }),
-        WeightData::Iq4Nl(_) | WeightData::Iq4Xs(_) => unreachable!("PackedType::of refused it above"),
+        WeightData::Iq4Nl(_)
+        | WeightData::Iq4Xs(_)
+        | WeightData::Iq3Xxs(_)
+        | WeightData::Iq3S(_)
+        | WeightData::Iq2Xxs(_)
+        | WeightData::Iq2Xs(_)
+        | WeightData::Iq2S(_)
+        | WeightData::Iq1S(_)
+        | WeightData::Iq1M(_)
+        | WeightData::Tq1_0(_)
+        | WeightData::Tq2_0(_) => unreachable!("PackedType::of refused it above"),
     }
     debug_assert_eq!(out.quants.len(), groups * dtype.quant_words());
     debug_assert_eq!(out.scales.len(), groups * dtype.scale_words());

@@ -1,10 +1,13 @@
 //! Dequantization of tensor data of any type ember computes with, by its GGUF type: the one dispatch over the
-//! per-type functions of `blocks`, `kquants`,
-//! `mxfp4` and `iq4`.
+//! per-type functions of `blocks`, `kquants`, `mxfp4`, `iq4` and `coded`.
 
 use bytemuck::Pod;
 
 use super::blocks::{self, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use super::coded::{
+    dequantize_coded, BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockTq1_0,
+    BlockTq2_0,
+};
 use super::dtype::GgmlType;
 use super::iq4::{dequantize_iq4_nl, dequantize_iq4_xs, BlockIq4Nl, BlockIq4Xs};
 use super::kquants::{dequantize_k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
@@ -45,6 +48,15 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Mxfp4 => dequantize_mxfp4(&pod_vec::<BlockMxfp4>(bytes), out),
         GgmlType::Iq4Nl => dequantize_iq4_nl(&pod_vec::<BlockIq4Nl>(bytes), out),
         GgmlType::Iq4Xs => dequantize_iq4_xs(&pod_vec::<BlockIq4Xs>(bytes), out),
+        GgmlType::Iq3Xxs => dequantize_coded(&pod_vec::<BlockIq3Xxs>(bytes), out),
+        GgmlType::Iq3S => dequantize_coded(&pod_vec::<BlockIq3S>(bytes), out),
+        GgmlType::Iq2Xxs => dequantize_coded(&pod_vec::<BlockIq2Xxs>(bytes), out),
+        GgmlType::Iq2Xs => dequantize_coded(&pod_vec::<BlockIq2Xs>(bytes), out),
+        GgmlType::Iq2S => dequantize_coded(&pod_vec::<BlockIq2S>(bytes), out),
+        GgmlType::Iq1S => dequantize_coded(&pod_vec::<BlockIq1S>(bytes), out),
+        GgmlType::Iq1M => dequantize_coded(&pod_vec::<BlockIq1M>(bytes), out),
+        GgmlType::Tq1_0 => dequantize_coded(&pod_vec::<BlockTq1_0>(bytes), out),
+        GgmlType::Tq2_0 => dequantize_coded(&pod_vec::<BlockTq2_0>(bytes), out),
         other => return Err(DequantizeError::Unsupported(other)),
     }
     Ok(())

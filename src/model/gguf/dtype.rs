@@ -182,7 +182,30 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Mxfp4 | Iq4Nl | Iq4Xs
+            F32 | F16
+                | Bf16
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q8_0
+                | Q2K
+                | Q3K
+                | Q4K
+                | Q5K
+                | Q6K
+                | Mxfp4
+                | Iq4Nl
+                | Iq4Xs
+                | Iq3Xxs
+                | Iq3S
+                | Iq2Xxs
+                | Iq2Xs
+                | Iq2S
+                | Iq1S
+                | Iq1M
+                | Tq1_0
+                | Tq2_0
         )
     }
 

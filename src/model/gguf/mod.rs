@@ -8,10 +8,12 @@
 
 pub mod blocks;
 mod budget;
+pub mod coded;
 pub mod dequantize;
 pub mod dtype;
 mod error;
 pub mod iq4;
+pub mod iq_grids;
 pub mod kquants;
 pub mod mxfp4;
 mod parse;

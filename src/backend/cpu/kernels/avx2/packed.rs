@@ -170,7 +170,6 @@ fn bit_bytes(bits: u32) -> __m256i {
 /// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes, `o < 2`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> __m256i {
-    const { assert!(F::CODEBOOK.is_none() || matches!((F::BASE, F::HIGH), (Base::Nibbles, High::None))) };
     // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
     unsafe {
         let base = planes.add(high_bytes::<F>() + 32 * o);
@@ -178,15 +177,7 @@ unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> 
             Base::Nibbles => {
                 let x = load(base.add(SLICE_BYTES * t));
                 let x = if h == 0 { x } else { _mm256_srli_epi16::<4>(x) };
-                let codes = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
-                match F::CODEBOOK {
-                    // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
-                    Some(book) => {
-                        let book = _mm256_broadcastsi128_si256(_mm_loadu_si128(book.as_ptr().cast()));
-                        _mm256_shuffle_epi8(book, codes)
-                    }
-                    None => codes,
-                }
+                _mm256_and_si256(x, _mm256_set1_epi8(0x0f))
             }
             Base::Crumbs => {
                 let x = load(base.add(SLICE_BYTES * h));
@@ -211,7 +202,11 @@ unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> 
                 v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8((3 << shift) as i8)));
             }
         }
-        v
+        match F::CODEBOOK {
+            // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
+            Some(book) => _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(book.as_ptr().cast())), v),
+            None => v,
+        }
     }
 }
 
@@ -337,7 +332,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
             unsafe {
                 hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
                 d[r] = match F::SCALING {
-                    Scaling::Halves => _mm256_loadu_ps(hdr[r].add(header::D + 32 * o).cast()),
+                    Scaling::Halves | Scaling::Group => _mm256_loadu_ps(hdr[r].add(header::D + 32 * o).cast()),
                     Scaling::E8m0 => load_e8m0(hdr[r].add(header::E + 8 * o)),
                     _ => load_f16(hdr[r].add(header::D + 16 * o)),
                 };
@@ -393,11 +388,14 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
                 };
                 let shift = _mm_cvtsi32_si128(F::OFFSET.trailing_zeros() as i32);
                 let mut dot = [[_mm256_setzero_si256(); R]; C];
+                // Types multiplied by sign start from 0 (`dot_start`).
                 for c in 0..C {
                     let half_sums = _mm256_set1_epi32(i32::from_le_bytes(bytemuck::cast(a[c].half_sums)));
                     for r in 0..R {
-                        let offset = _mm256_sll_epi32(_mm256_madd_epi16(sc_pairs[r], half_sums), shift);
-                        dot[c][r] = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+                        if !by_sign::<F>() {
+                            let offset = _mm256_sll_epi32(_mm256_madd_epi16(sc_pairs[r], half_sums), shift);
+                            dot[c][r] = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+                        }
                     }
                 }
                 for (h, scale) in sc_half.iter().enumerate() {

@@ -104,7 +104,6 @@ const fn high_bytes<F: Format>() -> usize {
 /// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
-    const { assert!(F::CODEBOOK.is_none() || matches!((F::BASE, F::HIGH), (Base::Nibbles, High::None))) };
     // SAFETY (every access below): the offsets stay inside the group's planes, whose layout `Format` describes.
     unsafe {
         let base = planes.add(high_bytes::<F>());
@@ -112,15 +111,7 @@ unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
             Base::Nibbles => {
                 let x = load(base.add(SLICE_BYTES * t));
                 let x = if h == 0 { x } else { _mm512_srli_epi16::<4>(x) };
-                let codes = _mm512_and_si512(x, _mm512_set1_epi8(0x0f));
-                match F::CODEBOOK {
-                    // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
-                    Some(book) => {
-                        let book = _mm512_broadcast_i32x4(_mm_loadu_si128(book.as_ptr().cast()));
-                        _mm512_shuffle_epi8(book, codes)
-                    }
-                    None => codes,
-                }
+                _mm512_and_si512(x, _mm512_set1_epi8(0x0f))
             }
             Base::Crumbs => {
                 let x = load(base.add(SLICE_BYTES * h));
@@ -145,7 +136,11 @@ unsafe fn unpack<F: Format>(planes: *const u8, h: usize, t: usize) -> __m512i {
                 v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8((3 << shift) as i8)));
             }
         }
-        v
+        match F::CODEBOOK {
+            // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
+            Some(book) => _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(book.as_ptr().cast())), v),
+            None => v,
+        }
     }
 }
 
@@ -258,7 +253,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
             unsafe {
                 hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
                 d[r] = match F::SCALING {
-                    Scaling::Halves => _mm512_loadu_ps(hdr[r].add(header::D).cast()),
+                    Scaling::Halves | Scaling::Group => _mm512_loadu_ps(hdr[r].add(header::D).cast()),
                     Scaling::E8m0 => load_e8m0(hdr[r].add(header::E)),
                     _ => load_f16(hdr[r].add(header::D)),
                 };

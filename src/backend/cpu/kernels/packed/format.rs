@@ -10,6 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use crate::model::gguf::blocks::{five_bit_values, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::coded::{CodedBlock, CodedUnit};
 use crate::model::gguf::iq4::{self, BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, SuperBlock, GROUPS, QK_K};
 use crate::model::gguf::mxfp4::{self, e8m0_from_fp32_half, e8m0_to_fp32_half, BlockMxfp4, KVALUES};
@@ -68,9 +69,10 @@ pub enum Scaling {
     /// One power-of-two scale per block, stored as its E8M0 exponent byte: header `e: [u8; 16]`, `d = 2^(e − 128)`
     /// (MXFP4; `mxfp4::e8m0_to_fp32_half`). The kernels then apply `d` as `Block` does.
     E8m0,
-    /// A super-block scale `d` and a signed integer scale per group, no minimum: header `d: [f16; 16]`,
-    /// `sc: [[i8; 16]; 8]` (IQ4_XS, whose `sc` is `ls − 32`). The kernels apply `d · sc` as `GroupMin` applies its
-    /// scale.
+    /// A super-block scale `d` and a signed integer scale per group, no minimum: header `d: [f32; 16]`,
+    /// `sc: [[i8; 16]; 8]` (IQ4_XS, whose `sc` is `ls − 32`; the coded types with a scale per 32 elements, whose
+    /// `d` is the file's f16 times a power of two, exact in f32). The kernels apply `d · sc` as `GroupMin` applies
+    /// its scale.
     Group,
 }
 
@@ -101,9 +103,9 @@ pub trait Format {
     /// Subtracted from every `u`.
     const OFFSET: i32;
     const SCALING: Scaling;
-    /// For a type whose values are not evenly spaced (MXFP4): the planes hold 4-bit codes (`Base::Nibbles`, no high
-    /// plane) and an element's `u` is `CODEBOOK[code]`, which the SIMD paths look up with a byte shuffle (`pshufb`)
-    /// right after unpacking the nibbles. `None`: the planes hold `u` itself.
+    /// For a type whose values are not evenly spaced (MXFP4, the IQ types): the planes hold codes below 16 (base and
+    /// high bits together) and an element's `u` is `CODEBOOK[code]`, which the SIMD paths look up with a byte
+    /// shuffle (`pshufb`) right after unpacking the code. `None`: the planes hold `u` itself.
     const CODEBOOK: Option<[u8; 16]> = None;
     /// Plane bytes per group and panel: the high plane, then the base plane.
     const GROUP_BYTES: usize = high_bytes(Self::HIGH) + base_bytes(Self::BASE);
@@ -175,8 +177,8 @@ pub mod header {
     pub const HALF_SCMN: usize = 64;
     /// `E8m0`: the exponent bytes, 16 values.
     pub const E: usize = 0;
-    /// `Group`: `sc[g]` at `GROUP_SC + 16g` (after the f16 `d`).
-    pub const GROUP_SC: usize = 32;
+    /// `Group`: `sc[g]` at `GROUP_SC + 16g` (after the f32 `d`).
+    pub const GROUP_SC: usize = 64;
 }
 
 fn put_f16(out: &mut [u8], at: usize, r: usize, v: f32) {
@@ -187,12 +189,14 @@ fn write_header<F: Format + ?Sized>(rows: &[RowUnit; PANEL_ROWS], out: &mut [u8]
     out[..F::HEADER].fill(0);
     for (r, u) in rows.iter().enumerate() {
         match F::SCALING {
-            Scaling::Block | Scaling::Group => put_f16(out, header::D, r, u.d),
+            Scaling::Block => put_f16(out, header::D, r, u.d),
             Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
                 put_f16(out, header::D, r, u.d);
                 put_f16(out, header::M, r, u.m);
             }
-            Scaling::Halves => out[header::D + 4 * r..header::D + 4 * r + 4].copy_from_slice(&u.d.to_le_bytes()),
+            Scaling::Halves | Scaling::Group => {
+                out[header::D + 4 * r..header::D + 4 * r + 4].copy_from_slice(&u.d.to_le_bytes())
+            }
             Scaling::E8m0 => out[header::E + r] = e8m0_from_fp32_half(u.d),
         }
         match F::SCALING {
@@ -309,12 +313,12 @@ impl RowUnit {
 #[inline(always)]
 pub fn decode_row<F: Format + ?Sized>(header_bytes: &[u8], planes: &[u8], r: usize, unit: &mut RowUnit) {
     match F::SCALING {
-        Scaling::Block | Scaling::Group => unit.d = get_f16(header_bytes, header::D, r),
+        Scaling::Block => unit.d = get_f16(header_bytes, header::D, r),
         Scaling::BlockMin | Scaling::GroupMin | Scaling::HalvesMin => {
             unit.d = get_f16(header_bytes, header::D, r);
             unit.m = get_f16(header_bytes, header::M, r);
         }
-        Scaling::Halves => {
+        Scaling::Halves | Scaling::Group => {
             let at = header::D + 4 * r;
             unit.d = f32::from_le_bytes(header_bytes[at..at + 4].try_into().expect("4 bytes"));
         }
@@ -544,7 +548,7 @@ impl Format for BlockIq4Xs {
     type Block = Self;
     const DTYPE: GgmlType = GgmlType::Iq4Xs;
     const UNIT: usize = QK_K;
-    const HEADER: usize = 32 + 128;
+    const HEADER: usize = 64 + 128;
     const BASE: Base = Base::Nibbles;
     const HIGH: High = High::None;
     const OFFSET: i32 = IQ4_OFFSET;
@@ -558,6 +562,37 @@ impl Format for BlockIq4Xs {
             unit.scales[2 * g + 1] = sc;
             unit.u[QK * g..QK * (g + 1)].copy_from_slice(&iq4::codes(&b.qs[16 * g..16 * (g + 1)]));
         }
+    }
+}
+
+/// A coded type's `u` of each code (`coded::CodedBlock::LEVELS` plus 128; unused codes 128, the value 0).
+const fn coded_levels(values: [i8; 16]) -> [u8; 16] {
+    levels(values, CODED_OFFSET)
+}
+
+/// What the coded types' codebooks add to their levels (as IQ4's): the AVX2 path multiplies such bytes by sign.
+const CODED_OFFSET: i32 = 128;
+
+/// The coded types (`coded`): their codes in 2 bits (the ternary types, which store the digit itself: `u` is the
+/// digit, the offset 1), 3 bits (IQ2, IQ1: a crumb and a sign bit) or 4 (IQ3: a nibble), looked up in a codebook of
+/// their levels plus 128 (not the ternary ones); the scale per 32 elements as IQ4_XS' (`Group`), per 16 as Q6_K's
+/// (`Halves`), with `d` in f32.
+impl<B: CodedBlock> Format for B {
+    type Block = Self;
+    const DTYPE: GgmlType = B::DTYPE;
+    const UNIT: usize = QK_K;
+    const HEADER: usize = if B::SCALE_PER_32 { 64 + 128 } else { 64 + 256 };
+    const BASE: Base = if B::CODE_BITS == 4 { Base::Nibbles } else { Base::Crumbs };
+    const HIGH: High = if B::CODE_BITS == 3 { High::Bit(2) } else { High::None };
+    const OFFSET: i32 = if B::CODE_BITS == 2 { 1 } else { CODED_OFFSET };
+    const SCALING: Scaling = if B::SCALE_PER_32 { Scaling::Group } else { Scaling::Halves };
+    const CODEBOOK: Option<[u8; 16]> = if B::CODE_BITS == 2 { None } else { Some(coded_levels(B::LEVELS)) };
+    fn decode_block(b: &Self, unit: &mut RowUnit) {
+        let mut coded = CodedUnit::EMPTY;
+        b.decode(&mut coded);
+        unit.d = coded.d;
+        unit.scales = coded.scales;
+        unit.u = coded.codes;
     }
 }
 

@@ -39,6 +39,9 @@ use format::{decode_row, dequantize_unit, Format, RowUnit, PANEL_ROWS};
 
 use super::weights::{WeightData, WeightMatrix};
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::coded::{
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockTq1_0, BlockTq2_0,
+};
 use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
@@ -224,6 +227,42 @@ macro_rules! with_format {
                 type $F = BlockIq4Xs;
                 $body
             }
+            GgmlType::Iq3Xxs => {
+                type $F = $crate::model::gguf::coded::BlockIq3Xxs;
+                $body
+            }
+            GgmlType::Iq3S => {
+                type $F = $crate::model::gguf::coded::BlockIq3S;
+                $body
+            }
+            GgmlType::Iq2Xxs => {
+                type $F = $crate::model::gguf::coded::BlockIq2Xxs;
+                $body
+            }
+            GgmlType::Iq2Xs => {
+                type $F = $crate::model::gguf::coded::BlockIq2Xs;
+                $body
+            }
+            GgmlType::Iq2S => {
+                type $F = $crate::model::gguf::coded::BlockIq2S;
+                $body
+            }
+            GgmlType::Iq1S => {
+                type $F = $crate::model::gguf::coded::BlockIq1S;
+                $body
+            }
+            GgmlType::Iq1M => {
+                type $F = $crate::model::gguf::coded::BlockIq1M;
+                $body
+            }
+            GgmlType::Tq1_0 => {
+                type $F = $crate::model::gguf::coded::BlockTq1_0;
+                $body
+            }
+            GgmlType::Tq2_0 => {
+                type $F = $crate::model::gguf::coded::BlockTq2_0;
+                $body
+            }
             _ => $none,
         }
     };
@@ -253,6 +292,15 @@ impl PackedMatrix {
             WeightData::Mxfp4(b) => Self::pack_as::<BlockMxfp4>(b, n_rows, row_len, run),
             WeightData::Iq4Nl(b) => Self::pack_as::<BlockIq4Nl>(b, n_rows, row_len, run),
             WeightData::Iq4Xs(b) => Self::pack_as::<BlockIq4Xs>(b, n_rows, row_len, run),
+            WeightData::Iq3Xxs(b) => Self::pack_as::<BlockIq3Xxs>(b, n_rows, row_len, run),
+            WeightData::Iq3S(b) => Self::pack_as::<BlockIq3S>(b, n_rows, row_len, run),
+            WeightData::Iq2Xxs(b) => Self::pack_as::<BlockIq2Xxs>(b, n_rows, row_len, run),
+            WeightData::Iq2Xs(b) => Self::pack_as::<BlockIq2Xs>(b, n_rows, row_len, run),
+            WeightData::Iq2S(b) => Self::pack_as::<BlockIq2S>(b, n_rows, row_len, run),
+            WeightData::Iq1S(b) => Self::pack_as::<BlockIq1S>(b, n_rows, row_len, run),
+            WeightData::Iq1M(b) => Self::pack_as::<BlockIq1M>(b, n_rows, row_len, run),
+            WeightData::Tq1_0(b) => Self::pack_as::<BlockTq1_0>(b, n_rows, row_len, run),
+            WeightData::Tq2_0(b) => Self::pack_as::<BlockTq2_0>(b, n_rows, row_len, run),
             WeightData::F16(_) | WeightData::Bf16(_) | WeightData::F32(_) => return None,
         })
     }

@@ -16,6 +16,7 @@ use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
 use half::{bf16, f16};
 
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::model::gguf::coded::{dequantize_coded, CodedBlock};
 use crate::model::gguf::iq4::{BlockIq4Nl, BlockIq4Xs};
 use crate::model::gguf::kquants::{dequantize_k, SuperBlock, GROUPS, QK_K};
 use crate::model::gguf::mxfp4::BlockMxfp4;
@@ -254,6 +255,21 @@ fn output_f32_iq4_xs(row: &[BlockIq4Xs], col: &[[f32; QK]]) -> f32 {
     sum_lanes(acc)
 }
 
+/// One precise output of a coded row (`coded`): each super-block dequantized (as `coded::dequantize_coded`), then
+/// its eight 32-element blocks as in `output_f32`.
+#[inline(always)]
+fn output_f32_coded<B: CodedBlock>(row: &[B], col: &[[f32; QK]]) -> f32 {
+    let mut acc: Lanes = [0.0; LANES];
+    let mut w = [0f32; QK_K];
+    for (b, x) in row.iter().zip(col.chunks_exact(GROUPS)) {
+        dequantize_coded(std::slice::from_ref(b), &mut w);
+        for (wb, xb) in w.as_chunks::<QK>().0.iter().zip(x) {
+            accumulate_f32(&mut acc, wb, xb);
+        }
+    }
+    sum_lanes(acc)
+}
+
 /// The scalar `Kernels::matmul_f32` (arguments checked by the caller).
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows) {
@@ -274,6 +290,15 @@ pub(in crate::backend::cpu::kernels) fn matmul_f32(w: &WeightMatrix, act: &[f32]
         WeightData::Mxfp4(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
         WeightData::Iq4Nl(b) => for_each_output(b, blocks, act, n_cols, out, output_f32),
         WeightData::Iq4Xs(b) => for_each_output(b, supers, act, n_cols, out, output_f32_iq4_xs),
+        WeightData::Iq3Xxs(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq3S(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq2Xxs(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq2Xs(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq2S(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq1S(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Iq1M(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Tq1_0(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
+        WeightData::Tq2_0(b) => for_each_output(b, supers, act, n_cols, out, output_f32_coded),
         WeightData::F16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::Bf16(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
         WeightData::F32(v) => for_each_output(v.as_chunks::<QK>().0, blocks, act, n_cols, out, output_f32),
