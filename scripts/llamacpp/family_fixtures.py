@@ -33,7 +33,12 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("granitemoe", "granitemoe-small", 19, 2), ("gpt-oss", "gpt-oss-small", 20, 2),
             ("gpt-oss-mxfp4", "gpt-oss-small-mxfp4", 21, 2), ("deepseek2-lite", "deepseek2-lite-small", 22, 3),
             ("deepseek3", "deepseek3-small", 27, 3), ("iq4_nl", "llama3.2-1b-iq4_nl", 28, 2),
-            ("iq4_xs", "llama3.2-1b-iq4_xs", 29, 2)]
+            ("iq4_xs", "llama3.2-1b-iq4_xs", 29, 2),
+            ("iq3_xxs", "llama3.2-1b-iq3_xxs", 31, 2), ("iq3_s", "llama3.2-1b-iq3_s", 32, 2),
+            ("iq2_xxs", "llama3.2-1b-iq2_xxs", 33, 2), ("iq2_xs", "llama3.2-1b-iq2_xs", 34, 2),
+            ("iq2_s", "llama3.2-1b-iq2_s", 35, 2), ("iq1_s", "llama3.2-1b-iq1_s", 36, 2),
+            ("iq1_m", "llama3.2-1b-iq1_m", 37, 2), ("tq1_0", "llama3.2-1b-tq1_0", 38, 2),
+            ("tq2_0", "llama3.2-1b-tq2_0", 39, 2)]
 
 
 def main():

@@ -546,12 +546,30 @@ fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f
         GgmlType::Q5_0 => (0, None, scale / 9.0),
         GgmlType::Iq4Nl => (0, None, scale / 60.0),
         GgmlType::Iq4Xs => (0, None, scale / 690.0),
+        // The coded types (`gguf::coded`): d for weights of rms scale/√3 (uniform's), from the rms of random blocks
+        // with d = 1 and their integer scales forced to the upper half of their range (below), measured with the
+        // gguf package: IQ3_XXS 189, IQ3_S 186, IQ2_XXS 71, IQ2_XS 74, IQ2_S 75, IQ1_S and IQ1_M 9.5, the ternary
+        // types 0.82. IQ1_M's d has no offset of its own (`set_iq1_m_d`).
+        GgmlType::Iq3Xxs => (0, None, scale / 327.0),
+        GgmlType::Iq3S => (0, None, scale / 321.0),
+        GgmlType::Iq2Xxs => (0, None, scale / 122.0),
+        GgmlType::Iq2Xs => (0, None, scale / 128.0),
+        GgmlType::Iq2S => (0, None, scale / 129.0),
+        GgmlType::Iq1S => (0, None, scale / 16.5),
+        GgmlType::Iq1M => (usize::MAX, None, scale / 16.5),
+        GgmlType::Tq1_0 => (52, None, scale / 1.42),
+        GgmlType::Tq2_0 => (64, None, scale / 1.42),
         other => unreachable!("no random blocks of {other:?}"),
     };
     let block = dtype.block_bytes() as usize;
     let n_blocks = n / dtype.block_len() as usize;
     let mut out: Vec<u8> = (0..n_blocks * block).map(|_| rng.next() as u8).collect();
     for b in out.chunks_exact_mut(block) {
+        force_scales(dtype, b);
+        if dtype == GgmlType::Iq1M {
+            set_iq1_m_d(b, f16::from_f32(d));
+            continue;
+        }
         b[d_at..d_at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
         if let Some(at) = dmin_at {
             // Minima average 31.5 and values 7.5·31.5·d: dmin = 7.5·d centres the weights.
@@ -564,6 +582,43 @@ fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f
         }
     }
     out
+}
+
+/// Keeps a coded block's integer scales in the upper half of their range (their top bit set), as a quantizer leaves
+/// them (see IQ4_XS above); TQ2_0's digits 3, which its quantizer never writes, become 1 (zero).
+fn force_scales(dtype: GgmlType, b: &mut [u8]) {
+    match dtype {
+        // The top 4 bits of each group's second u32.
+        GgmlType::Iq2Xxs => (0..8).for_each(|g| b[2 + 8 * g + 7] |= 0x80),
+        GgmlType::Iq3Xxs => (0..8).for_each(|g| b[2 + 64 + 4 * g + 3] |= 0x80),
+        // Two 4-bit scales a byte.
+        GgmlType::Iq2Xs => b[66..74].iter_mut().for_each(|x| *x |= 0x88),
+        GgmlType::Iq2S => b[74..82].iter_mut().for_each(|x| *x |= 0x88),
+        GgmlType::Iq3S => b[106..110].iter_mut().for_each(|x| *x |= 0x88),
+        // Bits 12..15 of each group's u16: bit 14.
+        GgmlType::Iq1S => (0..8).for_each(|g| b[34 + 2 * g + 1] |= 0x40),
+        // Four 3-bit scales in bits 0..12 of each u16: their top bits.
+        GgmlType::Iq1M => (0..4).for_each(|i| {
+            b[48 + 2 * i] |= 0x24;
+            b[48 + 2 * i + 1] |= 0x09;
+        }),
+        GgmlType::Tq2_0 => b[..64].iter_mut().for_each(|x| {
+            for shift in (0..8).step_by(2) {
+                if (*x >> shift) & 3 == 3 {
+                    *x ^= 2 << shift;
+                }
+            }
+        }),
+        _ => {}
+    }
+}
+
+/// IQ1_M's f16 `d`, spread over the top nibbles of its four u16 scale words (bytes 48..56).
+fn set_iq1_m_d(b: &mut [u8], d: f16) {
+    for i in 0..4 {
+        let at = 48 + 2 * i + 1;
+        b[at] = (b[at] & 0x0f) | ((((d.to_bits() >> (4 * i)) & 0x0f) as u8) << 4);
+    }
 }
 
 fn random_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) -> Vec<u8> {

@@ -12,7 +12,7 @@ use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 28] = [
+    pub const FAMILIES: [&'static str; 37] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -41,6 +41,15 @@ impl SyntheticSpec {
         "deepseek2-lite",
         "llama3.2-1b-iq4_nl",
         "llama3.2-1b-iq4_xs",
+        "llama3.2-1b-iq3_xxs",
+        "llama3.2-1b-iq3_s",
+        "llama3.2-1b-iq2_xxs",
+        "llama3.2-1b-iq2_xs",
+        "llama3.2-1b-iq2_s",
+        "llama3.2-1b-iq1_s",
+        "llama3.2-1b-iq1_m",
+        "llama3.2-1b-tq1_0",
+        "llama3.2-1b-tq2_0",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -335,6 +344,35 @@ impl SyntheticSpec {
             }
             "llama3.2-1b-iq4_xs" => {
                 SyntheticSpec { matrix_type: Some(GgmlType::Iq4Xs), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            // The same with every matrix in one of the coded types (`gguf::coded`): random grid indices, signs and
+            // digits, integer scales in the upper half of their range.
+            "llama3.2-1b-iq3_xxs" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq3Xxs), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq3_s" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq3S), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq2_xxs" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq2Xxs), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq2_xs" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq2Xs), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq2_s" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq2S), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq1_s" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq1S), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-iq1_m" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Iq1M), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-tq1_0" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Tq1_0), ..Self::family("llama3.2-1b", seed, n_layer)? }
+            }
+            "llama3.2-1b-tq2_0" => {
+                SyntheticSpec { matrix_type: Some(GgmlType::Tq2_0), ..Self::family("llama3.2-1b", seed, n_layer)? }
             }
             _ => return None,
         })
