@@ -56,6 +56,9 @@
 //!   llama.cpp pairs these types with 8-bit activations in blocks of 256 (`Q8_K`): its logits differ from ember's
 //!   precise path by 0.073–0.103 (IQ4's blocks of 32 give 0.024–0.026), ember's fast path from its precise one by
 //!   0.049–0.080, so the two engines' quantized paths differ by about their sum.
+//! - `dynamic` (the same layers mixing IQ and K-quant types by tensor, as the "dynamic" quantizations do:
+//!   `TypeMix::Dynamic`): measured 2026-12-06 (avx512, fast path) max 0.163, mean 0.124, 11 of 11 confident
+//!   positions agree.
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -139,6 +142,11 @@ fn argmax(x: &[f32]) -> usize {
 }
 
 fn check(name: &str) {
+    check_within(name, MAX_LOGIT_DIFF, MAX_MEAN_LOGIT_DIFF);
+}
+
+/// [`check`] with its own bounds on the largest difference and the mean of the per-position maxima.
+fn check_within(name: &str, max_diff: f32, max_mean: f32) {
     let f = fixture(name);
     let ours = ours(&f);
     assert_eq!(ours.len(), f.logits.len());
@@ -167,8 +175,8 @@ fn check(name: &str) {
          per-position maxima {mean:.4}",
         ours.len()
     );
-    assert!(worst <= MAX_LOGIT_DIFF, "{name}: a logit differs by {worst}");
-    assert!(mean <= MAX_MEAN_LOGIT_DIFF, "{name}: mean per-position max difference {mean}");
+    assert!(worst <= max_diff, "{name}: a logit differs by {worst}");
+    assert!(mean <= max_mean, "{name}: mean per-position max difference {mean}");
 }
 
 #[test]
@@ -396,4 +404,12 @@ fn tq1_0_weights_match_llama_cpp() {
 #[test]
 fn tq2_0_weights_match_llama_cpp() {
     check("tq2_0");
+}
+
+/// The mix's logits differ more between the engines than one type's (measured 2026-12-06, avx512: max 0.163, mean
+/// 0.124) because each engine's 8-bit activations do: llama.cpp's against ember's precise path 0.147, ember's fast
+/// path against its precise one 0.118. Bounds with the dense families' room over that.
+#[test]
+fn dynamic_type_mix_matches_llama_cpp() {
+    check_within("dynamic", 0.25, 0.16);
 }

@@ -23,9 +23,10 @@ case "$variant" in
       -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF) ;;
   *) echo "usage: $0 [native|avx2|avx512]" >&2; exit 2 ;;
 esac
-targets=(llama-bench llama-batched-bench llama-quantize llama-tokenize llama-cli)
+targets=(llama-bench llama-batched-bench llama-quantize llama-tokenize llama-cli llama-imatrix)
 bin="$PWD/$src/$build/bin"
-if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] && [ -x "$bin/llama-quantize" ]; then
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] && [ -x "$bin/llama-quantize" ] \
+  && [ -x "$bin/llama-imatrix" ]; then
   echo "$bin"; exit 0
 fi
 mkdir -p "$cache"

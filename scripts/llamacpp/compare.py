@@ -66,9 +66,34 @@ def ensure_model(bin_dir: str, shape: str, qtype: str) -> str:
         run([sys.executable, os.path.join(ROOT, "scripts", "llamacpp", "synthetic_model.py"), shape, VOCAB,
              f16 + ".tmp"])
         os.replace(f16 + ".tmp", f16)
-    run([os.path.join(bin_dir, "llama-quantize"), f16, out + ".tmp", qtype, str(os.cpu_count() or 1)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [os.path.join(bin_dir, "llama-quantize")]
+    if qtype in IMATRIX_TYPES:
+        cmd += ["--imatrix", ensure_imatrix(bin_dir, shape, f16)]
+    run(cmd + [f16, out + ".tmp", qtype, str(os.cpu_count() or 1)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
     os.replace(out + ".tmp", out)
+    return out
+
+
+# The types llama-quantize needs (IQ2_XXS, IQ2_XS, IQ1_S) or wants an importance matrix for.
+IMATRIX_TYPES = {"IQ3_XXS", "IQ3_S", "IQ3_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M"}
+
+
+def ensure_imatrix(bin_dir: str, shape: str, f16: str) -> str:
+    """An importance matrix of `shape`'s F16 model from llama-imatrix over ember's own docs (any text will do for
+    random weights: it weighs each column by the activations it meets), once."""
+    out = os.path.join(MODELS, f"{shape}-imatrix.gguf")
+    if os.path.exists(out):
+        return out
+    text = os.path.join(CACHE, "imatrix-text.txt")
+    with open(text, "w") as f:
+        for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+            if name.endswith(".md"):
+                with open(os.path.join(ROOT, "docs", name)) as doc:
+                    f.write(doc.read())
+    run([os.path.join(bin_dir, "llama-imatrix"), "-m", f16, "-f", text, "-o", out + ".tmp.gguf", "-c", "128",
+         "--chunks", "16", "-t", str(os.cpu_count() or 1)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.replace(out + ".tmp.gguf", out)
     return out
 
 

@@ -38,7 +38,7 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("iq2_xxs", "llama3.2-1b-iq2_xxs", 33, 2), ("iq2_xs", "llama3.2-1b-iq2_xs", 34, 2),
             ("iq2_s", "llama3.2-1b-iq2_s", 35, 2), ("iq1_s", "llama3.2-1b-iq1_s", 36, 2),
             ("iq1_m", "llama3.2-1b-iq1_m", 37, 2), ("tq1_0", "llama3.2-1b-tq1_0", 38, 2),
-            ("tq2_0", "llama3.2-1b-tq2_0", 39, 2)]
+            ("tq2_0", "llama3.2-1b-tq2_0", 39, 2), ("dynamic", "llama3.2-1b-dynamic", 40, 2)]
 
 
 def main():

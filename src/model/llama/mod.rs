@@ -20,4 +20,4 @@ pub use batch::{BatchError, SeqChunk, NO_BLOCK};
 pub use config::{LayerAttention, LlamaConfig, ModelConfigError};
 pub use experts::MoeConfig;
 pub use forward::{forward, LlamaBackend};
-pub use synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec};
+pub use synthetic::{GraniteScales, SyntheticExperts, SyntheticSpec, TypeMix};

@@ -62,6 +62,9 @@ pub struct SyntheticSpec {
     /// activations (and ours, in other blocks) would otherwise drift apart over the layers; MXFP4 (gpt-oss's
     /// experts' type) for a model of a type no small real file has. `None`: the file's types.
     pub matrix_type: Option<GgmlType>,
+    /// Each matrix's type by its tensor name (a file mixing types, as the "dynamic" quantizations do), ahead of
+    /// `matrix_type`; `None`: by `matrix_type` or the file's types.
+    pub type_mix: Option<TypeMix>,
     /// Mixture-of-experts FFNs (for a family whose spec has them), or dense ones.
     pub experts: Option<SyntheticExperts>,
     /// DeepSeek's latent attention and routing (a `deepseek2` model, whose `head_dim` is then implied), or none.
@@ -177,6 +180,7 @@ impl SyntheticSpec {
             softcaps: None,
             granite: None,
             matrix_type: None,
+            type_mix: None,
             experts: None,
             deepseek: None,
         }
@@ -394,6 +398,8 @@ impl SyntheticSpec {
                 let dtype = if name.ends_with("ffn_gate_inp.weight") {
                     // Routers stay F32 in quantized files (llama-quantize never quantizes them).
                     GgmlType::F32
+                } else if let Some(mix) = self.type_mix {
+                    mix.dtype(&name)
                 } else if let Some(dtype) = self.matrix_type {
                     dtype
                 } else if self.arch == families::GPT_OSS {
@@ -508,6 +514,30 @@ fn gpt_oss_type(name: &str) -> GgmlType {
         GgmlType::Mxfp4
     } else {
         GgmlType::Q8_0
+    }
+}
+
+/// A file's types chosen per tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypeMix {
+    /// IQ and K-quant types in one file, as unsloth's and bartowski's "dynamic" small files mix them: the embedding
+    /// and output Q6_K, queries and keys IQ3_XXS, values Q4_K, the attention output IQ4_XS, gate and up IQ2_XS,
+    /// down IQ3_S.
+    Dynamic,
+}
+
+impl TypeMix {
+    /// The type of the matrix named `name`.
+    pub fn dtype(self, name: &str) -> GgmlType {
+        let kind = name.strip_suffix(".weight").map_or(name, |stem| stem.rsplit('.').next().unwrap_or(stem));
+        match (self, kind) {
+            (TypeMix::Dynamic, "attn_q" | "attn_k") => GgmlType::Iq3Xxs,
+            (TypeMix::Dynamic, "attn_v") => GgmlType::Q4K,
+            (TypeMix::Dynamic, "attn_output") => GgmlType::Iq4Xs,
+            (TypeMix::Dynamic, "ffn_gate" | "ffn_up") => GgmlType::Iq2Xs,
+            (TypeMix::Dynamic, "ffn_down") => GgmlType::Iq3S,
+            (TypeMix::Dynamic, _) => GgmlType::Q6K,
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::model::gguf::GgmlType;
 
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
-    pub const FAMILIES: [&'static str; 37] = [
+    pub const FAMILIES: [&'static str; 38] = [
         "qwen2.5-0.5b",
         "qwen3-0.6b",
         "llama3.2-1b",
@@ -50,6 +50,7 @@ impl SyntheticSpec {
         "llama3.2-1b-iq1_m",
         "llama3.2-1b-tq1_0",
         "llama3.2-1b-tq2_0",
+        "llama3.2-1b-dynamic",
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
@@ -374,6 +375,11 @@ impl SyntheticSpec {
             "llama3.2-1b-tq2_0" => {
                 SyntheticSpec { matrix_type: Some(GgmlType::Tq2_0), ..Self::family("llama3.2-1b", seed, n_layer)? }
             }
+            // The same mixing IQ and K-quant types by tensor (`synthetic::dynamic_type`).
+            "llama3.2-1b-dynamic" => SyntheticSpec {
+                type_mix: Some(super::synthetic::TypeMix::Dynamic),
+                ..Self::family("llama3.2-1b", seed, n_layer)?
+            },
             _ => return None,
         })
     }
