@@ -44,11 +44,11 @@
 //!   deepseek2-lite, 29 routes one expert of position 0 otherwise even on the precise path (0.09 there, 0.02 at
 //!   every later position through the cache); of 23–27 for deepseek3, 23, 25 and 26 do so on the fast path at an
 //!   early position.
-//! - `iq4_nl`, `iq4_xs` (Llama 3.2 1B's layers, every matrix IQ4_NL or IQ4_XS: random codes, IQ4_XS' sub-block
-//!   scales 8..16 above the 32 they are stored over, as a quantizer leaves them; with any of −32..32 both engines'
-//!   8-bit activations drifted apart, 0.25–0.55 between them and 0.15–0.26 between ember's own two paths):
-//!   measured 2026-12-06 (avx512, fast path) max 0.013 and 0.031, mean 0.012 and 0.025, 16 of 16 confident
-//!   positions agree, the same on every kernel path.
+//! - `iq4_nl`, `iq4_xs` (Llama 3.2 1B's layers, every matrix IQ4_NL or IQ4_XS: random codes, d of either sign (the
+//!   codebook is not symmetric), IQ4_XS' sub-block scales 8..16 above the 32 they are stored over, as a quantizer
+//!   leaves them; with any of −32..32 both engines' 8-bit activations drifted apart, 0.25–0.55 between them and
+//!   0.15–0.26 between ember's own two paths): measured 2026-12-06 (avx512, fast path) max 0.075 and 0.099, mean
+//!   0.054 and 0.078, 7 of 7 and 10 of 10 confident positions agree, the same on every kernel path.
 //! - `iq3_xxs`, `iq3_s`, `iq2_xxs`, `iq2_xs`, `iq2_s`, `iq1_s`, `iq1_m`, `tq1_0`, `tq2_0` (the same layers, every
 //!   matrix of the type: random grid indices, signs and digits, integer scales in the upper half of their range):
 //!   measured 2026-12-06 (avx512, fast path) max 0.114, 0.108, 0.133, 0.138, 0.104, 0.106, 0.102, 0.117, 0.075,
@@ -57,8 +57,8 @@
 //!   precise path by 0.073–0.103 (IQ4's blocks of 32 give 0.024–0.026), ember's fast path from its precise one by
 //!   0.049–0.080, so the two engines' quantized paths differ by about their sum.
 //! - `dynamic` (the same layers mixing IQ and K-quant types by tensor, as the "dynamic" quantizations do:
-//!   `TypeMix::Dynamic`): measured 2026-12-06 (avx512, fast path) max 0.163, mean 0.124, 11 of 11 confident
-//!   positions agree.
+//!   `TypeMix::Dynamic`): measured 2026-12-06 (avx512, fast path) max 0.273, mean 0.194, 11 of 11 confident
+//!   positions agree (`check_within`).
 //!
 //! Bounds: the argmax agrees wherever llama.cpp's top-1 leads its top-2 by 0.2, and each position's largest
 //! `|ours − llama.cpp|` over the logits stays small next to their spread (about 1); the fast path quantizes
@@ -406,10 +406,10 @@ fn tq2_0_weights_match_llama_cpp() {
     check("tq2_0");
 }
 
-/// The mix's logits differ more between the engines than one type's (measured 2026-12-06, avx512: max 0.163, mean
-/// 0.124) because each engine's 8-bit activations do: llama.cpp's against ember's precise path 0.147, ember's fast
-/// path against its precise one 0.118. Bounds with the dense families' room over that.
+/// The mix's logits differ more between the engines than one type's (measured 2026-12-06, avx512: max 0.273, mean
+/// 0.194) because each engine's 8-bit activations do on this model: llama.cpp's against ember's precise path 0.230,
+/// ember's fast path against its precise one 0.157. Bounds with the dense families' room over that.
 #[test]
 fn dynamic_type_mix_matches_llama_cpp() {
-    check_within("dynamic", 0.25, 0.16);
+    check_within("dynamic", 0.35, 0.25);
 }

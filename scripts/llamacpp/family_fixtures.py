@@ -41,8 +41,18 @@ FAMILIES = [("qwen2", "qwen2.5-0.5b", 1, 2), ("qwen3", "qwen3-0.6b", 2, 2), ("ll
             ("tq2_0", "llama3.2-1b-tq2_0", 39, 2), ("dynamic", "llama3.2-1b-dynamic", 40, 2)]
 
 
+# Argmax agreement (tests/forward_agreement.rs): every IQ and ternary type on a peaked Llama 3.2 1B (its final norm
+# 4 times as large, `-peaked`), 240 positions; only llama.cpp's top token and its lead over the second are kept.
+AGREEMENT_IDS = [(i * 197 + 11) % 509 for i in range(240)]
+AGREEMENT = [(t, f"llama3.2-1b-{t}-peaked", 100 + k, 2) for k, t in enumerate(
+    ["iq4_nl", "iq4_xs", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "tq1_0", "tq2_0",
+     "dynamic"])]
+AGREEMENT_OUT = os.path.join(ROOT, "tests", "fixtures", "agreement")
+
+
 def main():
-    # LLAMACPP_VARIANT=avx512 where the native build dies (scripts/llamacpp/build.sh).
+    # LLAMACPP_VARIANT=avx512 where the native build dies (scripts/llamacpp/build.sh). `--agreement [NAME...]`
+    # writes the argmax agreement fixtures instead.
     variant = os.environ.get("LLAMACPP_VARIANT", "native")
     bin_dir = subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "build.sh"), variant], check=True,
                              capture_output=True, text=True).stdout.strip()
@@ -54,6 +64,8 @@ def main():
     subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "ember-cli"], cwd=ROOT, check=True)
     os.makedirs(OUT, exist_ok=True)
     only = set(sys.argv[1:])
+    if "--agreement" in only:
+        return agreement(tool, only - {"--agreement"})
     for name, family, seed, layers in FAMILIES:
         if only and name not in only:
             continue
@@ -68,6 +80,30 @@ def main():
         with open(os.path.join(OUT, f"{name}.json"), "w") as f:
             json.dump(fixture, f, separators=(",", ":"))
         print(f"{name}: {len(logits)} positions x {len(logits[0])} logits", file=sys.stderr)
+
+
+def agreement(tool, only):
+    os.makedirs(AGREEMENT_OUT, exist_ok=True)
+    for name, family, seed, layers in AGREEMENT:
+        if only and name not in only:
+            continue
+        model = os.path.join(CACHE, f"agreement-{name}.gguf")
+        subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
+                        "--layers", str(layers), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        out = subprocess.run([tool, model] + [str(i) for i in AGREEMENT_IDS], check=True, capture_output=True,
+                             text=True).stdout
+        top, lead = [], []
+        for row in json.loads(out):
+            order = sorted(range(len(row)), key=lambda i: -row[i])
+            top.append(order[0])
+            lead.append(round(row[order[0]] - row[order[1]], 5))
+        fixture = {"family": family, "layers": layers, "seed": seed, "ids": AGREEMENT_IDS,
+                   "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, f16 KV cache",
+                   "top": top, "lead": lead}
+        with open(os.path.join(AGREEMENT_OUT, f"{name}.json"), "w") as f:
+            json.dump(fixture, f, separators=(",", ":"))
+        confident = sum(1 for x in lead if x >= 0.8)
+        print(f"{name}: {len(top)} positions, {confident} lead by 0.8 or more", file=sys.stderr)
 
 
 if __name__ == "__main__":

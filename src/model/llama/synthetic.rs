@@ -65,6 +65,9 @@ pub struct SyntheticSpec {
     /// Each matrix's type by its tensor name (a file mixing types, as the "dynamic" quantizations do), ahead of
     /// `matrix_type`; `None`: by `matrix_type` or the file's types.
     pub type_mix: Option<TypeMix>,
+    /// The final norm's weights times this (1: as the other norms'): logits this many times as spread, so that most
+    /// positions have a clear top token (a "peaked" model for argmax agreement).
+    pub output_norm_gain: f32,
     /// Mixture-of-experts FFNs (for a family whose spec has them), or dense ones.
     pub experts: Option<SyntheticExperts>,
     /// DeepSeek's latent attention and routing (a `deepseek2` model, whose `head_dim` is then implied), or none.
@@ -181,6 +184,7 @@ impl SyntheticSpec {
             granite: None,
             matrix_type: None,
             type_mix: None,
+            output_norm_gain: 1.0,
             experts: None,
             deepseek: None,
         }
@@ -390,7 +394,8 @@ impl SyntheticSpec {
                 let values: Vec<f32> = (0..shape[0]).map(|_| 2.0 + 2.0 * rng.symmetric()).collect();
                 w.tensor_f32(&name, &shape, &values)
             } else if is_norm {
-                let values: Vec<f32> = (0..shape[0]).map(|_| 1.0 + 0.1 * rng.symmetric()).collect();
+                let gain = if name == "output_norm.weight" { self.output_norm_gain } else { 1.0 };
+                let values: Vec<f32> = (0..shape[0]).map(|_| gain * (1.0 + 0.1 * rng.symmetric())).collect();
                 w.tensor_f32(&name, &shape, &values)
             } else {
                 // Uniform weights scaled like a trained model's (std ≈ 1/sqrt(fan_in)) keep activations in range.
@@ -567,15 +572,15 @@ fn gemma3_type(name: &str, row_len: u64) -> GgmlType {
 fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) -> Vec<u8> {
     // Byte offsets of d (and dmin) in a block (`ggml-common.h`), and d for a spread of `scale`: the integer
     // products' spread is ~ 63·7.5 (Q4_K: scale × nibble), 64·18 (Q6_K), 9 (Q5_0).
-    // IQ4_NL's values average 60 in magnitude; IQ4_XS' times its sub-block scales, kept as a quantizer leaves them
-    // (below: ls − 32 in 8..16, not any of −32..32, whose outlier sub-blocks would make the 8-bit activations of
-    // both engines drift apart).
+    // IQ4_NL's values have an rms of 69.3, so d = scale/(√3·69.3) for uniform's rms; IQ4_XS' times its sub-block
+    // scales, kept as a quantizer leaves them (below: ls − 32 in 8..16, rms 12.2, not any of −32..32, whose outlier
+    // sub-blocks would make the 8-bit activations of both engines drift apart).
     let (d_at, dmin_at, d) = match dtype {
         GgmlType::Q4K => (0, Some(2), scale / 470.0),
         GgmlType::Q6K => (208, None, scale / 1150.0),
         GgmlType::Q5_0 => (0, None, scale / 9.0),
-        GgmlType::Iq4Nl => (0, None, scale / 60.0),
-        GgmlType::Iq4Xs => (0, None, scale / 690.0),
+        GgmlType::Iq4Nl => (0, None, scale / 120.0),
+        GgmlType::Iq4Xs => (0, None, scale / 1464.0),
         // The coded types (`gguf::coded`): d for weights of rms scale/√3 (uniform's), from the rms of random blocks
         // with d = 1 and their integer scales forced to the upper half of their range (below), measured with the
         // gguf package: IQ3_XXS 189, IQ3_S 186, IQ2_XXS 71, IQ2_XS 74, IQ2_S 75, IQ1_S and IQ1_M 9.5, the ternary
@@ -600,7 +605,12 @@ fn random_bytes_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f
             set_iq1_m_d(b, f16::from_f32(d));
             continue;
         }
-        b[d_at..d_at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        // IQ4's codebook is not symmetric (its values average −5.9): a random sign of d per block, taken from the
+        // random byte it replaces, keeps the weights centred (with d > 0 everywhere, every row leans one way and
+        // the model's top token is the same at every position).
+        let iq4 = matches!(dtype, GgmlType::Iq4Nl | GgmlType::Iq4Xs);
+        let d_signed = if iq4 && b[d_at] & 1 == 1 { -d } else { d };
+        b[d_at..d_at + 2].copy_from_slice(&f16::from_f32(d_signed).to_le_bytes());
         if let Some(at) = dmin_at {
             // Minima average 31.5 and values 7.5·31.5·d: dmin = 7.5·d centres the weights.
             b[at..at + 2].copy_from_slice(&f16::from_f32(7.5 * d).to_le_bytes());

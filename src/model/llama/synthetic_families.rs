@@ -10,6 +10,10 @@ use super::rope_scaling::LongRope;
 use super::synthetic::{GraniteScales, SyntheticDeepseek, SyntheticExperts, SyntheticSpec};
 use crate::model::gguf::GgmlType;
 
+/// The suffix of a peaked family's name, and its final norm's gain.
+const PEAKED: &str = "-peaked";
+const PEAKED_GAIN: f32 = 4.0;
+
 impl SyntheticSpec {
     /// The families [`SyntheticSpec::family`] knows.
     pub const FAMILIES: [&'static str; 38] = [
@@ -54,8 +58,12 @@ impl SyntheticSpec {
     ];
 
     /// Family `name`'s layer shapes with `n_layer` layers and seed `seed`; `None` for a name not in
-    /// [`SyntheticSpec::FAMILIES`].
+    /// [`SyntheticSpec::FAMILIES`]. A name of `FAMILIES` followed by `-peaked` is that family with its final norm
+    /// 4 times as large (`output_norm_gain`): logits 4 times as spread, most positions with a clear top token.
     pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
+        if let Some(family) = name.strip_suffix(PEAKED) {
+            return Some(SyntheticSpec { output_norm_gain: PEAKED_GAIN, ..Self::family(family, seed, n_layer)? });
+        }
         let base =
             |arch| SyntheticSpec { arch, seed, n_layer, vocab_size: 512, context_length: 256, ..Self::tiny(seed) };
         Some(match name {
