@@ -22,10 +22,11 @@
 //! - a 1-bit plane has 8 64-bit masks: bit `4r + j` of mask `s` belongs to row `r`, element `4s + j`.
 //!
 //! A value `u` is its base plane's bits ORed with its high plane's, shifted (`Format::BASE`, `Format::HIGH`), or for
-//! MXFP4 and the IQ4 types, whose 4-bit codes stand for unevenly spaced values, the entry of its codebook the nibble indexes
-//! (`Format::CODEBOOK`); the header holds the scales as `Format::SCALING` says, each field a run of 16 values, one
-//! per row. Sizes equal the file's but for the K-quants' unpacked 6-bit scales (Q4_K +2.8 %, Q5_K +2.3 %) and
-//! Q3_K's f32 scale.
+//! MXFP4 and the IQ types, whose codes stand for unevenly spaced values, the entry of its codebook that code (base
+//! and high bits, below 16) indexes (`Format::CODEBOOK`); the header holds the scales as `Format::SCALING` says,
+//! each field a run of 16 values, one per row. Sizes equal the file's but for the K-quants' unpacked 6-bit scales
+//! (Q4_K +2.8 %, Q5_K +2.3 %), Q3_K's f32 scale and the coded types (`gguf::coded`), whose lattice grids become a
+//! code per element (docs/architecture.md lists their bits per weight).
 //!
 //! Every path's kernels read this one layout, so the choice of path never repacks anything.
 
