@@ -105,12 +105,13 @@ fn tensor_views_have_type_shape_and_aligned_data() {
 
 #[test]
 fn unsupported_tensor_types_open_but_fail_when_computed_with() {
-    let bytes = GgufWriter::new().tensor("k", GgmlType::Iq2Xxs, &[256], vec![0u8; 66]).to_bytes();
+    // Q8_K: llama.cpp's activation type, never a model's weights.
+    let bytes = GgufWriter::new().tensor("k", GgmlType::Q8K, &[256], vec![0u8; 292]).to_bytes();
     let f = GgufFile::from_bytes(&bytes).unwrap();
     let t = f.tensor("k").unwrap();
     let err = t.to_f32_vec().unwrap_err();
-    assert!(matches!(err, GgufError::UnsupportedTensorType { dtype: GgmlType::Iq2Xxs, .. }));
-    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+    assert!(matches!(err, GgufError::UnsupportedTensorType { dtype: GgmlType::Q8K, .. }));
+    assert!(err.to_string().contains("Q8_K"), "{err}");
 }
 
 #[test]

@@ -99,13 +99,13 @@ fn an_unsupported_weight_type_is_named_when_the_model_needs_it() {
     let spec = SyntheticSpec { n_ff: 256, ..SyntheticSpec::tiny(3) };
     let w = spec.writer().without_tensor("blk.1.ffn_down.weight").tensor(
         "blk.1.ffn_down.weight",
-        GgmlType::Iq2Xxs,
+        GgmlType::Q8K,
         &[256, 64],
-        vec![0; 66 * 64],
+        vec![0; 292 * 64],
     );
     match config_of(w) {
         Err(ModelConfigError::Gguf(GgufError::UnsupportedTensorType { tensor, dtype })) => {
-            assert_eq!((tensor.as_str(), dtype), ("blk.1.ffn_down.weight", GgmlType::Iq2Xxs))
+            assert_eq!((tensor.as_str(), dtype), ("blk.1.ffn_down.weight", GgmlType::Q8K))
         }
         other => panic!("{other:?}"),
     }
