@@ -17,7 +17,7 @@ use ember::backend::cpu::kernels::{WeightData, WeightMatrix};
 use ember::backend::cuda::packing::{pack, PackedMatrix, PackedType};
 use ember::model::gguf::GgmlType;
 use half::f16;
-use quant_blocks::{random_blocks, CODED_TYPES, WEIGHT_TYPES};
+use quant_blocks::{random_blocks, WEIGHT_TYPES};
 use rng::Rng;
 
 /// Rows and columns of every fixture matrix; the emulation takes its test matrices' rows from these (any rows, any
@@ -55,10 +55,7 @@ fn fixture(dtype: GgmlType, rng: &mut Rng) -> Fixture {
 #[test]
 fn every_weight_type_packs_into_whole_groups() {
     let mut rng = Rng(20261201);
-    // The IQ and ternary types run on the CPU only so far (the CUDA backend refuses them by tensor name).
-    let on_device =
-        WEIGHT_TYPES.iter().filter(|t| !matches!(t, GgmlType::Iq4Nl | GgmlType::Iq4Xs) && !CODED_TYPES.contains(t));
-    let fixtures: Vec<Fixture> = on_device.map(|&t| fixture(t, &mut rng)).collect();
+    let fixtures: Vec<Fixture> = WEIGHT_TYPES.iter().map(|&t| fixture(t, &mut rng)).collect();
     let mut seen = Vec::new();
     for f in &fixtures {
         let (p, groups) = (&f.packed, ROWS * COLS / 32);
