@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::{driver_library_present, probe, CudaBackend, CudaBackendError, CudaBackendOptions};
 use ember::engine::{BackendKind, Engine, EngineConfig, EngineError, LogLevel, Logger};
-use ember::model::gguf::GgufFile;
+use ember::model::gguf::{GgmlType, GgufFile};
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
 use ember::model::{Model, TokenId};
 
@@ -253,6 +253,22 @@ fn gpu_logits_match_the_cpu_on_the_model_families() {
     for (family, layers) in families {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();
         gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
+    }
+}
+
+/// The codebook types (4-bit codes into 16 levels under an f32 scale on the device, `packing.rs`) that a synthetic
+/// model can be written in, IQ4_NL and IQ4_XS, every matrix but the F32 router of the type, on qwen3moe-small's
+/// shapes (embedding, attention, experts, output). Under the CPU emulation, kernel_checks' `project_small`,
+/// `matmul`, `gated`, `embed` and `moe_grouped` check all eleven codebook types (IQ4_NL, IQ4_XS, IQ3_XXS .. IQ1_M,
+/// TQ1_0, TQ2_0) and `moe_families` these two layers against the CPU's logits.
+#[test]
+fn gpu_logits_match_the_cpu_with_codebook_weights() {
+    if !gpu_available() {
+        return;
+    }
+    for dtype in [GgmlType::Iq4Nl, GgmlType::Iq4Xs] {
+        let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 3, 1).unwrap() };
+        gpu_matches_cpu(&format!("qwen3moe-small, {dtype:?}"), &spec.writer_with_byte_vocabulary().to_bytes());
     }
 }
 

@@ -32,8 +32,14 @@ struct Fixture {
 
 fn fixture(dtype: GgmlType, rng: &mut Rng) -> Fixture {
     let n_items = ROWS * COLS / dtype.block_len() as usize;
-    // Weights of magnitude ~1, as the kernel checks' tolerances assume (K-quants multiply d by scales up to 63).
-    let range = if dtype.block_len() == 256 { (0.0005, 0.004) } else { (0.01, 0.08) };
+    // Weights of magnitude ~1, as the kernel checks' tolerances assume (K-quants multiply d by scales up to 63; the
+    // ternary types' d is the weight itself, IQ1's is multiplied by at most 15 · 9/8).
+    let range = match dtype {
+        GgmlType::Tq1_0 | GgmlType::Tq2_0 => (0.125, 1.0),
+        GgmlType::Iq1S | GgmlType::Iq1M => (0.008, 0.064),
+        _ if dtype.block_len() == 256 => (0.0005, 0.004),
+        _ => (0.01, 0.08),
+    };
     let mut scale = |rng: &mut Rng| {
         let v = rng.uniform(range.0, range.1);
         f16::from_f32(if rng.byte() & 1 == 0 { v } else { -v })

@@ -6,7 +6,7 @@
 //! Packed, every 32-element group is `quant_words` 32-bit words of values and `scale_words` words of scales, both
 //! arrays aligned, and one slice of 8 elements reads one word (or part of one) of each bit plane. The weights stay
 //! quantized with ggml's own codes and scales, so the dequantized values are ggml's exactly; only where the bits
-//! sit changes. `kernels/common.cuh` ("Packed weight matrices") documents the layout and reads it; the CPU
+//! sit changes (for all but the codebook types below). `kernels/common.cuh` ("Packed weight matrices") documents the layout and reads it; the CPU
 //! emulation of the kernels reads matrices this module packed (`tests/cuda_packed_fixtures.rs`) and checks what the
 //! kernels compute from them against the CPU's dequantization.
 //!
@@ -15,6 +15,17 @@
 //! the file, Q6_K 8.0 against 6.56 (about 1.5 more for every K-quant); a legacy type's f16 scales take a whole word
 //! (Q4_0 5.0 against 4.5, Q4_1 and Q5_1 their file size), and so does MXFP4's E8M0 byte, widened to the f32 it
 //! stands for (5.0 against 4.25).
+//!
+//! The codebook types (IQ4_NL, IQ4_XS, and the types `coded.rs` decodes to codes into a table of levels: IQ3_XXS,
+//! IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0) are one layout: a 4-bit code per element in the
+//! nibble plane, and the f32 bits of each group's exact scale (IQ4_NL's `d`, IQ4_XS's `d · (ls − 32)`, a coded type's
+//! `d · scale`), one word per 16 elements for IQ2_XS, IQ2_S and IQ1_M, whose halves have their own scales; the
+//! kernels look the code's level up in the type's 16 (`PackedType::levels`). The values are still exactly the CPU's
+//! dequantization (the gguf package's), but the codes are no longer the file's bits: the lattice types' grids are
+//! decoded here, once, at upload. Simple and exact, but
+//! the low-bit types pay for it: 5.0 bits per weight (6.0 with a scale per 16) against the file's IQ4_NL 4.5,
+//! IQ4_XS 4.25, IQ3_S 3.44, IQ3_XXS 3.06, IQ2_S 2.56 (6.0), IQ2_XS 2.31 (6.0), IQ2_XXS 2.06, TQ2_0 2.06, IQ1_M 1.75
+//! (6.0), TQ1_0 1.69, IQ1_S 1.56.
 
 use half::f16;
 
