@@ -17,15 +17,16 @@
 //! stands for (5.0 against 4.25).
 //!
 //! The codebook types (IQ4_NL, IQ4_XS, and the types `coded.rs` decodes to codes into a table of levels: IQ3_XXS,
-//! IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0) are one layout: a 4-bit code per element in the
-//! nibble plane, and the f32 bits of each group's exact scale (IQ4_NL's `d`, IQ4_XS's `d · (ls − 32)`, a coded type's
-//! `d · scale`), one word per 16 elements for IQ2_XS, IQ2_S and IQ1_M, whose halves have their own scales; the
-//! kernels look the code's level up in the type's 16 (`PackedType::levels`). The values are still exactly the CPU's
-//! dequantization (the gguf package's), but the codes are no longer the file's bits: the lattice types' grids are
-//! decoded here, once, at upload. Simple and exact, but
-//! the low-bit types pay for it: 5.0 bits per weight (6.0 with a scale per 16) against the file's IQ4_NL 4.5,
-//! IQ4_XS 4.25, IQ3_S 3.44, IQ3_XXS 3.06, IQ2_S 2.56 (6.0), IQ2_XS 2.31 (6.0), IQ2_XXS 2.06, TQ2_0 2.06, IQ1_M 1.75
-//! (6.0), TQ1_0 1.69, IQ1_S 1.56.
+//! IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0) are one layout: a code per element into the type's 16
+//! levels, in the planes its bits need (4 bits in the nibble plane: IQ4's bytes as stored, the IQ3 types; 3 bits in
+//! pairs and bits, as Q3_K: the IQ2 and IQ1 types; 2 bits in pairs, as Q2_K: the ternary types), and the f32 bits of
+//! each group's exact scale (IQ4_NL's `d`, IQ4_XS's `d · (ls − 32)`, a coded type's `d · scale`), one word per 16
+//! elements for IQ2_XS, IQ2_S and IQ1_M, whose halves have their own scales; the kernels look the code's level up in
+//! the type's 16 (`PackedType::levels`). The values are still exactly the CPU's dequantization (the gguf package's),
+//! but the codes are no longer the file's bits: the lattice types' grids are decoded here, once, at upload. Simple
+//! and exact, but the low-bit types pay for it in memory: bits per weight on the device against the file's, IQ4_NL
+//! 5.0 / 4.5, IQ4_XS 5.0 / 4.25, IQ3_S 5.0 / 3.44, IQ3_XXS 5.0 / 3.06, IQ2_S 5.0 / 2.56, IQ2_XS 5.0 / 2.31, IQ2_XXS
+//! 4.0 / 2.06, IQ1_M 5.0 / 1.75, IQ1_S 4.0 / 1.56, TQ2_0 3.0 / 2.06, TQ1_0 3.0 / 1.69.
 
 use half::f16;
 
@@ -102,21 +103,23 @@ impl PackedType {
     /// 32-bit words of values per group (`QWORDS`).
     pub fn quant_words(self) -> usize {
         match self {
-            PackedType::Q2K => 2,
-            PackedType::Q3K => 3,
-            PackedType::Q4_0 | PackedType::Q4_1 | PackedType::Q4K | PackedType::Mxfp4 => 4,
-            // The codebook types: a 4-bit code per element whatever the file spends on it.
-            PackedType::Iq4Nl
-            | PackedType::Iq4Xs
-            | PackedType::Iq3Xxs
-            | PackedType::Iq3S
+            // The codebook types' codes take their `CodedBlock::CODE_BITS` (IQ4's 4): 2 words of 2-bit codes for
+            // the ternary types, 3 of 3-bit codes for the IQ2 and IQ1 types, 4 of 4-bit codes for the others.
+            PackedType::Q2K | PackedType::Tq1_0 | PackedType::Tq2_0 => 2,
+            PackedType::Q3K
             | PackedType::Iq2Xxs
             | PackedType::Iq2Xs
             | PackedType::Iq2S
             | PackedType::Iq1S
-            | PackedType::Iq1M
-            | PackedType::Tq1_0
-            | PackedType::Tq2_0 => 4,
+            | PackedType::Iq1M => 3,
+            PackedType::Q4_0
+            | PackedType::Q4_1
+            | PackedType::Q4K
+            | PackedType::Mxfp4
+            | PackedType::Iq4Nl
+            | PackedType::Iq4Xs
+            | PackedType::Iq3Xxs
+            | PackedType::Iq3S => 4,
             PackedType::Q5_0 | PackedType::Q5_1 | PackedType::Q5K => 5,
             PackedType::Q6K => 6,
             PackedType::Q8_0 => 8,
@@ -407,9 +410,9 @@ impl Planes {
         }
     }
 
-    /// Every group of every super-block of a coded type, decoded: its codes (each below 16) in the nibble plane,
-    /// then the f32 bits of `d · scale`, once per group when `SCALE_PER_32` (both halves' scales are equal), else
-    /// once per half. Those products are exact (`coded.rs`), the very factors the CPU's dequantization multiplies
+    /// Every group of every super-block of a coded type, decoded: its codes (each below `2^CODE_BITS`) in as many
+    /// planes as they need (Q2_K's pairs for 2 bits, Q3_K's pairs and bits for 3, the nibbles for 4), then the f32
+    /// bits of `d · scale`, once per group when `SCALE_PER_32` (both halves' scales are equal), else once per half. Those products are exact (`coded.rs`), the very factors the CPU's dequantization multiplies
     /// the levels by, so the kernels' `scale · level` is its value bit for bit.
     fn coded<B: CodedBlock>(&mut self, blocks: &[B]) {
         let mut unit = CodedUnit::EMPTY;
@@ -417,7 +420,15 @@ impl Planes {
             b.decode(&mut unit);
             for g in 0..GROUPS {
                 let codes: &[u8; QK] = unit.codes[QK * g..QK * (g + 1)].try_into().expect("32 codes");
-                self.nibbles(codes, 0);
+                debug_assert!(codes.iter().all(|&c| u32::from(c) < 1 << B::CODE_BITS), "codes of CODE_BITS bits");
+                match B::CODE_BITS {
+                    2 => self.pairs(codes, 0),
+                    3 => {
+                        self.pairs(codes, 0);
+                        self.bits(codes, 2);
+                    }
+                    _ => self.nibbles(codes, 0),
+                }
                 let half = |h: usize| (unit.d * unit.scales[2 * g + h] as f32).to_bits();
                 if B::SCALE_PER_32 {
                     debug_assert_eq!(unit.scales[2 * g], unit.scales[2 * g + 1], "one scale per 32 elements");
@@ -557,9 +568,9 @@ mod tests {
         assert_eq!(PackedType::Mxfp4.levels(), None);
     }
 
-    /// Every element of every codebook type, read back as the kernels read it (`slice_dequant`: the nibble of
-    /// element `4s + i` or `4s + 16 + i` from word `s`, the group's scale word or its half's, the level from the
-    /// type's table), equals the CPU's dequantization bit for bit.
+    /// Every element of every codebook type, read back as the kernels read it (`slice_dequant`: the code of element
+    /// `4s + i` or `4s + 16 + i` from slice `s`'s part of each plane, the group's scale word or its half's, the level
+    /// from the type's table), equals the CPU's dequantization bit for bit.
     #[test]
     fn codebook_types_read_back_as_the_cpu_dequantizes_them() {
         for (dtype, t) in CODEBOOK {
@@ -570,9 +581,9 @@ mod tests {
             let packed = pack(&matrix);
             let groups = rows * cols / QK;
             assert_eq!(packed.dtype, t);
-            assert_eq!((packed.quants.len(), packed.scales.len()), (4 * groups, groups * t.scale_words()));
-            let levels = t.levels().unwrap();
             let (qw, sw) = (t.quant_words(), t.scale_words());
+            assert_eq!((packed.quants.len(), packed.scales.len()), (qw * groups, sw * groups), "{dtype}");
+            let levels = t.levels().unwrap();
             let mut row = vec![0f32; cols];
             let mut nonzero = 0;
             for r in 0..rows {
@@ -580,7 +591,17 @@ mod tests {
                 for (c, &want) in row.iter().enumerate() {
                     let (g, k) = ((r * cols + c) / QK, c % QK);
                     let (s, i, second) = ((k % 16) / 4, k % 4, k >= 16);
-                    let code = (packed.quants[g * qw + s] >> (8 * i + if second { 4 } else { 0 })) & 0xf;
+                    let q = &packed.quants[g * qw..(g + 1) * qw];
+                    let code = match qw {
+                        // Nibbles: byte i of word s, the high nibble for the second run.
+                        4 => (q[s] >> (8 * i + if second { 4 } else { 0 })) & 0xf,
+                        // Pairs (word s / 2, half s % 2), and for 3 bits the bits plane's byte s as bit 2.
+                        _ => {
+                            let pair = (q[s / 2] >> (16 * (s % 2) + 2 * i + if second { 8 } else { 0 })) & 3;
+                            let bit = if qw == 3 { (q[2] >> (8 * s + i + if second { 4 } else { 0 })) & 1 } else { 0 };
+                            pair | bit << 2
+                        }
+                    };
                     let scale = f32::from_bits(packed.scales[g * sw + if second { sw - 1 } else { 0 }]);
                     let got = scale * f32::from(levels[code as usize]);
                     assert_eq!(got.to_bits(), want.to_bits(), "{dtype} row {r} column {c}: {got} against {want}");

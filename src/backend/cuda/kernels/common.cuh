@@ -128,9 +128,9 @@ __device__ float block_sum(float v, float* scratch) {
 //   pairs   (2 words): the 16 bits at 16·(s % 2) of word s / 2 hold 2 bits of element 4s + i at bit 2i and of
 //                      4s + 16 + i at bit 8 + 2i;
 //   bits    (1 word):  byte s holds 1 bit of element 4s + i at bit i and of 4s + 16 + i at bit 4 + i.
-// Q4_*, MXFP4, the codebook types: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4, 5). Q2_K: pairs.
-// Q3_K: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16 and BF16: 16 words of two elements,
-// F32: 32 words, in element order (which the slices' offsets read as they are).
+// Q4_*, MXFP4, IQ4_*, IQ3_*: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4,
+// 5). Q2_K, TQ*: pairs. Q3_K, IQ2_*, IQ1_*: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16
+// and BF16: 16 words of two elements, F32: 32 words, in element order (which the slices' offsets read as they are).
 //
 // Scale words: Q4_0, Q5_0, Q8_0: f16 d; Q4_1, Q5_1: f16 d | f16 m << 16. K-quants (2 words): the super-block's
 // f16 d | f16 dmin << 16, then the group's integer scales and minima as bytes: signed scale of elements 0..16,
@@ -143,9 +143,9 @@ __device__ float block_sum(float v, float* scratch) {
 // (`mxfp4.rs`). That scale is subnormal for e 0 and 1, which the kernels keep: --ftz=false is NVRTC's default, and
 // module.rs leaves it.
 // The codebook types (IQ4_NL, IQ4_XS, the IQ types on lattice grids IQ3_XXS .. IQ1_M, the ternary TQ1_0 and TQ2_0):
-// u is a code (0..16) into the type's 16 signed integer levels (`Levels` below), in the nibble plane whatever the
-// file spends on it (IQ4's bytes as stored; the others decoded from their grids by `coded.rs`), and the weight
-// scale·level. Scale words: the f32 bits of the group's scale (IQ4_NL's d; IQ4_XS's d·(ls − 32); a coded type's
+// u is a code into the type's 16 signed integer levels (`Levels` below), decoded from the file's grids by `coded.rs`
+// (IQ4's bytes as stored), in the planes its bits need: 4 bits in nibbles (IQ4_*, IQ3_*), 3 in pairs and bits
+// (IQ2_*, IQ1_*: bit 2 in the bits plane, as Q3_K), 2 in pairs (TQ*, as Q2_K); the weight is scale·level. Scale words: the f32 bits of the group's scale (IQ4_NL's d; IQ4_XS's d·(ls − 32); a coded type's
 // d·scale), or for IQ2_XS, IQ2_S and IQ1_M, whose halves of 32 have their own scales, one word per half (elements
 // 0..16, then 16..32). Each scale is exact in f32 (an f16 times a small integer and a power of two), the factor
 // the CPU's dequantization multiplies the level by, so scale·level is its value bit for bit.
@@ -170,13 +170,13 @@ template <> struct Quant<TYPE_IQ4_NL> { static const int QWORDS = 4, SWORDS = 1,
 template <> struct Quant<TYPE_IQ4_XS> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
 template <> struct Quant<TYPE_IQ3_XXS> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
 template <> struct Quant<TYPE_IQ3_S> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
-template <> struct Quant<TYPE_IQ2_XXS> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
-template <> struct Quant<TYPE_IQ2_XS> { static const int QWORDS = 4, SWORDS = 2, OFFSET = 0; };
-template <> struct Quant<TYPE_IQ2_S> { static const int QWORDS = 4, SWORDS = 2, OFFSET = 0; };
-template <> struct Quant<TYPE_IQ1_S> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
-template <> struct Quant<TYPE_IQ1_M> { static const int QWORDS = 4, SWORDS = 2, OFFSET = 0; };
-template <> struct Quant<TYPE_TQ1_0> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
-template <> struct Quant<TYPE_TQ2_0> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_XXS> { static const int QWORDS = 3, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_XS> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_S> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ1_S> { static const int QWORDS = 3, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ1_M> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_TQ1_0> { static const int QWORDS = 2, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_TQ2_0> { static const int QWORDS = 2, SWORDS = 1, OFFSET = 0; };
 
 // A codebook type's levels, byte c of LO (codes 0..7) or of HI (8..15) the signed level of code c: `PackedType::
 // levels` on the Rust side (ggml's kvalues_iq4nl; `CodedBlock::LEVELS` of coded.rs), which packing.rs's tests
@@ -245,9 +245,10 @@ __device__ __forceinline__ void add_bits(const u32* plane, int s, int shift, int
 template <int TYPE>
 __device__ __forceinline__ void slice_codes(const u32* qg, int s, int ua[4], int ub[4]) {
     for (int i = 0; i < 4; i++) ua[i] = ub[i] = 0;
-    if (TYPE == TYPE_Q2_K || TYPE == TYPE_Q3_K) {
+    // The codebook types with codes of 2 or 3 bits (QWORDS 2 or 3) lay them out as Q2_K and Q3_K do.
+    if (TYPE == TYPE_Q2_K || TYPE == TYPE_Q3_K || (is_codebook<TYPE>() && Quant<TYPE>::QWORDS < 4)) {
         add_pairs(qg, s, 0, ua, ub);
-        if (TYPE == TYPE_Q3_K) add_bits(qg + 2, s, 2, ua, ub);
+        if (TYPE == TYPE_Q3_K || (is_codebook<TYPE>() && Quant<TYPE>::QWORDS == 3)) add_bits(qg + 2, s, 2, ua, ub);
     } else {
         add_nibbles(qg, s, 0, ua, ub);
         if (TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1 || TYPE == TYPE_Q5_K) add_bits(qg + 4, s, 4, ua, ub);
