@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::{driver_library_present, probe, CudaBackend, CudaBackendError, CudaBackendOptions};
 use ember::engine::{BackendKind, Engine, EngineConfig, EngineError, LogLevel, Logger};
-use ember::model::gguf::GgufFile;
+use ember::model::gguf::{GgmlType, GgufFile};
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
 use ember::model::{Model, TokenId};
 
@@ -254,6 +254,37 @@ fn gpu_logits_match_the_cpu_on_the_model_families() {
         let spec = SyntheticSpec::family(family, 3, layers).unwrap();
         gpu_matches_cpu(family, &spec.writer_with_byte_vocabulary().to_bytes());
     }
+}
+
+/// The codebook types (codes into 16 levels under an f32 scale on the device, `packing.rs`): qwen3moe-small with every
+/// matrix but the F32 router of one type (embedding, attention, experts, output), and Llama 3.2 1B's layer of the
+/// dynamic mix of IQ and K-quant types by tensor (`TypeMix::Dynamic`). Under the CPU emulation (`scripts/gpu-check.sh
+/// emulate`), kernel_checks' `embed`, `project_small`, `matmul`, `gated` and `moe_grouped` check all eleven types,
+/// and `moe_families` the same qwen3moe-small layer of each against the CPU's logits.
+#[test]
+fn gpu_logits_match_the_cpu_with_codebook_weights() {
+    if !gpu_available() {
+        return;
+    }
+    let types = [
+        GgmlType::Iq4Nl,
+        GgmlType::Iq4Xs,
+        GgmlType::Iq3Xxs,
+        GgmlType::Iq3S,
+        GgmlType::Iq2Xxs,
+        GgmlType::Iq2Xs,
+        GgmlType::Iq2S,
+        GgmlType::Iq1S,
+        GgmlType::Iq1M,
+        GgmlType::Tq1_0,
+        GgmlType::Tq2_0,
+    ];
+    for dtype in types {
+        let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 3, 1).unwrap() };
+        gpu_matches_cpu(&format!("qwen3moe-small, {dtype:?}"), &spec.writer_with_byte_vocabulary().to_bytes());
+    }
+    let dynamic = SyntheticSpec::family("llama3.2-1b-dynamic", 3, 1).unwrap();
+    gpu_matches_cpu("llama3.2-1b-dynamic", &dynamic.writer_with_byte_vocabulary().to_bytes());
 }
 
 #[test]

@@ -7,8 +7,9 @@
 //!   (V3's 8 of 256 experts in the best 4 of 8 groups), with ties between experts and between groups' scores;
 //! - one mixture-of-experts layer of each of the six families' synthetic models (qwen3moe, Mixtral, qwen2moe with
 //!   its gated shared expert, OLMoE, GraniteMoE with its multipliers, gpt-oss with its router and expert biases,
-//!   softmax of the chosen and clamped SwiGLU over MXFP4 experts), and qwen3moe with Q8_0, Q4_K and MXFP4
-//!   experts, and the first mixture-of-experts layer of deepseek2-lite-small (softmax router, two counted shared
+//!   softmax of the chosen and clamped SwiGLU over MXFP4 experts), and qwen3moe with every matrix Q8_0, Q4_K, MXFP4
+//!   or one of the codebook types (IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ1_0,
+//!   TQ2_0), and the first mixture-of-experts layer of deepseek2-lite-small (softmax router, two counted shared
 //!   experts as one ungated FFN, after a leading dense block) and deepseek3-small (sigmoid router with a selection
 //!   bias, 2 of 4 groups, renormalized and scaled weights, one shared expert): the layer's tensors packed by the CUDA
 //!   backend's own `packing::pack`, a few tokens or a step of 16 (which takes the grouped expert kernels), and the
@@ -300,7 +301,20 @@ fn moe_fixtures_for_the_cuda_emulation() {
         .iter()
         .map(|&(f, n_tokens)| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), n_tokens))
         .collect();
-    for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4] {
+    let codebook = [
+        GgmlType::Iq4Nl,
+        GgmlType::Iq4Xs,
+        GgmlType::Iq3Xxs,
+        GgmlType::Iq3S,
+        GgmlType::Iq2Xxs,
+        GgmlType::Iq2Xs,
+        GgmlType::Iq2S,
+        GgmlType::Iq1S,
+        GgmlType::Iq1M,
+        GgmlType::Tq1_0,
+        GgmlType::Tq2_0,
+    ];
+    for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4].into_iter().chain(codebook) {
         let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 7, 1).unwrap() };
         // The grouped path over quantized experts (the types differ only in `slice_dequant`).
         layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 16));

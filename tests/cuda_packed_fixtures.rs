@@ -17,7 +17,7 @@ use ember::backend::cpu::kernels::{WeightData, WeightMatrix};
 use ember::backend::cuda::packing::{pack, PackedMatrix, PackedType};
 use ember::model::gguf::GgmlType;
 use half::f16;
-use quant_blocks::{random_blocks, CODED_TYPES, WEIGHT_TYPES};
+use quant_blocks::{random_blocks, WEIGHT_TYPES};
 use rng::Rng;
 
 /// Rows and columns of every fixture matrix; the emulation takes its test matrices' rows from these (any rows, any
@@ -32,8 +32,14 @@ struct Fixture {
 
 fn fixture(dtype: GgmlType, rng: &mut Rng) -> Fixture {
     let n_items = ROWS * COLS / dtype.block_len() as usize;
-    // Weights of magnitude ~1, as the kernel checks' tolerances assume (K-quants multiply d by scales up to 63).
-    let range = if dtype.block_len() == 256 { (0.0005, 0.004) } else { (0.01, 0.08) };
+    // Weights of magnitude ~1, as the kernel checks' tolerances assume (K-quants multiply d by scales up to 63; the
+    // ternary types' d is the weight itself, IQ1's is multiplied by at most 15 · 9/8).
+    let range = match dtype {
+        GgmlType::Tq1_0 | GgmlType::Tq2_0 => (0.125, 1.0),
+        GgmlType::Iq1S | GgmlType::Iq1M => (0.008, 0.064),
+        _ if dtype.block_len() == 256 => (0.0005, 0.004),
+        _ => (0.01, 0.08),
+    };
     let mut scale = |rng: &mut Rng| {
         let v = rng.uniform(range.0, range.1);
         f16::from_f32(if rng.byte() & 1 == 0 { v } else { -v })
@@ -55,10 +61,7 @@ fn fixture(dtype: GgmlType, rng: &mut Rng) -> Fixture {
 #[test]
 fn every_weight_type_packs_into_whole_groups() {
     let mut rng = Rng(20261201);
-    // The IQ and ternary types run on the CPU only so far (the CUDA backend refuses them by tensor name).
-    let on_device =
-        WEIGHT_TYPES.iter().filter(|t| !matches!(t, GgmlType::Iq4Nl | GgmlType::Iq4Xs) && !CODED_TYPES.contains(t));
-    let fixtures: Vec<Fixture> = on_device.map(|&t| fixture(t, &mut rng)).collect();
+    let fixtures: Vec<Fixture> = WEIGHT_TYPES.iter().map(|&t| fixture(t, &mut rng)).collect();
     let mut seen = Vec::new();
     for f in &fixtures {
         let (p, groups) = (&f.packed, ROWS * COLS / 32);

@@ -43,12 +43,6 @@ impl DeviceMatrix {
                 .rows(rows.clone())
                 .ok_or_else(|| CudaBackendError::Internal(format!("{name} has no rows {rows:?}")))?;
         }
-        if PackedType::of(&matrix.data()).is_none() {
-            let dtype = matrix.data().dtype();
-            return Err(CudaBackendError::Unsupported(format!(
-                "tensor {name:?} has type {dtype}, which the CUDA backend does not run yet (the CPU backend does)"
-            )));
-        }
         let packed = pack(&matrix);
         // The float types have no scales; a device allocation of no bytes is an error, so they get one unused word.
         let scales = if packed.scales.is_empty() { vec![0] } else { packed.scales };

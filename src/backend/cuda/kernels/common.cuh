@@ -34,6 +34,17 @@ typedef unsigned short u16;
 #define TYPE_BF16 11
 #define TYPE_F32 12
 #define TYPE_MXFP4 13
+#define TYPE_IQ4_NL 14
+#define TYPE_IQ4_XS 15
+#define TYPE_IQ3_XXS 16
+#define TYPE_IQ3_S 17
+#define TYPE_IQ2_XXS 18
+#define TYPE_IQ2_XS 19
+#define TYPE_IQ2_S 20
+#define TYPE_IQ1_S 21
+#define TYPE_IQ1_M 22
+#define TYPE_TQ1_0 23
+#define TYPE_TQ2_0 24
 
 // Calls X(suffix, TYPE) for every weight type: each kernel that reads weights is instantiated once per type, named
 // with the suffix (`project_small_q4_k`), the list `PackedType::ALL` and `kernel_suffix` give on the Rust side.
@@ -44,7 +55,10 @@ typedef unsigned short u16;
 #define FOR_EACH_WEIGHT_TYPE(X) \
     X(q4_0, TYPE_Q4_0) X(q4_1, TYPE_Q4_1) X(q8_0, TYPE_Q8_0) X(q5_0, TYPE_Q5_0) X(q5_1, TYPE_Q5_1) \
     X(q2_k, TYPE_Q2_K) X(q3_k, TYPE_Q3_K) X(q4_k, TYPE_Q4_K) X(q5_k, TYPE_Q5_K) X(q6_k, TYPE_Q6_K) \
-    X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32) X(mxfp4, TYPE_MXFP4)
+    X(f16, TYPE_F16) X(bf16, TYPE_BF16) X(f32, TYPE_F32) X(mxfp4, TYPE_MXFP4) \
+    X(iq4_nl, TYPE_IQ4_NL) X(iq4_xs, TYPE_IQ4_XS) X(iq3_xxs, TYPE_IQ3_XXS) X(iq3_s, TYPE_IQ3_S) \
+    X(iq2_xxs, TYPE_IQ2_XXS) X(iq2_xs, TYPE_IQ2_XS) X(iq2_s, TYPE_IQ2_S) X(iq1_s, TYPE_IQ1_S) X(iq1_m, TYPE_IQ1_M) \
+    X(tq1_0, TYPE_TQ1_0) X(tq2_0, TYPE_TQ2_0)
 #endif
 // The same for the routed experts' kernels (moe.cu), which a backend compiles for its experts' types only (none for
 // a dense model): `module.rs` defines EMBER_EXPERT_TYPES beside EMBER_WEIGHT_TYPES; without it, every type.
@@ -114,9 +128,9 @@ __device__ float block_sum(float v, float* scratch) {
 //   pairs   (2 words): the 16 bits at 16·(s % 2) of word s / 2 hold 2 bits of element 4s + i at bit 2i and of
 //                      4s + 16 + i at bit 8 + 2i;
 //   bits    (1 word):  byte s holds 1 bit of element 4s + i at bit i and of 4s + 16 + i at bit 4 + i.
-// Q4_*, MXFP4: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4, 5). Q2_K: pairs.
-// Q3_K: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16 and BF16: 16 words of two elements,
-// F32: 32 words, in element order (which the slices' offsets read as they are).
+// Q4_*, MXFP4, IQ4_*, IQ3_*: nibbles. Q5_*: nibbles, then bits (u's bit 4). Q6_K: nibbles, then pairs (bits 4,
+// 5). Q2_K, TQ*: pairs. Q3_K, IQ2_*, IQ1_*: pairs, then bits (bit 2). Q8_0 keeps its signed bytes (8 words). F16
+// and BF16: 16 words of two elements, F32: 32 words, in element order (which the slices' offsets read as they are).
 //
 // Scale words: Q4_0, Q5_0, Q8_0: f16 d; Q4_1, Q5_1: f16 d | f16 m << 16. K-quants (2 words): the super-block's
 // f16 d | f16 dmin << 16, then the group's integer scales and minima as bytes: signed scale of elements 0..16,
@@ -128,6 +142,13 @@ __device__ float block_sum(float v, float* scratch) {
 // code 8 being 0), its scale word the f32 bits of its E8M0 scale halved, 2^(e − 128), and the weight d·kvalue
 // (`mxfp4.rs`). That scale is subnormal for e 0 and 1, which the kernels keep: --ftz=false is NVRTC's default, and
 // module.rs leaves it.
+// The codebook types (IQ4_NL, IQ4_XS, the IQ types on lattice grids IQ3_XXS .. IQ1_M, the ternary TQ1_0 and TQ2_0):
+// u is a code into the type's 16 signed integer levels (`Levels` below), decoded from the file's grids by `coded.rs`
+// (IQ4's bytes as stored), in the planes its bits need: 4 bits in nibbles (IQ4_*, IQ3_*), 3 in pairs and bits
+// (IQ2_*, IQ1_*: bit 2 in the bits plane, as Q3_K), 2 in pairs (TQ*, as Q2_K); the weight is scale·level. Scale words: the f32 bits of the group's scale (IQ4_NL's d; IQ4_XS's d·(ls − 32); a coded type's
+// d·scale), or for IQ2_XS, IQ2_S and IQ1_M, whose halves of 32 have their own scales, one word per half (elements
+// 0..16, then 16..32). Each scale is exact in f32 (an f16 times a small integer and a power of two), the factor
+// the CPU's dequantization multiplies the level by, so scale·level is its value bit for bit.
 
 // OFFSET: what the K-quant formula subtracts from u (0 for the other types, which do not use it).
 template <int TYPE> struct Quant;
@@ -145,6 +166,42 @@ template <> struct Quant<TYPE_F16> { static const int QWORDS = 16, SWORDS = 0, O
 template <> struct Quant<TYPE_BF16> { static const int QWORDS = 16, SWORDS = 0, OFFSET = 0; };
 template <> struct Quant<TYPE_F32> { static const int QWORDS = 32, SWORDS = 0, OFFSET = 0; };
 template <> struct Quant<TYPE_MXFP4> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ4_NL> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ4_XS> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ3_XXS> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ3_S> { static const int QWORDS = 4, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_XXS> { static const int QWORDS = 3, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_XS> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ2_S> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ1_S> { static const int QWORDS = 3, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_IQ1_M> { static const int QWORDS = 3, SWORDS = 2, OFFSET = 0; };
+template <> struct Quant<TYPE_TQ1_0> { static const int QWORDS = 2, SWORDS = 1, OFFSET = 0; };
+template <> struct Quant<TYPE_TQ2_0> { static const int QWORDS = 2, SWORDS = 1, OFFSET = 0; };
+
+// A codebook type's levels, byte c of LO (codes 0..7) or of HI (8..15) the signed level of code c: `PackedType::
+// levels` on the Rust side (ggml's kvalues_iq4nl; `CodedBlock::LEVELS` of coded.rs), which packing.rs's tests
+// check these lines against. Unused codes are 0.
+template <int TYPE> struct Levels { static const unsigned long long LO = 0, HI = 0; };
+template <> struct Levels<TYPE_IQ4_NL> { static const unsigned long long LO = 0xf6eaddcfbfad9881ull, HI = 0x7159453526190d01ull; };
+template <> struct Levels<TYPE_IQ4_XS> { static const unsigned long long LO = 0xf6eaddcfbfad9881ull, HI = 0x7159453526190d01ull; };
+template <> struct Levels<TYPE_IQ3_XXS> { static const unsigned long long LO = 0x3e342c241c140c04ull, HI = 0xc2ccd4dce4ecf4fcull; };
+template <> struct Levels<TYPE_IQ3_S> { static const unsigned long long LO = 0x0f0d0b0907050301ull, HI = 0xf1f3f5f7f9fbfdffull; };
+template <> struct Levels<TYPE_IQ2_XXS> { static const unsigned long long LO = 0x00d5e7f8002b1908ull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_IQ2_XS> { static const unsigned long long LO = 0x00d5e7f8002b1908ull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_IQ2_S> { static const unsigned long long LO = 0x00d5e7f8002b1908ull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_IQ1_S> { static const unsigned long long LO = 0x0007fff7000901f9ull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_IQ1_M> { static const unsigned long long LO = 0x0007fff7000901f9ull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_TQ1_0> { static const unsigned long long LO = 0x00000000020100ffull, HI = 0x0000000000000000ull; };
+template <> struct Levels<TYPE_TQ2_0> { static const unsigned long long LO = 0x00000000020100ffull, HI = 0x0000000000000000ull; };
+
+template <int TYPE> __device__ __forceinline__ constexpr bool is_codebook() { return TYPE >= TYPE_IQ4_NL && TYPE <= TYPE_TQ2_0; }
+
+// Code c's level: a byte of one of two constants, no table in memory (as mxfp4_value).
+template <int TYPE>
+__device__ __forceinline__ int codebook_level(int c) {
+    const unsigned long long word = c & 8 ? Levels<TYPE>::HI : Levels<TYPE>::LO;
+    return (int)(signed char)(unsigned char)((word >> (8 * (c & 7))) & 0xffull);
+}
 
 template <int TYPE> __device__ __forceinline__ constexpr bool is_k_quant() { return TYPE >= TYPE_Q2_K && TYPE <= TYPE_Q6_K; }
 
@@ -188,9 +245,10 @@ __device__ __forceinline__ void add_bits(const u32* plane, int s, int shift, int
 template <int TYPE>
 __device__ __forceinline__ void slice_codes(const u32* qg, int s, int ua[4], int ub[4]) {
     for (int i = 0; i < 4; i++) ua[i] = ub[i] = 0;
-    if (TYPE == TYPE_Q2_K || TYPE == TYPE_Q3_K) {
+    // The codebook types with codes of 2 or 3 bits (QWORDS 2 or 3) lay them out as Q2_K and Q3_K do.
+    if (TYPE == TYPE_Q2_K || TYPE == TYPE_Q3_K || (is_codebook<TYPE>() && Quant<TYPE>::QWORDS < 4)) {
         add_pairs(qg, s, 0, ua, ub);
-        if (TYPE == TYPE_Q3_K) add_bits(qg + 2, s, 2, ua, ub);
+        if (TYPE == TYPE_Q3_K || (is_codebook<TYPE>() && Quant<TYPE>::QWORDS == 3)) add_bits(qg + 2, s, 2, ua, ub);
     } else {
         add_nibbles(qg, s, 0, ua, ub);
         if (TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1 || TYPE == TYPE_Q5_K) add_bits(qg + 4, s, 4, ua, ub);
@@ -237,6 +295,16 @@ __device__ __forceinline__ void slice_dequant(const u32* qg, const u32* sg, int 
         for (int i = 0; i < 4; i++) {
             a[i] = d * (float)mxfp4_value(ua[i]);
             b[i] = d * (float)mxfp4_value(ub[i]);
+        }
+    } else if (is_codebook<TYPE>()) {
+        int ua[4], ub[4];
+        slice_codes<TYPE>(qg, s, ua, ub);
+        // The first run is in the group's first half (elements 4s .. 4s + 3), the second in its second.
+        const float da = __int_as_float((int)sg[0]);
+        const float db = Quant<TYPE>::SWORDS == 2 ? __int_as_float((int)sg[Quant<TYPE>::SWORDS - 1]) : da;
+        for (int i = 0; i < 4; i++) {
+            a[i] = da * (float)codebook_level<TYPE>(ua[i]);
+            b[i] = db * (float)codebook_level<TYPE>(ub[i]);
         }
     } else if (is_k_quant<TYPE>()) {
         int ua[4], ub[4];

@@ -74,6 +74,12 @@ static double rel(double got, double ref) { return std::fabs(got - ref) / (1.0 +
 
 #define TYPE_NAME(SUFFIX, TYPE) #SUFFIX,
 static const char* TN[] = {FOR_EACH_WEIGHT_TYPE(TYPE_NAME)};
+// A check's worst error of each type over its shapes, printed as one line (`worst` of each type's runs).
+static void print_worst(const char* check, const double* worst) {
+    printf("%s: worst error per type:", check);
+    for (int t = 0; t < N_TYPES; t++) printf(" %s %.1e", TN[t], worst[t]);
+    printf("\n");
+}
 using ProjFn = void (*)(const Projection);
 #define PROJECT_SMALL_FN(SUFFIX, TYPE) project_small_##SUFFIX,
 #define PROJECT_GATED_FN(SUFFIX, TYPE) project_gated_small_##SUFFIX,
@@ -161,6 +167,7 @@ static void test_rms_norm() {
 
 // project_small against a float64 reference, with and without the fused norm, and xn against rms_norm.
 static void test_project_small() {
+    double by_type[N_TYPES] = {};
     for (int type = 0; type < N_TYPES; type++) for (int K : {96, 320}) for (int T : {1, 3, 8}) for (int norm = 0; norm < 2; norm++) {
         if (!every_shape(type) && (K != 320 || T != 3)) continue;
         Mat a = random_matrix(type, 21, K), b = random_matrix(type, 7, K), c = random_matrix(type, 5, K);
@@ -178,16 +185,19 @@ static void test_project_small() {
             for (int r = 0; r < 5; r++) worst = std::max(worst, rel(yc[t * 5 + r], ref_dot(c, r, xin.data())));
         }
         CHECK(worst < 2e-5, "project_small %s K=%d T=%d norm=%d: error %g", TN[type], K, T, norm, worst);
+        by_type[type] = std::max(by_type[type], worst);
         if (norm) {
             std::vector<float> xn_ref(T * K);
             run_rms_norm(x.data(), w.data(), xn_ref.data(), nullptr, T, K, 1e-5f);
             CHECK(bits_equal(xn.data(), xn_ref.data(), T * K), "fused norm output differs from rms_norm (%s K=%d T=%d)", TN[type], K, T);
         }
     }
+    print_worst("project_small", by_type);
 }
 
 // The tiled matmul against the reference, and bit for bit against project_small one token at a time.
 static void test_matmul_and_invariance() {
+    double by_type[N_TYPES] = {};
     for (int type = 0; type < N_TYPES; type++) for (int K : {96, 320}) for (int T : {9, 17, 40, 70}) {
         if (!every_shape(type) && (K != 320 || (T != 17 && T != 70))) continue;
         Mat m = random_matrix(type, 100, K);
@@ -201,6 +211,7 @@ static void test_matmul_and_invariance() {
             for (int r = 0; r < 100; r++) worst = std::max(worst, rel(y[t * 100 + r], ref_dot(m, r, xin.data())));
         }
         CHECK(worst < 2e-5, "matmul %s K=%d T=%d: error %g", TN[type], K, T, worst);
+        by_type[type] = std::max(by_type[type], worst);
         for (int t : {0, T / 2, T - 1}) {
             // Alone, through the fused norm: must equal the tiled result bit for bit.
             run_project_small({&m}, {y_small.data()}, &x[t * K], 1, w.data(), nullptr, 1e-5f, 0, -1);
@@ -213,6 +224,7 @@ static void test_matmul_and_invariance() {
     run_matmul(m, x.data(), y.data(), 20, 1); run_matmul(m, x.data(), y0.data(), 20, 0);
     bool ok = true; for (int i = 0; i < 20 * 70; i++) ok &= y[i] == y0[i] + 1.0f;
     CHECK(ok, "matmul add mode");
+    print_worst("matmul", by_type);
 }
 
 static double ref_act(double g, int act) {
@@ -221,6 +233,7 @@ static double ref_act(double g, int act) {
 }
 
 static void test_gated() {
+    double by_type[N_TYPES] = {};
     for (int act : {ACT_SILU, ACT_GELU_TANH}) for (int type = 0; type < N_TYPES; type++) {
         if (!every_shape(type) && act != ACT_GELU_TANH) continue;
         int K = 192, R = 48;
@@ -242,7 +255,9 @@ static void test_gated() {
         for (int t = 0; t < 8; t++) { auto xin = ref_norm(&x[t * K], w.data(), K, 1e-5f); for (int r = 0; r < R; r++) {
             double a = ref_dot(g, r, xin.data()), b = ref_dot(u, r, xin.data()); worst = std::max(worst, rel(gs[t * R + r], ref_act(a, act) * b)); } }
         CHECK(worst < 2e-4, "gated (act %d) error %g", act, worst);  // act(g)·u compounds the two dot products' errors
+        by_type[type] = std::max(by_type[type], worst);
     }
+    print_worst("gated", by_type);
 }
 
 // Rows of Q's width and of K's, the bias added to every row exactly (one float add per element).

@@ -286,8 +286,10 @@ static void check_swiglu_oai() {
 // The grouped kernels against the per-pair ones, bit for bit, at each tile width, on random experts whose pair
 // counts range from none to several tiles (expert 0 takes about half the pairs: full tiles, and every token column
 // of the 32- and 64-pair tiles), expert rows that fill part of a 64-row tile, a pair whose expert is out of range
-// (NaN for its token on both paths), in two layouts: fused gate/up with gpt-oss' biases and clamped SwiGLU, and
-// split with SiLU and no biases.
+// (NaN for its token on both paths), in four layouts: fused gate/up with gpt-oss' biases and clamped SwiGLU, and
+// split with SiLU and no biases, of Q4_1 (down Q8_0), of IQ2_XS (a scale per 16 elements; down IQ4_XS) and of IQ1_M
+// (down TQ2_0). The split layouts' per-pair kernels are also checked against float64 references of the packed
+// weights' CPU dequantization: each pair's hidden row, and each token's output from those hidden rows.
 static void test_moe_grouped() {
     const int n_expert = 5, ff = 32, d = 96, T = 24, k = 3, pairs = T * k;
     std::vector<int> selected(pairs);
@@ -299,11 +301,17 @@ static void test_moe_grouped() {
     std::vector<float> x = randv((size_t)T * d), weights = randv(pairs);
     std::vector<float> gate_b = randv((size_t)n_expert * ff), up_b = randv((size_t)n_expert * ff), down_b = randv((size_t)n_expert * d);
     Mat fused = random_matrix(TYPE_Q4_1, n_expert * 2 * ff, d), gate = random_matrix(TYPE_Q4_1, n_expert * ff, d);
-    Mat up = random_matrix(TYPE_Q4_1, n_expert * ff, d), down = random_matrix(TYPE_Q8_0, n_expert * d, ff);
+    Mat up = random_matrix(TYPE_Q4_1, n_expert * ff, d), down_q8 = random_matrix(TYPE_Q8_0, n_expert * d, ff);
+    // The codebook types' layouts: [layout - 2] = {gate, up, down}.
+    const Mat coded[2][3] = {
+        {random_matrix(TYPE_IQ2_XS, n_expert * ff, d), random_matrix(TYPE_IQ2_XS, n_expert * ff, d), random_matrix(TYPE_IQ4_XS, n_expert * d, ff)},
+        {random_matrix(TYPE_IQ1_M, n_expert * ff, d), random_matrix(TYPE_IQ1_M, n_expert * ff, d), random_matrix(TYPE_TQ2_0, n_expert * d, ff)}};
     int compared = 0;
-    for (int layout = 0; layout < 2; layout++) {
+    for (int layout = 0; layout < 4; layout++) {
         const bool oai = layout == 0;
-        const Mat &g_m = oai ? fused : gate, &u_m = oai ? fused : up;
+        const Mat &g_m = oai ? fused : layout == 1 ? gate : coded[layout - 2][0], &u_m = oai ? fused : layout == 1 ? up : coded[layout - 2][1];
+        const Mat& down = layout < 2 ? down_q8 : coded[layout - 2][2];
+        const char* name = oai ? "fused, gpt-oss" : layout == 1 ? "split" : layout == 2 ? "split, iq2_xs/iq4_xs" : "split, iq1_m/tq2_0";
         std::vector<float> hidden_ref((size_t)pairs * ff), out_ref((size_t)T * d), out((size_t)T * d);
         MoeGateUp gu{g_m.qs.data(), g_m.sc.data(), u_m.qs.data(), u_m.sc.data(), x.data(), selected.data(), hidden_ref.data(),
                      oai ? gate_b.data() : nullptr, oai ? up_b.data() : nullptr, ff, d, oai ? 2 * ff : ff, oai ? ff : 0, T, k, n_expert,
@@ -313,6 +321,34 @@ static void test_moe_grouped() {
         launch({(unsigned)((d + 3) / 4), (unsigned)T, 1}, {128, 1, 1}, [&] { moe_down_fn[down.type](dn); });
         // The tokens of the two pairs out of range are NaN, the others numbers (token 0's pairs are in range).
         CHECK(std::isnan(out_ref[(size_t)(7 / k) * d]) && std::isnan(out_ref[(size_t)(40 / k) * d]) && !std::isnan(out_ref[0]), "moe_down: NaN where no expert");
+        if (!oai) {
+            double worst_hidden = 0, worst_out = 0;
+            for (int i = 0; i < pairs; i++) {
+                const int e = selected[i];
+                if (e < 0 || e >= n_expert) continue;
+                std::vector<double> xt(x.begin() + (size_t)(i / k) * d, x.begin() + (size_t)(i / k + 1) * d);
+                for (int r = 0; r < ff; r++) {
+                    const double g = ref_dot(g_m, e * ff + r, xt.data()), u = ref_dot(u_m, e * ff + r, xt.data());
+                    worst_hidden = std::max(worst_hidden, rel(hidden_ref[(size_t)i * ff + r], ref_act(g, ACT_SILU) * u));
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                bool routed = true;
+                for (int s = 0; s < k; s++) routed &= selected[t * k + s] >= 0 && selected[t * k + s] < n_expert;
+                if (!routed) continue;
+                for (int j = 0; j < d; j++) {
+                    double want = 0;
+                    for (int s = 0; s < k; s++) {
+                        const int pair = t * k + s;
+                        std::vector<double> h(hidden_ref.begin() + (size_t)pair * ff, hidden_ref.begin() + (size_t)(pair + 1) * ff);
+                        want += (double)weights[pair] * ref_dot(down, selected[pair] * d + j, h.data());
+                    }
+                    worst_out = std::max(worst_out, rel(out_ref[(size_t)t * d + j], want));
+                }
+            }
+            CHECK(worst_hidden < 2e-4 && worst_out < 2e-5, "moe_gate_up / moe_down (%s): error %g, %g against the reference", name, worst_hidden, worst_out);
+            printf("moe_grouped: %-22s per-pair kernels against float64: hidden %.1e, output %.1e\n", name, worst_hidden, worst_out);
+        }
         for (int tile = 0; tile < 3; tile++) {
             Grouping g = run_group(selected, n_expert, d, 16 << tile);
             const MoeTiles tiles = g.args();
@@ -324,17 +360,17 @@ static void test_moe_grouped() {
             for (int i = 0; i < pairs; i++) {
                 if (selected[i] >= 0 && selected[i] < n_expert) same &= bits_equal(&hidden[(size_t)i * ff], &hidden_ref[(size_t)i * ff], ff);
             }
-            CHECK(same, "moe_gate_up_tiled (%s, tiles of %d) differs from moe_gate_up", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            CHECK(same, "moe_gate_up_tiled (%s, tiles of %d) differs from moe_gate_up", name, 16 << tile);
             MoeDown dn_g = dn;
             dn_g.hidden = hidden.data();
             dn_g.out = out.data();
             launch({(unsigned)((d + 63) / 64), (unsigned)g.max_tiles, 1}, {256, 1, 1}, [&] { moe_down_tiled_fn[down.type][tile](dn_g, tiles); });
             launch({(unsigned)((T * d + 255) / 256), 1, 1}, {256, 1, 1}, [&] { moe_weighted_sum(dn_g, tiles); });
-            CHECK(bits_equal(out.data(), out_ref.data(), (size_t)T * d), "moe_down_tiled + moe_weighted_sum (%s, tiles of %d) differ from moe_down", oai ? "fused, gpt-oss" : "split", 16 << tile);
+            CHECK(bits_equal(out.data(), out_ref.data(), (size_t)T * d), "moe_down_tiled + moe_weighted_sum (%s, tiles of %d) differ from moe_down", name, 16 << tile);
             compared++;
         }
     }
-    printf("moe_grouped: %d runs (2 layouts x tiles of 16, 32, 64) of %d pairs over %d experts (%d on expert 0) against the per-pair kernels' bits\n", compared, pairs, n_expert, busiest);
+    printf("moe_grouped: %d runs (4 layouts x tiles of 16, 32, 64) of %d pairs over %d experts (%d on expert 0) against the per-pair kernels' bits\n", compared, pairs, n_expert, busiest);
 }
 
 static void test_moe_families() {
