@@ -7,14 +7,19 @@
 //! the device's top-k is the top of the logits. `EMBER_REQUIRE_CUDA=1` turns a missing GPU from a skip into a
 //! failure, so that a run on the GPU machine cannot pass by skipping.
 
+#[path = "common/quant_blocks.rs"]
+mod quant_blocks;
+#[path = "common/rng.rs"]
+mod rng;
 use std::sync::{Arc, Mutex};
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::{driver_library_present, probe, CudaBackend, CudaBackendError, CudaBackendOptions};
 use ember::engine::{BackendKind, Engine, EngineConfig, EngineError, LogLevel, Logger};
-use ember::model::gguf::{GgmlType, GgufFile};
+use ember::model::gguf::GgufFile;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
 use ember::model::{Model, TokenId};
+use quant_blocks::CODEBOOK_TYPES;
 
 fn gpu_present() -> bool {
     probe(0).is_ok()
@@ -266,20 +271,7 @@ fn gpu_logits_match_the_cpu_with_codebook_weights() {
     if !gpu_available() {
         return;
     }
-    let types = [
-        GgmlType::Iq4Nl,
-        GgmlType::Iq4Xs,
-        GgmlType::Iq3Xxs,
-        GgmlType::Iq3S,
-        GgmlType::Iq2Xxs,
-        GgmlType::Iq2Xs,
-        GgmlType::Iq2S,
-        GgmlType::Iq1S,
-        GgmlType::Iq1M,
-        GgmlType::Tq1_0,
-        GgmlType::Tq2_0,
-    ];
-    for dtype in types {
+    for dtype in CODEBOOK_TYPES {
         let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 3, 1).unwrap() };
         gpu_matches_cpu(&format!("qwen3moe-small, {dtype:?}"), &spec.writer_with_byte_vocabulary().to_bytes());
     }

@@ -31,6 +31,8 @@
 //! `[n_tokens][vocab]`. `n_group` is 0 without group-limited routing. `gating` is moe.cu's GATING_* (0 softmax, 1 sigmoid, 2 softmax of the chosen), `act`
 //! its ACT_* (0 SiLU, 1 GELU, 2 gpt-oss' clamped SwiGLU with `alpha` and `limit`).
 
+#[path = "common/quant_blocks.rs"]
+mod quant_blocks;
 #[path = "common/rng.rs"]
 mod rng;
 
@@ -43,6 +45,7 @@ use ember::model::llama::experts::{ExpertGroups, SELECTION_BIAS};
 use ember::model::llama::forward::{Buf, Norm};
 use ember::model::llama::{FfnActivation, LlamaBackend, LlamaConfig, MoeConfig, SeqChunk, SyntheticSpec};
 use ember::model::TokenId;
+use quant_blocks::CODEBOOK_TYPES;
 use rng::Rng;
 
 /// moe.cu's GATING_* code of `g`.
@@ -301,20 +304,7 @@ fn moe_fixtures_for_the_cuda_emulation() {
         .iter()
         .map(|&(f, n_tokens)| (f.to_string(), SyntheticSpec::family(f, 5, 1).unwrap(), n_tokens))
         .collect();
-    let codebook = [
-        GgmlType::Iq4Nl,
-        GgmlType::Iq4Xs,
-        GgmlType::Iq3Xxs,
-        GgmlType::Iq3S,
-        GgmlType::Iq2Xxs,
-        GgmlType::Iq2Xs,
-        GgmlType::Iq2S,
-        GgmlType::Iq1S,
-        GgmlType::Iq1M,
-        GgmlType::Tq1_0,
-        GgmlType::Tq2_0,
-    ];
-    for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4].into_iter().chain(codebook) {
+    for dtype in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Mxfp4].into_iter().chain(CODEBOOK_TYPES) {
         let spec = SyntheticSpec { matrix_type: Some(dtype), ..SyntheticSpec::family("qwen3moe-small", 7, 1).unwrap() };
         // The grouped path over quantized experts (the types differ only in `slice_dequant`).
         layers.push((format!("qwen3moe-small, {dtype:?} experts"), spec, 16));

@@ -37,6 +37,21 @@ pub const WEIGHT_TYPES: [GgmlType; 25] = [
     GgmlType::Tq2_0,
 ];
 
+/// The types whose values are codes into a codebook of unevenly spaced levels: the IQ4 types and the coded ones.
+pub const CODEBOOK_TYPES: [GgmlType; 11] = [
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
+    GgmlType::Iq3Xxs,
+    GgmlType::Iq3S,
+    GgmlType::Iq2Xxs,
+    GgmlType::Iq2Xs,
+    GgmlType::Iq2S,
+    GgmlType::Iq1S,
+    GgmlType::Iq1M,
+    GgmlType::Tq1_0,
+    GgmlType::Tq2_0,
+];
+
 /// The types whose values are codes into a table of levels (`ember::model::gguf::coded`).
 pub const CODED_TYPES: [GgmlType; 9] = [
     GgmlType::Iq3Xxs,
