@@ -131,7 +131,8 @@ pub fn kernels_ptx(arch: &'static str) -> Result<Ptx, CudaBackendError> {
 
 /// The program's PTX for `arch` with the per-type kernels of `types` only, compiled on first use and kept for the
 /// life of the process: a model of one or two weight types compiles a fifth of the kernels or less (on our CI
-/// machine NVRTC takes 2.2 s for SmolLM2's two types and 11.7 s for all thirteen, per architecture), and a dense
+/// machine NVRTC took 2.2 s for SmolLM2's two types and 11.7 s for all thirteen types of the time, per architecture;
+/// the 25 types of now are not re-measured), and a dense
 /// model none of the experts' kernels.
 ///
 /// A process-wide cache, although ember keeps no global state otherwise: compiling takes seconds, the result is a
