@@ -37,21 +37,6 @@ pub const WEIGHT_TYPES: [GgmlType; 25] = [
     GgmlType::Tq2_0,
 ];
 
-/// The types whose values are codes into a codebook of unevenly spaced levels: the IQ4 types and the coded ones.
-pub const CODEBOOK_TYPES: [GgmlType; 11] = [
-    GgmlType::Iq4Nl,
-    GgmlType::Iq4Xs,
-    GgmlType::Iq3Xxs,
-    GgmlType::Iq3S,
-    GgmlType::Iq2Xxs,
-    GgmlType::Iq2Xs,
-    GgmlType::Iq2S,
-    GgmlType::Iq1S,
-    GgmlType::Iq1M,
-    GgmlType::Tq1_0,
-    GgmlType::Tq2_0,
-];
-
 /// The types whose values are codes into a table of levels (`ember::model::gguf::coded`).
 pub const CODED_TYPES: [GgmlType; 9] = [
     GgmlType::Iq3Xxs,
@@ -64,6 +49,18 @@ pub const CODED_TYPES: [GgmlType; 9] = [
     GgmlType::Tq1_0,
     GgmlType::Tq2_0,
 ];
+
+/// The types whose values are codes into a codebook of unevenly spaced levels: the IQ4 types and the coded ones.
+pub const CODEBOOK_TYPES: [GgmlType; 11] = {
+    let mut types = [GgmlType::Iq4Nl; 11];
+    types[1] = GgmlType::Iq4Xs;
+    let mut i = 0;
+    while i < CODED_TYPES.len() {
+        types[2 + i] = CODED_TYPES[i];
+        i += 1;
+    }
+    types
+};
 
 /// Byte offsets of the f16 scale fields in one block of `dtype` (`ggml-common.h`); empty for the float types.
 fn scale_offsets(dtype: GgmlType) -> &'static [usize] {
