@@ -50,7 +50,7 @@ rust-test: model vocabs templates
 
 # The tests whose results depend on numerics, once more on every kernel path this CPU runs besides the default one
 # (which rust-test used): every path computes the same bits (docs/architecture.md, "Numerics"), and this shows it
-# end to end on this machine, so that an AVX-512 machine also tests the AVX2 and scalar paths.
+# end to end on this machine, so that an AMX machine also tests the AVX-512, AVX2 and scalar paths.
 NUMERICS_TESTS := --test forward_reference --test generate_greedy --test batch_invariance --test forward_gemma3 \
 	--test engine_prompt_logprobs --test engine_speculative --test forward_families
 # The scalar path computes the vector paths' bits some ten times slower: it checks the first cases of the greedy

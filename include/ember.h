@@ -228,6 +228,11 @@
 #define EMBER_CPU_KERNELS_AVX512 3
 
 /**
+ * `EmberStats.cpu_kernels`: the AVX-512 path with the batch matmuls on AMX-INT8 tiles (Intel since Sapphire Rapids).
+ */
+#define EMBER_CPU_KERNELS_AMX 4
+
+/**
  * The major version of the header (`Cargo.toml`'s, checked by a test). Incompatible changes bump it.
  */
 #define EMBER_VERSION_MAJOR 0

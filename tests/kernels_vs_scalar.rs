@@ -198,8 +198,16 @@ fn paths_follow_cpu_features() {
         && is_x86_feature_detected!("avx512vnni");
     assert_eq!(kernels_named("avx2").is_some(), avx2);
     assert_eq!(kernels_named("avx512").is_some(), avx512);
+    // AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25); the path also needs the system's permission, which
+    // Linux grants from 5.16 on, so the test asks no more than that the path implies the features.
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    let amx_cpu = avx512 && edx & (3 << 24) == 3 << 24;
+    let amx = kernels_named("amx").is_some();
+    assert!(amx_cpu || !amx, "the amx path is offered without the CPU's AMX-INT8");
     if std::env::var_os(ember::backend::cpu::kernels::KERNELS_ENV_VAR).is_none() {
-        let best = if avx512 {
+        let best = if amx {
+            "amx"
+        } else if avx512 {
             "avx512"
         } else if avx2 {
             "avx2"

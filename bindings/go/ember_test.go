@@ -531,7 +531,7 @@ func TestStatsShowACancelledRequestGone(t *testing.T) {
 		!gemma && (stats.PrefixCache.Queries == 0 || stats.PrefixCache.Hits > stats.PrefixCache.Queries) {
 		t.Fatalf("prefix cache while running: %+v", stats)
 	}
-	if path := stats.CPUKernels; path != "scalar" && path != "avx2" && path != "avx512" || stats.CPUThreads == 0 {
+	if path := stats.CPUKernels; path != "scalar" && path != "avx2" && path != "avx512" && path != "amx" || stats.CPUThreads == 0 {
 		t.Fatalf("CPU kernels %q on %d threads", path, stats.CPUThreads)
 	}
 	cancel()

@@ -178,7 +178,7 @@ func (e *Engine) Close() {
 
 // Stats are an engine's counters (engine_get_stats): sequences (choices) running and waiting, KV cache blocks
 // free and in all, forward steps run. A request whose end has been read is already gone from them. On the CPU
-// backend, CPUKernels names the kernel path ("scalar", "avx2", "avx512") and CPUThreads its threads; both are
+// backend, CPUKernels names the kernel path ("scalar", "avx2", "avx512", "amx") and CPUThreads its threads; both are
 // zero values on a GPU. Every kernel path computes the same results; the path decides speed only. A model with
 // sliding-window layers (Gemma 3) keeps them in a block pool of their own, which KVWindowBlocksFree and
 // KVWindowBlocksTotal count (zero values when the engine has no such pool); KVBlocks* count the other pool.
@@ -217,6 +217,7 @@ var cpuKernelNames = map[C.uint32_t]string{
 	C.EMBER_CPU_KERNELS_SCALAR: "scalar",
 	C.EMBER_CPU_KERNELS_AVX2:   "avx2",
 	C.EMBER_CPU_KERNELS_AVX512: "avx512",
+	C.EMBER_CPU_KERNELS_AMX:    "amx",
 }
 
 // Stats reads the engine's counters; StatusInvalidHandle once the engine is closed.

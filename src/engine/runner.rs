@@ -14,7 +14,7 @@ use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::step::StepError;
 
-/// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`) and the threads.
+/// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`, `"amx"`) and the threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuServing {
     pub kernels: &'static str,

@@ -48,6 +48,8 @@ pub const EMBER_CPU_KERNELS_SCALAR: u32 = 1;
 pub const EMBER_CPU_KERNELS_AVX2: u32 = 2;
 /// `EmberStats.cpu_kernels`: the AVX-512 (F, BW, VL, VNNI) path.
 pub const EMBER_CPU_KERNELS_AVX512: u32 = 3;
+/// `EmberStats.cpu_kernels`: the AVX-512 path with the batch matmuls on AMX-INT8 tiles (Intel since Sapphire Rapids).
+pub const EMBER_CPU_KERNELS_AMX: u32 = 4;
 
 /// The `EMBER_CPU_KERNELS_*` value of a kernel path's name (0 for a name this version does not know).
 fn cpu_kernels_code(name: &str) -> u32 {
@@ -55,6 +57,7 @@ fn cpu_kernels_code(name: &str) -> u32 {
         "scalar" => EMBER_CPU_KERNELS_SCALAR,
         "avx2" => EMBER_CPU_KERNELS_AVX2,
         "avx512" => EMBER_CPU_KERNELS_AVX512,
+        "amx" => EMBER_CPU_KERNELS_AMX,
         _ => 0,
     }
 }

@@ -87,7 +87,7 @@ def test_model_info_stats_and_metrics_text(engine: ember.Engine) -> None:
     engine.submit(chat("Hi", 2, ignore_eos=True)).wait()
     stats = engine.stats()
     assert stats.num_steps is not None and stats.num_steps > 0
-    assert stats.cpu_threads == 2 and ember.CpuKernels(stats.cpu_kernels).name in {"SCALAR", "AVX2", "AVX512"}
+    assert stats.cpu_threads == 2 and ember.CpuKernels(stats.cpu_kernels).name in {"SCALAR", "AVX2", "AVX512", "AMX"}
     assert stats.kv_window_blocks_free is None  # SmolLM2 has no sliding-window layers
     text = engine.metrics_text()
     assert "# TYPE ember_time_to_first_token_seconds histogram\n" in text

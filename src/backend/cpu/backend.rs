@@ -259,7 +259,7 @@ impl<'m> CpuBackend<'m> {
         &self.options
     }
 
-    /// The kernel path in use (`"scalar"`, `"avx2"`, `"avx512"`).
+    /// The kernel path in use (`"scalar"`, `"avx2"`, `"avx512"`, `"amx"`).
     pub fn kernel_path(&self) -> &'static str {
         self.kernels.name
     }

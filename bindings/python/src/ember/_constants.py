@@ -79,6 +79,7 @@ class CpuKernels(IntEnum):
     SCALAR = 1
     AVX2 = 2
     AVX512 = 3
+    AMX = 4
 
 
 #: ``delivery`` of ``engine_submit_with_user_data``: the events ``engine_poll`` gives.

@@ -3,7 +3,8 @@
 //!
 //! - [`Kernels`] is one path's table; [`kernels`] gives the best this CPU runs (or the one `EMBER_CPU_KERNELS`
 //!   forces), [`kernels_named`] a given one. Paths: `scalar` (the permanent reference), `avx2` (AVX2 + FMA +
-//!   F16C, `vpmaddubsw`), `avx512` (AVX-512 F/BW/VL + VNNI, `vpdpbusd`, 512-bit).
+//!   F16C, `vpmaddubsw`), `avx512` (AVX-512 F/BW/VL + VNNI, `vpdpbusd`, 512-bit), `amx` (`avx512` with
+//!   the batch matmuls' integer dots on AMX-INT8 tiles, `tdpbssd`).
 //! - Activations enter the quantized matmul as [`BlockQ8A`] blocks ([`quantize_row_q8a`]); weights as a
 //!   [`WeightMatrix`] over the GGUF file's own blocks, without copying; results leave through [`OutRows`], which a
 //!   thread pool splits by rows.

@@ -9,12 +9,12 @@ use std::sync::OnceLock;
 use super::scalar;
 use super::table::Kernels;
 
-/// The environment variable that forces a path: `scalar`, `avx2` or `avx512`. Read once, on the first call of
+/// The environment variable that forces a path: `scalar`, `avx2`, `avx512` or `amx`. Read once, on the first call of
 /// [`kernels`].
 pub const KERNELS_ENV_VAR: &str = "EMBER_CPU_KERNELS";
 
 /// Every path's name, slowest first.
-pub const KERNEL_NAMES: [&str; 3] = ["scalar", "avx2", "avx512"];
+pub const KERNEL_NAMES: [&str; 4] = ["scalar", "avx2", "avx512", "amx"];
 
 /// The path called `name`, when this CPU supports it (`None` for an unsupported or unknown name).
 pub fn kernels_named(name: &str) -> Option<&'static Kernels> {
@@ -24,6 +24,8 @@ pub fn kernels_named(name: &str) -> Option<&'static Kernels> {
         "avx2" => super::avx2::kernels(),
         #[cfg(target_arch = "x86_64")]
         "avx512" => super::avx512::kernels(),
+        #[cfg(target_arch = "x86_64")]
+        "amx" => super::avx512::amx_kernels(),
         _ => None,
     }
 }

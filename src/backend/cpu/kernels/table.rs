@@ -1,5 +1,5 @@
 //! `Kernels`: one implementation path's table of kernel functions, and the public methods that check arguments
-//! before calling into it. Every path (scalar, AVX2, AVX-512) fills the same table; `select` picks one at run time.
+//! before calling into it. Every path (scalar, AVX2, AVX-512, AMX) fills the same table; `select` picks one at run time.
 
 use half::f16;
 
@@ -30,7 +30,7 @@ pub(super) type MatmulF32Fn = unsafe fn(w: &WeightMatrix, act: &[f32], n_cols: u
 /// `docs/architecture.md`, "Numerics"), and results are deterministic and batch-invariant (see
 /// [`Kernels::matmul_q8`]): a path decides speed, never a value.
 pub struct Kernels {
-    /// `"scalar"`, `"avx2"` or `"avx512"`.
+    /// `"scalar"`, `"avx2"`, `"avx512"` or `"amx"`.
     pub name: &'static str,
     pub(super) quantize_row_q8a: unsafe fn(x: &[f32], out: &mut [BlockQ8A]),
     pub(super) matmul_q8: MatmulQ8Fn,

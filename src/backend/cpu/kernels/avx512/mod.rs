@@ -7,6 +7,7 @@
 //! "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]` and reached only through [`KERNELS`], which [`kernels`]
 //! hands out after detecting all of those features.
 
+mod amx;
 mod f32_tiles;
 mod packed;
 
@@ -44,9 +45,17 @@ static KERNELS: Kernels = Kernels {
     argmax: avx2::argmax,
 };
 
+/// The `amx` path: the AVX-512 path with the batch matmuls' integer dots on AMX tiles (`amx`).
+static KERNELS_AMX: Kernels = Kernels { name: "amx", matmul_packed: packed::matmul_packed_amx, ..KERNELS };
+
 /// The AVX-512 kernels, when this CPU has the features.
 pub(super) fn kernels() -> Option<&'static Kernels> {
     is_supported().then_some(&KERNELS)
+}
+
+/// The `amx` kernels, when this CPU has AVX-512's features and AMX-INT8 and the system grants the tiles.
+pub(super) fn amx_kernels() -> Option<&'static Kernels> {
+    (is_supported() && amx::is_supported()).then_some(&KERNELS_AMX)
 }
 
 /// Row pairs of a tile of up to 4 rows.

@@ -9,6 +9,7 @@
 
 use std::arch::x86_64::*;
 
+use super::amx;
 use crate::backend::cpu::kernels::out_rows::OutRows;
 use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
@@ -80,7 +81,7 @@ unsafe fn load_signed_bytes_f32(p: *const u8) -> __m512 {
 /// # Safety
 /// `p` must point to 16 readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_e8m0(p: *const u8) -> __m512 {
+pub(super) unsafe fn load_e8m0(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let e = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p.cast()) });
     let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
@@ -209,7 +210,10 @@ const _: () = assert!(BATCH_R == 1);
 /// Unpacks the `n_groups` groups of a panel's planes into `out`, slice `s` of group `g` at `EXPANDED_GROUP · g +
 /// SLICE_BYTES · s`: the registers `unpack` would give, computed once for every column of a batch.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn expand<F: Format>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
+///
+/// With `SIGNED`, each byte is `u − OFFSET` instead (as a signed byte: every type's values fit), what the AMX tiles
+/// multiply.
+fn expand<F: Format, const SIGNED: bool>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
     assert!(planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
     for g in 0..n_groups {
         let group = planes.as_ptr().wrapping_add(g * F::GROUP_BYTES);
@@ -219,7 +223,10 @@ fn expand<F: Format>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
         for s in 0..8 {
             // SAFETY: group `g`'s planes and its expanded registers lie in the slices (asserted above).
             unsafe {
-                let v = unpack::<F>(group, s / 4, s % 4);
+                let mut v = unpack::<F>(group, s / 4, s % 4);
+                if SIGNED {
+                    v = _mm512_sub_epi8(v, _mm512_set1_epi8(F::OFFSET as u8 as i8));
+                }
                 _mm512_storeu_si512(out.as_mut_ptr().add(g * EXPANDED_GROUP + s * SLICE_BYTES).cast(), v);
             }
         }
@@ -442,23 +449,31 @@ fn expanded_tiles<F: Format>() -> [TileFn; MAX_C] {
 /// Writes a tile's results: rows `16p..16p + 16` of each panel that lie in `out.rows()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn store(results: &[[__m512; MAX_R]; MAX_C], p0: usize, n_r: usize, c0: usize, n_c: usize, out: &mut OutRows) {
-    let rows = out.rows();
     for (c, col) in results.iter().enumerate().take(n_c) {
         for (r, v) in col.iter().enumerate().take(n_r) {
-            let mut values = [0f32; PANEL_ROWS];
-            // SAFETY: `values` is 16 writable floats; `storeu` has no alignment requirement.
-            unsafe { _mm512_storeu_ps(values.as_mut_ptr(), *v) };
-            let first = (p0 + r) * PANEL_ROWS;
-            let (lo, hi) = (first.max(rows.start), (first + PANEL_ROWS).min(rows.end));
-            if lo < hi {
-                out.write(c0 + c, lo, &values[lo - first..hi - first]);
-            }
+            store_column(*v, p0 + r, c0 + c, out);
         }
     }
 }
 
+/// Writes the 16 results of panel `p`, column `c`: those of its rows that lie in `out.rows()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+fn store_column(v: __m512, p: usize, c: usize, out: &mut OutRows) {
+    let rows = out.rows();
+    let mut values = [0f32; PANEL_ROWS];
+    // SAFETY: `values` is 16 writable floats; `storeu` has no alignment requirement.
+    unsafe { _mm512_storeu_ps(values.as_mut_ptr(), v) };
+    let first = p * PANEL_ROWS;
+    let (lo, hi) = (first.max(rows.start), (first + PANEL_ROWS).min(rows.end));
+    if lo < hi {
+        out.write(c, lo, &values[lo - first..hi - first]);
+    }
+}
+
+/// With `AMX`, each run of 16 columns of a batch goes to one AMX tile (`amx::tile`) and the rest to this path's
+/// tiles; the results are the same bits either way.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn matmul<F: Format, const AMX: bool>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
     let n_groups = w.blocks_per_row();
     let rows = out.rows();
     if rows.is_empty() || n_cols == 0 {
@@ -475,6 +490,11 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
     // Where more than one column tile meets a panel, the panel is unpacked once (`expand`) and each tile loads its
     // slices: for Q6_K the unpacking was a fifth of a batch's instructions, done again for every 8 columns.
     let expand_panels = expands::<F>() && n_cols > cols_per_tile;
+    let amx = AMX && n_cols >= amx::TILE_COLS;
+    // SAFETY: `AMX` is set only by `matmul_packed_amx`, reached through the `amx` table, which `select` hands out
+    // after `amx::is_supported`.
+    let _tiles = amx.then(|| unsafe { amx::Tiles::configure::<F>() });
+    let mut amx_results = [_mm512_setzero_ps(); amx::TILE_COLS];
     let mut p = p_start;
     while p < p_end {
         let n_r = rows_per_tile.min(p_end - p);
@@ -483,27 +503,45 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
         for (r, panel) in panels.iter_mut().enumerate().take(n_r) {
             *panel = w.panel(p + r);
         }
-        let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
-            let mut c0 = 0;
-            while c0 < n_cols {
-                let n_c = cols_per_tile.min(n_cols - c0);
-                let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
-                for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
-                    *slot = col(c0 + c);
+        let mut column_tiles =
+            |c0: usize, panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C], out: &mut OutRows| {
+                let mut c0 = c0;
+                while c0 < n_cols {
+                    let n_c = cols_per_tile.min(n_cols - c0);
+                    let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
+                    for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
+                        *slot = col(c0 + c);
+                    }
+                    // SAFETY: this function has the features the tile functions need.
+                    unsafe { fns[n_c - 1](panels, cols, n_groups, &mut results) };
+                    store(&results, p, n_r, c0, n_c, out);
+                    c0 += n_c;
                 }
-                // SAFETY: this function has the features the tile functions need.
-                unsafe { fns[n_c - 1](panels, cols, n_groups, &mut results) };
-                store(&results, p, n_r, c0, n_c, out);
-                c0 += n_c;
-            }
-        };
-        if expand_panels {
+            };
+        if amx {
+            // Every type expanded, as signed `u − OFFSET` (`tdpbssd`): the offset then costs nothing per column.
+            let done = with_expanded(n_groups * EXPANDED_GROUP, |expanded| {
+                expand::<F, true>(panels[0].1, n_groups, expanded);
+                let mut c0 = 0;
+                while n_cols - c0 >= amx::TILE_COLS {
+                    // SAFETY: tiles configured above; `amx::tile` asserts the slices' lengths.
+                    unsafe { amx::tile::<F>(panels[0].0, expanded, &act[c0 * n_groups..], n_groups, &mut amx_results) };
+                    for (c, v) in amx_results.iter().enumerate() {
+                        store_column(*v, p, c0 + c, out);
+                    }
+                    c0 += amx::TILE_COLS;
+                }
+                c0
+            });
+            // The last columns (fewer than a tile's 16) on this path's tiles, unpacking as they go.
+            column_tiles(done, panels, &fns[0], out);
+        } else if expand_panels {
             with_expanded(n_groups * EXPANDED_GROUP, |expanded| {
-                expand::<F>(panels[0].1, n_groups, expanded);
-                column_tiles([(panels[0].0, &*expanded); MAX_R], &expanded_fns)
+                expand::<F, false>(panels[0].1, n_groups, expanded);
+                column_tiles(0, [(panels[0].0, &*expanded); MAX_R], &expanded_fns, out)
             });
         } else {
-            column_tiles(panels, &fns[n_r - 1]);
+            column_tiles(0, panels, &fns[n_r - 1], out);
         }
         p += n_r;
     }
@@ -512,7 +550,14 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
 /// The AVX-512 `Kernels::matmul_packed` (arguments checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn matmul_packed(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
-    with_format!(w.dtype(), F => matmul::<F>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+    with_format!(w.dtype(), F => matmul::<F, false>(w, act, n_cols, out), _ => unreachable!("packed types only"))
+}
+
+/// The `amx` path's `Kernels::matmul_packed` (arguments checked by the caller): this path's, with batches of 16
+/// columns and more on AMX tiles.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn matmul_packed_amx(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    with_format!(w.dtype(), F => matmul::<F, true>(w, act, n_cols, out), _ => unreachable!("packed types only"))
 }
 
 /// `Kernels::matmul_q8` on this path: the float weight types, which are not packed, run the shared scalar code

@@ -1,0 +1,414 @@
+//! The `amx` path's batch matmul: the integer dots of 16 columns × 16 rows of one group computed by one AMX tile
+//! instruction (`tdpbssd`, Intel since Sapphire Rapids), the float steps after it the AVX-512 path's, lane for lane.
+//!
+//! A prefill spends most of its time in the packed matmul, and on the AVX-512 path most of that in `vpdpbusd`
+//! with an activation broadcast per four products of 16 rows: 16 instructions per group and column. One `tdpbssd`
+//! computes a group's 512 products for 16 columns at once, reading the activations as a tile (16 columns' 32
+//! bytes, straight from their `BlockQ8A` blocks) and the weights as the panel's expanded slices, which are the
+//! tile layout the instruction wants (row `k` of the weight tile holds elements `4k..4k + 4` of the 16 rows). The
+//! panel is expanded as signed `u − OFFSET` (every type's values fit a signed byte), so that the offset costs no
+//! instruction per column. The integer dots are exactly the other paths' (sums of the same products, in 32 bits
+//! without overflow), so this path computes every other path's bits (`packed::scalar`); only the tile's 16 × 16
+//! dots go through memory (`tilestored`) on their way to the lanes of the accumulators, which then take the float
+//! steps of `avx512::packed::tile`.
+//!
+//! What limits it (Sapphire Rapids guest, `cargo bench --bench kernels -- amx 1b_up n_cols=512`): the tile loads
+//! and stores, not the products. A 32-element group gives only 16 × 16 × 32 products per stored tile of dots
+//! (every group has its own activation scale, so the dots cannot stay in the tile across groups), and the types
+//! with a scale per 16 elements need two. Without the float steps the tiles alone ran Q8_0 at 449 GMAC/s and
+//! Q6_K at 296 on one thread, with them 316 and 202 (AVX-512: 192 and 188); starting the next group's products
+//! before storing this group's dots saved 7-13 % of the tiles' own time (little once the float steps run too).
+//!
+//! Linux hands out AMX's 8 KiB of tile state per process on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`): the first
+//! time the kernel paths are listed, ember asks, and without the permission this path is not offered. The request
+//! enlarges the signal frames of every thread of the host process (the kernel refuses it when a thread's
+//! alternate signal stack is too small for them); a host that wants none of that sets `EMBER_CPU_KERNELS=avx512`.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use crate::backend::cpu::kernels::packed::format::{header, Format, Scaling, SLICE_BYTES};
+use crate::backend::cpu::kernels::q8a::BlockQ8A;
+use crate::model::gguf::blocks::QK;
+
+/// Columns of an AMX tile (its rows: one per column of the batch).
+pub(super) const TILE_COLS: usize = 16;
+
+/// Whether this CPU and its operating system let the process use AMX's integer tiles (asked once).
+pub(super) fn is_supported() -> bool {
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| has_amx_int8() && request_tile_permission())
+}
+
+/// CPUID leaf 7: AMX-TILE (EDX bit 24) and AMX-INT8 (EDX bit 25).
+fn has_amx_int8() -> bool {
+    let max_leaf = __cpuid(0).eax;
+    if max_leaf < 7 {
+        return false;
+    }
+    let edx = __cpuid_count(7, 0).edx;
+    edx & (1 << 24) != 0 && edx & (1 << 25) != 0
+}
+
+/// Asks Linux for the tile data state (XFEATURE 18) and confirms it was granted.
+#[cfg(target_os = "linux")]
+fn request_tile_permission() -> bool {
+    const ARCH_GET_XCOMP_PERM: libc::c_long = 0x1022;
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: `arch_prctl` with these codes reads its integer argument; a kernel without them returns an error.
+    let asked = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+    let mut granted: u64 = 0;
+    // SAFETY: ARCH_GET_XCOMP_PERM writes one u64 to the address passed, which is `granted`.
+    let got = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mut granted as *mut u64) };
+    asked == 0 && got == 0 && granted & (1 << XFEATURE_XTILEDATA) != 0
+}
+
+/// Other systems: not offered (their permission models are untested here).
+#[cfg(not(target_os = "linux"))]
+fn request_tile_permission() -> bool {
+    false
+}
+
+/// Whether format `F` takes its dots per half group (a scale per 16 elements).
+const fn by_halves<F: Format>() -> bool {
+    matches!(F::SCALING, Scaling::Halves | Scaling::HalvesMin)
+}
+
+/// The tile registers' shapes (`ldtilecfg`'s 64-byte palette-1 record: colsb as u16 at 16 + 2t, rows at 48 + t), in
+/// two sets so that one group's products run while the previous group's dots are read (`tile`):
+/// - whole groups: set `s` has its dots (16 columns × 16 rows of i32) in tmm`s`, its activations (16 columns × 32
+///   bytes) in tmm`2 + s`, its weights (8 slices × 64 bytes) in tmm`4 + s`;
+/// - half groups: set `s` has its two halves' dots in tmm`2s` and tmm`2s + 1`, a half's activations (16 × 16 bytes)
+///   in tmm`4 + s` and its weights (4 slices × 64 bytes) in tmm`6 + s`.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    fn new(halves: bool) -> TileConfig {
+        let shapes: [(u8, u16); 8] = if halves {
+            [(16, 64), (16, 64), (16, 64), (16, 64), (16, 16), (16, 16), (4, 64), (4, 64)]
+        } else {
+            [(16, 64), (16, 64), (16, 32), (16, 32), (8, 64), (8, 64), (0, 0), (0, 0)]
+        };
+        let mut c = TileConfig([0; 64]);
+        c.0[0] = 1;
+        for (t, (rows, colsb)) in shapes.into_iter().enumerate() {
+            c.0[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
+            c.0[48 + t] = rows;
+        }
+        c
+    }
+}
+
+/// Tiles configured on the calling thread for as long as the value lives; released when it drops, so that a
+/// thread that is not in a matmul carries no tile state through its context switches.
+pub(super) struct Tiles(());
+
+impl Tiles {
+    /// Tiles shaped for format `F`.
+    ///
+    /// # Safety
+    /// Only on a CPU where [`is_supported`] returned true.
+    pub(super) unsafe fn configure<F: Format>() -> Tiles {
+        let config = TileConfig::new(by_halves::<F>());
+        // SAFETY: the caller guarantees AMX with the permission; the record is 64 readable bytes.
+        unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+        Tiles(())
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: a `Tiles` exists only after `configure` succeeded on this CPU.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// 16 × 16 dots, a 64-byte row per column.
+#[repr(C, align(64))]
+struct Dots([i32; 256]);
+
+impl Dots {
+    const ZERO: Dots = Dots([0; 256]);
+
+    /// Column `c`'s 16 dots, one per row of the panel.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn column(&self, c: usize) -> __m512i {
+        // SAFETY: row `c` (< 16) of the 256 values is 64 aligned bytes.
+        unsafe { _mm512_load_si512(self.0.as_ptr().add(16 * c).cast()) }
+    }
+}
+
+/// Starts the products of one group in tile set `S`: `Σ q·(u − OFFSET)` over its 32 elements (or, with `HALVES`, over each
+/// half), for 16 columns (their blocks `stride` bytes apart from `act`) × 16 rows (the group's 8 expanded slices at
+/// `planes`). The dots stay in the set's tiles until [`store_dots`].
+///
+/// # Safety
+/// Tiles configured for `HALVES` (`Tiles`); `act` points to the first of 16 blocks `stride` bytes apart, `planes`
+/// to 512 bytes.
+#[inline(always)]
+unsafe fn start_products<const S: usize, const HALVES: bool>(act: *const BlockQ8A, stride: usize, planes: *const u8) {
+    // SAFETY: the caller guarantees the tiles' shapes and the bytes each load reads (16 columns' 32 or 2 × 16
+    // bytes, the group's 8 or 2 × 4 slices).
+    unsafe {
+        let qs = act.cast::<u8>().add(std::mem::offset_of!(BlockQ8A, qs));
+        if HALVES {
+            asm!(
+                "tileloadd tmm{a}, [{q0} + {stride}*1]",
+                "tileloadd tmm{w}, [{w0} + {slice}*1]",
+                "tilezero tmm{d0}",
+                "tdpbssd tmm{d0}, tmm{a}, tmm{w}",
+                "tileloadd tmm{a}, [{q1} + {stride}*1]",
+                "tileloadd tmm{w}, [{w1} + {slice}*1]",
+                "tilezero tmm{d1}",
+                "tdpbssd tmm{d1}, tmm{a}, tmm{w}",
+                q0 = in(reg) qs,
+                q1 = in(reg) qs.add(16),
+                stride = in(reg) stride,
+                w0 = in(reg) planes,
+                w1 = in(reg) planes.add(4 * SLICE_BYTES),
+                slice = in(reg) SLICE_BYTES,
+                d0 = const 2 * S,
+                d1 = const 2 * S + 1,
+                a = const 4 + S,
+                w = const 6 + S,
+                options(nostack, readonly),
+            )
+        } else {
+            asm!(
+                "tileloadd tmm{a}, [{q} + {stride}*1]",
+                "tileloadd tmm{w}, [{planes} + {slice}*1]",
+                "tilezero tmm{d}",
+                "tdpbssd tmm{d}, tmm{a}, tmm{w}",
+                q = in(reg) qs,
+                stride = in(reg) stride,
+                planes = in(reg) planes,
+                slice = in(reg) SLICE_BYTES,
+                d = const S,
+                a = const 2 + S,
+                w = const 4 + S,
+                options(nostack, readonly),
+            )
+        }
+    }
+}
+
+/// Writes tile set `S`'s dots (both halves' with `HALVES`) to `out`.
+///
+/// # Safety
+/// Tiles configured for `HALVES`, and products started in set `S`.
+#[inline(always)]
+unsafe fn store_dots<const S: usize, const HALVES: bool>(out: &mut [Dots; 2]) {
+    let [first, second] = out;
+    // SAFETY: each store writes 16 rows of 64 bytes to a 1 KiB `Dots`.
+    unsafe {
+        if HALVES {
+            asm!(
+                "tilestored [{o0} + {row}*1], tmm{d0}",
+                "tilestored [{o1} + {row}*1], tmm{d1}",
+                o0 = in(reg) first.0.as_mut_ptr(),
+                o1 = in(reg) second.0.as_mut_ptr(),
+                row = in(reg) 64usize,
+                d0 = const 2 * S,
+                d1 = const 2 * S + 1,
+                options(nostack),
+            )
+        } else {
+            asm!(
+                "tilestored [{o} + {row}*1], tmm{d}",
+                o = in(reg) first.0.as_mut_ptr(),
+                row = in(reg) 64usize,
+                d = const S,
+                options(nostack),
+            )
+        }
+    }
+}
+
+/// 16 f16 values at `p`, as f32.
+///
+/// # Safety
+/// `p` must point to 32 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+}
+
+/// 16 bytes at `p` as f32, unsigned or signed.
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_bytes_f32<const SIGNED: bool>(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let v = unsafe { _mm_loadu_si128(p.cast()) };
+    _mm512_cvtepi32_ps(if SIGNED { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
+}
+
+/// `$body` for each of the 16 columns, `$c` bound to `0..16` as constants: spelled out so that the accumulators,
+/// indexed by constants, stay in registers (a loop over them kept them on the stack, a load and a store per column
+/// and group).
+macro_rules! each_column {
+    ($c:ident => $body:block) => {
+        each_column!(@ $c $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $c:ident $body:block $($n:literal)*) => {
+        $({
+            let $c: usize = $n;
+            $body
+        })*
+    };
+}
+
+/// One tile of 16 columns against one panel whose groups come expanded (`expanded`: 8 slices of 64 bytes per group,
+/// as `avx512::packed::expand` writes them, or a byte format's own planes): `out[c]` gets column `c`'s 16 results,
+/// each computed with the float steps of `avx512::packed::tile` in its order. A group's products run on the tiles
+/// while the previous group's dots go through the float steps (two tile sets, alternating).
+///
+/// # Safety
+/// Tiles configured for `F` (`Tiles::configure`); `headers` holds the panel's unit headers, `expanded` `n_groups`
+/// expanded groups and `act` 16 columns of `n_groups` blocks each (the lengths are checked by assertions).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn tile<F: Format>(
+    headers: &[u8],
+    expanded: &[u8],
+    act: &[BlockQ8A],
+    n_groups: usize,
+    out: &mut [__m512; TILE_COLS],
+) {
+    let groups_per_unit = F::UNIT / QK;
+    let units = n_groups / groups_per_unit;
+    assert!(headers.len() >= units * F::HEADER && expanded.len() >= n_groups * 8 * SLICE_BYTES);
+    assert!(act.len() >= TILE_COLS * n_groups);
+    let stride = n_groups * std::mem::size_of::<BlockQ8A>();
+    let start = |group: usize| {
+        let planes = expanded.as_ptr().wrapping_add(group * 8 * SLICE_BYTES);
+        let first = &act[group] as *const BlockQ8A;
+        // SAFETY: the caller configured the tiles for `F`; the 16 columns' blocks (`stride` apart) and the group's
+        // slices lie in `act` and `expanded` (asserted above).
+        unsafe {
+            match (group % 2, by_halves::<F>()) {
+                (0, false) => start_products::<0, false>(first, stride, planes),
+                (0, true) => start_products::<0, true>(first, stride, planes),
+                (_, false) => start_products::<1, false>(first, stride, planes),
+                (_, true) => start_products::<1, true>(first, stride, planes),
+            }
+        }
+    };
+    let mut acc = [_mm512_setzero_ps(); TILE_COLS];
+    let mut dots = [Dots::ZERO, Dots::ZERO];
+    if n_groups > 0 {
+        start(0);
+    }
+    for group in 0..n_groups {
+        // The next group's products first, so that the tiles have them in hand while this group's dots are stored.
+        if group + 1 < n_groups {
+            start(group + 1);
+        }
+        // SAFETY: products were started in set `group % 2` (the previous iteration, or above for group 0).
+        unsafe {
+            match (group % 2, by_halves::<F>()) {
+                (0, false) => store_dots::<0, false>(&mut dots),
+                (0, true) => store_dots::<0, true>(&mut dots),
+                (_, false) => store_dots::<1, false>(&mut dots),
+                (_, true) => store_dots::<1, true>(&mut dots),
+            }
+        }
+        // SAFETY: the header of the group's unit lies in `headers` (asserted above).
+        let hdr = unsafe { headers.as_ptr().add(group / groups_per_unit * F::HEADER) };
+        // SAFETY: as above.
+        unsafe { float_steps::<F>(hdr, group % groups_per_unit, &dots, |c| &act[c * n_groups + group], &mut acc) };
+    }
+    *out = acc;
+}
+
+/// The float steps of group `g` of the unit whose header is at `hdr`, its dots in `dots`, for the 16 columns whose
+/// activation blocks `block(c)` gives: `avx512::packed::tile`'s, lane for lane.
+///
+/// # Safety
+/// `hdr` must point to the unit's `Format::HEADER` bytes.
+#[inline(always)]
+unsafe fn float_steps<'a, F: Format>(
+    hdr: *const u8,
+    g: usize,
+    dots: &[Dots; 2],
+    block: impl Fn(usize) -> &'a BlockQ8A,
+    acc: &mut [__m512; TILE_COLS],
+) {
+    let zero = _mm512_setzero_ps();
+    // SAFETY: each field read below is inside the `Format::HEADER` bytes its scaling lays out.
+    let (d, m) = unsafe {
+        let d = match F::SCALING {
+            Scaling::Halves | Scaling::Group => _mm512_loadu_ps(hdr.add(header::D).cast()),
+            Scaling::E8m0 => super::packed::load_e8m0(hdr.add(header::E)),
+            _ => load_f16(hdr.add(header::D)),
+        };
+        let m = match F::SCALING {
+            Scaling::BlockMin => load_f16(hdr.add(header::M)),
+            Scaling::GroupMin | Scaling::HalvesMin => _mm512_sub_ps(zero, load_f16(hdr.add(header::M))),
+            _ => zero,
+        };
+        (d, m)
+    };
+    if F::SCALING == Scaling::Halves {
+        // SAFETY: the scale bytes of halves `2g` and `2g + 1` lie in the unit's header.
+        let sc = unsafe {
+            [0, 1].map(|h| _mm512_cvtepi8_epi32(_mm_loadu_si128(hdr.add(header::HALF_SC + 16 * (2 * g + h)).cast())))
+        };
+        // `sc_0·i_0 + sc_1·i_1` in floats, exactly the integer sum's conversion: |i_h| ≤ 16 · 127 · 127 and |sc| ≤
+        // 128 keep each product and the sum below 2^24, so the multiply and the fused add round nothing (and cost
+        // fewer instructions than two `vpmulld`).
+        let sc = [_mm512_cvtepi32_ps(sc[0]), _mm512_cvtepi32_ps(sc[1])];
+        each_column!(c => {
+            let acc = &mut acc[c];
+            let a = block(c);
+            let second = _mm512_mul_ps(_mm512_cvtepi32_ps(dots[1].column(c)), sc[1]);
+            let i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[0].column(c)), sc[0], second);
+            *acc = _mm512_fmadd_ps(i, _mm512_mul_ps(d, _mm512_set1_ps(a.d)), *acc);
+        });
+        return;
+    }
+    if F::SCALING == Scaling::HalvesMin {
+        for (h, dots) in dots.iter().enumerate() {
+            // SAFETY: the scale bytes of half `2g + h` lie in the unit's header.
+            let run = unsafe { _mm_loadu_si128(hdr.add(header::HALF_SCMN + 16 * (2 * g + h)).cast()) };
+            let scmn = _mm512_cvtepu8_epi32(run);
+            let scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(scmn, _mm512_set1_epi32(0x0f))));
+            let min = _mm512_mul_ps(m, _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(scmn)));
+            each_column!(c => {
+                let acc = &mut acc[c];
+                let a = block(c);
+                let dot = dots.column(c);
+                let s = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *acc);
+                let sa = _mm512_set1_ps(a.d * f32::from(a.half_sums[h]));
+                *acc = _mm512_fmadd_ps(min, sa, *acc);
+            });
+        }
+        return;
+    }
+    let (mut scale, mut min) = (d, m);
+    // SAFETY (both): group `g`'s scale (and minimum) bytes lie in the unit's header.
+    if F::SCALING == Scaling::GroupMin {
+        unsafe {
+            scale = _mm512_mul_ps(d, load_bytes_f32::<false>(hdr.add(header::SC + 16 * g)));
+            min = _mm512_mul_ps(m, load_bytes_f32::<false>(hdr.add(header::MN + 16 * g)));
+        }
+    }
+    if F::SCALING == Scaling::Group {
+        scale = _mm512_mul_ps(d, unsafe { load_bytes_f32::<true>(hdr.add(header::GROUP_SC + 16 * g)) });
+    }
+    each_column!(c => {
+        let acc = &mut acc[c];
+        let a = block(c);
+        let dot = dots[0].column(c);
+        let s = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *acc);
+        if matches!(F::SCALING, Scaling::BlockMin | Scaling::GroupMin) {
+            *acc = _mm512_fmadd_ps(min, _mm512_set1_ps(a.s), *acc);
+        }
+    });
+}
