@@ -428,7 +428,7 @@ static void test_cancel_and_choices(EmberEngine *engine) {
     CHECK(stats.num_running == 0 && stats.num_waiting == 0);
     /* The CPU backend serves this engine: a known kernel path, and its threads. */
     CHECK(stats.cpu_kernels == EMBER_CPU_KERNELS_SCALAR || stats.cpu_kernels == EMBER_CPU_KERNELS_AVX2 ||
-          stats.cpu_kernels == EMBER_CPU_KERNELS_AVX512);
+          stats.cpu_kernels == EMBER_CPU_KERNELS_AVX512 || stats.cpu_kernels == EMBER_CPU_KERNELS_AMX);
     CHECK(stats.cpu_threads >= 1);
     CHECK(stats.kv_blocks_total > 0 && stats.kv_blocks_free == stats.kv_blocks_total);
     /* A caller that knows only the first two counters gets just those. */

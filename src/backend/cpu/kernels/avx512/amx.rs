@@ -71,6 +71,52 @@ fn request_tile_permission() -> bool {
     false
 }
 
+/// One group of a 16-column tile's activations, gathered from the columns' blocks: their 32 bytes as one 512-byte
+/// tile, then their scales `d` and sums `s`. A tile then loads 8 consecutive lines instead of a line or two from
+/// each of 16 blocks scattered over the batch, and the float steps read 16 scales from one line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct GatheredGroup {
+    qs: [[i8; QK]; TILE_COLS],
+    d: [f32; TILE_COLS],
+    s: [f32; TILE_COLS],
+}
+
+impl GatheredGroup {
+    const ZERO: GatheredGroup = GatheredGroup { qs: [[0; QK]; TILE_COLS], d: [0.0; TILE_COLS], s: [0.0; TILE_COLS] };
+}
+
+/// `f` with the activations of every whole 16-column tile of a batch gathered: `act` holds `n_cols` columns of
+/// `n_groups` blocks; tile `t`, group `g` is entry `t · n_groups + g`. One buffer per thread, grown to the largest
+/// batch it has met.
+pub(super) fn with_gathered<T>(
+    act: &[BlockQ8A],
+    n_cols: usize,
+    n_groups: usize,
+    f: impl FnOnce(&[GatheredGroup]) -> T,
+) -> T {
+    thread_local! {
+        static GATHERED: std::cell::RefCell<Vec<GatheredGroup>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let n_tiles = n_cols / TILE_COLS;
+    GATHERED.with_borrow_mut(|buffer| {
+        if buffer.len() < n_tiles * n_groups {
+            buffer.resize(n_tiles * n_groups, GatheredGroup::ZERO);
+        }
+        let gathered = &mut buffer[..n_tiles * n_groups];
+        for (i, entry) in gathered.iter_mut().enumerate() {
+            let (t, g) = (i / n_groups, i % n_groups);
+            for c in 0..TILE_COLS {
+                let block = &act[(TILE_COLS * t + c) * n_groups + g];
+                entry.qs[c] = block.qs;
+                entry.d[c] = block.d;
+                entry.s[c] = block.s;
+            }
+        }
+        f(gathered)
+    })
+}
+
 /// Whether format `F` takes its dots per half group (a scale per 16 elements).
 const fn by_halves<F: Format>() -> bool {
     matches!(F::SCALING, Scaling::Halves | Scaling::HalvesMin)
@@ -142,18 +188,17 @@ impl Dots {
 }
 
 /// Starts the products of one group in tile set `S`: `Σ q·(u − OFFSET)` over its 32 elements (or, with `HALVES`, over each
-/// half), for 16 columns (their blocks `stride` bytes apart from `act`) × 16 rows (the group's 8 expanded slices at
-/// `planes`). The dots stay in the set's tiles until [`store_dots`].
+/// half), for 16 columns (their 32 bytes each `stride` bytes apart from `qs`) × 16 rows (the group's 8 expanded
+/// slices at `planes`). The dots stay in the set's tiles until [`store_dots`].
 ///
 /// # Safety
-/// Tiles configured for `HALVES` (`Tiles`); `act` points to the first of 16 blocks `stride` bytes apart, `planes`
-/// to 512 bytes.
+/// Tiles configured for `HALVES` (`Tiles`); `qs` points to 16 runs of 32 bytes `stride` bytes apart, `planes` to
+/// 512 bytes.
 #[inline(always)]
-unsafe fn start_products<const S: usize, const HALVES: bool>(act: *const BlockQ8A, stride: usize, planes: *const u8) {
+unsafe fn start_products<const S: usize, const HALVES: bool>(qs: *const u8, stride: usize, planes: *const u8) {
     // SAFETY: the caller guarantees the tiles' shapes and the bytes each load reads (16 columns' 32 or 2 × 16
     // bytes, the group's 8 or 2 × 4 slices).
     unsafe {
-        let qs = act.cast::<u8>().add(std::mem::offset_of!(BlockQ8A, qs));
         if HALVES {
             asm!(
                 "tileloadd tmm{a}, [{q0} + {stride}*1]",
@@ -275,6 +320,7 @@ macro_rules! each_column {
 pub(super) unsafe fn tile<F: Format>(
     headers: &[u8],
     expanded: &[u8],
+    gathered: &[GatheredGroup],
     act: &[BlockQ8A],
     n_groups: usize,
     out: &mut [__m512; TILE_COLS],
@@ -282,19 +328,19 @@ pub(super) unsafe fn tile<F: Format>(
     let groups_per_unit = F::UNIT / QK;
     let units = n_groups / groups_per_unit;
     assert!(headers.len() >= units * F::HEADER && expanded.len() >= n_groups * 8 * SLICE_BYTES);
-    assert!(act.len() >= TILE_COLS * n_groups);
-    let stride = n_groups * std::mem::size_of::<BlockQ8A>();
+    assert!(gathered.len() >= n_groups && act.len() >= TILE_COLS * n_groups);
+    let stride = QK;
     let start = |group: usize| {
         let planes = expanded.as_ptr().wrapping_add(group * 8 * SLICE_BYTES);
-        let first = &act[group] as *const BlockQ8A;
-        // SAFETY: the caller configured the tiles for `F`; the 16 columns' blocks (`stride` apart) and the group's
-        // slices lie in `act` and `expanded` (asserted above).
+        let qs = gathered[group].qs.as_ptr().cast::<u8>();
+        // SAFETY: the caller configured the tiles for `F`; the 16 columns' 32 bytes (`stride` apart) and the
+        // group's slices lie in `gathered` and `expanded` (asserted above).
         unsafe {
             match (group % 2, by_halves::<F>()) {
-                (0, false) => start_products::<0, false>(first, stride, planes),
-                (0, true) => start_products::<0, true>(first, stride, planes),
-                (_, false) => start_products::<1, false>(first, stride, planes),
-                (_, true) => start_products::<1, true>(first, stride, planes),
+                (0, false) => start_products::<0, false>(qs, stride, planes),
+                (0, true) => start_products::<0, true>(qs, stride, planes),
+                (_, false) => start_products::<1, false>(qs, stride, planes),
+                (_, true) => start_products::<1, true>(qs, stride, planes),
             }
         }
     };
@@ -319,25 +365,33 @@ pub(super) unsafe fn tile<F: Format>(
         }
         // SAFETY: the header of the group's unit lies in `headers` (asserted above).
         let hdr = unsafe { headers.as_ptr().add(group / groups_per_unit * F::HEADER) };
+        let columns = Columns { gathered: &gathered[group], block: |c| &act[c * n_groups + group] };
         // SAFETY: as above.
-        unsafe { float_steps::<F>(hdr, group % groups_per_unit, &dots, |c| &act[c * n_groups + group], &mut acc) };
+        unsafe { float_steps::<F, _>(hdr, group % groups_per_unit, &dots, &columns, &mut acc) };
     }
     *out = acc;
 }
 
-/// The float steps of group `g` of the unit whose header is at `hdr`, its dots in `dots`, for the 16 columns whose
-/// activation blocks `block(c)` gives: `avx512::packed::tile`'s, lane for lane.
+/// A group's 16 columns: their gathered scales and sums, and their blocks (for the half sums, which only Q2_K reads).
+struct Columns<'a, B: Fn(usize) -> &'a BlockQ8A> {
+    gathered: &'a GatheredGroup,
+    block: B,
+}
+
+/// The float steps of group `g` of the unit whose header is at `hdr`, its dots in `dots`, for the 16 columns
+/// `columns`: `avx512::packed::tile`'s, lane for lane.
 ///
 /// # Safety
 /// `hdr` must point to the unit's `Format::HEADER` bytes.
 #[inline(always)]
-unsafe fn float_steps<'a, F: Format>(
+unsafe fn float_steps<'a, F: Format, B: Fn(usize) -> &'a BlockQ8A>(
     hdr: *const u8,
     g: usize,
     dots: &[Dots; 2],
-    block: impl Fn(usize) -> &'a BlockQ8A,
+    columns: &Columns<'a, B>,
     acc: &mut [__m512; TILE_COLS],
 ) {
+    let (da, sa) = (&columns.gathered.d, &columns.gathered.s);
     let zero = _mm512_setzero_ps();
     // SAFETY: each field read below is inside the `Format::HEADER` bytes its scaling lays out.
     let (d, m) = unsafe {
@@ -364,10 +418,9 @@ unsafe fn float_steps<'a, F: Format>(
         let sc = [_mm512_cvtepi32_ps(sc[0]), _mm512_cvtepi32_ps(sc[1])];
         each_column!(c => {
             let acc = &mut acc[c];
-            let a = block(c);
             let second = _mm512_mul_ps(_mm512_cvtepi32_ps(dots[1].column(c)), sc[1]);
             let i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[0].column(c)), sc[0], second);
-            *acc = _mm512_fmadd_ps(i, _mm512_mul_ps(d, _mm512_set1_ps(a.d)), *acc);
+            *acc = _mm512_fmadd_ps(i, _mm512_mul_ps(d, _mm512_set1_ps(da[c])), *acc);
         });
         return;
     }
@@ -380,9 +433,9 @@ unsafe fn float_steps<'a, F: Format>(
             let min = _mm512_mul_ps(m, _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(scmn)));
             each_column!(c => {
                 let acc = &mut acc[c];
-                let a = block(c);
+                let a = (columns.block)(c);
                 let dot = dots.column(c);
-                let s = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
+                let s = _mm512_mul_ps(scale, _mm512_set1_ps(da[c]));
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *acc);
                 let sa = _mm512_set1_ps(a.d * f32::from(a.half_sums[h]));
                 *acc = _mm512_fmadd_ps(min, sa, *acc);
@@ -403,12 +456,11 @@ unsafe fn float_steps<'a, F: Format>(
     }
     each_column!(c => {
         let acc = &mut acc[c];
-        let a = block(c);
         let dot = dots[0].column(c);
-        let s = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
+        let s = _mm512_mul_ps(scale, _mm512_set1_ps(da[c]));
         *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *acc);
         if matches!(F::SCALING, Scaling::BlockMin | Scaling::GroupMin) {
-            *acc = _mm512_fmadd_ps(min, _mm512_set1_ps(a.s), *acc);
+            *acc = _mm512_fmadd_ps(min, _mm512_set1_ps(sa[c]), *acc);
         }
     });
 }

@@ -474,6 +474,23 @@ fn store_column(v: __m512, p: usize, c: usize, out: &mut OutRows) {
 /// tiles; the results are the same bits either way.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn matmul<F: Format, const AMX: bool>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
+    if AMX && n_cols >= amx::TILE_COLS {
+        let n_groups = w.blocks_per_row();
+        amx::with_gathered(act, n_cols, n_groups, |gathered| matmul_with::<F, AMX>(w, act, n_cols, out, gathered))
+    } else {
+        matmul_with::<F, false>(w, act, n_cols, out, &[])
+    }
+}
+
+/// `matmul`, the activations of its whole 16-column tiles gathered in `gathered` (`amx::with_gathered`) when `AMX`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn matmul_with<F: Format, const AMX: bool>(
+    w: &PackedMatrix,
+    act: &[BlockQ8A],
+    n_cols: usize,
+    out: &mut OutRows,
+    gathered: &[amx::GatheredGroup],
+) {
     let n_groups = w.blocks_per_row();
     let rows = out.rows();
     if rows.is_empty() || n_cols == 0 {
@@ -525,7 +542,11 @@ fn matmul<F: Format, const AMX: bool>(w: &PackedMatrix, act: &[BlockQ8A], n_cols
                 let mut c0 = 0;
                 while n_cols - c0 >= amx::TILE_COLS {
                     // SAFETY: tiles configured above; `amx::tile` asserts the slices' lengths.
-                    unsafe { amx::tile::<F>(panels[0].0, expanded, &act[c0 * n_groups..], n_groups, &mut amx_results) };
+                    unsafe {
+                        let tile_groups = &gathered[c0 / amx::TILE_COLS * n_groups..];
+                        let cols = &act[c0 * n_groups..];
+                        amx::tile::<F>(panels[0].0, expanded, tile_groups, cols, n_groups, &mut amx_results)
+                    };
                     for (c, v) in amx_results.iter().enumerate() {
                         store_column(*v, p, c0 + c, out);
                     }
