@@ -15,9 +15,10 @@
 //! What limits it (Sapphire Rapids guest, `cargo bench --bench kernels -- amx 1b_up n_cols=512`): the tile loads
 //! and stores, not the products. A 32-element group gives only 16 × 16 × 32 products per stored tile of dots
 //! (every group has its own activation scale, so the dots cannot stay in the tile across groups), and the types
-//! with a scale per 16 elements need two. Without the float steps the tiles alone ran Q8_0 at 449 GMAC/s and
-//! Q6_K at 296 on one thread, with them 316 and 202 (AVX-512: 192 and 188); starting the next group's products
-//! before storing this group's dots saved 7-13 % of the tiles' own time (little once the float steps run too).
+//! with a scale per 16 elements need two such tiles per group and twice the float steps. One thread, GMAC/s,
+//! AVX-512 → AMX: Q8_0 192 → 372, Q4_K 208 → 293, Q6_K 188 → 204. Gathering each tile's activations once per
+//! matmul (`with_gathered`: 8 consecutive lines per tile load instead of 16 scattered blocks) took Q8_0 from 321 to
+//! 372; starting the next group's products before storing this group's dots saved 7-13 % of the tiles' own time.
 //!
 //! Linux hands out AMX's 8 KiB of tile state per process on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`): the first
 //! time the kernel paths are listed, ember asks, and without the permission this path is not offered. The request
