@@ -692,6 +692,25 @@ fn matmul_packed_is_bit_identical_to_scalar() {
     }
 }
 
+/// A batch longer than the AMX path's chunk of gathered columns (256): 300 columns are a chunk, then two tiles and
+/// 12 columns on the AVX-512 tiles; every path gives the scalar bits, every type.
+#[test]
+fn matmul_packed_of_long_batches_is_bit_identical_to_scalar() {
+    const N_COLS: usize = 300;
+    let mut rng = Rng(31);
+    let paths = simd_paths();
+    for kind in KINDS {
+        let (row_len, n_rows) = (256, 20);
+        let weights = Weights::random(kind, n_rows, row_len, &mut rng);
+        let Some(w) = PackedMatrix::pack(&weights.matrix(n_rows, row_len)) else { continue };
+        let act = quantize(&random_activations(N_COLS, row_len, &mut rng));
+        let want = run_packed(scalar(), &w, &act, N_COLS);
+        for k in &paths {
+            assert_same_bits(&run_packed(k, &w, &act, N_COLS), &want, &format!("{} {kind} n_cols {N_COLS}", k.name));
+        }
+    }
+}
+
 /// Q6_K at its integer extremes: every value at −32 with every scale −128, or at +31 with every scale 127,
 /// against activations of ±127. The halves' scaled dots then reach `2·16·32·127·128`, just under 2^24 (the bound
 /// `packed::scalar` relies on), and AVX2's 16-bit sums their largest: every path must still give the scalar bits,
@@ -721,7 +740,8 @@ fn matmul_packed_q6k_is_exact_at_its_extremes() {
         WeightData::from_bytes(GgmlType::Q6K, &bytemuck::cast_slice(&words)[..bytes.len()]).expect("Q6_K blocks");
     let w = WeightMatrix::new(data, N_ROWS, ROW_LEN).expect("valid shape");
     let packed = PackedMatrix::pack(&w).expect("Q6_K packs");
-    let n_cols = 9;
+    // 17 columns: a 16-column AMX tile (whose halves are combined in floats, exact below 2^24) and one more.
+    let n_cols = 17;
     let x: Vec<f32> = (0..n_cols * ROW_LEN).map(|i| if (i / ROW_LEN).is_multiple_of(2) { 1.0 } else { -1.0 }).collect();
     let act = quantize(&x);
     assert!(act.iter().all(|a| a.qs.iter().all(|&q| q.unsigned_abs() == 127)));

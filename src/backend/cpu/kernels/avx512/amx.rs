@@ -36,6 +36,12 @@ use crate::model::gguf::blocks::QK;
 /// Columns of an AMX tile (its rows: one per column of the batch).
 pub(super) const TILE_COLS: usize = 16;
 
+/// Columns gathered at once (`with_gathered`; a whole number of tiles): a batch of more runs in chunks of these, so
+/// that a thread's gathered copy of the activations stays below 40 bytes × 256 columns × the row's groups (2.6 MiB
+/// for an 8192-wide row) however long the batch, at the cost of expanding each panel once per chunk.
+pub(super) const CHUNK_COLS: usize = 256;
+const _: () = assert!(CHUNK_COLS.is_multiple_of(TILE_COLS));
+
 /// Whether this CPU and its operating system let the process use AMX's integer tiles (asked once).
 pub(super) fn is_supported() -> bool {
     static GRANTED: OnceLock<bool> = OnceLock::new();

@@ -474,19 +474,28 @@ fn store_column(v: __m512, p: usize, c: usize, out: &mut OutRows) {
 /// tiles; the results are the same bits either way.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn matmul<F: Format, const AMX: bool>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mut OutRows) {
-    if AMX && n_cols >= amx::TILE_COLS {
-        let n_groups = w.blocks_per_row();
-        amx::with_gathered(act, n_cols, n_groups, |gathered| matmul_with::<F, AMX>(w, act, n_cols, out, gathered))
-    } else {
-        matmul_with::<F, false>(w, act, n_cols, out, &[])
+    if !(AMX && n_cols >= amx::TILE_COLS) {
+        return matmul_with::<F, false>(w, act, 0, n_cols, out, &[]);
+    }
+    // Runs of at most `amx::CHUNK_COLS` columns, each gathered on its own: a thread's copy of the activations stays
+    // a few MiB however long the batch.
+    let n_groups = w.blocks_per_row();
+    let mut first = 0;
+    while first < n_cols {
+        let n = amx::CHUNK_COLS.min(n_cols - first);
+        let chunk = &act[first * n_groups..(first + n) * n_groups];
+        amx::with_gathered(chunk, n, n_groups, |gathered| matmul_with::<F, AMX>(w, chunk, first, n, out, gathered));
+        first += n;
     }
 }
 
-/// `matmul`, the activations of its whole 16-column tiles gathered in `gathered` (`amx::with_gathered`) when `AMX`.
+/// `matmul` of the `n_cols` columns of `act`, which are the batch's columns `first_col..` (where `out` takes
+/// them), the activations of their whole 16-column tiles gathered in `gathered` (`amx::with_gathered`) when `AMX`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn matmul_with<F: Format, const AMX: bool>(
     w: &PackedMatrix,
     act: &[BlockQ8A],
+    first_col: usize,
     n_cols: usize,
     out: &mut OutRows,
     gathered: &[amx::GatheredGroup],
@@ -531,7 +540,7 @@ fn matmul_with<F: Format, const AMX: bool>(
                     }
                     // SAFETY: this function has the features the tile functions need.
                     unsafe { fns[n_c - 1](panels, cols, n_groups, &mut results) };
-                    store(&results, p, n_r, c0, n_c, out);
+                    store(&results, p, n_r, first_col + c0, n_c, out);
                     c0 += n_c;
                 }
             };
@@ -548,7 +557,7 @@ fn matmul_with<F: Format, const AMX: bool>(
                         amx::tile::<F>(panels[0].0, expanded, tile_groups, cols, n_groups, &mut amx_results)
                     };
                     for (c, v) in amx_results.iter().enumerate() {
-                        store_column(*v, p, c0 + c, out);
+                        store_column(*v, p, first_col + c0 + c, out);
                     }
                     c0 += amx::TILE_COLS;
                 }
