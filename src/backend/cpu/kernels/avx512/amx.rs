@@ -29,6 +29,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use super::packed::{load_bytes_f32, load_signed_bytes_f32, unit_scales};
 use crate::backend::cpu::kernels::packed::format::{header, Format, Scaling, SLICE_BYTES};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::model::gguf::blocks::QK;
@@ -279,27 +280,6 @@ unsafe fn store_dots<const S: usize, const HALVES: bool>(out: &mut [Dots; 2]) {
     }
 }
 
-/// 16 f16 values at `p`, as f32.
-///
-/// # Safety
-/// `p` must point to 32 readable bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_f16(p: *const u8) -> __m512 {
-    // SAFETY: the caller guarantees 32 readable bytes.
-    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
-}
-
-/// 16 bytes at `p` as f32, unsigned or signed.
-///
-/// # Safety
-/// `p` must point to 16 readable bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_bytes_f32<const SIGNED: bool>(p: *const u8) -> __m512 {
-    // SAFETY: the caller guarantees 16 readable bytes.
-    let v = unsafe { _mm_loadu_si128(p.cast()) };
-    _mm512_cvtepi32_ps(if SIGNED { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
-}
-
 /// `$body` for each of the 16 columns, `$c` bound to `0..16` as constants: spelled out so that the accumulators,
 /// indexed by constants, stay in registers (a loop over them kept them on the stack, a load and a store per column
 /// and group).
@@ -399,21 +379,8 @@ unsafe fn float_steps<'a, F: Format, B: Fn(usize) -> &'a BlockQ8A>(
     acc: &mut [__m512; TILE_COLS],
 ) {
     let (da, sa) = (&columns.gathered.d, &columns.gathered.s);
-    let zero = _mm512_setzero_ps();
-    // SAFETY: each field read below is inside the `Format::HEADER` bytes its scaling lays out.
-    let (d, m) = unsafe {
-        let d = match F::SCALING {
-            Scaling::Halves | Scaling::Group => _mm512_loadu_ps(hdr.add(header::D).cast()),
-            Scaling::E8m0 => super::packed::load_e8m0(hdr.add(header::E)),
-            _ => load_f16(hdr.add(header::D)),
-        };
-        let m = match F::SCALING {
-            Scaling::BlockMin => load_f16(hdr.add(header::M)),
-            Scaling::GroupMin | Scaling::HalvesMin => _mm512_sub_ps(zero, load_f16(hdr.add(header::M))),
-            _ => zero,
-        };
-        (d, m)
-    };
+    // SAFETY: the caller guarantees the unit's header.
+    let (d, m) = unsafe { unit_scales::<F>(hdr) };
     if F::SCALING == Scaling::Halves {
         // SAFETY: the scale bytes of halves `2g` and `2g + 1` lie in the unit's header.
         let sc = unsafe {
@@ -454,12 +421,12 @@ unsafe fn float_steps<'a, F: Format, B: Fn(usize) -> &'a BlockQ8A>(
     // SAFETY (both): group `g`'s scale (and minimum) bytes lie in the unit's header.
     if F::SCALING == Scaling::GroupMin {
         unsafe {
-            scale = _mm512_mul_ps(d, load_bytes_f32::<false>(hdr.add(header::SC + 16 * g)));
-            min = _mm512_mul_ps(m, load_bytes_f32::<false>(hdr.add(header::MN + 16 * g)));
+            scale = _mm512_mul_ps(d, load_bytes_f32(hdr.add(header::SC + 16 * g)));
+            min = _mm512_mul_ps(m, load_bytes_f32(hdr.add(header::MN + 16 * g)));
         }
     }
     if F::SCALING == Scaling::Group {
-        scale = _mm512_mul_ps(d, unsafe { load_bytes_f32::<true>(hdr.add(header::GROUP_SC + 16 * g)) });
+        scale = _mm512_mul_ps(d, unsafe { load_signed_bytes_f32(hdr.add(header::GROUP_SC + 16 * g)) });
     }
     each_column!(c => {
         let acc = &mut acc[c];

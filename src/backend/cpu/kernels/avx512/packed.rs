@@ -58,7 +58,7 @@ unsafe fn load_f16(p: *const u8) -> __m512 {
 /// # Safety
 /// `p` must point to 16 readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
+pub(super) unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let v = unsafe { _mm_loadu_si128(p.cast()) };
     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
@@ -69,7 +69,7 @@ unsafe fn load_bytes_f32(p: *const u8) -> __m512 {
 /// # Safety
 /// `p` must point to 16 readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn load_signed_bytes_f32(p: *const u8) -> __m512 {
+pub(super) unsafe fn load_signed_bytes_f32(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let v = unsafe { _mm_loadu_si128(p.cast()) };
     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
@@ -81,13 +81,37 @@ unsafe fn load_signed_bytes_f32(p: *const u8) -> __m512 {
 /// # Safety
 /// `p` must point to 16 readable bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn load_e8m0(p: *const u8) -> __m512 {
+unsafe fn load_e8m0(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes; `loadu` has no alignment requirement.
     let e = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p.cast()) });
     let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
     let subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
     let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
     _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal))
+}
+
+/// The scales of the unit whose header is at `hdr`: its `d`, and its `m` (BlockMin) or `−dmin` (GroupMin,
+/// HalvesMin), zero for the other scalings.
+///
+/// # Safety
+/// `hdr` must point to a unit's `Format::HEADER` bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn unit_scales<F: Format>(hdr: *const u8) -> (__m512, __m512) {
+    let zero = _mm512_setzero_ps();
+    // SAFETY: each field read is inside the `Format::HEADER` bytes its scaling lays out.
+    unsafe {
+        let d = match F::SCALING {
+            Scaling::Halves | Scaling::Group => _mm512_loadu_ps(hdr.add(header::D).cast()),
+            Scaling::E8m0 => load_e8m0(hdr.add(header::E)),
+            _ => load_f16(hdr.add(header::D)),
+        };
+        let m = match F::SCALING {
+            Scaling::BlockMin => load_f16(hdr.add(header::M)),
+            Scaling::GroupMin | Scaling::HalvesMin => _mm512_sub_ps(zero, load_f16(hdr.add(header::M))),
+            _ => zero,
+        };
+        (d, m)
+    }
 }
 
 /// Bytes before a group's base plane.
@@ -259,16 +283,7 @@ fn tile<F: Format, const R: usize, const C: usize, const X: bool>(
             // inside the `Format::HEADER` bytes its scaling lays out.
             unsafe {
                 hdr[r] = panels[r].0.as_ptr().add(b * F::HEADER);
-                d[r] = match F::SCALING {
-                    Scaling::Halves | Scaling::Group => _mm512_loadu_ps(hdr[r].add(header::D).cast()),
-                    Scaling::E8m0 => load_e8m0(hdr[r].add(header::E)),
-                    _ => load_f16(hdr[r].add(header::D)),
-                };
-                m[r] = match F::SCALING {
-                    Scaling::BlockMin => load_f16(hdr[r].add(header::M)),
-                    Scaling::GroupMin | Scaling::HalvesMin => _mm512_sub_ps(zero, load_f16(hdr[r].add(header::M))),
-                    _ => zero,
-                };
+                (d[r], m[r]) = unit_scales::<F>(hdr[r]);
             }
         }
         for g in 0..groups_per_unit {
