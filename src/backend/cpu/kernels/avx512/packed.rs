@@ -233,10 +233,10 @@ const _: () = assert!(BATCH_R == 1);
 
 /// Unpacks the `n_groups` groups of a panel's planes into `out`, slice `s` of group `g` at `EXPANDED_GROUP · g +
 /// SLICE_BYTES · s`: the registers `unpack` would give, computed once for every column of a batch.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 ///
 /// With `SIGNED`, each byte is `u − OFFSET` instead (as a signed byte: every type's values fit), what the AMX tiles
 /// multiply.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn expand<F: Format, const SIGNED: bool>(planes: &[u8], n_groups: usize, out: &mut [u8]) {
     assert!(planes.len() >= n_groups * F::GROUP_BYTES && out.len() >= n_groups * EXPANDED_GROUP);
     for g in 0..n_groups {
