@@ -386,9 +386,10 @@ unsafe fn float_steps<'a, F: Format, B: Fn(usize) -> &'a BlockQ8A>(
         let sc = unsafe {
             [0, 1].map(|h| _mm512_cvtepi8_epi32(_mm_loadu_si128(hdr.add(header::HALF_SC + 16 * (2 * g + h)).cast())))
         };
-        // `sc_0·i_0 + sc_1·i_1` in floats, exactly the integer sum's conversion: |i_h| ≤ 16 · 127 · 127 and |sc| ≤
-        // 128 keep each product and the sum below 2^24, so the multiply and the fused add round nothing (and cost
-        // fewer instructions than two `vpmulld`).
+        // `sc_0·i_0 + sc_1·i_1` in floats, exactly the integer sum's conversion: `packed::scalar` relies on
+        // `|sc_0·i_0| + |sc_1·i_1| < 2^24` (Q6_K's is the largest, 2 · 16 · 32 · 127 · 128), so each product and the
+        // sum are exact in f32 and the multiply and the fused add round nothing (and cost fewer instructions than
+        // two `vpmulld`).
         let sc = [_mm512_cvtepi32_ps(sc[0]), _mm512_cvtepi32_ps(sc[1])];
         each_column!(c => {
             let acc = &mut acc[c];
