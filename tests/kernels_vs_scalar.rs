@@ -7,8 +7,8 @@
 //! plus one `u·|term|` per rounded product. Each bound below states which terms it counts.
 
 use ember::backend::cpu::kernels::{
-    kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, Kernels, OutRows, PackedMatrix, WeightData,
-    WeightMatrix,
+    kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, CacheRun, Kernels, OutRows, PackedMatrix,
+    WeightData, WeightMatrix,
 };
 use ember::model::gguf::blocks::QK;
 use ember::model::gguf::kquants::SuperBlock;
@@ -561,24 +561,31 @@ fn element_wise_kernels_are_bit_identical_to_scalar() {
 }
 
 /// The attention kernels over runs of 1 to 17 cache slots (every remainder of the 4-position groups, and a whole
-/// 16-slot block), rows of `x.len()` elements `x.len() + 3` apart, bit for bit against the scalar path.
+/// 16-slot block), rows of `x.len()` elements `x.len() + 3` apart, for groups of 1 to 9 query heads (every
+/// subgroup split of the SIMD paths), bit for bit against the scalar path.
 fn check_attention_f16(k: &Kernels, s: &Kernels, x: &[f32], y: &[f32], rng: &mut Rng, what: &dyn Fn(&str) -> String) {
     let len = x.len();
+    if len == 0 {
+        return;
+    }
     let stride = len + 3;
-    for n in [1, 2, 3, 4, 5, 7, 8, 16, 17] {
+    for (n, heads) in [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (7, 1), (8, 6), (16, 3), (17, 9), (16, 8)] {
         let cache: Vec<f16> =
             random_vec((n - 1) * stride + len, -4.0, 4.0, rng).into_iter().map(f16::from_f32).collect();
+        let run = CacheRun { rows: &cache, width: len, stride, n };
+        let queries: Vec<f32> = (0..heads).flat_map(|h| x.iter().map(move |v| v * (1.0 + h as f32 / 8.0))).collect();
+        let out_stride = n + 2;
+        let (mut got, mut want) = (vec![f32::NAN; heads * out_stride], vec![f32::NAN; heads * out_stride]);
+        k.attention_scores_f16(&queries, run, &mut got, out_stride);
+        s.attention_scores_f16(&queries, run, &mut want, out_stride);
+        assert_same_bits(&got, &want, &format!("{} n {n} heads {heads}", what("attention_scores_f16")));
 
-        let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-        k.attention_scores_f16(x, &cache, stride, &mut got);
-        s.attention_scores_f16(x, &cache, stride, &mut want);
-        assert_same_bits(&got, &want, &format!("{} n {n}", what("attention_scores_f16")));
-
-        let weights = random_vec(n, 0.0, 1.0, rng);
-        let (mut a, mut b) = (y.to_vec(), y.to_vec());
-        k.attention_values_f16(&weights, &cache, stride, &mut a);
-        s.attention_values_f16(&weights, &cache, stride, &mut b);
-        assert_same_bits(&a, &b, &format!("{} n {n}", what("attention_values_f16")));
+        let weights = random_vec(heads * out_stride, 0.0, 1.0, rng);
+        let outs: Vec<f32> = (0..heads).flat_map(|h| y.iter().map(move |v| v - h as f32)).collect();
+        let (mut a, mut b) = (outs.clone(), outs);
+        k.attention_values_f16(&weights, out_stride, run, &mut a);
+        s.attention_values_f16(&weights, out_stride, run, &mut b);
+        assert_same_bits(&a, &b, &format!("{} n {n} heads {heads}", what("attention_values_f16")));
     }
 }
 

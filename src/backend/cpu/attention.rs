@@ -25,7 +25,7 @@ use std::sync::{Mutex, TryLockError};
 use half::f16;
 
 use super::kernels::numerics::soft_cap;
-use super::kernels::Kernels;
+use super::kernels::{CacheRun, Kernels};
 use super::kv_cache::{CpuKvCache, KvLayer};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
@@ -192,35 +192,38 @@ pub(super) fn prepare_head(
     }
 }
 
-/// A cache element type and what attention computes over a run of consecutive cache slots of it (see
-/// `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
+/// A cache element type and what attention computes over a run of consecutive cache slots of it for the query
+/// heads of one KV head (see `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
 trait KvElement: Copy {
-    /// `out[i] = q · keys[i·stride ..]`.
-    fn scores(kernels: &Kernels, q: &[f32], keys: &[Self], stride: usize, out: &mut [f32]);
-    /// `out += Σ_i weights[i] · values[i·stride ..]`, in position order.
-    fn values(kernels: &Kernels, weights: &[f32], values: &[Self], stride: usize, out: &mut [f32]);
+    /// `out[g·out_stride + i] = queries[g] · keys.rows[i·keys.stride ..]`.
+    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, Self>, out: &mut [f32], out_stride: usize);
+    /// `out[g] += Σ_i weights[g·weight_stride + i] · values.rows[i·values.stride ..]`, in position order.
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]);
 }
 
 impl KvElement for f16 {
-    fn scores(kernels: &Kernels, q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
-        kernels.attention_scores_f16(q, keys, stride, out)
+    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize) {
+        kernels.attention_scores_f16(queries, keys, out, out_stride)
     }
-    fn values(kernels: &Kernels, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
-        kernels.attention_values_f16(weights, values, stride, out)
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]) {
+        kernels.attention_values_f16(weights, weight_stride, values, out)
     }
 }
 
 /// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
 impl KvElement for f32 {
-    fn scores(_: &Kernels, q: &[f32], keys: &[f32], stride: usize, out: &mut [f32]) {
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = q.iter().zip(&keys[i * stride..][..q.len()]).map(|(a, b)| a * b).sum();
+    fn scores(_: &Kernels, queries: &[f32], keys: CacheRun<'_, f32>, out: &mut [f32], out_stride: usize) {
+        for (g, q) in queries.chunks_exact(keys.width).enumerate() {
+            for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
+                *o = q.iter().zip(&keys.rows[i * keys.stride..][..keys.width]).map(|(a, b)| a * b).sum();
+            }
         }
     }
-    fn values(_: &Kernels, weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
-        let hd = out.len();
-        for (i, &w) in weights.iter().enumerate() {
-            out.iter_mut().zip(&values[i * stride..][..hd]).for_each(|(o, x)| *o += w * x);
+    fn values(_: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f32>, out: &mut [f32]) {
+        for (g, out) in out.chunks_exact_mut(values.width).enumerate() {
+            for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
+                out.iter_mut().zip(&values.rows[i * values.stride..][..values.width]).for_each(|(o, x)| *o += w * x);
+            }
         }
     }
 }
@@ -424,10 +427,7 @@ impl RowAttention<'_> {
         // Score `i` belongs to position `first + i`.
         for (block, from, len, pos) in self.runs() {
             let keys = self.run_of(keys, block, from, len, kw);
-            for (g, query) in queries.chunks_exact(kw).enumerate() {
-                let out = &mut scores[g * self.stride + pos - first..][..len];
-                T::scores(self.kernels, query, keys, self.kv_dim, out);
-            }
+            T::scores(self.kernels, queries, keys, &mut scores[pos - first..], self.stride);
         }
         for g in 0..self.heads {
             let row = &mut scores[g * self.stride..g * self.stride + n - first + 1];
@@ -447,10 +447,7 @@ impl RowAttention<'_> {
         outputs.iter_mut().for_each(|x| *x = 0.0);
         for (block, from, len, pos) in self.runs() {
             let values = self.run_of(values, block, from, len, vw);
-            for (g, output) in outputs.chunks_exact_mut(vw).enumerate() {
-                let weights = &scores[g * self.stride + pos - first..][..len];
-                T::values(self.kernels, weights, values, self.kv_dim, output);
-            }
+            T::values(self.kernels, &scores[pos - first..], self.stride, values, outputs);
         }
     }
 
@@ -469,9 +466,9 @@ impl RowAttention<'_> {
     /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
     /// values), `width` wide: from the head's first element in slot `from` to its `width`-th in slot
     /// `from + len − 1`, `kv_dim` apart.
-    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> &'p [T] {
+    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> CacheRun<'p, T> {
         let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
-        &plane[first..first + (len - 1) * self.kv_dim + width]
+        CacheRun { rows: &plane[first..first + (len - 1) * self.kv_dim + width], width, stride: self.kv_dim, n: len }
     }
 }
 

@@ -33,5 +33,5 @@ pub use read_probe::read_probe;
 pub use select::{
     kernel_selection, kernels, kernels_named, supported_kernels, KernelSelection, KERNELS_ENV_VAR, KERNEL_NAMES,
 };
-pub use table::{KernelOverrides, Kernels};
+pub use table::{CacheRun, KernelOverrides, Kernels};
 pub use weights::{WeightData, WeightMatrix, WeightShapeError};

@@ -17,6 +17,22 @@ pub(super) type MatmulPackedFn = unsafe fn(w: &PackedMatrix, act: &[BlockQ8A], n
 /// The same over f32 activations (see [`Kernels::matmul_f32`]).
 pub(super) type MatmulF32Fn = unsafe fn(w: &WeightMatrix, act: &[f32], n_cols: usize, out: &mut OutRows);
 
+/// Scores of a group of query heads against a run of cache slots (see [`Kernels::attention_scores_f16`]).
+pub(super) type AttentionScoresFn =
+    unsafe fn(queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize);
+/// Weighted sums of a run of cache slots for a group of heads (see [`Kernels::attention_values_f16`]).
+pub(super) type AttentionValuesFn =
+    unsafe fn(weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]);
+
+/// A run of `n` consecutive cache slots of one KV head: slot `i`'s row is `rows[i·stride ..][..width]`.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheRun<'a, T> {
+    pub rows: &'a [T],
+    pub width: usize,
+    pub stride: usize,
+    pub n: usize,
+}
+
 /// The kernels of one implementation path. Obtained from [`super::kernels`] (the best path this CPU runs) or
 /// [`super::kernels_named`]; every table is a `'static` constant.
 ///
@@ -42,8 +58,8 @@ pub struct Kernels {
     pub(super) add_assign: unsafe fn(x: &mut [f32], y: &[f32]),
     pub(super) softmax_inplace: unsafe fn(x: &mut [f32]),
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
-    pub(super) attention_scores_f16: unsafe fn(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]),
-    pub(super) attention_values_f16: unsafe fn(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]),
+    pub(super) attention_scores_f16: AttentionScoresFn,
+    pub(super) attention_values_f16: AttentionValuesFn,
     pub(super) argmax: unsafe fn(x: &[f32]) -> usize,
 }
 
@@ -115,6 +131,22 @@ fn check_run(what: &str, width: usize, len: usize, stride: usize, n: usize) {
     assert!(n == 1 || stride >= width, "{what}: stride {stride} shorter than a row of {width}");
     let needed = (n - 1).checked_mul(stride).and_then(|x| x.checked_add(width));
     assert!(needed.is_some_and(|needed| len >= needed), "{what}: {len} elements cannot hold {n} rows of {width}");
+}
+
+/// The heads in `len` elements of heads `width` wide.
+fn check_heads(what: &str, len: usize, width: usize) -> usize {
+    assert!(width > 0 && len.is_multiple_of(width), "{what}: {len} elements are not whole heads of {width}");
+    len / width
+}
+
+/// Checks `heads` rows of `n` elements, `stride` apart, in a slice of `len` elements.
+fn check_rows(what: &str, len: usize, stride: usize, n: usize, heads: usize) {
+    assert!(heads <= 1 || stride >= n, "{what}: stride {stride} shorter than a row of {n}");
+    let needed = heads.saturating_sub(1).checked_mul(stride).and_then(|x| x.checked_add(n));
+    assert!(
+        needed.is_some_and(|needed| heads == 0 || len >= needed),
+        "{what}: {len} elements cannot hold {heads} rows of {n}"
+    );
 }
 
 impl Kernels {
@@ -243,28 +275,42 @@ impl Kernels {
         unsafe { (self.rope)(head, cos, sin) }
     }
 
-    /// Attention scores of one query head against a run of consecutive cache slots of an f16 KV cache:
-    /// `out[i] = Σ_j q[j] · keys[i·stride + j]` for `i < out.len()` (the head's key of slot `i` starts at
-    /// `i·stride`).
+    /// Attention scores of a group of query heads against a run of consecutive cache slots of an f16 KV cache:
+    /// `out[g·out_stride + i] = Σ_j queries[g·width + j] · keys.rows[i·keys.stride + j]` for every head `g` of
+    /// `queries` (`[heads][keys.width]`) and `i < keys.n`. Each score is the single-head dot product of
+    /// `numerics` (8 lanes, then the lane tree), whatever the group: the group only lets a path convert each key
+    /// once for all its heads.
     ///
     /// # Panics
-    /// When `stride < q.len()` (with two positions or more) or `keys` is too short for `out.len()` positions.
-    pub fn attention_scores_f16(&self, q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
-        check_run("attention_scores_f16", q.len(), keys.len(), stride, out.len());
+    /// When `queries` is not whole heads of `keys.width` (non-zero), the run does not fit `keys.rows`, or `out`
+    /// cannot hold `keys.n` scores per head `out_stride` apart.
+    pub fn attention_scores_f16(&self, queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize) {
+        let heads = check_heads("attention_scores_f16", queries.len(), keys.width);
+        check_run("attention_scores_f16", keys.width, keys.rows.len(), keys.stride, keys.n);
+        check_rows("attention_scores_f16 out", out.len(), out_stride, keys.n, heads);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
-        unsafe { (self.attention_scores_f16)(q, keys, stride, out) }
+        unsafe { (self.attention_scores_f16)(queries, keys, out, out_stride) }
     }
 
-    /// Weighted sum of values over a run of consecutive cache slots of an f16 KV cache, added to `out` position by
-    /// position: `out[j] += weights[i] · values[i·stride + j]` for `i` in order.
+    /// Weighted sums of values over a run of consecutive cache slots of an f16 KV cache for a group of heads,
+    /// added to `out` (`[heads][values.width]`) position by position: `out[g·width + j] += weights[g·weight_stride
+    /// + i] · values.rows[i·values.stride + j]` for `i` in order, one fused multiply-add each.
     ///
     /// # Panics
-    /// When `stride < out.len()` (with two positions or more) or `values` is too short for `weights.len()`
-    /// positions.
-    pub fn attention_values_f16(&self, weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
-        check_run("attention_values_f16", out.len(), values.len(), stride, weights.len());
+    /// When `out` is not whole heads of `values.width` (non-zero), the run does not fit `values.rows`, or
+    /// `weights` cannot hold `values.n` weights per head `weight_stride` apart.
+    pub fn attention_values_f16(
+        &self,
+        weights: &[f32],
+        weight_stride: usize,
+        values: CacheRun<'_, f16>,
+        out: &mut [f32],
+    ) {
+        let heads = check_heads("attention_values_f16", out.len(), values.width);
+        check_run("attention_values_f16", values.width, values.rows.len(), values.stride, values.n);
+        check_rows("attention_values_f16 weights", weights.len(), weight_stride, values.n, heads);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
-        unsafe { (self.attention_values_f16)(weights, values, stride, out) }
+        unsafe { (self.attention_values_f16)(weights, weight_stride, values, out) }
     }
 
     /// The index of the first maximum. NaN entries are never chosen; a slice of only NaN gives 0.

@@ -1,13 +1,21 @@
-//! AVX2 kernels of attention over the f16 KV cache, one call per run of consecutive cache slots (a cache block),
-//! so that the per-position work is only the arithmetic.
+//! AVX2 kernels of attention over the f16 KV cache, one call per run of consecutive cache slots (a cache block)
+//! for all the query heads that share the run's KV head, so that each cached element is converted from f16 once
+//! for the whole group rather than once per head: the conversion (`vcvtph2ps`), not the multiply-adds, bounded
+//! the single-head kernels.
 //!
-//! Scores: four positions at a time, each with its own 8-lane accumulator, reduced together by one transposing
-//! `hadd` tree instead of four horizontal sums; the last 1–3 positions of a run are reduced one by one. Values: the
-//! output row stays in registers across the run (one load and one store per run, not per position; rows wider than
-//! 128 in slabs of 64), with one FMA per element and position, in position order.
+//! Scores: `P` positions at a time for up to `G` heads (`P·G` accumulators, each a position's 8-lane vector for
+//! one head), reduced by one transposing `hadd` tree per head and 2 or 4 positions instead of a horizontal sum per
+//! position; the last positions of a run are reduced one by one. Larger groups run as balanced subgroups of at most
+//! `G` heads. Values: slabs of `8·S` output elements of every head in the subgroup stay in registers across the
+//! run, one conversion per cached element of the slab and one FMA per element, head and position, in position
+//! order.
 //!
-//! Rows whose width is not a multiple of 8 (no model we know) take the scalar path's functions. The quads' `hadd`
-//! tree adds each position's lanes in `numerics::sum_lanes`' order, as `hsum` does for the last positions.
+//! The bodies are generic over those sizes and inlined into two entry points: this path's, sized for AVX2's 16
+//! ymm registers, and the AVX-512 path's (`avx512::attention_f16`), which has 32 (AVX-512VL) and takes wider
+//! tiles. Each score and output element gets the single-head arithmetic of `numerics` (the `hadd` tree adds each
+//! position's lanes in `numerics::sum_lanes`' order, as `hsum` does for the last positions), so grouping and tile
+//! sizes change speed, never bits. Rows whose width is not a multiple of 8 (no model we know) take the scalar
+//! path's functions.
 
 use std::arch::x86_64::*;
 
@@ -15,106 +23,218 @@ use half::f16;
 
 use super::lanes::{hsum, load_8f, load_8h, store_8f};
 use crate::backend::cpu::kernels::scalar::dot_f16;
+use crate::backend::cpu::kernels::table::CacheRun;
 
-/// Positions scored together: four accumulators, the key chunk and the query chunk fit the 16 ymm registers.
-const POSITIONS_AT_ONCE: usize = 4;
+/// Most heads of a subgroup on this path: scores of 2 positions × 3 heads and values slabs of 2 chunks × 3 heads
+/// keep the accumulators, the keys or the heads' weights and a converted chunk within 16 registers (4 × 3 tiles
+/// spilled to the stack, measured slower than the single-head kernels).
+const MAX_HEADS: usize = 3;
 
-/// `out[i] = q · keys[i·stride .. i·stride + q.len()]` for `i < out.len()` (arguments checked by `Kernels`).
+/// The heads `0..heads` as balanced subgroups of at most `max`: `(first head, heads)`.
+pub(in crate::backend::cpu::kernels) fn subgroups(heads: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let count = heads.div_ceil(max).max(1);
+    (0..count).map(move |k| {
+        let first = k * heads / count;
+        (first, (k + 1) * heads / count - first)
+    })
+}
+
+/// `out[g·out_stride + i] = queries[g] · keys.rows[i·keys.stride ..][..keys.width]` (arguments checked by
+/// `Kernels`).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
-    let hd = q.len();
-    if !hd.is_multiple_of(8) {
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = dot_f16(q, &keys[i * stride..][..hd]);
-        }
+pub(in crate::backend::cpu::kernels) fn attention_scores_f16(
+    queries: &[f32],
+    keys: CacheRun<'_, f16>,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    if scores_unvectorized(queries, keys, out, out_stride) {
         return;
     }
-    let q = q.as_chunks::<8>().0;
-    let key_chunks = |i: usize| keys[i * stride..][..hd].as_chunks::<8>().0;
-    let n = out.len();
-    let quads = n / POSITIONS_AT_ONCE;
-    for quad in 0..quads {
-        let i = quad * POSITIONS_AT_ONCE;
-        let (k0, k1, k2, k3) = (key_chunks(i), key_chunks(i + 1), key_chunks(i + 2), key_chunks(i + 3));
-        let mut acc = [_mm256_setzero_ps(); POSITIONS_AT_ONCE];
-        for (c, q_chunk) in q.iter().enumerate() {
-            let q_v = load_8f(q_chunk);
-            acc[0] = _mm256_fmadd_ps(q_v, load_8h(&k0[c]), acc[0]);
-            acc[1] = _mm256_fmadd_ps(q_v, load_8h(&k1[c]), acc[1]);
-            acc[2] = _mm256_fmadd_ps(q_v, load_8h(&k2[c]), acc[2]);
-            acc[3] = _mm256_fmadd_ps(q_v, load_8h(&k3[c]), acc[3]);
+    for (first, heads) in subgroups(queries.len() / keys.width, MAX_HEADS) {
+        let queries = &queries[first * keys.width..][..heads * keys.width];
+        let out = &mut out[first * out_stride..];
+        // SAFETY: this function is compiled with the features the bodies' intrinsics need.
+        unsafe {
+            match heads {
+                1 => scores_of::<1, 4>(queries, keys, out, out_stride),
+                2 => scores_of::<2, 4>(queries, keys, out, out_stride),
+                _ => scores_of::<3, 2>(queries, keys, out, out_stride),
+            }
         }
-        // hadd pairs lanes within 128-bit halves: after two rounds, lane j of each half holds half of position j's
-        // sum; adding the halves finishes all four.
-        let pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-        let sums = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps::<1>(pairs));
-        let o = out[i..].first_chunk_mut::<4>().expect("a whole quad");
-        // SAFETY: `o` covers 4 writable floats; `storeu` has no alignment requirement.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), sums) };
-    }
-    for (i, o) in out.iter_mut().enumerate().skip(quads * POSITIONS_AT_ONCE) {
-        let mut acc = _mm256_setzero_ps();
-        for (q_chunk, k_chunk) in q.iter().zip(key_chunks(i)) {
-            acc = _mm256_fmadd_ps(load_8f(q_chunk), load_8h(k_chunk), acc);
-        }
-        *o = hsum(acc);
     }
 }
 
-/// `out += Σ_i weights[i] · values[i·stride .. i·stride + out.len()]`, position by position (arguments checked
-/// by `Kernels`).
+/// `out[g·width + j] += Σ_i weights[g·weight_stride + i] · values.rows[i·values.stride + j]`, position by position
+/// (arguments checked by `Kernels`).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::backend::cpu::kernels) fn attention_values_f16(
     weights: &[f32],
-    values: &[f16],
-    stride: usize,
+    weight_stride: usize,
+    values: CacheRun<'_, f16>,
     out: &mut [f32],
 ) {
-    match out.len() {
-        64 => values_in_registers::<8>(weights, values, stride, whole_chunks(out)),
-        128 => values_in_registers::<16>(weights, values, stride, whole_chunks(out)),
-        // Wider heads (Gemma 3: 256) in slabs of 64 outputs, each slab a pass over the positions: every output
-        // still adds its positions in order, one FMA each.
-        hd if hd.is_multiple_of(64) => {
-            for (slab, out) in out.chunks_exact_mut(64).enumerate() {
-                values_in_registers::<8>(weights, &values[slab * 64..], stride, whole_chunks(out));
+    if values_unvectorized(weights, weight_stride, values, out) {
+        return;
+    }
+    let width = values.width;
+    for (first, heads) in subgroups(out.len() / width, MAX_HEADS) {
+        let weights = &weights[first * weight_stride..];
+        let out = &mut out[first * width..][..heads * width];
+        // SAFETY: this function is compiled with the features the bodies' intrinsics need.
+        unsafe {
+            match (heads, width.is_multiple_of(16)) {
+                (1, true) => values_of::<1, 2>(weights, weight_stride, values, out),
+                (2, true) => values_of::<2, 2>(weights, weight_stride, values, out),
+                (_, true) => values_of::<3, 2>(weights, weight_stride, values, out),
+                (1, false) => values_of::<1, 1>(weights, weight_stride, values, out),
+                (2, false) => values_of::<2, 1>(weights, weight_stride, values, out),
+                (_, false) => values_of::<3, 1>(weights, weight_stride, values, out),
             }
         }
-        hd => {
-            for (i, &w) in weights.iter().enumerate() {
-                for (o, &v) in out.iter_mut().zip(&values[i * stride..][..hd]) {
-                    *o = w.mul_add(v.to_f32(), *o);
+    }
+}
+
+/// The scalar path's scores where the width is not a multiple of 8; whether it was.
+pub(in crate::backend::cpu::kernels) fn scores_unvectorized(
+    queries: &[f32],
+    keys: CacheRun<'_, f16>,
+    out: &mut [f32],
+    out_stride: usize,
+) -> bool {
+    let width = keys.width;
+    if width.is_multiple_of(8) {
+        return false;
+    }
+    for (g, q) in queries.chunks_exact(width).enumerate() {
+        for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
+            *o = dot_f16(q, &keys.rows[i * keys.stride..][..width]);
+        }
+    }
+    true
+}
+
+/// The scalar path's values where the width is not a multiple of 8; whether it was.
+pub(in crate::backend::cpu::kernels) fn values_unvectorized(
+    weights: &[f32],
+    weight_stride: usize,
+    values: CacheRun<'_, f16>,
+    out: &mut [f32],
+) -> bool {
+    let width = values.width;
+    if width.is_multiple_of(8) {
+        return false;
+    }
+    for (g, out) in out.chunks_exact_mut(width).enumerate() {
+        for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
+            for (o, &v) in out.iter_mut().zip(&values.rows[i * values.stride..][..width]) {
+                *o = w.mul_add(v.to_f32(), *o);
+            }
+        }
+    }
+    true
+}
+
+/// Scores of `G` heads (`queries`: `G × keys.width` floats, a multiple of 8), `P` (2 or 4) positions at a time.
+///
+/// # Safety
+/// The caller is compiled with AVX2, FMA and F16C (the body is inlined into it).
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) unsafe fn scores_of<const G: usize, const P: usize>(
+    queries: &[f32],
+    keys: CacheRun<'_, f16>,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let width = keys.width;
+    let q: [&[[f32; 8]]; G] = std::array::from_fn(|g| queries[g * width..][..width].as_chunks::<8>().0);
+    let key_chunks = |i: usize| keys.rows[i * keys.stride..][..width].as_chunks::<8>().0;
+    let tiles = keys.n / P;
+    // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
+    unsafe {
+        for tile in 0..tiles {
+            let i = tile * P;
+            let k: [&[[f16; 8]]; P] = std::array::from_fn(|p| key_chunks(i + p));
+            let mut acc = [[_mm256_setzero_ps(); P]; G];
+            for c in 0..width / 8 {
+                for p in 0..P {
+                    let key = load_8h(&k[p][c]);
+                    for g in 0..G {
+                        acc[g][p] = _mm256_fmadd_ps(load_8f(&q[g][c]), key, acc[g][p]);
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                // hadd pairs lanes within 128-bit halves: after two rounds, lane j of each half holds half of
+                // position j's sum; adding the halves finishes them. With 2 positions, lanes 2 and 3 repeat 0 and 1.
+                let pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2 % P], acc[3 % P]));
+                let sums = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps::<1>(pairs));
+                let mut four = [0f32; 4];
+                _mm_storeu_ps(four.as_mut_ptr(), sums);
+                out[g * out_stride + i..][..P].copy_from_slice(&four[..P]);
+            }
+        }
+        for i in tiles * P..keys.n {
+            let k = key_chunks(i);
+            let mut acc = [_mm256_setzero_ps(); G];
+            for (c, k_chunk) in k.iter().enumerate() {
+                let key = load_8h(k_chunk);
+                for g in 0..G {
+                    acc[g] = _mm256_fmadd_ps(load_8f(&q[g][c]), key, acc[g]);
+                }
+            }
+            for (g, acc) in acc.into_iter().enumerate() {
+                out[g * out_stride + i] = hsum(acc);
+            }
+        }
+    }
+}
+
+/// Values of `G` heads, in slabs of `S` chunks of 8 (the width a multiple of `8·S`).
+///
+/// # Safety
+/// The caller is compiled with AVX2, FMA and F16C (the body is inlined into it).
+#[inline(always)]
+pub(in crate::backend::cpu::kernels) unsafe fn values_of<const G: usize, const S: usize>(
+    weights: &[f32],
+    weight_stride: usize,
+    values: CacheRun<'_, f16>,
+    out: &mut [f32],
+) {
+    let width = values.width;
+    let mut heads: [&mut [[f32; 8]]; G] = {
+        let mut rest = out;
+        std::array::from_fn(|_| {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
+            rest = tail;
+            head.as_chunks_mut::<8>().0
+        })
+    };
+    let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
+    // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
+    unsafe {
+        for slab in 0..width / (8 * S) {
+            let mut acc = [[_mm256_setzero_ps(); S]; G];
+            for (acc, head) in acc.iter_mut().zip(heads.iter()) {
+                for (a, o) in acc.iter_mut().zip(&head[slab * S..]) {
+                    *a = load_8f(o);
+                }
+            }
+            for (i, row) in (0..values.n).map(|i| (i, &values.rows[i * values.stride..])) {
+                let w: [__m256; G] = std::array::from_fn(|g| _mm256_set1_ps(weights[g][i]));
+                let row = row[slab * 8 * S..][..8 * S].as_chunks::<8>().0;
+                for (s, chunk) in row.iter().enumerate() {
+                    let v = load_8h(chunk);
+                    for g in 0..G {
+                        acc[g][s] = _mm256_fmadd_ps(w[g], v, acc[g][s]);
+                    }
+                }
+            }
+            for (acc, head) in acc.iter().zip(heads.iter_mut()) {
+                for (a, o) in acc.iter().zip(&mut head[slab * S..]) {
+                    store_8f(o, *a);
                 }
             }
         }
-    }
-}
-
-/// `out` (exactly `8·N` floats) as `N` chunks of 8.
-fn whole_chunks<const N: usize>(out: &mut [f32]) -> &mut [[f32; 8]; N] {
-    out.as_chunks_mut::<8>().0.try_into().expect("a row of 8·N floats")
-}
-
-/// `attention_values_f16` for rows of `8·CHUNKS` floats, kept in registers.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn values_in_registers<const CHUNKS: usize>(
-    weights: &[f32],
-    values: &[f16],
-    stride: usize,
-    out: &mut [[f32; 8]; CHUNKS],
-) {
-    let mut acc = [_mm256_setzero_ps(); CHUNKS];
-    for (a, o) in acc.iter_mut().zip(out.iter()) {
-        *a = load_8f(o);
-    }
-    for (i, &w) in weights.iter().enumerate() {
-        let w_v = _mm256_set1_ps(w);
-        let row = values[i * stride..][..8 * CHUNKS].as_chunks::<8>().0;
-        for (a, v) in acc.iter_mut().zip(row) {
-            *a = _mm256_fmadd_ps(w_v, load_8h(v), *a);
-        }
-    }
-    for (o, a) in out.iter_mut().zip(acc) {
-        store_8f(o, a);
     }
 }

@@ -4,7 +4,7 @@
 //! Every function here is compiled with `#[target_feature(enable = "avx2,fma,f16c")]` and reached only through
 //! this path's table and the AVX-512 one, which are handed out after detecting those features (and more).
 
-mod attention_f16;
+pub(super) mod attention_f16;
 mod elementwise;
 mod exp;
 mod f32_tiles;

@@ -8,6 +8,7 @@
 //! hands out after detecting all of those features.
 
 mod amx;
+mod attention_f16;
 mod f32_tiles;
 mod packed;
 
@@ -40,8 +41,8 @@ static KERNELS: Kernels = Kernels {
     add_assign: avx2::add_assign,
     softmax_inplace: avx2::softmax_inplace,
     rope: avx2::rope,
-    attention_scores_f16: avx2::attention_scores_f16,
-    attention_values_f16: avx2::attention_values_f16,
+    attention_scores_f16: attention_f16::attention_scores_f16,
+    attention_values_f16: attention_f16::attention_values_f16,
     argmax: avx2::argmax,
 };
 

@@ -4,6 +4,7 @@
 use half::f16;
 
 use crate::backend::cpu::kernels::numerics::{self, for_each_chunk, max_lane, max_of_lanes, sum_lanes, Lanes, LANES};
+use crate::backend::cpu::kernels::table::CacheRun;
 
 /// `Σ x[i]²` with fused multiply-adds into 8 lanes (element `i` into lane `i mod 8`), then the lane tree.
 #[inline(always)]
@@ -139,25 +140,34 @@ pub(in crate::backend::cpu::kernels) fn dot_f16(q: &[f32], key: &[f16]) -> f32 {
     sum_lanes(acc)
 }
 
+/// Each head's scores in turn, each the single-head dot product [`dot_f16`].
 #[inline(always)]
-pub(in crate::backend::cpu::kernels) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = dot_f16(q, &keys[i * stride..][..q.len()]);
+pub(in crate::backend::cpu::kernels) fn attention_scores_f16(
+    queries: &[f32],
+    keys: CacheRun<'_, f16>,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    for (g, q) in queries.chunks_exact(keys.width).enumerate() {
+        for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
+            *o = dot_f16(q, &keys.rows[i * keys.stride..][..keys.width]);
+        }
     }
 }
 
-/// `out[j] = w · v[j] + out[j]`, fused, position after position.
+/// Each head's `out[j] = w · v[j] + out[j]`, fused, position after position.
 #[inline(always)]
 pub(in crate::backend::cpu::kernels) fn attention_values_f16(
     weights: &[f32],
-    values: &[f16],
-    stride: usize,
+    weight_stride: usize,
+    values: CacheRun<'_, f16>,
     out: &mut [f32],
 ) {
-    let hd = out.len();
-    for (i, &w) in weights.iter().enumerate() {
-        for (o, &v) in out.iter_mut().zip(&values[i * stride..][..hd]) {
-            *o = w.mul_add(v.to_f32(), *o);
+    for (g, out) in out.chunks_exact_mut(values.width).enumerate() {
+        for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
+            for (o, &v) in out.iter_mut().zip(&values.rows[i * values.stride..][..values.width]) {
+                *o = w.mul_add(v.to_f32(), *o);
+            }
         }
     }
 }

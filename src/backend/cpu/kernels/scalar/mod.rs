@@ -29,6 +29,7 @@ macro_rules! scalar_table {
             use crate::backend::cpu::kernels::out_rows::OutRows;
             use crate::backend::cpu::kernels::packed::{scalar, with_format, PackedMatrix};
             use crate::backend::cpu::kernels::q8a::BlockQ8A;
+            use crate::backend::cpu::kernels::table::CacheRun;
             use crate::backend::cpu::kernels::weights::WeightMatrix;
             use crate::model::gguf::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
             use crate::model::gguf::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
@@ -73,12 +74,22 @@ macro_rules! scalar_table {
                 elementwise::rope(head, cos, sin)
             }
             $(#[target_feature(enable = $features)])?
-            pub(super) fn attention_scores_f16(q: &[f32], keys: &[f16], stride: usize, out: &mut [f32]) {
-                elementwise::attention_scores_f16(q, keys, stride, out)
+            pub(super) fn attention_scores_f16(
+                queries: &[f32],
+                keys: CacheRun<'_, f16>,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                elementwise::attention_scores_f16(queries, keys, out, out_stride)
             }
             $(#[target_feature(enable = $features)])?
-            pub(super) fn attention_values_f16(weights: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
-                elementwise::attention_values_f16(weights, values, stride, out)
+            pub(super) fn attention_values_f16(
+                weights: &[f32],
+                weight_stride: usize,
+                values: CacheRun<'_, f16>,
+                out: &mut [f32],
+            ) {
+                elementwise::attention_values_f16(weights, weight_stride, values, out)
             }
             $(#[target_feature(enable = $features)])?
             pub(super) fn argmax(x: &[f32]) -> usize {
@@ -125,6 +136,7 @@ mod tests {
 
     use super::*;
     use crate::backend::cpu::kernels::q8a::BlockQ8A;
+    use crate::backend::cpu::kernels::table::CacheRun;
     use crate::backend::cpu::kernels::weights::{WeightData, WeightMatrix};
     use crate::backend::cpu::kernels::{OutRows, PackedMatrix};
     use crate::model::gguf::blocks::{BlockQ4_1, QK};
@@ -170,8 +182,9 @@ mod tests {
                 assert_eq!(bits(&s), bits(&t), "softmax {len}");
                 let keys: Vec<f16> = (0..3 * len).map(|_| f16::from_f32(rng.next())).collect();
                 let (mut s, mut t) = ([0f32; 3], [0f32; 3]);
-                (p.attention_scores_f16)(&x, &keys, len, &mut s);
-                (f.attention_scores_f16)(&x, &keys, len, &mut t);
+                let run = CacheRun { rows: &keys, width: len, stride: len, n: 3 };
+                (p.attention_scores_f16)(&x, run, &mut s, 3);
+                (f.attention_scores_f16)(&x, run, &mut t, 3);
                 assert_eq!(bits(&s), bits(&t), "scores {len}");
             }
         }
