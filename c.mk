@@ -2,7 +2,8 @@
 #   make c-test          the C API test against the shared and the static library under AddressSanitizer + UBSan
 #                        (full test), and against the shared one under valgrind (short prompts: each token costs
 #                        seconds there; the static library holds the same code, and ASan covers both linkages),
-#                        in two halves at once; then the event-driven test (tests/c/test_events.c) likewise
+#                        in two halves at once; then the event-driven test (tests/c/test_events.c) likewise, and
+#                        the prompt-progress test (tests/c/test_prompt_progress.c) under ASan
 #   make c-examples      build examples/c/chat.c, examples/cpp/chat.cpp and examples/cpp/epoll_server.cpp
 #   make c-demo          build the release library and the C example, and answer a chat message with it
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
@@ -78,6 +79,9 @@ c-test: model c-lib
 	$(CARGO) build --release --bin ember-cli
 	$(EMBER_TARGET_DIR)/release/ember-cli synthetic $(EMBER_C_OUT)/tiny.gguf --tiny
 	EMBER_MODEL=$(EMBER_C_OUT)/tiny.gguf $(call ember_valgrind_run,test_events_shared,1000,1000 1)
+	@# Prompt progress (return_progress) through engine_poll and engine_next_chunk_json, under ASan.
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_prompt_progress.c -o $(EMBER_C_OUT)/test_prompt_progress_asan $(EMBER_SHARED)
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_prompt_progress_asan
 	@# The C++ epoll server example: 1,000 clients at once, one serving thread.
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
 	python3 tests/c/epoll_server_check.py $(EMBER_C_OUT)/epoll_server 1000

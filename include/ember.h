@@ -382,6 +382,15 @@ enum EmberEventKind
      * (send `data: [DONE]`); its last record.
      */
     EMBER_EVENT_KIND_STREAM_DONE = 5,
+    /**
+     * Only for a request with `"return_progress": true`, before choice `choice`'s first token: how far its prompt
+     * has been computed (`choice` is the first choice of its prompt). `text`/`text_len` is llama-server's
+     * `prompt_progress` object, `{"total":T,"cache":C,"processed":P,"time_ms":M}` (prompt tokens, those the
+     * prefix cache supplied, those computed so far including the cached ones, milliseconds since the prompt
+     * began); `num_tokens` is `P`. One when the prompt is admitted (`P` = `C`), then one per chunk the engine
+     * computes, the last with `P` = `T`.
+     */
+    EMBER_EVENT_KIND_PROMPT_PROGRESS = 6,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -687,7 +696,7 @@ typedef bool (*EmberLoadProgressCallback)(void *userdata, float progress);
  */
 typedef struct EmberEvent {
     /**
-     * Which of delta, finished or error this event is; it says which other fields are meaningful.
+     * Which of delta, finished, error or prompt progress this event is; it says which other fields are meaningful.
      */
     EmberEventKind kind;
     /**
@@ -695,7 +704,8 @@ typedef struct EmberEvent {
      */
     uint32_t choice;
     /**
-     * `DELTA`: the new text; `ERROR`: the message; `FINISHED`: NULL. UTF-8 (never a partial character),
+     * `DELTA`: the new text; `ERROR`: the message; `PROMPT_PROGRESS`: the `prompt_progress` JSON object;
+     * `FINISHED`: NULL. UTF-8 (never a partial character),
      * `text_len` bytes, followed by a NUL byte for convenience (the text itself may contain NUL bytes:
      * `text_len` is authoritative). Owned by ember: valid until this thread polls this request again, or the
      * request is freed.
@@ -706,7 +716,8 @@ typedef struct EmberEvent {
      */
     size_t text_len;
     /**
-     * `DELTA`: how many generated tokens the text covers (a token may produce no text on its own); otherwise 0.
+     * `DELTA`: how many generated tokens the text covers (a token may produce no text on its own);
+     * `PROMPT_PROGRESS`: the prompt tokens processed so far (the object's `processed`); otherwise 0.
      */
     uint32_t num_tokens;
     /**
@@ -1064,7 +1075,8 @@ EmberStatus engine_next_chunk_json(struct EmberEngine *engine,
  * until one comes; other negative values are invalid). Consecutive deltas of one choice are merged.
  *
  * A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
- * `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
+ * `ERROR` instead of the `FINISHED`s still to come; with `"return_progress": true`, `PROMPT_PROGRESS` events
+ * before a prompt's first token. The final event (the last choice's `FINISHED`, or the
  * `ERROR`) is returned once; every later call returns `EMBER_STATUS_STREAM_DONE` at once, without waiting,
  * whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
  *

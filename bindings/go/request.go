@@ -20,6 +20,9 @@ const (
 	EventDelta    EventKind = C.EMBER_EVENT_KIND_DELTA
 	EventFinished EventKind = C.EMBER_EVENT_KIND_FINISHED
 	eventError    EventKind = C.EMBER_EVENT_KIND_ERROR
+	// EventPromptProgress: how far a prompt has been computed (Event.Progress), before its first token; only for
+	// a request whose body has `"return_progress": true`.
+	EventPromptProgress EventKind = C.EMBER_EVENT_KIND_PROMPT_PROGRESS
 	// The kinds of a request submitted with SubmitStream: a chunk body, and the stream's end.
 	eventChunk      EventKind = C.EMBER_EVENT_KIND_CHUNK
 	eventStreamDone EventKind = C.EMBER_EVENT_KIND_STREAM_DONE
@@ -55,17 +58,23 @@ func (r FinishReason) String() string {
 	return ""
 }
 
-// Event is one step of a request: new text of a choice, or the end of a choice.
+// Event is one step of a request: new text of a choice, the end of a choice, or (asked for with
+// `return_progress`) how far a prompt has been computed.
 type Event struct {
 	Kind EventKind
 	// Choice is the index of the choice the event is about.
 	Choice int
-	// Text is a delta's new text: UTF-8, never a partial character. Empty for EventFinished.
+	// Text is a delta's new text: UTF-8, never a partial character. Empty for EventFinished; for
+	// EventPromptProgress, llama-server's `prompt_progress` JSON object, which Progress holds decoded.
 	Text string
-	// NumTokens is how many generated tokens a delta's text covers (a token may produce no text on its own).
+	// NumTokens is how many generated tokens a delta's text covers (a token may produce no text on its own); for
+	// EventPromptProgress, Progress.Processed.
 	NumTokens int
 	// FinishReason is why the choice ended (EventFinished only).
 	FinishReason FinishReason
+	// Progress is how far the prompt of choice Choice (the first of its prompt) has been computed
+	// (EventPromptProgress only; nil otherwise).
+	Progress *PromptProgress
 }
 
 // Request is a submitted request. A request from Submit is read with Next / Events (text deltas), one from
@@ -98,7 +107,8 @@ func newRequest(ctx context.Context, engine *Engine, handle C.uintptr_t, id uint
 	return r
 }
 
-// Next returns the next event: a choice's new text, or a choice's end. After the last choice has ended it
+// Next returns the next event: a choice's new text, or a choice's end (and, with `return_progress`, how far the
+// prompt has been computed, before its first token). After the last choice has ended it
 // returns io.EOF. When Submit's context has ended, Next cancels the request, waits until the engine has ended
 // it (dropping its last events), and returns ctx.Err(). A request the engine failed is a *RequestFailedError;
 // an *Error means the request or its engine was closed. Once Next has returned an error it returns it again.
@@ -122,6 +132,9 @@ func (r *Request) Next() (Event, error) {
 				r.end = r.endOfStream()
 			}
 			if !r.cancelSent {
+				if it.event.Kind == EventPromptProgress {
+					it.event.Progress = parsePromptProgress(it.event.Text)
+				}
 				return it.event, nil
 			}
 		}

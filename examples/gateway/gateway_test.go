@@ -198,6 +198,47 @@ func TestStreamIsServerSentEvents(t *testing.T) {
 	}
 }
 
+// TestStreamCarriesPromptProgress: `return_progress` (llama-server's field) passes through to the engine, whose
+// progress chunks the SSE stream carries first, each with llama-server's `prompt_progress` object.
+func TestStreamCarriesPromptProgress(t *testing.T) {
+	resp := post(t, "/v1/completions", `{"prompt": "The days of the week are Monday, Tuesday, Wednesday,",
+		"max_tokens": 3, "temperature": 0, "stream": true, "return_progress": true}`)
+	progress, others := 0, 0
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		data, ok := strings.CutPrefix(scanner.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Progress *struct {
+				Total     *int `json:"total"`
+				Cache     *int `json:"cache"`
+				Processed *int `json:"processed"`
+				TimeMs    *int `json:"time_ms"`
+			} `json:"prompt_progress"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		p := chunk.Progress
+		switch {
+		case p == nil:
+			others++
+		case others > 0 || p.Total == nil || p.Cache == nil || p.Processed == nil || p.TimeMs == nil:
+			t.Errorf("a progress chunk after the text, or without llama-server's four fields: %s", data)
+		default:
+			progress++
+			if *p.Processed > *p.Total {
+				t.Errorf("processed past the prompt: %s", data)
+			}
+		}
+	}
+	if progress < 2 || others == 0 {
+		t.Errorf("%d progress chunks then %d others: want the admission and a chunk, then the stream", progress, others)
+	}
+}
+
 // /metrics has the gateway's counters, then the engine's metrics (their content is the engine's tests' subject:
 // tests/engine_prometheus.rs, and tests/e2e/test_gateway.py parses the whole text with the official parser).
 func TestMetricsCountRequestsAndServeTheEngines(t *testing.T) {

@@ -18,6 +18,7 @@ use super::kv_window::WindowBlocks;
 use super::log::{LogLevel, Logger};
 use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::prompt_logprobs::PromptScoring;
+use super::prompt_progress::ProgressReporter;
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
 use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
 use super::sampling::Sampler;
@@ -341,6 +342,7 @@ impl Engine {
                     Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler);
                 // Per-choice state, not options: the first choice of a prompt bills it and scores it for all.
                 seq.bills_prompt = j == 0;
+                seq.progress = (j == 0 && options.given.return_progress).then(ProgressReporter::default);
                 seq.sampling.prompt_scoring = options
                     .given
                     .prompt_logprobs

@@ -23,6 +23,7 @@ pub mod output;
 #[cfg(test)]
 mod output_tests;
 pub mod prompt_logprobs;
+pub mod prompt_progress;
 pub mod ready_queue;
 pub mod request;
 pub mod runner;
@@ -48,5 +49,6 @@ pub use finish::FinishReason;
 pub use handle::{Engine, EngineError, PrefixCacheCounters, SpeculationCounters};
 pub use log::{LogLevel, Logger};
 pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
+pub use prompt_progress::PromptProgress;
 pub use ready_queue::{Ready, ReadyQueue};
 pub use request::{RequestOptions, SubmitError, SubmitRequest};

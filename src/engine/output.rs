@@ -15,6 +15,7 @@ use super::metrics::{
     token_times_since_arrival_ms, ExtendedTimingMetrics, LlamaCppTimings, PerRequestTimingMetrics,
 };
 use super::prompt_logprobs::PromptTokenLogprob;
+use super::prompt_progress::PromptProgress;
 use super::ready_queue::ReadyQueue;
 use super::sampling::TokenLogprob;
 use super::stats::{EngineClock, RequestStateStats};
@@ -31,6 +32,9 @@ pub enum RequestEvent {
     Finished { choice: usize, reason: FinishReason },
     /// The request failed: its final event (choices not yet finished end with `FinishReason::Error`).
     Error { message: String },
+    /// How far the prompt of choice `choice` (the first choice of its prompt) has been computed; only for a
+    /// request with `return_progress`, before the choice's first token (`prompt_progress.rs`).
+    PromptProgress { choice: usize, progress: PromptProgress },
 }
 
 /// The answer to [`RequestHandle::poll`].
@@ -211,6 +215,20 @@ impl RequestShared {
         announce(ready);
     }
 
+    /// Engine side: how far the prompt of `choice` has been computed (`return_progress`). Nothing once the
+    /// request has ended. The event carries no tokens, so taking it charges no output wait to any metric.
+    pub fn push_progress(&self, choice: usize, progress: PromptProgress) {
+        let mut out = lock(&self.output);
+        if out.terminal.is_some() {
+            return;
+        }
+        out.queue.push_back(Queued::Event(RequestEvent::PromptProgress { choice, progress }));
+        let ready = self.mark_ready();
+        drop(out);
+        self.ready.notify_all();
+        announce(ready);
+    }
+
     /// Engine side: the log probabilities of the prompt of `choices` (`prompt_logprobs`), before any of them has
     /// an event.
     pub fn set_prompt_logprobs(&self, choices: std::ops::Range<usize>, scored: Arc<[PromptTokenLogprob]>) {
@@ -322,7 +340,7 @@ fn is_final(event: &RequestEvent, terminal: Option<&RequestEvent>) -> bool {
     match event {
         RequestEvent::Error { .. } => true,
         RequestEvent::Finished { .. } => terminal == Some(event),
-        RequestEvent::Delta { .. } => false,
+        RequestEvent::Delta { .. } | RequestEvent::PromptProgress { .. } => false,
     }
 }
 

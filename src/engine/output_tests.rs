@@ -6,6 +6,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::output::*;
+use super::prompt_progress::PromptProgress;
 use super::stats::EngineClock;
 use super::FinishReason;
 
@@ -127,4 +128,26 @@ fn a_watched_request_queues_its_key_once_until_taken() {
     h.watch(&Arc::new(ReadyQueue::new().unwrap()), 1);
     shared.finish_choice(0, FinishReason::Length);
     assert_eq!(h.poll(NOW), finished(0, FinishReason::Length));
+}
+
+/// A progress event carries no tokens: taking it charges no output wait and counts no polled token, so the
+/// timing metrics are those of the same request without it (`prompt_progress.rs`). None comes after the end.
+#[test]
+fn progress_events_change_no_stats_and_none_follows_the_end() {
+    let no_engine: Weak<dyn CancelWaker> = Weak::<NoEngine>::new();
+    let stats = super::stats::RequestStateStats { num_prompt_tokens: 9, ..Default::default() };
+    let shared = RequestShared::new(1, 1, 9, false, EngineClock::new(), Some(stats), no_engine);
+    let h = RequestHandle::new(Arc::clone(&shared));
+    let progress = PromptProgress { processed: 4, total: 9, cached: 4, time_ms: 0 };
+    shared.push_progress(0, progress);
+    let before = h.stats(0);
+    assert_eq!(h.poll(NOW), EventPoll::Event(RequestEvent::PromptProgress { choice: 0, progress }));
+    assert_eq!(h.stats(0), before, "taking it changed no stats");
+    shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
+    shared.finish_choice(0, FinishReason::Stop);
+    shared.push_progress(0, progress);
+    assert!(matches!(h.poll(NOW), EventPoll::Event(RequestEvent::Delta { tokens: 1, .. })));
+    assert_eq!(h.stats(0).unwrap().num_polled_tokens, 1);
+    assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
+    assert_eq!(h.poll(NOW), EventPoll::Done);
 }

@@ -74,6 +74,9 @@ pub struct RequestOptions {
     /// vLLM's `priority`: requests of a lower value are scheduled first (first come first served within a
     /// value), and a request that does not fit preempts running ones of a higher value. Default 0.
     pub priority: i32,
+    /// Report how far each prompt has been computed, as `RequestEvent::PromptProgress` events before the first
+    /// token (llama-server's `return_progress`; `prompt_progress.rs`). Default false: no such events.
+    pub return_progress: bool,
 }
 
 impl Default for RequestOptions {
@@ -95,6 +98,7 @@ impl Default for RequestOptions {
             speculative_decoding: true,
             deadline_ms: None,
             priority: 0,
+            return_progress: false,
         }
     }
 }

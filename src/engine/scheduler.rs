@@ -230,6 +230,7 @@ impl Scheduler {
             }
         }
         seq.status = SeqStatus::Running;
+        seq.report_admission(cached, now);
         Some(n)
     }
 
@@ -389,6 +390,8 @@ impl Scheduler {
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
             seq.kv.num_computed += c.n_tokens - c.draft;
+            // Before the token it sampled: a host sees the prompt done, then the first token.
+            seq.report_computed(clock.now());
             if c.samples {
                 let token = sampled.next().expect("a sampled token per sampling chunk");
                 debug_assert_eq!(token.seq, c.seq);

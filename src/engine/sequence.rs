@@ -16,6 +16,7 @@ use super::guided::{Accepted, GuidedMatcher};
 use super::kv_prefix::BlockHash;
 use super::output::RequestShared;
 use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
+use super::prompt_progress::ProgressReporter;
 use super::sampling::{Sampler, TokenLogprob};
 use super::seq_options::SharedOptions;
 use super::speculative::acceptance::SeqAcceptance;
@@ -44,6 +45,9 @@ pub struct Sequence {
     /// Whether this choice is the first of its prompt: the one whose cached prompt tokens `usage` reports (a
     /// prompt is billed once, however many choices share it).
     pub bills_prompt: bool,
+    /// Reports how far its prompt has been computed (`prompt_progress.rs`): on the first choice of each prompt of
+    /// a request with `return_progress`, `None` otherwise.
+    pub progress: Option<ProgressReporter>,
     /// Its keys and values (the scheduler's).
     pub kv: SeqKv,
     /// How its next tokens are drawn (the step runner's).
@@ -133,6 +137,7 @@ impl Sequence {
             options,
             status: SeqStatus::Waiting,
             bills_prompt: choice == 0,
+            progress: None,
             kv: SeqKv::default(),
             sampling: SeqSampling { sampler, guided: None, prompt_scoring: None },
             draft: SeqDraft::default(),

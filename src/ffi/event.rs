@@ -1,4 +1,4 @@
-//! `engine_poll`: a request's events (text deltas, finishes, errors) as C structs.
+//! `engine_poll`: a request's events (text deltas, finishes, errors, prompt progress) as C structs.
 
 use std::ffi::c_char;
 use std::thread;
@@ -9,6 +9,7 @@ use super::engine::EmberEngine;
 use super::request::{request_of_engine, EmberRequest, RequestObject};
 use super::status::EmberStatus;
 use crate::engine::{EventPoll, FinishReason, RequestEvent};
+use crate::protocol::prompt_progress_json;
 
 /// What an `EmberEvent` reports.
 #[repr(u32)]
@@ -29,6 +30,13 @@ pub enum EmberEventKind {
     /// `engine_wait_events` only, for a request submitted with `EMBER_DELIVERY_CHUNKS`: its stream has ended
     /// (send `data: [DONE]`); its last record.
     StreamDone = 5,
+    /// Only for a request with `"return_progress": true`, before choice `choice`'s first token: how far its prompt
+    /// has been computed (`choice` is the first choice of its prompt). `text`/`text_len` is llama-server's
+    /// `prompt_progress` object, `{"total":T,"cache":C,"processed":P,"time_ms":M}` (prompt tokens, those the
+    /// prefix cache supplied, those computed so far including the cached ones, milliseconds since the prompt
+    /// began); `num_tokens` is `P`. One when the prompt is admitted (`P` = `C`), then one per chunk the engine
+    /// computes, the last with `P` = `T`.
+    PromptProgress = 6,
 }
 
 /// Why a choice ended.
@@ -65,18 +73,20 @@ impl From<FinishReason> for EmberFinishReason {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct EmberEvent {
-    /// Which of delta, finished or error this event is; it says which other fields are meaningful.
+    /// Which of delta, finished, error or prompt progress this event is; it says which other fields are meaningful.
     pub kind: EmberEventKind,
     /// The choice the event is about (0 for single-choice requests and for `ERROR`).
     pub choice: u32,
-    /// `DELTA`: the new text; `ERROR`: the message; `FINISHED`: NULL. UTF-8 (never a partial character),
+    /// `DELTA`: the new text; `ERROR`: the message; `PROMPT_PROGRESS`: the `prompt_progress` JSON object;
+    /// `FINISHED`: NULL. UTF-8 (never a partial character),
     /// `text_len` bytes, followed by a NUL byte for convenience (the text itself may contain NUL bytes:
     /// `text_len` is authoritative). Owned by ember: valid until this thread polls this request again, or the
     /// request is freed.
     pub text: *const c_char,
     /// Bytes of `text`, the NUL excluded.
     pub text_len: usize,
-    /// `DELTA`: how many generated tokens the text covers (a token may produce no text on its own); otherwise 0.
+    /// `DELTA`: how many generated tokens the text covers (a token may produce no text on its own);
+    /// `PROMPT_PROGRESS`: the prompt tokens processed so far (the object's `processed`); otherwise 0.
     pub num_tokens: u32,
     /// `FINISHED`: why the choice ended; otherwise `EMBER_FINISH_REASON_NONE`.
     pub finish_reason: EmberFinishReason,
@@ -86,7 +96,8 @@ pub struct EmberEvent {
 /// until one comes; other negative values are invalid). Consecutive deltas of one choice are merged.
 ///
 /// A request's events are its text deltas and one `FINISHED` per choice, or, when the engine fails it, one
-/// `ERROR` instead of the `FINISHED`s still to come. The final event (the last choice's `FINISHED`, or the
+/// `ERROR` instead of the `FINISHED`s still to come; with `"return_progress": true`, `PROMPT_PROGRESS` events
+/// before a prompt's first token. The final event (the last choice's `FINISHED`, or the
 /// `ERROR`) is returned once; every later call returns `EMBER_STATUS_STREAM_DONE` at once, without waiting,
 /// whatever `timeout_ms`: poll until that status, as `engine_next_chunk_json` is read.
 ///
@@ -139,6 +150,10 @@ pub(super) fn to_c_event(event: RequestEvent, mut keep: impl FnMut(String) -> (*
         }
         RequestEvent::Finished { choice, reason } => (EmberEventKind::Finished, choice, None, 0, reason.into()),
         RequestEvent::Error { message } => (EmberEventKind::Error, 0, Some(message), 0, EmberFinishReason::None),
+        RequestEvent::PromptProgress { choice, progress } => {
+            let json = prompt_progress_json(progress);
+            (EmberEventKind::PromptProgress, choice, Some(json), progress.processed, EmberFinishReason::None)
+        }
     };
     let (text, text_len) = match text {
         Some(text) => keep(text),

@@ -96,6 +96,7 @@ fn one_thread_takes_every_event_of_many_requests_once_and_in_order() {
                 }
                 EmberEventKind::StreamDone => assert!(r.last && s.chunks > 0),
                 EmberEventKind::Error => panic!("request {i} failed: {}", text_of(&r.event)),
+                EmberEventKind::PromptProgress => panic!("request {i} did not ask for progress"),
             }
         }
     }
@@ -185,4 +186,57 @@ fn freeing_the_engine_ends_a_blocked_wait_and_a_freed_request_is_skipped() {
     // The waiter may block before or after the free: either way it returns, refused.
     engine_free(engine);
     assert_eq!(waiter.join().unwrap(), EmberStatus::InvalidHandle);
+}
+
+/// `"return_progress": true`: `PROMPT_PROGRESS` records before the text (the `prompt_progress` object as text,
+/// `num_tokens` its `processed`), and with chunks, llama-server's progress chunks before the stream's own.
+#[test]
+fn progress_records_and_chunks_come_before_the_text() {
+    let engine = new_engine();
+    let body = r#"{"prompt": "Count: 1, 2, 3,", "max_tokens": 4, "temperature": 0, "stream": true,
+        "return_progress": true}"#;
+    for delivery in [EMBER_DELIVERY_EVENTS, EMBER_DELIVERY_CHUNKS] {
+        let request = submit_with(engine, body, 7, delivery);
+        let mut records = vec![empty_record(); 4];
+        let mut progress: Vec<serde_json::Value> = Vec::new();
+        let mut others = 0;
+        let mut last = false;
+        while !last {
+            let (status, n) = wait(engine, -1, &mut records);
+            assert_eq!(status, EmberStatus::Ok);
+            for r in &records[..n] {
+                last = r.last;
+                let text = text_of(&r.event);
+                let found = match r.event.kind {
+                    EmberEventKind::PromptProgress => {
+                        let p: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        assert_eq!(
+                            (r.event.choice, u64::from(r.event.num_tokens)),
+                            (0, p["processed"].as_u64().unwrap())
+                        );
+                        Some(p)
+                    }
+                    EmberEventKind::Chunk => {
+                        serde_json::from_str::<serde_json::Value>(&text).unwrap().get("prompt_progress").cloned()
+                    }
+                    _ => None,
+                };
+                match found {
+                    Some(p) => {
+                        assert_eq!(others, 0, "progress comes before the text: {text}");
+                        let keys: Vec<&str> = p.as_object().unwrap().keys().map(String::as_str).collect();
+                        assert_eq!(keys, ["total", "cache", "processed", "time_ms"], "llama-server's order");
+                        progress.push(p);
+                    }
+                    None => others += 1,
+                }
+            }
+        }
+        assert!(progress.len() >= 2, "the admission and at least one chunk: {progress:?}");
+        assert_eq!(progress[0]["processed"], progress[0]["cache"]);
+        let end = progress.last().unwrap();
+        assert_eq!(end["processed"], end["total"], "the last covers the whole prompt");
+        engine_request_free(request);
+    }
+    engine_free(engine);
 }

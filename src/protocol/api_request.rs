@@ -99,6 +99,7 @@ impl ApiRequest {
             speculative_decoding: request.speculative_decoding,
             deadline_ms: request.deadline_ms,
             priority: request.priority,
+            return_progress: request.return_progress,
         };
         let submit = SubmitRequest { prompts, n: request.n, options };
         let handle = engine.submit(submit).map_err(|e| {

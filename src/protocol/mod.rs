@@ -19,6 +19,7 @@ pub mod model_info;
 pub mod prometheus;
 mod prompt;
 mod prompt_logprobs;
+mod prompt_progress;
 mod reasoning;
 mod request;
 mod request_fields;
@@ -35,5 +36,6 @@ mod xml_arguments;
 
 pub use api_request::ApiRequest;
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
+pub use prompt_progress::prompt_progress_json;
 pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
 pub use stream::ChunkPoll;

@@ -80,6 +80,8 @@ pub(crate) struct ParsedRequest {
     pub deadline_ms: Option<u64>,
     /// vLLM's `priority` (lower is scheduled first).
     pub priority: i32,
+    /// llama-server's `return_progress`: report how far the prompt has been computed (`prompt_progress`).
+    pub return_progress: bool,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
     /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit. A request
@@ -170,6 +172,7 @@ impl ParsedRequest {
             speculative_decoding: opt_bool(o, "speculative_decoding")?.unwrap_or(true),
             deadline_ms: opt_u64(o, "deadline_ms")?,
             priority: parse_priority(o)?,
+            return_progress: opt_bool(o, "return_progress")?.unwrap_or(false),
             echo: parse_echo(o, kind)?,
             guided,
             tools,

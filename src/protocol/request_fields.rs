@@ -74,6 +74,8 @@ const FIELDS: &[(&str, Known)] = &[
     ("speculative_decoding", Known::Read),
     ("deadline_ms", Known::Read),
     ("priority", Known::Read),
+    // llama-server's: `prompt_progress` events and chunks while the prompt is computed (`prompt_progress.rs`).
+    ("return_progress", Known::Read),
     // Chat only: how the template renders (`template_options.rs`).
     ("add_generation_prompt", Known::Read),
     ("continue_final_message", Known::Read),

@@ -81,6 +81,9 @@ fn every_field_is_read() {
     assert_eq!(chat("").unwrap().priority, 0);
     assert_eq!(param(r#", "priority": 1.5"#), "priority");
     assert_eq!(param(r#", "priority": 4294967296"#), "priority");
+    assert!(!chat("").unwrap().return_progress, "no progress unless asked");
+    assert!(chat(r#", "return_progress": true"#).unwrap().return_progress);
+    assert_eq!(param(r#", "return_progress": 1"#), "return_progress");
     assert_eq!(param(r#", "min_tokens": -1"#), "min_tokens");
     assert!(chat(r#", "best_of": 2, "n": 2"#).is_ok(), "best_of = n returns every candidate");
     assert_eq!(param(r#", "best_of": 2"#), "best_of");

@@ -8,6 +8,10 @@
 //! `"usage": null` and a last chunk with empty `choices` carries `usage` and, behind the double gate, `metrics`.
 //! An engine error ends the stream with one `{"error": {...}}` body. The host frames each body (`data: ...`) and
 //! writes `data: [DONE]` after the last.
+//! A request with `return_progress` also gets, before its first token, one chunk per prompt progress event, in
+//! llama-server's shape: a top-level `prompt_progress` object, and a choice whose delta is `{"role":
+//! "assistant", "content": null}` (chat) or whose text is `""` (completions); such chunks open no choice (its
+//! role chunk still comes before its first content).
 
 use std::collections::VecDeque;
 
@@ -20,12 +24,13 @@ use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
 use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
+use super::prompt_progress::PromptProgressJson;
 use super::reasoning::{ReasoningDelta, ReasoningReader, ReasoningStream};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
 use super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
 use crate::engine::sampling::TokenLogprob;
-use crate::engine::{FinishReason, RequestEvent, RequestHandle};
+use crate::engine::{FinishReason, PromptProgress, RequestEvent, RequestHandle};
 
 /// The answer to "what is the next chunk?".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +89,9 @@ struct Chunk<'a> {
     /// llama.cpp server's `timings`: on the usage chunk only, like `metrics`.
     #[serde(skip_serializing_if = "Slot::is_absent")]
     timings: Slot<TimingsJson>,
+    /// llama-server's `prompt_progress`: on progress chunks only (`return_progress`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_progress: Option<PromptProgressJson>,
 }
 
 #[derive(Serialize)]
@@ -109,6 +117,16 @@ struct ChunkChoice<'a> {
 enum Piece<'a> {
     Delta(Delta<'a>),
     Text(&'a str),
+    /// A chat progress chunk's delta, as llama-server writes it.
+    #[serde(rename = "delta")]
+    Progress(ProgressDelta),
+}
+
+/// `{"role": "assistant", "content": null}`: llama-server's delta in a chat progress chunk.
+#[derive(Serialize)]
+struct ProgressDelta {
+    role: &'static str,
+    content: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -302,7 +320,27 @@ impl ChunkEncoder {
                 }
             }
             RequestEvent::Error { message } => self.fail(message),
+            RequestEvent::PromptProgress { choice, progress } => self.progress(header, choice, progress),
         }
+    }
+
+    /// A progress chunk (`return_progress`): llama-server's, which opens no choice.
+    fn progress(&mut self, header: &ResponseHeader, choice: usize, progress: PromptProgress) {
+        let piece = match self.kind {
+            ApiKind::Chat => Piece::Progress(ProgressDelta { role: "assistant", content: None }),
+            ApiKind::Completion => Piece::Text(""),
+        };
+        let choice = ChunkChoice {
+            index: choice,
+            piece,
+            logprobs: None,
+            finish_reason: None,
+            metrics: Slot::Absent,
+            prompt_logprobs: None,
+        };
+        let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
+        let chunk = self.chunk(header, vec![choice], usage, Slot::Absent, Slot::Absent, Some(progress.into()));
+        self.ready.push_back(chunk);
     }
 
     /// The handle's events are over (its poll answered `Done`). When this encoder has not seen the end, another
@@ -356,7 +394,7 @@ impl ChunkEncoder {
             prompt_logprobs,
         };
         let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
-        self.ready.push_back(self.chunk(header, vec![opening], usage, Slot::Absent, Slot::Absent));
+        self.ready.push_back(self.chunk(header, vec![opening], usage, Slot::Absent, Slot::Absent, None));
     }
 
     fn finish(&mut self, header: &ResponseHeader, choice: usize, reason: FinishReason, handle: &RequestHandle) {
@@ -401,7 +439,7 @@ impl ChunkEncoder {
             let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
             let usage = Slot::Value(Usage::of(handle, &outputs, self.reasoning.as_ref().map(|(r, _)| r)));
             let timings = self.gate.timings(outputs.len(), || handle.llamacpp_timings(0));
-            self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics), timings));
+            self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics), timings, None));
         }
         self.ended = true;
     }
@@ -418,7 +456,7 @@ impl ChunkEncoder {
         let choice = ChunkChoice { index, piece, logprobs, finish_reason, metrics, prompt_logprobs: None };
         // OpenAI: with include_usage, every chunk but the last has `"usage": null`.
         let usage = if self.include_usage { Slot::Null } else { Slot::Absent };
-        self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent, Slot::Absent));
+        self.ready.push_back(self.chunk(header, vec![choice], usage, Slot::Absent, Slot::Absent, None));
     }
 
     fn chunk(
@@ -428,6 +466,7 @@ impl ChunkEncoder {
         usage: Slot<Usage>,
         metrics: Slot<TimingMetricsJson>,
         timings: Slot<TimingsJson>,
+        prompt_progress: Option<PromptProgressJson>,
     ) -> String {
         let object = match self.kind {
             ApiKind::Chat => "chat.completion.chunk",
@@ -442,6 +481,7 @@ impl ChunkEncoder {
             usage,
             metrics,
             timings,
+            prompt_progress,
         })
     }
 }
@@ -494,6 +534,42 @@ mod tests {
             .iter()
             .all(|c| c.get("usage").is_none() && c.get("metrics").is_none() && c.get("timings").is_none()));
         assert_eq!(e.next_ready(), Some(ChunkPoll::Done), "done stays done");
+    }
+
+    /// llama-server's progress chunks (`return_progress`): `prompt_progress` at the top, and a choice that opens
+    /// nothing, so the rest of the stream is as it is without them.
+    #[test]
+    fn progress_chunks_come_before_the_stream_in_llama_servers_shape() {
+        for kind in [ApiKind::Chat, ApiKind::Completion] {
+            let r = FakeRequest::new(1, 10);
+            let mut e = encoder(kind, 1, true, (false, false, false));
+            let at = |processed, time_ms| PromptProgress { processed, total: 10, cached: 4, time_ms };
+            r.shared.push_progress(0, at(4, 0));
+            r.shared.push_progress(0, at(10, 7));
+            r.token(0, "a", 2.0);
+            r.finish(0, FinishReason::Stop);
+            let (chunks, done) = r.drain(&mut e, &header());
+            assert!(done);
+            let object = if kind == ApiKind::Chat { "chat.completion.chunk" } else { "text_completion" };
+            let opening = match kind {
+                ApiKind::Chat => json!({"index": 0, "delta": {"role": "assistant", "content": null}, "logprobs": null,
+                    "finish_reason": null}),
+                ApiKind::Completion => json!({"index": 0, "text": "", "logprobs": null, "finish_reason": null}),
+            };
+            assert_eq!(choices(&chunks[..2], object), [opening.clone(), opening]);
+            let progress: Vec<&Value> = chunks.iter().map(|c| &c["prompt_progress"]).collect();
+            assert_eq!(progress[0], &json!({"total": 10, "cache": 4, "processed": 4, "time_ms": 0}));
+            assert_eq!(progress[1], &json!({"total": 10, "cache": 4, "processed": 10, "time_ms": 7}));
+            assert!(progress[2..].iter().all(|p| p.is_null()), "only progress chunks carry it");
+            assert!(chunks[..2].iter().all(|c| c["usage"].is_null() && c.get("usage").is_some()));
+            // The rest is the stream without progress: the role chunk (chat), the text, the finish, the usage.
+            let r2 = FakeRequest::new(1, 10);
+            let mut plain = encoder(kind, 1, true, (false, false, false));
+            r2.token(0, "a", 2.0);
+            r2.finish(0, FinishReason::Stop);
+            let (without, _) = r2.drain(&mut plain, &header());
+            assert_eq!(chunks[2..], without[..]);
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ from .errors import (
     TooManyHandles,
     error_class,
 )
-from .request import Event, Request
+from .request import Event, PromptProgress, Request
 
 
 def library_version() -> str:
@@ -50,6 +50,6 @@ __all__ = [
     "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "Engine", "EngineStartFailed", "Error", "Event",
     "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument", "InvalidConfig", "InvalidHandle",
     "InvalidRequest", "InvalidUtf8", "LoadCancelled", "LogLevel", "ModelLoadFailed", "NotFinished", "Overloaded",
-    "Panic", "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics",
+    "Panic", "PromptProgress", "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics",
     "TooManyHandles", "error_class", "library_version",
 ]

@@ -46,6 +46,9 @@ class EventKind(IntEnum):
     CHUNK = 4
     #: The end of a chunk stream. Iteration ends instead of yielding it.
     STREAM_DONE = 5
+    #: How far a prompt has been computed (``event.progress``): only for a request with ``"return_progress": true``,
+    #: before the prompt's first token.
+    PROMPT_PROGRESS = 6
 
 
 class FinishReason(IntEnum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
 
 from ._constants import EventKind, FinishReason, Status
@@ -28,24 +29,51 @@ _KINDS = {kind.value: kind for kind in EventKind}
 _REASONS = {reason.value: reason for reason in FinishReason}
 
 
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far a prompt has been computed: a ``PROMPT_PROGRESS`` event's :attr:`Event.progress`, only for a request
+    with ``"return_progress": true`` (docs/protocol.md, "Prompt progress"). llama-server's ``prompt_progress``."""
+
+    #: The prompt's tokens (``total``).
+    total: int
+    #: Prompt tokens the prefix cache supplied when the engine admitted the prompt (``cache``).
+    cached: int
+    #: Prompt tokens computed so far, the cached ones included: from ``cached`` up to ``total`` (``processed``).
+    processed: int
+    #: Whole milliseconds since the engine admitted the prompt (``time_ms``).
+    time_ms: int
+
+
 class Event(NamedTuple):
     """One event of a request."""
 
-    #: ``DELTA`` (new text), ``FINISHED`` (a choice ended), or ``CHUNK`` (a request submitted with
-    #: ``chunks=True``: ``text`` is a streaming chunk body).
+    #: ``DELTA`` (new text), ``FINISHED`` (a choice ended), ``PROMPT_PROGRESS`` (with ``return_progress``: how far
+    #: the prompt has been computed), or ``CHUNK`` (a request submitted with ``chunks=True``: ``text`` is a
+    #: streaming chunk body).
     kind: EventKind
     #: The choice the event is about (0 unless the request asked for ``n`` > 1).
     choice: int
-    #: ``DELTA``: the new text (never a partial character); ``CHUNK``: the chunk's JSON; ``FINISHED``: "".
+    #: ``DELTA``: the new text (never a partial character); ``CHUNK``: the chunk's JSON; ``PROMPT_PROGRESS``:
+    #: llama-server's ``prompt_progress`` JSON object; ``FINISHED``: "".
     text: str
-    #: ``DELTA``: how many generated tokens the text covers (a token may produce no text on its own).
+    #: ``DELTA``: how many generated tokens the text covers (a token may produce no text on its own);
+    #: ``PROMPT_PROGRESS``: the prompt tokens processed so far.
     num_tokens: int
     #: ``FINISHED``: why the choice ended; otherwise ``None``.
     finish_reason: Optional[FinishReason]
 
     def json(self) -> Dict[str, Any]:
-        """A ``CHUNK`` event's body, parsed."""
+        """A ``CHUNK`` event's body (or a ``PROMPT_PROGRESS`` event's object), parsed."""
         return json.loads(self.text)
+
+    @property
+    def progress(self) -> Optional[PromptProgress]:
+        """A ``PROMPT_PROGRESS`` event's figures; ``None`` for other kinds. Decoded when read, so that events of
+        other kinds cost nothing more (the tuple's fields are those of every event)."""
+        if self.kind != EventKind.PROMPT_PROGRESS:
+            return None
+        p = json.loads(self.text)
+        return PromptProgress(p["total"], p["cache"], p["processed"], p["time_ms"])
 
 
 class Request:
