@@ -457,7 +457,7 @@ mod broken {
 
     /// Softmax with an exponential accurate to about 6e-4 (the same reduction, a Taylor polynomial of degree 3: what
     /// a too-short polynomial gives).
-    pub fn softmax_low_degree_exp(x: &mut [f32]) {
+    pub fn softmax_low_degree_exp(x: &mut [f32]) -> (f32, f32) {
         let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let exp = |v: f32| {
             if v < -80.0 {
@@ -474,6 +474,7 @@ mod broken {
             sum += *v;
         }
         x.iter_mut().for_each(|v| *v /= sum);
+        (max, sum)
     }
 }
 

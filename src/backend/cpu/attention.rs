@@ -2,30 +2,32 @@
 //! or NEOX halves), appending keys and values to the paged cache, then causal grouped-query attention of every new
 //! token over its sequence's cache, within the layer's sliding window where it has one.
 //!
-//! Work is split by key/value head and by ranges of the step's rows: a task takes one KV head and scores all the
-//! query heads that share it (3 for SmolLM2) against each cached key, so the cache is read once per KV head rather
-//! than once per query head. It walks the sequence's block table block by block (a windowed layer in the window
-//! pool walks the window table). A query at position `p` reads keys and values `0..=p` of its own sequence
-//! (`p + 1 − window..=p` in a windowed layer), its own included, with the same operations in the same order
-//! whatever the task split: prefill and decode run the same code per query, so a token's result does not depend
-//! on whether it was computed in a prompt chunk, as a decode step, or beside other sequences, nor on the pool its
-//! layer's keys live in.
+//! Each query's attention is computed span by span (`attention_spans.rs`: spans of 256 positions at fixed cuts,
+//! each with its own softmax, merged in order), for all the query heads that share a KV head at once (3 for
+//! SmolLM2), so the cache is read once per KV head rather than once per query head. A query at position `p` reads
+//! keys and values `0..=p` of its own sequence (`p + 1 − window..=p` in a windowed layer), its own included, with
+//! the same operations in the same order whatever the task split: prefill and decode run the same code per query,
+//! so a token's result does not depend on whether it was computed in a prompt chunk, as a decode step, or beside
+//! other sequences, nor on the pool its layer's keys live in.
 //!
-//! Tasks write into a staging buffer laid out `[kv_head][part][row][part's heads × value width]`, where each task's
-//! rows are one contiguous slice; one copy afterwards puts the heads in place in the `[row][n_head × value width]`
-//! output. A part is the whole group, except in latent attention (`HeadLayout::split_group`), whose one KV head
-//! serves every query head: there the group is split so that a decode step's one row still feeds every thread (each
-//! query head's arithmetic is the same whichever part computes it).
+//! Two splits into tasks ([`attend`] picks one):
+//! - by KV head and ranges of the step's rows: a task computes whole rows of one KV head (all their spans). Tasks
+//!   write into a staging buffer laid out `[kv_head][part][row][part's heads × value width]`, where each task's
+//!   rows are one contiguous slice; one copy afterwards puts the heads in place in the `[row][n_head × value
+//!   width]` output. A part is the whole group, except in latent attention (`HeadLayout::split_group`), whose one
+//!   KV head serves every query head: there the group is split so that a decode step's one row still feeds every
+//!   thread (each query head's arithmetic is the same whichever part computes it);
+//! - by (row, span), when rows are too few to feed the threads and a row has several spans (decoding a long
+//!   sequence): a task computes its spans for every KV head, streaming one contiguous range of the cache, into a
+//!   buffer of partial results, which a second round of tasks folds per row and head in span order.
 //!
 //! Latent attention (`latent.rs`) runs the same tasks through [`attend`] on queries it prepared itself, with values
 //! that are the first `value_width` elements of each cached key row.
 
 use std::sync::{Mutex, TryLockError};
 
-use half::f16;
-
-use super::kernels::numerics::soft_cap;
-use super::kernels::{CacheRun, Kernels};
+use super::attention_spans::{fold_span, spans_of, RowAttention, SoftmaxShare, SpanBuffers, SCORE_STRIDE};
+use super::kernels::Kernels;
 use super::kv_cache::{CpuKvCache, KvLayer};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
@@ -96,51 +98,71 @@ impl HeadLayout {
 
 /// A task's private working memory.
 struct TaskScratch {
-    /// `[group][context + 1]`: scores, then probabilities, of each query head of the group (the extra one is a
+    /// `[group][SCORE_STRIDE]`: one span's scores, then probabilities, of each query head of the group (and a
     /// head's attention sink, `LlamaConfig::attn_sinks`).
     scores: Vec<f32>,
     /// `[group][key_width]`: the rotated, scaled queries.
     queries: Vec<f32>,
-    /// `[group][value_width]`: the weighted sums of values.
+    /// `[group][value_width]`: a span's weighted sums of values.
     outputs: Vec<f32>,
+    /// `[group]`: a span's softmax shares.
+    shares: Vec<SoftmaxShare>,
+    /// `[group][value_width]`: the spans so far, merged.
+    merged: Vec<f32>,
+    /// `[group]`: their shares.
+    totals: Vec<SoftmaxShare>,
     /// `[key_width]`: a head being normalized or rotated.
     head: Vec<f32>,
 }
 
-/// Scratch memory of the attention: one working set per thread (at most that many tasks run at once) and the
-/// staging buffer of the outputs.
+impl TaskScratch {
+    fn new(layout: &HeadLayout) -> Self {
+        let (group, kw, vw) = (layout.group, layout.key_width, layout.value_width);
+        let share = SoftmaxShare { max: 0.0, sum: 0.0 };
+        TaskScratch {
+            scores: vec![0.0; group * SCORE_STRIDE],
+            queries: vec![0.0; group * kw],
+            outputs: vec![0.0; group * vw],
+            shares: vec![share; group],
+            merged: vec![0.0; group * vw],
+            totals: vec![share; group],
+            head: vec![0.0; kw],
+        }
+    }
+
+    /// The working space of one span of `heads` heads.
+    fn span_buffers(&mut self) -> (SpanBuffers<'_>, &mut [f32], &mut [SoftmaxShare]) {
+        let TaskScratch { scores, queries, outputs, shares, merged, totals, .. } = self;
+        (SpanBuffers { scores, queries, outputs, shares }, merged, totals)
+    }
+}
+
+/// Scratch memory of the attention: one working set per thread (at most that many tasks run at once), the
+/// staging buffer of the outputs, and the spans' partial results when a step is split by spans.
 pub struct AttentionScratch {
     tasks: Vec<Mutex<TaskScratch>>,
     /// `[n_head_kv][part][max_rows][part's heads × value_width]`.
     stage: Vec<f32>,
     /// `[key_width]`: a key head being normalized or rotated.
     key_head: Vec<f32>,
+    /// `[unit][n_head][value_width + 2]`: each (row, span) unit's outputs and shares, when the step is split by
+    /// spans; grown to the longest context seen.
+    partials: Vec<f32>,
+    /// The step's (row, span) units, when split by spans.
+    units: Vec<(usize, usize)>,
 }
 
 impl AttentionScratch {
     pub fn new(config: &LlamaConfig, threads: usize, max_rows: usize) -> Self {
         let layout = HeadLayout::of(config);
-        let tasks = (0..threads.max(1))
-            .map(|_| {
-                Mutex::new(TaskScratch {
-                    scores: vec![0.0; layout.group * score_stride(config)],
-                    queries: vec![0.0; layout.group * layout.key_width],
-                    outputs: vec![0.0; layout.group * layout.value_width],
-                    head: vec![0.0; layout.key_width],
-                })
-            })
-            .collect();
         AttentionScratch {
-            tasks,
+            tasks: (0..threads.max(1)).map(|_| Mutex::new(TaskScratch::new(&layout))).collect(),
             stage: vec![0.0; max_rows * layout.output_width()],
             key_head: vec![0.0; layout.key_width],
+            partials: Vec::new(),
+            units: Vec::new(),
         }
     }
-}
-
-/// The stride of one query head's scores in `TaskScratch::scores`: every position of the context and a sink.
-fn score_stride(config: &LlamaConfig) -> usize {
-    config.context_length + 1
 }
 
 /// The operands of one layer's attention.
@@ -192,42 +214,6 @@ pub(super) fn prepare_head(
     }
 }
 
-/// A cache element type and what attention computes over a run of consecutive cache slots of it for the query
-/// heads of one KV head (see `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
-trait KvElement: Copy {
-    /// `out[g·out_stride + i] = queries[g] · keys.rows[i·keys.stride ..]`.
-    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, Self>, out: &mut [f32], out_stride: usize);
-    /// `out[g] += Σ_i weights[g·weight_stride + i] · values.rows[i·values.stride ..]`, in position order.
-    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]);
-}
-
-impl KvElement for f16 {
-    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize) {
-        kernels.attention_scores_f16(queries, keys, out, out_stride)
-    }
-    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]) {
-        kernels.attention_values_f16(weights, weight_stride, values, out)
-    }
-}
-
-/// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
-impl KvElement for f32 {
-    fn scores(_: &Kernels, queries: &[f32], keys: CacheRun<'_, f32>, out: &mut [f32], out_stride: usize) {
-        for (g, q) in queries.chunks_exact(keys.width).enumerate() {
-            for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
-                *o = q.iter().zip(&keys.rows[i * keys.stride..][..keys.width]).map(|(a, b)| a * b).sum();
-            }
-        }
-    }
-    fn values(_: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f32>, out: &mut [f32]) {
-        for (g, out) in out.chunks_exact_mut(values.width).enumerate() {
-            for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
-                out.iter_mut().zip(&values.rows[i * values.stride..][..values.width]).for_each(|(o, x)| *o += w * x);
-            }
-        }
-    }
-}
-
 /// Runs attention of `layer` for the step described by `step`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_layer(
@@ -271,6 +257,10 @@ pub enum Queries<'a> {
 
 /// Causal attention of every row of the step over its sequence's cached keys and values of `layer` (stored
 /// already, this step's included), into `out` (`[T][n_head × value_width]`, `HeadLayout::of(config)`).
+///
+/// Split into tasks by KV head and rows ([`attend_by_rows`]), or, when that gives the threads too few tasks and
+/// some row has several spans (a decode step of a long sequence), by (row, span) ([`attend_by_spans`]): the same
+/// spans merged in the same order either way (`attention_spans`), so the split decides speed, never a value.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     pool: &ThreadPool,
@@ -284,17 +274,91 @@ pub fn attend(
     sinks: &[f32],
     out: &mut [f32],
 ) {
-    let layout = HeadLayout::of(config);
-    let (kw, vw) = (layout.key_width, layout.value_width);
-    let (q_width, out_width) = (layout.query_width(), layout.output_width());
+    let attention =
+        LayerAttention { kernels, config, step, cache, layout: HeadLayout::of(config), layer, queries, sinks };
     let rows = step.n_tokens();
+    scratch.units.clear();
+    for t in 0..rows {
+        let (first, positions) = attention.attended(t);
+        scratch.units.extend(spans_of(first, positions).map(|span| (t, span)));
+    }
+    if rows * attention.layout.n_head_kv < 2 * pool.threads() && scratch.units.len() > rows {
+        attend_by_spans(pool, &attention, scratch, out);
+    } else {
+        attend_by_rows(pool, &attention, scratch, out);
+    }
+}
+
+/// What every task of one layer's attention reads.
+struct LayerAttention<'a> {
+    kernels: &'a Kernels,
+    config: &'a LlamaConfig,
+    step: &'a StepLayout,
+    cache: &'a CpuKvCache,
+    layout: HeadLayout,
+    layer: usize,
+    queries: Queries<'a>,
+    sinks: &'a [f32],
+}
+
+impl LayerAttention<'_> {
+    /// The positions row `t` attends to: `first..positions`.
+    fn attended(&self, t: usize) -> (usize, usize) {
+        let positions = self.step.position(t) + 1;
+        let first = self.config.layers[self.layer].window.map_or(0, |w| positions.saturating_sub(w));
+        (first, positions)
+    }
+
+    /// Row `t`'s queries of heads `first_head..first_head + heads`, normalized and rotated where they are raw, then
+    /// scaled, into `work.queries`.
+    fn prepare_queries(&self, t: usize, first_head: usize, heads: usize, work: &mut TaskScratch) {
+        let (kw, q_width) = (self.layout.key_width, self.layout.query_width());
+        let (cos, sin) = self.step.rope(self.config.layers[self.layer].rope, t);
+        for (g, query) in work.queries[..heads * kw].chunks_exact_mut(kw).enumerate() {
+            let h = first_head + g;
+            match &self.queries {
+                Queries::Raw { values, norm } => {
+                    query.copy_from_slice(&values[t * q_width + h * kw..][..kw]);
+                    prepare_head(self.kernels, self.config, query, *norm, cos, sin, &mut work.head);
+                }
+                Queries::Rotated(values) => query.copy_from_slice(&values[t * q_width + h * kw..][..kw]),
+            }
+            query.iter_mut().for_each(|x| *x *= self.config.attention_scale);
+        }
+    }
+
+    /// Row `t`'s attention for heads `first_head..first_head + heads`, all of KV head `kv_head`.
+    fn row(&self, t: usize, kv_head: usize, first_head: usize, heads: usize) -> RowAttention<'_> {
+        let (kw, vw) = (self.layout.key_width, self.layout.value_width);
+        let (first, positions) = self.attended(t);
+        RowAttention {
+            kernels: self.kernels,
+            cache: self.cache,
+            block_table: self.step.block_table_of_row(t, self.cache.pool_of(self.layer)),
+            first,
+            positions,
+            offset: kv_head * kw,
+            kv_dim: self.layout.n_head_kv * kw,
+            key_width: kw,
+            value_width: vw,
+            heads,
+            softcap: self.config.attn_softcap,
+            sinks: if self.sinks.is_empty() { None } else { Some(&self.sinks[first_head..first_head + heads]) },
+        }
+    }
+}
+
+/// Tasks of (KV head, part of its group, contiguous rows), each computing whole rows (all their spans) and owning
+/// its rows of that part's plane of the stage.
+fn attend_by_rows(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &mut AttentionScratch, out: &mut [f32]) {
+    let layout = attention.layout;
+    let vw = layout.value_width;
+    let out_width = layout.output_width();
+    let rows = attention.step.n_tokens();
     let parts = layout.parts(rows, pool.threads());
     let part_heads = layout.group / parts;
     let part_width = part_heads * vw;
-    let attends = config.layers[layer];
-    let kv_pool = cache.pool_of(layer);
 
-    // Tasks: (KV head, part of its group, contiguous rows), each owning its rows of that part's plane of the stage.
     let planes = layout.n_head_kv * parts;
     let per_plane = TASKS_PER_KV_HEAD.min(MAX_TASKS / planes).min(rows).max(1);
     let rows_per_task = rows.div_ceil(per_plane);
@@ -310,8 +374,7 @@ pub fn attend(
         }
     }
 
-    let layer_kv = cache.layer(layer);
-    let scale = config.attention_scale;
+    let layer_kv = attention.cache.layer(attention.layer);
     pool.run(n_tasks, &|task| {
         let Some((plane, first_row, out)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
@@ -322,39 +385,14 @@ pub fn attend(
         let work = &mut *guard;
         for (i, out_row) in out.chunks_exact_mut(part_width).enumerate() {
             let t = first_row + i;
-            let (cos, sin) = step.rope(attends.rope, t);
-            for (g, query) in work.queries[..part_heads * kw].chunks_exact_mut(kw).enumerate() {
-                let h = first_head + g;
-                match &queries {
-                    Queries::Raw { values, norm } => {
-                        query.copy_from_slice(&values[t * q_width + h * kw..][..kw]);
-                        prepare_head(kernels, config, query, *norm, cos, sin, &mut work.head);
-                    }
-                    Queries::Rotated(values) => query.copy_from_slice(&values[t * q_width + h * kw..][..kw]),
-                }
-                query.iter_mut().for_each(|x| *x *= scale);
-            }
-            let positions = step.position(t) + 1;
-            let row = RowAttention {
-                kernels,
-                cache,
-                block_table: step.block_table_of_row(t, kv_pool),
-                first: attends.window.map_or(0, |w| positions.saturating_sub(w)),
-                positions,
-                offset: kv_head * kw,
-                kv_dim: layout.n_head_kv * kw,
-                key_width: kw,
-                value_width: vw,
-                heads: part_heads,
-                stride: score_stride(config),
-                softcap: config.attn_softcap,
-                sinks: if sinks.is_empty() { None } else { Some(&sinks[first_head..first_head + part_heads]) },
-            };
+            attention.prepare_queries(t, first_head, part_heads, work);
+            let row = attention.row(t, kv_head, first_head, part_heads);
+            let (buf, merged, totals) = work.span_buffers();
             match layer_kv {
-                KvLayer::F16 { keys, values } => row.run(keys, values, work),
-                KvLayer::F32 { keys, values } => row.run(keys, values, work),
+                KvLayer::F16 { keys, values } => row.run(keys, values, buf, merged, totals),
+                KvLayer::F32 { keys, values } => row.run(keys, values, buf, merged, totals),
             }
-            out_row.copy_from_slice(&work.outputs[..part_width]);
+            out_row.copy_from_slice(&work.merged[..part_width]);
         }
     });
 
@@ -366,6 +404,89 @@ pub fn attend(
             out[at..at + part_width].copy_from_slice(staged);
         }
     }
+}
+
+/// Tasks of consecutive (row, span) units, each computing its spans for every KV head (a contiguous range of the
+/// cache) into the partials; then tasks of rows, each folding its spans in order into the output.
+fn attend_by_spans(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &mut AttentionScratch, out: &mut [f32]) {
+    let layout = attention.layout;
+    let (group, vw) = (layout.group, layout.value_width);
+    let n_head = layout.n_head_kv * group;
+    let record = vw + 2;
+    let unit_width = n_head * record;
+    let AttentionScratch { tasks, partials, units, .. } = scratch;
+    let (tasks, units) = (&*tasks, &*units);
+    if partials.len() < units.len() * unit_width {
+        partials.resize(units.len() * unit_width, 0.0);
+    }
+
+    // Each task's units are one contiguous piece of the partials.
+    let n_tasks = units.len().min(MAX_TASKS).min(4 * pool.threads()).max(1);
+    let units_per_task = units.len().div_ceil(n_tasks);
+    type Slot<'s> = Mutex<Option<(usize, &'s mut [f32])>>;
+    let slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
+    let pieces = partials[..units.len() * unit_width].chunks_mut(units_per_task * unit_width);
+    let mut n_pieces = 0;
+    for (i, piece) in pieces.enumerate() {
+        *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some((i * units_per_task, piece));
+        n_pieces += 1;
+    }
+    let layer_kv = attention.cache.layer(attention.layer);
+    pool.run(n_pieces, &|task| {
+        let Some((first_unit, piece)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let mut guard = acquire(tasks);
+        let work = &mut *guard;
+        for (unit, records) in piece.chunks_exact_mut(unit_width).enumerate() {
+            let (t, span) = units[first_unit + unit];
+            for kv_head in 0..layout.n_head_kv {
+                let first_head = kv_head * group;
+                attention.prepare_queries(t, first_head, group, work);
+                let row = attention.row(t, kv_head, first_head, group);
+                let (buf, _, _) = work.span_buffers();
+                match layer_kv {
+                    KvLayer::F16 { keys, values } => row.span(span, keys, values, buf),
+                    KvLayer::F32 { keys, values } => row.span(span, keys, values, buf),
+                }
+                let heads = records[first_head * record..][..group * record].chunks_exact_mut(record);
+                for (g, rec) in heads.enumerate() {
+                    rec[..vw].copy_from_slice(&work.outputs[g * vw..][..vw]);
+                    (rec[vw], rec[vw + 1]) = (work.shares[g].max, work.shares[g].sum);
+                }
+            }
+        }
+    });
+
+    // Fold each row's spans in order, every head, into the row's output.
+    let partials = &partials[..units.len() * unit_width];
+    let out_width = layout.output_width();
+    let rows = attention.step.n_tokens();
+    let rows_per_task = rows.div_ceil(MAX_TASKS);
+    let row_slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
+    let mut n_row_tasks = 0;
+    for (i, piece) in out[..rows * out_width].chunks_mut(rows_per_task * out_width).enumerate() {
+        *row_slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some((i * rows_per_task, piece));
+        n_row_tasks += 1;
+    }
+    pool.run(n_row_tasks, &|task| {
+        let Some((first_row, piece)) = row_slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        for (i, out_row) in piece.chunks_exact_mut(out_width).enumerate() {
+            let t = first_row + i;
+            // Units are in row order: this row's are one range, its spans in order.
+            let row_units = units.partition_point(|u| u.0 < t)..units.partition_point(|u| u.0 <= t);
+            for (h, merged) in out_row.chunks_exact_mut(vw).enumerate() {
+                let mut total = SoftmaxShare { max: 0.0, sum: 0.0 };
+                for (k, u) in row_units.clone().enumerate() {
+                    let rec = &partials[u * unit_width + h * record..][..record];
+                    let share = SoftmaxShare { max: rec[vw], sum: rec[vw + 1] };
+                    fold_span(k == 0, &mut total, merged, share, &rec[..vw]);
+                }
+            }
+        }
+    });
 }
 
 /// A free working set: one always exists, because no more tasks run at once than there are threads.
@@ -391,93 +512,13 @@ fn try_acquire(tasks: &[Mutex<TaskScratch>]) -> Option<std::sync::MutexGuard<'_,
     })
 }
 
-/// Attention of one query row for the query heads of one KV head.
-struct RowAttention<'a> {
-    kernels: &'a Kernels,
-    cache: &'a CpuKvCache,
-    block_table: &'a [u32],
-    /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
-    first: usize,
-    positions: usize,
-    /// Offset of the KV head within a cache row (of keys, and of values when they have a plane of their own).
-    offset: usize,
-    kv_dim: usize,
-    /// Width of a key head (and of the queries).
-    key_width: usize,
-    /// Width of a value head (a prefix of the key head's when the values are the keys' plane).
-    value_width: usize,
-    /// Query heads in `TaskScratch::queries` (the part of the group this task computes).
-    heads: usize,
-    /// Stride of the per-head score rows in the scratch (`score_stride`).
-    stride: usize,
-    /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
-    softcap: Option<f32>,
-    /// The group's query heads' sink logits (gpt-oss): each joins its head's softmax as one more score, whose
-    /// probability is dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes.
-    sinks: Option<&'a [f32]>,
-}
-
-impl RowAttention<'_> {
-    /// Scores every position against each query of `work.queries`, softmaxes, and sums the values into
-    /// `work.outputs`. Keys and values are each read once, block by block.
-    fn run<T: KvElement>(&self, keys: &[T], values: &[T], work: &mut TaskScratch) {
-        let (kw, vw, first, n) = (self.key_width, self.value_width, self.first, self.positions);
-        let TaskScratch { scores, queries, outputs, .. } = work;
-        let (queries, outputs) = (&queries[..self.heads * kw], &mut outputs[..self.heads * vw]);
-        // Score `i` belongs to position `first + i`.
-        for (block, from, len, pos) in self.runs() {
-            let keys = self.run_of(keys, block, from, len, kw);
-            T::scores(self.kernels, queries, keys, &mut scores[pos - first..], self.stride);
-        }
-        for g in 0..self.heads {
-            let row = &mut scores[g * self.stride..g * self.stride + n - first + 1];
-            let (attended, sink) = row.split_at_mut(n - first);
-            if let Some(cap) = self.softcap {
-                attended.iter_mut().for_each(|s| *s = soft_cap(*s, cap));
-            }
-            match self.sinks {
-                // The sink's score after the positions': the same softmax kernel, so the same bits on every path.
-                Some(sinks) => {
-                    sink[0] = sinks[g];
-                    self.kernels.softmax_inplace(row);
-                }
-                None => self.kernels.softmax_inplace(attended),
-            }
-        }
-        outputs.iter_mut().for_each(|x| *x = 0.0);
-        for (block, from, len, pos) in self.runs() {
-            let values = self.run_of(values, block, from, len, vw);
-            T::values(self.kernels, &scores[pos - first..], self.stride, values, outputs);
-        }
-    }
-
-    /// The attended positions as runs of cache slots, in position order: `(block, first slot, slots, position of
-    /// the first slot)`.
-    fn runs(&self) -> impl Iterator<Item = (u32, usize, usize, usize)> + '_ {
-        let bs = self.cache.block_size();
-        let (first, n) = (self.first, self.positions);
-        (first / bs..n.div_ceil(bs)).map(move |b| {
-            let from = first.max(b * bs) - b * bs;
-            let to = n.min((b + 1) * bs) - b * bs;
-            (self.block_table[b], from, to - from, b * bs + from)
-        })
-    }
-
-    /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
-    /// values), `width` wide: from the head's first element in slot `from` to its `width`-th in slot
-    /// `from + len − 1`, `kv_dim` apart.
-    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> CacheRun<'p, T> {
-        let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
-        CacheRun { rows: &plane[first..first + (len - 1) * self.kv_dim + width], width, stride: self.kv_dim, n: len }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn scratch() -> Mutex<TaskScratch> {
-        Mutex::new(TaskScratch { scores: Vec::new(), queries: Vec::new(), outputs: Vec::new(), head: Vec::new() })
+        let layout = HeadLayout { n_head_kv: 0, group: 0, key_width: 0, value_width: 0, split_group: false };
+        Mutex::new(TaskScratch::new(&layout))
     }
 
     #[test]

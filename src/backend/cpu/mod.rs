@@ -1,6 +1,7 @@
 //! The CPU backend: SIMD quantized kernels chosen at run time, a persistent thread pool, the paged KV cache.
 
 mod attention;
+mod attention_spans;
 mod backend;
 mod experts;
 pub mod kernels;

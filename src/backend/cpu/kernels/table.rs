@@ -56,7 +56,7 @@ pub struct Kernels {
     pub(super) silu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
     pub(super) gelu_mul: unsafe fn(gate: &[f32], up: &[f32], out: &mut [f32]),
     pub(super) add_assign: unsafe fn(x: &mut [f32], y: &[f32]),
-    pub(super) softmax_inplace: unsafe fn(x: &mut [f32]),
+    pub(super) softmax_inplace: unsafe fn(x: &mut [f32]) -> (f32, f32),
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
     pub(super) attention_scores_f16: AttentionScoresFn,
     pub(super) attention_values_f16: AttentionValuesFn,
@@ -72,6 +72,9 @@ pub type MatmulPackedOverride = fn(w: &PackedMatrix, act: &[BlockQ8A], n_cols: u
 /// A replacement for `silu_mul`.
 pub type SiluMulOverride = fn(gate: &[f32], up: &[f32], out: &mut [f32]);
 
+/// A replacement for `softmax_inplace`: returns the maximum and the sum of the exponentials.
+pub type SoftmaxOverride = fn(x: &mut [f32]) -> (f32, f32);
+
 /// Kernels to put in place of a path's own (see [`Kernels::with_overrides`]).
 #[doc(hidden)]
 #[derive(Clone, Copy, Default)]
@@ -80,7 +83,7 @@ pub struct KernelOverrides {
     pub matmul_q8: Option<MatmulQ8Override>,
     pub matmul_packed: Option<MatmulPackedOverride>,
     pub silu_mul: Option<SiluMulOverride>,
-    pub softmax_inplace: Option<fn(x: &mut [f32])>,
+    pub softmax_inplace: Option<SoftmaxOverride>,
 }
 
 impl Kernels {
@@ -257,8 +260,10 @@ impl Kernels {
     }
 
     /// Softmax in place, with the maximum subtracted first so that `exp` cannot overflow. `-inf` entries (masked
-    /// positions) get probability 0; a slice of only `-inf` becomes NaN.
-    pub fn softmax_inplace(&self, x: &mut [f32]) {
+    /// positions) get probability 0; a slice of only `-inf` becomes NaN. Returns the maximum and the sum of the
+    /// exponentials `Σ exp(x[i] − max)` the probabilities were divided by (what merging softmaxes of separate
+    /// ranges needs).
+    pub fn softmax_inplace(&self, x: &mut [f32]) -> (f32, f32) {
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.softmax_inplace)(x) }
     }

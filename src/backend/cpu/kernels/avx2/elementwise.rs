@@ -62,7 +62,7 @@ pub(in crate::backend::cpu::kernels) fn add_assign(x: &mut [f32], y: &[f32]) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
+pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let (xs, tail) = x.as_chunks_mut::<8>();
     let mut max_v = _mm256_set1_ps(f32::NEG_INFINITY);
     for v in xs.iter() {
@@ -73,7 +73,8 @@ pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
     if !tail.is_empty() {
         max_v = _mm256_max_ps(tail_v, max_v);
     }
-    let max_v = _mm256_set1_ps(hmax(max_v));
+    let max = hmax(max_v);
+    let max_v = _mm256_set1_ps(max);
     let mut sum_v = _mm256_setzero_ps();
     for v in xs.iter_mut() {
         let e = exp(_mm256_sub_ps(load_8f(v), max_v));
@@ -87,7 +88,8 @@ pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
         store_8f(&mut lanes, e);
         tail.copy_from_slice(&lanes[..tail.len()]);
     }
-    let inv = 1.0 / hsum(sum_v);
+    let sum = hsum(sum_v);
+    let inv = 1.0 / sum;
     let inv_v = _mm256_set1_ps(inv);
     for v in xs.iter_mut() {
         store_8f(v, _mm256_mul_ps(load_8f(v), inv_v));
@@ -95,6 +97,7 @@ pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
     for v in tail.iter_mut() {
         *v *= inv;
     }
+    (max, sum)
 }
 
 /// `[a0, a0, a1, a1, a2, a2, a3, a3]`.

@@ -83,7 +83,7 @@ fn exp_chunk(v: &mut Lanes, max: f32, acc: &mut Lanes) {
 }
 
 #[inline(always)]
-pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
+pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let max = max_of(x);
     let mut acc: Lanes = [0.0; LANES];
     let (chunks, tail) = x.as_chunks_mut::<LANES>();
@@ -96,10 +96,12 @@ pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) {
         exp_chunk(&mut v, max, &mut acc);
         tail.copy_from_slice(&v[..tail.len()]);
     }
-    let inv = 1.0 / sum_lanes(acc);
+    let sum = sum_lanes(acc);
+    let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
     }
+    (max, sum)
 }
 
 /// One pair's rotation as `vfmaddsub` computes it: `x0·c − (x1·s)` and `x1·c + (x0·s)`, each with one rounding

@@ -66,7 +66,7 @@ macro_rules! scalar_table {
                 elementwise::add_assign(x, y)
             }
             $(#[target_feature(enable = $features)])?
-            pub(super) fn softmax_inplace(x: &mut [f32]) {
+            pub(super) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
                 elementwise::softmax_inplace(x)
             }
             $(#[target_feature(enable = $features)])?

@@ -1,0 +1,228 @@
+//! One query row's attention for the query heads of one KV head, span by span, and the merge of the spans.
+//!
+//! The attended positions are cut into spans at fixed multiples of [`SPAN`] positions (absolute positions, so
+//! the cuts do not depend on the row, the window or the step). Each span gets its own softmax (normalized within
+//! the span) and weighted sum of values; the spans are then merged in position order, each merge a weighted
+//! average of the running output and the span's, by their shares of the whole softmax's denominator. A row whose
+//! positions lie in one span gets exactly the single softmax's bits (the merge of one span is that span).
+//!
+//! Why spans: a decode step of one long sequence has one row per KV head to compute, too few tasks for the
+//! threads (SmolLM2's 3 KV heads on 2 threads left one thread idle a third of the time); spans let the step split
+//! by positions, a task per span, each streaming a contiguous range of the cache for every KV head. A task that
+//! holds a whole row computes the same spans and merges them in the same order with the same operations as the
+//! merge after per-span tasks, so a token's result does not depend on which split ran (the batch invariance the
+//! kernels keep), and the scores a task holds are one span's, not the whole context's.
+
+use half::f16;
+
+use super::kernels::numerics::soft_cap;
+use super::kernels::{CacheRun, Kernels};
+use super::kv_cache::CpuKvCache;
+
+/// Positions of a span.
+pub(super) const SPAN: usize = 256;
+/// The stride of one query head's scores in a task's scores: a span's positions and a sink.
+pub(super) const SCORE_STRIDE: usize = SPAN + 1;
+
+/// A cache element type and what attention computes over a run of consecutive cache slots of it for the query
+/// heads of one KV head (see `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
+pub(super) trait KvElement: Copy {
+    /// `out[g·out_stride + i] = queries[g] · keys.rows[i·keys.stride ..]`.
+    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, Self>, out: &mut [f32], out_stride: usize);
+    /// `out[g] += Σ_i weights[g·weight_stride + i] · values.rows[i·values.stride ..]`, in position order.
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]);
+}
+
+impl KvElement for f16 {
+    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize) {
+        kernels.attention_scores_f16(queries, keys, out, out_stride)
+    }
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]) {
+        kernels.attention_values_f16(weights, weight_stride, values, out)
+    }
+}
+
+/// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
+impl KvElement for f32 {
+    fn scores(_: &Kernels, queries: &[f32], keys: CacheRun<'_, f32>, out: &mut [f32], out_stride: usize) {
+        for (g, q) in queries.chunks_exact(keys.width).enumerate() {
+            for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
+                *o = q.iter().zip(&keys.rows[i * keys.stride..][..keys.width]).map(|(a, b)| a * b).sum();
+            }
+        }
+    }
+    fn values(_: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f32>, out: &mut [f32]) {
+        for (g, out) in out.chunks_exact_mut(values.width).enumerate() {
+            for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
+                out.iter_mut().zip(&values.rows[i * values.stride..][..values.width]).for_each(|(o, x)| *o += w * x);
+            }
+        }
+    }
+}
+
+/// The spans holding positions `first..positions`.
+pub(super) fn spans_of(first: usize, positions: usize) -> std::ops::Range<usize> {
+    first / SPAN..positions.div_ceil(SPAN)
+}
+
+/// What a span or a merge of spans has computed for one head: the maximum score, the sum of the exponentials
+/// relative to it, and (beside it, in the caller's buffer) the output normalized by that sum.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct SoftmaxShare {
+    pub max: f32,
+    pub sum: f32,
+}
+
+/// Merges a span (`share`, `output`) into the running result of the spans before it (`running`, `merged`): the
+/// weighted average of the two outputs by their shares of the merged denominator, relative to the larger
+/// maximum. Plain f32 operations (the same code on every kernel path).
+pub(super) fn merge_span(running: &mut SoftmaxShare, merged: &mut [f32], share: SoftmaxShare, output: &[f32]) {
+    let max = running.max.max(share.max);
+    let a = running.sum * (running.max - max).exp();
+    let b = share.sum * (share.max - max).exp();
+    let sum = a + b;
+    let (alpha, beta) = (a / sum, b / sum);
+    for (m, &o) in merged.iter_mut().zip(output) {
+        *m = alpha.mul_add(*m, beta * o);
+    }
+    *running = SoftmaxShare { max, sum };
+}
+
+/// Folds a span into the result of the spans before it: the first span of a row is taken as it is (so a row of
+/// one span keeps the single softmax's bits), each later one merged ([`merge_span`]).
+pub(super) fn fold_span(
+    first: bool,
+    total: &mut SoftmaxShare,
+    merged: &mut [f32],
+    share: SoftmaxShare,
+    output: &[f32],
+) {
+    if first {
+        merged.copy_from_slice(output);
+        *total = share;
+    } else {
+        merge_span(total, merged, share, output);
+    }
+}
+
+/// A task's buffers for one span of one row and KV head.
+pub(super) struct SpanBuffers<'w> {
+    /// `[heads][SCORE_STRIDE]`: scores, then probabilities.
+    pub scores: &'w mut [f32],
+    /// `[heads][key_width]`: the rotated, scaled queries.
+    pub queries: &'w [f32],
+    /// `[heads][value_width]`: the span's outputs.
+    pub outputs: &'w mut [f32],
+    /// `[heads]`: the span's softmax shares.
+    pub shares: &'w mut [SoftmaxShare],
+}
+
+/// Attention of one query row for the query heads of one KV head.
+pub(super) struct RowAttention<'a> {
+    pub kernels: &'a Kernels,
+    pub cache: &'a CpuKvCache,
+    pub block_table: &'a [u32],
+    /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
+    pub first: usize,
+    pub positions: usize,
+    /// Offset of the KV head within a cache row (of keys, and of values when they have a plane of their own).
+    pub offset: usize,
+    pub kv_dim: usize,
+    /// Width of a key head (and of the queries).
+    pub key_width: usize,
+    /// Width of a value head (a prefix of the key head's when the values are the keys' plane).
+    pub value_width: usize,
+    /// Query heads computed (the part of the group this task computes).
+    pub heads: usize,
+    /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
+    pub softcap: Option<f32>,
+    /// The heads' sink logits (gpt-oss): each joins its head's softmax as one more score, whose probability is
+    /// dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes. It joins the last span's
+    /// softmax, so that a row of one span computes what one softmax over all positions and the sink computes.
+    pub sinks: Option<&'a [f32]>,
+}
+
+impl RowAttention<'_> {
+    /// The spans of this row.
+    pub fn spans(&self) -> std::ops::Range<usize> {
+        spans_of(self.first, self.positions)
+    }
+
+    /// Span `span` of this row: scores of its positions against each query of `buf.queries`, their softmax (with
+    /// the sink in the last span), and the probabilities' weighted sum of values into `buf.outputs`, with each
+    /// head's share in `buf.shares`. Keys and values are each read once, block by block.
+    pub fn span<T: KvElement>(&self, span: usize, keys: &[T], values: &[T], buf: SpanBuffers<'_>) {
+        let (kw, vw) = (self.key_width, self.value_width);
+        let lo = self.first.max(span * SPAN);
+        let hi = self.positions.min((span + 1) * SPAN);
+        let SpanBuffers { scores, queries, outputs, shares } = buf;
+        let (queries, outputs) = (&queries[..self.heads * kw], &mut outputs[..self.heads * vw]);
+        // Score `i` belongs to position `lo + i`.
+        for (block, from, len, pos) in self.runs(lo, hi) {
+            let keys = self.run_of(keys, block, from, len, kw);
+            T::scores(self.kernels, queries, keys, &mut scores[pos - lo..], SCORE_STRIDE);
+        }
+        let sink = self.sinks.filter(|_| hi == self.positions);
+        for (g, share) in shares[..self.heads].iter_mut().enumerate() {
+            let row = &mut scores[g * SCORE_STRIDE..][..hi - lo + 1];
+            let (attended, sink_score) = row.split_at_mut(hi - lo);
+            if let Some(cap) = self.softcap {
+                attended.iter_mut().for_each(|s| *s = soft_cap(*s, cap));
+            }
+            // The sink's score after the positions': the same softmax kernel, so the same bits on every path.
+            let (max, sum) = match sink {
+                Some(sinks) => {
+                    sink_score[0] = sinks[g];
+                    self.kernels.softmax_inplace(row)
+                }
+                None => self.kernels.softmax_inplace(attended),
+            };
+            *share = SoftmaxShare { max, sum };
+        }
+        outputs.iter_mut().for_each(|x| *x = 0.0);
+        for (block, from, len, pos) in self.runs(lo, hi) {
+            let values = self.run_of(values, block, from, len, vw);
+            T::values(self.kernels, &scores[pos - lo..], SCORE_STRIDE, values, outputs);
+        }
+    }
+
+    /// Every span of this row, folded in order ([`fold_span`]) into `merged` (`[heads][value_width]`) and
+    /// `totals` (`[heads]`); `buf` is each span's working space.
+    pub fn run<T: KvElement>(
+        &self,
+        keys: &[T],
+        values: &[T],
+        buf: SpanBuffers<'_>,
+        merged: &mut [f32],
+        totals: &mut [SoftmaxShare],
+    ) {
+        let vw = self.value_width;
+        let SpanBuffers { scores, queries, outputs, shares } = buf;
+        for (k, span) in self.spans().enumerate() {
+            let buf = SpanBuffers { scores: &mut *scores, queries, outputs: &mut *outputs, shares: &mut *shares };
+            self.span(span, keys, values, buf);
+            for (g, total) in totals[..self.heads].iter_mut().enumerate() {
+                fold_span(k == 0, total, &mut merged[g * vw..][..vw], shares[g], &outputs[g * vw..][..vw]);
+            }
+        }
+    }
+
+    /// The positions `lo..hi` as runs of cache slots, in position order: `(block, first slot, slots, position of
+    /// the first slot)`.
+    fn runs(&self, lo: usize, hi: usize) -> impl Iterator<Item = (u32, usize, usize, usize)> + '_ {
+        let bs = self.cache.block_size();
+        (lo / bs..hi.div_ceil(bs)).map(move |b| {
+            let from = lo.max(b * bs) - b * bs;
+            let to = hi.min((b + 1) * bs) - b * bs;
+            (self.block_table[b], from, to - from, b * bs + from)
+        })
+    }
+
+    /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
+    /// values), `width` wide: from the head's first element in slot `from` to its `width`-th in slot
+    /// `from + len − 1`, `kv_dim` apart.
+    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> CacheRun<'p, T> {
+        let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
+        CacheRun { rows: &plane[first..first + (len - 1) * self.kv_dim + width], width, stride: self.kv_dim, n: len }
+    }
+}

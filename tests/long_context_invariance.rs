@@ -1,0 +1,135 @@
+//! At long context a token's logits still do not depend on how its step was split: a decode step of one long
+//! sequence splits its attention by spans of positions (too few rows to feed the threads otherwise), a prompt
+//! chunk or a batch of sequences splits it by rows, and both must give the same bits (`src/backend/cpu/
+//! attention_spans.rs`: fixed span cuts, merged in the same order either way).
+//!
+//! The sequences are 700 tokens, three spans of 256 positions, so that the merge of several spans is what is
+//! compared; Gemma 3's sliding-window layers (512) start their window inside the first span. The reference is the
+//! whole sequence prefilled in one chunk on 2 threads (split by rows, every row computing all its spans itself).
+
+use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::model::llama::{forward, SeqChunk};
+use ember::model::{Model, TokenId};
+
+#[path = "common/gemma3.rs"]
+mod gemma3;
+
+/// Tokens of the sequences; the last `TAIL` are compared.
+const LEN: usize = 700;
+const TAIL: usize = 4;
+const KV_BLOCK_SIZE: usize = 16;
+const BLOCKS_PER_SEQ: usize = LEN.div_ceil(KV_BLOCK_SIZE);
+
+type Bits = Vec<u32>;
+
+fn backend(model: &Model, threads: usize, precision: Precision) -> CpuBackend<'_> {
+    let options = CpuBackendOptions {
+        threads,
+        max_batch_tokens: 2 * LEN,
+        kv_block_size: KV_BLOCK_SIZE,
+        kv_num_blocks: 2 * BLOCKS_PER_SEQ,
+        kv_window_blocks: None,
+        precision,
+    };
+    CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Two different token sequences of `LEN` tokens (a text repeated, from two starting points).
+fn sequences(model: &Model) -> [Vec<TokenId>; 2] {
+    let text = "The old lighthouse keeper climbed the stairs each evening, counting the steps and the ships. ";
+    let ids = model.tokenizer.encode(&text.repeat(60), false);
+    assert!(ids.len() >= LEN + 7, "the text has only {} tokens", ids.len());
+    [ids[..LEN].to_vec(), ids[7..LEN + 7].to_vec()]
+}
+
+/// Sequence `seq`'s blocks, interleaved with the other's and reversed for the second, so that no layout is assumed.
+fn block_table(seq: usize) -> Vec<u32> {
+    let mut table: Vec<u32> = (0..BLOCKS_PER_SEQ).map(|j| (2 * j + seq) as u32).collect();
+    if seq == 1 {
+        table.reverse();
+    }
+    table
+}
+
+/// Feeds each sequence of `seqs` its tokens in `chunks` (summing to `LEN`), all sequences in each step, and
+/// returns the logits of the last `TAIL` positions of each, `[seq][i]`.
+fn run(model: &Model, backend: &mut CpuBackend<'_>, seqs: &[&[TokenId]], chunks: &[usize]) -> Vec<Vec<Bits>> {
+    assert_eq!(chunks.iter().sum::<usize>(), LEN);
+    let vocab = model.config.vocab_size;
+    let tables: Vec<Vec<u32>> = (0..seqs.len()).map(block_table).collect();
+    let mut rows = vec![Vec::new(); seqs.len()];
+    let mut pos = 0;
+    for &len in chunks {
+        let logit_rows = (pos + len).saturating_sub(LEN - TAIL).min(len);
+        let batch: Vec<SeqChunk<'_>> = seqs
+            .iter()
+            .zip(&tables)
+            .map(|(tokens, table)| SeqChunk {
+                tokens: &tokens[pos..pos + len],
+                start_pos: pos,
+                block_table: table,
+                window_table: &[],
+                logit_rows,
+            })
+            .collect();
+        let mut logits = vec![0f32; seqs.len() * logit_rows * vocab];
+        forward(&model.config, backend, &batch, &mut logits).unwrap_or_else(|e| panic!("at {pos}: {e}"));
+        if logit_rows > 0 {
+            for (seq, out) in logits.chunks_exact(logit_rows * vocab).enumerate() {
+                rows[seq].extend(out.chunks_exact(vocab).map(|row| row.iter().map(|x| x.to_bits()).collect::<Bits>()));
+            }
+        }
+        pos += len;
+    }
+    rows
+}
+
+/// The prompt, then the last `TAIL` tokens one per step, as decoding feeds them.
+fn decoded_tail() -> Vec<usize> {
+    let mut chunks = vec![LEN - TAIL];
+    chunks.extend([1; TAIL]);
+    chunks
+}
+
+fn check(model: &Model, precision: Precision) {
+    let [a, b] = sequences(model);
+    let mut one = backend(model, 1, precision);
+    let mut two = backend(model, 2, precision);
+    let reference = run(model, &mut two, &[&a], &[LEN]);
+    assert_eq!(reference[0].len(), TAIL);
+
+    // (what, threads, sequences, chunks)
+    type Case<'t> = (&'static str, usize, Vec<&'t [TokenId]>, Vec<usize>);
+    let cases: [Case<'_>; 4] = [
+        ("decoded alone, 2 threads (split by spans)", 2, vec![&a], decoded_tail()),
+        ("decoded alone, 1 thread", 1, vec![&a], decoded_tail()),
+        ("the tail as one chunk, 2 threads (split by rows)", 2, vec![&a], vec![LEN - TAIL, TAIL]),
+        ("decoded beside another long sequence, 2 threads", 2, vec![&a, &b], decoded_tail()),
+    ];
+    for (name, threads, seqs, chunks) in cases {
+        let backend = if threads == 1 { &mut one } else { &mut two };
+        let rows = run(model, backend, &seqs, &chunks);
+        for (i, (got, want)) in rows[0].iter().zip(&reference[0]).enumerate() {
+            let differing = got.iter().zip(want).filter(|(x, y)| x != y).count();
+            assert_eq!(differing, 0, "{name}: position {}: {differing} logits differ", LEN - TAIL + i);
+        }
+    }
+}
+
+#[test]
+fn long_context_logits_do_not_depend_on_the_attention_split() {
+    let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
+    check(&model, Precision::Quantized8);
+}
+
+#[test]
+fn gemma3_long_context_logits_do_not_depend_on_the_attention_split() {
+    let model = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
+    check(&model, Precision::Quantized8);
+}
+
+#[test]
+fn precise_path_long_context_logits_do_not_depend_on_the_attention_split() {
+    let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
+    check(&model, Precision::Float32);
+}
