@@ -14,6 +14,7 @@
 //! reference, one token per step, has logits at every position.
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
 
@@ -64,6 +65,7 @@ fn backend(model: &Model, threads: usize, precision: Precision) -> CpuBackend<'_
         kv_num_blocks: TEXTS.len() * BLOCKS_PER_SEQ,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -11,6 +11,7 @@
 mod quant_blocks;
 #[path = "common/rng.rs"]
 mod rng;
+use ember::backend::KvCacheTypes;
 use std::sync::{Arc, Mutex};
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
@@ -191,6 +192,7 @@ fn gpu_matches_cpu(what: &str, bytes: &[u8]) {
         kv_num_blocks: MAX_SEQS * BLOCKS_PER_SEQ,
         kv_window_blocks: None,
         precision: Precision::Float32,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut cpu = CpuBackend::new(&file, config.clone(), cpu_options).unwrap();
     let mut gpu = gpu_backend(&file, &config, true);

@@ -19,6 +19,7 @@
 use ember::backend::cpu::kernels::WeightMatrix;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::packing::pack;
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::forward::{Buf, Norm, Weight};
 use ember::model::llama::latent::{KV_A, KV_A_NORM, K_B, Q_A, Q_A_NORM, Q_B, V_B};
@@ -73,6 +74,7 @@ fn layer_case(out: &mut Words, family: &str, n_tokens: usize) {
         kv_num_blocks: 4,
         kv_window_blocks: None,
         precision: Precision::Float32,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut cpu = CpuBackend::new(&file, config.clone(), cpu_options).unwrap();
     let tokens: Vec<TokenId> = (0..n_tokens).map(|j| ((j * 37 + 11) % config.vocab_size) as TokenId).collect();

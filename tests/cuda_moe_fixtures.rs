@@ -39,6 +39,7 @@ mod rng;
 use ember::backend::cpu::kernels::WeightMatrix;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::packing::pack;
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::{GgmlType, GgufFile};
 use ember::model::llama::architecture::{ExpertGlu, Gating};
 use ember::model::llama::experts::{ExpertGroups, SELECTION_BIAS};
@@ -210,6 +211,7 @@ fn layer_case(out: &mut Words, name: &str, spec: &SyntheticSpec, n_tokens: usize
         kv_num_blocks: 4,
         kv_window_blocks: None,
         precision: Precision::Float32,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut cpu = CpuBackend::new(&file, config.clone(), cpu_options).unwrap();
     let tokens: Vec<TokenId> = (0..n_tokens).map(|j| ((j * 37 + 11) % config.vocab_size) as TokenId).collect();

@@ -8,6 +8,7 @@
 #[path = "common/gemma3.rs"]
 mod gemma3;
 
+use ember::backend::KvCacheTypes;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ fn a_sequence_past_the_window_holds_only_its_window_blocks_and_gets_the_tokens_o
         kv_num_blocks: 1024 / BLOCK,
         kv_window_blocks: None,
         precision: Precision::Quantized8,
+        kv_cache: KvCacheTypes::default(),
     };
     let layout = SingleSequenceLayout::of(&options);
     let mut backend = CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"));

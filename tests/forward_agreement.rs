@@ -13,6 +13,7 @@
 //! rounding, which the gain scales 4 times.
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
 use serde::Deserialize;
@@ -51,6 +52,7 @@ fn ours(f: &Fixture) -> Vec<usize> {
         kv_num_blocks: blocks,
         kv_window_blocks: None,
         precision: Precision::Quantized8,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut backend = CpuBackend::new(&file, config.clone(), options).unwrap_or_else(|e| panic!("{e}"));
     let table: Vec<u32> = (0..blocks as u32).collect();

@@ -65,6 +65,7 @@
 //! activations to 8 bits as llama.cpp does, with other blocks (Q8_1-like per 32 here, Q8_0/Q8_1 there).
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticSpec};
 use serde::Deserialize;
@@ -128,6 +129,7 @@ fn ours_with(f: &Fixture, precision: Precision) -> Vec<Vec<f32>> {
         kv_num_blocks: 4,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut backend = CpuBackend::new(&file, config.clone(), options).unwrap_or_else(|e| panic!("{e}"));
     let n = f.ids.len();

@@ -12,6 +12,7 @@ mod per_path;
 
 use ember::backend::cpu::kernels::kernels;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
 
@@ -52,6 +53,7 @@ fn fast_path_agrees_with_llama_cpp_under_teacher_forcing() {
         kv_num_blocks: n * MAX_SEQ_LEN / KV_BLOCK_SIZE,
         kv_window_blocks: None,
         precision: Precision::Quantized8,
+        kv_cache: KvCacheTypes::default(),
     };
     let config = model.config.clone();
     let mut backend = CpuBackend::new(&model.file, config.clone(), options).unwrap_or_else(|e| panic!("{e}"));

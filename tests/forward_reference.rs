@@ -12,6 +12,7 @@
 //! dominate a step's cost, are read once per step. Batching changes no logit (`batch_invariance.rs`), so each case
 //! is judged as if it ran alone.
 
+use ember::backend::KvCacheTypes;
 use serde::Deserialize;
 
 use ember::backend::cpu::kernels::{kernels, KernelOverrides, Kernels};
@@ -98,6 +99,7 @@ fn backend_on<'m>(model: &'m Model, precision: Precision, kernels: &'static Kern
         kv_num_blocks: MAX_SEQS * MAX_SEQ_LEN / KV_BLOCK_SIZE,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     CpuBackend::with_kernels(&model.file, model.config.clone(), options, kernels).unwrap_or_else(|e| panic!("{e}"))
 }

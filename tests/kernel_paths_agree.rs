@@ -10,6 +10,7 @@
 //! The same scenario runs on a synthetic model whose every matrix (the tied embedding too) is MXFP4, the type of
 //! gpt-oss's experts, which no small real model has.
 
+use ember::backend::KvCacheTypes;
 use serde::Deserialize;
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
@@ -62,6 +63,7 @@ fn run(
         kv_num_blocks: n * MAX_SEQ_LEN / KV_BLOCK_SIZE,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     let config = model.config.clone();
     let mut backend = CpuBackend::with_kernels(&model.file, config.clone(), options, kernels)

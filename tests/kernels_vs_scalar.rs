@@ -6,11 +6,13 @@
 //! Numerical Algorithms", §4.2): adding `n` terms in any order errs by at most `(n − 1)·u·Σ|term|`, `u = 2⁻²⁴`,
 //! plus one `u·|term|` per rounded product. Each bound below states which terms it counts.
 
+use bytemuck::Zeroable;
+use ember::backend::cpu::kernels::kv_quant::quantize_kv_row;
 use ember::backend::cpu::kernels::{
     kernels_named, quantize_row_q8a_scalar, supported_kernels, BlockQ8A, CacheRun, Kernels, OutRows, PackedMatrix,
     WeightData, WeightMatrix,
 };
-use ember::model::gguf::blocks::QK;
+use ember::model::gguf::blocks::{BlockQ4_0, BlockQ8_0, QK};
 use ember::model::gguf::kquants::SuperBlock;
 use ember::model::gguf::mxfp4::{e8m0_to_fp32_half, KVALUES};
 use ember::model::gguf::{GgmlType, GgufFile};
@@ -586,6 +588,54 @@ fn check_attention_f16(k: &Kernels, s: &Kernels, x: &[f32], y: &[f32], rng: &mut
         k.attention_values_f16(&weights, out_stride, run, &mut a);
         s.attention_values_f16(&weights, out_stride, run, &mut b);
         assert_same_bits(&a, &b, &format!("{} n {n} heads {heads}", what("attention_values_f16")));
+    }
+}
+
+/// The 8-bit and 4-bit caches' attention kernels over runs of 1 to 17 slots of heads 1 to 8 blocks wide (32 to 256
+/// elements, a latent head's 18), rows padded apart, for groups of 1 to 9 heads, bit for bit against the scalar
+/// path; the extreme integers (±127, −8) included.
+#[test]
+fn quantized_cache_attention_is_bit_identical_to_scalar() {
+    let s = scalar();
+    let mut rng = Rng(0x5eed_cace);
+    for k in simd_paths() {
+        for blocks in [1usize, 2, 4, 8, 18] {
+            let stride = blocks + 3;
+            for (n, heads) in [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (7, 1), (8, 6), (16, 3), (17, 9)] {
+                let rows = random_vec(((n - 1) * stride + blocks) * QK, -3.0, 3.0, &mut rng);
+                let mut q8 = vec![BlockQ8_0::zeroed(); (n - 1) * stride + blocks];
+                let mut q4 = vec![BlockQ4_0::zeroed(); (n - 1) * stride + blocks];
+                quantize_kv_row(&rows, &mut q8);
+                quantize_kv_row(&rows, &mut q4);
+                q8[0].qs[0] = -127;
+                q8[0].qs[1] = 127;
+                q4[0].qs[0] = 0x0F;
+                let queries = quantize(&random_vec(heads * blocks * QK, -2.0, 2.0, &mut rng));
+                let out_stride = n + 2;
+                let what = |name: &str| format!("{} {name}: {blocks} blocks, n {n}, heads {heads}", k.name);
+
+                let (mut got, mut want) = (vec![f32::NAN; heads * out_stride], vec![f32::NAN; heads * out_stride]);
+                let run = CacheRun { rows: &q8[..], width: blocks, stride, n };
+                k.attention_scores_q8_0(&queries, run, &mut got, out_stride);
+                s.attention_scores_q8_0(&queries, run, &mut want, out_stride);
+                assert_same_bits(&got, &want, &what("attention_scores_q8_0"));
+                let run4 = CacheRun { rows: &q4[..], width: blocks, stride, n };
+                k.attention_scores_q4_0(&queries, run4, &mut got, out_stride);
+                s.attention_scores_q4_0(&queries, run4, &mut want, out_stride);
+                assert_same_bits(&got, &want, &what("attention_scores_q4_0"));
+
+                let weights = random_vec(heads * out_stride, 0.0, 1.0, &mut rng);
+                let outs = random_vec(heads * blocks * QK, -1.0, 1.0, &mut rng);
+                let (mut a, mut b) = (outs.clone(), outs.clone());
+                k.attention_values_q8_0(&weights, out_stride, run, &mut a);
+                s.attention_values_q8_0(&weights, out_stride, run, &mut b);
+                assert_same_bits(&a, &b, &what("attention_values_q8_0"));
+                let (mut a, mut b) = (outs.clone(), outs);
+                k.attention_values_q4_0(&weights, out_stride, run4, &mut a);
+                s.attention_values_q4_0(&weights, out_stride, run4, &mut b);
+                assert_same_bits(&a, &b, &what("attention_values_q4_0"));
+            }
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 mod gemma3;
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::engine::kv_window::WindowBlocks;
 use ember::model::llama::{forward, SeqChunk, NO_BLOCK};
 use ember::model::{Model, TokenId};
@@ -43,6 +44,7 @@ fn windowed_layers_in_their_own_pool_give_the_logits_of_every_layer_whole() {
         kv_num_blocks: 2 * MAX_SEQ_LEN / BLOCK,
         kv_window_blocks: None,
         precision: Precision::Quantized8,
+        kv_cache: KvCacheTypes::default(),
     };
     let pool = WindowBlocks::pool_size(window, CHUNK, BLOCK, 2, options.kv_num_blocks);
     let cap = WindowBlocks::cap(window, CHUNK, BLOCK);

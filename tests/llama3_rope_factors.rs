@@ -3,6 +3,7 @@
 //! pass (`scripts/reference/reference_forward.py`, extended for the factors) at every position, on the precise
 //! path. The same model without its factors must disagree with that reference, so the comparison can fail.
 
+use ember::backend::KvCacheTypes;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -58,6 +59,7 @@ fn ours(path: &Path) -> Vec<Vec<f32>> {
         kv_num_blocks: 4,
         kv_window_blocks: None,
         precision: Precision::Float32,
+        kv_cache: KvCacheTypes::default(),
     };
     let mut backend = CpuBackend::new(&file, config.clone(), options).unwrap_or_else(|e| panic!("{e}"));
     let table = [0u32, 1, 2, 3];

@@ -8,6 +8,7 @@
 //! whole sequence prefilled in one chunk on 2 threads (split by rows, every row computing all its spans itself).
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::{KvCacheType, KvCacheTypes};
 use ember::model::llama::{forward, SeqChunk};
 use ember::model::{Model, TokenId};
 
@@ -22,7 +23,7 @@ const BLOCKS_PER_SEQ: usize = LEN.div_ceil(KV_BLOCK_SIZE);
 
 type Bits = Vec<u32>;
 
-fn backend(model: &Model, threads: usize, precision: Precision) -> CpuBackend<'_> {
+fn backend(model: &Model, threads: usize, precision: Precision, kv_cache: KvCacheTypes) -> CpuBackend<'_> {
     let options = CpuBackendOptions {
         threads,
         max_batch_tokens: 2 * LEN,
@@ -30,6 +31,7 @@ fn backend(model: &Model, threads: usize, precision: Precision) -> CpuBackend<'_
         kv_num_blocks: 2 * BLOCKS_PER_SEQ,
         kv_window_blocks: None,
         precision,
+        kv_cache,
     };
     CpuBackend::new(&model.file, model.config.clone(), options).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -91,10 +93,10 @@ fn decoded_tail() -> Vec<usize> {
     chunks
 }
 
-fn check(model: &Model, precision: Precision) {
+fn check(model: &Model, precision: Precision, kv_cache: KvCacheTypes) {
     let [a, b] = sequences(model);
-    let mut one = backend(model, 1, precision);
-    let mut two = backend(model, 2, precision);
+    let mut one = backend(model, 1, precision, kv_cache);
+    let mut two = backend(model, 2, precision, kv_cache);
     let reference = run(model, &mut two, &[&a], &[LEN]);
     assert_eq!(reference[0].len(), TAIL);
 
@@ -119,17 +121,28 @@ fn check(model: &Model, precision: Precision) {
 #[test]
 fn long_context_logits_do_not_depend_on_the_attention_split() {
     let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
-    check(&model, Precision::Quantized8);
+    check(&model, Precision::Quantized8, KvCacheTypes::default());
+}
+
+/// The 8-bit and 4-bit caches keep the promise too (their kernels differ; the spans and the merge are the same).
+#[test]
+fn quantized_cache_long_context_logits_do_not_depend_on_the_attention_split() {
+    let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
+    for (keys, values) in [(KvCacheType::Q8_0, KvCacheType::Q8_0), (KvCacheType::Q4_0, KvCacheType::Q8_0)] {
+        check(&model, Precision::Quantized8, KvCacheTypes { keys, values });
+    }
+    let gemma = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
+    check(&gemma, Precision::Quantized8, KvCacheTypes { keys: KvCacheType::Q8_0, values: KvCacheType::Q4_0 });
 }
 
 #[test]
 fn gemma3_long_context_logits_do_not_depend_on_the_attention_split() {
     let model = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
-    check(&model, Precision::Quantized8);
+    check(&model, Precision::Quantized8, KvCacheTypes::default());
 }
 
 #[test]
 fn precise_path_long_context_logits_do_not_depend_on_the_attention_split() {
     let model = Model::load(None).unwrap_or_else(|e| panic!("{e}"));
-    check(&model, Precision::Float32);
+    check(&model, Precision::Float32, KvCacheTypes::default());
 }

@@ -11,6 +11,7 @@
 
 use ember::backend::cpu::kernels::{kernels_named, supported_kernels, Kernels};
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::GgmlType;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk, SyntheticExperts, SyntheticSpec};
@@ -45,6 +46,7 @@ fn backend<'f>(
         kv_num_blocks: SEQS * SEQ_LEN / BLOCK,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     let b = CpuBackend::with_kernels(file, config.clone(), options, kernels).unwrap();
     (config, b)

@@ -59,6 +59,10 @@ type Config struct {
 	// ActivationPrecision is "auto" (default: f32 activations for a model whose matmul weights are all float, 8-bit
 	// ones otherwise, as llama.cpp pairs them), "q8" or "f32".
 	ActivationPrecision string `json:"activation_precision,omitempty"`
+	// KVCacheTypeK is the KV cache's key type: "f16" (default), "q8_0" or "q4_0" (CPU, 8-bit activations).
+	KVCacheTypeK string `json:"kv_cache_type_k,omitempty"`
+	// KVCacheTypeV is the KV cache's value type: "f16" (default), "q8_0" or "q4_0".
+	KVCacheTypeV string `json:"kv_cache_type_v,omitempty"`
 	// EnablePrefixCaching keeps full KV blocks for later prompts with the same start; nil keeps the default
 	// (true).
 	EnablePrefixCaching *bool `json:"enable_prefix_caching,omitempty"`

@@ -2,3 +2,6 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod kv_cache_type;
+
+pub use kv_cache_type::{KvCacheType, KvCacheTypes};

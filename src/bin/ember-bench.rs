@@ -3,6 +3,7 @@
 //! ```text
 //! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
 //!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]
+//!             [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]
 //! ```
 //!
 //! The second line shapes the run for a side-by-side with llama.cpp's `llama-bench` (what
@@ -39,6 +40,7 @@
 //! (run-queue wait, from `/proc/self/task/*/schedstat`): a figure measured while waiting much is a floor, not the
 //! engine's speed. Times use the monotonic clock.
 
+use ember::backend::{KvCacheType, KvCacheTypes};
 use std::hint::black_box;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -46,7 +48,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ember::backend::cpu::kernels::read_probe;
-use ember::backend::cpu::kv_cache::CpuKvCache;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
@@ -54,7 +55,8 @@ use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
 const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
-                     [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]";
+                     [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N] \
+                     [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]";
 
 /// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
 const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
@@ -84,6 +86,8 @@ struct Args {
     runs: Option<usize>,
     /// Also measure the aggregate decode of this many sequences batched.
     streams: Option<usize>,
+    /// The KV cache's key and value types (`--kv-cache-type-k`, `--kv-cache-type-v`, as the engine options).
+    kv_cache: KvCacheTypes,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
@@ -99,7 +103,10 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         depth: None,
         runs: None,
         streams: None,
+        kv_cache: KvCacheTypes::default(),
     };
+    let cache_type =
+        |name: &str, v: &str| KvCacheType::from_name(v).ok_or(format!("{name}: {v:?} is not one of f16, q8_0, q4_0"));
     let count =
         |name: &str, v: &str| v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("{name}: {v:?} is not a count"));
     let mut it = raw.iter();
@@ -122,6 +129,8 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--depth" => args.depth = Some(count("--depth", &value("--depth")?)?),
             "--runs" => args.runs = Some(count("--runs", &value("--runs")?)?),
             "--streams" => args.streams = Some(count("--streams", &value("--streams")?)?),
+            "--kv-cache-type-k" => args.kv_cache.keys = cache_type(a, &value(a)?)?,
+            "--kv-cache-type-v" => args.kv_cache.values = cache_type(a, &value(a)?)?,
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -344,6 +353,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mut options = CpuBackendOptions {
         threads: args.threads,
         precision: engine_default_precision(&model),
+        kv_cache: args.kv_cache,
         ..CpuBackendOptions::single_sequence(plan.context())
     };
     if !args.no_window_pool {
@@ -365,8 +375,8 @@ fn run(args: &Args) -> Result<(), String> {
     let kernel_path = bench.backend.kernel_path();
     let weight_bytes = bench.backend.weight_bytes_per_token();
     let kv_bytes = bench.backend.kv_cache_bytes();
-    let whole_kv_bytes =
-        CpuKvCache::bytes_for(config.n_layer, config.kv_dim(), plan.rss_positions, config.latent.is_none());
+    let kv_bytes_per_token = args.kv_cache.bytes_per_position(config.n_layer, config.kv_dim(), config.latent.is_none());
+    let whole_kv_bytes = kv_bytes_per_token * plan.rss_positions;
     let quick = if args.quick { ", quick" } else { "" };
     println!("ember-bench: {}, {} threads, {kernel_path} kernels{quick}", model.name(), args.threads);
 
@@ -437,6 +447,11 @@ fn run(args: &Args) -> Result<(), String> {
     memcpy.print(&format!("memcpy {} MiB (GB/s copied)", plan.memcpy_bytes >> 20));
     println!("{:<40} {:>10.1}", "backend start, weights packed (ms)", backend_ms);
     println!("{:<40} {:>10.1}", "weights read per token (MB)", weight_bytes as f64 / 1e6);
+    println!(
+        "{:<40} {:>10}",
+        format!("KV cache bytes per position ({}/{})", args.kv_cache.keys, args.kv_cache.values),
+        kv_bytes_per_token
+    );
     println!("{:<40} {:>10.2}", "weights/token x decode / read", roofline);
     println!("{:<40} {:>10.2}", "weights/token x decode / memcpy", ratio);
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
@@ -484,6 +499,9 @@ fn run(args: &Args) -> Result<(), String> {
             "positions": plan.rss.then_some(plan.rss_positions),
             "bytes": peak_rss,
             "kv_cache_bytes": kv_bytes,
+            "kv_cache_type_k": args.kv_cache.keys.name(),
+            "kv_cache_type_v": args.kv_cache.values.name(),
+            "kv_cache_bytes_per_position": kv_bytes_per_token,
             "kv_cache_bytes_every_layer_whole": whole_kv_bytes,
             "kv_window_pool_blocks": layout.kv_window_blocks,
             "decode_tokens_per_s": long.as_ref().map(Measurement::json)
@@ -522,6 +540,7 @@ fn streams_decode(
         kv_num_blocks: streams * per_seq,
         kv_window_blocks: None,
         precision: engine_default_precision(model),
+        kv_cache: KvCacheTypes::default(),
     };
     let mut backend = CpuBackend::new(&model.file, config.clone(), options).map_err(|e| e.to_string())?;
     let tables: Vec<Vec<u32>> =

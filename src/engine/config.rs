@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::guided::GrammarLimits;
 use super::speculative::SpeculativeConfig;
+use crate::backend::KvCacheType;
 use crate::model::chat_template::TemplateLimits;
 use crate::model::gguf::LoadMode;
 
@@ -104,6 +105,11 @@ pub struct EngineConfig {
     pub force_include_usage: bool,
     /// CPU activation precision (`"auto"`, the default, `"q8"` or `"f32"`).
     pub activation_precision: ActivationPrecision,
+    /// The KV cache's key type (`"f16"`, the default, `"q8_0"` or `"q4_0"`: `backend::KvCacheType`), as llama.cpp's
+    /// `-ctk`. CPU backend only, on the 8-bit activation path.
+    pub kv_cache_type_k: KvCacheType,
+    /// The KV cache's value type, as llama.cpp's `-ctv` (ignored by latent attention, whose values are its keys).
+    pub kv_cache_type_v: KvCacheType,
     /// Automatic prefix caching: full KV blocks are kept, keyed by their tokens and everything before them, and
     /// reused by later requests that start with the same tokens (`kv_prefix.rs`).
     pub enable_prefix_caching: bool,
@@ -149,6 +155,8 @@ impl Default for EngineConfig {
             disable_log_stats: false,
             force_include_usage: false,
             activation_precision: ActivationPrecision::Auto,
+            kv_cache_type_k: KvCacheType::F16,
+            kv_cache_type_v: KvCacheType::F16,
             enable_prefix_caching: true,
             kv_window_pool: true,
             speculative: None,

@@ -5,6 +5,7 @@
 use crate::backend::cpu::kernels::kernel_selection;
 use crate::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use crate::backend::cuda::{CudaBackend, CudaBackendError, CudaBackendOptions};
+use crate::backend::{KvCacheType, KvCacheTypes};
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
@@ -145,6 +146,7 @@ pub fn cpu_forward<'m>(
             ActivationPrecision::Auto | ActivationPrecision::Q8 => Precision::Quantized8,
             ActivationPrecision::F32 => Precision::Float32,
         },
+        kv_cache: KvCacheTypes { keys: config.kv_cache_type_k, values: config.kv_cache_type_v },
     };
     let options_precision = options.precision;
     let model_config = model.config.for_context(model.config.context_length.min(cache.tokens()));
@@ -198,6 +200,14 @@ pub fn cuda_forward<'m>(
     config: &EngineConfig,
     cache: CacheGeometry,
 ) -> Result<Box<dyn BatchForward + 'm>, CudaBackendError> {
+    if (config.kv_cache_type_k, config.kv_cache_type_v) != (KvCacheType::F16, KvCacheType::F16) {
+        // Issue 46 leaves the device's quantized caches for later; "auto" then runs on the CPU, which has them.
+        return Err(CudaBackendError::Unsupported(format!(
+            "kv_cache_type_k {} / kv_cache_type_v {}: the CUDA backend's KV cache is f16 only (the CPU backend runs \
+             q8_0 and q4_0)",
+            config.kv_cache_type_k, config.kv_cache_type_v
+        )));
+    }
     let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cuda);
     let options = CudaBackendOptions {
         device: 0,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::json::encode;
+use crate::backend::KvCacheTypes;
 use crate::engine::Engine;
 use crate::model::TokenId;
 
@@ -38,6 +39,14 @@ pub fn model_info_json(engine: &Engine) -> String {
         Some(cpu) => json!({"kind": "cpu", "kernels": cpu.kernels, "threads": cpu.threads}),
         None => json!({"kind": "cuda", "description": engine.backend_description()}),
     };
+    let engine_config = engine.config();
+    let kv_types = KvCacheTypes { keys: engine_config.kv_cache_type_k, values: engine_config.kv_cache_type_v };
+    let kv_cache = json!({
+        "type_k": kv_types.keys.name(),
+        "type_v": kv_types.values.name(),
+        "bytes_per_token": kv_types.bytes_per_position(config.n_layer, config.kv_dim(), config.latent.is_none()),
+        "tokens": engine_config.kv_cache_tokens,
+    });
     let architecture = file.str("general.architecture").unwrap_or("unknown");
     let info = json!({
         "name": model.name(),
@@ -61,6 +70,7 @@ pub fn model_info_json(engine: &Engine) -> String {
             "sha256": engine.model_sha256(),
         },
         "backend": backend,
+        "kv_cache": kv_cache,
     });
     encode(&info)
 }

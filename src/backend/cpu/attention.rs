@@ -26,12 +26,39 @@
 
 use std::sync::{Mutex, TryLockError};
 
+use bytemuck::Zeroable;
+
 use super::attention_spans::{fold_span, spans_of, RowAttention, SoftmaxShare, SpanBuffers, SCORE_STRIDE};
-use super::kernels::Kernels;
-use super::kv_cache::{CpuKvCache, KvLayer};
+use super::kernels::{BlockQ8A, Kernels};
+use super::kv_cache::{CpuKvCache, KvPlane};
 use super::pool::ThreadPool;
 use super::step::StepLayout;
+use crate::model::gguf::blocks::QK;
 use crate::model::llama::LlamaConfig;
+
+/// Runs `$body` with `$keys` and `$values` bound to a layer's planes (`KvLayer`) as slices of their element types:
+/// one instance of the attention per pair of types. The precise path's f32 planes pair only with each other.
+macro_rules! with_planes {
+    ($layer:expr, |$keys:ident, $values:ident| $body:expr) => {
+        match $layer.keys {
+            KvPlane::F16($keys) => with_planes!(@values $layer, $values, $body),
+            KvPlane::Q8_0($keys) => with_planes!(@values $layer, $values, $body),
+            KvPlane::Q4_0($keys) => with_planes!(@values $layer, $values, $body),
+            KvPlane::F32($keys) => match $layer.values {
+                KvPlane::F32($values) => $body,
+                _ => unreachable!("f32 keys come with f32 values"),
+            },
+        }
+    };
+    (@values $layer:expr, $values:ident, $body:expr) => {
+        match $layer.values {
+            KvPlane::F16($values) => $body,
+            KvPlane::Q8_0($values) => $body,
+            KvPlane::Q4_0($values) => $body,
+            KvPlane::F32(_) => unreachable!("f32 values come with f32 keys"),
+        }
+    };
+}
 
 /// Most tasks of one attention region (a fixed array of slots: nothing is allocated per step).
 const MAX_TASKS: usize = 96;
@@ -103,6 +130,8 @@ struct TaskScratch {
     scores: Vec<f32>,
     /// `[group][key_width]`: the rotated, scaled queries.
     queries: Vec<f32>,
+    /// `[group][key_width / 32]`: the same quantized, for keys in blocks.
+    queries_q8: Vec<BlockQ8A>,
     /// `[group][value_width]`: a span's weighted sums of values.
     outputs: Vec<f32>,
     /// `[group]`: a span's softmax shares.
@@ -122,6 +151,7 @@ impl TaskScratch {
         TaskScratch {
             scores: vec![0.0; group * SCORE_STRIDE],
             queries: vec![0.0; group * kw],
+            queries_q8: vec![BlockQ8A::zeroed(); group * kw / QK],
             outputs: vec![0.0; group * vw],
             shares: vec![share; group],
             merged: vec![0.0; group * vw],
@@ -132,8 +162,8 @@ impl TaskScratch {
 
     /// The working space of one span of `heads` heads.
     fn span_buffers(&mut self) -> (SpanBuffers<'_>, &mut [f32], &mut [SoftmaxShare]) {
-        let TaskScratch { scores, queries, outputs, shares, merged, totals, .. } = self;
-        (SpanBuffers { scores, queries, outputs, shares }, merged, totals)
+        let TaskScratch { scores, queries, queries_q8, outputs, shares, merged, totals, .. } = self;
+        (SpanBuffers { scores, queries, queries_q8, outputs, shares }, merged, totals)
     }
 }
 
@@ -274,8 +304,17 @@ pub fn attend(
     sinks: &[f32],
     out: &mut [f32],
 ) {
-    let attention =
-        LayerAttention { kernels, config, step, cache, layout: HeadLayout::of(config), layer, queries, sinks };
+    let attention = LayerAttention {
+        kernels,
+        config,
+        step,
+        cache,
+        layout: HeadLayout::of(config),
+        layer,
+        queries,
+        sinks,
+        quantized_keys: matches!(cache.layer(layer).keys, KvPlane::Q8_0(_) | KvPlane::Q4_0(_)),
+    };
     let rows = step.n_tokens();
     scratch.units.clear();
     for t in 0..rows {
@@ -299,6 +338,8 @@ struct LayerAttention<'a> {
     layer: usize,
     queries: Queries<'a>,
     sinks: &'a [f32],
+    /// The keys are blocks, read against the queries quantized.
+    quantized_keys: bool,
 }
 
 impl LayerAttention<'_> {
@@ -324,6 +365,10 @@ impl LayerAttention<'_> {
                 Queries::Rotated(values) => query.copy_from_slice(&values[t * q_width + h * kw..][..kw]),
             }
             query.iter_mut().for_each(|x| *x *= self.config.attention_scale);
+        }
+        if self.quantized_keys {
+            let blocks = heads * kw / QK;
+            self.kernels.quantize_row_q8a(&work.queries[..heads * kw], &mut work.queries_q8[..blocks]);
         }
     }
 
@@ -388,10 +433,7 @@ fn attend_by_rows(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &m
             attention.prepare_queries(t, first_head, part_heads, work);
             let row = attention.row(t, kv_head, first_head, part_heads);
             let (buf, merged, totals) = work.span_buffers();
-            match layer_kv {
-                KvLayer::F16 { keys, values } => row.run(keys, values, buf, merged, totals),
-                KvLayer::F32 { keys, values } => row.run(keys, values, buf, merged, totals),
-            }
+            with_planes!(layer_kv, |keys, values| row.run(keys, values, buf, merged, totals));
             out_row.copy_from_slice(&work.merged[..part_width]);
         }
     });
@@ -445,10 +487,7 @@ fn attend_by_spans(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &
                 attention.prepare_queries(t, first_head, group, work);
                 let row = attention.row(t, kv_head, first_head, group);
                 let (buf, _, _) = work.span_buffers();
-                match layer_kv {
-                    KvLayer::F16 { keys, values } => row.span(span, keys, values, buf),
-                    KvLayer::F32 { keys, values } => row.span(span, keys, values, buf),
-                }
+                with_planes!(layer_kv, |keys, values| row.span(span, keys, values, buf));
                 let heads = records[first_head * record..][..group * record].chunks_exact_mut(record);
                 for (g, rec) in heads.enumerate() {
                     rec[..vw].copy_from_slice(&work.outputs[g * vw..][..vw]);

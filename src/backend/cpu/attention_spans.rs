@@ -16,41 +16,110 @@
 use half::f16;
 
 use super::kernels::numerics::soft_cap;
-use super::kernels::{CacheRun, Kernels};
+use super::kernels::{BlockQ8A, CacheRun, Kernels};
 use super::kv_cache::CpuKvCache;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0, QK};
 
 /// Positions of a span.
 pub(super) const SPAN: usize = 256;
 /// The stride of one query head's scores in a task's scores: a span's positions and a sink.
 pub(super) const SCORE_STRIDE: usize = SPAN + 1;
 
-/// A cache element type and what attention computes over a run of consecutive cache slots of it for the query
-/// heads of one KV head (see `Kernels::attention_scores_f16` and `Kernels::attention_values_f16`).
-pub(super) trait KvElement: Copy {
-    /// `out[g·out_stride + i] = queries[g] · keys.rows[i·keys.stride ..]`.
-    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, Self>, out: &mut [f32], out_stride: usize);
+/// Cache elements per item of a plane's rows: 1, or 32 in a block.
+pub(super) trait Item: Copy {
+    const ELEMENTS: usize;
+}
+
+impl Item for f16 {
+    const ELEMENTS: usize = 1;
+}
+
+impl Item for f32 {
+    const ELEMENTS: usize = 1;
+}
+
+impl Item for BlockQ8_0 {
+    const ELEMENTS: usize = QK;
+}
+
+impl Item for BlockQ4_0 {
+    const ELEMENTS: usize = QK;
+}
+
+/// A key plane's element type and the scores attention computes over a run of consecutive cache slots of it for
+/// the query heads of one KV head (see `Kernels::attention_scores_f16` and `Kernels::attention_scores_q8_0`).
+pub(super) trait KvKey: Item {
+    /// Whether the scores read the queries quantized (`SpanBuffers::queries_q8`) rather than as floats.
+    const QUANTIZED_QUERIES: bool;
+    /// `out[g·out_stride + i] = query g · keys.rows[i·keys.stride ..]`.
+    fn scores(
+        kernels: &Kernels,
+        queries: &[f32],
+        queries_q8: &[BlockQ8A],
+        keys: CacheRun<'_, Self>,
+        out: &mut [f32],
+        out_stride: usize,
+    );
+}
+
+/// A value plane's element type and the weighted sums attention computes over a run of it.
+pub(super) trait KvValue: Item {
     /// `out[g] += Σ_i weights[g·weight_stride + i] · values.rows[i·values.stride ..]`, in position order.
     fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]);
 }
 
-impl KvElement for f16 {
-    fn scores(kernels: &Kernels, queries: &[f32], keys: CacheRun<'_, f16>, out: &mut [f32], out_stride: usize) {
-        kernels.attention_scores_f16(queries, keys, out, out_stride)
+impl KvKey for f16 {
+    const QUANTIZED_QUERIES: bool = false;
+    fn scores(k: &Kernels, q: &[f32], _: &[BlockQ8A], keys: CacheRun<'_, f16>, out: &mut [f32], stride: usize) {
+        k.attention_scores_f16(q, keys, out, stride)
     }
+}
+
+impl KvValue for f16 {
     fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]) {
         kernels.attention_values_f16(weights, weight_stride, values, out)
     }
 }
 
+impl KvKey for BlockQ8_0 {
+    const QUANTIZED_QUERIES: bool = true;
+    fn scores(k: &Kernels, _: &[f32], q: &[BlockQ8A], keys: CacheRun<'_, Self>, out: &mut [f32], stride: usize) {
+        k.attention_scores_q8_0(q, keys, out, stride)
+    }
+}
+
+impl KvValue for BlockQ8_0 {
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]) {
+        kernels.attention_values_q8_0(weights, weight_stride, values, out)
+    }
+}
+
+impl KvKey for BlockQ4_0 {
+    const QUANTIZED_QUERIES: bool = true;
+    fn scores(k: &Kernels, _: &[f32], q: &[BlockQ8A], keys: CacheRun<'_, Self>, out: &mut [f32], stride: usize) {
+        k.attention_scores_q4_0(q, keys, out, stride)
+    }
+}
+
+impl KvValue for BlockQ4_0 {
+    fn values(kernels: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, Self>, out: &mut [f32]) {
+        kernels.attention_values_q4_0(weights, weight_stride, values, out)
+    }
+}
+
 /// The precise path's f32 cache: plain loops (the compiler vectorizes them; this path is for checking, not speed).
-impl KvElement for f32 {
-    fn scores(_: &Kernels, queries: &[f32], keys: CacheRun<'_, f32>, out: &mut [f32], out_stride: usize) {
-        for (g, q) in queries.chunks_exact(keys.width).enumerate() {
+impl KvKey for f32 {
+    const QUANTIZED_QUERIES: bool = false;
+    fn scores(_: &Kernels, q: &[f32], _: &[BlockQ8A], keys: CacheRun<'_, f32>, out: &mut [f32], out_stride: usize) {
+        for (g, q) in q.chunks_exact(keys.width).enumerate() {
             for (i, o) in out[g * out_stride..][..keys.n].iter_mut().enumerate() {
                 *o = q.iter().zip(&keys.rows[i * keys.stride..][..keys.width]).map(|(a, b)| a * b).sum();
             }
         }
     }
+}
+
+impl KvValue for f32 {
     fn values(_: &Kernels, weights: &[f32], weight_stride: usize, values: CacheRun<'_, f32>, out: &mut [f32]) {
         for (g, out) in out.chunks_exact_mut(values.width).enumerate() {
             for (i, &w) in weights[g * weight_stride..][..values.n].iter().enumerate() {
@@ -111,6 +180,8 @@ pub(super) struct SpanBuffers<'w> {
     pub scores: &'w mut [f32],
     /// `[heads][key_width]`: the rotated, scaled queries.
     pub queries: &'w [f32],
+    /// `[heads][key_width / 32]`: the same quantized, when the keys are blocks.
+    pub queries_q8: &'w [BlockQ8A],
     /// `[heads][value_width]`: the span's outputs.
     pub outputs: &'w mut [f32],
     /// `[heads]`: the span's softmax shares.
@@ -151,16 +222,17 @@ impl RowAttention<'_> {
     /// Span `span` of this row: scores of its positions against each query of `buf.queries`, their softmax (with
     /// the sink in the last span), and the probabilities' weighted sum of values into `buf.outputs`, with each
     /// head's share in `buf.shares`. Keys and values are each read once, block by block.
-    pub fn span<T: KvElement>(&self, span: usize, keys: &[T], values: &[T], buf: SpanBuffers<'_>) {
+    pub fn span<K: KvKey, V: KvValue>(&self, span: usize, keys: &[K], values: &[V], buf: SpanBuffers<'_>) {
         let (kw, vw) = (self.key_width, self.value_width);
         let lo = self.first.max(span * SPAN);
         let hi = self.positions.min((span + 1) * SPAN);
-        let SpanBuffers { scores, queries, outputs, shares } = buf;
+        let SpanBuffers { scores, queries, queries_q8, outputs, shares } = buf;
         let (queries, outputs) = (&queries[..self.heads * kw], &mut outputs[..self.heads * vw]);
+        let queries_q8 = if K::QUANTIZED_QUERIES { &queries_q8[..self.heads * kw / QK] } else { &[] };
         // Score `i` belongs to position `lo + i`.
         for (block, from, len, pos) in self.runs(lo, hi) {
-            let keys = self.run_of(keys, block, from, len, kw);
-            T::scores(self.kernels, queries, keys, &mut scores[pos - lo..], SCORE_STRIDE);
+            let keys = self.run_of::<K>(keys, block, from, len, kw);
+            K::scores(self.kernels, queries, queries_q8, keys, &mut scores[pos - lo..], SCORE_STRIDE);
         }
         let sink = self.sinks.filter(|_| hi == self.positions);
         for (g, share) in shares[..self.heads].iter_mut().enumerate() {
@@ -181,25 +253,26 @@ impl RowAttention<'_> {
         }
         outputs.iter_mut().for_each(|x| *x = 0.0);
         for (block, from, len, pos) in self.runs(lo, hi) {
-            let values = self.run_of(values, block, from, len, vw);
-            T::values(self.kernels, &scores[pos - lo..], SCORE_STRIDE, values, outputs);
+            let values = self.run_of::<V>(values, block, from, len, vw);
+            V::values(self.kernels, &scores[pos - lo..], SCORE_STRIDE, values, outputs);
         }
     }
 
     /// Every span of this row, folded in order ([`fold_span`]) into `merged` (`[heads][value_width]`) and
     /// `totals` (`[heads]`); `buf` is each span's working space.
-    pub fn run<T: KvElement>(
+    pub fn run<K: KvKey, V: KvValue>(
         &self,
-        keys: &[T],
-        values: &[T],
+        keys: &[K],
+        values: &[V],
         buf: SpanBuffers<'_>,
         merged: &mut [f32],
         totals: &mut [SoftmaxShare],
     ) {
         let vw = self.value_width;
-        let SpanBuffers { scores, queries, outputs, shares } = buf;
+        let SpanBuffers { scores, queries, queries_q8, outputs, shares } = buf;
         for (k, span) in self.spans().enumerate() {
-            let buf = SpanBuffers { scores: &mut *scores, queries, outputs: &mut *outputs, shares: &mut *shares };
+            let buf =
+                SpanBuffers { scores: &mut *scores, queries, queries_q8, outputs: &mut *outputs, shares: &mut *shares };
             self.span(span, keys, values, buf);
             for (g, total) in totals[..self.heads].iter_mut().enumerate() {
                 fold_span(k == 0, total, &mut merged[g * vw..][..vw], shares[g], &outputs[g * vw..][..vw]);
@@ -219,10 +292,18 @@ impl RowAttention<'_> {
     }
 
     /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
-    /// values), `width` wide: from the head's first element in slot `from` to its `width`-th in slot
-    /// `from + len − 1`, `kv_dim` apart.
-    fn run_of<'p, T>(&self, plane: &'p [T], block: u32, from: usize, len: usize, width: usize) -> CacheRun<'p, T> {
-        let first = (block as usize * self.cache.block_size() + from) * self.kv_dim + self.offset;
-        CacheRun { rows: &plane[first..first + (len - 1) * self.kv_dim + width], width, stride: self.kv_dim, n: len }
+    /// values), `width` elements wide: from the head's first item in slot `from` to its last in slot
+    /// `from + len − 1`, a row of `kv_dim` elements apart, counted in items of `T` (elements, or blocks of 32).
+    fn run_of<'p, T: Item>(
+        &self,
+        plane: &'p [T],
+        block: u32,
+        from: usize,
+        len: usize,
+        width: usize,
+    ) -> CacheRun<'p, T> {
+        let (stride, width) = (self.kv_dim / T::ELEMENTS, width / T::ELEMENTS);
+        let first = (block as usize * self.cache.block_size() + from) * stride + self.offset / T::ELEMENTS;
+        CacheRun { rows: &plane[first..first + (len - 1) * stride + width], width, stride, n: len }
     }
 }

@@ -3,12 +3,13 @@
 //! Every buffer is allocated when the backend is built, sized for `max_batch_tokens` new tokens per step: a
 //! step allocates nothing and spawns nothing. Each operation is at most one parallel region of the pool.
 
+use crate::backend::KvCacheTypes;
 use std::fmt;
 
 use super::attention::{attention_layer, AttentionIo, AttentionScratch};
 use super::kernels::numerics::soft_cap;
 use super::kernels::{kernels, BlockQ8A, Kernels};
-use super::kv_cache::{CpuKvCache, KvPool, KvPrecision};
+use super::kv_cache::{CpuKvCache, KvElementType, KvPool};
 use super::latent::{latent_attention, LatentOperands, LatentScratch, MAX_LATENT_HEADS};
 use super::model_weights::CpuModelWeights;
 use super::moe::{moe_ffn, MoeOperands, MoeScratch};
@@ -47,6 +48,8 @@ pub struct CpuBackendOptions {
     /// `kv_num_blocks`, the windowed layers storing each position too. Only for a model with windowed layers.
     pub kv_window_blocks: Option<usize>,
     pub precision: Precision,
+    /// The KV cache's key and value types (f16 by default; the precise path stores f32 and takes f16 only).
+    pub kv_cache: KvCacheTypes,
 }
 
 impl CpuBackendOptions {
@@ -59,6 +62,7 @@ impl CpuBackendOptions {
             kv_num_blocks: context.div_ceil(16),
             kv_window_blocks: None,
             precision: Precision::Quantized8,
+            kv_cache: KvCacheTypes::default(),
         }
     }
 }
@@ -196,10 +200,26 @@ impl<'m> CpuBackend<'m> {
             // Everything is packed or copied: a mapped file's pages need not stay resident for this backend.
             file.release_tensor_data();
         }
-        let kv_precision = match options.precision {
-            Precision::Quantized8 => KvPrecision::F16,
-            Precision::Float32 => KvPrecision::F32,
+        let kv_types = match options.precision {
+            Precision::Quantized8 => (options.kv_cache.keys.into(), options.kv_cache.values.into()),
+            Precision::Float32 if options.kv_cache == KvCacheTypes::default() => {
+                (KvElementType::F32, KvElementType::F32)
+            }
+            Precision::Float32 => {
+                return bad(
+                    "the precise path keeps an f32 KV cache: kv_cache types other than f16 need the quantized path"
+                        .into(),
+                )
+            }
         };
+        let blocked = options.kv_cache.keys.is_blocked() || options.kv_cache.values.is_blocked();
+        let layout = super::attention::HeadLayout::of(&config);
+        if blocked && !(layout.key_width.is_multiple_of(QK) && layout.value_width.is_multiple_of(QK)) {
+            return bad(format!(
+                "a {} / {} KV cache needs heads a multiple of {QK} wide (keys {}, values {})",
+                options.kv_cache.keys, options.kv_cache.values, layout.key_width, layout.value_width
+            ));
+        }
         let pools: Vec<KvPool> = config
             .layers
             .iter()
@@ -214,7 +234,7 @@ impl<'m> CpuBackend<'m> {
             options.kv_block_size,
             options.kv_num_blocks,
             options.kv_window_blocks.unwrap_or(0),
-            kv_precision,
+            kv_types,
             config.latent.is_none(),
         );
         let t = options.max_batch_tokens;

@@ -1,6 +1,7 @@
 //! KV cache storage of the CPU backend: keys and values of every layer, in fixed-size blocks.
 //!
-//! f16 by default: the cache is read in full for every decoded token, so halving its bytes halves the attention's
+//! f16 by default (`q8_0` and `q4_0` blocks per plane when the engine asks, `backend::KvCacheType`): the cache is
+//! read in full for every decoded token, so halving its bytes halves the attention's
 //! memory traffic, and a 4096-token context of SmolLM2-135M takes 94 MB instead of 189 MB (the product's RSS
 //! budget is 250 MB with the 98 MB of weights). f16 keeps 11 bits of mantissa, well within the error the 8-bit
 //! activation quantization already admits; llama.cpp's default cache type is f16 too. The precise path
@@ -25,23 +26,96 @@
 
 use half::f16;
 
-/// The element type of the cache.
+use super::kernels::kv_quant::{quantize_kv_row, KvBlock};
+use crate::backend::KvCacheType;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0, QK};
+
+/// The element type of one plane (keys or values) of the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvPrecision {
+pub enum KvElementType {
     F16,
+    /// The precise path's.
     F32,
+    Q8_0,
+    Q4_0,
 }
 
-enum Storage {
-    /// f16 bit patterns (a zeroed `Vec<u16>` is allocated lazily; `vec![f16::ZERO; n]` would write every element).
-    F16 {
-        keys: Vec<Vec<u16>>,
-        values: Vec<Vec<u16>>,
-    },
-    F32 {
-        keys: Vec<Vec<f32>>,
-        values: Vec<Vec<f32>>,
-    },
+impl From<KvCacheType> for KvElementType {
+    fn from(t: KvCacheType) -> Self {
+        match t {
+            KvCacheType::F16 => KvElementType::F16,
+            KvCacheType::Q8_0 => KvElementType::Q8_0,
+            KvCacheType::Q4_0 => KvElementType::Q4_0,
+        }
+    }
+}
+
+/// One plane of every layer: `[n_layer][elements]`, as 16-bit words (f16 bits, or the blocks' bytes: both block
+/// types are whole numbers of words and 2-aligned), or f32. A zeroed `Vec<u16>` is allocated lazily (`calloc`);
+/// `vec![block; n]` would write every element.
+enum Plane {
+    Words { ty: KvElementType, layers: Vec<Vec<u16>> },
+    F32(Vec<Vec<f32>>),
+}
+
+impl Plane {
+    /// A plane of `ty` with `elements[l]` elements for layer `l`.
+    fn new(ty: KvElementType, elements: &[usize]) -> Self {
+        let words = |n: usize| match ty {
+            KvElementType::F16 => n,
+            KvElementType::Q8_0 => n / QK * (std::mem::size_of::<BlockQ8_0>() / 2),
+            KvElementType::Q4_0 => n / QK * (std::mem::size_of::<BlockQ4_0>() / 2),
+            KvElementType::F32 => unreachable!("f32 planes hold floats"),
+        };
+        match ty {
+            KvElementType::F32 => Plane::F32(elements.iter().map(|&n| vec![0f32; n]).collect()),
+            _ => Plane::Words { ty, layers: elements.iter().map(|&n| vec![0u16; words(n)]).collect() },
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Plane::Words { layers, .. } => layers.iter().map(|l| l.len() * 2).sum(),
+            Plane::F32(layers) => layers.iter().map(|l| l.len() * 4).sum(),
+        }
+    }
+
+    fn layer(&self, layer: usize) -> KvPlane<'_> {
+        match self {
+            Plane::Words { ty: KvElementType::F16, layers } => KvPlane::F16(bytemuck::cast_slice(&layers[layer])),
+            Plane::Words { ty: KvElementType::Q8_0, layers } => KvPlane::Q8_0(bytemuck::cast_slice(&layers[layer])),
+            Plane::Words { ty: KvElementType::Q4_0, layers } => KvPlane::Q4_0(bytemuck::cast_slice(&layers[layer])),
+            Plane::Words { ty: KvElementType::F32, .. } => unreachable!("f32 planes hold floats"),
+            Plane::F32(layers) => KvPlane::F32(&layers[layer]),
+        }
+    }
+
+    /// Stores `row` as element row `slot` (`row.len()` elements each) of `layer`.
+    fn store(&mut self, layer: usize, slot: usize, row: &[f32]) {
+        let n = row.len();
+        match self {
+            Plane::Words { ty: KvElementType::F16, layers } => {
+                for (dst, &x) in layers[layer][slot * n..][..n].iter_mut().zip(row) {
+                    *dst = f16::from_f32(x).to_bits();
+                }
+            }
+            Plane::Words { ty: KvElementType::Q8_0, layers } => {
+                store_blocks::<BlockQ8_0>(&mut layers[layer], slot, row)
+            }
+            Plane::Words { ty: KvElementType::Q4_0, layers } => {
+                store_blocks::<BlockQ4_0>(&mut layers[layer], slot, row)
+            }
+            Plane::Words { ty: KvElementType::F32, .. } => unreachable!("f32 planes hold floats"),
+            Plane::F32(layers) => layers[layer][slot * n..][..n].copy_from_slice(row),
+        }
+    }
+}
+
+/// Quantizes `row` into block row `slot` of a layer's words.
+fn store_blocks<B: KvBlock>(words: &mut [u16], slot: usize, row: &[f32]) {
+    let blocks: &mut [B] = bytemuck::cast_slice_mut(words);
+    let per_row = row.len() / QK;
+    quantize_kv_row(row, &mut blocks[slot * per_row..][..per_row]);
 }
 
 /// Which block pool a layer's keys and values live in (and so which of a sequence's tables addresses them).
@@ -53,11 +127,21 @@ pub enum KvPool {
     Window,
 }
 
-/// One layer's keys and values, each `[num_blocks * block_size][kv_dim]` flattened (its pool's `num_blocks`).
+/// One plane of one layer, `[num_blocks * block_size][kv_dim]` flattened (its pool's `num_blocks`), in elements or
+/// in blocks of 32.
 #[derive(Clone, Copy)]
-pub enum KvLayer<'a> {
-    F16 { keys: &'a [f16], values: &'a [f16] },
-    F32 { keys: &'a [f32], values: &'a [f32] },
+pub enum KvPlane<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+    Q8_0(&'a [BlockQ8_0]),
+    Q4_0(&'a [BlockQ4_0]),
+}
+
+/// One layer's keys and values.
+#[derive(Clone, Copy)]
+pub struct KvLayer<'a> {
+    pub keys: KvPlane<'a>,
+    pub values: KvPlane<'a>,
 }
 
 /// Keys and values of all layers.
@@ -69,15 +153,16 @@ pub struct CpuKvCache {
     window_blocks: usize,
     /// `[n_layer]`: each layer's pool.
     pools: Vec<KvPool>,
-    /// Values have planes of their own (false: the keys' plane serves as the values', latent attention).
-    values: bool,
-    storage: Storage,
+    keys: Plane,
+    /// `None`: the keys' plane serves as the values' (latent attention).
+    values: Option<Plane>,
 }
 
 impl CpuKvCache {
     /// Allocates the cache (lazily committed, see the module documentation): one layer per entry of `pools`, with
-    /// `num_blocks` blocks for those in the global pool and `window_blocks` for those in the window pool; keys only
-    /// when `values` is false (latent attention).
+    /// `num_blocks` blocks for those in the global pool and `window_blocks` for those in the window pool; keys of
+    /// `types.0` and values of `types.1`, or keys only when `values` is false (latent attention). Block types need
+    /// `kv_dim` a multiple of 32 (the caller checks the heads).
     ///
     /// # Panics
     /// When the size overflows `usize` (callers validate sizes from configuration first).
@@ -87,7 +172,7 @@ impl CpuKvCache {
         block_size: usize,
         num_blocks: usize,
         window_blocks: usize,
-        precision: KvPrecision,
+        types: (KvElementType, KvElementType),
         values: bool,
     ) -> Self {
         let elements = |blocks: usize| blocks.checked_mul(block_size).and_then(|n| n.checked_mul(kv_dim));
@@ -99,24 +184,16 @@ impl CpuKvCache {
             })
             .collect::<Option<_>>()
             .expect("KV size");
-        let value_size = |n: usize| if values { n } else { 0 };
-        let storage = match precision {
-            KvPrecision::F16 => Storage::F16 {
-                keys: sizes.iter().map(|&n| vec![0u16; n]).collect(),
-                values: sizes.iter().map(|&n| vec![0u16; value_size(n)]).collect(),
-            },
-            KvPrecision::F32 => Storage::F32 {
-                keys: sizes.iter().map(|&n| vec![0f32; n]).collect(),
-                values: sizes.iter().map(|&n| vec![0f32; value_size(n)]).collect(),
-            },
-        };
         let window_blocks = if pools.contains(&KvPool::Window) { window_blocks } else { 0 };
-        CpuKvCache { kv_dim, block_size, num_blocks, window_blocks, pools: pools.to_vec(), values, storage }
-    }
-
-    /// Bytes of f16 keys (and values, when `values`) for `positions` positions of a model with these dimensions.
-    pub fn bytes_for(n_layer: usize, kv_dim: usize, positions: usize, values: bool) -> usize {
-        (1 + usize::from(values)) * n_layer * kv_dim * positions * std::mem::size_of::<f16>()
+        CpuKvCache {
+            kv_dim,
+            block_size,
+            num_blocks,
+            window_blocks,
+            pools: pools.to_vec(),
+            keys: Plane::new(types.0, &sizes),
+            values: values.then(|| Plane::new(types.1, &sizes)),
+        }
     }
 
     pub fn block_size(&self) -> usize {
@@ -140,10 +217,7 @@ impl CpuKvCache {
 
     /// Bytes allocated for keys and values, every layer together (resident only as far as written).
     pub fn allocated_bytes(&self) -> usize {
-        match &self.storage {
-            Storage::F16 { keys, values } => keys.iter().chain(values).map(|l| l.len() * 2).sum(),
-            Storage::F32 { keys, values } => keys.iter().chain(values).map(|l| l.len() * 4).sum(),
-        }
+        self.keys.bytes() + self.values.as_ref().map_or(0, Plane::bytes)
     }
 
     /// The row index of position `pos` of a sequence with `block_table` (validated by the batch check).
@@ -154,41 +228,20 @@ impl CpuKvCache {
 
     /// Keys and values of `layer` (without value planes, the keys' plane as both).
     pub fn layer(&self, layer: usize) -> KvLayer<'_> {
-        match &self.storage {
-            Storage::F16 { keys, values } => {
-                let keys: &[f16] = bytemuck::cast_slice(&keys[layer]);
-                let values = if self.values { bytemuck::cast_slice(&values[layer]) } else { keys };
-                KvLayer::F16 { keys, values }
-            }
-            Storage::F32 { keys, values } => {
-                let values = if self.values { &values[layer] } else { &keys[layer] };
-                KvLayer::F32 { keys: &keys[layer], values }
-            }
-        }
+        let keys = self.keys.layer(layer);
+        KvLayer { keys, values: self.values.as_ref().map_or(keys, |v| v.layer(layer)) }
     }
 
-    /// Stores the key and value rows (`kv_dim` each) of one position; `value` is empty in a cache without value
-    /// planes.
+    /// Stores the key and value rows (`kv_dim` each) of one position, quantized where the plane's type is a block
+    /// type; `value` is empty in a cache without value planes.
     ///
     /// # Panics
     /// When `value` is not empty in a cache without value planes.
     pub fn store(&mut self, layer: usize, slot: usize, key: &[f32], value: &[f32]) {
-        assert!(self.values || value.is_empty(), "a keys-only cache stores no values");
-        let range = slot * self.kv_dim..(slot + 1) * self.kv_dim;
-        let values_range = if self.values { range.clone() } else { 0..0 };
-        match &mut self.storage {
-            Storage::F16 { keys, values } => {
-                for (dst, &x) in keys[layer][range].iter_mut().zip(key) {
-                    *dst = f16::from_f32(x).to_bits();
-                }
-                for (dst, &x) in values[layer][values_range].iter_mut().zip(value) {
-                    *dst = f16::from_f32(x).to_bits();
-                }
-            }
-            Storage::F32 { keys, values } => {
-                keys[layer][range].copy_from_slice(key);
-                values[layer][values_range].copy_from_slice(value);
-            }
+        assert!(self.values.is_some() || value.is_empty(), "a keys-only cache stores no values");
+        self.keys.store(layer, slot, &key[..self.kv_dim]);
+        if let Some(values) = &mut self.values {
+            values.store(layer, slot, &value[..self.kv_dim]);
         }
     }
 }
@@ -197,57 +250,77 @@ impl CpuKvCache {
 mod tests {
     use super::*;
 
+    const F16: (KvElementType, KvElementType) = (KvElementType::F16, KvElementType::F16);
+    const F32: (KvElementType, KvElementType) = (KvElementType::F32, KvElementType::F32);
+
+    /// Element `i` of a plane, dequantized.
+    fn element(plane: KvPlane<'_>, i: usize) -> f32 {
+        match plane {
+            KvPlane::F16(x) => x[i].to_f32(),
+            KvPlane::F32(x) => x[i],
+            KvPlane::Q8_0(b) => b[i / QK].scale() * f32::from(b[i / QK].value(i % QK)),
+            KvPlane::Q4_0(b) => b[i / QK].scale() * f32::from(b[i / QK].value(i % QK)),
+        }
+    }
+
     #[test]
     fn positions_map_through_the_block_table() {
-        for precision in [KvPrecision::F16, KvPrecision::F32] {
-            let mut c = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 0, precision, true);
+        for types in [F16, F32] {
+            let mut c = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 0, types, true);
             let table = [5u32, 2];
             assert_eq!(c.slot(&table, 0), 80);
             assert_eq!(c.slot(&table, 17), 33);
             c.store(1, 33, &[1.0, 2.0, 3.0, 4.0], &[-1.0; 4]);
-            let (k3, v0, other) = match (c.layer(1), c.layer(0)) {
-                (KvLayer::F16 { keys, values }, KvLayer::F16 { keys: k0, .. }) => {
-                    (keys[33 * 4 + 2].to_f32(), values[33 * 4].to_f32(), k0[33 * 4 + 2].to_f32())
-                }
-                (KvLayer::F32 { keys, values }, KvLayer::F32 { keys: k0, .. }) => {
-                    (keys[33 * 4 + 2], values[33 * 4], k0[33 * 4 + 2])
-                }
-                _ => panic!("precision changed"),
-            };
-            assert_eq!((k3, v0, other), (3.0, -1.0, 0.0));
+            let (l1, l0) = (c.layer(1), c.layer(0));
+            let got = (element(l1.keys, 33 * 4 + 2), element(l1.values, 33 * 4), element(l0.keys, 33 * 4 + 2));
+            assert_eq!(got, (3.0, -1.0, 0.0));
         }
-        assert_eq!(CpuKvCache::bytes_for(30, 192, 4096, true), 94_371_840);
-        assert_eq!(CpuKvCache::bytes_for(30, 192, 4096, false), 47_185_920);
+    }
+
+    #[test]
+    fn block_types_store_quantized_rows_of_their_own_sizes() {
+        let row: Vec<f32> = (0..64).map(|i| i as f32 / 8.0 - 4.0).collect();
+        let types = (KvElementType::Q8_0, KvElementType::Q4_0);
+        let mut c = CpuKvCache::new(&[KvPool::Global], 64, 16, 2, 0, types, true);
+        assert_eq!(c.allocated_bytes(), 2 * 16 * 2 * (34 + 18), "32 slots × 2 blocks of each type");
+        c.store(0, 17, &row, &row);
+        let layer = c.layer(0);
+        for (i, &x) in row.iter().enumerate() {
+            let (k, v) = (element(layer.keys, 17 * 64 + i), element(layer.values, 17 * 64 + i));
+            assert!((k - x).abs() <= 4.0 / 127.0, "q8_0 key {i}: {k} for {x}");
+            assert!((v - x).abs() <= 4.0 / 8.0, "q4_0 value {i}: {v} for {x}");
+        }
+        assert_eq!(element(layer.keys, 16 * 64 + 5), 0.0, "other slots untouched");
     }
 
     #[test]
     fn window_layers_get_the_window_pools_blocks() {
         let pools = [KvPool::Window, KvPool::Global, KvPool::Window];
-        let c = CpuKvCache::new(&pools, 4, 16, 8, 3, KvPrecision::F16, true);
+        let c = CpuKvCache::new(&pools, 4, 16, 8, 3, F16, true);
         assert_eq!(
             (c.num_blocks(), c.window_blocks(), c.pool_of(1), c.pool_of(2)),
             (8, Some(3), KvPool::Global, KvPool::Window)
         );
         let len = |layer| match c.layer(layer) {
-            KvLayer::F16 { keys, values } => (keys.len(), values.len()),
-            KvLayer::F32 { .. } => panic!("precision changed"),
+            KvLayer { keys: KvPlane::F16(keys), values: KvPlane::F16(values) } => (keys.len(), values.len()),
+            _ => panic!("type changed"),
         };
         assert_eq!((len(0), len(1), len(2)), ((3 * 16 * 4, 3 * 16 * 4), (8 * 16 * 4, 8 * 16 * 4), (192, 192)));
         assert_eq!(c.allocated_bytes(), 2 * 2 * (3 + 8 + 3) * 16 * 4);
-        let global_only = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 3, KvPrecision::F32, true);
+        let global_only = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 3, F32, true);
         assert_eq!((global_only.window_blocks(), global_only.allocated_bytes()), (None, 2 * 4 * 2 * 8 * 16 * 4));
     }
 
     #[test]
     fn a_keys_only_cache_hands_out_its_keys_as_the_values() {
-        let mut c = CpuKvCache::new(&[KvPool::Global], 4, 16, 2, 0, KvPrecision::F16, false);
+        let mut c = CpuKvCache::new(&[KvPool::Global], 4, 16, 2, 0, F16, false);
         c.store(0, 3, &[1.0, 2.0, 3.0, 4.0], &[]);
         match c.layer(0) {
-            KvLayer::F16 { keys, values } => {
+            KvLayer { keys: KvPlane::F16(keys), values: KvPlane::F16(values) } => {
                 assert!(std::ptr::eq(keys, values));
                 assert_eq!(values[3 * 4 + 1].to_f32(), 2.0);
             }
-            KvLayer::F32 { .. } => panic!("precision changed"),
+            _ => panic!("type changed"),
         }
         assert_eq!(c.allocated_bytes(), 2 * 16 * 4 * 2, "keys only");
     }

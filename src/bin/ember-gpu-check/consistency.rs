@@ -12,6 +12,7 @@
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::backend::cuda::{CudaBackend, CudaBackendOptions};
+use ember::backend::KvCacheTypes;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use ember::model::TokenId;
@@ -86,6 +87,7 @@ fn cpu<'m>(
         kv_num_blocks: SEQS * BLOCKS_PER_SEQ,
         kv_window_blocks: None,
         precision,
+        kv_cache: KvCacheTypes::default(),
     };
     CpuBackend::new(file, config.clone(), options).map_err(|e| e.to_string())
 }

@@ -11,6 +11,7 @@
 //! in one batch, each in its own KV blocks. `--cpu` runs the same checks on the CPU backend's fast path, to try
 //! the check itself where there is no GPU (the CPU passes them: `tests/forward_reference.rs`).
 
+use ember::backend::KvCacheTypes;
 use std::path::Path;
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
@@ -160,6 +161,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             kv_num_blocks,
             kv_window_blocks: None,
             precision: Precision::Quantized8,
+            kv_cache: KvCacheTypes::default(),
         };
         let mut backend = CpuBackend::new(&file, config.clone(), options).map_err(|e| e.to_string())?;
         check(args, &config, &mut backend, &meta, &greedy, &reference, "CPU")

@@ -15,6 +15,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod kv_quant;
 pub mod numerics;
 mod out_rows;
 pub mod packed;

@@ -7,7 +7,7 @@ use super::out_rows::OutRows;
 use super::packed::PackedMatrix;
 use super::q8a::BlockQ8A;
 use super::weights::WeightMatrix;
-use crate::model::gguf::blocks::QK;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0, QK};
 
 /// `out(c, r) = Σ_k w(r, k) · act(c, k)` over quantized activations, for the rows of `out` (see
 /// [`Kernels::matmul_q8`]). Arguments are checked before the call.
@@ -23,6 +23,14 @@ pub(super) type AttentionScoresFn =
 /// Weighted sums of a run of cache slots for a group of heads (see [`Kernels::attention_values_f16`]).
 pub(super) type AttentionValuesFn =
     unsafe fn(weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]);
+
+/// Scores of a group of quantized query heads against a run of a quantized cache's slots (see
+/// [`Kernels::attention_scores_q8_0`]).
+pub(super) type AttentionScoresQFn<B> =
+    unsafe fn(queries: &[BlockQ8A], keys: CacheRun<'_, B>, out: &mut [f32], out_stride: usize);
+/// Weighted sums of a run of a quantized cache's slots (see [`Kernels::attention_values_q8_0`]).
+pub(super) type AttentionValuesQFn<B> =
+    unsafe fn(weights: &[f32], weight_stride: usize, values: CacheRun<'_, B>, out: &mut [f32]);
 
 /// A run of `n` consecutive cache slots of one KV head: slot `i`'s row is `rows[i·stride ..][..width]`.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +68,10 @@ pub struct Kernels {
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
     pub(super) attention_scores_f16: AttentionScoresFn,
     pub(super) attention_values_f16: AttentionValuesFn,
+    pub(super) attention_scores_q8_0: AttentionScoresQFn<BlockQ8_0>,
+    pub(super) attention_scores_q4_0: AttentionScoresQFn<BlockQ4_0>,
+    pub(super) attention_values_q8_0: AttentionValuesQFn<BlockQ8_0>,
+    pub(super) attention_values_q4_0: AttentionValuesQFn<BlockQ4_0>,
     pub(super) argmax: unsafe fn(x: &[f32]) -> usize,
 }
 
@@ -316,6 +328,83 @@ impl Kernels {
         check_rows("attention_values_f16 weights", weights.len(), weight_stride, values.n, heads);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.attention_values_f16)(weights, weight_stride, values, out) }
+    }
+
+    /// Attention scores of a group of query heads, quantized to activation blocks (`queries`: `[heads][keys.width]`
+    /// blocks, [`super::quantize_row_q8a`]), against a run of a q8_0 cache's slots (`keys.width` blocks per row):
+    /// per key block the exact integer dot product with the query block, then `acc = fma(d_key · d_query, dot,
+    /// acc)` over the blocks in order (`scalar::attention_quant`); `out[g·out_stride + i]` as for f16.
+    ///
+    /// # Panics
+    /// As [`Kernels::attention_scores_f16`], with widths in blocks.
+    pub fn attention_scores_q8_0(
+        &self,
+        queries: &[BlockQ8A],
+        keys: CacheRun<'_, BlockQ8_0>,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let heads = check_heads("attention_scores_q8_0", queries.len(), keys.width);
+        check_run("attention_scores_q8_0", keys.width, keys.rows.len(), keys.stride, keys.n);
+        check_rows("attention_scores_q8_0 out", out.len(), out_stride, keys.n, heads);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.attention_scores_q8_0)(queries, keys, out, out_stride) }
+    }
+
+    /// [`Kernels::attention_scores_q8_0`] over a q4_0 cache.
+    ///
+    /// # Panics
+    /// As [`Kernels::attention_scores_q8_0`].
+    pub fn attention_scores_q4_0(
+        &self,
+        queries: &[BlockQ8A],
+        keys: CacheRun<'_, BlockQ4_0>,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let heads = check_heads("attention_scores_q4_0", queries.len(), keys.width);
+        check_run("attention_scores_q4_0", keys.width, keys.rows.len(), keys.stride, keys.n);
+        check_rows("attention_scores_q4_0 out", out.len(), out_stride, keys.n, heads);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.attention_scores_q4_0)(queries, keys, out, out_stride) }
+    }
+
+    /// Weighted sums of a run of a q8_0 cache's slots for a group of heads (`values.width` blocks per row, `out`:
+    /// `[heads][32 · values.width]`): per position and block `s = weight · d`, then `out[j] = fma(s, v_j,
+    /// out[j])`, positions in order.
+    ///
+    /// # Panics
+    /// As [`Kernels::attention_values_f16`], with widths in blocks.
+    pub fn attention_values_q8_0(
+        &self,
+        weights: &[f32],
+        weight_stride: usize,
+        values: CacheRun<'_, BlockQ8_0>,
+        out: &mut [f32],
+    ) {
+        let heads = check_heads("attention_values_q8_0", out.len(), QK * values.width);
+        check_run("attention_values_q8_0", values.width, values.rows.len(), values.stride, values.n);
+        check_rows("attention_values_q8_0 weights", weights.len(), weight_stride, values.n, heads);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.attention_values_q8_0)(weights, weight_stride, values, out) }
+    }
+
+    /// [`Kernels::attention_values_q8_0`] over a q4_0 cache.
+    ///
+    /// # Panics
+    /// As [`Kernels::attention_values_q8_0`].
+    pub fn attention_values_q4_0(
+        &self,
+        weights: &[f32],
+        weight_stride: usize,
+        values: CacheRun<'_, BlockQ4_0>,
+        out: &mut [f32],
+    ) {
+        let heads = check_heads("attention_values_q4_0", out.len(), QK * values.width);
+        check_run("attention_values_q4_0", values.width, values.rows.len(), values.stride, values.n);
+        check_rows("attention_values_q4_0 weights", weights.len(), weight_stride, values.n, heads);
+        // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
+        unsafe { (self.attention_values_q4_0)(weights, weight_stride, values, out) }
     }
 
     /// The index of the first maximum. NaN entries are never chosen; a slice of only NaN gives 0.

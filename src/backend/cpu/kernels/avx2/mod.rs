@@ -5,6 +5,7 @@
 //! this path's table and the AVX-512 one, which are handed out after detecting those features (and more).
 
 pub(super) mod attention_f16;
+pub(super) mod attention_quant;
 mod elementwise;
 mod exp;
 mod f32_tiles;
@@ -13,6 +14,7 @@ mod packed;
 mod quantize;
 
 use super::table::Kernels;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0};
 
 pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
 pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace};
@@ -37,6 +39,10 @@ static KERNELS: Kernels = Kernels {
     rope,
     attention_scores_f16,
     attention_values_f16,
+    attention_scores_q8_0: attention_quant::attention_scores_q::<BlockQ8_0>,
+    attention_scores_q4_0: attention_quant::attention_scores_q::<BlockQ4_0>,
+    attention_values_q8_0: attention_quant::attention_values_q::<BlockQ8_0>,
+    attention_values_q4_0: attention_quant::attention_values_q::<BlockQ4_0>,
     argmax,
 };
 

@@ -19,6 +19,7 @@ use half::f16;
 use super::avx2;
 use super::avx2::lanes::f16_pair;
 use super::table::Kernels;
+use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0};
 
 /// Whether this CPU runs the AVX-512 path (its own features plus the AVX2 path's, whose functions it borrows).
 fn is_supported() -> bool {
@@ -43,6 +44,10 @@ static KERNELS: Kernels = Kernels {
     rope: avx2::rope,
     attention_scores_f16: attention_f16::attention_scores_f16,
     attention_values_f16: attention_f16::attention_values_f16,
+    attention_scores_q8_0: attention_f16::attention_scores_q::<BlockQ8_0>,
+    attention_scores_q4_0: attention_f16::attention_scores_q::<BlockQ4_0>,
+    attention_values_q8_0: attention_f16::attention_values_q::<BlockQ8_0>,
+    attention_values_q4_0: attention_f16::attention_values_q::<BlockQ4_0>,
     argmax: avx2::argmax,
 };
 

@@ -10,6 +10,7 @@
 //! lanes, never within a sum), and [`kernels`] hands out that copy where the CPU has both. It is still this path:
 //! no intrinsics, the same operations, the same bits as the portable copy (a unit test checks).
 
+mod attention_quant;
 mod elementwise;
 mod matmul;
 
@@ -25,7 +26,7 @@ macro_rules! scalar_table {
         mod $module {
             use half::f16;
 
-            use super::{elementwise, matmul};
+            use super::{attention_quant, elementwise, matmul};
             use crate::backend::cpu::kernels::out_rows::OutRows;
             use crate::backend::cpu::kernels::packed::{scalar, with_format, PackedMatrix};
             use crate::backend::cpu::kernels::q8a::BlockQ8A;
@@ -92,6 +93,42 @@ macro_rules! scalar_table {
                 elementwise::attention_values_f16(weights, weight_stride, values, out)
             }
             $(#[target_feature(enable = $features)])?
+            pub(super) fn attention_scores_q8_0(
+                queries: &[BlockQ8A],
+                keys: CacheRun<'_, BlockQ8_0>,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                attention_quant::attention_scores_q(queries, keys, out, out_stride)
+            }
+            $(#[target_feature(enable = $features)])?
+            pub(super) fn attention_scores_q4_0(
+                queries: &[BlockQ8A],
+                keys: CacheRun<'_, BlockQ4_0>,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                attention_quant::attention_scores_q(queries, keys, out, out_stride)
+            }
+            $(#[target_feature(enable = $features)])?
+            pub(super) fn attention_values_q8_0(
+                weights: &[f32],
+                weight_stride: usize,
+                values: CacheRun<'_, BlockQ8_0>,
+                out: &mut [f32],
+            ) {
+                attention_quant::attention_values_q(weights, weight_stride, values, out)
+            }
+            $(#[target_feature(enable = $features)])?
+            pub(super) fn attention_values_q4_0(
+                weights: &[f32],
+                weight_stride: usize,
+                values: CacheRun<'_, BlockQ4_0>,
+                out: &mut [f32],
+            ) {
+                attention_quant::attention_values_q(weights, weight_stride, values, out)
+            }
+            $(#[target_feature(enable = $features)])?
             pub(super) fn argmax(x: &[f32]) -> usize {
                 elementwise::argmax(x)
             }
@@ -111,6 +148,10 @@ macro_rules! scalar_table {
             rope: $module::rope,
             attention_scores_f16: $module::attention_scores_f16,
             attention_values_f16: $module::attention_values_f16,
+            attention_scores_q8_0: $module::attention_scores_q8_0,
+            attention_scores_q4_0: $module::attention_scores_q4_0,
+            attention_values_q8_0: $module::attention_values_q8_0,
+            attention_values_q4_0: $module::attention_values_q4_0,
             argmax: $module::argmax,
         };
     };
