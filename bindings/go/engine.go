@@ -44,6 +44,11 @@ type Config struct {
 	MetricsVLLMNames bool `json:"metrics_vllm_names,omitempty"`
 	// MaxNumBatchedTokens is the most tokens in one engine step (default: 128 on the CPU, 2048 on a GPU).
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	// StepBudget is how many prompt tokens may join an engine step that carries decodes (docs/c_api.md): "auto"
+	// (the default, nil) lets such a step cost 1.25× its decodes alone, as the engine measures them; a number
+	// (float64 or int) is a target step time in milliseconds; "throughput" lets prefill take whatever
+	// MaxNumBatchedTokens leaves, as before the option, at the cost of the streams' inter-token latency.
+	StepBudget any `json:"step_budget,omitempty"`
 	// KVCacheTokens is the KV cache capacity in positions over all sequences (default 16384).
 	KVCacheTokens int `json:"kv_cache_tokens,omitempty"`
 	// KVBlockSize is the positions per KV cache block (default 16).

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ type options struct {
 	metricsHeaders          bool
 	metricsNames            string
 	speculativeTokens       int
+	stepBudget              string
 	maxWaitingRequests      int
 	servedModelName         string
 	shutdownTimeout         time.Duration
@@ -68,6 +70,8 @@ func parseOptions() options {
 		"also return the timing metrics as X-Ember-* and Server-Timing headers of non-streaming responses")
 	flag.IntVar(&o.speculativeTokens, "speculative-tokens", 0,
 		"n-gram speculative decoding with drafts of up to this many tokens (1..16; 0: off; docs/c_api.md)")
+	flag.StringVar(&o.stepBudget, "step-budget", "",
+		"how many prompt tokens may join an engine step of decodes: auto, throughput, or a target step time in ms (the engine's step_budget; default auto)")
 	flag.IntVar(&o.maxWaitingRequests, "max-waiting-requests", 0,
 		"requests waiting to start at most; more are answered 503 with Retry-After at once (0: the engine's default)")
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
@@ -128,6 +132,7 @@ func run(o options) error {
 	}
 	engine, err := ember.NewEngine(ember.Config{
 		Model:                   o.model,
+		StepBudget:              stepBudget(o.stepBudget),
 		ChatTemplate:            o.chatTemplate,
 		Threads:                 o.threads,
 		EnablePerRequestMetrics: o.enablePerRequestMetrics,
@@ -206,4 +211,16 @@ func logEngineLine(level ember.LogLevel, message string) {
 		slogLevel = slog.LevelInfo
 	}
 	slog.Log(context.Background(), slogLevel, message, "source", "engine")
+}
+
+// stepBudget is --step-budget as the engine's step_budget: a number of milliseconds, a policy's name, or nil
+// (the engine's default) when the flag is not set. The engine checks the value.
+func stepBudget(flagValue string) any {
+	if flagValue == "" {
+		return nil
+	}
+	if ms, err := strconv.ParseFloat(flagValue, 64); err == nil {
+		return ms
+	}
+	return flagValue
 }

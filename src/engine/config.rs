@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::guided::GrammarLimits;
 use super::speculative::SpeculativeConfig;
+use super::step_budget::StepBudget;
 use crate::backend::KvCacheType;
 use crate::model::chat_template::TemplateLimits;
 use crate::model::gguf::LoadMode;
@@ -91,6 +92,11 @@ pub struct EngineConfig {
     /// Most tokens computed in one step; long prompts are prefilled in chunks of what is left. `None`: the
     /// backend's default ([`CPU_DEFAULT_MAX_NUM_BATCHED_TOKENS`], [`CUDA_DEFAULT_MAX_NUM_BATCHED_TOKENS`]).
     pub max_num_batched_tokens: Option<usize>,
+    /// How many prompt tokens may join a step that carries decodes (`step_budget.rs`): `"auto"` (the default: a
+    /// step with prefill may cost 1.25× its decodes alone, as learned), a target step time in milliseconds, or
+    /// `"throughput"` (prefill takes whatever `max_num_batched_tokens` leaves, at the cost of the streams'
+    /// inter-token latency).
+    pub step_budget: StepBudget,
     /// KV cache capacity in tokens (positions over all sequences), rounded up to whole blocks.
     pub kv_cache_tokens: usize,
     /// Positions per KV cache block.
@@ -148,6 +154,7 @@ impl Default for EngineConfig {
             threads: 0,
             max_num_seqs: 64,
             max_num_batched_tokens: None,
+            step_budget: StepBudget::Auto,
             kv_cache_tokens: 16_384,
             kv_block_size: 16,
             seed: 0,
@@ -219,6 +226,9 @@ impl EngineConfig {
         }
         if let Some(problem) = self.chat_template_limits.problem() {
             return err(vec!["chat_template_limits"], problem);
+        }
+        if let Some(problem) = self.step_budget.problem() {
+            return err(vec!["step_budget"], problem);
         }
         if let Some(problem) = self.speculative.as_ref().and_then(SpeculativeConfig::problem) {
             return err(vec!["speculative"], problem);
@@ -318,6 +328,21 @@ mod tests {
         assert_eq!((c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max), (4, 2, 3));
         let bad = r#"{"speculative": {"method": "ngram", "num_speculative_tokens": 99}}"#;
         assert_eq!(EngineConfig::from_json(bad).unwrap_err().options, ["speculative"]);
+    }
+
+    #[test]
+    fn the_step_budget_is_auto_by_default_and_a_target_must_be_positive() {
+        assert_eq!(EngineConfig::default().step_budget, StepBudget::Auto);
+        let read = |json: &str| EngineConfig::from_json(json).map(|c| c.step_budget);
+        assert_eq!(read(r#"{"step_budget": "throughput"}"#).unwrap(), StepBudget::Throughput);
+        assert_eq!(read(r#"{"step_budget": 30}"#).unwrap(), StepBudget::TargetMs(30.0));
+        for bad in ["0", "-5", "1e9"] {
+            let e = read(&format!(r#"{{"step_budget": {bad}}}"#)).unwrap_err();
+            assert_eq!(e.options, ["step_budget"], "{bad}: {e}");
+        }
+        let e = read(r#"{"step_budget": "fast"}"#).unwrap_err();
+        assert_eq!(e.options, ["step_budget"]);
+        assert!(e.message.starts_with(r#"step_budget: unknown step budget "fast""#), "{e}");
     }
 
     #[test]

@@ -313,6 +313,7 @@ mod tests {
     use crate::engine::sampling::{Sampler, SamplingParams};
     use crate::engine::seq_options::SharedOptions;
     use crate::engine::step::StepError;
+    use crate::engine::step_budget::StepBudget;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
@@ -374,7 +375,12 @@ mod tests {
         tokenizer: &'m Tokenizer,
         max_num_seqs: usize,
     ) -> EngineCore<'m> {
-        let limits = SchedulerLimits { max_num_seqs, max_num_batched_tokens: 16, speculative: None };
+        let limits = SchedulerLimits {
+            max_num_seqs,
+            max_num_batched_tokens: 16,
+            speculative: None,
+            step_budget: StepBudget::Throughput,
+        };
         let blocks = KvPools::new(PrefixCachingAllocator::new(4, 16, 0, true), None);
         EngineCore::new(Arc::clone(shared), StepRunner::new(forward, 3), tokenizer, clock, limits, blocks, 64)
     }

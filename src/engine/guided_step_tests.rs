@@ -15,6 +15,7 @@ use super::seq_options::SharedOptions;
 use super::sequence::Sequence;
 use super::stats::EngineClock;
 use super::step::StepError;
+use super::step_budget::StepBudget;
 use super::step_runner::StepRunner;
 use super::FinishReason;
 use crate::model::llama::batch::total_logit_rows;
@@ -78,7 +79,12 @@ fn a_constrained_sequence_is_never_given_the_devices_unmasked_argmax() {
     let shared = Arc::new(EngineShared::default());
     let free = submit(&shared, &tokenizer, 1, None);
     let constrained = submit(&shared, &tokenizer, 2, Some("b+"));
-    let limits = SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 16, speculative: None };
+    let limits = SchedulerLimits {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 16,
+        speculative: None,
+        step_budget: StepBudget::Throughput,
+    };
     let blocks = KvPools::new(PrefixCachingAllocator::new(8, 16, 0, true), None);
     let runner = StepRunner::new(Box::new(PrefersA), 3).with_mask_times(Arc::clone(&shared.mask_times));
     let mut core = EngineCore::new(Arc::clone(&shared), runner, &tokenizer, EngineClock::new(), limits, blocks, 64);
@@ -95,7 +101,12 @@ fn a_complete_grammar_ends_its_choice_with_stop_at_once() {
     let tokenizer = tokenizer();
     let shared = Arc::new(EngineShared::default());
     let h = submit(&shared, &tokenizer, 1, Some("ab"));
-    let limits = SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 16, speculative: None };
+    let limits = SchedulerLimits {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 16,
+        speculative: None,
+        step_budget: StepBudget::Throughput,
+    };
     let blocks = KvPools::new(PrefixCachingAllocator::new(8, 16, 0, true), None);
     let runner = StepRunner::new(Box::new(PrefersA), 3);
     let mut core = EngineCore::new(Arc::clone(&shared), runner, &tokenizer, EngineClock::new(), limits, blocks, 64);

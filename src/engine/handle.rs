@@ -573,6 +573,7 @@ fn engine_thread(
             max_num_seqs: config.max_num_seqs,
             max_num_batched_tokens: max_batch_tokens,
             speculative: config.speculative,
+            step_budget: config.step_budget,
         },
         blocks,
         model.config.context_length.min(cache.tokens()),

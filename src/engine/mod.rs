@@ -36,6 +36,10 @@ pub mod speculative;
 mod speculative_step_tests;
 pub mod stats;
 pub mod step;
+pub mod step_budget;
+#[cfg(test)]
+mod step_budget_tests;
+pub mod step_cost;
 pub mod step_runner;
 pub mod stop;
 pub mod telemetry;

@@ -3,9 +3,9 @@
 //! ([`Scheduler::update_from_output`]).
 //!
 //! Order of a step, within a budget of `max_num_batched_tokens` tokens and `max_num_seqs` sequences:
-//! 1. running sequences that decode (one token each), so their inter-token latency does not depend on prompts
-//!    arriving;
-//! 2. running sequences still prefilling, each a chunk of what the budget leaves;
+//! 1. running sequences that decode (one token each), all of them, never skipped;
+//! 2. running sequences still prefilling, by priority (in admission order within a priority), each a chunk of what
+//!    the budget leaves; before each, the waiting sequences of a strictly higher priority are admitted (3.);
 //! 3. waiting sequences, by priority (the request's `priority`, lower first), first come first served within a
 //!    priority, while their first chunk's KV blocks are free. A sequence admitted takes first the longest prefix
 //!    of its tokens whose full blocks are in the prefix cache (`kv_prefix.rs`), and computes from there; its
@@ -14,6 +14,15 @@
 //!    (vLLM's priority scheduling): a high-priority request waits for no low-priority one;
 //! 4. with speculative decoding on, draft tokens for the decoding sequences, as many as the planner finds worth
 //!    their cost in what the budget and the free blocks leave (`speculative/`).
+//!
+//! The prefill of 2. and 3. together is held to the step budget (the `step_budget` option, `step_budget.rs`): in a
+//! step with decodes, the prefill tokens whose estimated step stays within a target time (by default 1.25× the
+//! decodes' step alone), so that a prompt arriving does not stall every stream's next token; but at least an
+//! eighth of `max_num_batched_tokens`, so that a prompt always progresses, and 1.25× the prompt tokens arriving
+//! per step, so that prefill keeps pace with the load. A step without decodes, the `"throughput"`
+//! policy, and costs not yet learned leave prefill the whole token budget (with equal priorities, the plan of
+//! "throughput" is the plan before the option). The costs are learned here, per step size, from every step the
+//! engine runs ([`Scheduler::observe_step`], `step_cost.rs`), for the step budget and the speculation planner.
 //!
 //! When a running sequence needs a block and none is free, a running sequence is preempted: the lowest-priority
 //! one, the most recently admitted among equals. Its blocks are freed and it goes back to the waiting queue, ahead
@@ -32,12 +41,15 @@ use super::sequence::{SeqId, SeqStatus, Sequence};
 use super::speculative::{SpeculativeConfig, Speculator};
 use super::stats::{EngineClock, StepEvent};
 use super::step::{RunnerOutput, ScheduledChunk, SchedulerOutput};
+use super::step_budget::{min_prefill_chunk, PromptArrivals, StepBudget, StepCosts};
 
 /// Limits of one step.
 #[derive(Clone, Copy, Debug)]
 pub struct SchedulerLimits {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
+    /// How many prefill tokens may join a step with decodes (`step_budget.rs`).
+    pub step_budget: StepBudget,
     /// n-gram speculative decoding, when on (`speculative/`).
     pub speculative: Option<SpeculativeConfig>,
 }
@@ -65,6 +77,10 @@ pub struct Scheduler {
     counters: SchedulerCounters,
     /// Speculative decoding, when on: what decides each step's drafts (`speculative/`).
     speculator: Option<Speculator>,
+    /// What steps cost, learned from those that ran: the step budget's and the speculation planner's estimates.
+    costs: StepCosts,
+    /// The prompt tokens arriving per step: the step budget's least prefill.
+    arrivals: PromptArrivals,
 }
 
 impl Scheduler {
@@ -78,6 +94,8 @@ impl Scheduler {
             context,
             counters: SchedulerCounters::default(),
             speculator: limits.speculative.map(Speculator::new),
+            costs: StepCosts::new(limits.max_num_batched_tokens),
+            arrivals: PromptArrivals::default(),
         }
     }
 
@@ -85,6 +103,7 @@ impl Scheduler {
     pub fn add(&mut self, mut seq: Sequence) {
         debug_assert_eq!(seq.status, SeqStatus::Waiting);
         self.blocks.global.extend_hashes(&mut seq.kv.block_hashes, &seq.tokens);
+        self.arrivals.arrived(seq.tokens.len());
         let id = seq.id;
         self.seqs.insert(id, seq);
         self.enqueue(id);
@@ -141,39 +160,99 @@ impl Scheduler {
     pub fn schedule(&mut self, now: f64) -> SchedulerOutput {
         let mut out = SchedulerOutput::default();
         let mut budget = self.limits.max_num_batched_tokens;
+        self.arrivals.step();
+        // Set when reserving blocks for a running sequence preempted one: such a step admits nobody.
+        let mut short_of_blocks = false;
 
-        for decoding in [true, false] {
-            // A snapshot: reserving blocks may preempt sequences anywhere in the running list.
-            let order = self.running.clone();
-            for id in order {
-                if budget == 0 {
-                    break;
-                }
-                let seq = &self.seqs[&id];
-                if seq.status != SeqStatus::Running || (seq.num_uncomputed() == 1) != decoding {
-                    continue;
-                }
-                let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
-                if self.reserve(id, n, &mut out, &mut budget) {
-                    out.chunks.push(self.chunk(id, n));
-                    budget -= n;
-                }
-                // Otherwise the sequence itself was preempted (or failed).
+        // 1. Decodes. A snapshot: reserving blocks may preempt sequences anywhere in the running list.
+        for id in self.running.clone() {
+            if budget == 0 {
+                break;
+            }
+            let seq = &self.seqs[&id];
+            if seq.status == SeqStatus::Running && seq.num_uncomputed() == 1 {
+                short_of_blocks |= self.schedule_running(id, budget, &mut out, &mut budget).1;
             }
         }
 
-        if !out.preempted.is_empty() {
+        // 2. Prefill chunks of running sequences, within what the step budget lets a step of these decodes take
+        // (`step_budget.rs`), by priority (admission order among equals); a waiting sequence of a strictly higher
+        // priority is admitted before each.
+        let decodes = out.chunks.iter().filter(|c| !c.prefill).count();
+        let min_chunk = min_prefill_chunk(self.limits.max_num_batched_tokens, &self.arrivals);
+        let mut prefill_left =
+            self.limits.step_budget.prefill_cap(&self.costs, decodes, min_chunk).unwrap_or(usize::MAX);
+        let mut order = self.running.clone();
+        order.sort_by_key(|id| self.seqs[id].priority());
+        for id in order {
+            let priority = self.seqs[&id].priority();
+            if !short_of_blocks {
+                self.admit_waiting(now, Some(priority), &mut out, &mut budget, &mut prefill_left);
+            }
+            if budget == 0 || prefill_left == 0 {
+                break;
+            }
+            let seq = &self.seqs[&id];
+            if seq.status == SeqStatus::Running && seq.num_uncomputed() != 1 {
+                let (n, preempted) = self.schedule_running(id, budget.min(prefill_left), &mut out, &mut budget);
+                prefill_left -= n;
+                short_of_blocks |= preempted;
+            }
+            // Otherwise: no longer running (preempted), or a decode (scheduled above).
+        }
+        if short_of_blocks {
             return out;
         }
-        while budget > 0 {
+
+        // 3. Waiting sequences, by priority.
+        self.admit_waiting(now, None, &mut out, &mut budget, &mut prefill_left);
+        self.add_drafts(&mut out, budget);
+        out
+    }
+
+    /// Schedules running sequence `id`'s next chunk, at most `most` tokens (and what its chunking allows), taking
+    /// them from `budget`. Returns the chunk's tokens (0 when `id` itself was preempted, or failed), and whether
+    /// reserving its blocks preempted a sequence.
+    fn schedule_running(
+        &mut self,
+        id: SeqId,
+        most: usize,
+        out: &mut SchedulerOutput,
+        budget: &mut usize,
+    ) -> (usize, bool) {
+        let preempted = out.preempted.len();
+        let seq = &self.seqs[&id];
+        let n = seq.num_uncomputed().min(most).min(seq.max_chunk_tokens());
+        let scheduled = self.reserve(id, n, out, budget);
+        if scheduled {
+            out.chunks.push(self.chunk(id, n));
+            *budget -= n;
+        }
+        (if scheduled { n } else { 0 }, out.preempted.len() > preempted)
+    }
+
+    /// Admits waiting sequences, by priority, while the step has room (`budget` tokens, `prefill_left` of them
+    /// for prefill); with `before`, only those of a strictly higher priority than it (a lower number).
+    fn admit_waiting(
+        &mut self,
+        now: f64,
+        before: Option<i32>,
+        out: &mut SchedulerOutput,
+        budget: &mut usize,
+        prefill_left: &mut usize,
+    ) {
+        while *budget > 0 && *prefill_left > 0 {
             let Some(&id) = self.waiting.front() else { break };
+            if before.is_some_and(|p| self.seqs[&id].priority() >= p) {
+                break;
+            }
             let admitted = match self.running.len() < self.limits.max_num_seqs {
-                true => self.admit(id, budget, now, &mut out),
+                true => self.admit(id, (*budget).min(*prefill_left), now, out),
                 false => None,
             };
             let Some(n) = admitted else {
                 // No room, or no seat: a lower-priority running sequence gives way, or the queue waits.
-                if self.preempt_for(id, &mut out, &mut budget) {
+                if self.preempt_for(id, out, budget) {
                     continue;
                 }
                 break;
@@ -182,11 +261,10 @@ impl Scheduler {
             if n > 0 {
                 self.running.push(id);
                 out.chunks.push(self.chunk(id, n));
-                budget -= n;
+                *budget -= n;
+                *prefill_left = prefill_left.saturating_sub(n);
             }
         }
-        self.add_drafts(&mut out, budget);
-        out
     }
 
     /// Admits waiting sequence `id`: takes the longest cached prefix of its tokens (all but the last, whose
@@ -241,7 +319,8 @@ impl Scheduler {
     fn add_drafts(&mut self, out: &mut SchedulerOutput, budget: usize) {
         let Some(speculator) = self.speculator.as_ref() else { return };
         // The window pool releases blocks as positions pass the window, and rejected positions go back.
-        if budget == 0 || self.blocks.window.is_some() || !speculator.may_pay(out.num_tokens()) {
+        let cost = &self.costs.decode;
+        if budget == 0 || self.blocks.window.is_some() || !speculator.may_pay(cost, out.num_tokens()) {
             return;
         }
         let (mut drafts, mut offers) = (Vec::new(), Vec::new());
@@ -258,7 +337,7 @@ impl Scheduler {
                 drafts.push((i, draft));
             }
         }
-        let taken = speculator.plan(out.num_tokens(), &offers, budget);
+        let taken = speculator.plan(cost, out.num_tokens(), &offers, budget);
         for ((i, draft), d) in drafts.into_iter().zip(taken).filter(|&(_, d)| d > 0) {
             let c = &mut out.chunks[i];
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
@@ -280,13 +359,11 @@ impl Scheduler {
         }
     }
 
-    /// Records how long step `step` took (from scheduling to its tokens sampled), for the speculation planner's
-    /// cost model.
+    /// Records how long step `step`'s forward pass took (its tokens sampled), for the cost models of the step
+    /// budget and the speculation planner.
     pub fn observe_step(&mut self, step: &SchedulerOutput, seconds: f64) {
-        if let Some(speculator) = self.speculator.as_mut() {
-            let every_row_samples = step.chunks.iter().all(|c| !c.prefill);
-            speculator.observe_step(step.num_tokens(), seconds, every_row_samples);
-        }
+        let every_row_samples = step.chunks.iter().all(|c| !c.prefill);
+        self.costs.observe(step.num_tokens(), seconds, every_row_samples);
     }
 
     /// The chunk of sequence `id` computing its next `n` tokens (with a draft: its last token and the draft).

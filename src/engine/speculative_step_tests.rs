@@ -18,6 +18,7 @@ use super::sequence::Sequence;
 use super::speculative::{SpeculativeConfig, SpeculativeMethod};
 use super::stats::EngineClock;
 use super::step::StepError;
+use super::step_budget::StepBudget;
 use super::step_runner::StepRunner;
 use crate::model::llama::SeqChunk;
 use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
@@ -103,7 +104,12 @@ fn run(speculative: bool, device: bool) -> (Vec<Vec<TokenId>>, u64, u64, usize) 
         prompt_lookup_max: 3,
         draft_policy: Default::default(),
     });
-    let limits = SchedulerLimits { max_num_seqs: 4, max_num_batched_tokens: 64, speculative };
+    let limits = SchedulerLimits {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 64,
+        speculative,
+        step_budget: StepBudget::Throughput,
+    };
     let blocks = KvPools::new(PrefixCachingAllocator::new(16, 16, 0, true), None);
     let draft_rows = Arc::new(AtomicUsize::new(0));
     let runner = StepRunner::new(Box::new(Cycle { device, draft_rows: Arc::clone(&draft_rows) }), VOCAB);

@@ -20,6 +20,7 @@ use super::seq_options::SharedOptions;
 use super::sequence::Sequence;
 use super::stats::{EngineClock, RequestStateStats};
 use super::step::StepError;
+use super::step_budget::StepBudget;
 use super::step_runner::StepRunner;
 use crate::model::llama::batch::{validate_window_tables, BatchError};
 use crate::model::llama::{SeqChunk, NO_BLOCK};
@@ -117,7 +118,12 @@ fn run(requests: &[(usize, usize)], global_blocks: usize, max_num_seqs: usize, w
         StepRunner::new(forward, VOCAB),
         &tokenizer,
         clock,
-        SchedulerLimits { max_num_seqs, max_num_batched_tokens: BUDGET, speculative: None },
+        SchedulerLimits {
+            max_num_seqs,
+            max_num_batched_tokens: BUDGET,
+            speculative: None,
+            step_budget: StepBudget::Throughput,
+        },
         KvPools::new(
             PrefixCachingAllocator::new(global_blocks, BLOCK, 0, false),
             Some(WindowBlocks::new(pool, BLOCK, WINDOW)),

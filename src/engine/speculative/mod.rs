@@ -34,9 +34,9 @@
 //! draft tokens before they are accepted) or a grammar (its matcher would have to walk the draft), and not on a
 //! model whose sliding-window layers keep a pool of their own (its release rule assumes positions only grow).
 //!
-//! How many draft tokens each sequence verifies is decided per step (`plan.rs`): from the step's cost, learned
-//! per step size (`step_cost.rs`), and each draft token's chance of acceptance, learned per match length and
-//! sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few drafts or none.
+//! How many draft tokens each sequence verifies is decided per step (`plan.rs`): from the step's cost, learned per step
+//! size (`engine/step_cost.rs`, the scheduler's), and each draft token's chance of acceptance, learned per match length
+//! and sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few drafts or none.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,12 +45,11 @@ use crate::model::TokenId;
 pub mod acceptance;
 pub mod ngram;
 pub mod plan;
-pub mod step_cost;
 
+use super::step_cost::StepCostModel;
 use acceptance::{AcceptanceRates, SeqAcceptance};
 use ngram::Draft;
 use plan::{plan_drafts, DraftOffer};
-use step_cost::StepCostModel;
 
 /// The most tokens a draft may have (`num_speculative_tokens`) and the longest n-gram looked up.
 pub const MAX_SPECULATIVE_TOKENS: usize = 16;
@@ -127,34 +126,29 @@ impl SpeculativeConfig {
     }
 }
 
-/// The engine's speculation: its option and what it has learned (step costs, acceptance rates). The scheduler
-/// holds it when speculation is on.
+/// The engine's speculation: its option and what it has learned of acceptance. The scheduler holds it when
+/// speculation is on, and lends it the cost of steps in which every row samples (`StepCosts::decode`, which the
+/// step budget reads too).
 #[derive(Clone, Debug)]
 pub struct Speculator {
     pub config: SpeculativeConfig,
-    cost: StepCostModel,
     rates: AcceptanceRates,
 }
 
 impl Speculator {
     pub fn new(config: SpeculativeConfig) -> Self {
-        Speculator { config, cost: StepCostModel::default(), rates: AcceptanceRates::default() }
-    }
-
-    /// Records a step that ran (`StepCostModel::observe`).
-    pub fn observe_step(&mut self, tokens: usize, seconds: f64, every_row_samples: bool) {
-        self.cost.observe(tokens, seconds, every_row_samples);
+        Speculator { config, rates: AcceptanceRates::default() }
     }
 
     /// Whether any draft could pay in a step of `base_tokens` tokens: one certain token must beat the plain
     /// step's rate (it cannot when each token costs what the last did); always with [`DraftPolicy::Always`].
     /// Checked before drafts are looked up, so that a compute-bound step of many sequences does not search their
     /// texts for nothing.
-    pub fn may_pay(&self, base_tokens: usize) -> bool {
+    pub fn may_pay(&self, cost: &StepCostModel, base_tokens: usize) -> bool {
         if self.config.draft_policy == DraftPolicy::Always {
             return true;
         }
-        match (self.cost.estimate(base_tokens), self.cost.estimate(base_tokens + 1)) {
+        match (cost.estimate(base_tokens), cost.estimate(base_tokens + 1)) {
             (Some(base), Some(more)) => (base_tokens + 1) as f64 / more > base_tokens as f64 / base,
             _ => false,
         }
@@ -168,9 +162,15 @@ impl Speculator {
     /// The draft tokens each offer gets in a step of `base_tokens` tokens with room for `max_draft_tokens`
     /// more: what the planner finds worth it (`plan.rs`), or with [`DraftPolicy::Always`] every offered token
     /// that fits, in the offers' order.
-    pub fn plan(&self, base_tokens: usize, offers: &[DraftOffer], max_draft_tokens: usize) -> Vec<usize> {
+    pub fn plan(
+        &self,
+        cost: &StepCostModel,
+        base_tokens: usize,
+        offers: &[DraftOffer],
+        max_draft_tokens: usize,
+    ) -> Vec<usize> {
         match self.config.draft_policy {
-            DraftPolicy::Adaptive => plan_drafts(base_tokens, offers, max_draft_tokens, &self.cost),
+            DraftPolicy::Adaptive => plan_drafts(base_tokens, offers, max_draft_tokens, cost),
             DraftPolicy::Always => {
                 let mut room = max_draft_tokens;
                 offers
@@ -233,11 +233,12 @@ mod tests {
     fn the_always_policy_takes_every_offered_token_that_fits() {
         let always = Speculator::new(SpeculativeConfig { draft_policy: DraftPolicy::Always, ..ngram(4, 2, 4) });
         let offers = [DraftOffer { len: 3, p: 0.0 }, DraftOffer { len: 4, p: 0.9 }, DraftOffer { len: 2, p: 0.5 }];
-        assert!(always.may_pay(64), "whatever the costs (none are known)");
-        assert_eq!(always.plan(2, &offers, 16), [3, 4, 2]);
-        assert_eq!(always.plan(2, &offers, 5), [3, 2, 0], "within the step's room, in order");
+        let unknown = StepCostModel::default();
+        assert!(always.may_pay(&unknown, 64), "whatever the costs (none are known)");
+        assert_eq!(always.plan(&unknown, 2, &offers, 16), [3, 4, 2]);
+        assert_eq!(always.plan(&unknown, 2, &offers, 5), [3, 2, 0], "within the step's room, in order");
         let adaptive = Speculator::new(ngram(4, 2, 4));
-        assert!(!adaptive.may_pay(1), "no costs known: no drafts");
-        assert_eq!(adaptive.plan(2, &offers, 16), [0, 0, 0]);
+        assert!(!adaptive.may_pay(&unknown, 1), "no costs known: no drafts");
+        assert_eq!(adaptive.plan(&unknown, 2, &offers, 16), [0, 0, 0]);
     }
 }

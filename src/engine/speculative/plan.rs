@@ -1,7 +1,7 @@
 //! How many draft tokens each sequence verifies in a step: as many as raise the step's expected throughput.
 //!
 //! A step of `T` tokens (decodes, prefill chunks) yields about `T` tokens of progress in `t(T)` seconds
-//! (`step_cost.rs`). Giving it `D` draft tokens costs `t(T + D)` and adds their expected accepted tokens: the
+//! (`engine/step_cost.rs`). Giving it `D` draft tokens costs `t(T + D)` and adds their expected accepted tokens: the
 //! `i`-th token of a draft whose tokens are each accepted with probability `p` adds `p^i`. The planner sorts
 //! every offered draft position by that gain, and takes the number `D` of the best positions that maximizes
 //! `(T + Σ gains) / t(T + D)`; `D = 0` when nothing beats the plain step.
@@ -10,7 +10,7 @@
 //! sequences decoding, a step's time grows with every row and only near-certain drafts pay, so few or none
 //! are taken; a single stream on a CPU whose matmul has spare compute at one column takes several.
 
-use super::step_cost::StepCostModel;
+use crate::engine::step_cost::StepCostModel;
 
 /// A sequence's offer: up to `len` draft tokens, each accepted with probability `p` given the ones before.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -64,7 +64,7 @@ mod tests {
     fn costs(seconds: &[f64]) -> StepCostModel {
         let mut m = StepCostModel::default();
         for (i, &s) in seconds.iter().enumerate() {
-            m.observe(i + 1, s, true);
+            m.observe(i + 1, s);
         }
         m
     }
