@@ -3,8 +3,8 @@
 //! chunk or a batch of sequences splits it by rows, and both must give the same bits (`src/backend/cpu/
 //! attention_spans.rs`: fixed span cuts, merged in the same order either way).
 //!
-//! The sequences are 700 tokens, three spans of 256 positions, so that the merge of several spans is what is
-//! compared; Gemma 3's sliding-window layers (512) start their window inside the first span. The reference is the
+//! The sequences are 1100 tokens, two spans of 1024 positions, so that the merge of spans is what is compared;
+//! Gemma 3's sliding-window layers (512) start their window inside the first span. The reference is the
 //! whole sequence prefilled in one chunk on 2 threads (split by rows, every row computing all its spans itself).
 
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
@@ -16,7 +16,7 @@ use ember::model::{Model, TokenId};
 mod gemma3;
 
 /// Tokens of the sequences; the last `TAIL` are compared.
-const LEN: usize = 700;
+const LEN: usize = 1100;
 const TAIL: usize = 4;
 const KV_BLOCK_SIZE: usize = 16;
 const BLOCKS_PER_SEQ: usize = LEN.div_ceil(KV_BLOCK_SIZE);
@@ -39,7 +39,7 @@ fn backend(model: &Model, threads: usize, precision: Precision, kv_cache: KvCach
 /// Two different token sequences of `LEN` tokens (a text repeated, from two starting points).
 fn sequences(model: &Model) -> [Vec<TokenId>; 2] {
     let text = "The old lighthouse keeper climbed the stairs each evening, counting the steps and the ships. ";
-    let ids = model.tokenizer.encode(&text.repeat(60), false);
+    let ids = model.tokenizer.encode(&text.repeat(100), false);
     assert!(ids.len() >= LEN + 7, "the text has only {} tokens", ids.len());
     [ids[..LEN].to_vec(), ids[7..LEN + 7].to_vec()]
 }

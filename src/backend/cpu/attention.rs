@@ -2,7 +2,7 @@
 //! or NEOX halves), appending keys and values to the paged cache, then causal grouped-query attention of every new
 //! token over its sequence's cache, within the layer's sliding window where it has one.
 //!
-//! Each query's attention is computed span by span (`attention_spans.rs`: spans of 256 positions at fixed cuts,
+//! Each query's attention is computed span by span (`attention_spans.rs`: spans of 1024 positions at fixed cuts,
 //! each with its own softmax, merged in order), for all the query heads that share a KV head at once (3 for
 //! SmolLM2), so the cache is read once per KV head rather than once per query head. A query at position `p` reads
 //! keys and values `0..=p` of its own sequence (`p + 1 − window..=p` in a windowed layer), its own included, with

@@ -20,8 +20,10 @@ use super::kernels::{BlockQ8A, CacheRun, Kernels};
 use super::kv_cache::CpuKvCache;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0, QK};
 
-/// Positions of a span.
-pub(super) const SPAN: usize = 256;
+/// Positions of a span. 1024 rather than 256: a prompt within one span keeps the bits of a single softmax, and
+/// with 256 a near-tie greedy token of a ~300-token tool prompt flipped (`tests/protocol_tools.rs`); 1024 still
+/// gives a decode step at depth 4096 four tasks.
+pub(super) const SPAN: usize = 1024;
 /// The stride of one query head's scores in a task's scores: a span's positions and a sink.
 pub(super) const SCORE_STRIDE: usize = SPAN + 1;
 
