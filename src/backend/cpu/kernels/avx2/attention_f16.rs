@@ -190,6 +190,19 @@ pub(in crate::backend::cpu::kernels) unsafe fn scores_of<const G: usize, const P
     }
 }
 
+/// `out` (`G` heads of `width` floats, a multiple of 8) as each head's chunks of 8.
+pub(in crate::backend::cpu::kernels) fn head_chunks<const G: usize>(
+    out: &mut [f32],
+    width: usize,
+) -> [&mut [[f32; 8]]; G] {
+    let mut rest = out;
+    std::array::from_fn(|_| {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
+        rest = tail;
+        head.as_chunks_mut::<8>().0
+    })
+}
+
 /// Values of `G` heads, in slabs of `S` chunks of 8 (the width a multiple of `8·S`).
 ///
 /// # Safety
@@ -202,14 +215,7 @@ pub(in crate::backend::cpu::kernels) unsafe fn values_of<const G: usize, const S
     out: &mut [f32],
 ) {
     let width = values.width;
-    let mut heads: [&mut [[f32; 8]]; G] = {
-        let mut rest = out;
-        std::array::from_fn(|_| {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
-            rest = tail;
-            head.as_chunks_mut::<8>().0
-        })
-    };
+    let mut heads = head_chunks::<G>(out, width);
     let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
     // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
     unsafe {

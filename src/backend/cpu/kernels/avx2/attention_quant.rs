@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::attention_f16::subgroups;
+use super::attention_f16::{head_chunks, subgroups};
 use super::lanes::{hsum_i32, load_32, load_8f, store_8f};
 use crate::backend::cpu::kernels::kv_quant::KvBlock;
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
@@ -201,14 +201,7 @@ pub(in crate::backend::cpu::kernels) unsafe fn values_of<B: SimdKvBlock, const G
     out: &mut [f32],
 ) {
     let width = QK * values.width;
-    let mut heads: [&mut [[f32; 8]]; G] = {
-        let mut rest = out;
-        std::array::from_fn(|_| {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
-            rest = tail;
-            head.as_chunks_mut::<8>().0
-        })
-    };
+    let mut heads = head_chunks::<G>(out, width);
     let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
     // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
     unsafe {
