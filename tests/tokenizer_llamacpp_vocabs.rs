@@ -14,6 +14,7 @@ use ember::model::tokenizer::{TokenId, Tokenizer};
 
 /// The vocabularies with test texts whose tokenizer ember implements, by file stem.
 const CLAIMED: &[&str] = &[
+    "bert-bge",
     "command-r",
     "deepseek-coder",
     "deepseek-llm",
@@ -34,8 +35,7 @@ const REFUSED: &[(&str, &str)] = &[
     // Byte-level BPE without a `tokenizer.ggml.pre`: llama.cpp guesses a default, ember asks for the key.
     ("aquila", "tokenizer.ggml.pre"),
     ("gpt-neox", "tokenizer.ggml.pre"),
-    // Other tokenizer models: WordPiece, Gemma 4's, Unigram.
-    ("bert-bge", "bert"),
+    // Other tokenizer models: Gemma 4's, Unigram.
     ("gemma-4", "gemma4"),
     ("nomic-bert-moe", "t5"),
 ];
@@ -148,6 +148,7 @@ fn every_vocabulary_file_is_listed() {
 #[test]
 fn bos_is_added_where_llama_cpp_adds_it() {
     let expected = [
+        ("bert-bge", true),
         ("command-r", true),
         ("deepseek-coder", true),
         ("deepseek-llm", true),
@@ -168,4 +169,8 @@ fn bos_is_added_where_llama_cpp_adds_it() {
         assert_eq!(tokenizer.add_bos(), add_bos, "{stem}");
     }
     assert_eq!(load("llama-bpe").unwrap().bos_id(), Some(128000));
+    // BERT's inputs are `[CLS] … [SEP]`: the file names neither, and llama.cpp's defaults are BERT's ids.
+    let bert = load("bert-bge").unwrap();
+    assert_eq!((bert.bos_id(), bert.sep_id(), bert.add_sep()), (Some(101), Some(102), true));
+    assert!(!load("llama-bpe").unwrap().add_sep());
 }

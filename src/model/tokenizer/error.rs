@@ -40,6 +40,8 @@ pub enum TokenizerError {
     /// `tokenizer.ggml.add_bos_token` is true but there is no `tokenizer.ggml.bos_token_id` (llama.cpp refuses
     /// this too: `check_add_special_token`).
     AddBosWithoutBos,
+    /// `tokenizer.ggml.add_sep_token` is true (WordPiece's default) but there is no separator token.
+    AddSepWithoutSep,
     /// A token id given to decode is beyond the vocabulary.
     UnknownTokenId { id: TokenId, vocab_size: usize },
 }
@@ -52,8 +54,8 @@ impl fmt::Display for TokenizerError {
             UnsupportedModel { model } => {
                 write!(
                     f,
-                    "tokenizer.ggml.model is {model:?}; ember implements byte-level BPE (\"gpt2\") and SentencePiece \
-                     (\"llama\")"
+                    "tokenizer.ggml.model is {model:?}; ember implements byte-level BPE (\"gpt2\"), SentencePiece \
+                     (\"llama\") and WordPiece (\"bert\")"
                 )
             }
             ScoreCount { scores, tokens } => {
@@ -90,6 +92,11 @@ impl fmt::Display for TokenizerError {
             AddBosWithoutBos => {
                 write!(f, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set")
             }
+            AddSepWithoutSep => write!(
+                f,
+                "tokenizer.ggml.add_sep_token is true (the default for WordPiece), but there is no \
+                 tokenizer.ggml.seperator_token_id and token 102 is beyond the vocabulary"
+            ),
             UnknownTokenId { id, vocab_size } => {
                 write!(f, "token id {id} is beyond the vocabulary of {vocab_size} tokens")
             }

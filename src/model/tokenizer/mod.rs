@@ -1,5 +1,6 @@
 //! The tokenizers of GGUF vocabularies, equal token for token to llama.cpp's (`src/llama-vocab.cpp`,
-//! `src/unicode.cpp`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`) and SentencePiece (`"llama"`).
+//! `src/unicode.cpp`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`), SentencePiece (`"llama"`) and WordPiece
+//! (`"bert"`, as the Hugging Face tokenizers of BERT's family, `wordpiece.rs`).
 //!
 //! Encoding a text: cut out special tokens (`special.rs`); then for BPE split the rest into pieces
 //! (`pretokenize.rs`), write each piece's bytes in GPT-2's byte-level alphabet (`byte_level.rs`) and merge them
@@ -20,12 +21,13 @@ mod special;
 mod spm;
 mod stream;
 mod vocab;
+mod wordpiece;
 
 pub use crate::model::TokenId;
 pub(crate) use byte_level::BYTE_TO_CHAR;
 pub use error::TokenizerError;
 pub use pretokenize::{Pieces, PreTokenizer, Split};
-pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL};
+pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL, WORDPIECE_MODEL};
 pub use stream::StreamDecoder;
 pub use vocab::TokenType;
 
@@ -34,6 +36,7 @@ use bpe::{Bpe, PieceEncoder};
 use special::{Fragment, SpecialTokens};
 use spm::Spm;
 use vocab::Vocab;
+use wordpiece::WordPiece;
 
 /// Texts of tokens that end generation, from llama.cpp's `special_eog_ids` detection in `llama_vocab::impl::load`.
 /// As there, a token with one of these texts is an end-of-generation token and is made a control token when the
@@ -59,6 +62,7 @@ enum Encoder {
     // Boxed: the BPE's byte table is large beside SentencePiece's state.
     Bpe { bpe: Box<Bpe>, pre: PreTokenizer },
     SentencePiece { spm: Spm, add_space_prefix: bool },
+    WordPiece(WordPiece),
 }
 
 // One tokenizer is shared by every request thread.
@@ -77,7 +81,9 @@ pub struct Tokenizer {
     pad_id: Option<TokenId>,
     unknown_id: Option<TokenId>,
     eot_id: Option<TokenId>,
+    sep_id: Option<TokenId>,
     add_bos: bool,
+    add_sep: bool,
     /// The fill-in-the-middle tokens (prefix, suffix, middle), when the vocabulary names all three.
     fim: Option<FimTokens>,
     /// The end-of-generation tokens, ascending, without duplicates.
@@ -115,6 +121,7 @@ impl Tokenizer {
         let pad_id = in_range(keys::PAD_ID, spec.pad_id)?;
         let unknown_id = in_range(keys::UNKNOWN_ID, spec.unknown_id)?;
         let eot_id = in_range(keys::EOT_ID, spec.eot_id)?;
+        let sep_id = in_range(keys::SEP_ID, spec.sep_id)?;
         // Infill needs all three; a vocabulary naming only some of them cannot build the prompt.
         let fim = match (
             in_range(keys::FIM_PRE_ID, spec.fim_pre_id)?,
@@ -127,6 +134,10 @@ impl Tokenizer {
         if spec.add_bos && bos_id.is_none() {
             return Err(TokenizerError::AddBosWithoutBos);
         }
+        // A WordPiece input that asks for the separator but has none is not what the model was trained on.
+        if spec.add_sep && sep_id.is_none() {
+            return Err(TokenizerError::AddSepWithoutSep);
+        }
         let encoder = match spec.kind {
             VocabKind::ByteLevelBpe => Encoder::Bpe {
                 bpe: Box::new(Bpe::new(&vocab, spec.merges)?),
@@ -137,6 +148,9 @@ impl Tokenizer {
                 spm: Spm::new(&vocab, spec.scores, unknown_id),
                 add_space_prefix: spec.add_space_prefix,
             },
+            VocabKind::WordPiece => {
+                Encoder::WordPiece(WordPiece::new(&vocab, spec.lowercase, spec.strip_accents, unknown_id))
+            }
         };
         let eog_texts: Vec<TokenId> =
             vocab.iter().filter(|&(_, text, _)| EOG_TEXTS.contains(&text)).map(|(id, _, _)| id).collect();
@@ -163,7 +177,9 @@ impl Tokenizer {
             pad_id,
             unknown_id,
             eot_id,
+            sep_id,
             add_bos: spec.add_bos,
+            add_sep: spec.add_sep,
             fim,
             eog_ids,
         })
@@ -200,6 +216,14 @@ impl Tokenizer {
                         Fragment::Text(text) => spm.encode(&self.vocab, text, &mut out),
                     }
                     after_special = matches!(fragment, Fragment::Token(_));
+                }
+            }
+            Encoder::WordPiece(wordpiece) => {
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(text) => wordpiece.encode(&self.vocab, text, &mut out),
+                    }
                 }
             }
         }
@@ -254,11 +278,11 @@ impl Tokenizer {
         self.token_type(id) == Some(TokenType::Control)
     }
 
-    /// The pre-tokenizer a byte-level BPE vocabulary names (`None` for SentencePiece).
+    /// The pre-tokenizer a byte-level BPE vocabulary names (`None` for SentencePiece and WordPiece).
     pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
         match &self.encoder {
             Encoder::Bpe { pre, .. } => Some(*pre),
-            Encoder::SentencePiece { .. } => None,
+            Encoder::SentencePiece { .. } | Encoder::WordPiece(_) => None,
         }
     }
 
@@ -267,6 +291,7 @@ impl Tokenizer {
         match self.encoder {
             Encoder::Bpe { .. } => VocabKind::ByteLevelBpe,
             Encoder::SentencePiece { .. } => VocabKind::SentencePiece,
+            Encoder::WordPiece(_) => VocabKind::WordPiece,
         }
     }
 
@@ -304,6 +329,17 @@ impl Tokenizer {
     /// Whether prompts should start with BOS (`tokenizer.ggml.add_bos_token`); `encode` never adds it.
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// The separator token (`tokenizer.ggml.seperator_token_id`; WordPiece's `[SEP]`).
+    pub fn sep_id(&self) -> Option<TokenId> {
+        self.sep_id
+    }
+
+    /// Whether inputs end with the separator (`tokenizer.ggml.add_sep_token`; WordPiece's default); `encode` never
+    /// adds it.
+    pub fn add_sep(&self) -> bool {
+        self.add_sep
     }
 
     /// The tokens that end generation, ascending: EOS, EOT, and every control token whose text is a known

@@ -23,12 +23,23 @@ pub mod keys {
     pub const FIM_PRE_ID: &str = "tokenizer.ggml.fim_pre_token_id";
     pub const FIM_SUF_ID: &str = "tokenizer.ggml.fim_suf_token_id";
     pub const FIM_MID_ID: &str = "tokenizer.ggml.fim_mid_token_id";
+    /// The separator token that ends a WordPiece input (llama.cpp's spelling of the key).
+    pub const SEP_ID: &str = "tokenizer.ggml.seperator_token_id";
+    pub const CLS_ID: &str = "tokenizer.ggml.cls_token_id";
+    pub const ADD_SEP: &str = "tokenizer.ggml.add_sep_token";
+    pub const NORMALIZER_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
+    pub const NORMALIZER_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 }
 
 /// `tokenizer.ggml.model` of byte-level BPE vocabularies.
 pub const BYTE_LEVEL_BPE_MODEL: &str = "gpt2";
 /// `tokenizer.ggml.model` of SentencePiece vocabularies (llama.cpp's `LLAMA_VOCAB_TYPE_SPM`).
 pub const SENTENCEPIECE_MODEL: &str = "llama";
+/// `tokenizer.ggml.model` of WordPiece vocabularies (llama.cpp's `LLAMA_VOCAB_TYPE_WPM`).
+pub const WORDPIECE_MODEL: &str = "bert";
+/// The ids BERT's vocabulary gives `[CLS]` and `[SEP]`, which llama.cpp assumes when a `bert` file names neither.
+const BERT_CLS_ID: TokenId = 101;
+const BERT_SEP_ID: TokenId = 102;
 
 /// How a vocabulary turns text into tokens (`tokenizer.ggml.model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +48,8 @@ pub enum VocabKind {
     ByteLevelBpe,
     /// `llama`: SentencePiece, score-driven merges with byte fallback; `▁` for spaces.
     SentencePiece,
+    /// `bert`: WordPiece, the longest token first, over normalized words; `▁` starts a word.
+    WordPiece,
 }
 
 /// A vocabulary as plain parts, each field named for the GGUF key it stands for.
@@ -77,6 +90,14 @@ pub struct TokenizerSpec<'a> {
     pub fim_pre_id: Option<TokenId>,
     pub fim_suf_id: Option<TokenId>,
     pub fim_mid_id: Option<TokenId>,
+    /// `tokenizer.ggml.seperator_token_id`: the token that ends an input (WordPiece's `[SEP]`).
+    pub sep_id: Option<TokenId>,
+    /// `tokenizer.ggml.add_sep_token`: whether inputs end with the separator (true for WordPiece when absent).
+    pub add_sep: bool,
+    /// `tokenizer.ggml.normalizer.lowercase` and `.strip_accents` (WordPiece; `None` when absent, see
+    /// `wordpiece.rs`).
+    pub lowercase: Option<bool>,
+    pub strip_accents: Option<bool>,
 }
 
 impl<'a> TokenizerSpec<'a> {
@@ -99,6 +120,10 @@ impl<'a> TokenizerSpec<'a> {
             fim_pre_id: None,
             fim_suf_id: None,
             fim_mid_id: None,
+            sep_id: None,
+            add_sep: false,
+            lowercase: None,
+            strip_accents: None,
         }
     }
 
@@ -109,20 +134,39 @@ impl<'a> TokenizerSpec<'a> {
         let kind = match model {
             BYTE_LEVEL_BPE_MODEL => VocabKind::ByteLevelBpe,
             SENTENCEPIECE_MODEL => VocabKind::SentencePiece,
+            WORDPIECE_MODEL => VocabKind::WordPiece,
             _ => return Err(TokenizerError::UnsupportedModel { model: model.to_owned() }),
         };
         let bpe = kind == VocabKind::ByteLevelBpe;
+        let wordpiece = kind == VocabKind::WordPiece;
+        let tokens = file.string_array(keys::TOKENS)?;
+        // llama.cpp's defaults for `bert` files, where converters wrote `[CLS]` as the CLS key (which llama.cpp does
+        // not read) and no BOS: BOS is `[CLS]`, the separator `[SEP]`, at BERT's ids when the file names neither.
+        let in_vocab = |id: TokenId| ((id as usize) < tokens.len()).then_some(id);
+        let bos_id = match file.optional(keys::BOS_ID, GgufFile::u32)? {
+            None if wordpiece => file.optional(keys::CLS_ID, GgufFile::u32)?.or(in_vocab(BERT_CLS_ID)),
+            id => id,
+        };
+        let sep_id = match file.optional(keys::SEP_ID, GgufFile::u32)? {
+            None if wordpiece => in_vocab(BERT_SEP_ID),
+            id => id,
+        };
         Ok(TokenizerSpec {
             kind,
-            tokens: file.string_array(keys::TOKENS)?,
+            tokens,
             token_types: file.optional(keys::TOKEN_TYPE, GgufFile::i32_array)?,
             merges: if bpe { file.string_array(keys::MERGES)? } else { &[] },
             // Required for BPE: without it llama.cpp falls back to a "default" pre-tokenizer and warns that
             // generation quality will be degraded; ember refuses instead. SentencePiece has no pre-tokenizer.
             pre: if bpe { file.str(keys::PRE)? } else { "" },
-            scores: if bpe { None } else { file.optional(keys::SCORES, GgufFile::f32_array)? },
-            add_space_prefix: !bpe && file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(true),
-            bos_id: file.optional(keys::BOS_ID, GgufFile::u32)?,
+            scores: if kind == VocabKind::SentencePiece {
+                file.optional(keys::SCORES, GgufFile::f32_array)?
+            } else {
+                None
+            },
+            add_space_prefix: kind == VocabKind::SentencePiece
+                && file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(true),
+            bos_id,
             eos_id: file.optional(keys::EOS_ID, GgufFile::u32)?,
             pad_id: file.optional(keys::PAD_ID, GgufFile::u32)?,
             unknown_id: file.optional(keys::UNKNOWN_ID, GgufFile::u32)?,
@@ -135,6 +179,10 @@ impl<'a> TokenizerSpec<'a> {
             fim_pre_id: file.optional(keys::FIM_PRE_ID, GgufFile::u32)?,
             fim_suf_id: file.optional(keys::FIM_SUF_ID, GgufFile::u32)?,
             fim_mid_id: file.optional(keys::FIM_MID_ID, GgufFile::u32)?,
+            sep_id,
+            add_sep: file.optional(keys::ADD_SEP, GgufFile::bool)?.unwrap_or(wordpiece),
+            lowercase: file.optional(keys::NORMALIZER_LOWERCASE, GgufFile::bool)?,
+            strip_accents: file.optional(keys::NORMALIZER_STRIP_ACCENTS, GgufFile::bool)?,
         })
     }
 }

@@ -164,7 +164,9 @@ fn push_piece(text: &str, token_type: TokenType, kind: VocabKind, out: &mut Vec<
     match (token_type, kind) {
         (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => out.extend_from_slice(text.as_bytes()),
         (TokenType::Normal, VocabKind::ByteLevelBpe) => byte_level::decode_token_text(text, out),
-        (TokenType::Normal, VocabKind::SentencePiece) => out.extend_from_slice(text.replace(SPACE, " ").as_bytes()),
+        (TokenType::Normal, VocabKind::SentencePiece | VocabKind::WordPiece) => {
+            out.extend_from_slice(text.replace(SPACE, " ").as_bytes())
+        }
         (TokenType::Byte, VocabKind::SentencePiece) => out.extend(byte_token_value(text)),
         (TokenType::Undefined | TokenType::Unused | TokenType::Byte, _) => {}
     }
