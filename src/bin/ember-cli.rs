@@ -9,7 +9,8 @@
 //! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
 //!                                                  (--tiny: 2 layers of width 64 and a byte vocabulary, which an
 //!                                                  engine loads and runs in milliseconds)
-//! ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A]
+//! ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A] [--vocab V]   (encoder families: V is
+//!                                               the vocabulary-only GGUF whose tokenizer the file gets)
 //!                                                  a family's layer shapes (SyntheticSpec::FAMILIES), N layers,
 //!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
 //!                                                  feeds llama.cpp); --arch writes those shapes as another
@@ -27,6 +28,7 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
+use ember::model::encoder::SyntheticEncoder;
 use ember::model::gguf::GgufFile;
 use ember::model::llama::architecture::MultiplierRule;
 use ember::model::llama::{Architecture, GraniteScales, SyntheticSpec};
@@ -39,7 +41,7 @@ const USAGE: &str = "usage:
   ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
   ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
   ember-cli synthetic PATH [--seed S] [--tiny]
-  ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A]
+  ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A] [--vocab V]
   ember-cli kernels   [--default]";
 
 /// Parsed command-line options (every command takes the subset it needs).
@@ -56,6 +58,7 @@ struct Args {
     family: Option<String>,
     layers: Option<usize>,
     arch: Option<String>,
+    vocab: Option<PathBuf>,
     positional: Vec<String>,
 }
 
@@ -69,6 +72,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--family" => args.family = Some(value("--family")?),
             "--layers" => args.layers = Some(parse_num(&value("--layers")?, "--layers")?),
             "--arch" => args.arch = Some(value("--arch")?),
+            "--vocab" => args.vocab = Some(value("--vocab")?.into()),
             "--max-tokens" => args.max_tokens = Some(parse_num(&value("--max-tokens")?, "--max-tokens")?),
             "--threads" => args.threads = Some(parse_num(&value("--threads")?, "--threads")?),
             "--temperature" => args.temperature = Some(parse_num(&value("--temperature")?, "--temperature")?),
@@ -237,10 +241,20 @@ fn synthetic(args: &Args) -> Result<(), String> {
         // With a byte vocabulary, so that an engine can load it: hosts' tests that need any model, fast.
         None if args.tiny => SyntheticSpec::tiny(seed).writer_with_byte_vocabulary(),
         None => SyntheticSpec::smollm2_135m(seed).writer(),
+        Some(family) if SyntheticEncoder::FAMILIES.contains(&family) => {
+            let layers = args.layers.ok_or("--family needs --layers")?;
+            let spec = SyntheticEncoder::family(family, seed, layers).ok_or("unknown encoder family")?;
+            let vocab = args.vocab.as_ref().ok_or("an encoder family needs --vocab VOCAB.gguf (its tokenizer)")?;
+            let vocab = GgufFile::open(vocab).map_err(|e| format!("{}: {e}", vocab.display()))?;
+            spec.writer(&vocab)
+        }
         Some(family) => {
             let layers = args.layers.ok_or("--family needs --layers")?;
-            let mut spec = SyntheticSpec::family(family, seed, layers)
-                .ok_or_else(|| format!("unknown family {family:?} ({})", SyntheticSpec::FAMILIES.join(", ")))?;
+            let mut spec = SyntheticSpec::family(family, seed, layers).ok_or_else(|| {
+                let names: Vec<&str> =
+                    SyntheticSpec::FAMILIES.iter().chain(&SyntheticEncoder::FAMILIES).copied().collect();
+                format!("unknown family {family:?} ({})", names.join(", "))
+            })?;
             if let Some(name) = &args.arch {
                 let names: Vec<&str> = Architecture::all().iter().map(|a| a.name()).collect();
                 spec.arch = Architecture::named(name)

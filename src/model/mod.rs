@@ -2,6 +2,7 @@
 //! the chat template. Knows nothing of backends, engines or protocols.
 
 pub mod chat_template;
+pub mod encoder;
 pub mod gguf;
 pub mod llama;
 mod load;

@@ -3,6 +3,7 @@
 mod attention;
 mod attention_spans;
 mod backend;
+mod encoder;
 mod experts;
 pub mod kernels;
 pub mod kv_cache;
@@ -14,3 +15,4 @@ pub mod pool;
 mod step;
 
 pub use backend::{default_threads, CpuBackend, CpuBackendError, CpuBackendOptions, Precision};
+pub use encoder::{CpuEncoder, EncodeError};

@@ -25,7 +25,7 @@ pub enum Matrix<'m> {
 
 impl<'m> Matrix<'m> {
     /// The matrix packed by `pack`'s tasks when there are some and its type packs; the file's view otherwise.
-    fn new(w: WeightMatrix<'m>, pack: Option<RunTasks<'_>>) -> Self {
+    pub(super) fn new(w: WeightMatrix<'m>, pack: Option<RunTasks<'_>>) -> Self {
         match pack.and_then(|run| PackedMatrix::pack_with(&w, run)) {
             Some(packed) => Matrix::Packed(packed),
             None => Matrix::File(w),

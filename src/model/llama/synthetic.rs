@@ -676,10 +676,10 @@ fn random_blocks(rng: &mut SplitMix64, dtype: GgmlType, n: usize, scale: f32) ->
 }
 
 /// splitmix64: a tiny, good-enough generator for weights (not for sampling).
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -688,7 +688,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in [-1, 1).
-    fn symmetric(&mut self) -> f32 {
+    pub(crate) fn symmetric(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }

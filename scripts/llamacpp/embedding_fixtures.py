@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""llama.cpp's sentence embeddings on synthetic encoders of each family ember runs: tests/fixtures/encoders/*.json.
+
+  python3 scripts/llamacpp/embedding_fixtures.py [FIXTURE...]   (all of them by default)
+
+For each fixture: `ember-cli synthetic --family F --layers N --seed S --vocab ggml-vocab-bert-bge.gguf` writes the
+model (the family's real shapes, seeded random weights, llama.cpp's real BERT vocabulary), scripts/llamacpp/
+embeddings.cpp (built against the libllama of scripts/llamacpp/build.sh) tokenizes TEXTS with it and encodes them in
+one batch, and the fixture keeps the family, layers, seed, texts, each text's token ids and its pooled vector (the
+file's pooling, not normalized). tests/encoder_families.rs rebuilds the same file and compares. Not part of
+`make test`; the fixtures are committed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.path.join(ROOT, ".cache", "llamacpp")
+OUT = os.path.join(ROOT, "tests", "fixtures", "encoders")
+VOCAB = os.path.join(CACHE, "vocab", "ggml-vocab-bert-bge.gguf")
+# Short and long, cased and accented, punctuation, CJK and an emoji (the unknown token), a word split into pieces.
+TEXTS = [
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "What is the capital of France? Paris is the capital and largest city of France.",
+    "Äpfel und Birnen: Cửa Việt, naïve café, 我想在apple工作 🦙",
+    "unaffable antidisestablishmentarianism",
+    " ".join(["Retrieval augmented generation finds passages, ranks them, and answers from them."] * 6),
+]
+# (fixture, family, seed, layers)
+FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2)]
+
+
+def main():
+    variant = os.environ.get("LLAMACPP_VARIANT", "native")
+    bin_dir = subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "build.sh"), variant], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    src = os.path.dirname(os.path.dirname(bin_dir))
+    tool = os.path.join(CACHE, f"ember-embeddings-{variant}")
+    subprocess.run(["g++", "-O2", "-std=c++17", "-I", os.path.join(src, "include"),
+                    "-I", os.path.join(src, "ggml", "include"),
+                    os.path.join(ROOT, "scripts", "llamacpp", "embeddings.cpp"),
+                    "-L", bin_dir, "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bin_dir}", "-o", tool], check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "ember-cli"], cwd=ROOT, check=True)
+    subprocess.run([os.path.join(ROOT, "scripts", "llamacpp", "fetch-vocabs.sh")], check=True,
+                   stdout=subprocess.DEVNULL)
+    os.makedirs(OUT, exist_ok=True)
+    only = set(sys.argv[1:])
+    for name, family, seed, layers in FIXTURES:
+        if only and name not in only:
+            continue
+        model = os.path.join(CACHE, f"encoder-{name}.gguf")
+        subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
+                        "--layers", str(layers), "--seed", str(seed), "--vocab", VOCAB],
+                       check=True, stdout=subprocess.DEVNULL)
+        out = subprocess.run([tool, model] + TEXTS, check=True, capture_output=True, text=True).stdout
+        results = json.loads(out)
+        fixture = {"family": family, "layers": layers, "seed": seed,
+                   "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, "
+                             "scripts/llamacpp/embeddings.cpp",
+                   "inputs": [{"text": t, "ids": r["ids"], "embedding": [round(v, 6) for v in r["embedding"]]}
+                              for t, r in zip(TEXTS, results)]}
+        with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+            json.dump(fixture, f, ensure_ascii=False)
+            f.write("\n")
+        print(name, [len(r["ids"]) for r in results])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+//! An encoder's hyperparameters and tensors, read from the GGUF file and checked as llama.cpp's loader checks them
+//! (`src/models/bert.cpp`): every tensor the forward pass reads is present with the shape the hyperparameters imply,
+//! before anything is allocated for it.
+
+use crate::model::gguf::{GgmlType, GgufFile};
+use crate::model::llama::ModelConfigError;
+
+use super::pooling::Pooling;
+
+/// The encoder architectures ember runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncoderArch {
+    /// `bert`: BGE, E5, all-MiniLM, GTE. Learned absolute positions, q/k/v with biases, GELU FFN with biases,
+    /// LayerNorm after each residual add.
+    Bert,
+}
+
+impl EncoderArch {
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderArch::Bert => "bert",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [EncoderArch::Bert].into_iter().find(|a| a.name() == name)
+    }
+}
+
+/// The hyperparameters of a bidirectional encoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderConfig {
+    pub arch: EncoderArch,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_ff: usize,
+    /// Positions the model was trained for: the learned position table's rows, the longest input.
+    pub context_length: usize,
+    pub vocab_size: usize,
+    /// LayerNorm epsilon (`{arch}.attention.layer_norm_epsilon`).
+    pub norm_eps: f32,
+    /// How token vectors become the input's vector, as the file says (`{arch}.pooling_type`).
+    pub pooling: Pooling,
+    /// Whether `token_types.weight` is present: its row 0 ("sentence A") is added to every token, as llama.cpp does.
+    pub token_types: bool,
+}
+
+/// Largest width, layer count or context accepted: beyond any encoder, small enough that buffer sizes computed from
+/// them cannot overflow.
+const MAX_DIM: usize = 1 << 20;
+
+impl EncoderConfig {
+    /// Whether `general.architecture` names an encoder ember runs.
+    pub fn is_encoder(file: &GgufFile) -> bool {
+        file.str("general.architecture").is_ok_and(|a| EncoderArch::from_name(a).is_some())
+    }
+
+    /// Reads and validates the hyperparameters, then checks every tensor's presence, type and shape.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelConfigError> {
+        let name = file.str("general.architecture")?;
+        let arch =
+            EncoderArch::from_name(name).ok_or_else(|| ModelConfigError::UnsupportedArchitecture(name.into()))?;
+        let key = |k: &str| format!("{name}.{k}");
+        let dim = |k: &'static str| -> Result<usize, ModelConfigError> {
+            let v = file.u32(&key(k))? as usize;
+            if v == 0 || v > MAX_DIM {
+                return Err(ModelConfigError::Invalid { key: k, detail: format!("{v} is not in 1..={MAX_DIM}") });
+            }
+            Ok(v)
+        };
+        let n_embd = dim("embedding_length")?;
+        let n_head = dim("attention.head_count")?;
+        if !n_embd.is_multiple_of(n_head) {
+            return Err(ModelConfigError::Invalid {
+                key: "attention.head_count",
+                detail: format!("{n_head} heads do not divide the width {n_embd}"),
+            });
+        }
+        if let Some(kv) = file.optional(&key("attention.head_count_kv"), GgufFile::u32)? {
+            if kv as usize != n_head {
+                return Err(ModelConfigError::Invalid {
+                    key: "attention.head_count_kv",
+                    detail: format!("{kv}: an encoder's keys have as many heads as its queries ({n_head})"),
+                });
+            }
+        }
+        if file.optional(&key("attention.causal"), GgufFile::bool)? == Some(true) {
+            return Err(ModelConfigError::Invalid {
+                key: "attention.causal",
+                detail: "true: ember runs this architecture as a bidirectional encoder only".into(),
+            });
+        }
+        let norm_eps = file.f32(&key("attention.layer_norm_epsilon"))?;
+        if !(norm_eps.is_finite() && norm_eps >= 0.0) {
+            return Err(ModelConfigError::Invalid {
+                key: "attention.layer_norm_epsilon",
+                detail: format!("{norm_eps} is not a finite non-negative number"),
+            });
+        }
+        let pooling = match file.optional(&key("pooling_type"), GgufFile::u32)? {
+            None => Pooling::None,
+            Some(v) => Pooling::from_gguf(v).ok_or_else(|| ModelConfigError::Invalid {
+                key: "pooling_type",
+                detail: format!("{v} is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)"),
+            })?,
+        };
+        let vocab_size = match file.optional("tokenizer.ggml.tokens", GgufFile::string_array)? {
+            Some(tokens) => tokens.len(),
+            None => file.tensor("token_embd.weight")?.shape().get(1).copied().unwrap_or(0) as usize,
+        };
+        let config = EncoderConfig {
+            arch,
+            n_layer: dim("block_count")?,
+            n_embd,
+            n_head,
+            n_ff: dim("feed_forward_length")?,
+            context_length: dim("context_length")?,
+            vocab_size,
+            norm_eps,
+            pooling,
+            token_types: file.tensor_info("token_types.weight").is_some(),
+        };
+        config.check_tensors(file)?;
+        Ok(config)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+
+    /// The name of tensor `suffix` of layer `l`.
+    pub fn layer_tensor(l: usize, suffix: &str) -> String {
+        format!("blk.{l}.{suffix}")
+    }
+
+    /// Every tensor the forward pass reads, with its shape (fastest-varying first) and whether it is a vector read
+    /// as f32 (norms and biases).
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
+        let (d, ff) = (self.n_embd as u64, self.n_ff as u64);
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), vec![d, self.vocab_size as u64], false),
+            ("position_embd.weight".to_owned(), vec![d, self.context_length as u64], false),
+            ("token_embd_norm.weight".to_owned(), vec![d], true),
+            ("token_embd_norm.bias".to_owned(), vec![d], true),
+        ];
+        if self.token_types {
+            // Any number of types: only the first row is read.
+            out.push(("token_types.weight".to_owned(), vec![d], false));
+        }
+        for l in 0..self.n_layer {
+            let layer: [(&str, Vec<u64>, bool); 16] = [
+                ("attn_q.weight", vec![d, d], false),
+                ("attn_q.bias", vec![d], true),
+                ("attn_k.weight", vec![d, d], false),
+                ("attn_k.bias", vec![d], true),
+                ("attn_v.weight", vec![d, d], false),
+                ("attn_v.bias", vec![d], true),
+                ("attn_output.weight", vec![d, d], false),
+                ("attn_output.bias", vec![d], true),
+                ("attn_output_norm.weight", vec![d], true),
+                ("attn_output_norm.bias", vec![d], true),
+                ("ffn_up.weight", vec![d, ff], false),
+                ("ffn_up.bias", vec![ff], true),
+                ("ffn_down.weight", vec![ff, d], false),
+                ("ffn_down.bias", vec![d], true),
+                ("layer_output_norm.weight", vec![d], true),
+                ("layer_output_norm.bias", vec![d], true),
+            ];
+            out.extend(layer.into_iter().map(|(s, shape, v)| (Self::layer_tensor(l, s), shape, v)));
+        }
+        out
+    }
+
+    fn check_tensors(&self, file: &GgufFile) -> Result<(), ModelConfigError> {
+        for (name, expected, is_vector) in self.expected_tensors() {
+            let t = file.tensor(&name)?;
+            let mut found = t.shape().to_vec();
+            while found.len() > expected.len() && found.last() == Some(&1) {
+                found.pop();
+            }
+            let matches = if name == "token_types.weight" {
+                found.len() <= 2 && found.first() == expected.first()
+            } else {
+                found == expected
+            };
+            if !matches {
+                return Err(ModelConfigError::TensorShape { tensor: name, expected, found: t.shape().to_vec() });
+            }
+            if is_vector && t.dtype() != GgmlType::F32 {
+                return Err(ModelConfigError::NormNotF32 { tensor: name, dtype: t.dtype() });
+            }
+            t.require_supported()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Synthetic encoder files: a family's real tensor names and shapes with seeded random weights, and a real
+//! vocabulary copied from a vocabulary-only GGUF (llama.cpp's `ggml-vocab-bert-bge.gguf`), so that ember and
+//! llama.cpp read the same file and tokenize the same texts (`scripts/llamacpp/embedding_fixtures.py`,
+//! `tests/encoder_families.rs`).
+
+use half::f16;
+
+use crate::model::gguf::value::{Array, Value};
+use crate::model::gguf::writer::GgufWriter;
+use crate::model::gguf::{GgmlType, GgufFile};
+use crate::model::llama::synthetic::SplitMix64;
+
+use super::config::EncoderConfig;
+use super::pooling::Pooling;
+
+/// The shapes and seed of a synthetic encoder.
+#[derive(Clone, Debug)]
+pub struct SyntheticEncoder {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_ff: usize,
+    pub context_length: usize,
+    pub pooling: Pooling,
+    /// The matrices' type: F16 or F32.
+    pub matrix_type: GgmlType,
+    pub seed: u64,
+}
+
+impl SyntheticEncoder {
+    /// The encoder families by name, with their real shapes: `bge-small` (bge-small-en-v1.5, all-MiniLM-L12: 384
+    /// wide, 12 heads, FFN 1536, CLS pooling) and `bge-base` (768, 12 heads, 3072, CLS), at `n_layer` layers;
+    /// `-mean` after the name pools by mean (E5, all-MiniLM).
+    pub const FAMILIES: [&'static str; 4] = ["bge-small", "bge-small-mean", "bge-base", "bge-base-mean"];
+
+    pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
+        let (base, pooling) = match name.strip_suffix("-mean") {
+            Some(base) => (base, Pooling::Mean),
+            None => (name, Pooling::Cls),
+        };
+        let (n_embd, n_ff) = match base {
+            "bge-small" => (384, 1536),
+            "bge-base" => (768, 3072),
+            _ => return None,
+        };
+        Some(SyntheticEncoder {
+            n_layer,
+            n_embd,
+            n_head: 12,
+            n_ff,
+            context_length: 512,
+            pooling,
+            matrix_type: GgmlType::F16,
+            seed,
+        })
+    }
+
+    /// The file: hyperparameters, `vocab`'s `tokenizer.*` keys, and weights. Matrices are uniform in ±1/√(rows'
+    /// length) (so that activations keep their scale through the layers), embeddings in ±1, LayerNorm weights near
+    /// 1 and biases near 0.
+    pub fn writer(&self, vocab: &GgufFile) -> GgufWriter {
+        let arch = "bert";
+        let key = |k: &str| format!("{arch}.{k}");
+        let u32v = |v: usize| Value::U32(v as u32);
+        let mut w = GgufWriter::new()
+            .metadata("general.architecture", Value::String(arch.into()))
+            .metadata("general.name", Value::String(format!("synthetic {arch} (seed {})", self.seed)))
+            .metadata(&key("block_count"), u32v(self.n_layer))
+            .metadata(&key("context_length"), u32v(self.context_length))
+            .metadata(&key("embedding_length"), u32v(self.n_embd))
+            .metadata(&key("feed_forward_length"), u32v(self.n_ff))
+            .metadata(&key("attention.head_count"), u32v(self.n_head))
+            .metadata(&key("attention.layer_norm_epsilon"), Value::F32(1e-12))
+            .metadata(&key("attention.causal"), Value::Bool(false))
+            .metadata(&key("pooling_type"), u32v(pooling_value(self.pooling)));
+        let mut vocab_size = 0;
+        for (k, v) in vocab.metadata().filter(|(k, _)| k.starts_with("tokenizer.")) {
+            if k == "tokenizer.ggml.tokens" {
+                if let Value::Array(Array::String(tokens)) = v {
+                    vocab_size = tokens.len();
+                }
+            }
+            w = w.metadata(k, v.clone());
+        }
+        assert!(vocab_size > 0, "the vocabulary file has no tokenizer.ggml.tokens");
+        let config = EncoderConfig {
+            arch: super::config::EncoderArch::Bert,
+            n_layer: self.n_layer,
+            n_embd: self.n_embd,
+            n_head: self.n_head,
+            n_ff: self.n_ff,
+            context_length: self.context_length,
+            vocab_size,
+            norm_eps: 1e-12,
+            pooling: self.pooling,
+            token_types: true,
+        };
+        let mut rng = SplitMix64(self.seed);
+        for (name, shape, is_vector) in config.expected_tensors() {
+            // Two token types, as BERT's files have.
+            let shape = if name == "token_types.weight" { vec![shape[0], 2] } else { shape };
+            let n: usize = shape.iter().product::<u64>() as usize;
+            if is_vector {
+                let (center, spread) = if name.ends_with("norm.weight") { (1.0, 0.2) } else { (0.0, 0.1) };
+                let values: Vec<f32> = (0..n).map(|_| center + spread * rng.symmetric()).collect();
+                w = w.tensor_f32(&name, &shape, &values);
+                continue;
+            }
+            let is_embedding = name.ends_with("embd.weight") || name == "token_types.weight";
+            let scale = if is_embedding { 1.0 } else { 1.0 / (shape[0] as f32).sqrt() };
+            let values = (0..n).map(|_| scale * rng.symmetric());
+            // Token types stay F32, as llama.cpp's converter writes them (its graph adds the row to f32 activations,
+            // which ggml's CPU backend does not do from F16).
+            let dtype = if name == "token_types.weight" { GgmlType::F32 } else { self.matrix_type };
+            let (dtype, bytes) = match dtype {
+                GgmlType::F32 => (GgmlType::F32, values.flat_map(f32::to_le_bytes).collect()),
+                _ => (GgmlType::F16, values.flat_map(|v| f16::from_f32(v).to_le_bytes()).collect()),
+            };
+            w = w.tensor(&name, dtype, &shape, bytes);
+        }
+        w
+    }
+}
+
+fn pooling_value(p: Pooling) -> usize {
+    match p {
+        Pooling::None => 0,
+        Pooling::Mean => 1,
+        Pooling::Cls => 2,
+        Pooling::Last => 3,
+        Pooling::Rank => 4,
+    }
+}
