@@ -29,7 +29,8 @@ TEXTS = [
     " ".join(["Retrieval augmented generation finds passages, ranks them, and answers from them."] * 6),
 ]
 # (fixture, family, seed, layers)
-FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2)]
+FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2),
+            ("nomic-embed", "nomic-embed", 3, 2)]
 
 
 def main():

@@ -14,12 +14,13 @@ use super::model_weights::Matrix;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
 use super::{CpuBackendError, Precision};
-use crate::model::encoder::{EncoderConfig, Pooling};
+use crate::model::encoder::{EncoderConfig, EncoderFfn, Pooling, Positions};
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::{GgufError, GgufFile};
+use crate::model::llama::rope::{cos_sin, inv_frequencies};
 use crate::model::TokenId;
 
-/// A layer's matrix and its bias.
+/// A layer's matrix and its bias (empty when the file has none).
 struct Affine<'m> {
     w: Matrix<'m>,
     b: Box<[f32]>,
@@ -37,6 +38,8 @@ struct EncoderLayer<'m> {
     v: Affine<'m>,
     o: Affine<'m>,
     attn_norm: LayerNorm,
+    /// SwiGLU's gate (`EncoderFfn::SwiGlu`).
+    gate: Option<Matrix<'m>>,
     up: Affine<'m>,
     down: Affine<'m>,
     out_norm: LayerNorm,
@@ -90,7 +93,10 @@ pub struct CpuEncoder<'m> {
     precision: Precision,
     max_batch_tokens: usize,
     token_embd: Matrix<'m>,
-    position_embd: Matrix<'m>,
+    /// `Positions::Learned`'s table.
+    position_embd: Option<Matrix<'m>>,
+    /// `Positions::Rope`'s `[context][head_dim / 2]` cosines and sines.
+    rope: Option<(Vec<f32>, Vec<f32>)>,
     /// Row 0 of `token_types.weight` (zeros when the file has none).
     type0: Box<[f32]>,
     embd_norm: LayerNorm,
@@ -102,8 +108,10 @@ pub struct CpuEncoder<'m> {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
-    /// `[T][n_ff]`: the FFN's up projection, then its GELU; and `[n_ff]` ones (GELU is `gelu_mul` by 1).
+    /// `[T][n_ff]`: the FFN's up projection, then its GELU; and `[n_ff]` ones (GELU is `gelu_mul` by 1). SwiGLU's
+    /// gate projection in `gate` (empty otherwise).
     ff: Vec<f32>,
+    gate: Vec<f32>,
     hidden: Vec<f32>,
     ones: Vec<f32>,
     act_q8: Vec<BlockQ8A>,
@@ -151,14 +159,32 @@ impl<'m> CpuEncoder<'m> {
         let matrix = |name: &str| Ok::<_, GgufError>(Matrix::new(view(name)?, pack));
         let vector = |name: &str| Ok::<Box<[f32]>, GgufError>(file.tensor(name)?.as_f32()?.into());
         let layer_name = EncoderConfig::layer_tensor;
-        let affine = |l: usize, name: &str| {
+        let bias = |present: bool, name: &str| if present { vector(name) } else { Ok(Box::default()) };
+        let affine = |l: usize, name: &str, has_bias: bool| {
             Ok::<_, GgufError>(Affine {
                 w: matrix(&layer_name(l, &format!("{name}.weight")))?,
-                b: vector(&layer_name(l, &format!("{name}.bias")))?,
+                b: bias(has_bias, &layer_name(l, &format!("{name}.bias")))?,
             })
         };
         let norm = |name: String| {
             Ok::<_, GgufError>(LayerNorm { w: vector(&format!("{name}.weight"))?, b: vector(&format!("{name}.bias"))? })
+        };
+        // q, k and v from their own tensors, or from the rows of the fused one (and its bias).
+        let qkv = |l: usize| -> Result<[Affine<'m>; 3], GgufError> {
+            let b = config.biases.qkv;
+            if !config.fused_qkv {
+                return Ok([affine(l, "attn_q", b)?, affine(l, "attn_k", b)?, affine(l, "attn_v", b)?]);
+            }
+            let whole = view(&layer_name(l, "attn_qkv.weight"))?;
+            let fused_bias = bias(b, &layer_name(l, "attn_qkv.bias"))?;
+            let part = |i: usize| {
+                let w = whole.rows(i * d..(i + 1) * d).ok_or_else(|| GgufError::MissingTensor {
+                    name: format!("{} rows {}..{}", layer_name(l, "attn_qkv.weight"), i * d, (i + 1) * d),
+                })?;
+                let b = if fused_bias.is_empty() { Box::default() } else { fused_bias[i * d..(i + 1) * d].into() };
+                Ok::<_, GgufError>(Affine { w: Matrix::new(w, pack), b })
+            };
+            Ok([part(0)?, part(1)?, part(2)?])
         };
         let mut type0 = vec![0f32; d].into_boxed_slice();
         if config.token_types {
@@ -166,19 +192,28 @@ impl<'m> CpuEncoder<'m> {
         }
         let layers = (0..config.n_layer)
             .map(|l| {
+                let [q, k, v] = qkv(l)?;
                 Ok(EncoderLayer {
-                    q: affine(l, "attn_q")?,
-                    k: affine(l, "attn_k")?,
-                    v: affine(l, "attn_v")?,
-                    o: affine(l, "attn_output")?,
+                    q,
+                    k,
+                    v,
+                    o: affine(l, "attn_output", config.biases.output)?,
                     attn_norm: norm(layer_name(l, "attn_output_norm"))?,
-                    up: affine(l, "ffn_up")?,
-                    down: affine(l, "ffn_down")?,
+                    gate: match config.ffn {
+                        EncoderFfn::SwiGlu => Some(matrix(&layer_name(l, "ffn_gate.weight"))?),
+                        EncoderFfn::Gelu => None,
+                    },
+                    up: affine(l, "ffn_up", config.biases.ffn)?,
+                    down: affine(l, "ffn_down", config.biases.ffn)?,
                     out_norm: norm(layer_name(l, "layer_output_norm"))?,
                 })
             })
             .collect::<Result<Vec<_>, GgufError>>()
             .map_err(gguf)?;
+        let rope = match config.positions {
+            Positions::Learned => None,
+            Positions::Rope { base } => Some(rope_tables(base, config.head_dim(), config.context_length)),
+        };
         let t = max_batch_tokens;
         let widest = d.max(ff);
         Ok(CpuEncoder {
@@ -186,7 +221,11 @@ impl<'m> CpuEncoder<'m> {
             precision,
             max_batch_tokens,
             token_embd: matrix("token_embd.weight").map_err(gguf)?,
-            position_embd: matrix("position_embd.weight").map_err(gguf)?,
+            position_embd: match config.positions {
+                Positions::Learned => Some(matrix("position_embd.weight").map_err(gguf)?),
+                Positions::Rope { .. } => None,
+            },
+            rope,
             type0,
             embd_norm: norm("token_embd_norm".into()).map_err(gguf)?,
             layers,
@@ -197,6 +236,10 @@ impl<'m> CpuEncoder<'m> {
             v: vec![0.0; t * d],
             att: vec![0.0; t * d],
             ff: vec![0.0; t * ff],
+            gate: match config.ffn {
+                EncoderFfn::SwiGlu => vec![0.0; t * ff],
+                EncoderFfn::Gelu => Vec::new(),
+            },
             hidden: vec![0.0; t * ff],
             ones: vec![1.0; ff],
             act_q8: vec![bytemuck::Zeroable::zeroed(); t * widest / QK],
@@ -254,9 +297,10 @@ impl<'m> CpuEncoder<'m> {
             for (pos, &token) in input.iter().enumerate() {
                 let x = &mut self.x[row * d..(row + 1) * d];
                 self.token_embd.dequantize_row(token as usize, x);
-                self.position_embd.dequantize_row(pos, &mut position_row);
-                for ((x, p), ty) in x.iter_mut().zip(&position_row).zip(self.type0.iter()) {
-                    *x = (*x + ty) + p;
+                x.iter_mut().zip(self.type0.iter()).for_each(|(x, ty)| *x += ty);
+                if let Some(table) = &self.position_embd {
+                    table.dequantize_row(pos, &mut position_row);
+                    x.iter_mut().zip(&position_row).for_each(|(x, p)| *x += p);
                 }
                 row += 1;
             }
@@ -280,6 +324,12 @@ impl<'m> CpuEncoder<'m> {
                 add_bias_rows(&mut self.k[..t * d], &layer.k.b);
                 add_bias_rows(&mut self.v[..t * d], &layer.v.b);
             }
+            if let Some((cos, sin)) = &self.rope {
+                let (kernels, head_dim) = (self.kernels, self.config.head_dim());
+                for buf in [&mut self.q, &mut self.k] {
+                    rope_rows(&self.pool, kernels, &mut buf[..t * d], d, head_dim, &spans, cos, sin);
+                }
+            }
             self.attention(&spans, t);
             // x = LayerNorm(x + att·Woᵀ + bo).
             self.prepare_input(Source::Att, t, d);
@@ -292,17 +342,30 @@ impl<'m> CpuEncoder<'m> {
                 &self.layers[l].attn_norm,
                 eps,
             );
-            // x = LayerNorm(x + GELU(x·Wupᵀ + bup)·Wdownᵀ + bdown).
+            // x = LayerNorm(x + GELU(x·Wupᵀ + bup)·Wdownᵀ + bdown), or SwiGLU's (SiLU(x·Wgateᵀ) ⊙ x·Wupᵀ)·Wdownᵀ.
             self.prepare_input(Source::X, t, d);
             self.project(l, Projection::Up, t);
-            let (kernels, ones, pre) = (self.kernels, &self.ones[..], &self.ff[..t * ff]);
-            parallel_rows_mut(&self.pool, &mut self.hidden[..t * ff], ff, &|rows, out| {
-                // GELU (the tanh form, as llama.cpp's `ggml_gelu`) as the kernels' `gelu_mul` by ones: one
-                // arithmetic on every path.
-                for (row, out) in rows.zip(out.chunks_exact_mut(ff)) {
-                    kernels.gelu_mul(&pre[row * ff..(row + 1) * ff], ones, out);
+            let kernels = self.kernels;
+            match self.config.ffn {
+                EncoderFfn::Gelu => {
+                    let (ones, pre) = (&self.ones[..], &self.ff[..t * ff]);
+                    parallel_rows_mut(&self.pool, &mut self.hidden[..t * ff], ff, &|rows, out| {
+                        // GELU (the tanh form, as llama.cpp's `ggml_gelu`) as the kernels' `gelu_mul` by ones:
+                        // one arithmetic on every path.
+                        for (row, out) in rows.zip(out.chunks_exact_mut(ff)) {
+                            kernels.gelu_mul(&pre[row * ff..(row + 1) * ff], ones, out);
+                        }
+                    });
                 }
-            });
+                EncoderFfn::SwiGlu => {
+                    self.project(l, Projection::Gate, t);
+                    let (gate, up) = (&self.gate[..t * ff], &self.ff[..t * ff]);
+                    parallel_rows_mut(&self.pool, &mut self.hidden[..t * ff], ff, &|rows, out| {
+                        let r = rows.start * ff..rows.end * ff;
+                        kernels.silu_mul(&gate[r.clone()], &up[r], out);
+                    });
+                }
+            }
             self.prepare_input(Source::Hidden, t, ff);
             self.project(l, Projection::Down, t);
             residual_layer_norm(&self.pool, &mut self.x[..t * d], &self.tmp[..t * d], d, &self.layers[l].out_norm, eps);
@@ -349,14 +412,18 @@ impl<'m> CpuEncoder<'m> {
     fn project(&mut self, l: usize, which: Projection, t: usize) {
         let (d, ff) = (self.config.n_embd, self.config.n_ff);
         let layer = &self.layers[l];
-        let (affine, out, in_width) = match which {
-            Projection::Output => (&layer.o, &mut self.tmp[..t * d], d),
-            Projection::Up => (&layer.up, &mut self.ff[..t * ff], d),
-            Projection::Down => (&layer.down, &mut self.tmp[..t * d], ff),
+        let no_bias: &[f32] = &[];
+        let (w, b, out, in_width) = match which {
+            Projection::Output => (&layer.o.w, &layer.o.b[..], &mut self.tmp[..t * d], d),
+            Projection::Gate => {
+                (layer.gate.as_ref().expect("a SwiGLU layer has its gate"), no_bias, &mut self.gate[..t * ff], d)
+            }
+            Projection::Up => (&layer.up.w, &layer.up.b[..], &mut self.ff[..t * ff], d),
+            Projection::Down => (&layer.down.w, &layer.down.b[..], &mut self.tmp[..t * d], ff),
         };
         let act = activations(self.precision, &self.act_q8, &self.act_f32, t * in_width);
-        parallel_matmul(&self.pool, self.kernels, act, t, &mut [MatmulJob { weights: &affine.w, out: &mut *out }]);
-        add_bias_rows(out, &affine.b);
+        parallel_matmul(&self.pool, self.kernels, act, t, &mut [MatmulJob { weights: w, out: &mut *out }]);
+        add_bias_rows(out, b);
     }
 
     /// `att = softmax(q·kᵀ / √head_dim)·v` per head within each input, parallel by query rows.
@@ -399,6 +466,7 @@ enum Source {
 #[derive(Clone, Copy)]
 enum Projection {
     Output,
+    Gate,
     Up,
     Down,
 }
@@ -422,10 +490,62 @@ fn activations<'a>(precision: Precision, q8: &'a [BlockQ8A], f32s: &'a [f32], n:
     }
 }
 
+/// Adds `bias` to every row (nothing when it is empty: the file has no such bias).
 fn add_bias_rows(rows: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        return;
+    }
     for row in rows.chunks_exact_mut(bias.len()) {
         row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
     }
+}
+
+/// RoPE's `[positions][head_dim / 2]` cosines and sines (`model::llama::rope`'s portable arithmetic, so every
+/// machine has the same table).
+fn rope_tables(base: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let inv = inv_frequencies(f64::from(base), head_dim);
+    let (mut cos, mut sin) = (Vec::with_capacity(positions * inv.len()), Vec::with_capacity(positions * inv.len()));
+    for p in 0..positions {
+        for &f in &inv {
+            let (c, s) = cos_sin(p as f64 * f);
+            cos.push(c as f32);
+            sin.push(s as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// Rotates every head of `rows` (`[T][width]`, inputs' tokens in order, positions from 0 in each input) by RoPE,
+/// NEOX pairs: dimension `i` with `i + head_dim / 2`, gathered into adjacent pairs for the kernel and scattered back.
+#[allow(clippy::too_many_arguments)]
+fn rope_rows(
+    pool: &ThreadPool,
+    kernels: &Kernels,
+    rows: &mut [f32],
+    width: usize,
+    head_dim: usize,
+    spans: &[(usize, usize)],
+    cos: &[f32],
+    sin: &[f32],
+) {
+    let half = head_dim / 2;
+    parallel_rows_mut(pool, rows, width, &|range, out| {
+        let mut pairs = vec![0f32; head_dim];
+        for (row, x) in range.zip(out.chunks_exact_mut(width)) {
+            let &(start, _) = spans.iter().find(|&&(s, n)| row >= s && row < s + n).expect("a row of an input");
+            let p = row - start;
+            let (c, s) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
+            for head in x.chunks_exact_mut(head_dim) {
+                for i in 0..half {
+                    (pairs[2 * i], pairs[2 * i + 1]) = (head[i], head[i + half]);
+                }
+                kernels.rope(&mut pairs, c, s);
+                for i in 0..half {
+                    (head[i], head[i + half]) = (pairs[2 * i], pairs[2 * i + 1]);
+                }
+            }
+        }
+    });
 }
 
 /// The dot product in one order (so that every path computes the same bits): four running sums, added at the end.

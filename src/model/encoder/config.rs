@@ -13,18 +13,48 @@ pub enum EncoderArch {
     /// `bert`: BGE, E5, all-MiniLM, GTE. Learned absolute positions, q/k/v with biases, GELU FFN with biases,
     /// LayerNorm after each residual add.
     Bert,
+    /// `nomic-bert`: nomic-embed-text v1 and v1.5. BERT's blocks with RoPE (NEOX pairs) for positions, q/k/v in one
+    /// tensor, and a SwiGLU FFN; no biases but the LayerNorms'.
+    NomicBert,
 }
 
 impl EncoderArch {
     pub fn name(self) -> &'static str {
         match self {
             EncoderArch::Bert => "bert",
+            EncoderArch::NomicBert => "nomic-bert",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [EncoderArch::Bert].into_iter().find(|a| a.name() == name)
+        [EncoderArch::Bert, EncoderArch::NomicBert].into_iter().find(|a| a.name() == name)
     }
+}
+
+/// How an encoder knows where a token is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Positions {
+    /// A learned vector per position (`position_embd.weight`), added to the token's.
+    Learned,
+    /// RoPE on every query and key head, NEOX pairs (`i` with `i + head_dim / 2`), `θ = p · base^(−2i/head_dim)`.
+    Rope { base: f32 },
+}
+
+/// The feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncoderFfn {
+    /// `GELU(x·Wupᵀ + bup)·Wdownᵀ + bdown` (the tanh form).
+    Gelu,
+    /// `(SiLU(x·Wgateᵀ) ⊙ x·Wupᵀ)·Wdownᵀ`.
+    SwiGlu,
+}
+
+/// Which of a layer's projections the file gives biases (read from layer 0; every layer must have the same).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EncoderBiases {
+    pub qkv: bool,
+    pub output: bool,
+    pub ffn: bool,
 }
 
 /// The hyperparameters of a bidirectional encoder.
@@ -44,6 +74,11 @@ pub struct EncoderConfig {
     pub pooling: Pooling,
     /// Whether `token_types.weight` is present: its row 0 ("sentence A") is added to every token, as llama.cpp does.
     pub token_types: bool,
+    pub positions: Positions,
+    /// Queries, keys and values in one tensor (`attn_qkv`), taken apart at load, rather than three.
+    pub fused_qkv: bool,
+    pub ffn: EncoderFfn,
+    pub biases: EncoderBiases,
 }
 
 /// Largest width, layer count or context accepted: beyond any encoder, small enough that buffer sizes computed from
@@ -109,6 +144,36 @@ impl EncoderConfig {
             Some(tokens) => tokens.len(),
             None => file.tensor("token_embd.weight")?.shape().get(1).copied().unwrap_or(0) as usize,
         };
+        let has = |suffix: &str| file.tensor_info(&Self::layer_tensor(0, suffix)).is_some();
+        let fused_qkv = has("attn_qkv.weight");
+        let positions = match arch {
+            EncoderArch::Bert => Positions::Learned,
+            EncoderArch::NomicBert => {
+                let base = file.optional(&key("rope.freq_base"), GgufFile::f32)?.unwrap_or(10_000.0);
+                if !(base.is_finite() && base > 1.0) {
+                    return Err(ModelConfigError::Invalid {
+                        key: "rope.freq_base",
+                        detail: format!("{base} is not a finite number above 1"),
+                    });
+                }
+                let head_dim = n_embd / n_head;
+                if let Some(dims) = file.optional(&key("rope.dimension_count"), GgufFile::u32)? {
+                    if dims as usize != head_dim {
+                        return Err(ModelConfigError::Invalid {
+                            key: "rope.dimension_count",
+                            detail: format!("{dims}: ember rotates whole heads ({head_dim})"),
+                        });
+                    }
+                }
+                if !head_dim.is_multiple_of(2) {
+                    return Err(ModelConfigError::Invalid {
+                        key: "attention.head_count",
+                        detail: format!("heads of {head_dim}: RoPE needs an even width"),
+                    });
+                }
+                Positions::Rope { base }
+            }
+        };
         let config = EncoderConfig {
             arch,
             n_layer: dim("block_count")?,
@@ -120,6 +185,14 @@ impl EncoderConfig {
             norm_eps,
             pooling,
             token_types: file.tensor_info("token_types.weight").is_some(),
+            positions,
+            fused_qkv,
+            ffn: if has("ffn_gate.weight") { EncoderFfn::SwiGlu } else { EncoderFfn::Gelu },
+            biases: EncoderBiases {
+                qkv: has(if fused_qkv { "attn_qkv.bias" } else { "attn_q.bias" }),
+                output: has("attn_output.bias"),
+                ffn: has("ffn_up.bias"),
+            },
         };
         config.check_tensors(file)?;
         Ok(config)
@@ -138,36 +211,54 @@ impl EncoderConfig {
     /// as f32 (norms and biases).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
         let (d, ff) = (self.n_embd as u64, self.n_ff as u64);
-        let mut out = vec![
-            ("token_embd.weight".to_owned(), vec![d, self.vocab_size as u64], false),
-            ("position_embd.weight".to_owned(), vec![d, self.context_length as u64], false),
-            ("token_embd_norm.weight".to_owned(), vec![d], true),
-            ("token_embd_norm.bias".to_owned(), vec![d], true),
-        ];
+        // In this order: synthetic files draw their weights in it (`synthetic.rs`), and the committed fixtures were
+        // made from those files.
+        let mut out = vec![("token_embd.weight".to_owned(), vec![d, self.vocab_size as u64], false)];
+        if self.positions == Positions::Learned {
+            out.push(("position_embd.weight".to_owned(), vec![d, self.context_length as u64], false));
+        }
+        out.push(("token_embd_norm.weight".to_owned(), vec![d], true));
+        out.push(("token_embd_norm.bias".to_owned(), vec![d], true));
         if self.token_types {
             // Any number of types: only the first row is read.
             out.push(("token_types.weight".to_owned(), vec![d], false));
         }
+        let b = self.biases;
         for l in 0..self.n_layer {
-            let layer: [(&str, Vec<u64>, bool); 16] = [
-                ("attn_q.weight", vec![d, d], false),
-                ("attn_q.bias", vec![d], true),
-                ("attn_k.weight", vec![d, d], false),
-                ("attn_k.bias", vec![d], true),
-                ("attn_v.weight", vec![d, d], false),
-                ("attn_v.bias", vec![d], true),
-                ("attn_output.weight", vec![d, d], false),
-                ("attn_output.bias", vec![d], true),
-                ("attn_output_norm.weight", vec![d], true),
-                ("attn_output_norm.bias", vec![d], true),
-                ("ffn_up.weight", vec![d, ff], false),
-                ("ffn_up.bias", vec![ff], true),
-                ("ffn_down.weight", vec![ff, d], false),
-                ("ffn_down.bias", vec![d], true),
-                ("layer_output_norm.weight", vec![d], true),
-                ("layer_output_norm.bias", vec![d], true),
-            ];
-            out.extend(layer.into_iter().map(|(s, shape, v)| (Self::layer_tensor(l, s), shape, v)));
+            let mut push =
+                |suffix: &str, shape: Vec<u64>, vector: bool| out.push((Self::layer_tensor(l, suffix), shape, vector));
+            if self.fused_qkv {
+                push("attn_qkv.weight", vec![d, 3 * d], false);
+                if b.qkv {
+                    push("attn_qkv.bias", vec![3 * d], true);
+                }
+            } else {
+                for name in ["attn_q", "attn_k", "attn_v"] {
+                    push(&format!("{name}.weight"), vec![d, d], false);
+                    if b.qkv {
+                        push(&format!("{name}.bias"), vec![d], true);
+                    }
+                }
+            }
+            push("attn_output.weight", vec![d, d], false);
+            if b.output {
+                push("attn_output.bias", vec![d], true);
+            }
+            push("attn_output_norm.weight", vec![d], true);
+            push("attn_output_norm.bias", vec![d], true);
+            if self.ffn == EncoderFfn::SwiGlu {
+                push("ffn_gate.weight", vec![d, ff], false);
+            }
+            push("ffn_up.weight", vec![d, ff], false);
+            if b.ffn {
+                push("ffn_up.bias", vec![ff], true);
+            }
+            push("ffn_down.weight", vec![ff, d], false);
+            if b.ffn {
+                push("ffn_down.bias", vec![d], true);
+            }
+            push("layer_output_norm.weight", vec![d], true);
+            push("layer_output_norm.bias", vec![d], true);
         }
         out
     }

@@ -10,12 +10,13 @@ use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{GgmlType, GgufFile};
 use crate::model::llama::synthetic::SplitMix64;
 
-use super::config::EncoderConfig;
+use super::config::{EncoderArch, EncoderBiases, EncoderConfig, EncoderFfn, Positions};
 use super::pooling::Pooling;
 
 /// The shapes and seed of a synthetic encoder.
 #[derive(Clone, Debug)]
 pub struct SyntheticEncoder {
+    pub arch: EncoderArch,
     pub n_layer: usize,
     pub n_embd: usize,
     pub n_head: usize,
@@ -30,10 +31,24 @@ pub struct SyntheticEncoder {
 impl SyntheticEncoder {
     /// The encoder families by name, with their real shapes: `bge-small` (bge-small-en-v1.5, all-MiniLM-L12: 384
     /// wide, 12 heads, FFN 1536, CLS pooling) and `bge-base` (768, 12 heads, 3072, CLS), at `n_layer` layers;
-    /// `-mean` after the name pools by mean (E5, all-MiniLM).
-    pub const FAMILIES: [&'static str; 4] = ["bge-small", "bge-small-mean", "bge-base", "bge-base-mean"];
+    /// `-mean` after the name pools by mean (E5, all-MiniLM); `nomic-embed` (nomic-embed-text v1.5: `nomic-bert`,
+    /// 768 wide, 12 heads, SwiGLU of 3072, RoPE base 1000, 2048 positions, mean pooling).
+    pub const FAMILIES: [&'static str; 5] = ["bge-small", "bge-small-mean", "bge-base", "bge-base-mean", "nomic-embed"];
 
     pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
+        if name == "nomic-embed" {
+            return Some(SyntheticEncoder {
+                arch: EncoderArch::NomicBert,
+                n_layer,
+                n_embd: 768,
+                n_head: 12,
+                n_ff: 3072,
+                context_length: 2048,
+                pooling: Pooling::Mean,
+                matrix_type: GgmlType::F16,
+                seed,
+            });
+        }
         let (base, pooling) = match name.strip_suffix("-mean") {
             Some(base) => (base, Pooling::Mean),
             None => (name, Pooling::Cls),
@@ -44,6 +59,7 @@ impl SyntheticEncoder {
             _ => return None,
         };
         Some(SyntheticEncoder {
+            arch: EncoderArch::Bert,
             n_layer,
             n_embd,
             n_head: 12,
@@ -59,7 +75,8 @@ impl SyntheticEncoder {
     /// length) (so that activations keep their scale through the layers), embeddings in ±1, LayerNorm weights near
     /// 1 and biases near 0.
     pub fn writer(&self, vocab: &GgufFile) -> GgufWriter {
-        let arch = "bert";
+        let arch = self.arch.name();
+        let nomic = self.arch == EncoderArch::NomicBert;
         let key = |k: &str| format!("{arch}.{k}");
         let u32v = |v: usize| Value::U32(v as u32);
         let mut w = GgufWriter::new()
@@ -73,6 +90,9 @@ impl SyntheticEncoder {
             .metadata(&key("attention.layer_norm_epsilon"), Value::F32(1e-12))
             .metadata(&key("attention.causal"), Value::Bool(false))
             .metadata(&key("pooling_type"), u32v(pooling_value(self.pooling)));
+        if nomic {
+            w = w.metadata(&key("rope.freq_base"), Value::F32(1000.0));
+        }
         let mut vocab_size = 0;
         for (k, v) in vocab.metadata().filter(|(k, _)| k.starts_with("tokenizer.")) {
             if k == "tokenizer.ggml.tokens" {
@@ -84,7 +104,7 @@ impl SyntheticEncoder {
         }
         assert!(vocab_size > 0, "the vocabulary file has no tokenizer.ggml.tokens");
         let config = EncoderConfig {
-            arch: super::config::EncoderArch::Bert,
+            arch: self.arch,
             n_layer: self.n_layer,
             n_embd: self.n_embd,
             n_head: self.n_head,
@@ -94,6 +114,10 @@ impl SyntheticEncoder {
             norm_eps: 1e-12,
             pooling: self.pooling,
             token_types: true,
+            positions: if nomic { Positions::Rope { base: 1000.0 } } else { Positions::Learned },
+            fused_qkv: nomic,
+            ffn: if nomic { EncoderFfn::SwiGlu } else { EncoderFfn::Gelu },
+            biases: if nomic { EncoderBiases::default() } else { EncoderBiases { qkv: true, output: true, ffn: true } },
         };
         let mut rng = SplitMix64(self.seed);
         for (name, shape, is_vector) in config.expected_tensors() {
