@@ -11,16 +11,16 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::finish::FinishReason;
-use super::guided::{Accepted, GuidedMatcher};
-use super::kv_prefix::BlockHash;
-use super::output::RequestShared;
-use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
-use super::prompt_progress::ProgressReporter;
-use super::sampling::{Sampler, TokenLogprob};
-use super::seq_options::SharedOptions;
-use super::speculative::acceptance::SeqAcceptance;
-use super::text_output::{Sink, TextOutput};
+use crate::engine::api::seq_options::SharedOptions;
+use crate::engine::guided::{Accepted, GuidedMatcher};
+use crate::engine::kv::kv_prefix::BlockHash;
+use crate::engine::observe::prompt_progress::ProgressReporter;
+use crate::engine::output::finish::FinishReason;
+use crate::engine::output::text_output::{Sink, TextOutput};
+use crate::engine::output::RequestShared;
+use crate::engine::sampling::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
+use crate::engine::sampling::{Sampler, TokenLogprob};
+use crate::engine::speculative::acceptance::SeqAcceptance;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
 

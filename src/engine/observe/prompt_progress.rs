@@ -12,7 +12,7 @@
 //! Reports are events, not stats: they change no timing metric (`output.rs` charges no queue wait for them, and
 //! the steps they describe are recorded as before).
 
-use super::sequence::Sequence;
+use crate::engine::sequence::Sequence;
 
 /// How far a prompt has been computed, as one event reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -34,14 +34,14 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use super::finish::FinishReason;
-use super::kv_pools::{Grow, KvPools};
-use super::kv_prefix::PrefixCacheStats;
-use super::sequence::{SeqId, SeqStatus, Sequence};
-use super::speculative::{SpeculativeConfig, Speculator};
-use super::stats::{EngineClock, StepEvent};
-use super::step::{RunnerOutput, ScheduledChunk, SchedulerOutput};
 use super::step_budget::{min_prefill_chunk, PromptArrivals, StepBudget, StepCosts};
+use super::{RunnerOutput, ScheduledChunk, SchedulerOutput};
+use crate::engine::kv::kv_pools::{Grow, KvPools};
+use crate::engine::kv::kv_prefix::PrefixCacheStats;
+use crate::engine::observe::stats::{EngineClock, StepEvent};
+use crate::engine::output::finish::FinishReason;
+use crate::engine::sequence::{SeqId, SeqStatus, Sequence};
+use crate::engine::speculative::{SpeculativeConfig, Speculator};
 
 /// Limits of one step.
 #[derive(Clone, Copy, Debug)]

@@ -9,15 +9,15 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::finish::FinishReason;
-use super::guided::MaskTimes;
-use super::kv_pools::KvPools;
-use super::output::CancelWaker;
 use super::scheduler::{Scheduler, SchedulerLimits};
-use super::sequence::{SeqId, Sequence};
-use super::stats::EngineClock;
 use super::step_runner::StepRunner;
-use super::telemetry::Telemetry;
+use crate::engine::guided::MaskTimes;
+use crate::engine::kv::kv_pools::KvPools;
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::observe::telemetry::Telemetry;
+use crate::engine::output::finish::FinishReason;
+use crate::engine::output::CancelWaker;
+use crate::engine::sequence::{SeqId, Sequence};
 use crate::model::tokenizer::Tokenizer;
 
 /// A request accepted by `submit`, on its way to the engine thread.
@@ -307,13 +307,13 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
-    use crate::engine::kv_prefix::PrefixCachingAllocator;
+    use crate::engine::api::seq_options::SharedOptions;
+    use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
     use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
-    use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
-    use crate::engine::seq_options::SharedOptions;
+    use crate::engine::step::runner::BatchForward;
+    use crate::engine::step::step_budget::StepBudget;
     use crate::engine::step::StepError;
-    use crate::engine::step_budget::StepBudget;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};

@@ -9,12 +9,12 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use super::guided::{MaskJobs, MaskTimes};
 use super::runner::BatchForward;
-use super::sampling::{LogprobSampler, TokenLogprob};
-use super::sequence::{SeqId, Sequence};
-use super::stats::EngineClock;
-use super::step::{RunnerOutput, SampledToken, ScheduledChunk, SchedulerOutput, StepError};
+use super::{RunnerOutput, SampledToken, ScheduledChunk, SchedulerOutput, StepError};
+use crate::engine::guided::{MaskJobs, MaskTimes};
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::sampling::{LogprobSampler, TokenLogprob};
+use crate::engine::sequence::{SeqId, Sequence};
 use crate::model::llama::SeqChunk;
 use crate::model::TokenId;
 
