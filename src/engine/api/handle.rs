@@ -18,7 +18,6 @@ use crate::engine::kv::kv_pools::KvPools;
 use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
 use crate::engine::kv::kv_window::WindowBlocks;
 use crate::engine::observe::log::{LogLevel, Logger};
-use crate::engine::observe::prompt_progress::ProgressReporter;
 use crate::engine::observe::stats::{EngineClock, RequestStateStats};
 use crate::engine::observe::telemetry::Telemetry;
 use crate::engine::output::{CancelWaker, RequestHandle, RequestShared};
@@ -338,17 +337,17 @@ impl Engine {
                 params.seed = params.seed.map(|s| s.wrapping_add(choice as u64));
                 let default_seed = mix(self.config.seed, id, choice as u64);
                 let sampler = Sampler::new(params, prompt, default_seed);
-                let mut seq =
-                    Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler);
                 // Per-choice state, not options: the first choice of a prompt bills it and scores it for all.
-                seq.bills_prompt = j == 0;
-                seq.progress = (j == 0 && options.given.return_progress).then(ProgressReporter::default);
-                seq.sampling.prompt_scoring = options
+                let first = j == 0;
+                let scoring = options
                     .given
                     .prompt_logprobs
-                    .filter(|_| j == 0)
-                    .map(|top| Box::new(PromptScoring::new(top, choice..choice + n)));
-                seq.sampling.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
+                    .filter(|_| first)
+                    .map(|top| PromptScoring::new(top, choice..choice + n));
+                let seq =
+                    Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler)
+                        .with_prompt_role(first, first && options.given.return_progress, scoring)
+                        .with_grammar(grammar.as_ref().map(|g| g.matcher()));
                 sequences.push(seq);
             }
         }

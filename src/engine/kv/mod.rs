@@ -4,8 +4,9 @@
 //! own pool and its release rule, and `kv_pools.rs` the two as the scheduler grows and frees a sequence's blocks
 //! (`docs/architecture.md`, "The KV cache").
 //!
-//! Owns: the pools, and each sequence's part of them (`SeqKv`: its block tables, its computed positions, its
-//! block hashes), which only the pools change, as the scheduler asks.
+//! Owns: the pools, and each sequence's part of them (`SeqKv`, `kv_pools.rs`: its block tables and block hashes,
+//! which only the pools change as the scheduler admits, grows, preempts and frees the sequence, and its computed
+//! positions, which advance as steps compute them: `SeqKv::computed`).
 
 pub mod kv_blocks;
 pub mod kv_pools;

@@ -38,6 +38,10 @@
 //! step size (`engine/step/step_cost.rs`, the scheduler's), and each draft token's chance of acceptance, learned per
 //! match length and sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few
 //! drafts or none.
+//!
+//! A sequence's drafts (`seq_draft.rs`, `Sequence::draft`) pass through three stages: the scheduler plans one for a
+//! step, the step runner verifies it, and the output stage appends what it yielded; each changes it through a
+//! method of its own.
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +50,7 @@ use crate::model::TokenId;
 pub mod acceptance;
 pub mod ngram;
 pub mod plan;
+pub mod seq_draft;
 
 use crate::engine::step::step_cost::StepCostModel;
 use acceptance::{AcceptanceRates, SeqAcceptance};

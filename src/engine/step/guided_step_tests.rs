@@ -63,12 +63,11 @@ fn submit(shared: &Arc<EngineShared>, tokenizer: &Tokenizer, id: u64, regex: Opt
     let waker: std::sync::Weak<dyn CancelWaker> = Arc::downgrade(shared) as _;
     let r = RequestShared::new(id, 1, 1, false, EngineClock::new(), None, waker);
     let sampler = Sampler::new(SamplingParams::default(), &[0], 0);
-    let mut seq =
-        Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler);
-    seq.sampling.guided = regex.map(|rx| {
-        let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
-        Box::new(GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher())
-    });
+    let seq = Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler)
+        .with_grammar(regex.map(|rx| {
+            let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
+            GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher()
+        }));
     shared.inbox.lock().unwrap().new.push(NewRequest { sequences: vec![seq] });
     RequestHandle::new(r)
 }

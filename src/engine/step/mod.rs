@@ -5,7 +5,8 @@
 //! over the backend `runner.rs` builds, with `cpu_threads.rs`'s thread count), the scheduler's update applies
 //! what was sampled, the output stage turns tokens into text, and finished sequences are retired.
 //!
-//! Owns: the sequences and their queues (the scheduler's), each sequence's status, and the backend.
+//! Owns: the sequences and their queues, and each sequence's state (`SeqState`: the scheduler's); each sequence's
+//! sampler, grammar matcher and prompt scoring (`SeqSampling`: the step runner's); the backend.
 //!
 //! What the stages of a step hand each other is defined here: the scheduler's plan ([`SchedulerOutput`], its
 //! [`ScheduledChunk`]s) goes to the runner; the runner's sampled tokens ([`RunnerOutput`]) go back to the
