@@ -1,4 +1,5 @@
-//! The output stage: a sequence's new tokens become text and reach its request's queue. Each sequence's
+//! The output stage: a sequence's new tokens become text and reach its request's queue (run by the engine thread
+//! after each step's update, `step/core.rs`, through `Sequence::emit_text` and `append_accepted`). Each sequence's
 //! detokenizer and stop strings (`text_output.rs`, `stop.rs`) turn the tokens the scheduler's update appended into
 //! text, end the sequence at a stop string, and release the text with its tokens' timestamps and log
 //! probabilities to the request; `finish.rs` says why a choice ended, and `ready_queue.rs` is the engine-wide
