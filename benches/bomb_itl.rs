@@ -119,8 +119,8 @@ fn main() {
             println!(
                 "round {round} {:9?}: ITL p50 {:6.2} ms, p99 {:6.2} ms; {:3} bombs refused, median {:7.1} ms each",
                 r.kind,
-                nearest_rank(&r.itl_ms, 0.5).unwrap_or(f64::NAN),
-                nearest_rank(&r.itl_ms, 0.99).unwrap_or(f64::NAN),
+                nearest_rank(&r.itl_ms, 50.0).unwrap_or(f64::NAN),
+                nearest_rank(&r.itl_ms, 99.0).unwrap_or(f64::NAN),
                 r.bombs,
                 median(r.bomb_ms.clone())
             );
@@ -129,8 +129,8 @@ fn main() {
     }
     let summary = |kind: Kind| {
         let of: Vec<&Run> = runs.iter().filter(|r| r.kind == kind).collect();
-        let p50 = median(of.iter().filter_map(|r| nearest_rank(&r.itl_ms, 0.5)).collect());
-        let p99 = median(of.iter().filter_map(|r| nearest_rank(&r.itl_ms, 0.99)).collect());
+        let p50 = median(of.iter().filter_map(|r| nearest_rank(&r.itl_ms, 50.0)).collect());
+        let p99 = median(of.iter().filter_map(|r| nearest_rank(&r.itl_ms, 99.0)).collect());
         (p50, p99)
     };
     let (base50, base99) = summary(Kind::None);

@@ -1,4 +1,4 @@
-//! What the engine-wide waiting point (`engine/ready_queue.rs`, behind `engine_wait_events`) adds per event,
+//! What the engine-wide waiting point (`engine/output/ready_queue.rs`, behind `engine_wait_events`) adds per event,
 //! against the per-request poll (`engine_poll`'s path). The engine's side is played by this program (it pushes
 //! deltas into requests as the output stage does), so the figures are the paths' own, not a model's.
 //!

@@ -34,7 +34,7 @@ const STREAM_BYTES: usize = 128 << 20;
 const BATCH_TIME: Duration = Duration::from_millis(40);
 const BATCHES: usize = 5;
 const N_COLS: [usize; 10] = [1, 2, 3, 4, 5, 8, 9, 16, 64, 512];
-/// Columns up to this many also run streamed: a decode step verifying a speculative draft (`engine/speculative.rs`)
+/// Columns up to this many also run streamed: a decode step verifying a speculative draft (`engine/speculative/`)
 /// computes a few columns against weights that come from memory, as a matvec does.
 const STREAM_MAX_COLS: usize = 8;
 

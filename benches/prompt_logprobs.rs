@@ -3,7 +3,7 @@
 //! the two settings alternated round after round so that a drifting machine disturbs both alike.
 //!
 //! Scoring asks the output projection for every prompt row (not only the last) and prefills in chunks of 32
-//! (`engine/prompt_logprobs.rs`); the ratio of prefill throughputs is the cost.
+//! (`engine/sampling/prompt_logprobs.rs`); the ratio of prefill throughputs is the cost.
 //!
 //! `cargo bench --bench prompt_logprobs -- [--quick] [--threads 2] [--rounds 5] [--prompt-tokens 480]
 //! [--top 5] [--json PATH]`. Prints a table and writes JSON (default `target/bench-prompt-logprobs.json`).

@@ -1,4 +1,4 @@
-//! Prompt progress (`return_progress`, `src/engine/prompt_progress.rs`) on the real model: one event at
+//! Prompt progress (`return_progress`, `src/engine/observe/prompt_progress.rs`) on the real model: one event at
 //! admission with what the prefix cache supplied, one per prefill chunk, the last with the whole prompt, all
 //! before the first token; nothing without the option; and the timing metrics unchanged by it.
 

@@ -1,4 +1,4 @@
-//! The step budget (`step_budget`, `src/engine/step_budget.rs`) through the engine on the real model: a long
+//! The step budget (`step_budget`, `src/engine/step/step_budget.rs`) through the engine on the real model: a long
 //! prompt arriving beside running streams is prefilled in more, smaller chunks with a budget than with
 //! `"throughput"`, the streams decoding in every one of its steps; and its tokens are the same either way.
 //!

@@ -1,7 +1,7 @@
 //! The per-request metrics double gate through the protocol, on the real model: for every combination of the
 //! engine flag, `include_metrics`, the response mode (whole body, stream, stream with usage), `n` and the number
 //! of prompts, exactly where `metrics` appears, is `null`, or is absent; and that the five numbers agree with
-//! each other as `src/engine/metrics.rs` defines them. llama.cpp's `timings` object follows the response-level
+//! each other as `src/engine/observe/metrics.rs` defines them. llama.cpp's `timings` object follows the response-level
 //! `metrics` everywhere, and its numbers are the same ones.
 
 mod common;

@@ -15,7 +15,7 @@ import (
 	"unsafe"
 )
 
-// Config is an engine's configuration: the keys of engine_new's JSON (docs/c_api.md, src/engine/config.rs).
+// Config is an engine's configuration: the keys of engine_new's JSON (docs/c_api.md, src/engine/api/config.rs).
 // A zero field keeps ember's default.
 type Config struct {
 	// Model is the GGUF file; "" takes EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf relative to the

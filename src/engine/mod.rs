@@ -1,58 +1,46 @@
 //! The engine: a background thread that serves many requests at once (continuous batching over a paged KV
 //! cache), samples, detokenizes, matches stops and records each request's timing.
+//!
+//! Its modules follow a request through the engine, one folder per stage:
+//! - `api/`: the host-facing side: [`Engine`], what a host submits and how it is refused, the configuration,
+//!   backpressure; and `generate`, one sequence without the engine thread;
+//! - `step/`: the engine thread and its step: the scheduler, the step runner over a backend, the step budget
+//!   and the step costs;
+//! - `kv/`: the KV cache's block bookkeeping: the block pools, the prefix cache, the sliding-window layers' pool,
+//!   and each sequence's blocks in them;
+//! - `output/`: a request's output side: the detokenizer and stop strings of each sequence, the event queue the
+//!   host polls, the engine-wide waiting point, why a choice ended;
+//! - `observe/`: what is recorded and reported: per-request stats and metrics, engine-wide telemetry, prompt
+//!   progress, the log;
+//! - `sampling/`, `speculative/`, `guided/`: the sampler and log probabilities, n-gram speculative decoding and
+//!   structured outputs, which the stages above use.
+//!
+//! `sequence.rs` is what they share: one choice of a request, with one part per stage that changes it, each
+//! part's fields private to its stage.
 
-pub mod config;
-pub mod config_json;
-mod core;
-pub mod cpu_threads;
-pub mod finish;
-pub mod generate;
+pub mod api;
 pub mod guided;
-#[cfg(test)]
-mod guided_step_tests;
-mod handle;
-pub mod kv_blocks;
-pub mod kv_pools;
-pub mod kv_prefix;
-#[cfg(test)]
-mod kv_prefix_tests;
-pub mod kv_window;
-pub mod log;
-pub mod metrics;
+pub mod kv;
+pub mod observe;
 pub mod output;
-#[cfg(test)]
-mod output_tests;
-pub mod prompt_logprobs;
-pub mod prompt_progress;
-pub mod ready_queue;
-pub mod request;
-pub mod runner;
 pub mod sampling;
-pub mod scheduler;
-pub mod seq_options;
-pub mod sequence;
+mod sequence;
 pub mod speculative;
-#[cfg(test)]
-mod speculative_step_tests;
-pub mod stats;
 pub mod step;
-pub mod step_budget;
-#[cfg(test)]
-mod step_budget_tests;
-pub mod step_cost;
-pub mod step_runner;
-pub mod stop;
-pub mod telemetry;
-pub mod text_output;
-pub mod waiting_limit;
-#[cfg(test)]
-mod window_pool_tests;
 
-pub use config::{BackendKind, ConfigError, EngineConfig};
-pub use finish::FinishReason;
-pub use handle::{Engine, EngineError, PrefixCacheCounters, SpeculationCounters};
-pub use log::{LogLevel, Logger};
+// The paths these modules had before the engine was grouped by stage, which the crate's users (the protocol and
+// ffi layers, the binaries, tests and benches) name.
+pub use api::{config, config_json, generate, request};
+pub use kv::kv_window;
+pub use observe::{metrics, stats, telemetry};
+pub use sampling::prompt_logprobs;
+pub use step::step_budget;
+
+pub use api::config::{BackendKind, ConfigError, EngineConfig};
+pub use api::handle::{Engine, EngineError, PrefixCacheCounters, SpeculationCounters};
+pub use api::request::{RequestOptions, SubmitError, SubmitRequest};
+pub use observe::log::{LogLevel, Logger};
+pub use observe::prompt_progress::PromptProgress;
+pub use output::finish::FinishReason;
+pub use output::ready_queue::{Ready, ReadyQueue};
 pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
-pub use prompt_progress::PromptProgress;
-pub use ready_queue::{Ready, ReadyQueue};
-pub use request::{RequestOptions, SubmitError, SubmitRequest};

@@ -1,121 +1,77 @@
 //! One sequence: a choice of a request, with its tokens and shared options, and one part for each stage that
-//! changes it: its KV blocks (`SeqKv`, the scheduler's), its sampler, grammar matcher and prompt scoring
-//! (`SeqSampling`, the step runner's), its speculative drafts (`SeqDraft`) and its text (`TextOutput`,
-//! `text_output.rs`, the output stage's).
+//! changes it, each part's type defined by its stage with its fields private to it: its state (`SeqState`, the
+//! scheduler's, `step/scheduler.rs`), its KV blocks (`SeqKv`, the KV pools', `kv/kv_pools.rs`), its sampler,
+//! grammar matcher and prompt scoring (`SeqSampling`, the step runner's, `step/step_runner.rs`), its speculative
+//! drafts (`SeqDraft`, `speculative/seq_draft.rs`), its prompt progress (`ProgressReporter`,
+//! `observe/prompt_progress.rs`) and its text (`TextOutput`, the output stage's, `output/text_output.rs`). A part
+//! that more than one stage changes is changed through methods named for each stage's transition.
+//!
+//! Every stage reaches the parts; a part's fields only its own stage does. What identifies the sequence and what
+//! every stage reads is private to this module, read through methods: it is set while the sequence is built and
+//! owned by value (`Engine::submit`: [`Sequence::new`] and the `with_*` methods; the engine thread numbers it,
+//! [`Sequence::numbered`]) and never changes after, but for its tokens, which only [`Sequence::append_token`]
+//! appends to.
 //!
 //! A step touches a sequence in two stages: the scheduler's update appends the sampled token and applies the
 //! rules that need no text (stop ids, `max_tokens`, the context), then the output stage turns the new tokens into
 //! text and matches the stop strings.
 
-use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::finish::FinishReason;
-use super::guided::{Accepted, GuidedMatcher};
-use super::kv_prefix::BlockHash;
-use super::output::RequestShared;
-use super::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
-use super::prompt_progress::ProgressReporter;
-use super::sampling::{Sampler, TokenLogprob};
-use super::seq_options::SharedOptions;
-use super::speculative::acceptance::SeqAcceptance;
-use super::text_output::{Sink, TextOutput};
+use crate::engine::api::seq_options::SharedOptions;
+use crate::engine::guided::{Accepted, GuidedMatcher};
+use crate::engine::kv::kv_pools::SeqKv;
+use crate::engine::observe::prompt_progress::ProgressReporter;
+use crate::engine::output::finish::FinishReason;
+use crate::engine::output::text_output::{Sink, TextOutput};
+use crate::engine::output::RequestShared;
+use crate::engine::sampling::prompt_logprobs::{PromptScoring, SCORING_CHUNK_TOKENS};
+use crate::engine::sampling::{Sampler, TokenLogprob};
+use crate::engine::speculative::seq_draft::SeqDraft;
+use crate::engine::step::scheduler::SeqState;
+use crate::engine::step::step_runner::SeqSampling;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
 
 /// Engine-wide sequence number (requests have ids; each of their choices is a sequence).
 pub type SeqId = u64;
 
-/// A sequence being generated: what identifies it and what every stage reads, then one part per stage that
-/// changes it.
+/// A sequence being generated: what identifies it and what every stage reads (private, read through methods),
+/// then one part per stage that changes it (reachable in the engine, each part's fields private to its stage).
 pub struct Sequence {
-    pub id: SeqId,
-    pub request: Arc<RequestShared>,
-    pub choice: usize,
+    id: SeqId,
+    request: Arc<RequestShared>,
+    choice: usize,
     /// Prompt then generated tokens.
-    pub tokens: Vec<TokenId>,
-    pub prompt_len: usize,
+    tokens: Vec<TokenId>,
+    prompt_len: usize,
     /// Most tokens to generate: the request's `max_tokens`, or the room its prompt leaves.
-    pub max_tokens: usize,
+    max_tokens: usize,
     /// The request's options, shared by its sequences.
-    pub options: Arc<SharedOptions>,
-    /// Where the sequence is in its life; the scheduler's queues agree with it.
-    pub status: SeqStatus,
+    options: Arc<SharedOptions>,
     /// Whether this choice is the first of its prompt: the one whose cached prompt tokens `usage` reports (a
     /// prompt is billed once, however many choices share it).
-    pub bills_prompt: bool,
-    /// Reports how far its prompt has been computed (`prompt_progress.rs`): on the first choice of each prompt of
-    /// a request with `return_progress`, `None` otherwise.
-    pub progress: Option<ProgressReporter>,
-    /// Its keys and values (the scheduler's).
-    pub kv: SeqKv,
+    bills_prompt: bool,
+    /// Where the sequence is in its life (the scheduler's); the scheduler's queues agree with it.
+    pub(super) state: SeqState,
+    /// Reports how far its prompt has been computed (`observe/prompt_progress.rs`): on the first choice of each
+    /// prompt of a request with `return_progress`, `None` otherwise.
+    pub(super) progress: Option<ProgressReporter>,
+    /// Its keys and values (the KV pools', which the scheduler grows and frees).
+    pub(super) kv: SeqKv,
     /// How its next tokens are drawn (the step runner's).
-    pub sampling: SeqSampling,
+    pub(super) sampling: SeqSampling,
     /// Its speculative drafts (planned by the scheduler, verified by the step runner, appended by the output
     /// stage).
-    pub draft: SeqDraft,
+    pub(super) draft: SeqDraft,
     /// Its text (the output stage's).
     text: TextOutput,
 }
 
-/// Where a sequence's keys and values are. The scheduler changes it as it admits, grows, preempts and frees.
-#[derive(Default)]
-pub struct SeqKv {
-    /// Positions whose keys and values are in the KV cache: `tokens[..num_computed]`.
-    pub num_computed: usize,
-    /// KV cache blocks holding positions `0..num_computed` (and room scheduled for more).
-    pub block_table: Vec<u32>,
-    /// Window-pool blocks of the sliding-window layers, indexed like `block_table`: those of the positions the
-    /// next step may still read, `NO_BLOCK` before them (empty without a window pool).
-    pub window_table: Vec<u32>,
-    /// Hashes of the sequence's full blocks of tokens, in order: its keys in the prefix cache (`kv_prefix.rs`;
-    /// empty when the engine caches no prefixes).
-    pub block_hashes: Vec<BlockHash>,
-}
-
-/// How a sequence's next tokens are drawn, and its prompt scored. The step runner uses it; the scheduler's update
-/// tells the sampler and the grammar each token.
-pub struct SeqSampling {
-    pub sampler: Sampler,
-    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
-    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
-    pub guided: Option<Box<GuidedMatcher>>,
-    /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
-    /// (`prompt_logprobs.rs`). Set on a prompt's first choice; `None` otherwise.
-    pub prompt_scoring: Option<Box<PromptScoring>>,
-}
-
-/// Speculative decoding's state of a sequence (`speculative/`).
-#[derive(Default)]
-pub struct SeqDraft {
-    /// The step's input when it verifies a draft: the last token, then the draft. Empty otherwise; the scheduler
-    /// sets it for the step it plans.
-    pub input: Vec<TokenId>,
-    /// The length of the match the draft being verified came from (`speculative/ngram.rs`).
-    pub match_len: usize,
-    /// How the sequence's drafts have fared (`speculative/acceptance.rs`).
-    pub acceptance: SeqAcceptance,
-    /// Tokens a verified draft yields after the first (the accepted draft tokens, then the model's own), with
-    /// their timestamp and log probability, for the output stage to append one at a time
-    /// ([`Sequence::append_accepted`]).
-    pub accepted_pending: VecDeque<(TokenId, f64, Option<TokenLogprob>)>,
-}
-
-/// A sequence's state. Only the scheduler changes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeqStatus {
-    /// Never scheduled: in the waiting queue.
-    Waiting,
-    /// Admitted: in the running queue, its blocks allocated.
-    Running,
-    /// Its blocks were taken back for another sequence: at the head of the waiting queue, to be recomputed.
-    Preempted,
-    /// Ended; the scheduler releases it (blocks, queues) before the next step.
-    Finished(FinishReason),
-}
-
 impl Sequence {
+    /// Choice `choice` of `request`, generating at most `max_tokens` after `prompt` with `sampler`. Choice 0 bills
+    /// its prompt ([`with_prompt_role`](Self::with_prompt_role) says otherwise).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: SeqId,
@@ -135,14 +91,75 @@ impl Sequence {
             prompt_len: prompt.len(),
             max_tokens,
             options,
-            status: SeqStatus::Waiting,
             bills_prompt: choice == 0,
+            state: SeqState::default(),
             progress: None,
             kv: SeqKv::default(),
-            sampling: SeqSampling { sampler, guided: None, prompt_scoring: None },
+            sampling: SeqSampling::new(sampler),
             draft: SeqDraft::default(),
             text,
         }
+    }
+
+    /// At submission, the per-choice part of a prompt that several choices share (`n`): whether this choice is
+    /// the prompt's first, which bills the prompt (`usage` counts it once), reports its progress when the request
+    /// asks (`reports_progress`, `return_progress`) and scores it for every choice of it (`scoring`,
+    /// `prompt_logprobs`).
+    pub fn with_prompt_role(mut self, first: bool, reports_progress: bool, scoring: Option<PromptScoring>) -> Self {
+        self.bills_prompt = first;
+        self.progress = reports_progress.then(ProgressReporter::default);
+        self.sampling = self.sampling.with_prompt_scoring(scoring);
+        self
+    }
+
+    /// At submission: structured outputs, the choice's grammar matcher (`None`: unconstrained).
+    pub fn with_grammar(mut self, matcher: Option<GuidedMatcher>) -> Self {
+        self.sampling = self.sampling.with_grammar(matcher);
+        self
+    }
+
+    /// The engine thread numbers each sequence as it takes it from the inbox.
+    pub fn numbered(mut self, id: SeqId) -> Self {
+        self.id = id;
+        self
+    }
+
+    pub fn id(&self) -> SeqId {
+        self.id
+    }
+
+    /// The request the sequence is a choice of.
+    pub fn request(&self) -> &RequestShared {
+        &self.request
+    }
+
+    /// Which choice of its request the sequence is.
+    pub fn choice(&self) -> usize {
+        self.choice
+    }
+
+    /// Prompt then generated tokens.
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
+    /// Most tokens to generate: the request's `max_tokens`, or the room its prompt leaves.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// Whether this choice bills its prompt (the first choice of it): `usage` counts a prompt once.
+    pub fn bills_prompt(&self) -> bool {
+        self.bills_prompt
+    }
+
+    /// Its KV part, with the tokens the pools hash and look its blocks up by.
+    pub fn kv_with_tokens(&mut self) -> (&mut SeqKv, &[TokenId]) {
+        (&mut self.kv, &self.tokens)
     }
 
     /// `Some(k)`: every sampled token gets its log probability and its `k` most likely alternatives (the request's
@@ -174,10 +191,7 @@ impl Sequence {
 
     /// The reason the sequence ended, once it has.
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        match self.status {
-            SeqStatus::Finished(reason) => Some(reason),
-            _ => None,
-        }
+        self.state.finish_reason()
     }
 
     pub fn num_generated(&self) -> usize {
@@ -186,14 +200,14 @@ impl Sequence {
 
     /// Whether the sequence still has prompt positions to score (`prompt_logprobs`).
     fn is_scoring(&self) -> bool {
-        self.sampling.prompt_scoring.as_ref().is_some_and(|s| !s.is_published())
+        self.sampling.prompt_scoring().is_some_and(|s| !s.is_published())
     }
 
     /// The most leading positions the prefix cache may serve at admission (it serves whole blocks of them): all
     /// but the last token, whose logits are needed; while the prompt is scored, only the positions scored.
     pub fn cacheable_prefix(&self) -> usize {
         let all_but_last = self.tokens.len().saturating_sub(1);
-        match &self.sampling.prompt_scoring {
+        match self.sampling.prompt_scoring() {
             Some(s) if self.is_scoring() => all_but_last.min(s.cacheable_positions()),
             _ => all_but_last,
         }
@@ -212,7 +226,7 @@ impl Sequence {
     /// The positions of a chunk `start .. start + n` whose logits rows score the prompt (empty when it scores
     /// nothing).
     pub fn rows_to_score(&self, start: usize, n: usize) -> Range<usize> {
-        match &self.sampling.prompt_scoring {
+        match self.sampling.prompt_scoring() {
             Some(s) if self.is_scoring() => s.rows_to_score(start, n, self.prompt_len),
             _ => start..start,
         }
@@ -224,14 +238,15 @@ impl Sequence {
     /// (its matcher would need to walk the draft).
     pub fn can_speculate(&self) -> bool {
         self.options.given.speculative_decoding
-            && !self.sampling.sampler.params().has_penalties()
-            && self.sampling.guided.is_none()
+            && !self.sampling.sampler().params().has_penalties()
+            && !self.sampling.is_constrained()
     }
 
     /// The tokens chunk `start .. start + n` computes: the sequence's own, or the last one and the draft.
     pub fn chunk_tokens(&self, start: usize, n: usize) -> &[TokenId] {
-        if !self.draft.input.is_empty() && start + 1 == self.tokens.len() {
-            &self.draft.input[..n]
+        let draft = self.draft.input();
+        if !draft.is_empty() && start + 1 == self.tokens.len() {
+            &draft[..n]
         } else {
             &self.tokens[start..start + n]
         }
@@ -251,7 +266,7 @@ impl Sequence {
     /// Tokens whose keys and values are still to be computed (the prompt, a recomputation after preemption, or
     /// the one token sampled last step).
     pub fn num_uncomputed(&self) -> usize {
-        self.tokens.len() - self.kv.num_computed
+        self.tokens.len() - self.kv.num_computed()
     }
 
     /// The scheduler's update: records token `token`, sampled at monotonic time `ts` (with its log probability
@@ -270,14 +285,14 @@ impl Sequence {
         // in OpenAI's responses).
         let stop_id = self.options.stop_ids.contains(&token);
         self.text.hold(ts, logprob.filter(|_| !stop_id));
-        self.sampling.sampler.accept(token);
+        self.sampling.count(token);
         self.request.count_token(self.choice, token);
         self.request.with_stats(self.choice, |s| s.record_token(ts));
         if stop_id {
             return Some(FinishReason::Stop);
         }
-        if let Some(guided) = &mut self.sampling.guided {
-            match guided.accept(token) {
+        if let Some(accepted) = self.sampling.advance_grammar(token) {
+            match accepted {
                 Accepted::More => {}
                 Accepted::Complete => return Some(FinishReason::Stop),
                 // The mask could not be computed (a parser limit), so the token was drawn unconstrained: the
@@ -295,15 +310,15 @@ impl Sequence {
     }
 
     /// The output stage, after [`emit_text`](Self::emit_text) and while the sequence goes on: appends the next
-    /// token a verified draft yielded (`accepted_pending`), as the scheduler's update appends one; its position's
-    /// predecessor was computed in the step. `None` when nothing is pending; `Some(reason)` when it ended the
-    /// sequence (the rest are dropped).
+    /// token a verified draft yielded ([`SeqDraft::next_accepted`]), as the scheduler's update appends one; its
+    /// position's predecessor was computed in the step. `None` when nothing is pending; `Some(reason)` when it
+    /// ended the sequence (the rest are dropped).
     pub fn append_accepted(&mut self, context: usize) -> Option<Option<FinishReason>> {
-        let (token, ts, logprob) = self.draft.accepted_pending.pop_front()?;
-        self.kv.num_computed += 1;
+        let (token, ts, logprob) = self.draft.next_accepted()?;
+        self.kv.computed(1);
         let ended = self.append_token(token, ts, logprob, context);
         if ended.is_some() {
-            self.draft.accepted_pending.clear();
+            self.draft.drop_accepted();
         }
         Some(ended)
     }

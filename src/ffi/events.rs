@@ -1,6 +1,6 @@
 //! One thread serves every request of an engine: `engine_submit_with_user_data` sends a request's events to its
 //! engine's waiting point, `engine_wait_events` takes the events of any request in batches, `engine_events_fd`
-//! gives a descriptor for a host's event loop, `engine_events_wakeup` ends a wait (`engine/ready_queue.rs`).
+//! gives a descriptor for a host's event loop, `engine_events_wakeup` ends a wait (`engine/output/ready_queue.rs`).
 
 use std::ffi::{c_char, c_int};
 use std::sync::Arc;

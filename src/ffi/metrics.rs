@@ -3,7 +3,7 @@
 //! Both structs are versioned by their leading `struct_size` (see `versioned.rs`): fields are only ever
 //! appended, each with the next presence bit.
 //!
-//! The definitions of the fields are the engine's (`src/engine/metrics.rs`, `docs/per_request_metrics.md`).
+//! The definitions of the fields are the engine's (`src/engine/observe/metrics.rs`, `docs/per_request_metrics.md`).
 
 use super::boundary::{boundary, Failure};
 use super::registry::REQUESTS;

@@ -2,7 +2,7 @@
 //! `/metrics` with one call (`engine_metrics_text`). Names are vLLM's (`vllm:x` as `ember_x`) where vLLM has
 //! the metric; the others are ours. Every sample carries the label `model_name` (`served_model_name`), as vLLM's
 //! do, so that one Prometheus tells the replicas of different models apart. Every histogram observation is one of
-//! the per-request metrics of `docs/per_request_metrics.md`, taken when a choice ends (`engine/telemetry.rs`).
+//! the per-request metrics of `docs/per_request_metrics.md`, taken when a choice ends (`engine/observe/telemetry.rs`).
 //!
 //! With `metrics_vllm_names`, the metrics the Kubernetes inference gateway's endpoint picker reads (its "model
 //! server protocol": requests waiting and running, KV cache usage, cache configuration) follow under vLLM's names

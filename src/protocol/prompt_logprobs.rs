@@ -3,7 +3,7 @@
 //! "decoded_token"}`: the prompt token first, then its position's most likely tokens), and the legacy API's
 //! `echo` with `logprobs` (the echoed prompt's tokens lead the choice's `logprobs`, `logprobs.rs`).
 //!
-//! The engine computes them once per prompt (`engine/prompt_logprobs.rs`); this module only writes them.
+//! The engine computes them once per prompt (`engine/sampling/prompt_logprobs.rs`); this module only writes them.
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};

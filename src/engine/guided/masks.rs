@@ -28,7 +28,7 @@ impl MaskJobs {
             .filter(|c| c.samples)
             .filter_map(|c| {
                 let seq = seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-                seq.sampling.guided.take().map(|m| (c.seq, m))
+                seq.sampling.take_matcher().map(|m| (c.seq, m))
             })
             .collect();
         MaskJobs { times: Vec::with_capacity(jobs.len()), jobs }
@@ -57,7 +57,7 @@ impl MaskJobs {
     /// Gives the matchers back to their sequences.
     pub fn restore(self, seqs: &mut FxHashMap<SeqId, Sequence>) {
         for (id, matcher) in self.jobs {
-            seqs.get_mut(&id).expect("scheduled sequences exist").sampling.guided = Some(matcher);
+            seqs.get_mut(&id).expect("scheduled sequences exist").sampling.restore_matcher(matcher);
         }
     }
 }

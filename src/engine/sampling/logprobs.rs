@@ -16,8 +16,8 @@
 //! top-k pass that skips most chunks of the row. Tens of microseconds against a decode step of milliseconds.
 
 use super::candidates::{more_likely_first, Candidate};
+use super::prompt_logprobs::PromptTokenLogprob;
 use super::{filters, row, Sampler};
-use crate::engine::prompt_logprobs::PromptTokenLogprob;
 use crate::model::TokenId;
 
 /// The most alternatives a request may ask for per token (`top_logprobs`), as in the OpenAI API and vLLM.

@@ -39,6 +39,7 @@ mod filters;
 mod logprobs;
 mod params;
 mod penalties;
+pub mod prompt_logprobs;
 pub(crate) mod rng;
 mod row;
 

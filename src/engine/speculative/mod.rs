@@ -34,9 +34,14 @@
 //! draft tokens before they are accepted) or a grammar (its matcher would have to walk the draft), and not on a
 //! model whose sliding-window layers keep a pool of their own (its release rule assumes positions only grow).
 //!
-//! How many draft tokens each sequence verifies is decided per step (`plan.rs`): from the step's cost, learned per step
-//! size (`engine/step_cost.rs`, the scheduler's), and each draft token's chance of acceptance, learned per match length
-//! and sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few drafts or none.
+//! How many draft tokens each sequence verifies is decided per step (`plan.rs`): from the step's cost, learned per
+//! step size (`engine/step/step_cost.rs`, the scheduler's), and each draft token's chance of acceptance, learned per
+//! match length and sequence (`acceptance.rs`). A step already compute-bound (many sequences decoding) takes few
+//! drafts or none.
+//!
+//! A sequence's drafts (`seq_draft.rs`, `Sequence::draft`) pass through three stages: the scheduler plans one for a
+//! step, the step runner verifies it, and the output stage appends what it yielded; each changes it through a
+//! method of its own.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,8 +50,9 @@ use crate::model::TokenId;
 pub mod acceptance;
 pub mod ngram;
 pub mod plan;
+pub mod seq_draft;
 
-use super::step_cost::StepCostModel;
+use crate::engine::step::step_cost::StepCostModel;
 use acceptance::{AcceptanceRates, SeqAcceptance};
 use ngram::Draft;
 use plan::{plan_drafts, DraftOffer};

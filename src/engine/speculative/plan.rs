@@ -1,16 +1,16 @@
 //! How many draft tokens each sequence verifies in a step: as many as raise the step's expected throughput.
 //!
 //! A step of `T` tokens (decodes, prefill chunks) yields about `T` tokens of progress in `t(T)` seconds
-//! (`engine/step_cost.rs`). Giving it `D` draft tokens costs `t(T + D)` and adds their expected accepted tokens: the
-//! `i`-th token of a draft whose tokens are each accepted with probability `p` adds `p^i`. The planner sorts
-//! every offered draft position by that gain, and takes the number `D` of the best positions that maximizes
+//! (`engine/step/step_cost.rs`). Giving it `D` draft tokens costs `t(T + D)` and adds their expected accepted
+//! tokens: the `i`-th token of a draft whose tokens are each accepted with probability `p` adds `p^i`. The planner
+//! sorts every offered draft position by that gain, and takes the number `D` of the best positions that maximizes
 //! `(T + Σ gains) / t(T + D)`; `D = 0` when nothing beats the plain step.
 //!
 //! This is the "reduced or switched off when compute-bound" rule, measured rather than assumed: with many
 //! sequences decoding, a step's time grows with every row and only near-certain drafts pay, so few or none
 //! are taken; a single stream on a CPU whose matmul has spare compute at one column takes several.
 
-use crate::engine::step_cost::StepCostModel;
+use crate::engine::step::step_cost::StepCostModel;
 
 /// A sequence's offer: up to `len` draft tokens, each accepted with probability `p` given the ones before.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -3,7 +3,7 @@
 
 use super::kv_blocks::BlockAllocator;
 use super::kv_prefix::{extend_hashes, BlockHash, PrefixCachingAllocator};
-use super::sampling::rng::Xoshiro256StarStar;
+use crate::engine::sampling::rng::Xoshiro256StarStar;
 use crate::model::TokenId;
 
 const ROOT: u64 = 0x5eed;

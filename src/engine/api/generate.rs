@@ -4,10 +4,10 @@
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use super::finish::FinishReason;
-use super::kv_window::WindowBlocks;
-use super::sampling::{Sampler, SamplingParams};
 use crate::backend::cpu::CpuBackendOptions;
+use crate::engine::kv::kv_window::WindowBlocks;
+use crate::engine::output::finish::FinishReason;
+use crate::engine::sampling::{Sampler, SamplingParams};
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::TokenId;
 

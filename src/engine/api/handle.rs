@@ -10,25 +10,24 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::config::{BackendKind, ConfigError, EngineConfig};
-use super::core::{EngineCore, EngineShared, NewRequest};
-use super::guided::{GuidedCompiler, MaskTimeSummary};
-use super::kv_pools::KvPools;
-use super::kv_prefix::PrefixCachingAllocator;
-use super::kv_window::WindowBlocks;
-use super::log::{LogLevel, Logger};
-use super::output::{CancelWaker, RequestHandle, RequestShared};
-use super::prompt_logprobs::PromptScoring;
-use super::prompt_progress::ProgressReporter;
 use super::request::{validate_request, Capacity, SubmitError, SubmitRequest};
-use super::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
-use super::sampling::Sampler;
-use super::scheduler::SchedulerLimits;
 use super::seq_options::SharedOptions;
-use super::sequence::Sequence;
-use super::stats::{EngineClock, RequestStateStats};
-use super::step_runner::StepRunner;
-use super::telemetry::Telemetry;
 use super::waiting_limit::WaitingLimit;
+use crate::engine::guided::{GuidedCompiler, MaskTimeSummary};
+use crate::engine::kv::kv_pools::KvPools;
+use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
+use crate::engine::kv::kv_window::WindowBlocks;
+use crate::engine::observe::log::{LogLevel, Logger};
+use crate::engine::observe::stats::{EngineClock, RequestStateStats};
+use crate::engine::observe::telemetry::Telemetry;
+use crate::engine::output::{CancelWaker, RequestHandle, RequestShared};
+use crate::engine::sampling::prompt_logprobs::PromptScoring;
+use crate::engine::sampling::Sampler;
+use crate::engine::sequence::Sequence;
+use crate::engine::step::core::{EngineCore, EngineShared, NewRequest};
+use crate::engine::step::runner::{cpu_forward, cuda_forward, CacheGeometry, CpuServing};
+use crate::engine::step::scheduler::SchedulerLimits;
+use crate::engine::step::step_runner::StepRunner;
 use crate::model::chat_template::{ChatTemplate, TemplateChoice, TemplateError, TemplateOrigin};
 use crate::model::gguf::LoadMode;
 use crate::model::path::resolve_model_path;
@@ -338,17 +337,17 @@ impl Engine {
                 params.seed = params.seed.map(|s| s.wrapping_add(choice as u64));
                 let default_seed = mix(self.config.seed, id, choice as u64);
                 let sampler = Sampler::new(params, prompt, default_seed);
-                let mut seq =
-                    Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler);
                 // Per-choice state, not options: the first choice of a prompt bills it and scores it for all.
-                seq.bills_prompt = j == 0;
-                seq.progress = (j == 0 && options.given.return_progress).then(ProgressReporter::default);
-                seq.sampling.prompt_scoring = options
+                let first = j == 0;
+                let scoring = options
                     .given
                     .prompt_logprobs
-                    .filter(|_| j == 0)
-                    .map(|top| Box::new(PromptScoring::new(top, choice..choice + n)));
-                seq.sampling.guided = grammar.as_ref().map(|g| Box::new(g.matcher()));
+                    .filter(|_| first)
+                    .map(|top| PromptScoring::new(top, choice..choice + n));
+                let seq =
+                    Sequence::new(0, Arc::clone(&shared), choice, prompt, max_tokens[p], Arc::clone(&options), sampler)
+                        .with_prompt_role(first, first && options.given.return_progress, scoring)
+                        .with_grammar(grammar.as_ref().map(|g| g.matcher()));
                 sequences.push(seq);
             }
         }

@@ -2,7 +2,7 @@
 //! became ready, so that one host thread can serve every stream (libcurl's `curl_multi_poll`, gRPC's completion
 //! queue, TensorRT-LLM's `awaitResponses`).
 //!
-//! A request joins by [`RequestHandle::watch`](super::output::RequestHandle::watch) with a key the host chooses
+//! A request joins by [`RequestHandle::watch`](super::RequestHandle::watch) with a key the host chooses
 //! (the C API uses the request handle's value). From then on, whenever the engine queues an event for it and it
 //! is not already in this queue, its key is appended: a key is in the queue at most once, however many events
 //! wait behind it, and the events themselves stay in the request's own queue, where `RequestHandle::poll` takes

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::guided::GrammarLimits;
-use super::speculative::SpeculativeConfig;
-use super::step_budget::StepBudget;
 use crate::backend::KvCacheType;
+use crate::engine::guided::GrammarLimits;
+use crate::engine::speculative::SpeculativeConfig;
+use crate::engine::step::step_budget::StepBudget;
 use crate::model::chat_template::TemplateLimits;
 use crate::model::gguf::LoadMode;
 

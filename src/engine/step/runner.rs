@@ -9,11 +9,11 @@ use crate::backend::{KvCacheType, KvCacheTypes};
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
-use super::config::{ActivationPrecision, BackendKind, EngineConfig};
 use super::cpu_threads::{bounded_threads, ThreadCount};
-use super::kv_window::WindowBlocks;
-use super::log::{LogLevel, Logger};
-use super::step::StepError;
+use super::StepError;
+use crate::engine::api::config::{ActivationPrecision, BackendKind, EngineConfig};
+use crate::engine::kv::kv_window::WindowBlocks;
+use crate::engine::observe::log::{LogLevel, Logger};
 
 /// What serves an engine on the CPU: the kernel path (`"scalar"`, `"avx2"`, `"avx512"`, `"amx"`) and the threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

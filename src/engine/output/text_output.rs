@@ -4,11 +4,11 @@
 //! token's timestamp and log probability ([`TextOutput::hold`]).
 
 use super::finish::FinishReason;
-use super::output::RequestShared;
-use super::request::RequestOptions;
-use super::sampling::TokenLogprob;
-use super::seq_options::SharedOptions;
 use super::stop::{Released, StopMatcher};
+use super::RequestShared;
+use crate::engine::api::request::RequestOptions;
+use crate::engine::api::seq_options::SharedOptions;
+use crate::engine::sampling::TokenLogprob;
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::TokenId;
 

@@ -5,10 +5,10 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::Duration;
 
-use super::output::*;
-use super::prompt_progress::PromptProgress;
-use super::stats::EngineClock;
 use super::FinishReason;
+use super::*;
+use crate::engine::observe::prompt_progress::PromptProgress;
+use crate::engine::observe::stats::EngineClock;
 
 /// Stands in for the engine a cancellation would wake.
 struct NoEngine;
@@ -106,7 +106,7 @@ fn threads_waiting_on_one_request_all_end_and_exactly_one_gets_the_final_event()
 
 #[test]
 fn a_watched_request_queues_its_key_once_until_taken() {
-    use crate::engine::ready_queue::{Ready, ReadyQueue};
+    use crate::engine::output::ready_queue::{Ready, ReadyQueue};
     let queue = Arc::new(ReadyQueue::new().unwrap());
     let (shared, h) = request(1);
     shared.push_delta(0, "a".into(), 1, 0.0, Vec::new());
@@ -135,7 +135,7 @@ fn a_watched_request_queues_its_key_once_until_taken() {
 #[test]
 fn progress_events_change_no_stats_and_none_follows_the_end() {
     let no_engine: Weak<dyn CancelWaker> = Weak::<NoEngine>::new();
-    let stats = super::stats::RequestStateStats { num_prompt_tokens: 9, ..Default::default() };
+    let stats = crate::engine::observe::stats::RequestStateStats { num_prompt_tokens: 9, ..Default::default() };
     let shared = RequestShared::new(1, 1, 9, false, EngineClock::new(), Some(stats), no_engine);
     let h = RequestHandle::new(Arc::clone(&shared));
     let progress = PromptProgress { processed: 4, total: 9, cached: 4, time_ms: 0 };

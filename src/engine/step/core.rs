@@ -9,15 +9,15 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::finish::FinishReason;
-use super::guided::MaskTimes;
-use super::kv_pools::KvPools;
-use super::output::CancelWaker;
 use super::scheduler::{Scheduler, SchedulerLimits};
-use super::sequence::{SeqId, Sequence};
-use super::stats::EngineClock;
 use super::step_runner::StepRunner;
-use super::telemetry::Telemetry;
+use crate::engine::guided::MaskTimes;
+use crate::engine::kv::kv_pools::KvPools;
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::observe::telemetry::Telemetry;
+use crate::engine::output::finish::FinishReason;
+use crate::engine::output::CancelWaker;
+use crate::engine::sequence::{SeqId, Sequence};
 use crate::model::tokenizer::Tokenizer;
 
 /// A request accepted by `submit`, on its way to the engine thread.
@@ -129,15 +129,14 @@ impl<'m> EngineCore<'m> {
             (std::mem::take(&mut inbox.new), cancels, inbox.shutdown)
         };
         for request in new {
-            for mut seq in request.sequences {
-                seq.id = self.next_seq;
+            for seq in request.sequences {
+                self.scheduler.add(seq.numbered(self.next_seq));
                 self.next_seq += 1;
-                self.scheduler.add(seq);
             }
         }
         if shutdown || check_cancels {
             let cancelled: Vec<SeqId> =
-                self.scheduler.sequences().filter(|s| shutdown || s.request.is_cancelled()).map(|s| s.id).collect();
+                self.scheduler.sequences().filter(|s| shutdown || s.request().is_cancelled()).map(|s| s.id()).collect();
             for id in cancelled {
                 self.scheduler.finish(id, FinishReason::Cancelled);
             }
@@ -198,7 +197,7 @@ impl<'m> EngineCore<'m> {
             loop {
                 let seq = self.scheduler.sequences_mut().get_mut(&id).expect("updated sequences exist");
                 if let Some(reason) = seq.emit_text(self.tokenizer) {
-                    seq.draft.accepted_pending.clear();
+                    seq.draft.drop_accepted();
                     self.scheduler.finish(id, reason);
                     break;
                 }
@@ -221,10 +220,10 @@ impl<'m> EngineCore<'m> {
         let mut failed: Vec<u64> = Vec::new();
         for &id in ids {
             let Some(seq) = self.scheduler.sequence(id) else { continue };
-            let request = seq.request.id();
+            let request = seq.request().id();
             if !failed.contains(&request) {
                 failed.push(request);
-                seq.request.fail(message.to_owned());
+                seq.request().fail(message.to_owned());
             }
         }
         for request in failed {
@@ -248,10 +247,10 @@ impl<'m> EngineCore<'m> {
             if matches!(reason, FinishReason::Cancelled | FinishReason::Deadline) {
                 seq.release_rest();
             }
-            seq.request.finish_choice(seq.choice, reason);
-            let prompt = if seq.bills_prompt { seq.prompt_len } else { 0 };
+            seq.request().finish_choice(seq.choice(), reason);
+            let prompt = if seq.bills_prompt() { seq.prompt_len() } else { 0 };
             telemetry.record_finished(reason, seq.num_generated(), prompt);
-            seq.request.with_stats(seq.choice, |s| telemetry.observe(s));
+            seq.request().with_stats(seq.choice(), |s| telemetry.observe(s));
         }
     }
 
@@ -263,7 +262,7 @@ impl<'m> EngineCore<'m> {
             std::mem::take(&mut inbox.new)
         };
         for seq in pending.into_iter().flat_map(|r| r.sequences).chain(self.scheduler.drain()) {
-            seq.request.fail(message.to_owned());
+            seq.request().fail(message.to_owned());
         }
         self.publish();
     }
@@ -307,13 +306,13 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
-    use crate::engine::kv_prefix::PrefixCachingAllocator;
+    use crate::engine::api::seq_options::SharedOptions;
+    use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
     use crate::engine::output::{EventPoll, RequestEvent, RequestHandle, RequestShared};
-    use crate::engine::runner::BatchForward;
     use crate::engine::sampling::{Sampler, SamplingParams};
-    use crate::engine::seq_options::SharedOptions;
+    use crate::engine::step::runner::BatchForward;
+    use crate::engine::step::step_budget::StepBudget;
     use crate::engine::step::StepError;
-    use crate::engine::step_budget::StepBudget;
     use crate::model::llama::batch::BatchError;
     use crate::model::llama::SeqChunk;
     use crate::model::tokenizer::{Tokenizer, TokenizerSpec};

@@ -12,7 +12,7 @@
 //! Reports are events, not stats: they change no timing metric (`output.rs` charges no queue wait for them, and
 //! the steps they describe are recorded as before).
 
-use super::sequence::Sequence;
+use crate::engine::sequence::Sequence;
 
 /// How far a prompt has been computed, as one event reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,9 +44,10 @@ impl Sequence {
         if self.num_generated() > 0 {
             return;
         }
+        let prompt_len = self.prompt_len();
         let Some(reporter) = self.progress.as_mut() else { return };
         let started = *reporter.started.get_or_insert(now);
-        reporter.cached = cached.min(self.prompt_len) as u32;
+        reporter.cached = cached.min(prompt_len) as u32;
         let processed = reporter.cached;
         self.report(processed, started, now);
     }
@@ -58,7 +59,7 @@ impl Sequence {
             return;
         }
         let Some(started) = self.progress.and_then(|r| r.started) else { return };
-        let processed = self.kv.num_computed.min(self.prompt_len) as u32;
+        let processed = self.kv.num_computed().min(self.prompt_len()) as u32;
         self.report(processed, started, now);
     }
 
@@ -66,7 +67,7 @@ impl Sequence {
         let cached = self.progress.map_or(0, |r| r.cached);
         // Whole milliseconds, as llama-server's integer division gives them.
         let time_ms = ((now - started).max(0.0) * 1000.0) as u64;
-        let progress = PromptProgress { processed, total: self.prompt_len as u32, cached, time_ms };
-        self.request.push_progress(self.choice, progress);
+        let progress = PromptProgress { processed, total: self.prompt_len() as u32, cached, time_ms };
+        self.request().push_progress(self.choice(), progress);
     }
 }

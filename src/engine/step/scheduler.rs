@@ -34,14 +34,45 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use super::finish::FinishReason;
-use super::kv_pools::{Grow, KvPools};
-use super::kv_prefix::PrefixCacheStats;
-use super::sequence::{SeqId, SeqStatus, Sequence};
-use super::speculative::{SpeculativeConfig, Speculator};
-use super::stats::{EngineClock, StepEvent};
-use super::step::{RunnerOutput, ScheduledChunk, SchedulerOutput};
 use super::step_budget::{min_prefill_chunk, PromptArrivals, StepBudget, StepCosts};
+use super::{RunnerOutput, ScheduledChunk, SchedulerOutput};
+use crate::engine::kv::kv_pools::{Grow, KvPools};
+use crate::engine::kv::kv_prefix::PrefixCacheStats;
+use crate::engine::observe::stats::{EngineClock, StepEvent};
+use crate::engine::output::finish::FinishReason;
+use crate::engine::sequence::{SeqId, Sequence};
+use crate::engine::speculative::{SpeculativeConfig, Speculator};
+
+/// Where a sequence is in its life: the scheduler's part of a sequence (`Sequence::state`), which its queues agree
+/// with. Only the scheduler changes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SeqState {
+    status: SeqStatus,
+}
+
+impl SeqState {
+    /// The reason the sequence ended, once it has.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        match self.status {
+            SeqStatus::Finished(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// A sequence's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SeqStatus {
+    /// Never scheduled: in the waiting queue.
+    #[default]
+    Waiting,
+    /// Admitted: in the running queue, its blocks allocated.
+    Running,
+    /// Its blocks were taken back for another sequence: at the head of the waiting queue, to be recomputed.
+    Preempted,
+    /// Ended; the scheduler releases it (blocks, queues) before the next step.
+    Finished(FinishReason),
+}
 
 /// Limits of one step.
 #[derive(Clone, Copy, Debug)]
@@ -101,17 +132,18 @@ impl Scheduler {
 
     /// Takes a new sequence (numbered by the caller) into the waiting queue.
     pub fn add(&mut self, mut seq: Sequence) {
-        debug_assert_eq!(seq.status, SeqStatus::Waiting);
-        self.blocks.global.extend_hashes(&mut seq.kv.block_hashes, &seq.tokens);
-        self.arrivals.arrived(seq.tokens.len());
-        let id = seq.id;
+        debug_assert_eq!(seq.state.status, SeqStatus::Waiting);
+        let (kv, tokens) = seq.kv_with_tokens();
+        self.blocks.hash_blocks(kv, tokens);
+        self.arrivals.arrived(seq.tokens().len());
+        let id = seq.id();
         self.seqs.insert(id, seq);
         self.enqueue(id);
     }
 
     /// Puts sequence `id` in the waiting queue at its place: by priority (lower first), then by id (arrival).
     fn enqueue(&mut self, id: SeqId) {
-        let key = |s: &Sequence| (s.priority(), s.id);
+        let key = |s: &Sequence| (s.priority(), s.id());
         let k = key(&self.seqs[&id]);
         let at = self.waiting.partition_point(|w| key(&self.seqs[w]) < k);
         self.waiting.insert(at, id);
@@ -170,7 +202,7 @@ impl Scheduler {
                 break;
             }
             let seq = &self.seqs[&id];
-            if seq.status == SeqStatus::Running && seq.num_uncomputed() == 1 {
+            if seq.state.status == SeqStatus::Running && seq.num_uncomputed() == 1 {
                 short_of_blocks |= self.schedule_running(id, budget, &mut out, &mut budget).1;
             }
         }
@@ -193,7 +225,7 @@ impl Scheduler {
                 break;
             }
             let seq = &self.seqs[&id];
-            if seq.status == SeqStatus::Running && seq.num_uncomputed() != 1 {
+            if seq.state.status == SeqStatus::Running && seq.num_uncomputed() != 1 {
                 let (n, preempted) = self.schedule_running(id, budget.min(prefill_left), &mut out, &mut budget);
                 prefill_left -= n;
                 short_of_blocks |= preempted;
@@ -273,18 +305,15 @@ impl Scheduler {
     /// no room, with nothing taken.
     fn admit(&mut self, id: SeqId, budget: usize, now: f64, out: &mut SchedulerOutput) -> Option<usize> {
         let seq = self.seqs.get_mut(&id).expect("waiting sequences exist");
-        debug_assert!(seq.kv.block_table.is_empty() && seq.kv.num_computed == 0);
         let queried = seq.cacheable_prefix();
-        let cached =
-            self.blocks.global.find_cached_prefix(&seq.kv.block_hashes, &seq.tokens, queried, &mut seq.kv.block_table);
-        seq.kv.num_computed = cached;
+        let (kv, tokens) = seq.kv_with_tokens();
+        let cached = self.blocks.take_cached_prefix(kv, tokens, queried);
         let n = seq.num_uncomputed().min(budget).min(seq.max_chunk_tokens());
-        match self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, cached, cached + n) {
+        match self.blocks.grow(&mut seq.kv, cached, cached + n) {
             Grow::Done => {}
             Grow::NoRoom => {
                 // Give the cached blocks back: the sequence is looked up afresh when there is room.
-                self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
-                seq.kv.num_computed = 0;
+                self.blocks.release(&mut seq.kv);
                 return None;
             }
             Grow::WindowShortage => {
@@ -296,18 +325,18 @@ impl Scheduler {
             self.counters.prefix_cache.queries += queried as u64;
             self.counters.prefix_cache.hits += cached as u64;
         }
-        if seq.status == SeqStatus::Waiting {
-            seq.request.started();
-            let cached_prompt = cached.min(seq.prompt_len) as u32;
-            seq.request.with_stats(seq.choice, |s| {
+        if seq.state.status == SeqStatus::Waiting {
+            seq.request().started();
+            let cached_prompt = cached.min(seq.prompt_len()) as u32;
+            seq.request().with_stats(seq.choice(), |s| {
                 s.scheduled_ts = Some(now);
                 s.num_cached_prompt_tokens = cached_prompt;
             });
-            if seq.bills_prompt {
-                seq.request.add_cached_prompt_tokens(cached_prompt);
+            if seq.bills_prompt() {
+                seq.request().add_cached_prompt_tokens(cached_prompt);
             }
         }
-        seq.status = SeqStatus::Running;
+        seq.state.status = SeqStatus::Running;
         seq.report_admission(cached, now);
         Some(n)
     }
@@ -330,10 +359,10 @@ impl Scheduler {
                 continue;
             }
             // A step yields up to draft + 1 tokens; none may be past max_tokens or the context.
-            let to_max_tokens = seq.max_tokens.saturating_sub(seq.num_generated() + 1);
-            let to_context = self.context.saturating_sub(seq.tokens.len() + 1);
-            if let Some(draft) = speculator.config.propose(&seq.tokens, to_max_tokens.min(to_context)) {
-                offers.push(speculator.offer(&seq.draft.acceptance, draft.match_len, draft.tokens.len()));
+            let to_max_tokens = seq.max_tokens().saturating_sub(seq.num_generated() + 1);
+            let to_context = self.context.saturating_sub(seq.tokens().len() + 1);
+            if let Some(draft) = speculator.config.propose(seq.tokens(), to_max_tokens.min(to_context)) {
+                offers.push(speculator.offer(seq.draft.acceptance(), draft.match_len, draft.tokens.len()));
                 drafts.push((i, draft));
             }
         }
@@ -341,19 +370,15 @@ impl Scheduler {
         for ((i, draft), d) in drafts.into_iter().zip(taken).filter(|&(_, d)| d > 0) {
             let c = &mut out.chunks[i];
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            let needed = self.blocks.global.blocks_for(c.start + 1 + d).saturating_sub(seq.kv.block_table.len());
+            let needed = self.blocks.blocks_missing(&seq.kv, c.start + 1 + d);
             if needed > 0 && self.blocks.global.num_free() < needed + self.running.len() {
                 continue;
             }
-            if self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, c.start, c.start + 1 + d)
-                != Grow::Done
-            {
+            if self.blocks.grow(&mut seq.kv, c.start, c.start + 1 + d) != Grow::Done {
                 continue;
             }
-            seq.draft.input.clear();
-            seq.draft.input.extend(seq.tokens.last().copied());
-            seq.draft.input.extend(&draft.tokens[..d]);
-            seq.draft.match_len = draft.match_len;
+            let last = seq.tokens().last().copied();
+            seq.draft.plan(last, &draft.tokens[..d], draft.match_len);
             c.n_tokens = 1 + d;
             c.draft = d;
         }
@@ -369,15 +394,16 @@ impl Scheduler {
     /// The chunk of sequence `id` computing its next `n` tokens (with a draft: its last token and the draft).
     fn chunk(&self, id: SeqId, n: usize) -> ScheduledChunk {
         let s = &self.seqs[&id];
-        let end = (s.kv.num_computed + n).min(s.tokens.len());
-        let decode = end == s.tokens.len() && s.num_uncomputed() == 1 && s.num_generated() > 0;
+        let (computed, len) = (s.kv.num_computed(), s.tokens().len());
+        let end = (computed + n).min(len);
+        let decode = end == len && s.num_uncomputed() == 1 && s.num_generated() > 0;
         ScheduledChunk {
             seq: id,
-            start: s.kv.num_computed,
+            start: computed,
             n_tokens: n,
-            samples: end == s.tokens.len(),
+            samples: end == len,
             prefill: !decode,
-            draft: n - (end - s.kv.num_computed),
+            draft: n - (end - computed),
         }
     }
 
@@ -387,8 +413,8 @@ impl Scheduler {
     fn reserve(&mut self, id: SeqId, n: usize, out: &mut SchedulerOutput, budget: &mut usize) -> bool {
         loop {
             let seq = self.seqs.get_mut(&id).expect("running sequences exist");
-            let start = seq.kv.num_computed;
-            match self.blocks.grow(&mut seq.kv.block_table, &mut seq.kv.window_table, start, start + n) {
+            let start = seq.kv.num_computed();
+            match self.blocks.grow(&mut seq.kv, start, start + n) {
                 Grow::Done => return true,
                 Grow::NoRoom => {}
                 Grow::WindowShortage => {
@@ -417,11 +443,10 @@ impl Scheduler {
     fn preempt(&mut self, id: SeqId, out: &mut SchedulerOutput) -> usize {
         self.running.retain(|&s| s != id);
         let v = self.seqs.get_mut(&id).expect("running sequences exist");
-        self.blocks.release(&mut v.kv.block_table, &mut v.kv.window_table);
-        v.kv.num_computed = 0;
-        v.draft.input.clear();
-        v.status = SeqStatus::Preempted;
-        v.request.with_stats(v.choice, |s| s.num_preemptions += 1);
+        self.blocks.release(&mut v.kv);
+        v.draft.drop_plan();
+        v.state.status = SeqStatus::Preempted;
+        v.request().with_stats(v.choice(), |s| s.num_preemptions += 1);
         self.counters.preemptions += 1;
         self.enqueue(id);
         out.preempted.push(id);
@@ -447,8 +472,8 @@ impl Scheduler {
     /// Ends a sequence that lost its window blocks (out of the queues already): blocks freed, `Error`.
     fn fail(&mut self, id: SeqId, out: &mut SchedulerOutput) {
         let seq = self.seqs.get_mut(&id).expect("scheduled sequences exist");
-        self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
-        seq.status = SeqStatus::Finished(FinishReason::Error);
+        self.blocks.release(&mut seq.kv);
+        seq.state.status = SeqStatus::Finished(FinishReason::Error);
         out.failed.push(id);
     }
 
@@ -466,14 +491,14 @@ impl Scheduler {
         let mut sampled = ran.sampled.into_iter().peekable();
         for c in &step.chunks {
             let seq = self.seqs.get_mut(&c.seq).expect("scheduled sequences exist");
-            seq.kv.num_computed += c.n_tokens - c.draft;
+            seq.kv.computed(c.n_tokens - c.draft);
             // Before the token it sampled: a host sees the prompt done, then the first token.
             seq.report_computed(clock.now());
             if c.samples {
                 let token = sampled.next().expect("a sampled token per sampling chunk");
                 debug_assert_eq!(token.seq, c.seq);
                 if let Some(reason) = seq.append_token(token.token, token.ts, token.logprob, self.context) {
-                    seq.status = SeqStatus::Finished(reason);
+                    seq.state.status = SeqStatus::Finished(reason);
                 }
                 if c.draft > 0 {
                     // With a draft, the accepted draft tokens and the model's next one follow (one instant). The
@@ -481,19 +506,13 @@ impl Scheduler {
                     // inside the run ends the choice where plain decoding would have. Their positions were
                     // computed in the step; the rejected ones' are left behind `num_computed`, for the next step
                     // to overwrite.
-                    seq.draft.accepted_pending.clear();
-                    while let Some(more) = sampled.next_if(|t| t.seq == c.seq) {
-                        seq.draft.accepted_pending.push_back((more.token, more.ts, more.logprob));
-                    }
-                    // d1..da then the model's token: `a` follow the first.
-                    let accepted = seq.draft.accepted_pending.len();
-                    seq.draft.input.clear();
-                    if let Some(speculator) = self.speculator.as_mut() {
-                        speculator.record(&mut seq.draft.acceptance, seq.draft.match_len, c.draft, accepted);
-                    }
+                    let rest = std::iter::from_fn(|| {
+                        sampled.next_if(|t| t.seq == c.seq).map(|more| (more.token, more.ts, more.logprob))
+                    });
+                    let accepted = seq.draft.verified(c.draft, rest, self.speculator.as_mut());
                     self.counters.draft_tokens += c.draft as u64;
                     self.counters.accepted_draft_tokens += accepted as u64;
-                    seq.request.with_stats(seq.choice, |s| {
+                    seq.request().with_stats(seq.choice(), |s| {
                         s.num_draft_tokens += c.draft as u32;
                         s.num_accepted_tokens += accepted as u32;
                     });
@@ -502,13 +521,8 @@ impl Scheduler {
             }
             // Blocks the step filled become findable (a token sampled this step is not computed yet, but its
             // block is hashed now, to be registered once it is).
-            self.blocks.global.extend_hashes(&mut seq.kv.block_hashes, &seq.tokens);
-            self.blocks.global.cache_full_blocks(
-                &seq.kv.block_table,
-                &seq.kv.block_hashes,
-                &seq.tokens,
-                seq.kv.num_computed,
-            );
+            let (kv, tokens) = seq.kv_with_tokens();
+            self.blocks.cache_computed_blocks(kv, tokens);
         }
         let end_ts = clock.now();
         let batch_tokens = step.num_tokens() as u32;
@@ -516,7 +530,7 @@ impl Scheduler {
             let s = &self.seqs[&c.seq];
             let event =
                 StepEvent { start_ts: step_start, end_ts, tokens: c.n_tokens as u32, batch_tokens, prefill: c.prefill };
-            s.request.with_stats(s.choice, |st| st.steps.push(event));
+            s.request().with_stats(s.choice(), |st| st.steps.push(event));
         }
         updated
     }
@@ -526,7 +540,7 @@ impl Scheduler {
     pub fn finish(&mut self, id: SeqId, reason: FinishReason) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             if seq.finish_reason().is_none() {
-                seq.status = SeqStatus::Finished(reason);
+                seq.state.status = SeqStatus::Finished(reason);
             }
         }
     }
@@ -536,16 +550,16 @@ impl Scheduler {
     pub fn finish_past_deadline(&mut self, now: f64) {
         for seq in self.seqs.values_mut() {
             if seq.deadline().is_some_and(|d| d <= now) && seq.finish_reason().is_none() {
-                seq.status = SeqStatus::Finished(FinishReason::Deadline);
+                seq.state.status = SeqStatus::Finished(FinishReason::Deadline);
             }
         }
     }
 
     /// Ends every sequence of request `request` (its other choices too) that has not ended, with `reason`.
     pub fn finish_request(&mut self, request: u64, reason: FinishReason) {
-        for seq in self.seqs.values_mut().filter(|s| s.request.id() == request) {
+        for seq in self.seqs.values_mut().filter(|s| s.request().id() == request) {
             if seq.finish_reason().is_none() {
-                seq.status = SeqStatus::Finished(reason);
+                seq.state.status = SeqStatus::Finished(reason);
             }
         }
     }
@@ -553,7 +567,7 @@ impl Scheduler {
     /// Removes the finished sequences, releasing their blocks, and hands them over (ordered by id, so that a
     /// request's choices end in order).
     pub fn take_finished(&mut self) -> Vec<Sequence> {
-        let mut ids: Vec<SeqId> = self.seqs.values().filter(|s| s.finish_reason().is_some()).map(|s| s.id).collect();
+        let mut ids: Vec<SeqId> = self.seqs.values().filter(|s| s.finish_reason().is_some()).map(|s| s.id()).collect();
         if ids.is_empty() {
             return Vec::new();
         }
@@ -563,7 +577,7 @@ impl Scheduler {
         ids.iter()
             .map(|id| {
                 let mut seq = self.seqs.remove(id).expect("listed sequences exist");
-                self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
+                self.blocks.release(&mut seq.kv);
                 seq
             })
             .collect()
@@ -575,9 +589,9 @@ impl Scheduler {
         self.waiting.clear();
         let mut all: Vec<Sequence> = self.seqs.drain().map(|(_, s)| s).collect();
         for seq in &mut all {
-            self.blocks.release(&mut seq.kv.block_table, &mut seq.kv.window_table);
+            self.blocks.release(&mut seq.kv);
         }
-        all.sort_unstable_by_key(|s| s.id);
+        all.sort_unstable_by_key(|s| s.id());
         all
     }
 }

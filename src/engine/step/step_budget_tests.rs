@@ -6,17 +6,17 @@
 use std::sync::{Arc, Weak};
 
 use super::core::EngineShared;
-use super::kv_pools::KvPools;
-use super::kv_prefix::PrefixCachingAllocator;
-use super::output::{CancelWaker, RequestShared};
-use super::request::RequestOptions;
-use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::{Scheduler, SchedulerLimits};
-use super::seq_options::SharedOptions;
-use super::sequence::{SeqId, Sequence};
-use super::stats::EngineClock;
-use super::step::{RunnerOutput, SampledToken, SchedulerOutput};
 use super::step_budget::StepBudget;
+use super::{RunnerOutput, SampledToken, SchedulerOutput};
+use crate::engine::api::request::RequestOptions;
+use crate::engine::api::seq_options::SharedOptions;
+use crate::engine::kv::kv_pools::KvPools;
+use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::output::{CancelWaker, RequestShared};
+use crate::engine::sampling::{Sampler, SamplingParams};
+use crate::engine::sequence::{SeqId, Sequence};
 
 /// Tokens per step; the minimum prefill chunk is an eighth: 8.
 const BATCH: usize = 64;
@@ -133,7 +133,7 @@ fn costs_not_yet_known_leave_the_whole_token_budget() {
 fn a_step_without_decodes_takes_the_whole_token_budget() {
     let mut s = streams_then_a_prompt(StepBudget::TargetMs(1.0), 3, 300);
     for id in 0..4 {
-        s.finish(id, super::finish::FinishReason::Stop);
+        s.finish(id, crate::engine::output::finish::FinishReason::Stop);
     }
     s.take_finished();
     let plan = step(&mut s);

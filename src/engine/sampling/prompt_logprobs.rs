@@ -23,7 +23,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::sampling::TokenLogprob;
+use super::TokenLogprob;
 
 /// The largest prefill chunk of a sequence that is still scoring its prompt.
 pub const SCORING_CHUNK_TOKENS: usize = 32;

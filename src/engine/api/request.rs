@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use super::guided::GuidedRequest;
-use super::sampling::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
+use crate::engine::guided::GuidedRequest;
+use crate::engine::sampling::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
 use crate::model::TokenId;
 
 /// Most choices one request may ask for.

@@ -1,13 +1,39 @@
-//! What the stages of a step hand each other: the scheduler's plan ([`SchedulerOutput`], its
+//! The step and its scheduler: the engine thread (`core.rs`) takes the submitted sequences and runs steps, each a
+//! pipeline of typed stages (`docs/architecture.md`, "One engine step"): the scheduler plans which tokens of which
+//! sequences the step computes (`scheduler.rs`, within the step budget of `step_budget.rs`, from the costs
+//! `step_cost.rs` learns), the step runner runs them as one batched forward pass and samples (`step_runner.rs`,
+//! over the backend `runner.rs` builds, with `cpu_threads.rs`'s thread count), the scheduler's update applies
+//! what was sampled, the output stage turns tokens into text, and finished sequences are retired.
+//!
+//! Owns: the sequences and their queues, and each sequence's state (`SeqState`: the scheduler's); each sequence's
+//! sampler, grammar matcher and prompt scoring (`SeqSampling`: the step runner's); the backend.
+//!
+//! What the stages of a step hand each other is defined here: the scheduler's plan ([`SchedulerOutput`], its
 //! [`ScheduledChunk`]s) goes to the runner; the runner's sampled tokens ([`RunnerOutput`]) go back to the
-//! scheduler's update, or a [`StepError`] ends the step. Here, in a module of their own, so that the stages
-//! depend on these types and not on one another (scheduler → step ← step_runner → runner → step).
+//! scheduler's update, or a [`StepError`] ends the step. So the stages depend on these types and not on one
+//! another (scheduler → step ← step_runner → runner → step).
+
+pub(super) mod core;
+pub mod cpu_threads;
+#[cfg(test)]
+mod guided_step_tests;
+pub mod runner;
+pub mod scheduler;
+#[cfg(test)]
+mod speculative_step_tests;
+pub mod step_budget;
+#[cfg(test)]
+mod step_budget_tests;
+pub mod step_cost;
+pub mod step_runner;
+#[cfg(test)]
+mod window_pool_tests;
 
 use std::fmt;
 
-use super::sampling::TokenLogprob;
-use super::sequence::SeqId;
 use crate::backend::cuda::CudaBackendError;
+use crate::engine::sampling::TokenLogprob;
+use crate::engine::sequence::SeqId;
 use crate::model::llama::batch::BatchError;
 use crate::model::TokenId;
 

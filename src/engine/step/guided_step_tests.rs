@@ -4,20 +4,20 @@
 use std::sync::Arc;
 
 use super::core::{EngineCore, EngineShared, NewRequest};
-use super::guided::{GuidedCompiler, GuidedRequest, GuidedSpec};
-use super::kv_pools::KvPools;
-use super::kv_prefix::PrefixCachingAllocator;
-use super::output::{CancelWaker, RequestHandle, RequestShared};
 use super::runner::BatchForward;
-use super::sampling::{Sampler, SamplingParams};
 use super::scheduler::SchedulerLimits;
-use super::seq_options::SharedOptions;
-use super::sequence::Sequence;
-use super::stats::EngineClock;
-use super::step::StepError;
 use super::step_budget::StepBudget;
 use super::step_runner::StepRunner;
-use super::FinishReason;
+use super::StepError;
+use crate::engine::api::seq_options::SharedOptions;
+use crate::engine::guided::{GuidedCompiler, GuidedRequest, GuidedSpec};
+use crate::engine::kv::kv_pools::KvPools;
+use crate::engine::kv::kv_prefix::PrefixCachingAllocator;
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::output::{CancelWaker, RequestHandle, RequestShared};
+use crate::engine::sampling::{Sampler, SamplingParams};
+use crate::engine::sequence::Sequence;
+use crate::engine::FinishReason;
 use crate::model::llama::batch::total_logit_rows;
 use crate::model::llama::SeqChunk;
 use crate::model::tokenizer::{Tokenizer, TokenizerSpec};
@@ -63,12 +63,11 @@ fn submit(shared: &Arc<EngineShared>, tokenizer: &Tokenizer, id: u64, regex: Opt
     let waker: std::sync::Weak<dyn CancelWaker> = Arc::downgrade(shared) as _;
     let r = RequestShared::new(id, 1, 1, false, EngineClock::new(), None, waker);
     let sampler = Sampler::new(SamplingParams::default(), &[0], 0);
-    let mut seq =
-        Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler);
-    seq.sampling.guided = regex.map(|rx| {
-        let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
-        Box::new(GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher())
-    });
+    let seq = Sequence::new(0, Arc::clone(&r), 0, &[0], 4, SharedOptions::stopping_at(tokenizer.eog_ids()), sampler)
+        .with_grammar(regex.map(|rx| {
+            let request = GuidedRequest::new(GuidedSpec::Regex(rx.into()), "guided_regex");
+            GuidedCompiler::new().compile(tokenizer, &request).unwrap().matcher()
+        }));
     shared.inbox.lock().unwrap().new.push(NewRequest { sequences: vec![seq] });
     RequestHandle::new(r)
 }

@@ -1,26 +1,41 @@
-//! A request's output side: the queue of events the host polls, the accumulated text of each choice, and the
-//! timing stats of each choice. Shared between the engine thread (which writes) and the host (which reads).
+//! The output stage: a sequence's new tokens become text and reach its request's queue (run by the engine thread
+//! after each step's update, `step/core.rs`, through `Sequence::emit_text` and `append_accepted`). Each sequence's
+//! detokenizer and stop strings (`text_output.rs`, `stop.rs`) turn the tokens the scheduler's update appended into
+//! text, end the sequence at a stop string, and release the text with its tokens' timestamps and log
+//! probabilities to the request; `finish.rs` says why a choice ended, and `ready_queue.rs` is the engine-wide
+//! waiting point where a host learns which requests have events.
+//!
+//! Owns: each sequence's text (`TextOutput`), and each request's output side, defined here: the queue of events
+//! the host polls, the accumulated text of each choice, and the timing stats of each choice. Shared between the
+//! engine thread (which writes) and the host (which reads).
 //!
 //! Locks are held only for the duration of a push or a read, never across an engine step, so a host reading its
 //! metrics never waits for the model.
+
+pub mod finish;
+#[cfg(test)]
+mod output_tests;
+pub mod ready_queue;
+pub mod stop;
+pub mod text_output;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::finish::FinishReason;
-use super::metrics::{
+use crate::engine::api::waiting_limit::RequestPlace;
+use crate::engine::observe::metrics::{
     build_extended_timing_metrics, build_llamacpp_timings, build_per_request_timing_metrics,
     token_times_since_arrival_ms, ExtendedTimingMetrics, LlamaCppTimings, PerRequestTimingMetrics,
 };
-use super::prompt_logprobs::PromptTokenLogprob;
-use super::prompt_progress::PromptProgress;
-use super::ready_queue::ReadyQueue;
-use super::sampling::TokenLogprob;
-use super::stats::{EngineClock, RequestStateStats};
-use super::waiting_limit::RequestPlace;
+use crate::engine::observe::prompt_progress::PromptProgress;
+use crate::engine::observe::stats::{EngineClock, RequestStateStats};
+use crate::engine::sampling::prompt_logprobs::PromptTokenLogprob;
+use crate::engine::sampling::TokenLogprob;
 use crate::model::TokenId;
+use finish::FinishReason;
+use ready_queue::ReadyQueue;
 
 /// Something that happened to a request, in the order the host should see it.
 #[derive(Clone, Debug, PartialEq)]

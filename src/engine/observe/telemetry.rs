@@ -7,9 +7,9 @@
 //! a record or a copy, never across a step. Formatting (Prometheus text) is the protocol layer's
 //! (`protocol/prometheus.rs`).
 
-use super::finish::FinishReason;
 use super::metrics::{build_extended_timing_metrics, build_per_request_timing_metrics};
 use super::stats::RequestStateStats;
+use crate::engine::output::finish::FinishReason;
 
 /// Bucket upper bounds, in seconds. Like vLLM's (`vllm/v1/metrics/loggers.py`), they span from well below one
 /// engine step to the longest a request may reasonably take, so percentiles stay readable both for a small CPU

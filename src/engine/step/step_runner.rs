@@ -9,14 +9,81 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use super::guided::{MaskJobs, MaskTimes};
 use super::runner::BatchForward;
-use super::sampling::{LogprobSampler, TokenLogprob};
-use super::sequence::{SeqId, Sequence};
-use super::stats::EngineClock;
-use super::step::{RunnerOutput, SampledToken, ScheduledChunk, SchedulerOutput, StepError};
+use super::{RunnerOutput, SampledToken, ScheduledChunk, SchedulerOutput, StepError};
+use crate::engine::guided::{Accepted, GuidedMatcher, MaskJobs, MaskTimes};
+use crate::engine::observe::stats::EngineClock;
+use crate::engine::sampling::prompt_logprobs::PromptScoring;
+use crate::engine::sampling::{LogprobSampler, Sampler, TokenLogprob};
+use crate::engine::sequence::{SeqId, Sequence};
 use crate::model::llama::SeqChunk;
 use crate::model::TokenId;
+
+/// How a sequence's next tokens are drawn, and its prompt scored: the step runner's part of a sequence
+/// (`Sequence::sampling`). The runner draws from its rows and scores the prompt; besides, the scheduler's update
+/// tells it each token appended ([`count`](Self::count), [`advance_grammar`](Self::advance_grammar)), and a step's
+/// masks take the grammar matcher out for the length of the forward pass (`guided/masks.rs`).
+pub struct SeqSampling {
+    sampler: Sampler,
+    /// Structured outputs: the choice's grammar matcher (`None` when unconstrained). Taken out for the length of
+    /// a forward pass, while its next mask is computed (`guided/masks.rs`).
+    guided: Option<Box<GuidedMatcher>>,
+    /// `prompt_logprobs` (and `echo` with `logprobs`): this choice scores its prompt for every choice of it
+    /// (`prompt_logprobs.rs`). Set on a prompt's first choice; `None` otherwise.
+    prompt_scoring: Option<Box<PromptScoring>>,
+}
+
+impl SeqSampling {
+    /// Draws with `sampler`, unconstrained, scoring nothing.
+    pub fn new(sampler: Sampler) -> Self {
+        SeqSampling { sampler, guided: None, prompt_scoring: None }
+    }
+
+    /// At submission: constrained by `matcher` (structured outputs; `None`: unconstrained).
+    pub fn with_grammar(self, matcher: Option<GuidedMatcher>) -> Self {
+        SeqSampling { guided: matcher.map(Box::new), ..self }
+    }
+
+    /// At submission: scores its prompt with `scoring` (`prompt_logprobs`; `None`: it scores nothing).
+    pub fn with_prompt_scoring(self, scoring: Option<PromptScoring>) -> Self {
+        SeqSampling { prompt_scoring: scoring.map(Box::new), ..self }
+    }
+
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// Whether a grammar constrains the sequence (structured outputs).
+    pub fn is_constrained(&self) -> bool {
+        self.guided.is_some()
+    }
+
+    /// The prompt's scoring, on the choice that scores it.
+    pub fn prompt_scoring(&self) -> Option<&PromptScoring> {
+        self.prompt_scoring.as_deref()
+    }
+
+    /// The scheduler's update: `token` was appended; the sampler counts it (penalties).
+    pub fn count(&mut self, token: TokenId) {
+        self.sampler.accept(token);
+    }
+
+    /// The scheduler's update: the grammar accepts `token`, appended (not a stop id). `None` when unconstrained.
+    pub fn advance_grammar(&mut self, token: TokenId) -> Option<Accepted> {
+        self.guided.as_mut().map(|guided| guided.accept(token))
+    }
+
+    /// A step's masks: takes the grammar matcher out for the length of the forward pass, while its next mask is
+    /// computed beside it.
+    pub fn take_matcher(&mut self) -> Option<Box<GuidedMatcher>> {
+        self.guided.take()
+    }
+
+    /// A step's masks: gives back the matcher [`take_matcher`](Self::take_matcher) took, its mask computed.
+    pub fn restore_matcher(&mut self, matcher: Box<GuidedMatcher>) {
+        self.guided = Some(matcher);
+    }
+}
 
 /// `min_tokens`: until a sequence has generated that many tokens, its stop ids (end-of-generation and
 /// `stop_token_ids`) cannot be sampled (vLLM's semantics). `ahead`: the row samples the token after that many
@@ -43,6 +110,8 @@ pub struct StepRunner<'m> {
     device_ids: Vec<TokenId>,
     device_values: Vec<f32>,
     logprobs: LogprobSampler,
+    /// The input of the draft a chunk verifies, copied out of its sequence while its rows are sampled.
+    draft_input: Vec<TokenId>,
     /// Where the structured-output masks' times go (the engine's, shared with its host).
     mask_times: Arc<MaskTimes>,
 }
@@ -57,6 +126,7 @@ impl<'m> StepRunner<'m> {
             device_ids: Vec::new(),
             device_values: Vec::new(),
             logprobs: LogprobSampler::default(),
+            draft_input: Vec::new(),
             mask_times: Arc::default(),
         }
     }
@@ -90,7 +160,7 @@ impl<'m> StepRunner<'m> {
                 // Only sampling rows, nothing scored (`forward_batch`): a decode's one row, or a draft's rows.
                 if c.samples {
                     let ids = &self.device_ids[rows];
-                    push_verified(&mut out, c, &seqs[&c.seq].draft.input, clock, |j| (ids[j], None));
+                    push_verified(&mut out, c, seqs[&c.seq].draft.input(), clock, |j| (ids[j], None));
                 }
                 continue;
             }
@@ -99,14 +169,18 @@ impl<'m> StepRunner<'m> {
             for pos in seq.rows_to_score(c.start, c.n_tokens) {
                 let r = rows.start + pos - first_pos;
                 self.logprobs.keep_raw(&self.logits[r * vocab..(r + 1) * vocab]);
+                let next = seq.tokens()[pos + 1];
                 let scoring = seq.sampling.prompt_scoring.as_mut().expect("a sequence that scores has its scoring");
-                let entry = self.logprobs.report_prompt_token(seq.tokens[pos + 1], scoring.top);
+                let entry = self.logprobs.report_prompt_token(next, scoring.top);
                 scoring.push(pos, entry);
             }
-            if let Some(scoring) = seq.sampling.prompt_scoring.as_mut() {
-                if let Some(done) = scoring.take_finished(seq.prompt_len) {
-                    seq.request.set_prompt_logprobs(scoring.choices.clone(), done);
-                }
+            let prompt_len = seq.prompt_len();
+            let scored = match seq.sampling.prompt_scoring.as_mut() {
+                Some(scoring) => scoring.take_finished(prompt_len).map(|done| (scoring.choices.clone(), done)),
+                None => None,
+            };
+            if let Some((choices, done)) = scored {
+                seq.request().set_prompt_logprobs(choices, done);
             }
             if !c.samples {
                 continue;
@@ -114,13 +188,13 @@ impl<'m> StepRunner<'m> {
             // A decode's row is its last; a draft's rows are all the chunk's, sampled in order while they
             // confirm the draft.
             let first = rows.end - 1 - c.draft;
+            self.draft_input.clear();
+            self.draft_input.extend_from_slice(seq.draft.input());
             let (logits, logprobs) = (&mut self.logits, &mut self.logprobs);
-            let draft = std::mem::take(&mut seq.draft.input);
-            push_verified(&mut out, c, &draft, clock, |j| {
+            push_verified(&mut out, c, &self.draft_input, clock, |j| {
                 let r = first + j;
                 sample_row(seq, j, &mut logits[r * vocab..(r + 1) * vocab], logprobs)
             });
-            seq.draft.input = draft;
         }
         self.chunk_rows = chunk_rows;
         Ok(out)
@@ -172,8 +246,8 @@ impl<'m> StepRunner<'m> {
                 SeqChunk {
                     tokens: s.chunk_tokens(c.start, c.n_tokens),
                     start_pos: c.start,
-                    block_table: &s.kv.block_table,
-                    window_table: &s.kv.window_table,
+                    block_table: s.kv.block_table(),
+                    window_table: s.kv.window_table(),
                     logit_rows: rows,
                 }
             })

@@ -204,7 +204,7 @@ pub fn token_times_since_arrival_ms(stats: Option<&RequestStateStats>) -> Vec<f6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::stats::StepEvent;
+    use crate::engine::observe::stats::StepEvent;
 
     fn stats(queued: Option<f64>, scheduled: Option<f64>, tokens: &[f64]) -> RequestStateStats {
         let mut s = RequestStateStats {

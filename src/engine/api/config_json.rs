@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::config::{ConfigError, EngineConfig};
-use super::guided::json_kind;
+use crate::engine::guided::json_kind;
 
 /// Every configuration key, in the struct's order.
 pub fn config_keys() -> &'static [&'static str] {
@@ -102,7 +102,7 @@ mod tests {
     /// The key list is the one source: the C API's table and the Go binding's `Config` name every key.
     #[test]
     fn the_c_docs_and_the_go_binding_name_every_key() {
-        let (docs, go) = (include_str!("../../docs/c_api.md"), include_str!("../../bindings/go/engine.go"));
+        let (docs, go) = (include_str!("../../../docs/c_api.md"), include_str!("../../../bindings/go/engine.go"));
         for key in config_keys() {
             assert!(docs.contains(&format!("\n| `{key}` |")), "docs/c_api.md has no row for {key}");
             assert!(go.contains(&format!("`json:\"{key},omitempty\"`")), "Go's Config has no field for {key}");
