@@ -12,6 +12,7 @@
 //!   host polls, the engine-wide waiting point, why a choice ended;
 //! - `observe/`: what is recorded and reported: per-request stats and metrics, engine-wide telemetry, prompt
 //!   progress, the log;
+//! - `embed/`: embeddings of an encoder model, on a thread of their own (no KV cache, nothing generated);
 //! - `sampling/`, `speculative/`, `guided/`: the sampler and log probabilities, n-gram speculative decoding and
 //!   structured outputs, which the stages above use.
 //!
@@ -19,6 +20,7 @@
 //! part's fields private to its stage.
 
 pub mod api;
+pub mod embed;
 pub mod guided;
 pub mod kv;
 pub mod observe;

@@ -7,6 +7,7 @@ mod auto_call;
 mod auto_stream;
 mod call_reader;
 mod call_syntax;
+pub mod embeddings;
 mod error;
 mod fields;
 mod forced_call;

@@ -1,0 +1,396 @@
+//! `Embedder`: an encoder model served to many host threads at once. Each call submits a request (one or many
+//! inputs, already tokenized) and waits for its vectors; a background thread packs the inputs of every waiting
+//! request, highest priority first then oldest, into batches of up to `max_batch_tokens` tokens, so that many short
+//! inputs share one forward pass (the matmuls are the cost, and a batch runs each once).
+//!
+//! A request's inputs may span batches, and a batch may hold several requests' inputs: an input's vector does not
+//! depend on what it is batched with (`tests/encoder_families.rs` shows the bits are the same), so packing is free
+//! to choose.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::backend::cpu::{CpuEncoder, Precision};
+use crate::model::encoder::{normalize, EncoderConfig, Pooling};
+use crate::model::gguf::{GgufFile, LoadMode};
+use crate::model::tokenizer::Tokenizer;
+use crate::model::TokenId;
+
+use super::request::{EmbedError, EmbedOutput, EmbedRequest, EmbedTiming};
+
+/// How an embedder runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbedderConfig {
+    /// Threads of the forward pass.
+    pub threads: usize,
+    /// Most tokens in one forward pass (all inputs together); an input longer than this is refused.
+    pub max_batch_tokens: usize,
+    /// Requests that may wait at once; one more is refused (`EmbedError::Overloaded`).
+    pub max_waiting_requests: usize,
+    /// Inputs in one request, at most.
+    pub max_inputs: usize,
+    pub precision: Precision,
+}
+
+impl Default for EmbedderConfig {
+    fn default() -> Self {
+        EmbedderConfig {
+            threads: crate::backend::cpu::default_threads(),
+            max_batch_tokens: 4096,
+            max_waiting_requests: 1024,
+            max_inputs: 2048,
+            precision: Precision::Quantized8,
+        }
+    }
+}
+
+/// A request in the queue, and what has been computed of it.
+struct Pending {
+    request: EmbedRequest,
+    /// Order of arrival, for ties of priority.
+    order: u64,
+    submitted: Instant,
+    started: Option<Instant>,
+    /// Inputs handed to a batch so far.
+    next_input: usize,
+    /// Inputs whose vectors are written.
+    done_inputs: usize,
+    /// `[inputs][n_embd]`, pooled (normalized and truncated when the request is complete).
+    vectors: Vec<f32>,
+    result: Option<Result<EmbedOutput, EmbedError>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Arc<Mutex<Pending>>>,
+    next_order: u64,
+    stopping: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a request arrives or the embedder stops.
+    work: Condvar,
+    /// Signalled when a request completes.
+    done: Condvar,
+}
+
+/// An encoder model and the thread that runs it.
+pub struct Embedder {
+    config: EmbedderConfig,
+    encoder_config: EncoderConfig,
+    tokenizer: Arc<Tokenizer>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    kernel_path: &'static str,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the queue half-updated in a way that matters more than losing the
+    // request: recover the guard rather than spreading the panic to every caller.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Embedder {
+    /// Loads the encoder model at `path` and starts its thread.
+    pub fn open(path: &std::path::Path, config: EmbedderConfig) -> Result<Self, String> {
+        let file = GgufFile::open_with(path, LoadMode::Auto).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_file(Arc::new(file), config)
+    }
+
+    /// Starts an embedder on an opened file.
+    pub fn from_file(file: Arc<GgufFile>, config: EmbedderConfig) -> Result<Self, String> {
+        if config.max_batch_tokens == 0 || config.max_waiting_requests == 0 || config.max_inputs == 0 {
+            return Err("max_batch_tokens, max_waiting_requests and max_inputs must be at least 1".into());
+        }
+        let encoder_config = EncoderConfig::from_gguf(&file).map_err(|e| e.to_string())?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|e| e.to_string())?);
+        let shared =
+            Arc::new(Shared { queue: Mutex::new(Queue::default()), work: Condvar::new(), done: Condvar::new() });
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<&'static str, String>>();
+        let thread = {
+            let (shared, encoder_config, config) = (Arc::clone(&shared), encoder_config.clone(), config.clone());
+            std::thread::Builder::new()
+                .name("ember-embedder".into())
+                .spawn(move || {
+                    let encoder = CpuEncoder::new(
+                        &file,
+                        encoder_config,
+                        config.threads,
+                        config.max_batch_tokens,
+                        config.precision,
+                    );
+                    match encoder {
+                        Ok(mut encoder) => {
+                            let _ = ready_tx.send(Ok(encoder.kernel_path()));
+                            run(&shared, &mut encoder);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                })
+                .map_err(|e| format!("cannot start the embedder thread: {e}"))?
+        };
+        let kernel_path = match ready_rx.recv() {
+            Ok(Ok(path)) => path,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err("the embedder thread stopped while starting".into());
+            }
+        };
+        Ok(Embedder { config, encoder_config, tokenizer, shared, thread: Some(thread), kernel_path })
+    }
+
+    pub fn encoder_config(&self) -> &EncoderConfig {
+        &self.encoder_config
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn config(&self) -> &EmbedderConfig {
+        &self.config
+    }
+
+    /// The CPU kernel path the encoder runs on.
+    pub fn kernel_path(&self) -> &'static str {
+        self.kernel_path
+    }
+
+    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies (the
+    /// file's BOS and separator, where it asks for them).
+    pub fn tokenize(&self, text: &str) -> Vec<TokenId> {
+        let t = &self.tokenizer;
+        let mut ids: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
+        ids.extend(t.encode(text, false));
+        ids.extend(t.sep_id().filter(|_| t.add_sep()));
+        ids
+    }
+
+    /// Checks `request`, queues it, and waits for its vectors.
+    pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutput, EmbedError> {
+        self.check(&request)?;
+        let submitted = Instant::now();
+        let width = self.encoder_config.n_embd;
+        let pending = {
+            let mut queue = lock(&self.shared.queue);
+            if queue.stopping {
+                return Err(EmbedError::Stopped);
+            }
+            if queue.pending.len() >= self.config.max_waiting_requests {
+                return Err(EmbedError::Overloaded { waiting: queue.pending.len() });
+            }
+            let order = queue.next_order;
+            queue.next_order += 1;
+            let vectors = vec![0.0; request.inputs.len() * width];
+            let pending = Arc::new(Mutex::new(Pending {
+                request,
+                order,
+                submitted,
+                started: None,
+                next_input: 0,
+                done_inputs: 0,
+                vectors,
+                result: None,
+            }));
+            queue.pending.push(Arc::clone(&pending));
+            pending
+        };
+        self.shared.work.notify_one();
+        let mut queue = lock(&self.shared.queue);
+        loop {
+            if let Some(result) = lock(&pending).result.take() {
+                return result;
+            }
+            if queue.stopping && !queue.pending.iter().any(|p| Arc::ptr_eq(p, &pending)) {
+                return Err(EmbedError::Stopped);
+            }
+            queue = self.shared.done.wait(queue).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn check(&self, request: &EmbedRequest) -> Result<(), EmbedError> {
+        let c = &self.encoder_config;
+        if request.inputs.is_empty() {
+            return Err(EmbedError::NoInputs);
+        }
+        if request.inputs.len() > self.config.max_inputs {
+            return Err(EmbedError::TooManyInputs { inputs: request.inputs.len(), max: self.config.max_inputs });
+        }
+        let max = c.context_length.min(self.config.max_batch_tokens);
+        for (index, input) in request.inputs.iter().enumerate() {
+            if input.is_empty() {
+                return Err(EmbedError::EmptyInput { index });
+            }
+            if input.len() > max {
+                return Err(EmbedError::InputTooLong { index, tokens: input.len(), max });
+            }
+            if let Some(&token) = input.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(EmbedError::TokenOutOfRange { index, token, vocab_size: c.vocab_size });
+            }
+        }
+        let pooling = request.pooling.unwrap_or(c.pooling);
+        if matches!(pooling, Pooling::None | Pooling::Rank) {
+            return Err(EmbedError::Pooling(pooling));
+        }
+        if let Some(d) = request.dimensions {
+            if d == 0 || d > c.n_embd {
+                return Err(EmbedError::Dimensions { requested: d, width: c.n_embd });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Embedder {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).stopping = true;
+        self.shared.work.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.shared.done.notify_all();
+    }
+}
+
+/// The embedder thread: batch, encode, deliver, until stopped.
+fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
+    let width = encoder.config().n_embd;
+    let default_pooling = encoder.config().pooling;
+    let budget = encoder.max_batch_tokens();
+    let mut batch_vectors: Vec<f32> = Vec::new();
+    loop {
+        // Take work: inputs of the waiting requests by priority, then arrival, up to the token budget.
+        let mut taken: Vec<(Arc<Mutex<Pending>>, usize, usize)> = Vec::new(); // (request, first input, count)
+        let mut inputs: Vec<Vec<TokenId>> = Vec::new();
+        let mut poolings: Vec<Pooling> = Vec::new();
+        {
+            let mut queue = lock(&shared.queue);
+            while queue.pending.is_empty() && !queue.stopping {
+                queue = shared.work.wait(queue).unwrap_or_else(|e| e.into_inner());
+            }
+            if queue.stopping {
+                // Every waiting caller gets `Stopped`.
+                queue.pending.clear();
+                return;
+            }
+            let mut order: Vec<(i32, u64, usize)> = queue
+                .pending
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let p = lock(p);
+                    (p.request.priority, p.order, i)
+                })
+                .collect();
+            order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut tokens = 0;
+            'requests: for &(_, _, i) in &order {
+                let arc = Arc::clone(&queue.pending[i]);
+                let mut p = lock(&arc);
+                let first = p.next_input;
+                while p.next_input < p.request.inputs.len() {
+                    let len = p.request.inputs[p.next_input].len();
+                    if tokens + len > budget {
+                        break;
+                    }
+                    tokens += len;
+                    inputs.push(p.request.inputs[p.next_input].clone());
+                    poolings.push(p.request.pooling.unwrap_or(default_pooling));
+                    p.next_input += 1;
+                }
+                if p.next_input > first {
+                    p.started.get_or_insert_with(Instant::now);
+                    let count = p.next_input - first;
+                    drop(p);
+                    taken.push((arc, first, count));
+                }
+                if tokens >= budget {
+                    break 'requests;
+                }
+            }
+        }
+        if inputs.is_empty() {
+            continue;
+        }
+        // Encode, by pooling type (one call per type; nearly always one).
+        batch_vectors.resize(inputs.len() * width, 0.0);
+        let mut kinds = poolings.clone();
+        kinds.sort_by_key(|p| p.name());
+        kinds.dedup();
+        let mut failure = None;
+        for kind in kinds {
+            let picked: Vec<usize> = (0..inputs.len()).filter(|&i| poolings[i] == kind).collect();
+            let slices: Vec<&[TokenId]> = picked.iter().map(|&i| inputs[i].as_slice()).collect();
+            let mut out = vec![0f32; picked.len() * width];
+            match encoder.embed(&slices, kind, &mut out) {
+                Ok(()) => {
+                    for (k, &i) in picked.iter().enumerate() {
+                        batch_vectors[i * width..(i + 1) * width].copy_from_slice(&out[k * width..(k + 1) * width]);
+                    }
+                }
+                Err(e) => failure = Some(EmbedError::Encoder(e.to_string())),
+            }
+        }
+        // Deliver.
+        let mut offset = 0;
+        let mut finished = Vec::new();
+        for (arc, first, count) in taken {
+            let mut p = lock(&arc);
+            if let Some(e) = &failure {
+                p.result = Some(Err(e.clone()));
+            } else {
+                let rows = &batch_vectors[offset * width..(offset + count) * width];
+                p.vectors[first * width..(first + count) * width].copy_from_slice(rows);
+                p.done_inputs += count;
+                if p.done_inputs == p.request.inputs.len() {
+                    let output = complete(&mut p, width);
+                    p.result = Some(Ok(output));
+                }
+            }
+            offset += count;
+            if p.result.is_some() {
+                finished.push(Arc::clone(&arc));
+            }
+        }
+        if !finished.is_empty() {
+            let mut queue = lock(&shared.queue);
+            queue.pending.retain(|p| !finished.iter().any(|f| Arc::ptr_eq(p, f)));
+            drop(queue);
+            shared.done.notify_all();
+        }
+    }
+}
+
+/// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked.
+fn complete(p: &mut Pending, width: usize) -> EmbedOutput {
+    let finished = Instant::now();
+    let dims = p.request.dimensions.unwrap_or(width);
+    let n = p.request.inputs.len();
+    let mut vectors = Vec::with_capacity(n * dims);
+    for row in p.vectors.chunks_exact(width) {
+        let start = vectors.len();
+        vectors.extend_from_slice(&row[..dims]);
+        if p.request.normalize {
+            normalize(&mut vectors[start..]);
+        }
+    }
+    let started = p.started.unwrap_or(finished);
+    EmbedOutput {
+        dimensions: dims,
+        vectors,
+        input_tokens: p.request.inputs.iter().map(Vec::len).collect(),
+        timing: EmbedTiming {
+            queue_time: started.saturating_duration_since(p.submitted).as_secs_f64(),
+            time_to_vectors: finished.saturating_duration_since(p.submitted).as_secs_f64(),
+            compute_time: finished.saturating_duration_since(started).as_secs_f64(),
+        },
+    }
+}

@@ -1,0 +1,131 @@
+//! What a host asks an embedder for, what it gets back, and why a request is refused.
+
+use std::fmt;
+
+use crate::model::encoder::Pooling;
+use crate::model::TokenId;
+
+/// One embedding request: its inputs, already tokenized (special tokens included; `Embedder::tokenize`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmbedRequest {
+    pub inputs: Vec<Vec<TokenId>>,
+    /// The pooling to use instead of the file's (`mean`, `cls`, `last`).
+    pub pooling: Option<Pooling>,
+    /// L2-normalize each vector (after truncation), as the embedding servers do by default.
+    pub normalize: bool,
+    /// Keep only the first `dimensions` of each vector (Matryoshka truncation), then normalize.
+    pub dimensions: Option<usize>,
+    /// Higher first; ties in order of arrival.
+    pub priority: i32,
+}
+
+impl EmbedRequest {
+    /// Normalized vectors of the file's pooling, priority 0.
+    pub fn new(inputs: Vec<Vec<TokenId>>) -> Self {
+        EmbedRequest { inputs, pooling: None, normalize: true, dimensions: None, priority: 0 }
+    }
+}
+
+/// A request's timing, in seconds: the embedding counterpart of a chat request's metrics (the time to the vectors
+/// takes the place of the time to the first token).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EmbedTiming {
+    /// From the call to the first batch holding one of its inputs.
+    pub queue_time: f64,
+    /// From that batch to the last of its vectors.
+    pub compute_time: f64,
+    /// From the call to the last of its vectors (`queue_time + compute_time`).
+    pub time_to_vectors: f64,
+}
+
+/// The vectors of a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmbedOutput {
+    /// The width of each vector.
+    pub dimensions: usize,
+    /// `[inputs][dimensions]`, in input order.
+    pub vectors: Vec<f32>,
+    /// Each input's token count.
+    pub input_tokens: Vec<usize>,
+    pub timing: EmbedTiming,
+}
+
+impl EmbedOutput {
+    pub fn vector(&self, index: usize) -> &[f32] {
+        &self.vectors[index * self.dimensions..(index + 1) * self.dimensions]
+    }
+
+    pub fn total_tokens(&self) -> usize {
+        self.input_tokens.iter().sum()
+    }
+}
+
+/// Why an embedding request was refused or failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmbedError {
+    NoInputs,
+    TooManyInputs {
+        inputs: usize,
+        max: usize,
+    },
+    EmptyInput {
+        index: usize,
+    },
+    InputTooLong {
+        index: usize,
+        tokens: usize,
+        max: usize,
+    },
+    TokenOutOfRange {
+        index: usize,
+        token: TokenId,
+        vocab_size: usize,
+    },
+    Pooling(Pooling),
+    Dimensions {
+        requested: usize,
+        width: usize,
+    },
+    /// `max_waiting_requests` requests are waiting already.
+    Overloaded {
+        waiting: usize,
+    },
+    /// The embedder is shutting down.
+    Stopped,
+    /// The forward pass refused the batch (a bug: requests are checked before they are queued).
+    Encoder(String),
+}
+
+impl EmbedError {
+    /// Whether the request itself is at fault (HTTP 400), rather than the server (429, 503, 500).
+    pub fn is_invalid_request(&self) -> bool {
+        !matches!(self, EmbedError::Overloaded { .. } | EmbedError::Stopped | EmbedError::Encoder(_))
+    }
+}
+
+impl fmt::Display for EmbedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EmbedError::NoInputs => write!(f, "input: at least one input is needed"),
+            EmbedError::TooManyInputs { inputs, max } => write!(f, "input: {inputs} inputs, at most {max} per request"),
+            EmbedError::EmptyInput { index } => write!(f, "input[{index}] has no tokens"),
+            EmbedError::InputTooLong { index, tokens, max } => {
+                write!(f, "input[{index}] has {tokens} tokens, more than the {max} this model takes")
+            }
+            EmbedError::TokenOutOfRange { index, token, vocab_size } => {
+                write!(f, "input[{index}]: token {token} is beyond the vocabulary of {vocab_size}")
+            }
+            EmbedError::Pooling(p) => {
+                write!(f, "pooling {:?} gives no vector per input (use mean, cls or last)", p.name())
+            }
+            EmbedError::Dimensions { requested, width } => {
+                write!(f, "dimensions: {requested} is not in 1..={width} (the model's width)")
+            }
+            EmbedError::Overloaded { waiting } => write!(f, "{waiting} embedding requests are waiting already"),
+            EmbedError::Stopped => write!(f, "the embedder is shutting down"),
+            EmbedError::Encoder(e) => write!(f, "the encoder failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EmbedError {}

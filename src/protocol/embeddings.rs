@@ -1,0 +1,203 @@
+//! `POST /v1/embeddings` in OpenAI's shape: the request body read and checked, the embedder's vectors written back.
+//!
+//! Request fields: `input` (a string, an array of strings, an array of token ids, or an array of such arrays; 1 to
+//! the embedder's `max_inputs`), `model` and `user` (accepted, no effect on the output), `encoding_format`
+//! (`"float"`, the default, or `"base64"`: each vector's little-endian f32 bytes), `dimensions` (keep the first
+//! N, then normalize: Matryoshka truncation), and ember's own `pooling` (`"mean"`, `"cls"`, `"last"`: instead of
+//! the file's), `normalize` (default true: unit length, as OpenAI's and the embedding servers' vectors) and
+//! `priority` (higher first). Any other field is refused by name. Response: `{"object": "list", "data": [{"object":
+//! "embedding", "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}`.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::error::{ApiError, OVERLOADED};
+use crate::engine::embed::{EmbedError, EmbedOutput, EmbedRequest, Embedder};
+use crate::model::encoder::Pooling;
+use crate::model::TokenId;
+
+/// The fields this endpoint reads.
+const FIELDS: [&str; 8] =
+    ["input", "model", "user", "encoding_format", "dimensions", "pooling", "normalize", "priority"];
+
+/// Answers an embeddings request body with its response body, or the error to send.
+pub fn embeddings_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<String, ApiError> {
+    let (request, base64) = parse(embedder, json)?;
+    let output = embedder.embed(request).map_err(|e| api_error(&e))?;
+    Ok(response(&output, model_name, base64))
+}
+
+/// The request body as an embedder request, and whether the vectors go back in base64.
+pub fn parse(embedder: &Embedder, json: &str) -> Result<(EmbedRequest, bool), ApiError> {
+    let body: Value =
+        serde_json::from_str(json).map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
+    let Value::Object(body) = body else { return Err(ApiError::malformed("the body is not a JSON object")) };
+    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(unknown.as_str(), format!("{unknown}: not a field of an embeddings request")));
+    }
+    let inputs = inputs(embedder, &body)?;
+    let mut request = EmbedRequest::new(inputs);
+    let base64 = match body.get("encoding_format") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "float" => false,
+        Some(Value::String(s)) if s == "base64" => true,
+        Some(_) => return Err(ApiError::invalid("encoding_format", "encoding_format: \"float\" or \"base64\"")),
+    };
+    if let Some(v) = body.get("dimensions").filter(|v| !v.is_null()) {
+        let d = v.as_u64().filter(|&d| d >= 1).ok_or_else(|| {
+            ApiError::invalid("dimensions", "dimensions: a positive integer (the vector's width to keep)")
+        })?;
+        request.dimensions = Some(usize::try_from(d).unwrap_or(usize::MAX));
+    }
+    if let Some(v) = body.get("pooling").filter(|v| !v.is_null()) {
+        let pooling = v.as_str().and_then(Pooling::from_name).filter(|p| !matches!(p, Pooling::None | Pooling::Rank));
+        request.pooling =
+            Some(pooling.ok_or_else(|| ApiError::invalid("pooling", "pooling: \"mean\", \"cls\" or \"last\""))?);
+    }
+    if let Some(v) = body.get("normalize").filter(|v| !v.is_null()) {
+        request.normalize = v.as_bool().ok_or_else(|| ApiError::invalid("normalize", "normalize: true or false"))?;
+    }
+    if let Some(v) = body.get("priority").filter(|v| !v.is_null()) {
+        request.priority = v
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| ApiError::invalid("priority", "priority: an integer in the 32-bit range"))?;
+    }
+    for (key, v) in [("model", body.get("model")), ("user", body.get("user"))] {
+        if v.is_some_and(|v| !v.is_null() && !v.is_string()) {
+            return Err(ApiError::invalid(key, format!("{key}: a string")));
+        }
+    }
+    Ok((request, base64))
+}
+
+/// `input` as token lists: texts tokenized as the model expects (`[CLS] … [SEP]`), token ids taken as they are.
+fn inputs(embedder: &Embedder, body: &Map<String, Value>) -> Result<Vec<Vec<TokenId>>, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            "input",
+            "input: a string, an array of strings, an array of token ids, or an array of arrays of token ids",
+        )
+    };
+    let ids = |v: &[Value]| -> Option<Vec<TokenId>> {
+        v.iter().map(|x| x.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect()
+    };
+    let max = embedder.config().max_inputs;
+    let count_ok = |n: usize| match n {
+        0 => Err(ApiError::invalid("input", "input: at least one input is needed")),
+        n if n > max => Err(ApiError::invalid("input", format!("input: {n} inputs, at most {max} per request"))),
+        _ => Ok(()),
+    };
+    match body.get("input") {
+        None | Some(Value::Null) => Err(ApiError::invalid("input", "input is required")),
+        Some(Value::String(text)) => Ok(vec![embedder.tokenize(text)]),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+            count_ok(items.len())?;
+            Ok(items.iter().map(|t| embedder.tokenize(t.as_str().unwrap_or_default())).collect())
+        }
+        Some(Value::Array(items)) if items.iter().all(Value::is_number) && !items.is_empty() => {
+            Ok(vec![ids(items).ok_or_else(bad)?])
+        }
+        Some(Value::Array(items)) if items.iter().all(Value::is_array) => {
+            count_ok(items.len())?;
+            items.iter().map(|i| ids(i.as_array().map_or(&[][..], Vec::as_slice)).ok_or_else(bad)).collect()
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+/// An embedder's refusal as an OpenAI error.
+pub fn api_error(e: &EmbedError) -> ApiError {
+    let message = e.to_string();
+    match e {
+        EmbedError::Overloaded { .. } => ApiError { code: Some(OVERLOADED.into()), ..ApiError::server(message) },
+        EmbedError::Stopped | EmbedError::Encoder(_) => ApiError::server(message),
+        EmbedError::Pooling(_) => ApiError::invalid("pooling", message),
+        EmbedError::Dimensions { .. } => ApiError::invalid("dimensions", message),
+        EmbedError::InputTooLong { index, .. } | EmbedError::EmptyInput { index } => {
+            ApiError::invalid(format!("input[{index}]"), message)
+        }
+        EmbedError::TokenOutOfRange { index, .. } => ApiError::invalid(format!("input[{index}]"), message),
+        EmbedError::NoInputs | EmbedError::TooManyInputs { .. } => ApiError::invalid("input", message),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector<'a> {
+    Floats(&'a [f32]),
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Datum<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: Vector<'a>,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
+}
+
+#[derive(Serialize)]
+struct Response<'a> {
+    object: &'static str,
+    data: Vec<Datum<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+/// The response body of `output`.
+pub fn response(output: &EmbedOutput, model_name: &str, base64: bool) -> String {
+    let data = (0..output.input_tokens.len())
+        .map(|index| {
+            let v = output.vector(index);
+            let embedding = match base64 {
+                true => Vector::Base64(base64_f32(v)),
+                false => Vector::Floats(v),
+            };
+            Datum { object: "embedding", index, embedding }
+        })
+        .collect();
+    let tokens = output.total_tokens();
+    super::json::encode(&Response {
+        object: "list",
+        data,
+        model: model_name,
+        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+    })
+}
+
+/// The vector's little-endian f32 bytes in standard base64 (with padding), as OpenAI's `encoding_format: base64`.
+fn base64_f32(v: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_the_standard_alphabet_with_padding() {
+        // 1.0f32 = 00 00 80 3F; 2.0 = 00 00 00 40.
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, 2.0]), "AACAPwAAAEA=");
+        assert_eq!(base64_f32(&[]), "");
+    }
+}
