@@ -813,6 +813,27 @@ EmberStatus engine_detokenize(const struct EmberEngine *engine,
                               char **out);
 
 /**
+ * Computes embeddings: `request_json` is the body of an OpenAI `POST /v1/embeddings` request (`input`: a string,
+ * strings, token ids or lists of them; `encoding_format` `"float"` or `"base64"`; `dimensions`; ember's
+ * `pooling`, `normalize` and `priority`; `docs/embeddings.md`), and the response body (`{"object": "list",
+ * "data": [...], "model", "usage"}`) is written to `*out`. The engine's model must be an encoder (`bert`,
+ * `nomic-bert`): `engine_new` on such a file starts an engine that serves embeddings only. The call waits for
+ * the vectors; many threads may call at once, and their inputs share forward passes.
+ *
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched and `engine_last_error_message()` says why (naming
+ * the request field at fault): `EMBER_STATUS_INVALID_REQUEST` (a malformed or refused request, or an engine whose
+ * model generates text), `EMBER_STATUS_OVERLOADED` (`max_waiting_requests` requests wait already: retry later),
+ * `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL
+ * `request_json` or `out`).
+ *
+ * Thread safety: any thread. Ownership: the caller owns the string and frees it with `engine_string_free`.
+ *
+ * # Safety
+ * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_embed(struct EmberEngine *engine, const char *request_json, char **out);
+
+/**
  * A descriptor that is readable while `engine_wait_events` has something to return (events, or a wakeup), for
  * a host's epoll, poll, kqueue or io_uring loop; written to `*out_fd`. Poll it for reading only; ember reads
  * and closes it (at `engine_free`). It stays readable until the waiting events are taken: level-triggered

@@ -84,6 +84,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         "engine_detokenize",
         "engine_apply_chat_template",
         "engine_model_info_json",
+        "engine_embed",
         "engine_status_message",
         "engine_last_error_message",
         "engine_version",
@@ -99,7 +100,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         assert!(at > 0 && lines[at - 1].trim() == "*/", "{name} has no doc comment above it");
     }
     // Internal names that must never appear in the C API.
-    for internal in ["Failure", "HandleTable", "RequestObject", "EngineObject", "MAX_CHOICES"] {
+    for internal in ["Failure", "HandleTable", "RequestObject", "EngineObject", "MAX_CHOICES", "Served", "Embedder"] {
         assert!(!header.contains(internal), "{internal} leaked into the header");
     }
 }

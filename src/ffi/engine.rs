@@ -9,7 +9,11 @@ use super::boundary::{boundary, Failure};
 use super::log::current_logger;
 use super::registry::{to_pointer, ENGINES};
 use super::status::EmberStatus;
+use crate::engine::embed::Embedder;
 use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
+use crate::model::encoder::EncoderConfig;
+use crate::model::gguf::GgufFile;
+use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
 
 /// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
@@ -18,12 +22,19 @@ pub struct EmberEngine {
     _opaque: [u8; 0],
 }
 
+/// What an engine serves: generation (a decoder model), or embeddings (an encoder model: `engine_embed`).
+pub(super) enum Served {
+    // Boxed: the engine's handle is several times the embedder's.
+    Generator(Box<engine::Engine>),
+    Embedder(Embedder),
+}
+
 /// What an engine handle names.
 pub(super) struct EngineObject {
     /// The running engine; `None` once `engine_free` has shut it down. Read-locked while a request is submitted,
     /// write-locked only by `engine_free` to take it, so a free waits for submissions in progress and a
     /// submission after the free finds `None`.
-    engine: RwLock<Option<engine::Engine>>,
+    engine: RwLock<Option<Served>>,
     /// The waiting point of the requests submitted with `engine_submit_with_user_data` (`events.rs`).
     pub events: Arc<ReadyQueue>,
     /// Held through an `engine_wait_events` call, so that calls on one engine take events one after the other
@@ -35,13 +46,38 @@ pub(super) struct EngineObject {
 }
 
 impl EngineObject {
-    /// Runs `f` on the engine, unless it has been freed.
+    /// Runs `f` on the engine, unless it has been freed or serves embeddings only.
     pub fn with_engine<R>(&self, f: impl FnOnce(&engine::Engine) -> R) -> Result<R, Failure> {
         let guard = self.engine.read().unwrap_or_else(|e| e.into_inner());
         match guard.as_ref() {
-            Some(engine) => Ok(f(engine)),
+            Some(Served::Generator(engine)) => Ok(f(engine)),
+            Some(Served::Embedder(e)) => Err(Failure::new(
+                EmberStatus::InvalidRequest,
+                format!(
+                    "this engine's model is an encoder ({}): it serves embeddings (engine_embed), not generation",
+                    e.encoder_config().arch.name()
+                ),
+            )),
             None => Err(Failure::invalid_handle("the engine has been freed")),
         }
+    }
+
+    /// Runs `f` on the engine's embedder, unless it has been freed or its model generates.
+    pub fn with_embedder<R>(&self, f: impl FnOnce(&Embedder) -> R) -> Result<R, Failure> {
+        let guard = self.engine.read().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(Served::Embedder(embedder)) => Ok(f(embedder)),
+            Some(Served::Generator(_)) => Err(Failure::new(
+                EmberStatus::InvalidRequest,
+                "this engine's model generates text; embeddings need an encoder model (bert, nomic-bert)",
+            )),
+            None => Err(Failure::invalid_handle("the engine has been freed")),
+        }
+    }
+
+    /// Whether the engine is still live (not freed), whatever it serves.
+    pub fn is_live(&self) -> bool {
+        self.engine.read().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 }
 
@@ -124,20 +160,15 @@ unsafe fn create(
     // SAFETY: NULL or NUL-terminated, by this function's contract.
     let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
     let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
-    let engine = engine::Engine::start_reporting(config, None, current_logger(), progress).map_err(|e| {
-        let status = match e {
-            EngineError::Config(_) => EmberStatus::InvalidConfig,
-            EngineError::Model(_) => EmberStatus::ModelLoadFailed,
-            EngineError::Backend(_) | EngineError::Thread(_) => EmberStatus::EngineStartFailed,
-            EngineError::LoadCancelled => EmberStatus::LoadCancelled,
-        };
-        Failure::new(status, e.to_string())
-    })?;
+    let served = match open_encoder(&config, progress)? {
+        Some(embedder) => Served::Embedder(embedder),
+        None => Served::Generator(Box::new(start_generator(config, progress)?)),
+    };
     let events = ReadyQueue::new().map_err(|e| {
         Failure::new(EmberStatus::EngineStartFailed, format!("cannot create the event descriptor: {e}"))
     })?;
     let object = EngineObject {
-        engine: RwLock::new(Some(engine)),
+        engine: RwLock::new(Some(served)),
         events: Arc::new(events),
         events_taker: Mutex::new(()),
         event_texts: Mutex::new(Vec::new()),
@@ -147,6 +178,38 @@ unsafe fn create(
     // SAFETY: `out` is non-NULL and writable by this function's contract.
     unsafe { out.write(to_pointer(handle)) };
     Ok(())
+}
+
+/// The embedder of `config`'s model when that model is an encoder (`model::encoder`); `None` for any other file
+/// (the generation engine then loads it and reports what is wrong with it).
+fn open_encoder(config: &EngineConfig, progress: &mut LoadProgress<'_>) -> Result<Option<Embedder>, Failure> {
+    let Ok(path) = resolve_model_path(config.model.as_deref()) else { return Ok(None) };
+    let Ok(file) = GgufFile::open_with(&path, config.load) else { return Ok(None) };
+    if !EncoderConfig::is_encoder(&file) {
+        return Ok(None);
+    }
+    if !progress.begin(file.file_len()) {
+        return Err(Failure::new(EmberStatus::LoadCancelled, "the load was cancelled"));
+    }
+    let embedder = Embedder::for_engine(Arc::new(file), &path, config)
+        .map_err(|e| Failure::new(EmberStatus::ModelLoadFailed, format!("{}: {e}", path.display())))?;
+    if !progress.finish() {
+        return Err(Failure::new(EmberStatus::LoadCancelled, "the load was cancelled"));
+    }
+    Ok(Some(embedder))
+}
+
+/// Starts the generation engine of `config`.
+fn start_generator(config: EngineConfig, progress: &mut LoadProgress<'_>) -> Result<engine::Engine, Failure> {
+    engine::Engine::start_reporting(config, None, current_logger(), progress).map_err(|e| {
+        let status = match e {
+            EngineError::Config(_) => EmberStatus::InvalidConfig,
+            EngineError::Model(_) => EmberStatus::ModelLoadFailed,
+            EngineError::Backend(_) | EngineError::Thread(_) => EmberStatus::EngineStartFailed,
+            EngineError::LoadCancelled => EmberStatus::LoadCancelled,
+        };
+        Failure::new(status, e.to_string())
+    })
 }
 
 /// Frees an engine: cancels its unfinished requests (they end with `EMBER_FINISH_REASON_CANCELLED`), stops and joins

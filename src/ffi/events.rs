@@ -117,7 +117,7 @@ pub unsafe extern "C" fn engine_wait_events(
         let _one_taker = object.events_taker.lock().unwrap_or_else(|e| e.into_inner());
         let mut texts = Vec::new();
         let taken = take_records(&object, timeout, capacity, &mut texts);
-        if object.with_engine(|_| ()).is_err() {
+        if !object.is_live() {
             return Err(Failure::invalid_handle("the engine was freed while this call waited"));
         }
         keep_texts_for_this_thread(&object, texts);

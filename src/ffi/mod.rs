@@ -18,6 +18,7 @@
 mod api_tests;
 mod args;
 mod boundary;
+pub mod embed;
 pub mod engine;
 pub mod event;
 pub mod events;
@@ -37,6 +38,7 @@ pub mod tokenizer;
 pub mod version;
 mod versioned;
 
+pub use embed::engine_embed;
 pub use engine::{engine_free, engine_new, engine_new_with_progress, EmberEngine, EmberLoadProgressCallback};
 pub use event::{engine_poll, EmberEvent, EmberEventKind, EmberFinishReason};
 #[cfg(unix)]

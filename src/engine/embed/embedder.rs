@@ -78,6 +78,8 @@ struct Shared {
 
 /// An encoder model and the thread that runs it.
 pub struct Embedder {
+    /// The model's name in responses (`served_model_name`, else the file's name without `.gguf`).
+    name: String,
     config: EmbedderConfig,
     encoder_config: EncoderConfig,
     tokenizer: Arc<Tokenizer>,
@@ -144,7 +146,58 @@ impl Embedder {
                 return Err("the embedder thread stopped while starting".into());
             }
         };
-        Ok(Embedder { config, encoder_config, tokenizer, shared, thread: Some(thread), kernel_path })
+        Ok(Embedder {
+            name: "embedder".into(),
+            config,
+            encoder_config,
+            tokenizer,
+            shared,
+            thread: Some(thread),
+            kernel_path,
+        })
+    }
+
+    /// Starts an embedder for an engine configuration whose model (`file`, read from `path`) is an encoder: its
+    /// threads, `max_num_batched_tokens` (at least the model's positions, so that any input fits a batch),
+    /// `max_waiting_requests`, `served_model_name` and `activation_precision` (`auto`: f32 activations for float
+    /// weights, as llama.cpp pairs them, 8-bit ones for quantized weights).
+    pub fn for_engine(
+        file: Arc<GgufFile>,
+        path: &std::path::Path,
+        config: &crate::engine::EngineConfig,
+    ) -> Result<Self, String> {
+        use crate::engine::api::config::ActivationPrecision;
+        use crate::model::gguf::GgmlType;
+        let is_float = |t: GgmlType| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16);
+        let float_weights = file.tensor_infos().iter().filter(|t| t.shape.len() >= 2).all(|t| is_float(t.dtype));
+        let precision = match config.activation_precision {
+            ActivationPrecision::F32 => Precision::Float32,
+            ActivationPrecision::Q8 => Precision::Quantized8,
+            ActivationPrecision::Auto if float_weights => Precision::Float32,
+            ActivationPrecision::Auto => Precision::Quantized8,
+        };
+        let context = EncoderConfig::from_gguf(&file).map_err(|e| e.to_string())?.context_length;
+        let embedder_config = EmbedderConfig {
+            threads: if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads },
+            max_batch_tokens: config.max_num_batched_tokens.unwrap_or(4096).max(context),
+            max_waiting_requests: config.max_waiting_requests_or_default(),
+            precision,
+            ..EmbedderConfig::default()
+        };
+        let mut embedder = Self::from_file(file, embedder_config)?;
+        embedder.name = match &config.served_model_name {
+            Some(name) => name.clone(),
+            None => {
+                let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                file.strip_suffix(".gguf").map(str::to_owned).unwrap_or(file)
+            }
+        };
+        Ok(embedder)
+    }
+
+    /// The model's name in responses.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn encoder_config(&self) -> &EncoderConfig {
