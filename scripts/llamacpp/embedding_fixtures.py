@@ -30,7 +30,12 @@ TEXTS = [
 ]
 # (fixture, family, seed, layers)
 FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2),
-            ("nomic-embed", "nomic-embed", 3, 2)]
+            ("nomic-embed", "nomic-embed", 3, 2), ("bge-small-rerank", "bge-small-rerank", 4, 2)]
+# A reranker's query and candidates: each pair is `[CLS] query [SEP] document [SEP]` (Hugging Face's input for a
+# BERT cross-encoder; llama-server leaves out the last [SEP] for WordPiece vocabularies), passed to llama.cpp as ids.
+QUERY = "What is the capital of France?"
+DOCUMENTS = ["Paris is the capital and largest city of France.", "The quick brown fox jumps over the lazy dog.",
+             "France's capital hosts the Louvre.", "Berlin is the capital of Germany.", "capital"]
 
 
 def main():
@@ -55,6 +60,9 @@ def main():
         subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
                         "--layers", str(layers), "--seed", str(seed), "--vocab", VOCAB],
                        check=True, stdout=subprocess.DEVNULL)
+        if family.endswith("-rerank"):
+            write_rerank_fixture(tool, model, name, family, seed, layers)
+            continue
         out = subprocess.run([tool, model] + TEXTS, check=True, capture_output=True, text=True).stdout
         results = json.loads(out)
         fixture = {"family": family, "layers": layers, "seed": seed,
@@ -66,6 +74,26 @@ def main():
             json.dump(fixture, f, ensure_ascii=False)
             f.write("\n")
         print(name, [len(r["ids"]) for r in results])
+
+
+def write_rerank_fixture(tool, model, name, family, seed, layers):
+    texts = [QUERY] + DOCUMENTS
+    tokenized = json.loads(subprocess.run([tool, model] + texts, check=True, capture_output=True, text=True).stdout)
+    query = tokenized[0]["ids"]
+    pairs = [query + doc["ids"][1:] for doc in tokenized[1:]]
+    out = subprocess.run([tool, model, "--ids"] + [",".join(map(str, p)) for p in pairs], check=True,
+                         capture_output=True, text=True).stdout
+    scores = [r["embedding"] for r in json.loads(out)]
+    fixture = {"family": family, "layers": layers, "seed": seed,
+               "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, "
+                         "scripts/llamacpp/embeddings.cpp --ids",
+               "query": QUERY,
+               "pairs": [{"document": d, "ids": p, "scores": [round(v, 6) for v in s]}
+                         for d, p, s in zip(DOCUMENTS, pairs, scores)]}
+    with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+        json.dump(fixture, f, ensure_ascii=False)
+        f.write("\n")
+    print(name, scores)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 // scripts/llamacpp/build.sh.
 #include "llama.h"
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,7 +17,20 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(m);
     std::vector<std::vector<llama_token>> inputs;
     int longest = 0;
-    for (int i = 2; i < argc; i++) {
+    bool ids_given = argc > 2 && strcmp(argv[2], "--ids") == 0;
+    for (int i = ids_given ? 3 : 2; i < argc; i++) {
+        if (ids_given) {
+            std::vector<llama_token> ids;
+            for (const char * p = argv[i]; *p; ) {
+                char * end;
+                ids.push_back((llama_token) strtol(p, &end, 10));
+                p = *end == ',' ? end + 1 : end;
+                if (end == p && *p) { fprintf(stderr, "bad id list\n"); return 1; }
+            }
+            if ((int) ids.size() > longest) longest = ids.size();
+            inputs.push_back(ids);
+            continue;
+        }
         std::vector<llama_token> ids(strlen(argv[i]) + 8);
         int n = llama_tokenize(vocab, argv[i], strlen(argv[i]), ids.data(), ids.size(), true, false);
         if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
@@ -30,7 +44,8 @@ int main(int argc, char ** argv) {
     llama_context * ctx = llama_init_from_model(m, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
     llama_batch b = llama_batch_init(longest, 0, 1);
-    int n_embd = llama_model_n_embd(m);
+    int n_embd = llama_pooling_type(ctx) == LLAMA_POOLING_TYPE_RANK ? (int) llama_model_n_cls_out(m)
+                                                                      : llama_model_n_embd(m);
     printf("[");
     for (size_t s = 0; s < inputs.size(); s++) {
         b.n_tokens = 0;

@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use super::kernels::numerics::tanh;
 use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
 use super::model_weights::Matrix;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
@@ -43,6 +44,15 @@ struct EncoderLayer<'m> {
     up: Affine<'m>,
     down: Affine<'m>,
     out_norm: LayerNorm,
+}
+
+/// A classification head, dequantized.
+struct Head {
+    pooler: Vec<f32>,
+    pooler_bias: Box<[f32]>,
+    out: Vec<f32>,
+    out_bias: Box<[f32]>,
+    n_out: usize,
 }
 
 /// Why a batch of inputs was refused.
@@ -101,6 +111,9 @@ pub struct CpuEncoder<'m> {
     type0: Box<[f32]>,
     embd_norm: LayerNorm,
     layers: Vec<EncoderLayer<'m>>,
+    /// The classification head's matrices as f32 rows (`Classifier`): the pooler's `[d][d]` and bias (empty
+    /// without one), the output's `[n_out][d]` and bias. Small, read once per input.
+    head: Option<Head>,
     /// `[T][n_embd]` each: the residual stream, the projection just computed, queries, keys, values, attention.
     x: Vec<f32>,
     tmp: Vec<f32>,
@@ -210,6 +223,29 @@ impl<'m> CpuEncoder<'m> {
             })
             .collect::<Result<Vec<_>, GgufError>>()
             .map_err(gguf)?;
+        let head = match config.classifier {
+            None => None,
+            Some(c) => {
+                let rows = |name: &str, n: usize| -> Result<Vec<f32>, GgufError> {
+                    let m = view(name)?;
+                    let mut all = vec![0f32; n * d];
+                    for (r, row) in all.chunks_exact_mut(d).enumerate() {
+                        m.dequantize_row(r, row);
+                    }
+                    Ok(all)
+                };
+                let load = || -> Result<Head, GgufError> {
+                    Ok(Head {
+                        pooler: if c.pooler { rows("cls.weight", d)? } else { Vec::new() },
+                        pooler_bias: bias(c.pooler, "cls.bias")?,
+                        out: rows("cls.output.weight", c.n_out)?,
+                        out_bias: vector("cls.output.bias")?,
+                        n_out: c.n_out,
+                    })
+                };
+                Some(load().map_err(gguf)?)
+            }
+        };
         let rope = match config.positions {
             Positions::Learned => None,
             Positions::Rope { base } => Some(rope_tables(base, config.head_dim(), config.context_length)),
@@ -229,6 +265,7 @@ impl<'m> CpuEncoder<'m> {
             type0,
             embd_norm: norm("token_embd_norm".into()).map_err(gguf)?,
             layers,
+            head,
             x: vec![0.0; t * d],
             tmp: vec![0.0; t * d],
             q: vec![0.0; t * d],
@@ -283,6 +320,42 @@ impl<'m> CpuEncoder<'m> {
             start += input.len();
         }
         Ok(())
+    }
+
+    /// Scores each input with the classification head (rerankers: one relevance logit per query–document pair,
+    /// the pair being one input): `out` is `[inputs][n_out]`. The first token's final vector goes through the
+    /// pooler (`tanh(cls·x + b)`) when there is one, then the output layer, as llama.cpp's rank pooling.
+    pub fn rank(&mut self, inputs: &[&[TokenId]], out: &mut [f32]) -> Result<(), EncodeError> {
+        let n_out = self.head.as_ref().map(|h| h.n_out).ok_or(EncodeError::Pooling(Pooling::Rank))?;
+        if out.len() != inputs.len() * n_out {
+            return Err(EncodeError::OutputLength { expected: inputs.len() * n_out, found: out.len() });
+        }
+        self.encode(inputs)?;
+        let d = self.config.n_embd;
+        let head = self.head.as_ref().expect("checked above");
+        let mut pooled = vec![0f32; d];
+        let mut start = 0;
+        for (input, scores) in inputs.iter().zip(out.chunks_exact_mut(n_out)) {
+            let cls = &self.x[start * d..(start + 1) * d];
+            let x: &[f32] = if head.pooler.is_empty() {
+                cls
+            } else {
+                for ((p, w), b) in pooled.iter_mut().zip(head.pooler.chunks_exact(d)).zip(head.pooler_bias.iter()) {
+                    *p = tanh(dot(w, cls) + b);
+                }
+                &pooled
+            };
+            for ((s, w), b) in scores.iter_mut().zip(head.out.chunks_exact(d)).zip(head.out_bias.iter()) {
+                *s = dot(w, x) + b;
+            }
+            start += input.len();
+        }
+        Ok(())
+    }
+
+    /// Scores per input of [`CpuEncoder::rank`] (`None`: the model has no classification head).
+    pub fn rank_outputs(&self) -> Option<usize> {
+        self.head.as_ref().map(|h| h.n_out)
     }
 
     /// Runs the forward pass over `inputs`, leaving every token's final vector in `x` (`[T][n_embd]`, inputs in

@@ -49,6 +49,17 @@ pub enum EncoderFfn {
     SwiGlu,
 }
 
+/// A sequence-classification head (rerankers, cross-encoders: `pooling_type` rank): the first token's vector, then
+/// `tanh(cls·x + cls_b)` when the file has the pooler (`cls.weight`), then `cls.output·x + cls.output_b`, one score
+/// per label (llama.cpp's `build_pooling` for `LLAMA_POOLING_TYPE_RANK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Classifier {
+    /// Whether the pooler's dense layer and tanh come first (`cls.weight`, `cls.bias`).
+    pub pooler: bool,
+    /// Scores per input (`cls.output.weight`'s rows): 1 for a reranker.
+    pub n_out: usize,
+}
+
 /// Which of a layer's projections the file gives biases (read from layer 0; every layer must have the same).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EncoderBiases {
@@ -79,6 +90,8 @@ pub struct EncoderConfig {
     pub fused_qkv: bool,
     pub ffn: EncoderFfn,
     pub biases: EncoderBiases,
+    /// The classification head, when the file has one (`cls.output.weight`).
+    pub classifier: Option<Classifier>,
 }
 
 /// Largest width, layer count or context accepted: beyond any encoder, small enough that buffer sizes computed from
@@ -193,9 +206,27 @@ impl EncoderConfig {
                 output: has("attn_output.bias"),
                 ffn: has("ffn_up.bias"),
             },
+            classifier: Self::classifier(file, n_embd)?,
         };
         config.check_tensors(file)?;
         Ok(config)
+    }
+
+    /// The classification head of `file` (`cls.output.weight` `[n_embd, n_out]`, the optional pooler `cls.weight`).
+    fn classifier(file: &GgufFile, n_embd: usize) -> Result<Option<Classifier>, ModelConfigError> {
+        let Some(out) = file.tensor_info("cls.output.weight") else { return Ok(None) };
+        let n_out = match out.shape.as_slice() {
+            [d, n] if *d as usize == n_embd && (1..=1024).contains(n) => *n as usize,
+            [d] if *d as usize == n_embd => 1,
+            shape => {
+                return Err(ModelConfigError::TensorShape {
+                    tensor: "cls.output.weight".into(),
+                    expected: vec![n_embd as u64, 1],
+                    found: shape.to_vec(),
+                })
+            }
+        };
+        Ok(Some(Classifier { pooler: file.tensor_info("cls.weight").is_some(), n_out }))
     }
 
     pub fn head_dim(&self) -> usize {
@@ -259,6 +290,14 @@ impl EncoderConfig {
             }
             push("layer_output_norm.weight", vec![d], true);
             push("layer_output_norm.bias", vec![d], true);
+        }
+        if let Some(c) = self.classifier {
+            if c.pooler {
+                out.push(("cls.weight".to_owned(), vec![d, d], false));
+                out.push(("cls.bias".to_owned(), vec![d], true));
+            }
+            out.push(("cls.output.weight".to_owned(), vec![d, c.n_out as u64], false));
+            out.push(("cls.output.bias".to_owned(), vec![c.n_out as u64], true));
         }
         out
     }

@@ -10,7 +10,7 @@ use crate::model::gguf::writer::GgufWriter;
 use crate::model::gguf::{GgmlType, GgufFile};
 use crate::model::llama::synthetic::SplitMix64;
 
-use super::config::{EncoderArch, EncoderBiases, EncoderConfig, EncoderFfn, Positions};
+use super::config::{Classifier, EncoderArch, EncoderBiases, EncoderConfig, EncoderFfn, Positions};
 use super::pooling::Pooling;
 
 /// The shapes and seed of a synthetic encoder.
@@ -31,9 +31,11 @@ pub struct SyntheticEncoder {
 impl SyntheticEncoder {
     /// The encoder families by name, with their real shapes: `bge-small` (bge-small-en-v1.5, all-MiniLM-L12: 384
     /// wide, 12 heads, FFN 1536, CLS pooling) and `bge-base` (768, 12 heads, 3072, CLS), at `n_layer` layers;
-    /// `-mean` after the name pools by mean (E5, all-MiniLM); `nomic-embed` (nomic-embed-text v1.5: `nomic-bert`,
+    /// `-mean` after the name pools by mean (E5, all-MiniLM), `-rerank` ranks with a classification head (a pooler
+    /// and one score: cross-encoders such as ms-marco-MiniLM); `nomic-embed` (nomic-embed-text v1.5: `nomic-bert`,
     /// 768 wide, 12 heads, SwiGLU of 3072, RoPE base 1000, 2048 positions, mean pooling).
-    pub const FAMILIES: [&'static str; 5] = ["bge-small", "bge-small-mean", "bge-base", "bge-base-mean", "nomic-embed"];
+    pub const FAMILIES: [&'static str; 6] =
+        ["bge-small", "bge-small-mean", "bge-small-rerank", "bge-base", "bge-base-mean", "nomic-embed"];
 
     pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
         if name == "nomic-embed" {
@@ -49,9 +51,10 @@ impl SyntheticEncoder {
                 seed,
             });
         }
-        let (base, pooling) = match name.strip_suffix("-mean") {
-            Some(base) => (base, Pooling::Mean),
-            None => (name, Pooling::Cls),
+        let (base, pooling) = match (name.strip_suffix("-mean"), name.strip_suffix("-rerank")) {
+            (Some(base), _) => (base, Pooling::Mean),
+            (_, Some(base)) => (base, Pooling::Rank),
+            _ => (name, Pooling::Cls),
         };
         let (n_embd, n_ff) = match base {
             "bge-small" => (384, 1536),
@@ -118,6 +121,7 @@ impl SyntheticEncoder {
             fused_qkv: nomic,
             ffn: if nomic { EncoderFfn::SwiGlu } else { EncoderFfn::Gelu },
             biases: if nomic { EncoderBiases::default() } else { EncoderBiases { qkv: true, output: true, ffn: true } },
+            classifier: (self.pooling == Pooling::Rank).then_some(Classifier { pooler: true, n_out: 1 }),
         };
         let mut rng = SplitMix64(self.seed);
         for (name, shape, is_vector) in config.expected_tensors() {
@@ -131,11 +135,16 @@ impl SyntheticEncoder {
                 continue;
             }
             let is_embedding = name.ends_with("embd.weight") || name == "token_types.weight";
+            // A classifier's output a few units wide, so that scores differ visibly between inputs.
+            let is_embedding = is_embedding || name == "cls.output.weight";
             let scale = if is_embedding { 1.0 } else { 1.0 / (shape[0] as f32).sqrt() };
             let values = (0..n).map(|_| scale * rng.symmetric());
             // Token types stay F32, as llama.cpp's converter writes them (its graph adds the row to f32 activations,
             // which ggml's CPU backend does not do from F16).
-            let dtype = if name == "token_types.weight" { GgmlType::F32 } else { self.matrix_type };
+            // The classification head too: llama.cpp rounds the activations of an F16 matmul to f16, which moves a
+            // score by ~1e-3, where an F32 head shows the two engines' arithmetic.
+            let f32_tensor = name == "token_types.weight" || name.starts_with("cls.");
+            let dtype = if f32_tensor { GgmlType::F32 } else { self.matrix_type };
             let (dtype, bytes) = match dtype {
                 GgmlType::F32 => (GgmlType::F32, values.flat_map(f32::to_le_bytes).collect()),
                 _ => (GgmlType::F16, values.flat_map(|v| f16::from_f32(v).to_le_bytes()).collect()),
