@@ -1132,6 +1132,23 @@ EmberStatus engine_poll(struct EmberEngine *engine,
 void engine_request_free(struct EmberRequest *request);
 
 /**
+ * Reranks documents for a query: `request_json` is the body of `POST /v1/rerank` in the shape llama-server, vLLM,
+ * Jina and Cohere share (`query`, `documents`: strings or `{"text"}` objects, `top_n`, `return_documents`;
+ * `docs/embeddings.md`), and the response body (`{"model", "object": "list", "usage", "results": [{"index",
+ * "relevance_score", "document"}]}`, most relevant first) is written to `*out`. The engine's model must be a
+ * reranker: an encoder whose file has a classification head (`cls.output.weight`). Each document is scored with
+ * the query as one input, `[CLS] query [SEP] document [SEP]`; `relevance_score` is the head's raw score.
+ *
+ * Returns and refuses as `engine_embed` (a model without a classification head: `EMBER_STATUS_INVALID_REQUEST`).
+ *
+ * Thread safety: any thread. Ownership: the caller owns the string and frees it with `engine_string_free`.
+ *
+ * # Safety
+ * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_rerank(struct EmberEngine *engine, const char *request_json, char **out);
+
+/**
  * Writes the whole OpenAI response body of a finished request (`chat.completion` or `text_completion`, with
  * `usage` and, when enabled and asked for, `metrics`) to `*out`. A request the engine failed still has a body
  * (its choices end with `"finish_reason": "error"` and an `error` object says why); a cancelled one too.

@@ -189,3 +189,78 @@ fn refusals_name_the_field() {
     assert_eq!(e.unwrap_err(), EmbedError::Pooling(Pooling::None));
     assert_eq!(embedder.embed(EmbedRequest::new(vec![vec![]])).unwrap_err(), EmbedError::EmptyInput { index: 0 });
 }
+
+/// `POST /v1/rerank` on a synthetic reranker (bge-small's layers and a cross-encoder's head; its scores match
+/// llama.cpp's: `tests/encoder_families.rs`): the results are the encoder's scores of `[CLS] query [SEP] document
+/// [SEP]`, most relevant first, `top_n` and `return_documents` as asked; a reranker asked for embeddings says what
+/// it is, and an embedding model asked to rerank refuses.
+#[test]
+fn rerank_orders_documents_by_the_heads_score() {
+    use ember::protocol::rerank::rerank_json;
+    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
+    let vocab = GgufFile::open(dir.join("ggml-vocab-bert-bge.gguf")).unwrap();
+    let bytes = SyntheticEncoder::family("bge-small-rerank", 4, 2).unwrap().writer(&vocab).to_bytes();
+    let file = Arc::new(GgufFile::from_bytes(&bytes).unwrap());
+    let reranker = embedder(&file, 512);
+    let docs = ["Paris is the capital of France.", "A fox.", "Berlin is in Germany.", "capital"];
+    let body = format!(r#"{{"query": "What is the capital of France?", "documents": {docs:?}}}"#);
+    let response: Value = serde_json::from_str(&rerank_json(&reranker, "rr", &body).unwrap()).unwrap();
+    let results = response["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    // The encoder's own scores of the same pairs.
+    let config = reranker.encoder_config().clone();
+    let mut encoder = CpuEncoder::new(&file, config, 1, 512, Precision::Quantized8).unwrap();
+    let query = reranker.tokenize("What is the capital of France?");
+    let pairs: Vec<Vec<u32>> = docs
+        .iter()
+        .map(|d| {
+            let mut ids = query.clone();
+            ids.extend(&reranker.tokenize(d)[1..]);
+            ids
+        })
+        .collect();
+    let slices: Vec<&[u32]> = pairs.iter().map(Vec::as_slice).collect();
+    let mut scores = vec![0f32; docs.len()];
+    encoder.rank(&slices, &mut scores).unwrap();
+    let mut want: Vec<usize> = (0..docs.len()).collect();
+    want.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let got: Vec<usize> = results.iter().map(|r| r["index"].as_u64().unwrap() as usize).collect();
+    assert_eq!(got, want);
+    for r in results {
+        let i = r["index"].as_u64().unwrap() as usize;
+        assert_eq!(r["relevance_score"].as_f64().unwrap() as f32, scores[i]);
+        assert!(r.get("document").is_none());
+    }
+    assert_eq!(
+        response["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        pairs.iter().map(Vec::len).sum::<usize>()
+    );
+    // top_n, return_documents, documents as objects.
+    let body = r#"{"query": "q", "documents": [{"text": "a"}, "b", "c"], "top_n": 2, "return_documents": true}"#;
+    let response: Value = serde_json::from_str(&rerank_json(&reranker, "rr", body).unwrap()).unwrap();
+    let results = response["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let i = results[0]["index"].as_u64().unwrap() as usize;
+    assert_eq!(results[0]["document"]["text"], ["a", "b", "c"][i]);
+    // Refusals.
+    let param = |body: &str| rerank_json(&reranker, "rr", body).unwrap_err().param;
+    assert_eq!(param(r#"{"documents": ["a"]}"#).as_deref(), Some("query"));
+    assert_eq!(param(r#"{"query": "q", "documents": []}"#).as_deref(), Some("documents"));
+    assert_eq!(param(r#"{"query": "q", "documents": [1]}"#).as_deref(), Some("documents"));
+    assert_eq!(param(r#"{"query": "q", "documents": ["a"], "top_n": 0}"#).as_deref(), Some("top_n"));
+    assert_eq!(param(r#"{"query": "q", "documents": ["a"], "rank_fields": []}"#).as_deref(), Some("rank_fields"));
+    let long = format!(r#"{{"query": "q", "documents": ["a", {:?}]}}"#, "word ".repeat(600));
+    assert_eq!(param(&long).as_deref(), Some("documents[1]"));
+    // A reranker gives vectors only when asked for a pooling of its encoder.
+    let e = embeddings_json(&reranker, "rr", r#"{"input": "a"}"#).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("pooling"));
+    assert!(e.message.contains("reranker"), "{}", e.message);
+    assert!(embeddings_json(&reranker, "rr", r#"{"input": "a", "pooling": "cls"}"#).is_ok());
+    // An embedding model has no head to rank with.
+    let embedding_model = model_file();
+    let plain = embedder(&embedding_model, 512);
+    let e = rerank_json(&plain, "m", r#"{"query": "q", "documents": ["a"]}"#).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("pooling"));
+}

@@ -97,3 +97,32 @@ fn a_generating_engine_refuses_embeddings() {
     assert!(message.contains("encoder model"), "{message}");
     engine_free(engine);
 }
+
+#[test]
+fn a_reranker_engine_ranks_through_the_c_abi() {
+    use ember::ffi::embed::engine_rerank;
+    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
+    let vocab = GgufFile::open(dir.join("ggml-vocab-bert-bge.gguf")).unwrap();
+    let path = std::env::temp_dir().join(format!("ember-ffi-rerank-{}.gguf", std::process::id()));
+    SyntheticEncoder::family("bge-small-rerank", 4, 1).unwrap().writer(&vocab).write(&path).unwrap();
+    let engine = new_engine(&format!(r#"{{"model": {:?}, "threads": 2}}"#, path));
+    let body = CString::new(r#"{"query": "capital of France", "documents": ["Paris", "a fox", "Berlin"], "top_n": 2}"#)
+        .unwrap();
+    let mut out: *mut c_char = ptr::null_mut();
+    // SAFETY: a live handle, a C string and a writable pointer.
+    assert_eq!(unsafe { engine_rerank(engine, body.as_ptr(), &mut out) }, EmberStatus::Ok, "{}", last_error());
+    // SAFETY: ember's string, NUL-terminated, freed right after.
+    let response: Value = serde_json::from_str(&unsafe { CStr::from_ptr(out) }.to_string_lossy()).unwrap();
+    engine_string_free(out);
+    let results = response["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert!(results[0]["relevance_score"].as_f64() >= results[1]["relevance_score"].as_f64());
+    // The same engine's embeddings need a pooling of its encoder.
+    let (status, message) = embed(engine, r#"{"input": "a"}"#).unwrap_err();
+    assert_eq!(status, EmberStatus::InvalidRequest);
+    assert!(message.contains("reranker"), "{message}");
+    engine_free(engine);
+    let _ = std::fs::remove_file(path);
+}

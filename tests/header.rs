@@ -85,6 +85,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         "engine_apply_chat_template",
         "engine_model_info_json",
         "engine_embed",
+        "engine_rerank",
         "engine_status_message",
         "engine_last_error_message",
         "engine_version",

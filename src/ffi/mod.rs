@@ -38,7 +38,7 @@ pub mod tokenizer;
 pub mod version;
 mod versioned;
 
-pub use embed::engine_embed;
+pub use embed::{engine_embed, engine_rerank};
 pub use engine::{engine_free, engine_new, engine_new_with_progress, EmberEngine, EmberLoadProgressCallback};
 pub use event::{engine_poll, EmberEvent, EmberEventKind, EmberFinishReason};
 #[cfg(unix)]

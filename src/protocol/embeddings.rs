@@ -112,7 +112,7 @@ pub fn api_error(e: &EmbedError) -> ApiError {
     match e {
         EmbedError::Overloaded { .. } => ApiError { code: Some(OVERLOADED.into()), ..ApiError::server(message) },
         EmbedError::Stopped | EmbedError::Encoder(_) => ApiError::server(message),
-        EmbedError::Pooling(_) => ApiError::invalid("pooling", message),
+        EmbedError::Pooling(_) | EmbedError::RankerNeedsPairs => ApiError::invalid("pooling", message),
         EmbedError::Dimensions { .. } => ApiError::invalid("dimensions", message),
         EmbedError::InputTooLong { index, .. } | EmbedError::EmptyInput { index } => {
             ApiError::invalid(format!("input[{index}]"), message)

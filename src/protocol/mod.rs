@@ -24,6 +24,7 @@ mod prompt_progress;
 mod reasoning;
 mod request;
 mod request_fields;
+pub mod rerank;
 mod response;
 mod stream;
 mod template_options;

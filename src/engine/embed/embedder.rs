@@ -56,7 +56,9 @@ struct Pending {
     next_input: usize,
     /// Inputs whose vectors are written.
     done_inputs: usize,
-    /// `[inputs][n_embd]`, pooled (normalized and truncated when the request is complete).
+    /// Floats per input: the model's width, or the classification head's scores with `Pooling::Rank`.
+    width: usize,
+    /// `[inputs][width]`, pooled (normalized and truncated when the request is complete).
     vectors: Vec<f32>,
     result: Option<Result<EmbedOutput, EmbedError>>,
 }
@@ -231,7 +233,10 @@ impl Embedder {
     pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutput, EmbedError> {
         self.check(&request)?;
         let submitted = Instant::now();
-        let width = self.encoder_config.n_embd;
+        let width = match request.pooling {
+            Some(Pooling::Rank) => self.encoder_config.classifier.map_or(0, |c| c.n_out),
+            _ => self.encoder_config.n_embd,
+        };
         let pending = {
             let mut queue = lock(&self.shared.queue);
             if queue.stopping {
@@ -250,6 +255,7 @@ impl Embedder {
                 started: None,
                 next_input: 0,
                 done_inputs: 0,
+                width,
                 vectors,
                 result: None,
             }));
@@ -290,8 +296,16 @@ impl Embedder {
             }
         }
         let pooling = request.pooling.unwrap_or(c.pooling);
-        if matches!(pooling, Pooling::None | Pooling::Rank) {
+        let ranks = pooling == Pooling::Rank;
+        if pooling == Pooling::None || (ranks && c.classifier.is_none()) {
             return Err(EmbedError::Pooling(pooling));
+        }
+        // A reranker asked for vectors gives its pooled first token (its head is for scores).
+        if ranks && request.pooling != Some(Pooling::Rank) {
+            return Err(EmbedError::RankerNeedsPairs);
+        }
+        if ranks && request.dimensions.is_some() {
+            return Err(EmbedError::Dimensions { requested: request.dimensions.unwrap_or(0), width: 0 });
         }
         if let Some(d) = request.dimensions {
             if d == 0 || d > c.n_embd {
@@ -318,7 +332,6 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
     let width = encoder.config().n_embd;
     let default_pooling = encoder.config().pooling;
     let budget = encoder.max_batch_tokens();
-    let mut batch_vectors: Vec<f32> = Vec::new();
     loop {
         // Take work: inputs of the waiting requests by priority, then arrival, up to the token budget.
         let mut taken: Vec<(Arc<Mutex<Pending>>, usize, usize)> = Vec::new(); // (request, first input, count)
@@ -373,8 +386,8 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
         if inputs.is_empty() {
             continue;
         }
-        // Encode, by pooling type (one call per type; nearly always one).
-        batch_vectors.resize(inputs.len() * width, 0.0);
+        // Encode, by pooling type (one call per type; nearly always one); `Rank` through the classification head.
+        let mut results: Vec<Vec<f32>> = vec![Vec::new(); inputs.len()];
         let mut kinds = poolings.clone();
         kinds.sort_by_key(|p| p.name());
         kinds.dedup();
@@ -382,11 +395,19 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
         for kind in kinds {
             let picked: Vec<usize> = (0..inputs.len()).filter(|&i| poolings[i] == kind).collect();
             let slices: Vec<&[TokenId]> = picked.iter().map(|&i| inputs[i].as_slice()).collect();
-            let mut out = vec![0f32; picked.len() * width];
-            match encoder.embed(&slices, kind, &mut out) {
+            let per_input = match kind {
+                Pooling::Rank => encoder.rank_outputs().unwrap_or(0),
+                _ => width,
+            };
+            let mut out = vec![0f32; picked.len() * per_input];
+            let done = match kind {
+                Pooling::Rank => encoder.rank(&slices, &mut out),
+                _ => encoder.embed(&slices, kind, &mut out),
+            };
+            match done {
                 Ok(()) => {
-                    for (k, &i) in picked.iter().enumerate() {
-                        batch_vectors[i * width..(i + 1) * width].copy_from_slice(&out[k * width..(k + 1) * width]);
+                    for (&i, row) in picked.iter().zip(out.chunks_exact(per_input.max(1))) {
+                        results[i] = row.to_vec();
                     }
                 }
                 Err(e) => failure = Some(EmbedError::Encoder(e.to_string())),
@@ -400,11 +421,13 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
             if let Some(e) = &failure {
                 p.result = Some(Err(e.clone()));
             } else {
-                let rows = &batch_vectors[offset * width..(offset + count) * width];
-                p.vectors[first * width..(first + count) * width].copy_from_slice(rows);
+                let w = p.width;
+                for (k, row) in results[offset..offset + count].iter().enumerate() {
+                    p.vectors[(first + k) * w..(first + k + 1) * w].copy_from_slice(row);
+                }
                 p.done_inputs += count;
                 if p.done_inputs == p.request.inputs.len() {
-                    let output = complete(&mut p, width);
+                    let output = complete(&mut p);
                     p.result = Some(Ok(output));
                 }
             }
@@ -422,16 +445,19 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
     }
 }
 
-/// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked.
-fn complete(p: &mut Pending, width: usize) -> EmbedOutput {
+/// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked (scores
+/// as they are).
+fn complete(p: &mut Pending) -> EmbedOutput {
     let finished = Instant::now();
+    let width = p.width;
+    let ranks = p.request.pooling == Some(Pooling::Rank);
     let dims = p.request.dimensions.unwrap_or(width);
     let n = p.request.inputs.len();
     let mut vectors = Vec::with_capacity(n * dims);
     for row in p.vectors.chunks_exact(width) {
         let start = vectors.len();
         vectors.extend_from_slice(&row[..dims]);
-        if p.request.normalize {
+        if p.request.normalize && !ranks {
             normalize(&mut vectors[start..]);
         }
     }

@@ -9,7 +9,7 @@ use crate::model::TokenId;
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmbedRequest {
     pub inputs: Vec<Vec<TokenId>>,
-    /// The pooling to use instead of the file's (`mean`, `cls`, `last`).
+    /// The pooling to use instead of the file's (`mean`, `cls`, `last`; `rank`: the classification head's scores).
     pub pooling: Option<Pooling>,
     /// L2-normalize each vector (after truncation), as the embedding servers do by default.
     pub normalize: bool,
@@ -82,6 +82,8 @@ pub enum EmbedError {
         vocab_size: usize,
     },
     Pooling(Pooling),
+    /// Vectors asked of a reranker (a file whose pooling is `rank`): it scores query–document pairs.
+    RankerNeedsPairs,
     Dimensions {
         requested: usize,
         width: usize,
@@ -118,6 +120,12 @@ impl fmt::Display for EmbedError {
             EmbedError::Pooling(p) => {
                 write!(f, "pooling {:?} gives no vector per input (use mean, cls or last)", p.name())
             }
+            EmbedError::RankerNeedsPairs => write!(
+                f,
+                "this model is a reranker: it scores query-document pairs (POST /v1/rerank), pass pooling \"cls\" \
+                 or \"mean\" for vectors of its encoder"
+            ),
+            EmbedError::Dimensions { width: 0, .. } => write!(f, "dimensions: scores cannot be truncated"),
             EmbedError::Dimensions { requested, width } => {
                 write!(f, "dimensions: {requested} is not in 1..={width} (the model's width)")
             }

@@ -1,0 +1,142 @@
+//! `POST /v1/rerank` in the shape llama-server, vLLM, Jina and Cohere share: a query and candidate documents in, each
+//! document's relevance out, most relevant first.
+//!
+//! Request fields: `query` (a string), `documents` (strings, or objects with a `text` string; 1 to the embedder's
+//! `max_inputs`), `top_n` (keep the best N), `return_documents` (default false: echo each document's text),
+//! `model` and `user` (accepted, no effect), ember's `priority`. Any other field is refused by name. Each pair is
+//! encoded as `[CLS] query [SEP] document [SEP]` (a BERT cross-encoder's input; llama-server leaves out the last
+//! `[SEP]` for WordPiece vocabularies) and scored by the model's classification head: `relevance_score` is that
+//! raw score (a logit, as llama-server reports it). Response: `{"model", "object": "list", "usage":
+//! {"prompt_tokens", "total_tokens"}, "results": [{"index", "relevance_score", "document": {"text"}}]}`.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::embeddings::api_error;
+use super::error::ApiError;
+use crate::engine::embed::{EmbedRequest, Embedder};
+use crate::model::encoder::Pooling;
+use crate::model::TokenId;
+
+const FIELDS: [&str; 7] = ["query", "documents", "top_n", "return_documents", "model", "user", "priority"];
+
+#[derive(Serialize)]
+struct DocumentText<'a> {
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct Ranked<'a> {
+    index: usize,
+    relevance_score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    document: Option<DocumentText<'a>>,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
+}
+
+#[derive(Serialize)]
+struct Response<'a> {
+    model: &'a str,
+    object: &'static str,
+    usage: Usage,
+    results: Vec<Ranked<'a>>,
+}
+
+/// Answers a rerank request body with its response body, or the error to send.
+pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<String, ApiError> {
+    let body: Value =
+        serde_json::from_str(json).map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
+    let Value::Object(body) = body else { return Err(ApiError::malformed("the body is not a JSON object")) };
+    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(unknown.as_str(), format!("{unknown}: not a field of a rerank request")));
+    }
+    let query =
+        body.get("query").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("query", "query: a string"))?;
+    let documents: Vec<&str> = match body.get("documents") {
+        Some(Value::Array(docs)) if !docs.is_empty() => docs
+            .iter()
+            .map(|d| match d {
+                Value::String(text) => Some(text.as_str()),
+                Value::Object(o) => o.get("text").and_then(Value::as_str),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| ApiError::invalid("documents", "documents: strings, or objects with a \"text\" string"))?,
+        _ => return Err(ApiError::invalid("documents", "documents: a non-empty array")),
+    };
+    let max = embedder.config().max_inputs;
+    if documents.len() > max {
+        return Err(ApiError::invalid("documents", format!("documents: {}, at most {max}", documents.len())));
+    }
+    let top_n = match body.get("top_n").filter(|v| !v.is_null()) {
+        None => documents.len(),
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| n >= 1)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(documents.len()))
+            .ok_or_else(|| ApiError::invalid("top_n", "top_n: a positive integer"))?,
+    };
+    let return_documents = match body.get("return_documents").filter(|v| !v.is_null()) {
+        None => false,
+        Some(v) => {
+            v.as_bool().ok_or_else(|| ApiError::invalid("return_documents", "return_documents: true or false"))?
+        }
+    };
+    let mut request =
+        EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(pairs(embedder, query, &documents)) };
+    if let Some(v) = body.get("priority").filter(|v| !v.is_null()) {
+        request.priority = v
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| ApiError::invalid("priority", "priority: an integer in the 32-bit range"))?;
+    }
+    for key in ["model", "user"] {
+        if body.get(key).is_some_and(|v| !v.is_null() && !v.is_string()) {
+            return Err(ApiError::invalid(key, format!("{key}: a string")));
+        }
+    }
+    let output = embedder.embed(request).map_err(|e| match api_error(&e) {
+        // The pairs are the request's documents.
+        ApiError { param: Some(p), .. } if p.starts_with("input[") => {
+            ApiError::invalid(p.replacen("input", "documents", 1), e.to_string())
+        }
+        other => other,
+    })?;
+    let mut results: Vec<Ranked<'_>> = (0..documents.len())
+        .map(|index| Ranked {
+            index,
+            relevance_score: output.vector(index)[0],
+            document: return_documents.then(|| DocumentText { text: documents[index] }),
+        })
+        .collect();
+    // Most relevant first; equal scores keep the documents' order.
+    results.sort_by(|a, b| b.relevance_score.total_cmp(&a.relevance_score));
+    results.truncate(top_n);
+    let tokens = output.total_tokens();
+    Ok(super::json::encode(&Response {
+        model: model_name,
+        object: "list",
+        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+        results,
+    }))
+}
+
+/// Each document's input: the query's tokens (`[CLS] query [SEP]`) then the document's without its BOS.
+fn pairs(embedder: &Embedder, query: &str, documents: &[&str]) -> Vec<Vec<TokenId>> {
+    let query = embedder.tokenize(query);
+    let has_bos = embedder.tokenizer().add_bos() && embedder.tokenizer().bos_id().is_some();
+    documents
+        .iter()
+        .map(|d| {
+            let doc = embedder.tokenize(d);
+            let mut ids = query.clone();
+            ids.extend_from_slice(if has_bos { &doc[1..] } else { &doc });
+            ids
+        })
+        .collect()
+}
