@@ -42,9 +42,10 @@ extern "C" __global__ void __launch_bounds__(LATENT_THREADS) latent_keys(const L
     const float* cos = p.cos + (size_t)t * half;
     const float* sin = p.sin + (size_t)t * half;
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float x0 = x[p.rank + 2 * j], x1 = x[p.rank + 2 * j + 1], c = cos[j], s = sin[j];
-        key[p.rank + 2 * j] = f32_to_f16(x0 * c - x1 * s);
-        key[p.rank + 2 * j + 1] = f32_to_f16(x0 * s + x1 * c);
+        float x0 = x[p.rank + 2 * j], x1 = x[p.rank + 2 * j + 1];
+        rope_pair(x0, x1, cos[j], sin[j]);
+        key[p.rank + 2 * j] = f32_to_f16(x0);
+        key[p.rank + 2 * j + 1] = f32_to_f16(x1);
     }
 }
 
@@ -100,8 +101,9 @@ extern "C" __global__ void __launch_bounds__(LATENT_THREADS) latent_queries(cons
     for (int i = threadIdx.x; i < p.n_head * half; i += blockDim.x) {
         const int h = i / half, j = i % half;
         const float* pe = p.q + ((size_t)t * p.n_head + h) * q_head + p.nope;
-        const float x0 = pe[2 * j], x1 = pe[2 * j + 1], c = cos[j], s = sin[j];
-        out[(size_t)h * width + p.rank + 2 * j] = x0 * c - x1 * s;
-        out[(size_t)h * width + p.rank + 2 * j + 1] = x0 * s + x1 * c;
+        float x0 = pe[2 * j], x1 = pe[2 * j + 1];
+        rope_pair(x0, x1, cos[j], sin[j]);
+        out[(size_t)h * width + p.rank + 2 * j] = x0;
+        out[(size_t)h * width + p.rank + 2 * j + 1] = x1;
     }
 }

@@ -5,6 +5,7 @@
 // elements turn by pos · base^(−2i / rope_dim); in the NEOX style (Gemma 3) the pairs are (x[i], x[i + rope_dim / 2]).
 // Each layer turns by the table of its RoPE base (one table per distinct base and step). The angles are computed once per step (`rope_table`), in f64 as the
 // CPU's `StepLayout` does, so that long positions keep their precision and both backends turn by the same angle.
+// Each pair turns with the CPU's FMAs (`rope_pair`), so that the rotated queries and keys are the CPU's bit for bit.
 
 #define ROPE_THREADS 128
 
@@ -57,9 +58,10 @@ __device__ __forceinline__ void rotate_row(float* x, int n_heads, const RopeStor
         if (2 * pair >= p.rope_dim) continue;
         const int i0 = p.neox ? (j / pairs_per_head) * p.head_dim + pair : 2 * j;
         const int i1 = p.neox ? i0 + p.rope_dim / 2 : 2 * j + 1;
-        const float x0 = x[i0], x1 = x[i1], c = cos[pair], s = sin[pair];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        float x0 = x[i0], x1 = x[i1];
+        rope_pair(x0, x1, cos[pair], sin[pair]);
+        x[i0] = x0;
+        x[i1] = x1;
     }
 }
 

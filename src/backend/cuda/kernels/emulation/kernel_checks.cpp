@@ -329,7 +329,7 @@ static void test_rope_store() {
                 float x0 = orig[a0], x1 = orig[a1], e0 = x0, e1 = x1;
                 if (pos >= 0 && rotated) {
                     double ang = (double)pos * inv_freq[i]; float c = (float)(std::cos(ang) * scale), s = (float)(std::sin(ang) * scale);
-                    e0 = x0 * c - x1 * s; e1 = x0 * s + x1 * c;
+                    e0 = std::fma(x0, c, -(x1 * s)); e1 = std::fma(x1, c, x0 * s);  // the CPU's rope_pair
                 }
                 if (got[a0] != e0 || got[a1] != e1) ok = false;
             }
