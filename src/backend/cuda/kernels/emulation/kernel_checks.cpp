@@ -500,13 +500,14 @@ static void test_top_k() {
 
 #include "moe_checks.h"
 #include "latent_checks.h"
+#include "kv_checks.h"
 
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
         {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k},
         {"moe_route", test_moe_route}, {"moe_grouped", test_moe_grouped}, {"moe_families", test_moe_families},
-        {"latent_layers", test_latent_layers}};
+        {"latent_layers", test_latent_layers}, {"kv_layers", test_kv_layers}, {"latent_keys", test_latent_keys}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run
