@@ -8,8 +8,9 @@
 #                                          every check that the files present allow; results under $OUT
 #   scripts/gpu-check.sh emulate           here: the kernels run under a CPU emulation of CUDA (g++), on weights of
 #                                          every type packed by the backend, against float64 references and each
-#                                          other, and the mixture-of-experts and latent-attention layers against the
-#                                          CPU backend's logits
+#                                          other, the mixture-of-experts and latent-attention layers against the
+#                                          CPU backend's logits, and the q8_0 / q4_0 KV cache stores and attention
+#                                          against the CPU backend's
 #                                          (see src/backend/cuda/kernels/emulation)
 #
 # `run`, in order (under 5 minutes; each step has its own time limit):
@@ -79,8 +80,10 @@ emulate() {
   EMBER_MOE_FIXTURES="$root/$build/moe.bin" cargo test --release --quiet --test cuda_moe_fixtures
   # One latent-attention layer of each DeepSeek layout, with the CPU backend's logits (tests/cuda_latent_fixtures.rs).
   EMBER_LATENT_FIXTURES="$root/$build/latent.bin" cargo test --release --quiet --test cuda_latent_fixtures
+  # A layer's stores and attention with each pair of KV cache types, on the CPU backend (tests/cuda_kv_fixtures.rs).
+  EMBER_KV_FIXTURES="$root/$build/kv.bin" cargo test --release --quiet --test cuda_kv_fixtures
   export EMBER_PACKED_FIXTURES="$root/$build/packed_weights.bin" EMBER_MOE_FIXTURES="$root/$build/moe.bin"
-  export EMBER_LATENT_FIXTURES="$root/$build/latent.bin"
+  export EMBER_LATENT_FIXTURES="$root/$build/latent.bin" EMBER_KV_FIXTURES="$root/$build/kv.bin"
   g++ -std=c++20 -O2 -ffp-contract=off -Wno-unknown-pragmas -pthread -I "$dir" -I "$build" \
     "$dir/kernel_checks.cpp" -o "$build/kernel_checks"
   "$build/kernel_checks"

@@ -10,11 +10,13 @@
 //!
 //! Without NVRTC the tests skip with a message, unless `EMBER_REQUIRE_NVRTC=1` (as CI sets it): then they fail.
 
+use ember::backend::cuda::module::{all_kv_pairs, kv_pair_suffix};
 use ember::backend::cuda::packing::PackedType;
 use ember::backend::cuda::{
     compile, kernel_names, nvrtc_library_present, program_source, program_source_for, CudaBackendError, KernelTypes,
     KERNEL_FILES,
 };
+use ember::backend::{KvCacheType, KvCacheTypes};
 
 /// Whether NVRTC is here; panics when it is not but must be.
 fn nvrtc_available() -> bool {
@@ -75,16 +77,21 @@ fn a_kernel_that_does_not_compile_is_reported_with_its_file_and_line() {
 }
 
 #[test]
-fn a_model_compiles_the_kernels_of_its_own_weight_types_and_its_experts_only() {
+fn a_model_compiles_the_kernels_of_its_own_weight_types_its_experts_and_its_kv_cache_only() {
     if !nvrtc_available() {
         return;
     }
-    // SmolLM2's file (Q4_1 matrices, a Q8_0 embedding; no experts), and a mixture of experts whose routed experts
-    // are Q4_K and its other matrices Q8_0 and Q6_K.
-    let dense = KernelTypes { weights: vec![PackedType::Q8_0, PackedType::Q4_1], experts: vec![] };
+    // SmolLM2's file (Q4_1 matrices, a Q8_0 embedding; no experts) with the default f16 cache, and a mixture of
+    // experts whose routed experts are Q4_K and its other matrices Q8_0 and Q6_K, with q8_0 keys and q4_0 values.
+    let dense = KernelTypes {
+        weights: vec![PackedType::Q8_0, PackedType::Q4_1],
+        experts: vec![],
+        kv_caches: vec![Default::default()],
+    };
     let moe = KernelTypes {
         weights: vec![PackedType::Q8_0, PackedType::Q6K, PackedType::Q4K],
         experts: vec![PackedType::Q4K],
+        kv_caches: vec![KvCacheTypes { keys: KvCacheType::Q8_0, values: KvCacheType::Q4_0 }],
     };
     for types in [dense, moe] {
         let source = program_source_for(&KERNEL_FILES, Some(&types));
@@ -98,8 +105,15 @@ fn a_model_compiles_the_kernels_of_its_own_weight_types_and_its_experts_only() {
                 assert_eq!(ptx.contains(&name), types.experts.contains(&t), "{name} compiled: {}", ptx.contains(&name));
             }
         }
-        for name in ["rms_norm", "rope_table", "rope_store", "attention", "gated_activation", "top_k", "moe_group"] {
+        for name in ["rms_norm", "rope_table", "rope_store", "gated_activation", "top_k", "moe_group"] {
             assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} is missing from the PTX");
+        }
+        for pair in all_kv_pairs() {
+            let compiled = types.kv_caches.contains(&pair);
+            for kernel in ["attention", "attention_wide"] {
+                let name = format!(".entry {kernel}_{}(", kv_pair_suffix(pair));
+                assert_eq!(ptx.contains(&name), compiled, "{name} compiled: {}", ptx.contains(&name));
+            }
         }
     }
 }

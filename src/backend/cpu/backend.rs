@@ -289,6 +289,20 @@ impl<'m> CpuBackend<'m> {
         self.cache.allocated_bytes()
     }
 
+    /// The rows of activation buffer `b` the current step has (`T` of them, `b`'s width each), as the operations so
+    /// far left them: what a test reads to run another backend's kernels on this backend's operands and compare
+    /// (tests/cuda_kv_fixtures.rs: the CUDA attention on this backend's queries, keys and values).
+    #[doc(hidden)]
+    pub fn buffer(&self, b: Buf) -> &[f32] {
+        &self.bufs[buf_index(b)][..self.step.n_tokens() * self.width(b)]
+    }
+
+    /// The KV cache, for the same tests (its bytes against the CUDA kernels' stores).
+    #[doc(hidden)]
+    pub fn kv_cache(&self) -> &CpuKvCache {
+        &self.cache
+    }
+
     /// Bytes of weights a decode step reads.
     pub fn weight_bytes_per_token(&self) -> usize {
         // A mixture of experts reads its routed experts' bytes only for the ones a token chose.

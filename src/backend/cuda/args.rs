@@ -99,6 +99,8 @@ pub struct RopeStoreArgs {
     pub(super) head_dim: i32,
     pub(super) rope_dim: i32,
     pub(super) neox: i32,
+    pub(super) k_type: i32,
+    pub(super) v_type: i32,
 }
 
 /// `struct Attention` of attention.cu.
@@ -140,6 +142,8 @@ pub struct LatentKeysArgs {
     pub(super) rank: i32,
     pub(super) rope_dim: i32,
     pub(super) eps: f32,
+    pub(super) k_type: i32,
+    pub(super) pad: i32,
 }
 
 /// `struct HeadsCopy` of latent.cu.
@@ -333,9 +337,9 @@ const _: () = assert!(std::mem::size_of::<RmsNormArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<ProjectionArgs>() == 136);
 const _: () = assert!(std::mem::size_of::<MatmulArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<RopeTableArgs>() == 48);
-const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 96);
+const _: () = assert!(std::mem::size_of::<RopeStoreArgs>() == 104);
 const _: () = assert!(std::mem::size_of::<AttentionArgs>() == 104);
-const _: () = assert!(std::mem::size_of::<LatentKeysArgs>() == 72);
+const _: () = assert!(std::mem::size_of::<LatentKeysArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<HeadsCopyArgs>() == 48);
 const _: () = assert!(std::mem::size_of::<LatentQueriesArgs>() == 64);
 const _: () = assert!(std::mem::size_of::<GatedArgs>() == 24);
@@ -436,7 +440,7 @@ mod tests {
             "RopeStore",
             [
                 q, k, v, cos, sin, positions, slots, k_cache, v_cache, n_tokens, n_head, n_head_kv, head_dim, rope_dim,
-                neox
+                neox, k_type, v_type
             ]
         );
         mirrors!(
@@ -466,7 +470,7 @@ mod tests {
         mirrors!(
             LatentKeysArgs,
             "LatentKeys",
-            [kv, norm_w, cos, sin, positions, slots, k_cache, n_tokens, rank, rope_dim, eps]
+            [kv, norm_w, cos, sin, positions, slots, k_cache, n_tokens, rank, rope_dim, eps, k_type, pad]
         );
         mirrors!(
             HeadsCopyArgs,

@@ -18,12 +18,13 @@ use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
 use super::execute::StepRun;
 use super::graph::GraphCache;
-use super::kv_cache::DeviceKvCache;
+use super::kv_cache::{effective_types, DeviceKvCache};
 use super::launch::Kernels;
 use super::module::KernelModule;
 use super::ops::{plan, Launch, Op, Outputs, MAX_OUTPUTS};
 use super::step_meta::{MetaLayout, StepMeta};
 use super::weights::DeviceWeights;
+use crate::backend::KvCacheTypes;
 use crate::model::gguf::blocks::QK;
 use crate::model::gguf::GgufFile;
 use crate::model::llama::architecture::ExpertGlu;
@@ -44,6 +45,9 @@ pub struct CudaBackendOptions {
     pub kv_block_size: usize,
     /// KV cache blocks.
     pub kv_num_blocks: usize,
+    /// The KV cache's key and value types (f16, q8_0 or q4_0 each, as the CPU backend's `kv_cache`; a
+    /// latent-attention model's values are its keys, of the keys' type).
+    pub kv_cache: KvCacheTypes,
     /// Replay decode steps from CUDA graphs (on unless comparing against the launch-by-launch path).
     pub graphs: bool,
 }
@@ -56,6 +60,7 @@ impl CudaBackendOptions {
             max_batch_tokens: 512,
             kv_block_size: 16,
             kv_num_blocks: context.div_ceil(16),
+            kv_cache: KvCacheTypes::default(),
             graphs: true,
         }
     }
@@ -121,7 +126,10 @@ impl CudaBackend {
         guard(|| {
             let stream = &device.stream;
             let weights = DeviceWeights::upload(file, &config, stream)?;
-            let types = weights.types();
+            let keys_only = config.latent.is_some();
+            let mut types = weights.types();
+            // The attention kernels of the cache's own pair of types only.
+            types.kv_caches = vec![effective_types(options.kv_cache, keys_only)];
             let module = KernelModule::load(&device.context, device.info.compute_capability, &types)?;
             let kernels = Kernels::load(&module, &types)?;
             let cache = DeviceKvCache::new(
@@ -130,7 +138,8 @@ impl CudaBackend {
                 config.kv_dim(),
                 options.kv_block_size,
                 options.kv_num_blocks,
-                config.latent.is_some(),
+                options.kv_cache,
+                keys_only,
             )?;
             let buffers = Buffers::new(stream, &config, options.max_batch_tokens)?;
             let layout = MetaLayout {
@@ -309,6 +318,15 @@ fn check_options(config: &LlamaConfig, options: &CudaBackendOptions) -> Result<(
         rope_dim: config.rope_dim,
     };
     heads.check().map_err(CudaBackendError::Unsupported)?;
+    // A q8_0 or q4_0 plane stores and reads heads in whole blocks of 32, as the CPU backend requires too. A latent
+    // attention's rows (head_dim) and values (kv_lora_rank, checked above) are multiples of 32 already.
+    let kv = effective_types(options.kv_cache, config.latent.is_some());
+    if (kv.keys.is_blocked() || kv.values.is_blocked()) && !config.head_dim.is_multiple_of(QK) {
+        return Err(CudaBackendError::Unsupported(format!(
+            "a {} / {} KV cache needs heads a multiple of {QK} wide (heads of {})",
+            kv.keys, kv.values, config.head_dim
+        )));
+    }
     // gpt-oss' clamped SwiGLU divides by its alpha (`moe_gate_up`, as the CPU's experts).
     if let Some(ExpertGlu::SwigluOai { alpha, .. }) = config.moe.as_ref().map(|m| m.activation) {
         if !alpha.is_normal() {
@@ -538,5 +556,28 @@ mod tests {
         config.latent = Some(latent);
         config.rope_neox = true;
         assert!(check(&config).unwrap_err().contains("NEOX"));
+    }
+    #[test]
+    fn quantized_caches_need_heads_of_whole_blocks() {
+        use crate::backend::KvCacheType;
+        let with = |config: &LlamaConfig, keys, values| {
+            let options = CudaBackendOptions {
+                kv_cache: KvCacheTypes { keys, values },
+                ..CudaBackendOptions::single_sequence(256)
+            };
+            check_options(config, &options).map_err(|e| e.to_string())
+        };
+        // The tiny model's heads of 16; SmolLM2-like heads of 64; DeepSeek's rows of 128 + 32.
+        let tiny = config_of(SyntheticSpec::tiny(1));
+        let heads64 = config_of(SyntheticSpec { head_dim: Some(64), ..SyntheticSpec::tiny(1) });
+        let lite = config_of(SyntheticSpec::family("deepseek2-lite-small", 1, 2).unwrap());
+        for t in [KvCacheType::Q8_0, KvCacheType::Q4_0] {
+            let e = with(&tiny, t, KvCacheType::F16).unwrap_err();
+            assert!(e.contains("a multiple of 32") && e.contains("heads of 16"), "{e}");
+            assert!(with(&tiny, KvCacheType::F16, t).is_err());
+            assert_eq!(with(&heads64, t, t), Ok(()));
+            assert_eq!(with(&lite, t, KvCacheType::F16), Ok(()));
+        }
+        assert_eq!(with(&tiny, KvCacheType::F16, KvCacheType::F16), Ok(()));
     }
 }

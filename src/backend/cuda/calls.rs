@@ -6,6 +6,8 @@ use cudarc::driver::LaunchConfig;
 use super::args::*;
 use super::device_array::{DeviceArray, MatrixArray};
 use super::error::CudaBackendError;
+use super::kv_cache::{kv_type_code, row_words};
+use crate::backend::{KvCacheType, KvCacheTypes};
 use crate::model::llama::FfnActivation;
 
 /// Tokens `project_small` computes at once (`MMV_MAX_TOKENS` of matvec.cu); more go to `matmul_tiled`.
@@ -296,12 +298,37 @@ impl HeadShape {
     }
 }
 
-/// The cache rows of one layer, `[cache_slots][kv_dim]` f16 each.
+/// The cache rows of one layer, `[slots]` rows of `kv_dim` elements each in their plane's type, as 16-bit words
+/// (`kv_cache.rs`).
 #[derive(Clone, Copy)]
 pub struct LayerCache<'a> {
     pub keys: DeviceArray<'a, u16>,
     pub values: DeviceArray<'a, u16>,
     pub slots: usize,
+    /// The planes' types (of a keys-only cache: the keys' twice).
+    pub types: KvCacheTypes,
+}
+
+impl LayerCache<'_> {
+    /// The addresses of the key and value planes, once each covers `slots` rows of `width` elements in its type, and
+    /// rows of a block type are whole blocks.
+    fn planes(&self, width: usize) -> Result<(u64, u64), CudaBackendError> {
+        let plane = |array: DeviceArray<'_, u16>, ty: KvCacheType, what: &str| {
+            if !whole_blocks(ty, width) {
+                return Err(internal(format!("{what} of {ty} in rows of {width}, not whole blocks of 32")));
+            }
+            array.covering(self.slots * row_words(ty, width), what)
+        };
+        Ok((
+            plane(self.keys, self.types.keys, "the key cache")?,
+            plane(self.values, self.types.values, "the value cache")?,
+        ))
+    }
+}
+
+/// Whether heads of `width` elements at `width`-element offsets in a row are whole blocks of `ty` (always for f16).
+fn whole_blocks(ty: KvCacheType, width: usize) -> bool {
+    !ty.is_blocked() || width.is_multiple_of(32)
 }
 
 /// Rotates `q` and `k` in place and stores each token's key and value at `slots[t]` of `cache`.
@@ -325,6 +352,7 @@ impl RopeStoreCall<'_> {
     pub fn args(&self) -> Result<(RopeStoreArgs, LaunchConfig), CudaBackendError> {
         let (s, n) = (self.shape, self.n_tokens);
         let (kv, half) = (s.kv_dim(), s.rope_dim / 2);
+        let (k_cache, v_cache) = self.cache.planes(kv)?;
         let args = RopeStoreArgs {
             q: self.q.covering(n * s.n_head * s.head_dim, "the queries")?,
             k: self.k.covering(n * kv, "the keys")?,
@@ -333,14 +361,16 @@ impl RopeStoreCall<'_> {
             sin: self.sin.covering(n * half, "the sin table")?,
             positions: self.positions.covering(n, "the positions")?,
             slots: self.slots.covering(n, "the cache slots")?,
-            k_cache: self.cache.keys.covering(self.cache.slots * kv, "the key cache")?,
-            v_cache: self.cache.values.covering(self.cache.slots * kv, "the value cache")?,
+            k_cache,
+            v_cache,
             n_tokens: int(n, "tokens")?,
             n_head: int(s.n_head, "heads")?,
             n_head_kv: int(s.n_head_kv, "KV heads")?,
             head_dim: int(s.head_dim, "the head width")?,
             rope_dim: int(s.rope_dim, "rope_dim")?,
             neox: i32::from(self.neox),
+            k_type: kv_type_code(self.cache.types.keys),
+            v_type: kv_type_code(self.cache.types.values),
         };
         Ok((args, config((blocks(n, 1)?, 1), ROPE_THREADS)))
     }
@@ -387,23 +417,33 @@ impl AttentionCall<'_> {
         if vd == 0 || vd > ATTENTION_WIDE_MAX_HEAD_DIM {
             return Err(internal(format!("a value width of {vd} (at most {ATTENTION_WIDE_MAX_HEAD_DIM})")));
         }
+        let types = self.cache.types;
+        // Heads of a block type are whole blocks (so are the rows then), read block by block.
+        if !whole_blocks(types.keys, s.head_dim) || !whole_blocks(types.values, vd) {
+            let detail = format!("{} keys of {} and {} values of {vd}", types.keys, s.head_dim, types.values);
+            return Err(internal(format!("{detail}: heads of a q8_0 or q4_0 cache are whole blocks of 32")));
+        }
         // Values in rows as wide as the key rows: the value cache's, or the key rows' first `vd` elements.
+        let (k_cache, values) = self.cache.planes(s.kv_dim())?;
         let v_cache = if self.values_in_keys {
             if s.n_head_kv != 1 || vd > s.head_dim {
                 let detail = format!("values of {vd} in key rows of {} with {} KV heads", s.head_dim, s.n_head_kv);
                 return Err(internal(detail));
             }
-            self.cache.keys.covering(self.cache.slots * s.kv_dim(), "the key cache")?
+            if types.values != types.keys {
+                return Err(internal(format!("values in {} key rows read as {}", types.keys, types.values)));
+            }
+            k_cache
         } else {
             if vd != s.head_dim {
                 return Err(internal(format!("a value cache of {vd}-wide heads beside {}-wide keys", s.head_dim)));
             }
-            self.cache.values.covering(self.cache.slots * s.kv_dim(), "the value cache")?
+            values
         };
         let args = AttentionArgs {
             q: self.q.covering(n * s.n_head * s.head_dim, "the queries")?,
             out: self.out.covering(n * s.n_head * vd, "the attention output")?,
-            k_cache: self.cache.keys.covering(self.cache.slots * s.kv_dim(), "the key cache")?,
+            k_cache,
             v_cache,
             positions: self.positions.covering(n, "the positions")?,
             table_offsets: self.table_offsets.covering(n, "the table offsets")?,
@@ -648,6 +688,7 @@ mod tests {
                 keys: DeviceArray::fake(0x1000, 64 * shape.kv_dim()),
                 values: DeviceArray::fake(0x2000, 64 * shape.kv_dim()),
                 slots: 64,
+                types: KvCacheTypes::default(),
             },
             positions: DeviceArray::fake(0, 3),
             table_offsets: DeviceArray::fake(0, 3),
@@ -677,6 +718,72 @@ mod tests {
         assert!(call(smollm, 64, true).args().is_err(), "values in the keys of several KV heads");
         assert!(call(smollm, 0, false).args().is_err());
         assert!(call(smollm, 32, false).args().is_err(), "value rows narrower than the key rows");
+    }
+
+    /// A cache of `types` whose planes hold `rows` rows of `width` elements (the last word short with `short`).
+    fn cache(types: KvCacheTypes, rows: usize, width: usize, short: bool) -> LayerCache<'static> {
+        let words = |ty| rows * row_words(ty, width) - usize::from(short);
+        LayerCache {
+            keys: DeviceArray::fake(0x1000, words(types.keys)),
+            values: DeviceArray::fake(0x9000, words(types.values)),
+            slots: rows,
+            types,
+        }
+    }
+
+    #[test]
+    fn quantized_caches_are_sized_in_blocks_and_read_by_whole_blocks() {
+        let q8_q4 = KvCacheTypes { keys: KvCacheType::Q8_0, values: KvCacheType::Q4_0 };
+        let smollm = HeadShape { n_head: 9, n_head_kv: 3, head_dim: 64, rope_dim: 64 };
+        let store = |cache, shape: HeadShape| RopeStoreCall {
+            q: DeviceArray::fake(0, 2 * shape.n_head * shape.head_dim),
+            k: DeviceArray::fake(0, 2 * shape.kv_dim()),
+            v: DeviceArray::fake(0, 2 * shape.kv_dim()),
+            cos: DeviceArray::fake(0, shape.rope_dim),
+            sin: DeviceArray::fake(0, shape.rope_dim),
+            positions: DeviceArray::fake(0, 2),
+            slots: DeviceArray::fake(0, 2),
+            cache,
+            shape,
+            n_tokens: 2,
+            neox: false,
+        };
+        // 64 rows of 192: 6 blocks of 17 words of keys, of 9 words of values.
+        let (args, _) = store(cache(q8_q4, 64, 192, false), smollm).args().unwrap();
+        assert_eq!((args.k_cache, args.v_cache, args.k_type, args.v_type), (0x1000, 0x9000, 1, 2));
+        assert!(store(cache(q8_q4, 64, 192, true), smollm).args().is_err(), "a plane one word short");
+        let f16 = store(cache(KvCacheTypes::default(), 64, 192, false), smollm).args().unwrap().0;
+        assert_eq!((f16.k_type, f16.v_type), (0, 0));
+        // Heads of 48: rows of 144 are not whole blocks.
+        let odd = HeadShape { head_dim: 48, rope_dim: 48, ..smollm };
+        assert!(store(cache(q8_q4, 64, 144, false), odd).args().is_err());
+        let attend = |cache, shape: HeadShape, value_dim, values_in_keys| AttentionCall {
+            q: DeviceArray::fake(0, 2 * shape.n_head * shape.head_dim),
+            out: DeviceArray::fake(0, 2 * shape.n_head * value_dim),
+            cache,
+            positions: DeviceArray::fake(0, 2),
+            table_offsets: DeviceArray::fake(0, 2),
+            block_tables: DeviceArray::fake(0, 4),
+            shape,
+            block_size: 16,
+            n_tokens: 2,
+            window: None,
+            scale: 0.125,
+            softcap: None,
+            sinks: None,
+            value_dim,
+            values_in_keys,
+        };
+        assert!(attend(cache(q8_q4, 64, 192, false), smollm, 64, false).args().is_ok());
+        assert!(attend(cache(q8_q4, 64, 192, true), smollm, 64, false).args().is_err());
+        assert!(attend(cache(q8_q4, 64, 144, false), odd, 48, false).args().is_err());
+        // A keys-only cache's values are its keys, of their type: DeepSeek's 128 + 32 rows, values the first 128.
+        let lite = HeadShape { n_head: 16, n_head_kv: 1, head_dim: 160, rope_dim: 32 };
+        let q4 = KvCacheTypes { keys: KvCacheType::Q4_0, values: KvCacheType::Q4_0 };
+        assert!(attend(cache(q4, 64, 160, false), lite, 128, true).args().is_ok());
+        let mixed = KvCacheTypes { keys: KvCacheType::Q4_0, values: KvCacheType::Q8_0 };
+        assert!(attend(cache(mixed, 64, 160, false), lite, 128, true).args().is_err(), "values typed apart");
+        assert!(attend(cache(q4, 64, 160, false), lite, 80, true).args().is_err(), "values not whole blocks");
     }
 
     #[test]

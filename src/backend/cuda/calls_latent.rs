@@ -7,8 +7,12 @@ use super::args::{HeadsCopyArgs, LatentKeysArgs, LatentQueriesArgs};
 use super::calls::{blocks, config, int, internal};
 use super::device_array::DeviceArray;
 use super::error::CudaBackendError;
+use super::kv_cache::{kv_type_code, row_words};
+use crate::backend::KvCacheType;
 
 const LATENT_THREADS: u32 = 128;
+/// Widest key row of `latent_keys` (`LATENT_MAX_WIDTH` of latent.cu).
+const LATENT_MAX_WIDTH: usize = 576;
 const HEADS_COPY_THREADS: u32 = 256;
 
 /// Each token's key row `c | k_pe`, normalized and rotated, stored in the keys-only cache at its slot.
@@ -22,8 +26,9 @@ pub struct LatentKeysCall<'a> {
     pub positions: DeviceArray<'a, i32>,
     /// `[n_tokens]`, each `< slots` or −1.
     pub slots: DeviceArray<'a, i32>,
-    /// This layer's keys, `[n_slots][rank + rope_dim]`.
+    /// This layer's keys, `[n_slots]` rows of `rank + rope_dim` elements of `key_type` (`kv_cache.rs`).
     pub keys: DeviceArray<'a, u16>,
+    pub key_type: KvCacheType,
     pub n_slots: usize,
     pub n_tokens: usize,
     pub rank: usize,
@@ -34,8 +39,10 @@ pub struct LatentKeysCall<'a> {
 impl LatentKeysCall<'_> {
     pub fn args(&self) -> Result<(LatentKeysArgs, LaunchConfig), CudaBackendError> {
         let (n, width, half) = (self.n_tokens, self.rank + self.rope_dim, self.rope_dim / 2);
-        if self.rank == 0 || !self.rope_dim.is_multiple_of(2) {
-            return Err(internal(format!("key rows of {} + {}", self.rank, self.rope_dim)));
+        // The kernel holds a row in shared memory (`LATENT_MAX_WIDTH`); a block type takes it in blocks of 32.
+        let whole_blocks = !self.key_type.is_blocked() || width.is_multiple_of(32);
+        if self.rank == 0 || !self.rope_dim.is_multiple_of(2) || width > LATENT_MAX_WIDTH || !whole_blocks {
+            return Err(internal(format!("{} key rows of {} + {}", self.key_type, self.rank, self.rope_dim)));
         }
         let args = LatentKeysArgs {
             kv: self.kv.covering(n * width, "the key rows")?,
@@ -44,11 +51,13 @@ impl LatentKeysCall<'_> {
             sin: self.sin.covering(n * half, "the sin table")?,
             positions: self.positions.covering(n, "the positions")?,
             slots: self.slots.covering(n, "the cache slots")?,
-            k_cache: self.keys.covering(self.n_slots * width, "the key cache")?,
+            k_cache: self.keys.covering(self.n_slots * row_words(self.key_type, width), "the key cache")?,
             n_tokens: int(n, "tokens")?,
             rank: int(self.rank, "kv_lora_rank")?,
             rope_dim: int(self.rope_dim, "rope_dim")?,
             eps: self.eps,
+            k_type: kv_type_code(self.key_type),
+            pad: 0,
         };
         Ok((args, config((blocks(n, 1)?, 1), LATENT_THREADS)))
     }
@@ -179,7 +188,7 @@ mod tests {
 
     #[test]
     fn keys_and_queries_cover_their_rows() {
-        let keys = |slots_len: usize| LatentKeysCall {
+        let keys = |slots_len: usize, key_type: KvCacheType, rank: usize| LatentKeysCall {
             kv: DeviceArray::fake(0, 2 * 160),
             norm: DeviceArray::fake(0, 128),
             cos: DeviceArray::fake(0, 2 * 16),
@@ -187,14 +196,23 @@ mod tests {
             positions: DeviceArray::fake(0, 2),
             slots: DeviceArray::fake(0, 2),
             keys: DeviceArray::fake(0x4000, slots_len),
+            key_type,
             n_slots: 64,
             n_tokens: 2,
-            rank: 128,
+            rank,
             rope_dim: 32,
             eps: 1e-6,
         };
-        assert_eq!(keys(64 * 160).args().unwrap().0.k_cache, 0x4000);
-        assert!(keys(64 * 160 - 1).args().is_err(), "a cache short of one slot's row");
+        assert_eq!(keys(64 * 160, KvCacheType::F16, 128).args().unwrap().0.k_cache, 0x4000);
+        assert!(keys(64 * 160 - 1, KvCacheType::F16, 128).args().is_err(), "a cache short of one slot's row");
+        // Rows of 5 blocks: 17 words each in q8_0, 9 in q4_0; rows of 120 + 32 are not whole blocks.
+        let (q8, _) = keys(64 * 5 * 17, KvCacheType::Q8_0, 128).args().unwrap();
+        assert_eq!(q8.k_type, 1);
+        assert!(keys(64 * 5 * 17 - 1, KvCacheType::Q8_0, 128).args().is_err());
+        assert_eq!(keys(64 * 5 * 9, KvCacheType::Q4_0, 128).args().unwrap().0.k_type, 2);
+        assert!(keys(64 * 152, KvCacheType::Q4_0, 120).args().is_err());
+        assert!(keys(64 * 152, KvCacheType::F16, 120).args().is_ok());
+        assert!(keys(64 * 608, KvCacheType::F16, 576).args().is_err(), "wider than the kernel's row");
         let queries = LatentQueriesCall {
             absorbed: DeviceArray::fake(0, 8 * 2 * 128),
             q: DeviceArray::fake(0, 2 * 8 * 96),

@@ -83,6 +83,7 @@ impl StepRun<'_> {
             positions,
             slots: self.meta.sub(self.layout.slots())?,
             keys: cache.keys,
+            key_type: cache.types.keys,
             n_slots: cache.slots,
             n_tokens: t,
             rank: r,

@@ -8,8 +8,9 @@ use super::calls::*;
 use super::calls_latent::{HeadsCopyCall, LatentKeysCall, LatentQueriesCall};
 use super::calls_moe::{MoeDownCall, MoeGateUpCall, MoeGroupCall, MoeSharedAddCall, PairTiles, RouteCall};
 use super::error::CudaBackendError;
-use super::module::{KernelModule, KernelTypes};
+use super::module::{all_kv_pairs, kv_pair_suffix, KernelModule, KernelTypes};
 use super::packing::PackedType;
+use crate::backend::KvCacheTypes;
 
 /// Every kernel of the program, looked up once in the loaded module.
 pub struct Kernels {
@@ -22,8 +23,9 @@ pub struct Kernels {
     matmul: Vec<Option<[CudaFunction; 3]>>,
     rope_table: CudaFunction,
     rope_store: CudaFunction,
-    attention: CudaFunction,
-    attention_wide: CudaFunction,
+    /// `attention_{keys}_{values}` and `attention_wide_…` of each pair of cache types compiled
+    /// (`KernelTypes::kv_caches`: the backend's own).
+    attention: Vec<(KvCacheTypes, [CudaFunction; 2])>,
     latent_keys: CudaFunction,
     heads_copy: CudaFunction,
     latent_queries: CudaFunction,
@@ -45,13 +47,11 @@ pub struct Kernels {
     moe_weighted_sum: CudaFunction,
 }
 
-/// The kernels that are not compiled per weight type.
-const SHARED_KERNELS: [&str; 17] = [
+/// The kernels that are not compiled per weight type or per pair of KV cache types.
+const SHARED_KERNELS: [&str; 15] = [
     "rms_norm",
     "rope_table",
     "rope_store",
-    "attention",
-    "attention_wide",
     "latent_keys",
     "heads_copy",
     "latent_queries",
@@ -66,9 +66,16 @@ const SHARED_KERNELS: [&str; 17] = [
     "moe_weighted_sum",
 ];
 
+/// The attention kernels of a pair of cache types: heads up to 256 wide, and up to 576.
+fn attention_names(types: KvCacheTypes) -> [String; 2] {
+    let suffix = kv_pair_suffix(types);
+    [format!("attention_{suffix}"), format!("attention_wide_{suffix}")]
+}
+
 /// The name of every kernel of the program (the `extern "C"` functions of the `.cu` files).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = SHARED_KERNELS.map(String::from).into();
+    names.extend(all_kv_pairs().into_iter().flat_map(attention_names));
     for t in PackedType::ALL.map(PackedType::kernel_suffix) {
         names.extend([format!("embed_{t}"), format!("project_small_{t}"), format!("project_gated_small_{t}")]);
         names.extend([16, 32, 64].map(|n| format!("matmul_{t}_n{n}")));
@@ -111,8 +118,14 @@ impl Kernels {
             matmul: tiled("matmul", &types.weights)?,
             rope_table: module.function("rope_table")?,
             rope_store: module.function("rope_store")?,
-            attention: module.function("attention")?,
-            attention_wide: module.function("attention_wide")?,
+            attention: types
+                .kv_caches
+                .iter()
+                .map(|&t| {
+                    let [narrow, wide] = attention_names(t).map(|name| module.function(&name));
+                    Ok((t, [narrow?, wide?]))
+                })
+                .collect::<Result<_, CudaBackendError>>()?,
             latent_keys: module.function("latent_keys")?,
             heads_copy: module.function("heads_copy")?,
             latent_queries: module.function("latent_queries")?,
@@ -166,8 +179,14 @@ impl Kernels {
 
     pub fn attention(&self, stream: &CudaStream, call: &AttentionCall<'_>) -> Result<(), CudaBackendError> {
         let (args, cfg) = call.args()?;
-        let function = if call.wide() { &self.attention_wide } else { &self.attention };
-        launch(stream, function, &args, cfg)
+        let types = call.cache.types;
+        let (_, [narrow, wide]) = self.attention.iter().find(|(t, _)| *t == types).ok_or_else(|| {
+            CudaBackendError::Internal(format!(
+                "no attention over {} / {} caches was compiled",
+                types.keys, types.values
+            ))
+        })?;
+        launch(stream, if call.wide() { wide } else { narrow }, &args, cfg)
     }
 
     pub fn gated_activation(&self, stream: &CudaStream, call: &GatedCall<'_>) -> Result<(), CudaBackendError> {
@@ -321,7 +340,7 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_sources() {
         let source = super::super::module::program_source(&super::super::module::KERNEL_FILES);
-        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + PackedType::ALL.len() * 14);
+        assert_eq!(kernel_names().len(), SHARED_KERNELS.len() + 2 * 9 + PackedType::ALL.len() * 14);
         // The per-type kernels are instantiated by FOR_EACH_WEIGHT_TYPE (tests/cuda_nvrtc.rs finds every name in
         // the compiled PTX); here, that its list is ours, in our order.
         let list: String = PackedType::ALL
@@ -337,5 +356,14 @@ mod tests {
         for name in SHARED_KERNELS {
             assert!(source.contains(&format!(" {name}(const ")), "kernel {name} is not defined in the sources");
         }
+        // The attention kernels are instantiated by FOR_EACH_KV_PAIR, for every pair in `all_kv_pairs`' order.
+        let pairs: String = all_kv_pairs()
+            .iter()
+            .map(|t| {
+                let (k, v) = (t.keys.name(), t.values.name());
+                format!("X({k}, {v}, KV_{}, KV_{}) ", k.to_uppercase(), v.to_uppercase())
+            })
+            .collect();
+        assert!(flat.contains(pairs.trim_end()), "FOR_EACH_KV_PAIR does not list {pairs}");
     }
 }

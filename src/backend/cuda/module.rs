@@ -1,9 +1,10 @@
 //! The kernels' CUDA C sources, compiled by NVRTC once per process and GPU architecture, and loaded per context.
 //!
 //! The sources are embedded in the binary (`include_str!`), so nothing but the driver and NVRTC is needed at run
-//! time. They are compiled as one program, `common.cuh` first; a `#line` marker before each file makes NVRTC's log
-//! name the file and line of an error. The target is the virtual architecture of the device (`compute_90` on
-//! Hopper): the driver turns its PTX into machine code at load, and a newer GPU runs the newest PTX it can.
+//! time. They are compiled as one program, the headers (`common.cuh`, `kv_cache.cuh`) first; a `#line` marker
+//! before each file makes NVRTC's log name the file and line of an error. The target is the virtual architecture
+//! of the device (`compute_90` on Hopper): the driver turns its PTX into machine code at load, and a newer GPU
+//! runs the newest PTX it can.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -14,10 +15,13 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 use super::device::{guard, nvrtc_library_present};
 use super::error::CudaBackendError;
 use super::packing::PackedType;
+use crate::backend::{KvCacheType, KvCacheTypes};
 
-const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
+/// The definitions every kernel file may use, in compilation order, before the kernel files.
+const HEADERS: [(&str, &str); 2] =
+    [("common.cuh", include_str!("kernels/common.cuh")), ("kv_cache.cuh", include_str!("kernels/kv_cache.cuh"))];
 
-/// Every kernel file, by name, in compilation order (after `common.cuh`).
+/// Every kernel file, by name, in compilation order (after the headers).
 pub const KERNEL_FILES: [(&str, &str); 10] = [
     ("embed.cu", include_str!("kernels/embed.cu")),
     ("rms_norm.cu", include_str!("kernels/rms_norm.cu")),
@@ -49,18 +53,20 @@ pub fn virtual_arch(compute_capability: (i32, i32)) -> Option<&'static str> {
     ARCHITECTURES.iter().rev().find(|&&(major, minor, _)| (major, minor) <= compute_capability).map(|a| a.2)
 }
 
-/// The weight types a program's per-type kernels are compiled for: those of every matrix of the model, and those of
-/// its routed experts, for the kernels of moe.cu that only they use (none for a dense model).
+/// The types a program's per-type kernels are compiled for: the weight types of every matrix of the model, those of
+/// its routed experts, for the kernels of moe.cu that only they use (none for a dense model), and the KV cache's
+/// types (keys, values), for attention.cu's kernels (`attention_{keys}_{values}`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KernelTypes {
     pub weights: Vec<PackedType>,
     pub experts: Vec<PackedType>,
+    pub kv_caches: Vec<KvCacheTypes>,
 }
 
 impl KernelTypes {
-    /// Every type, for both (the whole program).
+    /// Every type, for each list (the whole program).
     pub fn all() -> Self {
-        KernelTypes { weights: PackedType::ALL.to_vec(), experts: PackedType::ALL.to_vec() }
+        KernelTypes { weights: PackedType::ALL.to_vec(), experts: PackedType::ALL.to_vec(), kv_caches: all_kv_pairs() }
     }
 
     /// Each list sorted by type number, each type once: equal sets of types are one cache entry.
@@ -71,16 +77,31 @@ impl KernelTypes {
             types.dedup();
             types
         };
-        KernelTypes { weights: sorted(&self.weights), experts: sorted(&self.experts) }
+        let mut kv_caches = self.kv_caches.clone();
+        kv_caches.sort_by_key(|t| (t.keys as usize, t.values as usize));
+        kv_caches.dedup();
+        KernelTypes { weights: sorted(&self.weights), experts: sorted(&self.experts), kv_caches }
     }
 }
 
-/// `common.cuh` followed by `files`, each behind a `#line` marker naming it: the kernels of every weight type.
+/// Every pair of KV cache types, keys first, in `KvCacheType::ALL`'s order (`FOR_EACH_KV_PAIR` of kv_cache.cuh).
+pub fn all_kv_pairs() -> Vec<KvCacheTypes> {
+    let all = KvCacheType::ALL;
+    all.iter().flat_map(|&keys| all.iter().map(move |&values| KvCacheTypes { keys, values })).collect()
+}
+
+/// The suffix of a pair's attention kernels: `{keys}_{values}` (`attention_q8_0_f16`).
+pub fn kv_pair_suffix(types: KvCacheTypes) -> String {
+    format!("{}_{}", types.keys.name(), types.values.name())
+}
+
+/// The headers followed by `files`, each behind a `#line` marker naming it: the kernels of every type.
 pub fn program_source(files: &[(&str, &str)]) -> String {
     program_source_for(files, None)
 }
 
-/// [`program_source`] with the per-type kernels of `types` only (all types for `None`).
+/// [`program_source`] with the per-type kernels of `types` only (all types for `None`). A type list of `types` is
+/// defined for the program as it is given (`EMBER_WEIGHT_TYPES`, `EMBER_EXPERT_TYPES`, `EMBER_KV_TYPES`).
 pub fn program_source_for(files: &[(&str, &str)], types: Option<&KernelTypes>) -> String {
     let mut source = String::new();
     if let Some(types) = types {
@@ -92,8 +113,17 @@ pub fn program_source_for(files: &[(&str, &str)], types: Option<&KernelTypes>) -
         };
         source.push_str(&format!("#define EMBER_WEIGHT_TYPES(X){}\n", list(&types.weights)));
         source.push_str(&format!("#define EMBER_EXPERT_TYPES(X){}\n", list(&types.experts)));
+        let pairs: String = types
+            .kv_caches
+            .iter()
+            .map(|t| {
+                let (k, v) = (t.keys.name(), t.values.name());
+                format!(" X({k}, {v}, KV_{}, KV_{})", k.to_uppercase(), v.to_uppercase())
+            })
+            .collect();
+        source.push_str(&format!("#define EMBER_KV_TYPES(X){pairs}\n"));
     }
-    for (name, text) in std::iter::once(&COMMON).chain(files) {
+    for (name, text) in HEADERS.iter().chain(files) {
         source.push_str(&format!("#line 1 \"{name}\"\n"));
         source.push_str(text);
         source.push('\n');
@@ -202,7 +232,7 @@ mod tests {
     fn the_program_names_each_file_before_its_text() {
         let source = program_source(&KERNEL_FILES);
         let mut at = 0;
-        for (name, text) in std::iter::once(&COMMON).chain(&KERNEL_FILES) {
+        for (name, text) in HEADERS.iter().chain(&KERNEL_FILES) {
             let marker = format!("#line 1 \"{name}\"\n");
             at = at + source[at..].find(&marker).unwrap_or_else(|| panic!("{name} missing or out of order"));
             assert!(source[at + marker.len()..].starts_with(text), "{name} does not follow its marker");

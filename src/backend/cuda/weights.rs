@@ -210,7 +210,8 @@ impl DeviceWeights {
         let layers = self.layers.iter().flat_map(|l| l.matrices());
         let weights = layers.chain([&self.token_embd]).chain(&self.output).map(|m| m.dtype).collect();
         let routed = self.layers.iter().flat_map(|l| l.experts.iter().flat_map(DeviceExperts::routed));
-        KernelTypes { weights, experts: routed.map(|m| m.dtype).collect() }
+        // The cache's types are the backend's to add (`CudaBackend::new`).
+        KernelTypes { weights, experts: routed.map(|m| m.dtype).collect(), kv_caches: Vec::new() }
     }
 
     pub fn matrix(&self, w: Weight) -> &DeviceMatrix {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ember::backend::cuda::{CudaBackend, CudaBackendOptions};
+use ember::backend::KvCacheTypes;
 use ember::engine::{BackendKind, Engine, EngineConfig, Logger, RequestOptions, SubmitRequest};
 use ember::model::llama::SeqChunk;
 use ember::model::{Model, TokenId};
@@ -130,6 +131,7 @@ fn backend_bench(model: &Model, plan: &Plan) -> Result<Value, String> {
         max_batch_tokens: plan.prefill_tokens.max(max_batch),
         kv_block_size: BLOCK,
         kv_num_blocks: max_batch * batch_blocks + (plan.prefill_tokens + plan.single_tokens + 2).div_ceil(BLOCK),
+        kv_cache: KvCacheTypes::default(),
         graphs: true,
     };
     let mut backend = CudaBackend::new(&model.file, model.config.clone(), options).map_err(|e| e.to_string())?;

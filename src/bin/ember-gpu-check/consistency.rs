@@ -98,6 +98,7 @@ fn gpu(file: &GgufFile, config: &LlamaConfig, graphs: bool) -> Result<CudaBacken
         max_batch_tokens: SEQS * PROMPT,
         kv_block_size: BLOCK,
         kv_num_blocks: SEQS * BLOCKS_PER_SEQ,
+        kv_cache: KvCacheTypes::default(),
         graphs,
     };
     CudaBackend::new(file, config.clone(), options).map_err(|e| e.to_string())

@@ -167,7 +167,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         check(args, &config, &mut backend, &meta, &greedy, &reference, "CPU")
     } else {
         let options =
-            CudaBackendOptions { device: 0, max_batch_tokens: 512, kv_block_size: BLOCK, kv_num_blocks, graphs: true };
+            CudaBackendOptions { kv_block_size: BLOCK, kv_num_blocks, ..CudaBackendOptions::single_sequence(1) };
         let mut backend = CudaBackend::new(&file, config.clone(), options).map_err(|e| e.to_string())?;
         check(args, &config, &mut backend, &meta, &greedy, &reference, "GPU")
     }

@@ -5,7 +5,7 @@
 use crate::backend::cpu::kernels::kernel_selection;
 use crate::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use crate::backend::cuda::{CudaBackend, CudaBackendError, CudaBackendOptions};
-use crate::backend::{KvCacheType, KvCacheTypes};
+use crate::backend::KvCacheTypes;
 use crate::model::llama::{forward, LlamaBackend, LlamaConfig, SeqChunk};
 use crate::model::{Model, TokenId};
 
@@ -200,12 +200,14 @@ pub fn cuda_forward<'m>(
     config: &EngineConfig,
     cache: CacheGeometry,
 ) -> Result<Box<dyn BatchForward + 'm>, CudaBackendError> {
-    if (config.kv_cache_type_k, config.kv_cache_type_v) != (KvCacheType::F16, KvCacheType::F16) {
-        // Issue 46 leaves the device's quantized caches for later; "auto" then runs on the CPU, which has them.
+    let kv_cache = KvCacheTypes { keys: config.kv_cache_type_k, values: config.kv_cache_type_v };
+    if config.activation_precision == ActivationPrecision::F32 && kv_cache != KvCacheTypes::default() {
+        // The options the CPU refuses too (its precise path keeps an f32 cache): with "auto", the engine then tries
+        // the CPU and reports its refusal, as on a machine without a GPU.
         return Err(CudaBackendError::Unsupported(format!(
-            "kv_cache_type_k {} / kv_cache_type_v {}: the CUDA backend's KV cache is f16 only (the CPU backend runs \
-             q8_0 and q4_0)",
-            config.kv_cache_type_k, config.kv_cache_type_v
+            "kv_cache_type_k {} / kv_cache_type_v {} with activation_precision \"f32\": the precise path keeps an f32 \
+             KV cache",
+            kv_cache.keys, kv_cache.values
         )));
     }
     let max_batch_tokens = config.max_num_batched_tokens_on(BackendKind::Cuda);
@@ -214,6 +216,7 @@ pub fn cuda_forward<'m>(
         max_batch_tokens,
         kv_block_size: cache.block_size,
         kv_num_blocks: cache.num_blocks,
+        kv_cache,
         graphs: true,
     };
     // LongRoPE's factors for the longest sequence this cache holds (`LlamaConfig::for_context`).

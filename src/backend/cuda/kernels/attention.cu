@@ -13,8 +13,19 @@
 //
 // The values are `value_dim` wide, at `kv_head · value_dim` in rows as wide as the key rows (kv_dim): the value
 // cache's own rows (`value_dim` = `head_dim`), or the key rows themselves, whose first `value_dim` elements are the
-// values (DeepSeek's keys-only cache: one KV head, `v_cache` = `k_cache`, `value_dim` = `kv_lora_rank`). Two instantiations: `attention` for heads up to 256 wide, `attention_wide` for up to
-// 576 (DeepSeek's 512 + 64), which holds more per thread.
+// values (DeepSeek's keys-only cache: one KV head, `v_cache` = `k_cache`, `value_dim` = `kv_lora_rank`). Two widths:
+// `attention_*` for heads up to 256 wide, `attention_wide_*` for up to 576 (DeepSeek's 512 + 64), which holds more
+// per thread; each instantiated per pair of key and value types (kv_cache.cuh): `attention_q8_0_q4_0` reads q8_0
+// keys and q4_0 values.
+//
+// Keys and values of the block types are read with the CPU's arithmetic (`cpu/kernels/scalar/attention_quant.rs`),
+// not dequantized to floats: the block's queries are quantized to 8 bits per 32 elements as the CPU quantizes them
+// (`quantize_row_q8a`), each key block's score share is the exact integer dot product of the two blocks' integers,
+// and the score is fma(d_key · d_query, dot, score) over the head's blocks in order, so that a score is the CPU's
+// bit for bit. Dequantizing the keys against float queries instead would differ from the CPU by the queries'
+// 8-bit rounding, which is larger than the f16 path's difference from it. A value element adds
+// fma(weight · d, v, acc), the CPU's operation; only the softmax weights and the order of the positions' sums
+// differ from the CPU, as they do for f16.
 //
 // With sinks (gpt-oss), each query head's softmax has one more logit, its sink, which attends to no value: it joins
 // the head's running maximum and sum once the positions are done, as ggml's `soft_max_ext` with sinks (and the CPU's
@@ -29,8 +40,8 @@
 struct Attention {
     const float* q;            // [n_tokens][n_head · head_dim], rotated
     float* out;                // [n_tokens][n_head · value_dim]
-    const u16* k_cache;        // this layer's keys, [slots][kv_dim] f16
-    const u16* v_cache;        // this layer's values, [slots][kv_dim] f16 (k_cache itself for a keys-only cache)
+    const u16* k_cache;        // this layer's keys, [slots][row of kv_dim of the key type] (kv_cache.cuh)
+    const u16* v_cache;        // this layer's values, likewise (k_cache itself for a keys-only cache)
     const int* positions;      // [n_tokens], −1 for a padding row (its output is zero)
     const int* table_offsets;  // [n_tokens]: where the token's block table starts in block_tables
     const int* block_tables;   // every sequence's block table, concatenated
@@ -38,8 +49,9 @@ struct Attention {
     int n_tokens;
     int n_head;
     int n_head_kv;             // divides n_head
-    int head_dim;              // a multiple of 8, ≤ the instantiation's largest
-    int value_dim;             // each KV head's value width, ≤ the instantiation's largest; n_head_kv · value_dim ≤ kv_dim
+    int head_dim;              // a multiple of 8 (of 32 for keys in blocks), ≤ the instantiation's largest
+    int value_dim;             // each KV head's value width, ≤ the instantiation's largest, a multiple of 32 for
+                               // values in blocks; n_head_kv · value_dim ≤ kv_dim
     int pad_;
     int block_size;            // positions per cache block
     float scale;               // what multiplies each query·key product (`LlamaConfig::attention_scale`)
@@ -71,7 +83,75 @@ __device__ void block_reduce_group(float v[ATT_MAX_GROUP], int group, bool is_ma
     }
 }
 
-template <int MAX_D>
+// The group's scaled queries (q_sh, `n` floats) quantized for keys in blocks, as the CPU's `quantize_row_q8a`:
+// per 32 elements d = max |x| / 127 and codes round(x · (1 / d)), ties to even (rintf, Rust's round_ties_even);
+// codes 4 to a word (`__dp4a`'s operands), each block's scale, and the sum of its codes (q4_0's keys are stored
+// as v + 8: their dot product is the nibbles' minus 8 · Σ codes). The block's threads share the work; the caller
+// synchronizes before reading the results.
+__device__ void quantize_queries(const float* q_sh, int n, int* codes, float* scales, int* sums) {
+    for (int b = threadIdx.x; b < n / QK; b += blockDim.x) {
+        const float* x = q_sh + b * QK;
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK; j += 4) {
+            u32 word = 0;
+            for (int e = 0; e < 4; e++) {
+                const int c = (int)rintf(x[j + e] * id);
+                sum += c;
+                word |= (u32)(c & 0xff) << (8 * e);
+            }
+            codes[b * (QK / 4) + j / 4] = (int)word;
+        }
+        scales[b] = d;
+        sums[b] = sum;
+    }
+}
+
+// The scores of the `group` heads' quantized queries against one key of blocks (`key`: its head's D / 32 blocks),
+// added into score[h] (0 on entry): per block, the integer dot product, then fma(d_key · d_query, dot, score), as
+// the CPU's `attention_scores_q`.
+template <int KT>
+__device__ __forceinline__ void score_key_blocks(const u16* key, int D, int group, const int* codes,
+                                                 const float* scales, const int* sums, float score[ATT_MAX_GROUP]) {
+    constexpr int WORDS = KT == KV_Q8_0 ? KV_Q8_0_WORDS : KV_Q4_0_WORDS;
+    const int nb = D / QK;
+    for (int b = 0; b < nb; b++) {
+        const u16* block = key + b * WORDS;
+        const float dk = f16_to_f32(block[0]);
+        // The block's integers 4 to a word: q8_0's 32 bytes as they are; q4_0's 16 bytes, elements 0..15 the low
+        // nibbles (lo) and 16..31 the high ones (hi), each v + 8.
+        int w[8];
+        if (KT == KV_Q8_0) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = (int)((u32)block[1 + 2 * i] | ((u32)block[2 + 2 * i] << 16));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const u32 bytes = (u32)block[1 + 2 * i] | ((u32)block[2 + 2 * i] << 16);
+                w[i] = (int)(bytes & 0x0f0f0f0fu);
+                w[4 + i] = (int)((bytes >> 4) & 0x0f0f0f0fu);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < ATT_MAX_GROUP; h++) {
+            if (h < group) {
+                const int qb = h * nb + b;
+                const int* q = codes + qb * (QK / 4);
+                int dot = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) dot = __dp4a(w[i], q[i], dot);
+                if (KT == KV_Q4_0) dot -= 8 * sums[qb];
+                score[h] = fmaf(dk * scales[qb], (float)dot, score[h]);
+            }
+        }
+    }
+}
+
+// KT, VT: the key and value types (KV_* of kv_cache.cuh).
+template <int MAX_D, int KT, int VT>
 __device__ void attend(const Attention& p) {
     // Outputs (query head, value dimension) per thread.
     constexpr int MAX_OUT = ATT_MAX_GROUP * MAX_D / ATT_THREADS;
@@ -79,6 +159,10 @@ __device__ void attend(const Attention& p) {
     __shared__ float s_sh[ATT_MAX_GROUP][ATT_CHUNK];          // the chunk's scores, then weights
     __shared__ int slot_sh[ATT_CHUNK];                        // the chunk's cache rows
     __shared__ float scratch[ATT_MAX_GROUP][ATT_THREADS / 32];
+    // Keys in blocks: the queries quantized (`quantize_queries`).
+    __shared__ int qcodes_sh[ATT_MAX_GROUP * MAX_D / 4];
+    __shared__ float qscale_sh[ATT_MAX_GROUP * MAX_D / QK];
+    __shared__ int qsum_sh[ATT_MAX_GROUP * MAX_D / QK];
 
     // Tokens on x, which allows 2^31 − 1 blocks; KV heads on y; chunks of a KV head's query heads on z.
     const int t = blockIdx.x, kv_head = blockIdx.y, tid = threadIdx.x;
@@ -95,8 +179,14 @@ __device__ void attend(const Attention& p) {
     const float* q = p.q + (size_t)t * p.n_head * D + (size_t)head0 * D;
     for (int i = tid; i < group * D; i += ATT_THREADS) q_sh[i] = q[i] * p.scale;
     const int* table = p.block_tables + p.table_offsets[t];
-    const int kv_offset = kv_head * D;
-    const u16* values = p.v_cache + (size_t)kv_head * VD;
+    // Rows of words (kv_cache.cuh); the KV head's key and value heads within them.
+    const int k_row = kv_row_words(KT, kv_dim), v_row = kv_row_words(VT, kv_dim);
+    const int kv_offset = kv_row_words(KT, kv_head * D);
+    const u16* values = p.v_cache + kv_row_words(VT, kv_head * VD);
+    if (KT != KV_F16) {
+        __syncthreads();  // q_sh was written by every thread
+        quantize_queries(q_sh, group * D, qcodes_sh, qscale_sh, qsum_sh);
+    }
 
     float running_max[ATT_MAX_GROUP], running_sum[ATT_MAX_GROUP], acc[MAX_OUT];
 #pragma unroll
@@ -119,24 +209,28 @@ __device__ void attend(const Attention& p) {
             const int j = c0 + tid;
             const int slot = table[j / p.block_size] * p.block_size + j % p.block_size;
             slot_sh[tid] = slot;
-            const u16* key = p.k_cache + (size_t)slot * kv_dim + kv_offset;
+            const u16* key = p.k_cache + (size_t)slot * k_row + kv_offset;
 #pragma unroll
             for (int h = 0; h < ATT_MAX_GROUP; h++) score[h] = 0.0f;
-            for (int d = 0; d < D; d += 8) {
-                // 8 halves, 16-byte aligned: kv_dim, kv_offset and d are multiples of 8.
-                const uint4 raw = *reinterpret_cast<const uint4*>(key + d);
-                const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-                float k8[8];
+            if (KT != KV_F16) {
+                score_key_blocks<KT>(key, D, group, qcodes_sh, qscale_sh, qsum_sh, score);
+            } else {
+                for (int d = 0; d < D; d += 8) {
+                    // 8 halves, 16-byte aligned: kv_dim, kv_offset and d are multiples of 8.
+                    const uint4 raw = *reinterpret_cast<const uint4*>(key + d);
+                    const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+                    float k8[8];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    k8[2 * e] = f16_to_f32((u16)(words[e] & 0xffffu));
-                    k8[2 * e + 1] = f16_to_f32((u16)(words[e] >> 16));
-                }
+                    for (int e = 0; e < 4; e++) {
+                        k8[2 * e] = f16_to_f32((u16)(words[e] & 0xffffu));
+                        k8[2 * e + 1] = f16_to_f32((u16)(words[e] >> 16));
+                    }
 #pragma unroll
-                for (int h = 0; h < ATT_MAX_GROUP; h++) {
-                    if (h < group) {
+                    for (int h = 0; h < ATT_MAX_GROUP; h++) {
+                        if (h < group) {
 #pragma unroll
-                        for (int e = 0; e < 8; e++) score[h] = fmaf(q_sh[h * D + d + e], k8[e], score[h]);
+                            for (int e = 0; e < 8; e++) score[h] = fmaf(q_sh[h * D + d + e], k8[e], score[h]);
+                        }
                     }
                 }
             }
@@ -182,8 +276,16 @@ __device__ void attend(const Attention& p) {
             if (o < width) {
                 const int h = o / VD, d = o % VD;
                 float a = acc[j] * rescale[h];
-                for (int i = 0; i < n; i++) {
-                    a = fmaf(s_sh[h][i], f16_to_f32(values[(size_t)slot_sh[i] * kv_dim + d]), a);
+                if (VT == KV_F16) {
+                    for (int i = 0; i < n; i++) {
+                        a = fmaf(s_sh[h][i], f16_to_f32(values[(size_t)slot_sh[i] * v_row + d]), a);
+                    }
+                } else {
+                    // fma(weight · d, v, acc), as the CPU's `attention_values_q`.
+                    for (int i = 0; i < n; i++) {
+                        const u16* row = values + (size_t)slot_sh[i] * v_row;
+                        a = fmaf(s_sh[h][i] * kv_scale(row, d, VT), (float)kv_value(row, d, VT), a);
+                    }
                 }
                 acc[j] = a;
             }
@@ -209,8 +311,12 @@ __device__ void attend(const Attention& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention(const Attention p) { attend<ATT_MAX_HEAD_DIM>(p); }
-
-extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_wide(const Attention p) {
-    attend<ATT_WIDE_MAX_HEAD_DIM>(p);
-}
+// `attention_{keys}_{values}` and `attention_wide_{keys}_{values}` of each pair of types the program is compiled for.
+#define ATTENTION_KERNELS(K, V, KT, VT)                                                                          \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_##K##_##V(const Attention p) {          \
+        attend<ATT_MAX_HEAD_DIM, KT, VT>(p);                                                                      \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_wide_##K##_##V(const Attention p) {     \
+        attend<ATT_WIDE_MAX_HEAD_DIM, KT, VT>(p);                                                                 \
+    }
+FOR_EACH_KV_PAIR(ATTENTION_KERNELS)

@@ -88,6 +88,15 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     return h;
 }
 
+// RoPE of one pair (x0, x1) by (c, s), as the CPU's `rope_pair`: x0·c − x1·s and x1·c + x0·s, each an FMA over the
+// other product rounded, so that a rotated query or key is the CPU's bit for bit (rope_kv.cu, latent.cu) and a
+// cache stores the same bytes on both backends.
+__device__ __forceinline__ void rope_pair(float& x0, float& x1, float c, float s) {
+    const float r0 = fmaf(x0, c, -(x1 * s)), r1 = fmaf(x1, c, x0 * s);
+    x0 = r0;
+    x1 = r1;
+}
+
 __device__ __forceinline__ float neg_infinity() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
 

@@ -3,8 +3,8 @@
 // (attention.cu, values read from the key rows' first `kv_lora_rank` elements):
 //
 //   latent_keys     one block per token: its key row `c | k_pe` (`attn_kv_a_mqa`'s output) into the keys-only cache
-//                   at its slot, f16: `c` RMS-normalized by `attn_kv_a_norm` (as rms_norm.cu), `k_pe` rotated on
-//                   adjacent pairs (as rope_kv.cu);
+//                   at its slot, in the keys' type (kv_cache.cuh): `c` RMS-normalized by `attn_kv_a_norm` (as
+//                   rms_norm.cu), `k_pe` rotated on adjacent pairs (as rope_kv.cu);
 //   heads_copy      rows of `width` between a token-major layout ([token][head · stride]) and a head-major one
 //                   ([head][token][width]), either way: the per-head projections read and write contiguous rows;
 //   latent_queries  one block per token: each head's absorbed query `Wk_b[h]·q_nope` (head-major) followed by its
@@ -13,6 +13,8 @@
 // Rotations use the step's cos/sin table of the layer's RoPE base (`rope_table`), as `rope_store` does.
 
 #define LATENT_THREADS 128
+// Widest key row `latent_keys` stores (`ATTENTION_WIDE_MAX_HEAD_DIM`: DeepSeek's 512 + 64).
+#define LATENT_MAX_WIDTH 576
 static_assert(LATENT_THREADS == NORM_THREADS, "the key norm must sum like rms_norm");
 
 struct LatentKeys {
@@ -22,30 +24,36 @@ struct LatentKeys {
     const float* sin;      // [n_tokens][rope_dim / 2]
     const int* positions;  // [n_tokens], −1 for a padding row (left alone)
     const int* slots;      // [n_tokens], the cache row of each token, −1 for none
-    u16* k_cache;          // this layer's keys, [slots][rank + rope_dim] f16
+    u16* k_cache;          // this layer's keys, [slots][row of rank + rope_dim of k_type] (kv_cache.cuh)
     int n_tokens;
     int rank;              // kv_lora_rank
-    int rope_dim;          // even
+    int rope_dim;          // even; rank + rope_dim ≤ LATENT_MAX_WIDTH, a multiple of 32 for a block type
     float eps;
+    int k_type;            // KV_* of kv_cache.cuh
+    int pad_;
 };
-static_assert(sizeof(LatentKeys) == 72, "LatentKeys must match LatentKeysArgs in args.rs");
+static_assert(sizeof(LatentKeys) == 80, "LatentKeys must match LatentKeysArgs in args.rs");
 
 extern "C" __global__ void __launch_bounds__(LATENT_THREADS) latent_keys(const LatentKeys p) {
     __shared__ float scratch[32];
+    // The row, then stored whole: a block of a quantized type takes 32 elements that several threads computed.
+    __shared__ float row[LATENT_MAX_WIDTH];
     const int t = blockIdx.x;
     if (p.positions[t] < 0 || p.slots[t] < 0) return;
     const int width = p.rank + p.rope_dim, half = p.rope_dim / 2;
     const float* x = p.kv + (size_t)t * width;
     const float inv = inverse_rms(x, p.rank, p.eps, scratch);
-    u16* key = p.k_cache + (size_t)p.slots[t] * width;
-    for (int i = threadIdx.x; i < p.rank; i += blockDim.x) key[i] = f32_to_f16(x[i] * inv * p.norm_w[i]);
+    for (int i = threadIdx.x; i < p.rank; i += blockDim.x) row[i] = x[i] * inv * p.norm_w[i];
     const float* cos = p.cos + (size_t)t * half;
     const float* sin = p.sin + (size_t)t * half;
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float x0 = x[p.rank + 2 * j], x1 = x[p.rank + 2 * j + 1], c = cos[j], s = sin[j];
-        key[p.rank + 2 * j] = f32_to_f16(x0 * c - x1 * s);
-        key[p.rank + 2 * j + 1] = f32_to_f16(x0 * s + x1 * c);
+        float x0 = x[p.rank + 2 * j], x1 = x[p.rank + 2 * j + 1];
+        rope_pair(x0, x1, cos[j], sin[j]);
+        row[p.rank + 2 * j] = x0;
+        row[p.rank + 2 * j + 1] = x1;
     }
+    __syncthreads();
+    kv_store_row(p.k_cache + (size_t)p.slots[t] * kv_row_words(p.k_type, width), row, width, p.k_type);
 }
 
 struct HeadsCopy {
@@ -100,8 +108,9 @@ extern "C" __global__ void __launch_bounds__(LATENT_THREADS) latent_queries(cons
     for (int i = threadIdx.x; i < p.n_head * half; i += blockDim.x) {
         const int h = i / half, j = i % half;
         const float* pe = p.q + ((size_t)t * p.n_head + h) * q_head + p.nope;
-        const float x0 = pe[2 * j], x1 = pe[2 * j + 1], c = cos[j], s = sin[j];
-        out[(size_t)h * width + p.rank + 2 * j] = x0 * c - x1 * s;
-        out[(size_t)h * width + p.rank + 2 * j + 1] = x0 * s + x1 * c;
+        float x0 = pe[2 * j], x1 = pe[2 * j + 1];
+        rope_pair(x0, x1, cos[j], sin[j]);
+        out[(size_t)h * width + p.rank + 2 * j] = x0;
+        out[(size_t)h * width + p.rank + 2 * j + 1] = x1;
     }
 }

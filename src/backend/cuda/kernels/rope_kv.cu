@@ -5,6 +5,7 @@
 // elements turn by pos · base^(−2i / rope_dim); in the NEOX style (Gemma 3) the pairs are (x[i], x[i + rope_dim / 2]).
 // Each layer turns by the table of its RoPE base (one table per distinct base and step). The angles are computed once per step (`rope_table`), in f64 as the
 // CPU's `StepLayout` does, so that long positions keep their precision and both backends turn by the same angle.
+// Each pair turns with the CPU's FMAs (`rope_pair`), so that the rotated queries and keys are the CPU's bit for bit.
 
 #define ROPE_THREADS 128
 
@@ -36,16 +37,18 @@ struct RopeStore {
     const float* sin;      // [n_tokens][rope_dim / 2]
     const int* positions;  // [n_tokens], −1 for a padding row (left alone)
     const int* slots;      // [n_tokens], the cache row of each token, −1 for none
-    u16* k_cache;          // this layer's keys, [slots][kv_dim] f16
-    u16* v_cache;          // this layer's values, [slots][kv_dim] f16
+    u16* k_cache;          // this layer's keys, [slots][row of kv_dim of k_type] (kv_cache.cuh)
+    u16* v_cache;          // this layer's values, [slots][row of kv_dim of v_type]
     int n_tokens;
     int n_head;
     int n_head_kv;
     int head_dim;          // even
     int rope_dim;          // even, ≤ head_dim
     int neox;              // 1: pairs (i, i + rope_dim / 2), 0: adjacent pairs
+    int k_type;            // KV_* of kv_cache.cuh; a block type needs kv_dim a multiple of 32
+    int v_type;
 };
-static_assert(sizeof(RopeStore) == 96, "RopeStore must match RopeStoreArgs in launch.rs");
+static_assert(sizeof(RopeStore) == 104, "RopeStore must match RopeStoreArgs in args.rs");
 
 // Rotates the pairs of `n_heads` heads of `x` (one token's row) in place; pair j of the row is elements 2j, 2j+1,
 // or in the NEOX style elements i and i + rope_dim / 2 of its head (i = j mod head_dim / 2).
@@ -57,13 +60,15 @@ __device__ __forceinline__ void rotate_row(float* x, int n_heads, const RopeStor
         if (2 * pair >= p.rope_dim) continue;
         const int i0 = p.neox ? (j / pairs_per_head) * p.head_dim + pair : 2 * j;
         const int i1 = p.neox ? i0 + p.rope_dim / 2 : 2 * j + 1;
-        const float x0 = x[i0], x1 = x[i1], c = cos[pair], s = sin[pair];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        float x0 = x[i0], x1 = x[i1];
+        rope_pair(x0, x1, cos[pair], sin[pair]);
+        x[i0] = x0;
+        x[i1] = x1;
     }
 }
 
-// One block per token: rotate its query and key, then store its key and value at its cache slot.
+// One block per token: rotate its query and key, then store its key and value at its cache slot, each in its
+// plane's type (quantized there, as the CPU's `CpuKvCache::store` does).
 extern "C" __global__ void __launch_bounds__(ROPE_THREADS) rope_store(const RopeStore p) {
     const int t = blockIdx.x;
     if (p.positions[t] < 0) return;
@@ -78,10 +83,6 @@ extern "C" __global__ void __launch_bounds__(ROPE_THREADS) rope_store(const Rope
     // The rotated key elements were written by other threads of this block.
     __syncthreads();
     const float* v = p.v + (size_t)t * kv_dim;
-    u16* kc = p.k_cache + (size_t)slot * kv_dim;
-    u16* vc = p.v_cache + (size_t)slot * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[i] = f32_to_f16(k[i]);
-        vc[i] = f32_to_f16(v[i]);
-    }
+    kv_store_row(p.k_cache + (size_t)slot * kv_row_words(p.k_type, kv_dim), k, kv_dim, p.k_type);
+    kv_store_row(p.v_cache + (size_t)slot * kv_row_words(p.v_type, kv_dim), v, kv_dim, p.v_type);
 }

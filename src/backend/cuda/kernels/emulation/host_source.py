@@ -9,8 +9,8 @@ common.cuh are PTX instructions, which a CPU cannot run, so their bodies are rep
 import re
 import sys
 
-# module.rs's KERNEL_FILES, after common.cuh.
-FILES = ["common.cuh", "embed.cu", "rms_norm.cu", "matvec.cu", "matmul.cu", "rope_kv.cu", "attention.cu",
+# module.rs's HEADERS, then its KERNEL_FILES.
+FILES = ["common.cuh", "kv_cache.cuh", "embed.cu", "rms_norm.cu", "matvec.cu", "matmul.cu", "rope_kv.cu", "attention.cu",
          "latent.cu", "elementwise.cu", "top_k.cu", "moe.cu"]
 CONVERSIONS = {
     r"__device__ __forceinline__ float f16_to_f32\(u16 h\) \{.*?\n\}\n":

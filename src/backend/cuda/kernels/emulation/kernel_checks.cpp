@@ -329,7 +329,7 @@ static void test_rope_store() {
                 float x0 = orig[a0], x1 = orig[a1], e0 = x0, e1 = x1;
                 if (pos >= 0 && rotated) {
                     double ang = (double)pos * inv_freq[i]; float c = (float)(std::cos(ang) * scale), s = (float)(std::sin(ang) * scale);
-                    e0 = x0 * c - x1 * s; e1 = x0 * s + x1 * c;
+                    e0 = std::fma(x0, c, -(x1 * s)); e1 = std::fma(x1, c, x0 * s);  // the CPU's rope_pair
                 }
                 if (got[a0] != e0 || got[a1] != e1) ok = false;
             }
@@ -348,13 +348,64 @@ static void test_rope_store() {
     }
 }
 
+// The attention kernels of every pair of cache types (kv_cache.cuh), by type: `attention_{keys}_{values}`.
+using AttFn = void (*)(const Attention);
+struct AttKernels { int kt, vt; AttFn narrow, wide; };
+#define ATT_KERNELS(K, V, KT, VT) {KT, VT, attention_##K##_##V, attention_wide_##K##_##V},
+static const AttKernels att_kernels[] = {FOR_EACH_KV_PAIR(ATT_KERNELS)};
+static AttFn attention_fn(int kt, int vt, bool wide) {
+    for (const AttKernels& k : att_kernels) if (k.kt == kt && k.vt == vt) return wide ? k.wide : k.narrow;
+    return nullptr;
+}
+static const char* KV_NAME[] = {"f16", "q8_0", "q4_0"};
+
+// Words of a cache row of `width` elements of `type`, and element j of such a row as the cache means it (f16, or
+// d · v of its block), written here from the layout kv_cache.cuh documents, not from its reading functions.
+static int row_words(int type, int width) { return type == KV_F16 ? width : width / 32 * (type == KV_Q8_0 ? 17 : 9); }
+static double cache_element(const u16* row, int type, int j) {
+    if (type == KV_F16) return host_f16_to_f32(row[j]);
+    const int words = type == KV_Q8_0 ? 17 : 9, i = j % 32;
+    const u16* block = row + j / 32 * words;
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(block + 1);  // little-endian words
+    const double d = host_f16_to_f32(block[0]);
+    if (type == KV_Q8_0) return d * (signed char)bytes[i];
+    return d * ((i < 16 ? bytes[i] & 15 : bytes[i - 16] >> 4) - 8);
+}
+// `rows` random rows of `width` elements of `type`, elements of magnitude below about 1: f16 values, or blocks of a
+// random scale (either sign for q4_0, whose scales are m / −8) and random integers.
+static std::vector<u16> random_rows(int type, int rows, int width) {
+    std::vector<u16> plane((size_t)rows * row_words(type, width));
+    if (type == KV_F16) { for (auto& x : plane) x = host_f32_to_f16(uniform()); return plane; }
+    const int words = type == KV_Q8_0 ? 17 : 9;
+    for (size_t b = 0; b < plane.size() / words; b++) {
+        u16* block = &plane[b * words];
+        const float magnitude = 0.5f + 0.5f * std::fabs(uniform());
+        block[0] = host_f32_to_f16(type == KV_Q8_0 ? magnitude / 127 : (uniform() < 0 ? -magnitude : magnitude) / 8);
+        for (int w = 1; w < words; w++) {
+            int lo = (int)(next_u64() % 255) - 127, hi = (int)(next_u64() % 255) - 127;  // q8_0: −127..=127
+            if (type == KV_Q4_0) { lo = (int)(next_u64() % 256); hi = (int)(next_u64() % 256); }  // two nibbles each
+            block[w] = (u16)((lo & 0xff) | ((hi & 0xff) << 8));
+        }
+    }
+    return plane;
+}
+// A query head's 32 elements x quantized as the CPU's `quantize_row_q8a` does (d = max |x| / 127, codes x · (1 / d)
+// rounded to nearest, ties to even), in doubles: what a key block's score share is computed from.
+static void quantize_query_block(const float* x, double* out) {
+    float amax = 0; for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) out[j] = (double)d * std::nearbyint(x[j] * id);
+}
+
 // Windows, Gemma 2's soft cap on the scores, an attention scale other than 1/√head_dim (Gemma 2 27B's), and
 // gpt-oss' sinks (one case, windowed for its first token only: a sink logit per query head, from one the scores
 // outweigh to one that outweighs them).
 // Attention against a double-precision reference. `latent`: DeepSeek's keys-only cache, the values the first `VD`
-// elements of each key row (v_cache = k_cache, v_stride = D); `wide`: the instantiation for heads up to 576.
+// elements of each key row (v_cache = k_cache, of the keys' type); `wide`: the instantiation for heads up to 576.
+// `kt`, `vt`: the cache's types; keys of a block type are scored against the queries quantized as the CPU
+// quantizes them, which the reference does too (so the bound stays the f16 cases').
 static void test_attention() {
-  struct Case { int window; float cap, scale; bool sinks; int H, HKV, D, VD; bool latent, wide; };
+  struct Case { int window; float cap, scale; bool sinks; int H, HKV, D, VD; bool latent, wide; int kt = KV_F16, vt = KV_F16; };
   const Case cases[] = {
       {0, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false}, {200, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false},
       {1, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false}, {0, 2.0f, 1.0f / 12.0f, false, 9, 3, 64, 64, false, false},
@@ -364,12 +415,21 @@ static void test_attention() {
       // DeepSeek's latent attention: one KV head, 16 query heads (two chunks), keys 128 + 32, values their first 128
       // (deepseek2-lite-small's shapes); and V2-Lite's real 512 + 64 keys with 512 values through attention_wide.
       {0, 0.0f, 1.0f / 10.0f, false, 16, 1, 160, 128, true, false},
-      {200, 0.0f, 1.0f / 14.0f, false, 10, 1, 576, 512, true, true}};
+      {200, 0.0f, 1.0f / 14.0f, false, 10, 1, 576, 512, true, true},
+      // q8_0 and q4_0 caches, alone and mixed with f16 and with each other; with a window, a soft cap and sinks; the
+      // latent attention's keys-only cache of either type, its values read from the key rows' blocks, narrow and wide.
+      {0, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false, KV_Q8_0, KV_Q8_0},
+      {0, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false, KV_Q4_0, KV_Q4_0},
+      {200, 0.0f, 1.0f / 8.0f, false, 9, 3, 64, 64, false, false, KV_Q8_0, KV_F16},
+      {0, 2.0f, 1.0f / 12.0f, false, 9, 3, 64, 64, false, false, KV_F16, KV_Q4_0},
+      {200, 0.0f, 1.0f / 8.0f, true, 20, 2, 32, 32, false, false, KV_Q4_0, KV_Q8_0},
+      {0, 0.0f, 1.0f / 10.0f, false, 16, 1, 160, 128, true, false, KV_Q8_0, KV_Q8_0},
+      {200, 0.0f, 1.0f / 14.0f, false, 10, 1, 576, 512, true, true, KV_Q4_0, KV_Q4_0}};
   for (const Case& c : cases) {
     const int window = c.window, H = c.H, HKV = c.HKV, D = c.D, VD = c.VD, KV = HKV * D, BS = 16, NB = 40, SLOTS = NB * BS;
-    const int VS = KV, group = H / HKV;  // elements from one slot's values to the next's: the key rows' width
-    std::vector<u16> kc(SLOTS * KV), vc(c.latent ? 0 : SLOTS * VS);
-    for (auto& x : kc) x = host_f32_to_f16(uniform()); for (auto& x : vc) x = host_f32_to_f16(uniform());
+    const int group = H / HKV, kt = c.kt, vt = c.latent ? c.kt : c.vt;
+    const int k_row = row_words(kt, KV), v_row = row_words(vt, KV);  // values in rows as wide as the key rows
+    std::vector<u16> kc = random_rows(kt, SLOTS, KV), vc = c.latent ? std::vector<u16>() : random_rows(vt, SLOTS, KV);
     const u16* values = c.latent ? kc.data() : vc.data();
     // Sequence A: 19 blocks, permuted; sequence B: 1 block.
     std::vector<int> tables; for (int i = 0; i < 19; i++) tables.push_back((i * 7 + 3) % 40); tables.push_back(39);
@@ -380,17 +440,23 @@ static void test_attention() {
     std::vector<float> sinks(H); for (int h = 0; h < H; h++) sinks[h] = -2.0f + 1.0f * (h % 9);
     Attention a{q.data(), out.data(), kc.data(), values, positions, offsets, tables.data(), c.sinks ? sinks.data() : nullptr, T, H, HKV, D, VD, 0, BS, c.scale, window, c.cap};
     const unsigned chunks = (unsigned)((group + 7) / 8);
-    launch({(unsigned)T, (unsigned)HKV, chunks}, {128, 1, 1}, [&] { if (c.wide) attention_wide(a); else attention(a); });
+    const AttFn kernel = attention_fn(kt, vt, c.wide);
+    launch({(unsigned)T, (unsigned)HKV, chunks}, {128, 1, 1}, [&] { kernel(a); });
     double worst = 0; bool zero = true;
     for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) {
         int pos = positions[t], g = h / group;
         if (pos < 0) { for (int d = 0; d < VD; d++) zero &= out[t * H * VD + h * VD + d] == 0.0f; continue; }
+        // The query as the keys see it: scaled in floats (as the kernel scales it), quantized for keys in blocks.
+        std::vector<float> scaled(D); for (int d = 0; d < D; d++) scaled[d] = q[t * H * D + h * D + d] * c.scale;
+        std::vector<double> query(scaled.begin(), scaled.end());
+        if (kt != KV_F16) for (int b = 0; b < D / 32; b++) quantize_query_block(&scaled[32 * b], &query[32 * b]);
         // A sliding window of w positions sees first..=pos only.
         int first = window > 0 ? std::max(0, pos + 1 - window) : 0;
         std::vector<double> s(pos + 1, 0.0); double mx = -1e300;
         for (int j = first; j <= pos; j++) {
             int slot = tables[offsets[t] + j / BS] * BS + j % BS; double acc = 0;
-            for (int d = 0; d < D; d++) acc += (double)q[t * H * D + h * D + d] * c.scale * host_f16_to_f32(kc[slot * KV + g * D + d]);
+            const u16* key = &kc[(size_t)slot * k_row];
+            for (int d = 0; d < D; d++) acc += query[d] * cache_element(key, kt, g * D + d);
             if (c.cap > 0) acc = c.cap * std::tanh(acc / c.cap);
             s[j] = acc; mx = std::max(mx, acc);
         }
@@ -399,13 +465,16 @@ static void test_attention() {
         double sum = c.sinks ? std::exp(sinks[h] - mx) : 0; for (int j = first; j <= pos; j++) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
         for (int d = 0; d < VD; d++) {
             double o = 0;
-            for (int j = first; j <= pos; j++) { int slot = tables[offsets[t] + j / BS] * BS + j % BS; o += s[j] / sum * host_f16_to_f32(values[(size_t)slot * VS + g * VD + d]); }
+            for (int j = first; j <= pos; j++) {
+                int slot = tables[offsets[t] + j / BS] * BS + j % BS;
+                o += s[j] / sum * cache_element(&values[(size_t)slot * v_row], vt, g * VD + d);
+            }
             worst = std::max(worst, rel(out[t * H * VD + h * VD + d], o));
         }
     }
-    CHECK(worst < 1e-5, "attention (%d heads over %d, %d wide, values %d%s; window %d, cap %g, scale %g, sinks %d) error %g", H, HKV, D, VD, c.latent ? " of the key rows" : "", window, c.cap, c.scale, c.sinks, worst);
+    CHECK(worst < 1e-5, "attention (%s / %s cache, %d heads over %d, %d wide, values %d%s; window %d, cap %g, scale %g, sinks %d) error %g", KV_NAME[kt], KV_NAME[vt], H, HKV, D, VD, c.latent ? " of the key rows" : "", window, c.cap, c.scale, c.sinks, worst);
     CHECK(zero, "padding row not zero");
-    printf("attention: %2d heads over %d, %3d wide, values %3d%s%s, window %3d, cap %g, sinks %d: worst relative error %.2e\n", H, HKV, D, VD,
+    printf("attention: %4s / %4s cache, %2d heads over %d, %3d wide, values %3d%s%s, window %3d, cap %g, sinks %d: worst relative error %.2e\n", KV_NAME[kt], KV_NAME[vt], H, HKV, D, VD,
            c.latent ? " of the key rows" : "", c.wide ? " (attention_wide)" : "", window, c.cap, c.sinks, worst);
   }
 }
@@ -431,13 +500,14 @@ static void test_top_k() {
 
 #include "moe_checks.h"
 #include "latent_checks.h"
+#include "kv_checks.h"
 
 int main(int argc, char** argv) {
     if (!load_pools(std::getenv("EMBER_PACKED_FIXTURES"))) return 2;
     std::map<std::string, void (*)()> tests = {{"embed", test_embed}, {"rms_norm", test_rms_norm}, {"project_small", test_project_small},
         {"matmul", test_matmul_and_invariance}, {"gated", test_gated}, {"add_bias", test_add_bias}, {"add_scaled", test_add_scaled}, {"finish_logits", test_finish_logits}, {"rope_store", test_rope_store}, {"attention", test_attention}, {"top_k", test_top_k},
         {"moe_route", test_moe_route}, {"moe_grouped", test_moe_grouped}, {"moe_families", test_moe_families},
-        {"latent_layers", test_latent_layers}};
+        {"latent_layers", test_latent_layers}, {"kv_layers", test_kv_layers}, {"latent_keys", test_latent_keys}};
     for (auto& [name, f] : tests) {
         if (argc > 1 && name != argv[1]) continue;
         rng_state = 12345;  // each check draws the same data whichever others run

@@ -92,7 +92,7 @@ static std::vector<float> run_latent_layer(const LatentLayer& L, const std::vect
     // 4. Attention: one KV head, its values each key row's first r elements.
     Attention a{queries.data(), latent.data(), kcache.data(), kcache.data(), positions.data(), offsets.data(), table.data(), nullptr, T, H, 1, kw, r, 0, BS, L.scale, 0, 0.0f};
     const bool wide = kw > 256;
-    launch({(unsigned)T, 1, (unsigned)((H + 7) / 8)}, {128, 1, 1}, [&] { if (wide) attention_wide(a); else attention(a); });
+    launch({(unsigned)T, 1, (unsigned)((H + 7) / 8)}, {128, 1, 1}, [&] { if (wide) attention_wide_f16_f16(a); else attention_f16_f16(a); });
     // 5. The decompression, head by head, into the output projection's input; then the residual add.
     run_heads_copy(latent.data(), heads_in.data(), H, T, r, r, H * r, T * r, r);
     for (int h = 0; h < H; h++) run_dense(rows_of(L.v_b, h * vd, vd), heads_in.data() + (size_t)h * T * r, heads_out.data() + (size_t)h * T * vd, T);

@@ -81,6 +81,12 @@ T __shfl_sync(unsigned, T v, int source_lane) {
     return shuffle_from(v, source_lane);
 }
 
+// The four signed bytes of a times those of b, summed into c: PTX's dp4a.s32.s32, which __dp4a emits (sm_61 on).
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+
 // IEEE binary16 conversions, round to nearest even: what PTX's cvt.f32.f16 and cvt.rn.f16.f32 compute.
 inline float host_f16_to_f32(unsigned short h) {
     const unsigned sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
