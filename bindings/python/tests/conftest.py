@@ -1,6 +1,7 @@
 """Shared fixtures: the real model (SmolLM2-135M-Instruct Q4_1, fetched by `make model`) and one engine for the
-tests that need nothing special of it. The references are the project's own fixtures (tests/fixtures/README.md
-says where they came from)."""
+tests that need nothing special of it; an encoder engine on a synthetic bge-small (written by `make python-test`
+with `ember-cli synthetic`, llama.cpp's real BERT vocabulary, 2 layers). The references are the project's own
+fixtures (tests/fixtures/README.md says where they came from)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import ember
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = Path(os.environ.get("EMBER_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 FIXTURES = ROOT / "tests" / "fixtures"
+#: The encoder: `make python-test` writes it and sets EMBER_EMBED_MODEL (python.mk, PY_EMBED_MODEL).
+EMBED_MODEL = Path(os.environ.get("EMBER_EMBED_MODEL", ROOT / "target" / "python" / "bge-small-synthetic.gguf"))
 
 
 def config(**overrides: Any) -> Dict[str, Any]:
@@ -41,4 +44,12 @@ def fixture(name: str) -> Any:
 def engine() -> Iterator[ember.Engine]:
     assert MODEL.exists(), f"{MODEL} is missing: run `make model`"
     with ember.Engine(config()) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Iterator[ember.Engine]:
+    """An engine serving embeddings: 384-wide vectors, served as "bge-test"."""
+    assert EMBED_MODEL.exists(), f"{EMBED_MODEL} is missing: run `make python-test` (it writes the file)"
+    with ember.Engine({"model": EMBED_MODEL, "threads": 2, "served_model_name": "bge-test"}) as shared:
         yield shared

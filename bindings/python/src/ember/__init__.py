@@ -15,6 +15,7 @@ from ._constants import CpuKernels, EventKind, FinishReason, LogLevel, Status
 from ._lib import BINDING_VERSION as __version__
 from ._lib import lib as _lib
 from ._structs import ExtendedMetrics, Stats, TimingMetrics
+from .embeddings import EmbeddingInput, Embeddings, EmbeddingUsage
 from .engine import Engine
 from .errors import (
     BufferTooSmall,
@@ -47,9 +48,9 @@ def library_version() -> str:
 
 
 __all__ = [
-    "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "Engine", "EngineStartFailed", "Error", "Event",
-    "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument", "InvalidConfig", "InvalidHandle",
-    "InvalidRequest", "InvalidUtf8", "LoadCancelled", "LogLevel", "ModelLoadFailed", "NotFinished", "Overloaded",
-    "Panic", "PromptProgress", "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout", "TimingMetrics",
-    "TooManyHandles", "error_class", "library_version",
+    "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "EmbeddingInput", "EmbeddingUsage", "Embeddings", "Engine",
+    "EngineStartFailed", "Error", "Event", "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument",
+    "InvalidConfig", "InvalidHandle", "InvalidRequest", "InvalidUtf8", "LoadCancelled", "LogLevel", "ModelLoadFailed",
+    "NotFinished", "Overloaded", "Panic", "PromptProgress", "Request", "RequestFailed", "Stats", "Status", "StreamDone",
+    "Timeout", "TimingMetrics", "TooManyHandles", "error_class", "library_version",
 ]

@@ -8,13 +8,14 @@ import os
 import threading
 import weakref
 from ctypes import c_size_t, c_uint32, c_void_p
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Union
 
 from ._constants import DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
 from ._pump import Pump
 from ._lib import ProgressCallback, check, lib, take_string
 from ._log import LogTarget, forget, logging_to
 from ._structs import Stats, StatsStruct, from_struct, new_struct
+from .embeddings import EmbeddingInput, Embeddings, from_response, request_body
 from .errors import InvalidArgument, InvalidHandle
 from .request import Request
 
@@ -74,7 +75,8 @@ class Engine:
     """An ember engine (``engine_new``): loads the model and starts serving.
 
     ``config`` is the JSON object of ``engine_new`` (docs/c_api.md lists its keys), as a dict or as text; None
-    takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``).
+    takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an
+    encoder model (``bert``, ``nomic-bert``) the engine serves :meth:`embed` only.
     ``progress``, when given, is called with the fraction loaded (0 to 1) on this thread while the model loads;
     returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an exception it raises stops the load
     and is raised here. ``log``, when given, receives the engine's log lines: a ``logging.Logger`` (ember's levels
@@ -139,6 +141,41 @@ class Engine:
             check("engine_submit", status)
         inbox.handle = out.value
         return Request(self, out.value, key, inbox, chunks)
+
+    # --- embeddings (an encoder model) ----------------------------------------------------------------------
+
+    def embed(self, input: EmbeddingInput, *, dimensions: Optional[int] = None,
+              pooling: Optional[Literal["mean", "cls", "last"]] = None, normalize: bool = True,
+              priority: Optional[int] = None,
+              encoding_format: Optional[Literal["float", "base64"]] = None) -> Embeddings:
+        """Embeds ``input``: a text, a sequence of texts, one input's token ids, or a sequence of inputs' token ids
+        (taken as given: no ``[CLS]``/``[SEP]`` added), and waits for the vectors (in C, without the GIL). The
+        engine's model must be an encoder (``bert``, ``nomic-bert``; docs/embeddings.md). Many threads may call at
+        once: their inputs share forward passes, and a vector does not depend on what it was batched with.
+
+        ``dimensions``: keep the first N numbers of each vector (then normalize); ``pooling``: instead of the
+        file's; ``normalize``: unit length (the default) or the pooled vector as the model computes it;
+        ``priority``: higher is served first. ``encoding_format`` is only how the numbers travel: the vectors are
+        the same float32 either way; by default ``"base64"``, the smaller and faster to decode.
+
+        Raises :class:`ember.InvalidRequest` (its message names the field at fault, or says the engine's model
+        generates text), :class:`ember.Overloaded` (``max_waiting_requests`` wait already: retry later),
+        :class:`ember.InvalidHandle` (closed), and ``TypeError`` for an ``input`` of another type."""
+        handle = self._live("engine_embed")
+        body = request_body(input, dimensions=dimensions, pooling=pooling, normalize=normalize, priority=priority,
+                            encoding_format=encoding_format)
+        return from_response(self._embed(handle, _encode("engine_embed", body)))
+
+    def embed_json(self, request_json: str) -> str:
+        """``engine_embed`` as it is: the JSON text of a ``POST /v1/embeddings`` body in (every field of
+        docs/embeddings.md, unknown ones refused by name), the response body's JSON text out, what an HTTP server
+        returns. Raises as :meth:`embed` does."""
+        handle = self._live("engine_embed")
+        return self._embed(handle, _encode("engine_embed", request_json))
+
+    @staticmethod
+    def _embed(handle: int, data: bytes) -> str:
+        return take_string("engine_embed", lambda out: lib.engine_embed(handle, data, out))
 
     # --- the model's tokenizer and template -----------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, Optional, Type
 
 from ._constants import Status
@@ -11,8 +12,11 @@ from ._constants import Status
 class Error(Exception):
     """A failed ember call: ``op`` (the C function), ``status`` and ember's message.
 
-    After :class:`InvalidRequest` and :class:`Overloaded` the message is an OpenAI error body, which ``body``
-    holds parsed (``{"error": {"message", "type", "param", "code"}}``), ready to return from an HTTP server.
+    When :meth:`ember.Engine.submit` or :meth:`ember.Engine.apply_chat_template` refuses a body
+    (:class:`InvalidRequest`, :class:`Overloaded`), the message is an OpenAI error body, which ``body`` holds parsed
+    (``{"error": {"message", "type", "param", "code"}}``), ready to return from an HTTP server. Otherwise the
+    message is a sentence and ``body`` is ``None``; :meth:`ember.Engine.embed`'s refusals start with the field at
+    fault (``"dimensions: ..."``).
     """
 
     #: The status this class stands for (``None`` for :class:`Error` itself and :class:`RequestFailed`).
@@ -157,10 +161,16 @@ def error_class(status: int) -> Type[Error]:
     return _BY_STATUS.get(status, Error)
 
 
+#: The C function's name that ember puts before a message that is a sentence (``"engine_embed: dimensions: ..."``).
+_FUNCTION_PREFIX = re.compile(r"engine_[a-z_]+: ")
+
+
 def from_status(op: str, status: int, message: str) -> Error:
-    """The exception for a failed call of ``op``."""
+    """The exception for a failed call of ``op``; its message without ember's prefix, which names the C function
+    (the exception's text begins with ``op`` already)."""
     try:
         known: Optional[Status] = Status(status)
     except ValueError:
         known = None
-    return error_class(status)(op, known, message)
+    prefix = _FUNCTION_PREFIX.match(message)
+    return error_class(status)(op, known, message[prefix.end():] if prefix else message)
