@@ -271,8 +271,12 @@ func TestDecodeEmbeddings(t *testing.T) {
 	if err != nil || len(vectors) != 2 || vectors[0][0] != 1 || vectors[0][1] != 2 || vectors[1][1] != -1 {
 		t.Errorf("vectors %v, err %v", vectors, err)
 	}
-	for _, bad := range []string{`{"data": [{"index": 1, "embedding": []}]}`, `{"data": [{"index": 0, "embedding": "AAA"}]}`,
-		`{"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}`, `[]`} {
+	for _, bad := range []string{
+		`{"data": [{"index": 1, "embedding": []}]}`,
+		`{"data": [{"index": 0, "embedding": "AAA"}]}`,
+		`{"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}`,
+		`[]`,
+	} {
 		if _, err := DecodeEmbeddings([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
