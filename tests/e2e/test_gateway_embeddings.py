@@ -174,8 +174,8 @@ class EmbeddingsTest(unittest.TestCase):
 
     def test_ollama_embed_gives_the_same_vectors(self):
         texts = ["Why is the sky blue?", "Why is the grass green?"]
-        request = urllib.request.Request(url + "/api/embed", data=json.dumps({"model": MODEL_ID, "input": texts}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps({"model": MODEL_ID, "input": texts}).encode()
+        request = urllib.request.Request(url + "/api/embed", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
             ollama = json.load(response)
         openai_vectors = client.embeddings.create(model=MODEL_ID, input=texts, encoding_format="float")
