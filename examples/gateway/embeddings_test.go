@@ -28,12 +28,25 @@ import (
 const bgeWidth = 384
 
 var encoder struct {
+	fileOnce sync.Once
+	dir      string // the temporary directory of the synthetic file; "" for none
+	path     string
+	fileErr  error
+
 	once   sync.Once
-	dir    string // the temporary directory of the synthetic file; "" for none
-	path   string
 	engine *ember.Engine
 	server *httptest.Server
 	err    error
+}
+
+// encoderModel is the encoder file, written on first use.
+func encoderModel(t *testing.T) string {
+	t.Helper()
+	encoder.fileOnce.Do(func() { encoder.path, encoder.fileErr = encoderModelPath() })
+	if encoder.fileErr != nil {
+		t.Fatal(encoder.fileErr)
+	}
+	return encoder.path
 }
 
 // encoderModelPath is EMBER_ENCODER_MODEL, else a synthetic bge-small written by ember-cli (EMBER_CLI, else
@@ -69,11 +82,9 @@ func encoderModelPath() (string, error) {
 // encoderServer is a gateway over an encoder engine, started once, with the tests' limits.
 func encoderServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	path := encoderModel(t)
 	encoder.once.Do(func() {
-		if encoder.path, encoder.err = encoderModelPath(); encoder.err != nil {
-			return
-		}
-		encoder.engine, encoder.err = ember.NewEngine(ember.Config{Model: encoder.path, Threads: 2,
+		encoder.engine, encoder.err = ember.NewEngine(ember.Config{Model: path, Threads: 2,
 			ServedModelName: "bge-test"})
 		if encoder.err != nil {
 			return
@@ -232,11 +243,7 @@ func TestEmbedParam(t *testing.T) {
 
 // The embedder's backpressure reaches the client as the completions' does: 503, Retry-After, code "overloaded".
 func TestEmbeddingsOverloadedIs503(t *testing.T) {
-	path, err := encoderModelPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := ember.NewEngine(ember.Config{Model: path, Threads: 2, MaxWaitingRequests: 1})
+	engine, err := ember.NewEngine(ember.Config{Model: encoderModel(t), Threads: 2, MaxWaitingRequests: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
