@@ -1,6 +1,7 @@
 # ember's Go side, included from the root Makefile (`include go.mk`).
 #   make go-test    build the release library; go vet and go test the binding (static under -race, then shared) and the
-#                   gateway on the real model; then the end-to-end test with the official OpenAI Python client
+#                   gateway on the real model, their embeddings on a synthetic bge-small (ember-cli synthetic); then the
+#                   end-to-end tests with the official OpenAI Python client (generation, and embeddings)
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
 #   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
@@ -18,6 +19,8 @@ GO_EMBER_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 GO_EMBER_LIB_DIR := $(GO_EMBER_TARGET_DIR)/release
 GO_EMBER_GATEWAY := $(GO_EMBER_TARGET_DIR)/go/ember-gateway
 GO_EMBER_GEMMA3 := $(abspath models/gemma-3-270m-q4_k_m.gguf)
+# The tests of embeddings write their encoder model with it (ember-cli synthetic, llama.cpp's BERT vocabulary).
+GO_EMBER_CLI := $(GO_EMBER_LIB_DIR)/ember-cli
 
 # GOTOOLCHAIN=local: go.mod says `go 1.23`, and without it Go would try to download a toolchain. The binding's
 # own link flags point at target/release; CGO_LDFLAGS comes first, so a CARGO_TARGET_DIR elsewhere wins (the
@@ -28,23 +31,28 @@ GO_ENV := GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$(GO_EMBER_LIB_DIR) -Wl
 # unlinked until the cache is cleared. A link flag naming the archive's hash makes each change relink.
 GO_RELINK = -ldflags=-X=main.emberArchive=$(shell sha256sum $(GO_EMBER_LIB_DIR)/libember.a 2>/dev/null | cut -c1-16)
 
-.PHONY: go-lib go-test gateway go-bench test-scale
+.PHONY: go-lib go-cli go-test gateway go-bench test-scale
 
 # The libraries (c.mk's c-lib: also the SONAME link the shared build loads).
 go-lib: c-lib
 
+go-cli:
+	$(CARGO) build --release --bin ember-cli
+
 gateway: go-lib
 	cd examples/gateway && $(GO_ENV) $(GO) build $(GO_RELINK) -o $(GO_EMBER_GATEWAY) .
 
-go-test: model templates gateway
+go-test: model templates vocabs gateway go-cli
 	@gofmt="$$($(GO) env GOROOT)/bin/gofmt"; unformatted="$$($$gofmt -l bindings/go examples/gateway)"; \
 		[ -z "$$unformatted" ] || { echo "gofmt would change: $$unformatted" >&2; exit 1; }
 	cd bindings/go && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) vet -tags ember_shared ./...
-	cd bindings/go && $(GO_ENV) $(GO) test $(GO_RELINK) -race -count=1 ./... && $(GO_ENV) $(GO) test -count=1 -tags ember_shared ./...
-	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./...
+	cd bindings/go && $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -race -count=1 ./... && \
+		$(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test -count=1 -tags ember_shared ./...
+	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
+	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_embeddings.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
-	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) $(GO) test $(GO_RELINK) -count=1 ./...
+	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_MODEL=$(GO_EMBER_GEMMA3) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 
 go-bench: model gateway

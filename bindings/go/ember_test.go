@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 	shared = engine
 	code := m.Run()
 	engine.Close()
+	removeEncoderModel()
 	os.Exit(code)
 }
 

@@ -74,6 +74,10 @@ static inline EmberStatus ember_go_model_info(uintptr_t engine, char **out) {
     return engine_model_info_json((const EmberEngine *)engine, out);
 }
 
+static inline EmberStatus ember_go_embed(uintptr_t engine, const char *request_json, char **out) {
+    return engine_embed((EmberEngine *)engine, request_json, out);
+}
+
 static inline EmberStatus ember_go_submit_with_user_data(uintptr_t engine, const char *request_json,
                                                           uint64_t user_data, uint32_t delivery, uintptr_t *out) {
     EmberRequest *request = NULL;

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"ember"
 )
@@ -61,9 +62,15 @@ func engineError(err error) apiError {
 	var failed *ember.RequestFailedError
 	switch {
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusOverloaded:
-		// Too many requests wait to start (the engine's max_waiting_requests): nothing was queued. The message
-		// is the OpenAI body, code "overloaded".
-		return apiError{status: http.StatusServiceUnavailable, body: []byte(emberErr.Message), retryAfter: true}
+		// Too many requests wait to start (the engine's max_waiting_requests): nothing was queued. engine_submit's
+		// message is the OpenAI body, code "overloaded"; engine_embed's is a sentence, put in such a body.
+		if isErrorBody(emberErr.Message) {
+			return apiError{status: http.StatusServiceUnavailable, body: []byte(emberErr.Message), retryAfter: true}
+		}
+		e := newAPIError(http.StatusServiceUnavailable, "server_error", engineMessage(emberErr), "")
+		e.body = withCode(e.body, "overloaded")
+		e.retryAfter = true
+		return e
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidRequest:
 		// The message is already the OpenAI body (include/ember.h, EMBER_STATUS_INVALID_REQUEST). Its type
 		// tells a refused request from an engine that has shut down (docs/protocol.md, "Errors").
@@ -75,7 +82,9 @@ func engineError(err error) apiError {
 			}
 			return apiError{status: status, body: []byte(emberErr.Message)}
 		}
-		return invalidRequest(emberErr.Message, "")
+		// A sentence: the refusal of a call that an engine serving embeddings only does not serve (or the
+		// reverse), or of a token id.
+		return invalidRequest(engineMessage(emberErr), "")
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidUTF8:
 		return invalidRequest("the request body is not valid UTF-8", "")
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidHandle:
@@ -85,4 +94,28 @@ func engineError(err error) apiError {
 		return newAPIError(http.StatusInternalServerError, "server_error", failed.Message, "")
 	}
 	return newAPIError(http.StatusInternalServerError, "server_error", err.Error(), "")
+}
+
+// isErrorBody says whether an engine message is an OpenAI error body (engine_submit's refusals) rather than a
+// sentence (the other calls').
+func isErrorBody(message string) bool {
+	var body errorObject
+	return json.Unmarshal([]byte(message), &body) == nil && body.Error.Message != ""
+}
+
+// engineMessage is an engine error's sentence without the C function's name that starts it
+// ("engine_embed: dimensions: ..." becomes "dimensions: ..."): HTTP clients call routes, not functions.
+func engineMessage(e *ember.Error) string {
+	return strings.TrimPrefix(e.Message, e.Op+": ")
+}
+
+// withCode sets the `code` of an OpenAI error body.
+func withCode(body []byte, code string) []byte {
+	var e errorObject
+	if json.Unmarshal(body, &e) != nil {
+		return body
+	}
+	e.Error.Code = &code
+	out, _ := json.Marshal(e) // cannot fail: strings only
+	return out
 }

@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testServer.Close()
 	engine.Close()
+	stopEncoder()
 	os.Exit(code)
 }
 

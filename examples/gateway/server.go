@@ -1,9 +1,11 @@
 package main
 
-// The gateway's HTTP routes, except the two completion endpoints (completions.go).
+// The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
+// (tokenize.go), and the embeddings routes (embeddings.go).
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -58,6 +60,8 @@ func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.counted("chat", http.MethodPost, s.completions(endpointChat)))
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
+	mux.HandleFunc("/v1/embeddings", s.counted("embeddings", http.MethodPost, s.embeddings))
+	mux.HandleFunc("/api/embed", s.counted("api_embed", http.MethodPost, s.ollamaEmbed))
 	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
 	mux.HandleFunc("/tokenize", s.counted("tokenize", http.MethodPost, s.tokenize))
 	mux.HandleFunc("/detokenize", s.counted("detokenize", http.MethodPost, s.detokenize))
@@ -93,15 +97,25 @@ func writeJSON(w http.ResponseWriter, status int, value any) int {
 }
 
 // models lists the one model this gateway serves, as OpenAI's GET /v1/models does, with vLLM's max_model_len
-// (the longest request the engine takes, prompt and output tokens together).
+// (the longest request the engine takes, prompt and output tokens together) for a model that generates text.
 func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
+	model := map[string]any{"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember"}
 	maxModelLen, err := s.maxModelLen()
-	if err != nil {
+	switch {
+	case err == nil:
+		model["max_model_len"] = maxModelLen
+	case servesEmbeddingsOnly(err):
+		// An encoder: no generation, no max_model_len (its inputs' limit is per input: docs/embeddings.md).
+	default:
 		return engineError(err).write(w)
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember", "max_model_len": maxModelLen,
-	}}})
+	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model}})
+}
+
+// servesEmbeddingsOnly says whether err, from a call that reads no request (ModelInfo, MetricsText, Stats), is
+// its refusal by an engine whose model is an encoder: the one StatusInvalidRequest such a call returns.
+func servesEmbeddingsOnly(err error) bool {
+	return errors.Is(err, ember.StatusInvalidRequest)
 }
 
 // health says whether the gateway takes requests, how many it has in flight, and what the engine itself holds
@@ -144,9 +158,10 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) int {
 // prometheus serves the gateway's own counters, then the engine's metrics (engine_metrics_text).
 func (s *server) prometheus(w http.ResponseWriter, _ *http.Request) int {
 	engineText, err := s.engine.MetricsText()
-	if err != nil {
+	if err != nil && !servesEmbeddingsOnly(err) {
 		return engineError(err).write(w)
 	}
+	// An encoder engine has no generation metrics: the gateway's own follow alone.
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w)
 	s.writeLimitGauges(w)
