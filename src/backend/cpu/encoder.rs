@@ -9,8 +9,10 @@
 
 use std::fmt;
 
+use half::f16;
+
 use super::kernels::numerics::tanh;
-use super::kernels::{kernels, BlockQ8A, Kernels, WeightMatrix};
+use super::kernels::{kernels, BlockQ8A, CacheRun, Kernels, WeightMatrix};
 use super::model_weights::Matrix;
 use super::parallel::{parallel_matmul, parallel_rows_mut, Activations, MatmulJob};
 use super::pool::ThreadPool;
@@ -121,6 +123,9 @@ pub struct CpuEncoder<'m> {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
+    /// `[T][n_embd]`: keys and values rounded to f16, as the attention kernels read them.
+    k16: Vec<f16>,
+    v16: Vec<f16>,
     /// `[T][n_ff]`: the FFN's up projection, then its GELU; and `[n_ff]` ones (GELU is `gelu_mul` by 1). SwiGLU's
     /// gate projection in `gate` (empty otherwise).
     ff: Vec<f32>,
@@ -272,6 +277,8 @@ impl<'m> CpuEncoder<'m> {
             k: vec![0.0; t * d],
             v: vec![0.0; t * d],
             att: vec![0.0; t * d],
+            k16: vec![f16::ZERO; t * d],
+            v16: vec![f16::ZERO; t * d],
             ff: vec![0.0; t * ff],
             gate: match config.ffn {
                 EncoderFfn::SwiGlu => vec![0.0; t * ff],
@@ -499,30 +506,32 @@ impl<'m> CpuEncoder<'m> {
         add_bias_rows(out, b);
     }
 
-    /// `att = softmax(q·kᵀ / √head_dim)·v` per head within each input, parallel by query rows.
+    /// `att = softmax(q·kᵀ / √head_dim)·v` per head within each input, parallel by query rows, through the
+    /// decoder's f16 attention kernels (one arithmetic on every path): keys and values are rounded to f16 first, as
+    /// llama.cpp's attention takes them.
     fn attention(&mut self, spans: &[(usize, usize)], t: usize) {
         let (d, head_dim) = (self.config.n_embd, self.config.head_dim());
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let (q, k, v, kernels) = (&self.q[..t * d], &self.k[..t * d], &self.v[..t * d], self.kernels);
+        for (src, dst) in [(&self.k, &mut self.k16), (&self.v, &mut self.v16)] {
+            dst[..t * d].iter_mut().zip(&src[..t * d]).for_each(|(h, &x)| *h = f16::from_f32(x));
+        }
+        let (q, k, v, kernels) = (&self.q[..t * d], &self.k16[..t * d], &self.v16[..t * d], self.kernels);
         let longest = spans.iter().map(|s| s.1).max().unwrap_or(0);
         parallel_rows_mut(&self.pool, &mut self.att[..t * d], d, &|rows, out| {
             let mut scores = vec![0f32; longest];
+            let mut query = vec![0f32; head_dim];
             for (row, out_row) in rows.zip(out.chunks_exact_mut(d)) {
                 let &(start, len) = spans.iter().find(|&&(s, n)| row >= s && row < s + n).expect("a row of an input");
                 for h in 0..d / head_dim {
-                    let cols = h * head_dim..(h + 1) * head_dim;
-                    let query = &q[row * d..][cols.clone()];
-                    for (j, score) in scores[..len].iter_mut().enumerate() {
-                        let key = &k[(start + j) * d..][cols.clone()];
-                        *score = dot(query, key) * scale;
-                    }
+                    let col = h * head_dim;
+                    query.iter_mut().zip(&q[row * d + col..][..head_dim]).for_each(|(o, &x)| *o = x * scale);
+                    let keys = CacheRun { rows: &k[start * d + col..], width: head_dim, stride: d, n: len };
+                    kernels.attention_scores_f16(&query, keys, &mut scores[..len], len);
                     kernels.softmax_inplace(&mut scores[..len]);
-                    let out_head = &mut out_row[cols.clone()];
+                    let out_head = &mut out_row[col..col + head_dim];
                     out_head.fill(0.0);
-                    for (j, &p) in scores[..len].iter().enumerate() {
-                        let value = &v[(start + j) * d..][cols.clone()];
-                        out_head.iter_mut().zip(value).for_each(|(o, &x)| *o += p * x);
-                    }
+                    let values = CacheRun { rows: &v[start * d + col..], width: head_dim, stride: d, n: len };
+                    kernels.attention_values_f16(&scores[..len], len, values, out_head);
                 }
             }
         });
