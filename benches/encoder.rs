@@ -23,7 +23,8 @@ fn main() {
         Some("q8") => Precision::Quantized8,
         _ => Precision::Float32,
     };
-    let vocab_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab/ggml-vocab-bert-bge.gguf");
+    let vocab_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab/ggml-vocab-bert-bge.gguf");
     let vocab = GgufFile::open(&vocab_path).expect("run scripts/llamacpp/fetch-vocabs.sh");
     let bytes = SyntheticEncoder::family(&family, 1, layers).expect("a family").writer(&vocab).to_bytes();
     let file = GgufFile::from_bytes(&bytes).unwrap();
