@@ -11,6 +11,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::encoder_body::{known_object, priority_and_names};
 use super::error::{ApiError, OVERLOADED};
 use crate::engine::embed::{EmbedError, EmbedOutput, EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
@@ -29,12 +30,7 @@ pub fn embeddings_json(embedder: &Embedder, model_name: &str, json: &str) -> Res
 
 /// The request body as an embedder request, and whether the vectors go back in base64.
 pub fn parse(embedder: &Embedder, json: &str) -> Result<(EmbedRequest, bool), ApiError> {
-    let body: Value =
-        serde_json::from_str(json).map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
-    let Value::Object(body) = body else { return Err(ApiError::malformed("the body is not a JSON object")) };
-    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(unknown.as_str(), format!("{unknown}: not a field of an embeddings request")));
-    }
+    let body = known_object(json, &FIELDS, "an embeddings request")?;
     let inputs = inputs(embedder, &body)?;
     let mut request = EmbedRequest::new(inputs);
     let base64 = match body.get("encoding_format") {
@@ -57,17 +53,7 @@ pub fn parse(embedder: &Embedder, json: &str) -> Result<(EmbedRequest, bool), Ap
     if let Some(v) = body.get("normalize").filter(|v| !v.is_null()) {
         request.normalize = v.as_bool().ok_or_else(|| ApiError::invalid("normalize", "normalize: true or false"))?;
     }
-    if let Some(v) = body.get("priority").filter(|v| !v.is_null()) {
-        request.priority = v
-            .as_i64()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| ApiError::invalid("priority", "priority: an integer in the 32-bit range"))?;
-    }
-    for (key, v) in [("model", body.get("model")), ("user", body.get("user"))] {
-        if v.is_some_and(|v| !v.is_null() && !v.is_string()) {
-            return Err(ApiError::invalid(key, format!("{key}: a string")));
-        }
-    }
+    request.priority = priority_and_names(&body)?;
     Ok((request, base64))
 }
 

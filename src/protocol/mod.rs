@@ -8,6 +8,7 @@ mod auto_stream;
 mod call_reader;
 mod call_syntax;
 pub mod embeddings;
+mod encoder_body;
 mod error;
 mod fields;
 mod forced_call;

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::embeddings::api_error;
+use super::encoder_body::{known_object, priority_and_names};
 use super::error::ApiError;
 use crate::engine::embed::{EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
@@ -49,12 +50,7 @@ struct Response<'a> {
 
 /// Answers a rerank request body with its response body, or the error to send.
 pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<String, ApiError> {
-    let body: Value =
-        serde_json::from_str(json).map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
-    let Value::Object(body) = body else { return Err(ApiError::malformed("the body is not a JSON object")) };
-    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(unknown.as_str(), format!("{unknown}: not a field of a rerank request")));
-    }
+    let body = known_object(json, &FIELDS, "a rerank request")?;
     let query =
         body.get("query").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("query", "query: a string"))?;
     let documents: Vec<&str> = match body.get("documents") {
@@ -89,17 +85,7 @@ pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<
     };
     let mut request =
         EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(pairs(embedder, query, &documents)) };
-    if let Some(v) = body.get("priority").filter(|v| !v.is_null()) {
-        request.priority = v
-            .as_i64()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| ApiError::invalid("priority", "priority: an integer in the 32-bit range"))?;
-    }
-    for key in ["model", "user"] {
-        if body.get(key).is_some_and(|v| !v.is_null() && !v.is_string()) {
-            return Err(ApiError::invalid(key, format!("{key}: a string")));
-        }
-    }
+    request.priority = priority_and_names(&body)?;
     let output = embedder.embed(request).map_err(|e| match api_error(&e) {
         // The pairs are the request's documents.
         ApiError { param: Some(p), .. } if p.starts_with("input[") => {
