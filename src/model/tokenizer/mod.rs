@@ -84,6 +84,7 @@ pub struct Tokenizer {
     sep_id: Option<TokenId>,
     add_bos: bool,
     add_sep: bool,
+    add_eos: bool,
     /// The fill-in-the-middle tokens (prefix, suffix, middle), when the vocabulary names all three.
     fim: Option<FimTokens>,
     /// The end-of-generation tokens, ascending, without duplicates.
@@ -180,6 +181,8 @@ impl Tokenizer {
             sep_id,
             add_bos: spec.add_bos,
             add_sep: spec.add_sep,
+            // A file asking for an EOS it does not name gets none (llama.cpp appends its null token nowhere either).
+            add_eos: spec.add_eos && eos_id.is_some(),
             fim,
             eog_ids,
         })
@@ -340,6 +343,12 @@ impl Tokenizer {
     /// adds it.
     pub fn add_sep(&self) -> bool {
         self.add_sep
+    }
+
+    /// Whether embedding inputs end with EOS (`tokenizer.ggml.add_eos_token`, with an EOS id); `encode` never adds
+    /// it, and generation prompts never get it.
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
     }
 
     /// The tokens that end generation, ascending: EOS, EOT, and every control token whose text is a known

@@ -27,6 +27,7 @@ pub mod keys {
     pub const SEP_ID: &str = "tokenizer.ggml.seperator_token_id";
     pub const CLS_ID: &str = "tokenizer.ggml.cls_token_id";
     pub const ADD_SEP: &str = "tokenizer.ggml.add_sep_token";
+    pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
     pub const NORMALIZER_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
     pub const NORMALIZER_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 }
@@ -94,6 +95,9 @@ pub struct TokenizerSpec<'a> {
     pub sep_id: Option<TokenId>,
     /// `tokenizer.ggml.add_sep_token`: whether inputs end with the separator (true for WordPiece when absent).
     pub add_sep: bool,
+    /// `tokenizer.ggml.add_eos_token`: whether inputs end with EOS (embedding models such as Qwen3-Embedding, whose
+    /// last-token pooling reads the vector at that EOS; false when absent).
+    pub add_eos: bool,
     /// `tokenizer.ggml.normalizer.lowercase` and `.strip_accents` (WordPiece; `None` when absent, see
     /// `wordpiece.rs`).
     pub lowercase: Option<bool>,
@@ -122,6 +126,7 @@ impl<'a> TokenizerSpec<'a> {
             fim_mid_id: None,
             sep_id: None,
             add_sep: false,
+            add_eos: false,
             lowercase: None,
             strip_accents: None,
         }
@@ -181,6 +186,7 @@ impl<'a> TokenizerSpec<'a> {
             fim_mid_id: file.optional(keys::FIM_MID_ID, GgufFile::u32)?,
             sep_id,
             add_sep: file.optional(keys::ADD_SEP, GgufFile::bool)?.unwrap_or(wordpiece),
+            add_eos: file.optional(keys::ADD_EOS, GgufFile::bool)?.unwrap_or(false),
             lowercase: file.optional(keys::NORMALIZER_LOWERCASE, GgufFile::bool)?,
             strip_accents: file.optional(keys::NORMALIZER_STRIP_ACCENTS, GgufFile::bool)?,
         })
