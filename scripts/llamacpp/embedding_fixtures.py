@@ -30,7 +30,16 @@ TEXTS = [
 ]
 # (fixture, family, seed, layers)
 FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2),
-            ("nomic-embed", "nomic-embed", 3, 2), ("bge-small-rerank", "bge-small-rerank", 4, 2)]
+            ("nomic-embed", "nomic-embed", 3, 2), ("bge-small-rerank", "bge-small-rerank", 4, 2),
+            ("qwen3-embedding", "qwen3-embedding", 5, 2), ("qwen3-reranker", "qwen3-reranker", 6, 2)]
+# Decoder embedders (src/model/encoder/synthetic_decoder.rs): Qwen 3's layers, a byte vocabulary, causal attention.
+DECODERS = {"qwen3-embedding", "qwen3-reranker"}
+# Qwen3-Reranker's pair prompt, as the synthetic file stores it (llama.cpp's converter's template).
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a "
+    "web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: "
+    "{document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
 # A reranker's query and candidates: each pair is `[CLS] query [SEP] document [SEP]` (Hugging Face's input for a
 # BERT cross-encoder; llama-server leaves out the last [SEP] for WordPiece vocabularies), passed to llama.cpp as ids.
 QUERY = "What is the capital of France?"
@@ -63,7 +72,11 @@ def main():
         if family.endswith("-rerank"):
             write_rerank_fixture(tool, model, name, family, seed, layers)
             continue
-        out = subprocess.run([tool, model] + TEXTS, check=True, capture_output=True, text=True).stdout
+        if family == "qwen3-reranker":
+            write_decoder_rerank_fixture(tool, model, name, family, seed, layers)
+            continue
+        mode = ["--decoder"] if family in DECODERS else []
+        out = subprocess.run([tool, model] + mode + TEXTS, check=True, capture_output=True, text=True).stdout
         results = json.loads(out)
         fixture = {"family": family, "layers": layers, "seed": seed,
                    "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, "
@@ -94,6 +107,25 @@ def write_rerank_fixture(tool, model, name, family, seed, layers):
         json.dump(fixture, f, ensure_ascii=False)
         f.write("\n")
     print(name, scores)
+
+
+def write_decoder_rerank_fixture(tool, model, name, family, seed, layers):
+    """Qwen3-Reranker's way: each pair is the template filled in (as llama-server's format_prompt_rerank), tokenized
+    with special tokens parsed; the scores are the softmax of the "yes" and "no" rows at the last token."""
+    prompts = [QWEN3_RERANK_TEMPLATE.replace("{query}", QUERY).replace("{document}", d) for d in DOCUMENTS]
+    out = subprocess.run([tool, model, "--decoder", "--prompt"] + prompts, check=True, capture_output=True,
+                         text=True).stdout
+    results = json.loads(out)
+    fixture = {"family": family, "layers": layers, "seed": seed,
+               "source": "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, "
+                         "scripts/llamacpp/embeddings.cpp --decoder --prompt",
+               "query": QUERY,
+               "pairs": [{"document": d, "ids": r["ids"], "scores": [round(v, 6) for v in r["embedding"]]}
+                         for d, r in zip(DOCUMENTS, results)]}
+    with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+        json.dump(fixture, f, ensure_ascii=False)
+        f.write("\n")
+    print(name, [r["embedding"] for r in results])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 // Sentence embeddings from llama.cpp, as llama-embedding computes them: loads a GGUF embedding model, tokenizes each
 // text argument with the model's vocabulary (special tokens added: BERT's [CLS] ... [SEP]), encodes all of them in
 // one batch (one sequence each), and prints one JSON object per text: its token ids and its pooled embedding (the
-// file's pooling type, not normalized). Built by scripts/llamacpp/embedding_fixtures.py against the libllama of
+// file's pooling type, not normalized). `--ids` takes comma-separated token ids instead of texts; `--prompt` tokenizes
+// each text as llama-server tokenizes a reranker's filled-in pair prompt (special tokens parsed, none added). A
+// decoder embedder (Qwen3-Embedding; `--decoder` first) runs through llama_decode with its cache cleared per text, as
+// llama-embedding runs it. Built by scripts/llamacpp/embedding_fixtures.py against the libllama of
 // scripts/llamacpp/build.sh.
 #include "llama.h"
 #include <cstdio>
@@ -17,8 +20,12 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(m);
     std::vector<std::vector<llama_token>> inputs;
     int longest = 0;
-    bool ids_given = argc > 2 && strcmp(argv[2], "--ids") == 0;
-    for (int i = ids_given ? 3 : 2; i < argc; i++) {
+    int first = 2;
+    bool decoder = argc > first && strcmp(argv[first], "--decoder") == 0;
+    first += decoder;
+    bool ids_given = argc > first && strcmp(argv[first], "--ids") == 0;
+    bool prompts = argc > first && strcmp(argv[first], "--prompt") == 0;
+    for (int i = ids_given || prompts ? first + 1 : first; i < argc; i++) {
         if (ids_given) {
             std::vector<llama_token> ids;
             for (const char * p = argv[i]; *p; ) {
@@ -32,7 +39,7 @@ int main(int argc, char ** argv) {
             continue;
         }
         std::vector<llama_token> ids(strlen(argv[i]) + 8);
-        int n = llama_tokenize(vocab, argv[i], strlen(argv[i]), ids.data(), ids.size(), true, false);
+        int n = llama_tokenize(vocab, argv[i], strlen(argv[i]), ids.data(), ids.size(), !prompts, prompts);
         if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
         ids.resize(n);
         inputs.push_back(ids);
@@ -53,7 +60,8 @@ int main(int argc, char ** argv) {
             int k = b.n_tokens++;
             b.token[k] = inputs[s][i]; b.pos[k] = i; b.n_seq_id[k] = 1; b.seq_id[k][0] = 0; b.logits[k] = 1;
         }
-        if (llama_encode(ctx, b)) { fprintf(stderr, "encode failed\n"); return 1; }
+        if (decoder) llama_memory_clear(llama_get_memory(ctx), true);
+        if (decoder ? llama_decode(ctx, b) : llama_encode(ctx, b)) { fprintf(stderr, "encode failed\n"); return 1; }
         printf(s ? ",{\"ids\":[" : "{\"ids\":[");
         for (size_t i = 0; i < inputs[s].size(); i++) printf(i ? ",%d" : "%d", inputs[s][i]);
         printf("],\"embedding\":[");

@@ -28,7 +28,7 @@ use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
 use ember::model::chat_template::ChatMessage;
-use ember::model::encoder::SyntheticEncoder;
+use ember::model::encoder::{decoder_family_writer, SyntheticEncoder, DECODER_FAMILIES};
 use ember::model::gguf::GgufFile;
 use ember::model::llama::architecture::MultiplierRule;
 use ember::model::llama::{Architecture, GraniteScales, SyntheticSpec};
@@ -248,11 +248,19 @@ fn synthetic(args: &Args) -> Result<(), String> {
             let vocab = GgufFile::open(vocab).map_err(|e| format!("{}: {e}", vocab.display()))?;
             spec.writer(&vocab)
         }
+        Some(family) if DECODER_FAMILIES.contains(&family) => {
+            let layers = args.layers.ok_or("--family needs --layers")?;
+            decoder_family_writer(family, seed, layers).ok_or("unknown decoder embedding family")?
+        }
         Some(family) => {
             let layers = args.layers.ok_or("--family needs --layers")?;
             let mut spec = SyntheticSpec::family(family, seed, layers).ok_or_else(|| {
-                let names: Vec<&str> =
-                    SyntheticSpec::FAMILIES.iter().chain(&SyntheticEncoder::FAMILIES).copied().collect();
+                let names: Vec<&str> = SyntheticSpec::FAMILIES
+                    .iter()
+                    .chain(&SyntheticEncoder::FAMILIES)
+                    .chain(&DECODER_FAMILIES)
+                    .copied()
+                    .collect();
                 format!("unknown family {family:?} ({})", names.join(", "))
             })?;
             if let Some(name) = &args.arch {

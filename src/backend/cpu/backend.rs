@@ -297,6 +297,16 @@ impl<'m> CpuBackend<'m> {
         &self.bufs[buf_index(b)][..self.step.n_tokens() * self.width(b)]
     }
 
+    /// The final-normed hidden state of row `row` of the last step (the vector the output projection would read)
+    /// into `out` (`n_embd`): what decoder embedders pool (`decoder_embed.rs`). The same kernel as the logits' norm,
+    /// so the vector is the bits the LM head sees.
+    pub fn final_hidden(&self, row: usize, out: &mut [f32]) {
+        let d = self.config.n_embd;
+        assert!(row < self.step.n_tokens() && out.len() == d, "a row of the last step, into n_embd floats");
+        let x = &self.bufs[buf_index(Buf::X)][row * d..(row + 1) * d];
+        self.kernels.rms_norm(x, self.weights.norm(Norm::Output), self.config.rms_eps, out);
+    }
+
     /// The KV cache, for the same tests (its bytes against the CUDA kernels' stores).
     #[doc(hidden)]
     pub fn kv_cache(&self) -> &CpuKvCache {

@@ -72,6 +72,8 @@ pub enum EncodeError {
     OutputLength { expected: usize, found: usize },
     /// A pooling that gives no vector per input (`none`, `rank`).
     Pooling(Pooling),
+    /// The decoder's step refused the batch (`decoder_embed.rs`; a bug: inputs are checked first).
+    Backend(String),
 }
 
 impl fmt::Display for EncodeError {
@@ -91,6 +93,7 @@ impl fmt::Display for EncodeError {
                 write!(f, "output buffer of {found} floats, {expected} expected")
             }
             EncodeError::Pooling(p) => write!(f, "pooling {:?} gives no vector per input", p.name()),
+            EncodeError::Backend(e) => write!(f, "the decoder's step failed: {e}"),
         }
     }
 }

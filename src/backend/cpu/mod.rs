@@ -3,6 +3,7 @@
 mod attention;
 mod attention_spans;
 mod backend;
+mod decoder_embed;
 mod encoder;
 mod experts;
 pub mod kernels;
@@ -15,4 +16,5 @@ pub mod pool;
 mod step;
 
 pub use backend::{default_threads, CpuBackend, CpuBackendError, CpuBackendOptions, Precision};
+pub use decoder_embed::CpuDecoderEmbedder;
 pub use encoder::{CpuEncoder, EncodeError};

@@ -18,9 +18,13 @@
 //! type 0 to every token.
 
 pub mod config;
+pub mod decoder_head;
 pub mod pooling;
 pub mod synthetic;
+pub mod synthetic_decoder;
 
 pub use config::{EncoderArch, EncoderBiases, EncoderConfig, EncoderFfn, Positions};
+pub use decoder_head::{fill_rerank_template, DecoderHead, RERANK_TEMPLATE_KEY};
 pub use pooling::{cosine_similarity, normalize, Pooling};
 pub use synthetic::SyntheticEncoder;
+pub use synthetic_decoder::{decoder_family_writer, DECODER_FAMILIES};

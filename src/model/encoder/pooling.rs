@@ -2,8 +2,10 @@
 //! values `{arch}.pooling_type` stores), L2 normalization and Matryoshka truncation, as the embedding servers apply
 //! them.
 
-/// How an input's token vectors become one vector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How an input's token vectors become one vector. Its JSON form is the name (`"mean"`, ...), as in the engine's
+/// `pooling` option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Pooling {
     /// Every token's vector, unpooled.
     None,
