@@ -46,7 +46,7 @@ fn vectors_from_shared_batches_equal_each_input_alone() {
     // A budget of 40 tokens: requests' inputs are split across batches and batches mix requests.
     let embedder = Arc::new(embedder(&file, 40));
     let tokens: Vec<Vec<u32>> = TEXTS.iter().map(|t| embedder.tokenize(t)).collect();
-    let config = embedder.encoder_config().clone();
+    let config = embedder.encoder_config().unwrap().clone();
     let mut alone = CpuEncoder::new(&file, config.clone(), 1, 64, Precision::Quantized8).unwrap();
     let reference: Vec<Vec<f32>> = tokens
         .iter()
@@ -210,7 +210,7 @@ fn rerank_orders_documents_by_the_heads_score() {
     let results = response["results"].as_array().unwrap();
     assert_eq!(results.len(), 4);
     // The encoder's own scores of the same pairs.
-    let config = reranker.encoder_config().clone();
+    let config = reranker.encoder_config().unwrap().clone();
     let mut encoder = CpuEncoder::new(&file, config, 1, 512, Precision::Quantized8).unwrap();
     let query = reranker.tokenize("What is the capital of France?");
     let pairs: Vec<Vec<u32>> = docs

@@ -40,6 +40,8 @@ type Config struct {
 	MaxWaitingRequests int `json:"max_waiting_requests,omitempty"`
 	// ServedModelName is the model_name label of the Prometheus metrics (default: the file's name without .gguf).
 	ServedModelName string `json:"served_model_name,omitempty"`
+	// Pooling serves the model as an embedding model pooling this way ("mean", "cls", "last", "rank").
+	Pooling string `json:"pooling,omitempty"`
 	// MetricsVLLMNames also writes the metrics the inference gateway's endpoint picker reads under vLLM's names.
 	MetricsVLLMNames bool `json:"metrics_vllm_names,omitempty"`
 	// MaxNumBatchedTokens is the most tokens in one engine step (default: 128 on the CPU, 2048 on a GPU).

@@ -9,9 +9,8 @@ use super::boundary::{boundary, Failure};
 use super::log::current_logger;
 use super::registry::{to_pointer, ENGINES};
 use super::status::EmberStatus;
-use crate::engine::embed::Embedder;
+use crate::engine::embed::{Embedder, Loaded};
 use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
-use crate::model::encoder::EncoderConfig;
 use crate::model::gguf::GgufFile;
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
@@ -24,9 +23,9 @@ pub struct EmberEngine {
 
 /// What an engine serves: generation (a decoder model), or embeddings (an encoder model: `engine_embed`).
 pub(super) enum Served {
-    // Boxed: the engine's handle is several times the embedder's.
+    // Both boxed: the variants' sizes differ, and an engine object is one allocation either way.
     Generator(Box<engine::Engine>),
-    Embedder(Embedder),
+    Embedder(Box<Embedder>),
 }
 
 /// What an engine handle names.
@@ -54,8 +53,9 @@ impl EngineObject {
             Some(Served::Embedder(e)) => Err(Failure::new(
                 EmberStatus::InvalidRequest,
                 format!(
-                    "this engine's model is an encoder ({}): it serves embeddings (engine_embed), not generation",
-                    e.encoder_config().arch.name()
+                    "this engine's model is an embedding model ({}): it serves embeddings (engine_embed) and reranking \
+                     (engine_rerank), not generation",
+                    e.shape().arch
                 ),
             )),
             None => Err(Failure::invalid_handle("the engine has been freed")),
@@ -161,7 +161,7 @@ unsafe fn create(
     let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
     let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
     let served = match open_encoder(&config, progress)? {
-        Some(embedder) => Served::Embedder(embedder),
+        Some(embedder) => Served::Embedder(Box::new(embedder)),
         None => Served::Generator(Box::new(start_generator(config, progress)?)),
     };
     let events = ReadyQueue::new().map_err(|e| {
@@ -185,7 +185,7 @@ unsafe fn create(
 fn open_encoder(config: &EngineConfig, progress: &mut LoadProgress<'_>) -> Result<Option<Embedder>, Failure> {
     let Ok(path) = resolve_model_path(config.model.as_deref()) else { return Ok(None) };
     let Ok(file) = GgufFile::open_with(&path, config.load) else { return Ok(None) };
-    if !EncoderConfig::is_encoder(&file) {
+    if !Loaded::is_embedding_model(&file, config.pooling) {
         return Ok(None);
     }
     if !progress.begin(file.file_len()) {

@@ -100,9 +100,9 @@ pub fn api_error(e: &EmbedError) -> ApiError {
         EmbedError::Stopped | EmbedError::Encoder(_) => ApiError::server(message),
         EmbedError::Pooling(_) | EmbedError::RankerNeedsPairs => ApiError::invalid("pooling", message),
         EmbedError::Dimensions { .. } => ApiError::invalid("dimensions", message),
-        EmbedError::InputTooLong { index, .. } | EmbedError::EmptyInput { index } => {
-            ApiError::invalid(format!("input[{index}]"), message)
-        }
+        EmbedError::InputTooLong { index, .. }
+        | EmbedError::EmptyInput { index }
+        | EmbedError::PromptTooLong { index, .. } => ApiError::invalid(format!("input[{index}]"), message),
         EmbedError::TokenOutOfRange { index, .. } => ApiError::invalid(format!("input[{index}]"), message),
         EmbedError::NoInputs | EmbedError::TooManyInputs { .. } => ApiError::invalid("input", message),
     }

@@ -17,7 +17,6 @@ use super::encoder_body::{known_object, priority_and_names};
 use super::error::ApiError;
 use crate::engine::embed::{EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
-use crate::model::TokenId;
 
 const FIELDS: [&str; 7] = ["query", "documents", "top_n", "return_documents", "model", "user", "priority"];
 
@@ -83,8 +82,8 @@ pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<
             v.as_bool().ok_or_else(|| ApiError::invalid("return_documents", "return_documents: true or false"))?
         }
     };
-    let mut request =
-        EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(pairs(embedder, query, &documents)) };
+    let inputs = embedder.rerank_inputs(query, &documents).map_err(|e| api_error(&e))?;
+    let mut request = EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(inputs) };
     request.priority = priority_and_names(&body)?;
     let output = embedder.embed(request).map_err(|e| match api_error(&e) {
         // The pairs are the request's documents.
@@ -110,19 +109,4 @@ pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<
         usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
         results,
     }))
-}
-
-/// Each document's input: the query's tokens (`[CLS] query [SEP]`) then the document's without its BOS.
-fn pairs(embedder: &Embedder, query: &str, documents: &[&str]) -> Vec<Vec<TokenId>> {
-    let query = embedder.tokenize(query);
-    let has_bos = embedder.tokenizer().add_bos() && embedder.tokenizer().bos_id().is_some();
-    documents
-        .iter()
-        .map(|d| {
-            let doc = embedder.tokenize(d);
-            let mut ids = query.clone();
-            ids.extend_from_slice(if has_bos { &doc[1..] } else { &doc });
-            ids
-        })
-        .collect()
 }

@@ -132,6 +132,10 @@ pub struct EngineConfig {
     /// The model's name in the Prometheus metrics' `model_name` label (vLLM's `--served-model-name`). `None`:
     /// the model file's name without `.gguf`, as the gateway's `/v1/models` names it.
     pub served_model_name: Option<String>,
+    /// Serve the model as an embedding model with this pooling (`"mean"`, `"cls"`, `"last"`, `"rank"`; llama.cpp's
+    /// `--pooling`): a chat model's file then gives vectors, an embedding model's file pools this way unless a
+    /// request names another. `None`: the file's `pooling_type` (a file without one generates text).
+    pub pooling: Option<crate::model::encoder::Pooling>,
     /// The metrics the inference gateway's endpoint picker reads (requests waiting and running, KV cache usage,
     /// cache configuration, prefix cache counters) also under vLLM's names (`vllm:num_requests_waiting`, ...), so
     /// that a picker configured for vLLM reads ember unchanged.
@@ -169,6 +173,7 @@ impl Default for EngineConfig {
             speculative: None,
             max_waiting_requests: None,
             served_model_name: None,
+            pooling: None,
             metrics_vllm_names: false,
             grammar_limits: GrammarLimits::default(),
         }

@@ -95,7 +95,7 @@ mod tests {
     #[test]
     fn the_keys_are_the_structs_fields() {
         let keys = config_keys();
-        assert_eq!(keys.len(), 25, "{keys:?}");
+        assert_eq!(keys.len(), 26, "{keys:?}");
         assert!(["model", "load", "threads", "seed", "enable_prefix_caching"].iter().all(|k| keys.contains(k)));
     }
 

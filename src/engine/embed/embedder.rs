@@ -1,4 +1,5 @@
-//! `Embedder`: an encoder model served to many host threads at once. Each call submits a request (one or many
+//! `Embedder`: an embedding model (an encoder, or a decoder with a pooling head: `model.rs`) served to many host
+//! threads at once. Each call submits a request (one or many
 //! inputs, already tokenized) and waits for its vectors; a background thread packs the inputs of every waiting
 //! request, highest priority first then oldest, into batches of up to `max_batch_tokens` tokens, so that many short
 //! inputs share one forward pass (the matmuls are the cost, and a batch runs each once).
@@ -11,12 +12,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::backend::cpu::{CpuEncoder, Precision};
-use crate::model::encoder::{normalize, EncoderConfig, Pooling};
+use crate::backend::cpu::Precision;
+use crate::model::encoder::{fill_rerank_template, normalize, EncoderConfig, Pooling};
 use crate::model::gguf::{GgufFile, LoadMode};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
 
+use super::model::{EmbedModel, EmbedShape, Loaded};
 use super::request::{EmbedError, EmbedOutput, EmbedRequest, EmbedTiming};
 
 /// How an embedder runs.
@@ -31,6 +33,9 @@ pub struct EmbedderConfig {
     /// Inputs in one request, at most.
     pub max_inputs: usize,
     pub precision: Precision,
+    /// The pooling of requests that name none, instead of the file's; on a decoder (a chat model's file) it makes
+    /// the model an embedder. `None`: the file's.
+    pub pooling: Option<Pooling>,
 }
 
 impl Default for EmbedderConfig {
@@ -41,6 +46,7 @@ impl Default for EmbedderConfig {
             max_waiting_requests: 1024,
             max_inputs: 2048,
             precision: Precision::Quantized8,
+            pooling: None,
         }
     }
 }
@@ -78,12 +84,14 @@ struct Shared {
     done: Condvar,
 }
 
-/// An encoder model and the thread that runs it.
+/// An embedding model and the thread that runs it.
 pub struct Embedder {
     /// The model's name in responses (`served_model_name`, else the file's name without `.gguf`).
     name: String,
     config: EmbedderConfig,
-    encoder_config: EncoderConfig,
+    shape: EmbedShape,
+    /// The encoder's configuration (`None` for a decoder model).
+    encoder_config: Option<EncoderConfig>,
     tokenizer: Arc<Tokenizer>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -97,7 +105,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Embedder {
-    /// Loads the encoder model at `path` and starts its thread.
+    /// Loads the embedding model at `path` and starts its thread.
     pub fn open(path: &std::path::Path, config: EmbedderConfig) -> Result<Self, String> {
         let file = GgufFile::open_with(path, LoadMode::Auto).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::from_file(Arc::new(file), config)
@@ -108,31 +116,27 @@ impl Embedder {
         if config.max_batch_tokens == 0 || config.max_waiting_requests == 0 || config.max_inputs == 0 {
             return Err("max_batch_tokens, max_waiting_requests and max_inputs must be at least 1".into());
         }
-        let encoder_config = EncoderConfig::from_gguf(&file).map_err(|e| e.to_string())?;
+        let loaded = Loaded::from_gguf(&file, config.pooling)?;
+        let shape = loaded.shape();
+        let encoder_config = match &loaded {
+            Loaded::Encoder(c) => Some(c.clone()),
+            Loaded::Decoder(..) => None,
+        };
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|e| e.to_string())?);
         let shared =
             Arc::new(Shared { queue: Mutex::new(Queue::default()), work: Condvar::new(), done: Condvar::new() });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<&'static str, String>>();
         let thread = {
-            let (shared, encoder_config, config) = (Arc::clone(&shared), encoder_config.clone(), config.clone());
+            let (shared, shape, config) = (Arc::clone(&shared), shape.clone(), config.clone());
             std::thread::Builder::new()
                 .name("ember-embedder".into())
-                .spawn(move || {
-                    let encoder = CpuEncoder::new(
-                        &file,
-                        encoder_config,
-                        config.threads,
-                        config.max_batch_tokens,
-                        config.precision,
-                    );
-                    match encoder {
-                        Ok(mut encoder) => {
-                            let _ = ready_tx.send(Ok(encoder.kernel_path()));
-                            run(&shared, &mut encoder);
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                        }
+                .spawn(move || match loaded.start(&file, config.threads, config.max_batch_tokens, config.precision) {
+                    Ok(mut model) => {
+                        let _ = ready_tx.send(Ok(model.kernel_path()));
+                        run(&shared, &shape, &mut model);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
                     }
                 })
                 .map_err(|e| format!("cannot start the embedder thread: {e}"))?
@@ -151,6 +155,7 @@ impl Embedder {
         Ok(Embedder {
             name: "embedder".into(),
             config,
+            shape,
             encoder_config,
             tokenizer,
             shared,
@@ -159,8 +164,9 @@ impl Embedder {
         })
     }
 
-    /// Starts an embedder for an engine configuration whose model (`file`, read from `path`) is an encoder: its
-    /// threads, `max_num_batched_tokens` (at least the model's positions, so that any input fits a batch),
+    /// Starts an embedder for an engine configuration whose model (`file`, read from `path`) is an embedding model
+    /// (`Loaded::is_embedding_model`): its threads, `pooling`, `max_num_batched_tokens` (for an encoder at least its
+    /// positions, so that any input fits a batch; a decoder's context is too long for that: 4096 unless set),
     /// `max_waiting_requests`, `served_model_name` and `activation_precision` (`auto`: f32 activations for float
     /// weights, as llama.cpp pairs them, 8-bit ones for quantized weights).
     pub fn for_engine(
@@ -178,10 +184,15 @@ impl Embedder {
             ActivationPrecision::Auto if float_weights => Precision::Float32,
             ActivationPrecision::Auto => Precision::Quantized8,
         };
-        let context = EncoderConfig::from_gguf(&file).map_err(|e| e.to_string())?.context_length;
+        let batch = config.max_num_batched_tokens.unwrap_or(4096);
+        let max_batch_tokens = match EncoderConfig::is_encoder(&file) {
+            true => batch.max(EncoderConfig::from_gguf(&file).map_err(|e| e.to_string())?.context_length),
+            false => batch,
+        };
         let embedder_config = EmbedderConfig {
             threads: if config.threads == 0 { crate::backend::cpu::default_threads() } else { config.threads },
-            max_batch_tokens: config.max_num_batched_tokens.unwrap_or(4096).max(context),
+            max_batch_tokens,
+            pooling: config.pooling,
             max_waiting_requests: config.max_waiting_requests_or_default(),
             precision,
             ..EmbedderConfig::default()
@@ -202,8 +213,14 @@ impl Embedder {
         &self.name
     }
 
-    pub fn encoder_config(&self) -> &EncoderConfig {
-        &self.encoder_config
+    /// What requests are checked against: width, vocabulary, positions, pooling, scores.
+    pub fn shape(&self) -> &EmbedShape {
+        &self.shape
+    }
+
+    /// The encoder's configuration; `None` when the model is a decoder.
+    pub fn encoder_config(&self) -> Option<&EncoderConfig> {
+        self.encoder_config.as_ref()
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -214,19 +231,52 @@ impl Embedder {
         &self.config
     }
 
-    /// The CPU kernel path the encoder runs on.
+    /// The CPU kernel path the model runs on.
     pub fn kernel_path(&self) -> &'static str {
         self.kernel_path
     }
 
-    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies (the
-    /// file's BOS and separator, where it asks for them).
+    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies, `text
+    /// <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it asks for them; llama.cpp's
+    /// tokenization with special tokens added).
     pub fn tokenize(&self, text: &str) -> Vec<TokenId> {
         let t = &self.tokenizer;
         let mut ids: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
         ids.extend(t.encode(text, false));
         ids.extend(t.sep_id().filter(|_| t.add_sep()));
+        ids.extend(t.eos_id().filter(|_| t.add_eos()));
         ids
+    }
+
+    /// Each document's input for reranking against `query`. With the file's pair prompt
+    /// (`tokenizer.chat_template.rerank`, Qwen3-Reranker's) the prompt filled in and tokenized with special tokens
+    /// parsed, as llama-server does; otherwise the query's input (`[CLS] query [SEP]`) then the document's without
+    /// its BOS (`document [SEP]`), a cross-encoder's pair.
+    pub fn rerank_inputs(&self, query: &str, documents: &[&str]) -> Result<Vec<Vec<TokenId>>, EmbedError> {
+        if let Some(template) = &self.shape.rerank_template {
+            // Any longer prompt has more tokens than the model takes: refuse it before building it.
+            let max_bytes = template.len() + 64 * self.shape.context_length.min(self.config.max_batch_tokens);
+            return documents
+                .iter()
+                .enumerate()
+                .map(|(index, d)| {
+                    let prompt = fill_rerank_template(template, query, d, max_bytes)
+                        .ok_or(EmbedError::PromptTooLong { index, max_bytes })?;
+                    Ok(self.tokenizer.encode(&prompt, true))
+                })
+                .collect();
+        }
+        let query = self.tokenize(query);
+        let has_bos = self.tokenizer.add_bos() && self.tokenizer.bos_id().is_some();
+        Ok(documents
+            .iter()
+            .map(|d| {
+                let doc = self.tokenize(d);
+                let mut ids = query.clone();
+                ids.extend_from_slice(if has_bos { &doc[1..] } else { &doc });
+                ids
+            })
+            .collect())
     }
 
     /// Checks `request`, queues it, and waits for its vectors.
@@ -234,8 +284,8 @@ impl Embedder {
         self.check(&request)?;
         let submitted = Instant::now();
         let width = match request.pooling {
-            Some(Pooling::Rank) => self.encoder_config.classifier.map_or(0, |c| c.n_out),
-            _ => self.encoder_config.n_embd,
+            Some(Pooling::Rank) => self.shape.rank_outputs.unwrap_or(0),
+            _ => self.shape.n_embd,
         };
         let pending = {
             let mut queue = lock(&self.shared.queue);
@@ -276,7 +326,7 @@ impl Embedder {
     }
 
     fn check(&self, request: &EmbedRequest) -> Result<(), EmbedError> {
-        let c = &self.encoder_config;
+        let c = &self.shape;
         if request.inputs.is_empty() {
             return Err(EmbedError::NoInputs);
         }
@@ -297,7 +347,7 @@ impl Embedder {
         }
         let pooling = request.pooling.unwrap_or(c.pooling);
         let ranks = pooling == Pooling::Rank;
-        if pooling == Pooling::None || (ranks && c.classifier.is_none()) {
+        if pooling == Pooling::None || (ranks && c.rank_outputs.is_none()) {
             return Err(EmbedError::Pooling(pooling));
         }
         // A reranker asked for vectors gives its pooled first token (its head is for scores).
@@ -328,9 +378,9 @@ impl Drop for Embedder {
 }
 
 /// The embedder thread: batch, encode, deliver, until stopped.
-fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
-    let width = encoder.config().n_embd;
-    let default_pooling = encoder.config().pooling;
+fn run(shared: &Shared, shape: &EmbedShape, encoder: &mut EmbedModel<'_>) {
+    let width = shape.n_embd;
+    let default_pooling = shape.pooling;
     let budget = encoder.max_batch_tokens();
     loop {
         // Take work: inputs of the waiting requests by priority, then arrival, up to the token budget.
@@ -396,7 +446,7 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
             let picked: Vec<usize> = (0..inputs.len()).filter(|&i| poolings[i] == kind).collect();
             let slices: Vec<&[TokenId]> = picked.iter().map(|&i| inputs[i].as_slice()).collect();
             let per_input = match kind {
-                Pooling::Rank => encoder.rank_outputs().unwrap_or(0),
+                Pooling::Rank => shape.rank_outputs.unwrap_or(0),
                 _ => width,
             };
             let mut out = vec![0f32; picked.len() * per_input];

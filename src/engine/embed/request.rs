@@ -88,6 +88,11 @@ pub enum EmbedError {
         requested: usize,
         width: usize,
     },
+    /// A reranker's pair prompt for document `index` would be longer than any input the model takes.
+    PromptTooLong {
+        index: usize,
+        max_bytes: usize,
+    },
     /// `max_waiting_requests` requests are waiting already.
     Overloaded {
         waiting: usize,
@@ -129,6 +134,11 @@ impl fmt::Display for EmbedError {
             EmbedError::Dimensions { requested, width } => {
                 write!(f, "dimensions: {requested} is not in 1..={width} (the model's width)")
             }
+            EmbedError::PromptTooLong { index, max_bytes } => write!(
+                f,
+                "input[{index}]: the rerank prompt of the query and this document would exceed {max_bytes} bytes, \
+                 more than the model takes"
+            ),
             EmbedError::Overloaded { waiting } => write!(f, "{waiting} embedding requests are waiting already"),
             EmbedError::Stopped => write!(f, "the embedder is shutting down"),
             EmbedError::Encoder(e) => write!(f, "the encoder failed: {e}"),
