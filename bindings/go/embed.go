@@ -27,8 +27,16 @@ import (
 // requests wait already (retry later); StatusInvalidHandle once the engine is closed. Unlike Submit's, these
 // messages are plain text, not OpenAI error bodies.
 func (e *Engine) Embed(requestJSON string) (string, error) {
+	return e.encoderCall("engine_embed", requestJSON, func(request *C.char, out **C.char) C.EmberStatus {
+		return C.ember_go_embed(e.handle, request, out)
+	})
+}
+
+// encoderCall runs one of the encoder's calls (engine_embed, engine_rerank): a request body in, the response body
+// out, or an *Error whose Message is the engine's sentence.
+func (e *Engine) encoderCall(op, requestJSON string, f func(request *C.char, out **C.char) C.EmberStatus) (string,
+	error) {
 	defer runtime.KeepAlive(e)
-	const op = "engine_embed"
 	if e.closed.Load() {
 		return "", closedEngine(op)
 	}
@@ -40,7 +48,7 @@ func (e *Engine) Embed(requestJSON string) (string, error) {
 	cRequest := C.CString(requestJSON)
 	defer C.free(unsafe.Pointer(cRequest))
 	var out *C.char
-	if _, err := call(op, func() C.EmberStatus { return C.ember_go_embed(e.handle, cRequest, &out) }); err != nil {
+	if _, err := call(op, func() C.EmberStatus { return f(cRequest, &out) }); err != nil {
 		return "", err
 	}
 	defer C.engine_string_free(out)

@@ -2,7 +2,7 @@ package ember
 
 // Embeddings on an encoder engine: a synthetic bge-small (two layers, 384-wide vectors, llama.cpp's real BERT
 // vocabulary) that `ember-cli synthetic` writes into a temporary directory, or EMBER_ENCODER_MODEL. The generating
-// engine of the other tests (shared) refuses Embed.
+// engine of the other tests (shared) refuses Embed. rerank_test.go writes its reranker the same way.
 
 import (
 	"context"
@@ -22,21 +22,31 @@ import (
 // bgeWidth is bge-small's hidden size: every vector's length.
 const bgeWidth = 384
 
-var encoderFile struct {
+// syntheticFile is a model file that ember-cli writes once per test run.
+type syntheticFile struct {
 	once sync.Once
 	path string
 	dir  string // the temporary directory it was written to, removed by removeEncoderModel; "" for none
 	err  error
 }
 
-// encoderModelPath is EMBER_ENCODER_MODEL, else a synthetic bge-small written once per test run by ember-cli
-// (EMBER_CLI, else target/release/ember-cli) with llama.cpp's BERT vocabulary (EMBER_LLAMACPP_VOCABS, else
-// .cache/llamacpp/vocab; `make vocabs` fetches it).
+// encoderFile is the encoder (bge-small); rerankerFile the reranker (bge-small-rerank: bge-small's layers and a
+// cross-encoder's classification head), rerank_test.go's.
+var encoderFile, rerankerFile syntheticFile
+
+// encoderModelPath is EMBER_ENCODER_MODEL, else a synthetic bge-small written once per test run.
 func encoderModelPath(t *testing.T) string {
 	t.Helper()
-	f := &encoderFile
+	return encoderFile.get(t, "EMBER_ENCODER_MODEL", "bge-small")
+}
+
+// get is the file named by the environment variable env, else a synthetic file of the family written once per
+// test run by ember-cli (EMBER_CLI, else target/release/ember-cli) with llama.cpp's BERT vocabulary
+// (EMBER_LLAMACPP_VOCABS, else .cache/llamacpp/vocab; `make vocabs` fetches it).
+func (f *syntheticFile) get(t *testing.T, env, family string) string {
+	t.Helper()
 	f.once.Do(func() {
-		if f.path = os.Getenv("EMBER_ENCODER_MODEL"); f.path != "" {
+		if f.path = os.Getenv(env); f.path != "" {
 			return
 		}
 		cli := os.Getenv("EMBER_CLI")
@@ -50,12 +60,12 @@ func encoderModelPath(t *testing.T) string {
 		if f.dir, f.err = os.MkdirTemp("", "ember-go-embed-"); f.err != nil {
 			return
 		}
-		f.path = filepath.Join(f.dir, "bge-small-synthetic.gguf")
-		out, err := exec.Command(cli, "synthetic", f.path, "--family", "bge-small", "--layers", "2", "--seed", "1",
+		f.path = filepath.Join(f.dir, family+"-synthetic.gguf")
+		out, err := exec.Command(cli, "synthetic", f.path, "--family", family, "--layers", "2", "--seed", "1",
 			"--vocab", filepath.Join(vocabs, "ggml-vocab-bert-bge.gguf")).CombinedOutput()
 		if err != nil {
 			f.err = fmt.Errorf("%s synthetic: %v: %s (build it with `cargo build --release --bin ember-cli`, "+
-				"fetch the vocabulary with `make vocabs`, or set EMBER_ENCODER_MODEL)", cli, err, out)
+				"fetch the vocabulary with `make vocabs`, or set %s)", cli, err, out, env)
 		}
 	})
 	if f.err != nil {
@@ -64,10 +74,12 @@ func encoderModelPath(t *testing.T) string {
 	return f.path
 }
 
-// removeEncoderModel deletes the synthetic file, if the tests wrote one (TestMain calls it).
+// removeEncoderModel deletes the synthetic files, if the tests wrote any (TestMain calls it).
 func removeEncoderModel() {
-	if encoderFile.dir != "" {
-		_ = os.RemoveAll(encoderFile.dir)
+	for _, f := range []*syntheticFile{&encoderFile, &rerankerFile} {
+		if f.dir != "" {
+			_ = os.RemoveAll(f.dir)
+		}
 	}
 }
 

@@ -78,6 +78,10 @@ static inline EmberStatus ember_go_embed(uintptr_t engine, const char *request_j
     return engine_embed((EmberEngine *)engine, request_json, out);
 }
 
+static inline EmberStatus ember_go_rerank(uintptr_t engine, const char *request_json, char **out) {
+    return engine_rerank((EmberEngine *)engine, request_json, out);
+}
+
 static inline EmberStatus ember_go_submit_with_user_data(uintptr_t engine, const char *request_json,
                                                           uint64_t user_data, uint32_t delivery, uintptr_t *out) {
     EmberRequest *request = NULL;

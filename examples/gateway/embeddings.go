@@ -4,7 +4,8 @@ package main
 // encoder (bert, nomic-bert: docs/embeddings.md). The first hands the body to the engine as it is (engine_embed
 // checks every field) and answers the engine's response body; the second translates Ollama's request into such a
 // body, and the vectors back into Ollama's answer. On an engine whose model generates text both are refused (400),
-// as the completion endpoints are on an encoder's. docs/go.md ("Routes") documents both.
+// as the completion endpoints are on an encoder's. docs/go.md ("Routes") documents both. rerank.go serves
+// POST /v1/rerank through the same path.
 
 import (
 	"encoding/json"
@@ -28,13 +29,20 @@ const unknownFieldSuffix = ": not a field of an embeddings request"
 
 // embeddings answers POST /v1/embeddings with the engine's response body.
 func (s *server) embeddings(w http.ResponseWriter, r *http.Request) int {
+	return s.encoderRoute(w, r, s.embed)
+}
+
+// encoderRoute answers a route whose body goes to the engine as it is and whose answer is the engine's response
+// body (/v1/embeddings, /v1/rerank): work runs the body on the engine (embed, rerank).
+func (s *server) encoderRoute(w http.ResponseWriter, r *http.Request,
+	work func(*http.Request, []byte, *byteHold) (string, *apiError, bool)) int {
 	var hold byteHold
 	defer hold.release()
 	body, bad := s.readJSONObject(w, r, &hold)
 	if bad != nil {
 		return bad.write(w)
 	}
-	response, bad, gone := s.embed(r, body, &hold)
+	response, bad, gone := work(r, body, &hold)
 	switch {
 	case gone:
 		return statusClientClosed
@@ -48,12 +56,18 @@ func (s *server) embeddings(w http.ResponseWriter, r *http.Request) int {
 	return http.StatusOK
 }
 
-// embed runs an embeddings request body on the engine, admitted to engine work on its bytes (limits.go), and
-// returns the response body; or the answer to give instead; or gone: the client left before the engine work
-// began (nothing to answer). The engine call cannot be stopped once begun: it waits for the vectors, which takes
-// a fraction of a second for a few inputs, seconds for thousands. hold (the body's bytes) is released once the
-// engine is done with them.
+// embed runs an embeddings request body on the engine (encoderWork).
 func (s *server) embed(r *http.Request, request []byte, hold *byteHold) (response string, bad *apiError, gone bool) {
+	return s.encoderWork(r, request, hold, s.engine.Embed, embedError)
+}
+
+// encoderWork runs a request body on the engine with call (Embed, RerankJSON), admitted to engine work on its
+// bytes (limits.go), and returns the response body; or the answer to give instead (failed maps call's errors);
+// or gone: the client left before the engine work began (nothing to answer). The engine call cannot be stopped
+// once begun: it waits for the vectors or scores, which takes a fraction of a second for a few inputs, seconds
+// for thousands. hold (the body's bytes) is released once the engine is done with them.
+func (s *server) encoderWork(r *http.Request, request []byte, hold *byteHold, call func(string) (string, error),
+	failed func(error) apiError) (response string, bad *apiError, gone bool) {
 	admitted, tooMuch, bad := s.admit(r, int64(len(request)))
 	switch {
 	case tooMuch:
@@ -67,32 +81,44 @@ func (s *server) embed(r *http.Request, request []byte, hold *byteHold) (respons
 	}
 	s.metrics.inFlight.Add(1)
 	defer s.metrics.inFlight.Add(-1)
-	response, err := s.engine.Embed(string(request))
+	response, err := call(string(request))
 	hold.release()
 	admitted.work.release()
 	if err != nil {
-		e := embedError(err)
+		e := failed(err)
 		return "", &e, false
 	}
 	return response, nil, false
 }
 
-// embedError maps a failure of Embed to an answer. The engine's refusals of an embeddings request are sentences
-// (not OpenAI bodies, as engine_submit's are) that start with the field at fault: 400 with that field as `param`.
-// The others are engineError's (503 with Retry-After when the engine is overloaded).
+// embedError maps a failure of Embed to an answer (encoderError).
 func embedError(err error) apiError {
+	return encoderError(err, embedParam)
+}
+
+// encoderError maps a failure of Embed or RerankJSON to an answer. The engine's refusals of such a request are
+// sentences (not OpenAI bodies, as engine_submit's are) that start with the field at fault: 400 with that field,
+// as param finds it, as `param`. The others are engineError's (503 with Retry-After when the engine is
+// overloaded).
+func encoderError(err error, param func(message string) string) apiError {
 	var emberErr *ember.Error
 	if errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidRequest && !isErrorBody(emberErr.Message) {
 		message := engineMessage(emberErr)
-		return invalidRequest(message, embedParam(message))
+		return invalidRequest(message, param(message))
 	}
 	return engineError(err)
 }
 
-// embedParam is the request field an engine refusal names first ("dimensions: ...", "input[3] has ...",
-// "foo: not a field of an embeddings request"), "" when it names none.
+// embedParam is the embeddings request field an engine refusal names first ("dimensions: ...", "input[3] has
+// ...", "foo: not a field of an embeddings request"), "" when it names none.
 func embedParam(message string) string {
-	if field, ok := strings.CutSuffix(message, unknownFieldSuffix); ok && !strings.ContainsAny(field, " :") {
+	return fieldParam(message, embedFields, unknownFieldSuffix)
+}
+
+// fieldParam is the field of fields (or, with an index, "input[3]", an item of one) that an engine refusal names
+// first, or the unknown field it refuses (a message ending in unknownSuffix); "" when it names none.
+func fieldParam(message string, fields map[string]bool, unknownSuffix string) string {
+	if field, ok := strings.CutSuffix(message, unknownSuffix); ok && !strings.ContainsAny(field, " :") {
 		return field
 	}
 	end := strings.IndexAny(message, ": ")
@@ -101,7 +127,7 @@ func embedParam(message string) string {
 	}
 	field := message[:end]
 	name, _, _ := strings.Cut(field, "[")
-	if !embedFields[name] {
+	if !fields[name] {
 		return ""
 	}
 	return field

@@ -49,13 +49,21 @@ func encoderModel(t *testing.T) string {
 	return encoder.path
 }
 
-// encoderModelPath is EMBER_ENCODER_MODEL, else a synthetic bge-small written by ember-cli (EMBER_CLI, else
-// target/release/ember-cli) with llama.cpp's BERT vocabulary (EMBER_LLAMACPP_VOCABS, else .cache/llamacpp/vocab;
-// `make vocabs` fetches it).
+// encoderModelPath is EMBER_ENCODER_MODEL, else a synthetic bge-small (writeSynthetic).
 func encoderModelPath() (string, error) {
 	if path := os.Getenv("EMBER_ENCODER_MODEL"); path != "" {
 		return path, nil
 	}
+	path, dir, err := writeSynthetic("bge-small", "EMBER_ENCODER_MODEL")
+	encoder.dir = dir
+	return path, err
+}
+
+// writeSynthetic writes a synthetic file of the family into a new temporary directory (dir, for the caller to
+// remove) with ember-cli (EMBER_CLI, else target/release/ember-cli) and llama.cpp's BERT vocabulary
+// (EMBER_LLAMACPP_VOCABS, else .cache/llamacpp/vocab; `make vocabs` fetches it); env names the variable that
+// would name a file instead.
+func writeSynthetic(family, env string) (path, dir string, err error) {
 	cli := os.Getenv("EMBER_CLI")
 	if cli == "" {
 		cli = filepath.Join("..", "..", "target", "release", "ember-cli")
@@ -64,19 +72,17 @@ func encoderModelPath() (string, error) {
 	if vocabs == "" {
 		vocabs = filepath.Join("..", "..", ".cache", "llamacpp", "vocab")
 	}
-	dir, err := os.MkdirTemp("", "ember-gateway-embed-")
-	if err != nil {
-		return "", err
+	if dir, err = os.MkdirTemp("", "ember-gateway-embed-"); err != nil {
+		return "", "", err
 	}
-	encoder.dir = dir
-	path := filepath.Join(dir, "bge-small-synthetic.gguf")
-	out, err := exec.Command(cli, "synthetic", path, "--family", "bge-small", "--layers", "2", "--seed", "1",
+	path = filepath.Join(dir, family+"-synthetic.gguf")
+	out, err := exec.Command(cli, "synthetic", path, "--family", family, "--layers", "2", "--seed", "1",
 		"--vocab", filepath.Join(vocabs, "ggml-vocab-bert-bge.gguf")).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%s synthetic: %v: %s (build it with `cargo build --release --bin ember-cli`, fetch "+
-			"the vocabulary with `make vocabs`, or set EMBER_ENCODER_MODEL)", cli, err, out)
+		return "", dir, fmt.Errorf("%s synthetic: %v: %s (build it with `cargo build --release --bin ember-cli`, "+
+			"fetch the vocabulary with `make vocabs`, or set %s)", cli, err, out, env)
 	}
-	return path, nil
+	return path, dir, nil
 }
 
 // encoderServer is a gateway over an encoder engine, started once, with the tests' limits.
@@ -97,7 +103,7 @@ func encoderServer(t *testing.T) *httptest.Server {
 	return encoder.server
 }
 
-// stopEncoder closes what encoderServer started (TestMain calls it).
+// stopEncoder closes what encoderServer and rerankerServer started (TestMain calls it).
 func stopEncoder() {
 	if encoder.server != nil {
 		encoder.server.Close()
@@ -108,6 +114,7 @@ func stopEncoder() {
 	if encoder.dir != "" {
 		_ = os.RemoveAll(encoder.dir)
 	}
+	stopReranker()
 }
 
 func postOn(t *testing.T, server *httptest.Server, path, body string) *http.Response {

@@ -35,7 +35,7 @@ type limits struct {
 	// maxEngineWorkBytes caps the bytes of the bodies (and /detokenize answers, at their largest) that the
 	// engine works on at once: a submission being checked, a tokenization (503 beyond it).
 	maxEngineWorkBytes int64
-	// maxConcurrentRequests caps the requests doing engine work (completions, embeddings, /tokenize,
+	// maxConcurrentRequests caps the requests doing engine work (completions, embeddings, reranking, /tokenize,
 	// /detokenize), from when their body is in to their answer; one more is answered 503 at once.
 	maxConcurrentRequests int
 	// readHeaderTimeout is how long a client may take to send a request's headers (http.Server's own).

@@ -9,8 +9,9 @@
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
-// POST /v1/embeddings and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /tokenize,
-// POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT
+// POST /v1/embeddings and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /v1/rerank
+// (for a reranker; also /rerank, /v1/reranking, /reranking), POST /tokenize, POST /detokenize, GET /v1/models,
+// GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT
 // stops accepting connections, lets the requests in progress finish (up to --shutdown-timeout, then cancels
 // them), and exits; a second signal ends it at once. docs/go.md has more.
 package main
@@ -88,8 +89,8 @@ func parseOptions() options {
 		"bytes of request bodies (and /detokenize answers, at their largest) that the engine checks, parses or "+
 			"tokenizes at once; more are answered 503 with Retry-After at once (0: no limit)")
 	flag.IntVar(&o.limits.maxConcurrentRequests, "max-concurrent-requests", o.limits.maxConcurrentRequests,
-		"requests doing engine work at once (completions, embeddings, /tokenize, /detokenize), counted once their "+
-			"body is in; more are answered 503 with Retry-After at once (0: no limit)")
+		"requests doing engine work at once (completions, embeddings, reranking, /tokenize, /detokenize), "+
+			"counted once their body is in; more are answered 503 with Retry-After at once (0: no limit)")
 	flag.DurationVar(&o.limits.readHeaderTimeout, "read-header-timeout", o.limits.readHeaderTimeout,
 		"how long a client may take to send a request's headers (0: no limit)")
 	flag.DurationVar(&o.limits.readBodyTimeout, "read-body-timeout", o.limits.readBodyTimeout,

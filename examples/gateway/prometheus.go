@@ -87,7 +87,7 @@ func (s *server) writeLimitGauges(w io.Writer) {
 		"# TYPE ember_gateway_engine_work_bytes gauge\nember_gateway_engine_work_bytes{%s} %d\n", label,
 		s.workBytes.used.Load())
 	fmt.Fprintf(w, "# HELP ember_gateway_requests_admitted Requests holding a slot for engine work: completions, "+
-		"embeddings, /tokenize, /detokenize (bounded by --max-concurrent-requests).\n"+
+		"embeddings, reranking, /tokenize, /detokenize (bounded by --max-concurrent-requests).\n"+
 		"# TYPE ember_gateway_requests_admitted gauge\nember_gateway_requests_admitted{%s} %d\n", label,
 		s.metrics.admitted.Load())
 }

@@ -1,7 +1,7 @@
 package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
-// (tokenize.go), and the embeddings routes (embeddings.go).
+// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go).
 
 import (
 	"encoding/json"
@@ -62,6 +62,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
 	mux.HandleFunc("/v1/embeddings", s.counted("embeddings", http.MethodPost, s.embeddings))
 	mux.HandleFunc("/api/embed", s.counted("api_embed", http.MethodPost, s.ollamaEmbed))
+	for _, path := range rerankPaths {
+		mux.HandleFunc(path, s.counted("rerank", http.MethodPost, s.rerankRoute))
+	}
 	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
 	mux.HandleFunc("/tokenize", s.counted("tokenize", http.MethodPost, s.tokenize))
 	mux.HandleFunc("/detokenize", s.counted("detokenize", http.MethodPost, s.detokenize))

@@ -6,8 +6,8 @@ Writes a synthetic bge-small encoder (two layers, 384-wide vectors, llama.cpp's 
 address), and checks what an OpenAI client sees from `client.embeddings.create`: float vectors, the base64 the client
 asks for by default and decodes, and base64 asked for explicitly; count, width and unit length; LangChain-style
 batches of 1 and of 2,048 short texts in one call (the most one request takes), token-id inputs, refusals as
-`BadRequestError`; and that the generation endpoints refuse the encoder while /v1/models lists it. Ollama's
-/api/embed answers the same vectors.
+`BadRequestError`; and that the generation endpoints and /v1/rerank refuse the encoder while /v1/models lists it.
+Ollama's /api/embed answers the same vectors.
 
     EMBER_GATEWAY=target/go/ember-gateway EMBER_CLI=target/release/ember-cli \
         python3 tests/e2e/test_gateway_embeddings.py   (`make go-test` builds both and runs this)
@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 import openai
@@ -171,6 +172,19 @@ class EmbeddingsTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2)
         self.assertEqual([m.id for m in client.models.list()], [MODEL_ID])
+
+    def test_an_embedding_model_does_not_rerank(self):
+        # No classification head: the engine's refusal, a 400 (tests/e2e/test_gateway_rerank.py ranks).
+        body = json.dumps({"query": "q", "documents": ["a", "b"]}).encode()
+        request = urllib.request.Request(url + "/v1/rerank", data=body, headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=PATIENCE_S)
+        with refused.exception as response:
+            self.assertEqual(response.code, 400)
+            error = json.load(response)["error"]
+        self.assertEqual(error["type"], "invalid_request_error")
+        self.assertIn("rank", error["message"])
+        self.assertFalse(error["message"].startswith("engine_"))
 
     def test_ollama_embed_gives_the_same_vectors(self):
         texts = ["Why is the sky blue?", "Why is the grass green?"]

@@ -1,6 +1,7 @@
 """Shared fixtures: the real model (SmolLM2-135M-Instruct Q4_1, fetched by `make model`) and one engine for the
-tests that need nothing special of it; an encoder engine on a synthetic bge-small (written by `make python-test`
-with `ember-cli synthetic`, llama.cpp's real BERT vocabulary, 2 layers). The references are the project's own
+tests that need nothing special of it; an encoder engine on a synthetic bge-small, and a reranker engine on a
+synthetic bge-small with a cross-encoder's classification head (both written by `make python-test` with `ember-cli
+synthetic`, llama.cpp's real BERT vocabulary, 2 layers). The references are the project's own
 fixtures (tests/fixtures/README.md says where they came from)."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ MODEL = Path(os.environ.get("EMBER_MODEL", ROOT / "models" / "SmolLM2-135M-Instr
 FIXTURES = ROOT / "tests" / "fixtures"
 #: The encoder: `make python-test` writes it and sets EMBER_EMBED_MODEL (python.mk, PY_EMBED_MODEL).
 EMBED_MODEL = Path(os.environ.get("EMBER_EMBED_MODEL", ROOT / "target" / "python" / "bge-small-synthetic.gguf"))
+#: The reranker: `make python-test` writes it and sets EMBER_RERANK_MODEL (python.mk, PY_RERANK_MODEL).
+RERANK_MODEL = Path(os.environ.get("EMBER_RERANK_MODEL",
+                                   ROOT / "target" / "python" / "bge-small-rerank-synthetic.gguf"))
 
 
 def config(**overrides: Any) -> Dict[str, Any]:
@@ -52,4 +56,12 @@ def encoder() -> Iterator[ember.Engine]:
     """An engine serving embeddings: 384-wide vectors, served as "bge-test"."""
     assert EMBED_MODEL.exists(), f"{EMBED_MODEL} is missing: run `make python-test` (it writes the file)"
     with ember.Engine({"model": EMBED_MODEL, "threads": 2, "served_model_name": "bge-test"}) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def reranker() -> Iterator[ember.Engine]:
+    """An engine serving reranking (one score per query-document pair), served as "rerank-test"."""
+    assert RERANK_MODEL.exists(), f"{RERANK_MODEL} is missing: run `make python-test` (it writes the file)"
+    with ember.Engine({"model": RERANK_MODEL, "threads": 2, "served_model_name": "rerank-test"}) as shared:
         yield shared

@@ -40,6 +40,7 @@ from .errors import (
     error_class,
 )
 from .request import Event, PromptProgress, Request
+from .rerank import RankedDocument, RerankDocument, Reranking
 
 
 def library_version() -> str:
@@ -49,8 +50,9 @@ def library_version() -> str:
 
 __all__ = [
     "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "EmbeddingInput", "EmbeddingUsage", "Embeddings", "Engine",
-    "EngineStartFailed", "Error", "Event", "EventKind", "ExtendedMetrics", "FinishReason", "Forked", "InvalidArgument",
-    "InvalidConfig", "InvalidHandle", "InvalidRequest", "InvalidUtf8", "LoadCancelled", "LogLevel", "ModelLoadFailed",
-    "NotFinished", "Overloaded", "Panic", "PromptProgress", "Request", "RequestFailed", "Stats", "Status", "StreamDone",
-    "Timeout", "TimingMetrics", "TooManyHandles", "error_class", "library_version",
+    "EngineStartFailed", "Error", "Event", "EventKind", "ExtendedMetrics", "FinishReason", "Forked",
+    "InvalidArgument", "InvalidConfig", "InvalidHandle", "InvalidRequest", "InvalidUtf8", "LoadCancelled",
+    "LogLevel", "ModelLoadFailed", "NotFinished", "Overloaded", "Panic", "PromptProgress", "RankedDocument",
+    "RerankDocument", "Reranking", "Request", "RequestFailed", "Stats", "Status", "StreamDone", "Timeout",
+    "TimingMetrics", "TooManyHandles", "error_class", "library_version",
 ]

@@ -66,6 +66,7 @@ _PROTOTYPES = {
                                    POINTER(c_size_t)]),
     "engine_detokenize": (c_uint32, [c_void_p, POINTER(c_uint32), c_size_t, c_bool, POINTER(c_void_p)]),
     "engine_embed": (c_uint32, [c_void_p, c_char_p, POINTER(c_void_p)]),
+    "engine_rerank": (c_uint32, [c_void_p, c_char_p, POINTER(c_void_p)]),
     "engine_events_fd": (c_uint32, [c_void_p, POINTER(c_int)]),
     "engine_set_log_callback": (c_uint32, [LogCallback, c_void_p]),
 }

@@ -18,6 +18,9 @@ from ._structs import Stats, StatsStruct, from_struct, new_struct
 from .embeddings import EmbeddingInput, Embeddings, from_response, request_body
 from .errors import InvalidArgument, InvalidHandle
 from .request import Request
+from .rerank import RerankDocument, Reranking
+from .rerank import from_response as reranking_from_response
+from .rerank import request_body as rerank_body
 
 #: A request body or configuration: a dict (sent as JSON) or JSON text.
 Json = Union[Mapping[str, Any], str, bytes]
@@ -76,7 +79,7 @@ class Engine:
 
     ``config`` is the JSON object of ``engine_new`` (docs/c_api.md lists its keys), as a dict or as text; None
     takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an
-    encoder model (``bert``, ``nomic-bert``) the engine serves :meth:`embed` only.
+    encoder model (``bert``, ``nomic-bert``) the engine serves :meth:`embed` only, and on a reranker :meth:`rerank`.
     ``progress``, when given, is called with the fraction loaded (0 to 1) on this thread while the model loads;
     returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an exception it raises stops the load
     and is raised here. ``log``, when given, receives the engine's log lines: a ``logging.Logger`` (ember's levels
@@ -176,6 +179,37 @@ class Engine:
     @staticmethod
     def _embed(handle: int, data: bytes) -> str:
         return take_string("engine_embed", lambda out: lib.engine_embed(handle, data, out))
+
+    # --- reranking (a reranker: an encoder with a classification head) ---------------------------------------
+
+    def rerank(self, query: str, documents: Sequence[RerankDocument], *, top_n: Optional[int] = None,
+               return_documents: bool = False, priority: Optional[int] = None) -> Reranking:
+        """Scores each document's relevance to ``query`` (``engine_rerank``) and returns a :class:`Reranking`:
+        ``results`` most relevant first, ``scores`` every document's score in the documents' order (an
+        ``array('f')``). The engine's model must be a reranker (a ``bert`` file with a classification head;
+        docs/embeddings.md). Many threads may call at once: their pairs share forward passes.
+
+        ``documents``: texts, or ``{"text": ...}`` objects, 1 to 2,048; ``top_n``: keep the N best in
+        ``results`` (``scores`` keeps every document); ``return_documents``: each result carries its document's
+        text; ``priority``: higher first.
+
+        Raises :class:`ember.InvalidRequest` (the message, a sentence, names the field at fault; or the model is
+        not a reranker), :class:`ember.Overloaded` (``max_waiting_requests`` calls wait already),
+        :class:`ember.InvalidHandle` (closed), ``TypeError`` for a wrong Python type, before anything is sent."""
+        handle = self._live("engine_rerank")
+        body = rerank_body(query, documents, top_n=top_n, return_documents=return_documents, priority=priority)
+        return reranking_from_response(self._rerank(handle, _encode("engine_rerank", body)), top_n)
+
+    def rerank_json(self, request_json: str) -> str:
+        """``engine_rerank`` as it is: the JSON text of a ``POST /v1/rerank`` body in (every field of
+        docs/embeddings.md, ``top_n`` included; unknown ones refused by name), the response body's JSON text out,
+        what an HTTP server returns. Raises as :meth:`rerank` does."""
+        handle = self._live("engine_rerank")
+        return self._rerank(handle, _encode("engine_rerank", request_json))
+
+    @staticmethod
+    def _rerank(handle: int, data: bytes) -> str:
+        return take_string("engine_rerank", lambda out: lib.engine_rerank(handle, data, out))
 
     # --- the model's tokenizer and template -----------------------------------------------------------------
 
