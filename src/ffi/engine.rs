@@ -69,7 +69,8 @@ impl EngineObject {
             Some(Served::Embedder(embedder)) => Ok(f(embedder)),
             Some(Served::Generator(_)) => Err(Failure::new(
                 EmberStatus::InvalidRequest,
-                "this engine's model generates text; embeddings need an encoder model (bert, nomic-bert)",
+                "this engine's model generates text; embeddings need an encoder model (bert, nomic-bert), a decoder \
+                 whose file declares a pooling (Qwen3-Embedding, Qwen3-Reranker), or the engine option \"pooling\"",
             )),
             None => Err(Failure::invalid_handle("the engine has been freed")),
         }
