@@ -2,7 +2,7 @@
 //
 //	ember-gateway [--model PATH] [--listen 127.0.0.1:8080] [--threads N] [--enable-per-request-metrics]
 //	              [--disable-log-stats] [--metrics-headers] [--metrics-names ember|vllm] [--served-model-name NAME]
-//	              [--shutdown-timeout 30s]
+//	              [--pooling mean|cls|last|rank] [--shutdown-timeout 30s]
 //	              [--max-body-bytes 8388608] [--max-body-bytes-in-flight 134217728]
 //	              [--max-engine-work-bytes 16777216] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
@@ -48,6 +48,7 @@ type options struct {
 	stepBudget              string
 	maxWaitingRequests      int
 	servedModelName         string
+	pooling                 string
 	shutdownTimeout         time.Duration
 	limits                  limits
 	healthProbe             string
@@ -77,6 +78,8 @@ func parseOptions() options {
 	flag.IntVar(&o.maxWaitingRequests, "max-waiting-requests", 0,
 		"requests waiting to start at most; more are answered 503 with Retry-After at once (0: the engine's default)")
 	flag.StringVar(&o.servedModelName, "served-model-name", "", "model id of /v1/models (default: the file's name)")
+	flag.StringVar(&o.pooling, "pooling", "",
+		"serve the model as an embedding model pooling this way: mean, cls, last or rank (default: the file's)")
 	flag.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGTERM, how long requests in progress may take before they are cancelled")
 	o.limits = defaultLimits()
@@ -142,6 +145,7 @@ func run(o options) error {
 		Speculative:             speculative,
 		MaxWaitingRequests:      o.maxWaitingRequests,
 		ServedModelName:         modelID(o),
+		Pooling:                 o.pooling,
 		MetricsVLLMNames:        o.metricsNames == "vllm",
 		Log:                     logEngineLine,
 	})
