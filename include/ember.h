@@ -1009,13 +1009,17 @@ const char *engine_last_error_message(void);
 EmberStatus engine_metrics_text(const struct EmberEngine *engine, char **out);
 
 /**
- * A description of the model the engine serves, as JSON in `*out`: `name`, `architecture`, `parameters`,
+ * A description of the model the engine serves, as JSON in `*out`: `name`, `serves` (`"generation"` or
+ * `"embeddings"`), `architecture`, `parameters`,
  * `context_length` (the model's) and `max_model_len` (the longest request this engine takes: the context or
  * the KV cache, whichever is smaller), `embedding_length`, `layers`, `heads`, `kv_heads`, `vocab_size`,
  * `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model has them: `{"id",
  * "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is used),
  * `tensor_types` (tensors per weight type), `file` (`path`, `size_bytes`, `sha256`) and `backend` (`{"kind":
- * "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). The first call computes the file's
+ * "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). An engine that serves embeddings
+ * describes its model with the fields these share (no `layers`, `heads`, `kv_heads`, `end_of_generation_ids`,
+ * `chat_template` or `kv_cache`; `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
+ * `classifier_outputs` (a reranker's scores per input, else null). The first call computes the file's
  * SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
  *
  * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
@@ -1247,7 +1251,9 @@ EmberStatus engine_submit_with_user_data(struct EmberEngine *engine,
  * become those tokens, as the engine reads every prompt (chat or completion); otherwise they are ordinary text
  * (a user's text that must not inject control tokens). `add_special`: a BOS token first when the model asks for
  * one (as the engine adds it to a prompt), unless the text already starts with it. A submitted prompt's ids are
- * `engine_tokenize(text, true, true)`.
+ * `engine_tokenize(text, true, true)`. On an engine that serves embeddings, `add_special` frames the ids as an
+ * embedding input (`[CLS] text [SEP]`, `text <|endoftext|>`: the BOS, separator and EOS the file asks for), the
+ * ids an `engine_embed` input of that text gets.
  *
  * Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
  * `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask

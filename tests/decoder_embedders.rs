@@ -25,6 +25,7 @@ use ember::backend::cpu::{CpuDecoderEmbedder, Precision};
 use ember::engine::embed::{EmbedRequest, Embedder, EmbedderConfig};
 use ember::ffi::embed::{engine_embed, engine_rerank};
 use ember::ffi::json::engine_string_free;
+use ember::ffi::tokenizer::{engine_model_info_json, engine_tokenize};
 use ember::ffi::{engine_free, engine_last_error_message, engine_new, EmberEngine, EmberStatus};
 use ember::model::encoder::{cosine_similarity, decoder_family_writer, DecoderHead, Pooling};
 use ember::model::gguf::GgufFile;
@@ -240,6 +241,23 @@ fn engine_new_serves_decoder_embedders() {
     let (embedding, reranker) = (write("qwen3-embedding"), write("qwen3-reranker"));
 
     let engine = engine_on(&embedding, "");
+    // Tokenizing and the model's description work on an embedding engine: an input's ids as the embedder frames
+    // them ("one" and its EOS), the vector width and pooling.
+    let mut ids = [0u32; 8];
+    let mut count = 0usize;
+    // SAFETY: a live handle, 3 readable bytes, a buffer of 8 ids and a writable count.
+    let status = unsafe { engine_tokenize(engine, c"one".as_ptr(), 3, true, false, ids.as_mut_ptr(), 8, &mut count) };
+    assert_eq!((status, &ids[..count]), (EmberStatus::Ok, &[b'o' as u32, b'n' as u32, b'e' as u32, 256][..]));
+    let mut info: *mut c_char = ptr::null_mut();
+    // SAFETY: a live handle and a writable pointer.
+    assert_eq!(unsafe { engine_model_info_json(engine, &mut info) }, EmberStatus::Ok);
+    // SAFETY: ember's string, freed right after.
+    let text = unsafe { CStr::from_ptr(info) }.to_string_lossy().into_owned();
+    engine_string_free(info);
+    let info: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!((info["serves"].as_str(), info["embedding_length"].as_u64()), (Some("embeddings"), Some(1024)));
+    assert_eq!((info["pooling"].as_str(), info["architecture"].as_str()), (Some("last"), Some("qwen3")));
+    assert_eq!(info["file"]["sha256"].as_str().unwrap().len(), 64);
     let body = call(engine_embed, engine, r#"{"input": ["one", "two"], "dimensions": 256}"#).unwrap();
     assert_eq!(body["data"][1]["embedding"].as_array().unwrap().len(), 256);
     // "one" and its EOS.

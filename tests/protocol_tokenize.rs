@@ -19,10 +19,10 @@ fn special_tokens_are_parsed_and_bos_added_only_when_asked() {
     assert!(!model.tokenizer.add_bos());
     assert_eq!(tokenize_text(&model, "Hi", true, true), tokenize_text(&model, "Hi", false, true));
     let ids = tokenize_text(&model, "Hello, world", false, false);
-    assert_eq!(detokenize(&model, &ids, false).unwrap(), "Hello, world");
-    assert_eq!(detokenize(&model, &[im_start], false).unwrap(), "", "control tokens write nothing");
-    assert_eq!(detokenize(&model, &[im_start], true).unwrap(), "<|im_start|>");
-    assert_eq!(detokenize(&model, &[1, 999_999], false).unwrap_err().param.as_deref(), Some("tokens[1]"));
+    assert_eq!(detokenize(&model.tokenizer, &ids, false).unwrap(), "Hello, world");
+    assert_eq!(detokenize(&model.tokenizer, &[im_start], false).unwrap(), "", "control tokens write nothing");
+    assert_eq!(detokenize(&model.tokenizer, &[im_start], true).unwrap(), "<|im_start|>");
+    assert_eq!(detokenize(&model.tokenizer, &[1, 999_999], false).unwrap_err().param.as_deref(), Some("tokens[1]"));
 }
 
 #[test]

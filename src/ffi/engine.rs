@@ -62,6 +62,16 @@ impl EngineObject {
         }
     }
 
+    /// Runs `f` on what the engine serves, generation or embeddings, unless it has been freed: for the calls both
+    /// kinds answer (tokenizing, model information).
+    pub fn with_served<R>(&self, f: impl FnOnce(&Served) -> R) -> Result<R, Failure> {
+        let guard = self.engine.read().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(served) => Ok(f(served)),
+            None => Err(Failure::invalid_handle("the engine has been freed")),
+        }
+    }
+
     /// Runs `f` on the engine's embedder, unless it has been freed or its model generates.
     pub fn with_embedder<R>(&self, f: impl FnOnce(&Embedder) -> R) -> Result<R, Failure> {
         let guard = self.engine.read().unwrap_or_else(|e| e.into_inner());

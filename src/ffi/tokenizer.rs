@@ -7,11 +7,11 @@ use std::ffi::{c_char, CString};
 
 use super::args::{copy_to_buffer, required_str, Out};
 use super::boundary::{boundary, Failure};
-use super::engine::EmberEngine;
+use super::engine::{EmberEngine, Served};
 use super::registry::{ENGINES, STRINGS};
 use super::status::EmberStatus;
 use crate::model::TokenId;
-use crate::protocol::model_info::model_info_json;
+use crate::protocol::model_info::{embedder_info_json, model_info_json};
 use crate::protocol::tokenize::{apply_chat_template, detokenize, tokenize_text};
 
 /// Hands `text` to the host as a NUL-terminated string it frees with `engine_string_free`. Text with a NUL byte
@@ -34,7 +34,9 @@ fn give_text(text: String) -> *mut c_char {
 /// become those tokens, as the engine reads every prompt (chat or completion); otherwise they are ordinary text
 /// (a user's text that must not inject control tokens). `add_special`: a BOS token first when the model asks for
 /// one (as the engine adds it to a prompt), unless the text already starts with it. A submitted prompt's ids are
-/// `engine_tokenize(text, true, true)`.
+/// `engine_tokenize(text, true, true)`. On an engine that serves embeddings, `add_special` frames the ids as an
+/// embedding input (`[CLS] text [SEP]`, `text <|endoftext|>`: the BOS, separator and EOS the file asks for), the
+/// ids an `engine_embed` input of that text gets.
 ///
 /// Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of ids: then
 /// `*out_count` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask
@@ -72,8 +74,10 @@ pub unsafe extern "C" fn engine_tokenize(
         };
         let text = std::str::from_utf8(bytes)
             .map_err(|e| Failure::new(EmberStatus::InvalidUtf8, format!("text is not valid UTF-8: {e}")))?;
-        let ids =
-            ENGINES.get(engine.addr())?.with_engine(|e| tokenize_text(e.model(), text, add_special, parse_special))?;
+        let ids = ENGINES.get(engine.addr())?.with_served(|served| match served {
+            Served::Generator(e) => tokenize_text(e.model(), text, add_special, parse_special),
+            Served::Embedder(e) => e.tokenize_text(text, add_special, parse_special),
+        })?;
         // SAFETY: `buffer` and `out_count` as this function's contract says, which is `copy_to_buffer`'s.
         unsafe { copy_to_buffer(&ids, buffer, capacity, out_count, "token ids") }
     })
@@ -112,7 +116,10 @@ pub unsafe extern "C" fn engine_detokenize(
         };
         let text = ENGINES
             .get(engine.addr())?
-            .with_engine(|e| detokenize(e.model(), ids, include_special))?
+            .with_served(|served| match served {
+                Served::Generator(e) => detokenize(e.model().tokenizer.as_ref(), ids, include_special),
+                Served::Embedder(e) => detokenize(e.tokenizer(), ids, include_special),
+            })?
             .map_err(|e| Failure::invalid_argument(e.message))?;
         // SAFETY: `out` is non-NULL and writable by this function's contract.
         unsafe { out.write(give_text(text)) };
@@ -153,13 +160,17 @@ pub unsafe extern "C" fn engine_apply_chat_template(
     })
 }
 
-/// A description of the model the engine serves, as JSON in `*out`: `name`, `architecture`, `parameters`,
+/// A description of the model the engine serves, as JSON in `*out`: `name`, `serves` (`"generation"` or
+/// `"embeddings"`), `architecture`, `parameters`,
 /// `context_length` (the model's) and `max_model_len` (the longest request this engine takes: the context or
 /// the KV cache, whichever is smaller), `embedding_length`, `layers`, `heads`, `kv_heads`, `vocab_size`,
 /// `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model has them: `{"id",
 /// "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is used),
 /// `tensor_types` (tensors per weight type), `file` (`path`, `size_bytes`, `sha256`) and `backend` (`{"kind":
-/// "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). The first call computes the file's
+/// "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). An engine that serves embeddings
+/// describes its model with the fields these share (no `layers`, `heads`, `kv_heads`, `end_of_generation_ids`,
+/// `chat_template` or `kv_cache`; `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
+/// `classifier_outputs` (a reranker's scores per input, else null). The first call computes the file's
 /// SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
 ///
 /// Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
@@ -173,7 +184,10 @@ pub unsafe extern "C" fn engine_apply_chat_template(
 pub unsafe extern "C" fn engine_model_info_json(engine: *const EmberEngine, out: *mut *mut c_char) -> EmberStatus {
     boundary("engine_model_info_json", || {
         let out = Out::new(out, "out")?;
-        let info = ENGINES.get(engine.addr())?.with_engine(model_info_json)?;
+        let info = ENGINES.get(engine.addr())?.with_served(|served| match served {
+            Served::Generator(e) => model_info_json(e),
+            Served::Embedder(e) => embedder_info_json(e),
+        })?;
         // SAFETY: `out` is non-NULL and writable by this function's contract.
         unsafe { out.write(give_text(info)) };
         Ok(())

@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::encode;
 use crate::backend::KvCacheTypes;
+use crate::engine::embed::Embedder;
 use crate::engine::Engine;
 use crate::model::TokenId;
 
@@ -50,6 +51,7 @@ pub fn model_info_json(engine: &Engine) -> String {
     let architecture = file.str("general.architecture").unwrap_or("unknown");
     let info = json!({
         "name": model.name(),
+        "serves": "generation",
         "architecture": architecture,
         "parameters": parameters,
         "context_length": config.context_length,
@@ -71,6 +73,57 @@ pub fn model_info_json(engine: &Engine) -> String {
         },
         "backend": backend,
         "kv_cache": kv_cache,
+    });
+    encode(&info)
+}
+
+/// The description of an embedding engine's model (`engine_model_info_json` on an engine that serves embeddings):
+/// the fields a generation engine's description shares with it (`name`, `architecture`, `parameters`,
+/// `context_length`, `max_model_len`, `embedding_length`, `vocab_size`, `add_bos`, `special_tokens`,
+/// `tensor_types`, `file`, `backend`), `serves: "embeddings"`, and what an embedder has of its own: `pooling` (the
+/// requests' default) and `classifier_outputs` (a reranker's scores per input; `null` for an embedding model).
+pub fn embedder_info_json(embedder: &Embedder) -> String {
+    let (shape, tokenizer, file) = (embedder.shape(), embedder.tokenizer(), embedder.file());
+    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut parameters: u64 = 0;
+    for t in file.tensor_infos() {
+        *types.entry(t.dtype.name()).or_default() += 1;
+        parameters += t.shape.iter().product::<u64>();
+    }
+    let token =
+        |id: Option<TokenId>| id.map(|id| json!({"id": id, "text": tokenizer.token_text(id).unwrap_or_default()}));
+    let mut specials = Map::new();
+    for (name, id) in [
+        ("bos", tokenizer.bos_id()),
+        ("eos", tokenizer.eos_id()),
+        ("sep", tokenizer.sep_id()),
+        ("pad", tokenizer.pad_id()),
+        ("unknown", tokenizer.unknown_id()),
+    ] {
+        if let Some(t) = token(id) {
+            specials.insert(name.to_owned(), t);
+        }
+    }
+    let info = json!({
+        "name": embedder.name(),
+        "serves": "embeddings",
+        "architecture": shape.arch,
+        "parameters": parameters,
+        "context_length": shape.context_length,
+        "max_model_len": shape.context_length.min(embedder.config().max_batch_tokens),
+        "embedding_length": shape.n_embd,
+        "vocab_size": tokenizer.vocab_size(),
+        "add_bos": tokenizer.add_bos(),
+        "special_tokens": Value::Object(specials),
+        "pooling": shape.pooling.name(),
+        "classifier_outputs": shape.rank_outputs,
+        "tensor_types": types,
+        "file": {
+            "path": embedder.path().map(|p| p.display().to_string()),
+            "size_bytes": file.file_len(),
+            "sha256": embedder.model_sha256(),
+        },
+        "backend": {"kind": "cpu", "kernels": embedder.kernel_path(), "threads": embedder.config().threads},
     });
     encode(&info)
 }

@@ -8,6 +8,7 @@ use super::error::ApiError;
 use super::json::encode;
 use super::prompt::{render_chat, tokenize, PromptInput};
 use super::request::{ApiKind, ParsedRequest};
+use crate::model::tokenizer::Tokenizer;
 use crate::model::{Model, TokenId};
 
 /// The token ids of `text`. `parse_special`: the texts of control tokens (`<|im_start|>`) become those tokens,
@@ -31,15 +32,15 @@ pub fn tokenize_text(model: &Model, text: &str, add_special: bool, parse_special
 /// The text of `ids`, invalid UTF-8 replaced by U+FFFD; control tokens write their text only when
 /// `include_special` (vLLM's `skip_special_tokens: false`). An id outside the vocabulary is refused, naming
 /// `tokens[i]`.
-pub fn detokenize(model: &Model, ids: &[TokenId], include_special: bool) -> Result<String, ApiError> {
-    let vocab = model.tokenizer.vocab_size();
+pub fn detokenize(tokenizer: &Tokenizer, ids: &[TokenId], include_special: bool) -> Result<String, ApiError> {
+    let vocab = tokenizer.vocab_size();
     if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
         return Err(ApiError::invalid(
             format!("tokens[{i}]"),
             format!("token {id} is outside the vocabulary of {vocab}"),
         ));
     }
-    model.tokenizer.decode(ids, include_special).map_err(|e| ApiError::invalid("tokens", e.to_string()))
+    tokenizer.decode(ids, include_special).map_err(|e| ApiError::invalid("tokens", e.to_string()))
 }
 
 /// A chat request body's prompt, as the engine would compute it: `{"prompt": text, "prompt_token_ids": [...]}`.

@@ -164,11 +164,7 @@ impl<'m> CpuDecoderEmbedder<'m> {
 
     /// Runs `inputs` through the decoder in as few steps as the cache allows, calling `pool(backend, input, its
     /// first row in the step, its index)` for each after its step.
-    fn run(
-        &mut self,
-        inputs: &[&[TokenId]],
-        pool: &mut PoolInput<'_, 'm>,
-    ) -> Result<(), EncodeError> {
+    fn run(&mut self, inputs: &[&[TokenId]], pool: &mut PoolInput<'_, 'm>) -> Result<(), EncodeError> {
         let (context, vocab) = (self.config().context_length, self.config().vocab_size);
         let max_input = context.min(self.max_batch_tokens);
         for (index, input) in inputs.iter().enumerate() {

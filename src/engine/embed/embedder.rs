@@ -92,6 +92,12 @@ pub struct Embedder {
     shape: EmbedShape,
     /// The encoder's configuration (`None` for a decoder model).
     encoder_config: Option<EncoderConfig>,
+    /// The model's file (the thread holds it too), for its description (`engine_model_info_json`).
+    file: Arc<GgufFile>,
+    /// Where it was read from, when the embedder was opened for an engine.
+    path: Option<std::path::PathBuf>,
+    /// The file's SHA-256, computed on first request (it reads every byte).
+    sha256: std::sync::OnceLock<String>,
     tokenizer: Arc<Tokenizer>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -126,6 +132,7 @@ impl Embedder {
         let shared =
             Arc::new(Shared { queue: Mutex::new(Queue::default()), work: Condvar::new(), done: Condvar::new() });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<&'static str, String>>();
+        let kept_file = Arc::clone(&file);
         let thread = {
             let (shared, shape, config) = (Arc::clone(&shared), shape.clone(), config.clone());
             std::thread::Builder::new()
@@ -157,6 +164,9 @@ impl Embedder {
             config,
             shape,
             encoder_config,
+            file: kept_file,
+            path: None,
+            sha256: std::sync::OnceLock::new(),
             tokenizer,
             shared,
             thread: Some(thread),
@@ -198,6 +208,7 @@ impl Embedder {
             ..EmbedderConfig::default()
         };
         let mut embedder = Self::from_file(file, embedder_config)?;
+        embedder.path = Some(path.to_owned());
         embedder.name = match &config.served_model_name {
             Some(name) => name.clone(),
             None => {
@@ -231,6 +242,24 @@ impl Embedder {
         &self.config
     }
 
+    /// The model's file.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// The path the model was read from (`None` when the embedder was started on a file in memory).
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.path.as_deref()
+    }
+
+    /// The model file's SHA-256 in hex, computed on the first call (every byte read), then kept.
+    pub fn model_sha256(&self) -> &str {
+        self.sha256.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            Sha256::digest(self.file.bytes()).iter().map(|b| format!("{b:02x}")).collect()
+        })
+    }
+
     /// The CPU kernel path the model runs on.
     pub fn kernel_path(&self) -> &'static str {
         self.kernel_path
@@ -240,12 +269,23 @@ impl Embedder {
     /// <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it asks for them; llama.cpp's
     /// tokenization with special tokens added).
     pub fn tokenize(&self, text: &str) -> Vec<TokenId> {
+        self.tokenize_text(text, true, false)
+    }
+
+    /// `engine_tokenize` on an embedding engine: `text`'s ids with special tokens parsed or not, framed as an
+    /// embedding input (BOS, separator and EOS as the file asks) when `add_special`, so that a host counts an
+    /// input's tokens as the embedder will.
+    pub fn tokenize_text(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
         let t = &self.tokenizer;
-        let mut ids: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
-        ids.extend(t.encode(text, false));
-        ids.extend(t.sep_id().filter(|_| t.add_sep()));
-        ids.extend(t.eos_id().filter(|_| t.add_eos()));
-        ids
+        let ids = t.encode(text, parse_special);
+        if !add_special {
+            return ids;
+        }
+        let mut framed: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
+        framed.extend(ids);
+        framed.extend(t.sep_id().filter(|_| t.add_sep()));
+        framed.extend(t.eos_id().filter(|_| t.add_eos()));
+        framed
     }
 
     /// Each document's input for reranking against `query`. With the file's pair prompt
