@@ -31,6 +31,10 @@ pub struct EmbedderConfig {
     /// Inputs in one request, at most.
     pub max_inputs: usize,
     pub precision: Precision,
+    /// The engine's `enable_per_request_metrics`: the first half of the metrics gate of the response bodies.
+    pub enable_per_request_metrics: bool,
+    /// The engine's `disable_log_stats`: no timing metric is reported, in a body or through the C getter.
+    pub disable_log_stats: bool,
 }
 
 impl Default for EmbedderConfig {
@@ -41,6 +45,8 @@ impl Default for EmbedderConfig {
             max_waiting_requests: 1024,
             max_inputs: 2048,
             precision: Precision::Quantized8,
+            enable_per_request_metrics: false,
+            disable_log_stats: false,
         }
     }
 }
@@ -184,6 +190,8 @@ impl Embedder {
             max_batch_tokens: config.max_num_batched_tokens.unwrap_or(4096).max(context),
             max_waiting_requests: config.max_waiting_requests_or_default(),
             precision,
+            enable_per_request_metrics: config.enable_per_request_metrics,
+            disable_log_stats: config.disable_log_stats,
             ..EmbedderConfig::default()
         };
         let mut embedder = Self::from_file(file, embedder_config)?;
@@ -233,6 +241,9 @@ impl Embedder {
     pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutput, EmbedError> {
         self.check(&request)?;
         let submitted = Instant::now();
+        if request.waited_past_deadline(false, submitted) {
+            return Err(EmbedError::DeadlineExceeded);
+        }
         let width = match request.pooling {
             Some(Pooling::Rank) => self.encoder_config.classifier.map_or(0, |c| c.n_out),
             _ => self.encoder_config.n_embd,
@@ -347,6 +358,9 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
                 queue.pending.clear();
                 return;
             }
+            if refuse_past_deadline(&mut queue, Instant::now()) {
+                shared.done.notify_all();
+            }
             let mut order: Vec<(i32, u64, usize)> = queue
                 .pending
                 .iter()
@@ -443,6 +457,20 @@ fn run(shared: &Shared, encoder: &mut CpuEncoder<'_>) {
             shared.done.notify_all();
         }
     }
+}
+
+/// Refuses, and takes out of the queue, every request still waiting at its deadline; says whether there was one.
+fn refuse_past_deadline(queue: &mut Queue, now: Instant) -> bool {
+    let before = queue.pending.len();
+    queue.pending.retain(|p| {
+        let mut p = lock(p);
+        if !p.request.waited_past_deadline(p.started.is_some(), now) {
+            return true;
+        }
+        p.result = Some(Err(EmbedError::DeadlineExceeded));
+        false
+    });
+    queue.pending.len() < before
 }
 
 /// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked (scores
