@@ -274,7 +274,9 @@ fn rerank_orders_documents_by_the_heads_score() {
     assert_eq!(param(r#"{"query": "q", "documents": ["a"], "top_n": 0}"#).as_deref(), Some("top_n"));
     assert_eq!(param(r#"{"query": "q", "documents": ["a"], "rank_fields": []}"#).as_deref(), Some("rank_fields"));
     let long = format!(r#"{{"query": "q", "documents": ["a", {:?}]}}"#, "word ".repeat(600));
-    assert_eq!(param(&long).as_deref(), Some("documents[1]"));
+    let e = rerank_json(&reranker, "rr", &long).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("documents[1]"));
+    assert!(e.message.starts_with("documents[1]: the query and this document make 60"), "{}", e.message);
     // A reranker gives vectors only when asked for a pooling of its encoder.
     let e = embeddings_json(&reranker, "rr", r#"{"input": "a"}"#).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("pooling"));

@@ -22,7 +22,7 @@ use super::encoder_body::{known_object, shared_fields};
 use super::error::ApiError;
 use super::json::Slot;
 use super::metrics_gate::TimingMetricsJson;
-use crate::engine::embed::{EmbedRequest, Embedder};
+use crate::engine::embed::{EmbedError, EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
 use crate::model::TokenId;
 
@@ -105,13 +105,7 @@ pub fn rerank_answer(
         deadline: shared.deadline,
         ..EmbedRequest::new(pairs(embedder, query, &documents))
     };
-    let output = embedder.embed(request).map_err(|e| match api_error(&e) {
-        // The pairs are the request's documents.
-        ApiError { param: Some(p), .. } if p.starts_with("input[") => {
-            ApiError::invalid(p.replacen("input", "documents", 1), e.to_string())
-        }
-        other => other,
-    })?;
+    let output = embedder.embed(request).map_err(|e| refusal(&e))?;
     // The head's first output is the relevance score (a reranker's head has one).
     let scores: Vec<f32> = (0..documents.len()).map(|index| output.vector(index)[0]).collect();
     let mut results: Vec<Ranked<'_>> = scores
@@ -135,6 +129,22 @@ pub fn rerank_answer(
         metrics: shown,
     });
     Ok(EncoderAnswer { floats: scores, dimensions: 1, input_tokens: output.input_tokens, metrics, body })
+}
+
+/// An embedder's refusal in the rerank body's terms: its inputs are the documents, each with the query.
+fn refusal(e: &EmbedError) -> ApiError {
+    match *e {
+        EmbedError::InputTooLong { index, tokens, max } => ApiError::invalid(
+            format!("documents[{index}]"),
+            format!("documents[{index}]: the query and this document make {tokens} tokens, more than the {max} this model takes"),
+        ),
+        _ => match api_error(e) {
+            ApiError { param: Some(p), message, .. } if p.starts_with("input[") => {
+                ApiError::invalid(p.replacen("input", "documents", 1), message.replacen("input", "documents", 1))
+            }
+            other => other,
+        },
+    }
 }
 
 /// Each document's input: the query's tokens (`[CLS] query [SEP]`) then the document's without its BOS.
