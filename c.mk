@@ -2,9 +2,11 @@
 #   make c-test          the C API test against the shared and the static library under AddressSanitizer + UBSan
 #                        (full test), and against the shared one under valgrind (short prompts: each token costs
 #                        seconds there; the static library holds the same code, and ASan covers both linkages),
-#                        in two halves at once; then the event-driven test (tests/c/test_events.c) likewise, and
-#                        the prompt-progress test (tests/c/test_prompt_progress.c) under ASan
-#   make c-examples      build examples/c/chat.c, examples/cpp/chat.cpp and examples/cpp/epoll_server.cpp
+#                        in two halves at once; then the event-driven test (tests/c/test_events.c) likewise, the
+#                        prompt-progress test (tests/c/test_prompt_progress.c) under ASan, and the embeddings test
+#                        (tests/c/test_embed.c, on synthetic encoders) under ASan and valgrind
+#   make c-examples      build examples/c/chat.c, examples/c/embed.c, examples/cpp/chat.cpp and
+#                        examples/cpp/epoll_server.cpp
 #   make c-demo          build the release library and the C example, and answer a chat message with it
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
 #   make header          regenerate include/ember.h
@@ -58,7 +60,7 @@ c-lib:
 	$(CARGO) build --release --lib
 	ln -sf libember.so $(EMBER_LIB_DIR)/libember.so.$(EMBER_VERSION_MAJOR)
 
-c-test: model c-lib
+c-test: model vocabs c-lib
 	@mkdir -p $(EMBER_C_OUT)
 	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_asan_shared $(EMBER_SHARED)
 	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_api.c -o $(EMBER_C_OUT)/test_api_asan_static $(EMBER_STATIC)
@@ -82,6 +84,20 @@ c-test: model c-lib
 	@# Prompt progress (return_progress) through engine_poll and engine_next_chunk_json, under ASan.
 	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_prompt_progress.c -o $(EMBER_C_OUT)/test_prompt_progress_asan $(EMBER_SHARED)
 	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_prompt_progress_asan
+	@# Embeddings and reranking (engine_embed_vectors, engine_rerank_scores and their result handle) on synthetic
+	@# one-layer encoders with llama.cpp's BERT vocabulary, under ASan (both libraries) and valgrind; then the example.
+	$(EMBER_TARGET_DIR)/release/ember-cli synthetic $(EMBER_C_OUT)/bge-small.gguf --family bge-small --layers 1 \
+		--seed 3 --vocab .cache/llamacpp/vocab/ggml-vocab-bert-bge.gguf
+	$(EMBER_TARGET_DIR)/release/ember-cli synthetic $(EMBER_C_OUT)/bge-small-rerank.gguf --family bge-small-rerank \
+		--layers 1 --seed 3 --vocab .cache/llamacpp/vocab/ggml-vocab-bert-bge.gguf
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_embed.c -o $(EMBER_C_OUT)/test_embed_asan_shared $(EMBER_SHARED)
+	$(EMBER_CC) $(EMBER_CFLAGS) $(EMBER_SANITIZE) tests/c/test_embed.c -o $(EMBER_C_OUT)/test_embed_asan_static $(EMBER_STATIC)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O1 tests/c/test_embed.c -o $(EMBER_C_OUT)/test_embed_shared $(EMBER_SHARED)
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_embed_asan_shared $(EMBER_C_OUT)/bge-small.gguf $(EMBER_C_OUT)/bge-small-rerank.gguf
+	ASAN_OPTIONS=detect_leaks=1 $(EMBER_C_OUT)/test_embed_asan_static $(EMBER_C_OUT)/bge-small.gguf $(EMBER_C_OUT)/bge-small-rerank.gguf
+	$(call ember_valgrind_run,test_embed_shared,1,$(EMBER_C_OUT)/bge-small.gguf $(EMBER_C_OUT)/bge-small-rerank.gguf)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/embed.c -o $(EMBER_C_OUT)/embed $(EMBER_SHARED)
+	$(EMBER_C_OUT)/embed $(EMBER_C_OUT)/bge-small.gguf "The cat sat on the mat." "A cat sat on a mat." "Stocks fell."
 	@# The C++ epoll server example: 1,000 clients at once, one serving thread.
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
 	python3 tests/c/epoll_server_check.py $(EMBER_C_OUT)/epoll_server 1000
@@ -90,6 +106,7 @@ c-test: model c-lib
 c-examples: c-lib
 	@mkdir -p $(EMBER_C_OUT)
 	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/chat.c -o $(EMBER_C_OUT)/chat $(EMBER_SHARED)
+	$(EMBER_CC) $(EMBER_CFLAGS) -O2 examples/c/embed.c -o $(EMBER_C_OUT)/embed $(EMBER_SHARED)
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/chat.cpp -o $(EMBER_C_OUT)/chat_cpp $(EMBER_SHARED)
 	$(EMBER_CXX) $(EMBER_CXXFLAGS) examples/cpp/epoll_server.cpp -o $(EMBER_C_OUT)/epoll_server $(EMBER_SHARED)
 

@@ -5,8 +5,8 @@
  * Conventions (docs/c_api.md has the full guide and an example):
  * - Every function returns an EmberStatus (or nothing for the frees, or a static string). EMBER_STATUS_OK is
  *   success; otherwise engine_last_error_message() has the detail, and no output was written.
- * - Handles (EmberEngine, EmberRequest) are checked: a freed, stale or foreign handle is EMBER_STATUS_INVALID_HANDLE,
- *   never undefined behaviour; a double free is harmless.
+ * - Handles (EmberEngine, EmberRequest, EmberEmbeddings) are checked: a freed, stale or foreign handle is
+ *   EMBER_STATUS_INVALID_HANDLE, never undefined behaviour; a double free is harmless.
  * - Every function is thread-safe. Strings are NUL-terminated UTF-8.
  * - Metrics structs are versioned: set struct_size = sizeof(struct) before the call.
  */
@@ -294,7 +294,8 @@ enum EmberStatus
      */
     EMBER_STATUS_INVALID_REQUEST = 7,
     /**
-     * Nothing happened before the timeout.
+     * Nothing happened before the timeout: a wait's `timeout_ms` ran out, or an embeddings or rerank request's
+     * `deadline_ms` passed while it waited (none of its inputs was computed).
      */
     EMBER_STATUS_TIMEOUT = 8,
     /**
@@ -461,6 +462,13 @@ typedef enum EmberLogLevel EmberLogLevel;
 typedef uint32_t EmberLogLevel;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+/**
+ * The result of one embeddings or rerank call: `count` rows of `dimensions` floats, each input's token count,
+ * the response body (JSON) and the request's timing metrics. Opaque; a handle from `engine_embed_vectors` or
+ * `engine_rerank_scores`, freed with `engine_embeddings_free`.
+ */
+typedef struct EmberEmbeddings EmberEmbeddings;
 
 /**
  * An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
@@ -815,14 +823,17 @@ EmberStatus engine_detokenize(const struct EmberEngine *engine,
 /**
  * Computes embeddings: `request_json` is the body of an OpenAI `POST /v1/embeddings` request (`input`: a string,
  * strings, token ids or lists of them; `encoding_format` `"float"` or `"base64"`; `dimensions`; ember's
- * `pooling`, `normalize` and `priority`; `docs/embeddings.md`), and the response body (`{"object": "list",
- * "data": [...], "model", "usage"}`) is written to `*out`. The engine's model must be an encoder (`bert`,
- * `nomic-bert`): `engine_new` on such a file starts an engine that serves embeddings only. The call waits for
- * the vectors; many threads may call at once, and their inputs share forward passes.
+ * `pooling`, `normalize`, `priority`, `deadline_ms` and `include_metrics`; `docs/embeddings.md`), and the response
+ * body (`{"object": "list", "data": [...], "model", "usage"}`, and `metrics` when the engine has
+ * `enable_per_request_metrics` and the request `include_metrics`) is written to `*out`. The engine's model must be
+ * an encoder (`bert`, `nomic-bert`): `engine_new` on such a file starts an engine that serves embeddings only. The
+ * call waits for the vectors; many threads may call at once, and their inputs share forward passes.
+ * `engine_embed_vectors` gives the same vectors as contiguous floats.
  *
  * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched and `engine_last_error_message()` says why (naming
  * the request field at fault): `EMBER_STATUS_INVALID_REQUEST` (a malformed or refused request, or an engine whose
  * model generates text), `EMBER_STATUS_OVERLOADED` (`max_waiting_requests` requests wait already: retry later),
+ * `EMBER_STATUS_TIMEOUT` (the request's `deadline_ms` passed before any of its inputs was computed),
  * `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_ARGUMENT` (NULL
  * `request_json` or `out`).
  *
@@ -832,6 +843,93 @@ EmberStatus engine_detokenize(const struct EmberEngine *engine,
  * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
 EmberStatus engine_embed(struct EmberEngine *engine, const char *request_json, char **out);
+
+/**
+ * Computes embeddings as `engine_embed` does (the same request body, the same vectors) and writes a result handle
+ * to `*out`: its floats (`engine_embeddings_floats`: `count * dimensions`, row-major, row `i` input `i`'s vector),
+ * `engine_embeddings_count`, `engine_embeddings_dimensions`, each input's tokens
+ * (`engine_embeddings_input_tokens`), the response body (`engine_embeddings_json`) and the timing metrics
+ * (`engine_get_embeddings_timing_metrics`). `encoding_format` shapes only the body: the floats are the vectors.
+ *
+ * Returns and refuses as `engine_embed`, and `EMBER_STATUS_TOO_MANY_HANDLES`; on failure `*out` is untouched.
+ *
+ * Thread safety: any thread. Ownership: the caller owns the result and frees it with `engine_embeddings_free`,
+ * also after `engine_free` of its engine (a result needs nothing of the engine).
+ *
+ * # Safety
+ * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_embed_vectors(struct EmberEngine *engine, const char *request_json, struct EmberEmbeddings **out);
+
+/**
+ * Writes the number of rows to `*out`: the request's inputs (`engine_embed_vectors`) or documents
+ * (`engine_rerank_scores`); at least 1.
+ *
+ * Returns and refuses as `engine_embeddings_floats`. Thread safety: any thread.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `size_t`.
+ */
+EmberStatus engine_embeddings_count(const struct EmberEmbeddings *embeddings, size_t *out);
+
+/**
+ * Writes the floats per row to `*out`: the vectors' width (the model's, or the request's `dimensions`), or 1 for
+ * rerank scores.
+ *
+ * Returns and refuses as `engine_embeddings_floats`. Thread safety: any thread.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `size_t`.
+ */
+EmberStatus engine_embeddings_dimensions(const struct EmberEmbeddings *embeddings, size_t *out);
+
+/**
+ * Writes a pointer to the result's floats to `*out`: `count * dimensions` floats, row-major. Row `i` is input
+ * `i`'s vector (`engine_embed_vectors`: as the body has it, after `dimensions` and `normalize`) or document `i`'s
+ * relevance score (`engine_rerank_scores`: one float per row, in the request's document order).
+ *
+ * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE` (freed, or not an
+ * embeddings handle), `EMBER_STATUS_INVALID_ARGUMENT` (NULL `embeddings` or `out`).
+ *
+ * Thread safety: any thread. Ownership: the floats belong to the result and stay valid and unchanged until
+ * `engine_embeddings_free`; do not write or free them.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_embeddings_floats(const struct EmberEmbeddings *embeddings, const float **out);
+
+/**
+ * Frees a result and everything its accessors pointed to. NULL is a no-op. A freed, stale or foreign handle (a
+ * double free) does nothing and leaves the reason in `engine_last_error_message()`.
+ *
+ * Thread safety: any thread; pointers obtained from the result by any thread are invalid afterwards.
+ */
+void engine_embeddings_free(struct EmberEmbeddings *embeddings);
+
+/**
+ * Writes a pointer to each row's token count to `*out`: `count` values, in row order (a rerank row's input is the
+ * query-document pair); the body's `usage.prompt_tokens_per_input`, whose sum is `usage.prompt_tokens`.
+ *
+ * Returns and refuses as `engine_embeddings_floats`. Thread safety: any thread. Ownership: as the floats'.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_embeddings_input_tokens(const struct EmberEmbeddings *embeddings, const uint32_t **out);
+
+/**
+ * Writes a pointer to the response body to `*out`: NUL-terminated UTF-8, the JSON `engine_embed` or
+ * `engine_rerank` would have returned for the same request (the same numbers as the floats; `top_n`,
+ * `return_documents` and `encoding_format` shape the body only).
+ *
+ * Returns and refuses as `engine_embeddings_floats`. Thread safety: any thread. Ownership: the text belongs to
+ * the result, valid until `engine_embeddings_free`; do not pass it to `engine_string_free` (which refuses it).
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_embeddings_json(const struct EmberEmbeddings *embeddings, const char **out);
 
 /**
  * A descriptor that is readable while `engine_wait_events` has something to return (events, or a wakeup), for
@@ -889,6 +987,26 @@ void engine_free(struct EmberEngine *engine);
 EmberStatus engine_get_choice_timing_metrics(const struct EmberRequest *request,
                                              uint32_t choice,
                                              struct EmberPerRequestTimingMetrics *out);
+
+/**
+ * Writes the request's five timing metrics into `*out`, as far as `out->struct_size` (set by the caller, at least
+ * 8) reaches, as `engine_get_timing_metrics` does for a chat request. For embeddings and reranking
+ * (`docs/per_request_metrics.md`, "Embeddings and reranking"): `time_to_first_token_ms` is the time to the
+ * vectors from the first batch holding one of the request's inputs, `queue_time_ms` the wait before it, and
+ * `tokens_per_second` the input tokens per second of that time; `generation_time_ms` and `mean_itl_ms` are
+ * always absent (nothing is generated). Every field is absent when the engine records no stats
+ * (`disable_log_stats`); the request's `include_metrics` does not matter here.
+ *
+ * Returns `EMBER_STATUS_OK`; on failure nothing is written: `EMBER_STATUS_INVALID_HANDLE`,
+ * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `embeddings` or `out`, `struct_size` < 8).
+ *
+ * Thread safety: any thread; allocates nothing.
+ *
+ * # Safety
+ * `out` is NULL or points to `out->struct_size` writable bytes whose first 4 hold `struct_size`.
+ */
+EmberStatus engine_get_embeddings_timing_metrics(const struct EmberEmbeddings *embeddings,
+                                                 struct EmberPerRequestTimingMetrics *out);
 
 /**
  * Writes the extended metrics of choice `choice` into `*out`, as far as `out->struct_size` (set by the caller,
@@ -1138,10 +1256,12 @@ void engine_request_free(struct EmberRequest *request);
 /**
  * Reranks documents for a query: `request_json` is the body of `POST /v1/rerank` in the shape llama-server, vLLM,
  * Jina and Cohere share (`query`, `documents`: strings or `{"text"}` objects, `top_n`, `return_documents`;
- * `docs/embeddings.md`), and the response body (`{"model", "object": "list", "usage", "results": [{"index",
- * "relevance_score", "document"}]}`, most relevant first) is written to `*out`. The engine's model must be a
- * reranker: an encoder whose file has a classification head (`cls.output.weight`). Each document is scored with
- * the query as one input, `[CLS] query [SEP] document [SEP]`; `relevance_score` is the head's raw score.
+ * ember's `priority`, `deadline_ms` and `include_metrics`; `docs/embeddings.md`), and the response body
+ * (`{"model", "object": "list", "usage", "results": [{"index", "relevance_score", "document"}]}`, most relevant
+ * first) is written to `*out`. The engine's model must be a reranker: an encoder whose file has a classification
+ * head (`cls.output.weight`). Each document is scored with the query as one input, `[CLS] query [SEP] document
+ * [SEP]`; `relevance_score` is the head's raw score. `engine_rerank_scores` gives every score as contiguous
+ * floats, in document order.
  *
  * Returns and refuses as `engine_embed` (a model without a classification head: `EMBER_STATUS_INVALID_REQUEST`).
  *
@@ -1151,6 +1271,21 @@ void engine_request_free(struct EmberRequest *request);
  * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
 EmberStatus engine_rerank(struct EmberEngine *engine, const char *request_json, char **out);
+
+/**
+ * Reranks documents as `engine_rerank` does (the same request body, the same scores) and writes a result handle to
+ * `*out` whose floats are every document's relevance score in the request's document order (`dimensions` 1,
+ * `count` the documents, whatever `top_n` keeps in the body, which is `engine_embeddings_json`); each row's
+ * tokens are its query-document pair's. The accessors are `engine_embed_vectors`'.
+ *
+ * Returns and refuses as `engine_rerank`, and `EMBER_STATUS_TOO_MANY_HANDLES`; on failure `*out` is untouched.
+ *
+ * Thread safety: any thread. Ownership: the caller owns the result and frees it with `engine_embeddings_free`.
+ *
+ * # Safety
+ * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_rerank_scores(struct EmberEngine *engine, const char *request_json, struct EmberEmbeddings **out);
 
 /**
  * Writes the whole OpenAI response body of a finished request (`chat.completion` or `text_completion`, with

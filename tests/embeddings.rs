@@ -2,33 +2,51 @@
 //! with llama.cpp's real BERT vocabulary (its vectors match llama.cpp's: `tests/encoder_families.rs`):
 //! - many host threads at once, their inputs packed into shared batches: every vector has the bits of the same
 //!   input encoded alone;
-//! - the request fields: input forms, `encoding_format: base64`, `dimensions`, `pooling`, `normalize`, usage;
+//! - the request fields: input forms, `encoding_format: base64`, `dimensions`, `pooling`, `normalize`, usage and
+//!   its per-input counts;
 //! - what is refused, by field: unknown fields, malformed input, an input beyond the model's positions, bad
-//!   dimensions and pooling.
+//!   dimensions and pooling;
+//! - chat's metrics gate and `deadline_ms` on both bodies (every branch of the gate; deadlines already past when
+//!   the request arrives, so that nothing depends on how long a step takes).
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ember::backend::cpu::{CpuEncoder, Precision};
 use ember::engine::embed::{EmbedError, EmbedRequest, Embedder, EmbedderConfig};
 use ember::model::encoder::{normalize, Pooling, SyntheticEncoder};
 use ember::model::gguf::GgufFile;
-use ember::protocol::embeddings::embeddings_json;
+use ember::protocol::embeddings::{embeddings_answer, embeddings_json};
+use ember::protocol::rerank::{rerank_answer, rerank_json};
 use serde_json::Value;
 
-fn model_file() -> Arc<GgufFile> {
+/// A synthetic file of an encoder `family` with llama.cpp's real BERT vocabulary.
+fn family_file(family: &str, seed: u64) -> Arc<GgufFile> {
     let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
     let vocab = GgufFile::open(dir.join("ggml-vocab-bert-bge.gguf"))
         .expect("llama.cpp's vocabularies: run scripts/llamacpp/fetch-vocabs.sh (make test does)");
-    let bytes = SyntheticEncoder::family("bge-small", 7, 2).unwrap().writer(&vocab).to_bytes();
+    let bytes = SyntheticEncoder::family(family, seed, 2).unwrap().writer(&vocab).to_bytes();
     Arc::new(GgufFile::from_bytes(&bytes).unwrap())
 }
 
+fn model_file() -> Arc<GgufFile> {
+    family_file("bge-small", 7)
+}
+
+fn reranker_file() -> Arc<GgufFile> {
+    family_file("bge-small-rerank", 4)
+}
+
 fn embedder(file: &Arc<GgufFile>, max_batch_tokens: usize) -> Embedder {
-    let config = EmbedderConfig { threads: 2, max_batch_tokens, max_inputs: 64, ..EmbedderConfig::default() };
-    Embedder::from_file(Arc::clone(file), config).unwrap()
+    embedder_with(file, EmbedderConfig { max_batch_tokens, ..EmbedderConfig::default() })
+}
+
+/// An embedder of `config` for the tests: two threads, at most 64 inputs a request.
+fn embedder_with(file: &Arc<GgufFile>, config: EmbedderConfig) -> Embedder {
+    Embedder::from_file(Arc::clone(file), EmbedderConfig { threads: 2, max_inputs: 64, ..config }).unwrap()
 }
 
 const TEXTS: [&str; 6] = [
@@ -111,6 +129,8 @@ fn the_openai_request_shape() {
     // [CLS] hello , world ! [SEP] and [CLS] a [SEP].
     assert_eq!(body["usage"]["prompt_tokens"], 9);
     assert_eq!(body["usage"]["total_tokens"], 9);
+    assert_eq!(body["usage"]["prompt_tokens_per_input"], serde_json::json!([6, 3]), "by input, in input order");
+    assert!(body.get("metrics").is_none(), "no metrics behind a closed gate");
     // A string, token ids and arrays of them are the same input.
     let ids = embedder.tokenize("Hello, world!");
     let one = post(&embedder, r#"{"input": "Hello, world!"}"#).unwrap();
@@ -196,13 +216,7 @@ fn refusals_name_the_field() {
 /// it is, and an embedding model asked to rerank refuses.
 #[test]
 fn rerank_orders_documents_by_the_heads_score() {
-    use ember::protocol::rerank::rerank_json;
-    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
-    let vocab = GgufFile::open(dir.join("ggml-vocab-bert-bge.gguf")).unwrap();
-    let bytes = SyntheticEncoder::family("bge-small-rerank", 4, 2).unwrap().writer(&vocab).to_bytes();
-    let file = Arc::new(GgufFile::from_bytes(&bytes).unwrap());
+    let file = reranker_file();
     let reranker = embedder(&file, 512);
     let docs = ["Paris is the capital of France.", "A fox.", "Berlin is in Germany.", "capital"];
     let body = format!(r#"{{"query": "What is the capital of France?", "documents": {docs:?}}}"#);
@@ -237,6 +251,14 @@ fn rerank_orders_documents_by_the_heads_score() {
         response["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
         pairs.iter().map(Vec::len).sum::<usize>()
     );
+    let per_input: Vec<usize> = pairs.iter().map(Vec::len).collect();
+    assert_eq!(response["usage"]["prompt_tokens_per_input"], serde_json::json!(per_input), "by document");
+    // The answer's floats: every document's score, in document order, whatever top_n keeps.
+    let answer = rerank_answer(&reranker, "rr", &body.replace('}', r#", "top_n": 1}"#), Instant::now()).unwrap();
+    assert_eq!((answer.floats.as_slice(), answer.dimensions), (scores.as_slice(), 1));
+    assert_eq!(answer.input_tokens, per_input);
+    let top: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(top["results"].as_array().unwrap().len(), 1);
     // top_n, return_documents, documents as objects.
     let body = r#"{"query": "q", "documents": [{"text": "a"}, "b", "c"], "top_n": 2, "return_documents": true}"#;
     let response: Value = serde_json::from_str(&rerank_json(&reranker, "rr", body).unwrap()).unwrap();
@@ -252,7 +274,9 @@ fn rerank_orders_documents_by_the_heads_score() {
     assert_eq!(param(r#"{"query": "q", "documents": ["a"], "top_n": 0}"#).as_deref(), Some("top_n"));
     assert_eq!(param(r#"{"query": "q", "documents": ["a"], "rank_fields": []}"#).as_deref(), Some("rank_fields"));
     let long = format!(r#"{{"query": "q", "documents": ["a", {:?}]}}"#, "word ".repeat(600));
-    assert_eq!(param(&long).as_deref(), Some("documents[1]"));
+    let e = rerank_json(&reranker, "rr", &long).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("documents[1]"));
+    assert!(e.message.starts_with("documents[1]: the query and this document make 60"), "{}", e.message);
     // A reranker gives vectors only when asked for a pooling of its encoder.
     let e = embeddings_json(&reranker, "rr", r#"{"input": "a"}"#).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("pooling"));
@@ -263,4 +287,117 @@ fn rerank_orders_documents_by_the_heads_score() {
     let plain = embedder(&embedding_model, 512);
     let e = rerank_json(&plain, "m", r#"{"query": "q", "documents": ["a"]}"#).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("pooling"));
+}
+
+/// The answer of an embeddings request is its body and the same vectors as floats, with each input's tokens.
+#[test]
+fn an_answer_holds_the_bodys_vectors_as_floats() {
+    let file = model_file();
+    let embedder = embedder(&file, 512);
+    let body = r#"{"input": ["Hello, world!", "a", "Retrieval"], "dimensions": 64}"#;
+    let answer = embeddings_answer(&embedder, "bge-small", body, Instant::now()).unwrap();
+    let parsed: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!((answer.count(), answer.dimensions, answer.floats.len()), (3, 64, 3 * 64));
+    for (i, datum) in parsed["data"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(floats(&datum["embedding"]), answer.floats[i * 64..(i + 1) * 64], "row {i}");
+    }
+    let per_input: Vec<usize> = serde_json::from_value(parsed["usage"]["prompt_tokens_per_input"].clone()).unwrap();
+    assert_eq!(answer.input_tokens, per_input);
+    assert_eq!(per_input.iter().sum::<usize>() as u64, parsed["usage"]["prompt_tokens"].as_u64().unwrap());
+}
+
+/// Checks a body's `metrics`: chat's five names; the time to the vectors and the queue as numbers,
+/// nothing generated, and the rate as the input tokens over the time to the vectors.
+fn check_metrics(body: &Value) {
+    let m = body["metrics"].as_object().unwrap_or_else(|| panic!("no metrics object: {body}"));
+    let names: Vec<&str> = m.keys().map(String::as_str).collect();
+    let mut want =
+        ["time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second"];
+    want.sort_unstable();
+    let mut names_sorted = names.clone();
+    names_sorted.sort_unstable();
+    assert_eq!(names_sorted, want);
+    let ttft = m["time_to_first_token_ms"].as_f64().unwrap();
+    assert!(ttft > 0.0 && m["queue_time_ms"].as_f64().unwrap() >= 0.0, "{body}");
+    assert!(m["generation_time_ms"].is_null() && m["mean_itl_ms"].is_null(), "nothing is generated: {body}");
+    let tokens = body["usage"]["prompt_tokens"].as_f64().unwrap();
+    let rate = m["tokens_per_second"].as_f64().unwrap();
+    assert!((rate - tokens / (ttft / 1000.0)).abs() <= rate * 1e-9, "{body}");
+}
+
+/// `metrics` on both bodies behind chat's double gate: engine `enable_per_request_metrics` and request
+/// `include_metrics: true`, every combination; the answer's metrics are there whatever the gate (the C getter's),
+/// and absent with `disable_log_stats`.
+#[test]
+fn metrics_appear_behind_chats_double_gate() {
+    let (file, rerank_file) = (model_file(), reranker_file());
+    for enabled in [false, true] {
+        let config = EmbedderConfig { enable_per_request_metrics: enabled, ..EmbedderConfig::default() };
+        let (embedder, reranker) = (embedder_with(&file, config.clone()), embedder_with(&rerank_file, config));
+        for include in [None, Some(false), Some(true)] {
+            let field = include.map_or(String::new(), |i| format!(r#", "include_metrics": {i}"#));
+            let open = enabled && include == Some(true);
+            let embed =
+                embeddings_answer(&embedder, "m", &format!(r#"{{"input": ["a b c", "d"]{field}}}"#), Instant::now())
+                    .unwrap();
+            let rerank_body = format!(r#"{{"query": "q", "documents": ["a", "b c"]{field}}}"#);
+            let rerank = rerank_answer(&reranker, "rr", &rerank_body, Instant::now()).unwrap();
+            for answer in [&embed, &rerank] {
+                let body: Value = serde_json::from_str(&answer.body).unwrap();
+                assert_eq!(body.get("metrics").is_some(), open, "engine {enabled}, include_metrics {include:?}");
+                if open {
+                    check_metrics(&body);
+                }
+                let m = answer.metrics;
+                assert!(
+                    m.time_to_first_token_ms.is_some() && m.queue_time_ms.is_some() && m.tokens_per_second.is_some()
+                );
+                assert!(m.generation_time_ms.is_none() && m.mean_itl_ms.is_none());
+            }
+        }
+    }
+    let quiet = embedder_with(&file, EmbedderConfig { disable_log_stats: true, ..EmbedderConfig::default() });
+    let answer = embeddings_answer(&quiet, "m", r#"{"input": "a"}"#, Instant::now()).unwrap();
+    assert_eq!(answer.metrics, Default::default(), "no stats, no metrics");
+    let embedder = embedder(&file, 512);
+    for bad in ["1", r#""true""#, "[]"] {
+        let e = embeddings_json(&embedder, "m", &format!(r#"{{"input": "a", "include_metrics": {bad}}}"#)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("include_metrics"), "{bad}");
+    }
+}
+
+/// `deadline_ms` as chat reads it (1 to a week, milliseconds from the call): a request still waiting at its
+/// deadline is refused, code `"deadline"` (chat's `finish_reason` for it), nothing computed. The deadlines here
+/// are past when the request arrives: at the embedder (an instant), or from an arrival a second ago.
+#[test]
+fn a_request_still_waiting_at_its_deadline_is_refused() {
+    let (file, rerank_file) = (model_file(), reranker_file());
+    let (embedder, reranker) = (embedder(&file, 512), embedder(&rerank_file, 512));
+    let input = embedder.tokenize("Hello, world!");
+    let due = EmbedRequest { deadline: Some(Instant::now()), ..EmbedRequest::new(vec![input.clone()]) };
+    assert_eq!(embedder.embed(due).unwrap_err(), EmbedError::DeadlineExceeded);
+    let later = Instant::now() + Duration::from_secs(600);
+    let output = embedder.embed(EmbedRequest { deadline: Some(later), ..EmbedRequest::new(vec![input]) }).unwrap();
+    assert_eq!(output.input_tokens, [6]);
+
+    let a_second_ago = Instant::now().checked_sub(Duration::from_secs(1)).expect("the clock has run a second");
+    let refused = [
+        embeddings_answer(&embedder, "m", r#"{"input": "a", "deadline_ms": 1}"#, a_second_ago).unwrap_err(),
+        rerank_answer(&reranker, "rr", r#"{"query": "q", "documents": ["a"], "deadline_ms": 999}"#, a_second_ago)
+            .unwrap_err(),
+    ];
+    for e in refused {
+        assert_eq!((e.code.as_deref(), e.error_type), (Some("deadline"), "server_error"), "{e}");
+        assert!(e.message.starts_with("deadline_ms: "), "the message names the field: {}", e.message);
+    }
+    // A deadline not yet reached is served; the same request arriving now too.
+    let body = r#"{"input": "a", "deadline_ms": 604800000}"#;
+    assert!(embeddings_answer(&embedder, "m", body, a_second_ago).is_ok());
+    assert!(rerank_json(&reranker, "rr", r#"{"query": "q", "documents": ["a"], "deadline_ms": 60000}"#).is_ok());
+    for bad in ["0", "604800001", "-5", "1.5", r#""60""#] {
+        let e = embeddings_json(&embedder, "m", &format!(r#"{{"input": "a", "deadline_ms": {bad}}}"#)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("deadline_ms"), "{bad}");
+        let body = format!(r#"{{"query": "q", "documents": ["a"], "deadline_ms": {bad}}}"#);
+        assert_eq!(rerank_json(&reranker, "rr", &body).unwrap_err().param.as_deref(), Some("deadline_ms"), "{bad}");
+    }
 }

@@ -86,6 +86,15 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         "engine_model_info_json",
         "engine_embed",
         "engine_rerank",
+        "engine_embed_vectors",
+        "engine_rerank_scores",
+        "engine_embeddings_floats",
+        "engine_embeddings_count",
+        "engine_embeddings_dimensions",
+        "engine_embeddings_input_tokens",
+        "engine_embeddings_json",
+        "engine_get_embeddings_timing_metrics",
+        "engine_embeddings_free",
         "engine_status_message",
         "engine_last_error_message",
         "engine_version",
@@ -101,7 +110,18 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         assert!(at > 0 && lines[at - 1].trim() == "*/", "{name} has no doc comment above it");
     }
     // Internal names that must never appear in the C API.
-    for internal in ["Failure", "HandleTable", "RequestObject", "EngineObject", "MAX_CHOICES", "Served", "Embedder"] {
+    let internals = [
+        "Failure",
+        "HandleTable",
+        "RequestObject",
+        "EngineObject",
+        "EmbeddingsObject",
+        "EncoderAnswer",
+        "MAX_CHOICES",
+        "Served",
+        "Embedder",
+    ];
+    for internal in internals {
         assert!(!header.contains(internal), "{internal} leaked into the header");
     }
 }

@@ -173,7 +173,7 @@ fn count_bit(value: Option<u32>, mask: u32) -> (u32, u32) {
     }
 }
 
-fn timing_to_c(m: engine_metrics::PerRequestTimingMetrics) -> EmberPerRequestTimingMetrics {
+pub(super) fn timing_to_c(m: engine_metrics::PerRequestTimingMetrics) -> EmberPerRequestTimingMetrics {
     let (ttft, b0) = bit(m.time_to_first_token_ms, EMBER_TIMING_TIME_TO_FIRST_TOKEN_MS);
     let (generation, b1) = bit(m.generation_time_ms, EMBER_TIMING_GENERATION_TIME_MS);
     let (queue, b2) = bit(m.queue_time_ms, EMBER_TIMING_QUEUE_TIME_MS);

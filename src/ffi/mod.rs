@@ -19,6 +19,7 @@ mod api_tests;
 mod args;
 mod boundary;
 pub mod embed;
+pub mod embeddings;
 pub mod engine;
 pub mod event;
 pub mod events;
@@ -38,7 +39,11 @@ pub mod tokenizer;
 pub mod version;
 mod versioned;
 
-pub use embed::{engine_embed, engine_rerank};
+pub use embed::{engine_embed, engine_embed_vectors, engine_rerank, engine_rerank_scores};
+pub use embeddings::{
+    engine_embeddings_count, engine_embeddings_dimensions, engine_embeddings_floats, engine_embeddings_free,
+    engine_embeddings_input_tokens, engine_embeddings_json, engine_get_embeddings_timing_metrics, EmberEmbeddings,
+};
 pub use engine::{engine_free, engine_new, engine_new_with_progress, EmberEngine, EmberLoadProgressCallback};
 pub use event::{engine_poll, EmberEvent, EmberEventKind, EmberFinishReason};
 #[cfg(unix)]

@@ -1,4 +1,4 @@
-//! The registry of everything ember has handed to C: engine handles, request handles and strings. This is the
+//! The registry of everything ember has handed to C: engine, request and embeddings handles, and strings. This is the
 //! C API's one piece of process-wide state (besides the log callback of `log.rs`): a C pointer cannot carry
 //! ownership or liveness, so the registry is what tells a live handle from a freed, stale or random one.
 //!
@@ -9,7 +9,7 @@
 //!
 //! Bit layout of a handle value (64-bit targets only):
 //! - bits 0..24: slot index + 1 (so a handle is never NULL), at most 2^24 - 1 live handles per type;
-//! - bits 24..32: the type tag (engine or request), so one type's handle is never taken for the other's;
+//! - bits 24..32: the type tag (engine, request or embeddings), so one type's handle is never taken for another's;
 //! - bits 32..64: a serial number, per type, never 0, incremented on every issue. A freed handle stays invalid
 //!   until 2^32 later handles of its type have been issued *and* one of them lands in its old slot.
 //!
@@ -29,6 +29,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::boundary::Failure;
+use super::embeddings::EmbeddingsObject;
 use super::engine::EngineObject;
 use super::request::RequestObject;
 use super::status::EmberStatus;
@@ -39,6 +40,8 @@ const _: () = assert!(usize::BITS == 64, "handle values pack 64 bits into a poin
 pub(super) static ENGINES: HandleTable<EngineObject> = HandleTable::new(HandleKind::ENGINE);
 /// Live request handles.
 pub(super) static REQUESTS: HandleTable<RequestObject> = HandleTable::new(HandleKind::REQUEST);
+/// Live embeddings handles (the results of `engine_embed_vectors` and `engine_rerank_scores`).
+pub(super) static EMBEDDINGS: HandleTable<EmbeddingsObject> = HandleTable::new(HandleKind::EMBEDDINGS);
 /// The strings handed out and not yet freed with `engine_string_free`.
 pub(super) static STRINGS: StringTable = StringTable::new();
 
@@ -60,9 +63,10 @@ pub(super) struct HandleKind {
 impl HandleKind {
     const ENGINE: HandleKind = HandleKind { tag: 0xE1, name: "engine", a_name: "an engine" };
     const REQUEST: HandleKind = HandleKind { tag: 0xE2, name: "request", a_name: "a request" };
+    const EMBEDDINGS: HandleKind = HandleKind { tag: 0xE3, name: "embeddings", a_name: "an embeddings" };
 
     fn of_tag(tag: u8) -> Option<HandleKind> {
-        [HandleKind::ENGINE, HandleKind::REQUEST].into_iter().find(|k| k.tag == tag)
+        [HandleKind::ENGINE, HandleKind::REQUEST, HandleKind::EMBEDDINGS].into_iter().find(|k| k.tag == tag)
     }
 }
 

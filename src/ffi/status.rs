@@ -32,7 +32,8 @@ pub enum EmberStatus {
     /// The request JSON was refused; `engine_last_error_message()` is the OpenAI error body
     /// (`{"error": {"message", "type", "param", "code"}}`).
     InvalidRequest = 7,
-    /// Nothing happened before the timeout.
+    /// Nothing happened before the timeout: a wait's `timeout_ms` ran out, or an embeddings or rerank request's
+    /// `deadline_ms` passed while it waited (none of its inputs was computed).
     Timeout = 8,
     /// The request has not finished yet, so there is no final response.
     NotFinished = 9,

@@ -4,57 +4,102 @@
 //! the embedder's `max_inputs`), `model` and `user` (accepted, no effect on the output), `encoding_format`
 //! (`"float"`, the default, or `"base64"`: each vector's little-endian f32 bytes), `dimensions` (keep the first
 //! N, then normalize: Matryoshka truncation), and ember's own `pooling` (`"mean"`, `"cls"`, `"last"`: instead of
-//! the file's), `normalize` (default true: unit length, as OpenAI's and the embedding servers' vectors) and
-//! `priority` (higher first). Any other field is refused by name. Response: `{"object": "list", "data": [{"object":
-//! "embedding", "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}`.
+//! the file's), `normalize` (default true: unit length, as OpenAI's and the embedding servers' vectors), and the
+//! fields both encoder bodies share (`encoder_body.rs`): `priority` (higher first), `deadline_ms` and
+//! `include_metrics`. Any other field is refused by name. Response: `{"object": "list", "data": [{"object":
+//! "embedding", "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens",
+//! "prompt_tokens_per_input"}}`, and `metrics` behind the metrics gate.
+
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::encoder_body::{known_object, priority_and_names};
-use super::error::{ApiError, OVERLOADED};
+use super::encoder_answer::{gated_metrics, EncoderAnswer, Usage};
+use super::encoder_body::{known_object, shared_fields};
+use super::error::{ApiError, DEADLINE, OVERLOADED};
+use super::json::Slot;
+use super::metrics_gate::TimingMetricsJson;
 use crate::engine::embed::{EmbedError, EmbedOutput, EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
 use crate::model::TokenId;
 
-/// The fields this endpoint reads.
-const FIELDS: [&str; 8] =
-    ["input", "model", "user", "encoding_format", "dimensions", "pooling", "normalize", "priority"];
+/// The fields this endpoint reads besides the shared ones.
+const FIELDS: [&str; 5] = ["input", "encoding_format", "dimensions", "pooling", "normalize"];
 
 /// Answers an embeddings request body with its response body, or the error to send.
 pub fn embeddings_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<String, ApiError> {
-    let (request, base64) = parse(embedder, json)?;
-    let output = embedder.embed(request).map_err(|e| api_error(&e))?;
-    Ok(response(&output, model_name, base64))
+    embeddings_answer(embedder, model_name, json, Instant::now()).map(|answer| answer.body)
 }
 
-/// The request body as an embedder request, and whether the vectors go back in base64.
-pub fn parse(embedder: &Embedder, json: &str) -> Result<(EmbedRequest, bool), ApiError> {
+/// Answers an embeddings request body that arrived at `arrival` (its `deadline_ms` counts from there) with the
+/// vectors and the response body, or the error to send.
+pub fn embeddings_answer(
+    embedder: &Embedder,
+    model_name: &str,
+    json: &str,
+    arrival: Instant,
+) -> Result<EncoderAnswer, ApiError> {
+    let (request, options) = parse(embedder, json, arrival)?;
+    let output = embedder.embed(request).map_err(|e| api_error(&e))?;
+    let (metrics, shown) = gated_metrics(embedder, &output, options.include_metrics);
+    let body = response(&output, model_name, options.base64, shown);
+    Ok(EncoderAnswer {
+        dimensions: output.dimensions,
+        input_tokens: output.input_tokens,
+        floats: output.vectors,
+        metrics,
+        body,
+    })
+}
+
+/// What a request asks of its response.
+struct ResponseOptions {
+    /// The vectors go back in base64.
+    base64: bool,
+    include_metrics: bool,
+}
+
+/// The request body as an embedder request, and what it asks of its response. The inputs are tokenized last, once
+/// every cheaper field has been checked.
+fn parse(embedder: &Embedder, json: &str, arrival: Instant) -> Result<(EmbedRequest, ResponseOptions), ApiError> {
     let body = known_object(json, &FIELDS, "an embeddings request")?;
-    let inputs = inputs(embedder, &body)?;
-    let mut request = EmbedRequest::new(inputs);
+    let shared = shared_fields(&body, arrival)?;
     let base64 = match body.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) if s == "float" => false,
         Some(Value::String(s)) if s == "base64" => true,
         Some(_) => return Err(ApiError::invalid("encoding_format", "encoding_format: \"float\" or \"base64\"")),
     };
-    if let Some(v) = body.get("dimensions").filter(|v| !v.is_null()) {
-        let d = v.as_u64().filter(|&d| d >= 1).ok_or_else(|| {
-            ApiError::invalid("dimensions", "dimensions: a positive integer (the vector's width to keep)")
-        })?;
-        request.dimensions = Some(usize::try_from(d).unwrap_or(usize::MAX));
-    }
-    if let Some(v) = body.get("pooling").filter(|v| !v.is_null()) {
-        let pooling = v.as_str().and_then(Pooling::from_name).filter(|p| !matches!(p, Pooling::None | Pooling::Rank));
-        request.pooling =
-            Some(pooling.ok_or_else(|| ApiError::invalid("pooling", "pooling: \"mean\", \"cls\" or \"last\""))?);
-    }
-    if let Some(v) = body.get("normalize").filter(|v| !v.is_null()) {
-        request.normalize = v.as_bool().ok_or_else(|| ApiError::invalid("normalize", "normalize: true or false"))?;
-    }
-    request.priority = priority_and_names(&body)?;
-    Ok((request, base64))
+    let dimensions = match body.get("dimensions").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => {
+            let d = v.as_u64().filter(|&d| d >= 1).ok_or_else(|| {
+                ApiError::invalid("dimensions", "dimensions: a positive integer (the vector's width to keep)")
+            })?;
+            Some(usize::try_from(d).unwrap_or(usize::MAX))
+        }
+    };
+    let pooling = match body.get("pooling").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => {
+            let named = v.as_str().and_then(Pooling::from_name).filter(|p| !matches!(p, Pooling::None | Pooling::Rank));
+            Some(named.ok_or_else(|| ApiError::invalid("pooling", "pooling: \"mean\", \"cls\" or \"last\""))?)
+        }
+    };
+    let normalize = match body.get("normalize").filter(|v| !v.is_null()) {
+        None => true,
+        Some(v) => v.as_bool().ok_or_else(|| ApiError::invalid("normalize", "normalize: true or false"))?,
+    };
+    let request = EmbedRequest {
+        pooling,
+        normalize,
+        dimensions,
+        priority: shared.priority,
+        deadline: shared.deadline,
+        ..EmbedRequest::new(inputs(embedder, &body)?)
+    };
+    Ok((request, ResponseOptions { base64, include_metrics: shared.include_metrics }))
 }
 
 /// `input` as token lists: texts tokenized as the model expects (`[CLS] … [SEP]`), token ids taken as they are.
@@ -97,6 +142,7 @@ pub fn api_error(e: &EmbedError) -> ApiError {
     let message = e.to_string();
     match e {
         EmbedError::Overloaded { .. } => ApiError { code: Some(OVERLOADED.into()), ..ApiError::server(message) },
+        EmbedError::DeadlineExceeded => ApiError { code: Some(DEADLINE.into()), ..ApiError::server(message) },
         EmbedError::Stopped | EmbedError::Encoder(_) => ApiError::server(message),
         EmbedError::Pooling(_) | EmbedError::RankerNeedsPairs => ApiError::invalid("pooling", message),
         EmbedError::Dimensions { .. } => ApiError::invalid("dimensions", message),
@@ -123,21 +169,17 @@ struct Datum<'a> {
 }
 
 #[derive(Serialize)]
-struct Usage {
-    prompt_tokens: usize,
-    total_tokens: usize,
-}
-
-#[derive(Serialize)]
 struct Response<'a> {
     object: &'static str,
     data: Vec<Datum<'a>>,
     model: &'a str,
     usage: Usage,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
 }
 
-/// The response body of `output`.
-pub fn response(output: &EmbedOutput, model_name: &str, base64: bool) -> String {
+/// The response body of `output`, with `metrics` as the gate decided.
+fn response(output: &EmbedOutput, model_name: &str, base64: bool, metrics: Slot<TimingMetricsJson>) -> String {
     let data = (0..output.input_tokens.len())
         .map(|index| {
             let v = output.vector(index);
@@ -148,13 +190,7 @@ pub fn response(output: &EmbedOutput, model_name: &str, base64: bool) -> String 
             Datum { object: "embedding", index, embedding }
         })
         .collect();
-    let tokens = output.total_tokens();
-    super::json::encode(&Response {
-        object: "list",
-        data,
-        model: model_name,
-        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
-    })
+    super::json::encode(&Response { object: "list", data, model: model_name, usage: Usage::of(output), metrics })
 }
 
 /// The vector's little-endian f32 bytes in standard base64 (with padding), as OpenAI's `encoding_format: base64`.

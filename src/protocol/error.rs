@@ -16,6 +16,9 @@ pub const SERVER_ERROR: &str = "server_error";
 pub const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
 /// The `code` of a request refused because too many wait to start (`max_waiting_requests`): retry later.
 pub const OVERLOADED: &str = "overloaded";
+/// The `code` of an embeddings or rerank request refused because its `deadline_ms` passed while it waited: the
+/// word of a chat request's `finish_reason` for the same event.
+pub const DEADLINE: &str = "deadline";
 
 /// OpenAI error object: {"error": {"message", "type", "param", "code"}}.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -8,6 +8,7 @@ mod auto_stream;
 mod call_reader;
 mod call_syntax;
 pub mod embeddings;
+pub mod encoder_answer;
 mod encoder_body;
 mod error;
 mod fields;
@@ -38,7 +39,7 @@ mod tools;
 mod xml_arguments;
 
 pub use api_request::ApiRequest;
-pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
+pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, DEADLINE, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
 pub use prompt_progress::prompt_progress_json;
 pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
 pub use stream::ChunkPoll;

@@ -3,22 +3,30 @@
 //!
 //! Request fields: `query` (a string), `documents` (strings, or objects with a `text` string; 1 to the embedder's
 //! `max_inputs`), `top_n` (keep the best N), `return_documents` (default false: echo each document's text),
-//! `model` and `user` (accepted, no effect), ember's `priority`. Any other field is refused by name. Each pair is
-//! encoded as `[CLS] query [SEP] document [SEP]` (a BERT cross-encoder's input; llama-server leaves out the last
-//! `[SEP]` for WordPiece vocabularies) and scored by the model's classification head: `relevance_score` is that
-//! raw score (a logit, as llama-server reports it). Response: `{"model", "object": "list", "usage":
-//! {"prompt_tokens", "total_tokens"}, "results": [{"index", "relevance_score", "document": {"text"}}]}`.
+//! `model` and `user` (accepted, no effect), and ember's `priority`, `deadline_ms` and `include_metrics` (shared
+//! with embeddings: `encoder_body.rs`). Any other field is refused by name. Each pair is encoded as `[CLS] query
+//! [SEP] document [SEP]` (a BERT cross-encoder's input; llama-server leaves out the last `[SEP]` for WordPiece
+//! vocabularies) and scored by the model's classification head: `relevance_score` is that raw score (a logit, as
+//! llama-server reports it). Response: `{"model", "object": "list", "usage": {"prompt_tokens", "total_tokens",
+//! "prompt_tokens_per_input"}, "results": [{"index", "relevance_score", "document": {"text"}}]}`, and `metrics`
+//! behind the metrics gate.
+
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::embeddings::api_error;
-use super::encoder_body::{known_object, priority_and_names};
+use super::encoder_answer::{gated_metrics, EncoderAnswer, Usage};
+use super::encoder_body::{known_object, shared_fields};
 use super::error::ApiError;
-use crate::engine::embed::{EmbedRequest, Embedder};
+use super::json::Slot;
+use super::metrics_gate::TimingMetricsJson;
+use crate::engine::embed::{EmbedError, EmbedRequest, Embedder};
 use crate::model::encoder::Pooling;
 
-const FIELDS: [&str; 7] = ["query", "documents", "top_n", "return_documents", "model", "user", "priority"];
+/// The fields this endpoint reads besides the shared ones.
+const FIELDS: [&str; 4] = ["query", "documents", "top_n", "return_documents"];
 
 #[derive(Serialize)]
 struct DocumentText<'a> {
@@ -34,21 +42,28 @@ struct Ranked<'a> {
 }
 
 #[derive(Serialize)]
-struct Usage {
-    prompt_tokens: usize,
-    total_tokens: usize,
-}
-
-#[derive(Serialize)]
 struct Response<'a> {
     model: &'a str,
     object: &'static str,
     usage: Usage,
     results: Vec<Ranked<'a>>,
+    #[serde(skip_serializing_if = "Slot::is_absent")]
+    metrics: Slot<TimingMetricsJson>,
 }
 
 /// Answers a rerank request body with its response body, or the error to send.
 pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<String, ApiError> {
+    rerank_answer(embedder, model_name, json, Instant::now()).map(|answer| answer.body)
+}
+
+/// Answers a rerank request body that arrived at `arrival` (its `deadline_ms` counts from there) with every
+/// document's score, in document order, and the response body, or the error to send.
+pub fn rerank_answer(
+    embedder: &Embedder,
+    model_name: &str,
+    json: &str,
+    arrival: Instant,
+) -> Result<EncoderAnswer, ApiError> {
     let body = known_object(json, &FIELDS, "a rerank request")?;
     let query =
         body.get("query").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("query", "query: a string"))?;
@@ -82,31 +97,52 @@ pub fn rerank_json(embedder: &Embedder, model_name: &str, json: &str) -> Result<
             v.as_bool().ok_or_else(|| ApiError::invalid("return_documents", "return_documents: true or false"))?
         }
     };
-    let inputs = embedder.rerank_inputs(query, &documents).map_err(|e| api_error(&e))?;
-    let mut request = EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(inputs) };
-    request.priority = priority_and_names(&body)?;
-    let output = embedder.embed(request).map_err(|e| match api_error(&e) {
-        // The pairs are the request's documents.
-        ApiError { param: Some(p), .. } if p.starts_with("input[") => {
-            ApiError::invalid(p.replacen("input", "documents", 1), e.to_string())
-        }
-        other => other,
-    })?;
-    let mut results: Vec<Ranked<'_>> = (0..documents.len())
-        .map(|index| Ranked {
+    let shared = shared_fields(&body, arrival)?;
+    let inputs = embedder.rerank_inputs(query, &documents).map_err(|e| refusal(&e))?;
+    let request = EmbedRequest {
+        pooling: Some(Pooling::Rank),
+        priority: shared.priority,
+        deadline: shared.deadline,
+        ..EmbedRequest::new(inputs)
+    };
+    let output = embedder.embed(request).map_err(|e| refusal(&e))?;
+    // The head's first output is the relevance score (a reranker's head has one).
+    let scores: Vec<f32> = (0..documents.len()).map(|index| output.vector(index)[0]).collect();
+    let mut results: Vec<Ranked<'_>> = scores
+        .iter()
+        .enumerate()
+        .map(|(index, &relevance_score)| Ranked {
             index,
-            relevance_score: output.vector(index)[0],
+            relevance_score,
             document: return_documents.then(|| DocumentText { text: documents[index] }),
         })
         .collect();
     // Most relevant first; equal scores keep the documents' order.
     results.sort_by(|a, b| b.relevance_score.total_cmp(&a.relevance_score));
     results.truncate(top_n);
-    let tokens = output.total_tokens();
-    Ok(super::json::encode(&Response {
+    let (metrics, shown) = gated_metrics(embedder, &output, shared.include_metrics);
+    let body = super::json::encode(&Response {
         model: model_name,
         object: "list",
-        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+        usage: Usage::of(&output),
         results,
-    }))
+        metrics: shown,
+    });
+    Ok(EncoderAnswer { floats: scores, dimensions: 1, input_tokens: output.input_tokens, metrics, body })
+}
+
+/// An embedder's refusal in the rerank body's terms: its inputs are the documents, each with the query.
+fn refusal(e: &EmbedError) -> ApiError {
+    match *e {
+        EmbedError::InputTooLong { index, tokens, max } => ApiError::invalid(
+            format!("documents[{index}]"),
+            format!("documents[{index}]: the query and this document make {tokens} tokens, more than the {max} this model takes"),
+        ),
+        _ => match api_error(e) {
+            ApiError { param: Some(p), message, .. } if p.starts_with("input[") => {
+                ApiError::invalid(p.replacen("input", "documents", 1), message.replacen("input", "documents", 1))
+            }
+            other => other,
+        },
+    }
 }

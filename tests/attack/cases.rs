@@ -7,6 +7,7 @@ use ember::model::gguf::Value as GgufValue;
 use ember::model::llama::SyntheticSpec;
 use serde_json::{json, Value};
 
+use super::encoder_cases::{encoder_bombs, encoder_case, HANDLE_MISUSE};
 use super::gguf_cases::{gguf_bomb, gguf_bomb_names};
 use super::grammar_cases::{grammar_bombs, grammar_heavy_served};
 use super::host::{reset_peak, rss_kib, timed, Engine};
@@ -39,7 +40,7 @@ impl Outcome {
 const VIAS: [&str; 2] = ["model_file", "option"];
 
 /// Every case's name: `template/NAME/model_file`, `template/NAME/option`, `grammar/NAME`, `gguf/NAME`,
-/// `request/NAME`.
+/// `request/NAME`, `encoder/NAME`.
 pub fn all_cases() -> Vec<String> {
     let mut names = Vec::new();
     for bomb in template_bombs() {
@@ -49,6 +50,8 @@ pub fn all_cases() -> Vec<String> {
     names.extend(grammar_heavy_served().into_iter().map(|(name, _, _)| format!("grammar_served/{name}")));
     names.extend(gguf_bomb_names().map(|name| format!("gguf/{name}")));
     names.extend(request_bombs().into_iter().map(|b| format!("request/{}", b.name)));
+    names.extend(encoder_bombs().into_iter().map(|b| format!("encoder/{}", b.name)));
+    names.push(format!("encoder/{HANDLE_MISUSE}"));
     names
 }
 
@@ -76,6 +79,7 @@ pub fn run_case(name: &str, dir: &Path) -> Outcome {
             Some(b) => request_case(&b.body, b.refused_naming, dir),
             None => Err(format!("no request case {bomb}")),
         },
+        ["encoder", case] => encoder_case(case, dir),
         _ => Err(format!("no case {name}")),
     };
     result.unwrap_or_else(|error| Outcome {
@@ -87,7 +91,7 @@ pub fn run_case(name: &str, dir: &Path) -> Outcome {
 }
 
 /// The attack's call, measured: its result, its duration, and the peak memory above the process's before it.
-fn measured<T>(attack: impl FnOnce() -> T) -> (T, f64, u64) {
+pub(super) fn measured<T>(attack: impl FnOnce() -> T) -> (T, f64, u64) {
     reset_peak();
     let (before, _) = rss_kib();
     let (result, took) = timed(attack);
@@ -95,7 +99,7 @@ fn measured<T>(attack: impl FnOnce() -> T) -> (T, f64, u64) {
     (result, took.as_secs_f64() * 1e3, peak.saturating_sub(before))
 }
 
-fn outcome(refusal: String, attack_ms: f64, peak_above_kib: u64) -> Outcome {
+pub(super) fn outcome(refusal: String, attack_ms: f64, peak_above_kib: u64) -> Outcome {
     Outcome { error: None, attack_ms, peak_above_kib, refusal }
 }
 

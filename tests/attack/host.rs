@@ -1,15 +1,17 @@
 //! The host of an attack case: what a C or Go program does with ember, through the C ABI only (`engine_new`,
-//! `engine_submit`, `engine_poll`, `engine_response_json`, `engine_apply_chat_template`), with the process
-//! measurements the suite reports (peak resident memory above the engine's, and each call's duration).
+//! `engine_submit`, `engine_poll`, `engine_response_json`, `engine_apply_chat_template`, `engine_embed_vectors`,
+//! `engine_rerank_scores` and their result's accessors), with the process measurements the suite reports (peak
+//! resident memory above the engine's, and each call's duration).
 
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 use std::time::{Duration, Instant};
 
 use ember::ffi::{
-    engine_apply_chat_template, engine_free, engine_last_error_message, engine_new, engine_poll, engine_request_free,
-    engine_response_json, engine_string_free, engine_submit, EmberEngine, EmberEvent, EmberEventKind, EmberRequest,
-    EmberStatus,
+    engine_apply_chat_template, engine_embed_vectors, engine_embeddings_count, engine_embeddings_dimensions,
+    engine_embeddings_floats, engine_embeddings_free, engine_free, engine_last_error_message, engine_new, engine_poll,
+    engine_request_free, engine_rerank_scores, engine_response_json, engine_string_free, engine_submit,
+    EmberEmbeddings, EmberEngine, EmberEvent, EmberEventKind, EmberRequest, EmberStatus,
 };
 use serde_json::Value;
 
@@ -71,6 +73,31 @@ impl Engine {
         let status = unsafe { engine_apply_chat_template(self.0, text.as_ptr(), &mut out) };
         match status {
             EmberStatus::Ok => Ok(owned(out)),
+            status => Err(Refused { status, message: last_error() }),
+        }
+    }
+
+    /// `engine_embed_vectors` on `body`, raw bytes (a C host may pass any; a NUL byte ends the string there).
+    pub fn embed_vectors(&self, body: &[u8]) -> Result<Embeddings, Refused> {
+        self.encode(engine_embed_vectors, body)
+    }
+
+    /// `engine_rerank_scores` on `body`, raw bytes.
+    pub fn rerank_scores(&self, body: &[u8]) -> Result<Embeddings, Refused> {
+        self.encode(engine_rerank_scores, body)
+    }
+
+    fn encode(
+        &self,
+        call: unsafe extern "C" fn(*mut EmberEngine, *const c_char, *mut *mut EmberEmbeddings) -> EmberStatus,
+        body: &[u8],
+    ) -> Result<Embeddings, Refused> {
+        let text: Vec<u8> = body.iter().copied().chain([0]).collect();
+        let mut handle = ptr::null_mut();
+        // SAFETY: a live engine, a NUL-terminated byte string and a writable pointer.
+        let status = unsafe { call(self.0, text.as_ptr().cast(), &mut handle) };
+        match status {
+            EmberStatus::Ok => Ok(Embeddings(handle)),
             status => Err(Refused { status, message: last_error() }),
         }
     }
@@ -157,4 +184,33 @@ pub fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
     let start = Instant::now();
     let result = work();
     (result, start.elapsed())
+}
+
+/// The result of `engine_embed_vectors` or `engine_rerank_scores`, freed on drop.
+pub struct Embeddings(pub *mut EmberEmbeddings);
+
+impl Embeddings {
+    /// Its `count` rows of `dimensions` floats, read through the accessors.
+    pub fn floats(&self) -> Result<Vec<f32>, String> {
+        let (mut data, mut count, mut dimensions) = (ptr::null(), 0usize, 0usize);
+        // SAFETY: a live handle and writable outputs.
+        let statuses = unsafe {
+            [
+                engine_embeddings_floats(self.0, &mut data),
+                engine_embeddings_count(self.0, &mut count),
+                engine_embeddings_dimensions(self.0, &mut dimensions),
+            ]
+        };
+        if statuses != [EmberStatus::Ok; 3] {
+            return Err(format!("the accessors answered {statuses:?}: {}", last_error()));
+        }
+        // SAFETY: `count × dimensions` floats of the live result.
+        Ok(unsafe { std::slice::from_raw_parts(data, count * dimensions) }.to_vec())
+    }
+}
+
+impl Drop for Embeddings {
+    fn drop(&mut self) {
+        engine_embeddings_free(self.0);
+    }
 }

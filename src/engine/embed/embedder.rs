@@ -36,6 +36,10 @@ pub struct EmbedderConfig {
     /// The pooling of requests that name none, instead of the file's; on a decoder (a chat model's file) it makes
     /// the model an embedder. `None`: the file's.
     pub pooling: Option<Pooling>,
+    /// The engine's `enable_per_request_metrics`: the first half of the metrics gate of the response bodies.
+    pub enable_per_request_metrics: bool,
+    /// The engine's `disable_log_stats`: no timing metric is reported, in a body or through the C getter.
+    pub disable_log_stats: bool,
 }
 
 impl Default for EmbedderConfig {
@@ -47,6 +51,8 @@ impl Default for EmbedderConfig {
             max_inputs: 2048,
             precision: Precision::Quantized8,
             pooling: None,
+            enable_per_request_metrics: false,
+            disable_log_stats: false,
         }
     }
 }
@@ -205,6 +211,8 @@ impl Embedder {
             pooling: config.pooling,
             max_waiting_requests: config.max_waiting_requests_or_default(),
             precision,
+            enable_per_request_metrics: config.enable_per_request_metrics,
+            disable_log_stats: config.disable_log_stats,
             ..EmbedderConfig::default()
         };
         let mut embedder = Self::from_file(file, embedder_config)?;
@@ -323,6 +331,9 @@ impl Embedder {
     pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutput, EmbedError> {
         self.check(&request)?;
         let submitted = Instant::now();
+        if request.waited_past_deadline(false, submitted) {
+            return Err(EmbedError::DeadlineExceeded);
+        }
         let width = match request.pooling {
             Some(Pooling::Rank) => self.shape.rank_outputs.unwrap_or(0),
             _ => self.shape.n_embd,
@@ -437,6 +448,9 @@ fn run(shared: &Shared, shape: &EmbedShape, encoder: &mut EmbedModel<'_>) {
                 queue.pending.clear();
                 return;
             }
+            if refuse_past_deadline(&mut queue, Instant::now()) {
+                shared.done.notify_all();
+            }
             let mut order: Vec<(i32, u64, usize)> = queue
                 .pending
                 .iter()
@@ -533,6 +547,20 @@ fn run(shared: &Shared, shape: &EmbedShape, encoder: &mut EmbedModel<'_>) {
             shared.done.notify_all();
         }
     }
+}
+
+/// Refuses, and takes out of the queue, every request still waiting at its deadline; says whether there was one.
+fn refuse_past_deadline(queue: &mut Queue, now: Instant) -> bool {
+    let before = queue.pending.len();
+    queue.pending.retain(|p| {
+        let mut p = lock(p);
+        if !p.request.waited_past_deadline(p.started.is_some(), now) {
+            return true;
+        }
+        p.result = Some(Err(EmbedError::DeadlineExceeded));
+        false
+    });
+    queue.pending.len() < before
 }
 
 /// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked (scores

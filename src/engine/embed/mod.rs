@@ -9,9 +9,11 @@
 //! chat model's file into an embedder), so the two never compete for one model's steps.
 
 mod embedder;
+mod metrics;
 mod model;
 mod request;
 
 pub use embedder::{Embedder, EmbedderConfig};
+pub use metrics::embed_timing_metrics;
 pub use model::{EmbedShape, Loaded};
 pub use request::{EmbedError, EmbedOutput, EmbedRequest, EmbedTiming};

@@ -1,6 +1,7 @@
 //! What a host asks an embedder for, what it gets back, and why a request is refused.
 
 use std::fmt;
+use std::time::Instant;
 
 use crate::model::encoder::Pooling;
 use crate::model::TokenId;
@@ -17,12 +18,22 @@ pub struct EmbedRequest {
     pub dimensions: Option<usize>,
     /// Higher first; ties in order of arrival.
     pub priority: i32,
+    /// The request's `deadline_ms` on the monotonic clock: a request none of whose inputs has reached a batch by
+    /// then is refused ([`EmbedError::DeadlineExceeded`]); one whose inputs have started finishes. `None`: none.
+    pub deadline: Option<Instant>,
 }
 
 impl EmbedRequest {
-    /// Normalized vectors of the file's pooling, priority 0.
+    /// Normalized vectors of the file's pooling, priority 0, no deadline.
     pub fn new(inputs: Vec<Vec<TokenId>>) -> Self {
-        EmbedRequest { inputs, pooling: None, normalize: true, dimensions: None, priority: 0 }
+        EmbedRequest { inputs, pooling: None, normalize: true, dimensions: None, priority: 0, deadline: None }
+    }
+
+    /// Whether a request that is still waiting (`started` false: none of its inputs in a batch yet) is past its
+    /// deadline at `now`. A started request is never refused: part of its work is done (a batch is not
+    /// interrupted), and unlike a chat request's tokens, part of a request's vectors is no answer to give.
+    pub(super) fn waited_past_deadline(&self, started: bool, now: Instant) -> bool {
+        !started && self.deadline.is_some_and(|deadline| deadline <= now)
     }
 }
 
@@ -97,6 +108,8 @@ pub enum EmbedError {
     Overloaded {
         waiting: usize,
     },
+    /// The request's deadline passed before any of its inputs reached a batch: nothing was computed.
+    DeadlineExceeded,
     /// The embedder is shutting down.
     Stopped,
     /// The forward pass refused the batch (a bug: requests are checked before they are queued).
@@ -106,7 +119,10 @@ pub enum EmbedError {
 impl EmbedError {
     /// Whether the request itself is at fault (HTTP 400), rather than the server (429, 503, 500).
     pub fn is_invalid_request(&self) -> bool {
-        !matches!(self, EmbedError::Overloaded { .. } | EmbedError::Stopped | EmbedError::Encoder(_))
+        !matches!(
+            self,
+            EmbedError::Overloaded { .. } | EmbedError::DeadlineExceeded | EmbedError::Stopped | EmbedError::Encoder(_)
+        )
     }
 }
 
@@ -140,6 +156,9 @@ impl fmt::Display for EmbedError {
                  more than the model takes"
             ),
             EmbedError::Overloaded { waiting } => write!(f, "{waiting} embedding requests are waiting already"),
+            EmbedError::DeadlineExceeded => {
+                write!(f, "deadline_ms: the deadline passed while the request waited; none of its inputs was computed")
+            }
             EmbedError::Stopped => write!(f, "the embedder is shutting down"),
             EmbedError::Encoder(e) => write!(f, "the encoder failed: {e}"),
         }
@@ -147,3 +166,19 @@ impl fmt::Display for EmbedError {
 }
 
 impl std::error::Error for EmbedError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_waiting_request_is_past_its_deadline() {
+        let now = Instant::now();
+        let at = |deadline| EmbedRequest { deadline, ..EmbedRequest::new(vec![vec![1]]) };
+        assert!(at(Some(now)).waited_past_deadline(false, now), "a deadline is inclusive");
+        assert!(!at(Some(now)).waited_past_deadline(true, now), "a started request finishes");
+        assert!(!at(Some(now + Duration::from_millis(1))).waited_past_deadline(false, now));
+        assert!(!at(None).waited_past_deadline(false, now + Duration::from_secs(3600)));
+    }
+}
