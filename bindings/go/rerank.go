@@ -31,7 +31,7 @@ type RerankOptions struct {
 	TopN int
 	// ReturnDocuments puts each document's text in its result.
 	ReturnDocuments bool
-	// Priority: higher first (ember's).
+	// Priority: a lower value first, as chat requests' (vLLM's order).
 	Priority int
 }
 

@@ -5,7 +5,7 @@
 //! (`"float"`, the default, or `"base64"`: each vector's little-endian f32 bytes), `dimensions` (keep the first
 //! N, then normalize: Matryoshka truncation), and ember's own `pooling` (`"mean"`, `"cls"`, `"last"`: instead of
 //! the file's), `normalize` (default true: unit length, as OpenAI's and the embedding servers' vectors), and the
-//! fields both encoder bodies share (`encoder_body.rs`): `priority` (higher first), `deadline_ms` and
+//! fields both encoder bodies share (`encoder_body.rs`): `priority` (a lower value first, as chat's), `deadline_ms` and
 //! `include_metrics`. Any other field is refused by name. Response: `{"object": "list", "data": [{"object":
 //! "embedding", "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens",
 //! "prompt_tokens_per_input"}}`, and `metrics` behind the metrics gate.

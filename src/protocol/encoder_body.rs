@@ -28,7 +28,7 @@ pub(super) fn known_object(json: &str, fields: &[&str], what: &str) -> Result<Ma
 /// The shared fields of one request, read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct SharedFields {
-    /// `priority`: higher first; 0 when absent.
+    /// `priority`: a lower value first (as chat's); 0 when absent.
     pub priority: i32,
     /// `deadline_ms` counted from `arrival`, on the monotonic clock.
     pub deadline: Option<Instant>,

@@ -1,7 +1,7 @@
 //! `Embedder`: an embedding model (an encoder, or a decoder with a pooling head: `model.rs`) served to many host
 //! threads at once. Each call submits a request (one or many
 //! inputs, already tokenized) and waits for its vectors; a background thread packs the inputs of every waiting
-//! request, highest priority first then oldest, into batches of up to `max_batch_tokens` tokens, so that many short
+//! request, the lowest `priority` value first (vLLM's order, as chat requests) then oldest, into batches of up to `max_batch_tokens` tokens, so that many short
 //! inputs share one forward pass (the matmuls are the cost, and a batch runs each once).
 //!
 //! A request's inputs may span batches, and a batch may hold several requests' inputs: an input's vector does not
@@ -451,18 +451,16 @@ fn run(shared: &Shared, shape: &EmbedShape, encoder: &mut EmbedModel<'_>) {
             if refuse_past_deadline(&mut queue, Instant::now()) {
                 shared.done.notify_all();
             }
-            let mut order: Vec<(i32, u64, usize)> = queue
+            let keys: Vec<(i32, u64)> = queue
                 .pending
                 .iter()
-                .enumerate()
-                .map(|(i, p)| {
+                .map(|p| {
                     let p = lock(p);
-                    (p.request.priority, p.order, i)
+                    (p.request.priority, p.order)
                 })
                 .collect();
-            order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             let mut tokens = 0;
-            'requests: for &(_, _, i) in &order {
+            'requests: for i in service_order(&keys) {
                 let arc = Arc::clone(&queue.pending[i]);
                 let mut p = lock(&arc);
                 let first = p.next_input;
@@ -563,6 +561,14 @@ fn refuse_past_deadline(queue: &mut Queue, now: Instant) -> bool {
     queue.pending.len() < before
 }
 
+/// The order requests are served in, from their `(priority, arrival)`: a lower priority value first, as vLLM and
+/// chat requests order them, then the older.
+fn service_order(keys: &[(i32, u64)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i]);
+    order
+}
+
 /// A request's output once all its inputs are encoded: truncated to `dimensions` and normalized as asked (scores
 /// as they are).
 fn complete(p: &mut Pending) -> EmbedOutput {
@@ -589,5 +595,17 @@ fn complete(p: &mut Pending) -> EmbedOutput {
             time_to_vectors: finished.saturating_duration_since(p.submitted).as_secs_f64(),
             compute_time: finished.saturating_duration_since(started).as_secs_f64(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_order;
+
+    #[test]
+    fn a_lower_priority_value_is_served_first_then_the_older() {
+        // (priority, arrival)
+        assert_eq!(service_order(&[(0, 0), (-5, 1), (3, 2), (0, 3), (-5, 4)]), [1, 4, 0, 3, 2]);
+        assert_eq!(service_order(&[]), Vec::<usize>::new());
     }
 }

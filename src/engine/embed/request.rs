@@ -16,7 +16,7 @@ pub struct EmbedRequest {
     pub normalize: bool,
     /// Keep only the first `dimensions` of each vector (Matryoshka truncation), then normalize.
     pub dimensions: Option<usize>,
-    /// Higher first; ties in order of arrival.
+    /// A lower value first (vLLM's order, as chat requests'); ties in order of arrival.
     pub priority: i32,
     /// The request's `deadline_ms` on the monotonic clock: a request none of whose inputs has reached a batch by
     /// then is refused ([`EmbedError::DeadlineExceeded`]); one whose inputs have started finishes. `None`: none.

@@ -191,7 +191,7 @@ class Engine:
 
         ``documents``: texts, or ``{"text": ...}`` objects, 1 to 2,048; ``top_n``: keep the N best in
         ``results`` (``scores`` keeps every document); ``return_documents``: each result carries its document's
-        text; ``priority``: higher first.
+        text; ``priority``: a lower value first (as chat requests').
 
         Raises :class:`ember.InvalidRequest` (the message, a sentence, names the field at fault; or the model is
         not a reranker), :class:`ember.Overloaded` (``max_waiting_requests`` calls wait already),
