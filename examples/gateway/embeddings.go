@@ -21,7 +21,7 @@ import (
 // name of the one at fault, which becomes the error's `param`.
 var embedFields = map[string]bool{
 	"input": true, "model": true, "user": true, "encoding_format": true, "dimensions": true, "pooling": true,
-	"normalize": true, "priority": true,
+	"normalize": true, "priority": true, "deadline_ms": true, "include_metrics": true,
 }
 
 // unknownFieldSuffix ends the engine's refusal of a field that embeddings requests do not have.

@@ -212,6 +212,8 @@ func TestEmbeddingsRefusalsAreOpenAIErrors(t *testing.T) {
 		{`{"input": "` + strings.Repeat("word ", 600) + `"}`, 400, "input[0]"},
 		{`{"input": "a", "encoding_format": "hex"}`, 400, "encoding_format"},
 		{`{"input": "a", "pooling": "none"}`, 400, "pooling"},
+		{`{"input": "a", "deadline_ms": -1}`, 400, "deadline_ms"},
+		{`{"input": "a", "include_metrics": "yes"}`, 400, "include_metrics"},
 		{`{"input": "a"`, 400, ""},
 	}
 	for _, c := range cases {
@@ -387,7 +389,7 @@ func TestEncoderGatewayRefusesGeneration(t *testing.T) {
 		"/v1/completions":      `{"prompt": "Hi", "max_tokens": 2}`,
 	} {
 		e := openAIError(t, postOn(t, server, path, body), http.StatusBadRequest)
-		if !strings.Contains(e.Error.Message, "encoder") || !strings.Contains(e.Error.Message, "serves embeddings") {
+		if !strings.Contains(e.Error.Message, "embedding model") || !strings.Contains(e.Error.Message, "serves embeddings") {
 			t.Errorf("%s: %q", path, e.Error.Message)
 		}
 	}

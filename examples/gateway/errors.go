@@ -85,6 +85,12 @@ func engineError(err error) apiError {
 		// A sentence: the refusal of a call that an engine serving embeddings only does not serve (or the
 		// reverse), or of a token id.
 		return invalidRequest(engineMessage(emberErr), "")
+	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusTimeout:
+		// An embedding or rerank request still waiting at its deadline_ms (engine_embed's EMBER_STATUS_TIMEOUT): the
+		// engine gave up on it before any work, so a gateway timeout, code "deadline" as the engine names it.
+		e := newAPIError(http.StatusGatewayTimeout, "server_error", engineMessage(emberErr), "")
+		e.body = withCode(e.body, "deadline")
+		return e
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidUTF8:
 		return invalidRequest("the request body is not valid UTF-8", "")
 	case errors.As(err, &emberErr) && emberErr.Status == ember.StatusInvalidHandle:

@@ -19,7 +19,7 @@ var rerankPaths = []string{"/v1/rerank", "/rerank", "/v1/reranking", "/reranking
 // of the one at fault, which becomes the error's `param`.
 var rerankFields = map[string]bool{
 	"query": true, "documents": true, "top_n": true, "return_documents": true, "model": true, "user": true,
-	"priority": true,
+	"priority": true, "deadline_ms": true, "include_metrics": true,
 }
 
 // unknownRerankFieldSuffix ends the engine's refusal of a field that rerank requests do not have.

@@ -186,6 +186,14 @@ func TestRerankErrorMapping(t *testing.T) {
 			t.Errorf("rerankParam(%q) = %q, want %q", message, got, want)
 		}
 	}
+	// A request still waiting at its deadline_ms: 504, code "deadline".
+	late := encoderError(&ember.Error{Op: "engine_rerank", Status: ember.StatusTimeout,
+		Message: "engine_rerank: the request's deadline passed before it started"}, rerankParam)
+	var lateBody errorObject
+	if err := json.Unmarshal(late.body, &lateBody); err != nil || late.status != http.StatusGatewayTimeout ||
+		lateBody.Error.Code == nil || *lateBody.Error.Code != "deadline" {
+		t.Errorf("deadline: status %d, body %s (%v)", late.status, late.body, err)
+	}
 	// Backpressure is the embeddings' answer: 503, Retry-After, code "overloaded".
 	e := encoderError(&ember.Error{Op: "engine_rerank", Status: ember.StatusOverloaded,
 		Message: "engine_rerank: 1 embedding requests are waiting already"}, rerankParam)

@@ -100,7 +100,8 @@ func writeJSON(w http.ResponseWriter, status int, value any) int {
 }
 
 // models lists the one model this gateway serves, as OpenAI's GET /v1/models does, with vLLM's max_model_len
-// (the longest request the engine takes, prompt and output tokens together) for a model that generates text.
+// (the longest request the engine takes, prompt and output tokens together; for an embedding model the longest
+// input).
 func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 	model := map[string]any{"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember"}
 	maxModelLen, err := s.maxModelLen()
@@ -108,7 +109,7 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 	case err == nil:
 		model["max_model_len"] = maxModelLen
 	case servesEmbeddingsOnly(err):
-		// An encoder: no generation, no max_model_len (its inputs' limit is per input: docs/embeddings.md).
+		// An engine whose model information is refused (an older library): no max_model_len.
 	default:
 		return engineError(err).write(w)
 	}
@@ -116,7 +117,7 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 }
 
 // servesEmbeddingsOnly says whether err, from a call that reads no request (ModelInfo, MetricsText, Stats), is
-// its refusal by an engine whose model is an encoder: the one StatusInvalidRequest such a call returns.
+// its refusal by an engine that serves embeddings: the one StatusInvalidRequest such a call returns.
 func servesEmbeddingsOnly(err error) bool {
 	return errors.Is(err, ember.StatusInvalidRequest)
 }
