@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::backend::cpu::Precision;
 use crate::model::encoder::{fill_rerank_template, normalize, EncoderConfig, Pooling};
 use crate::model::gguf::{GgufFile, LoadMode};
-use crate::model::tokenizer::Tokenizer;
+use crate::model::tokenizer::{Tokenizer, VocabKind};
 use crate::model::TokenId;
 
 use super::model::{EmbedModel, EmbedShape, Loaded};
@@ -236,14 +236,15 @@ impl Embedder {
         self.kernel_path
     }
 
-    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies, `text
-    /// <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it asks for them; llama.cpp's
-    /// tokenization with special tokens added).
+    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies, `<s> text
+    /// </s>` for XLM-RoBERTa's, `text <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it
+    /// asks for them; llama.cpp's tokenization with special tokens added).
     pub fn tokenize(&self, text: &str) -> Vec<TokenId> {
         let t = &self.tokenizer;
         let mut ids: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
         ids.extend(t.encode(text, false));
-        ids.extend(t.sep_id().filter(|_| t.add_sep()));
+        // llama.cpp's Unigram inputs end with EOS alone: XLM-RoBERTa's `add_sep_token` is for its pairs.
+        ids.extend(t.sep_id().filter(|_| t.add_sep() && t.kind() != VocabKind::Unigram));
         ids.extend(t.eos_id().filter(|_| t.add_eos()));
         ids
     }
