@@ -8,6 +8,11 @@
 //! `encode` remembers the pieces it has encoded for the length of one call. One 2 MB call shows that memory warm;
 //! the same text in prompt-sized calls of ~4 KB (each starting with an empty memory) shows it mostly cold.
 //!
+//! Then the Unigram tokenizer on llama.cpp's XLM-RoBERTa vocabulary (`.cache/llamacpp/vocab/`, `make vocabs`), when
+//! it is there: 100 kB of English (this repository's `docs/*.md`, in name order) and 100 kB of mixed scripts (the
+//! Unigram fixture's texts, `tests/fixtures/tokenizers/*.inp`, repeated), the texts `python3
+//! scripts/llamacpp/unigram_fixtures.py --time` gives llama.cpp for the same figures.
+//!
 //! Run: `cargo bench --bench tokenize`.
 
 use std::hint::black_box;
@@ -119,6 +124,81 @@ fn best_of<T>(mut f: impl FnMut() -> T) -> Duration {
         .expect("RUNS > 0")
 }
 
+/// `text` cut to at most `len` bytes, at a character boundary.
+fn cut(mut text: String, len: usize) -> String {
+    let mut end = len.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
+}
+
+/// The Unigram benchmark's two texts, built as `scripts/llamacpp/unigram_fixtures.py --time` builds them.
+fn unigram_texts(root: &std::path::Path) -> [(&'static str, String); 2] {
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    let mut english = String::new();
+    for doc in docs {
+        english.push_str(&std::fs::read_to_string(doc).expect("a doc reads"));
+        if english.len() > UNIGRAM_TEXT_BYTES {
+            break;
+        }
+    }
+    let fixture = root.join("tests/fixtures/tokenizers/ggml-vocab-nomic-bert-moe.gguf.inp");
+    let mixed =
+        std::fs::read_to_string(fixture).expect("the Unigram fixture reads").replace("\n__ggml_vocab_test__\n", "\n");
+    [
+        ("English (docs/*.md)", cut(english, UNIGRAM_TEXT_BYTES)),
+        ("mixed scripts (the fixture's texts)", cut(mixed.repeat(10), UNIGRAM_TEXT_BYTES)),
+    ]
+}
+
+/// Bytes of each Unigram text.
+const UNIGRAM_TEXT_BYTES: usize = 100_000;
+
+fn unigram_bench() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join(".cache/llamacpp/vocab/ggml-vocab-nomic-bert-moe.gguf");
+    let Ok(file) = GgufFile::open(&path) else {
+        println!("unigram: {} is missing (make vocabs); skipped", path.display());
+        return;
+    };
+    let load = best_of(|| Tokenizer::from_gguf(&file).expect("vocabulary loads"));
+    let tok = Tokenizer::from_gguf(&file).expect("vocabulary loads");
+    println!("{:<40} {:>10} {:>10} {:>12}", "unigram (XLM-RoBERTa), best of 5", "ms", "MB/s", "tokens/s");
+    println!(
+        "{:<40} {:>10.2} {:>10} {:>12}",
+        "Tokenizer::from_gguf (250048 tokens)",
+        load.as_secs_f64() * 1e3,
+        "-",
+        "-"
+    );
+    let mut json = format!("{{\"bench\":\"tokenize_unigram\",\"load_ms\":{:.2}", load.as_secs_f64() * 1e3);
+    for (i, (name, text)) in unigram_texts(root).iter().enumerate() {
+        let tokens = tok.encode(text, false).len();
+        let encode = best_of(|| tok.encode(black_box(text), false));
+        let seconds = encode.as_secs_f64();
+        let label = format!("encode {name}");
+        println!(
+            "{label:<40} {:>10.2} {:>10.1} {:>12.0}",
+            seconds * 1e3,
+            text.len() as f64 / seconds / 1e6,
+            tokens as f64 / seconds
+        );
+        json.push_str(&format!(
+            ",\"text{i}_bytes\":{},\"text{i}_tokens\":{tokens},\"text{i}_tokens_per_s\":{:.0}",
+            text.len(),
+            tokens as f64 / seconds
+        ));
+    }
+    println!("{json}}}");
+}
+
 fn main() {
     let path = ember::model::path::resolve_model_path(None).unwrap_or_else(|e| panic!("{e}"));
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -165,4 +245,5 @@ fn main() {
         text.len(),
         ids.len()
     );
+    unigram_bench();
 }

@@ -287,3 +287,37 @@ fn engine_new_serves_decoder_embedders() {
         let _ = std::fs::remove_file(path);
     }
 }
+
+/// XLM-RoBERTa's pairs (bge-reranker-v2-m3's vocabulary: llama.cpp's `ggml-vocab-nomic-bert-moe.gguf`, Unigram, with
+/// `add_sep_token` set as such files set it): `<s> query </s></s> document </s>`, as its Hugging Face tokenizer and
+/// llama-server build them; a single input is `<s> text </s>`.
+#[test]
+fn xlm_roberta_pairs_put_a_separator_between() {
+    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
+    let vocab =
+        GgufFile::open(dir.join("ggml-vocab-nomic-bert-moe.gguf")).expect("run scripts/llamacpp/fetch-vocabs.sh");
+    // A tiny encoder (32 wide, one layer) carrying the real vocabulary.
+    let spec = ember::model::encoder::SyntheticEncoder {
+        n_layer: 1,
+        n_embd: 32,
+        n_head: 2,
+        n_ff: 64,
+        ..ember::model::encoder::SyntheticEncoder::family("bge-small-rerank", 1, 1).unwrap()
+    };
+    let writer =
+        spec.writer(&vocab).set_metadata("tokenizer.ggml.add_sep_token", ember::model::gguf::value::Value::Bool(true));
+    let file = Arc::new(GgufFile::from_bytes(&writer.to_bytes()).unwrap());
+    let reranker = embedder(&file, Precision::Float32);
+    let t = reranker.tokenizer();
+    let (bos, eos) = (t.bos_id().unwrap(), t.eos_id().unwrap());
+    let (q, d) = (t.encode("capital of France", false), t.encode("Paris", false));
+    let single: Vec<TokenId> = [vec![bos], q.clone(), vec![eos]].concat();
+    assert_eq!(reranker.tokenize("capital of France"), single);
+    let pair = reranker.rerank_inputs("capital of France", &["Paris"]).unwrap();
+    let sep = t.sep_id().unwrap();
+    assert_eq!(pair[0], [vec![bos], q, vec![eos, sep], d, vec![eos]].concat());
+    let scores = reranker.embed(EmbedRequest { pooling: Some(Pooling::Rank), ..EmbedRequest::new(pair) }).unwrap();
+    assert!(scores.vector(0)[0].is_finite());
+}

@@ -19,8 +19,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ember::engine::{EngineConfig, RequestOptions, SubmitRequest};
 use ember::model::chat_template::{ChatMessage, ChatTemplate, TemplateLimits, TemplateOrigin};
 use ember::model::gguf::writer::GgufWriter;
-use ember::model::gguf::{Array, GgmlType, Value};
-use ember::model::tokenizer::{TokenId, Tokenizer};
+use ember::model::gguf::{Array, GgmlType, GgufFile, Value};
+use ember::model::tokenizer::{keys, TokenId, Tokenizer, TokenizerError, TokenizerSpec, VocabKind};
 use ember::model::Model;
 use parser_checks::GgufOutcome;
 use rng::Rng;
@@ -203,11 +203,64 @@ fn fuzz_tokenizer(name: &str, tok: &Tokenizer, seed_value: u64) {
     }
 }
 
+/// llama.cpp's XLM-RoBERTa vocabulary (Unigram, with its precompiled charsmap), from the folder
+/// `tests/tokenizer_llamacpp_vocabs.rs` reads (`make test` fetches it).
+fn xlm_roberta_vocab() -> GgufFile {
+    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
+    let path = dir.join("ggml-vocab-nomic-bert-moe.gguf");
+    GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}: run scripts/llamacpp/fetch-vocabs.sh (make test does)"))
+}
+
 #[test]
 fn tokenizers_take_arbitrary_text_and_ids() {
     fuzz_tokenizer("smollm2 tokenizer", &common::model().tokenizer, 0x746f_6b31);
     let gemma = Model::load(Some(&gemma3::gemma3_path())).unwrap_or_else(|e| panic!("{e}"));
     fuzz_tokenizer("gemma3 tokenizer", &gemma.tokenizer, 0x746f_6b32);
+    let xlm_roberta = Tokenizer::from_gguf(&xlm_roberta_vocab()).unwrap_or_else(|e| panic!("{e}"));
+    fuzz_tokenizer("xlm-roberta unigram tokenizer", &xlm_roberta, 0x746f_6b33);
+}
+
+/// The real charsmap (XLM-RoBERTa's 237,539 bytes), mutated: each mutation is refused with the charsmap's error or
+/// loads, and then normalizes and tokenizes arbitrary text without a panic. Under a vocabulary of its first 2,000
+/// pieces, so that each load costs the charsmap's check (a few milliseconds), not the whole vocabulary's.
+#[test]
+fn mutated_unigram_charsmaps_are_refused_or_normalize_never_a_panic() {
+    let file = xlm_roberta_vocab();
+    let charsmap = file.byte_array(keys::PRECOMPILED_CHARSMAP).unwrap();
+    let tokens = &file.string_array(keys::TOKENS).unwrap()[..2000];
+    let types = &file.i32_array(keys::TOKEN_TYPE).unwrap()[..2000];
+    let scores = &file.f32_array(keys::SCORES).unwrap()[..2000];
+    let texts = text_seeds();
+    let dictionary: &[&[u8]] = &[&[0xFF; 4], &[0, 0, 0, 0], &[0x00, 0x01, 0x00, 0x80]];
+    let mut rng = Rng(0x6368_6d70);
+    let (mut loaded, inputs) = (0, 300);
+    for i in 0..inputs {
+        let mutated = mutate(&mut rng, charsmap, dictionary);
+        let spec = TokenizerSpec {
+            kind: VocabKind::Unigram,
+            token_types: Some(types),
+            scores: Some(scores),
+            precompiled_charsmap: Some(&mutated),
+            add_space_prefix: true,
+            remove_extra_whitespaces: true,
+            unknown_id: Some(3),
+            ..TokenizerSpec::new(tokens, &[], "")
+        };
+        must_not_panic("charsmap", i, &i, || match Tokenizer::from_spec(&spec) {
+            Ok(tok) => {
+                loaded += 1;
+                for text in &texts {
+                    parser_checks::check_text(&tok, &String::from_utf8_lossy(text));
+                }
+            }
+            Err(TokenizerError::MalformedCharsmap { .. }) => {}
+            Err(other) => panic!("refused by another error: {other}"),
+        });
+    }
+    println!("charsmap: {inputs} mutations, {loaded} loaded");
+    assert!(loaded > 0 && loaded < inputs, "{loaded} of {inputs} loaded: the mutations test one side only");
 }
 
 #[test]

@@ -6,6 +6,11 @@
 //! The files come from the pinned llama-cpp-python 0.3.36 sdist: `scripts/llamacpp/fetch-vocabs.sh` copies them into
 //! `.cache/llamacpp/vocab/` (`make test` runs it first); `EMBER_LLAMACPP_VOCABS` names another folder. They are
 //! vocabulary-only GGUF files (no tensors), which is also what this test shows ember loads as a tokenizer.
+//!
+//! llama.cpp ships XLM-RoBERTa's Unigram vocabulary (`nomic-bert-moe`) without test texts: its `.inp`/`.out` are
+//! committed in `tests/fixtures/tokenizers/`, made with llama.cpp itself (`scripts/llamacpp/unigram_fixtures.py`:
+//! llama.cpp's test texts of every other vocabulary and more), with `nomic-bert-moe.json` beside them for the
+//! inputs with special tokens added and the text the ids decode to.
 
 use std::path::PathBuf;
 
@@ -23,6 +28,7 @@ const CLAIMED: &[&str] = &[
     "llama-bpe",
     "llama-spm",
     "mpt",
+    "nomic-bert-moe",
     "phi-3",
     "qwen2",
     "qwen35",
@@ -35,9 +41,8 @@ const REFUSED: &[(&str, &str)] = &[
     // Byte-level BPE without a `tokenizer.ggml.pre`: llama.cpp guesses a default, ember asks for the key.
     ("aquila", "tokenizer.ggml.pre"),
     ("gpt-neox", "tokenizer.ggml.pre"),
-    // Other tokenizer models: Gemma 4's, Unigram.
+    // Another tokenizer model: Gemma 4's.
     ("gemma-4", "gemma4"),
-    ("nomic-bert-moe", "t5"),
 ];
 
 fn vocab_dir() -> PathBuf {
@@ -58,10 +63,16 @@ fn load(stem: &str) -> Result<Tokenizer, String> {
     Tokenizer::from_gguf(&file).map_err(|e| e.to_string())
 }
 
+/// Where the committed test texts of the vocabularies llama.cpp ships without them are.
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers")
+}
+
 /// The test texts and their ids, read as `test-tokenizer-0.cpp` reads them: texts separated by
 /// `"\n__ggml_vocab_test__\n"`, one line of space-separated ids per text.
 fn cases(stem: &str) -> Vec<(String, Vec<TokenId>)> {
-    let dir = vocab_dir();
+    let committed = fixture_dir();
+    let dir = if committed.join(format!("ggml-vocab-{stem}.gguf.inp")).exists() { committed } else { vocab_dir() };
     let read = |ext: &str| {
         let path = dir.join(format!("ggml-vocab-{stem}.gguf.{ext}"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -157,6 +168,7 @@ fn bos_is_added_where_llama_cpp_adds_it() {
         ("llama-bpe", true),
         ("llama-spm", true),
         ("mpt", false),
+        ("nomic-bert-moe", true),
         ("phi-3", true),
         ("qwen2", false),
         ("qwen35", false),
@@ -173,4 +185,61 @@ fn bos_is_added_where_llama_cpp_adds_it() {
     let bert = load("bert-bge").unwrap();
     assert_eq!((bert.bos_id(), bert.sep_id(), bert.add_sep()), (Some(101), Some(102), true));
     assert!(!load("llama-bpe").unwrap().add_sep());
+    // XLM-RoBERTa's inputs are `<s> text </s>`: the file asks for both (llama.cpp's `t5` default has no BOS).
+    let xlmr = load("nomic-bert-moe").unwrap();
+    assert_eq!((xlmr.bos_id(), xlmr.eos_id(), xlmr.add_eos(), xlmr.add_sep()), (Some(0), Some(2), true, false));
+}
+
+#[derive(serde::Deserialize)]
+struct FramedCases {
+    cases: Vec<FramedCase>,
+}
+
+/// One text of `nomic-bert-moe.json`, as llama.cpp gives it (`scripts/llamacpp/tokenize_cases.cpp`).
+#[derive(serde::Deserialize)]
+struct FramedCase {
+    /// `llama_tokenize(add_special=true, parse_special=false)`.
+    ids_special: Vec<TokenId>,
+    /// `ids_special` through `llama_token_to_piece`, concatenated: without special tokens, and with them.
+    pieces: String,
+    pieces_special: String,
+    /// `llama_detokenize` of the plain ids (`remove_special=false, unparse_special=false`).
+    detokenized: String,
+}
+
+/// For every text of the Unigram fixture: the input with special tokens as the embedder frames it (BOS, text, EOS:
+/// `Embedder::tokenize`'s rule, which has no model here to run on) equals llama.cpp's `add_special` tokenization, and
+/// decoding gives llama.cpp's text, piece by piece (what llama-server's `/detokenize` and a token stream give). Its
+/// `llama_detokenize` also drops the leading space its normalizer added (`add_space_prefix`); ember's decode keeps
+/// it, as for SentencePiece.
+#[test]
+fn unigram_inputs_are_framed_and_decoded_as_llama_cpp_does() {
+    let tokenizer = load("nomic-bert-moe").unwrap();
+    let path = fixture_dir().join("nomic-bert-moe.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let framed: FramedCases = serde_json::from_str(&text).expect("nomic-bert-moe.json parses");
+    let cases = cases("nomic-bert-moe");
+    assert_eq!(framed.cases.len(), cases.len());
+    let mut failures = Vec::new();
+    for ((text, ids), expected) in cases.iter().zip(&framed.cases) {
+        let mut framed_ids: Vec<TokenId> = tokenizer.bos_id().filter(|_| tokenizer.add_bos()).into_iter().collect();
+        framed_ids.extend(tokenizer.encode(text, false));
+        framed_ids.extend(tokenizer.eos_id().filter(|_| tokenizer.add_eos()));
+        let pieces = tokenizer.decode(&expected.ids_special, false).unwrap();
+        let pieces_special = tokenizer.decode(&expected.ids_special, true).unwrap();
+        let plain = tokenizer.decode(ids, false).unwrap();
+        let detokenized = plain.strip_prefix(' ').unwrap_or(&plain);
+        if framed_ids != expected.ids_special
+            || pieces != expected.pieces
+            || pieces_special != expected.pieces_special
+            || detokenized != expected.detokenized
+        {
+            failures.push(format!(
+                "{text:?}:\n  ids {framed_ids:?} / {:?}\n  decoded {pieces:?} / {:?}\n  with special \
+                 {pieces_special:?} / {:?}\n  detokenized {detokenized:?} / {:?}",
+                expected.ids_special, expected.pieces, expected.pieces_special, expected.detokenized
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

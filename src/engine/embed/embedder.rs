@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::backend::cpu::Precision;
 use crate::model::encoder::{fill_rerank_template, normalize, EncoderConfig, Pooling};
 use crate::model::gguf::{GgufFile, LoadMode};
-use crate::model::tokenizer::Tokenizer;
+use crate::model::tokenizer::{Tokenizer, VocabKind};
 use crate::model::TokenId;
 
 use super::model::{EmbedModel, EmbedShape, Loaded};
@@ -273,9 +273,9 @@ impl Embedder {
         self.kernel_path
     }
 
-    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies, `text
-    /// <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it asks for them; llama.cpp's
-    /// tokenization with special tokens added).
+    /// The token ids of one input text as the model expects it: `[CLS] text [SEP]` for BERT's vocabularies, `<s> text
+    /// </s>` for XLM-RoBERTa's, `text <|endoftext|>` for Qwen3-Embedding's (the file's BOS, separator and EOS, where it
+    /// asks for them; llama.cpp's tokenization with special tokens added).
     pub fn tokenize(&self, text: &str) -> Vec<TokenId> {
         self.tokenize_text(text, true, false)
     }
@@ -291,7 +291,8 @@ impl Embedder {
         }
         let mut framed: Vec<TokenId> = t.bos_id().filter(|_| t.add_bos()).into_iter().collect();
         framed.extend(ids);
-        framed.extend(t.sep_id().filter(|_| t.add_sep()));
+        // llama.cpp's Unigram inputs end with EOS alone: XLM-RoBERTa's `add_sep_token` is for its pairs.
+        framed.extend(t.sep_id().filter(|_| t.add_sep() && t.kind() != VocabKind::Unigram));
         framed.extend(t.eos_id().filter(|_| t.add_eos()));
         framed
     }
@@ -299,7 +300,7 @@ impl Embedder {
     /// Each document's input for reranking against `query`. With the file's pair prompt
     /// (`tokenizer.chat_template.rerank`, Qwen3-Reranker's) the prompt filled in and tokenized with special tokens
     /// parsed, as llama-server does; otherwise the query's input (`[CLS] query [SEP]`) then the document's without
-    /// its BOS (`document [SEP]`), a cross-encoder's pair.
+    /// its BOS (`document [SEP]`), a cross-encoder's pair (XLM-RoBERTa's: `<s> query </s></s> document </s>`).
     pub fn rerank_inputs(&self, query: &str, documents: &[&str]) -> Result<Vec<Vec<TokenId>>, EmbedError> {
         if let Some(template) = &self.shape.rerank_template {
             // Any longer prompt has more tokens than the model takes: refuse it before building it.
@@ -314,13 +315,18 @@ impl Embedder {
                 })
                 .collect();
         }
+        let t = &self.tokenizer;
         let query = self.tokenize(query);
-        let has_bos = self.tokenizer.add_bos() && self.tokenizer.bos_id().is_some();
+        let has_bos = t.add_bos() && t.bos_id().is_some();
+        // XLM-RoBERTa's pairs put its separator between the query's `</s>` and the document (`<s> q </s></s> d
+        // </s>`), as its Hugging Face tokenizer and llama-server build them, when the file asks for separators.
+        let between = t.sep_id().filter(|_| t.add_sep() && t.kind() == VocabKind::Unigram);
         Ok(documents
             .iter()
             .map(|d| {
                 let doc = self.tokenize(d);
                 let mut ids = query.clone();
+                ids.extend(between);
                 ids.extend_from_slice(if has_bos { &doc[1..] } else { &doc });
                 ids
             })

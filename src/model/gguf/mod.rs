@@ -280,6 +280,15 @@ impl GgufFile {
         }
     }
 
+    /// An array of bytes, stored as u8 or i8 (converters write either; llama.cpp accepts both).
+    pub fn byte_array(&self, key: &str) -> Result<&[u8], GgufError> {
+        match self.array(key)? {
+            Array::U8(v) => Ok(v),
+            Array::I8(v) => Ok(bytemuck::cast_slice(v)),
+            _ => Err(Self::wrong_type(key, "an array of u8", self.require(key)?)),
+        }
+    }
+
     /// `Ok(None)` when `key` is absent, otherwise what `get` returns: for optional keys, where a present
     /// value of the wrong type must still be an error rather than silently ignored.
     pub fn optional<'a, T>(

@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use super::spec::keys;
 use super::TokenId;
 use crate::model::gguf::GgufError;
 
@@ -14,7 +15,8 @@ use crate::model::gguf::GgufError;
 pub enum TokenizerError {
     /// A key is missing or has the wrong type (the GGUF error names the key).
     Gguf(GgufError),
-    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`) and SentencePiece (`llama`).
+    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`), SentencePiece (`llama`),
+    /// WordPiece (`bert`) and Unigram (`t5`).
     UnsupportedModel { model: String },
     /// `tokenizer.ggml.scores` has another length than `tokenizer.ggml.tokens`.
     ScoreCount { scores: usize, tokens: usize },
@@ -44,6 +46,13 @@ pub enum TokenizerError {
     AddSepWithoutSep,
     /// A token id given to decode is beyond the vocabulary.
     UnknownTokenId { id: TokenId, vocab_size: usize },
+    /// `tokenizer.ggml.precompiled_charsmap` cannot be read safely (`charsmap.rs`): the reason names the offset or
+    /// index at fault.
+    MalformedCharsmap { reason: String },
+    /// A Unigram score that is infinite or NaN (`tokenizer.ggml.scores`).
+    NonFiniteScore { id: TokenId, score: f32 },
+    /// A Unigram piece longer than ember walks (`unigram.rs`, `MAX_PIECE_BYTES`).
+    PieceTooLong { id: TokenId, bytes: usize, max: usize },
 }
 
 impl fmt::Display for TokenizerError {
@@ -55,7 +64,7 @@ impl fmt::Display for TokenizerError {
                 write!(
                     f,
                     "tokenizer.ggml.model is {model:?}; ember implements byte-level BPE (\"gpt2\"), SentencePiece \
-                     (\"llama\") and WordPiece (\"bert\")"
+                     (\"llama\"), WordPiece (\"bert\") and Unigram (\"t5\")"
                 )
             }
             ScoreCount { scores, tokens } => {
@@ -100,6 +109,15 @@ impl fmt::Display for TokenizerError {
             UnknownTokenId { id, vocab_size } => {
                 write!(f, "token id {id} is beyond the vocabulary of {vocab_size} tokens")
             }
+            MalformedCharsmap { reason } => write!(f, "{} is malformed: {reason}", keys::PRECOMPILED_CHARSMAP),
+            NonFiniteScore { id, score } => {
+                write!(f, "tokenizer.ggml.scores of token {id} is {score}; a Unigram score must be finite")
+            }
+            PieceTooLong { id, bytes, max } => write!(
+                f,
+                "token {id} is {bytes} bytes long, more than the {max} a Unigram piece may have in ember (real ones: \
+                 at most 64)"
+            ),
         }
     }
 }

@@ -20,6 +20,9 @@ pub const MAX_TOKEN_BYTES: usize = 32 << 20;
 pub const MAX_MERGES: usize = 2 << 20;
 /// Bytes of all merge texts together: real ones hold up to 5.1 MB (Gemma 4's).
 pub const MAX_MERGE_BYTES: usize = 32 << 20;
+/// Bytes of a Unigram vocabulary's precompiled charsmap: the real one (`nmt_nfkc`, XLM-RoBERTa's and T5's) is
+/// 237,539 bytes. Checking it walks its trie, at most 255 probes a unit: 4 MiB is at most about 270 million probes.
+pub const MAX_CHARSMAP_BYTES: usize = 4 << 20;
 
 /// Checks the counts and sizes of `spec` against the limits, and that the per-token arrays have one entry per
 /// token: all before the tokenizer allocates for them.
@@ -47,6 +50,10 @@ pub(super) fn check(spec: &TokenizerSpec<'_>) -> Result<(), TokenizerError> {
     let merge_bytes = total_len(spec.merges);
     if merge_bytes > MAX_MERGE_BYTES {
         return Err(TokenizerError::TooLarge { key: keys::MERGES, bytes: merge_bytes, max: MAX_MERGE_BYTES });
+    }
+    if let Some(charsmap) = spec.precompiled_charsmap.filter(|c| c.len() > MAX_CHARSMAP_BYTES) {
+        let (key, bytes, max) = (keys::PRECOMPILED_CHARSMAP, charsmap.len(), MAX_CHARSMAP_BYTES);
+        return Err(TokenizerError::TooLarge { key, bytes, max });
     }
     Ok(())
 }
@@ -85,5 +92,8 @@ mod tests {
         let scores = [0.0; 3];
         let s = TokenizerSpec { scores: Some(&scores), ..spec(&one, &[]) };
         assert!(matches!(check(&s), Err(TokenizerError::ScoreCount { scores: 3, tokens: 1 })));
+        let charsmap = vec![0u8; MAX_CHARSMAP_BYTES + 1];
+        let s = TokenizerSpec { precompiled_charsmap: Some(&charsmap), ..spec(&one, &[]) };
+        assert!(matches!(check(&s), Err(TokenizerError::TooLarge { key: keys::PRECOMPILED_CHARSMAP, .. })));
     }
 }

@@ -1,11 +1,13 @@
 //! The tokenizers of GGUF vocabularies, equal token for token to llama.cpp's (`src/llama-vocab.cpp`,
-//! `src/unicode.cpp`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`), SentencePiece (`"llama"`) and WordPiece
-//! (`"bert"`, as the Hugging Face tokenizers of BERT's family, `wordpiece.rs`).
+//! `src/unicode.cpp`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`), SentencePiece (`"llama"`), WordPiece
+//! (`"bert"`, as the Hugging Face tokenizers of BERT's family, `wordpiece.rs`) and SentencePiece Unigram (`"t5"`,
+//! T5's and XLM-RoBERTa's, `unigram.rs`).
 //!
 //! Encoding a text: cut out special tokens (`special.rs`); then for BPE split the rest into pieces
 //! (`pretokenize.rs`), write each piece's bytes in GPT-2's byte-level alphabet (`byte_level.rs`) and merge them
-//! (`bpe.rs`); for SentencePiece merge each fragment's characters by score (`spm.rs`). Decoding: each token's bytes
-//! were computed at load (`vocab.rs`); `stream.rs` decodes incrementally.
+//! (`bpe.rs`); for SentencePiece merge each fragment's characters by score (`spm.rs`); for Unigram normalize each
+//! fragment (`charsmap.rs`) and find its best-scoring segmentation (`unigram.rs`, `byte_trie.rs`). Decoding: each
+//! token's bytes were computed at load (`vocab.rs`); `stream.rs` decodes incrementally.
 //!
 //! A [`Tokenizer`] is immutable once built, so one instance serves any number of threads (`Send + Sync`). `encode`
 //! keeps its working buffers, and its memory of the pieces it has already encoded, for the one call: measured on
@@ -13,6 +15,8 @@
 
 mod bpe;
 mod byte_level;
+mod byte_trie;
+mod charsmap;
 mod error;
 pub mod limits;
 mod pretokenize;
@@ -20,6 +24,7 @@ mod spec;
 mod special;
 mod spm;
 mod stream;
+mod unigram;
 mod vocab;
 mod wordpiece;
 
@@ -27,7 +32,9 @@ pub use crate::model::TokenId;
 pub(crate) use byte_level::BYTE_TO_CHAR;
 pub use error::TokenizerError;
 pub use pretokenize::{Pieces, PreTokenizer, Split};
-pub use spec::{keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL, WORDPIECE_MODEL};
+pub use spec::{
+    keys, TokenizerSpec, VocabKind, BYTE_LEVEL_BPE_MODEL, SENTENCEPIECE_MODEL, UNIGRAM_MODEL, WORDPIECE_MODEL,
+};
 pub use stream::StreamDecoder;
 pub use vocab::TokenType;
 
@@ -35,6 +42,7 @@ use crate::model::gguf::GgufFile;
 use bpe::{Bpe, PieceEncoder};
 use special::{Fragment, SpecialTokens};
 use spm::Spm;
+use unigram::{Unigram, UnigramOptions};
 use vocab::Vocab;
 use wordpiece::WordPiece;
 
@@ -63,6 +71,7 @@ enum Encoder {
     Bpe { bpe: Box<Bpe>, pre: PreTokenizer },
     SentencePiece { spm: Spm, add_space_prefix: bool },
     WordPiece(WordPiece),
+    Unigram(Unigram),
 }
 
 // One tokenizer is shared by every request thread.
@@ -152,6 +161,16 @@ impl Tokenizer {
             VocabKind::WordPiece => {
                 Encoder::WordPiece(WordPiece::new(&vocab, spec.lowercase, spec.strip_accents, unknown_id))
             }
+            VocabKind::Unigram => Encoder::Unigram(Unigram::new(
+                &vocab,
+                &UnigramOptions {
+                    scores: spec.scores,
+                    charsmap: spec.precompiled_charsmap,
+                    unknown_id,
+                    add_space_prefix: spec.add_space_prefix,
+                    remove_extra_whitespaces: spec.remove_extra_whitespaces,
+                },
+            )?),
         };
         let eog_texts: Vec<TokenId> =
             vocab.iter().filter(|&(_, text, _)| EOG_TEXTS.contains(&text)).map(|(id, _, _)| id).collect();
@@ -194,7 +213,8 @@ impl Tokenizer {
     /// without it they are ordinary text. User-defined tokens are recognized either way (llama.cpp's behaviour).
     ///
     /// SentencePiece vocabularies with `add_space_prefix` give the text, and each text after a special token, a
-    /// leading space first (llama.cpp's `tokenize_impl`).
+    /// leading space first (llama.cpp's `tokenize_impl`); Unigram ones give every text between special tokens one
+    /// (its normalizer's).
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3);
         let fragments = self.specials.partition(text, parse_special);
@@ -226,6 +246,14 @@ impl Tokenizer {
                     match fragment {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(text) => wordpiece.encode(&self.vocab, text, &mut out),
+                    }
+                }
+            }
+            Encoder::Unigram(unigram) => {
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(text) => unigram.encode(text, &mut out),
                     }
                 }
             }
@@ -281,11 +309,11 @@ impl Tokenizer {
         self.token_type(id) == Some(TokenType::Control)
     }
 
-    /// The pre-tokenizer a byte-level BPE vocabulary names (`None` for SentencePiece and WordPiece).
+    /// The pre-tokenizer a byte-level BPE vocabulary names (`None` for SentencePiece, WordPiece and Unigram).
     pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
         match &self.encoder {
             Encoder::Bpe { pre, .. } => Some(*pre),
-            Encoder::SentencePiece { .. } | Encoder::WordPiece(_) => None,
+            Encoder::SentencePiece { .. } | Encoder::WordPiece(_) | Encoder::Unigram(_) => None,
         }
     }
 
@@ -295,6 +323,7 @@ impl Tokenizer {
             Encoder::Bpe { .. } => VocabKind::ByteLevelBpe,
             Encoder::SentencePiece { .. } => VocabKind::SentencePiece,
             Encoder::WordPiece(_) => VocabKind::WordPiece,
+            Encoder::Unigram(_) => VocabKind::Unigram,
         }
     }
 
@@ -339,8 +368,9 @@ impl Tokenizer {
         self.sep_id
     }
 
-    /// Whether inputs end with the separator (`tokenizer.ggml.add_sep_token`; WordPiece's default); `encode` never
-    /// adds it.
+    /// Whether the file asks for the separator (`tokenizer.ggml.add_sep_token`; WordPiece's default, where it ends
+    /// every input); `encode` never adds it. llama.cpp ends a single Unigram input with EOS only, whatever this says
+    /// (an XLM-RoBERTa file sets it for the separator between a pair's texts).
     pub fn add_sep(&self) -> bool {
         self.add_sep
     }

@@ -30,6 +30,9 @@ pub mod keys {
     pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
     pub const NORMALIZER_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
     pub const NORMALIZER_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
+    /// SentencePiece's normalizer for Unigram vocabularies (`charsmap.rs`).
+    pub const PRECOMPILED_CHARSMAP: &str = "tokenizer.ggml.precompiled_charsmap";
+    pub const REMOVE_EXTRA_WHITESPACES: &str = "tokenizer.ggml.remove_extra_whitespaces";
 }
 
 /// `tokenizer.ggml.model` of byte-level BPE vocabularies.
@@ -38,9 +41,16 @@ pub const BYTE_LEVEL_BPE_MODEL: &str = "gpt2";
 pub const SENTENCEPIECE_MODEL: &str = "llama";
 /// `tokenizer.ggml.model` of WordPiece vocabularies (llama.cpp's `LLAMA_VOCAB_TYPE_WPM`).
 pub const WORDPIECE_MODEL: &str = "bert";
+/// `tokenizer.ggml.model` of SentencePiece Unigram vocabularies, T5's and XLM-RoBERTa's (llama.cpp's
+/// `LLAMA_VOCAB_TYPE_UGM`).
+pub const UNIGRAM_MODEL: &str = "t5";
 /// The ids BERT's vocabulary gives `[CLS]` and `[SEP]`, which llama.cpp assumes when a `bert` file names neither.
 const BERT_CLS_ID: TokenId = 101;
 const BERT_SEP_ID: TokenId = 102;
+/// The ids llama.cpp assumes for a `t5` file's EOS, unknown and padding tokens when it names none (T5's).
+const T5_EOS_ID: TokenId = 1;
+const T5_UNKNOWN_ID: TokenId = 2;
+const T5_PAD_ID: TokenId = 0;
 
 /// How a vocabulary turns text into tokens (`tokenizer.ggml.model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +61,9 @@ pub enum VocabKind {
     SentencePiece,
     /// `bert`: WordPiece, the longest token first, over normalized words; `▁` starts a word.
     WordPiece,
+    /// `t5`: SentencePiece Unigram, the segmentation of highest total score over text normalized by the file's
+    /// precompiled charsmap; `▁` for spaces.
+    Unigram,
 }
 
 /// A vocabulary as plain parts, each field named for the GGUF key it stands for.
@@ -67,11 +80,18 @@ pub struct TokenizerSpec<'a> {
     pub merges: &'a [String],
     /// `tokenizer.ggml.pre`: the pre-tokenizer's name (byte-level BPE).
     pub pre: &'a str,
-    /// `tokenizer.ggml.scores`: each token's merge priority (SentencePiece; `None`: all 0, as llama.cpp).
+    /// `tokenizer.ggml.scores`: each token's merge priority (SentencePiece) or log-probability (Unigram; `None`:
+    /// all 0, as llama.cpp).
     pub scores: Option<&'a [f32]>,
     /// `tokenizer.ggml.add_space_prefix`: whether a text (and the text after a special token) gets a leading
-    /// space before SentencePiece (true when absent, llama.cpp's default).
+    /// space before SentencePiece (true when absent, llama.cpp's default), and each text fragment before Unigram
+    /// (false when absent).
     pub add_space_prefix: bool,
+    /// `tokenizer.ggml.precompiled_charsmap` (Unigram): the normalizer's map; `None`: text is not normalized.
+    pub precompiled_charsmap: Option<&'a [u8]>,
+    /// `tokenizer.ggml.remove_extra_whitespaces` (Unigram): runs of spaces become one, leading and trailing ones go
+    /// (false when absent).
+    pub remove_extra_whitespaces: bool,
     /// `tokenizer.ggml.bos_token_id`.
     pub bos_id: Option<TokenId>,
     /// `tokenizer.ggml.eos_token_id`.
@@ -83,8 +103,8 @@ pub struct TokenizerSpec<'a> {
     /// `tokenizer.ggml.eot_token_id`.
     pub eot_id: Option<TokenId>,
     /// `tokenizer.ggml.add_bos_token`: whether prompts should start with BOS (when absent, llama.cpp's default:
-    /// true for `llama` vocabularies; for `gpt2` ones true with the Llama 3, Tekken and Chameleon pre-tokenizers,
-    /// false with the others).
+    /// true for `llama` and `bert` vocabularies, false for `t5` ones; for `gpt2` ones true with the Llama 3, Tekken
+    /// and Chameleon pre-tokenizers, false with the others).
     pub add_bos: bool,
     /// `tokenizer.ggml.fim_pre_token_id`, `fim_suf_token_id`, `fim_mid_token_id`: the fill-in-the-middle
     /// tokens that open the prefix, the suffix and the middle of an infill prompt.
@@ -93,10 +113,12 @@ pub struct TokenizerSpec<'a> {
     pub fim_mid_id: Option<TokenId>,
     /// `tokenizer.ggml.seperator_token_id`: the token that ends an input (WordPiece's `[SEP]`).
     pub sep_id: Option<TokenId>,
-    /// `tokenizer.ggml.add_sep_token`: whether inputs end with the separator (true for WordPiece when absent).
+    /// `tokenizer.ggml.add_sep_token`: whether inputs end with the separator (true for WordPiece when absent). An
+    /// XLM-RoBERTa file sets it for its pairs (`<s> query </s></s> document </s>`, llama-server's rerank input); a
+    /// single Unigram input gets no separator from llama.cpp whatever it says.
     pub add_sep: bool,
     /// `tokenizer.ggml.add_eos_token`: whether inputs end with EOS (embedding models such as Qwen3-Embedding, whose
-    /// last-token pooling reads the vector at that EOS; false when absent).
+    /// last-token pooling reads the vector at that EOS; when absent: true for `t5` vocabularies, false otherwise).
     pub add_eos: bool,
     /// `tokenizer.ggml.normalizer.lowercase` and `.strip_accents` (WordPiece; `None` when absent, see
     /// `wordpiece.rs`).
@@ -111,6 +133,8 @@ impl<'a> TokenizerSpec<'a> {
             kind: VocabKind::ByteLevelBpe,
             scores: None,
             add_space_prefix: false,
+            precompiled_charsmap: None,
+            remove_extra_whitespaces: false,
             tokens,
             token_types: None,
             merges,
@@ -140,10 +164,12 @@ impl<'a> TokenizerSpec<'a> {
             BYTE_LEVEL_BPE_MODEL => VocabKind::ByteLevelBpe,
             SENTENCEPIECE_MODEL => VocabKind::SentencePiece,
             WORDPIECE_MODEL => VocabKind::WordPiece,
+            UNIGRAM_MODEL => VocabKind::Unigram,
             _ => return Err(TokenizerError::UnsupportedModel { model: model.to_owned() }),
         };
         let bpe = kind == VocabKind::ByteLevelBpe;
         let wordpiece = kind == VocabKind::WordPiece;
+        let unigram = kind == VocabKind::Unigram;
         let tokens = file.string_array(keys::TOKENS)?;
         // llama.cpp's defaults for `bert` files, where converters wrote `[CLS]` as the CLS key (which llama.cpp does
         // not read) and no BOS: BOS is `[CLS]`, the separator `[SEP]`, at BERT's ids when the file names neither.
@@ -156,6 +182,13 @@ impl<'a> TokenizerSpec<'a> {
             None if wordpiece => in_vocab(BERT_SEP_ID),
             id => id,
         };
+        // llama.cpp's defaults for `t5` files that name these tokens not.
+        let t5_default = |key: &str, id: TokenId| -> Result<Option<TokenId>, TokenizerError> {
+            Ok(match file.optional(key, GgufFile::u32)? {
+                None if unigram => in_vocab(id),
+                id => id,
+            })
+        };
         Ok(TokenizerSpec {
             kind,
             tokens,
@@ -164,29 +197,42 @@ impl<'a> TokenizerSpec<'a> {
             // Required for BPE: without it llama.cpp falls back to a "default" pre-tokenizer and warns that
             // generation quality will be degraded; ember refuses instead. SentencePiece has no pre-tokenizer.
             pre: if bpe { file.str(keys::PRE)? } else { "" },
-            scores: if kind == VocabKind::SentencePiece {
+            scores: if kind == VocabKind::SentencePiece || unigram {
                 file.optional(keys::SCORES, GgufFile::f32_array)?
             } else {
                 None
             },
-            add_space_prefix: kind == VocabKind::SentencePiece
-                && file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(true),
+            add_space_prefix: match kind {
+                VocabKind::SentencePiece => file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(true),
+                VocabKind::Unigram => file.optional(keys::ADD_SPACE_PREFIX, GgufFile::bool)?.unwrap_or(false),
+                VocabKind::ByteLevelBpe | VocabKind::WordPiece => false,
+            },
+            // llama.cpp reads neither `escape_whitespaces` nor `treat_whitespace_as_suffix` from a file: Unigram
+            // text always has its spaces escaped, as a prefix. ember follows it.
+            precompiled_charsmap: if unigram {
+                file.optional(keys::PRECOMPILED_CHARSMAP, GgufFile::byte_array)?
+            } else {
+                None
+            },
+            remove_extra_whitespaces: unigram
+                && file.optional(keys::REMOVE_EXTRA_WHITESPACES, GgufFile::bool)?.unwrap_or(false),
             bos_id,
-            eos_id: file.optional(keys::EOS_ID, GgufFile::u32)?,
-            pad_id: file.optional(keys::PAD_ID, GgufFile::u32)?,
-            unknown_id: file.optional(keys::UNKNOWN_ID, GgufFile::u32)?,
+            eos_id: t5_default(keys::EOS_ID, T5_EOS_ID)?,
+            pad_id: t5_default(keys::PAD_ID, T5_PAD_ID)?,
+            unknown_id: t5_default(keys::UNKNOWN_ID, T5_UNKNOWN_ID)?,
             eot_id: file.optional(keys::EOT_ID, GgufFile::u32)?,
             add_bos: match file.optional(keys::ADD_BOS, GgufFile::bool)? {
                 Some(add) => add,
                 None if bpe => adds_bos_by_default(file.str(keys::PRE)?),
-                None => true,
+                None => !unigram,
             },
             fim_pre_id: file.optional(keys::FIM_PRE_ID, GgufFile::u32)?,
             fim_suf_id: file.optional(keys::FIM_SUF_ID, GgufFile::u32)?,
             fim_mid_id: file.optional(keys::FIM_MID_ID, GgufFile::u32)?,
             sep_id,
             add_sep: file.optional(keys::ADD_SEP, GgufFile::bool)?.unwrap_or(wordpiece),
-            add_eos: file.optional(keys::ADD_EOS, GgufFile::bool)?.unwrap_or(false),
+            // llama.cpp ends a `t5` file's inputs with EOS unless the file says otherwise.
+            add_eos: file.optional(keys::ADD_EOS, GgufFile::bool)?.unwrap_or(unigram),
             lowercase: file.optional(keys::NORMALIZER_LOWERCASE, GgufFile::bool)?,
             strip_accents: file.optional(keys::NORMALIZER_STRIP_ACCENTS, GgufFile::bool)?,
         })

@@ -159,15 +159,16 @@ impl Vocab {
 
 /// Appends what one token decodes to, following llama.cpp's `token_to_piece`: control, unknown and user-defined
 /// tokens are their text; normal tokens are their byte-level text decoded (BPE) or their text with `▁` as a space
-/// (SentencePiece); a SentencePiece byte token `<0xNN>` is its byte; the other types decode to nothing.
+/// (SentencePiece, WordPiece, Unigram); a SentencePiece or Unigram byte token `<0xNN>` is its byte; the other types
+/// decode to nothing.
 fn push_piece(text: &str, token_type: TokenType, kind: VocabKind, out: &mut Vec<u8>) {
     match (token_type, kind) {
         (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => out.extend_from_slice(text.as_bytes()),
         (TokenType::Normal, VocabKind::ByteLevelBpe) => byte_level::decode_token_text(text, out),
-        (TokenType::Normal, VocabKind::SentencePiece | VocabKind::WordPiece) => {
+        (TokenType::Normal, VocabKind::SentencePiece | VocabKind::WordPiece | VocabKind::Unigram) => {
             out.extend_from_slice(text.replace(SPACE, " ").as_bytes())
         }
-        (TokenType::Byte, VocabKind::SentencePiece) => out.extend(byte_token_value(text)),
+        (TokenType::Byte, VocabKind::SentencePiece | VocabKind::Unigram) => out.extend(byte_token_value(text)),
         (TokenType::Undefined | TokenType::Unused | TokenType::Byte, _) => {}
     }
 }
