@@ -401,3 +401,27 @@ fn a_request_still_waiting_at_its_deadline_is_refused() {
         assert_eq!(rerank_json(&reranker, "rr", &body).unwrap_err().param.as_deref(), Some("deadline_ms"), "{bad}");
     }
 }
+
+/// llama-quantize writes a one-score head, `cls.output.weight` `[384, 1]`, as `[384]` (ggml drops trailing
+/// dimensions of 1): such a file loads and scores as the two-dimensional one does.
+#[test]
+fn a_one_dimensional_classifier_head_is_a_one_score_head() {
+    let dir = std::env::var_os("EMBER_LLAMACPP_VOCABS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
+    let vocab = GgufFile::open(dir.join("ggml-vocab-bert-bge.gguf")).unwrap();
+    let spec = SyntheticEncoder::family("bge-small-rerank", 4, 2).unwrap();
+    let two_d = GgufFile::from_bytes(&spec.writer(&vocab).to_bytes()).unwrap();
+    let head = two_d.tensor("cls.output.weight").unwrap();
+    assert_eq!(head.shape(), &[384, 1]);
+    let flat = spec.writer(&vocab).without_tensor("cls.output.weight").tensor(
+        "cls.output.weight",
+        head.dtype(),
+        &[384],
+        head.bytes.to_vec(),
+    );
+    let one_d = Arc::new(GgufFile::from_bytes(&flat.to_bytes()).unwrap());
+    let body = r#"{"query": "capital of France", "documents": ["Paris", "a fox"]}"#;
+    let scores = |file: &Arc<GgufFile>| rerank_json(&embedder(file, 512), "rr", body).unwrap();
+    assert_eq!(scores(&one_d), scores(&reranker_file()));
+}

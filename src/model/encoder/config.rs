@@ -309,6 +309,11 @@ impl EncoderConfig {
             while found.len() > expected.len() && found.last() == Some(&1) {
                 found.pop();
             }
+            // ggml drops trailing dimensions of 1 when it writes a tensor (`ggml_n_dims`): llama-quantize stores a
+            // one-score head, `[n_embd, 1]`, as `[n_embd]`.
+            while found.len() < expected.len() && expected[found.len()..].iter().all(|&d| d == 1) {
+                found.push(1);
+            }
             let matches = if name == "token_types.weight" {
                 found.len() <= 2 && found.first() == expected.first()
             } else {

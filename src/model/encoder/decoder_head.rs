@@ -56,6 +56,8 @@ impl DecoderHead {
                 &[width, labels] if width == n_embd as u64 && (1..=MAX_LABELS).contains(&labels) => {
                     Some(labels as usize)
                 }
+                // One label written by ggml, which drops a trailing dimension of 1.
+                &[width] if width == n_embd as u64 => Some(1),
                 found => {
                     return Err(ModelConfigError::TensorShape {
                         tensor: "cls.output.weight".into(),
