@@ -37,7 +37,7 @@ def test_a_list_of_strings(encoder: ember.Engine) -> None:
     # One string is one input; its vector is the same alone as in a batch.
     alone = encoder.embed(TEXTS[1])
     assert len(alone) == 1 and alone[0] == result[1]
-    assert alone.usage == ember.EmbeddingUsage(len(HELLO_WORLD_IDS), len(HELLO_WORLD_IDS))
+    assert alone.usage == ember.EmbeddingUsage(len(HELLO_WORLD_IDS), len(HELLO_WORLD_IDS), (len(HELLO_WORLD_IDS),))
 
 
 def test_token_ids(encoder: ember.Engine) -> None:
@@ -85,7 +85,9 @@ def test_embed_json_is_the_raw_call(encoder: ember.Engine) -> None:
     expected = encoder.embed(TEXTS[:2], dimensions=8)
     assert [array("f", item["embedding"]) for item in body["data"]] == expected.vectors
     assert body["usage"] == {"prompt_tokens": expected.usage.prompt_tokens,
-                             "total_tokens": expected.usage.total_tokens}
+                             "total_tokens": expected.usage.total_tokens,
+                             "prompt_tokens_per_input": list(expected.usage.prompt_tokens_per_input)}
+    assert sum(expected.usage.prompt_tokens_per_input) == expected.usage.prompt_tokens
 
 
 def test_a_refused_field_is_named(encoder: ember.Engine) -> None:
@@ -124,7 +126,7 @@ def test_a_generating_engine_refuses_embeddings(engine: ember.Engine, encoder: e
     with pytest.raises(ember.InvalidRequest, match="generates text"):
         engine.embed_json('{"input": "x"}')
     # And the other way round: an encoder engine generates nothing.
-    with pytest.raises(ember.InvalidRequest, match="encoder"):
+    with pytest.raises(ember.InvalidRequest, match="embedding model"):
         encoder.submit({"prompt": "Hi", "max_tokens": 1})
 
 

@@ -78,7 +78,9 @@ def test_rerank_json_is_the_raw_call(reranker: ember.Engine) -> None:
     assert [(r["index"], f32(r["relevance_score"]), r["document"]["text"]) for r in body["results"]] == \
         [tuple(r) for r in expected]
     assert body["usage"] == {"prompt_tokens": expected.usage.prompt_tokens,
-                             "total_tokens": expected.usage.total_tokens}
+                             "total_tokens": expected.usage.total_tokens,
+                             "prompt_tokens_per_input": list(expected.usage.prompt_tokens_per_input)}
+    assert sum(expected.usage.prompt_tokens_per_input) == expected.usage.prompt_tokens
 
 
 def test_a_refused_field_is_named(reranker: ember.Engine) -> None:

@@ -8,7 +8,7 @@ import json
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 #: What :meth:`ember.Engine.embed` embeds: a text, texts, one input's token ids, or several inputs' token ids
 #: (OpenAI's four forms of ``input``). Token ids are taken as given: no ``[CLS]`` or ``[SEP]`` is added to them.
@@ -23,6 +23,15 @@ class EmbeddingUsage:
     prompt_tokens: int
     #: The same as ``prompt_tokens``: embeddings generate nothing.
     total_tokens: int
+    #: Each input's tokens, in input order (a rerank input is the query and one document, in document order): the
+    #: body's ``usage.prompt_tokens_per_input``. Summing to ``prompt_tokens``.
+    prompt_tokens_per_input: Tuple[int, ...] = ()
+
+    @staticmethod
+    def of(usage: dict) -> "EmbeddingUsage":
+        """The usage of a response body's ``usage`` object."""
+        return EmbeddingUsage(usage["prompt_tokens"], usage["total_tokens"],
+                              tuple(usage.get("prompt_tokens_per_input", ())))
 
 
 @dataclass(frozen=True)
@@ -93,9 +102,7 @@ def from_response(text: str) -> Embeddings:
     """The :class:`Embeddings` of an ``engine_embed`` response body, in either ``encoding_format``."""
     body = json.loads(text)
     data = sorted(body["data"], key=lambda item: item["index"])
-    usage = body["usage"]
-    return Embeddings([_vector(item["embedding"]) for item in data], body["model"],
-                      EmbeddingUsage(usage["prompt_tokens"], usage["total_tokens"]))
+    return Embeddings([_vector(item["embedding"]) for item in data], body["model"], EmbeddingUsage.of(body["usage"]))
 
 
 def _vector(embedding: Union[str, List[float]]) -> array[float]:

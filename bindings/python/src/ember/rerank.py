@@ -107,9 +107,8 @@ def from_response(text: str, top_n: Optional[int] = None) -> Reranking:
     # Each result's score is read back from the array: the float32 itself, as scores[index] gives it.
     results = [RankedDocument(item["index"], scores[item["index"]], (item.get("document") or {}).get("text"))
                for item in items]
-    usage = body["usage"]
     kept = results if top_n is None or not _positive_int(top_n) else results[:top_n]
-    return Reranking(kept, scores, body["model"], EmbeddingUsage(usage["prompt_tokens"], usage["total_tokens"]))
+    return Reranking(kept, scores, body["model"], EmbeddingUsage.of(body["usage"]))
 
 
 __all__ = ["RankedDocument", "RerankDocument", "Reranking"]
