@@ -298,16 +298,9 @@ fn xlm_roberta_pairs_put_a_separator_between() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/vocab"));
     let vocab =
         GgufFile::open(dir.join("ggml-vocab-nomic-bert-moe.gguf")).expect("run scripts/llamacpp/fetch-vocabs.sh");
-    // A tiny encoder (32 wide, one layer) carrying the real vocabulary.
-    let spec = ember::model::encoder::SyntheticEncoder {
-        n_layer: 1,
-        n_embd: 32,
-        n_head: 2,
-        n_ff: 64,
-        ..ember::model::encoder::SyntheticEncoder::family("bge-small-rerank", 1, 1).unwrap()
-    };
-    let writer =
-        spec.writer(&vocab).set_metadata("tokenizer.ggml.add_sep_token", ember::model::gguf::value::Value::Bool(true));
+    // A tiny encoder (64 wide, one layer) carrying the real vocabulary, `add_sep_token` set as such files set it.
+    let spec = ember::model::encoder::SyntheticEncoder::family("xlm-roberta-tiny-rerank", 1, 1).unwrap();
+    let writer = spec.writer(&vocab);
     let file = Arc::new(GgufFile::from_bytes(&writer.to_bytes()).unwrap());
     let reranker = embedder(&file, Precision::Float32);
     let t = reranker.tokenizer();

@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CACHE = os.path.join(ROOT, ".cache", "llamacpp")
 OUT = os.path.join(ROOT, "tests", "fixtures", "encoders")
 VOCAB = os.path.join(CACHE, "vocab", "ggml-vocab-bert-bge.gguf")
+# XLM-RoBERTa's 250k-token Unigram vocabulary (bge-m3, multilingual-e5, bge-reranker-v2-m3), llama.cpp's copy.
+XLMR_VOCAB = os.path.join(CACHE, "vocab", "ggml-vocab-nomic-bert-moe.gguf")
 # Short and long, cased and accented, punctuation, CJK and an emoji (the unknown token), a word split into pieces.
 TEXTS = [
     "Hello, world!",
@@ -31,7 +33,8 @@ TEXTS = [
 # (fixture, family, seed, layers)
 FIXTURES = [("bge-small", "bge-small", 1, 2), ("bge-small-mean", "bge-small-mean", 2, 2),
             ("nomic-embed", "nomic-embed", 3, 2), ("bge-small-rerank", "bge-small-rerank", 4, 2),
-            ("qwen3-embedding", "qwen3-embedding", 5, 2), ("qwen3-reranker", "qwen3-reranker", 6, 2)]
+            ("qwen3-embedding", "qwen3-embedding", 5, 2), ("qwen3-reranker", "qwen3-reranker", 6, 2),
+            ("xlm-roberta-tiny", "xlm-roberta-tiny", 7, 2), ("xlm-roberta-tiny-rerank", "xlm-roberta-tiny-rerank", 8, 2)]
 # Decoder embedders (src/model/encoder/synthetic_decoder.rs): Qwen 3's layers, a byte vocabulary, causal attention.
 DECODERS = {"qwen3-embedding", "qwen3-reranker"}
 # Qwen3-Reranker's pair prompt, as the synthetic file stores it (llama.cpp's converter's template).
@@ -66,8 +69,9 @@ def main():
         if only and name not in only:
             continue
         model = os.path.join(CACHE, f"encoder-{name}.gguf")
+        vocab = XLMR_VOCAB if family.startswith("xlm-roberta") else VOCAB
         subprocess.run([os.path.join(ROOT, "target", "release", "ember-cli"), "synthetic", model, "--family", family,
-                        "--layers", str(layers), "--seed", str(seed), "--vocab", VOCAB],
+                        "--layers", str(layers), "--seed", str(seed), "--vocab", vocab],
                        check=True, stdout=subprocess.DEVNULL)
         if family.endswith("-rerank"):
             write_rerank_fixture(tool, model, name, family, seed, layers)
@@ -93,7 +97,10 @@ def write_rerank_fixture(tool, model, name, family, seed, layers):
     texts = [QUERY] + DOCUMENTS
     tokenized = json.loads(subprocess.run([tool, model] + texts, check=True, capture_output=True, text=True).stdout)
     query = tokenized[0]["ids"]
-    pairs = [query + doc["ids"][1:] for doc in tokenized[1:]]
+    # XLM-RoBERTa's files set add_sep_token: llama-server's pair is `<s> q </s></s> d </s>` (its separator, id 2,
+    # after the query's EOS); BERT's is `[CLS] q [SEP] d [SEP]` as above.
+    between = [2] if family.startswith("xlm-roberta") else []
+    pairs = [query + between + doc["ids"][1:] for doc in tokenized[1:]]
     out = subprocess.run([tool, model, "--ids"] + [",".join(map(str, p)) for p in pairs], check=True,
                          capture_output=True, text=True).stdout
     scores = [r["embedding"] for r in json.loads(out)]

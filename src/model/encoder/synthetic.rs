@@ -26,6 +26,9 @@ pub struct SyntheticEncoder {
     /// The matrices' type: F16 or F32.
     pub matrix_type: GgmlType,
     pub seed: u64,
+    /// `tokenizer.ggml.add_sep_token` instead of the vocabulary's (XLM-RoBERTa rerankers' files set it for their
+    /// pairs, `<s> q </s></s> d </s>`; llama.cpp's copy of the vocabulary does not); `None`: the vocabulary's.
+    pub add_sep_token: Option<bool>,
 }
 
 impl SyntheticEncoder {
@@ -33,9 +36,20 @@ impl SyntheticEncoder {
     /// wide, 12 heads, FFN 1536, CLS pooling) and `bge-base` (768, 12 heads, 3072, CLS), at `n_layer` layers;
     /// `-mean` after the name pools by mean (E5, all-MiniLM), `-rerank` ranks with a classification head (a pooler
     /// and one score: cross-encoders such as ms-marco-MiniLM); `nomic-embed` (nomic-embed-text v1.5: `nomic-bert`,
-    /// 768 wide, 12 heads, SwiGLU of 3072, RoPE base 1000, 2048 positions, mean pooling).
-    pub const FAMILIES: [&'static str; 6] =
-        ["bge-small", "bge-small-mean", "bge-small-rerank", "bge-base", "bge-base-mean", "nomic-embed"];
+    /// 768 wide, 12 heads, SwiGLU of 3072, RoPE base 1000, 2048 positions, mean pooling); `xlm-roberta-tiny`
+    /// (`bert` as XLM-RoBERTa's files are, bge-m3's and multilingual-e5's, at a small width: 64 wide, 4 heads, FFN
+    /// 256, CLS pooling, for their 250k-token Unigram vocabulary) and `xlm-roberta-tiny-rerank` (with a pooler and
+    /// one score, and `add_sep_token` as bge-reranker-v2-m3's file has it).
+    pub const FAMILIES: [&'static str; 8] = [
+        "bge-small",
+        "bge-small-mean",
+        "bge-small-rerank",
+        "bge-base",
+        "bge-base-mean",
+        "nomic-embed",
+        "xlm-roberta-tiny",
+        "xlm-roberta-tiny-rerank",
+    ];
 
     pub fn family(name: &str, seed: u64, n_layer: usize) -> Option<Self> {
         if name == "nomic-embed" {
@@ -49,6 +63,7 @@ impl SyntheticEncoder {
                 pooling: Pooling::Mean,
                 matrix_type: GgmlType::F16,
                 seed,
+                add_sep_token: None,
             });
         }
         let (base, pooling) = match (name.strip_suffix("-mean"), name.strip_suffix("-rerank")) {
@@ -56,21 +71,24 @@ impl SyntheticEncoder {
             (_, Some(base)) => (base, Pooling::Rank),
             _ => (name, Pooling::Cls),
         };
-        let (n_embd, n_ff) = match base {
-            "bge-small" => (384, 1536),
-            "bge-base" => (768, 3072),
+        let (n_embd, n_head, n_ff) = match base {
+            "bge-small" => (384, 12, 1536),
+            "bge-base" => (768, 12, 3072),
+            "xlm-roberta-tiny" => (64, 4, 256),
             _ => return None,
         };
+        let xlm_pairs = base == "xlm-roberta-tiny" && pooling == Pooling::Rank;
         Some(SyntheticEncoder {
             arch: EncoderArch::Bert,
             n_layer,
             n_embd,
-            n_head: 12,
+            n_head,
             n_ff,
             context_length: 512,
             pooling,
             matrix_type: GgmlType::F16,
             seed,
+            add_sep_token: xlm_pairs.then_some(true),
         })
     }
 
@@ -106,6 +124,13 @@ impl SyntheticEncoder {
             w = w.metadata(k, v.clone());
         }
         assert!(vocab_size > 0, "the vocabulary file has no tokenizer.ggml.tokens");
+        let token_types = match vocab.optional("tokenizer.ggml.token_type_count", GgufFile::u32) {
+            Ok(Some(n)) if n > 0 => u64::from(n),
+            _ => 2,
+        };
+        if let Some(add) = self.add_sep_token {
+            w = w.set_metadata("tokenizer.ggml.add_sep_token", Value::Bool(add));
+        }
         let config = EncoderConfig {
             arch: self.arch,
             n_layer: self.n_layer,
@@ -125,8 +150,8 @@ impl SyntheticEncoder {
         };
         let mut rng = SplitMix64(self.seed);
         for (name, shape, is_vector) in config.expected_tensors() {
-            // Two token types, as BERT's files have.
-            let shape = if name == "token_types.weight" { vec![shape[0], 2] } else { shape };
+            // Two token types, as BERT's files have, or as many as the vocabulary says (XLM-RoBERTa's: one).
+            let shape = if name == "token_types.weight" { vec![shape[0], token_types] } else { shape };
             let n: usize = shape.iter().product::<u64>() as usize;
             if is_vector {
                 let (center, spread) = if name.ends_with("norm.weight") { (1.0, 0.2) } else { (0.0, 0.1) };
