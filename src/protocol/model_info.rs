@@ -10,32 +10,25 @@ use super::json::encode;
 use crate::backend::KvCacheTypes;
 use crate::engine::embed::Embedder;
 use crate::engine::Engine;
+use crate::model::gguf::GgufFile;
+use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
 
 /// The model info of `engine` (the `docs/c_api.md` section "Model and tokenizer" lists the fields).
 pub fn model_info_json(engine: &Engine) -> String {
     let model = engine.model();
     let (config, tokenizer, file) = (&model.config, &model.tokenizer, &model.file);
-    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut parameters: u64 = 0;
-    for t in file.tensor_infos() {
-        *types.entry(t.dtype.name()).or_default() += 1;
-        parameters += t.shape.iter().product::<u64>();
-    }
-    let token =
-        |id: Option<TokenId>| id.map(|id| json!({"id": id, "text": tokenizer.token_text(id).unwrap_or_default()}));
-    let mut specials = Map::new();
-    for (name, id) in [
-        ("bos", tokenizer.bos_id()),
-        ("eos", tokenizer.eos_id()),
-        ("eot", tokenizer.eot_id()),
-        ("pad", tokenizer.pad_id()),
-        ("unknown", tokenizer.unknown_id()),
-    ] {
-        if let Some(t) = token(id) {
-            specials.insert(name.to_owned(), t);
-        }
-    }
+    let (types, parameters) = tensor_types(file);
+    let specials = special_tokens(
+        tokenizer,
+        &[
+            ("bos", tokenizer.bos_id()),
+            ("eos", tokenizer.eos_id()),
+            ("eot", tokenizer.eot_id()),
+            ("pad", tokenizer.pad_id()),
+            ("unknown", tokenizer.unknown_id()),
+        ],
+    );
     let backend = match engine.cpu_serving() {
         Some(cpu) => json!({"kind": "cpu", "kernels": cpu.kernels, "threads": cpu.threads}),
         None => json!({"kind": "cuda", "description": engine.backend_description()}),
@@ -62,7 +55,7 @@ pub fn model_info_json(engine: &Engine) -> String {
         "kv_heads": config.n_head_kv,
         "vocab_size": tokenizer.vocab_size(),
         "add_bos": tokenizer.add_bos(),
-        "special_tokens": Value::Object(specials),
+        "special_tokens": specials,
         "end_of_generation_ids": tokenizer.eog_ids(),
         "chat_template": !model.chat_template.is_fallback(),
         "tensor_types": types,
@@ -84,26 +77,17 @@ pub fn model_info_json(engine: &Engine) -> String {
 /// requests' default) and `classifier_outputs` (a reranker's scores per input; `null` for an embedding model).
 pub fn embedder_info_json(embedder: &Embedder) -> String {
     let (shape, tokenizer, file) = (embedder.shape(), embedder.tokenizer(), embedder.file());
-    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut parameters: u64 = 0;
-    for t in file.tensor_infos() {
-        *types.entry(t.dtype.name()).or_default() += 1;
-        parameters += t.shape.iter().product::<u64>();
-    }
-    let token =
-        |id: Option<TokenId>| id.map(|id| json!({"id": id, "text": tokenizer.token_text(id).unwrap_or_default()}));
-    let mut specials = Map::new();
-    for (name, id) in [
-        ("bos", tokenizer.bos_id()),
-        ("eos", tokenizer.eos_id()),
-        ("sep", tokenizer.sep_id()),
-        ("pad", tokenizer.pad_id()),
-        ("unknown", tokenizer.unknown_id()),
-    ] {
-        if let Some(t) = token(id) {
-            specials.insert(name.to_owned(), t);
-        }
-    }
+    let (types, parameters) = tensor_types(file);
+    let specials = special_tokens(
+        tokenizer,
+        &[
+            ("bos", tokenizer.bos_id()),
+            ("eos", tokenizer.eos_id()),
+            ("sep", tokenizer.sep_id()),
+            ("pad", tokenizer.pad_id()),
+            ("unknown", tokenizer.unknown_id()),
+        ],
+    );
     let info = json!({
         "name": embedder.name(),
         "serves": "embeddings",
@@ -114,7 +98,7 @@ pub fn embedder_info_json(embedder: &Embedder) -> String {
         "embedding_length": shape.n_embd,
         "vocab_size": tokenizer.vocab_size(),
         "add_bos": tokenizer.add_bos(),
-        "special_tokens": Value::Object(specials),
+        "special_tokens": specials,
         "pooling": shape.pooling.name(),
         "classifier_outputs": shape.rank_outputs,
         "tensor_types": types,
@@ -126,4 +110,26 @@ pub fn embedder_info_json(embedder: &Embedder) -> String {
         "backend": {"kind": "cpu", "kernels": embedder.kernel_path(), "threads": embedder.config().threads},
     });
     encode(&info)
+}
+
+/// The file's tensors counted by weight type, and its parameters (every tensor's elements).
+fn tensor_types(file: &GgufFile) -> (BTreeMap<&'static str, usize>, u64) {
+    let mut types: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut parameters: u64 = 0;
+    for t in file.tensor_infos() {
+        *types.entry(t.dtype.name()).or_default() += 1;
+        parameters += t.shape.iter().product::<u64>();
+    }
+    (types, parameters)
+}
+
+/// `special_tokens`: each named token the vocabulary has, as `{"id", "text"}`.
+fn special_tokens(tokenizer: &Tokenizer, named: &[(&str, Option<TokenId>)]) -> Value {
+    let mut specials = Map::new();
+    for &(name, id) in named {
+        if let Some(id) = id {
+            specials.insert(name.to_owned(), json!({"id": id, "text": tokenizer.token_text(id).unwrap_or_default()}));
+        }
+    }
+    Value::Object(specials)
 }
