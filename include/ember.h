@@ -133,6 +133,53 @@
 #define EMBER_EXTENDED_NUM_ACCEPTED_TOKENS (1 << 14)
 
 /**
+ * `api` of `engine_submit_api`: an OpenAI Chat Completions or Completions body, told apart by its fields
+ * (`messages` or `prompt`), as `engine_submit` reads it.
+ */
+#define EMBER_API_OPENAI 0
+
+/**
+ * `api`: an OpenAI Chat Completions body (`POST /v1/chat/completions`).
+ */
+#define EMBER_API_CHAT_COMPLETIONS 1
+
+/**
+ * `api`: an OpenAI Completions body (`POST /v1/completions`).
+ */
+#define EMBER_API_COMPLETIONS 2
+
+/**
+ * `api`: an OpenAI Responses body (`POST /v1/responses`). Chunks are Responses stream events.
+ */
+#define EMBER_API_RESPONSES 3
+
+/**
+ * `api`: an Anthropic Messages body (`POST /v1/messages`). Chunks are Messages stream events.
+ */
+#define EMBER_API_ANTHROPIC_MESSAGES 4
+
+/**
+ * `api`: an Ollama chat body (`POST /api/chat`). Chunks are its NDJSON objects.
+ */
+#define EMBER_API_OLLAMA_CHAT 5
+
+/**
+ * `api`: an Ollama generate body (`POST /api/generate`). Chunks are its NDJSON objects.
+ */
+#define EMBER_API_OLLAMA_GENERATE 6
+
+/**
+ * `api`: a llama-server completion body (`POST /completion`). Chunks are its stream objects.
+ */
+#define EMBER_API_LLAMA_COMPLETION 7
+
+/**
+ * `delivery` of `engine_submit_api`: the request's events stay with it, read by `engine_poll` or
+ * `engine_next_chunk_json` (as after `engine_submit`).
+ */
+#define EMBER_DELIVERY_POLL 0
+
+/**
  * Presence bit of `EmberStats.num_running`.
  */
 #define EMBER_STATS_NUM_RUNNING (1 << 0)
@@ -1357,6 +1404,34 @@ void engine_string_free(char *string);
  * `request_json` is NULL or a NUL-terminated string; `out` is NULL or points to writable storage for a pointer.
  */
 EmberStatus engine_submit(struct EmberEngine *engine, const char *request_json, struct EmberRequest **out);
+
+/**
+ * Submits a request body of the API `api` (`EMBER_API_*`) and returns at once, as `engine_submit`.
+ *
+ * Every API is served by the same engine request: its fields are read into the Chat Completions or Completions
+ * request they stand for, and its answers are written in its own shape. `engine_response_json` gives the API's
+ * whole response body; `engine_next_chunk_json` (and `EMBER_DELIVERY_CHUNKS` records) its stream chunks, one
+ * JSON object each, which the host frames as the API does (`docs/c_api.md`, "Other APIs"): OpenAI's as
+ * `data: {chunk}` then `data: [DONE]`; Responses' and Anthropic's as `event: {type}` and `data: {chunk}`, where
+ * `type` is the chunk's first member; llama-server's as `data: {chunk}`; Ollama's as a line each. `engine_poll`
+ * gives plain text deltas for any API. A refusal's `engine_last_error_message()` is an OpenAI error body
+ * naming the field as the request's API names it; the host reshapes it for its API's clients.
+ *
+ * `delivery` is `EMBER_DELIVERY_POLL` (the events stay with the request) or, with `user_data`, one of
+ * `engine_submit_with_user_data`'s.
+ *
+ * Returns what `engine_submit_with_user_data` returns; `EMBER_STATUS_INVALID_ARGUMENT` also for an unknown
+ * `api`. Thread safety and ownership: as `engine_submit`.
+ *
+ * # Safety
+ * As `engine_submit`.
+ */
+EmberStatus engine_submit_api(struct EmberEngine *engine,
+                              uint32_t api,
+                              const char *request_json,
+                              uint64_t user_data,
+                              uint32_t delivery,
+                              struct EmberRequest **out);
 
 /**
  * Submits an OpenAI request body, as `engine_submit`, whose events go to the engine's waiting point: take them

@@ -2,8 +2,9 @@
 # Installs what `make test` needs beyond Rust and Python, on Debian 12 (x86_64): a C and C++ compiler, valgrind,
 # cmake and pkg-config (the installed library's consumer check, tests/c/check_install.sh), HAProxy (make test-scale),
 # clippy and rustfmt, Go >= 1.23 (from bookworm-backports: Debian 12's own golang-go is 1.19, and no Go module
-# proxy is reachable, so the binding and the gateway use the standard library only) and four Python packages:
-# `openai` (the gateway's end-to-end test), `prometheus_client` (its parser checks `/metrics` in that test),
+# proxy is reachable, so the binding and the gateway use the standard library only) and six Python packages:
+# `openai`, `anthropic` and `ollama` (the gateway's end-to-end tests, each API with its official client),
+# `prometheus_client` (its parser checks `/metrics` in that test),
 # `gguf` with numpy (the independent reference of every weight type's dequantization,
 # tests/dequantize_reference.rs) and `kubernetes-validate` (Kubernetes' schemas, offline, for deploy/kubernetes/ in
 # make lint). NVRTC, for the CUDA kernels' compile test, is fetched by scripts/fetch-nvrtc.sh when the tests run;
@@ -75,6 +76,9 @@ need_go=false
 go_is_recent || { missing+=("Go >= 1.23"); need_go=true; }
 python_packages=()
 python3 -c 'import openai' 2>/dev/null || { missing+=("the openai Python package"); python_packages+=(openai); }
+# The gateway's other APIs are tested with their own official clients (tests/e2e/test_gateway_apis.py).
+python3 -c 'import anthropic' 2>/dev/null || { missing+=("the anthropic Python package"); python_packages+=(anthropic); }
+python3 -c 'import ollama' 2>/dev/null || { missing+=("the ollama Python package"); python_packages+=(ollama); }
 python3 -c 'import prometheus_client' 2>/dev/null \
   || { missing+=("the prometheus_client Python package"); python_packages+=(prometheus_client); }
 python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0"' 2>/dev/null \

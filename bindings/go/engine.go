@@ -312,8 +312,46 @@ func (e *Engine) SubmitStream(ctx context.Context, requestJSON []byte) (*Request
 	return e.submit(ctx, requestJSON, true)
 }
 
+// API is a request body's API (engine_submit_api's EMBER_API_* values): each is read into the engine's one
+// request, and answered in its own shape.
+type API uint32
+
+const (
+	// APIOpenAI is Chat Completions or Completions, by which of `messages` and `prompt` the body has.
+	APIOpenAI API = C.EMBER_API_OPENAI
+	// APIChatCompletions is OpenAI's POST /v1/chat/completions.
+	APIChatCompletions API = C.EMBER_API_CHAT_COMPLETIONS
+	// APICompletions is OpenAI's POST /v1/completions.
+	APICompletions API = C.EMBER_API_COMPLETIONS
+	// APIResponses is OpenAI's POST /v1/responses; chunks are its stream events.
+	APIResponses API = C.EMBER_API_RESPONSES
+	// APIAnthropicMessages is Anthropic's POST /v1/messages; chunks are its stream events.
+	APIAnthropicMessages API = C.EMBER_API_ANTHROPIC_MESSAGES
+	// APIOllamaChat is Ollama's POST /api/chat; chunks are its NDJSON objects.
+	APIOllamaChat API = C.EMBER_API_OLLAMA_CHAT
+	// APIOllamaGenerate is Ollama's POST /api/generate; chunks are its NDJSON objects.
+	APIOllamaGenerate API = C.EMBER_API_OLLAMA_GENERATE
+	// APILlamaCompletion is llama-server's POST /completion; chunks are its stream objects.
+	APILlamaCompletion API = C.EMBER_API_LLAMA_COMPLETION
+)
+
+// SubmitAPI is Submit (stream false) or SubmitStream (stream true) for a body of the given API: ResponseJSON is
+// then that API's response body and NextChunk its stream chunks, one JSON object each (docs/c_api.md, "Other
+// APIs", says how each API frames them). A refusal's Message is an OpenAI error body naming the field as the
+// API names it.
+func (e *Engine) SubmitAPI(ctx context.Context, api API, requestJSON []byte, stream bool) (*Request, error) {
+	return e.submitAPI(ctx, api, requestJSON, stream)
+}
+
 func (e *Engine) submit(ctx context.Context, requestJSON []byte, chunks bool) (*Request, error) {
-	const op = "engine_submit_with_user_data"
+	return e.submitAPI(ctx, APIOpenAI, requestJSON, chunks)
+}
+
+func (e *Engine) submitAPI(ctx context.Context, api API, requestJSON []byte, chunks bool) (*Request, error) {
+	op := "engine_submit_with_user_data"
+	if api != APIOpenAI {
+		op = "engine_submit_api"
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -337,7 +375,10 @@ func (e *Engine) submit(ctx context.Context, requestJSON []byte, chunks bool) (*
 	}
 	var handle C.uintptr_t
 	_, err := call(op, func() C.EmberStatus {
-		return C.ember_go_submit_with_user_data(e.handle, cRequest, C.uint64_t(id), delivery, &handle)
+		if api == APIOpenAI {
+			return C.ember_go_submit_with_user_data(e.handle, cRequest, C.uint64_t(id), delivery, &handle)
+		}
+		return C.ember_go_submit_api(e.handle, C.uint32_t(api), cRequest, C.uint64_t(id), delivery, &handle)
 	})
 	runtime.KeepAlive(e)
 	if err != nil {

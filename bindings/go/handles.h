@@ -91,6 +91,14 @@ static inline EmberStatus ember_go_submit_with_user_data(uintptr_t engine, const
     return status;
 }
 
+static inline EmberStatus ember_go_submit_api(uintptr_t engine, uint32_t api, const char *request_json,
+                                              uint64_t user_data, uint32_t delivery, uintptr_t *out) {
+    EmberRequest *request = NULL;
+    EmberStatus status = engine_submit_api((EmberEngine *)engine, api, request_json, user_data, delivery, &request);
+    if (status == EMBER_STATUS_OK) *out = (uintptr_t)request;
+    return status;
+}
+
 /* The records live in C memory (the dispatcher's), so that Go never holds their `request` pointers: Go reads only
    the other fields. */
 static inline EmberStatus ember_go_wait_events(uintptr_t engine, int32_t timeout_ms, EmberEventRecord *records,

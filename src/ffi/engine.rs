@@ -14,6 +14,7 @@ use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
 use crate::model::gguf::GgufFile;
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
+use crate::protocol::responses::ResponseStore;
 
 /// An engine: a model loaded in memory, a KV cache, and the thread that serves the requests submitted to it.
 /// Opaque; a handle from `engine_new`, freed with `engine_free`.
@@ -42,6 +43,8 @@ pub(super) struct EngineObject {
     /// The texts of the records each thread took last (`EmberEventRecord.event.text`), kept until that thread's
     /// next `engine_wait_events` on this engine.
     pub event_texts: Mutex<Vec<(ThreadId, Vec<String>)>>,
+    /// The OpenAI Responses this engine answered with `store`, for `previous_response_id`.
+    pub responses: Arc<ResponseStore>,
 }
 
 impl EngineObject {
@@ -183,6 +186,7 @@ unsafe fn create(
         events: Arc::new(events),
         events_taker: Mutex::new(()),
         event_texts: Mutex::new(Vec::new()),
+        responses: Arc::new(ResponseStore::new()),
     };
     // On failure here the engine is dropped, which stops its thread: nothing leaks.
     let handle = ENGINES.insert(Arc::new(object))?;

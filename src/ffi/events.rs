@@ -15,7 +15,7 @@ use super::registry::{to_pointer, ENGINES, REQUESTS};
 use super::request::{submit, Delivery, EmberRequest, RequestObject};
 use super::status::EmberStatus;
 use crate::engine::Ready;
-use crate::protocol::ChunkPoll;
+use crate::protocol::{Api, ChunkPoll};
 
 /// `delivery` of `engine_submit_with_user_data`: the request's events, as `engine_poll` gives them (`DELTA`,
 /// `FINISHED`, `ERROR`).
@@ -29,6 +29,15 @@ pub const EMBER_DELIVERY_CHUNKS: u32 = 2;
 pub(super) enum DeliveryKind {
     Events,
     Chunks,
+}
+
+/// The delivery an `EMBER_DELIVERY_EVENTS` or `EMBER_DELIVERY_CHUNKS` value names.
+pub(super) fn delivery_kind(delivery: u32) -> Result<DeliveryKind, Failure> {
+    match delivery {
+        EMBER_DELIVERY_EVENTS => Ok(DeliveryKind::Events),
+        EMBER_DELIVERY_CHUNKS => Ok(DeliveryKind::Chunks),
+        other => Err(Failure::invalid_argument(format!("delivery = {other} is not an EMBER_DELIVERY_* value"))),
+    }
 }
 
 /// One event of one request, written by `engine_wait_events`.
@@ -70,15 +79,9 @@ pub unsafe extern "C" fn engine_submit_with_user_data(
     out: *mut *mut EmberRequest,
 ) -> EmberStatus {
     boundary("engine_submit_with_user_data", || {
-        let kind = match delivery {
-            EMBER_DELIVERY_EVENTS => DeliveryKind::Events,
-            EMBER_DELIVERY_CHUNKS => DeliveryKind::Chunks,
-            other => {
-                return Err(Failure::invalid_argument(format!("delivery = {other} is not an EMBER_DELIVERY_* value")))
-            }
-        };
+        let kind = delivery_kind(delivery)?;
         // SAFETY: as this function's contract says, which is `submit`'s.
-        unsafe { submit(engine, request_json, Some(Delivery { user_data, kind }), out) }
+        unsafe { submit(engine, request_json, Api::OpenAi, Some(Delivery { user_data, kind }), out) }
     })
 }
 

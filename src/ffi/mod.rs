@@ -61,7 +61,11 @@ pub use metrics::{
     engine_get_token_timestamps, EmberExtendedTimingMetrics, EmberPerRequestTimingMetrics,
 };
 pub use metrics_text::engine_metrics_text;
-pub use request::{engine_cancel, engine_request_free, engine_submit, EmberRequest};
+pub use request::{
+    engine_cancel, engine_request_free, engine_submit, engine_submit_api, EmberRequest, EMBER_API_ANTHROPIC_MESSAGES,
+    EMBER_API_CHAT_COMPLETIONS, EMBER_API_COMPLETIONS, EMBER_API_LLAMA_COMPLETION, EMBER_API_OLLAMA_CHAT,
+    EMBER_API_OLLAMA_GENERATE, EMBER_API_OPENAI, EMBER_API_RESPONSES, EMBER_DELIVERY_POLL,
+};
 pub use stats::{engine_get_stats, EmberStats};
 pub use status::{engine_status_message, EmberStatus};
 pub use tokenizer::{engine_apply_chat_template, engine_detokenize, engine_model_info_json, engine_tokenize};

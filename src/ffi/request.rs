@@ -8,11 +8,12 @@ use std::thread::ThreadId;
 use super::args::{required_str, Out};
 use super::boundary::{boundary, Failure};
 use super::engine::EmberEngine;
+use super::events::delivery_kind;
 use super::events::DeliveryKind;
 use super::registry::{to_pointer, ENGINES, REQUESTS};
 use super::status::EmberStatus;
 use crate::engine::RequestHandle;
-use crate::protocol::{ApiRequest, OVERLOADED};
+use crate::protocol::{Api, ApiRequest, OVERLOADED};
 
 /// A submitted request: its events, its metrics, its final response. Opaque; a handle from `engine_submit`,
 /// freed with `engine_request_free`.
@@ -104,7 +105,70 @@ pub unsafe extern "C" fn engine_submit(
 ) -> EmberStatus {
     boundary("engine_submit", || {
         // SAFETY: as this function's contract says, which is `submit`'s.
-        unsafe { submit(engine, request_json, None, out) }
+        unsafe { submit(engine, request_json, Api::OpenAi, None, out) }
+    })
+}
+
+/// `api` of `engine_submit_api`: an OpenAI Chat Completions or Completions body, told apart by its fields
+/// (`messages` or `prompt`), as `engine_submit` reads it.
+pub const EMBER_API_OPENAI: u32 = 0;
+/// `api`: an OpenAI Chat Completions body (`POST /v1/chat/completions`).
+pub const EMBER_API_CHAT_COMPLETIONS: u32 = 1;
+/// `api`: an OpenAI Completions body (`POST /v1/completions`).
+pub const EMBER_API_COMPLETIONS: u32 = 2;
+/// `api`: an OpenAI Responses body (`POST /v1/responses`). Chunks are Responses stream events.
+pub const EMBER_API_RESPONSES: u32 = 3;
+/// `api`: an Anthropic Messages body (`POST /v1/messages`). Chunks are Messages stream events.
+pub const EMBER_API_ANTHROPIC_MESSAGES: u32 = 4;
+/// `api`: an Ollama chat body (`POST /api/chat`). Chunks are its NDJSON objects.
+pub const EMBER_API_OLLAMA_CHAT: u32 = 5;
+/// `api`: an Ollama generate body (`POST /api/generate`). Chunks are its NDJSON objects.
+pub const EMBER_API_OLLAMA_GENERATE: u32 = 6;
+/// `api`: a llama-server completion body (`POST /completion`). Chunks are its stream objects.
+pub const EMBER_API_LLAMA_COMPLETION: u32 = 7;
+
+/// `delivery` of `engine_submit_api`: the request's events stay with it, read by `engine_poll` or
+/// `engine_next_chunk_json` (as after `engine_submit`).
+pub const EMBER_DELIVERY_POLL: u32 = 0;
+
+/// Submits a request body of the API `api` (`EMBER_API_*`) and returns at once, as `engine_submit`.
+///
+/// Every API is served by the same engine request: its fields are read into the Chat Completions or Completions
+/// request they stand for, and its answers are written in its own shape. `engine_response_json` gives the API's
+/// whole response body; `engine_next_chunk_json` (and `EMBER_DELIVERY_CHUNKS` records) its stream chunks, one
+/// JSON object each, which the host frames as the API does (`docs/c_api.md`, "Other APIs"): OpenAI's as
+/// `data: {chunk}` then `data: [DONE]`; Responses' and Anthropic's as `event: {type}` and `data: {chunk}`, where
+/// `type` is the chunk's first member; llama-server's as `data: {chunk}`; Ollama's as a line each. `engine_poll`
+/// gives plain text deltas for any API. A refusal's `engine_last_error_message()` is an OpenAI error body
+/// naming the field as the request's API names it; the host reshapes it for its API's clients.
+///
+/// `delivery` is `EMBER_DELIVERY_POLL` (the events stay with the request) or, with `user_data`, one of
+/// `engine_submit_with_user_data`'s.
+///
+/// Returns what `engine_submit_with_user_data` returns; `EMBER_STATUS_INVALID_ARGUMENT` also for an unknown
+/// `api`. Thread safety and ownership: as `engine_submit`.
+///
+/// # Safety
+/// As `engine_submit`.
+#[no_mangle]
+pub unsafe extern "C" fn engine_submit_api(
+    engine: *mut EmberEngine,
+    api: u32,
+    request_json: *const c_char,
+    user_data: u64,
+    delivery: u32,
+    out: *mut *mut EmberRequest,
+) -> EmberStatus {
+    boundary("engine_submit_api", || {
+        let Some(which) = Api::from_code(api) else {
+            return Err(Failure::invalid_argument(format!("api = {api} is not an EMBER_API_* value")));
+        };
+        let delivery = match delivery {
+            EMBER_DELIVERY_POLL => None,
+            other => Some(Delivery { user_data, kind: delivery_kind(other)? }),
+        };
+        // SAFETY: as this function's contract says, which is `submit`'s.
+        unsafe { submit(engine, request_json, which, delivery, out) }
     })
 }
 
@@ -116,6 +180,7 @@ pub unsafe extern "C" fn engine_submit(
 pub(super) unsafe fn submit(
     engine: *mut EmberEngine,
     request_json: *const c_char,
+    api: Api,
     delivery: Option<Delivery>,
     out: *mut *mut EmberRequest,
 ) -> Result<(), Failure> {
@@ -123,13 +188,15 @@ pub(super) unsafe fn submit(
     // SAFETY: NULL or NUL-terminated, by this function's contract.
     let json = unsafe { required_str(request_json, "request_json") }?;
     let engine_object = ENGINES.get(engine.addr())?;
-    let api = engine_object.with_engine(|e| ApiRequest::submit(e, json, None))?.map_err(|e| {
-        let status = match e.code.as_deref() {
-            Some(OVERLOADED) => EmberStatus::Overloaded,
-            _ => EmberStatus::InvalidRequest,
-        };
-        Failure::verbatim(status, e.to_json())
-    })?;
+    let api = engine_object.with_engine(|e| ApiRequest::submit_api(e, json, api, &engine_object.responses))?.map_err(
+        |e| {
+            let status = match e.code.as_deref() {
+                Some(OVERLOADED) => EmberStatus::Overloaded,
+                _ => EmberStatus::InvalidRequest,
+            };
+            Failure::verbatim(status, e.to_json())
+        },
+    )?;
     let handle = api.handle().clone();
     let object = RequestObject {
         engine: engine.addr(),

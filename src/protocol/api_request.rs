@@ -3,6 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::api::Api;
 use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::logprobs::SharedPieces;
@@ -11,8 +15,10 @@ use super::prompt_logprobs::PromptScores;
 use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
+use super::responses::ResponseStore;
 use super::stream::{ChunkEncoder, ChunkPoll};
 use super::tool_schemas::blame_tool;
+use super::translate::{rename_fields, translate, OutputWriter, TranslateContext};
 use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
 use crate::model::TokenId;
 
@@ -26,6 +32,10 @@ use crate::model::TokenId;
 #[derive(Debug)]
 pub struct ApiRequest {
     handle: RequestHandle,
+    /// The API the request came in; another than OpenAI's has `translated`.
+    api: Api,
+    /// For another API than OpenAI's: how its answers are written, and its stream events not yet handed out.
+    translated: Option<Translated>,
     kind: ApiKind,
     stream: bool,
     header: ResponseHeader,
@@ -49,7 +59,38 @@ impl ApiRequest {
     ///
     /// Every refusal is an [`ApiError`] naming the request field at fault; nothing is queued then.
     pub fn submit(engine: &Engine, json: &str, kind: Option<ApiKind>) -> Result<ApiRequest, ApiError> {
-        let request = ParsedRequest::parse(json, kind)?;
+        Self::submit_parsed(engine, ParsedRequest::parse(json, kind)?)
+    }
+
+    /// Submits `json`, a request body of `api`. OpenAI's own are [`ApiRequest::submit`]'s; another API's request
+    /// is read into OpenAI's (`translate.rs`), and its response body and chunks are written in its own shape.
+    /// `responses` keeps the OpenAI Responses that later requests continue (`previous_response_id`).
+    pub fn submit_api(
+        engine: &Engine,
+        json: &str,
+        api: Api,
+        responses: &Arc<ResponseStore>,
+    ) -> Result<ApiRequest, ApiError> {
+        let kind = match api {
+            Api::OpenAi => None,
+            Api::ChatCompletions => Some(ApiKind::Chat),
+            Api::Completions => Some(ApiKind::Completion),
+            _ => {
+                let translation = translate(api, json, &TranslateContext { engine, responses })?;
+                let names = translation.field_names;
+                let parsed = ParsedRequest::from_value(&translation.body, Some(translation.kind))
+                    .map_err(|e| rename_fields(e, names))?;
+                let mut request = Self::submit_parsed(engine, parsed).map_err(|e| rename_fields(e, names))?;
+                request.api = api;
+                request.translated =
+                    Some(Translated { writer: translation.output, ready: VecDeque::new(), ended: false });
+                return Ok(request);
+            }
+        };
+        Self::submit(engine, json, kind)
+    }
+
+    fn submit_parsed(engine: &Engine, request: ParsedRequest) -> Result<ApiRequest, ApiError> {
         let model = engine.model();
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let prompt_logprobs = request.scored_prompt_alternatives();
@@ -140,6 +181,8 @@ impl ApiRequest {
         }
         Ok(ApiRequest {
             handle,
+            api: Api::OpenAi,
+            translated: None,
             kind: request.kind,
             stream: request.stream,
             header,
@@ -184,13 +227,54 @@ impl ApiRequest {
             reasoning: self.reasoning.as_ref(),
             prompt_scores: self.prompt_scores.as_ref().map(|(scores, pieces)| (scores, pieces.0.as_ref())),
         };
-        self.handle.is_finished().then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))
+        let body = self
+            .handle
+            .is_finished()
+            .then(|| response_body(self.kind, &self.header, self.gate, &self.handle, extras))?;
+        Some(match &self.translated {
+            // The OpenAI body is ember's own writing: it always parses.
+            Some(t) => t.writer.response(serde_json::from_str(&body).unwrap_or_default(), &self.handle),
+            None => body,
+        })
+    }
+
+    /// The API the request came in.
+    pub fn api(&self) -> Api {
+        self.api
     }
 
     /// The next streaming chunk body (JSON, no "data: " framing), consuming the handle's events; waits up to
     /// `timeout` (None = until one is ready; zero = only what is ready now).
     pub fn next_chunk_json(&mut self, timeout: Option<Duration>) -> ChunkPoll {
         let deadline = timeout.map(|t| Instant::now() + t);
+        if self.translated.is_none() {
+            return self.next_openai_chunk(deadline);
+        }
+        loop {
+            let t = self.translated.as_mut().expect("checked above");
+            if let Some(event) = t.ready.pop_front() {
+                return ChunkPoll::Chunk(event);
+            }
+            if t.ended {
+                return ChunkPoll::Done;
+            }
+            let next = self.next_openai_chunk(deadline);
+            let t = self.translated.as_mut().expect("checked above");
+            match next {
+                ChunkPoll::Chunk(chunk) => {
+                    t.writer.chunk(serde_json::from_str(&chunk).unwrap_or_default(), &self.handle, &mut t.ready)
+                }
+                ChunkPoll::Done => {
+                    t.writer.end(&self.handle, &mut t.ready);
+                    t.ended = true;
+                }
+                ChunkPoll::TimedOut => return ChunkPoll::TimedOut,
+            }
+        }
+    }
+
+    /// The next OpenAI chunk, waiting until `deadline` (None: as long as it takes).
+    fn next_openai_chunk(&mut self, deadline: Option<Instant>) -> ChunkPoll {
         loop {
             if let Some(ready) = self.chunks.next_ready() {
                 return ready;
@@ -203,4 +287,13 @@ impl ApiRequest {
             }
         }
     }
+}
+
+/// Another API's side of a request: its writer, and the events of its stream not yet handed out.
+#[derive(Debug)]
+struct Translated {
+    writer: Box<dyn OutputWriter>,
+    ready: VecDeque<String>,
+    /// The writer has closed the stream: once `ready` is empty, it is done.
+    ended: bool,
 }

@@ -2,6 +2,7 @@
 //! streaming chunks out, with `usage` and the per-request `metrics`. Pure translation over the engine: JSON in
 //! and out, no I/O, no HTTP. See `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
 
+mod api;
 mod api_request;
 mod auto_call;
 mod auto_stream;
@@ -28,6 +29,7 @@ mod request;
 mod request_fields;
 pub mod rerank;
 mod response;
+pub mod responses;
 mod stream;
 mod template_options;
 #[cfg(test)]
@@ -36,8 +38,10 @@ pub mod tokenize;
 mod tool_format;
 mod tool_schemas;
 mod tools;
+mod translate;
 mod xml_arguments;
 
+pub use api::{Api, StreamFraming};
 pub use api_request::ApiRequest;
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, DEADLINE, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
 pub use prompt_progress::prompt_progress_json;

@@ -118,6 +118,12 @@ impl ParsedRequest {
     pub fn parse(json: &str, kind: Option<ApiKind>) -> Result<Self, ApiError> {
         let body: Value = serde_json::from_str(json)
             .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
+        Self::from_value(&body, kind)
+    }
+
+    /// [`ParsedRequest::parse`] of a body already read: another API's request, translated into OpenAI's
+    /// (`translate.rs`).
+    pub fn from_value(body: &Value, kind: Option<ApiKind>) -> Result<Self, ApiError> {
         let Some(o) = body.as_object() else {
             return Err(ApiError::malformed("the request body must be a JSON object"));
         };

@@ -63,6 +63,8 @@ const FIELDS: &[(&str, Known)] = &[
     ("service_tier", Known::NoEffect),
     ("prompt_cache_key", Known::NoEffect),
     ("safety_identifier", Known::NoEffect),
+    // GPT-5's `verbosity` steers OpenAI's own models; ember's models have no such switch.
+    ("verbosity", Known::NoEffect),
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),

@@ -1,0 +1,89 @@
+//! Other APIs over OpenAI's: a request body in another API's shape becomes a Chat Completions or Completions
+//! body, and the OpenAI response body or streaming chunks of that request become the other API's. One request
+//! core (`request.rs`, `api_request.rs`) serves every API, so each has the engine's whole behaviour (sampling,
+//! tools, structured outputs, reasoning, metrics), and a new API is one folder: its request reader and its
+//! output writer.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::api::Api;
+use super::error::ApiError;
+use super::request::ApiKind;
+use super::responses::{self, ResponseStore};
+use crate::engine::{Engine, RequestHandle};
+
+/// A request read from another API: the OpenAI body it became, and how its answers are written back.
+pub(crate) struct Translation {
+    /// The Chat Completions or Completions body.
+    pub body: Value,
+    pub kind: ApiKind,
+    pub output: Box<dyn OutputWriter>,
+    /// The request's own names of the OpenAI fields the body has (OpenAI's name, its name), so that a refusal
+    /// names the field the client sent.
+    pub field_names: &'static [(&'static str, &'static str)],
+}
+
+/// Writes one request's answers in its API's shape, from the OpenAI ones.
+pub(crate) trait OutputWriter: Send + Debug {
+    /// The whole response body, from the OpenAI body of the ended request.
+    fn response(&self, openai: Value, handle: &RequestHandle) -> String;
+    /// The stream events one OpenAI chunk becomes (none, one or several), appended to `out` in order.
+    fn chunk(&mut self, openai: Value, handle: &RequestHandle, out: &mut VecDeque<String>);
+    /// The OpenAI stream has ended: the events that close this API's stream.
+    fn end(&mut self, handle: &RequestHandle, out: &mut VecDeque<String>);
+}
+
+/// What translating a request may use besides its body.
+pub(crate) struct TranslateContext<'a> {
+    pub engine: &'a Engine,
+    /// The stored responses `previous_response_id` refers to (OpenAI Responses).
+    pub responses: &'a Arc<ResponseStore>,
+}
+
+/// Reads `json`, a request of `api` (not OpenAI's own), into its OpenAI body.
+pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) -> Result<Translation, ApiError> {
+    let body: Value = serde_json::from_str(json)
+        .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
+    match api {
+        Api::Responses => responses::translate(body, context),
+        Api::OpenAi | Api::ChatCompletions | Api::Completions => {
+            Err(ApiError::server("OpenAI's own APIs are not translated"))
+        }
+        other => Err(ApiError::malformed(format!("{other:?} is not served by this build"))),
+    }
+}
+
+/// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
+pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
+    if let Some(param) = &error.param {
+        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`).
+        if let Some((openai, own)) = names.iter().find(|(openai, _)| param.split(['[', '.']).next() == Some(openai)) {
+            error.message = error.message.replace(openai, own);
+            error.param = Some(format!("{own}{}", &param[openai.len()..]));
+        }
+    }
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_clients_field() {
+        let names = [("max_tokens", "max_output_tokens"), ("messages", "input")];
+        let e = rename_fields(ApiError::invalid("max_tokens", "max_tokens must be at least 1"), &names);
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str()),
+            (Some("max_output_tokens"), "max_output_tokens must be at least 1")
+        );
+        let e = rename_fields(ApiError::invalid("messages[1].content", "bad"), &names);
+        assert_eq!(e.param.as_deref(), Some("input[1].content"));
+        let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+    }
+}
