@@ -6,6 +6,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -66,6 +67,7 @@ func (s *server) routes() http.Handler {
 		mux.HandleFunc(path, s.counted("rerank", http.MethodPost, s.rerankRoute))
 	}
 	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
+	mux.HandleFunc("/v1/models/{id...}", s.counted("models", http.MethodGet, s.model))
 	mux.HandleFunc("/tokenize", s.counted("tokenize", http.MethodPost, s.tokenize))
 	mux.HandleFunc("/detokenize", s.counted("detokenize", http.MethodPost, s.detokenize))
 	mux.HandleFunc("/health", s.counted("health", http.MethodGet, s.health))
@@ -103,6 +105,31 @@ func writeJSON(w http.ResponseWriter, status int, value any) int {
 // (the longest request the engine takes, prompt and output tokens together; for an embedding model the longest
 // input).
 func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
+	model, bad := s.modelObject()
+	if bad != nil {
+		return bad.write(w)
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model}})
+}
+
+// model answers GET /v1/models/{id} (OpenAI's "retrieve model"): the object /v1/models lists for its id, a 404
+// with code "model_not_found" for any other.
+func (s *server) model(w http.ResponseWriter, r *http.Request) int {
+	if id := r.PathValue("id"); id != s.modelID {
+		e := newAPIError(http.StatusNotFound, "invalid_request_error",
+			fmt.Sprintf("the model %q does not exist: this gateway serves %q", id, s.modelID), "model")
+		e.body = withCode(e.body, "model_not_found")
+		return e.write(w)
+	}
+	model, bad := s.modelObject()
+	if bad != nil {
+		return bad.write(w)
+	}
+	return writeJSON(w, http.StatusOK, model)
+}
+
+// modelObject is the served model as OpenAI describes a model.
+func (s *server) modelObject() (map[string]any, *apiError) {
 	model := map[string]any{"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember"}
 	maxModelLen, err := s.maxModelLen()
 	switch {
@@ -111,9 +138,10 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 	case servesEmbeddingsOnly(err):
 		// An engine whose model information is refused (an older library): no max_model_len.
 	default:
-		return engineError(err).write(w)
+		e := engineError(err)
+		return nil, &e
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model}})
+	return model, nil
 }
 
 // servesEmbeddingsOnly says whether err, from a call that reads no request (ModelInfo, MetricsText, Stats), is
