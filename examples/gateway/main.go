@@ -52,6 +52,18 @@ type options struct {
 	shutdownTimeout         time.Duration
 	limits                  limits
 	healthProbe             string
+	apiKeys                 stringList
+	apiKeyFile              string
+}
+
+// stringList is a flag that may be given several times, each adding a value.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(value string) error {
+	*l = append(*l, value)
+	return nil
 }
 
 func parseOptions() options {
@@ -103,6 +115,11 @@ func parseOptions() options {
 			"cancelled (a stream may last any time while its client reads; 0: no limit)")
 	flag.DurationVar(&o.limits.idleTimeout, "idle-timeout", o.limits.idleTimeout,
 		"how long a keep-alive connection may wait for its next request (0: no limit)")
+	flag.Var(&o.apiKeys, "api-key",
+		"an API key every request but GET /health must present (Authorization: Bearer KEY or x-api-key: KEY); "+
+			"repeat for several (a command line is visible to other users: prefer --api-key-file)")
+	flag.StringVar(&o.apiKeyFile, "api-key-file", "",
+		"a file of API keys, one a line (blank lines and lines starting with # skipped), as --api-key")
 	flag.StringVar(&o.healthProbe, "health-probe", "",
 		"only ask this URL (the /health of a running gateway) and exit 0 if it answers 200, 1 otherwise")
 	flag.Parse()
@@ -129,6 +146,11 @@ func run(o options) error {
 		return fmt.Errorf("--metrics-names %q: use ember or vllm", o.metricsNames)
 	}
 	if err := o.limits.check(); err != nil {
+		return err
+	}
+	// The flags of operations first: a mistake in them stops the gateway before it loads a model.
+	keys, err := loadAPIKeys(o.apiKeys, o.apiKeyFile)
+	if err != nil {
 		return err
 	}
 	var speculative *ember.SpeculativeConfig
@@ -159,6 +181,7 @@ func run(o options) error {
 		return err
 	}
 	s := newServer(engine, modelID(o), o.metricsHeaders, o.limits)
+	s.keys = keys
 	httpServer := &http.Server{}
 	s.configure(httpServer)
 	// The one line on stdout: scripts read the address from it (useful with port 0).

@@ -1,7 +1,8 @@
 package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
-// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go).
+// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go); and what every route does
+// around its handler (counted): API keys (auth.go), counting.
 
 import (
 	"encoding/json"
@@ -42,6 +43,9 @@ type server struct {
 	onAdmit func(*http.Request)
 	// infoCache holds the model's description (tokenize.go).
 	infoCache
+	// What run sets from the flags after newServer, nil when off: the API keys every route but /health asks
+	// for (auth.go).
+	keys *apiKeys
 }
 
 // newServer starts counting from now.
@@ -82,16 +86,25 @@ func (s *server) routes() http.Handler {
 func (s *server) counted(endpoint, method string, handle func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w = s.guard(w, r)
-		var status int
-		if method != "" && r.Method != method {
-			w.Header().Set("Allow", method)
-			status = newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
-				r.Method+" is not allowed here; use "+method, "").write(w)
-		} else {
-			status = handle(w, r)
-		}
+		status := s.answer(w, r, method, handle)
 		s.metrics.countRequest(endpoint, status)
 	}
+}
+
+// answer runs what every route does before its handler: the API key, the route's method.
+func (s *server) answer(w http.ResponseWriter, r *http.Request, method string,
+	handle func(http.ResponseWriter, *http.Request) int) int {
+	if s.keys != nil && needsKey(r) {
+		if refused := s.keys.check(r); refused != nil {
+			return refused.write(w)
+		}
+	}
+	if method != "" && r.Method != method {
+		w.Header().Set("Allow", method)
+		return newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
+			r.Method+" is not allowed here; use "+method, "").write(w)
+	}
+	return handle(w, r)
 }
 
 func writeJSON(w http.ResponseWriter, status int, value any) int {
