@@ -54,6 +54,7 @@ type options struct {
 	healthProbe             string
 	apiKeys                 stringList
 	apiKeyFile              string
+	corsOrigins             stringList
 }
 
 // stringList is a flag that may be given several times, each adding a value.
@@ -120,6 +121,8 @@ func parseOptions() options {
 			"repeat for several (a command line is visible to other users: prefer --api-key-file)")
 	flag.StringVar(&o.apiKeyFile, "api-key-file", "",
 		"a file of API keys, one a line (blank lines and lines starting with # skipped), as --api-key")
+	flag.Var(&o.corsOrigins, "cors-origin",
+		"an origin (scheme://host[:port]) whose web pages may call the gateway, or * for any; repeat for several")
 	flag.StringVar(&o.healthProbe, "health-probe", "",
 		"only ask this URL (the /health of a running gateway) and exit 0 if it answers 200, 1 otherwise")
 	flag.Parse()
@@ -153,6 +156,10 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	cors, err := newCORSPolicy(o.corsOrigins)
+	if err != nil {
+		return err
+	}
 	var speculative *ember.SpeculativeConfig
 	if o.speculativeTokens > 0 {
 		speculative = &ember.SpeculativeConfig{NumSpeculativeTokens: o.speculativeTokens}
@@ -181,7 +188,7 @@ func run(o options) error {
 		return err
 	}
 	s := newServer(engine, modelID(o), o.metricsHeaders, o.limits)
-	s.keys = keys
+	s.keys, s.cors = keys, cors
 	httpServer := &http.Server{}
 	s.configure(httpServer)
 	// The one line on stdout: scripts read the address from it (useful with port 0).

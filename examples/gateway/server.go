@@ -2,7 +2,7 @@ package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
 // (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go); and what every route does
-// around its handler (counted): API keys (auth.go), counting.
+// around its handler (counted): CORS (cors.go), API keys (auth.go), counting.
 
 import (
 	"encoding/json"
@@ -43,9 +43,10 @@ type server struct {
 	onAdmit func(*http.Request)
 	// infoCache holds the model's description (tokenize.go).
 	infoCache
-	// What run sets from the flags after newServer, nil when off: the API keys every route but /health asks
-	// for (auth.go).
+	// What run sets from the flags after newServer, each nil when off: the API keys every route but /health asks
+	// for (auth.go), the origins browsers may call from (cors.go).
 	keys *apiKeys
+	cors *corsPolicy
 }
 
 // newServer starts counting from now.
@@ -91,9 +92,17 @@ func (s *server) counted(endpoint, method string, handle func(http.ResponseWrite
 	}
 }
 
-// answer runs what every route does before its handler: the API key, the route's method.
+// answer runs what every route does before its handler: CORS (a preflight is answered here, before any key is
+// asked for), the API key, the route's method.
 func (s *server) answer(w http.ResponseWriter, r *http.Request, method string,
 	handle func(http.ResponseWriter, *http.Request) int) int {
+	if s.cors != nil {
+		allowOrigin := s.cors.allowedOrigin(r)
+		if allowOrigin != "" && isPreflight(r) {
+			return s.cors.preflight(w, r, allowOrigin)
+		}
+		s.cors.addHeaders(w.Header(), allowOrigin)
+	}
 	if s.keys != nil && needsKey(r) {
 		if refused := s.keys.check(r); refused != nil {
 			return refused.write(w)
