@@ -55,6 +55,7 @@ type options struct {
 	apiKeys                 stringList
 	apiKeyFile              string
 	corsOrigins             stringList
+	accessLog               string
 }
 
 // stringList is a flag that may be given several times, each adding a value.
@@ -123,6 +124,8 @@ func parseOptions() options {
 		"a file of API keys, one a line (blank lines and lines starting with # skipped), as --api-key")
 	flag.Var(&o.corsOrigins, "cors-origin",
 		"an origin (scheme://host[:port]) whose web pages may call the gateway, or * for any; repeat for several")
+	flag.StringVar(&o.accessLog, "access-log", "",
+		"append one JSON line per request to this file (- for stdout)")
 	flag.StringVar(&o.healthProbe, "health-probe", "",
 		"only ask this URL (the /health of a running gateway) and exit 0 if it answers 200, 1 otherwise")
 	flag.Parse()
@@ -160,6 +163,11 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	accessLog, err := openAccessLog(o.accessLog)
+	if err != nil {
+		return fmt.Errorf("--access-log: %w", err)
+	}
+	defer accessLog.Close()
 	var speculative *ember.SpeculativeConfig
 	if o.speculativeTokens > 0 {
 		speculative = &ember.SpeculativeConfig{NumSpeculativeTokens: o.speculativeTokens}
@@ -188,7 +196,7 @@ func run(o options) error {
 		return err
 	}
 	s := newServer(engine, modelID(o), o.metricsHeaders, o.limits)
-	s.keys, s.cors = keys, cors
+	s.keys, s.cors, s.accessLog = keys, cors, accessLog
 	httpServer := &http.Server{}
 	s.configure(httpServer)
 	// The one line on stdout: scripts read the address from it (useful with port 0).

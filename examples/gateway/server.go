@@ -2,7 +2,7 @@ package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
 // (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go); and what every route does
-// around its handler (counted): CORS (cors.go), API keys (auth.go), counting.
+// around its handler (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
 
 import (
 	"encoding/json"
@@ -44,9 +44,10 @@ type server struct {
 	// infoCache holds the model's description (tokenize.go).
 	infoCache
 	// What run sets from the flags after newServer, each nil when off: the API keys every route but /health asks
-	// for (auth.go), the origins browsers may call from (cors.go).
-	keys *apiKeys
-	cors *corsPolicy
+	// for (auth.go), the origins browsers may call from (cors.go), the access log (accesslog.go).
+	keys      *apiKeys
+	cors      *corsPolicy
+	accessLog *accessLog
 }
 
 // newServer starts counting from now.
@@ -83,12 +84,18 @@ func (s *server) routes() http.Handler {
 	return mux
 }
 
-// counted answers a route's one method (any, for "") and counts the answer's status by endpoint.
+// counted answers a route's one method (any, for "") and counts the answer's status by endpoint, under which
+// the access log also names it.
 func (s *server) counted(endpoint, method string, handle func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		record := s.accessLog.begin(w, r)
+		if record != nil {
+			r = r.WithContext(withAccessRecord(r.Context(), record))
+		}
 		w = s.guard(w, r)
 		status := s.answer(w, r, method, handle)
 		s.metrics.countRequest(endpoint, status)
+		s.accessLog.write(record, endpoint, status)
 	}
 }
 
