@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -131,9 +132,10 @@ func (l *accessLog) write(record *accessRecord, route string, status int) {
 	if record.ran {
 		m := record.metrics
 		line.PromptTokens, line.CompletionTokens = record.promptTokens, record.completionTokens
-		line.TimeToFirstTokenMs, line.GenerationTimeMs, line.QueueTimeMs = m.TimeToFirstTokenMs,
-			m.GenerationTimeMs, m.QueueTimeMs
-		line.MeanITLMs, line.TokensPerSecond = m.MeanITLMs, m.TokensPerSecond
+		line.TimeToFirstTokenMs, line.GenerationTimeMs = thousandths(m.TimeToFirstTokenMs),
+			thousandths(m.GenerationTimeMs)
+		line.QueueTimeMs, line.MeanITLMs = thousandths(m.QueueTimeMs), thousandths(m.MeanITLMs)
+		line.TokensPerSecond = thousandths(m.TokensPerSecond)
 	}
 	text, err := json.Marshal(line)
 	if err != nil {
@@ -145,6 +147,16 @@ func (l *accessLog) write(record *accessRecord, route string, status int) {
 	if err != nil && l.warned.CompareAndSwap(false, true) {
 		slog.Warn("access log: cannot write; requests go on unlogged", "error", err)
 	}
+}
+
+// thousandths rounds a metric to three decimals, as the metrics headers write it: microseconds are as far as the
+// engine's clocks mean anything, and the digits beyond would only lengthen every line.
+func thousandths(x *float64) *float64 {
+	if x == nil {
+		return nil
+	}
+	rounded := math.Round(*x*1000) / 1000
+	return &rounded
 }
 
 // accessRecordKey is the request context's key for its record.
