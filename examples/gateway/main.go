@@ -6,12 +6,16 @@
 //	              [--max-body-bytes 8388608] [--max-body-bytes-in-flight 134217728]
 //	              [--max-engine-work-bytes 16777216] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
+//	              [--api-key KEY]... [--api-key-file PATH] [--cors-origin ORIGIN]... [--access-log PATH|-]
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
 // POST /v1/embeddings and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /v1/rerank
 // (for a reranker; also /rerank, /v1/reranking, /reranking), POST /tokenize, POST /detokenize, GET /v1/models,
-// GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT
+// GET /v1/models/{id}, GET /health, GET /metrics (Prometheus). With --api-key or --api-key-file, every route but
+// GET /health (and CORS preflights) asks for a key: `Authorization: Bearer KEY` or `x-api-key: KEY`, else 401.
+// --cors-origin lets web pages of those origins call it (* for any); --access-log writes a JSON line per
+// request (- for stdout, after the address line). SIGTERM or SIGINT
 // stops accepting connections, lets the requests in progress finish (up to --shutdown-timeout, then cancels
 // them), and exits; a second signal ends it at once. docs/go.md has more.
 package main
