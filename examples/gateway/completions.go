@@ -82,14 +82,16 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		}
 		defer req.Close()
 		s.metrics.inFlight.Add(1)
+		record := accessRecordOf(r.Context())
 		var status int
 		if stream {
-			status = s.stream(w, req, cancel)
+			status = s.stream(w, req, cancel, record)
 		} else {
-			status = s.respond(w, req)
+			status = s.respond(w, req, record)
 		}
 		// The readers return only once the engine has ended the request, a cancelled one included.
 		s.metrics.inFlight.Add(-1)
+		record.noteEngineRequest(req)
 		return status
 	}
 }
@@ -229,8 +231,8 @@ func articled(kind string) string {
 	return "a " + kind
 }
 
-// respond waits for the whole response body and writes it.
-func (s *server) respond(w http.ResponseWriter, req *ember.Request) int {
+// respond waits for the whole response body and writes it; record (nil without --access-log) reads its id.
+func (s *server) respond(w http.ResponseWriter, req *ember.Request, record *accessRecord) int {
 	if err := req.Wait(); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return statusClientClosed
@@ -244,6 +246,7 @@ func (s *server) respond(w http.ResponseWriter, req *ember.Request) int {
 	if s.metricsHeaders {
 		setMetricsHeaders(w.Header(), req)
 	}
+	record.noteResponse(w.Header(), body)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(body, '\n'))
@@ -251,16 +254,23 @@ func (s *server) respond(w http.ResponseWriter, req *ember.Request) int {
 }
 
 // stream writes the request's chunks as server-sent events. A failed write means the client is gone: cancel
-// then ends the request, and the reader drains what is left.
-func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel context.CancelFunc) int {
+// then ends the request, and the reader drains what is left. record (nil without --access-log) reads the
+// response's id from the first chunk.
+func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel context.CancelFunc,
+	record *accessRecord) int {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies must pass each event on at once
-	w.WriteHeader(http.StatusOK)
 	flusher := http.NewResponseController(w)
-	for {
+	for first := true; ; first = false {
 		chunk, err := req.NextChunk()
+		if first && !errors.Is(err, context.Canceled) {
+			// The headers wait for the first chunk, which has the response's id (X-Request-Id). Nothing reaches
+			// the client before the first flush anyway: the status line costs no time to first token.
+			record.noteResponse(h, chunk)
+			w.WriteHeader(http.StatusOK)
+		}
 		switch {
 		case err == io.EOF:
 			_, err = io.WriteString(w, "data: [DONE]\n\n")
@@ -300,11 +310,8 @@ var metricsHeaderNames = [...]string{
 // header or entry. A request with several choices gets none, as its body's `metrics` is null: one timing for
 // several sequences would be ambiguous.
 func setMetricsHeaders(h http.Header, req *ember.Request) {
-	if _, err := req.ChoiceTimingMetrics(1); err == nil {
-		return
-	}
-	m, err := req.TimingMetrics()
-	if err != nil {
+	m, ok := oneChoiceTimingMetrics(req)
+	if !ok {
 		return
 	}
 	for i, value := range [...]*float64{m.QueueTimeMs, m.TimeToFirstTokenMs, m.GenerationTimeMs, m.MeanITLMs,
@@ -320,6 +327,17 @@ func setMetricsHeaders(h http.Header, req *ember.Request) {
 	if value := serverTiming(m, e2e); value != "" {
 		h.Set("Server-Timing", value)
 	}
+}
+
+// oneChoiceTimingMetrics reads the five timing metrics of a request with one choice, for the metrics headers and
+// the access log; false for a request with several (one timing for several sequences would be ambiguous) or
+// none to read.
+func oneChoiceTimingMetrics(req *ember.Request) (ember.TimingMetrics, bool) {
+	if _, err := req.ChoiceTimingMetrics(1); err == nil {
+		return ember.TimingMetrics{}, false
+	}
+	m, err := req.TimingMetrics()
+	return m, err == nil
 }
 
 // serverTiming is the Server-Timing header value (W3C Server Timing: `name;dur=milliseconds`, comma-separated)

@@ -14,11 +14,12 @@ import (
 )
 
 // apiError is one error answer: the HTTP status and the OpenAI error body; retryAfter adds `Retry-After: 1`
-// (a refusal the client should retry).
+// (a refusal the client should retry), authenticate `WWW-Authenticate: Bearer` (a 401: how to present a key).
 type apiError struct {
-	status     int
-	body       []byte
-	retryAfter bool
+	status       int
+	body         []byte
+	retryAfter   bool
+	authenticate bool
 }
 
 // errorObject is the body of an OpenAI error, fields in OpenAI's order.
@@ -49,6 +50,9 @@ func invalidRequest(message, param string) apiError {
 func (e apiError) write(w http.ResponseWriter) int {
 	if e.retryAfter {
 		w.Header().Set("Retry-After", "1")
+	}
+	if e.authenticate {
+		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)

@@ -6,12 +6,16 @@
 //	              [--max-body-bytes 8388608] [--max-body-bytes-in-flight 134217728]
 //	              [--max-engine-work-bytes 16777216] [--max-concurrent-requests 256] [--read-header-timeout 10s]
 //	              [--read-body-timeout 30s] [--write-timeout 30s] [--idle-timeout 2m]
+//	              [--api-key KEY]... [--api-key-file PATH] [--cors-origin ORIGIN]... [--access-log PATH|-]
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
 // POST /v1/embeddings and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /v1/rerank
 // (for a reranker; also /rerank, /v1/reranking, /reranking), POST /tokenize, POST /detokenize, GET /v1/models,
-// GET /health, GET /metrics (Prometheus). SIGTERM or SIGINT
+// GET /v1/models/{id}, GET /health, GET /metrics (Prometheus). With --api-key or --api-key-file, every route but
+// GET /health (and CORS preflights) asks for a key: `Authorization: Bearer KEY` or `x-api-key: KEY`, else 401.
+// --cors-origin lets web pages of those origins call it (* for any); --access-log writes a JSON line per
+// request (- for stdout, after the address line). SIGTERM or SIGINT
 // stops accepting connections, lets the requests in progress finish (up to --shutdown-timeout, then cancels
 // them), and exits; a second signal ends it at once. docs/go.md has more.
 package main
@@ -52,6 +56,20 @@ type options struct {
 	shutdownTimeout         time.Duration
 	limits                  limits
 	healthProbe             string
+	apiKeys                 stringList
+	apiKeyFile              string
+	corsOrigins             stringList
+	accessLog               string
+}
+
+// stringList is a flag that may be given several times, each adding a value.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(value string) error {
+	*l = append(*l, value)
+	return nil
 }
 
 func parseOptions() options {
@@ -103,6 +121,15 @@ func parseOptions() options {
 			"cancelled (a stream may last any time while its client reads; 0: no limit)")
 	flag.DurationVar(&o.limits.idleTimeout, "idle-timeout", o.limits.idleTimeout,
 		"how long a keep-alive connection may wait for its next request (0: no limit)")
+	flag.Var(&o.apiKeys, "api-key",
+		"an API key every request but GET /health must present (Authorization: Bearer KEY or x-api-key: KEY); "+
+			"repeat for several (a command line is visible to other users: prefer --api-key-file)")
+	flag.StringVar(&o.apiKeyFile, "api-key-file", "",
+		"a file of API keys, one a line (blank lines and lines starting with # skipped), as --api-key")
+	flag.Var(&o.corsOrigins, "cors-origin",
+		"an origin (scheme://host[:port]) whose web pages may call the gateway, or * for any; repeat for several")
+	flag.StringVar(&o.accessLog, "access-log", "",
+		"append one JSON line per request to this file (- for stdout)")
 	flag.StringVar(&o.healthProbe, "health-probe", "",
 		"only ask this URL (the /health of a running gateway) and exit 0 if it answers 200, 1 otherwise")
 	flag.Parse()
@@ -131,6 +158,20 @@ func run(o options) error {
 	if err := o.limits.check(); err != nil {
 		return err
 	}
+	// The flags of operations first: a mistake in them stops the gateway before it loads a model.
+	keys, err := loadAPIKeys(o.apiKeys, o.apiKeyFile)
+	if err != nil {
+		return err
+	}
+	cors, err := newCORSPolicy(o.corsOrigins)
+	if err != nil {
+		return err
+	}
+	accessLog, err := openAccessLog(o.accessLog)
+	if err != nil {
+		return fmt.Errorf("--access-log: %w", err)
+	}
+	defer accessLog.Close()
 	var speculative *ember.SpeculativeConfig
 	if o.speculativeTokens > 0 {
 		speculative = &ember.SpeculativeConfig{NumSpeculativeTokens: o.speculativeTokens}
@@ -159,6 +200,7 @@ func run(o options) error {
 		return err
 	}
 	s := newServer(engine, modelID(o), o.metricsHeaders, o.limits)
+	s.keys, s.cors, s.accessLog = keys, cors, accessLog
 	httpServer := &http.Server{}
 	s.configure(httpServer)
 	// The one line on stdout: scripts read the address from it (useful with port 0).

@@ -1,11 +1,13 @@
 package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
-// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go).
+// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go); and what every route does
+// around its handler (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -41,6 +43,11 @@ type server struct {
 	onAdmit func(*http.Request)
 	// infoCache holds the model's description (tokenize.go).
 	infoCache
+	// What run sets from the flags after newServer, each nil when off: the API keys every route but /health asks
+	// for (auth.go), the origins browsers may call from (cors.go), the access log (accesslog.go).
+	keys      *apiKeys
+	cors      *corsPolicy
+	accessLog *accessLog
 }
 
 // newServer starts counting from now.
@@ -66,6 +73,7 @@ func (s *server) routes() http.Handler {
 		mux.HandleFunc(path, s.counted("rerank", http.MethodPost, s.rerankRoute))
 	}
 	mux.HandleFunc("/v1/models", s.counted("models", http.MethodGet, s.models))
+	mux.HandleFunc("/v1/models/{id...}", s.counted("models", http.MethodGet, s.model))
 	mux.HandleFunc("/tokenize", s.counted("tokenize", http.MethodPost, s.tokenize))
 	mux.HandleFunc("/detokenize", s.counted("detokenize", http.MethodPost, s.detokenize))
 	mux.HandleFunc("/health", s.counted("health", http.MethodGet, s.health))
@@ -76,20 +84,43 @@ func (s *server) routes() http.Handler {
 	return mux
 }
 
-// counted answers a route's one method (any, for "") and counts the answer's status by endpoint.
+// counted answers a route's one method (any, for "") and counts the answer's status by endpoint, under which
+// the access log also names it.
 func (s *server) counted(endpoint, method string, handle func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w = s.guard(w, r)
-		var status int
-		if method != "" && r.Method != method {
-			w.Header().Set("Allow", method)
-			status = newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
-				r.Method+" is not allowed here; use "+method, "").write(w)
-		} else {
-			status = handle(w, r)
+		record := s.accessLog.begin(w, r)
+		if record != nil {
+			r = r.WithContext(withAccessRecord(r.Context(), record))
 		}
+		w = s.guard(w, r)
+		status := s.answer(w, r, method, handle)
 		s.metrics.countRequest(endpoint, status)
+		s.accessLog.write(record, endpoint, status)
 	}
+}
+
+// answer runs what every route does before its handler: CORS (a preflight is answered here, before any key is
+// asked for), the API key, the route's method.
+func (s *server) answer(w http.ResponseWriter, r *http.Request, method string,
+	handle func(http.ResponseWriter, *http.Request) int) int {
+	if s.cors != nil {
+		allowOrigin := s.cors.allowedOrigin(r)
+		if allowOrigin != "" && isPreflight(r) {
+			return s.cors.preflight(w, r, allowOrigin)
+		}
+		s.cors.addHeaders(w.Header(), allowOrigin)
+	}
+	if s.keys != nil && needsKey(r) {
+		if refused := s.keys.check(r); refused != nil {
+			return refused.write(w)
+		}
+	}
+	if method != "" && r.Method != method {
+		w.Header().Set("Allow", method)
+		return newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
+			r.Method+" is not allowed here; use "+method, "").write(w)
+	}
+	return handle(w, r)
 }
 
 func writeJSON(w http.ResponseWriter, status int, value any) int {
@@ -103,6 +134,31 @@ func writeJSON(w http.ResponseWriter, status int, value any) int {
 // (the longest request the engine takes, prompt and output tokens together; for an embedding model the longest
 // input).
 func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
+	model, bad := s.modelObject()
+	if bad != nil {
+		return bad.write(w)
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model}})
+}
+
+// model answers GET /v1/models/{id} (OpenAI's "retrieve model"): the object /v1/models lists for its id, a 404
+// with code "model_not_found" for any other.
+func (s *server) model(w http.ResponseWriter, r *http.Request) int {
+	if id := r.PathValue("id"); id != s.modelID {
+		e := newAPIError(http.StatusNotFound, "invalid_request_error",
+			fmt.Sprintf("the model %q does not exist: this gateway serves %q", id, s.modelID), "model")
+		e.body = withCode(e.body, "model_not_found")
+		return e.write(w)
+	}
+	model, bad := s.modelObject()
+	if bad != nil {
+		return bad.write(w)
+	}
+	return writeJSON(w, http.StatusOK, model)
+}
+
+// modelObject is the served model as OpenAI describes a model.
+func (s *server) modelObject() (map[string]any, *apiError) {
 	model := map[string]any{"id": s.modelID, "object": "model", "created": s.started, "owned_by": "ember"}
 	maxModelLen, err := s.maxModelLen()
 	switch {
@@ -111,9 +167,10 @@ func (s *server) models(w http.ResponseWriter, _ *http.Request) int {
 	case servesEmbeddingsOnly(err):
 		// An engine whose model information is refused (an older library): no max_model_len.
 	default:
-		return engineError(err).write(w)
+		e := engineError(err)
+		return nil, &e
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{model}})
+	return model, nil
 }
 
 // servesEmbeddingsOnly says whether err, from a call that reads no request (ModelInfo, MetricsText, Stats), is

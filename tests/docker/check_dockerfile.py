@@ -108,7 +108,7 @@ def main() -> int:
           and "go build" in build_runs, "the build stage builds libember and then the gateway, as `make gateway`")
 
     # The runtime: a non-root user, the gateway's flags, one port, the health check.
-    flags = set(re.findall(r'flag\.\w+Var\(&[\w.]+, "([\w-]+)"', (ROOT / "examples/gateway/main.go").read_text()))
+    flags = set(re.findall(r'flag\.\w*Var\(&[\w.]+, "([\w-]+)"', (ROOT / "examples/gateway/main.go").read_text()))
     check("listen" in flags and "health-probe" in flags, "the gateway's flags were not found in main.go")
     default_model = re.search(r'FILE="(SmolLM2[^"]+)"', (ROOT / "scripts/fetch-model.sh").read_text()).group(1)
     for name in ("runtime", "bundled"):

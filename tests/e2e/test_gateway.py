@@ -5,7 +5,8 @@ Starts the built gateway on free loopback ports (--listen 127.0.0.1:0; it prints
 and checks what an OpenAI client sees: chat and completions, streaming with usage, the per-request `metrics`, the
 llama.cpp `timings` and their double gate, metrics headers (X-Ember-*, Server-Timing), log probabilities, structured
 outputs (a pydantic model through `parse`), OpenAI errors, 32 concurrent clients, a client that disconnects
-mid-stream, and a graceful SIGTERM.
+mid-stream, an API key (the right one served, a wrong one `AuthenticationError`, each request in the access log),
+and a graceful SIGTERM.
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway.py   (`make go-test` builds it and runs this)
 
@@ -706,6 +707,41 @@ class GatewayTest(unittest.TestCase):
         # Other models cache prefixes by default: the counters are there, hits never above queries.
         self.assertEqual("prefix_cache_hits" in engine, "gemma" not in MODEL.lower(), health)
         self.assertLessEqual(engine.get("prefix_cache_hits", 0), engine.get("prefix_cache_queries", 0), health)
+
+
+class APIKeyTest(unittest.TestCase):
+    def test_a_gateway_with_a_key_serves_the_client_that_has_it(self):
+        with tempfile.TemporaryDirectory() as directory:
+            access_log = os.path.join(directory, "access.log")
+            gateway = Gateway("--api-key", "sk-ember-test", "--access-log", access_log)
+            self.addCleanup(gateway.log.close)
+            try:
+                client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-ember-test", max_retries=0,
+                                       timeout=PATIENCE_S)
+                response = client.chat.completions.create(
+                    model=MODEL_ID, temperature=0, messages=chat_messages("Hi"), max_tokens=2,
+                    extra_body={"ignore_eos": True})
+                self.assertEqual(response.usage.completion_tokens, 2)
+                self.assertEqual(client.models.retrieve(MODEL_ID).id, MODEL_ID)
+                with self.assertRaises(openai.NotFoundError):
+                    client.models.retrieve("no-such-model")
+                # Gateway.client presents the key "unused".
+                with self.assertRaises(openai.AuthenticationError) as refused:
+                    gateway.client.chat.completions.create(model=MODEL_ID, messages=chat_messages("Hi"), max_tokens=2)
+                self.assertEqual(refused.exception.code, "invalid_api_key")
+                # The health check needs no key.
+                self.assertEqual(gateway.get_json("/health")["status"], "ok")
+            finally:
+                self.assertEqual(gateway.stop(), 0, gateway.stderr())
+            # One line per request, in order: the completion under the engine's id, with its tokens.
+            with open(access_log) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertEqual([(line["route"], line["status"]) for line in lines],
+                             [("chat", 200), ("models", 200), ("models", 404), ("chat", 401), ("health", 200)])
+            self.assertEqual(lines[0]["id"], response.id)
+            self.assertEqual((lines[0]["prompt_tokens"], lines[0]["completion_tokens"]),
+                             (response.usage.prompt_tokens, 2))
+            self.assertNotIn("prompt_tokens", lines[3])
 
 
 class ShutdownTest(unittest.TestCase):

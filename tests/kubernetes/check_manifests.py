@@ -78,7 +78,7 @@ def check_http_route(route: Dict[str, Any]) -> None:
 
 def flags_of_the_gateway() -> set:
     main_go = (ROOT / "examples" / "gateway" / "main.go").read_text()
-    return set(re.findall(r'flag\.\w+Var\(&[\w.]+, "([\w-]+)"', main_go))
+    return set(re.findall(r'flag\.\w*Var\(&[\w.]+, "([\w-]+)"', main_go))
 
 
 def main() -> int:
