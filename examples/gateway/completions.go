@@ -20,15 +20,24 @@ import (
 	"ember"
 )
 
-// endpoint is one of the two completion endpoints, with the body field that makes a request of its kind.
+// endpoint is a generation route: OpenAI's two (the body field that makes a request of its kind), or another
+// API's (apis.go), which the engine reads and answers in that API's shape.
 type endpoint struct {
 	name  string
 	field string
+	// api is the body's API; ember.APIOpenAI for the two OpenAI routes, whose kind field is checked here.
+	api ember.API
+	// family is the shape of the route's errors.
+	family apiFamily
+	// framing is how its stream goes on the wire.
+	framing framing
+	// streamByDefault: a body without `stream` streams (Ollama's).
+	streamByDefault bool
 }
 
 var (
-	endpointChat        = endpoint{name: "chat", field: "messages"}
-	endpointCompletions = endpoint{name: "completions", field: "prompt"}
+	endpointChat        = endpoint{name: "chat", field: "messages", api: ember.APIOpenAI, framing: sseWithDone}
+	endpointCompletions = endpoint{name: "completions", field: "prompt", api: ember.APIOpenAI, framing: sseWithDone}
 )
 
 // statusClientClosed is the status counted for a client that went away before its answer (nginx's 499).
@@ -42,17 +51,17 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		defer hold.release()
 		body, stream, bad := s.readBody(w, r, kind, &hold)
 		if bad != nil {
-			return bad.write(w)
+			return inShapeOf(kind.family, *bad).write(w)
 		}
 		if body, bad = withClientTimeout(body, r.Header.Get(clientTimeoutHeader)); bad != nil {
-			return bad.write(w)
+			return inShapeOf(kind.family, *bad).write(w)
 		}
 		admitted, tooMuch, bad := s.admit(r, int64(len(body)))
 		switch {
 		case tooMuch:
-			return s.bodyTooLargeForWork().write(w)
+			return inShapeOf(kind.family, *s.bodyTooLargeForWork()).write(w)
 		case bad != nil:
-			return bad.write(w)
+			return inShapeOf(kind.family, *bad).write(w)
 		}
 		defer admitted.done()
 		// The request context ends when the client disconnects; cancel also ends it when a write fails.
@@ -62,14 +71,10 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 			return statusClientClosed
 		}
 		// A stream is read as chunk bodies, a whole response as events: both from the engine's one dispatcher.
-		submit := s.engine.Submit
-		if stream {
-			submit = s.engine.SubmitStream
-		}
 		// The engine checks the request before it returns (and compiles its grammar, if it has one): a client
 		// that leaves meanwhile is seen once it has, when the first read cancels the request, which the engine
 		// then ends at its next step.
-		req, err := submit(ctx, body)
+		req, err := s.engine.SubmitAPI(ctx, kind.api, body, stream)
 		// The engine has its own copy, or nothing: the body no longer counts against the gateway's limits.
 		body = nil
 		hold.release()
@@ -78,16 +83,16 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 			return statusClientClosed
 		}
 		if err != nil {
-			return engineError(err).write(w)
+			return inShapeOf(kind.family, engineError(err)).write(w)
 		}
 		defer req.Close()
 		s.metrics.inFlight.Add(1)
 		record := accessRecordOf(r.Context())
 		var status int
 		if stream {
-			status = s.stream(w, req, cancel, record)
+			status = s.stream(w, req, cancel, record, kind)
 		} else {
-			status = s.respond(w, req, record)
+			status = s.respond(w, req, record, kind.family)
 		}
 		// The readers return only once the engine has ended the request, a cancelled one included.
 		s.metrics.inFlight.Add(-1)
@@ -117,9 +122,11 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, kind endpoint,
 		e := invalidRequest(fmt.Sprintf("missing required parameter: '%s'", kind.field), kind.field)
 		return nil, false, &e
 	}
-	// A `stream` that is not a boolean reads as false here; the engine then refuses it, naming the field.
-	var stream bool
-	_ = json.Unmarshal(fields.Stream, &stream)
+	// A `stream` that is not a boolean reads as the default here; the engine then refuses it, naming the field.
+	stream := kind.streamByDefault
+	if len(fields.Stream) > 0 {
+		_ = json.Unmarshal(fields.Stream, &stream)
+	}
 	return body, stream, nil
 }
 
@@ -232,16 +239,16 @@ func articled(kind string) string {
 }
 
 // respond waits for the whole response body and writes it; record (nil without --access-log) reads its id.
-func (s *server) respond(w http.ResponseWriter, req *ember.Request, record *accessRecord) int {
+func (s *server) respond(w http.ResponseWriter, req *ember.Request, record *accessRecord, family apiFamily) int {
 	if err := req.Wait(); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return statusClientClosed
 		}
-		return engineError(err).write(w)
+		return inShapeOf(family, engineError(err)).write(w)
 	}
 	body, err := req.ResponseJSON()
 	if err != nil {
-		return engineError(err).write(w)
+		return inShapeOf(family, engineError(err)).write(w)
 	}
 	if s.metricsHeaders {
 		setMetricsHeaders(w.Header(), req)
@@ -257,9 +264,9 @@ func (s *server) respond(w http.ResponseWriter, req *ember.Request, record *acce
 // then ends the request, and the reader drains what is left. record (nil without --access-log) reads the
 // response's id from the first chunk.
 func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel context.CancelFunc,
-	record *accessRecord) int {
+	record *accessRecord, kind endpoint) int {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
+	h.Set("Content-Type", kind.framing.contentType())
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies must pass each event on at once
 	flusher := http.NewResponseController(w)
@@ -273,7 +280,7 @@ func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel contex
 		}
 		switch {
 		case err == io.EOF:
-			_, err = io.WriteString(w, "data: [DONE]\n\n")
+			_, err = io.WriteString(w, kind.framing.end())
 			if err == nil {
 				err = flusher.Flush()
 			}
@@ -285,11 +292,11 @@ func (s *server) stream(w http.ResponseWriter, req *ember.Request, cancel contex
 			return statusClientClosed
 		case err != nil:
 			// The status line is sent: the failure can only be an event.
-			_, _ = fmt.Fprintf(w, "data: %s\n\n", engineError(err).body)
+			_, _ = w.Write(kind.framing.failure(kind.family, engineError(err)))
 			_ = flusher.Flush()
 			return http.StatusInternalServerError
 		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil || flusher.Flush() != nil {
+		if _, err := w.Write(kind.framing.frame(chunk)); err != nil || flusher.Flush() != nil {
 			cancel()
 		}
 	}

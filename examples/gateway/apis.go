@@ -1,0 +1,10 @@
+package main
+
+// The generation routes of the APIs besides OpenAI's Chat Completions and Completions: the engine reads each
+// body into its one request core and answers in the API's shape (engine_submit_api); the gateway frames the
+// answer (framing.go) and gives errors in the API's shape (apishape.go).
+
+import "ember"
+
+var endpointResponses = endpoint{name: "responses", api: ember.APIResponses, family: apiOpenAI,
+	framing: sseNamedEvents}
