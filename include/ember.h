@@ -1301,6 +1301,21 @@ EmberStatus engine_poll(struct EmberEngine *engine,
 void engine_request_free(struct EmberRequest *request);
 
 /**
+ * Writes the request's warnings to `*out`: a JSON array of strings, one per field accepted although it has no
+ * effect on this model (`verbosity`; `reasoning_effort` on a chat template without a reasoning setting), each
+ * saying why; `[]` for none. A host passes them on to its client (the gateway's `Warning` headers). Fixed at
+ * submission: any time after `engine_submit*`.
+ *
+ * Returns `EMBER_STATUS_OK`, `EMBER_STATUS_INVALID_HANDLE`, or `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
+ * Thread safety: any thread, never waiting on another. Ownership: the caller frees the string with
+ * `engine_string_free`.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for a pointer.
+ */
+EmberStatus engine_request_warnings_json(const struct EmberRequest *request, char **out);
+
+/**
  * Reranks documents for a query: `request_json` is the body of `POST /v1/rerank` in the shape llama-server, vLLM,
  * Jina and Cohere share (`query`, `documents`: strings or `{"text"}` objects, `top_n`, `return_documents`;
  * ember's `priority`, `deadline_ms` and `include_metrics`; `docs/embeddings.md`), and the response body

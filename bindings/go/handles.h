@@ -114,6 +114,10 @@ static inline EmberStatus ember_go_cancel(uintptr_t request) { return engine_can
 
 static inline void ember_go_request_free(uintptr_t request) { engine_request_free((EmberRequest *)request); }
 
+static inline EmberStatus ember_go_request_warnings_json(uintptr_t request, char **out) {
+    return engine_request_warnings_json((const EmberRequest *)request, out);
+}
+
 static inline EmberStatus ember_go_response_json(uintptr_t request, char **out) {
     return engine_response_json((const EmberRequest *)request, out);
 }

@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"iter"
 	"runtime"
@@ -246,6 +247,24 @@ func (r *Request) ResponseJSON() ([]byte, error) {
 		return nil, err
 	}
 	return takeString(out), nil
+}
+
+// Warnings are the request's fields accepted although they have no effect on this model (`verbosity`;
+// `reasoning_effort` on a chat template without a reasoning setting), each saying why (engine_request_warnings_json).
+func (r *Request) Warnings() ([]string, error) {
+	defer runtime.KeepAlive(r)
+	var out *C.char
+	_, err := call("engine_request_warnings_json", func() C.EmberStatus {
+		return C.ember_go_request_warnings_json(r.handle, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var warnings []string
+	if err := json.Unmarshal(takeString(out), &warnings); err != nil {
+		return nil, err
+	}
+	return warnings, nil
 }
 
 // Cancel asks the engine to stop the request: its unfinished choices end with FinishCancelled, and text already

@@ -86,6 +86,7 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 			return inShapeOf(kind.family, engineError(err)).write(w)
 		}
 		defer req.Close()
+		setWarningHeaders(w.Header(), req)
 		s.metrics.inFlight.Add(1)
 		record := accessRecordOf(r.Context())
 		var status int
@@ -362,4 +363,17 @@ func serverTiming(m ember.TimingMetrics, e2eMs *float64) string {
 		}
 	}
 	return strings.Join(entries, ", ")
+}
+
+// setWarningHeaders tells the client which of its fields were accepted without effect (engine_request_warnings_json),
+// one `Warning: 299 - "..."` header each (RFC 9111's miscellaneous persistent warning): clients that send every
+// field to every model keep working, and their users can see why a field did nothing.
+func setWarningHeaders(h http.Header, req *ember.Request) {
+	warnings, err := req.Warnings()
+	if err != nil {
+		return
+	}
+	for _, warning := range warnings {
+		h.Add("Warning", "299 - "+strconv.Quote(warning))
+	}
 }

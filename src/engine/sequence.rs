@@ -232,6 +232,11 @@ impl Sequence {
         }
     }
 
+    /// The tokens of the text its output is expected to repeat (`RequestOptions::prediction`), if any.
+    pub fn prediction(&self) -> Option<&[TokenId]> {
+        self.options.given.prediction.as_deref()
+    }
+
     /// Whether the sequence may verify drafts (`speculative/`): it did not opt out, and nothing that depends on
     /// the tokens before a row shapes the row, other than what the step runner applies per row (the
     /// `min_tokens` ban): no penalties (their counts would need the draft tokens before acceptance), no grammar

@@ -17,6 +17,32 @@ fn give_string(json: String) -> *mut c_char {
     STRINGS.give(CString::new(json).expect("JSON text has no NUL byte"))
 }
 
+/// Writes the request's warnings to `*out`: a JSON array of strings, one per field accepted although it has no
+/// effect on this model (`verbosity`; `reasoning_effort` on a chat template without a reasoning setting), each
+/// saying why; `[]` for none. A host passes them on to its client (the gateway's `Warning` headers). Fixed at
+/// submission: any time after `engine_submit*`.
+///
+/// Returns `EMBER_STATUS_OK`, `EMBER_STATUS_INVALID_HANDLE`, or `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
+/// Thread safety: any thread, never waiting on another. Ownership: the caller frees the string with
+/// `engine_string_free`.
+///
+/// # Safety
+/// `out` is NULL or points to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn engine_request_warnings_json(
+    request: *const EmberRequest,
+    out: *mut *mut c_char,
+) -> EmberStatus {
+    boundary("engine_request_warnings_json", || {
+        let out = Out::new(out, "out")?;
+        let object = REQUESTS.get(request.addr())?;
+        let json = give_string(object.warnings_json.clone());
+        // SAFETY: `out` is non-NULL and writable by this function's contract.
+        unsafe { out.write(json) };
+        Ok(())
+    })
+}
+
 /// Writes the whole OpenAI response body of a finished request (`chat.completion` or `text_completion`, with
 /// `usage` and, when enabled and asked for, `metrics`) to `*out`. A request the engine failed still has a body
 /// (its choices end with `"finish_reason": "error"` and an `error` object says why); a cancelled one too.

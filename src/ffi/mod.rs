@@ -52,7 +52,7 @@ pub use events::{
     engine_events_wakeup, engine_submit_with_user_data, engine_wait_events, EmberEventRecord, EMBER_DELIVERY_CHUNKS,
     EMBER_DELIVERY_EVENTS,
 };
-pub use json::{engine_next_chunk_json, engine_response_json, engine_string_free};
+pub use json::{engine_next_chunk_json, engine_request_warnings_json, engine_response_json, engine_string_free};
 pub use last_error::engine_last_error_message;
 pub use log::{engine_set_log_callback, EmberLogCallback, EmberLogLevel};
 pub use logprobs::{engine_get_token_logprobs, EmberTokenLogprob};

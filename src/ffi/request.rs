@@ -41,6 +41,9 @@ pub(super) struct RequestObject {
     pub delivery: Option<Delivery>,
     /// `EMBER_DELIVERY_CHUNKS`: its `STREAM_DONE` record has been written (it is written once).
     stream_done: AtomicBool,
+    /// The request's warnings as a JSON array of strings (`engine_request_warnings_json`), fixed at submission
+    /// and kept apart from `api` so that reading them never waits on a thread reading chunks.
+    pub warnings_json: String,
 }
 
 /// A request's delivery to its engine's waiting point (`events.rs`).
@@ -198,7 +201,9 @@ pub(super) unsafe fn submit(
         },
     )?;
     let handle = api.handle().clone();
+    let warnings_json = serde_json::to_string(api.warnings()).unwrap_or_else(|_| "[]".to_owned());
     let object = RequestObject {
+        warnings_json,
         engine: engine.addr(),
         handle: handle.clone(),
         api: Mutex::new(api),

@@ -17,6 +17,7 @@ use super::request::{ApiKind, ParsedRequest};
 use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::responses::ResponseStore;
 use super::stream::{ChunkEncoder, ChunkPoll};
+use super::template_options::reasoning_effort_variable;
 use super::tool_schemas::blame_tool;
 use super::translate::{rename_fields, translate, OutputWriter, TranslateContext};
 use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
@@ -51,6 +52,10 @@ pub struct ApiRequest {
     reasoning: Option<ReasoningReader>,
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`), and their token names.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
+    /// The request has a `prediction`: usage counts its drafts.
+    predicted: bool,
+    /// Fields accepted that cannot act on this model, each with why.
+    warnings: Vec<String>,
 }
 
 impl ApiRequest {
@@ -90,8 +95,18 @@ impl ApiRequest {
         Self::submit(engine, json, kind)
     }
 
-    fn submit_parsed(engine: &Engine, request: ParsedRequest) -> Result<ApiRequest, ApiError> {
+    fn submit_parsed(engine: &Engine, mut request: ParsedRequest) -> Result<ApiRequest, ApiError> {
         let model = engine.model();
+        // A reasoning effort the template cannot be told is accepted and said to have no effect (clients send
+        // it to every model they talk to); a template's own error about it still refuses the request.
+        if let Some(effort) = request.template.reasoning_effort {
+            if reasoning_effort_variable(&model.chat_template, effort).is_err() {
+                request.template.reasoning_effort = None;
+                request.warnings.push(
+                    "reasoning_effort has no effect: this model's chat template has no reasoning setting".to_owned(),
+                );
+            }
+        }
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let prompt_logprobs = request.scored_prompt_alternatives();
         let prompts = request.input.into_token_prompts(
@@ -141,7 +156,9 @@ impl ApiRequest {
             deadline_ms: request.deadline_ms,
             priority: request.priority,
             return_progress: request.return_progress,
+            prediction: prediction_tokens(engine, request.prediction.as_deref())?,
         };
+        let predicted = options.prediction.is_some();
         let submit = SubmitRequest { prompts, n: request.n, options };
         let handle = engine.submit(submit).map_err(|e| {
             let error = ApiError::from_submit(&e, request.names);
@@ -175,6 +192,9 @@ impl ApiRequest {
         if let Some(reasoning) = &reasoning {
             chunks = chunks.with_reasoning(reasoning);
         }
+        if predicted {
+            chunks = chunks.with_prediction();
+        }
         let prompt_scores = scores.map(|s| (s, SharedPieces(engine.shared_model())));
         if let Some((scores, pieces)) = &prompt_scores {
             chunks = chunks.with_prompt_scores(scores.clone(), pieces.clone());
@@ -193,6 +213,8 @@ impl ApiRequest {
             calls,
             reasoning,
             prompt_scores,
+            predicted,
+            warnings: request.warnings,
         })
     }
 
@@ -226,6 +248,7 @@ impl ApiRequest {
             calls: self.calls.as_ref().map(|(reader, ids)| (reader, ids.as_slice())),
             reasoning: self.reasoning.as_ref(),
             prompt_scores: self.prompt_scores.as_ref().map(|(scores, pieces)| (scores, pieces.0.as_ref())),
+            predicted: self.predicted,
         };
         let body = self
             .handle
@@ -236,6 +259,12 @@ impl ApiRequest {
             Some(t) => t.writer.response(serde_json::from_str(&body).unwrap_or_default(), &self.handle),
             None => body,
         })
+    }
+
+    /// Fields of the request accepted although they have no effect here, each with why (`verbosity`,
+    /// `reasoning_effort` on a template without a reasoning setting): a host passes them on to its client.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The API the request came in.
@@ -296,4 +325,19 @@ struct Translated {
     ready: VecDeque<String>,
     /// The writer has closed the stream: once `ready` is empty, it is done.
     ended: bool,
+}
+
+/// A prediction's tokens. No output is longer than the context, so a longer prediction is refused: it could
+/// only cost each step a longer search for drafts.
+fn prediction_tokens(engine: &Engine, text: Option<&str>) -> Result<Option<Arc<[TokenId]>>, ApiError> {
+    let Some(text) = text else { return Ok(None) };
+    let tokens = engine.model().tokenizer.encode(text, false);
+    let limit = engine.max_model_len();
+    if tokens.len() > limit {
+        return Err(ApiError::invalid(
+            "prediction",
+            format!("prediction has {} tokens, more than any output can have ({limit})", tokens.len()),
+        ));
+    }
+    Ok(Some(tokens.into()))
 }

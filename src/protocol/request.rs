@@ -9,6 +9,7 @@ use super::fields::{
     as_array, as_object, as_str, as_u64, get, opt_bool, opt_f32, opt_integer_bits, opt_str, opt_u64, type_error, Object,
 };
 use super::guided::parse_guided;
+use super::prediction::{check_modalities, parse_prediction};
 use super::prompt::PromptInput;
 use super::reasoning::{parse_reasoning_format, ReasoningFormat};
 use super::request_fields::check_fields;
@@ -97,6 +98,12 @@ pub(crate) struct ParsedRequest {
     pub reasoning_format: ReasoningFormat,
     /// What the engine's field names stand for in this request.
     pub names: RequestFieldNames,
+    /// OpenAI's Predicted Outputs (`prediction`): the text the output is expected to repeat, a draft source for
+    /// speculative decoding (`prediction.rs`).
+    pub prediction: Option<String>,
+    /// Fields accepted although they cannot act here (`verbosity`; `reasoning_effort` on a template with no
+    /// reasoning setting), each with why: the host tells its client (the gateway's `Warning` header).
+    pub warnings: Vec<String>,
 }
 
 impl ParsedRequest {
@@ -143,6 +150,7 @@ impl ParsedRequest {
             ApiKind::Completion => PromptInput::parse_prompt(required(o, "prompt")?)?,
         };
         check_fields(o, kind)?;
+        check_modalities(o)?;
         let (max_tokens, max_tokens_name) = parse_max_tokens(o, kind)?;
         let stream = opt_bool(o, "stream")?.unwrap_or(false);
         let include_usage = parse_stream_options(o, stream)?;
@@ -184,6 +192,11 @@ impl ParsedRequest {
             tools,
             template: parse_template_options(o, kind)?,
             reasoning_format: parse_reasoning_format(o, kind)?,
+            prediction: parse_prediction(o)?,
+            warnings: get(o, "verbosity")
+                .map(|_| "verbosity has no effect: ember's models have no verbosity setting".to_owned())
+                .into_iter()
+                .collect(),
             names: RequestFieldNames {
                 prompt: match kind {
                     ApiKind::Chat => "messages",

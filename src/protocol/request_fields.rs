@@ -65,6 +65,10 @@ const FIELDS: &[(&str, Known)] = &[
     ("safety_identifier", Known::NoEffect),
     // GPT-5's `verbosity` steers OpenAI's own models; ember's models have no such switch.
     ("verbosity", Known::NoEffect),
+    // OpenAI's Predicted Outputs: a draft source for speculative decoding, which leaves the output unchanged.
+    ("prediction", Known::Read),
+    // Output modalities: ["text"] is what ember writes; any other is refused (`prediction.rs`).
+    ("modalities", Known::Read),
     ("logprobs", Known::Read),
     ("top_logprobs", Known::Read),
     ("echo", Known::Read),

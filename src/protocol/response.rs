@@ -61,26 +61,50 @@ pub(crate) struct PromptTokensDetails {
     pub cached_tokens: u64,
 }
 
-/// OpenAI's `usage.completion_tokens_details`, with the one count ember has: `reasoning_tokens`, summed over
-/// choices like `completion_tokens`.
+/// OpenAI's `usage.completion_tokens_details`, with the counts ember has, summed over choices like
+/// `completion_tokens`: `reasoning_tokens` (a thinking model's chat), and with `prediction` how many draft tokens
+/// taken from it (or from the output's own earlier text) speculative decoding accepted and rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct CompletionTokensDetails {
-    pub reasoning_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_prediction_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected_prediction_tokens: Option<u64>,
 }
 
 impl Usage {
     /// The usage of `handle`'s request, from its choices' outputs (read by `reasoning` for a thinking model).
-    pub fn of(handle: &RequestHandle, choices: &[ChoiceOutput], reasoning: Option<&ReasoningReader>) -> Self {
+    /// `predicted`: the request has a `prediction`, whose drafts are counted.
+    pub fn of(
+        handle: &RequestHandle,
+        choices: &[ChoiceOutput],
+        reasoning: Option<&ReasoningReader>,
+        predicted: bool,
+    ) -> Self {
         let prompt_tokens = u64::from(handle.prompt_tokens());
         let completion_tokens = choices.iter().map(|c| u64::from(c.completion_tokens)).sum();
+        let reasoning_tokens = reasoning.map(|r| choices.iter().map(|c| u64::from(r.reasoning_tokens(c))).sum());
+        let (mut drafted, mut accepted) = (0u64, 0u64);
+        if predicted {
+            for choice in 0..choices.len() {
+                let m = handle.extended_metrics(choice);
+                drafted += u64::from(m.num_draft_tokens.unwrap_or(0));
+                accepted += u64::from(m.num_accepted_tokens.unwrap_or(0));
+            }
+        }
+        let details = CompletionTokensDetails {
+            reasoning_tokens,
+            accepted_prediction_tokens: predicted.then_some(accepted),
+            rejected_prediction_tokens: predicted.then_some(drafted.saturating_sub(accepted)),
+        };
         Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens: u64::from(handle.cached_prompt_tokens()) },
-            completion_tokens_details: reasoning.map(|r| CompletionTokensDetails {
-                reasoning_tokens: choices.iter().map(|c| u64::from(r.reasoning_tokens(c))).sum(),
-            }),
+            completion_tokens_details: (reasoning.is_some() || predicted).then_some(details),
         }
     }
 }
@@ -164,6 +188,8 @@ pub(crate) struct ChoiceExtras<'a> {
     pub calls: Option<(&'a CallReader, &'a [String])>,
     pub reasoning: Option<&'a ReasoningReader>,
     pub prompt_scores: Option<(&'a PromptScores, &'a dyn TokenPieces)>,
+    /// The request has a `prediction`: usage counts its drafts.
+    pub predicted: bool,
 }
 
 /// The whole response body of an ended request.
@@ -251,7 +277,7 @@ pub(crate) fn response_body(
         created: header.created,
         model: &header.model,
         choices: choices.collect(),
-        usage: Usage::of(handle, &outputs, extras.reasoning),
+        usage: Usage::of(handle, &outputs, extras.reasoning, extras.predicted),
         metrics: gate.response(&metrics),
         timings: gate.timings(outputs.len(), || handle.llamacpp_timings(0)),
         error: handle.error().map(ApiError::server),

@@ -73,6 +73,8 @@ pub(crate) struct ChunkEncoder {
     /// When the request scores its prompts (`prompt_logprobs`, `echo` with `logprobs`): each choice's first chunk
     /// carries its prompt's scores.
     prompt_scores: Option<(PromptScores, SharedPieces)>,
+    /// The request has a `prediction`: the usage chunk counts its drafts.
+    predicted: bool,
 }
 
 #[derive(Serialize)]
@@ -212,7 +214,14 @@ impl ChunkEncoder {
             reasoning: None,
             held_logprobs: vec![Vec::new(); num_choices],
             prompt_scores: None,
+            predicted: false,
         }
+    }
+
+    /// The request has a `prediction`: the usage chunk counts its drafts.
+    pub fn with_prediction(mut self) -> Self {
+        self.predicted = true;
+        self
     }
 
     /// The request scores its prompts: each completion choice opens with a chunk that carries them.
@@ -437,7 +446,8 @@ impl ChunkEncoder {
         if self.include_usage {
             let outputs = handle.choices();
             let metrics: Vec<_> = (0..outputs.len()).map(|i| handle.timing_metrics(i)).collect();
-            let usage = Slot::Value(Usage::of(handle, &outputs, self.reasoning.as_ref().map(|(r, _)| r)));
+            let reasoning = self.reasoning.as_ref().map(|(r, _)| r);
+            let usage = Slot::Value(Usage::of(handle, &outputs, reasoning, self.predicted));
             let timings = self.gate.timings(outputs.len(), || handle.llamacpp_timings(0));
             self.ready.push_back(self.chunk(header, Vec::new(), usage, self.gate.response(&metrics), timings, None));
         }

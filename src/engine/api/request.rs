@@ -1,6 +1,7 @@
 //! What a host submits: prompt tokens, sampling, limits and stops; and why a submission is refused.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::engine::guided::GuidedRequest;
 use crate::engine::sampling::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
@@ -77,6 +78,10 @@ pub struct RequestOptions {
     /// Report how far each prompt has been computed, as `RequestEvent::PromptProgress` events before the first
     /// token (llama-server's `return_progress`; `prompt_progress.rs`). Default false: no such events.
     pub return_progress: bool,
+    /// The text the output is expected to repeat (OpenAI's Predicted Outputs, `prediction`), tokenized: when the
+    /// engine speculates, a choice's drafts come first from what follows its last tokens here
+    /// (`speculative/ngram.rs`). Speculation is exact, so the output is the same with or without it.
+    pub prediction: Option<Arc<[TokenId]>>,
 }
 
 impl Default for RequestOptions {
@@ -99,6 +104,7 @@ impl Default for RequestOptions {
             deadline_ms: None,
             priority: 0,
             return_progress: false,
+            prediction: None,
         }
     }
 }

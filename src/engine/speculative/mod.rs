@@ -125,10 +125,14 @@ impl SpeculativeConfig {
         None
     }
 
-    /// The draft that follows `tokens`, at most `limit` tokens (and the configured most): see `ngram.rs`.
-    pub fn propose(&self, tokens: &[TokenId], limit: usize) -> Option<Draft> {
+    /// The draft that follows `tokens`, at most `limit` tokens (and the configured most): from the request's
+    /// `predicted` text first, when it has one, else from `tokens` themselves; see `ngram.rs`.
+    pub fn propose(&self, tokens: &[TokenId], predicted: Option<&[TokenId]>, limit: usize) -> Option<Draft> {
         let limit = self.num_speculative_tokens.min(limit);
-        ngram::propose(tokens, self.prompt_lookup_min, self.prompt_lookup_max, limit)
+        let (min, max) = (self.prompt_lookup_min, self.prompt_lookup_max);
+        predicted
+            .and_then(|p| ngram::propose_from(p, tokens, min, max, limit))
+            .or_else(|| ngram::propose(tokens, min, max, limit))
     }
 }
 
@@ -214,9 +218,9 @@ mod tests {
     #[test]
     fn a_draft_is_at_most_the_configured_length_and_the_callers_limit() {
         let tokens = [1, 2, 3, 4, 5, 6, 7, 1, 2];
-        assert_eq!(ngram(3, 1, 3).propose(&tokens, 16).unwrap().tokens, [3, 4, 5]);
-        assert_eq!(ngram(3, 1, 3).propose(&tokens, 2).unwrap().tokens, [3, 4]);
-        assert_eq!(ngram(3, 3, 3).propose(&tokens, 16), None, "below the shortest n-gram");
+        assert_eq!(ngram(3, 1, 3).propose(&tokens, None, 16).unwrap().tokens, [3, 4, 5]);
+        assert_eq!(ngram(3, 1, 3).propose(&tokens, None, 2).unwrap().tokens, [3, 4]);
+        assert_eq!(ngram(3, 3, 3).propose(&tokens, None, 16), None, "below the shortest n-gram");
     }
 
     #[test]

@@ -43,6 +43,32 @@ pub fn propose(tokens: &[TokenId], min_len: usize, max_len: usize, limit: usize)
     Some(Draft { tokens: tokens[from..(from + limit).min(len)].to_vec(), match_len })
 }
 
+/// The draft a prediction (`prediction`, the text the output is expected to repeat) offers after `tokens`: the
+/// continuation, at most `limit` tokens, of the longest suffix of `tokens` (lengths `max_len` down to
+/// `min_len`) found in `predicted`, at its first occurrence there (the output follows the prediction from its
+/// start). `None` when no such suffix occurs with a token after it.
+pub fn propose_from(
+    predicted: &[TokenId],
+    tokens: &[TokenId],
+    min_len: usize,
+    max_len: usize,
+    limit: usize,
+) -> Option<Draft> {
+    if limit == 0 || min_len == 0 || tokens.len() < min_len {
+        return None;
+    }
+    for n in (min_len..=max_len.min(tokens.len())).rev() {
+        let suffix = &tokens[tokens.len() - n..];
+        // An occurrence must leave at least one predicted token after it.
+        let found = predicted.windows(n).take(predicted.len().saturating_sub(n)).position(|w| w == suffix);
+        if let Some(at) = found {
+            let from = at + n;
+            return Some(Draft { tokens: predicted[from..(from + limit).min(predicted.len())].to_vec(), match_len: n });
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +87,19 @@ mod tests {
         assert_eq!(draft(&[7, 7, 7], 1, 2, 4), Some((vec![7], 2)), "an overlapping match runs to the end");
         // A longer match wins over a more recent shorter one.
         assert_eq!(draft(&[1, 2, 3, 4, 9, 3, 4, 8, 1, 2, 3, 4], 2, 4, 1), Some((vec![9], 4)));
+    }
+
+    #[test]
+    fn a_prediction_offers_what_follows_the_longest_suffix_found_in_it() {
+        let predicted = [10, 11, 12, 13, 14, 11, 12, 15];
+        let draft =
+            |tokens: &[TokenId], limit| propose_from(&predicted, tokens, 1, 3, limit).map(|d| (d.tokens, d.match_len));
+        assert_eq!(draft(&[1, 10, 11], 3), Some((vec![12, 13, 14], 2)));
+        assert_eq!(draft(&[14, 11, 12], 4), Some((vec![15], 3)), "the longest match, not the first 2-gram");
+        assert_eq!(draft(&[1, 2, 12], 2), Some((vec![13, 14], 1)), "the first occurrence");
+        assert_eq!(draft(&[1, 2, 15], 2), None, "nothing follows the match");
+        assert_eq!(draft(&[9], 2), None);
+        assert_eq!(draft(&[10], 0), None);
     }
 
     #[test]

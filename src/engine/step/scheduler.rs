@@ -361,7 +361,8 @@ impl Scheduler {
             // A step yields up to draft + 1 tokens; none may be past max_tokens or the context.
             let to_max_tokens = seq.max_tokens().saturating_sub(seq.num_generated() + 1);
             let to_context = self.context.saturating_sub(seq.tokens().len() + 1);
-            if let Some(draft) = speculator.config.propose(seq.tokens(), to_max_tokens.min(to_context)) {
+            let predicted = seq.prediction();
+            if let Some(draft) = speculator.config.propose(seq.tokens(), predicted, to_max_tokens.min(to_context)) {
                 offers.push(speculator.offer(seq.draft.acceptance(), draft.match_len, draft.tokens.len()));
                 drafts.push((i, draft));
             }
