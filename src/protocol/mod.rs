@@ -30,6 +30,7 @@ pub mod rerank;
 mod response;
 mod stream;
 mod template_options;
+mod template_roles;
 #[cfg(test)]
 mod test_support;
 pub mod tokenize;
