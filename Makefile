@@ -39,7 +39,8 @@ lint:
 vocabs:
 	@scripts/llamacpp/fetch-vocabs.sh >/dev/null
 
-# llama.cpp's real chat templates (from its pinned sdist), for tests/chat_templates_llamacpp.rs.
+# llama.cpp's real chat templates (from its pinned sdist), for tests/chat_templates_llamacpp.rs and
+# tests/template_tool_conversations.rs.
 templates:
 	@scripts/llamacpp/fetch-templates.sh >/dev/null
 

@@ -22,8 +22,9 @@ const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
 ];
 /// llama.cpp probes whether a template renders a system message and, when it does not (it drops it, or raises
 /// "System role not supported"), moves the system text into the first user turn before rendering. transformers
-/// renders what the template does, and so does ember: the system text is dropped, or the request is refused with
-/// the template's own error naming `messages`.
+/// renders what the template does, and so does ember's template engine, which this test runs. ember's chat API
+/// moves the text too (`src/protocol/template_roles.rs`, `tests/template_tool_conversations.rs`), joined by
+/// `"\n\n"` as Gemma's own format has it, where llama.cpp's Jinja path joins it by `"\n"`.
 const SYSTEM_POLYFILL: &str = "llama.cpp moves a system message the template cannot render into the first user turn";
 
 #[test]

@@ -33,6 +33,7 @@ mod response;
 pub mod responses;
 mod stream;
 mod template_options;
+mod template_roles;
 #[cfg(test)]
 mod test_support;
 pub mod tokenize;

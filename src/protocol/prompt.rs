@@ -8,6 +8,7 @@ use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
 use super::reasoning::is_harmony;
 use super::template_options::{continue_final_message, reasoning_effort_variable, TemplateOptions};
+use super::template_roles::fit_to_template;
 use super::tool_format::reads_tools_from_system_message;
 use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
@@ -153,8 +154,16 @@ pub(crate) fn render_chat(
         }
         false => messages,
     };
+    // Last, the conversation is fitted to the roles the template takes (a system message, tool results).
+    let sent = messages;
     let render = |messages: &[ChatMessage], tools: Option<&Value>| {
-        template.render_with_variables(messages, tools, options.add_generation_prompt, &kwargs)
+        let fitted = fit_to_template(messages, sent, template.caps());
+        template.render_with_variables(
+            fitted.as_deref().unwrap_or(messages),
+            tools,
+            options.add_generation_prompt,
+            &kwargs,
+        )
     };
     let rendered = match (tools, template.supports_tools()) {
         // Phi-4-mini's template shows the tools of the system message, and no calls.

@@ -6,7 +6,8 @@
 //! recognizes how the template wrote it (`call_syntax.rs` has each format's markers). A template that formats
 //! tools but not calls (Granite 3.x's) is recognized by what it tells the model to write, and Phi-4-mini's, which
 //! reads the tools from the system message instead of a `tools` variable, by that. Detection lives here alone so
-//! that adding a format is one arm.
+//! that adding a format is one arm; whether the template shows tools at all (and takes a system message) is the
+//! template's capability, probed once per template (`model/chat_template/caps.rs`).
 
 use serde_json::json;
 
@@ -20,7 +21,7 @@ use crate::model::chat_template::{ChatMessage, ChatTemplate};
 /// How a call is written in an `"auto"` output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ToolFormat {
-    /// The template has no tool format (SmolLM2's, Gemma 3's): ember describes the tools in the system message,
+    /// The template shows no tools (SmolLM2's, Gemma 3's): ember describes the tools in the system message,
     /// and a call is a reply that is exactly one JSON object `{"name": …, "arguments": …}`.
     Ember,
     /// One of the formats of `call_syntax.rs`, named for the documentation and the logs.
@@ -139,7 +140,7 @@ mod tests {
                       {% for c in m.tool_calls or [] %}<tool_call>\n{{ {'name': c.function.name, \
                       'arguments': c.function.arguments} | tojson }}\n</tool_call>{% endfor %}{% endfor %}";
         assert_eq!(format_of(Some(hermes)), ToolFormat::Known("Hermes", HERMES));
-        let mistral = "{% if tools %}[AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.tool_calls %}\
+        let mistral = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}{% for m in messages %}{% if m.tool_calls %}\
                        [TOOL_CALLS]{% for c in m.tool_calls %}{{ c.function.name }}[ARGS]\
                        {{ c.function.arguments | tojson }}{% endfor %}{% endif %}{% endfor %}";
         assert_eq!(format_of(Some(mistral)), ToolFormat::Known("Mistral v11", MISTRAL_NAMED));
@@ -165,7 +166,11 @@ mod tests {
         let gpt_oss = include_str!("../../tests/fixtures/gpt_oss_template.jinja");
         assert_eq!(format_of(Some(gpt_oss)), ToolFormat::Known("gpt-oss harmony", HARMONY));
         assert_eq!(call_id_style(&ChatTemplate::new(Some(gpt_oss), "", "").unwrap()), CallIdStyle::OpenAi);
-        // A template that refuses the probe conversation is not a format ember can read either.
-        assert_eq!(format_of(Some("{{ tools }}{{ raise_exception('no') }}")), ToolFormat::Unknown);
+        // A template that shows the tools but refuses the probe conversation is not a format ember can read either.
+        let refuses_calls =
+            "{{ tools | tojson }}{% for m in messages %}{% if m.tool_calls %}{{ raise_exception('no') }}{% endif %}{% endfor %}";
+        assert_eq!(format_of(Some(refuses_calls)), ToolFormat::Unknown);
+        // One that only tests `tools` never shows the model a tool: ember describes them.
+        assert_eq!(format_of(Some("{% if tools %}Tools!{% endif %}{{ messages[0].content }}")), ToolFormat::Ember);
     }
 }

@@ -35,7 +35,7 @@ use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Obje
 use super::tool_format::{call_id_style, tool_format, ToolFormat};
 use super::tool_schemas::rebased;
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
-use crate::model::chat_template::{python_json_dumps, ChatMessage, ChatTemplate};
+use crate::model::chat_template::{python_json_dumps, tojson_text, ChatMessage, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 
 /// The `finish_reason` of a choice whose output is a complete call.
@@ -302,17 +302,24 @@ impl ToolsRequest {
 /// For a template that renders no calls (one without a tool format, Phi-4-mini's): each assistant turn's
 /// `tool_calls` written into its content as `syntax` writes calls (ember's: `{"name": …, "arguments": …}`, one
 /// per line), so that the model sees what it called. A `tool` turn keeps its role and content (templates like
-/// SmolLM2's render any role).
+/// SmolLM2's render any role; one that takes no `tool` turn gets it as user text: `template_roles.rs`).
 pub(crate) fn calls_as_text(messages: &[ChatMessage], syntax: &CallSyntax) -> Vec<ChatMessage> {
     messages
         .iter()
         .map(|m| {
             let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) else { return m.clone() };
-            let calls = calls.iter().map(|call| {
-                let name = call["function"]["name"].as_str().unwrap_or_default();
-                (name, call["function"]["arguments"].as_str().unwrap_or("{}"))
-            });
-            let written = syntax.write(calls);
+            // `arguments` is the object its JSON string encoded by now (`prompt.rs`): written back as JSON, as
+            // templates with a tool format write it.
+            let arguments: Vec<String> = calls
+                .iter()
+                .map(|call| match &call["function"]["arguments"] {
+                    Value::String(text) => text.clone(),
+                    Value::Null => "{}".to_owned(),
+                    object => tojson_text(object),
+                })
+                .collect();
+            let names = calls.iter().map(|call| call["function"]["name"].as_str().unwrap_or_default());
+            let written = syntax.write(names.zip(arguments.iter().map(String::as_str)));
             let content = match m.content.is_empty() {
                 true => written,
                 false => format!("{}\n{written}", m.content),

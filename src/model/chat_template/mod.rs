@@ -13,6 +13,7 @@
 //! error; one that reached a limit names it and the template's origin.
 
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use minijinja::{Environment, ErrorKind, State};
@@ -20,6 +21,7 @@ use serde::Serialize;
 
 use crate::model::gguf::{GgufError, GgufFile};
 
+mod caps;
 mod filters;
 mod hold;
 mod json;
@@ -30,6 +32,7 @@ mod sandbox;
 mod strftime;
 mod tags;
 
+pub use caps::TemplateCaps;
 pub use limits::{Limit, TemplateLimits};
 
 /// Which chat template a model gets (the file's own, or another's text: the engine option `chat_template`), and
@@ -98,6 +101,12 @@ impl ChatMessage {
 /// writes it for a template that shows it as it is (Phi-4-mini's system-message tools).
 pub fn python_json_dumps(value: &serde_json::Value) -> String {
     json::dumps(value, &json::DumpOptions { ensure_ascii: true, ..Default::default() })
+}
+
+/// `value | tojson` as transformers writes it (`json.dumps` with `ensure_ascii=False`, `", "` and `": "`): JSON text
+/// as templates with a tool format write an earlier call's arguments, for a template that is given them as text.
+pub fn tojson_text(value: &serde_json::Value) -> String {
+    json::dumps(value, &json::DumpOptions::default())
 }
 
 /// The fallback template, used only when a model has none: ChatML.
@@ -172,6 +181,8 @@ pub struct ChatTemplate {
     limits: TemplateLimits,
     /// The Jinja text as written, kept for [`ChatTemplate::source`] (what is compiled is the rewritten text).
     source: String,
+    /// What it renders of a system message, tools and tool results (`caps.rs`), found on first use.
+    caps: OnceLock<TemplateCaps>,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -252,6 +263,7 @@ impl ChatTemplate {
             origin,
             limits: limits.clone(),
             source: source.to_owned(),
+            caps: OnceLock::new(),
         })
     }
 
@@ -368,11 +380,20 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation every chat template must take (a system and a user message, with the generation
-    /// prompt): an engine tries it at load, so that a template that cannot render says so then, not on the first
-    /// request.
+    /// prompt; for a template without a system role, the system text in the user turn, as ember sends it): an
+    /// engine tries it at load, so that a template that cannot render says so then, not on the first request.
     pub fn probe(&self) -> Result<String, TemplateError> {
-        let messages = [ChatMessage::new("system", "You are a helpful assistant."), ChatMessage::new("user", "Hello!")];
-        self.render(&messages, true)
+        let (system, user) = ("You are a helpful assistant.", "Hello!");
+        match self.caps().system_role {
+            true => self.render(&[ChatMessage::new("system", system), ChatMessage::new("user", user)], true),
+            false => self.render(&[ChatMessage::new("user", format!("{system}\n\n{user}"))], true),
+        }
+    }
+
+    /// What the template renders of a system message, tools and tool results, found by rendering probes on
+    /// first use (`caps.rs`).
+    pub fn caps(&self) -> TemplateCaps {
+        *self.caps.get_or_init(|| caps::detect(self))
     }
 
     /// The template's Jinja source (ChatML's for the fallback), for what only its text says: which tool-call
@@ -381,10 +402,11 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Whether the template reads a `tools` variable: it has a format of its own for tool definitions (and
-    /// presumably for calls). Templates without one, like SmolLM2's, never show the model a tool.
+    /// Whether the template shows the tools of its `tools` variable ([`TemplateCaps::renders_tools`]): it has a
+    /// format of its own for tool definitions (and presumably for calls). Templates without one, like SmolLM2's,
+    /// never show the model a tool.
     pub fn supports_tools(&self) -> bool {
-        self.reads_variable("tools")
+        self.caps().renders_tools
     }
 
     /// Whether the template reads the variable `name` (one it does not set itself): `enable_thinking`, say. A
