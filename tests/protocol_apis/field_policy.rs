@@ -70,3 +70,46 @@ fn fields_without_effect_are_accepted_with_a_warning_and_the_rest_refused_by_nam
     assert_eq!(refused(json!({"prediction": {"type": "content", "content": "a".repeat(40_000)}})), "prediction");
     assert_eq!(refused(json!({"web_search_options": {}})), "web_search_options");
 }
+
+/// The rows of docs/protocol.md's "Field policy" table: field, the JSON value sent, the policy.
+fn policy_rows() -> Vec<(String, Value, String)> {
+    let docs = include_str!("../../docs/protocol.md");
+    let table = docs.split("### Field policy").nth(1).expect("docs/protocol.md has a Field policy section");
+    let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| field"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').collect();
+            let value = serde_json::from_str(&cell(cells[2])).unwrap_or_else(|e| panic!("{l}: {e}"));
+            (cell(cells[1]), value, cells[3].trim().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_field_policy_table_holds_row_by_row() {
+    let e = super::engine();
+    let rows = policy_rows();
+    assert!(rows.len() >= 15, "the table was read: {rows:?}");
+    for (field, value, policy) in rows {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, field.clone(): value});
+        let outcome = ApiRequest::submit(&e, &body.to_string(), None);
+        let warned = |r: &ApiRequest| r.warnings().iter().any(|w| w.contains(&field));
+        match outcome {
+            Err(error) => {
+                assert!(policy.starts_with("refused"), "{field}: refused ({}) but the table says {policy}", error.message);
+                assert!(error.param.unwrap_or_default().starts_with(&field), "{field}: the refusal names it");
+            }
+            Ok(request) => {
+                request.handle().wait();
+                assert!(!policy.starts_with("refused"), "{field} = {body}: accepted but the table says {policy}");
+                // SmolLM2's template has no reasoning setting: `reasoning_effort` takes the row's "else" branch.
+                let expects_warning = policy.ends_with("accepted, warning");
+                assert_eq!(warned(&request), expects_warning, "{field}: warnings {:?}, policy {policy}", request.warnings());
+            }
+        }
+    }
+}
