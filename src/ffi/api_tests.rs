@@ -246,3 +246,62 @@ fn an_error_is_the_final_event_and_its_message_stays_in_the_response() {
     engine_request_free(request);
     engine_free(engine);
 }
+
+/// `engine_submit_api`: a Responses body answered in its shape, streamed as its events; unknown APIs and
+/// deliveries refused as arguments; a refusal names the Responses field; warnings readable at once.
+#[test]
+fn submit_api_serves_another_apis_body_and_refuses_unknown_codes() {
+    let engine = new_engine();
+    let submit_api = |api: u32, json: &str, delivery: u32| {
+        let json = CString::new(json).unwrap();
+        let mut request = ptr::null_mut();
+        // SAFETY: a NUL-terminated string and a writable out pointer; the engine handle is checked.
+        let status = unsafe { engine_submit_api(engine, api, json.as_ptr(), 7, delivery, &mut request) };
+        (status, request)
+    };
+    let body = r#"{"input": "hi", "max_output_tokens": 3, "temperature": 0, "text": {"verbosity": "low"}}"#;
+    assert_eq!(submit_api(99, body, EMBER_DELIVERY_POLL).0, EmberStatus::InvalidArgument);
+    assert_eq!(submit_api(EMBER_API_RESPONSES, body, 42).0, EmberStatus::InvalidArgument);
+    let (status, _) =
+        submit_api(EMBER_API_RESPONSES, r#"{"input": "hi", "max_output_tokens": 0}"#, EMBER_DELIVERY_POLL);
+    assert_eq!(status, EmberStatus::InvalidRequest);
+    let refusal: serde_json::Value = serde_json::from_str(&last_error::get()).unwrap();
+    assert_eq!(refusal["error"]["param"], "max_output_tokens");
+
+    let (status, request) = submit_api(EMBER_API_RESPONSES, body, EMBER_DELIVERY_POLL);
+    assert_eq!(status, EmberStatus::Ok);
+    let mut warnings = ptr::null_mut();
+    // SAFETY: a live request handle and a writable out pointer.
+    assert_eq!(unsafe { engine_request_warnings_json(request, &mut warnings) }, EmberStatus::Ok);
+    // SAFETY: ember's NUL-terminated string, freed once read.
+    let text = unsafe { CStr::from_ptr(warnings) }.to_str().unwrap().to_owned();
+    engine_string_free(warnings);
+    assert!(text.contains("verbosity"), "{text}");
+    let mut kinds = Vec::new();
+    loop {
+        let mut chunk = ptr::null_mut();
+        // SAFETY: live handles and a writable out pointer.
+        match unsafe { engine_next_chunk_json(engine, request, -1, &mut chunk) } {
+            EmberStatus::Ok => {
+                // SAFETY: ember's NUL-terminated string, freed once read.
+                let json: serde_json::Value =
+                    serde_json::from_str(unsafe { CStr::from_ptr(chunk) }.to_str().unwrap()).unwrap();
+                engine_string_free(chunk);
+                kinds.push(json["type"].as_str().unwrap().to_owned());
+            }
+            EmberStatus::StreamDone => break,
+            other => panic!("{other:?}: {}", last_error::get()),
+        }
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("response.created"));
+    assert!(kinds.last().is_some_and(|k| k == "response.completed" || k == "response.incomplete"), "{kinds:?}");
+    let mut body = ptr::null_mut();
+    // SAFETY: as above.
+    assert_eq!(unsafe { engine_response_json(request, &mut body) }, EmberStatus::Ok);
+    // SAFETY: as above.
+    let response: serde_json::Value = serde_json::from_str(unsafe { CStr::from_ptr(body) }.to_str().unwrap()).unwrap();
+    engine_string_free(body);
+    assert_eq!(response["object"], "response");
+    engine_request_free(request);
+    engine_free(engine);
+}

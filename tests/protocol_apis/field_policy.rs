@@ -100,7 +100,11 @@ fn the_field_policy_table_holds_row_by_row() {
         let warned = |r: &ApiRequest| r.warnings().iter().any(|w| w.contains(&field));
         match outcome {
             Err(error) => {
-                assert!(policy.starts_with("refused"), "{field}: refused ({}) but the table says {policy}", error.message);
+                assert!(
+                    policy.starts_with("refused"),
+                    "{field}: refused ({}) but the table says {policy}",
+                    error.message
+                );
                 assert!(error.param.unwrap_or_default().starts_with(&field), "{field}: the refusal names it");
             }
             Ok(request) => {
@@ -108,7 +112,12 @@ fn the_field_policy_table_holds_row_by_row() {
                 assert!(!policy.starts_with("refused"), "{field} = {body}: accepted but the table says {policy}");
                 // SmolLM2's template has no reasoning setting: `reasoning_effort` takes the row's "else" branch.
                 let expects_warning = policy.ends_with("accepted, warning");
-                assert_eq!(warned(&request), expects_warning, "{field}: warnings {:?}, policy {policy}", request.warnings());
+                assert_eq!(
+                    warned(&request),
+                    expects_warning,
+                    "{field}: warnings {:?}, policy {policy}",
+                    request.warnings()
+                );
             }
         }
     }
