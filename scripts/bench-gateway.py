@@ -4,6 +4,8 @@ driven directly through the engine in the same run, so that the difference is wh
 
     scripts/bench-gateway.py [--clients 8,32] [--requests-per-client 2] [--max-tokens 32] [--threads 2]
                              [--skip-binding] [--skip-rust] [--json target/bench-gateway.json]
+    scripts/bench-gateway.py --api-overhead ROUNDS [--clients 4] [--requests-per-client 2] [--max-tokens 64]
+        (instead: the gateway's CPU per streamed token of the Responses and Messages APIs against chat's)
 
 (`make go-bench` builds what it needs and runs it.) Three measurements, one after the other:
 
@@ -48,6 +50,8 @@ def parse_args():
     p.add_argument("--skip-binding", action="store_true")
     p.add_argument("--skip-rust", action="store_true")
     p.add_argument("--json", default=os.path.join(TARGET, "bench-gateway.json"))
+    p.add_argument("--api-overhead", type=int, metavar="ROUNDS", default=0,
+                   help="instead: gateway CPU per streamed token of each API against chat's, ROUNDS alternated rounds")
     args = p.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
     return args
@@ -146,8 +150,90 @@ def run_rust(args):
     return [dict(r, load_average=load) for r in doc["runs"]]
 
 
+# --api-overhead: the same streamed request in each API's shape (ember's `ignore_eos` makes every one generate
+# exactly max_tokens tokens), and the route it goes to.
+def api_requests(max_tokens):
+    message = [{"role": "user", "content": MESSAGE}]
+    return {
+        "chat": ("/v1/chat/completions", {"messages": message, "max_tokens": max_tokens, "temperature": 0,
+                                          "ignore_eos": True, "stream": True}),
+        "responses": ("/v1/responses", {"input": MESSAGE, "max_output_tokens": max_tokens, "temperature": 0,
+                                        "ignore_eos": True, "stream": True}),
+        "messages": ("/v1/messages", {"model": "m", "messages": message, "max_tokens": max_tokens,
+                                      "temperature": 0, "ignore_eos": True, "stream": True}),
+    }
+
+
+def process_cpu_seconds(pid):
+    """User plus system CPU time of a process, from /proc (clock ticks: 10 ms on Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def streamed_load(host, port, path, body, clients, requests_per_client):
+    """Closed loop of streamed requests, each read to its end; returns how many succeeded."""
+    payload = json.dumps(body)
+
+    def client(_):
+        connection = http.client.HTTPConnection(host, port, timeout=600)
+        for _ in range(requests_per_client):
+            connection.request("POST", path, payload, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{path}: status {response.status}: {answer[:200]!r}")
+        connection.close()
+        return requests_per_client
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=clients) as pool:
+        return sum(pool.map(client, range(clients)))
+
+
+def run_api_overhead(args):
+    """Each API's gateway CPU per streamed token against chat's, in alternated rounds (the order rotates, so no
+    API always runs first); the ratio of medians is the overhead. The CPU is the whole gateway process's: the
+    engine runs in it, so the ratio includes the model's work, which is the same for every API."""
+    process, host, port = start_gateway(args)
+    requests = api_requests(args.max_tokens)
+    clients = args.clients[0]
+    # One request of each first (it also warms the prefix cache alike for all); an API the gateway refuses is
+    # left out, said so.
+    apis = []
+    for api, (path, body) in requests.items():
+        try:
+            streamed_load(host, port, path, body, 1, 1)
+            apis.append(api)
+        except RuntimeError as e:
+            print(f"warning: {api} left out: {e}", file=sys.stderr)
+    per_token = {api: [] for api in apis}
+    for round_index in range(args.api_overhead):
+        order = apis[round_index % len(apis):] + apis[:round_index % len(apis)]
+        for api in order:
+            path, body = requests[api]
+            before = process_cpu_seconds(process.pid)
+            n = streamed_load(host, port, path, body, clients, args.requests_per_client)
+            per_token[api].append((process_cpu_seconds(process.pid) - before) / (n * args.max_tokens))
+    process.send_signal(signal.SIGTERM)
+    process.wait()
+    median = {api: sorted(v)[len(v) // 2] for api, v in per_token.items()}
+    print(f"gateway CPU per streamed token, {clients} clients x {args.requests_per_client} requests x "
+          f"{args.max_tokens} tokens, {args.api_overhead} rounds, load average {load_average():.2f}")
+    for api in apis:
+        print(f"{api:<10} {median[api] * 1e6:8.1f} us/token   {median[api] / median['chat']:.3f} of chat's")
+    return {"clients": clients, "rounds": args.api_overhead, "cpu_seconds_per_token": per_token,
+            "median_ratio_to_chat": {api: median[api] / median["chat"] for api in apis}}
+
+
 def main():
     args = parse_args()
+    if args.api_overhead:
+        report = run_api_overhead(args)
+        os.makedirs(os.path.dirname(args.json), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.json}")
+        return
     report = {"max_tokens": args.max_tokens, "requests_per_client": args.requests_per_client,
               "threads": args.threads, "gateway": run_gateway(args)}
     if not args.skip_binding:
