@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::api::Api;
-use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
@@ -18,7 +17,8 @@ use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::responses::ResponseStore;
 use super::stream::{ChunkEncoder, ChunkPoll};
 use super::template_options::reasoning_effort_variable;
-use super::tool_schemas::blame_tool;
+use super::tools::call_reader::CallReader;
+use super::tools::tool_schemas::blame_tool;
 use super::translate::{rename_fields, translate, OutputWriter, TranslateContext};
 use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
 use crate::model::TokenId;

@@ -21,9 +21,9 @@
 
 use serde_json::Value;
 
-use super::auto_call::AutoCalls;
-use super::call_syntax::HARMONY;
 use super::reasoning::HARMONY as CHANNELS;
+use super::tools::auto_call::AutoCalls;
+use super::tools::call_syntax::HARMONY;
 use super::tools::Tool;
 use crate::engine::guided::{json_layout, GuidedRequest, GuidedSpec};
 

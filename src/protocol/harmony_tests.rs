@@ -5,9 +5,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::protocol::auto_stream::{AutoDelta, AutoStream};
 use crate::protocol::reasoning::{ReasoningDelta, ReasoningReader};
 use crate::protocol::test_support::{char_ids, char_tokenizer, harmony_reader, pieces, walk_grammar};
+use crate::protocol::tools::auto_stream::{AutoDelta, AutoStream};
 use crate::protocol::tools::{CallDelta, CallIdStyle};
 
 /// gpt-oss' special tokens that its outputs write (`<|return|>` and `<|call|>` end them).

@@ -4,16 +4,11 @@
 
 mod api;
 mod api_request;
-mod auto_call;
-mod auto_stream;
-mod call_reader;
-mod call_syntax;
 pub mod embeddings;
 pub mod encoder_answer;
 mod encoder_body;
 mod error;
 mod fields;
-mod forced_call;
 mod guided;
 mod harmony;
 mod json;
@@ -37,11 +32,8 @@ mod template_roles;
 #[cfg(test)]
 mod test_support;
 pub mod tokenize;
-mod tool_format;
-mod tool_schemas;
 mod tools;
 mod translate;
-mod xml_arguments;
 
 pub use api::{Api, StreamFraming};
 pub use api_request::ApiRequest;

@@ -3,13 +3,13 @@
 
 use serde_json::Value;
 
-use super::call_syntax::{EMBER, PHI4_MINI};
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, as_u64, get, type_error};
 use super::reasoning::is_harmony;
 use super::template_options::{continue_final_message, reasoning_effort_variable, TemplateOptions};
 use super::template_roles::fit_to_template;
-use super::tool_format::reads_tools_from_system_message;
+use super::tools::call_syntax::{EMBER, PHI4_MINI};
+use super::tools::tool_format::reads_tools_from_system_message;
 use super::tools::{calls_as_text, ToolsRequest};
 use crate::engine::request::MAX_CHOICES;
 use crate::model::chat_template::ChatMessage;

@@ -7,7 +7,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::call_reader::CallReader;
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, prepend_echoed, LogprobsJson, TextOffsets, TokenPieces};
@@ -15,6 +14,7 @@ use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
 use super::reasoning::ReasoningReader;
 use super::request::ApiKind;
+use super::tools::call_reader::CallReader;
 use super::tools::{CallIdStyle, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
@@ -385,8 +385,8 @@ mod tests {
     /// call cut short, is an ordinary message.
     #[test]
     fn an_auto_call_keeps_the_text_before_it() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::HERMES;
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::HERMES;
         let calls = AutoCalls::new(HERMES, &[], true, &crate::protocol::test_support::tokenizer());
         let calls = AutoCalls { names: vec!["f".into()], ..calls };
         let reader = CallReader::Auto(calls);
@@ -421,9 +421,9 @@ mod tests {
     /// A thinking model's reply: its reasoning apart, the rest read as calls (Hermes) or as the content.
     #[test]
     fn the_reasoning_is_apart_and_the_rest_is_read_as_calls() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::HERMES;
         use crate::protocol::test_support::{thinking_reader, tokenizer};
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::HERMES;
         let reader =
             CallReader::Auto(AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HERMES, &[], true, &tokenizer()) });
         let reasoning = thinking_reader();
@@ -454,9 +454,9 @@ mod tests {
     /// message's call, the final channel's text its content; a call cut short is text.
     #[test]
     fn harmony_channels_make_one_message() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::HARMONY;
         use crate::protocol::test_support::{harmony_reader, tokenizer};
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::HARMONY;
         let reader = CallReader::Auto(AutoCalls {
             names: vec!["f".into()],
             ..AutoCalls::new(HARMONY, &[], false, &tokenizer())

@@ -17,8 +17,6 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::auto_stream::AutoDelta;
-use super::call_reader::{CallReader, ChoiceCallStream};
 use super::error::ApiError;
 use super::json::{encode, Slot};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
@@ -28,6 +26,8 @@ use super::prompt_progress::PromptProgressJson;
 use super::reasoning::{ReasoningDelta, ReasoningReader, ReasoningStream};
 use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
+use super::tools::auto_stream::AutoDelta;
+use super::tools::call_reader::{CallReader, ChoiceCallStream};
 use super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
 use crate::engine::sampling::TokenLogprob;
 use crate::engine::{FinishReason, PromptProgress, RequestEvent, RequestHandle};
@@ -714,8 +714,8 @@ mod tests {
     /// held back while it could have become a call is flushed before the finish chunk.
     #[test]
     fn an_auto_stream_sends_content_or_a_call() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::EMBER;
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::EMBER;
         let calls = AutoCalls::new(EMBER, &[], true, &crate::protocol::test_support::tokenizer());
         let calls = AutoCalls { names: vec!["f".into()], ..calls };
         let reader = CallReader::Auto(calls);
@@ -755,9 +755,9 @@ mod tests {
     /// across pieces held back), the whitespace after it goes, and the rest is read as calls.
     #[test]
     fn reasoning_streams_apart_and_the_rest_is_read_as_calls() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::HERMES;
         use crate::protocol::test_support::{thinking_reader, tokenizer};
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::HERMES;
         let calls = AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HERMES, &[], true, &tokenizer()) };
         let reader = CallReader::Auto(calls);
         let r = FakeRequest::new(1, 10);
@@ -787,9 +787,9 @@ mod tests {
     /// held back and left out, and the commentary channel's call streams as tool-call deltas.
     #[test]
     fn harmony_reasoning_then_a_call_streams_apart() {
-        use crate::protocol::auto_call::AutoCalls;
-        use crate::protocol::call_syntax::HARMONY;
         use crate::protocol::test_support::{harmony_reader, tokenizer};
+        use crate::protocol::tools::auto_call::AutoCalls;
+        use crate::protocol::tools::call_syntax::HARMONY;
         let calls = AutoCalls { names: vec!["f".into()], ..AutoCalls::new(HARMONY, &[], false, &tokenizer()) };
         let reader = CallReader::Auto(calls);
         let r = FakeRequest::new(1, 10);

@@ -23,10 +23,10 @@
 
 use serde_json::Value;
 
+use super::super::harmony;
 use super::call_syntax::{Arguments, CallSyntax, ReadCalls, HARMONY, MARKER_TOKENS};
-use super::harmony;
-use super::tools::{CallIdStyle, Tool};
 use super::xml_arguments;
+use super::{CallIdStyle, Tool};
 use crate::engine::guided::{json_layout, GuidedRequest, GuidedSpec};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::TokenId;
@@ -125,7 +125,7 @@ impl AutoCalls {
 
     /// `text` as a sequence of Lark terminals: control-token markers as those tokens (`<[id]>`), the rest as
     /// string literals; `""` when empty.
-    pub(super) fn literal(&self, text: &str) -> String {
+    pub(crate) fn literal(&self, text: &str) -> String {
         let mut parts = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
@@ -162,10 +162,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::protocol::call_syntax::{
+    use crate::protocol::test_support::{char_tokenizer, walk_grammar};
+    use crate::protocol::tools::call_syntax::{
         DEEPSEEK_V31, EMBER, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
     };
-    use crate::protocol::test_support::{char_tokenizer, walk_grammar};
 
     fn tools() -> Vec<Tool> {
         let city = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],

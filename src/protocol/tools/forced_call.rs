@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::tools::{CallDelta, CallShape};
+use super::{CallDelta, CallShape};
 
 /// The prefix of a `NameAndArguments` output up to its arguments: the constraint's fixed layout writes exactly
 /// `{"name": "NAME", "arguments": ` (names have no escapes), then the arguments, then `}`.

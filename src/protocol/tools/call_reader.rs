@@ -5,7 +5,7 @@ use super::auto_call::AutoCalls;
 use super::auto_stream::{AutoDelta, AutoStream};
 use super::call_syntax::{Call, ReadCalls};
 use super::forced_call::{parse_call, CallStream};
-use super::tools::{CallIdStyle, CallShape};
+use super::{CallIdStyle, CallShape};
 
 /// A request's way of reading calls.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,8 +11,8 @@
 
 use super::auto_call::AutoCalls;
 use super::call_syntax::Arguments;
-use super::tools::CallDelta;
 use super::xml_arguments::XmlScan;
+use super::CallDelta;
 
 /// What a stream sends of an `"auto"` choice: content, or a delta of the choice's call number `.0`.
 #[derive(Clone, Debug, PartialEq)]
@@ -275,10 +275,10 @@ impl ObjectScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::call_syntax::{
+    use crate::protocol::test_support::pieces;
+    use crate::protocol::tools::call_syntax::{
         CallSyntax, DEEPSEEK_R1, EMBER, HERMES, MISTRAL_LIST, MISTRAL_NAMED, QWEN3_XML,
     };
-    use crate::protocol::test_support::pieces;
 
     const CALL: &str = r#"{"name": "get_weather", "arguments": {"city": "P{ä}\"r"}}"#;
     const ARGS: &str = r#"{"city": "P{ä}\"r"}"#;

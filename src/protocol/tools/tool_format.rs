@@ -15,7 +15,7 @@ use super::call_syntax::{
     CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HARMONY, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
     PHI4_MINI, QWEN3_XML,
 };
-use super::tools::CallIdStyle;
+use super::CallIdStyle;
 use crate::model::chat_template::{ChatMessage, ChatTemplate};
 
 /// How a call is written in an `"auto"` output.
@@ -160,10 +160,10 @@ mod tests {
         let other = "{{ tools | tojson }}{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}";
         assert_eq!(format_of(Some(other)), ToolFormat::Unknown);
         // Phi-4-mini's (its model's tokenizer_config.json): tools in the system message, calls as `functools[...]`.
-        let phi4 = include_str!("../../tests/fixtures/phi4_mini_template.jinja");
+        let phi4 = include_str!("../../../tests/fixtures/phi4_mini_template.jinja");
         assert_eq!(format_of(Some(phi4)), ToolFormat::Known("Phi-4-mini", PHI4_MINI));
         // gpt-oss' (llama.cpp's copy): the recipient in the header of an earlier call, the model's harmony format.
-        let gpt_oss = include_str!("../../tests/fixtures/gpt_oss_template.jinja");
+        let gpt_oss = include_str!("../../../tests/fixtures/gpt_oss_template.jinja");
         assert_eq!(format_of(Some(gpt_oss)), ToolFormat::Known("gpt-oss harmony", HARMONY));
         assert_eq!(call_id_style(&ChatTemplate::new(Some(gpt_oss), "", "").unwrap()), CallIdStyle::OpenAi);
         // A template that shows the tools but refuses the probe conversation is not a format ember can read either.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
-use super::tools::Tool;
+use super::super::error::ApiError;
+use super::Tool;
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
 use crate::engine::Engine;
 

@@ -22,18 +22,27 @@
 //! system message of its own ([`ToolsRequest::with_instruction`]), since a call the model was never told about
 //! would be a guess. A forced call is one call.
 
+pub(crate) mod auto_call;
+pub(crate) mod auto_stream;
+pub(crate) mod call_reader;
+pub(crate) mod call_syntax;
+pub(crate) mod forced_call;
+pub(crate) mod tool_format;
+pub(crate) mod tool_schemas;
+pub(crate) mod xml_arguments;
+
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use serde_json::{json, Value};
 
-use super::auto_call::AutoCalls;
-use super::call_reader::CallReader;
-use super::call_syntax::{CallSyntax, EMBER, HARMONY};
+use self::auto_call::AutoCalls;
+use self::call_reader::CallReader;
+use self::call_syntax::{CallSyntax, EMBER, HARMONY};
+use self::tool_format::{call_id_style, tool_format, ToolFormat};
+use self::tool_schemas::rebased;
 use super::error::ApiError;
 use super::fields::{as_array, as_object, as_str, get, opt_bool, type_error, Object};
-use super::tool_format::{call_id_style, tool_format, ToolFormat};
-use super::tool_schemas::rebased;
 use crate::engine::guided::{GuidedRequest, GuidedSpec};
 use crate::model::chat_template::{python_json_dumps, tojson_text, ChatMessage, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
@@ -372,7 +381,7 @@ pub(crate) enum CallDelta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::call_syntax::HERMES;
+    use crate::protocol::tools::call_syntax::HERMES;
 
     fn parse(body: Value) -> Result<Option<ToolsRequest>, ApiError> {
         parse_tools(body.as_object().unwrap())
@@ -433,14 +442,17 @@ mod tests {
     fn auto_reads_the_templates_format_and_refuses_one_it_cannot_read() {
         let plain = ChatTemplate::new(None, "", "").unwrap();
         let hermes =
-            ChatTemplate::new(Some(include_str!("../../tests/fixtures/hermes_template.jinja")), "", "").unwrap();
+            ChatTemplate::new(Some(include_str!("../../../tests/fixtures/hermes_template.jinja")), "", "").unwrap();
         let other = ChatTemplate::new(Some("{{ tools | tojson }} [TOOL_CALLS]"), "", "").unwrap();
         let tokenizer = crate::protocol::test_support::tokenizer();
         let auto = parse(json!({"tools": weather()})).unwrap().unwrap();
         let names = vec!["get_weather".to_owned(), "now".to_owned()];
         let reader = auto.reader(&plain, &tokenizer).unwrap();
-        let strings: Vec<Vec<String>> =
-            auto.tools.iter().map(|t| crate::protocol::xml_arguments::string_parameters(&t.parameters)).collect();
+        let strings: Vec<Vec<String>> = auto
+            .tools
+            .iter()
+            .map(|t| crate::protocol::tools::xml_arguments::string_parameters(&t.parameters))
+            .collect();
         let auto_calls = |syntax, parallel| AutoCalls {
             syntax,
             names: names.clone(),
