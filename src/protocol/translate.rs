@@ -4,12 +4,15 @@
 //! tools, structured outputs, reasoning, metrics), and a new API is one folder: its request reader and its
 //! output writer.
 
+use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
 use std::fmt::Debug;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::anthropic;
 use super::api::Api;
 use super::error::ApiError;
 use super::request::ApiKind;
@@ -50,11 +53,19 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
         .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
     match api {
         Api::Responses => responses::translate(body, context),
+        Api::AnthropicMessages => anthropic::translate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
         other => Err(ApiError::malformed(format!("{other:?} is not served by this build"))),
     }
+}
+
+/// A fresh id for another API's objects: `prefix` and 32 hex digits, unique without global state (as chat's
+/// `chatcmpl-` ids).
+pub(crate) fn new_id(prefix: &str, salt: u64) -> String {
+    let draw = |n: u64| RandomState::new().hash_one((n, salt));
+    format!("{prefix}{:016x}{:016x}", draw(0), draw(1))
 }
 
 /// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
