@@ -71,8 +71,14 @@ pub(crate) fn new_id(prefix: &str, salt: u64) -> String {
 /// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
 pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
     if let Some(param) = &error.param {
-        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`).
-        if let Some((openai, own)) = names.iter().find(|(openai, _)| param.split(['[', '.']).next() == Some(openai)) {
+        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`); a name may be a path
+        // too, and the longest that the parameter begins with wins.
+        let within = |openai: &str| {
+            param.strip_prefix(openai).is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+        };
+        if let Some((openai, own)) =
+            names.iter().filter(|(openai, _)| within(openai)).max_by_key(|(openai, _)| openai.len())
+        {
             error.message = error.message.replace(openai, own);
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
@@ -94,6 +100,11 @@ mod tests {
         );
         let e = rename_fields(ApiError::invalid("messages[1].content", "bad"), &names);
         assert_eq!(e.param.as_deref(), Some("input[1].content"));
+        let nested = [("tool_choice.function.name", "tool_choice.name"), ("tool_choice", "tool")];
+        let e = rename_fields(ApiError::invalid("tool_choice.function.name", "no tool"), &nested);
+        assert_eq!(e.param.as_deref(), Some("tool_choice.name"), "the longest name that fits");
+        let e = rename_fields(ApiError::invalid("tool_choices", "x"), &nested);
+        assert_eq!(e.param.as_deref(), Some("tool_choices"), "a name is a whole path segment");
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
     }

@@ -56,6 +56,8 @@ enum Field {
 pub(super) const FIELD_NAMES: &[(&str, &str)] = &[
     ("stop", "stop_sequences"),
     ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
+    ("tool_choice.function.name", "tool_choice.name"),
+    ("response_format.json_schema.schema", "output_config.format.schema"),
     ("response_format", "output_config.format"),
     ("reasoning_effort", "output_config.effort"),
     // A prefilled assistant turn is continued (`continue_final_message`).
