@@ -38,7 +38,8 @@ const WEATHER: &str = "get_weather";
 
 fn weather_tools() -> Value {
     json!([{"name": WEATHER, "description": "Weather in a city",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}])
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": false}}])
 }
 
 #[test]

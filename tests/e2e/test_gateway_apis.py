@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""End-to-end tests of examples/gateway's routes in other APIs' shapes, each with that API's official client.
+
+One class per API, over one gateway shared by the module (tests/e2e/test_gateway.py's Gateway):
+
+- AnthropicMessagesTest: POST /v1/messages with the official `anthropic` client (`pip install anthropic`):
+  `messages.create` says what the same OpenAI chat says, `messages.stream` (its text_stream and final message),
+  a forced tool's `tool_use` whole and streamed, a tool result sent back, stop sequences, errors as
+  `anthropic.BadRequestError`, and an API key as `x-api-key`.
+
+    EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway_apis.py   (`make go-test` runs it)
+
+Environment: as tests/e2e/test_gateway.py (EMBER_GATEWAY, EMBER_MODEL). Requests are greedy (`temperature=0`)
+and short.
+"""
+
+import os
+import sys
+import unittest
+
+import anthropic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_gateway import MODEL_ID, PATIENCE_S, Gateway  # noqa: E402  (after the path it is found on)
+
+# The gateway of the module's tests.
+gateway = None
+
+
+def setUpModule():
+    global gateway
+    gateway = Gateway()
+
+
+def tearDownModule():
+    if gateway is not None:
+        status = gateway.stop()
+        assert status == 0, f"gateway exited with {status}:\n{gateway.stderr()}"
+        gateway.log.close()
+
+
+def anthropic_client(url, api_key="unused"):
+    """The official client on the gateway: the SDK adds /v1/messages to the base URL."""
+    return anthropic.Anthropic(base_url=url, api_key=api_key, max_retries=0, timeout=PATIENCE_S)
+
+
+# Greedy decoding. Anthropic's API takes `temperature`, but the client has no argument for it (nor for top_p and
+# top_k) any more: it goes as an extra field of the body.
+GREEDY = {"temperature": 0}
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    # No other property: the forced call's grammar then closes the input after the city (the small model would
+    # otherwise invent properties until max_tokens).
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                     "additionalProperties": False},
+}
+
+
+def text_of(message):
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+class AnthropicMessagesTest(unittest.TestCase):
+    """POST /v1/messages under the official Anthropic client."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.client = anthropic_client(gateway.url)
+
+    def create(self, extra_body=None, **kwargs):
+        return self.client.messages.create(model=MODEL_ID, extra_body={**GREEDY, **(extra_body or {})}, **kwargs)
+
+    def test_create_says_what_the_same_chat_says(self):
+        user = {"role": "user", "content": "What is the capital of France?"}
+        message = self.create(max_tokens=16, system="Answer briefly.", messages=[user])
+        chat = gateway.client.chat.completions.create(
+            model=MODEL_ID, max_tokens=16, temperature=0,
+            messages=[{"role": "system", "content": "Answer briefly."}, user])
+        self.assertEqual(text_of(message), chat.choices[0].message.content)
+        self.assertTrue(message.id.startswith("msg_"), message.id)
+        self.assertEqual((message.type, message.role, message.model), ("message", "assistant", MODEL_ID))
+        self.assertIn(message.stop_reason, ("end_turn", "max_tokens"))
+        self.assertIsNone(message.stop_sequence)
+        self.assertEqual(message.usage.output_tokens, chat.usage.completion_tokens)
+        # Anthropic counts the prompt tokens read from the prefix cache apart.
+        self.assertEqual(message.usage.input_tokens + message.usage.cache_read_input_tokens,
+                         chat.usage.prompt_tokens)
+
+    def test_stream_adds_up_to_the_message(self):
+        kwargs = {"max_tokens": 16, "messages": [{"role": "user", "content": "Name three primary colors."}]}
+        whole = self.create(**kwargs)
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, **kwargs) as stream:
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        self.assertEqual(streamed, text_of(whole))
+        self.assertEqual(text_of(final), streamed)
+        self.assertEqual((final.id[:4], final.stop_reason), ("msg_", whole.stop_reason))
+        self.assertEqual(final.usage.output_tokens, whole.usage.output_tokens)
+
+    def test_tool_use_round_trip(self):
+        question = {"role": "user", "content": "What is the weather in Paris?"}
+        forced = {"type": "tool", "name": "get_weather"}
+        message = self.create(max_tokens=64, tools=[WEATHER_TOOL], tool_choice=forced, messages=[question])
+        self.assertEqual(message.stop_reason, "tool_use")
+        calls = [block for block in message.content if block.type == "tool_use"]
+        self.assertEqual(len(calls), 1, message.content)
+        call = calls[0]
+        self.assertEqual(call.name, "get_weather")
+        self.assertIsInstance(call.input.get("city"), str)
+        self.assertTrue(call.id)
+
+        # Streamed: the client builds the same input from the input_json_delta pieces.
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, max_tokens=64, tools=[WEATHER_TOOL],
+                                         tool_choice=forced, messages=[question]) as stream:
+            final = stream.get_final_message()
+        streamed_calls = [block for block in final.content if block.type == "tool_use"]
+        self.assertEqual([(c.name, c.input) for c in streamed_calls], [(call.name, call.input)])
+        self.assertEqual(final.stop_reason, "tool_use")
+
+        # The result goes back in the next user turn, the call's turn as the client got it.
+        answer = self.create(max_tokens=24, tools=[WEATHER_TOOL], messages=[
+            question,
+            {"role": "assistant", "content": message.content},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 degrees."}]},
+        ])
+        self.assertEqual(answer.type, "message")
+        self.assertIn(answer.stop_reason, ("end_turn", "max_tokens", "tool_use"))
+
+    def test_stop_sequences(self):
+        messages = [{"role": "user", "content": "Count from 1 to 20."}]
+        full = text_of(self.create(max_tokens=40, messages=messages))
+        stop = full.split()[3]
+        message = self.create(max_tokens=40, messages=messages, stop_sequences=["@@@", stop])
+        self.assertEqual((message.stop_reason, message.stop_sequence), ("stop_sequence", stop))
+        self.assertTrue(full.startswith(text_of(message)), (text_of(message), full))
+        self.assertNotIn(stop, text_of(message))
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, max_tokens=40, messages=messages,
+                                         stop_sequences=[stop]) as stream:
+            final = stream.get_final_message()
+        self.assertEqual((final.stop_reason, final.stop_sequence), ("stop_sequence", stop))
+
+    def test_errors_are_bad_request_errors_naming_the_field(self):
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+        with self.assertRaises(anthropic.BadRequestError) as caught:
+            self.create(max_tokens=8, messages=[{"role": "user", "content": [image]}])
+        self.assertEqual(caught.exception.status_code, 400)
+        error = caught.exception.body["error"]
+        self.assertEqual(error["type"], "invalid_request_error")
+        self.assertIn("messages[0].content[0].type", error["message"])
+        with self.assertRaises(anthropic.BadRequestError) as caught:
+            self.create(max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body={"top_k": -3})
+        self.assertIn("top_k", caught.exception.body["error"]["message"])
+
+    def test_api_key_as_x_api_key(self):
+        keyed = Gateway("--api-key", "the-key")
+        self.addCleanup(keyed.log.close)
+        try:
+            message = anthropic_client(keyed.url, "the-key").messages.create(
+                model=MODEL_ID, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+            self.assertEqual(message.type, "message")
+            with self.assertRaises(anthropic.AuthenticationError) as caught:
+                anthropic_client(keyed.url, "another-key").messages.create(
+                    model=MODEL_ID, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+            self.assertEqual(caught.exception.body["error"]["type"], "authentication_error")
+        finally:
+            self.assertEqual(keyed.stop(), 0, keyed.stderr())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
