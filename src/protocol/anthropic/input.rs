@@ -219,9 +219,11 @@ fn read_messages(turns: &Value, chat: &mut Vec<Value>) -> Result<bool, ApiError>
         match role {
             "user" => read_user_turn(&blocks, &content_param, chat)?,
             "assistant" => {
-                let (message, has_calls) = read_assistant_turn(&blocks, &content_param)?;
-                prefilled = i + 1 == turns.len() && !has_calls;
-                chat.push(message);
+                let message = read_assistant_turn(&blocks, &content_param)?;
+                let text = message["content"].as_str().unwrap_or_default();
+                // A turn with calls, or with nothing to continue, is a whole turn: the reply comes after it.
+                prefilled = i + 1 == turns.len() && message.get("tool_calls").is_none() && !text.trim().is_empty();
+                push_turn(chat, message);
             }
             other => {
                 return Err(ApiError::invalid(
@@ -261,14 +263,34 @@ fn read_user_turn(blocks: &[Value], param: &str, chat: &mut Vec<Value>) -> Resul
         }
     }
     if !texts.is_empty() || results == 0 {
-        chat.push(json!({"role": "user", "content": texts.join("\n")}));
+        push_turn(chat, json!({"role": "user", "content": texts.join("\n")}));
     }
     Ok(())
 }
 
+/// Appends a user or assistant turn, joined to the last message when that is a turn of the same role without
+/// calls: Anthropic combines consecutive turns of one role into one, where a template would show two.
+fn push_turn(chat: &mut Vec<Value>, mut message: Value) {
+    match chat.last_mut() {
+        Some(last) if last["role"] == message["role"] && last.get("tool_calls").is_none() => {
+            let (before, after) =
+                (last["content"].as_str().unwrap_or_default(), message["content"].as_str().unwrap_or_default());
+            let joined = match (before.is_empty(), after.is_empty()) {
+                (false, false) => format!("{before}\n{after}"),
+                _ => format!("{before}{after}"),
+            };
+            last["content"] = json!(joined);
+            if let Some(calls) = message.get_mut("tool_calls").map(Value::take) {
+                last["tool_calls"] = calls;
+            }
+        }
+        _ => chat.push(message),
+    }
+}
+
 /// An assistant turn: its text and its calls (`tool_use`, each a chat tool call whose arguments are the JSON
-/// text of its input); its thinking is left out, and whether it has calls.
-fn read_assistant_turn(blocks: &[Value], param: &str) -> Result<(Value, bool), ApiError> {
+/// text of its input); its thinking is left out.
+fn read_assistant_turn(blocks: &[Value], param: &str) -> Result<Value, ApiError> {
     let mut texts = Vec::new();
     let mut calls = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
@@ -293,11 +315,10 @@ fn read_assistant_turn(blocks: &[Value], param: &str) -> Result<(Value, bool), A
         }
     }
     let mut message = json!({"role": "assistant", "content": texts.join("\n")});
-    let has_calls = !calls.is_empty();
-    if has_calls {
+    if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);
     }
-    Ok((message, has_calls))
+    Ok(message)
 }
 
 /// `e`, naming `param` (a nested field read with the object's own name).
@@ -527,6 +548,27 @@ mod tests {
         let body = chat(json!({"max_tokens": 9, "messages": [{"role": "user", "content": "Count"},
             {"role": "assistant", "content": "1, 2,"}]}));
         assert_eq!((&body["continue_final_message"], &body["add_generation_prompt"]), (&json!(true), &json!(false)));
+        let thought_only = chat(json!({"max_tokens": 9, "messages": [{"role": "user", "content": "Count"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}]}));
+        assert!(thought_only.get("continue_final_message").is_none(), "nothing to continue");
+    }
+
+    #[test]
+    fn consecutive_turns_of_one_role_are_one() {
+        let body = chat(json!({"max_tokens": 9, "messages": [
+            {"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": "c"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+            {"role": "user", "content": "d"}]}));
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "user", "content": "a\nb"},
+                {"role": "assistant", "content": "c", "tool_calls": [
+                    {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t", "content": "r"},
+                {"role": "user", "content": "d"}])
+        );
     }
 
     #[test]
