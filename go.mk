@@ -9,7 +9,8 @@
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
 #   make test-scale three gateways behind HAProxy under the official OpenAI client: kill and drain, session
 #                   affinity, three replicas against one (tests/scale/run.py; docs/deploy.md)
-# Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end test, `pip install openai`.
+# Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end tests, `pip install openai
+# anthropic` (scripts/install-test-tools.sh).
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
 CARGO ?= cargo
@@ -52,9 +53,9 @@ go-test: model templates vocabs gateway go-cli
 		$(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test -count=1 -tags ember_shared ./...
 	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
+	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway_apis.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_embeddings.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_rerank.py
-	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway_apis.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
 	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_MODEL=$(GO_EMBER_GEMMA3) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py

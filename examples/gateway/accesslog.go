@@ -3,8 +3,8 @@ package main
 // The access log (--access-log PATH, or - for stdout): one JSON line per request answered, for whoever bills,
 // audits or debugs a deployment without a tracing system. A request that ran on the engine also has its tokens
 // and its five timing metrics (docs/per_request_metrics.md), read as the metrics headers read them. The line's
-// id is the response's X-Request-Id: the engine's response id (chatcmpl-..., cmpl-...) for a completion, a
-// gateway-generated one otherwise, so a client's answer leads to its line.
+// id is the response's X-Request-Id: the engine's response id (chatcmpl-..., cmpl-..., resp_..., msg_...) for
+// a completion, a gateway-generated one otherwise, so a client's answer leads to its line.
 
 import (
 	"context"
@@ -172,13 +172,54 @@ func accessRecordOf(ctx context.Context) *accessRecord {
 	return record
 }
 
-// responseSummary is what the log reads of a completion's response body or of a stream's chunk.
+// responseSummary is what the log reads of a completion's response body or of a stream's chunk, in any API's
+// shape: a stream's first event nests the object whose id it is (Anthropic's message_start its `message`, the
+// Responses API's response.created its `response`).
 type responseSummary struct {
-	ID    string `json:"id"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	ID      string        `json:"id"`
+	Usage   *usageSummary `json:"usage"`
+	Message *struct {
+		ID string `json:"id"`
+	} `json:"message"`
+	Response *struct {
+		ID string `json:"id"`
+	} `json:"response"`
+}
+
+// usageSummary is a body's usage: OpenAI's names, or input and output tokens (Anthropic's and the Responses
+// API's), where Anthropic counts the prompt tokens read from a cache apart.
+type usageSummary struct {
+	PromptTokens         *int `json:"prompt_tokens"`
+	CompletionTokens     *int `json:"completion_tokens"`
+	InputTokens          *int `json:"input_tokens"`
+	OutputTokens         *int `json:"output_tokens"`
+	CacheReadInputTokens int  `json:"cache_read_input_tokens"`
+}
+
+// id is the response's id, wherever its API puts it.
+func (summary responseSummary) id() string {
+	switch {
+	case summary.ID != "":
+		return summary.ID
+	case summary.Message != nil:
+		return summary.Message.ID
+	case summary.Response != nil:
+		return summary.Response.ID
+	}
+	return ""
+}
+
+// tokens are the prompt's tokens and the generated ones; false when the usage says neither.
+func (u *usageSummary) tokens() (prompt, completion int, ok bool) {
+	switch {
+	case u == nil:
+		return 0, 0, false
+	case u.PromptTokens != nil && u.CompletionTokens != nil:
+		return *u.PromptTokens, *u.CompletionTokens, true
+	case u.InputTokens != nil && u.OutputTokens != nil:
+		return *u.InputTokens + u.CacheReadInputTokens, *u.OutputTokens, true
+	}
+	return 0, 0, false
 }
 
 // noteResponse reads a completion's response body, or a stream's first chunk, before the answer's headers go:
@@ -191,16 +232,15 @@ func (record *accessRecord) noteResponse(h http.Header, body []byte) {
 	if json.Unmarshal(body, &summary) != nil {
 		return
 	}
-	if summary.ID != "" {
-		record.id = summary.ID
-		h.Set("X-Request-Id", summary.ID)
+	if id := summary.id(); id != "" {
+		record.id = id
+		h.Set("X-Request-Id", id)
 	}
 	record.noteUsage(summary)
 }
 
 func (record *accessRecord) noteUsage(summary responseSummary) {
-	if summary.Usage != nil {
-		prompt, completion := summary.Usage.PromptTokens, summary.Usage.CompletionTokens
+	if prompt, completion, ok := summary.Usage.tokens(); ok {
 		record.promptTokens, record.completionTokens = &prompt, &completion
 	}
 }

@@ -8,3 +8,8 @@ import "ember"
 
 var endpointResponses = endpoint{name: "responses", api: ember.APIResponses, family: apiOpenAI,
 	framing: sseNamedEvents}
+
+// endpointMessages is Anthropic's Messages API. Anthropic's clients also send `x-api-key` (read by --api-key,
+// auth.go) and `anthropic-version`, which needs nothing: ember serves one version of the API.
+var endpointMessages = endpoint{name: "messages", api: ember.APIAnthropicMessages, family: apiAnthropic,
+	framing: sseNamedEvents}

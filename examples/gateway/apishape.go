@@ -49,6 +49,11 @@ func inShapeOf(family apiFamily, e apiError) apiError {
 	var body any
 	switch family {
 	case apiAnthropic:
+		// Anthropic's errors have no `param`: its own messages begin with the field's path, and so does this one
+		// when the engine's message does not name it already.
+		if param := openAI.Error.Param; param != nil && *param != "" && !strings.Contains(message, *param) {
+			message = *param + ": " + message
+		}
 		body = anthropicError{Type: "error", Error: anthropicErrorDetail{Type: anthropicErrorType(e.status),
 			Message: message}}
 	case apiOllama:

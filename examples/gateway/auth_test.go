@@ -169,6 +169,17 @@ func TestInShapeOfKeepsStatusAndRetryAfter(t *testing.T) {
 	if e := inShapeOf(apiOpenAI, overloaded); string(e.body) != string(overloaded.body) {
 		t.Errorf("OpenAI: %s", e.body)
 	}
+	// The field at fault, which Anthropic's shape has no `param` for, begins the message unless it is there.
+	refused := invalidRequest("content blocks of type \"image\" are not supported", "messages[0].content[1].type")
+	want := `{"type":"error","error":{"type":"invalid_request_error","message":` +
+		`"messages[0].content[1].type: content blocks of type \"image\" are not supported"}}`
+	if e := inShapeOf(apiAnthropic, refused); string(e.body) != want {
+		t.Errorf("Anthropic refusal: %s", e.body)
+	}
+	named := invalidRequest("max_tokens is required", "max_tokens")
+	if e := inShapeOf(apiAnthropic, named); !strings.Contains(string(e.body), `"message":"max_tokens is required"`) {
+		t.Errorf("Anthropic refusal naming its field: %s", e.body)
+	}
 }
 
 func TestAPIKeyFlagsRefuseWhatWouldServeEveryone(t *testing.T) {

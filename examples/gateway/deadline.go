@@ -16,11 +16,15 @@ const clientTimeoutHeader = "X-Stainless-Timeout"
 // maxDeadlineMs is the engine's largest deadline_ms (a week; docs/protocol.md).
 const maxDeadlineMs = 7 * 24 * 3600 * 1000
 
+// clientTimeoutNotGiven is what the Anthropic Python SDK (2.x) sends as the timeout of a call that sets none of
+// its own, whatever the client's: its placeholder for "not given", which says no timeout.
+const clientTimeoutNotGiven = "NOT_GIVEN"
+
 // withClientTimeout returns body with `deadline_ms` set from a client timeout header value (seconds), when the
 // header is there and the body sets no deadline of its own; the body unchanged otherwise. A header that is not a
-// positive number of seconds is a 400 naming the header.
+// positive number of seconds (nor clientTimeoutNotGiven) is a 400 naming the header.
 func withClientTimeout(body []byte, header string) ([]byte, *apiError) {
-	if header == "" {
+	if header == "" || header == clientTimeoutNotGiven {
 		return body, nil
 	}
 	seconds, err := strconv.ParseFloat(header, 64)

@@ -338,6 +338,11 @@ func TestOverloadIs503AndAClientTimeoutIsADeadline(t *testing.T) {
 	if got, apiErr := withClientTimeout([]byte(`{"prompt": "x"}`), "soon"); got != nil || apiErr == nil {
 		t.Fatalf("a header that is not seconds: %s, %v", got, apiErr)
 	}
+	// The Anthropic SDK's placeholder for a call without a timeout of its own.
+	if got, apiErr := withClientTimeout([]byte(`{"prompt": "x"}`), "NOT_GIVEN"); string(got) != `{"prompt": "x"}` ||
+		apiErr != nil {
+		t.Fatalf("NOT_GIVEN: %s, %v", got, apiErr)
+	}
 }
 
 // /tokenize counts a prompt's tokens as the completion would bill them, /detokenize gives the text back, and

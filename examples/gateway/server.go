@@ -68,6 +68,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", s.counted("chat", http.MethodPost, s.completions(endpointChat)))
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
 	mux.HandleFunc("/v1/responses", s.counted("responses", http.MethodPost, s.completions(endpointResponses)))
+	mux.HandleFunc("/v1/messages", s.counted("messages", http.MethodPost, s.completions(endpointMessages)))
 	mux.HandleFunc("/v1/embeddings", s.counted("embeddings", http.MethodPost, s.embeddings))
 	mux.HandleFunc("/api/embed", s.counted("api_embed", http.MethodPost, s.ollamaEmbed))
 	for _, path := range rerankPaths {

@@ -2,6 +2,7 @@
 //! streaming chunks out, with `usage` and the per-request `metrics`. Pure translation over the engine: JSON in
 //! and out, no I/O, no HTTP. See `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
 
+mod anthropic;
 mod api;
 mod api_request;
 pub mod embeddings;

@@ -4,12 +4,15 @@
 //! tools, structured outputs, reasoning, metrics), and a new API is one folder: its request reader and its
 //! output writer.
 
+use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
 use std::fmt::Debug;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::anthropic;
 use super::api::Api;
 use super::error::ApiError;
 use super::request::ApiKind;
@@ -50,6 +53,7 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
         .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
     match api {
         Api::Responses => responses::translate(body, context),
+        Api::AnthropicMessages => anthropic::translate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
@@ -57,11 +61,24 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
     }
 }
 
+/// A fresh id for another API's objects: `prefix` and 32 hex digits, unique without global state (as chat's
+/// `chatcmpl-` ids).
+pub(crate) fn new_id(prefix: &str, salt: u64) -> String {
+    let draw = |n: u64| RandomState::new().hash_one((n, salt));
+    format!("{prefix}{:016x}{:016x}", draw(0), draw(1))
+}
+
 /// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
 pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
     if let Some(param) = &error.param {
-        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`).
-        if let Some((openai, own)) = names.iter().find(|(openai, _)| param.split(['[', '.']).next() == Some(openai)) {
+        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`); a name may be a path
+        // too, and the longest that the parameter begins with wins.
+        let within = |openai: &str| {
+            param.strip_prefix(openai).is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+        };
+        if let Some((openai, own)) =
+            names.iter().filter(|(openai, _)| within(openai)).max_by_key(|(openai, _)| openai.len())
+        {
             error.message = error.message.replace(openai, own);
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
@@ -83,6 +100,11 @@ mod tests {
         );
         let e = rename_fields(ApiError::invalid("messages[1].content", "bad"), &names);
         assert_eq!(e.param.as_deref(), Some("input[1].content"));
+        let nested = [("tool_choice.function.name", "tool_choice.name"), ("tool_choice", "tool")];
+        let e = rename_fields(ApiError::invalid("tool_choice.function.name", "no tool"), &nested);
+        assert_eq!(e.param.as_deref(), Some("tool_choice.name"), "the longest name that fits");
+        let e = rename_fields(ApiError::invalid("tool_choices", "x"), &nested);
+        assert_eq!(e.param.as_deref(), Some("tool_choices"), "a name is a whole path segment");
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
     }

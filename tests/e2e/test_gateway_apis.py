@@ -1,75 +1,40 @@
 #!/usr/bin/env python3
-"""End-to-end tests of the gateway's other APIs, each with its official client: OpenAI's Responses API with the
-`openai` package (`responses.create`, `responses.stream`, `responses.parse`, function tools, `previous_response_id`),
-and, in their own classes, Anthropic's Messages API, Ollama's API and llama-server's native endpoints.
+"""End-to-end tests of examples/gateway's routes in other APIs' shapes, each with that API's official client.
+
+One class per API, over one gateway shared by the module (tests/e2e/test_gateway.py's Gateway, with per-request
+metrics enabled):
+
+- ResponsesTest: POST /v1/responses with the official `openai` client: `responses.create` says what the same chat
+  says, `responses.stream` (the helper's accumulated response), the named SSE events on the wire, a function call
+  round trip over `previous_response_id`, `responses.parse` with a pydantic model, refusals naming the field, the
+  metrics double gate, and the field policy's `Warning` header on chat.
+
+- AnthropicMessagesTest: POST /v1/messages with the official `anthropic` client (`pip install anthropic`):
+  `messages.create` says what the same OpenAI chat says, `messages.stream` (its text_stream and final message),
+  a forced tool's `tool_use` whole and streamed, a tool result sent back, stop sequences, errors as
+  `anthropic.BadRequestError`, and an API key as `x-api-key`.
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway_apis.py   (`make go-test` runs it)
 
-Environment: EMBER_GATEWAY, EMBER_MODEL (as tests/e2e/test_gateway.py). Requests are greedy and short.
+Environment: as tests/e2e/test_gateway.py (EMBER_GATEWAY, EMBER_MODEL). Requests are greedy (`temperature=0`)
+and short.
 """
 
 import json
 import os
-import selectors
-import subprocess
 import sys
-import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
+import anthropic
 import openai
 import pydantic
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-GATEWAY = os.path.join(ROOT, os.environ.get("EMBER_GATEWAY", "target/go/ember-gateway"))
-MODEL = os.path.join(ROOT, os.environ.get("EMBER_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-PATIENCE_S = 60
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_gateway import MODEL_ID, PATIENCE_S, Gateway  # noqa: E402  (after the path it is found on)
 
-
-class Gateway:
-    """One gateway process over the model, on a free loopback port."""
-
-    def __init__(self, *flags):
-        self.log = tempfile.TemporaryFile()
-        command = [GATEWAY, "--listen", "127.0.0.1:0", "--threads", "2", "--model", MODEL, *flags]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout=PATIENCE_S):
-            self.process.kill()
-            raise RuntimeError("the gateway did not start:\n" + self.stderr())
-        line = self.process.stdout.readline()
-        if "listening on " not in line:
-            self.process.wait()
-            raise RuntimeError(f"the gateway did not start ({line!r}):\n" + self.stderr())
-        self.url = line.split("listening on ", 1)[1].strip()
-
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def post(self, path, body, headers=None):
-        """POST a JSON body: (status, headers, body bytes), errors included."""
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
-                return response.status, response.headers, response.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers, e.read()
-
-    def get_json(self, path):
-        with urllib.request.urlopen(self.url + path, timeout=PATIENCE_S) as response:
-            return json.load(response)
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            return self.process.wait(timeout=PATIENCE_S)
-        finally:
-            self.process.stdout.close()
-
-
+# The gateway of the module's tests.
 gateway = None
 
 
@@ -80,10 +45,154 @@ def setUpModule():
 
 def tearDownModule():
     if gateway is not None:
-        gateway.stop()
+        status = gateway.stop()
+        assert status == 0, f"gateway exited with {status}:\n{gateway.stderr()}"
+        gateway.log.close()
 
 
-WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+def post(path, body, headers=None):
+    """POST a JSON body to the module's gateway: (status, headers, body bytes), errors included."""
+    request = urllib.request.Request(gateway.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def anthropic_client(url, api_key="unused"):
+    """The official client on the gateway: the SDK adds /v1/messages to the base URL."""
+    return anthropic.Anthropic(base_url=url, api_key=api_key, max_retries=0, timeout=PATIENCE_S)
+
+
+# Greedy decoding. Anthropic's API takes `temperature`, but the client has no argument for it (nor for top_p and
+# top_k) any more: it goes as an extra field of the body.
+GREEDY = {"temperature": 0}
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    # No other property: the forced call's grammar then closes the input after the city (the small model would
+    # otherwise invent properties until max_tokens).
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                     "additionalProperties": False},
+}
+
+
+def text_of(message):
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+class AnthropicMessagesTest(unittest.TestCase):
+    """POST /v1/messages under the official Anthropic client."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.client = anthropic_client(gateway.url)
+
+    def create(self, extra_body=None, **kwargs):
+        return self.client.messages.create(model=MODEL_ID, extra_body={**GREEDY, **(extra_body or {})}, **kwargs)
+
+    def test_create_says_what_the_same_chat_says(self):
+        user = {"role": "user", "content": "What is the capital of France?"}
+        message = self.create(max_tokens=16, system="Answer briefly.", messages=[user])
+        chat = gateway.client.chat.completions.create(
+            model=MODEL_ID, max_tokens=16, temperature=0,
+            messages=[{"role": "system", "content": "Answer briefly."}, user])
+        self.assertEqual(text_of(message), chat.choices[0].message.content)
+        self.assertTrue(message.id.startswith("msg_"), message.id)
+        self.assertEqual((message.type, message.role, message.model), ("message", "assistant", MODEL_ID))
+        self.assertIn(message.stop_reason, ("end_turn", "max_tokens"))
+        self.assertIsNone(message.stop_sequence)
+        self.assertEqual(message.usage.output_tokens, chat.usage.completion_tokens)
+        # Anthropic counts the prompt tokens read from the prefix cache apart.
+        self.assertEqual(message.usage.input_tokens + message.usage.cache_read_input_tokens,
+                         chat.usage.prompt_tokens)
+
+    def test_stream_adds_up_to_the_message(self):
+        kwargs = {"max_tokens": 16, "messages": [{"role": "user", "content": "Name three primary colors."}]}
+        whole = self.create(**kwargs)
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, **kwargs) as stream:
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        self.assertEqual(streamed, text_of(whole))
+        self.assertEqual(text_of(final), streamed)
+        self.assertEqual((final.id[:4], final.stop_reason), ("msg_", whole.stop_reason))
+        self.assertEqual(final.usage.output_tokens, whole.usage.output_tokens)
+
+    def test_tool_use_round_trip(self):
+        question = {"role": "user", "content": "What is the weather in Paris?"}
+        forced = {"type": "tool", "name": "get_weather"}
+        message = self.create(max_tokens=64, tools=[WEATHER_TOOL], tool_choice=forced, messages=[question])
+        self.assertEqual(message.stop_reason, "tool_use")
+        calls = [block for block in message.content if block.type == "tool_use"]
+        self.assertEqual(len(calls), 1, message.content)
+        call = calls[0]
+        self.assertEqual(call.name, "get_weather")
+        self.assertIsInstance(call.input.get("city"), str)
+        self.assertTrue(call.id)
+
+        # Streamed: the client builds the same input from the input_json_delta pieces.
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, max_tokens=64, tools=[WEATHER_TOOL],
+                                         tool_choice=forced, messages=[question]) as stream:
+            final = stream.get_final_message()
+        streamed_calls = [block for block in final.content if block.type == "tool_use"]
+        self.assertEqual([(c.name, c.input) for c in streamed_calls], [(call.name, call.input)])
+        self.assertEqual(final.stop_reason, "tool_use")
+
+        # The result goes back in the next user turn, the call's turn as the client got it.
+        answer = self.create(max_tokens=24, tools=[WEATHER_TOOL], messages=[
+            question,
+            {"role": "assistant", "content": message.content},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 degrees."}]},
+        ])
+        self.assertEqual(answer.type, "message")
+        self.assertIn(answer.stop_reason, ("end_turn", "max_tokens", "tool_use"))
+
+    def test_stop_sequences(self):
+        messages = [{"role": "user", "content": "Count from 1 to 20."}]
+        full = text_of(self.create(max_tokens=40, messages=messages))
+        stop = full.split()[3]
+        message = self.create(max_tokens=40, messages=messages, stop_sequences=["@@@", stop])
+        self.assertEqual((message.stop_reason, message.stop_sequence), ("stop_sequence", stop))
+        self.assertTrue(full.startswith(text_of(message)), (text_of(message), full))
+        self.assertNotIn(stop, text_of(message))
+        with self.client.messages.stream(model=MODEL_ID, extra_body=GREEDY, max_tokens=40, messages=messages,
+                                         stop_sequences=[stop]) as stream:
+            final = stream.get_final_message()
+        self.assertEqual((final.stop_reason, final.stop_sequence), ("stop_sequence", stop))
+
+    def test_errors_are_bad_request_errors_naming_the_field(self):
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+        with self.assertRaises(anthropic.BadRequestError) as caught:
+            self.create(max_tokens=8, messages=[{"role": "user", "content": [image]}])
+        self.assertEqual(caught.exception.status_code, 400)
+        error = caught.exception.body["error"]
+        self.assertEqual(error["type"], "invalid_request_error")
+        self.assertIn("messages[0].content[0].type", error["message"])
+        with self.assertRaises(anthropic.BadRequestError) as caught:
+            self.create(max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body={"top_k": -3})
+        self.assertIn("top_k", caught.exception.body["error"]["message"])
+
+    def test_api_key_as_x_api_key(self):
+        keyed = Gateway("--api-key", "the-key")
+        self.addCleanup(keyed.log.close)
+        try:
+            message = anthropic_client(keyed.url, "the-key").messages.create(
+                model=MODEL_ID, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+            self.assertEqual(message.type, "message")
+            with self.assertRaises(anthropic.AuthenticationError) as caught:
+                anthropic_client(keyed.url, "another-key").messages.create(
+                    model=MODEL_ID, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+            self.assertEqual(caught.exception.body["error"]["type"], "authentication_error")
+        finally:
+            self.assertEqual(keyed.stop(), 0, keyed.stderr())
+
+
+
+RESPONSES_WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
@@ -116,7 +225,7 @@ class ResponsesTest(unittest.TestCase):
         self.assertEqual(final.output_text, whole.output_text)
 
     def test_stream_events_on_the_wire_are_named(self):
-        status, headers, body = gateway.post("/v1/responses", {"input": "hi", "stream": True,
+        status, headers, body = post("/v1/responses", {"input": "hi", "stream": True,
                                                                "max_output_tokens": 4})
         self.assertEqual(status, 200)
         self.assertTrue(headers["Content-Type"].startswith("text/event-stream"))
@@ -127,14 +236,14 @@ class ResponsesTest(unittest.TestCase):
         self.assertNotIn("[DONE]", body.decode(), "the Responses stream ends without [DONE]")
 
     def test_function_call_round_trip_with_previous_response_id(self):
-        r = self.client.responses.create(model="m", input="What is the weather in Paris?", tools=[WEATHER_TOOL],
+        r = self.client.responses.create(model="m", input="What is the weather in Paris?", tools=[RESPONSES_WEATHER_TOOL],
                                          tool_choice="required", temperature=0, max_output_tokens=64)
         calls = [o for o in r.output if o.type == "function_call"]
         self.assertEqual(len(calls), 1)
         self.assertEqual(calls[0].name, "get_weather")
         self.assertIsInstance(json.loads(calls[0].arguments)["city"], str)
         follow = self.client.responses.create(
-            model="m", previous_response_id=r.id, tools=[WEATHER_TOOL], temperature=0, max_output_tokens=16,
+            model="m", previous_response_id=r.id, tools=[RESPONSES_WEATHER_TOOL], temperature=0, max_output_tokens=16,
             input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
         self.assertEqual(follow.previous_response_id, r.id)
         self.assertGreater(follow.usage.input_tokens, r.usage.input_tokens)
@@ -163,15 +272,14 @@ class ResponsesTest(unittest.TestCase):
         self.assertNotIn("metrics", plain.model_extra or {})
 
     def test_field_policy_warning_header(self):
-        status, headers, _ = gateway.post("/v1/chat/completions", {
+        status, headers, _ = post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "verbosity": "low",
             "modalities": ["text"]})
         self.assertEqual(status, 200)
         self.assertIn("verbosity", headers["Warning"])
-        status, _, body = gateway.post("/v1/chat/completions", {
+        status, _, body = post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "modalities": ["audio"]})
         self.assertEqual((status, json.loads(body)["error"]["param"]), (400, "modalities[0]"))
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

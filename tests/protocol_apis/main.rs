@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod anthropic;
 mod field_policy;
 mod responses;
 

@@ -95,6 +95,9 @@ pub struct ChoiceOutput {
     /// shared by the choices of one prompt.
     pub prompt_logprobs: Option<Arc<[PromptTokenLogprob]>>,
     pub finish_reason: Option<FinishReason>,
+    /// The stop string that ended the choice (its `finish_reason` is then `Stop`), when one did: what Anthropic's
+    /// `stop_sequence` reports. Set before the choice's `Finished` event is queued.
+    pub stop_string: Option<String>,
 }
 
 #[derive(Debug)]
@@ -263,6 +266,11 @@ impl RequestShared {
         let mut out = lock(&self.output);
         out.choices[choice].completion_tokens += 1;
         out.choices[choice].token_ids.push(token);
+    }
+
+    /// Engine side: stop string `stop` ended choice `choice` (its `finish_choice` follows).
+    pub fn set_stop_string(&self, choice: usize, stop: &str) {
+        lock(&self.output).choices[choice].stop_string = Some(stop.to_owned());
     }
 
     /// Engine side: choice `choice` ended.

@@ -14,6 +14,9 @@ pub struct StopMatcher {
     include_stop: bool,
     /// Text received but not yet released: a possible beginning of a stop string.
     held: String,
+    /// The index in `stops` of the stop string that completed, once one has: Anthropic's `stop_sequence` names
+    /// it, and OpenAI's `finish_reason` cannot.
+    matched: Option<usize>,
 }
 
 /// What a piece of text releases.
@@ -28,7 +31,7 @@ pub struct Released {
 impl StopMatcher {
     /// Matches `stops`; `include_stop` keeps a completed stop string at the end of the output.
     pub fn new(stops: Vec<String>, include_stop: bool) -> Self {
-        StopMatcher { stops, include_stop, held: String::new() }
+        StopMatcher { stops, include_stop, held: String::new(), matched: None }
     }
 
     /// Feeds the next piece of output.
@@ -39,8 +42,10 @@ impl StopMatcher {
         self.held.push_str(piece);
         // The earliest completed stop string wins; of two starting at the same place, the shorter, which the text
         // completed first.
-        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len()))).min();
-        if let Some((at, len)) = first {
+        let first =
+            self.stops.iter().enumerate().filter_map(|(i, s)| Some((self.held.find(s.as_str())?, s.len(), i))).min();
+        if let Some((at, len, index)) = first {
+            self.matched = Some(index);
             let end = if self.include_stop { at + len } else { at };
             let text = self.held[..end].to_owned();
             self.held.clear();
@@ -50,6 +55,11 @@ impl StopMatcher {
         let text = self.held[..self.held.len() - keep].to_owned();
         self.held.drain(..self.held.len() - keep);
         Released { text, stopped: false }
+    }
+
+    /// The stop string that ended the output, once one has.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     /// Releases what is held (the sequence ended for another reason).
@@ -77,6 +87,19 @@ mod tests {
 
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool, String) {
         run_with(stops, pieces, false)
+    }
+
+    #[test]
+    fn the_matched_stop_is_named() {
+        let mut m = StopMatcher::new(vec!["END".into(), "x".into(), "xy".into()], false);
+        assert_eq!(m.matched(), None);
+        m.push("abc E");
+        assert_eq!(m.matched(), None, "only a possible beginning");
+        assert!(m.push("NDxy").stopped);
+        assert_eq!(m.matched(), Some("END"), "the earliest, not the first listed or the longest");
+        let mut m = StopMatcher::new(vec!["xy".into(), "x".into()], true);
+        assert!(m.push("axyz").stopped);
+        assert_eq!(m.matched(), Some("x"), "of two at the same place, the shorter");
     }
 
     fn run_with(stops: &[&str], pieces: &[&str], include_stop: bool) -> (Vec<String>, bool, String) {

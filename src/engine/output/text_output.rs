@@ -86,6 +86,9 @@ impl TextOutput {
             self.release(released.text, &sink);
             if released.stopped {
                 self.release_final(String::new(), &sink);
+                if let Some(stop) = self.stops.matched() {
+                    sink.request.set_stop_string(sink.choice, stop);
+                }
                 return Some(FinishReason::Stop);
             }
             if stop_token {

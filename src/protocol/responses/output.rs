@@ -1,10 +1,9 @@
 //! The Responses `response` object, from what a chat request produced: its output items (reasoning, the
 //! message, function calls), status, usage, and, behind chat's double gate, `metrics` and `timings`.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-
 use serde_json::{json, Map, Value};
+
+pub(super) use super::super::translate::new_id;
 
 /// One output item as it accumulates.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,12 +44,6 @@ impl Item {
 /// An `output_text` content part.
 pub(super) fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
-}
-
-/// A fresh id: `prefix` and 32 hex digits, unique without global state (as chat's `chatcmpl-` ids).
-pub(super) fn new_id(prefix: &str, salt: u64) -> String {
-    let draw = |n: u64| RandomState::new().hash_one((n, salt));
-    format!("{prefix}{:016x}{:016x}", draw(0), draw(1))
 }
 
 /// How a request ended, read from its chat `finish_reason` and `error`.
