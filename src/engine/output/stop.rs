@@ -23,6 +23,15 @@ pub struct Released {
     pub text: String,
     /// A stop string completed: the sequence ends, `text` is the last of its output.
     pub stopped: bool,
+    /// Which stop string completed (llama-server's `stopping_word` names it).
+    pub matched: Option<String>,
+}
+
+impl Released {
+    /// Text that ends nothing.
+    pub fn text(text: String) -> Self {
+        Released { text, stopped: false, matched: None }
+    }
 }
 
 impl StopMatcher {
@@ -34,22 +43,22 @@ impl StopMatcher {
     /// Feeds the next piece of output.
     pub fn push(&mut self, piece: &str) -> Released {
         if self.stops.is_empty() {
-            return Released { text: piece.to_owned(), stopped: false };
+            return Released::text(piece.to_owned());
         }
         self.held.push_str(piece);
         // The earliest completed stop string wins; of two starting at the same place, the shorter, which the text
         // completed first.
-        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len()))).min();
-        if let Some((at, len)) = first {
+        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len(), s))).min();
+        if let Some((at, len, stop)) = first {
             let end = if self.include_stop { at + len } else { at };
             let text = self.held[..end].to_owned();
             self.held.clear();
-            return Released { text, stopped: true };
+            return Released { text, stopped: true, matched: Some(stop.clone()) };
         }
         let keep = self.longest_partial_suffix();
         let text = self.held[..self.held.len() - keep].to_owned();
         self.held.drain(..self.held.len() - keep);
-        Released { text, stopped: false }
+        Released::text(text)
     }
 
     /// Releases what is held (the sequence ended for another reason).
@@ -120,6 +129,13 @@ mod tests {
         assert_eq!(out.concat(), "abc");
         let (out, stopped, rest) = run(&["ééé"], &["ééz"]);
         assert_eq!((out.concat(), stopped, rest), ("ééz".into(), false, String::new()));
+    }
+
+    #[test]
+    fn the_matched_stop_is_named() {
+        let mut m = StopMatcher::new(vec!["END".into(), "x".into()], false);
+        assert_eq!(m.push("ab EN").matched, None);
+        assert_eq!(m.push("D").matched.as_deref(), Some("END"));
     }
 
     #[test]
