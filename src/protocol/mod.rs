@@ -17,6 +17,7 @@ mod forced_call;
 mod guided;
 mod harmony;
 mod json;
+mod llama_server;
 mod logprobs;
 mod metrics_gate;
 pub mod model_info;

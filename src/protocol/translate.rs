@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::api::Api;
 use super::error::ApiError;
+use super::llama_server;
 use super::request::ApiKind;
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
@@ -50,6 +51,7 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
         .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
     match api {
         Api::Responses => responses::translate(body, context),
+        Api::LlamaCompletion => llama_server::translate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
@@ -57,11 +59,15 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
     }
 }
 
-/// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
+/// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message. A name
+/// may be a path (`response_format.json_schema.schema`), renaming what is under it; the first that matches wins.
 pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
     if let Some(param) = &error.param {
         // The parameter may be a path into the field (`max_tokens`, `messages[2].content`).
-        if let Some((openai, own)) = names.iter().find(|(openai, _)| param.split(['[', '.']).next() == Some(openai)) {
+        let under = |openai: &str| {
+            param.strip_prefix(openai).is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+        };
+        if let Some((openai, own)) = names.iter().find(|(openai, _)| under(openai)) {
             error.message = error.message.replace(openai, own);
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
@@ -85,5 +91,13 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("input[1].content"));
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
+        assert_eq!(e.param.as_deref(), Some("max_tokens_x"), "a longer name is another field");
+        let paths = [("response_format.json_schema.schema", "json_schema"), ("response_format", "json_schema")];
+        let e = rename_fields(
+            ApiError::invalid("response_format.json_schema.schema", "response_format.json_schema.schema: bad"),
+            &paths,
+        );
+        assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("json_schema"), "json_schema: bad"));
     }
 }
