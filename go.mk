@@ -2,7 +2,7 @@
 #   make go-test    build the release library; go vet and go test the binding (static under -race, then shared) and the
 #                   gateway on the real model, their embeddings and reranking on a synthetic bge-small and
 #                   bge-small-rerank (ember-cli synthetic); then the end-to-end tests with the official OpenAI Python
-#                   client (generation, and embeddings) and plain HTTP (reranking)
+#                   client (generation, and embeddings) and plain HTTP (reranking, llama-server's endpoints)
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
 #   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
@@ -53,6 +53,7 @@ go-test: model templates vocabs gateway go-cli
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_embeddings.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_rerank.py
+	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway_apis.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
 	cd bindings/go && EMBER_MODEL=$(GO_EMBER_GEMMA3) $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_MODEL=$(GO_EMBER_GEMMA3) EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
