@@ -1180,10 +1180,12 @@ EmberStatus engine_metrics_text(const struct EmberEngine *engine, char **out);
  * the KV cache, whichever is smaller), `embedding_length`, `layers`, `heads`, `kv_heads`, `vocab_size`,
  * `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model has them: `{"id",
  * "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is used),
- * `tensor_types` (tensors per weight type), `file` (`path`, `size_bytes`, `sha256`) and `backend` (`{"kind":
- * "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). An engine that serves embeddings
- * describes its model with the fields these share (no `layers`, `heads`, `kv_heads`, `end_of_generation_ids`,
- * `chat_template` or `kv_cache`; `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
+ * `chat_template_source` (the template's text, the file's or ChatML's), `tensor_types` (tensors per weight
+ * type), `file` (`path`, `size_bytes`, `sha256`), `backend` (`{"kind": "cpu", "kernels", "threads"}` or
+ * `{"kind": "cuda", "description"}`), `kv_cache` and `max_num_seqs` (the most sequences one step runs). An
+ * engine that serves embeddings describes its model with the fields these share (no `layers`, `heads`,
+ * `kv_heads`, `end_of_generation_ids`, `chat_template`, `chat_template_source`, `kv_cache` or `max_num_seqs`;
+ * `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
  * `classifier_outputs` (a reranker's scores per input, else null). The first call computes the file's
  * SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
  *
@@ -1469,6 +1471,28 @@ EmberStatus engine_submit_with_user_data(struct EmberEngine *engine,
                                          uint64_t user_data,
                                          uint32_t delivery,
                                          struct EmberRequest **out);
+
+/**
+ * The bytes of token `id`'s text, written to `buffer` with their number in `*out_len`: exactly the bytes the
+ * tokenizer gives it (a byte-level token may be part of a UTF-8 character, so they need not be valid UTF-8), a
+ * control token's text included. `engine_detokenize` of one id replaces such bytes; llama-server's
+ * `/tokenize` `with_pieces` answers them as they are.
+ *
+ * Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of bytes: then
+ * `*out_len` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask the
+ * size); `EMBER_STATUS_INVALID_ARGUMENT` (an id outside the vocabulary, NULL `out_len`, NULL `buffer` with a
+ * non-zero `capacity`), `EMBER_STATUS_INVALID_HANDLE`.
+ *
+ * Thread safety: any thread, any time; does not wait for the engine's steps.
+ *
+ * # Safety
+ * `buffer` is NULL or points to `capacity` writable bytes; `out_len` is NULL or points to a writable `size_t`.
+ */
+EmberStatus engine_token_bytes(const struct EmberEngine *engine,
+                               uint32_t id,
+                               uint8_t *buffer,
+                               size_t capacity,
+                               size_t *out_len);
 
 /**
  * The token ids the engine computes for `text` (`text_len` bytes of UTF-8; NULL only with length 0), written to

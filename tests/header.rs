@@ -82,6 +82,7 @@ fn every_export_is_documented_and_no_internal_item_leaks() {
         "engine_metrics_text",
         "engine_tokenize",
         "engine_detokenize",
+        "engine_token_bytes",
         "engine_apply_chat_template",
         "engine_model_info_json",
         "engine_embed",

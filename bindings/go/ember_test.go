@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // shared is one engine for the tests that do not need their own configuration (loading a model costs time).
@@ -720,6 +721,32 @@ func TestTokenizerAndModelInfo(t *testing.T) {
 	}
 }
 
+// TokenBytes gives each token's exact bytes: a text's tokens add up to its bytes, characters split across
+// byte-level tokens included (which Detokenize of one token would replace).
+func TestTokenBytesAddUpToTheText(t *testing.T) {
+	const text = "naïve café ✓ 漢字"
+	ids, err := shared.Tokenize(text, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	partial := false
+	for _, id := range ids {
+		piece, err := shared.TokenBytes(id)
+		if err != nil {
+			t.Fatalf("TokenBytes(%d): %v", id, err)
+		}
+		partial = partial || !utf8.Valid(piece)
+		all = append(all, piece...)
+	}
+	if string(all) != text || !partial {
+		t.Fatalf("pieces %q (a partial character among them: %v); want %q split inside a character", all, partial, text)
+	}
+	if _, err := shared.TokenBytes(1 << 30); !isStatus(err, StatusInvalidArgument) {
+		t.Fatalf("an id outside the vocabulary: %v", err)
+	}
+}
+
 // Every tokenizer call on a closed engine is refused as such.
 func TestTokenizerOnAClosedEngine(t *testing.T) {
 	engine, err := NewEngine(Config{Model: modelPath(), Threads: 1})
@@ -732,6 +759,9 @@ func TestTokenizerOnAClosedEngine(t *testing.T) {
 	}
 	if _, err := engine.Detokenize([]uint32{1}, true); !isStatus(err, StatusInvalidHandle) {
 		t.Errorf("Detokenize: %v", err)
+	}
+	if _, err := engine.TokenBytes(1); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("TokenBytes: %v", err)
 	}
 	if _, err := engine.ApplyChatTemplate(chat("hi", 1, "")); !isStatus(err, StatusInvalidHandle) {
 		t.Errorf("ApplyChatTemplate: %v", err)

@@ -66,6 +66,11 @@ static inline EmberStatus ember_go_detokenize(uintptr_t engine, const uint32_t *
     return engine_detokenize((const EmberEngine *)engine, ids, n_ids, include_special, out);
 }
 
+static inline EmberStatus ember_go_token_bytes(uintptr_t engine, uint32_t id, uint8_t *buffer, size_t capacity,
+                                               size_t *out_len) {
+    return engine_token_bytes((const EmberEngine *)engine, id, buffer, capacity, out_len);
+}
+
 static inline EmberStatus ember_go_apply_chat_template(uintptr_t engine, const char *request_json, char **out) {
     return engine_apply_chat_template((const EmberEngine *)engine, request_json, out);
 }

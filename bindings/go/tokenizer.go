@@ -68,6 +68,33 @@ func (e *Engine) Detokenize(ids []uint32, includeSpecial bool) (string, error) {
 	return string(takeString(out)), nil
 }
 
+// TokenBytes returns the bytes of token id's text (engine_token_bytes) exactly as the tokenizer has them: a
+// byte-level token can be part of a UTF-8 character, which Detokenize would replace with U+FFFD. A control
+// token gives its text. An id outside the vocabulary is a StatusInvalidArgument error.
+func (e *Engine) TokenBytes(id uint32) ([]byte, error) {
+	defer runtime.KeepAlive(e)
+	const op = "engine_token_bytes"
+	if e.closed.Load() {
+		return nil, closedEngine(op)
+	}
+	// Most tokens are a few bytes: one call, into a buffer the size of a long one.
+	bytes := make([]byte, 32)
+	for {
+		var count C.size_t
+		status, err := call(op, func() C.EmberStatus {
+			return C.ember_go_token_bytes(e.handle, C.uint32_t(id), (*C.uint8_t)(&bytes[0]), C.size_t(len(bytes)),
+				&count)
+		}, StatusBufferTooSmall)
+		if err != nil {
+			return nil, err
+		}
+		if status == StatusOK {
+			return bytes[:count], nil
+		}
+		bytes = make([]byte, count)
+	}
+}
+
 // ChatPrompt is the prompt of a chat request as the engine computes it.
 type ChatPrompt struct {
 	Prompt   string   `json:"prompt"`

@@ -1,7 +1,8 @@
 package main
 
 // The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
-// (tokenize.go), the embeddings routes (embeddings.go) and reranking (rerank.go); and what every route does
+// (tokenize.go), the embeddings routes (embeddings.go), reranking (rerank.go) and llama-server's /props and
+// /slots (llamaserver.go); and what every route does
 // around its handler (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
 
 import (
@@ -69,6 +70,11 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
 	mux.HandleFunc("/v1/responses", s.counted("responses", http.MethodPost, s.completions(endpointResponses)))
 	mux.HandleFunc("/v1/messages", s.counted("messages", http.MethodPost, s.completions(endpointMessages)))
+	for _, path := range llamaServerPaths {
+		mux.HandleFunc(path, s.counted("completion", http.MethodPost, s.completions(endpointLlamaCompletion)))
+	}
+	mux.HandleFunc("/props", s.counted("props", http.MethodGet, s.props))
+	mux.HandleFunc("/slots", s.counted("slots", http.MethodGet, s.llamaSlots))
 	mux.HandleFunc("/v1/embeddings", s.counted("embeddings", http.MethodPost, s.embeddings))
 	mux.HandleFunc("/api/embed", s.counted("api_embed", http.MethodPost, s.ollamaEmbed))
 	for _, path := range rerankPaths {

@@ -1,8 +1,10 @@
 package main
 
-// POST /tokenize and POST /detokenize, in vLLM's shapes, so that a client can count a prompt's tokens, cut it
-// to the context or bill before it submits, with the very tokenization the engine applies (engine_tokenize,
-// engine_apply_chat_template, engine_detokenize). docs/go.md ("Routes") documents both.
+// POST /tokenize and POST /detokenize, in vLLM's shapes and llama-server's, so that a client can count a
+// prompt's tokens, cut it to the context or bill before it submits, with the very tokenization the engine
+// applies (engine_tokenize, engine_apply_chat_template, engine_detokenize, engine_token_bytes). A /tokenize
+// body with `content` is llama-server's, one with `prompt` or `messages` vLLM's; /detokenize answers both
+// servers' field. docs/go.md ("Routes") documents both.
 
 import (
 	"bytes"
@@ -40,12 +42,21 @@ type tokenizeRequest struct {
 
 // tokenize answers `{"count", "max_model_len", "tokens"}`: a prompt's tokens as a completion request would have
 // them (control tokens' texts parsed, BOS first unless add_special_tokens is false), or a chat's as a chat
-// completion would (the chat template, ending with the assistant's turn).
+// completion would (the chat template, ending with the assistant's turn). A body with `content` is
+// llama-server's, answered by llamaTokenize.
 func (s *server) tokenize(w http.ResponseWriter, r *http.Request) int {
 	var hold byteHold
 	defer hold.release()
-	body, bad := s.readFields(w, r, tokenizeFields, &hold)
+	body, bad := s.readJSONObject(w, r, &hold)
 	if bad != nil {
+		return bad.write(w)
+	}
+	var shape struct{ Content present }
+	_ = json.Unmarshal(body, &shape) // readJSONObject has parsed it
+	if shape.Content {
+		return s.llamaTokenize(w, r, body)
+	}
+	if bad := checkFields(body, tokenizeFields); bad != nil {
 		return bad.write(w)
 	}
 	var req tokenizeRequest
@@ -137,24 +148,28 @@ func writeTokens(w http.ResponseWriter, tokens []uint32, maxModelLen int) int {
 	return http.StatusOK
 }
 
-// writePrompt writes /detokenize's answer, `{"prompt": text}`, escaping the text a piece at a time rather than
-// all of it in one more copy: a token's text can be 80 bytes, so a text can be ten times its request's body.
-func writePrompt(w http.ResponseWriter, text string) int {
+// writeText writes /detokenize's answer, `{"prompt": text, "content": text}`: vLLM's clients read `prompt`,
+// llama-server's `content`, and each ignores the other's (both send the same `{"tokens": [...]}`, so the
+// request cannot tell them apart). The text is escaped a piece at a time rather than all of it in one more
+// copy: a token's text can be 80 bytes, so a text can be ten times its request's body.
+func writeText(w http.ResponseWriter, text string) int {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.WriteString(w, `{"prompt":"`); err != nil {
-		return statusClientClosed
-	}
-	for len(text) > 0 {
-		n := min(len(text), answerBuffer)
-		for n < len(text) && !utf8.RuneStart(text[n]) {
-			n-- // cut between two characters, never inside one
-		}
-		quoted, _ := json.Marshal(text[:n]) // cannot fail: a string; escapes as encoding/json always does
-		if _, err := w.Write(quoted[1 : len(quoted)-1]); err != nil {
+	for _, field := range []string{`{"prompt":"`, `","content":"`} {
+		if _, err := io.WriteString(w, field); err != nil {
 			return statusClientClosed
 		}
-		text = text[n:]
+		for rest := text; len(rest) > 0; {
+			n := min(len(rest), answerBuffer)
+			for n < len(rest) && !utf8.RuneStart(rest[n]) {
+				n-- // cut between two characters, never inside one
+			}
+			quoted, _ := json.Marshal(rest[:n]) // cannot fail: a string; escapes as encoding/json always does
+			if _, err := w.Write(quoted[1 : len(quoted)-1]); err != nil {
+				return statusClientClosed
+			}
+			rest = rest[n:]
+		}
 	}
 	if _, err := io.WriteString(w, "\"}\n"); err != nil {
 		return statusClientClosed
@@ -162,8 +177,8 @@ func writePrompt(w http.ResponseWriter, text string) int {
 	return http.StatusOK
 }
 
-// detokenize answers `{"prompt": text}` for `{"tokens": [...]}`: control tokens' texts included unless
-// skip_special_tokens is true, so that detokenizing /tokenize's answer gives the text back.
+// detokenize answers `{"prompt": text, "content": text}` for `{"tokens": [...]}`: control tokens' texts
+// included unless skip_special_tokens is true, so that detokenizing /tokenize's answer gives the text back.
 func (s *server) detokenize(w http.ResponseWriter, r *http.Request) int {
 	var hold byteHold
 	defer hold.release()
@@ -220,7 +235,7 @@ func (s *server) detokenize(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return engineError(err).write(w)
 	}
-	return writePrompt(w, text)
+	return writeText(w, text)
 }
 
 // tokenIDs is /detokenize's `tokens`, read straight into ids: decoded as []json.Number, each id would keep a
@@ -298,6 +313,14 @@ func (s *server) readFields(w http.ResponseWriter, r *http.Request, known map[st
 	if bad != nil {
 		return nil, bad
 	}
+	if bad := checkFields(body, known); bad != nil {
+		return nil, bad
+	}
+	return body, nil
+}
+
+// checkFields refuses, by name, a field of body (a JSON object) that the route does not read.
+func checkFields(body []byte, known map[string]bool) *apiError {
 	var fields map[string]json.RawMessage
 	_ = json.Unmarshal(body, &fields) // readJSONObject has parsed it
 	var unknown []string
@@ -315,15 +338,24 @@ func (s *server) readFields(w http.ResponseWriter, r *http.Request, known map[st
 		sort.Strings(names)
 		e := invalidRequest(fmt.Sprintf("unsupported parameter: '%s' (this route reads %s)", unknown[0],
 			strings.Join(names, ", ")), unknown[0])
-		return nil, &e
+		return &e
 	}
-	return body, nil
+	return nil
 }
 
 // modelInfo is what the gateway reads of engine_model_info_json, once.
 type modelInfo struct {
 	MaxModelLen int `json:"max_model_len"`
 	VocabSize   int `json:"vocab_size"`
+	// What GET /props shows (llamaserver.go); absent from an embedding engine's description.
+	MaxNumSeqs         int    `json:"max_num_seqs"`
+	ChatTemplateSource string `json:"chat_template_source"`
+	File               struct {
+		Path string `json:"path"`
+	} `json:"file"`
+	SpecialTokens map[string]struct {
+		Text string `json:"text"`
+	} `json:"special_tokens"`
 }
 
 // maxModelLen is the longest request the engine takes (prompt and output tokens together).

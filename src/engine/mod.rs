@@ -45,4 +45,4 @@ pub use observe::log::{LogLevel, Logger};
 pub use observe::prompt_progress::PromptProgress;
 pub use output::finish::FinishReason;
 pub use output::ready_queue::{Ready, ReadyQueue};
-pub use output::{ChoiceOutput, EventPoll, RequestEvent, RequestHandle};
+pub use output::{ChoiceOutput, EventPoll, OutputMark, RequestEvent, RequestHandle};

@@ -68,5 +68,7 @@ pub use request::{
 };
 pub use stats::{engine_get_stats, EmberStats};
 pub use status::{engine_status_message, EmberStatus};
-pub use tokenizer::{engine_apply_chat_template, engine_detokenize, engine_model_info_json, engine_tokenize};
+pub use tokenizer::{
+    engine_apply_chat_template, engine_detokenize, engine_model_info_json, engine_token_bytes, engine_tokenize,
+};
 pub use version::{engine_version, EMBER_VERSION_MAJOR, EMBER_VERSION_MINOR, EMBER_VERSION_PATCH};

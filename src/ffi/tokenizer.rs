@@ -1,5 +1,5 @@
 //! The model's tokenizer, chat template and description for hosts: `engine_tokenize`, `engine_detokenize`,
-//! `engine_apply_chat_template`, `engine_model_info_json`. Token ids come back in a caller's buffer with the
+//! `engine_token_bytes`, `engine_apply_chat_template`, `engine_model_info_json`. Token ids come back in a caller's buffer with the
 //! size-query convention of `engine_get_token_timestamps`; text and JSON as strings the caller frees with
 //! `engine_string_free`.
 
@@ -127,6 +127,47 @@ pub unsafe extern "C" fn engine_detokenize(
     })
 }
 
+/// The bytes of token `id`'s text, written to `buffer` with their number in `*out_len`: exactly the bytes the
+/// tokenizer gives it (a byte-level token may be part of a UTF-8 character, so they need not be valid UTF-8), a
+/// control token's text included. `engine_detokenize` of one id replaces such bytes; llama-server's
+/// `/tokenize` `with_pieces` answers them as they are.
+///
+/// Returns `EMBER_STATUS_OK`; `EMBER_STATUS_BUFFER_TOO_SMALL` when `capacity` is below the number of bytes: then
+/// `*out_len` is the capacity needed and `buffer` is untouched (pass `capacity` 0 and a NULL `buffer` to ask the
+/// size); `EMBER_STATUS_INVALID_ARGUMENT` (an id outside the vocabulary, NULL `out_len`, NULL `buffer` with a
+/// non-zero `capacity`), `EMBER_STATUS_INVALID_HANDLE`.
+///
+/// Thread safety: any thread, any time; does not wait for the engine's steps.
+///
+/// # Safety
+/// `buffer` is NULL or points to `capacity` writable bytes; `out_len` is NULL or points to a writable `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn engine_token_bytes(
+    engine: *const EmberEngine,
+    id: u32,
+    buffer: *mut u8,
+    capacity: usize,
+    out_len: *mut usize,
+) -> EmberStatus {
+    boundary("engine_token_bytes", || {
+        let out_len = Out::new(out_len, "out_len")?;
+        if buffer.is_null() && capacity > 0 {
+            return Err(Failure::invalid_argument(format!("buffer is NULL but capacity is {capacity}")));
+        }
+        let bytes = ENGINES.get(engine.addr())?.with_served(|served| {
+            let tokenizer = match served {
+                Served::Generator(e) => e.model().tokenizer.as_ref(),
+                Served::Embedder(e) => e.tokenizer(),
+            };
+            tokenizer.token_bytes(id, true).map(<[u8]>::to_vec).ok_or(tokenizer.vocab_size())
+        })?;
+        let bytes = bytes
+            .map_err(|vocab| Failure::invalid_argument(format!("token {id} is outside the vocabulary of {vocab}")))?;
+        // SAFETY: `buffer` and `out_len` as this function's contract says, which is `copy_to_buffer`'s.
+        unsafe { copy_to_buffer(&bytes, buffer, capacity, out_len, "bytes") }
+    })
+}
+
 /// The prompt a Chat Completions request body would have, as the engine computes it: `*out` is the JSON
 /// `{"prompt": text, "prompt_token_ids": [...]}` (the chat template applied to `messages`, with `tools` when the
 /// body has them, ending with the assistant's turn; then tokenized as `engine_submit` tokenizes it). The body is
@@ -166,10 +207,12 @@ pub unsafe extern "C" fn engine_apply_chat_template(
 /// the KV cache, whichever is smaller), `embedding_length`, `layers`, `heads`, `kv_heads`, `vocab_size`,
 /// `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model has them: `{"id",
 /// "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is used),
-/// `tensor_types` (tensors per weight type), `file` (`path`, `size_bytes`, `sha256`) and `backend` (`{"kind":
-/// "cpu", "kernels", "threads"}` or `{"kind": "cuda", "description"}`). An engine that serves embeddings
-/// describes its model with the fields these share (no `layers`, `heads`, `kv_heads`, `end_of_generation_ids`,
-/// `chat_template` or `kv_cache`; `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
+/// `chat_template_source` (the template's text, the file's or ChatML's), `tensor_types` (tensors per weight
+/// type), `file` (`path`, `size_bytes`, `sha256`), `backend` (`{"kind": "cpu", "kernels", "threads"}` or
+/// `{"kind": "cuda", "description"}`), `kv_cache` and `max_num_seqs` (the most sequences one step runs). An
+/// engine that serves embeddings describes its model with the fields these share (no `layers`, `heads`,
+/// `kv_heads`, `end_of_generation_ids`, `chat_template`, `chat_template_source`, `kv_cache` or `max_num_seqs`;
+/// `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
 /// `classifier_outputs` (a reranker's scores per input, else null). The first call computes the file's
 /// SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
 ///

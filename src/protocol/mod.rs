@@ -13,6 +13,7 @@ mod fields;
 mod guided;
 mod harmony;
 mod json;
+mod llama_server;
 mod logprobs;
 mod metrics_gate;
 pub mod model_info;

@@ -58,6 +58,8 @@ pub fn model_info_json(engine: &Engine) -> String {
         "special_tokens": specials,
         "end_of_generation_ids": tokenizer.eog_ids(),
         "chat_template": !model.chat_template.is_fallback(),
+        // The template's text, the file's or ember's ChatML (llama-server's `/props` shows it).
+        "chat_template_source": model.chat_template.source(),
         "tensor_types": types,
         "file": {
             "path": model.path.display().to_string(),
@@ -66,6 +68,7 @@ pub fn model_info_json(engine: &Engine) -> String {
         },
         "backend": backend,
         "kv_cache": kv_cache,
+        "max_num_seqs": engine_config.max_num_seqs,
     });
     encode(&info)
 }

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::anthropic;
 use super::api::Api;
 use super::error::ApiError;
+use super::llama_server;
 use super::request::ApiKind;
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
@@ -54,6 +55,7 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
     match api {
         Api::Responses => responses::translate(body, context),
         Api::AnthropicMessages => anthropic::translate(body, context),
+        Api::LlamaCompletion => llama_server::translate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
@@ -107,5 +109,13 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("tool_choices"), "a name is a whole path segment");
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
+        assert_eq!(e.param.as_deref(), Some("max_tokens_x"), "a longer name is another field");
+        let paths = [("response_format.json_schema.schema", "json_schema"), ("response_format", "json_schema")];
+        let e = rename_fields(
+            ApiError::invalid("response_format.json_schema.schema", "response_format.json_schema.schema: bad"),
+            &paths,
+        );
+        assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("json_schema"), "json_schema: bad"));
     }
 }

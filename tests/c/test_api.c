@@ -879,6 +879,14 @@ static void test_tokenizer(EmberEngine *engine) {
     CHECK_STATUS(engine_detokenize(engine, ids, 1, true, &back), EMBER_STATUS_OK);
     CHECK(strcmp(back, control) == 0);
     engine_string_free(back);
+    CHECK_STATUS(engine_tokenize(engine, control, strlen(control), false, true, ids, 16, &count), EMBER_STATUS_OK);
+    /* engine_token_bytes gives a control token's text, with the size-query convention of engine_tokenize. */
+    size_t len = 0;
+    CHECK_STATUS(engine_token_bytes(engine, ids[0], NULL, 0, &len), EMBER_STATUS_BUFFER_TOO_SMALL);
+    CHECK(len == strlen(control));
+    uint8_t piece[64];
+    CHECK_STATUS(engine_token_bytes(engine, ids[0], piece, sizeof piece, &len), EMBER_STATUS_OK);
+    CHECK(len == strlen(control) && memcmp(piece, control, len) == 0);
     CHECK_STATUS(engine_tokenize(engine, control, strlen(control), false, false, ids, 16, &count), EMBER_STATUS_OK);
     CHECK(count > 1);
     /* The empty text: nothing, or BOS alone (Gemma), which a size query reports. */
@@ -907,6 +915,9 @@ static void test_tokenizer(EmberEngine *engine) {
     CHECK_FAILS_AS(engine_detokenize(engine, &bad, 1, false, &back), EMBER_STATUS_INVALID_ARGUMENT, "engine_detokenize");
     CHECK(last_error_has("outside the vocabulary"));
     CHECK_FAILS_AS(engine_detokenize(engine, NULL, 2, false, &back), EMBER_STATUS_INVALID_ARGUMENT, "engine_detokenize");
+    CHECK_FAILS_AS(engine_token_bytes(engine, bad, piece, sizeof piece, &len), EMBER_STATUS_INVALID_ARGUMENT,
+                   "engine_token_bytes");
+    CHECK_FAILS_AS(engine_token_bytes(engine, 1, NULL, 4, &len), EMBER_STATUS_INVALID_ARGUMENT, "engine_token_bytes");
     CHECK_FAILS_AS(engine_tokenize(engine, "\xff", 1, true, true, ids, 16, &count), EMBER_STATUS_INVALID_UTF8,
                    "engine_tokenize");
     CHECK_FAILS_AS(engine_tokenize(engine, NULL, 3, true, true, ids, 16, &count), EMBER_STATUS_INVALID_ARGUMENT,

@@ -1,12 +1,13 @@
 //! The other APIs ember serves over its one request core (`src/protocol/translate.rs`), on the real model: each
 //! API's requests read as its reference says, its answers and streams in its shape, agreeing with the same
-//! request made through Chat Completions. One module per API.
+//! request made through Chat Completions (or Completions). One module per API.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod anthropic;
 mod field_policy;
+mod llama_server;
 mod responses;
 
 use std::sync::Arc;

@@ -95,9 +95,16 @@ pub struct ChoiceOutput {
     /// shared by the choices of one prompt.
     pub prompt_logprobs: Option<Arc<[PromptTokenLogprob]>>,
     pub finish_reason: Option<FinishReason>,
-    /// The stop string that ended the choice (its `finish_reason` is then `Stop`), when one did: what Anthropic's
-    /// `stop_sequence` reports. Set before the choice's `Finished` event is queued.
+    /// The stop string that ended the choice, when one did (`finish_reason` is then `Stop`).
     pub stop_string: Option<String>,
+}
+
+/// How much of a choice's output a reader has taken: bytes of `text`, entries of `token_ids` and of `logprobs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputMark {
+    pub text: usize,
+    pub tokens: usize,
+    pub logprobs: usize,
 }
 
 #[derive(Debug)]
@@ -268,9 +275,9 @@ impl RequestShared {
         out.choices[choice].token_ids.push(token);
     }
 
-    /// Engine side: stop string `stop` ended choice `choice` (its `finish_choice` follows).
-    pub fn set_stop_string(&self, choice: usize, stop: &str) {
-        lock(&self.output).choices[choice].stop_string = Some(stop.to_owned());
+    /// Engine side: the stop string `stop` ended choice `choice` (its `Finished` event follows).
+    pub fn set_stop_string(&self, choice: usize, stop: String) {
+        lock(&self.output).choices[choice].stop_string = Some(stop);
     }
 
     /// Engine side: choice `choice` ended.
@@ -548,6 +555,24 @@ impl RequestHandle {
     /// The output of every choice so far.
     pub fn choices(&self) -> Vec<ChoiceOutput> {
         lock(&self.shared.output).choices.clone()
+    }
+
+    /// Choice `choice`'s output past `mark` (its text, token ids and log probabilities after those already
+    /// taken; its other fields whole), and the mark past it: a stream reads each new part once, without copying
+    /// what it read before. The output is what the engine has released, which may be ahead of the events polled.
+    pub fn output_after(&self, choice: usize, mark: OutputMark) -> (ChoiceOutput, OutputMark) {
+        let out = lock(&self.shared.output);
+        let Some(c) = out.choices.get(choice) else { return (ChoiceOutput::default(), mark) };
+        let tail = ChoiceOutput {
+            text: c.text.get(mark.text..).unwrap_or_default().to_owned(),
+            completion_tokens: c.completion_tokens,
+            token_ids: c.token_ids.get(mark.tokens..).unwrap_or_default().to_vec(),
+            logprobs: c.logprobs.get(mark.logprobs..).unwrap_or_default().to_vec(),
+            prompt_logprobs: None,
+            finish_reason: c.finish_reason,
+            stop_string: c.stop_string.clone(),
+        };
+        (tail, OutputMark { text: c.text.len(), tokens: c.token_ids.len(), logprobs: c.logprobs.len() })
     }
 
     /// The error message, when the request failed.

@@ -151,3 +151,25 @@ fn progress_events_change_no_stats_and_none_follows_the_end() {
     assert_eq!(h.poll(NOW), finished(0, FinishReason::Stop));
     assert_eq!(h.poll(NOW), EventPoll::Done);
 }
+
+#[test]
+fn output_after_a_mark_is_only_what_came_since() {
+    let (shared, h) = request(1);
+    shared.count_token(0, 7);
+    shared.push_delta(0, "Hé".into(), 1, 0.0, Vec::new());
+    let (first, mark) = h.output_after(0, OutputMark::default());
+    assert_eq!((first.text.as_str(), first.token_ids.as_slice()), ("Hé", &[7][..]));
+    assert_eq!(mark, OutputMark { text: 3, tokens: 1, logprobs: 0 });
+    shared.count_token(0, 8);
+    shared.count_token(0, 9);
+    shared.push_delta(0, "llo".into(), 2, 0.0, Vec::new());
+    shared.set_stop_string(0, "END".into());
+    shared.finish_choice(0, FinishReason::Stop);
+    let (rest, mark) = h.output_after(0, mark);
+    assert_eq!((rest.text.as_str(), rest.token_ids.as_slice()), ("llo", &[8, 9][..]));
+    assert_eq!((rest.completion_tokens, rest.finish_reason), (3, Some(FinishReason::Stop)));
+    assert_eq!(rest.stop_string.as_deref(), Some("END"));
+    let (nothing, _) = h.output_after(0, mark);
+    assert!(nothing.text.is_empty() && nothing.token_ids.is_empty());
+    assert_eq!(h.choices()[0].stop_string.as_deref(), Some("END"));
+}

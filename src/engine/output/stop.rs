@@ -14,9 +14,6 @@ pub struct StopMatcher {
     include_stop: bool,
     /// Text received but not yet released: a possible beginning of a stop string.
     held: String,
-    /// The index in `stops` of the stop string that completed, once one has: Anthropic's `stop_sequence` names
-    /// it, and OpenAI's `finish_reason` cannot.
-    matched: Option<usize>,
 }
 
 /// What a piece of text releases.
@@ -26,40 +23,42 @@ pub struct Released {
     pub text: String,
     /// A stop string completed: the sequence ends, `text` is the last of its output.
     pub stopped: bool,
+    /// Which stop string completed (llama-server's `stopping_word` names it).
+    pub matched: Option<String>,
+}
+
+impl Released {
+    /// Text that ends nothing.
+    pub fn text(text: String) -> Self {
+        Released { text, stopped: false, matched: None }
+    }
 }
 
 impl StopMatcher {
     /// Matches `stops`; `include_stop` keeps a completed stop string at the end of the output.
     pub fn new(stops: Vec<String>, include_stop: bool) -> Self {
-        StopMatcher { stops, include_stop, held: String::new(), matched: None }
+        StopMatcher { stops, include_stop, held: String::new() }
     }
 
     /// Feeds the next piece of output.
     pub fn push(&mut self, piece: &str) -> Released {
         if self.stops.is_empty() {
-            return Released { text: piece.to_owned(), stopped: false };
+            return Released::text(piece.to_owned());
         }
         self.held.push_str(piece);
         // The earliest completed stop string wins; of two starting at the same place, the shorter, which the text
         // completed first.
-        let first =
-            self.stops.iter().enumerate().filter_map(|(i, s)| Some((self.held.find(s.as_str())?, s.len(), i))).min();
-        if let Some((at, len, index)) = first {
-            self.matched = Some(index);
+        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len(), s))).min();
+        if let Some((at, len, stop)) = first {
             let end = if self.include_stop { at + len } else { at };
             let text = self.held[..end].to_owned();
             self.held.clear();
-            return Released { text, stopped: true };
+            return Released { text, stopped: true, matched: Some(stop.clone()) };
         }
         let keep = self.longest_partial_suffix();
         let text = self.held[..self.held.len() - keep].to_owned();
         self.held.drain(..self.held.len() - keep);
-        Released { text, stopped: false }
-    }
-
-    /// The stop string that ended the output, once one has.
-    pub fn matched(&self) -> Option<&str> {
-        self.matched.map(|i| self.stops[i].as_str())
+        Released::text(text)
     }
 
     /// Releases what is held (the sequence ended for another reason).
@@ -87,19 +86,6 @@ mod tests {
 
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool, String) {
         run_with(stops, pieces, false)
-    }
-
-    #[test]
-    fn the_matched_stop_is_named() {
-        let mut m = StopMatcher::new(vec!["END".into(), "x".into(), "xy".into()], false);
-        assert_eq!(m.matched(), None);
-        m.push("abc E");
-        assert_eq!(m.matched(), None, "only a possible beginning");
-        assert!(m.push("NDxy").stopped);
-        assert_eq!(m.matched(), Some("END"), "the earliest, not the first listed or the longest");
-        let mut m = StopMatcher::new(vec!["xy".into(), "x".into()], true);
-        assert!(m.push("axyz").stopped);
-        assert_eq!(m.matched(), Some("x"), "of two at the same place, the shorter");
     }
 
     fn run_with(stops: &[&str], pieces: &[&str], include_stop: bool) -> (Vec<String>, bool, String) {
@@ -143,6 +129,13 @@ mod tests {
         assert_eq!(out.concat(), "abc");
         let (out, stopped, rest) = run(&["ééé"], &["ééz"]);
         assert_eq!((out.concat(), stopped, rest), ("ééz".into(), false, String::new()));
+    }
+
+    #[test]
+    fn the_matched_stop_is_named() {
+        let mut m = StopMatcher::new(vec!["END".into(), "x".into()], false);
+        assert_eq!(m.push("ab EN").matched, None);
+        assert_eq!(m.push("D").matched.as_deref(), Some("END"));
     }
 
     #[test]

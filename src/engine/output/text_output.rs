@@ -80,13 +80,13 @@ impl TextOutput {
             };
             // Before `min_tokens` tokens, text passes by the stop strings unmatched.
             let released = match self.num_emitted <= options.given.min_tokens {
-                true => Released { text: piece, stopped: false },
+                true => Released::text(piece),
                 false => self.stops.push(&piece),
             };
             self.release(released.text, &sink);
             if released.stopped {
                 self.release_final(String::new(), &sink);
-                if let Some(stop) = self.stops.matched() {
+                if let Some(stop) = released.matched {
                     sink.request.set_stop_string(sink.choice, stop);
                 }
                 return Some(FinishReason::Stop);

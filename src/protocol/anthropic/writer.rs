@@ -268,7 +268,7 @@ mod tests {
     fn a_stop_string_is_the_stop_sequence() {
         let request = FakeRequest::new(1, 7);
         request.token(0, "Hi", 2.0);
-        request.shared.set_stop_string(0, "END");
+        request.shared.set_stop_string(0, "END".to_owned());
         request.finish(0, crate::engine::FinishReason::Stop);
         let events = events(
             &mut writer(),
