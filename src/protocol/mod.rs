@@ -20,6 +20,7 @@ mod json;
 mod logprobs;
 mod metrics_gate;
 pub mod model_info;
+mod ollama;
 pub mod prometheus;
 mod prompt;
 mod prompt_logprobs;

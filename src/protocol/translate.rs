@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::api::Api;
 use super::error::ApiError;
+use super::ollama;
 use super::request::ApiKind;
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
@@ -50,6 +51,8 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
         .map_err(|e| ApiError::malformed(format!("the request body is not valid JSON: {e}")))?;
     match api {
         Api::Responses => responses::translate(body, context),
+        Api::OllamaChat => ollama::translate_chat(body, context),
+        Api::OllamaGenerate => ollama::translate_generate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
@@ -60,8 +63,12 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
 /// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
 pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
     if let Some(param) = &error.param {
-        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`).
-        if let Some((openai, own)) = names.iter().find(|(openai, _)| param.split(['[', '.']).next() == Some(openai)) {
+        // The parameter may be a path into the field (`max_tokens`, `messages[2].content`), and the field a path
+        // itself (`response_format.json_schema.schema`).
+        let is_path_into = |openai: &str| {
+            param.strip_prefix(openai).is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+        };
+        if let Some((openai, own)) = names.iter().find(|(openai, _)| is_path_into(openai)) {
             error.message = error.message.replace(openai, own);
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
@@ -85,5 +92,14 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("input[1].content"));
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
+        // A name is a whole segment: `max_tokens_x` is another field.
+        let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
+        assert_eq!(e.param.as_deref(), Some("max_tokens_x"));
+        let names = [("response_format.json_schema.schema", "format"), ("response_format", "format")];
+        let e = rename_fields(
+            ApiError::invalid("response_format.json_schema.schema", "invalid response_format.json_schema.schema: x"),
+            &names,
+        );
+        assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("format"), "invalid format: x"));
     }
 }

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ollama;
 mod responses;
 
 use std::sync::Arc;

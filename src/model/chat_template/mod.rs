@@ -31,6 +31,8 @@ mod strftime;
 mod tags;
 
 pub use limits::{Limit, TemplateLimits};
+// The UTC clock arithmetic, for the timestamps other APIs write (Ollama's `created_at`).
+pub(crate) use strftime::strftime;
 
 /// Which chat template a model gets (the file's own, or another's text: the engine option `chat_template`), and
 /// within which limits (`chat_template_limits`).
