@@ -179,6 +179,9 @@ type responseSummary struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
+	// Ollama's answers count the tokens in their last object instead.
+	PromptEvalCount *int `json:"prompt_eval_count"`
+	EvalCount       *int `json:"eval_count"`
 }
 
 // noteResponse reads a completion's response body, or a stream's first chunk, before the answer's headers go:
@@ -199,9 +202,12 @@ func (record *accessRecord) noteResponse(h http.Header, body []byte) {
 }
 
 func (record *accessRecord) noteUsage(summary responseSummary) {
-	if summary.Usage != nil {
+	switch {
+	case summary.Usage != nil:
 		prompt, completion := summary.Usage.PromptTokens, summary.Usage.CompletionTokens
 		record.promptTokens, record.completionTokens = &prompt, &completion
+	case summary.PromptEvalCount != nil && summary.EvalCount != nil:
+		record.promptTokens, record.completionTokens = summary.PromptEvalCount, summary.EvalCount
 	}
 }
 

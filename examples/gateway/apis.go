@@ -8,3 +8,12 @@ import "ember"
 
 var endpointResponses = endpoint{name: "responses", api: ember.APIResponses, family: apiOpenAI,
 	framing: sseNamedEvents}
+
+// Ollama's generation routes stream unless the body says `"stream": false`, as NDJSON; the empty requests its
+// clients send to load a model are answered by the gateway (ollama.go).
+var (
+	endpointOllamaChat = endpoint{name: "api_chat", api: ember.APIOllamaChat, family: apiOllama, framing: ndjson,
+		streamByDefault: true}
+	endpointOllamaGenerate = endpoint{name: "api_generate", api: ember.APIOllamaGenerate, family: apiOllama,
+		framing: ndjson, streamByDefault: true}
+)
