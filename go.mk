@@ -2,13 +2,15 @@
 #   make go-test    build the release library; go vet and go test the binding (static under -race, then shared) and the
 #                   gateway on the real model, their embeddings and reranking on a synthetic bge-small and
 #                   bge-small-rerank (ember-cli synthetic); then the end-to-end tests with the official OpenAI Python
-#                   client (generation, and embeddings) and plain HTTP (reranking)
+#                   client (generation, and embeddings), the other APIs' official clients (ollama) and plain HTTP
+#                   (reranking)
 #   make gateway    build examples/gateway into $(CARGO_TARGET_DIR or target)/go/ember-gateway
 #   make go-bench   gateway throughput at 8 and 32 clients, beside the binding and the same load from Rust
 #                   (scripts/bench-gateway.py; a few minutes on 2 cores)
 #   make test-scale three gateways behind HAProxy under the official OpenAI client: kill and drain, session
 #                   affinity, three replicas against one (tests/scale/run.py; docs/deploy.md)
-# Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end test, `pip install openai`.
+# Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end tests, `pip install openai`
+# and `pip install ollama`.
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
 CARGO ?= cargo
@@ -51,6 +53,7 @@ go-test: model templates vocabs gateway go-cli
 		$(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test -count=1 -tags ember_shared ./...
 	cd examples/gateway && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) EMBER_CLI=$(GO_EMBER_CLI) $(GO) test $(GO_RELINK) -count=1 ./...
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway.py
+	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) $(PYTHON) tests/e2e/test_gateway_apis.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_embeddings.py
 	EMBER_GATEWAY=$(GO_EMBER_GATEWAY) EMBER_CLI=$(GO_EMBER_CLI) $(PYTHON) tests/e2e/test_gateway_rerank.py
 	@echo "== the binding and the gateway on Gemma 3 270M (the second architecture)"
