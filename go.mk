@@ -10,7 +10,7 @@
 #   make test-scale three gateways behind HAProxy under the official OpenAI client: kill and drain, session
 #                   affinity, three replicas against one (tests/scale/run.py; docs/deploy.md)
 # Needs Go >= 1.23 (standard library only: no module proxy) and, for the end-to-end tests, `pip install openai
-# anthropic` (scripts/install-test-tools.sh).
+# anthropic ollama` (scripts/install-test-tools.sh).
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
 CARGO ?= cargo

@@ -1175,19 +1175,19 @@ EmberStatus engine_metrics_text(const struct EmberEngine *engine, char **out);
 
 /**
  * A description of the model the engine serves, as JSON in `*out`: `name`, `serves` (`"generation"` or
- * `"embeddings"`), `architecture`, `parameters`,
- * `context_length` (the model's) and `max_model_len` (the longest request this engine takes: the context or
- * the KV cache, whichever is smaller), `embedding_length`, `layers`, `heads`, `kv_heads`, `vocab_size`,
- * `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model has them: `{"id",
- * "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is used),
- * `chat_template_source` (the template's text, the file's or ChatML's), `tensor_types` (tensors per weight
- * type), `file` (`path`, `size_bytes`, `sha256`), `backend` (`{"kind": "cpu", "kernels", "threads"}` or
- * `{"kind": "cuda", "description"}`), `kv_cache` and `max_num_seqs` (the most sequences one step runs). An
- * engine that serves embeddings describes its model with the fields these share (no `layers`, `heads`,
- * `kv_heads`, `end_of_generation_ids`, `chat_template`, `chat_template_source`, `kv_cache` or `max_num_seqs`;
- * `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and
- * `classifier_outputs` (a reranker's scores per input, else null). The first call computes the file's
- * SHA-256 (it reads every byte: about a tenth of a second per 100 MB); later calls are immediate.
+ * `"embeddings"`), `architecture`, `parameters`, `context_length` (the model's) and `max_model_len` (the longest
+ * request this engine takes: the context or the KV cache, whichever is smaller), `embedding_length`, `layers`,
+ * `heads`, `kv_heads`, `vocab_size`, `add_bos`, `special_tokens` (`bos`, `eos`, `eot`, `pad`, `unknown` when the model
+ * has them: `{"id", "text"}`), `end_of_generation_ids`, `chat_template` (whether the file has one; otherwise ChatML is
+ * used), `chat_template_source` (the Jinja text requests are rendered with), `tool_call_format` (the format ember
+ * reads `"auto"` tool calls in, `"ember"` for a template without one; null when it cannot read them), `thinks`
+ * (whether the template teaches a reasoning ember splits off), `tensor_types` (tensors per weight type), `file`
+ * (`path`, `size_bytes`, `sha256`), `backend` (`{"kind": "cpu", "kernels", "threads"}` or `{"kind": "cuda",
+ * "description"}`), `kv_cache` and `max_num_seqs` (the most sequences one step runs). An engine that serves embeddings describes its model with the fields these share (no `layers`,
+ * `heads`, `kv_heads`, `end_of_generation_ids`, `chat_template` and the three after it, or `kv_cache`;
+ * `special_tokens` may name `sep`) and adds `pooling` (the requests' default) and `classifier_outputs` (a reranker's
+ * scores per input, else null). The first call computes the file's SHA-256 (it reads every byte: about a tenth of a
+ * second per 100 MB); later calls are immediate.
  *
  * Returns `EMBER_STATUS_OK`; on failure `*out` is untouched: `EMBER_STATUS_INVALID_HANDLE`,
  * `EMBER_STATUS_INVALID_ARGUMENT` (NULL `out`).
@@ -1197,7 +1197,8 @@ EmberStatus engine_metrics_text(const struct EmberEngine *engine, char **out);
  * # Safety
  * `out` is NULL or points to writable storage for a pointer.
  */
-EmberStatus engine_model_info_json(const struct EmberEngine *engine, char **out);
+EmberStatus engine_model_info_json(const struct EmberEngine *engine,
+                                   char **out);
 
 /**
  * Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).

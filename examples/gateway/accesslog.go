@@ -184,6 +184,9 @@ type responseSummary struct {
 	Response *struct {
 		ID string `json:"id"`
 	} `json:"response"`
+	// Ollama's answers count the tokens in their last object instead.
+	PromptEvalCount *int `json:"prompt_eval_count"`
+	EvalCount       *int `json:"eval_count"`
 }
 
 // usageSummary is a body's usage: OpenAI's names, or input and output tokens (Anthropic's and the Responses
@@ -240,8 +243,12 @@ func (record *accessRecord) noteResponse(h http.Header, body []byte) {
 }
 
 func (record *accessRecord) noteUsage(summary responseSummary) {
-	if prompt, completion, ok := summary.Usage.tokens(); ok {
+	prompt, completion, ok := summary.Usage.tokens()
+	switch {
+	case ok:
 		record.promptTokens, record.completionTokens = &prompt, &completion
+	case summary.PromptEvalCount != nil && summary.EvalCount != nil:
+		record.promptTokens, record.completionTokens = summary.PromptEvalCount, summary.EvalCount
 	}
 }
 

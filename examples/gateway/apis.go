@@ -13,3 +13,12 @@ var endpointResponses = endpoint{name: "responses", api: ember.APIResponses, fam
 // auth.go) and `anthropic-version`, which needs nothing: ember serves one version of the API.
 var endpointMessages = endpoint{name: "messages", api: ember.APIAnthropicMessages, family: apiAnthropic,
 	framing: sseNamedEvents}
+
+// Ollama's generation routes stream unless the body says `"stream": false`, as NDJSON; the empty requests its
+// clients send to load a model are answered by the gateway (ollama.go).
+var (
+	endpointOllamaChat = endpoint{name: "api_chat", api: ember.APIOllamaChat, family: apiOllama, framing: ndjson,
+		streamByDefault: true}
+	endpointOllamaGenerate = endpoint{name: "api_generate", api: ember.APIOllamaGenerate, family: apiOllama,
+		framing: ndjson, streamByDefault: true}
+)

@@ -53,6 +53,11 @@ func (s *server) completions(kind endpoint) func(http.ResponseWriter, *http.Requ
 		if bad != nil {
 			return inShapeOf(kind.family, *bad).write(w)
 		}
+		if kind.family == apiOllama {
+			if status, answered := s.ollamaLoad(w, kind, body); answered {
+				return status
+			}
+		}
 		if body, bad = withClientTimeout(body, r.Header.Get(clientTimeoutHeader)); bad != nil {
 			return inShapeOf(kind.family, *bad).write(w)
 		}

@@ -10,9 +10,11 @@
 //	ember-gateway --health-probe http://127.0.0.1:8080/health   (exit 0 when it answers 200: for HEALTHCHECK)
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON, or server-sent events with "stream": true),
-// POST /v1/embeddings and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /v1/rerank
-// (for a reranker; also /rerank, /v1/reranking, /reranking), POST /tokenize, POST /detokenize, GET /v1/models,
-// GET /v1/models/{id}, GET /health, GET /metrics (Prometheus). With --api-key or --api-key-file, every route but
+// POST /v1/responses, Ollama's POST /api/chat and POST /api/generate (NDJSON unless "stream": false), GET
+// /api/tags, POST /api/show, GET /api/ps, GET /api/version and GET / ("Ollama is running"), POST /v1/embeddings
+// and Ollama's POST /api/embed (for an encoder model: docs/embeddings.md), POST /v1/rerank (for a reranker; also
+// /rerank, /v1/reranking, /reranking), POST /tokenize, POST /detokenize, GET /v1/models, GET /v1/models/{id},
+// GET /health, GET /metrics (Prometheus). With --api-key or --api-key-file, every route but
 // GET /health (and CORS preflights) asks for a key: `Authorization: Bearer KEY` or `x-api-key: KEY`, else 401.
 // --cors-origin lets web pages of those origins call it (* for any); --access-log writes a JSON line per
 // request (- for stdout, after the address line). SIGTERM or SIGINT

@@ -1,9 +1,9 @@
 package main
 
-// The gateway's HTTP routes, except the two completion endpoints (completions.go), /tokenize and /detokenize
-// (tokenize.go), the embeddings routes (embeddings.go), reranking (rerank.go) and llama-server's /props and
-// /slots (llamaserver.go); and what every route does
-// around its handler (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
+// The gateway's HTTP routes, except the generation endpoints (completions.go, apis.go), /tokenize and /detokenize
+// (tokenize.go), the embeddings routes (embeddings.go), reranking (rerank.go), llama-server's /props and /slots
+// (llamaserver.go) and Ollama's others (ollama.go, ollama_models.go); and what every route does around its handler
+// (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
 
 import (
 	"encoding/json"
@@ -77,6 +77,14 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/slots", s.counted("slots", http.MethodGet, s.llamaSlots))
 	mux.HandleFunc("/v1/embeddings", s.counted("embeddings", http.MethodPost, s.embeddings))
 	mux.HandleFunc("/api/embed", s.counted("api_embed", http.MethodPost, s.ollamaEmbed))
+	mux.HandleFunc("/api/chat", s.counted("api_chat", http.MethodPost, s.completions(endpointOllamaChat)))
+	mux.HandleFunc("/api/generate", s.counted("api_generate", http.MethodPost, s.completions(endpointOllamaGenerate)))
+	mux.HandleFunc("/api/tags", s.counted("api_tags", http.MethodGet, s.ollamaTags))
+	mux.HandleFunc("/api/show", s.counted("api_show", http.MethodPost, s.ollamaShow))
+	mux.HandleFunc("/api/ps", s.counted("api_ps", http.MethodGet, s.ollamaPs))
+	mux.HandleFunc("/api/version", s.counted("api_version", http.MethodGet, s.ollamaVersion))
+	// Only `/` itself: every other path falls to the 404 below.
+	mux.HandleFunc("/{$}", s.counted("root", "", s.ollamaRoot))
 	for _, path := range rerankPaths {
 		mux.HandleFunc(path, s.counted("rerank", http.MethodPost, s.rerankRoute))
 	}
@@ -87,7 +95,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/health", s.counted("health", http.MethodGet, s.health))
 	mux.HandleFunc("/metrics", s.counted("metrics", http.MethodGet, s.prometheus))
 	mux.HandleFunc("/", s.counted("other", "", func(w http.ResponseWriter, r *http.Request) int {
-		return newAPIError(http.StatusNotFound, "invalid_request_error", "no route "+r.URL.Path, "").write(w)
+		e := newAPIError(http.StatusNotFound, "invalid_request_error", "no route "+r.URL.Path, "")
+		return inShapeOf(apiOfPath(r.URL.Path), e).write(w)
 	}))
 	return mux
 }
@@ -125,8 +134,9 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, method string,
 	}
 	if method != "" && r.Method != method {
 		w.Header().Set("Allow", method)
-		return newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
-			r.Method+" is not allowed here; use "+method, "").write(w)
+		e := newAPIError(http.StatusMethodNotAllowed, "invalid_request_error",
+			r.Method+" is not allowed here; use "+method, "")
+		return inShapeOf(apiOfPath(r.URL.Path), e).write(w)
 	}
 	return handle(w, r)
 }

@@ -367,10 +367,9 @@ func (s *server) maxModelLen() (int, error) {
 // info reads the model's description on first use (it hashes the model file: a fraction of a second).
 func (s *server) info() (modelInfo, error) {
 	s.infoOnce.Do(func() {
-		var raw json.RawMessage
-		raw, s.infoErr = s.engine.ModelInfo()
+		s.infoRaw, s.infoErr = s.engine.ModelInfo()
 		if s.infoErr == nil {
-			s.infoErr = json.Unmarshal(raw, &s.infoValue)
+			s.infoErr = json.Unmarshal(s.infoRaw, &s.infoValue)
 		}
 	})
 	return s.infoValue, s.infoErr
@@ -396,10 +395,12 @@ func (s *server) longestToken() (int, error) {
 	return s.longestValue, s.longestErr
 }
 
-// infoCache holds the model's description for info, and its longest token for longestToken.
+// infoCache holds the model's description for info (and as the engine wrote it, for the Ollama routes: ollama.go),
+// and its longest token for longestToken.
 type infoCache struct {
 	infoOnce  sync.Once
 	infoValue modelInfo
+	infoRaw   json.RawMessage
 	infoErr   error
 
 	longestOnce  sync.Once

@@ -17,6 +17,7 @@ mod llama_server;
 mod logprobs;
 mod metrics_gate;
 pub mod model_info;
+mod ollama;
 mod prediction;
 pub mod prometheus;
 mod prompt;

@@ -1,12 +1,15 @@
 //! `engine_model_info_json`: what a host needs to know about the model an engine serves, as JSON: its
-//! architecture and size, how long a request may be, its vocabulary and special tokens, whether it has a chat
-//! template, its weight types, the file (size, SHA-256), and what computes it.
+//! architecture and size, how long a request may be, its vocabulary and special tokens, its chat template (and
+//! what ember reads of it: the tool-call format, whether the model thinks), its weight types, the file (size,
+//! SHA-256), and what computes it.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
 use super::json::encode;
+use super::reasoning::thinks;
+use super::tools::tool_format::{tool_format, ToolFormat};
 use crate::backend::KvCacheTypes;
 use crate::engine::embed::Embedder;
 use crate::engine::Engine;
@@ -58,8 +61,13 @@ pub fn model_info_json(engine: &Engine) -> String {
         "special_tokens": specials,
         "end_of_generation_ids": tokenizer.eog_ids(),
         "chat_template": !model.chat_template.is_fallback(),
-        // The template's text, the file's or ember's ChatML (llama-server's `/props` shows it).
         "chat_template_source": model.chat_template.source(),
+        "tool_call_format": match tool_format(&model.chat_template) {
+            ToolFormat::Ember => Some("ember"),
+            ToolFormat::Known(name, _) => Some(name),
+            ToolFormat::Unknown => None,
+        },
+        "thinks": thinks(&model.chat_template),
         "tensor_types": types,
         "file": {
             "path": model.path.display().to_string(),

@@ -102,6 +102,11 @@ fn syntax_of(template: &ChatTemplate) -> Option<ReasoningSyntax> {
     source.contains("<|channel|>analysis").then_some(HARMONY)
 }
 
+/// Whether `template` teaches the model to reason before it answers, in a syntax ember splits off.
+pub(crate) fn thinks(template: &ChatTemplate) -> bool {
+    syntax_of(template).is_some()
+}
+
 /// Whether `template` writes gpt-oss' harmony channels.
 pub(crate) fn is_harmony(template: &ChatTemplate) -> bool {
     syntax_of(template) == Some(HARMONY)

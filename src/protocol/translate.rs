@@ -16,6 +16,7 @@ use super::anthropic;
 use super::api::Api;
 use super::error::ApiError;
 use super::llama_server;
+use super::ollama;
 use super::request::ApiKind;
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
@@ -56,10 +57,11 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
         Api::Responses => responses::translate(body, context),
         Api::AnthropicMessages => anthropic::translate(body, context),
         Api::LlamaCompletion => llama_server::translate(body, context),
+        Api::OllamaChat => ollama::translate_chat(body, context),
+        Api::OllamaGenerate => ollama::translate_generate(body, context),
         Api::OpenAi | Api::ChatCompletions | Api::Completions => {
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
-        other => Err(ApiError::malformed(format!("{other:?} is not served by this build"))),
     }
 }
 
@@ -109,13 +111,14 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("tool_choices"), "a name is a whole path segment");
         let e = rename_fields(ApiError::invalid("temperature", "too hot"), &names);
         assert_eq!(e.param.as_deref(), Some("temperature"));
+        // A name is a whole segment: `max_tokens_x` is another field.
         let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
-        assert_eq!(e.param.as_deref(), Some("max_tokens_x"), "a longer name is another field");
-        let paths = [("response_format.json_schema.schema", "json_schema"), ("response_format", "json_schema")];
+        assert_eq!(e.param.as_deref(), Some("max_tokens_x"));
+        let names = [("response_format.json_schema.schema", "format"), ("response_format", "format")];
         let e = rename_fields(
-            ApiError::invalid("response_format.json_schema.schema", "response_format.json_schema.schema: bad"),
-            &paths,
+            ApiError::invalid("response_format.json_schema.schema", "invalid response_format.json_schema.schema: x"),
+            &names,
         );
-        assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("json_schema"), "json_schema: bad"));
+        assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("format"), "invalid format: x"));
     }
 }

@@ -8,6 +8,7 @@ mod common;
 mod anthropic;
 mod field_policy;
 mod llama_server;
+mod ollama;
 mod responses;
 
 use std::sync::Arc;

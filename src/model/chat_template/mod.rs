@@ -34,6 +34,8 @@ mod tags;
 
 pub use caps::TemplateCaps;
 pub use limits::{Limit, TemplateLimits};
+// The UTC clock arithmetic, for the timestamps other APIs write (Ollama's `created_at`).
+pub(crate) use strftime::strftime;
 
 /// Which chat template a model gets (the file's own, or another's text: the engine option `chat_template`), and
 /// within which limits (`chat_template_limits`).
