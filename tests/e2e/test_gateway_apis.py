@@ -286,6 +286,10 @@ class ResponsesTest(unittest.TestCase):
         self.assertEqual((status, json.loads(body)["error"]["param"]), (400, "modalities[0]"))
 
 
+# llama-server's tests: a completion prompt.
+PROMPT = "The capital of France is"
+
+
 def completion_stream(url, body):
     """The objects of a streamed /completion, read as llama.cpp's clients read them (its web UI's completion.js,
     its server tests' utils.py): `data: ` lines of JSON, until the one with `stop: true`."""
