@@ -187,7 +187,7 @@ fn ceiling(spec: &SpeculativeConfig, outputs: &[(Vec<TokenId>, Vec<TokenId>)], c
         let all: Vec<TokenId> = prompt.iter().chain(output).copied().collect();
         let mut at = prompt.len();
         while at < all.len() {
-            let draft = spec.propose(&all[..at], all.len() - at - 1).map(|d| d.tokens).unwrap_or_default();
+            let draft = spec.propose(&all[..at], None, all.len() - at - 1).map(|d| d.tokens).unwrap_or_default();
             let accepted = draft.iter().zip(&all[at..]).take_while(|(d, t)| d == t).count();
             oracle += cost[(1 + accepted).min(cost.len()) - 1];
             at += accepted + 1;

@@ -64,7 +64,7 @@ fn fields_without_effect_are_accepted_with_a_warning_and_the_rest_refused_by_nam
     let warnings = accepted.warnings().join("\n");
     assert!(warnings.contains("verbosity") && warnings.contains("reasoning_effort"), "{warnings}");
     assert!(submit(json!({})).unwrap().warnings().is_empty());
-    let refused = |extra: Value| submit(extra).err().expect("refused").param.unwrap_or_default();
+    let refused = |extra: Value| submit(extra).expect_err("refused").param.unwrap_or_default();
     assert_eq!(refused(json!({"modalities": ["text", "audio"]})), "modalities[1]");
     assert_eq!(refused(json!({"audio": {"voice": "alloy"}})), "audio");
     assert_eq!(refused(json!({"prediction": {"type": "content", "content": "a".repeat(40_000)}})), "prediction");
