@@ -39,6 +39,7 @@ const FIELDS: &[(&str, Field)] = &[
     ("priority", Field::Copy),
     ("deadline_ms", Field::Copy),
     ("speculative_decoding", Field::Copy),
+    ("ignore_eos", Field::Copy),
     ("chat_template_kwargs", Field::Copy),
 ];
 
