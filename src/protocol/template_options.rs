@@ -5,7 +5,7 @@
 //! - `chat_template_kwargs`: more variables for the template (Qwen 3's `enable_thinking`, say). The variables ember
 //!   sets itself (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`) cannot be set this way;
 //! - `reasoning_effort` (OpenAI's): given to the template in the variable it reads for it (see
-//!   [`reasoning_effort_variable`]), refused by name when it reads none.
+//!   [`reasoning_effort_variable`]), when it reads none, accepted with a warning by the request core (`api_request.rs`; docs/protocol.md, "Field policy").
 
 use serde_json::{Map, Value};
 
