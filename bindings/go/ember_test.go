@@ -724,7 +724,9 @@ func TestTokenizerAndModelInfo(t *testing.T) {
 // TokenBytes gives each token's exact bytes: a text's tokens add up to its bytes, characters split across
 // byte-level tokens included (which Detokenize of one token would replace).
 func TestTokenBytesAddUpToTheText(t *testing.T) {
-	const text = "naïve café ✓ 漢字"
+	// Rare characters (an alchemical symbol, a hieroglyph, a Cyrillic ornament) that a byte-fallback vocabulary
+	// as large as Gemma 3's still spells in bytes, beside common ones a byte-level BPE splits.
+	const text = "naïve café ✓ 漢字 \U0001F732\U00013000\ua66e"
 	ids, err := shared.Tokenize(text, false, false)
 	if err != nil {
 		t.Fatal(err)
