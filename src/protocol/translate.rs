@@ -72,6 +72,22 @@ pub(crate) fn new_id(prefix: &str, salt: u64) -> String {
     format!("{prefix}{:016x}{:016x}", draw(0), draw(1))
 }
 
+/// ember's own request fields that another API's body may carry, copied into its chat body unchanged: their
+/// meaning is chat's (docs/protocol.md, "Our additions").
+pub(crate) const EMBER_CHAT_FIELDS: &[&str] = &[
+    "seed",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "include_metrics",
+    "priority",
+    "deadline_ms",
+    "speculative_decoding",
+    "ignore_eos",
+    "chat_template_kwargs",
+];
+
 /// `error` with the OpenAI field it names renamed to the request's own, in `param` and in its message.
 pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiError {
     if let Some(param) = &error.param {

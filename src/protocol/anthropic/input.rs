@@ -3,6 +3,7 @@
 //! `tools`, `tool_choice`, `thinking` and `output_config` become their chat equivalents. The fields copied across
 //! unchanged keep their meaning in chat. docs/protocol.md, "Anthropic Messages", has the whole list.
 
+use super::super::translate::EMBER_CHAT_FIELDS;
 use serde_json::{json, Map, Value};
 
 use super::super::error::ApiError;
@@ -29,18 +30,7 @@ const FIELDS: &[(&str, Field)] = &[
     // needs no marker).
     ("service_tier", Field::Ignored),
     ("cache_control", Field::Ignored),
-    // ember's own, with chat's meaning.
-    ("seed", Field::Copy),
-    ("min_p", Field::Copy),
-    ("presence_penalty", Field::Copy),
-    ("frequency_penalty", Field::Copy),
-    ("repetition_penalty", Field::Copy),
-    ("include_metrics", Field::Copy),
-    ("priority", Field::Copy),
-    ("deadline_ms", Field::Copy),
-    ("speculative_decoding", Field::Copy),
-    ("ignore_eos", Field::Copy),
-    ("chat_template_kwargs", Field::Copy),
+    // ember's own fields are `translate::EMBER_CHAT_FIELDS`.
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,6 +41,11 @@ enum Field {
     Own,
     /// Type-free, no effect on the output.
     Ignored,
+}
+
+/// One of ember's own fields (`translate::EMBER_CHAT_FIELDS`): copied to the chat body as it is.
+fn ember_chat_field(name: &str) -> Option<Field> {
+    EMBER_CHAT_FIELDS.contains(&name).then_some(Field::Copy)
 }
 
 /// The chat field names the translated body uses, with the Messages name a refusal should give.
@@ -81,7 +76,7 @@ pub(super) fn read(body: &Value, template: &ChatTemplate) -> Result<MessagesRequ
     let o = body.as_object().ok_or_else(|| ApiError::malformed("the request body must be a JSON object"))?;
     let mut chat = Map::new();
     for (name, value) in o.iter().filter(|(_, v)| !v.is_null()) {
-        match FIELDS.iter().find(|(known, _)| known == name).map(|&(_, f)| f) {
+        match FIELDS.iter().find(|(known, _)| known == name).map(|&(_, f)| f).or_else(|| ember_chat_field(name)) {
             Some(Field::Copy) => {
                 chat.insert(name.clone(), value.clone());
             }

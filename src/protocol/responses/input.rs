@@ -3,6 +3,7 @@
 //! conversation `previous_response_id` names; `tools`, `tool_choice`, `text.format` and `max_output_tokens`
 //! become their chat equivalents. The fields copied across unchanged keep their meaning in chat.
 
+use super::super::translate::EMBER_CHAT_FIELDS;
 use serde_json::{json, Map, Value};
 
 use super::super::error::ApiError;
@@ -36,20 +37,9 @@ const FIELDS: &[(&str, Field)] = &[
     ("service_tier", Field::Ignored),
     ("prompt_cache_key", Field::Ignored),
     ("safety_identifier", Field::Ignored),
-    // ember's own, with chat's meaning.
-    ("seed", Field::Copy),
+    // ember's own with chat's meaning, besides `translate::EMBER_CHAT_FIELDS`.
     ("top_k", Field::Copy),
-    ("min_p", Field::Copy),
-    ("presence_penalty", Field::Copy),
-    ("frequency_penalty", Field::Copy),
-    ("repetition_penalty", Field::Copy),
     ("stop", Field::Copy),
-    ("include_metrics", Field::Copy),
-    ("priority", Field::Copy),
-    ("deadline_ms", Field::Copy),
-    ("speculative_decoding", Field::Copy),
-    ("ignore_eos", Field::Copy),
-    ("chat_template_kwargs", Field::Copy),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -60,6 +50,11 @@ enum Field {
     Own,
     /// Type-free, no effect on the output.
     Ignored,
+}
+
+/// One of ember's own fields (`translate::EMBER_CHAT_FIELDS`): copied to the chat body as it is.
+fn ember_chat_field(name: &str) -> Option<Field> {
+    EMBER_CHAT_FIELDS.contains(&name).then_some(Field::Copy)
 }
 
 /// The chat field names the translated body uses, with the Responses name a refusal should give.
@@ -85,7 +80,7 @@ pub(super) fn read(body: &Value, previous: Option<&[Value]>) -> Result<Responses
     let o = body.as_object().ok_or_else(|| ApiError::malformed("the request body must be a JSON object"))?;
     let mut chat = Map::new();
     for (name, value) in o.iter().filter(|(_, v)| !v.is_null()) {
-        match FIELDS.iter().find(|(known, _)| known == name).map(|&(_, f)| f) {
+        match FIELDS.iter().find(|(known, _)| known == name).map(|&(_, f)| f).or_else(|| ember_chat_field(name)) {
             Some(Field::Copy) => {
                 chat.insert(name.clone(), value.clone());
             }
