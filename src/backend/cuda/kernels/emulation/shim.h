@@ -2,9 +2,10 @@
 // host_source.py), so that their logic is checked before any GPU runs them.
 //
 // Every thread of a block is a fiber on the calling OS thread (its own stack, switched by fiber_switch below), run
-// by a round-robin scheduler: a thread runs until it waits at a barrier or returns. __syncthreads is a barrier of the block's threads; a warp shuffle
-// writes the lane's value to a per-warp slot array, waits at the warp's barrier, reads its source lane's slot and
-// waits again. A thread that returns leaves both barriers (drop), as an exited thread stops counting on a GPU.
+// by a round-robin scheduler: a thread runs until it waits at a barrier or returns. __syncthreads is a barrier of
+// the block's threads; a warp shuffle writes the lane's value to a per-warp slot array, waits at the warp's barrier,
+// reads its source lane's slot and waits again. A thread that returns leaves both barriers (drop), as an exited
+// thread stops counting on a GPU.
 // Blocks run one after another, so `__shared__` can be `static`: one copy, used by one block at a time.
 // Fibers rather than OS threads: a block of 256 OS threads meeting at barriers spent nearly all its time in the
 // kernel's scheduler (the whole emulation took some 12 minutes on 2 cores, against about a minute now); a fiber
