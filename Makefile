@@ -34,6 +34,7 @@ lint:
 	tests/install_test_tools.sh
 	python3 tests/docker/check_dockerfile.py
 	python3 tests/kubernetes/check_manifests.py
+	python3 tests/docs/check_readme_claims.py
 
 # llama.cpp's real vocabularies and tokenizer test texts (from its pinned sdist), for tests/tokenizer_llamacpp_vocabs.rs.
 vocabs:

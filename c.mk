@@ -11,7 +11,8 @@
 #   make c-demo          build the release library and the C example, and answer a chat message with it
 #   make header-check    fail if include/ember.h differs from what the pinned cbindgen generates from src/ffi/
 #   make header          regenerate include/ember.h
-#   make install PREFIX=/usr/local [DESTDIR=...]   header, libraries, pkg-config file and CMake package
+#   make install PREFIX=/usr/local [DESTDIR=...]   header, libraries, pkg-config file, CMake package and the Go
+#                        binding as a module proxy (share/ember/go-proxy)
 #   make install-check   install into a scratch directory and check it as packagers and linkers see it
 # The model comes from the root Makefile's `model` target (EMBER_MODEL overrides its path).
 
@@ -144,6 +145,8 @@ install: c-lib
 			-e 's|@VERSION_MINOR@|$(EMBER_VERSION_MINOR)|g' packaging/$$file.cmake.in \
 			> $(EMBER_LIBDIR)/cmake/ember/$$file.cmake || exit 1; \
 	done
+	@# The Go binding as a module proxy: a Go program elsewhere requires it with no checkout (docs/go.md).
+	python3 packaging/go_module_proxy.py $(DESTDIR)$(PREFIX)/share/ember/go-proxy $(EMBER_VERSION) >/dev/null
 
 # The installed library as packagers and linkers see it: layout and links, SONAME, exported symbols, and a
 # program built against it with pkg-config and with CMake (tests/c/check_install.sh).

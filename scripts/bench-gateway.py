@@ -119,7 +119,8 @@ def run_gateway(args):
 def run_binding(args):
     """bindings/go's BenchmarkConcurrentChat at 8 and 32 clients (its levels are fixed in bench_test.go)."""
     env = dict(os.environ, GOTOOLCHAIN="local", CGO_ENABLED="1",
-               CGO_LDFLAGS=os.environ.get("CGO_LDFLAGS", "-L" + os.path.join(TARGET, "release")))
+               CGO_LDFLAGS=os.environ.get("CGO_LDFLAGS", "-L" + os.path.join(TARGET, "release")),
+               GOFLAGS=os.environ.get("GOFLAGS", "-tags=ember_in_repo"))  # this checkout's library
     env["EMBER_MODEL"] = MODEL
     load = load_average()
     output = subprocess.run(

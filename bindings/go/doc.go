@@ -11,8 +11,9 @@
 //	metrics, _ := req.TimingMetrics()            // absent fields are nil
 //	body, _ := req.ResponseJSON()                 // the chat.completion object
 //
-// Linking: the static library target/release/libember.a by default, the shared one with -tags ember_shared;
-// build it first with `cargo build --release --lib` (docs/go.md).
+// Linking: by default the installed library, through pkg-config (`make install PREFIX=...` writes ember.pc);
+// inside ember's repository, -tags ember_in_repo links the static target/release/libember.a, and -tags
+// ember_in_repo,ember_shared the shared one (docs/go.md, "Building").
 //
 // Every Go object that owns a C handle has a Close method; a finalizer closes a forgotten one, but only when
 // the garbage collector gets to it, so close explicitly. Engine and request handles never enter Go memory as

@@ -1,3 +1,3 @@
-module ember
+module ember.invalid/ember/bindings/go
 
 go 1.23

@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // accessLog writes the lines. Each line is one Write under the mutex, so lines from concurrent requests never

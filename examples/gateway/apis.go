@@ -4,7 +4,7 @@ package main
 // body into its one request core and answers in the API's shape (engine_submit_api); the gateway frames the
 // answer (framing.go) and gives errors in the API's shape (apishape.go).
 
-import "ember"
+import ember "ember.invalid/ember/bindings/go"
 
 var endpointResponses = endpoint{name: "responses", api: ember.APIResponses, family: apiOpenAI,
 	framing: sseNamedEvents}

@@ -17,7 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // endpoint is a generation route: OpenAI's two (the body field that makes a request of its kind), or another

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // embedFields are the fields of an embeddings request (docs/embeddings.md): the engine's refusals start with the

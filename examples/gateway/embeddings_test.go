@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // bgeWidth is bge-small's hidden size: every vector's length.

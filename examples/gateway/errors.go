@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // apiError is one error answer: the HTTP status and the OpenAI error body; retryAfter adds `Retry-After: 1`

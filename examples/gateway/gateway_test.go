@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 var (

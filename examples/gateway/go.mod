@@ -1,7 +1,7 @@
-module ember/examples/gateway
+module ember.invalid/ember/examples/gateway
 
 go 1.23
 
-require ember v0.0.0
+require ember.invalid/ember/bindings/go v0.1.0
 
-replace ember => ../../bindings/go
+replace ember.invalid/ember/bindings/go => ../../bindings/go

@@ -10,7 +10,7 @@ package main
 import (
 	"net/http"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // endpointLlamaCompletion is llama-server's POST /completion: its objects as plain `data:` events, its errors in

@@ -38,7 +38,7 @@ import (
 	"syscall"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 type options struct {

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // ollamaLoadRequest is what the load call is recognized by: no prompt (/api/generate) or no messages (/api/chat).

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 var reranker struct {

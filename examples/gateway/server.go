@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // server answers the gateway's routes with one engine.

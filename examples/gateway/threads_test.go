@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // processThreads is this process's thread count (/proc/self/status), or -1 where there is no such file.

@@ -19,7 +19,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // tokenizeFields are the fields /tokenize reads; any other is refused by name.

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"ember"
+	ember "ember.invalid/ember/bindings/go"
 )
 
 // llamaTokenizeFields are the fields of llama-server's /tokenize body.

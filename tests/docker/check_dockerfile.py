@@ -2,7 +2,9 @@
 """Checks the Dockerfile offline, as far as a machine without a Docker engine can (make lint): its stages and
 what each takes from the others, that the build context carries what the build copies and never the models or
 build outputs, the runtime's non-root user and health check, and that every gateway flag it passes exists, with
-the port, model path and toolchain versions agreeing with the rest of the repository.
+the port, model path and toolchain versions agreeing with the rest of the repository; that the last stage (what
+`docker build .` builds) is `runtime`, under the tag docs/deploy.md and the manifests use; and that the image
+carries ember-cli with the hub cache (HF_HOME) on the model volume.
 
 What it cannot check is the build itself (the base images' contents, the network); docs/deploy.md says so."""
 
@@ -106,6 +108,22 @@ def main() -> int:
     build_runs = " ".join(rest for keyword, rest in stages["build"] if keyword == "RUN")
     check("cargo build --release --lib" in build_runs and "cd examples/gateway" in build_runs
           and "go build" in build_runs, "the build stage builds libember and then the gateway, as `make gateway`")
+    # Without the tag the binding links an installed library through pkg-config (bindings/go/link_installed.go),
+    # which the build stage does not have.
+    check(re.search(r"go build [^&]*-tags ember_in_repo", build_runs) is not None,
+          "the build stage's go build must pass -tags ember_in_repo (this checkout's libember.a)")
+    check("--bin ember-cli" in build_runs, "the build stage builds ember-cli (the image's `ember-cli pull`)")
+
+    # `docker build .` builds the last stage: it must be the runtime image the docs name, under the tag they and
+    # the manifests use (tests/kubernetes/check_manifests.py checks theirs).
+    check(list(stages)[-1] == "runtime", f"the last stage is {list(stages)[-1]}: `docker build .` must give runtime")
+    crate_version = re.search(r'^version = "([^"]+)"', cargo, re.M).group(1)
+    image = f"ember-gateway:{crate_version}"
+    check(f"docker build -t {image} ." in dockerfile, f"the Dockerfile's header does not build {image}")
+    deploy_doc = (ROOT / "docs" / "deploy.md").read_text()
+    check(f"docker build -t {image} ." in deploy_doc, f"docs/deploy.md does not build {image} with `docker build .`")
+    for tag in re.findall(r"docker build -t (\S+)", deploy_doc + dockerfile):
+        check(tag.startswith(image), f"`docker build -t {tag}`: the image is {image} (or a tag built on it)")
 
     # The runtime: a non-root user, the gateway's flags, one port, the health check.
     flags = set(re.findall(r'flag\.\w*Var\(&[\w.]+, "([\w-]+)"', (ROOT / "examples/gateway/main.go").read_text()))
@@ -132,6 +150,17 @@ def main() -> int:
               f"{name}: HEALTHCHECK does not probe /health on port {expose}")
         check(body.get("ENTRYPOINT", "").startswith('["/usr/local/bin/ember-gateway"'),
               f"{name}: the entry point is not the gateway")
+        # The hub client: ember-cli in the image (Kubernetes' init container runs `ember-cli pull`), and the
+        # Hugging Face cache under /models, the model volume, whose directory the user owns.
+        copies = [shlex.split(rest) for keyword, rest in stages[name] if keyword == "COPY"]
+        check(any(c[-1] == "/usr/local/bin/ember-cli" for c in copies), f"{name}: no /usr/local/bin/ember-cli")
+        environment = dict(item.split("=", 1) for keyword, rest in stages[name] if keyword == "ENV"
+                           for item in shlex.split(rest) if "=" in item)
+        check(environment.get("HF_HOME", "").startswith("/models/"),
+              f"{name}: HF_HOME {environment.get('HF_HOME')!r} is not on the model volume /models")
+        runs = " ".join(rest for keyword, rest in stages[name] if keyword == "RUN")
+        check(f"chown {user} /models" in runs, f"{name}: /models is not owned by the user {user} (a new volume there "
+              "takes its owner, and `ember-cli pull` writes to it)")
 
     for failure in failures:
         print(f"Dockerfile: {failure}", file=sys.stderr)

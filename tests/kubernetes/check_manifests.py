@@ -9,6 +9,10 @@
 - Then what ties the files together and to the rest of the repository: the pool and the Service select the
   Deployment's pods, the pool's port is the container's, the route sends to the pool, every gateway flag exists,
   the probes ask /health, the grace period covers the drain, the user is the image's.
+- The model's way in: every container runs the image docs/deploy.md builds (ember-gateway:<crate version>); with
+  `--model $(EMBER_MODEL_NAME)`, one init container runs `ember-cli pull $(EMBER_MODEL_NAME)` with the gateway's
+  EMBER_MODEL_NAME and HF_HOME, on a per-pod volume it can write and the gateway mounts read-only, and the gateway
+  has HF_HUB_OFFLINE=1; otherwise --model is a file on a mounted volume.
 """
 
 from __future__ import annotations
@@ -153,9 +157,65 @@ def main() -> int:
     dockerfile = (ROOT / "Dockerfile").read_text()
     user = re.search(r"^USER (\d+)", dockerfile, re.M).group(1)
     check(str(pod["spec"]["securityContext"]["runAsUser"]) == user, f"runAsUser is not the image's user {user}")
-    mounts = [m["mountPath"] for m in container["volumeMounts"]]
-    check(any(args.get("model", "").startswith(m + "/") for m in mounts), "--model is not on a mounted volume")
+    check_model_source(deployment, container, args)
     return report()
+
+
+def environment(container: Dict[str, Any]) -> Dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def mount_of(container: Dict[str, Any], path: str) -> Dict[str, Any]:
+    """The volume mount holding `path`, or {}."""
+    return next((m for m in container.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")),
+                {})
+
+
+def check_model_source(deployment: Dict[str, Any], container: Dict[str, Any], args: Dict[str, str]) -> None:
+    """The image is the one docs/deploy.md builds; the model is a hub name that an init container pulls into the
+    hub cache (HF_HOME) on a per-pod volume and the gateway loads offline, or a file on a mounted volume."""
+    pod = deployment["spec"]["template"]["spec"]
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
+    image = f"ember-gateway:{version}"
+    deploy_doc = (ROOT / "docs" / "deploy.md").read_text()
+    check(f"docker build -t {image} ." in deploy_doc, f"docs/deploy.md does not build the manifests' image {image}")
+    for each in pod["containers"] + pod.get("initContainers", []):
+        check(each["image"] == image, f"container {each['name']}: image {each['image']} is not {image} "
+              "(the tag docs/deploy.md and the Dockerfile build)")
+    model = args.get("model", "")
+    if model != "$(EMBER_MODEL_NAME)":
+        check(bool(mount_of(container, model)), f"--model {model} is not on a mounted volume")
+        return
+    gateway_env = environment(container)
+    inits = pod.get("initContainers", [])
+    check(len(inits) == 1, "--model $(EMBER_MODEL_NAME) needs one init container filling the hub cache")
+    if len(inits) != 1:
+        return
+    init = inits[0]
+    init_env = environment(init)
+    check(init.get("command") == ["/usr/local/bin/ember-cli"] and init.get("args") == ["pull", "$(EMBER_MODEL_NAME)"],
+          "the init container must run `/usr/local/bin/ember-cli pull $(EMBER_MODEL_NAME)`")
+    name = gateway_env.get("EMBER_MODEL_NAME", "")
+    check(re.fullmatch(r"[\w.-]+/[\w.-]+(:[\w.-]+)?", name) is not None,
+          f"EMBER_MODEL_NAME {name!r} is not a hub name (org/repo or org/repo:QUANT)")
+    check(init_env.get("EMBER_MODEL_NAME") == name, "the init container pulls another model than the gateway serves")
+    hf_home = gateway_env.get("HF_HOME", "")
+    check(bool(hf_home) and init_env.get("HF_HOME") == hf_home, "HF_HOME differs between the init container and "
+          "the gateway (or is unset): the gateway would not find the pulled model")
+    check(gateway_env.get("HF_HUB_OFFLINE") == "1", "the gateway needs HF_HUB_OFFLINE=1: it resolves the name from "
+          "the cache its init container filled, never on the network")
+    check(init_env.get("HF_HUB_OFFLINE", "0") in ("0", ""), "the init container must be online to pull")
+    serving, pulling = mount_of(container, hf_home), mount_of(init, hf_home)
+    check(bool(serving) and bool(pulling) and serving["name"] == pulling["name"],
+          f"HF_HOME {hf_home} is not on one volume mounted in both containers")
+    check(not pulling.get("readOnly", False), "the init container's cache volume is read-only: it cannot pull")
+    check(serving.get("readOnly", False), "the gateway's cache volume should be read-only: it only reads the model")
+    # The replicas must not share one volume that every pod's init container writes (docs/deploy.md, "The model
+    # volume"): the cache volume is the pod's own.
+    volume = next((v for v in pod.get("volumes", []) if v["name"] == serving.get("name")), {})
+    check("emptyDir" in volume or "ephemeral" in volume,
+          f"the cache volume {serving.get('name')} is not per pod (emptyDir or ephemeral): "
+          f"{deployment['spec'].get('replicas', 1)} replicas' init containers would write one volume")
 
 
 def report() -> int:

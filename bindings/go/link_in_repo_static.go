@@ -1,10 +1,11 @@
-//go:build !ember_shared
+//go:build ember_in_repo && !ember_shared
 
 package ember
 
-// The default link: ember's static library, so that a Go program carries ember and needs no libember.so at run
-// time. The archive comes from `cargo build --release --lib` in the repository; a library built elsewhere
-// (CARGO_TARGET_DIR) is found by CGO_LDFLAGS=-L<dir>/release, which cgo places ahead of these flags.
+// The link inside this repository (`-tags ember_in_repo`, as go.mk and the Dockerfile build): ember's static
+// library, so that a Go program carries ember and needs no libember.so at run time. The archive comes from `cargo
+// build --release --lib` in the repository; a library built elsewhere (CARGO_TARGET_DIR) is found by
+// CGO_LDFLAGS=-L<dir>/release, which cgo places ahead of these flags.
 // `-l:libember.a` names the archive exactly, so the linker cannot take libember.so from the same directory. The
 // system libraries are those `cargo rustc --release --lib --crate-type staticlib -- --print native-static-libs`
 // lists (the same as c.mk's EMBER_STATIC_DEPS).
