@@ -8,7 +8,8 @@
 #                       real BERT vocabulary from the `vocabs` target)
 #   make python-sdist-test  build the sdist (`python -m build --sdist`: it carries the crate's source package), install
 #                       it into a fresh virtual environment (cargo builds the library from the sdist's copy, in the
-#                       shared target directory), and answer a chat with it (several minutes: the crate recompiles)
+#                       shared target directory: the dependencies are compiled once, but the crate recompiles, here
+#                       and at the checkout's next build), and answer a chat with it (4 minutes on 2 cores)
 #   make python-bench   what the binding costs per streamed event, beside a bare ctypes loop
 #                       (bindings/python/bench/bench_events.py; a minute on 2 cores)
 # Needs Python >= 3.9 with venv and pip, and PyPI (setuptools and wheel for the build, pytest, auditwheel, build).

@@ -95,12 +95,13 @@ class SourceWithCrate(sdist):
 
     def make_release_tree(self, base_dir: str, files) -> None:
         super().make_release_tree(base_dir, files)
-        if CRATE == SDIST_CRATE:  # an sdist made from an sdist keeps its crate (listed in MANIFEST.in)
+        destination = Path(base_dir) / "crate"
+        if CRATE == SDIST_CRATE:  # an sdist made from an sdist keeps its crate
+            shutil.copytree(SDIST_CRATE, destination, ignore=shutil.ignore_patterns("target"))
             return
         subprocess.run([cargo(), "package", "--no-verify", "--allow-dirty", "--quiet"], cwd=CRATE, check=True)
         version = self.distribution.get_version()
         package = target_dir() / "package" / f"ember-{version}.crate"
-        destination = Path(base_dir) / "crate"
         with tarfile.open(package) as archive:
             for member in archive.getmembers():
                 if not member.isfile():
