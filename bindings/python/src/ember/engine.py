@@ -8,7 +8,7 @@ import os
 import threading
 import weakref
 from ctypes import c_size_t, c_uint32, c_void_p
-from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from ._constants import API, DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
 from ._pump import Pump
@@ -84,8 +84,8 @@ class Engine:
 
     The configuration is the JSON object of ``engine_new`` (docs/c_api.md lists its keys): as keywords
     (``Engine(model="models/SmolLM2-135M-Instruct.Q4_1.gguf", threads=2)``), as a dict or JSON text in
-    ``config``, or a dict and keywords together (the keywords win). Nothing takes every default (the model from
-    ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an encoder model (``bert``,
+    ``config``, or a dict and keywords together (the keywords win). With none, every key takes its default (the
+    model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an encoder model (``bert``,
     ``nomic-bert``) the engine serves :meth:`embed` only, and on a reranker :meth:`rerank`.
 
     ``progress``: ``None`` (the default) draws a progress bar on stderr while the model loads when stderr is a
@@ -189,18 +189,34 @@ class Engine:
 
     # --- one call per answer (llama-cpp-python's create_chat_completion) ------------------------------------
 
+    @overload
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: Literal[False] = False,
+             **params: Any) -> Dict[str, Any]: ...
+
+    @overload
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: Literal[True],
+             **params: Any) -> Iterator[Dict[str, Any]]: ...
+
     def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False,
              **params: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Answers a chat: ``messages`` and any Chat Completions fields (``max_tokens=64``, ``temperature=0``,
         ``tools=[...]``, ...; docs/protocol.md) make the body. Returns the ``chat.completion`` response as a dict
         (``answer["choices"][0]["message"]["content"]``), once generated. With ``stream=True`` it returns at once
         an iterator of the ``chat.completion.chunk`` dicts, as an OpenAI client streams them; leaving it early
-        (``break``, closing it) cancels the request.
+        cancels the request (closing it, or dropping it, as a ``for`` loop over the call does on ``break``).
 
         Raises at once what :meth:`submit` raises, before any chunk; :class:`ember.RequestFailed` if the engine
         fails the request mid-way while streaming."""
         self._live("engine_submit")  # closed: raised before the arguments are looked at, as every method does
         return self._answer({"messages": list(messages), **params}, stream)
+
+    @overload
+    def complete(self, prompt: Union[str, Sequence[int]], *, stream: Literal[False] = False,
+                 **params: Any) -> Dict[str, Any]: ...
+
+    @overload
+    def complete(self, prompt: Union[str, Sequence[int]], *, stream: Literal[True],
+                 **params: Any) -> Iterator[Dict[str, Any]]: ...
 
     def complete(self, prompt: Union[str, Sequence[int]], *, stream: bool = False,
                  **params: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
