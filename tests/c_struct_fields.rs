@@ -74,7 +74,7 @@ fn header_fields(header: &str, name: &str) -> Vec<String> {
 }
 
 /// The (C type, field name) pairs a Python dataclass of `_structs.py` declares, in order: its lines
-/// `    name: Optional[...] = _u32()` (`_u32`, `_u64` or `_f64`).
+/// `    name: Optional[...] = _u32()` (`_u32`, `_u64` or `_f64`; `_u32(CpuKernels)` for a field read as an enum).
 fn python_declarations(python: &str, class: &str) -> Vec<(String, String)> {
     let start = python.find(&format!("\nclass {class}:")).unwrap_or_else(|| panic!("no class {class}"));
     let body = &python[start + 1..];
@@ -83,10 +83,11 @@ fn python_declarations(python: &str, class: &str) -> Vec<(String, String)> {
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("    ")?.split_once(": Optional[")?;
-            let ty = match rest.rsplit_once("= ")?.1 {
-                "_u32()" => "uint32_t",
-                "_u64()" => "uint64_t",
-                "_f64()" => "double",
+            let maker = rest.rsplit_once("= ")?.1;
+            let ty = match maker.split_once('(').map_or(maker, |(name, _)| name) {
+                "_u32" => "uint32_t",
+                "_u64" => "uint64_t",
+                "_f64" => "double",
                 other => panic!("{class}.{name}: unknown field maker {other}"),
             };
             Some((ty.to_owned(), name.to_owned()))

@@ -50,12 +50,17 @@ fn the_enums_are_the_headers() {
         ("FinishReason", "EMBER_FINISH_REASON_"),
         ("CpuKernels", "EMBER_CPU_KERNELS_"),
         ("LogLevel", "EMBER_LOG_LEVEL_"),
+        ("API", "EMBER_API_"),
     ] {
         let expected = header_values(&header, prefix);
         assert!(!expected.is_empty(), "no {prefix} values in the header");
         assert_eq!(python_enum(&python, class), expected, "{class} in {CONSTANTS}");
     }
-    for (name, define) in [("DELIVERY_EVENTS", "EMBER_DELIVERY_EVENTS"), ("DELIVERY_CHUNKS", "EMBER_DELIVERY_CHUNKS")] {
+    for (name, define) in [
+        ("DELIVERY_POLL", "EMBER_DELIVERY_POLL"),
+        ("DELIVERY_EVENTS", "EMBER_DELIVERY_EVENTS"),
+        ("DELIVERY_CHUNKS", "EMBER_DELIVERY_CHUNKS"),
+    ] {
         let value = header_values(&header, "")[define];
         assert!(python.contains(&format!("\n{name} = {value}\n")), "{name} is not {value} in {CONSTANTS}");
     }

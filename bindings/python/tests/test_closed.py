@@ -167,6 +167,14 @@ def test_every_call_on_a_closed_engine_raises_invalid_handle() -> None:
         "model_info": engine.model_info,
         "metrics_text": engine.metrics_text,
         "stats": engine.stats,
+        "chat": lambda: engine.chat([{"role": "user", "content": "Hi"}], max_tokens=1),
+        "chat, streamed": lambda: engine.chat([{"role": "user", "content": "Hi"}], max_tokens=1, stream=True),
+        "chat of bad messages": lambda: engine.chat(42),  # type: ignore[arg-type]
+        "complete": lambda: engine.complete("Hi", max_tokens=1),
+        "submit_api": lambda: engine.submit_api(ember.API.ANTHROPIC_MESSAGES, {"max_tokens": 1, "messages": []}),
+        "submit_api of a bad api": lambda: engine.submit_api(-1, "{}"),  # type: ignore[arg-type]
+        "token_bytes": lambda: engine.token_bytes(1),
+        "token_bytes of a bad id": lambda: engine.token_bytes(-1),
     }
     for name, call in calls.items():
         error = outcome(call)

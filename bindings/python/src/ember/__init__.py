@@ -2,7 +2,11 @@
 
     import ember
 
-    with ember.Engine({"threads": 2}) as engine:
+    engine = ember.Engine(model="models/SmolLM2-135M-Instruct.Q4_1.gguf", threads=2)
+    answer = engine.chat([{"role": "user", "content": "Hi!"}], max_tokens=32)
+    print(answer["choices"][0]["message"]["content"])  # the OpenAI response body, as a dict
+
+    with engine:                               # or close() it: the model's memory is freed at once
         request = engine.submit({"messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 32})
         for event in request:                  # or: async for event in request
             print(event.text, end="", flush=True)
@@ -11,7 +15,7 @@
 docs/python.md is the guide; include/ember.h and docs/c_api.md define what lies beneath.
 """
 
-from ._constants import CpuKernels, EventKind, FinishReason, LogLevel, Status
+from ._constants import API, CpuKernels, EventKind, FinishReason, LogLevel, Status
 from ._lib import BINDING_VERSION as __version__
 from ._lib import lib as _lib
 from ._structs import ExtendedMetrics, Stats, TimingMetrics
@@ -49,7 +53,7 @@ def library_version() -> str:
 
 
 __all__ = [
-    "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "EmbeddingInput", "EmbeddingUsage", "Embeddings", "Engine",
+    "API", "BufferTooSmall", "ChoiceOutOfRange", "CpuKernels", "EmbeddingInput", "EmbeddingUsage", "Embeddings", "Engine",
     "EngineStartFailed", "Error", "Event", "EventKind", "ExtendedMetrics", "FinishReason", "Forked",
     "InvalidArgument", "InvalidConfig", "InvalidHandle", "InvalidRequest", "InvalidUtf8", "LoadCancelled",
     "LogLevel", "ModelLoadFailed", "NotFinished", "Overloaded", "Panic", "PromptProgress", "RankedDocument",

@@ -85,6 +85,31 @@ class CpuKernels(IntEnum):
     AMX = 4
 
 
+class API(IntEnum):
+    """The API a request body is written for (``engine_submit_api``'s ``EMBER_API_*``): each is read into the
+    engine's one request and answered in its own shape (docs/c_api.md, "Other APIs")."""
+
+    #: OpenAI Chat Completions or Completions, by which of ``messages`` and ``prompt`` the body has.
+    OPENAI = 0
+    #: OpenAI's ``POST /v1/chat/completions``.
+    CHAT_COMPLETIONS = 1
+    #: OpenAI's ``POST /v1/completions``.
+    COMPLETIONS = 2
+    #: OpenAI's ``POST /v1/responses``; chunks are its stream events.
+    RESPONSES = 3
+    #: Anthropic's ``POST /v1/messages``; chunks are its stream events.
+    ANTHROPIC_MESSAGES = 4
+    #: Ollama's ``POST /api/chat``; chunks are its NDJSON objects.
+    OLLAMA_CHAT = 5
+    #: Ollama's ``POST /api/generate``; chunks are its NDJSON objects.
+    OLLAMA_GENERATE = 6
+    #: llama-server's ``POST /completion``; chunks are its stream objects.
+    LLAMA_COMPLETION = 7
+
+
+#: ``delivery`` of ``engine_submit_api``: the events stay with the request, for ``engine_poll`` (the binding
+#: delivers every request through the engine's waiting point instead, so it never passes this one).
+DELIVERY_POLL = 0
 #: ``delivery`` of ``engine_submit_with_user_data``: the events ``engine_poll`` gives.
 DELIVERY_EVENTS = 1
 #: ``delivery`` of ``engine_submit_with_user_data``: the chunk bodies ``engine_next_chunk_json`` gives.

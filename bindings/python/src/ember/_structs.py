@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from typing import Any, Optional, Type, TypeVar
+
+from ._constants import CpuKernels
 
 
 def _f64() -> Any:
     return field(default=None, metadata={"ctype": ctypes.c_double})
 
 
-def _u32() -> Any:
-    return field(default=None, metadata={"ctype": ctypes.c_uint32})
+def _u32(enum: Optional[Type[IntEnum]] = None) -> Any:
+    """A ``uint32_t``; with ``enum``, read as that enum (a value this binding does not know stays an ``int``)."""
+    return field(default=None, metadata={"ctype": ctypes.c_uint32, "enum": enum})
 
 
 def _u64() -> Any:
@@ -89,8 +93,8 @@ class Stats:
     kv_blocks_total: Optional[int] = _u32()
     #: Forward steps run since the engine started.
     num_steps: Optional[int] = _u64()
-    #: The CPU kernel path (a :class:`ember.CpuKernels` value) and the threads of each operation.
-    cpu_kernels: Optional[int] = _u32()
+    #: The CPU kernel path, and the threads of each operation.
+    cpu_kernels: Optional[CpuKernels] = _u32(CpuKernels)
     cpu_threads: Optional[int] = _u32()
     #: Blocks free and in all of the sliding-window layers' own pool (e.g. Gemma 3 on the CPU).
     kv_window_blocks_free: Optional[int] = _u32()
@@ -129,8 +133,14 @@ def new_struct(struct_type: Type[ctypes.Structure]) -> Any:
 def from_struct(cls: Type[T], struct: Any) -> T:
     """The dataclass of a filled struct: a field whose presence bit is clear is ``None``."""
     present = struct.present
-    values = {f.name: getattr(struct, f.name) if present & (1 << i) else None for i, f in enumerate(fields(cls))}
+    values = {f.name: _read(f, getattr(struct, f.name)) if present & (1 << i) else None
+              for i, f in enumerate(fields(cls))}
     return cls(**values)
+
+
+def _read(declared: Any, value: Any) -> Any:
+    enum = declared.metadata.get("enum")
+    return enum(value) if enum is not None and value in enum._value2member_map_ else value
 
 
 TimingMetricsStruct = c_struct(TimingMetrics)

@@ -8,11 +8,12 @@ import os
 import threading
 import weakref
 from ctypes import c_size_t, c_uint32, c_void_p
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
-from ._constants import DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
+from ._constants import API, DELIVERY_CHUNKS, DELIVERY_EVENTS, Status
 from ._pump import Pump
 from ._lib import ProgressCallback, check, lib, take_string
+from ._load_bar import LoadBar, model_label, wanted
 from ._log import LogTarget, forget, logging_to
 from ._structs import Stats, StatsStruct, from_struct, new_struct
 from .embeddings import EmbeddingInput, Embeddings, from_response, request_body
@@ -74,26 +75,42 @@ class _Handle:
         forget(self.log_key)  # engine_free joined every thread that could log
 
 
+#: What ``progress`` may be: a callable of the fraction loaded, or whether to draw a bar on stderr.
+Progress = Union[Callable[[float], Optional[bool]], bool, None]
+
+
 class Engine:
     """An ember engine (``engine_new``): loads the model and starts serving.
 
-    ``config`` is the JSON object of ``engine_new`` (docs/c_api.md lists its keys), as a dict or as text; None
-    takes every default (the model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an
-    encoder model (``bert``, ``nomic-bert``) the engine serves :meth:`embed` only, and on a reranker :meth:`rerank`.
-    ``progress``, when given, is called with the fraction loaded (0 to 1) on this thread while the model loads;
-    returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an exception it raises stops the load
-    and is raised here. ``log``, when given, receives the engine's log lines: a ``logging.Logger`` (ember's levels
-    mapped to logging's), or a callable of (:class:`ember.LogLevel`, message), called on ember's threads, possibly
-    several at once; it must not call ember.
+    The configuration is the JSON object of ``engine_new`` (docs/c_api.md lists its keys): as keywords
+    (``Engine(model="models/SmolLM2-135M-Instruct.Q4_1.gguf", threads=2)``), as a dict or JSON text in
+    ``config``, or a dict and keywords together (the keywords win). With none, every key takes its default (the
+    model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an encoder model (``bert``,
+    ``nomic-bert``) the engine serves :meth:`embed` only, and on a reranker :meth:`rerank`.
+
+    ``progress``: ``None`` (the default) draws a progress bar on stderr while the model loads when stderr is a
+    terminal, ``True`` always, ``False`` never. A callable is called instead with the fraction loaded (0 to 1) on
+    this thread while the model loads; returning ``False`` cancels the load (:class:`ember.LoadCancelled`), and an
+    exception it raises stops the load and is raised here. ``log``, when given, receives the engine's log lines: a
+    ``logging.Logger`` (ember's levels mapped to logging's), or a callable of (:class:`ember.LogLevel`, message),
+    called on ember's threads, possibly several at once; it must not call ember.
 
     Use it as a context manager, or call :meth:`close`; a forgotten engine is closed when collected (its
     requests keep it alive while they are in use). Every method may be called from any thread.
     """
 
-    def __init__(self, config: Optional[Json] = None, *,
-                 progress: Optional[Callable[[float], Optional[bool]]] = None,
-                 log: Optional[LogTarget] = None) -> None:
+    def __init__(self, config: Optional[Json] = None, *, progress: Progress = None,
+                 log: Optional[LogTarget] = None, **keys: Any) -> None:
+        if keys:
+            if isinstance(config, (str, bytes)):
+                raise TypeError("ember.Engine: give the configuration as a dict or as keywords, not JSON text "
+                                "and keywords")
+            config = {**(config or {}), **keys}
         data = None if config is None else _encode("engine_new", config)
+        bar = None
+        if progress is None or isinstance(progress, bool):
+            bar = LoadBar(model_label(config)) if wanted(progress) else None
+            progress = bar
         out = c_void_p()
         with logging_to(log) as log_key:
             try:
@@ -101,6 +118,9 @@ class Engine:
             except BaseException:
                 forget(log_key)
                 raise
+            finally:
+                if bar is not None:
+                    bar.close()
         self._core = _Handle(out.value, log_key)
         self._pump = self._core.pump
         self._finalizer = weakref.finalize(self, self._core.close)
@@ -135,15 +155,84 @@ class Engine:
         :class:`ember.Overloaded` (nothing was queued: retry later), :class:`ember.InvalidHandle` (closed)."""
         handle = self._live("engine_submit")
         data = _encode("engine_submit", body)
+        return self._submit("engine_submit", chunks, lambda key, delivery, out: lib.engine_submit_with_user_data(
+            handle, data, key, delivery, out))
+
+    def submit_api(self, api: API, body: Json, *, chunks: bool = False) -> Request:
+        """Submits a body of another API (``engine_submit_api``): an OpenAI Responses, Anthropic Messages,
+        Ollama chat or generate, or llama-server completion body (:class:`ember.API`), read into the engine's one
+        request. The request is then read as one from :meth:`submit`, but :meth:`Request.response` is that API's
+        response body, and with ``chunks=True`` the events carry that API's stream chunks, one JSON object each
+        (docs/c_api.md, "Other APIs", says how each API frames them on the wire). ``DELTA`` events are plain text
+        whatever the API.
+
+        Raises as :meth:`submit`; a refusal's ``.body`` is an OpenAI error body whose ``param`` names the field as
+        the API names it. An ``api`` ember does not know is :class:`ember.InvalidArgument`."""
+        handle = self._live("engine_submit_api")
+        data = _encode("engine_submit_api", body)
+        number = int(api)
+        if not 0 <= number < 2**32:
+            raise InvalidArgument("engine_submit_api", Status.INVALID_ARGUMENT, f"api {number} is not an API")
+        return self._submit("engine_submit_api", chunks, lambda key, delivery, out: lib.engine_submit_api(
+            handle, number, data, key, delivery, out))
+
+    def _submit(self, op: str, chunks: bool, call: Callable[[int, int, Any], int]) -> Request:
+        """Registers a request's inbox, submits with ``call(user_data, delivery, &out)`` and wraps the handle."""
         key, inbox = self._pump.register()
         out = c_void_p()
-        delivery = DELIVERY_CHUNKS if chunks else DELIVERY_EVENTS
-        status = lib.engine_submit_with_user_data(handle, data, key, delivery, ctypes.byref(out))
+        status = call(key, DELIVERY_CHUNKS if chunks else DELIVERY_EVENTS, ctypes.byref(out))
         if status != Status.OK:
             self._pump.unregister(key)
-            check("engine_submit", status)
+            check(op, status)
         inbox.handle = out.value
         return Request(self, out.value, key, inbox, chunks)
+
+    # --- one call per answer (llama-cpp-python's create_chat_completion) ------------------------------------
+
+    @overload
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: Literal[False] = False,
+             **params: Any) -> Dict[str, Any]: ...
+
+    @overload
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: Literal[True],
+             **params: Any) -> Iterator[Dict[str, Any]]: ...
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False,
+             **params: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """Answers a chat: ``messages`` and any Chat Completions fields (``max_tokens=64``, ``temperature=0``,
+        ``tools=[...]``, ...; docs/protocol.md) make the body. Returns the ``chat.completion`` response as a dict
+        (``answer["choices"][0]["message"]["content"]``), once generated. With ``stream=True`` it returns at once
+        an iterator of the ``chat.completion.chunk`` dicts, as an OpenAI client streams them; leaving it early
+        cancels the request (closing it, or dropping it, as a ``for`` loop over the call does on ``break``).
+
+        Raises at once what :meth:`submit` raises, before any chunk; :class:`ember.RequestFailed` if the engine
+        fails the request mid-way while streaming."""
+        self._live("engine_submit")  # closed: raised before the arguments are looked at, as every method does
+        return self._answer({"messages": list(messages), **params}, stream)
+
+    @overload
+    def complete(self, prompt: Union[str, Sequence[int]], *, stream: Literal[False] = False,
+                 **params: Any) -> Dict[str, Any]: ...
+
+    @overload
+    def complete(self, prompt: Union[str, Sequence[int]], *, stream: Literal[True],
+                 **params: Any) -> Iterator[Dict[str, Any]]: ...
+
+    def complete(self, prompt: Union[str, Sequence[int]], *, stream: bool = False,
+                 **params: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """:meth:`chat` for a Completions body: ``prompt`` (a text or token ids) and any Completions fields;
+        returns the ``text_completion`` response (``answer["choices"][0]["text"]``), or its chunks when
+        streamed."""
+        self._live("engine_submit")
+        prompt_value: Any = prompt if isinstance(prompt, str) else list(prompt)
+        return self._answer({"prompt": prompt_value, **params}, stream)
+
+    def _answer(self, body: Dict[str, Any], stream: bool) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        if stream:
+            body["stream"] = True
+            return _chunks(self.submit(body, chunks=True))
+        with self.submit(body) as request:
+            return request.response()
 
     # --- embeddings (an encoder model) ----------------------------------------------------------------------
 
@@ -242,6 +331,23 @@ class Engine:
         return take_string("engine_detokenize",
                            lambda out: lib.engine_detokenize(handle, array, len(ids), include_special, out))
 
+    def token_bytes(self, id: int) -> bytes:
+        """The bytes of token ``id``'s text exactly as the tokenizer has them (``engine_token_bytes``): a
+        byte-level token may be part of a UTF-8 character, which :meth:`detokenize` would replace with U+FFFD. A
+        control token gives its text. An id outside the vocabulary is :class:`ember.InvalidArgument`."""
+        handle = self._live("engine_token_bytes")
+        if not 0 <= id < 2**32:
+            raise InvalidArgument("engine_token_bytes", Status.INVALID_ARGUMENT, f"{id} is not a token id")
+        count = c_size_t()
+        capacity = 32  # most tokens are a few bytes: one call
+        while True:
+            buffer = (ctypes.c_uint8 * capacity)()
+            status = lib.engine_token_bytes(handle, id, buffer, capacity, ctypes.byref(count))
+            if status != Status.BUFFER_TOO_SMALL:
+                check("engine_token_bytes", status)
+                return ctypes.string_at(buffer, count.value)
+            capacity = count.value
+
     def apply_chat_template(self, body: Json) -> Dict[str, Any]:
         """The prompt a Chat Completions body would have: ``{"prompt": text, "prompt_token_ids": [...]}``."""
         handle = self._live("engine_apply_chat_template")
@@ -289,4 +395,12 @@ class Engine:
         return handle
 
 
-__all__ = ["Engine", "Json"]
+def _chunks(request: Request) -> Iterator[Dict[str, Any]]:
+    """A streamed answer's chunk dicts; the request is closed (cancelled, if it still runs) when the iteration
+    ends or is abandoned."""
+    with request:
+        for event in request:
+            yield event.json()
+
+
+__all__ = ["Engine", "Json", "Progress"]

@@ -10,24 +10,27 @@ from ._constants import Status
 
 
 class Error(Exception):
-    """A failed ember call: ``op`` (the C function), ``status`` and ember's message.
+    """A failed ember call: ``op`` (the C function), ``status`` and ``message``, a sentence; ``str(error)`` is
+    ``"op: message"``.
 
-    When :meth:`ember.Engine.submit` or :meth:`ember.Engine.apply_chat_template` refuses a body
-    (:class:`InvalidRequest`, :class:`Overloaded`), the message is an OpenAI error body, which ``body`` holds parsed
-    (``{"error": {"message", "type", "param", "code"}}``), ready to return from an HTTP server. Otherwise the
-    message is a sentence and ``body`` is ``None``; :meth:`ember.Engine.embed`'s refusals start with the field at
-    fault (``"dimensions: ..."``).
+    When :meth:`ember.Engine.submit` (or :meth:`~ember.Engine.chat`, :meth:`~ember.Engine.submit_api`,
+    :meth:`~ember.Engine.apply_chat_template`) refuses a body (:class:`InvalidRequest`, :class:`Overloaded`), ember
+    answers with an OpenAI error body: ``body`` holds it parsed (``{"error": {"message", "type", "param",
+    "code"}}``), ready to return from an HTTP server, and ``message`` is its ``error.message``. Otherwise ``body``
+    is ``None``; :meth:`ember.Engine.embed`'s refusals start with the field at fault (``"dimensions: ..."``).
     """
 
     #: The status this class stands for (``None`` for :class:`Error` itself and :class:`RequestFailed`).
     status_code: Optional[Status] = None
 
     def __init__(self, op: str, status: Optional[Status], message: str) -> None:
+        self.body: Optional[Dict[str, Any]] = _openai_error_body(message)
+        if self.body is not None:
+            message = _sentence(self.body["error"]) or message
         super().__init__(f"{op}: {message}" if message else op)
         self.op = op
         self.status = status
         self.message = message
-        self.body: Optional[Dict[str, Any]] = _openai_error_body(message)
 
 
 def _openai_error_body(message: str) -> Optional[Dict[str, Any]]:
@@ -37,7 +40,18 @@ def _openai_error_body(message: str) -> Optional[Dict[str, Any]]:
         body = json.loads(message)
     except ValueError:
         return None
-    return body if isinstance(body, dict) and "error" in body else None
+    return body if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
+
+
+def _sentence(error: Dict[str, Any]) -> str:
+    """An OpenAI error's message, naming its ``param`` when the message does not already."""
+    message = error.get("message")
+    if not isinstance(message, str):
+        return ""
+    param = error.get("param")
+    if isinstance(param, str) and param and param not in message:
+        return f"{message} (field {param})"
+    return message
 
 
 class RequestFailed(Error):
