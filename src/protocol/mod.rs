@@ -5,6 +5,7 @@
 mod anthropic;
 mod api;
 mod api_request;
+mod chat;
 pub mod embeddings;
 pub mod encoder_answer;
 mod encoder_body;
@@ -14,22 +15,16 @@ mod guided;
 mod harmony;
 mod json;
 mod llama_server;
-mod logprobs;
 mod metrics_gate;
 pub mod model_info;
 mod ollama;
 mod prediction;
 pub mod prometheus;
 mod prompt;
-mod prompt_logprobs;
 mod prompt_progress;
 mod reasoning;
-mod request;
-mod request_fields;
 pub mod rerank;
-mod response;
 pub mod responses;
-mod stream;
 mod template_options;
 mod template_roles;
 #[cfg(test)]
@@ -37,6 +32,9 @@ mod test_support;
 pub mod tokenize;
 mod tools;
 mod translate;
+
+// The core's paths to chat's reader and writers (`chat/`).
+use chat::{logprobs, prompt_logprobs, request, response, stream};
 
 pub use api::{Api, StreamFraming};
 pub use api_request::ApiRequest;

@@ -4,17 +4,17 @@
 
 use serde_json::Value;
 
-use super::error::{ApiError, RequestFieldNames};
-use super::fields::{
+use super::super::error::{ApiError, RequestFieldNames};
+use super::super::fields::{
     as_array, as_object, as_str, as_u64, get, opt_bool, opt_f32, opt_integer_bits, opt_str, opt_u64, type_error, Object,
 };
-use super::guided::parse_guided;
-use super::prediction::{check_modalities, parse_prediction};
-use super::prompt::PromptInput;
-use super::reasoning::{parse_reasoning_format, ReasoningFormat};
+use super::super::guided::parse_guided;
+use super::super::prediction::{check_modalities, parse_prediction};
+use super::super::prompt::PromptInput;
+use super::super::reasoning::{parse_reasoning_format, ReasoningFormat};
+use super::super::template_options::{parse_template_options, TemplateOptions};
+use super::super::tools::{parse_tools, ToolsRequest};
 use super::request_fields::check_fields;
-use super::template_options::{parse_template_options, TemplateOptions};
-use super::tools::{parse_tools, ToolsRequest};
 use crate::engine::guided::GuidedRequest;
 use crate::engine::request::MAX_CHOICES;
 use crate::engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
