@@ -7,15 +7,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::api::Api;
+use super::chat::{response_body, ChoiceExtras, ChunkEncoder, ChunkPoll, PromptScores, ResponseHeader, SharedPieces};
 use super::error::ApiError;
-use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
-use super::prompt_logprobs::PromptScores;
 use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
-use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::responses::ResponseStore;
-use super::stream::{ChunkEncoder, ChunkPoll};
 use super::template_options::reasoning_effort_variable;
 use super::tools::call_reader::CallReader;
 use super::tools::tool_schemas::blame_tool;

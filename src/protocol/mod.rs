@@ -23,6 +23,7 @@ pub mod prometheus;
 mod prompt;
 mod prompt_progress;
 mod reasoning;
+mod request;
 pub mod rerank;
 pub mod responses;
 mod template_options;
@@ -33,12 +34,9 @@ pub mod tokenize;
 mod tools;
 mod translate;
 
-// The core's paths to chat's reader and writers (`chat/`).
-use chat::{logprobs, prompt_logprobs, request, response, stream};
-
 pub use api::{Api, StreamFraming};
 pub use api_request::ApiRequest;
+pub use chat::{ChunkPoll, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
 pub use error::{ApiError, CONTEXT_LENGTH_EXCEEDED, DEADLINE, INVALID_REQUEST_ERROR, OVERLOADED, SERVER_ERROR};
 pub use prompt_progress::prompt_progress_json;
-pub use request::{ApiKind, COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
-pub use stream::ChunkPoll;
+pub use request::ApiKind;

@@ -16,9 +16,17 @@
 //! - `logprobs.rs`: the two shapes of a choice's `logprobs`; `prompt_logprobs.rs` the prompt's scores (vLLM's
 //!   `prompt_logprobs`, and the echoed prompt's share of `logprobs`).
 
-pub(super) mod logprobs;
-pub(super) mod prompt_logprobs;
-pub(super) mod request;
+mod logprobs;
+mod prompt_logprobs;
+mod request;
 mod request_fields;
-pub(super) mod response;
-pub(super) mod stream;
+mod response;
+mod stream;
+
+// What the core (`api_request.rs`) uses to write a request's answers.
+pub(crate) use logprobs::SharedPieces;
+pub(crate) use prompt_logprobs::PromptScores;
+pub use request::{COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
+pub(crate) use response::{response_body, ChoiceExtras, ResponseHeader};
+pub(crate) use stream::ChunkEncoder;
+pub use stream::ChunkPoll;
