@@ -7,9 +7,7 @@ use super::prompt::PromptInput;
 use super::reasoning::ReasoningFormat;
 use super::template_options::TemplateOptions;
 use super::tools::ToolsRequest;
-use crate::engine::guided::GuidedRequest;
-use crate::engine::sampling::SamplingParams;
-use crate::model::TokenId;
+use crate::engine::RequestOptions;
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,50 +25,25 @@ pub(crate) struct ParsedRequest {
     /// `model`, echoed in responses; `None` → the model's own name.
     pub model: Option<String>,
     pub input: PromptInput,
-    pub sampling: SamplingParams,
-    /// Most tokens per choice; `None` → until the context is full.
-    pub max_tokens: Option<usize>,
+    /// What the engine is asked (sampling, limits, stops, reports, scheduling, structured outputs), filled by the
+    /// reader as it reads each field; a field the body leaves out keeps `RequestOptions::default()`'s value,
+    /// except where OpenAI's default differs (`temperature`, completions' `max_tokens`). Submitting adjusts the
+    /// few that depend on the model (`api_request.rs`): `skip_special_tokens` (off when a tool-call format's or
+    /// a reasoning split's markers are control tokens), `prompt_logprobs` (widened to what `echo` with
+    /// `logprobs` needs; until then it is the request's own), `guided` (the tools' constraint: a request with
+    /// `tools` has none of its own) and `prediction` (the tokens of [`ParsedRequest::prediction`]).
+    pub options: RequestOptions,
+    /// Choices per prompt.
     pub n: usize,
-    pub stop: Vec<String>,
-    /// `stop_token_ids` (vLLM's extension): token ids that end a choice besides the model's own.
-    pub stop_token_ids: Vec<TokenId>,
-    /// vLLM's `include_stop_str_in_output`: what stopped a choice stays at the end of its text.
-    pub include_stop_str_in_output: bool,
-    /// vLLM's `skip_special_tokens` (default true): false writes control tokens' text.
-    pub skip_special_tokens: bool,
     /// Completions' `suffix`: the text after the gap of a fill-in-the-middle prompt; `None` when absent or "".
     pub suffix: Option<String>,
     pub stream: bool,
     /// `stream_options.include_usage`: the stream ends with a usage chunk.
     pub include_usage: bool,
-    pub include_metrics: bool,
     /// Our addition: each choice carries its own `metrics` (same double gate as `metrics`).
     pub include_choice_metrics: bool,
-    /// Our addition: generate past end-of-generation tokens.
-    pub ignore_eos: bool,
-    /// `Some(k)`: each generated token's log probability and its `k` most likely alternatives (chat: `logprobs:
-    /// true` with `top_logprobs: k`; completions: `logprobs: k`).
-    pub logprobs: Option<usize>,
-    /// `Some(k)`: each prompt token's log probability (the first's excepted) and its `k` most likely
-    /// alternatives (vLLM's `prompt_logprobs`, completions only).
-    pub prompt_logprobs: Option<usize>,
-    /// `min_tokens` (vLLM's extension).
-    pub min_tokens: usize,
-    /// Our addition: `speculative_decoding: false` keeps the request out of the engine's speculative decoding.
-    pub speculative_decoding: bool,
-    /// Our addition: `deadline_ms`, milliseconds from submission after which the request ends with
-    /// `finish_reason` `"deadline"`.
-    pub deadline_ms: Option<u64>,
-    /// vLLM's `priority` (lower is scheduled first).
-    pub priority: i32,
-    /// llama-server's `return_progress`: report how far the prompt has been computed (`prompt_progress`).
-    pub return_progress: bool,
     /// `echo` (completions): each choice's text starts with its prompt.
     pub echo: bool,
-    /// Structured outputs (`response_format`, vLLM's `guided_*`), compiled by the engine at submit. A request
-    /// with `tools` has none: its constraint is the tools' (`ToolsRequest::constraint`, once the model's
-    /// tool-call format is known).
-    pub guided: Option<GuidedRequest>,
     /// `tools` with a `tool_choice` other than `"none"` (chat only).
     pub tools: Option<ToolsRequest>,
     /// How a chat request's template renders (`add_generation_prompt`, `continue_final_message`,
@@ -93,8 +66,8 @@ impl ParsedRequest {
     /// `logprobs` of the echoed prompt, whichever is more (each use keeps its own most likely ones). `None`: the
     /// prompt is not scored.
     pub fn scored_prompt_alternatives(&self) -> Option<usize> {
-        let echoed = self.logprobs.filter(|_| self.echo);
-        match (self.prompt_logprobs, echoed) {
+        let echoed = self.options.logprobs.filter(|_| self.echo);
+        match (self.options.prompt_logprobs, echoed) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }

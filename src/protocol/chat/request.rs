@@ -19,6 +19,7 @@ use super::request_fields::check_fields;
 use crate::engine::guided::GuidedRequest;
 use crate::engine::request::MAX_CHOICES;
 use crate::engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
+use crate::engine::RequestOptions;
 use crate::model::TokenId;
 
 /// OpenAI's legacy Completions API generates 16 tokens when `max_tokens` is absent (API reference, "Create
@@ -76,32 +77,35 @@ impl ParsedRequest {
         let n = parse_n(o)?;
         check_best_of(o, n)?;
         let (tools, guided) = parse_tools_and_guided(o, kind, stream)?;
+        let model = opt_str(o, "model")?.map(str::to_owned);
+        // The fields are read in this order, so that of two faulty fields the same one is named first.
+        let mut options =
+            RequestOptions { sampling: parse_sampling(o)?, max_tokens, guided, ..RequestOptions::default() };
+        options.stop = parse_stop(o)?;
+        options.stop_token_ids = parse_stop_token_ids(o)?;
+        fill(&mut options.include_stop_str_in_output, opt_bool(o, "include_stop_str_in_output")?);
+        fill(&mut options.skip_special_tokens, opt_bool(o, "skip_special_tokens")?);
+        fill(&mut options.include_metrics, opt_bool(o, "include_metrics")?);
+        let include_choice_metrics = opt_bool(o, "include_choice_metrics")?.unwrap_or(false);
+        fill(&mut options.ignore_eos, opt_bool(o, "ignore_eos")?);
+        options.logprobs = parse_logprobs(o, kind)?;
+        options.prompt_logprobs = parse_prompt_logprobs(o, kind)?;
+        fill(&mut options.min_tokens, opt_u64(o, "min_tokens")?.map(saturating_usize));
+        fill(&mut options.speculative_decoding, opt_bool(o, "speculative_decoding")?);
+        options.deadline_ms = opt_u64(o, "deadline_ms")?;
+        fill(&mut options.priority, parse_priority(o)?);
+        fill(&mut options.return_progress, opt_bool(o, "return_progress")?);
         Ok(ParsedRequest {
             kind,
-            model: opt_str(o, "model")?.map(str::to_owned),
+            model,
             input,
-            sampling: parse_sampling(o)?,
-            max_tokens,
+            options,
             n,
-            stop: parse_stop(o)?,
-            stop_token_ids: parse_stop_token_ids(o)?,
-            include_stop_str_in_output: opt_bool(o, "include_stop_str_in_output")?.unwrap_or(false),
-            skip_special_tokens: opt_bool(o, "skip_special_tokens")?.unwrap_or(true),
             suffix,
             stream,
             include_usage,
-            include_metrics: opt_bool(o, "include_metrics")?.unwrap_or(false),
-            include_choice_metrics: opt_bool(o, "include_choice_metrics")?.unwrap_or(false),
-            ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
-            logprobs: parse_logprobs(o, kind)?,
-            prompt_logprobs: parse_prompt_logprobs(o, kind)?,
-            min_tokens: opt_u64(o, "min_tokens")?.map_or(0, saturating_usize),
-            speculative_decoding: opt_bool(o, "speculative_decoding")?.unwrap_or(true),
-            deadline_ms: opt_u64(o, "deadline_ms")?,
-            priority: parse_priority(o)?,
-            return_progress: opt_bool(o, "return_progress")?.unwrap_or(false),
+            include_choice_metrics,
             echo: parse_echo(o, kind)?,
-            guided,
             tools,
             template: parse_template_options(o, kind)?,
             reasoning_format: parse_reasoning_format(o, kind)?,
@@ -118,6 +122,14 @@ impl ParsedRequest {
                 max_tokens: max_tokens_name,
             },
         })
+    }
+}
+
+/// A field's value over its default (`RequestOptions::default()`'s, the one place the engine's defaults are
+/// written), when the body has the field.
+fn fill<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
     }
 }
 
@@ -339,15 +351,15 @@ fn parse_logprobs(o: &Object, kind: ApiKind) -> Result<Option<usize>, ApiError> 
     }
 }
 
-/// vLLM's `priority`: an integer in `i32` range (0 when absent).
-fn parse_priority(o: &Object) -> Result<i32, ApiError> {
-    match get(o, "priority") {
-        None => Ok(0),
-        Some(v) => v
-            .as_i64()
-            .and_then(|i| i32::try_from(i).ok())
-            .ok_or_else(|| ApiError::invalid("priority", format!("priority must be an integer in i32 range, got {v}"))),
-    }
+/// vLLM's `priority`: an integer in `i32` range.
+fn parse_priority(o: &Object) -> Result<Option<i32>, ApiError> {
+    get(o, "priority")
+        .map(|v| {
+            v.as_i64().and_then(|i| i32::try_from(i).ok()).ok_or_else(|| {
+                ApiError::invalid("priority", format!("priority must be an integer in i32 range, got {v}"))
+            })
+        })
+        .transpose()
 }
 
 fn parse_stop_token_ids(o: &Object) -> Result<Vec<TokenId>, ApiError> {
