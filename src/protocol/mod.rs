@@ -1,6 +1,12 @@
-//! The OpenAI-compatible protocol: Chat Completions and Completions request bodies in, response bodies and
-//! streaming chunks out, with `usage` and the per-request `metrics`. Pure translation over the engine: JSON in
-//! and out, no I/O, no HTTP. See `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
+//! The APIs ember serves: request bodies in, response bodies and streaming chunks out, with `usage` and the
+//! per-request `metrics`. Pure translation over the engine: JSON in and out, no I/O, no HTTP. See
+//! `docs/protocol.md` (fields, shapes, errors) and `docs/per_request_metrics.md`.
+//!
+//! Each API is one folder: `chat/` (OpenAI's Chat Completions and Completions, the shape the others pass
+//! through), `responses/`, `anthropic/`, `ollama/`, `llama_server/`. Under them, one request core: `request.rs`
+//! (what a request becomes once read, the engine's options among it), `api_request.rs` (submitting it and handing
+//! out its answers), `translate.rs` (another API's body to chat's, chat's answers to that API's), and the
+//! features every API reaches through it (`prompt.rs`, `tools/`, `guided.rs`, `reasoning.rs`, ...).
 
 mod anthropic;
 mod api;
