@@ -23,7 +23,7 @@ mod request_fields;
 mod response;
 mod stream;
 
-// What the core (`api_request.rs`) uses to write a request's answers.
+// What the core (`api_request.rs`) uses to write a request's answers, and what `protocol`'s users see of chat's.
 pub(crate) use logprobs::SharedPieces;
 pub(crate) use prompt_logprobs::PromptScores;
 pub use request::{COMPLETION_DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE};
