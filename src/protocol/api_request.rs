@@ -7,20 +7,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::api::Api;
+use super::chat::{response_body, ChoiceExtras, ChunkEncoder, ChunkPoll, PromptScores, ResponseHeader, SharedPieces};
 use super::error::ApiError;
-use super::logprobs::SharedPieces;
 use super::metrics_gate::MetricsGate;
-use super::prompt_logprobs::PromptScores;
 use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
-use super::response::{response_body, ChoiceExtras, ResponseHeader};
 use super::responses::ResponseStore;
-use super::stream::{ChunkEncoder, ChunkPoll};
 use super::template_options::reasoning_effort_variable;
 use super::tools::call_reader::CallReader;
 use super::tools::tool_schemas::blame_tool;
 use super::translate::{rename_fields, translate, OutputWriter, TranslateContext};
-use crate::engine::{Engine, EventPoll, RequestHandle, RequestOptions, SubmitRequest};
+use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 use crate::model::TokenId;
 
 /// An OpenAI request submitted to an engine.
@@ -118,8 +115,10 @@ impl ApiRequest {
         // Choice `p × n + j` is prompt `p`'s.
         let first_tokens: Vec<TokenId> =
             prompts.iter().flat_map(|p| std::iter::repeat_n(p.first().copied().unwrap_or(0), request.n)).collect();
-        let scores =
-            PromptScores::new(request.prompt_logprobs, request.logprobs.filter(|_| request.echo), first_tokens);
+        let echoed_logprobs = request.options.logprobs.filter(|_| request.echo);
+        let scores = PromptScores::new(request.options.prompt_logprobs, echoed_logprobs, first_tokens);
+        // The engine computes the alternatives both uses need; each use keeps its own (`PromptScores`).
+        request.options.prompt_logprobs = prompt_logprobs;
         // The tools' constraint depends on the model's tool-call format, known only here.
         let reader = request.tools.as_ref().map(|t| t.reader(&model.chat_template, &model.tokenizer)).transpose()?;
         // A thinking model's chat output is split into reasoning and content, unless a forced call is all of it.
@@ -129,37 +128,20 @@ impl ApiRequest {
             }
             _ => None,
         };
+        let options = &mut request.options;
         // Markers that are control tokens (a format's calls', a vocabulary's `</think>`) need their text kept.
-        let skip_special_tokens = request.skip_special_tokens
-            && !reader.as_ref().is_some_and(CallReader::needs_special_text)
+        options.skip_special_tokens &= !reader.as_ref().is_some_and(CallReader::needs_special_text)
             && !reasoning.as_ref().is_some_and(ReasoningReader::needs_special_text);
-        let reasoning = reasoning.map(|r| r.with_special_text(!skip_special_tokens));
-        let guided = match (&request.tools, &reader) {
-            (Some(tools), Some(reader)) => Some(tools.constraint(reader)),
-            _ => request.guided,
-        };
-        // The one options value of the request: the engine shares it among the choices as it is.
-        let options = RequestOptions {
-            sampling: request.sampling,
-            max_tokens: request.max_tokens,
-            stop_token_ids: request.stop_token_ids,
-            stop: request.stop,
-            include_stop_str_in_output: request.include_stop_str_in_output,
-            skip_special_tokens,
-            ignore_eos: request.ignore_eos,
-            include_metrics: request.include_metrics,
-            logprobs: request.logprobs,
-            prompt_logprobs,
-            min_tokens: request.min_tokens,
-            guided,
-            speculative_decoding: request.speculative_decoding,
-            deadline_ms: request.deadline_ms,
-            priority: request.priority,
-            return_progress: request.return_progress,
-            prediction: prediction_tokens(engine, request.prediction.as_deref())?,
-        };
+        let reasoning = reasoning.map(|r| r.with_special_text(!options.skip_special_tokens));
+        // With tools, the constraint is the tools' (the reader refuses any other with them).
+        if let (Some(tools), Some(reader)) = (&request.tools, &reader) {
+            options.guided = Some(tools.constraint(reader));
+        }
+        options.prediction = prediction_tokens(engine, request.prediction.as_deref())?;
         let predicted = options.prediction.is_some();
-        let submit = SubmitRequest { prompts, n: request.n, options };
+        let (include_metrics, logprobs) = (options.include_metrics, options.logprobs);
+        // The one options value of the request: the engine shares it among the choices as it is.
+        let submit = SubmitRequest { prompts, n: request.n, options: request.options };
         let handle = engine.submit(submit).map_err(|e| {
             let error = ApiError::from_submit(&e, request.names);
             match &request.tools {
@@ -169,14 +151,10 @@ impl ApiRequest {
             }
         })?;
         let config = engine.config();
-        let gate = MetricsGate::new(
-            config.enable_per_request_metrics,
-            request.include_metrics,
-            request.include_choice_metrics,
-        );
+        let gate = MetricsGate::new(config.enable_per_request_metrics, include_metrics, request.include_choice_metrics);
         let include_usage = request.include_usage || config.force_include_usage;
         let header = ResponseHeader::new(request.kind, request.model.unwrap_or_else(|| model.name()), handle.id());
-        let logprobs = request.logprobs.map(|_| SharedPieces(engine.shared_model()));
+        let logprobs = logprobs.map(|_| SharedPieces(engine.shared_model()));
         let echo: Vec<String> =
             echo_prompts.iter().flat_map(|prompt| std::iter::repeat_n(prompt.clone(), request.n)).collect();
         let mut chunks =

@@ -118,7 +118,7 @@ struct Read {
     calls: Vec<(String, String)>,
 }
 
-/// `text` read whole, as `response.rs` reads it: the reasoning split, then the calls in the rest.
+/// `text` read whole, as `chat/response.rs` reads it: the reasoning split, then the calls in the rest.
 fn whole(reasoning: &ReasoningReader, calls: &AutoCalls, text: &str) -> Read {
     let split = reasoning.split(text);
     let reasoning = split.reasoning.map(str::to_owned);
@@ -132,7 +132,7 @@ fn whole(reasoning: &ReasoningReader, calls: &AutoCalls, text: &str) -> Read {
     }
 }
 
-/// `text` streamed in pieces of `size` bytes, as `stream.rs` reads it: the split's content deltas go through the
+/// `text` streamed in pieces of `size` bytes, as `chat/stream.rs` reads it: the split's content deltas go through the
 /// call stream. Content is `None` when none was sent and a call was.
 fn streamed(reasoning: &ReasoningReader, calls: &AutoCalls, text: &str, size: usize) -> Read {
     let (mut split, mut stream) = (reasoning.stream(), AutoStream::new(calls.clone(), "call_1".into()));

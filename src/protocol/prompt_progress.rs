@@ -1,5 +1,5 @@
 //! `prompt_progress`, llama-server's object for how far a prompt has been computed (`return_progress`), as ember
-//! writes it: in a stream's progress chunks (`stream.rs`) and as the text of the C API's `PROMPT_PROGRESS` events
+//! writes it: in a stream's progress chunks (`chat/stream.rs`) and as the text of the C API's `PROMPT_PROGRESS` events
 //! (`ffi/event.rs`). The four fields, their names and their order are llama-server's (`result_prompt_progress`
 //! in its `server-task.cpp`), so that a client written for llama-server reads ember's unchanged.
 

@@ -5,8 +5,7 @@ use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
-use super::response::ResponseHeader;
-use super::stream::{ChunkEncoder, ChunkPoll};
+use super::chat::{ChunkEncoder, ChunkPoll, ResponseHeader};
 use crate::engine::output::{CancelWaker, RequestShared};
 use crate::engine::stats::{EngineClock, RequestStateStats};
 use crate::engine::{EventPoll, FinishReason, RequestHandle};

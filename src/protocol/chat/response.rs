@@ -7,15 +7,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::error::ApiError;
-use super::json::{encode, Slot};
+use super::super::error::ApiError;
+use super::super::json::{encode, Slot};
+use super::super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
+use super::super::reasoning::ReasoningReader;
+use super::super::request::ApiKind;
+use super::super::tools::call_reader::CallReader;
+use super::super::tools::{CallIdStyle, TOOL_CALLS_FINISH_REASON};
 use super::logprobs::{encode_logprobs, prepend_echoed, LogprobsJson, TextOffsets, TokenPieces};
-use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
-use super::reasoning::ReasoningReader;
-use super::request::ApiKind;
-use super::tools::call_reader::CallReader;
-use super::tools::{CallIdStyle, TOOL_CALLS_FINISH_REASON};
 use crate::engine::{ChoiceOutput, FinishReason, RequestHandle};
 
 /// What every body and chunk of one request repeats: `id`, `created`, `model`.

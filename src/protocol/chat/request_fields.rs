@@ -6,9 +6,9 @@
 //!
 //! `docs/protocol.md` has the same list as a table; change both together.
 
-use super::error::ApiError;
-use super::fields::Object;
-use super::request::ApiKind;
+use super::super::error::ApiError;
+use super::super::fields::Object;
+use super::super::request::ApiKind;
 
 /// How ember treats a field it knows.
 #[derive(Clone, Copy)]
@@ -139,7 +139,7 @@ mod tests {
     /// The docs' field tables list every field the parser knows, so that the two cannot drift apart.
     #[test]
     fn docs_protocol_md_lists_every_field() {
-        let docs = include_str!("../../docs/protocol.md");
+        let docs = include_str!("../../../docs/protocol.md");
         // A row's first cell names one field or a few (`presence_penalty`, `frequency_penalty`), or a sub-field.
         let first_cells: Vec<&str> =
             docs.lines().filter(|l| l.starts_with("| `")).filter_map(|l| l.split('|').nth(1)).collect();

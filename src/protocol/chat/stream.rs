@@ -17,18 +17,18 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::error::ApiError;
-use super::json::{encode, Slot};
+use super::super::error::ApiError;
+use super::super::json::{encode, Slot};
+use super::super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
+use super::super::prompt_progress::PromptProgressJson;
+use super::super::reasoning::{ReasoningDelta, ReasoningReader, ReasoningStream};
+use super::super::request::ApiKind;
+use super::super::tools::auto_stream::AutoDelta;
+use super::super::tools::call_reader::{CallReader, ChoiceCallStream};
+use super::super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
 use super::logprobs::{encode_logprobs, LogprobsJson, SharedPieces, TextOffsets};
-use super::metrics_gate::{MetricsGate, TimingMetricsJson, TimingsJson};
 use super::prompt_logprobs::{PositionJson, PromptScores};
-use super::prompt_progress::PromptProgressJson;
-use super::reasoning::{ReasoningDelta, ReasoningReader, ReasoningStream};
-use super::request::ApiKind;
 use super::response::{ResponseHeader, Usage};
-use super::tools::auto_stream::AutoDelta;
-use super::tools::call_reader::{CallReader, ChoiceCallStream};
-use super::tools::{CallDelta, TOOL_CALLS_FINISH_REASON};
 use crate::engine::sampling::TokenLogprob;
 use crate::engine::{FinishReason, PromptProgress, RequestEvent, RequestHandle};
 

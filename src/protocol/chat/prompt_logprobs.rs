@@ -104,9 +104,9 @@ fn position(entry: &PromptTokenLogprob, top: usize, pieces: &dyn TokenPieces) ->
 mod tests {
     use serde_json::json;
 
+    use super::super::logprobs::tests::Pieces;
     use super::*;
     use crate::engine::sampling::TokenLogprob;
-    use crate::protocol::logprobs::tests::Pieces;
 
     fn entry(token: TokenId, logprob: f32, rank: u32, top: &[(TokenId, f32)]) -> PromptTokenLogprob {
         PromptTokenLogprob { logprob: TokenLogprob { token, logprob, top: top.to_vec() }, rank }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::request::ApiKind;
+use super::super::request::ApiKind;
 use crate::engine::prompt_logprobs::PromptTokenLogprob;
 use crate::engine::sampling::TokenLogprob;
 use crate::model::tokenizer::Tokenizer;
