@@ -7,5 +7,6 @@ pub mod backend;
 mod cpu_clock;
 pub mod engine;
 pub mod ffi;
+pub mod hub;
 pub mod model;
 pub mod protocol;
