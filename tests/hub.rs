@@ -149,7 +149,7 @@ fn a_file_put_there_by_huggingface_cli_is_used_as_is_and_offline_needs_nothing_e
     let expected = repo.join(format!("snapshots/{COMMIT}/model-Q4_K_M.gguf"));
     for text in ["Someone/Model-GGUF", "Someone/Model-GGUF:q4_k_m", "hf://Someone/Model-GGUF/model-Q4_K_M.gguf"] {
         let found = hub::resolve(&name(text), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
-        assert_eq!(found.files, [expected.clone()], "{text}");
+        assert_eq!(found.files, std::slice::from_ref(&expected), "{text}");
     }
     let err = hub::resolve(&name("Someone/Model-GGUF:Q8_0"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap_err();
     assert!(matches!(err, HubError::NotCached { .. }), "{err}");
@@ -187,6 +187,20 @@ fn a_connection_broken_mid_file_resumes_with_a_range_request() {
     let from = Some(format!("bytes={}-", 1 << 20));
     assert_eq!(ranges, [None, from.clone(), from]);
     assert_eq!(server.served_bytes(), Q4_LEN as u64, "every byte served once");
+}
+
+#[test]
+fn a_stalled_connection_times_out_and_resumes() {
+    let (server, q4, _) = server();
+    let cache = cache_dir("stalled");
+    server.stall_after(&[1 << 20]);
+    let mut settings = settings(&server, &cache);
+    settings.timeout = Duration::from_secs(1);
+    let found = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
+    assert_eq!(std::fs::read(&found.files[0]).unwrap(), q4);
+    let ranges: Vec<Option<String>> =
+        server.seen().iter().filter(|s| s.origin == "cdn").map(|s| s.range.clone()).collect();
+    assert_eq!(ranges, [None, Some(format!("bytes={}-", 1 << 20))]);
 }
 
 #[test]

@@ -64,7 +64,8 @@ const COMMANDS: [(&str, &str, &str); 9] = [
 
 /// The list of commands.
 fn usage() -> String {
-    let lines: Vec<String> = COMMANDS.iter().map(|(name, args, _)| format!("  ember-cli {name:<9} {args}")).collect();
+    let lines: Vec<String> =
+        COMMANDS.iter().map(|(name, args, _)| format!("  ember-cli {name:<9} {args}").trim_end().to_owned()).collect();
     format!(
         "usage:\n{}\n\nMODEL is a GGUF file or a hub name (org/repo:QUANT); `ember-cli COMMAND --help` explains one.",
         lines.join("\n")
@@ -133,12 +134,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let result = parse_args(rest).and_then(|args| match command.as_str() {
-        "--help" | "-h" => Ok(println!("{}", usage())),
+        "--help" | "-h" => show(Some(usage()), command),
         "help" => match args.positional.first() {
-            Some(topic) => command_help(topic).map(|h| println!("{h}")).ok_or(format!("unknown command {topic:?}")),
-            None => Ok(println!("{}", usage())),
+            Some(topic) => show(command_help(topic), topic),
+            None => show(Some(usage()), command),
         },
-        name if args.help => command_help(name).map(|h| println!("{h}")).ok_or(format!("unknown command {name:?}")),
+        name if args.help => show(command_help(name), name),
         "info" => info(&args),
         "tokenize" => tokenize(&args),
         "chat" => chat(&args),
@@ -156,6 +157,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints a help text, or says that `topic` is no command.
+fn show(text: Option<String>, topic: &str) -> Result<(), String> {
+    let text = text.ok_or_else(|| format!("unknown command {topic:?}\n{}", usage()))?;
+    println!("{text}");
+    Ok(())
 }
 
 /// The model file `--model` names: a hub name is resolved (downloaded, with progress on stderr, when the cache

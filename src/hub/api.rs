@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(listing.file("m.Q4_1.gguf").unwrap().sha256.as_deref(), Some(sha.as_str()));
         assert_eq!(listing.file("README.md").unwrap(), &RemoteFile { path: "README.md".into(), size: 5, sha256: None });
         for bad in [
-            format!(r#"{{"sha":"main","siblings":[]}}"#),
+            r#"{"sha":"main","siblings":[]}"#.to_owned(),
             format!(r#"{{"sha":"{commit}","siblings":[{{"rfilename":"../x"}}]}}"#),
             format!(r#"{{"sha":"{commit}","siblings":[{{"rfilename":"/etc/x"}}]}}"#),
             format!(r#"{{"sha":"{commit}","siblings":[{{"rfilename":"x","lfs":{{"sha256":"../../x","size":1}}}}]}}"#),

@@ -4,6 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
+use std::sync::mpsc;
 
 use sha2::{Digest, Sha256};
 
@@ -16,8 +17,10 @@ use super::http::{status_error, Http};
 pub const MAX_FAILURES_IN_A_ROW: u32 = 5;
 /// Attempts in all for one file, however much each brings.
 pub const MAX_ATTEMPTS: u32 = 64;
-/// Bytes read from the connection at a time.
+/// Bytes handed from the reading thread to the writing one at a time.
 const CHUNK: usize = 1 << 20;
+/// Chunks in flight between them.
+const BUFFERS: usize = 4;
 
 /// Where a download reports: the bytes still to fetch, then each advance. `false` cancels.
 pub trait DownloadProgress {
@@ -161,13 +164,6 @@ impl Part {
         self.hasher = Sha256::new();
         Ok(())
     }
-
-    fn append(&mut self, bytes: &[u8]) -> Result<(), HubError> {
-        self.file.write_all(bytes).map_err(HubError::io(&self.path))?;
-        self.hasher.update(bytes);
-        self.len += bytes.len() as u64;
-        Ok(())
-    }
 }
 
 /// One request for the bytes from `part.len` on, appended as they come. Errors that another attempt cannot mend
@@ -204,23 +200,84 @@ fn fetch_rest(
         _ => return Err(status_error(url, &mut response)),
     }
     let mut reader = response.body_mut().as_reader();
-    let mut buffer = vec![0; CHUNK];
-    loop {
-        let n = match reader.read(&mut buffer) {
-            Ok(0) => return Ok(Attempt::Ended),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Ok(Attempt::Retry(e.to_string())),
-        };
-        if part.len + n as u64 > size {
-            return Err(HubError::BadResponse {
-                url: url.to_owned(),
-                reason: format!("more than the {size} bytes the hub lists"),
-            });
-        }
-        part.append(&buffer[..n])?;
-        reporter.at(part.len)?;
+    pump(&mut reader, part, size, reporter).map_err(|e| match e {
+        HubError::BadResponse { reason, .. } => HubError::BadResponse { url: url.to_owned(), reason },
+        e => e,
+    })
+}
+
+/// Copies the body into the part in three stages on three threads: this one reads the connection, a second writes
+/// the chunks read, a third hashes the chunks written (the sha256 alone runs at about the speed of a local
+/// connection: on one thread they would add up). What was read before an error or a cancel is written and hashed
+/// before this returns, so the part's length is what arrived.
+fn pump(reader: &mut dyn Read, part: &mut Part, size: u64, reporter: &mut Reporter<'_>) -> Result<Attempt, HubError> {
+    let (to_write, write_queue) = mpsc::sync_channel::<(Vec<u8>, usize)>(BUFFERS);
+    let (to_hash, hash_queue) = mpsc::sync_channel::<(Vec<u8>, usize)>(BUFFERS);
+    let (to_pool, pool) = mpsc::channel::<Vec<u8>>();
+    for _ in 0..BUFFERS {
+        let _ = to_pool.send(vec![0; CHUNK]);
     }
+    let mut received = part.len;
+    let Part { path, file, len, hasher } = part;
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> Result<(), HubError> {
+            for (buffer, n) in write_queue {
+                file.write_all(&buffer[..n]).map_err(HubError::io(&*path))?;
+                if to_hash.send((buffer, n)).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        scope.spawn(move || {
+            for (buffer, n) in hash_queue {
+                hasher.update(&buffer[..n]);
+                *len += n as u64;
+                let _ = to_pool.send(buffer);
+            }
+        });
+        let read = loop {
+            // No buffer back: the writer stopped on an error, which its join gives.
+            let Ok(mut buffer) = pool.recv() else { break Ok(Attempt::Ended) };
+            let (n, end) = fill(reader, &mut buffer);
+            if received + n as u64 > size {
+                break Err(HubError::BadResponse {
+                    url: String::new(),
+                    reason: format!("more than the {size} bytes the hub lists"),
+                });
+            }
+            received += n as u64;
+            if n > 0 && to_write.send((buffer, n)).is_err() {
+                break Ok(Attempt::Ended);
+            }
+            if let Err(e) = reporter.at(received) {
+                break Err(e);
+            }
+            if let Some(end) = end {
+                break Ok(end);
+            }
+        };
+        drop(to_write);
+        let written = writer.join().unwrap_or_else(|_| {
+            Err(HubError::Io { path: PathBuf::new(), error: std::io::Error::other("the writing thread panicked") })
+        });
+        written.and(read)
+    })
+}
+
+/// Reads into `buffer` until it is full, the body ends, or the connection fails: the bytes read, and how the body
+/// ended when it did.
+fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> (usize, Option<Attempt>) {
+    let mut n = 0;
+    while n < buffer.len() {
+        match reader.read(&mut buffer[n..]) {
+            Ok(0) => return (n, Some(Attempt::Ended)),
+            Ok(read) => n += read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (n, Some(Attempt::Retry(e.to_string()))),
+        }
+    }
+    (n, None)
 }
 
 /// The first byte of a `Content-Range: bytes START-END/TOTAL`.

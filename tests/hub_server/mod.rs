@@ -77,6 +77,8 @@ struct State {
     seen: Vec<Seen>,
     /// The next CDN responses close the connection after this many body bytes (one entry per response).
     break_after: Vec<u64>,
+    /// The next CDN responses stop sending after this many body bytes and hold the connection open (a stall).
+    stall_after: Vec<u64>,
     cdn_origin: String,
 }
 
@@ -137,6 +139,11 @@ impl HubServer {
     /// The next CDN responses break their connection after these many body bytes.
     pub fn break_after(&self, bytes: &[u64]) {
         self.state.lock().unwrap().break_after = bytes.to_vec();
+    }
+
+    /// The next CDN responses stall (send nothing more, the connection open) after these many body bytes.
+    pub fn stall_after(&self, bytes: &[u64]) {
+        self.state.lock().unwrap().stall_after = bytes.to_vec();
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -239,14 +246,12 @@ fn api(path: &str, seen: &Seen, state: &Mutex<State>) -> Answer {
 }
 
 fn cdn(path: &str, seen: &Seen, state: &Mutex<State>, served: &AtomicU64, out: &mut TcpStream) {
-    let (content, break_after) = {
+    let (content, break_after, stall) = {
         let mut state = state.lock().unwrap();
         let content = path.strip_prefix("/cdn/").and_then(|sha| state.blobs.get(sha).cloned());
-        let break_after = match state.break_after.is_empty() {
-            true => None,
-            false => Some(state.break_after.remove(0)),
-        };
-        (content, break_after)
+        let next = |faults: &mut Vec<u64>| (!faults.is_empty()).then(|| faults.remove(0));
+        let (broken, stalled) = (next(&mut state.break_after), next(&mut state.stall_after));
+        (content, broken.or(stalled), stalled.is_some())
     };
     let Some(content) = content else {
         let _ = out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -292,7 +297,11 @@ fn cdn(path: &str, seen: &Seen, state: &Mutex<State>, served: &AtomicU64, out: &
             std::io::copy(&mut file.take(limit), out)
         }
     };
-    // A break: the connection closes with the body short of its Content-Length.
     let _ = out.flush();
+    if stall {
+        // Long past any client's timeout in the tests; the thread then ends with the connection.
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+    // A break: the connection closes with the body short of its Content-Length.
     let _ = out.shutdown(std::net::Shutdown::Both);
 }
