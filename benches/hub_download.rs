@@ -31,6 +31,17 @@ fn settings(server: &HubServer, cache: &Path) -> HubSettings {
     }
 }
 
+/// CPU seconds of this process (the server's threads and the client's) and of its waited-for children (curl), from
+/// `/proc/self/stat`.
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command's closing parenthesis: utime, stime, cutime, cstime are the 12th to 15th.
+    let fields: Vec<f64> =
+        stat.rsplit_once(')').unwrap().1.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect();
+    let tick = 100.0; // USER_HZ on Linux
+    ((fields[11] + fields[12]) / tick, (fields[13] + fields[14]) / tick)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -86,17 +97,23 @@ fn main() {
     println!("sha256 alone: {:.0} MB/s", mb_per_s(hash_seconds));
 
     let (mut ember_rates, mut curl_rates) = (Vec::new(), Vec::new());
+    let (mut ember_cpu, mut curl_cpu) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let cache = dir.join(format!("cache-{round}"));
+        let (cpu, _) = cpu_seconds();
         let start = Instant::now();
         hub::resolve(&name, &settings(&server, &cache), Freshness::Latest, &mut Quiet).unwrap();
         ember_rates.push(mb_per_s(start.elapsed().as_secs_f64()));
+        ember_cpu.push(cpu_seconds().0 - cpu);
         std::fs::remove_dir_all(&cache).unwrap();
 
         let out = dir.join("curl.gguf");
+        let (cpu, child_cpu) = cpu_seconds();
         let start = Instant::now();
         let status = Command::new("curl").args(["-sSfL", "-o"]).arg(&out).arg(&url).status().unwrap();
         curl_rates.push(mb_per_s(start.elapsed().as_secs_f64()));
+        let (cpu_after, child_cpu_after) = cpu_seconds();
+        curl_cpu.push(cpu_after - cpu + child_cpu_after - child_cpu);
         assert!(status.success());
         assert_eq!(std::fs::metadata(&out).unwrap().len(), size);
         std::fs::remove_file(&out).unwrap();
@@ -107,6 +124,8 @@ fn main() {
         "median of {rounds}, {mib} MiB: ember {ember:.0} MB/s, curl {curl:.0} MB/s, ember/curl {:.3}",
         ember / curl
     );
+    // CPU for one download, the server's included in both: what the client costs where CPUs are shared.
+    println!("median CPU seconds a download: ember {:.2}, curl {:.2}", median(ember_cpu), median(curl_cpu));
 
     let cache = dir.join("cache-resume");
     let mut half = StopAtHalf { total: 0, seen: 0 };
