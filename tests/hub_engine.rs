@@ -98,7 +98,8 @@ fn an_engine_loads_a_model_named_on_the_hub() {
     // A repository the hub lacks, and an invalid option before any download.
     let (status, _, _) = start(r#"{"model": "nobody/nothing:Q4_1"}"#);
     assert_eq!(status, EmberStatus::ModelLoadFailed);
-    assert!(last_error().contains("answered 404"), "{}", last_error());
+    let message = last_error();
+    assert!(message.contains("no file nobody/nothing:Q4_1 here") && message.contains("answered 404"), "{message}");
     let (status, _, _) = start(r#"{"model": "nobody/other:Q4_1", "threads": -1}"#);
     assert_eq!(status, EmberStatus::InvalidConfig, "{}", last_error());
     assert!(!server.seen().iter().any(|s| s.path.contains("nobody/other")));

@@ -17,6 +17,9 @@ use super::error::HubError;
 use super::name::{check_repo_path, is_repo_id};
 use super::quant::{is_model_file, parts_of, quant_of, split_of};
 
+/// The most entries a snapshot's walk looks at.
+const MAX_SNAPSHOT_ENTRIES: usize = 100_000;
+
 /// A commit id: 40 hexadecimal digits.
 pub fn is_commit(text: &str) -> bool {
     text.len() == 40 && text.bytes().all(|b| b.is_ascii_hexdigit())
@@ -92,9 +95,16 @@ impl RepoCache {
         let base = self.dir().join("snapshots").join(commit);
         let mut found = Vec::new();
         let mut pending = vec![base.clone()];
+        // Bounded: a snapshot is the hub's tree, but a link to a directory above it would make the walk endless.
+        let mut visited = 0;
         while let Some(dir) = pending.pop() {
             let Ok(entries) = fs::read_dir(&dir) else { continue };
             for entry in entries.flatten() {
+                visited += 1;
+                if visited > MAX_SNAPSHOT_ENTRIES {
+                    found.sort();
+                    return found;
+                }
                 let path = entry.path();
                 match fs::metadata(&path) {
                     Ok(meta) if meta.is_dir() => pending.push(path),

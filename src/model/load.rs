@@ -33,6 +33,11 @@ pub enum ModelError {
     Template(TemplateError),
     /// A hub name that could not be resolved to a file in the cache (`crate::hub`).
     Hub(crate::hub::HubError),
+    /// A string that is no file here, read as a hub name the hub does not have (or could not be asked about).
+    NotFoundAnywhere {
+        name: String,
+        error: crate::hub::HubError,
+    },
     /// A hub name whose model is split in several files (all in the cache now), which ember does not load.
     Split {
         name: String,
@@ -49,6 +54,9 @@ impl fmt::Display for ModelError {
             ModelError::Tokenizer(e) => write!(f, "tokenizer: {e}"),
             ModelError::Template(e) => e.fmt(f),
             ModelError::Hub(e) => e.fmt(f),
+            ModelError::NotFoundAnywhere { name, error } => {
+                write!(f, "no file {name} here, and as a Hugging Face hub name: {error}")
+            }
             ModelError::Split { name, parts } => write!(
                 f,
                 "{name} is split in {} files (all in the cache, the first {}); ember loads a model from one file: \

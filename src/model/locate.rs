@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::path::{resolve_model_path, resolve_with, MODEL_ENV_VAR};
 use super::progress::LoadProgress;
 use super::ModelError;
-use crate::hub::{self, DownloadProgress, Freshness, HubSettings, ModelSpec};
+use crate::hub::{self, DownloadProgress, Freshness, HubError, HubSettings, ModelSpec};
 
 /// Whether `explicit` (else `EMBER_MODEL`) is a hub name rather than a path.
 pub fn names_hub_model(explicit: Option<&Path>) -> bool {
@@ -40,7 +40,15 @@ pub fn locate_model(explicit: Option<&Path>, progress: &mut LoadProgress<'_>) ->
             let settings = HubSettings::from_env();
             let found = hub::resolve(&name, &settings, Freshness::CacheFirst, &mut Reporting(progress));
             progress.end_download();
-            let found = found.map_err(ModelError::Hub)?;
+            let found = found.map_err(|error| match (&error, named.to_str()) {
+                // A string that might have been meant as a file: say that it was not one.
+                (HubError::Status { status: 404, .. } | HubError::Network { .. }, Some(text))
+                    if !text.starts_with(hub::HUB_SCHEME) =>
+                {
+                    ModelError::NotFoundAnywhere { name: text.to_owned(), error }
+                }
+                _ => ModelError::Hub(error),
+            })?;
             if found.files.len() > 1 {
                 return Err(ModelError::Split { name: name.to_string(), parts: found.files });
             }
