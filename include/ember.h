@@ -1204,9 +1204,12 @@ EmberStatus engine_model_info_json(const struct EmberEngine *engine,
  * Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).
  *
  * `config_json` is a JSON object of options (see `docs/c_api.md`; e.g. `{"model": "path.gguf", "threads": 2}`);
- * absent keys keep their defaults, unknown keys are refused. NULL or "" means all defaults (the model path
- * then comes from `EMBER_MODEL`, else `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current
- * directory). Log lines go to the callback set by `engine_set_log_callback` before this call.
+ * absent keys keep their defaults, unknown keys are refused. NULL or "" means all defaults (the model then comes
+ * from `EMBER_MODEL`, else the default model in the Hugging Face cache, else
+ * `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current directory). A `model` (or `EMBER_MODEL`) that
+ * is a hub name, `org/repo:QUANT` or `hf://org/repo/file.gguf`, is taken from the Hugging Face cache, downloaded
+ * into it first when missing (`docs/models.md`). Log lines go to the callback set by `engine_set_log_callback`
+ * before this call.
  *
  * Returns `EMBER_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
  * `EMBER_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),

@@ -1,7 +1,7 @@
 //! ember-bench: the CPU forward pass of the real model, timed end to end. Prints a table and writes it as JSON.
 //!
 //! ```text
-//! ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
+//! ember-bench [--model MODEL] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
 //!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]
 //!             [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]
 //! ```
@@ -54,9 +54,15 @@ use ember::engine::sampling::SamplingParams;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
-const USAGE: &str = "usage: ember-bench [--model PATH] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
+const USAGE: &str = "usage: ember-bench [--model MODEL] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
                      [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N] \
                      [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]";
+
+/// `--help`'s explanation below the usage line (the module's comment says more).
+const HELP: &str = "Times the CPU forward pass of the model (--model: a GGUF file or a hub name, org/repo:QUANT; else \
+                    EMBER_MODEL, else the default model): peak RSS, prefill and decode speed, read bandwidth and \
+                    decode's share of it. Prints a table and writes it as JSON (--json, default \
+                    target/ember-bench.json); --quick runs less.";
 
 /// Text the prompts are cut from (repeated as needed): ordinary English, so that the prompt is a realistic one.
 const PROMPT_TEXT: &str = "The history of astronomy is a story of patient observation. Long before telescopes, people \
@@ -274,6 +280,10 @@ impl SchedTimes {
 
 fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}\n\n{HELP}");
+        return ExitCode::SUCCESS;
+    }
     match parse_args(&raw).and_then(|args| run(&args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,22 +1,9 @@
-//! ember's command-line tool: model facts, tokenization, a chat answer on the CPU, synthetic models.
+//! ember's command-line tool: model facts, tokenization, a chat answer on the CPU, synthetic models, and models
+//! from the Hugging Face hub (`pull`, `list`). `ember-cli --help` lists the commands, `ember-cli COMMAND --help`
+//! explains one (the text is `COMMANDS` below).
 //!
-//! ```text
-//! ember-cli info     [--model PATH] [MESSAGE]      model facts and a tokenized chat prompt
-//! ember-cli tokenize [--model PATH] [--special] TEXT
-//! ember-cli chat     [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
-//! ember-cli complete [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
-//!                                                  continue a plain-text prompt (base models such as Gemma 3 270M)
-//! ember-cli synthetic PATH [--seed S] [--tiny]     write a model of SmolLM2-135M's shapes with random weights
-//!                                                  (--tiny: 2 layers of width 64 and a byte vocabulary, which an
-//!                                                  engine loads and runs in milliseconds)
-//! ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A] [--vocab V]   (encoder families: V is
-//!                                               the vocabulary-only GGUF whose tokenizer the file gets)
-//!                                                  a family's layer shapes (SyntheticSpec::FAMILIES), N layers,
-//!                                                  a 512-token byte vocabulary (what scripts/llamacpp/family_fixtures.py
-//!                                                  feeds llama.cpp); --arch writes those shapes as another
-//!                                                  architecture (to compare architectures' speed at equal bytes)
-//! ember-cli kernels  [--default]                   the CPU kernel paths this CPU runs, or the one in use
-//! ```
+//! `--model` takes a GGUF file or a hub name (`org/repo:QUANT`, `hf://org/repo/file.gguf`: from the Hugging Face
+//! cache, downloaded into it when missing); without it, `EMBER_MODEL`, else the default model (docs/models.md).
 
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -27,27 +14,75 @@ use std::time::Instant;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
+use ember::hub::{self, DownloadProgress, Freshness, HubRef, HubSettings};
 use ember::model::chat_template::ChatMessage;
 use ember::model::encoder::{decoder_family_writer, SyntheticEncoder, DECODER_FAMILIES};
 use ember::model::gguf::GgufFile;
 use ember::model::llama::architecture::MultiplierRule;
 use ember::model::llama::{Architecture, GraniteScales, SyntheticSpec};
 use ember::model::tokenizer::{StreamDecoder, Tokenizer};
-use ember::model::Model;
+use ember::model::{Model, ModelError};
 
-const USAGE: &str = "usage:
-  ember-cli info      [--model PATH] [MESSAGE]
-  ember-cli tokenize  [--model PATH] [--special] TEXT
-  ember-cli chat      [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE
-  ember-cli complete  [--model PATH] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT
-  ember-cli synthetic PATH [--seed S] [--tiny]
-  ember-cli synthetic PATH --family F --layers N [--seed S] [--arch A] [--vocab V]
-  ember-cli kernels   [--default]";
+/// Each command: its name, its arguments, and what it does (its `--help`).
+const COMMANDS: [(&str, &str, &str); 9] = [
+    ("info", "[--model MODEL] [MESSAGE]", "Prints the model's facts and a tokenized chat prompt."),
+    (
+        "tokenize",
+        "[--model MODEL] [--special] TEXT",
+        "Prints TEXT's token ids and texts (--special: special tokens parsed).",
+    ),
+    (
+        "chat",
+        "[--model MODEL] [--max-tokens N] [--threads N] [--temperature T] [--seed S] MESSAGE",
+        "Answers MESSAGE as a one-turn chat, on the CPU, and prints the timings.",
+    ),
+    (
+        "complete",
+        "[--model MODEL] [--max-tokens N] [--threads N] [--temperature T] [--seed S] PROMPT",
+        "Continues a plain-text PROMPT (base models such as Gemma 3 270M).",
+    ),
+    (
+        "synthetic",
+        "PATH [--seed S] [--tiny] | PATH --family F --layers N [--seed S] [--arch A] [--vocab V]",
+        "Writes a model of SmolLM2-135M's shapes with random weights (--tiny: 2 layers of width 64 and a byte \
+         vocabulary, which an engine loads and runs in milliseconds); with --family, that family's layer shapes, N \
+         layers and a byte vocabulary (an encoder family takes its tokenizer from the vocabulary-only GGUF V); \
+         --arch writes those shapes as another architecture.",
+    ),
+    ("kernels", "[--default]", "Prints the CPU kernel paths this CPU runs, or (--default) the one in use."),
+    (
+        "pull",
+        "NAME",
+        "Downloads NAME (org/repo:QUANT, org/repo, hf://org/repo/file.gguf) into the Hugging Face cache at the \
+         repository's latest commit, resuming a partial download, checked against the hub's sha256; prints the \
+         file's path (each part's, for a split model). HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_CACHE, \
+         HF_HUB_OFFLINE and HF_HUB_DOWNLOAD_TIMEOUT apply (docs/models.md).",
+    ),
+    ("list", "", "Lists the GGUF models in the Hugging Face cache: the name that loads each, its size, its path."),
+    ("help", "[COMMAND]", "Explains COMMAND, or lists the commands."),
+];
+
+/// The list of commands.
+fn usage() -> String {
+    let lines: Vec<String> =
+        COMMANDS.iter().map(|(name, args, _)| format!("  ember-cli {name:<9} {args}").trim_end().to_owned()).collect();
+    format!(
+        "usage:\n{}\n\nMODEL is a GGUF file or a hub name (org/repo:QUANT); `ember-cli COMMAND --help` explains one.",
+        lines.join("\n")
+    )
+}
+
+/// One command's help, or `None` for an unknown command.
+fn command_help(command: &str) -> Option<String> {
+    let (name, args, what) = COMMANDS.iter().find(|(name, _, _)| *name == command)?;
+    Some(format!("usage: ember-cli {name} {args}\n\n{what}"))
+}
 
 /// Parsed command-line options (every command takes the subset it needs).
 #[derive(Default)]
 struct Args {
     model: Option<PathBuf>,
+    help: bool,
     max_tokens: Option<usize>,
     threads: Option<usize>,
     temperature: Option<f32>,
@@ -80,6 +115,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--special" => args.special = true,
             "--tiny" => args.tiny = true,
             "--default" => args.default = true,
+            "--help" | "-h" => args.help = true,
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => args.positional.push(a.clone()),
         }
@@ -94,17 +130,25 @@ fn parse_num<T: std::str::FromStr>(s: &str, name: &str) -> Result<T, String> {
 fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = raw.split_first() else {
-        eprintln!("{USAGE}");
+        eprintln!("{}", usage());
         return ExitCode::from(2);
     };
     let result = parse_args(rest).and_then(|args| match command.as_str() {
+        "--help" | "-h" => show(Some(usage()), command),
+        "help" => match args.positional.first() {
+            Some(topic) => show(command_help(topic), topic),
+            None => show(Some(usage()), command),
+        },
+        name if args.help => show(command_help(name), name),
         "info" => info(&args),
         "tokenize" => tokenize(&args),
         "chat" => chat(&args),
         "complete" => complete(&args),
         "synthetic" => synthetic(&args),
         "kernels" => kernel_paths(&args),
-        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+        "pull" => pull(&args),
+        "list" => list(),
+        other => Err(format!("unknown command {other:?}\n{}", usage())),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -115,9 +159,118 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints a help text, or says that `topic` is no command.
+fn show(text: Option<String>, topic: &str) -> Result<(), String> {
+    let text = text.ok_or_else(|| format!("unknown command {topic:?}\n{}", usage()))?;
+    println!("{text}");
+    Ok(())
+}
+
+/// The model file `--model` names: a hub name is resolved (downloaded, with progress on stderr, when the cache
+/// lacks it); a path, or no `--model`, goes to the loader's rule as it is.
+fn model_path(args: &Args) -> Result<Option<PathBuf>, String> {
+    let Some(model) = &args.model else { return Ok(None) };
+    if !ember::model::locate::names_hub_model(Some(model)) {
+        return Ok(Some(model.clone()));
+    }
+    let name = HubRef::parse(&model.to_string_lossy()).map_err(|e| e.to_string())?;
+    let found = fetch(&name, Freshness::CacheFirst)?;
+    if found.files.len() > 1 {
+        return Err(ModelError::Split { name: name.to_string(), parts: found.files }.to_string());
+    }
+    Ok(Some(found.first().clone()))
+}
+
+/// Resolves `name` through the hub, reporting a download on stderr.
+fn fetch(name: &HubRef, freshness: Freshness) -> Result<ember::hub::Resolved, String> {
+    let mut progress = Downloading { name: name.to_string(), total: 0, done: 0, shown: 0, start: Instant::now() };
+    hub::resolve(name, &HubSettings::from_env(), freshness, &mut progress).map_err(|e| e.to_string())
+}
+
+/// A download's progress on stderr, a line every tenth.
+struct Downloading {
+    name: String,
+    total: u64,
+    done: u64,
+    shown: u64,
+    start: Instant,
+}
+
+impl DownloadProgress for Downloading {
+    fn start(&mut self, total_bytes: u64) -> bool {
+        self.total = total_bytes;
+        if total_bytes > 0 {
+            eprintln!("downloading {} ({})", self.name, size_text(total_bytes));
+        }
+        true
+    }
+
+    fn advance(&mut self, bytes: u64) -> bool {
+        self.done += bytes;
+        let tenths = (self.done * 10).checked_div(self.total).unwrap_or(10);
+        if tenths > self.shown {
+            self.shown = tenths;
+            let rate = self.done as f64 / self.start.elapsed().as_secs_f64().max(1e-9);
+            eprintln!(
+                "  {:3}%  {} of {}, {}/s",
+                tenths * 10,
+                size_text(self.done),
+                size_text(self.total),
+                size_text(rate as u64)
+            );
+        }
+        true
+    }
+}
+
+/// Bytes as a person reads them (decimal units, as the hub shows sizes).
+fn size_text(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1_000_000_000 => format!("{:.1} GB", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
+        b => format!("{b} B"),
+    }
+}
+
+/// `pull NAME`: the latest commit's file in the cache, its path(s) on stdout.
+fn pull(args: &Args) -> Result<(), String> {
+    let [name] = args.positional.as_slice() else { return Err(format!("pull needs one NAME\n{}", usage())) };
+    let name = HubRef::parse(name).map_err(|e| e.to_string())?;
+    let found = fetch(&name, Freshness::Latest)?;
+    for file in &found.files {
+        println!("{}", file.display());
+    }
+    match found.fetched_bytes {
+        0 => eprintln!("{name} is in the cache (commit {})", found.commit),
+        n => eprintln!("{name}: {} downloaded (commit {})", size_text(n), found.commit),
+    }
+    Ok(())
+}
+
+/// `list`: the cache's GGUF models, one a line.
+fn list() -> Result<(), String> {
+    let settings = HubSettings::from_env();
+    let models = hub::cached_models(&settings.cache_dir);
+    if models.is_empty() {
+        eprintln!("no GGUF models in the Hugging Face cache {}", settings.cache_dir.display());
+        return Ok(());
+    }
+    let width = models.iter().map(|m| m.name.len()).max().unwrap_or(0).max(4);
+    println!("{:<width$}  {:>9}  PATH", "NAME", "SIZE");
+    for m in models {
+        let parts = match m.parts {
+            (_, 1) => String::new(),
+            (present, all) => format!(" ({present} of {all} parts)"),
+        };
+        println!("{:<width$}  {:>9}  {}{parts}", m.name, size_text(m.bytes), m.path.display());
+    }
+    Ok(())
+}
+
 fn load(args: &Args) -> Result<(Model, f64), String> {
     let start = Instant::now();
-    let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
+    let model = Model::load(model_path(args)?.as_deref()).map_err(|e| e.to_string())?;
     Ok((model, start.elapsed().as_secs_f64() * 1000.0))
 }
 
@@ -161,7 +314,7 @@ fn info(args: &Args) -> Result<(), String> {
 /// `ggml-vocab-*.gguf`) works too.
 fn tokenize(args: &Args) -> Result<(), String> {
     let text = args.positional.first().ok_or("tokenize needs a TEXT")?;
-    let path = ember::model::path::resolve_model_path(args.model.as_deref()).map_err(|e| e.to_string())?;
+    let path = ember::model::path::resolve_model_path(model_path(args)?.as_deref()).map_err(|e| e.to_string())?;
     let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
     for id in tokenizer.encode(text, args.special) {

@@ -12,6 +12,7 @@ use super::status::EmberStatus;
 use crate::engine::embed::{Embedder, Loaded};
 use crate::engine::{self, EngineConfig, EngineError, ReadyQueue};
 use crate::model::gguf::GgufFile;
+use crate::model::locate::{locate_model, names_hub_model};
 use crate::model::path::resolve_model_path;
 use crate::model::progress::LoadProgress;
 use crate::protocol::responses::ResponseStore;
@@ -98,9 +99,12 @@ impl EngineObject {
 /// Creates an engine: loads the model and starts the engine thread (this takes as long as loading the model).
 ///
 /// `config_json` is a JSON object of options (see `docs/c_api.md`; e.g. `{"model": "path.gguf", "threads": 2}`);
-/// absent keys keep their defaults, unknown keys are refused. NULL or "" means all defaults (the model path
-/// then comes from `EMBER_MODEL`, else `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current
-/// directory). Log lines go to the callback set by `engine_set_log_callback` before this call.
+/// absent keys keep their defaults, unknown keys are refused. NULL or "" means all defaults (the model then comes
+/// from `EMBER_MODEL`, else the default model in the Hugging Face cache, else
+/// `models/SmolLM2-135M-Instruct.Q4_1.gguf` relative to the current directory). A `model` (or `EMBER_MODEL`) that
+/// is a hub name, `org/repo:QUANT` or `hf://org/repo/file.gguf`, is taken from the Hugging Face cache, downloaded
+/// into it first when missing (`docs/models.md`). Log lines go to the callback set by `engine_set_log_callback`
+/// before this call.
 ///
 /// Returns `EMBER_STATUS_OK` and writes the new handle to `*out`; on failure `*out` is untouched:
 /// `EMBER_STATUS_INVALID_CONFIG` (bad JSON, unknown key, conflicting or out-of-range values),
@@ -173,7 +177,18 @@ unsafe fn create(
     let out = Out::new(out, "out")?;
     // SAFETY: NULL or NUL-terminated, by this function's contract.
     let json = unsafe { optional_str(config_json, "config_json") }?.unwrap_or("");
-    let config = EngineConfig::from_json(json).map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
+    let mut config =
+        EngineConfig::from_json(json).map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
+    // A hub name resolves (downloading when the cache lacks it) once, here, after the options are checked: the
+    // encoder check and the engine then open the file.
+    if names_hub_model(config.model.as_deref()) {
+        config.validate().map_err(|e| Failure::new(EmberStatus::InvalidConfig, e.to_string()))?;
+        let path = locate_model(config.model.as_deref(), progress).map_err(|e| match progress.cancelled() {
+            true => Failure::new(EmberStatus::LoadCancelled, EngineError::LoadCancelled.to_string()),
+            false => Failure::new(EmberStatus::ModelLoadFailed, EngineError::Model(e).to_string()),
+        })?;
+        config.model = Some(path);
+    }
     let served = match open_encoder(&config, progress)? {
         Some(embedder) => Served::Embedder(Box::new(embedder)),
         None => Served::Generator(Box::new(start_generator(config, progress)?)),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::chat_template::{ChatTemplate, TemplateChoice, TemplateError};
 use super::gguf::{GgufError, GgufFile, LoadMode};
 use super::llama::{LlamaConfig, ModelConfigError};
-use super::path::{resolve_model_path, ModelNotFound};
+use super::locate::locate_model;
+use super::path::ModelNotFound;
 use super::progress::LoadProgress;
 use super::tokenizer::{Tokenizer, TokenizerError};
 
@@ -30,6 +31,18 @@ pub enum ModelError {
     Config(ModelConfigError),
     Tokenizer(TokenizerError),
     Template(TemplateError),
+    /// A hub name that could not be resolved to a file in the cache (`crate::hub`).
+    Hub(crate::hub::HubError),
+    /// A string that is no file here, read as a hub name the hub does not have (or could not be asked about).
+    NotFoundAnywhere {
+        name: String,
+        error: crate::hub::HubError,
+    },
+    /// A hub name whose model is split in several files (all in the cache now), which ember does not load.
+    Split {
+        name: String,
+        parts: Vec<PathBuf>,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -40,6 +53,17 @@ impl fmt::Display for ModelError {
             ModelError::Config(e) => e.fmt(f),
             ModelError::Tokenizer(e) => write!(f, "tokenizer: {e}"),
             ModelError::Template(e) => e.fmt(f),
+            ModelError::Hub(e) => e.fmt(f),
+            ModelError::NotFoundAnywhere { name, error } => {
+                write!(f, "no file {name} here, and as a Hugging Face hub name: {error}")
+            }
+            ModelError::Split { name, parts } => write!(
+                f,
+                "{name} is split in {} files (all in the cache, the first {}); ember loads a model from one file: \
+                 merge them with llama.cpp's `llama-gguf-split --merge FIRST OUT.gguf` and load OUT.gguf",
+                parts.len(),
+                parts[0].display()
+            ),
         }
     }
 }
@@ -47,7 +71,8 @@ impl fmt::Display for ModelError {
 impl std::error::Error for ModelError {}
 
 impl Model {
-    /// Loads the model at `path`, or where the model-path rule points when `None` (see [`resolve_model_path`]).
+    /// Loads the model at `path` (a file, or a hub name: [`locate_model`]), or where the model-path rule points
+    /// when `None` (see [`super::path::resolve_model_path`]).
     /// The file is brought in as [`LoadMode::Auto`] says.
     pub fn load(path: Option<&Path>) -> Result<Self, ModelError> {
         Self::load_with(path, LoadMode::default())
@@ -74,7 +99,7 @@ impl Model {
         progress: &mut LoadProgress<'_>,
         template: &TemplateChoice,
     ) -> Result<Self, ModelError> {
-        let path = resolve_model_path(path).map_err(ModelError::NotFound)?;
+        let path = locate_model(path, progress)?;
         let file = GgufFile::open_reporting(&path, mode, progress).map_err(ModelError::Gguf)?;
         Self::from_file_with(path, file, template)
     }

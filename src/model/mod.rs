@@ -6,6 +6,7 @@ pub mod encoder;
 pub mod gguf;
 pub mod llama;
 mod load;
+pub mod locate;
 pub mod path;
 pub mod progress;
 pub mod tokenizer;

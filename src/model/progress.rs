@@ -1,9 +1,14 @@
 //! Progress of loading a model, for a host's progress bar (`engine_new_with_progress`, like llama.cpp's
 //! `progress_callback`): the fraction of the work done as it advances, and the host's answer whether to go on.
+//! A model that is downloaded first (a hub name not in the cache, `crate::hub`) reports its download in the first
+//! half of the range ([`DOWNLOAD_SHARE`]) and its load in the second.
 
 /// The host's function: receives the fraction loaded (0 to 1, never decreasing, 1 exactly once, last) and
 /// returns `false` to cancel the load.
 pub type ProgressFn<'a> = dyn FnMut(f32) -> bool + 'a;
+
+/// The part of the range a download takes, before the load.
+pub const DOWNLOAD_SHARE: f64 = 0.5;
 
 /// Counts the work of a load in bytes against a total fixed in advance, and reports each advance as a fraction.
 pub struct LoadProgress<'a> {
@@ -12,12 +17,15 @@ pub struct LoadProgress<'a> {
     done: u64,
     cancelled: bool,
     finished: bool,
+    /// The range the current phase reports in: `[base, base + span]` (the download's, then the load's).
+    base: f64,
+    span: f64,
 }
 
 impl<'a> LoadProgress<'a> {
     /// Reports to `report`, if any.
     pub fn new(report: Option<&'a mut ProgressFn<'a>>) -> Self {
-        LoadProgress { report, total: 0, done: 0, cancelled: false, finished: false }
+        LoadProgress { report, total: 0, done: 0, cancelled: false, finished: false, base: 0.0, span: 1.0 }
     }
 
     /// A load nobody watches: it cannot be cancelled.
@@ -25,10 +33,31 @@ impl<'a> LoadProgress<'a> {
         Self::new(None)
     }
 
-    /// Sets the load's total work, and reports 0: the load has begun. `false` when the host cancels.
+    /// Sets the load's total work, and reports 0 (after a download, [`DOWNLOAD_SHARE`]): the load has begun.
+    /// `false` when the host cancels.
     pub fn begin(&mut self, total_bytes: u64) -> bool {
         self.total = total_bytes;
-        self.send(0.0)
+        self.done = 0;
+        self.send(self.base as f32)
+    }
+
+    /// A download of `total_bytes` comes before the load: it reports in `[0, DOWNLOAD_SHARE)`, through
+    /// [`LoadProgress::advance`], until [`LoadProgress::end_download`]. Nothing to download (0) leaves the whole range to
+    /// the load. `false` when the host cancels.
+    pub fn begin_download(&mut self, total_bytes: u64) -> bool {
+        if total_bytes == 0 {
+            return !self.cancelled;
+        }
+        (self.base, self.span) = (0.0, DOWNLOAD_SHARE);
+        self.begin(total_bytes)
+    }
+
+    /// The download is over: the load reports in the rest of the range.
+    pub fn end_download(&mut self) {
+        if self.span < 1.0 {
+            (self.base, self.span) = (self.base + self.span, 1.0 - self.base - self.span);
+            self.done = 0;
+        }
     }
 
     /// Adds `bytes` of work done (never beyond the total, and never to 1: only `finish` reports 1). `false` once
@@ -36,8 +65,8 @@ impl<'a> LoadProgress<'a> {
     pub fn advance(&mut self, bytes: u64) -> bool {
         self.done = self.done.saturating_add(bytes).min(self.total);
         // A fraction just below 1 until the end, so that 1 always means "loaded".
-        let fraction = if self.total == 0 { 0.0 } else { (self.done as f64 / self.total as f64) as f32 };
-        self.send(fraction.min(0.999))
+        let fraction = if self.total == 0 { 0.0 } else { self.done as f64 / self.total as f64 };
+        self.send(((self.base + self.span * fraction) as f32).min(0.999))
     }
 
     /// Reports 1: the load is complete. `false` when the host cancels even now.
@@ -84,6 +113,28 @@ mod tests {
         assert!(progress.finish());
         assert!(progress.finish()); // once only
         assert_eq!(seen, [0.0, 0.5, 0.999, 1.0]);
+    }
+
+    #[test]
+    fn a_download_takes_the_first_half_and_the_load_the_second() {
+        let mut seen = Vec::new();
+        let mut report = |f: f32| {
+            seen.push(f);
+            true
+        };
+        let mut progress = LoadProgress::new(Some(&mut report));
+        assert!(progress.begin_download(200));
+        assert!(progress.advance(100));
+        assert!(progress.advance(100));
+        progress.end_download();
+        assert!(progress.begin(10));
+        assert!(progress.advance(5));
+        assert!(progress.finish());
+        assert_eq!(seen, [0.0, 0.25, 0.5, 0.5, 0.75, 1.0]);
+        let mut nothing_to_fetch = LoadProgress::silent();
+        assert!(nothing_to_fetch.begin_download(0));
+        nothing_to_fetch.end_download();
+        assert_eq!((nothing_to_fetch.base, nothing_to_fetch.span), (0.0, 1.0));
     }
 
     #[test]

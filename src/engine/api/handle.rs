@@ -30,7 +30,7 @@ use crate::engine::step::scheduler::SchedulerLimits;
 use crate::engine::step::step_runner::StepRunner;
 use crate::model::chat_template::{ChatTemplate, TemplateChoice, TemplateError, TemplateOrigin};
 use crate::model::gguf::LoadMode;
-use crate::model::path::resolve_model_path;
+use crate::model::locate::locate_model;
 use crate::model::progress::LoadProgress;
 use crate::model::{Model, ModelError};
 
@@ -176,8 +176,9 @@ impl Engine {
                 }
             }
             None => {
-                let path = resolve_model_path(config.model.as_deref())
-                    .map_err(|e| EngineError::Model(ModelError::NotFound(e)))?;
+                // A hub name resolves to the cache's file, downloading it first when missing.
+                let path = locate_model(config.model.as_deref(), progress)
+                    .map_err(|e| cancelled(progress, EngineError::Model(e)))?;
                 // The file's length as it is now; the read checks it again.
                 let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 let read_share = if config.load.resolve(file_len) == LoadMode::Read { file_len } else { 0 };
