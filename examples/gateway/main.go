@@ -77,7 +77,8 @@ func (l *stringList) Set(value string) error {
 func parseOptions() options {
 	var o options
 	flag.StringVar(&o.model, "model", "",
-		"GGUF model file (default: $EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf)")
+		"GGUF model file, or a Hugging Face hub name (org/repo:QUANT, hf://org/repo/file.gguf) resolved through the "+
+			"hub cache (docs/models.md); default: $EMBER_MODEL, else the default model (docs/c_api.md, \"model\")")
 	flag.StringVar(&o.chatTemplate, "chat-template", "",
 		"chat template replacing the model's: a Jinja file's path, or the template text itself (the engine's chat_template)")
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
