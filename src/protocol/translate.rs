@@ -17,7 +17,7 @@ use super::api::Api;
 use super::error::ApiError;
 use super::llama_server;
 use super::ollama;
-use super::request::ApiKind;
+use super::request::{ApiKind, ParsedRequest};
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
 
@@ -29,7 +29,7 @@ pub(crate) struct Translation {
     pub output: Box<dyn OutputWriter>,
     /// The request's own names of the OpenAI fields the body has (OpenAI's name, its name), so that a refusal
     /// names the field the client sent.
-    pub field_names: &'static [(&'static str, &'static str)],
+    pub field_names: FieldNames,
 }
 
 /// Writes one request's answers in its API's shape, from the OpenAI ones.
@@ -47,6 +47,17 @@ pub(crate) struct TranslateContext<'a> {
     pub engine: &'a Engine,
     /// The stored responses `previous_response_id` refers to (OpenAI Responses).
     pub responses: &'a Arc<ResponseStore>,
+    pub purpose: Purpose,
+}
+
+/// What a request is read for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// To be submitted: every field generation needs must be there.
+    Generate,
+    /// To have its prompt tokens counted (`prompt_tokens.rs`): a field only generation needs may be absent
+    /// (Anthropic's `max_tokens`, which its `count_tokens` body has not).
+    CountPrompt,
 }
 
 /// Reads `json`, a request of `api` (not OpenAI's own), into its OpenAI body.
@@ -63,6 +74,34 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
     }
+}
+
+/// The names a request's API gives the OpenAI fields (`Translation::field_names`); none for OpenAI's own.
+pub(crate) type FieldNames = &'static [(&'static str, &'static str)];
+
+/// Another API's side of a read request: the writer of its answers, and its names of the OpenAI fields.
+pub(crate) type Translated = (Box<dyn OutputWriter>, FieldNames);
+
+/// `json`, a request body of `api`, read into the OpenAI request it stands for: another API's is translated
+/// first, and also gives its [`Translated`] (its refusals here already name its fields).
+pub(crate) fn read_request(
+    api: Api,
+    json: &str,
+    context: &TranslateContext<'_>,
+) -> Result<(ParsedRequest, Option<Translated>), ApiError> {
+    let kind = match api {
+        Api::OpenAi => None,
+        Api::ChatCompletions => Some(ApiKind::Chat),
+        Api::Completions => Some(ApiKind::Completion),
+        _ => {
+            let translation = translate(api, json, context)?;
+            let names = translation.field_names;
+            let parsed = ParsedRequest::from_value(&translation.body, Some(translation.kind))
+                .map_err(|e| rename_fields(e, names))?;
+            return Ok((parsed, Some((translation.output, names))));
+        }
+    };
+    Ok((ParsedRequest::parse(json, kind)?, None))
 }
 
 /// A fresh id for another API's objects: `prefix` and 32 hex digits, unique without global state (as chat's
