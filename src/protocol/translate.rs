@@ -142,7 +142,35 @@ pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiE
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
     }
+    // The message may name another field than the parameter (the context check names the prompt and
+    // `max_tokens`): each OpenAI field name that is one identifier of its own (`max_tokens`, not a plain word such
+    // as `messages` that a sentence may use) is written as the request's.
+    for (openai, own) in names.iter().filter(|(openai, _)| openai.contains('_') && !openai.contains('.')) {
+        error.message = replace_identifier(&error.message, openai, own);
+    }
     error
+}
+
+/// `text` with each occurrence of the identifier `name` replaced by `with`, except inside a longer identifier or
+/// path (`max_tokens_x`, `a.max_tokens`, `max_tokens.x`).
+fn replace_identifier(text: &str, name: &str, with: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(name) {
+        let before = rest[..at].chars().last().or_else(|| out.chars().last());
+        let mut after = rest[at + name.len()..].chars();
+        let joined = before.is_some_and(|c| word(c) || c == '.')
+            || match after.next() {
+                Some('.') => after.next().is_some_and(word),
+                next => next.is_some_and(word),
+            };
+        out.push_str(&rest[..at]);
+        out.push_str(if joined { name } else { with });
+        rest = &rest[at + name.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -169,6 +197,14 @@ mod tests {
         // A name is a whole segment: `max_tokens_x` is another field.
         let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
         assert_eq!(e.param.as_deref(), Some("max_tokens_x"));
+        // The context check names the prompt and max_tokens: both are the request's.
+        let e = rename_fields(
+            ApiError::invalid("messages", "the prompt (9 tokens) plus max_tokens (1) exceeds the context of 9 tokens"),
+            &[("messages", "input"), ("max_tokens", "max_output_tokens")],
+        );
+        assert_eq!(e.message, "the prompt (9 tokens) plus max_output_tokens (1) exceeds the context of 9 tokens");
+        let e = rename_fields(ApiError::invalid("x", "max_tokens_x, my.max_tokens and max_tokens."), &names);
+        assert_eq!(e.message, "max_tokens_x, my.max_tokens and max_output_tokens.");
         let names = [("response_format.json_schema.schema", "format"), ("response_format", "format")];
         let e = rename_fields(
             ApiError::invalid("response_format.json_schema.schema", "invalid response_format.json_schema.schema: x"),
