@@ -847,6 +847,33 @@ EmberStatus engine_apply_chat_template(const struct EmberEngine *engine, const c
 EmberStatus engine_cancel(struct EmberRequest *request);
 
 /**
+ * The prompt tokens of `request_json`, a request body of the API `api` (`EMBER_API_*`, as `engine_submit_api`
+ * takes it), written to `*out_tokens`: exactly the prompt tokens its submission would have (`usage`'s
+ * `prompt_tokens`; Anthropic's `input_tokens` plus `cache_read_input_tokens`), after the API's translation,
+ * the chat template and the tools' description. Several prompts (a Completions `prompt` array) add up; `n`
+ * does not multiply them. Nothing is submitted, queued or stored: what Anthropic's
+ * `POST /v1/messages/count_tokens` answers.
+ *
+ * The body is read and refused as its submission would be, naming the field as its API names it, except that a
+ * field only generation needs may be absent (Anthropic's `max_tokens`) and what the engine checks at
+ * submission is not checked (a prompt longer than the context is counted; sampling ranges are not read).
+ *
+ * Returns `EMBER_STATUS_OK`; on failure `*out_tokens` is untouched: `EMBER_STATUS_INVALID_REQUEST` (the body
+ * was refused; `engine_last_error_message()` is the OpenAI error JSON; also for an engine that serves
+ * embeddings), `EMBER_STATUS_INVALID_HANDLE`, `EMBER_STATUS_INVALID_UTF8`, `EMBER_STATUS_INVALID_ARGUMENT` (a
+ * NULL argument, an `api` that is no `EMBER_API_*` value).
+ *
+ * Thread safety: any thread, concurrently with any other call; does not wait for the engine's steps.
+ *
+ * # Safety
+ * `request_json` is NULL or a NUL-terminated string; `out_tokens` is NULL or points to a writable `size_t`.
+ */
+EmberStatus engine_count_prompt_tokens(const struct EmberEngine *engine,
+                                       uint32_t api,
+                                       const char *request_json,
+                                       size_t *out_tokens);
+
+/**
  * The text of `n_ids` token ids at `ids` (NULL only with 0), written to `*out`: their bytes, invalid UTF-8
  * replaced by U+FFFD; control tokens write their text only when `include_special` (vLLM's
  * `skip_special_tokens: false`). A NUL byte in the text ends the C string there.

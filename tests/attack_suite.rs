@@ -8,7 +8,9 @@
 //! Cases (`tests/attack/`): hostile chat templates, through the model file and through the `chat_template` option
 //! (`template_cases.rs`); grammar and schema bombs (`grammar_cases.rs`); load bombs (`gguf_cases.rs`); integer
 //! extremes and oversized bodies (`request_cases.rs`); hostile embeddings and rerank bodies and misuse of their
-//! result handle (`encoder_cases.rs`). The gateway's cases are Go tests (`examples/gateway/attack_test.go`).
+//! result handle (`encoder_cases.rs`); hostile bodies of every other API (`engine_submit_api`) and their counts
+//! (`engine_count_prompt_tokens`), and Responses chained to the context's end (`api_cases.rs`). The gateway's
+//! cases are Go tests (`examples/gateway/attack_test.go`).
 //!
 //! `cargo test --release --test attack_suite [-- NAME...]` runs every case (or those whose names contain a NAME),
 //! two at a time, prints a line per case with the attack's duration and its peak memory above the host's before

@@ -686,6 +686,27 @@ func TestTokenizerAndModelInfo(t *testing.T) {
 	if _, err := shared.Detokenize([]uint32{1 << 30}, false); !isStatus(err, StatusInvalidArgument) {
 		t.Fatalf("an id outside the vocabulary: %v", err)
 	}
+	// Counting, for this API and another, is the same prompt; a count refuses what a submission refuses.
+	for _, api := range []API{APIOpenAI, APIChatCompletions} {
+		if n, err := shared.CountPromptTokens(api, body); err != nil || n != len(ids) {
+			t.Fatalf("CountPromptTokens(%d): %d, %v; want %d", api, n, err, len(ids))
+		}
+	}
+	messages := []byte(`{"messages": [{"role": "user", "content": "Name a colour."}]}`)
+	if n, err := shared.CountPromptTokens(APIAnthropicMessages, messages); err != nil || n != len(ids) {
+		t.Fatalf("CountPromptTokens(Messages): %d, %v; want %d", n, err, len(ids))
+	}
+	if _, err := shared.CountPromptTokens(APIAnthropicMessages, []byte(`{"messages": 3}`)); !isStatus(err,
+		StatusInvalidRequest) || !strings.Contains(err.Error(), "messages") {
+		t.Fatalf("count of bad messages: %v", err)
+	}
+	if _, err := shared.CountPromptTokens(API(99), messages); !isStatus(err, StatusInvalidArgument) {
+		t.Fatalf("count for an unknown API: %v", err)
+	}
+	if _, err := shared.CountPromptTokens(APIAnthropicMessages, []byte("{\x00}")); !isStatus(err,
+		StatusInvalidRequest) {
+		t.Fatalf("count of a body with a NUL byte: %v", err)
+	}
 	if _, err := shared.ApplyChatTemplate([]byte(`{"messages": 3}`)); !isStatus(err, StatusInvalidRequest) ||
 		!strings.Contains(err.Error(), "messages") {
 		t.Fatalf("bad messages: %v", err)
@@ -764,6 +785,9 @@ func TestTokenizerOnAClosedEngine(t *testing.T) {
 	}
 	if _, err := engine.TokenBytes(1); !isStatus(err, StatusInvalidHandle) {
 		t.Errorf("TokenBytes: %v", err)
+	}
+	if _, err := engine.CountPromptTokens(APIOpenAI, chat("hi", 1, "")); !isStatus(err, StatusInvalidHandle) {
+		t.Errorf("CountPromptTokens: %v", err)
 	}
 	if _, err := engine.ApplyChatTemplate(chat("hi", 1, "")); !isStatus(err, StatusInvalidHandle) {
 		t.Errorf("ApplyChatTemplate: %v", err)

@@ -75,6 +75,11 @@ static inline EmberStatus ember_go_apply_chat_template(uintptr_t engine, const c
     return engine_apply_chat_template((const EmberEngine *)engine, request_json, out);
 }
 
+static inline EmberStatus ember_go_count_prompt_tokens(uintptr_t engine, uint32_t api, const char *request_json,
+                                                       size_t *out_tokens) {
+    return engine_count_prompt_tokens((const EmberEngine *)engine, api, request_json, out_tokens);
+}
+
 static inline EmberStatus ember_go_model_info(uintptr_t engine, char **out) {
     return engine_model_info_json((const EmberEngine *)engine, out);
 }

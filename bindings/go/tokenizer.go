@@ -4,6 +4,7 @@ package ember
 import "C"
 
 import (
+	"bytes"
 	"encoding/json"
 	"runtime"
 	"unsafe"
@@ -119,6 +120,32 @@ func (e *Engine) ApplyChatTemplate(body []byte) (ChatPrompt, error) {
 	var prompt ChatPrompt
 	err := json.Unmarshal(takeString(out), &prompt)
 	return prompt, err
+}
+
+// CountPromptTokens is the number of prompt tokens a request body of the given API would have, without submitting
+// it (engine_count_prompt_tokens): exactly the prompt tokens its answer would bill, after the API's translation,
+// the chat template and the tools' description. Anthropic's body may leave out max_tokens (its count_tokens
+// body has none). A refused body is a StatusInvalidRequest error whose Message is the OpenAI error body naming
+// the field as the API names it; an unknown api is StatusInvalidArgument.
+func (e *Engine) CountPromptTokens(api API, requestJSON []byte) (int, error) {
+	defer runtime.KeepAlive(e)
+	const op = "engine_count_prompt_tokens"
+	if e.closed.Load() {
+		return 0, closedEngine(op)
+	}
+	// As submitAPI: a C string would end at a NUL byte, which JSON never holds unescaped.
+	if bytes.IndexByte(requestJSON, 0) >= 0 {
+		return 0, &Error{Op: op, Status: StatusInvalidRequest, Message: nulBodyError}
+	}
+	cBody := C.CString(string(requestJSON))
+	defer C.free(unsafe.Pointer(cBody))
+	var tokens C.size_t
+	if _, err := call(op, func() C.EmberStatus {
+		return C.ember_go_count_prompt_tokens(e.handle, C.uint32_t(api), cBody, &tokens)
+	}); err != nil {
+		return 0, err
+	}
+	return int(tokens), nil
 }
 
 // ModelInfo is the JSON description of the served model (engine_model_info_json; docs/c_api.md lists its

@@ -4,7 +4,8 @@ package main
 // audits or debugs a deployment without a tracing system. A request that ran on the engine also has its tokens
 // and its five timing metrics (docs/per_request_metrics.md), read as the metrics headers read them. The line's
 // id is the response's X-Request-Id: the engine's response id (chatcmpl-..., cmpl-..., resp_..., msg_...) for
-// a completion, a gateway-generated one otherwise, so a client's answer leads to its line.
+// a completion, a gateway-generated one otherwise (also for Ollama's and llama-server's answers, which carry no
+// id), so a client's answer leads to its line.
 
 import (
 	"context"
@@ -187,6 +188,11 @@ type responseSummary struct {
 	// Ollama's answers count the tokens in their last object instead.
 	PromptEvalCount *int `json:"prompt_eval_count"`
 	EvalCount       *int `json:"eval_count"`
+	// llama-server's /completion counts them in its final object (`stop` true); a partial object of its stream
+	// also has them, counting its own part only.
+	TokensEvaluated *int  `json:"tokens_evaluated"`
+	TokensPredicted *int  `json:"tokens_predicted"`
+	Stop            *bool `json:"stop"`
 }
 
 // usageSummary is a body's usage: OpenAI's names, or input and output tokens (Anthropic's and the Responses
@@ -249,6 +255,8 @@ func (record *accessRecord) noteUsage(summary responseSummary) {
 		record.promptTokens, record.completionTokens = &prompt, &completion
 	case summary.PromptEvalCount != nil && summary.EvalCount != nil:
 		record.promptTokens, record.completionTokens = summary.PromptEvalCount, summary.EvalCount
+	case summary.TokensEvaluated != nil && summary.TokensPredicted != nil && summary.Stop != nil && *summary.Stop:
+		record.promptTokens, record.completionTokens = summary.TokensEvaluated, summary.TokensPredicted
 	}
 }
 

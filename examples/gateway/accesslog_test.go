@@ -203,3 +203,39 @@ func TestAccessLogFileIsAppendedTo(t *testing.T) {
 		t.Errorf("no --access-log: %v, %v", log, err)
 	}
 }
+
+// llama-server's /completion, whole and streamed: its answers carry no id, so the line's is the gateway's (also
+// X-Request-Id), and its tokens are the final object's tokens_evaluated and tokens_predicted, not a partial's.
+func TestAccessLogOfLlamaCompletion(t *testing.T) {
+	url, log, out := startLoggedGateway(t)
+	key := []string{"Authorization", "Bearer key-from-flag"}
+	resp, body := send(t, http.MethodPost, url+"/completion", `{"prompt": "Hi", "n_predict": 3, "temperature": 0}`,
+		key...)
+	var answer struct {
+		TokensEvaluated int `json:"tokens_evaluated"`
+		TokensPredicted int `json:"tokens_predicted"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &answer) != nil || answer.TokensPredicted == 0 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	wholeID := resp.Header.Get("X-Request-Id")
+	resp, _ = send(t, http.MethodPost, url+"/completion",
+		`{"prompt": "Hi", "n_predict": 3, "temperature": 0, "stream": true}`, key...)
+	streamID := resp.Header.Get("X-Request-Id")
+	lines := logLines(t, log, out)
+	if len(lines) != 2 {
+		t.Fatalf("%d lines for 2 requests: %v", len(lines), lines)
+	}
+	for i, id := range []string{wholeID, streamID} {
+		line := lines[i]
+		checkCommonFields(t, line, "POST", "completion", "/completion", http.StatusOK)
+		if !strings.HasPrefix(id, "req-") || line["id"] != id {
+			t.Errorf("line %v, X-Request-Id %q", line, id)
+		}
+		if line["prompt_tokens"] != float64(answer.TokensEvaluated) ||
+			line["completion_tokens"] != float64(answer.TokensPredicted) {
+			t.Errorf("line %v: want the answer's %d and %d tokens", line, answer.TokensEvaluated,
+				answer.TokensPredicted)
+		}
+	}
+}

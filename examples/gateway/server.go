@@ -1,9 +1,10 @@
 package main
 
-// The gateway's HTTP routes, except the generation endpoints (completions.go, apis.go), /tokenize and /detokenize
-// (tokenize.go), the embeddings routes (embeddings.go), reranking (rerank.go), llama-server's /props and /slots
-// (llamaserver.go) and Ollama's others (ollama.go, ollama_models.go); and what every route does around its handler
-// (counted): CORS (cors.go), API keys (auth.go), counting, the access log (accesslog.go).
+// The gateway's HTTP routes, except the generation endpoints (completions.go, apis.go), Anthropic's token
+// counting (count_tokens.go), /tokenize and /detokenize (tokenize.go), the embeddings routes (embeddings.go),
+// reranking (rerank.go), llama-server's /props and /slots (llamaserver.go) and Ollama's others (ollama.go,
+// ollama_models.go); and what every route does around its handler (counted): CORS (cors.go), API keys (auth.go),
+// counting, the access log (accesslog.go).
 
 import (
 	"encoding/json"
@@ -70,6 +71,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/v1/completions", s.counted("completions", http.MethodPost, s.completions(endpointCompletions)))
 	mux.HandleFunc("/v1/responses", s.counted("responses", http.MethodPost, s.completions(endpointResponses)))
 	mux.HandleFunc("/v1/messages", s.counted("messages", http.MethodPost, s.completions(endpointMessages)))
+	mux.HandleFunc("/v1/messages/count_tokens", s.counted("count_tokens", http.MethodPost, s.countTokens))
 	for _, path := range llamaServerPaths {
 		mux.HandleFunc(path, s.counted("completion", http.MethodPost, s.completions(endpointLlamaCompletion)))
 	}

@@ -31,6 +31,7 @@ pub mod log;
 pub mod logprobs;
 pub mod metrics;
 pub mod metrics_text;
+pub mod prompt_count;
 mod registry;
 pub mod request;
 pub mod stats;
@@ -61,6 +62,7 @@ pub use metrics::{
     engine_get_token_timestamps, EmberExtendedTimingMetrics, EmberPerRequestTimingMetrics,
 };
 pub use metrics_text::engine_metrics_text;
+pub use prompt_count::engine_count_prompt_tokens;
 pub use request::{
     engine_cancel, engine_request_free, engine_submit, engine_submit_api, EmberRequest, EMBER_API_ANTHROPIC_MESSAGES,
     EMBER_API_CHAT_COMPLETIONS, EMBER_API_COMPLETIONS, EMBER_API_LLAMA_COMPLETION, EMBER_API_OLLAMA_CHAT,

@@ -10,13 +10,13 @@ use super::api::Api;
 use super::chat::{response_body, ChoiceExtras, ChunkEncoder, ChunkPoll, PromptScores, ResponseHeader, SharedPieces};
 use super::error::ApiError;
 use super::metrics_gate::MetricsGate;
+use super::prompt_tokens::request_prompts;
 use super::reasoning::ReasoningReader;
 use super::request::{ApiKind, ParsedRequest};
 use super::responses::ResponseStore;
-use super::template_options::reasoning_effort_variable;
 use super::tools::call_reader::CallReader;
 use super::tools::tool_schemas::blame_tool;
-use super::translate::{rename_fields, translate, OutputWriter, TranslateContext};
+use super::translate::{read_request, rename_fields, OutputWriter, Purpose, TranslateContext};
 use crate::engine::{Engine, EventPoll, RequestHandle, SubmitRequest};
 use crate::model::TokenId;
 
@@ -73,45 +73,22 @@ impl ApiRequest {
         api: Api,
         responses: &Arc<ResponseStore>,
     ) -> Result<ApiRequest, ApiError> {
-        let kind = match api {
-            Api::OpenAi => None,
-            Api::ChatCompletions => Some(ApiKind::Chat),
-            Api::Completions => Some(ApiKind::Completion),
-            _ => {
-                let translation = translate(api, json, &TranslateContext { engine, responses })?;
-                let names = translation.field_names;
-                let parsed = ParsedRequest::from_value(&translation.body, Some(translation.kind))
-                    .map_err(|e| rename_fields(e, names))?;
-                let mut request = Self::submit_parsed(engine, parsed).map_err(|e| rename_fields(e, names))?;
-                request.api = api;
-                request.translated =
-                    Some(Translated { writer: translation.output, ready: VecDeque::new(), ended: false });
-                return Ok(request);
-            }
+        let context = TranslateContext { engine, responses, purpose: Purpose::Generate };
+        let (parsed, translated) = read_request(api, json, &context)?;
+        let Some((writer, names)) = translated else {
+            return Self::submit_parsed(engine, parsed);
         };
-        Self::submit(engine, json, kind)
+        let mut request = Self::submit_parsed(engine, parsed).map_err(|e| rename_fields(e, names))?;
+        request.api = api;
+        request.translated = Some(Translated { writer, ready: VecDeque::new(), ended: false });
+        Ok(request)
     }
 
     fn submit_parsed(engine: &Engine, mut request: ParsedRequest) -> Result<ApiRequest, ApiError> {
         let model = engine.model();
-        // A reasoning effort the template cannot be told is accepted and said to have no effect (clients send
-        // it to every model they talk to); a template's own error about it still refuses the request.
-        if let Some(effort) = request.template.reasoning_effort {
-            if reasoning_effort_variable(&model.chat_template, effort).is_err() {
-                request.template.reasoning_effort = None;
-                request.warnings.push(
-                    "reasoning_effort has no effect: this model's chat template has no reasoning setting".to_owned(),
-                );
-            }
-        }
         let echo_prompts = if request.echo { request.input.echo_texts(model) } else { Vec::new() };
         let prompt_logprobs = request.scored_prompt_alternatives();
-        let prompts = request.input.into_token_prompts(
-            model,
-            request.suffix.as_deref(),
-            request.tools.as_ref(),
-            &request.template,
-        )?;
+        let prompts = request_prompts(model, &mut request)?;
         // Choice `p × n + j` is prompt `p`'s.
         let first_tokens: Vec<TokenId> =
             prompts.iter().flat_map(|p| std::iter::repeat_n(p.first().copied().unwrap_or(0), request.n)).collect();

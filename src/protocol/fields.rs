@@ -15,8 +15,13 @@ pub(crate) fn get<'a>(object: &'a Object, name: &str) -> Option<&'a Value> {
     object.get(name).filter(|v| !v.is_null())
 }
 
-/// "must be {expected}, got {what value is}", naming `param`.
+/// "must be {expected}, got {what value is}", naming `param`. A non-negative integer refused where an integer is
+/// expected is past the largest the field takes (an `i64`, a token id's `u32`): the message says so with its
+/// value, rather than "must be an integer, got an integer".
 pub(crate) fn type_error(param: &str, expected: &str, value: &Value) -> ApiError {
+    if let Some(n) = value.as_u64().filter(|_| expected.contains("integer")) {
+        return ApiError::invalid(param, format!("{param} must be {expected}, got {n}, larger than it can be"));
+    }
     ApiError::invalid(param, format!("{param} must be {expected}, got {}", describe(value)))
 }
 
@@ -103,6 +108,12 @@ mod tests {
         );
         assert_eq!(opt_u64(&o, "d").unwrap_err().message, "d must be a non-negative integer, got a negative integer");
         assert_eq!(opt_f32(&o, "d"), Ok(Some(-3.0)));
+        let past_i64 = json!(9_223_372_036_854_775_808u64);
+        assert_eq!(
+            type_error("n", "an integer", &past_i64).message,
+            "n must be an integer, got 9223372036854775808, larger than it can be"
+        );
+        assert_eq!(type_error("n", "a string", &past_i64).message, "n must be a string, got an integer");
         assert_eq!(opt_f32(&o, "e").unwrap_err().param.as_deref(), Some("e"));
     }
 

@@ -17,7 +17,7 @@ use super::api::Api;
 use super::error::ApiError;
 use super::llama_server;
 use super::ollama;
-use super::request::ApiKind;
+use super::request::{ApiKind, ParsedRequest};
 use super::responses::{self, ResponseStore};
 use crate::engine::{Engine, RequestHandle};
 
@@ -29,7 +29,7 @@ pub(crate) struct Translation {
     pub output: Box<dyn OutputWriter>,
     /// The request's own names of the OpenAI fields the body has (OpenAI's name, its name), so that a refusal
     /// names the field the client sent.
-    pub field_names: &'static [(&'static str, &'static str)],
+    pub field_names: FieldNames,
 }
 
 /// Writes one request's answers in its API's shape, from the OpenAI ones.
@@ -47,6 +47,17 @@ pub(crate) struct TranslateContext<'a> {
     pub engine: &'a Engine,
     /// The stored responses `previous_response_id` refers to (OpenAI Responses).
     pub responses: &'a Arc<ResponseStore>,
+    pub purpose: Purpose,
+}
+
+/// What a request is read for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// To be submitted: every field generation needs must be there.
+    Generate,
+    /// To have its prompt tokens counted (`prompt_tokens.rs`): a field only generation needs may be absent
+    /// (Anthropic's `max_tokens`, which its `count_tokens` body has not).
+    CountPrompt,
 }
 
 /// Reads `json`, a request of `api` (not OpenAI's own), into its OpenAI body.
@@ -63,6 +74,34 @@ pub(crate) fn translate(api: Api, json: &str, context: &TranslateContext<'_>) ->
             Err(ApiError::server("OpenAI's own APIs are not translated"))
         }
     }
+}
+
+/// The names a request's API gives the OpenAI fields (`Translation::field_names`); none for OpenAI's own.
+pub(crate) type FieldNames = &'static [(&'static str, &'static str)];
+
+/// Another API's side of a read request: the writer of its answers, and its names of the OpenAI fields.
+pub(crate) type Translated = (Box<dyn OutputWriter>, FieldNames);
+
+/// `json`, a request body of `api`, read into the OpenAI request it stands for: another API's is translated
+/// first, and also gives its [`Translated`] (its refusals here already name its fields).
+pub(crate) fn read_request(
+    api: Api,
+    json: &str,
+    context: &TranslateContext<'_>,
+) -> Result<(ParsedRequest, Option<Translated>), ApiError> {
+    let kind = match api {
+        Api::OpenAi => None,
+        Api::ChatCompletions => Some(ApiKind::Chat),
+        Api::Completions => Some(ApiKind::Completion),
+        _ => {
+            let translation = translate(api, json, context)?;
+            let names = translation.field_names;
+            let parsed = ParsedRequest::from_value(&translation.body, Some(translation.kind))
+                .map_err(|e| rename_fields(e, names))?;
+            return Ok((parsed, Some((translation.output, names))));
+        }
+    };
+    Ok((ParsedRequest::parse(json, kind)?, None))
 }
 
 /// A fresh id for another API's objects: `prefix` and 32 hex digits, unique without global state (as chat's
@@ -103,7 +142,35 @@ pub(crate) fn rename_fields(mut error: ApiError, names: &[(&str, &str)]) -> ApiE
             error.param = Some(format!("{own}{}", &param[openai.len()..]));
         }
     }
+    // The message may name another field than the parameter (the context check names the prompt and
+    // `max_tokens`): each OpenAI field name that is one identifier of its own (`max_tokens`, not a plain word such
+    // as `messages` that a sentence may use) is written as the request's.
+    for (openai, own) in names.iter().filter(|(openai, _)| openai.contains('_') && !openai.contains('.')) {
+        error.message = replace_identifier(&error.message, openai, own);
+    }
     error
+}
+
+/// `text` with each occurrence of the identifier `name` replaced by `with`, except inside a longer identifier or
+/// path (`max_tokens_x`, `a.max_tokens`, `max_tokens.x`).
+fn replace_identifier(text: &str, name: &str, with: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(name) {
+        let before = rest[..at].chars().last().or_else(|| out.chars().last());
+        let mut after = rest[at + name.len()..].chars();
+        let joined = before.is_some_and(|c| word(c) || c == '.')
+            || match after.next() {
+                Some('.') => after.next().is_some_and(word),
+                next => next.is_some_and(word),
+            };
+        out.push_str(&rest[..at]);
+        out.push_str(if joined { name } else { with });
+        rest = &rest[at + name.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -130,6 +197,14 @@ mod tests {
         // A name is a whole segment: `max_tokens_x` is another field.
         let e = rename_fields(ApiError::invalid("max_tokens_x", "bad"), &names);
         assert_eq!(e.param.as_deref(), Some("max_tokens_x"));
+        // The context check names the prompt and max_tokens: both are the request's.
+        let e = rename_fields(
+            ApiError::invalid("messages", "the prompt (9 tokens) plus max_tokens (1) exceeds the context of 9 tokens"),
+            &[("messages", "input"), ("max_tokens", "max_output_tokens")],
+        );
+        assert_eq!(e.message, "the prompt (9 tokens) plus max_output_tokens (1) exceeds the context of 9 tokens");
+        let e = rename_fields(ApiError::invalid("x", "max_tokens_x, my.max_tokens and max_tokens."), &names);
+        assert_eq!(e.message, "max_tokens_x, my.max_tokens and max_output_tokens.");
         let names = [("response_format.json_schema.schema", "format"), ("response_format", "format")];
         let e = rename_fields(
             ApiError::invalid("response_format.json_schema.schema", "invalid response_format.json_schema.schema: x"),

@@ -7,6 +7,7 @@ use ember::model::gguf::Value as GgufValue;
 use ember::model::llama::SyntheticSpec;
 use serde_json::{json, Value};
 
+use super::api_cases::{api_bombs, api_case, CHAINED};
 use super::encoder_cases::{encoder_bombs, encoder_case, HANDLE_MISUSE};
 use super::gguf_cases::{gguf_bomb, gguf_bomb_names};
 use super::grammar_cases::{grammar_bombs, grammar_heavy_served};
@@ -40,7 +41,7 @@ impl Outcome {
 const VIAS: [&str; 2] = ["model_file", "option"];
 
 /// Every case's name: `template/NAME/model_file`, `template/NAME/option`, `grammar/NAME`, `gguf/NAME`,
-/// `request/NAME`, `encoder/NAME`.
+/// `request/NAME`, `encoder/NAME`, `api/NAME`.
 pub fn all_cases() -> Vec<String> {
     let mut names = Vec::new();
     for bomb in template_bombs() {
@@ -52,6 +53,8 @@ pub fn all_cases() -> Vec<String> {
     names.extend(request_bombs().into_iter().map(|b| format!("request/{}", b.name)));
     names.extend(encoder_bombs().into_iter().map(|b| format!("encoder/{}", b.name)));
     names.push(format!("encoder/{HANDLE_MISUSE}"));
+    names.extend(api_bombs().into_iter().map(|b| format!("api/{}", b.name)));
+    names.push(format!("api/{CHAINED}"));
     names
 }
 
@@ -80,6 +83,7 @@ pub fn run_case(name: &str, dir: &Path) -> Outcome {
             None => Err(format!("no request case {bomb}")),
         },
         ["encoder", case] => encoder_case(case, dir),
+        ["api", case] => api_case(case, dir),
         _ => Err(format!("no case {name}")),
     };
     result.unwrap_or_else(|error| Outcome {
@@ -105,7 +109,7 @@ pub(super) fn outcome(refusal: String, attack_ms: f64, peak_above_kib: u64) -> O
 
 /// A model small enough to load in milliseconds (2 layers of width 64, a byte vocabulary), with `template` in
 /// its file when given.
-fn tiny_model(dir: &Path, template: Option<&str>) -> PathBuf {
+pub(super) fn tiny_model(dir: &Path, template: Option<&str>) -> PathBuf {
     let mut writer = SyntheticSpec::tiny(43).writer_with_byte_vocabulary();
     if let Some(template) = template {
         writer = writer.metadata("tokenizer.chat_template", GgufValue::String(template.to_owned()));
@@ -115,7 +119,7 @@ fn tiny_model(dir: &Path, template: Option<&str>) -> PathBuf {
     path
 }
 
-fn tiny_config(model: &Path) -> Value {
+pub(super) fn tiny_config(model: &Path) -> Value {
     json!({"model": model, "threads": 1, "kv_cache_tokens": 1024, "load": "read"})
 }
 
@@ -123,7 +127,7 @@ const CHAT: &str = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tok
 const COMPLETION: &str = r#"{"prompt": "hi", "max_tokens": 4}"#;
 
 /// ember still serves in this process: a chat and a completion on `engine`, to their ends.
-fn serves(engine: &Engine, chat: bool) -> Result<(), String> {
+pub(super) fn serves(engine: &Engine, chat: bool) -> Result<(), String> {
     if chat {
         engine.serve(CHAT).map_err(|e| format!("then a normal chat failed: {e}"))?;
     }

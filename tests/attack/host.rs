@@ -1,17 +1,19 @@
 //! The host of an attack case: what a C or Go program does with ember, through the C ABI only (`engine_new`,
-//! `engine_submit`, `engine_poll`, `engine_response_json`, `engine_apply_chat_template`, `engine_embed_vectors`,
-//! `engine_rerank_scores` and their result's accessors), with the process measurements the suite reports (peak
-//! resident memory above the engine's, and each call's duration).
+//! `engine_submit`, `engine_submit_api`, `engine_count_prompt_tokens`, `engine_poll`, `engine_response_json`,
+//! `engine_apply_chat_template`, `engine_embed_vectors`, `engine_rerank_scores` and their result's accessors),
+//! with the process measurements the suite reports (peak resident memory above the engine's, and each call's
+//! duration).
 
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 use std::time::{Duration, Instant};
 
 use ember::ffi::{
-    engine_apply_chat_template, engine_embed_vectors, engine_embeddings_count, engine_embeddings_dimensions,
-    engine_embeddings_floats, engine_embeddings_free, engine_free, engine_last_error_message, engine_new, engine_poll,
-    engine_request_free, engine_rerank_scores, engine_response_json, engine_string_free, engine_submit,
-    EmberEmbeddings, EmberEngine, EmberEvent, EmberEventKind, EmberRequest, EmberStatus,
+    engine_apply_chat_template, engine_count_prompt_tokens, engine_embed_vectors, engine_embeddings_count,
+    engine_embeddings_dimensions, engine_embeddings_floats, engine_embeddings_free, engine_free,
+    engine_last_error_message, engine_new, engine_poll, engine_request_free, engine_rerank_scores,
+    engine_response_json, engine_string_free, engine_submit, engine_submit_api, EmberEmbeddings, EmberEngine,
+    EmberEvent, EmberEventKind, EmberRequest, EmberStatus, EMBER_DELIVERY_POLL,
 };
 use serde_json::Value;
 
@@ -60,6 +62,32 @@ impl Engine {
         let status = unsafe { engine_submit(self.0, text.as_ptr(), &mut request) };
         match status {
             EmberStatus::Ok => Ok(Request { engine: self, request }),
+            status => Err(Refused { status, message: last_error() }),
+        }
+    }
+
+    /// `engine_submit_api` with a body of `api` (any number: a host may pass one out of range) as raw bytes
+    /// (a NUL byte ends the string there): the request, or the refusal.
+    pub fn submit_api(&self, api: u32, body: &[u8]) -> Result<Request<'_>, Refused> {
+        let text: Vec<u8> = body.iter().copied().chain([0]).collect();
+        let mut request = ptr::null_mut();
+        // SAFETY: a live engine, a NUL-terminated byte string and a writable pointer.
+        let status =
+            unsafe { engine_submit_api(self.0, api, text.as_ptr().cast(), 0, EMBER_DELIVERY_POLL, &mut request) };
+        match status {
+            EmberStatus::Ok => Ok(Request { engine: self, request }),
+            status => Err(Refused { status, message: last_error() }),
+        }
+    }
+
+    /// `engine_count_prompt_tokens` of a body of `api`, raw bytes: the count, or the refusal.
+    pub fn count_prompt_tokens(&self, api: u32, body: &[u8]) -> Result<usize, Refused> {
+        let text: Vec<u8> = body.iter().copied().chain([0]).collect();
+        let mut tokens = 0;
+        // SAFETY: a live engine, a NUL-terminated byte string and a writable size_t.
+        let status = unsafe { engine_count_prompt_tokens(self.0, api, text.as_ptr().cast(), &mut tokens) };
+        match status {
+            EmberStatus::Ok => Ok(tokens),
             status => Err(Refused { status, message: last_error() }),
         }
     }

@@ -1,5 +1,6 @@
 //! The attack suite's cases and its host (`tests/attack_suite.rs` runs them).
 
+pub mod api_cases;
 pub mod cases;
 pub mod encoder_cases;
 pub mod gguf_cases;

@@ -15,7 +15,8 @@ metrics enabled):
 - AnthropicMessagesTest: POST /v1/messages with the official `anthropic` client (`pip install anthropic`):
   `messages.create` says what the same OpenAI chat says, `messages.stream` (its text_stream and final message),
   a forced tool's `tool_use` whole and streamed, a tool result sent back, stop sequences, errors as
-  `anthropic.BadRequestError`, and an API key as `x-api-key`.
+  `anthropic.BadRequestError`, an API key as `x-api-key`, and `messages.count_tokens` counting the prompt the
+  same message bills (POST /v1/messages/count_tokens).
 
     EMBER_GATEWAY=target/go/ember-gateway python3 tests/e2e/test_gateway_apis.py   (`make go-test` runs it)
 
@@ -179,6 +180,18 @@ class AnthropicMessagesTest(unittest.TestCase):
         with self.assertRaises(anthropic.BadRequestError) as caught:
             self.create(max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body={"top_k": -3})
         self.assertIn("top_k", caught.exception.body["error"]["message"])
+
+    def test_count_tokens_is_the_messages_input_tokens(self):
+        question = [{"role": "user", "content": "What is the weather in Paris?"}]
+        for extra in ({}, {"system": "Answer briefly."}, {"system": "Answer briefly.", "tools": [WEATHER_TOOL]}):
+            counted = self.client.messages.count_tokens(model=MODEL_ID, messages=question, **extra)
+            message = self.create(max_tokens=1, messages=question, **extra)
+            self.assertEqual(counted.input_tokens,
+                             message.usage.input_tokens + message.usage.cache_read_input_tokens, extra)
+        with self.assertRaises(anthropic.BadRequestError) as caught:
+            self.client.messages.count_tokens(model=MODEL_ID, messages=[{"role": "robot", "content": "x"}])
+        self.assertEqual(caught.exception.body["error"]["type"], "invalid_request_error")
+        self.assertIn("messages[0].role", caught.exception.body["error"]["message"])
 
     def test_api_key_as_x_api_key(self):
         keyed = Gateway("--api-key", "the-key")

@@ -9,6 +9,7 @@ mod anthropic;
 mod field_policy;
 mod llama_server;
 mod ollama;
+mod prompt_count;
 mod responses;
 
 use std::sync::Arc;

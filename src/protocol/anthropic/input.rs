@@ -3,7 +3,7 @@
 //! `tools`, `tool_choice`, `thinking` and `output_config` become their chat equivalents. The fields copied across
 //! unchanged keep their meaning in chat. docs/protocol.md, "Anthropic Messages", has the whole list.
 
-use super::super::translate::EMBER_CHAT_FIELDS;
+use super::super::translate::{Purpose, EMBER_CHAT_FIELDS};
 use serde_json::{json, Map, Value};
 
 use super::super::error::ApiError;
@@ -72,7 +72,8 @@ pub(super) struct MessagesRequest {
 }
 
 /// Reads `body`; `template` is the model's chat template (which variable, if any, switches its thinking).
-pub(super) fn read(body: &Value, template: &ChatTemplate) -> Result<MessagesRequest, ApiError> {
+/// `max_tokens` is required for generation, not for counting (a `count_tokens` body has none).
+pub(super) fn read(body: &Value, template: &ChatTemplate, purpose: Purpose) -> Result<MessagesRequest, ApiError> {
     let o = body.as_object().ok_or_else(|| ApiError::malformed("the request body must be a JSON object"))?;
     let mut chat = Map::new();
     for (name, value) in o.iter().filter(|(_, v)| !v.is_null()) {
@@ -85,7 +86,10 @@ pub(super) fn read(body: &Value, template: &ChatTemplate) -> Result<MessagesRequ
         }
     }
     // Anthropic's API has no default length: a client that leaves it out is told, as Anthropic tells it.
-    let max_tokens = get(o, "max_tokens").ok_or_else(|| ApiError::invalid("max_tokens", "max_tokens is required"))?;
+    let max_tokens = get(o, "max_tokens");
+    if max_tokens.is_none() && purpose == Purpose::Generate {
+        return Err(ApiError::invalid("max_tokens", "max_tokens is required"));
+    }
 
     let mut messages = Vec::new();
     if let Some(system) = get(o, "system") {
@@ -135,7 +139,7 @@ pub(super) fn read(body: &Value, template: &ChatTemplate) -> Result<MessagesRequ
         // The usage comes last in the chat stream, where `message_delta` needs it.
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Ok(MessagesRequest { body: Value::Object(chat), max_tokens: max_tokens.as_u64(), omit_thinking })
+    Ok(MessagesRequest { body: Value::Object(chat), max_tokens: max_tokens.and_then(Value::as_u64), omit_thinking })
 }
 
 /// Refuses any key of `o` but `keys`, naming it under `param`.
@@ -480,7 +484,7 @@ mod tests {
     }
 
     fn read_with(body: Value, template: &ChatTemplate) -> MessagesRequest {
-        read(&body, template).unwrap_or_else(|e| panic!("{}", e.message))
+        read(&body, template, Purpose::Generate).unwrap_or_else(|e| panic!("{}", e.message))
     }
 
     fn chat(body: Value) -> Value {
@@ -488,7 +492,7 @@ mod tests {
     }
 
     fn refusal(body: Value) -> String {
-        read(&body, &plain()).expect_err("refused").param.unwrap_or_default()
+        read(&body, &plain(), Purpose::Generate).expect_err("refused").param.unwrap_or_default()
     }
 
     #[test]

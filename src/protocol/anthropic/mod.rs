@@ -20,7 +20,7 @@ use writer::MessagesWriter;
 /// Reads a Messages request into its chat body and the writer of its answers.
 pub(crate) fn translate(body: Value, context: &TranslateContext<'_>) -> Result<Translation, ApiError> {
     let model = context.engine.model();
-    let request = input::read(&body, &model.chat_template)?;
+    let request = input::read(&body, &model.chat_template, context.purpose)?;
     let name = match body.as_object().and_then(|o| get(o, "model")).and_then(Value::as_str) {
         Some(name) => name.to_owned(),
         None => model.name(),

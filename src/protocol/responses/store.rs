@@ -69,6 +69,11 @@ impl ResponseStore {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The bytes of conversation kept now (their JSON text and ids), at most [`MAX_STORED_BYTES`].
+    pub fn bytes(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|e| e.bytes).sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -108,6 +113,35 @@ mod tests {
         store.insert("huge", vec![json!("y".repeat(MAX_STORED_BYTES + 1))]);
         assert!(store.get("huge").is_none());
         assert_eq!(store.len(), 2);
+    }
+
+    /// A hostile mix of sizes and ids, many times the bounds over: after every insertion both bounds hold, and
+    /// the newest response that fits is kept.
+    #[test]
+    fn the_bounds_hold_under_a_hostile_loop() {
+        let store = ResponseStore::new();
+        // Mostly small conversations, which the count bounds, and now and then ones the bytes bound.
+        let size_of = |i: usize| match i % 300 {
+            7 => MAX_STORED_BYTES / 2 + 1,
+            150 => MAX_STORED_BYTES + 1,
+            200..=202 => MAX_STORED_BYTES / 7,
+            n => n,
+        };
+        for i in 0..3 * MAX_STORED_RESPONSES {
+            let size = size_of(i);
+            // Every fifth reuses an older id; the rest are new.
+            let id = if i % 5 == 0 { format!("resp_{}", i / 2) } else { format!("resp_{i}") };
+            store.insert(&id, vec![json!("z".repeat(size))]);
+            assert!(store.len() <= MAX_STORED_RESPONSES, "{} entries after {i}", store.len());
+            assert!(store.bytes() <= MAX_STORED_BYTES, "{} bytes after {i}", store.bytes());
+            let fits = size + id.len() + 2 <= MAX_STORED_BYTES;
+            let kept = store.get(&id).map(|c| c[0].as_str().map(str::len));
+            if fits {
+                assert_eq!(kept, Some(Some(size)), "the newest is kept, {i}");
+            } else {
+                assert_ne!(kept, Some(Some(size)), "one past every bound is not, {i}");
+            }
+        }
     }
 
     #[test]
