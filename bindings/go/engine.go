@@ -18,7 +18,9 @@ import (
 // Config is an engine's configuration: the keys of engine_new's JSON (docs/c_api.md, src/engine/api/config.rs).
 // A zero field keeps ember's default.
 type Config struct {
-	// Model is the GGUF file; "" takes EMBER_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf relative to the
+	// Model is the GGUF file, or a Hugging Face hub name ("org/repo:Q4_K_M", "hf://org/repo/file.gguf") that the
+	// library takes from the hub cache, downloading it first when missing (docs/models.md); "" takes EMBER_MODEL,
+	// else the default model from the hub cache, else models/SmolLM2-135M-Instruct.Q4_1.gguf relative to the
 	// current directory.
 	Model string `json:"model,omitempty"`
 	// Load is how the model file is brought in: "read", "mmap" or "auto" (default: "read" below 1 GiB).

@@ -84,8 +84,10 @@ class Engine:
 
     The configuration is the JSON object of ``engine_new`` (docs/c_api.md lists its keys): as keywords
     (``Engine(model="models/SmolLM2-135M-Instruct.Q4_1.gguf", threads=2)``), as a dict or JSON text in
-    ``config``, or a dict and keywords together (the keywords win). With none, every key takes its default (the
-    model from ``EMBER_MODEL``, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an encoder model (``bert``,
+    ``config``, or a dict and keywords together (the keywords win). ``model`` is a GGUF file or a Hugging Face hub
+    name (``"org/repo:Q4_K_M"``, ``"hf://org/repo/file.gguf"``), downloaded into the hub cache when missing
+    (docs/models.md). With none, every key takes its default (the model from ``EMBER_MODEL``, else the default
+    model from the hub cache, else ``models/SmolLM2-135M-Instruct.Q4_1.gguf``). On an encoder model (``bert``,
     ``nomic-bert``) the engine serves :meth:`embed` only, and on a reranker :meth:`rerank`.
 
     ``progress``: ``None`` (the default) draws a progress bar on stderr while the model loads when stderr is a
