@@ -12,6 +12,7 @@ mod anthropic;
 mod api;
 mod api_request;
 mod chat;
+mod chat_delta;
 pub mod embeddings;
 pub mod encoder_answer;
 mod encoder_body;

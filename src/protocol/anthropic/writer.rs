@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
+use super::super::chat_delta::{delta_pieces, DeltaPiece};
 use super::super::translate::OutputWriter;
 use super::output::{
     content_of_message, copy_gated, error_object, message_object, stop_reason, thinking_block, usage, Head,
@@ -88,32 +89,31 @@ impl MessagesWriter {
     }
 
     fn delta(&mut self, out: &mut VecDeque<String>, delta: &Value) {
-        if let Some(text) = delta["reasoning_content"].as_str().filter(|t| !t.is_empty()) {
-            let index = self.open_block(out, Block::Thinking, || thinking_block(""));
-            if !self.head.omit_thinking {
-                let delta = json!({"type": "thinking_delta", "thinking": text});
-                Self::event(out, json!({"type": "content_block_delta", "index": index, "delta": delta}));
-            }
-        }
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            let index = self.open_block(out, Block::Text, || json!({"type": "text", "text": ""}));
-            let delta = json!({"type": "text_delta", "text": text});
-            Self::event(out, json!({"type": "content_block_delta", "index": index, "delta": delta}));
-        }
-        for call in delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let function = &call["function"];
-            // A call's first delta has its id and name; its arguments follow in pieces.
-            if let Some(id) = call["id"].as_str() {
-                let block = || json!({"type": "tool_use", "id": id, "name": function["name"], "input": {}});
-                self.open_block(out, Block::ToolUse, block);
-            }
-            let piece = function["arguments"].as_str().unwrap_or_default();
-            if !piece.is_empty() && self.open && self.blocks.last() == Some(&Block::ToolUse) {
-                let delta = json!({"type": "input_json_delta", "partial_json": piece});
-                Self::event(
-                    out,
-                    json!({"type": "content_block_delta", "index": self.blocks.len() - 1, "delta": delta}),
-                );
+        for piece in delta_pieces(delta) {
+            match piece {
+                DeltaPiece::Reasoning(text) => {
+                    let index = self.open_block(out, Block::Thinking, || thinking_block(""));
+                    if !self.head.omit_thinking {
+                        let delta = json!({"type": "thinking_delta", "thinking": text});
+                        Self::event(out, json!({"type": "content_block_delta", "index": index, "delta": delta}));
+                    }
+                }
+                DeltaPiece::Text(text) => {
+                    let index = self.open_block(out, Block::Text, || json!({"type": "text", "text": ""}));
+                    let delta = json!({"type": "text_delta", "text": text});
+                    Self::event(out, json!({"type": "content_block_delta", "index": index, "delta": delta}));
+                }
+                DeltaPiece::CallStart { id, name } => {
+                    let block = || json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                    self.open_block(out, Block::ToolUse, block);
+                }
+                DeltaPiece::CallArguments(piece) => {
+                    if self.open && self.blocks.last() == Some(&Block::ToolUse) {
+                        let delta = json!({"type": "input_json_delta", "partial_json": piece});
+                        let index = self.blocks.len() - 1;
+                        Self::event(out, json!({"type": "content_block_delta", "index": index, "delta": delta}));
+                    }
+                }
             }
         }
     }

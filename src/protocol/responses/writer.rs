@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::super::chat_delta::{delta_pieces, DeltaPiece};
 use super::super::translate::OutputWriter;
 use super::output::{assistant_message, items_of_message, new_id, response_object, text_part, Ending, Head, Item};
 use super::store::ResponseStore;
@@ -156,56 +157,53 @@ impl ResponsesWriter {
     }
 
     fn delta(&mut self, out: &mut VecDeque<String>, delta: &Value) {
-        if let Some(text) = delta["reasoning_content"].as_str().filter(|t| !t.is_empty()) {
-            let index = self.open_item(out, Item::Reasoning { id: new_id("rs_", self.salt()), text: String::new() });
-            if let Item::Reasoning { text: all, id } = &mut self.items[index] {
-                all.push_str(text);
-                let id = id.clone();
-                self.event(
-                    out,
-                    "response.reasoning_text.delta",
-                    json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text}),
-                );
-            }
-        }
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            let index = self.open_item(out, Item::Message { id: new_id("msg_", self.salt()), text: String::new() });
-            if let Item::Message { text: all, id } = &mut self.items[index] {
-                all.push_str(text);
-                let id = id.clone();
-                self.event(
-                    out,
-                    "response.output_text.delta",
-                    json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}),
-                );
-            }
-        }
-        for call in delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let function = &call["function"];
-            let index = match call["id"].as_str() {
-                // A call's first delta has its id and name.
-                Some(call_id) => {
+        for piece in delta_pieces(delta) {
+            match piece {
+                DeltaPiece::Reasoning(text) => {
+                    let item = Item::Reasoning { id: new_id("rs_", self.salt()), text: String::new() };
+                    let index = self.open_item(out, item);
+                    if let Item::Reasoning { text: all, id } = &mut self.items[index] {
+                        all.push_str(text);
+                        let id = id.clone();
+                        self.event(
+                            out,
+                            "response.reasoning_text.delta",
+                            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text}),
+                        );
+                    }
+                }
+                DeltaPiece::Text(text) => {
+                    let item = Item::Message { id: new_id("msg_", self.salt()), text: String::new() };
+                    let index = self.open_item(out, item);
+                    if let Item::Message { text: all, id } = &mut self.items[index] {
+                        all.push_str(text);
+                        let id = id.clone();
+                        let fields = json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []});
+                        self.event(out, "response.output_text.delta", fields);
+                    }
+                }
+                DeltaPiece::CallStart { id: call_id, name } => {
                     let item = Item::Call {
                         id: new_id("fc_", self.salt()),
                         call_id: call_id.to_owned(),
-                        name: function["name"].as_str().unwrap_or_default().to_owned(),
+                        name: name.to_owned(),
                         arguments: String::new(),
                     };
                     self.close_item(out);
-                    self.open_item(out, item)
+                    self.open_item(out, item);
                 }
-                None => self.items.len().saturating_sub(1),
-            };
-            let piece = function["arguments"].as_str().unwrap_or_default();
-            if let Some(Item::Call { arguments, id, .. }) = self.items.get_mut(index) {
-                if !piece.is_empty() {
-                    arguments.push_str(piece);
-                    let id = id.clone();
-                    self.event(
-                        out,
-                        "response.function_call_arguments.delta",
-                        json!({"item_id": id, "output_index": index, "delta": piece}),
-                    );
+                DeltaPiece::CallArguments(piece) => {
+                    // The pieces belong to the call opened last (a delta without an id continues it).
+                    let index = self.items.len().saturating_sub(1);
+                    if let Some(Item::Call { arguments, id, .. }) = self.items.get_mut(index) {
+                        arguments.push_str(piece);
+                        let id = id.clone();
+                        self.event(
+                            out,
+                            "response.function_call_arguments.delta",
+                            json!({"item_id": id, "output_index": index, "delta": piece}),
+                        );
+                    }
                 }
             }
         }
