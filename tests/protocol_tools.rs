@@ -286,8 +286,8 @@ fn bias_towards(text: &str) -> Value {
 /// `"auto"` in the formats of real families' templates (set with the engine option `chat_template` on SmolLM2,
 /// whose vocabulary has none of their markers as control tokens, so they are text): Llama 3.1's JSON with
 /// `"parameters"`, Mistral Nemo's `[TOOL_CALLS][...]` list, Mistral v11's `[TOOL_CALLS]name[ARGS]{...}`,
-/// Qwen 2.5's `<tool_call>`, Qwen3-Coder's parameter blocks (its template's, Qwen 3.5's and Nemotron 3's) and
-/// Phi-4-mini's `functools[...]`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
+/// Qwen 2.5's `<tool_call>`, Qwen3-Coder's parameter blocks (its template's, Qwen 3.5's and Nemotron 3's), Apriel's
+/// `<tool_calls>[...]</tool_calls>` and Phi-4-mini's `functools[...]`. (DeepSeek's markers, control tokens in its vocabulary, are many byte tokens in
 /// SmolLM2's, which a bias cannot order: `auto_call.rs` walks their grammar with them as control tokens.) Each
 /// call is valid and streams as the whole response says; one call when `parallel_tool_calls` is false.
 #[test]
@@ -300,6 +300,8 @@ fn auto_in_real_families_formats_is_a_message_or_valid_calls() {
         ("Qwen3-Coder", "<tool_call>"),
         ("Qwen3.5-4B", "<tool_call>"),
         ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<tool_call>"),
+        ("unsloth-Apriel-1.5", "<tool_calls>["),
+        ("Apriel-1.6-15b-Thinker-fixed", "<tool_calls>["),
     ]
     .map(|(name, marker)| (name, common::llamacpp_template(name), marker));
     let phi4 = ("Phi-4-mini", include_str!("fixtures/phi4_mini_template.jinja").to_owned(), "functools[");

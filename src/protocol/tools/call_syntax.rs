@@ -127,6 +127,8 @@ pub(crate) const MISTRAL_NAMED: CallSyntax = CallSyntax {
 };
 pub(crate) const GRANITE: CallSyntax = CallSyntax { open: "<|tool_call|>[", ..MISTRAL_LIST };
 pub(crate) const PHI4_MINI: CallSyntax = CallSyntax { open: "functools[", ..MISTRAL_LIST };
+/// Apriel's: the list inside `<tool_calls>` tags, which its templates ask for and write an earlier turn's calls in.
+pub(crate) const APRIEL: CallSyntax = CallSyntax { open: "<tool_calls>[", close: "]</tool_calls>", ..MISTRAL_LIST };
 pub(crate) const QWEN3_XML: CallSyntax = CallSyntax {
     text_first: true,
     open: "<tool_call>",
@@ -292,8 +294,8 @@ mod tests {
         s.write(calls.iter().copied())
     }
 
-    const ALL: [CallSyntax; 9] =
-        [EMBER, LLAMA3_JSON, HERMES, MISTRAL_LIST, MISTRAL_NAMED, GRANITE, DEEPSEEK_R1, DEEPSEEK_V31, HARMONY];
+    const ALL: [CallSyntax; 10] =
+        [EMBER, LLAMA3_JSON, HERMES, MISTRAL_LIST, MISTRAL_NAMED, GRANITE, APRIEL, DEEPSEEK_R1, DEEPSEEK_V31, HARMONY];
 
     #[test]
     fn each_format_reads_what_it_writes() {

@@ -12,7 +12,7 @@
 use serde_json::json;
 
 use super::call_syntax::{
-    CallSyntax, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HARMONY, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
+    CallSyntax, APRIEL, DEEPSEEK_R1, DEEPSEEK_V31, GRANITE, HARMONY, HERMES, LLAMA3_JSON, MISTRAL_LIST, MISTRAL_NAMED,
     PHI4_MINI, QWEN3_XML,
 };
 use super::CallIdStyle;
@@ -34,7 +34,7 @@ pub(crate) enum ToolFormat {
 /// How the probe call is written by each known format, and that format. The probe's names cannot occur in a
 /// template by chance.
 const PROBE_TOOL: &str = "ember_probe_tool";
-const RENDERED_CALLS: [(&str, &str, CallSyntax); 10] = [
+const RENDERED_CALLS: [(&str, &str, CallSyntax); 11] = [
     (
         "Hermes",
         "<tool_call>\n{\"name\": \"ember_probe_tool\", \"arguments\": {\"ember_probe\": 1}}\n</tool_call>",
@@ -46,6 +46,9 @@ const RENDERED_CALLS: [(&str, &str, CallSyntax); 10] = [
     ("DeepSeek R1", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>ember_probe_tool\n```json\n", DEEPSEEK_R1),
     ("DeepSeek V3.1", "<｜tool▁call▁begin｜>ember_probe_tool<｜tool▁sep｜>{", DEEPSEEK_V31),
     ("Granite 3", "<|tool_call|>[{\"name\": \"ember_probe_tool\"", GRANITE),
+    // Apriel 1.5's and 1.6's templates write the arguments with `tojson`: an object as it is, OpenAI's JSON text as a
+    // string; the model is told to write the object (their system prompt), which is what the grammar allows.
+    ("Apriel", "<tool_calls>[{\"name\": \"ember_probe_tool\", \"arguments\": ", APRIEL),
     (
         "Qwen3-Coder XML",
         "<tool_call>\n<function=ember_probe_tool>\n<parameter=ember_probe>\n1\n</parameter>\n</function>",
@@ -159,6 +162,12 @@ mod tests {
         // Tools, and calls written in no format ember knows.
         let other = "{{ tools | tojson }}{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}";
         assert_eq!(format_of(Some(other)), ToolFormat::Unknown);
+        // Apriel's (its 1.5 and 1.6 templates' calls): the arguments through `tojson`, an object or a string.
+        let apriel = "{% if tools %}<available_tools>{{ tools }}</available_tools>{% endif %}{% for m in messages %}\
+                      {% if m.tool_calls %}\n<tool_calls>[{% for c in m.tool_calls %}{{ '{\"name\": \"' + \
+                      c.function.name + '\", \"arguments\": ' + c.function.arguments | tojson }}}\
+                      {% if not loop.last %}, {% endif %}{% endfor %}]</tool_calls>{% endif %}{% endfor %}";
+        assert_eq!(format_of(Some(apriel)), ToolFormat::Known("Apriel", APRIEL));
         // Phi-4-mini's (its model's tokenizer_config.json): tools in the system message, calls as `functools[...]`.
         let phi4 = include_str!("../../../tests/fixtures/phi4_mini_template.jinja");
         assert_eq!(format_of(Some(phi4)), ToolFormat::Known("Phi-4-mini", PHI4_MINI));
