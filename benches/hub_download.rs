@@ -9,26 +9,16 @@
 #[path = "../tests/hub_server/mod.rs"]
 mod hub_server;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ember::hub::{self, DownloadProgress, Freshness, HubRef, HubSettings, Quiet};
+use ember::hub::{self, DownloadProgress, Freshness, HubRef, Quiet};
 use hub_server::{Content, HubServer, COMMIT};
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(default)
-}
-
-fn settings(server: &HubServer, cache: &Path) -> HubSettings {
-    HubSettings {
-        endpoint: server.endpoint.clone(),
-        token: None,
-        cache_dir: cache.to_owned(),
-        offline: false,
-        timeout: Duration::from_secs(30),
-    }
 }
 
 /// CPU seconds of this process (the server's threads and the client's) and of its waited-for children (curl), from
@@ -102,7 +92,7 @@ fn main() {
         let cache = dir.join(format!("cache-{round}"));
         let (cpu, _) = cpu_seconds();
         let start = Instant::now();
-        hub::resolve(&name, &settings(&server, &cache), Freshness::Latest, &mut Quiet).unwrap();
+        hub::resolve(&name, &server.settings(&cache), Freshness::Latest, &mut Quiet).unwrap();
         ember_rates.push(mb_per_s(start.elapsed().as_secs_f64()));
         ember_cpu.push(cpu_seconds().0 - cpu);
         std::fs::remove_dir_all(&cache).unwrap();
@@ -129,14 +119,14 @@ fn main() {
 
     let cache = dir.join("cache-resume");
     let mut half = StopAtHalf { total: 0, seen: 0 };
-    assert!(hub::resolve(&name, &settings(&server, &cache), Freshness::Latest, &mut half).is_err());
+    assert!(hub::resolve(&name, &server.settings(&cache), Freshness::Latest, &mut half).is_err());
     let kept = std::fs::read_dir(cache.join("models--bench--big/blobs"))
         .unwrap()
         .flatten()
         .map(|e| e.metadata().unwrap().len())
         .sum::<u64>();
     let before = server.served_bytes();
-    hub::resolve(&name, &settings(&server, &cache), Freshness::Latest, &mut Quiet).unwrap();
+    hub::resolve(&name, &server.settings(&cache), Freshness::Latest, &mut Quiet).unwrap();
     let resumed = server.served_bytes() - before;
     println!("resume: {kept} bytes kept, the resume fetched {resumed} bytes; the file lacked {}", size - kept);
     assert_eq!(resumed, size - kept);

@@ -57,16 +57,6 @@ fn cache_dir(test: &str) -> PathBuf {
     dir
 }
 
-fn settings(server: &HubServer, cache: &Path) -> HubSettings {
-    HubSettings {
-        endpoint: server.endpoint.clone(),
-        token: None,
-        cache_dir: cache.to_owned(),
-        offline: false,
-        timeout: Duration::from_secs(30),
-    }
-}
-
 fn name(text: &str) -> HubRef {
     HubRef::parse(text).unwrap()
 }
@@ -79,7 +69,7 @@ fn repo_dir(cache: &Path) -> PathBuf {
 fn a_quantization_downloads_through_redirects_into_the_cache_layout() {
     let (server, q4, _) = server();
     let cache = cache_dir("layout");
-    let mut settings = settings(&server, &cache);
+    let mut settings = server.settings(&cache);
     settings.token = Some("hf_secret".into());
     let found = hub::resolve(&name("org/tiny:q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
     let sha = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&q4));
@@ -109,7 +99,7 @@ fn a_quantization_downloads_through_redirects_into_the_cache_layout() {
 fn a_name_in_the_cache_is_used_without_any_request_and_pull_fetches_nothing_new() {
     let (server, _, _) = server();
     let cache = cache_dir("cached");
-    let settings = settings(&server, &cache);
+    let settings = server.settings(&cache);
     let first = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
     let (requests, served) = (server.seen().len(), server.served_bytes());
     let again = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
@@ -166,7 +156,7 @@ fn a_file_put_there_by_huggingface_cli_is_used_as_is_and_offline_needs_nothing_e
 fn offline_mode_asks_nothing_of_the_server() {
     let (server, _, _) = server();
     let cache = cache_dir("offline");
-    let mut settings = settings(&server, &cache);
+    let mut settings = server.settings(&cache);
     settings.offline = true;
     let err = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::Latest, &mut Quiet).unwrap_err();
     assert!(matches!(err, HubError::NotCached { .. }), "{err}");
@@ -179,7 +169,7 @@ fn a_connection_broken_mid_file_resumes_with_a_range_request() {
     let cache = cache_dir("broken");
     server.break_after(&[1 << 20, 0]);
     let found =
-        hub::resolve(&name("org/tiny:Q4_1"), &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet).unwrap();
+        hub::resolve(&name("org/tiny:Q4_1"), &server.settings(&cache), Freshness::CacheFirst, &mut Quiet).unwrap();
     assert_eq!(std::fs::read(&found.files[0]).unwrap(), q4);
     let ranges: Vec<Option<String>> =
         server.seen().iter().filter(|s| s.origin == "cdn").map(|s| s.range.clone()).collect();
@@ -194,7 +184,7 @@ fn a_stalled_connection_times_out_and_resumes() {
     let (server, q4, _) = server();
     let cache = cache_dir("stalled");
     server.stall_after(&[1 << 20]);
-    let mut settings = settings(&server, &cache);
+    let mut settings = server.settings(&cache);
     settings.timeout = Duration::from_secs(1);
     let found = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap();
     assert_eq!(std::fs::read(&found.files[0]).unwrap(), q4);
@@ -208,8 +198,8 @@ fn a_download_that_keeps_breaking_gives_up_after_a_bounded_number_of_attempts() 
     let (server, _, _) = server();
     let cache = cache_dir("give-up");
     server.break_after(&[0; 16]);
-    let err = hub::resolve(&name("org/tiny:Q4_1"), &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet)
-        .unwrap_err();
+    let err =
+        hub::resolve(&name("org/tiny:Q4_1"), &server.settings(&cache), Freshness::CacheFirst, &mut Quiet).unwrap_err();
     match &err {
         HubError::Interrupted { attempts, .. } => assert_eq!(*attempts, hub::MAX_FAILURES_IN_A_ROW),
         other => panic!("{other}"),
@@ -239,7 +229,7 @@ impl DownloadProgress for CancelAt {
 fn a_cancelled_download_resumes_later_and_fetches_only_the_rest() {
     let (server, q4, _) = server();
     let cache = cache_dir("resume");
-    let settings = settings(&server, &cache);
+    let settings = server.settings(&cache);
     let mut cancel = CancelAt { stop_at: Q4_LEN as u64 / 2, seen: 0, totals: vec![] };
     let err = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut cancel).unwrap_err();
     assert!(matches!(err, HubError::Cancelled), "{err}");
@@ -262,8 +252,8 @@ fn a_wrong_hash_deletes_the_download_and_says_so() {
     let cache = cache_dir("wrong-hash");
     let wrong = "0".repeat(64);
     server.lie_about_hash("org/tiny", "tiny.Q4_1.gguf", &wrong);
-    let err = hub::resolve(&name("org/tiny:Q4_1"), &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet)
-        .unwrap_err();
+    let err =
+        hub::resolve(&name("org/tiny:Q4_1"), &server.settings(&cache), Freshness::CacheFirst, &mut Quiet).unwrap_err();
     assert!(matches!(&err, HubError::HashMismatch { expected, .. } if *expected == wrong), "{err}");
     assert!(err.to_string().contains("the download was deleted"), "{err}");
     let blobs: Vec<_> = std::fs::read_dir(repo_dir(&cache).join("blobs")).unwrap().flatten().collect();
@@ -276,14 +266,14 @@ fn a_split_model_downloads_every_part_in_order() {
     let (server, _, q8) = server();
     let cache = cache_dir("split");
     let found =
-        hub::resolve(&name("org/tiny:Q8_0"), &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet).unwrap();
+        hub::resolve(&name("org/tiny:Q8_0"), &server.settings(&cache), Freshness::CacheFirst, &mut Quiet).unwrap();
     assert_eq!(found.files.len(), 3);
     let joined: Vec<u8> = found.files.iter().flat_map(|f| std::fs::read(f).unwrap()).collect();
     assert_eq!(joined, q8);
     assert!(found.files[2].ends_with("q8/tiny-Q8_0-00003-of-00003.gguf"));
     // Naming a later part picks the same set.
     let by_part = name("hf://org/tiny/q8/tiny-Q8_0-00002-of-00003.gguf");
-    let again = hub::resolve(&by_part, &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet).unwrap();
+    let again = hub::resolve(&by_part, &server.settings(&cache), Freshness::CacheFirst, &mut Quiet).unwrap();
     assert_eq!(again.files, found.files);
 }
 
@@ -291,14 +281,13 @@ fn a_split_model_downloads_every_part_in_order() {
 fn a_quantization_the_repository_lacks_lists_those_it_has() {
     let (server, _, _) = server();
     let cache = cache_dir("no-quant");
-    let err = hub::resolve(&name("org/tiny:Q5_K_M"), &settings(&server, &cache), Freshness::CacheFirst, &mut Quiet)
+    let err = hub::resolve(&name("org/tiny:Q5_K_M"), &server.settings(&cache), Freshness::CacheFirst, &mut Quiet)
         .unwrap_err();
     assert_eq!(err.to_string(), "org/tiny:Q5_K_M: no GGUF model file of quantization Q5_K_M; available: Q4_1, Q8_0");
-    let err = hub::resolve(&name("hf://org/tiny/nope.gguf"), &settings(&server, &cache), Freshness::Latest, &mut Quiet)
+    let err = hub::resolve(&name("hf://org/tiny/nope.gguf"), &server.settings(&cache), Freshness::Latest, &mut Quiet)
         .unwrap_err();
     assert!(err.to_string().contains("the repository has no file nope.gguf"), "{err}");
-    let err =
-        hub::resolve(&name("org/missing"), &settings(&server, &cache), Freshness::Latest, &mut Quiet).unwrap_err();
+    let err = hub::resolve(&name("org/missing"), &server.settings(&cache), Freshness::Latest, &mut Quiet).unwrap_err();
     assert!(matches!(err, HubError::Status { status: 404, .. }), "{err}");
 }
 
@@ -307,7 +296,7 @@ fn a_gated_repository_needs_the_token() {
     let (server, _, _) = server();
     server.gate("org/tiny", "hf_right");
     let cache = cache_dir("gated");
-    let mut settings = settings(&server, &cache);
+    let mut settings = server.settings(&cache);
     let err = hub::resolve(&name("org/tiny:Q4_1"), &settings, Freshness::CacheFirst, &mut Quiet).unwrap_err();
     assert!(matches!(err, HubError::Status { status: 401, .. }), "{err}");
     assert!(err.to_string().contains("set HF_TOKEN"), "{err}");

@@ -90,6 +90,17 @@ pub struct HubServer {
 }
 
 impl HubServer {
+    /// Settings that point the client at this server, with `cache` as its cache, online, no token.
+    pub fn settings(&self, cache: &std::path::Path) -> ember::hub::HubSettings {
+        ember::hub::HubSettings {
+            endpoint: self.endpoint.clone(),
+            token: None,
+            cache_dir: cache.to_owned(),
+            offline: false,
+            timeout: std::time::Duration::from_secs(30),
+        }
+    }
+
     pub fn start() -> HubServer {
         let state = Arc::new(Mutex::new(State::default()));
         let served = Arc::new(AtomicU64::new(0));
