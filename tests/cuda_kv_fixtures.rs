@@ -81,6 +81,18 @@ fn plane_bytes(plane: KvPlane<'_>) -> &[u8] {
     }
 }
 
+/// A CPU plane's bytes in the CUDA cache's order, `[slot][head]`: the CPU's blocks hold each head's slots together
+/// (`[block][head][slot]`, `CpuKvCache::head_rows`), the CUDA cache keeps a position's heads together.
+fn slot_major(plane: &[u8], heads: usize) -> Vec<u8> {
+    let head_bytes = plane.len() / (BLOCKS * BLOCK * heads);
+    let mut out = vec![0; plane.len()];
+    for (i, head_row) in plane.chunks_exact(head_bytes).enumerate() {
+        let (block, head, slot) = (i / (heads * BLOCK), i / BLOCK % heads, i % BLOCK);
+        out[((block * BLOCK + slot) * heads + head) * head_bytes..][..head_bytes].copy_from_slice(head_row);
+    }
+    out
+}
+
 /// Each sequence's block table: blocks out of order, so that positions do not map to slots in order.
 const TABLES: [&[u32]; 2] = [&[9, 3, 12, 0, 7, 14, 2, 11, 5], &[4, 13]];
 
@@ -157,8 +169,9 @@ fn case(out: &mut Words, kv_cache: KvCacheTypes) {
         }
         out.floats(cpu.buffer(Buf::Att));
         let layer = cpu.kv_cache().layer(0);
-        out.bytes(plane_bytes(layer.keys));
-        out.bytes(plane_bytes(layer.values));
+        let heads = config.n_head_kv;
+        out.bytes(&slot_major(plane_bytes(layer.keys), heads));
+        out.bytes(&slot_major(plane_bytes(layer.values), heads));
     }
 }
 
@@ -206,7 +219,7 @@ fn store_case(out: &mut Words) {
     out.put(width);
     out.floats(&rows);
     for t in KvCacheType::ALL {
-        let mut cache = CpuKvCache::new(&[KvPool::Global], width, n_rows, 1, 0, (t.into(), t.into()), false);
+        let mut cache = CpuKvCache::new(&[KvPool::Global], (1, width), n_rows, 1, 0, (t.into(), t.into()), false);
         for (i, row) in rows.chunks_exact(width).enumerate() {
             cache.store(0, (5 * i + 3) % n_rows, row, &[]);
         }

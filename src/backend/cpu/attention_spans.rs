@@ -237,9 +237,8 @@ pub(super) struct RowAttention<'a> {
     /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
     pub first: usize,
     pub positions: usize,
-    /// Offset of the KV head within a cache row (of keys, and of values when they have a plane of their own).
-    pub offset: usize,
-    pub kv_dim: usize,
+    /// The KV head.
+    pub kv_head: usize,
     /// Width of a key head (and of the queries).
     pub key_width: usize,
     /// Width of a value head (a prefix of the key head's when the values are the keys' plane).
@@ -341,8 +340,8 @@ impl RowAttention<'_> {
     }
 
     /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
-    /// values), `width` elements wide: from the head's first item in slot `from` to its last in slot
-    /// `from + len − 1`, a row of `kv_dim` elements apart, counted in items of `T` (elements, or blocks of 32).
+    /// values), the first `width` elements of each: from the head's first item in slot `from` to its last in slot
+    /// `from + len − 1` (`CpuKvCache::head_rows`), counted in items of `T` (elements, or blocks of 32).
     fn run_of<'p, T: Item>(
         &self,
         plane: &'p [T],
@@ -351,8 +350,8 @@ impl RowAttention<'_> {
         len: usize,
         width: usize,
     ) -> CacheRun<'p, T> {
-        let (stride, width) = (self.kv_dim / T::ELEMENTS, width / T::ELEMENTS);
-        let first = (block as usize * self.cache.block_size() + from) * stride + self.offset / T::ELEMENTS;
+        let (first, stride) = self.cache.head_rows(block as usize, from, self.kv_head);
+        let (first, stride, width) = (first / T::ELEMENTS, stride / T::ELEMENTS, width / T::ELEMENTS);
         CacheRun { rows: &plane[first..first + (len - 1) * stride + width], width, stride, n: len }
     }
 }

@@ -230,7 +230,7 @@ impl<'m> CpuBackend<'m> {
             .collect();
         let cache = CpuKvCache::new(
             &pools,
-            config.kv_dim(),
+            (config.n_head_kv, config.head_dim),
             options.kv_block_size,
             options.kv_num_blocks,
             options.kv_window_blocks.unwrap_or(0),

@@ -8,9 +8,12 @@
 //! (`Precision::Float32`) stores f32 instead, because there the f16 rounding of keys and values would dominate
 //! its error against a float64 reference (measured: median 7e-4, max 5e-3 relative, against 2e-6 with f32).
 //!
-//! Layout of each layer's keys (and values): `[num_blocks][block_size][kv_dim]`, so the keys of one position are
-//! contiguous (one write per new token) and a block is one contiguous range. Which blocks belong to which sequence
-//! is the engine's business (its block tables); this type only stores.
+//! Layout of each layer's keys (and values): `[num_blocks][n_head_kv][block_size][head_width]`, so a block is one
+//! contiguous range and within it each KV head's slots are together. Attention reads one KV head at a time (all
+//! its query heads at once): with a position's heads together instead (`[slot][kv_dim]`, the CUDA cache's order) it
+//! read a few cache lines out of every row, a pattern the hardware prefetchers follow too late. Measured at Llama
+//! 3.2 1B's shapes (8 KV heads of 64), depth 4096, 2 threads: decode 29-37 → 46 tokens/s. Which blocks belong to
+//! which sequence is the engine's business (its block tables); this type only stores.
 //!
 //! The storage is allocated zeroed (`calloc`-style), so the OS commits pages only as positions are written: a
 //! large cache costs resident memory in proportion to its use.
@@ -90,32 +93,27 @@ impl Plane {
         }
     }
 
-    /// Stores `row` as element row `slot` (`row.len()` elements each) of `layer`.
-    fn store(&mut self, layer: usize, slot: usize, row: &[f32]) {
-        let n = row.len();
+    /// Stores `head`, one KV head's elements of a position, at element `at` of `layer`.
+    fn store(&mut self, layer: usize, at: usize, head: &[f32]) {
+        let n = head.len();
         match self {
             Plane::Words { ty: KvElementType::F16, layers } => {
-                for (dst, &x) in layers[layer][slot * n..][..n].iter_mut().zip(row) {
+                for (dst, &x) in layers[layer][at..][..n].iter_mut().zip(head) {
                     *dst = f16::from_f32(x).to_bits();
                 }
             }
-            Plane::Words { ty: KvElementType::Q8_0, layers } => {
-                store_blocks::<BlockQ8_0>(&mut layers[layer], slot, row)
-            }
-            Plane::Words { ty: KvElementType::Q4_0, layers } => {
-                store_blocks::<BlockQ4_0>(&mut layers[layer], slot, row)
-            }
+            Plane::Words { ty: KvElementType::Q8_0, layers } => store_blocks::<BlockQ8_0>(&mut layers[layer], at, head),
+            Plane::Words { ty: KvElementType::Q4_0, layers } => store_blocks::<BlockQ4_0>(&mut layers[layer], at, head),
             Plane::Words { ty: KvElementType::F32, .. } => unreachable!("f32 planes hold floats"),
-            Plane::F32(layers) => layers[layer][slot * n..][..n].copy_from_slice(row),
+            Plane::F32(layers) => layers[layer][at..][..n].copy_from_slice(head),
         }
     }
 }
 
-/// Quantizes `row` into block row `slot` of a layer's words.
-fn store_blocks<B: KvBlock>(words: &mut [u16], slot: usize, row: &[f32]) {
+/// Quantizes `head` into the blocks from element `at` (a multiple of 32) of a layer's words.
+fn store_blocks<B: KvBlock>(words: &mut [u16], at: usize, head: &[f32]) {
     let blocks: &mut [B] = bytemuck::cast_slice_mut(words);
-    let per_row = row.len() / QK;
-    quantize_kv_row(row, &mut blocks[slot * per_row..][..per_row]);
+    quantize_kv_row(head, &mut blocks[at / QK..][..head.len() / QK]);
 }
 
 /// Which block pool a layer's keys and values live in (and so which of a sequence's tables addresses them).
@@ -127,8 +125,8 @@ pub enum KvPool {
     Window,
 }
 
-/// One plane of one layer, `[num_blocks * block_size][kv_dim]` flattened (its pool's `num_blocks`), in elements or
-/// in blocks of 32.
+/// One plane of one layer, `[num_blocks][n_head_kv][block_size][head_width]` flattened (its pool's `num_blocks`),
+/// in elements or in blocks of 32.
 #[derive(Clone, Copy)]
 pub enum KvPlane<'a> {
     F16(&'a [f16]),
@@ -147,6 +145,8 @@ pub struct KvLayer<'a> {
 /// Keys and values of all layers.
 pub struct CpuKvCache {
     kv_dim: usize,
+    /// KV heads of a row (`kv_dim` is `heads` heads of `kv_dim / heads`).
+    heads: usize,
     block_size: usize,
     num_blocks: usize,
     /// Blocks of the window pool (0 when no layer is in it).
@@ -160,21 +160,23 @@ pub struct CpuKvCache {
 
 impl CpuKvCache {
     /// Allocates the cache (lazily committed, see the module documentation): one layer per entry of `pools`, with
-    /// `num_blocks` blocks for those in the global pool and `window_blocks` for those in the window pool; keys of
-    /// `types.0` and values of `types.1`, or keys only when `values` is false (latent attention). Block types need
-    /// `kv_dim` a multiple of 32 (the caller checks the heads).
+    /// `num_blocks` blocks for those in the global pool and `window_blocks` for those in the window pool, rows of
+    /// `heads` KV heads of `head_width` elements; keys of `types.0` and values of `types.1`, or keys only when
+    /// `values` is false (latent attention). Block types need `head_width` a multiple of 32 (the caller checks the
+    /// heads).
     ///
     /// # Panics
     /// When the size overflows `usize` (callers validate sizes from configuration first).
     pub fn new(
         pools: &[KvPool],
-        kv_dim: usize,
+        (heads, head_width): (usize, usize),
         block_size: usize,
         num_blocks: usize,
         window_blocks: usize,
         types: (KvElementType, KvElementType),
         values: bool,
     ) -> Self {
+        let kv_dim = heads.checked_mul(head_width).expect("KV size");
         let elements = |blocks: usize| blocks.checked_mul(block_size).and_then(|n| n.checked_mul(kv_dim));
         let sizes: Vec<usize> = pools
             .iter()
@@ -187,6 +189,7 @@ impl CpuKvCache {
         let window_blocks = if pools.contains(&KvPool::Window) { window_blocks } else { 0 };
         CpuKvCache {
             kv_dim,
+            heads,
             block_size,
             num_blocks,
             window_blocks,
@@ -239,10 +242,24 @@ impl CpuKvCache {
     /// When `value` is not empty in a cache without value planes.
     pub fn store(&mut self, layer: usize, slot: usize, key: &[f32], value: &[f32]) {
         assert!(self.values.is_some() || value.is_empty(), "a keys-only cache stores no values");
-        self.keys.store(layer, slot, &key[..self.kv_dim]);
-        if let Some(values) = &mut self.values {
-            values.store(layer, slot, &value[..self.kv_dim]);
+        let width = self.kv_dim / self.heads;
+        let (block, from) = (slot / self.block_size, slot % self.block_size);
+        for head in 0..self.heads {
+            let (at, _) = self.head_rows(block, from, head);
+            self.keys.store(layer, at, &key[head * width..][..width]);
+            if let Some(values) = &mut self.values {
+                values.store(layer, at, &value[head * width..][..width]);
+            }
         }
+    }
+
+    /// Where KV head `head`'s elements of slot `from` of block `block` start in a layer's plane, and the elements
+    /// from one slot's to the next's: a block holds each head's slots together (`[block][head][slot][width]`), so
+    /// that attention, which reads one KV head at a time, streams contiguous memory.
+    #[inline]
+    pub fn head_rows(&self, block: usize, from: usize, head: usize) -> (usize, usize) {
+        let width = self.kv_dim / self.heads;
+        (((block * self.heads + head) * self.block_size + from) * width, width)
     }
 }
 
@@ -266,7 +283,7 @@ mod tests {
     #[test]
     fn positions_map_through_the_block_table() {
         for types in [F16, F32] {
-            let mut c = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 0, types, true);
+            let mut c = CpuKvCache::new(&[KvPool::Global; 2], (1, 4), 16, 8, 0, types, true);
             let table = [5u32, 2];
             assert_eq!(c.slot(&table, 0), 80);
             assert_eq!(c.slot(&table, 17), 33);
@@ -278,10 +295,24 @@ mod tests {
     }
 
     #[test]
+    fn a_block_holds_each_heads_slots_together() {
+        // 2 heads of 4, blocks of 16: head h of slot s of block b starts at element ((b·2 + h)·16 + s)·4.
+        let mut c = CpuKvCache::new(&[KvPool::Global], (2, 4), 16, 4, 0, F16, true);
+        c.store(0, 16 * 2 + 5, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[-1.0; 8]);
+        let layer = c.layer(0);
+        let (head0, head1) = (((2 * 2) * 16 + 5) * 4, ((2 * 2 + 1) * 16 + 5) * 4);
+        assert_eq!(c.head_rows(2, 5, 1), (head1, 4));
+        let got: Vec<f32> =
+            (0..4).flat_map(|i| [element(layer.keys, head0 + i), element(layer.keys, head1 + i)]).collect();
+        assert_eq!(got, [1.0, 5.0, 2.0, 6.0, 3.0, 7.0, 4.0, 8.0]);
+        assert_eq!(element(layer.values, head1 + 3), -1.0);
+    }
+
+    #[test]
     fn block_types_store_quantized_rows_of_their_own_sizes() {
         let row: Vec<f32> = (0..64).map(|i| i as f32 / 8.0 - 4.0).collect();
         let types = (KvElementType::Q8_0, KvElementType::Q4_0);
-        let mut c = CpuKvCache::new(&[KvPool::Global], 64, 16, 2, 0, types, true);
+        let mut c = CpuKvCache::new(&[KvPool::Global], (1, 64), 16, 2, 0, types, true);
         assert_eq!(c.allocated_bytes(), 2 * 16 * 2 * (34 + 18), "32 slots × 2 blocks of each type");
         c.store(0, 17, &row, &row);
         let layer = c.layer(0);
@@ -296,7 +327,7 @@ mod tests {
     #[test]
     fn window_layers_get_the_window_pools_blocks() {
         let pools = [KvPool::Window, KvPool::Global, KvPool::Window];
-        let c = CpuKvCache::new(&pools, 4, 16, 8, 3, F16, true);
+        let c = CpuKvCache::new(&pools, (1, 4), 16, 8, 3, F16, true);
         assert_eq!(
             (c.num_blocks(), c.window_blocks(), c.pool_of(1), c.pool_of(2)),
             (8, Some(3), KvPool::Global, KvPool::Window)
@@ -307,13 +338,13 @@ mod tests {
         };
         assert_eq!((len(0), len(1), len(2)), ((3 * 16 * 4, 3 * 16 * 4), (8 * 16 * 4, 8 * 16 * 4), (192, 192)));
         assert_eq!(c.allocated_bytes(), 2 * 2 * (3 + 8 + 3) * 16 * 4);
-        let global_only = CpuKvCache::new(&[KvPool::Global; 2], 4, 16, 8, 3, F32, true);
+        let global_only = CpuKvCache::new(&[KvPool::Global; 2], (1, 4), 16, 8, 3, F32, true);
         assert_eq!((global_only.window_blocks(), global_only.allocated_bytes()), (None, 2 * 4 * 2 * 8 * 16 * 4));
     }
 
     #[test]
     fn a_keys_only_cache_hands_out_its_keys_as_the_values() {
-        let mut c = CpuKvCache::new(&[KvPool::Global], 4, 16, 2, 0, F16, false);
+        let mut c = CpuKvCache::new(&[KvPool::Global], (1, 4), 16, 2, 0, F16, false);
         c.store(0, 3, &[1.0, 2.0, 3.0, 4.0], &[]);
         match c.layer(0) {
             KvLayer { keys: KvPlane::F16(keys), values: KvPlane::F16(values) } => {
