@@ -497,7 +497,7 @@ fn out_rows_refuses_writes_outside_its_range() {
 }
 
 /// Element-wise lengths: empty, shorter than a register, with and without a tail, and the model's widths.
-const LENGTHS: [usize; 11] = [0, 1, 7, 8, 9, 64, 100, 128, 256, 576, 1536];
+const LENGTHS: [usize; 12] = [0, 1, 7, 8, 9, 64, 80, 100, 128, 256, 576, 1536];
 
 fn random_vec(len: usize, lo: f32, hi: f32, rng: &mut Rng) -> Vec<f32> {
     (0..len).map(|_| rng.uniform(lo, hi)).collect()

@@ -1,8 +1,11 @@
-//! The AVX-512 path's attention kernels over the f16 KV cache: the AVX2 path's bodies (`avx2::attention_f16`),
-//! the same 256-bit arithmetic, compiled where AVX-512VL gives 32 vector registers, so that wider tiles fit: scores
-//! of 4 positions × 4 heads and values slabs of 4 chunks × 4 heads (16 accumulators each). A group of 4 query heads
-//! per KV head (Llama 3.2 1B, Gemma 3) then converts each cached element once. The same for the 8-bit and 4-bit
-//! caches' kernels (`avx2::attention_quant`).
+//! The AVX-512 path's attention kernels over the f16 KV cache. Scores: the AVX2 path's bodies
+//! (`avx2::attention_f16`), the same 256-bit arithmetic, compiled where AVX-512VL gives 32 vector registers, so that
+//! wider tiles fit: 4 positions × 4 heads (16 accumulators). Values: the same arithmetic on 512-bit registers
+//! (`values_zmm`: slabs of 4 × 16 elements of up to 4 heads), which halves the broadcasts and conversions per
+//! element. A group of 4 query heads per KV head (Llama 3.2 1B, Gemma 3) then converts each cached element once.
+//! The 8-bit and 4-bit caches' kernels are `avx2::attention_quant`'s bodies, compiled here.
+
+use std::arch::x86_64::*;
 
 use half::f16;
 
@@ -50,15 +53,73 @@ pub(super) fn attention_values_f16(weights: &[f32], weight_stride: usize, values
         let out = &mut out[first * width..][..heads * width];
         // SAFETY: this function is compiled with (more than) the features the bodies' intrinsics need.
         unsafe {
-            match (heads, width.is_multiple_of(32)) {
-                (1, true) => values_of::<1, 4>(weights, weight_stride, values, out),
-                (2, true) => values_of::<2, 4>(weights, weight_stride, values, out),
-                (3, true) => values_of::<3, 4>(weights, weight_stride, values, out),
-                (_, true) => values_of::<4, 4>(weights, weight_stride, values, out),
-                (1, false) => values_of::<1, 1>(weights, weight_stride, values, out),
-                (2, false) => values_of::<2, 1>(weights, weight_stride, values, out),
-                (3, false) => values_of::<3, 1>(weights, weight_stride, values, out),
-                (_, false) => values_of::<4, 1>(weights, weight_stride, values, out),
+            match (heads, width % 64, width % 16) {
+                (1, 0, _) => values_zmm::<1, 4>(weights, weight_stride, values, out),
+                (2, 0, _) => values_zmm::<2, 4>(weights, weight_stride, values, out),
+                (3, 0, _) => values_zmm::<3, 4>(weights, weight_stride, values, out),
+                (_, 0, _) => values_zmm::<4, 4>(weights, weight_stride, values, out),
+                (1, _, 0) => values_zmm::<1, 1>(weights, weight_stride, values, out),
+                (2, _, 0) => values_zmm::<2, 1>(weights, weight_stride, values, out),
+                (3, _, 0) => values_zmm::<3, 1>(weights, weight_stride, values, out),
+                (_, _, 0) => values_zmm::<4, 1>(weights, weight_stride, values, out),
+                // A multiple of 8 only: the 256-bit body.
+                (1, _, _) => values_of::<1, 1>(weights, weight_stride, values, out),
+                (2, _, _) => values_of::<2, 1>(weights, weight_stride, values, out),
+                (3, _, _) => values_of::<3, 1>(weights, weight_stride, values, out),
+                (_, _, _) => values_of::<4, 1>(weights, weight_stride, values, out),
+            }
+        }
+    }
+}
+
+/// Values of `G` heads in slabs of `S` vectors of 16 (the width a multiple of `16·S`): the AVX2 body's arithmetic
+/// (`values_of`: each output element its own chain of FMAs in position order) on 512-bit registers, so a position's
+/// weights are broadcast, and its row converted, once per 16·S elements instead of once per 8·S; the lanes are
+/// independent, so the bits are the same.
+///
+/// # Safety
+/// The caller is compiled with AVX-512F and F16C (the body is inlined into it).
+#[inline(always)]
+unsafe fn values_zmm<const G: usize, const S: usize>(
+    weights: &[f32],
+    weight_stride: usize,
+    values: CacheRun<'_, f16>,
+    out: &mut [f32],
+) {
+    let width = values.width;
+    let mut heads: [&mut [[f32; 16]]; G] = {
+        let mut rest = out;
+        std::array::from_fn(|_| {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
+            rest = tail;
+            head.as_chunks_mut::<16>().0
+        })
+    };
+    let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
+    // SAFETY (every intrinsic below): the caller has the features, see above; each load and store is of a whole
+    // array reference (16 floats, or 16 halves), any alignment.
+    unsafe {
+        for slab in 0..width / (16 * S) {
+            let mut acc = [[_mm512_setzero_ps(); S]; G];
+            for (acc, head) in acc.iter_mut().zip(heads.iter()) {
+                for (a, o) in acc.iter_mut().zip(&head[slab * S..]) {
+                    *a = _mm512_loadu_ps(o.as_ptr());
+                }
+            }
+            for (i, row) in (0..values.n).map(|i| (i, &values.rows[i * values.stride..])) {
+                let w: [__m512; G] = std::array::from_fn(|g| _mm512_set1_ps(weights[g][i]));
+                let row = row[slab * 16 * S..][..16 * S].as_chunks::<16>().0;
+                for (s, chunk) in row.iter().enumerate() {
+                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(chunk.as_ptr().cast()));
+                    for g in 0..G {
+                        acc[g][s] = _mm512_fmadd_ps(w[g], v, acc[g][s]);
+                    }
+                }
+            }
+            for (acc, head) in acc.iter().zip(heads.iter_mut()) {
+                for (a, o) in acc.iter().zip(&mut head[slab * S..]) {
+                    _mm512_storeu_ps(o.as_mut_ptr(), *a);
+                }
             }
         }
     }
