@@ -22,6 +22,9 @@ SHAPES = {
     "llama-1b": (2048, 16, 32, 8, 8192, 500000.0, True),
     # Llama 3.2 3B: 3072 wide, 28 layers, 24/8 heads of 128, FFN 8192, tied output.
     "llama-3b": (3072, 28, 24, 8, 8192, 500000.0, True),
+    # Llama 3.2 1B's layers, 2 of its 16: for long prompts' memory (a step's buffers and the attention's scratch do
+    # not grow with the layers, the cache does by a known amount), at an eighth of the prefill's time.
+    "llama-1b-2l": (2048, 2, 32, 8, 8192, 500000.0, True),
     # Qwen2.5 7B's layer shapes (3584 wide, 28/4 heads of 128, FFN 18944, untied output) with 4 of its 28 layers,
     # as a llama model (its q/k/v biases are left out: they are vectors, not matmuls).
     "qwen-7b-4l": (3584, 4, 28, 4, 18944, 1000000.0, False),

@@ -3,7 +3,7 @@
 //! ```text
 //! ember-bench [--model MODEL] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool]
 //!             [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N]
-//!             [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]
+//!             [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0] [--load auto|read|mmap]
 //! ```
 //!
 //! The second line shapes the run for a side-by-side with llama.cpp's `llama-bench` (what
@@ -33,7 +33,9 @@
 //! - a large memcpy's speed on the same machine, and the share of it decode reaches: weight bytes read per token ×
 //!   decode tokens/s ÷ memcpy bytes/s. Decode of a model this small streams its weights for every token, so this
 //!   ratio says how close decode is to the memory-bandwidth bound (it can exceed 1: the memcpy runs on one thread
-//!   and moves each byte twice, a read and a write; decode runs on `--threads` and mostly reads).
+//!   and moves each byte twice, a read and a write; decode runs on `--threads` and mostly reads);
+//! - with `--depth N`, decode after an N-token prompt, and the peak RSS through it (before the bandwidth probes'
+//!   buffers): with `--no-rss`, what the long prompt's prefill costs in memory beside the weights and its cache.
 //!
 //! Each speed is the median of several runs (the best is printed beside it). The machines we measure on share their
 //! CPUs with other work, so each measurement also reports the share of its threads' time spent waiting for a CPU
@@ -51,12 +53,13 @@ use ember::backend::cpu::kernels::read_probe;
 use ember::backend::cpu::{CpuBackend, CpuBackendOptions, Precision};
 use ember::engine::generate::{generate, single_sequence_window_blocks, GenerateRequest, SingleSequenceLayout};
 use ember::engine::sampling::SamplingParams;
+use ember::model::gguf::LoadMode;
 use ember::model::llama::{forward, LlamaConfig, SeqChunk};
 use ember::model::{Model, TokenId};
 
 const USAGE: &str = "usage: ember-bench [--model MODEL] [--threads N] [--json PATH] [--quick] [--no-kv-window-pool] \
                      [--no-rss] [--prefill N,N..] [--decode N] [--depth N] [--runs N] [--streams N] \
-                     [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0]";
+                     [--kv-cache-type-k f16|q8_0|q4_0] [--kv-cache-type-v f16|q8_0|q4_0] [--load auto|read|mmap]";
 
 /// `--help`'s explanation below the usage line (the module's comment says more).
 const HELP: &str = "Times the CPU forward pass of the model (--model: a GGUF file or a hub name, org/repo:QUANT; else \
@@ -94,6 +97,9 @@ struct Args {
     streams: Option<usize>,
     /// The KV cache's key and value types (`--kv-cache-type-k`, `--kv-cache-type-v`, as the engine options).
     kv_cache: KvCacheTypes,
+    /// How the file is brought in (the engine option `load`): a file read into memory stays resident beside the
+    /// packed weights, a mapped one leaves as it is packed.
+    load: LoadMode,
 }
 
 fn parse_args(raw: &[String]) -> Result<Args, String> {
@@ -110,6 +116,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
         runs: None,
         streams: None,
         kv_cache: KvCacheTypes::default(),
+        load: LoadMode::default(),
     };
     let cache_type =
         |name: &str, v: &str| KvCacheType::from_name(v).ok_or(format!("{name}: {v:?} is not one of f16, q8_0, q4_0"));
@@ -137,6 +144,7 @@ fn parse_args(raw: &[String]) -> Result<Args, String> {
             "--streams" => args.streams = Some(count("--streams", &value("--streams")?)?),
             "--kv-cache-type-k" => args.kv_cache.keys = cache_type(a, &value(a)?)?,
             "--kv-cache-type-v" => args.kv_cache.values = cache_type(a, &value(a)?)?,
+            "--load" => args.load = LoadMode::try_from(value(a)?)?,
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -358,7 +366,7 @@ fn engine_default_precision(model: &Model) -> Precision {
 fn run(args: &Args) -> Result<(), String> {
     let plan = Plan::new(args);
     let load_at_start = load_average();
-    let model = Model::load(args.model.as_deref()).map_err(|e| e.to_string())?;
+    let model = Model::load_with(args.model.as_deref(), args.load).map_err(|e| e.to_string())?;
     let config = &model.config;
     let mut options = CpuBackendOptions {
         threads: args.threads,
@@ -416,6 +424,9 @@ fn run(args: &Args) -> Result<(), String> {
         at_depth =
             Some(Measurement::take(|| (0..runs).map(|_| bench.decode(&prompt, plan.decode_tokens + 1)).collect())?);
     }
+    // The peak so far, the long prompt's prefill included (before the bandwidth probes' buffers): with --no-rss,
+    // what a prompt of --depth tokens costs in memory.
+    let depth_peak_rss = plan.depth.and_then(|_| proc_status_kib("VmHWM")).map(|kib| kib * 1024);
     drop(bench);
     let streams = match args.streams {
         Some(n) => {
@@ -475,6 +486,15 @@ fn run(args: &Args) -> Result<(), String> {
         None => println!("peak RSS: /proc/self/status has no VmHWM here"),
     }
     println!("  (of which KV cache {:.1} MiB, model file {:.1} MiB)", mib(kv_bytes as u64), mib(model.file.file_len()));
+    if let (Some(bytes), Some((depth, _))) = (depth_peak_rss, plan.depth) {
+        let cache = kv_bytes_per_token * (depth + plan.decode_tokens);
+        println!("{:<40} {:>10.1}", format!("peak RSS through depth {depth} (MiB)"), mib(bytes));
+        println!(
+            "  (KV cache of its positions {:.1} MiB, model file {:.1} MiB)",
+            mib(cache as u64),
+            mib(model.file.file_len())
+        );
+    }
     match layout.kv_window_blocks {
         Some(blocks) => println!(
             "  (sliding-window layers in a pool of {blocks} blocks; every layer whole: KV cache {:.1} MiB)",
@@ -516,6 +536,7 @@ fn run(args: &Args) -> Result<(), String> {
             "kv_window_pool_blocks": layout.kv_window_blocks,
             "decode_tokens_per_s": long.as_ref().map(Measurement::json)
         },
+        "peak_rss_through_depth_bytes": depth_peak_rss,
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
