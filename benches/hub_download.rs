@@ -4,7 +4,9 @@
 //! rounds (default 5), each run a 256 MiB file. Then a resumed download: cancelled at half, resumed, and the bytes
 //! the server sent for the resume against what the file lacked.
 //!
-//! `cargo bench --bench hub_download -- [--rounds N] [--mib N]`: each run's MB/s, the medians and their ratio.
+//! `cargo bench --bench hub_download -- [--rounds N] [--mib N] [--link-mbs N]`: each run's MB/s, the medians and
+//! their ratio. With `--link-mbs N` the server sends at N MB/s at most (`HubServer::limit_rate`), as a link of that
+//! speed would: where the client's CPU is not what limits it, the two should take the same time.
 
 #[path = "../tests/hub_server/mod.rs"]
 mod hub_server;
@@ -81,6 +83,11 @@ fn main() {
     let size = std::fs::metadata(&source).unwrap().len();
     let server = HubServer::start();
     server.add_repo("bench/big", vec![("big-Q4_0.gguf", Content::File(source.clone()))]);
+    let link = arg("--link-mbs", 0);
+    if link > 0 {
+        server.limit_rate(link as u64 * 1_000_000);
+        println!("the server sends at {link} MB/s at most");
+    }
     let name = HubRef::parse("bench/big:Q4_0").unwrap();
     let url = format!("{}/bench/big/resolve/{COMMIT}/big-Q4_0.gguf", server.endpoint);
     let mb_per_s = |seconds: f64| size as f64 / 1e6 / seconds;

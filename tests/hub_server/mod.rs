@@ -79,6 +79,8 @@ struct State {
     break_after: Vec<u64>,
     /// The next CDN responses stop sending after this many body bytes and hold the connection open (a stall).
     stall_after: Vec<u64>,
+    /// Bytes per second the storage sends a body at, at most (a link's speed); `None`: as fast as it can.
+    rate: Option<u64>,
     cdn_origin: String,
 }
 
@@ -155,6 +157,11 @@ impl HubServer {
     /// The next CDN responses stall (send nothing more, the connection open) after these many body bytes.
     pub fn stall_after(&self, bytes: &[u64]) {
         self.state.lock().unwrap().stall_after = bytes.to_vec();
+    }
+
+    /// Sends every later body at `bytes_per_second` at most, as a link of that speed would deliver it.
+    pub fn limit_rate(&self, bytes_per_second: u64) {
+        self.state.lock().unwrap().rate = Some(bytes_per_second.max(1));
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -257,12 +264,12 @@ fn api(path: &str, seen: &Seen, state: &Mutex<State>) -> Answer {
 }
 
 fn cdn(path: &str, seen: &Seen, state: &Mutex<State>, served: &AtomicU64, out: &mut TcpStream) {
-    let (content, break_after, stall) = {
+    let (content, break_after, stall, rate) = {
         let mut state = state.lock().unwrap();
         let content = path.strip_prefix("/cdn/").and_then(|sha| state.blobs.get(sha).cloned());
         let next = |faults: &mut Vec<u64>| (!faults.is_empty()).then(|| faults.remove(0));
         let (broken, stalled) = (next(&mut state.break_after), next(&mut state.stall_after));
-        (content, broken.or(stalled), stalled.is_some())
+        (content, broken.or(stalled), stalled.is_some(), state.rate)
     };
     let Some(content) = content else {
         let _ = out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -305,7 +312,10 @@ fn cdn(path: &str, seen: &Seen, state: &Mutex<State>, served: &AtomicU64, out: &
         Content::File(path) => {
             let mut file = std::fs::File::open(path).unwrap();
             file.seek(SeekFrom::Start(start)).unwrap();
-            std::io::copy(&mut file.take(limit), out)
+            match rate {
+                None => std::io::copy(&mut file.take(limit), out),
+                Some(rate) => paced_copy(&mut file.take(limit), out, rate),
+            }
         }
     };
     let _ = out.flush();
@@ -315,4 +325,22 @@ fn cdn(path: &str, seen: &Seen, state: &Mutex<State>, served: &AtomicU64, out: &
     }
     // A break: the connection closes with the body short of its Content-Length.
     let _ = out.shutdown(std::net::Shutdown::Both);
+}
+
+/// Copies `from` to `out` at `rate` bytes per second at most: each piece of 256 KiB leaves when the schedule says
+/// the bytes before it have gone, as a link of that speed paces a download.
+fn paced_copy(from: &mut impl Read, out: &mut TcpStream, rate: u64) -> std::io::Result<u64> {
+    let start = std::time::Instant::now();
+    let mut buffer = vec![0; 256 << 10];
+    let mut sent = 0u64;
+    loop {
+        let due = start + std::time::Duration::from_secs_f64(sent as f64 / rate as f64);
+        std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+        let n = from.read(&mut buffer)?;
+        if n == 0 {
+            return Ok(sent);
+        }
+        out.write_all(&buffer[..n])?;
+        sent += n as u64;
+    }
 }
