@@ -190,16 +190,17 @@ pub(in crate::backend::cpu::kernels) unsafe fn scores_of<const G: usize, const P
     }
 }
 
-/// `out` (`G` heads of `width` floats, a multiple of 8) as each head's chunks of 8.
-pub(in crate::backend::cpu::kernels) fn head_chunks<const G: usize>(
+/// `out` (`G` heads of `width` floats, a multiple of `N`) as each head's chunks of `N` (8 for 256-bit registers,
+/// 16 for 512-bit ones).
+pub(in crate::backend::cpu::kernels) fn head_chunks<const G: usize, const N: usize>(
     out: &mut [f32],
     width: usize,
-) -> [&mut [[f32; 8]]; G] {
+) -> [&mut [[f32; N]]; G] {
     let mut rest = out;
     std::array::from_fn(|_| {
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
         rest = tail;
-        head.as_chunks_mut::<8>().0
+        head.as_chunks_mut::<N>().0
     })
 }
 
@@ -215,7 +216,7 @@ pub(in crate::backend::cpu::kernels) unsafe fn values_of<const G: usize, const S
     out: &mut [f32],
 ) {
     let width = values.width;
-    let mut heads = head_chunks::<G>(out, width);
+    let mut heads = head_chunks::<G, 8>(out, width);
     let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
     // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
     unsafe {

@@ -201,7 +201,7 @@ pub(in crate::backend::cpu::kernels) unsafe fn values_of<B: SimdKvBlock, const G
     out: &mut [f32],
 ) {
     let width = QK * values.width;
-    let mut heads = head_chunks::<G>(out, width);
+    let mut heads = head_chunks::<G, 8>(out, width);
     let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
     // SAFETY (every intrinsic and lane helper below): the caller has the features, see above.
     unsafe {

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::backend::cpu::kernels::avx2::attention_f16::{
-    scores_of, scores_unvectorized, subgroups, values_of, values_unvectorized,
+    head_chunks, scores_of, scores_unvectorized, subgroups, values_of, values_unvectorized,
 };
 use crate::backend::cpu::kernels::avx2::attention_quant::{self, SimdKvBlock};
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
@@ -87,14 +87,7 @@ unsafe fn values_zmm<const G: usize, const S: usize>(
     out: &mut [f32],
 ) {
     let width = values.width;
-    let mut heads: [&mut [[f32; 16]]; G] = {
-        let mut rest = out;
-        std::array::from_fn(|_| {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(width);
-            rest = tail;
-            head.as_chunks_mut::<16>().0
-        })
-    };
+    let mut heads = head_chunks::<G, 16>(out, width);
     let weights: [&[f32]; G] = std::array::from_fn(|g| &weights[g * weight_stride..][..values.n]);
     // SAFETY (every intrinsic below): the caller has the features, see above; each load and store is of a whole
     // array reference (16 floats, or 16 halves), any alignment.
