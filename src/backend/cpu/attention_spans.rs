@@ -27,16 +27,18 @@ pub(super) const SPAN: usize = 1024;
 /// The stride of one query head's scores in a task's scores: a span's positions and a sink.
 pub(super) const SCORE_STRIDE: usize = SPAN + 1;
 
-/// How far ahead of the kernels the cache rows are prefetched, in positions: measured at the 1B shapes (64-wide
-/// heads in rows of 8 KV heads, blocks of 16 slots), depth 4096, 2 threads, decode 29 → 35 tokens/s with one block
-/// ahead and 38 with four; eight was no faster.
+/// How far ahead of the kernels the cache rows are prefetched, in positions. Measured at the 1B shapes (8 KV heads
+/// of 64, blocks of 16 slots), depth 4096, 2 threads: decode 29 → 35 tokens/s with one block ahead and 38 with
+/// four, eight no faster (with a position's heads together in the cache); with each head's slots together, 27–28
+/// without it and 38–42 with it; 32 to 256 positions alike within the noise.
 const PREFETCH_POSITIONS: usize = 64;
 
 /// The rows of a span's runs handed to a prefetch in position order, ahead of the runs being computed.
 struct Prefetch<I> {
     runs: I,
-    /// The run being prefetched: `(block, first slot, slots, its first position)`, and how many of its rows are.
+    /// The run being prefetched: `(block, first slot, slots, its first position)`.
     current: Option<(u32, usize, usize, usize)>,
+    /// Its rows prefetched so far.
     done: usize,
 }
 

@@ -43,9 +43,9 @@ pub struct CacheRun<'a, T> {
 
 impl<T> CacheRun<'_, T> {
     /// Asks the CPU to start loading this run's rows into its caches, so that they arrive while the run before it
-    /// is computed: a KV head's rows are a few cache lines `stride` apart (the other heads' elements between), a
-    /// pattern the hardware prefetchers follow too late, so without this the attention kernels wait on each row.
-    /// Changes timing only, never a result.
+    /// is computed: a run is a few KiB (one KV head's slots of one cache block) and the next block is anywhere, too
+    /// short a stream for the hardware prefetchers to ramp up on, so without this the attention kernels wait on
+    /// the first rows of every block. Changes timing only, never a result.
     #[inline]
     pub fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
