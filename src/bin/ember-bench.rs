@@ -674,15 +674,21 @@ fn load_average() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// The processor's name from `/proc/cpuinfo`, or "unknown".
+/// The processor's name from `/proc/cpuinfo`, with its family and model numbers (a virtual machine's name can be
+/// as bare as "AMD EPYC", which names no generation: family 25 is Zen 3 and 4, family 26 Zen 5), or "unknown".
 fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".to_owned())
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown".to_owned();
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|key| key.trim() == name))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_owned())
+    };
+    let name = field("model name").unwrap_or_else(|| "unknown".to_owned());
+    match (field("cpu family"), field("model")) {
+        (Some(family), Some(model)) => format!("{name} (family {family}, model {model})"),
+        _ => name,
+    }
 }
