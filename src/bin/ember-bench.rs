@@ -9,7 +9,7 @@
 //! The second line shapes the run for a side-by-side with llama.cpp's `llama-bench` (what
 //! `scripts/llamacpp/compare.py` runs): `--no-rss` skips the peak-RSS generation, `--prefill` sets the prompt
 //! lengths, `--decode` the tokens decoded (from an empty context, as `llama-bench`'s `tg` does, instead of after a
-//! 128-token prompt), `--depth N` adds decode after an untimed N-token prompt (`llama-bench -d N`), `--runs` the
+//! 128-token prompt), `--depth N` adds decode after an N-token prompt (`llama-bench -d N`), `--runs` the
 //! runs of each measurement, `--streams N` adds the aggregate decode of N sequences in one batch (as
 //! `llama-batched-bench -npp 128 -ntg D -npl N` measures it: each sequence prefilled with 128 random tokens, untimed,
 //! then D steps of one random token per sequence, all sequences in one step; tokens/s over all sequences).
@@ -34,8 +34,10 @@
 //!   decode tokens/s ÷ memcpy bytes/s. Decode of a model this small streams its weights for every token, so this
 //!   ratio says how close decode is to the memory-bandwidth bound (it can exceed 1: the memcpy runs on one thread
 //!   and moves each byte twice, a read and a write; decode runs on `--threads` and mostly reads);
-//! - with `--depth N`, decode after an N-token prompt, and the peak RSS through it (before the bandwidth probes'
-//!   buffers): with `--no-rss`, what the long prompt's prefill costs in memory beside the weights and its cache.
+//! - with `--depth N`, decode after an N-token prompt, that prompt's prefill speed (in the engine's chunks, each
+//!   attending to the positions before it; tokens over the time to the first token), and the peak RSS through it
+//!   (before the bandwidth probes' buffers): with `--no-rss`, what the long prompt's prefill costs in memory beside
+//!   the weights and its cache.
 //!
 //! Each speed is the median of several runs (the best is printed beside it). The machines we measure on share their
 //! CPUs with other work, so each measurement also reports the share of its threads' time spent waiting for a CPU
@@ -320,6 +322,12 @@ impl Bench<'_> {
 
     /// Generates `max_tokens` from `prompt` through `engine::generate`: decode tokens per second.
     fn decode(&mut self, prompt: &[TokenId], max_tokens: usize) -> Result<f64, String> {
+        self.decode_after(prompt, max_tokens).map(|(_, decode)| decode)
+    }
+
+    /// `decode`, and the prompt's prefill before it: (prompt tokens per second to the first token, decode tokens per
+    /// second).
+    fn decode_after(&mut self, prompt: &[TokenId], max_tokens: usize) -> Result<(f64, f64), String> {
         let request = GenerateRequest {
             prompt,
             max_tokens,
@@ -329,7 +337,9 @@ impl Bench<'_> {
         };
         let generation = generate(self.config, &mut self.backend, self.layout, &request, |_| ControlFlow::Continue(()))
             .map_err(|e| e.to_string())?;
-        generation.decode_tokens_per_second().ok_or_else(|| "decode produced too few tokens".to_owned())
+        let decode =
+            generation.decode_tokens_per_second().ok_or_else(|| "decode produced too few tokens".to_owned())?;
+        Ok((prompt.len() as f64 / generation.time_to_first_token.as_secs_f64(), decode))
     }
 
     /// Prefills `len` prompt tokens as a fresh sequence `runs` times, after one untimed warm-up: tokens per second.
@@ -417,12 +427,24 @@ fn run(args: &Args) -> Result<(), String> {
     let decode = Measurement::take(|| {
         (0..plan.decode_runs).map(|_| bench.decode(&decode_prompt, plan.decode_tokens + 1)).collect()
     })?;
-    let mut at_depth = None;
+    // Decode at depth, and the long prompt's prefill timed in the same runs (prefill in chunks, its attention over
+    // the positions before each chunk: what `--prefill`'s single step cannot show).
+    let (mut at_depth, mut depth_prefill) = (None, None);
     if let Some((depth, runs)) = plan.depth {
         eprintln!("decoding after {depth} prompt tokens...");
         let prompt = bench.prompt(depth);
-        at_depth =
-            Some(Measurement::take(|| (0..runs).map(|_| bench.decode(&prompt, plan.decode_tokens + 1)).collect())?);
+        let mut prompt_speeds = Vec::with_capacity(runs);
+        let decode = Measurement::take(|| {
+            (0..runs)
+                .map(|_| {
+                    let (prompt_speed, decode) = bench.decode_after(&prompt, plan.decode_tokens + 1)?;
+                    prompt_speeds.push(prompt_speed);
+                    Ok(decode)
+                })
+                .collect()
+        })?;
+        depth_prefill = Some(Measurement { runs: prompt_speeds, waited: decode.waited });
+        at_depth = Some(decode);
     }
     // The peak so far, the long prompt's prefill included (before the bandwidth probes' buffers): with --no-rss,
     // what a prompt of --depth tokens costs in memory.
@@ -455,7 +477,8 @@ fn run(args: &Args) -> Result<(), String> {
         prompt => format!("decode {} after {prompt} (tokens/s)", plan.decode_tokens),
     };
     decode.print(&decode_label);
-    if let (Some(m), Some((depth, _))) = (&at_depth, plan.depth) {
+    if let (Some(m), Some(p), Some((depth, _))) = (&at_depth, &depth_prefill, plan.depth) {
+        p.print(&format!("prefill {depth} before it (tokens/s)"));
         m.print(&format!("decode {} at depth {depth} (tokens/s)", plan.decode_tokens));
     }
     if let Some((n, m)) = &streams {
@@ -514,7 +537,8 @@ fn run(args: &Args) -> Result<(), String> {
         "prefill_tokens_per_s": prefill.iter().map(|(len, m)| (len.to_string(), m.json())).collect::<serde_json::Map<_, _>>(),
         "decode_tokens_per_s": { "prompt": plan.decode_prompt, "tokens": plan.decode_tokens, "result": decode.json() },
         "decode_at_depth_tokens_per_s": plan.depth.zip(at_depth.as_ref()).map(|((depth, _), m)| serde_json::json!({
-            "depth": depth, "tokens": plan.decode_tokens, "result": m.json()
+            "depth": depth, "tokens": plan.decode_tokens, "result": m.json(),
+            "prompt_tokens_per_s": depth_prefill.as_ref().map(Measurement::json),
         })),
         "streams_decode_tokens_per_s": streams.as_ref().map(|(n, m)| serde_json::json!({
             "streams": n, "prompt": STREAM_PROMPT, "tokens": plan.decode_tokens, "result": m.json()
