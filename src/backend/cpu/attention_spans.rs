@@ -253,6 +253,9 @@ pub(super) struct RowAttention<'a> {
     /// dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes. It joins the last span's
     /// softmax, so that a row of one span computes what one softmax over all positions and the sink computes.
     pub sinks: Option<&'a [f32]>,
+    /// Whether to ask for each run's cache rows `PREFETCH_POSITIONS` ahead of the kernels: where they come from
+    /// memory (a decode, a task's first row). Changes timing only, never a result.
+    pub prefetch: bool,
 }
 
 impl RowAttention<'_> {
@@ -274,9 +277,11 @@ impl RowAttention<'_> {
         // Score `i` belongs to position `lo + i`.
         let mut ahead = Prefetch { runs: self.runs(lo, hi), current: None, done: 0 };
         for (block, from, len, pos) in self.runs(lo, hi) {
-            ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
-                self.run_of::<K>(keys, block, from, len, kw).prefetch()
-            });
+            if self.prefetch {
+                ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
+                    self.run_of::<K>(keys, block, from, len, kw).prefetch()
+                });
+            }
             let keys = self.run_of::<K>(keys, block, from, len, kw);
             K::scores(self.kernels, queries, queries_q8, keys, &mut scores[pos - lo..], SCORE_STRIDE);
         }
@@ -300,9 +305,11 @@ impl RowAttention<'_> {
         outputs.iter_mut().for_each(|x| *x = 0.0);
         let mut ahead = Prefetch { runs: self.runs(lo, hi), current: None, done: 0 };
         for (block, from, len, pos) in self.runs(lo, hi) {
-            ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
-                self.run_of::<V>(values, block, from, len, vw).prefetch()
-            });
+            if self.prefetch {
+                ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
+                    self.run_of::<V>(values, block, from, len, vw).prefetch()
+                });
+            }
             let values = self.run_of::<V>(values, block, from, len, vw);
             V::values(self.kernels, &scores[pos - lo..], SCORE_STRIDE, values, outputs);
         }

@@ -131,6 +131,11 @@ impl StepLayout {
         (&self.rope_cos[r.clone()], &self.rope_sin[r])
     }
 
+    /// The index of row `row`'s sequence in the batch.
+    pub fn sequence_of_row(&self, row: usize) -> usize {
+        self.row_seq[row] as usize
+    }
+
     /// Row `row`'s sequence's table of blocks in `pool`.
     pub fn block_table_of_row(&self, row: usize, pool: KvPool) -> &[u32] {
         let seq = &self.seqs[self.row_seq[row] as usize];
