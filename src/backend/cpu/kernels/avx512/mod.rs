@@ -1,7 +1,8 @@
 //! The AVX-512 path: 512-bit VNNI integer dot products (`vpdpbusd`) for the matmuls, on Intel since Ice Lake /
 //! Cascade Lake and AMD since Zen 4, each register holding two outputs' 8-lane vectors side by side so that the
 //! arithmetic is the AVX2 and scalar paths' (`numerics`). The element-wise kernels and activation quantization are
-//! the AVX2 ones: at the model's widths (64 to 1536 floats) wider registers buy nothing measurable there.
+//! the AVX2 ones (at the model's widths, 64 to 1536 floats, wider registers bought nothing measurable there), except
+//! the softmax, whose exponentials over attention rows of up to 1024 scores run on 16 lanes (`softmax`).
 //!
 //! Every function here is compiled with `#[target_feature(enable =
 //! "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]` and reached only through [`KERNELS`], which [`kernels`]
@@ -11,6 +12,7 @@ mod amx;
 mod attention_f16;
 mod f32_tiles;
 mod packed;
+mod softmax;
 
 use std::arch::x86_64::*;
 
@@ -40,7 +42,7 @@ static KERNELS: Kernels = Kernels {
     silu_mul: avx2::silu_mul,
     gelu_mul: avx2::gelu_mul,
     add_assign: avx2::add_assign,
-    softmax_inplace: avx2::softmax_inplace,
+    softmax_inplace: softmax::softmax_inplace,
     rope: avx2::rope,
     attention_scores_f16: attention_f16::attention_scores_f16,
     attention_values_f16: attention_f16::attention_values_f16,
