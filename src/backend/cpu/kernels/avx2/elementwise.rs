@@ -61,19 +61,25 @@ pub(in crate::backend::cpu::kernels) fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// The softmax's first pass (this path's and the AVX-512 one's): the largest score of the chunks `xs` and the
+/// partial `tail`, and the tail as a register padded with −inf (its unused lanes then add exp(−inf) = +0 to the sum).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
-    let (xs, tail) = x.as_chunks_mut::<8>();
+pub(in crate::backend::cpu::kernels) fn softmax_max(xs: &[[f32; 8]], tail: &[f32]) -> (f32, __m256) {
     let mut max_v = _mm256_set1_ps(f32::NEG_INFINITY);
-    for v in xs.iter() {
+    for v in xs {
         max_v = _mm256_max_ps(load_8f(v), max_v);
     }
-    // The last partial chunk padded with −inf: its unused lanes then add exp(−inf) = +0 to the sum.
     let tail_v = load_padded(tail, f32::NEG_INFINITY);
     if !tail.is_empty() {
         max_v = _mm256_max_ps(tail_v, max_v);
     }
-    let max = hmax(max_v);
+    (hmax(max_v), tail_v)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::backend::cpu::kernels) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
+    let (xs, tail) = x.as_chunks_mut::<8>();
+    let (max, tail_v) = softmax_max(xs, tail);
     let max_v = _mm256_set1_ps(max);
     let mut sum_v = _mm256_setzero_ps();
     for v in xs.iter_mut() {

@@ -17,7 +17,7 @@ use super::table::Kernels;
 use crate::model::gguf::blocks::{BlockQ4_0, BlockQ8_0};
 
 pub(super) use attention_f16::{attention_scores_f16, attention_values_f16};
-pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace};
+pub(super) use elementwise::{add_assign, argmax, gelu_mul, rms_norm, rope, silu_mul, softmax_inplace, softmax_max};
 pub(super) use quantize::quantize_row_q8a;
 
 /// Whether this CPU runs the AVX2 path (and thus the functions re-exported above).

@@ -6,7 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::backend::cpu::kernels::avx2::lanes::{hmax, hsum, load_8f, load_padded, store_8f};
+use crate::backend::cpu::kernels::avx2::lanes::{hsum, load_8f, store_8f};
+use crate::backend::cpu::kernels::avx2::softmax_max;
 use crate::backend::cpu::kernels::numerics::{EXP_COEFFS, EXP_LN2_HI, EXP_LN2_LO, EXP_MAX_INPUT, EXP_MIN_INPUT};
 
 /// `Kernels::softmax_inplace` on this path: the AVX2 kernel's steps (`avx2::elementwise::softmax_inplace`), its
@@ -14,16 +15,7 @@ use crate::backend::cpu::kernels::numerics::{EXP_COEFFS, EXP_LN2_HI, EXP_LN2_LO,
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let (xs, tail) = x.as_chunks_mut::<8>();
-    let mut max_v = _mm256_set1_ps(f32::NEG_INFINITY);
-    for v in xs.iter() {
-        max_v = _mm256_max_ps(load_8f(v), max_v);
-    }
-    // The last partial chunk padded with −inf: its unused lanes then add exp(−inf) = +0 to the sum.
-    let tail_v = load_padded(tail, f32::NEG_INFINITY);
-    if !tail.is_empty() {
-        max_v = _mm256_max_ps(tail_v, max_v);
-    }
-    let max = hmax(max_v);
+    let (max, tail_v) = softmax_max(xs, tail);
     let max_v = _mm512_set1_ps(max);
     let mut sum_v = _mm256_setzero_ps();
     let (pairs, odd) = xs.as_chunks_mut::<2>();
