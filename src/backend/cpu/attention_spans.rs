@@ -254,7 +254,8 @@ pub(super) struct RowAttention<'a> {
     /// softmax, so that a row of one span computes what one softmax over all positions and the sink computes.
     pub sinks: Option<&'a [f32]>,
     /// Whether to ask for each run's cache rows `PREFETCH_POSITIONS` ahead of the kernels: where they come from
-    /// memory (a decode, a task's first row). Changes timing only, never a result.
+    /// memory (a task's first row, or a row of another sequence than the row before it, as in a batch of decodes).
+    /// Changes timing only, never a result.
     pub prefetch: bool,
 }
 
