@@ -94,34 +94,16 @@ mod tests {
     use super::*;
     use crate::backend::cpu::kernels::numerics;
 
-    /// Bit for bit against the definition on every 61st f32 bit pattern (70 million inputs, both signs, NaNs,
-    /// infinities and subnormals included), as the AVX2 `exp`'s test.
     #[test]
     fn exp_equals_the_definition_bit_for_bit() {
         if !super::super::is_supported() {
             return;
         }
-        let mut lanes = [0f32; 16];
-        let mut inputs = [0f32; 16];
-        let mut filled = 0;
-        let check = |inputs: &[f32; 16], lanes: &mut [f32; 16]| {
+        numerics::check_exp_lanes::<16>(|inputs| {
+            let mut lanes = [0f32; 16];
             // SAFETY: the AVX-512 path's features were detected above; both arrays hold 16 floats.
             unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), exp(_mm512_loadu_ps(inputs.as_ptr()))) };
-            for (x, got) in inputs.iter().zip(lanes.iter()) {
-                let want = numerics::exp(*x);
-                assert!(
-                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                    "exp({x:e}): {got:e} vs {want:e}"
-                );
-            }
-        };
-        for bits in (0..=u32::MAX).step_by(61) {
-            inputs[filled] = f32::from_bits(bits);
-            filled += 1;
-            if filled == 16 {
-                check(&inputs, &mut lanes);
-                filled = 0;
-            }
-        }
+            lanes
+        });
     }
 }
