@@ -75,8 +75,9 @@ const TYPE_SHAPES: [Shape; 11] = {
     ]
 };
 
-/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes, and MXFP4 (gpt-oss's experts).
-const LLAMA_SHAPES: [Shape; 12] = {
+/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes, MXFP4 (gpt-oss's experts) and IQ4_XS (the
+/// smallest 4-bit file people download).
+const LLAMA_SHAPES: [Shape; 14] = {
     const fn up(dtype: GgmlType) -> Shape {
         Shape { name: "1b_up 2048->8192", row_len: 2048, n_rows: 8192, dtype }
     }
@@ -90,12 +91,14 @@ const LLAMA_SHAPES: [Shape; 12] = {
         up(GgmlType::Q5K),
         up(GgmlType::Q6K),
         up(GgmlType::Mxfp4),
+        up(GgmlType::Iq4Xs),
         down(GgmlType::Q4_0),
         down(GgmlType::Q8_0),
         down(GgmlType::Q4K),
         down(GgmlType::Q5K),
         down(GgmlType::Q6K),
         down(GgmlType::Mxfp4),
+        down(GgmlType::Iq4Xs),
     ]
 };
 

@@ -19,7 +19,7 @@ use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
 use crate::backend::cpu::kernels::packed::{
-    ahead, expands, first, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD,
+    ahead, expands, first, request_share, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD,
 };
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
@@ -604,10 +604,21 @@ fn matmul<F: Format>(w: &PackedMatrix, act: &[BlockQ8A], n_cols: usize, out: &mu
                 panels[r] = w.panel((o + r) * OCTET / PANEL_ROWS);
                 octets[r] = (o + r) % (PANEL_ROWS / OCTET);
             }
+            // The next octet's panel, where it is another one: each column tile asks for its share (as the
+            // AVX-512 path does).
+            let next_octet = o + n_r;
+            let next =
+                if expand_octets && next_octet < o_end && next_octet * OCTET / PANEL_ROWS != o * OCTET / PANEL_ROWS {
+                    w.panel(next_octet * OCTET / PANEL_ROWS)
+                } else {
+                    (&[][..], &[][..])
+                };
+            let n_tiles = (col_end - col_start).div_ceil(cols_per_tile);
             let mut column_tiles = |panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C]| {
                 let mut c0 = col_start;
                 while c0 < col_end {
                     let n_c = cols_per_tile.min(col_end - c0);
+                    request_share(next, (c0 - col_start) / cols_per_tile, n_tiles);
                     let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
                     for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
                         *slot = col(c0 + c);

@@ -15,7 +15,7 @@ use crate::backend::cpu::kernels::packed::format::{
     header, Base, Format, High, Scaling, BIT_BYTES, CRUMB_BYTES, PANEL_ROWS, SLICE_BYTES,
 };
 use crate::backend::cpu::kernels::packed::{
-    ahead, expands, first, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD,
+    ahead, expands, first, request_share, with_expanded, with_format, PackedMatrix, PREFETCH_AHEAD,
 };
 use crate::backend::cpu::kernels::q8a::BlockQ8A;
 use crate::backend::cpu::kernels::scalar;
@@ -544,11 +544,18 @@ fn matmul_with<F: Format, const AMX: bool>(
         for (r, panel) in panels.iter_mut().enumerate().take(n_r) {
             *panel = w.panel(p + r);
         }
+        // A panel's expansion reads it from memory; each column tile of this panel asks for its share of the
+        // next one (`request_share`), so that expansion finds it in L2 instead of waiting on it.
+        let next = if p + 1 < p_end { w.panel(p + 1) } else { (&[][..], &[][..]) };
         let mut column_tiles =
             |c0: usize, panels: [(&[u8], &[u8]); MAX_R], fns: &[TileFn; MAX_C], out: &mut OutRows| {
                 let mut c0 = c0;
+                let n_tiles = (n_cols - c0.min(n_cols)).div_ceil(cols_per_tile);
                 while c0 < n_cols {
                     let n_c = cols_per_tile.min(n_cols - c0);
+                    if expand_panels {
+                        request_share(next, n_tiles - (n_cols - c0).div_ceil(cols_per_tile), n_tiles);
+                    }
                     let mut cols: [&[BlockQ8A]; MAX_C] = [&[]; MAX_C];
                     for (c, slot) in cols.iter_mut().enumerate().take(n_c) {
                         *slot = col(c0 + c);
@@ -564,7 +571,9 @@ fn matmul_with<F: Format, const AMX: bool>(
             let done = with_expanded(n_groups * EXPANDED_GROUP, |expanded| {
                 expand::<F, true>(panels[0].1, n_groups, expanded);
                 let mut c0 = 0;
+                let n_tiles = n_cols / amx::TILE_COLS;
                 while n_cols - c0 >= amx::TILE_COLS {
+                    request_share(next, c0 / amx::TILE_COLS, n_tiles);
                     // SAFETY: tiles configured above; `amx::tile` asserts the slices' lengths.
                     unsafe {
                         let tile_groups = &gathered[c0 / amx::TILE_COLS * n_groups..];

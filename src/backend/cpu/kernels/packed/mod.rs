@@ -70,6 +70,22 @@ pub(in crate::backend::cpu::kernels) fn ahead<F: Format>(panel: *const u8, group
     (panel.wrapping_add(PREFETCH_AHEAD + unit * unit_bytes + at), len)
 }
 
+/// Asks for share `k` of `n` of a panel's header region and planes (into L2). A batch expands each panel once
+/// (`expand`), reading it from memory; the column tiles of the panel before it each ask for a share of it, so that
+/// the expansion finds it in L2 instead of waiting on it (a 1B model's prefill of 128 tokens spent 6 % of its time
+/// there).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse")]
+pub(in crate::backend::cpu::kernels) fn request_share(panel: (&[u8], &[u8]), k: usize, n: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    for bytes in [panel.0, panel.1] {
+        let (from, to) = (bytes.len() * k / n, bytes.len() * (k + 1) / n);
+        for line in (from..to).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T1>(bytes.as_ptr().wrapping_add(line).cast());
+        }
+    }
+}
+
 /// 64 bytes, 64-byte aligned: the unit of a packed matrix's storage where it cannot be mapped.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
