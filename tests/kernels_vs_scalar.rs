@@ -289,7 +289,7 @@ fn matmul_f32_is_bit_identical_to_scalar() {
             let weights = Weights::random(kind, n_rows, row_len, &mut rng);
             let w = weights.matrix(n_rows, row_len);
             let x = random_activations(17, row_len, &mut rng);
-            for n_cols in [1, 2, 3, 4, 5, 8, 17] {
+            for n_cols in [1, 2, 3, 4, 5, 6, 7, 8, 16, 17] {
                 let x = &x[..n_cols * row_len];
                 let want = run_f32(scalar(), &w, x, n_cols);
                 for k in &paths {
