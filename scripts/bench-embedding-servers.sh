@@ -5,13 +5,15 @@
 #   scripts/bench-embedding-servers.sh MODEL.gguf embed|rerank [scripts/bench-embeddings.py's options...]
 #
 # Starts target/go/ember-gateway (`make gateway`) on 127.0.0.1:8091 and llama.cpp's AVX-512 llama-server
-# (scripts/llamacpp/build.sh avx512) twice, `--parallel 1` on 8092 and `--parallel 8` on 8093, all on 2 threads, then
+# (scripts/llamacpp/build.sh avx512, or $LLAMACPP_BUILD) twice, `--parallel 1` on 8092 and `--parallel 8` on 8093, all on 2 threads, then
 # runs scripts/bench-embeddings.py on the three and stops them.
 set -euo pipefail
 model=$1 mode=$2
 shift 2
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$("$root/scripts/llamacpp/build.sh" avx512)"
+# LLAMACPP_BUILD picks llama.cpp's build (scripts/llamacpp/build.sh's variants): avx512 by default, which runs on
+# an AMX machine; native where the CPU has no AMX (a Zen 5 EPYC), the same kernels without a second build.
+bin="$("$root/scripts/llamacpp/build.sh" "${LLAMACPP_BUILD:-avx512}")"
 flag=--embeddings
 [ "$mode" = rerank ] && flag=--reranking
 logs="$(mktemp -d)"
