@@ -43,10 +43,12 @@ impl fmt::Display for ModelNotFound {
                  nor at {path}: `ember-cli pull {DEFAULT_MODEL_NAME}` or scripts/fetch-model.sh downloads it; or \
                  set {MODEL_ENV_VAR} to a GGUF file or a hub name"
             ),
+            // A named file that is not there: the checkout's download script would not fetch it (and a pip
+            // install or the container has no such script), a hub name would.
             PathProblem::Missing => write!(
                 f,
-                "model file not found at {path} ({source}); run scripts/fetch-model.sh to download it, \
-                 or set {MODEL_ENV_VAR} to a GGUF file"
+                "model file not found at {path} ({source}): name an existing GGUF file, or a hub name \
+                 (org/repo:QUANT or hf://org/repo/file.gguf) to download into the Hugging Face cache"
             ),
             PathProblem::NotARegularFile { is_dir: true } => {
                 write!(f, "model path {path} ({source}) is a directory, not a regular file: name a GGUF file")
@@ -113,7 +115,8 @@ mod tests {
         assert_eq!(resolve_with(None, Some(&here)).unwrap(), here);
         let err = resolve_with(Some(missing), Some(&here)).unwrap_err();
         assert_eq!(err.source, "explicit path");
-        assert!(err.to_string().contains("scripts/fetch-model.sh"));
+        assert!(err.to_string().contains("or a hub name (org/repo:QUANT"), "{err}");
+        assert!(!err.to_string().contains("scripts/"), "a named file's error points to no checkout script: {err}");
         let err = resolve_with(None, Some(missing)).unwrap_err();
         assert_eq!(err.source, "from EMBER_MODEL");
         assert_eq!(err.problem, PathProblem::Missing);
