@@ -1,7 +1,7 @@
-//! At long context a token's logits still do not depend on how its step was split: a decode step of one long
-//! sequence splits its attention by spans of positions (too few rows to feed the threads otherwise), a prompt
-//! chunk or a batch of sequences splits it by rows, and both must give the same bits (`src/backend/cpu/
-//! attention_spans.rs`: fixed span cuts, merged in the same order either way).
+//! At long context a token's logits still do not depend on how its step was split: a decode step (one long
+//! sequence, or a batch of them, one row each) splits its attention by spans of positions, every KV head of a
+//! span in one task, and a prompt chunk splits it by rows, a task per KV head; both must give the same bits
+//! (`src/backend/cpu/attention_spans.rs`: fixed span cuts, merged in the same order either way).
 //!
 //! The sequences are 1100 tokens, two spans of 1024 positions, so that the merge of spans is what is compared;
 //! Gemma 3's sliding-window layers (512) start their window inside the first span. The reference is the
@@ -106,7 +106,7 @@ fn check(model: &Model, precision: Precision, kv_cache: KvCacheTypes) {
         ("decoded alone, 2 threads (split by spans)", 2, vec![&a], decoded_tail()),
         ("decoded alone, 1 thread", 1, vec![&a], decoded_tail()),
         ("the tail as one chunk, 2 threads (split by rows)", 2, vec![&a], vec![LEN - TAIL, TAIL]),
-        ("decoded beside another long sequence, 2 threads", 2, vec![&a, &b], decoded_tail()),
+        ("decoded beside another long sequence, 2 threads (split by spans)", 2, vec![&a, &b], decoded_tail()),
     ];
     for (name, threads, seqs, chunks) in cases {
         let backend = if threads == 1 { &mut one } else { &mut two };

@@ -123,22 +123,23 @@ impl HeadLayout {
     }
 }
 
-/// A task's private working memory.
+/// A task's private working memory, for every query head (`n_head`: a span task computes them all, a row task
+/// one KV head's group).
 struct TaskScratch {
-    /// `[group][SCORE_STRIDE]`: one span's scores, then probabilities, of each query head of the group (and a
+    /// `[n_head][SCORE_STRIDE]`: one span's scores, then probabilities, of each query head (and a
     /// head's attention sink, `LlamaConfig::attn_sinks`).
     scores: Vec<f32>,
-    /// `[group][key_width]`: the rotated, scaled queries.
+    /// `[n_head][key_width]`: the rotated, scaled queries.
     queries: Vec<f32>,
-    /// `[group][key_width / 32]`: the same quantized, for keys in blocks.
+    /// `[n_head][key_width / 32]`: the same quantized, for keys in blocks.
     queries_q8: Vec<BlockQ8A>,
-    /// `[group][value_width]`: a span's weighted sums of values.
+    /// `[n_head][value_width]`: a span's weighted sums of values.
     outputs: Vec<f32>,
-    /// `[group]`: a span's softmax shares.
+    /// `[n_head]`: a span's softmax shares.
     shares: Vec<SoftmaxShare>,
-    /// `[group][value_width]`: the spans so far, merged.
+    /// `[n_head][value_width]`: the spans so far, merged.
     merged: Vec<f32>,
-    /// `[group]`: their shares.
+    /// `[n_head]`: their shares.
     totals: Vec<SoftmaxShare>,
     /// `[key_width]`: a head being normalized or rotated.
     head: Vec<f32>,
@@ -146,16 +147,17 @@ struct TaskScratch {
 
 impl TaskScratch {
     fn new(layout: &HeadLayout) -> Self {
-        let (group, kw, vw) = (layout.group, layout.key_width, layout.value_width);
+        // Every query head: a span task computes all of them (`attend_by_spans`).
+        let (n_head, kw, vw) = (layout.n_head_kv * layout.group, layout.key_width, layout.value_width);
         let share = SoftmaxShare { max: 0.0, sum: 0.0 };
         TaskScratch {
-            scores: vec![0.0; group * SCORE_STRIDE],
-            queries: vec![0.0; group * kw],
-            queries_q8: vec![BlockQ8A::zeroed(); group * kw / QK],
-            outputs: vec![0.0; group * vw],
-            shares: vec![share; group],
-            merged: vec![0.0; group * vw],
-            totals: vec![share; group],
+            scores: vec![0.0; n_head * SCORE_STRIDE],
+            queries: vec![0.0; n_head * kw],
+            queries_q8: vec![BlockQ8A::zeroed(); n_head * kw / QK],
+            outputs: vec![0.0; n_head * vw],
+            shares: vec![share; n_head],
+            merged: vec![0.0; n_head * vw],
+            totals: vec![share; n_head],
             head: vec![0.0; kw],
         }
     }
@@ -321,7 +323,11 @@ pub fn attend(
         let (first, positions) = attention.attended(t);
         scratch.units.extend(spans_of(first, positions).map(|span| (t, span)));
     }
-    if rows * attention.layout.n_head_kv < 2 * pool.threads() && scratch.units.len() > rows {
+    // Decode rows (each its sequence's only row) read their caches from memory: by spans, a task streams every KV
+    // head of a span's blocks in address order, where a task of one KV head would read a block's slice of it.
+    let decodes = (1..rows).all(|t| step.sequence_of_row(t) != step.sequence_of_row(t - 1));
+    let few_tasks = rows * attention.layout.n_head_kv < 2 * pool.threads();
+    if (few_tasks || decodes) && scratch.units.len() > rows {
         attend_by_spans(pool, &attention, scratch, out);
     } else {
         attend_by_rows(pool, &attention, scratch, out);
@@ -372,23 +378,32 @@ impl LayerAttention<'_> {
         }
     }
 
-    /// Row `t`'s attention for heads `first_head..first_head + heads`, all of KV head `kv_head`; `prefetch`: whether
-    /// it asks for the cache rows ahead of the kernels (`RowAttention::prefetch`).
-    fn row(&self, t: usize, kv_head: usize, first_head: usize, heads: usize, prefetch: bool) -> RowAttention<'_> {
+    /// Row `t`'s attention for KV heads `kv_heads`, `heads` query heads each, from `first_head` on; `prefetch`:
+    /// whether it asks for the cache rows ahead of the kernels (`RowAttention::prefetch`).
+    fn row(
+        &self,
+        t: usize,
+        kv_heads: std::ops::Range<usize>,
+        first_head: usize,
+        heads: usize,
+        prefetch: bool,
+    ) -> RowAttention<'_> {
         let (kw, vw) = (self.layout.key_width, self.layout.value_width);
         let (first, positions) = self.attended(t);
+        let all = kv_heads.len() * heads;
         RowAttention {
             kernels: self.kernels,
             cache: self.cache,
             block_table: self.step.block_table_of_row(t, self.cache.pool_of(self.layer)),
             first,
             positions,
-            kv_head,
+            kv_head: kv_heads.start,
+            kv_heads: kv_heads.len(),
             key_width: kw,
             value_width: vw,
             heads,
             softcap: self.config.attn_softcap,
-            sinks: if self.sinks.is_empty() { None } else { Some(&self.sinks[first_head..first_head + heads]) },
+            sinks: if self.sinks.is_empty() { None } else { Some(&self.sinks[first_head..first_head + all]) },
             prefetch,
         }
     }
@@ -437,7 +452,7 @@ fn attend_by_rows(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &m
             // for them would only take issue slots (11 % of a 16k prompt's samples). A row of another sequence (a
             // batch of decodes) reads its own cache from memory, and asks for it ahead.
             let same_sequence = i > 0 && attention.step.sequence_of_row(t) == attention.step.sequence_of_row(t - 1);
-            let row = attention.row(t, kv_head, first_head, part_heads, !same_sequence);
+            let row = attention.row(t, kv_head..kv_head + 1, first_head, part_heads, !same_sequence);
             let (buf, merged, totals) = work.span_buffers();
             with_planes!(layer_kv, |keys, values| row.run(keys, values, buf, merged, totals));
             out_row.copy_from_slice(&work.merged[..part_width]);
@@ -468,37 +483,52 @@ fn attend_by_spans(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &
         partials.resize(units.len() * unit_width, 0.0);
     }
 
-    // Each task's units are one contiguous piece of the partials.
-    let n_tasks = units.len().min(MAX_TASKS).min(4 * pool.threads()).max(1);
-    let units_per_task = units.len().div_ceil(n_tasks);
-    type Slot<'s> = Mutex<Option<(usize, &'s mut [f32])>>;
-    let slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
-    let pieces = partials[..units.len() * unit_width].chunks_mut(units_per_task * unit_width);
-    let mut n_pieces = 0;
-    for (i, piece) in pieces.enumerate() {
-        *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some((i * units_per_task, piece));
-        n_pieces += 1;
+    // Tasks of whole units while there are enough to balance the threads (a task each, up to `MAX_TASKS`: a unit
+    // is a span of up to 1024 positions of every KV head, and three to a task left one thread idle for two of 17
+    // at depth 16,384); with few units (a decode at a depth of 1 to 4 spans), each unit's KV heads split into
+    // parts, a task each. A task's records are one contiguous piece of the partials either way.
+    let threads = pool.threads();
+    let parts = match units.len() {
+        n if n >= 4 * threads => 1,
+        n => (4 * threads).div_ceil(n).min(layout.n_head_kv).min(MAX_TASKS / n).max(1),
+    };
+    let kv_per_part = layout.n_head_kv.div_ceil(parts);
+    let part_width = kv_per_part * group * record;
+    type UnitSlot<'s> = Mutex<Option<(usize, usize, &'s mut [f32])>>;
+    let slots: [UnitSlot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
+    let units_per_task = if parts == 1 { units.len().div_ceil(MAX_TASKS) } else { 1 };
+    let mut n_tasks = 0;
+    for (i, chunk) in partials[..units.len() * unit_width].chunks_mut(units_per_task * unit_width).enumerate() {
+        let piece_width = if parts == 1 { chunk.len() } else { part_width };
+        for (part, piece) in chunk.chunks_mut(piece_width).enumerate() {
+            *slots[n_tasks].lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((i * units_per_task, part * kv_per_part, piece));
+            n_tasks += 1;
+        }
     }
     let layer_kv = attention.cache.layer(attention.layer);
-    pool.run(n_pieces, &|task| {
-        let Some((first_unit, piece)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
+    pool.run(n_tasks, &|task| {
+        let Some((first_unit, first_kv, piece)) = slots[task].lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };
+        // The task's KV heads: every one, or its part of each unit's (the last part may be shorter).
+        let kv_heads = first_kv..layout.n_head_kv.min(first_kv + kv_per_part);
+        let (first_head, heads) = (kv_heads.start * group, kv_heads.len() * group);
         let mut guard = acquire(tasks);
         let work = &mut *guard;
-        for (unit, records) in piece.chunks_exact_mut(unit_width).enumerate() {
+        let width = if parts == 1 { unit_width } else { piece.len() };
+        for (unit, records) in piece.chunks_exact_mut(width).enumerate() {
             let (t, span) = units[first_unit + unit];
-            for kv_head in 0..layout.n_head_kv {
-                let first_head = kv_head * group;
-                attention.prepare_queries(t, first_head, group, work);
-                let row = attention.row(t, kv_head, first_head, group, true);
-                let (buf, _, _) = work.span_buffers();
-                with_planes!(layer_kv, |keys, values| row.span(span, keys, values, buf));
-                let heads = records[first_head * record..][..group * record].chunks_exact_mut(record);
-                for (g, rec) in heads.enumerate() {
-                    rec[..vw].copy_from_slice(&work.outputs[g * vw..][..vw]);
-                    (rec[vw], rec[vw + 1]) = (work.shares[g].max, work.shares[g].sum);
-                }
+            // The KV heads in one span call: with every head, the span's cache blocks are read whole in address
+            // order, a stream the hardware prefetchers follow without requests ahead; a part of the heads reads a
+            // slice of each block, and asks for it ahead (`RowAttention::prefetch`).
+            attention.prepare_queries(t, first_head, heads, work);
+            let row = attention.row(t, kv_heads.clone(), first_head, group, parts > 1);
+            let (buf, _, _) = work.span_buffers();
+            with_planes!(layer_kv, |keys, values| row.span(span, keys, values, buf));
+            for (h, rec) in records.chunks_exact_mut(record).enumerate() {
+                rec[..vw].copy_from_slice(&work.outputs[h * vw..][..vw]);
+                (rec[vw], rec[vw + 1]) = (work.shares[h].max, work.shares[h].sum);
             }
         }
     });
@@ -508,6 +538,7 @@ fn attend_by_spans(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &
     let out_width = layout.output_width();
     let rows = attention.step.n_tokens();
     let rows_per_task = rows.div_ceil(MAX_TASKS);
+    type Slot<'s> = Mutex<Option<(usize, &'s mut [f32])>>;
     let row_slots: [Slot<'_>; MAX_TASKS] = std::array::from_fn(|_| Mutex::new(None));
     let mut n_row_tasks = 0;
     for (i, piece) in out[..rows * out_width].chunks_mut(rows_per_task * out_width).enumerate() {

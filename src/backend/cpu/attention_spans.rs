@@ -239,23 +239,30 @@ pub(super) struct RowAttention<'a> {
     /// Positions attended to: `first..positions` (the query's own, `positions − 1`, included).
     pub first: usize,
     pub positions: usize,
-    /// The KV head.
+    /// The first KV head, and how many consecutive KV heads the row computes (each with `heads` query heads):
+    /// one in a task of one KV head's rows; all of them in a task of one span of a long row, so that each cache
+    /// block is read whole, in address order (see [`RowAttention::span`]).
     pub kv_head: usize,
+    pub kv_heads: usize,
     /// Width of a key head (and of the queries).
     pub key_width: usize,
     /// Width of a value head (a prefix of the key head's when the values are the keys' plane).
     pub value_width: usize,
-    /// Query heads computed (the part of the group this task computes).
+    /// Query heads computed per KV head (the part of the group this task computes).
     pub heads: usize,
     /// Gemma 2's cap on the scaled scores (`LlamaConfig::attn_softcap`).
     pub softcap: Option<f32>,
-    /// The heads' sink logits (gpt-oss): each joins its head's softmax as one more score, whose probability is
-    /// dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes. It joins the last span's
-    /// softmax, so that a row of one span computes what one softmax over all positions and the sink computes.
+    /// The heads' sink logits (gpt-oss), `kv_heads × heads` of them: each joins its head's softmax as one more
+    /// score, whose probability is dropped (it attends to no value), as ggml's `soft_max_ext` with sinks computes.
+    /// It joins the last span's softmax, so that a row of one span computes what one softmax over all positions
+    /// and the sink computes.
     pub sinks: Option<&'a [f32]>,
     /// Whether to ask for each run's cache rows `PREFETCH_POSITIONS` ahead of the kernels: where they come from
-    /// memory (a task's first row, or a row of another sequence than the row before it, as in a batch of decodes).
-    /// Changes timing only, never a result.
+    /// memory as one KV head's runs (a task's first row, or a row of another sequence than the row before it, in
+    /// a task of one KV head's rows). A task of every KV head reads whole blocks in address order, which the
+    /// hardware prefetchers follow, and asks for nothing: there, 64 positions of every head ahead (64 KiB at the 1B
+    /// shapes, more than L1) measured slower than no requests (`attend_by_spans`). Changes timing only, never a
+    /// result.
     pub prefetch: bool,
 }
 
@@ -267,27 +274,38 @@ impl RowAttention<'_> {
 
     /// Span `span` of this row: scores of its positions against each query of `buf.queries`, their softmax (with
     /// the sink in the last span), and the probabilities' weighted sum of values into `buf.outputs`, with each
-    /// head's share in `buf.shares`. Keys and values are each read once, block by block.
+    /// head's share in `buf.shares`; the buffers hold the row's KV heads one after the other (`[kv head][heads]…`).
+    /// Keys and values are each read once, block by block, every KV head of a block before the next block: a
+    /// block holds each head's slots together, so the heads of a block are one contiguous range of memory and a
+    /// long row's span streams it in address order (one KV head's run is only `block size × width` elements).
+    /// Each head's scores and sums come from the same kernel calls on the same runs in the same order whatever
+    /// `kv_heads` is.
     pub fn span<K: KvKey, V: KvValue>(&self, span: usize, keys: &[K], values: &[V], buf: SpanBuffers<'_>) {
-        let (kw, vw) = (self.key_width, self.value_width);
+        let (kw, vw, heads) = (self.key_width, self.value_width, self.heads);
+        let all = self.kv_heads * heads;
         let lo = self.first.max(span * SPAN);
         let hi = self.positions.min((span + 1) * SPAN);
         let SpanBuffers { scores, queries, queries_q8, outputs, shares } = buf;
-        let (queries, outputs) = (&queries[..self.heads * kw], &mut outputs[..self.heads * vw]);
-        let queries_q8 = if K::QUANTIZED_QUERIES { &queries_q8[..self.heads * kw / QK] } else { &[] };
+        let (queries, outputs) = (&queries[..all * kw], &mut outputs[..all * vw]);
+        let queries_q8 = if K::QUANTIZED_QUERIES { &queries_q8[..all * kw / QK] } else { &[] };
+        let kv_heads = || (0..self.kv_heads).map(|j| (j, self.kv_head + j));
         // Score `i` belongs to position `lo + i`.
         let mut ahead = Prefetch { runs: self.runs(lo, hi), current: None, done: 0 };
         for (block, from, len, pos) in self.runs(lo, hi) {
             if self.prefetch {
                 ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
-                    self.run_of::<K>(keys, block, from, len, kw).prefetch()
+                    kv_heads().for_each(|(_, h)| self.run_of::<K>(keys, h, block, from, len, kw).prefetch())
                 });
             }
-            let keys = self.run_of::<K>(keys, block, from, len, kw);
-            K::scores(self.kernels, queries, queries_q8, keys, &mut scores[pos - lo..], SCORE_STRIDE);
+            for (j, h) in kv_heads() {
+                let run = self.run_of::<K>(keys, h, block, from, len, kw);
+                let q8 = if K::QUANTIZED_QUERIES { &queries_q8[j * heads * kw / QK..][..heads * kw / QK] } else { &[] };
+                let out = &mut scores[j * heads * SCORE_STRIDE + pos - lo..];
+                K::scores(self.kernels, &queries[j * heads * kw..][..heads * kw], q8, run, out, SCORE_STRIDE);
+            }
         }
         let sink = self.sinks.filter(|_| hi == self.positions);
-        for (g, share) in shares[..self.heads].iter_mut().enumerate() {
+        for (g, share) in shares[..all].iter_mut().enumerate() {
             let row = &mut scores[g * SCORE_STRIDE..][..hi - lo + 1];
             let (attended, sink_score) = row.split_at_mut(hi - lo);
             if let Some(cap) = self.softcap {
@@ -308,11 +326,14 @@ impl RowAttention<'_> {
         for (block, from, len, pos) in self.runs(lo, hi) {
             if self.prefetch {
                 ahead.until(pos + len + PREFETCH_POSITIONS, |block, from, len| {
-                    self.run_of::<V>(values, block, from, len, vw).prefetch()
+                    kv_heads().for_each(|(_, h)| self.run_of::<V>(values, h, block, from, len, vw).prefetch())
                 });
             }
-            let values = self.run_of::<V>(values, block, from, len, vw);
-            V::values(self.kernels, &scores[pos - lo..], SCORE_STRIDE, values, outputs);
+            for (j, h) in kv_heads() {
+                let run = self.run_of::<V>(values, h, block, from, len, vw);
+                let weights = &scores[j * heads * SCORE_STRIDE + pos - lo..];
+                V::values(self.kernels, weights, SCORE_STRIDE, run, &mut outputs[j * heads * vw..][..heads * vw]);
+            }
         }
     }
 
@@ -326,13 +347,13 @@ impl RowAttention<'_> {
         merged: &mut [f32],
         totals: &mut [SoftmaxShare],
     ) {
-        let vw = self.value_width;
+        let (vw, all) = (self.value_width, self.kv_heads * self.heads);
         let SpanBuffers { scores, queries, queries_q8, outputs, shares } = buf;
         for (k, span) in self.spans().enumerate() {
             let buf =
                 SpanBuffers { scores: &mut *scores, queries, queries_q8, outputs: &mut *outputs, shares: &mut *shares };
             self.span(span, keys, values, buf);
-            for (g, total) in totals[..self.heads].iter_mut().enumerate() {
+            for (g, total) in totals[..all].iter_mut().enumerate() {
                 fold_span(k == 0, total, &mut merged[g * vw..][..vw], shares[g], &outputs[g * vw..][..vw]);
             }
         }
@@ -349,18 +370,19 @@ impl RowAttention<'_> {
         })
     }
 
-    /// This KV head's rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
+    /// KV head `kv_head`'s rows in slots `from..from + len` of cache block `block` of one layer's `plane` (keys or
     /// values), the first `width` elements of each: from the head's first item in slot `from` to its last in slot
     /// `from + len − 1` (`CpuKvCache::head_rows`), counted in items of `T` (elements, or blocks of 32).
     fn run_of<'p, T: Item>(
         &self,
         plane: &'p [T],
+        kv_head: usize,
         block: u32,
         from: usize,
         len: usize,
         width: usize,
     ) -> CacheRun<'p, T> {
-        let (first, stride) = self.cache.head_rows(block as usize, from, self.kv_head);
+        let (first, stride) = self.cache.head_rows(block as usize, from, kv_head);
         let (first, stride, width) = (first / T::ELEMENTS, stride / T::ELEMENTS, width / T::ELEMENTS);
         CacheRun { rows: &plane[first..first + (len - 1) * stride + width], width, stride, n: len }
     }
