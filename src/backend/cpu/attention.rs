@@ -483,13 +483,15 @@ fn attend_by_spans(pool: &ThreadPool, attention: &LayerAttention<'_>, scratch: &
         partials.resize(units.len() * unit_width, 0.0);
     }
 
-    // Tasks of whole units while there are enough to balance the threads (a task each, up to `MAX_TASKS`: a unit
-    // is a span of up to 1024 positions of every KV head, and three to a task left one thread idle for two of 17
-    // at depth 16,384); with few units (a decode at a depth of 1 to 4 spans), each unit's KV heads split into
-    // parts, a task each. A task's records are one contiguous piece of the partials either way.
+    // Tasks of whole units while there are two for each thread (a task each, up to `MAX_TASKS`: a unit is a span
+    // of up to 1024 positions of every KV head, and three to a task left one thread idle for two of 17 at depth
+    // 16,384); with fewer (a decode at a depth of one to a few spans), each unit's KV heads split into parts, a
+    // task each, which read slices of each block and ask for them ahead (slower per byte than whole blocks, so
+    // only where whole units would leave a thread idle). A task's records are one contiguous piece of the
+    // partials either way.
     let threads = pool.threads();
     let parts = match units.len() {
-        n if n >= 4 * threads => 1,
+        n if n >= 2 * threads => 1,
         n => (4 * threads).div_ceil(n).min(layout.n_head_kv).min(MAX_TASKS / n).max(1),
     };
     let kv_per_part = layout.n_head_kv.div_ceil(parts);
