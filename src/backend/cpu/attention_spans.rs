@@ -240,8 +240,9 @@ pub(super) struct RowAttention<'a> {
     pub first: usize,
     pub positions: usize,
     /// The first KV head, and how many consecutive KV heads the row computes (each with `heads` query heads):
-    /// one in a task of one KV head's rows; all of them in a task of one span of a long row, so that each cache
-    /// block is read whole, in address order (see [`RowAttention::span`]).
+    /// one in a task of one KV head's rows; in a task of one span of a long row all of them, so that each cache
+    /// block is read whole, in address order (see [`RowAttention::span`]), or a part of them when spans are too few
+    /// to feed the threads (`attend_by_spans`).
     pub kv_head: usize,
     pub kv_heads: usize,
     /// Width of a key head (and of the queries).
