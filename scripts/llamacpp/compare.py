@@ -16,7 +16,9 @@ What it does:
    --decode -npl N` against `ember-bench --streams N`: random prompt and decode tokens, tokens/s over all);
 4. prints one table of the medians with ember ÷ llama.cpp, and the roofline share of each engine's decode: the
    file's weight bytes read per token × decode tokens/s ÷ the memory read bandwidth that ember-bench measured with
-   the same threads (1.0 = decode streams the weights at the speed memory delivers them).
+   the same threads (1.0 = decode streams the weights at the speed memory delivers them); with `--depth`, also
+   ember's share of the bound at depth (weights and cache bytes per token against the read probe run right after
+   each decode, ember-bench's `bound_share`).
 
 EMBER_CPU_KERNELS is passed through to ember-bench (e.g. `avx2`, compared with `--llama-build avx2`).
 """
@@ -140,7 +142,10 @@ def ember_bench(model, args):
     result = {f"pp{n}": m["median"] for n, m in report["prefill_tokens_per_s"].items()}
     result["tg"] = report["decode_tokens_per_s"]["result"]["median"]
     if report.get("decode_at_depth_tokens_per_s"):
-        result["tg@depth"] = report["decode_at_depth_tokens_per_s"]["result"]["median"]
+        at_depth = report["decode_at_depth_tokens_per_s"]
+        result["tg@depth"] = at_depth["result"]["median"]
+        if at_depth.get("bound_share"):
+            result["bound@depth"] = at_depth["bound_share"]["median"]
     if report.get("streams_decode_tokens_per_s"):
         result[f"tg{args.streams}"] = report["streams_decode_tokens_per_s"]["result"]["median"]
     result["read_gb_s"] = report["read_gb_per_s"]["result"]["median"]
@@ -207,14 +212,19 @@ def print_table(rows, args):
     print(f"\n{first['cpu']}, {args.threads} threads, ember kernels {first['kernels']}, llama.cpp build "
           f"{args.llama_build}; tokens/s, ember / llama.cpp (ratio); roofline = weight bytes per token x decode "
           f"tokens/s / read bandwidth")
-    head = "| model | type | " + " | ".join(names[k] for k in keys) + " | roofline ember / llama.cpp |"
+    bound = ["ember @depth, of the bound"] if args.depth else []
+    head = "| model | type | " + " | ".join([names[k] for k in keys] + bound) + " | roofline ember / llama.cpp |"
     print(head)
-    print("|" + " --- |" * 2 + " ---: |" * (len(keys) + 1))
+    print("|" + " --- |" * 2 + " ---: |" * (len(keys) + len(bound) + 1))
     for row in rows:
         cells = []
         for k in keys:
             e, l = median_of(row["ember"], k), median_of(row["llama.cpp"], k)
             cells.append(f"{e:.1f} / {l:.1f} ({e / l:.2f}x)" if e and l else "-")
+        if args.depth:
+            # Each run's share against the read probe run right after it (ember-bench's `bound_share`).
+            share = median_of(row["ember"], "bound@depth")
+            cells.append(f"{share:.2f}" if share else "-")
         bw = median_of(row["ember"], "read_gb_s") * 1e9
         bpt = row["ember"][0]["bytes_per_token"]
         e, l = median_of(row["ember"], "tg"), median_of(row["llama.cpp"], "tg")

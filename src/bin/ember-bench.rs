@@ -37,7 +37,9 @@
 //! - with `--depth N`, decode after an N-token prompt, that prompt's prefill speed (in the engine's chunks, each
 //!   attending to the positions before it; tokens over the time to the first token), and the peak RSS through it
 //!   (before the bandwidth probes' buffers): with `--no-rss`, what the long prompt's prefill costs in memory beside
-//!   the weights and its cache.
+//!   the weights and its cache; and the decode's share of the bound, run by run: (weight bytes + the cache of N
+//!   positions) × tokens/s ÷ the read bandwidth measured right after that run (`bound_share` in the JSON), since on
+//!   a shared host the memory's speed moves from one minute to the next.
 //!
 //! Each speed is the median of several runs (the best is printed beside it). The machines we measure on share their
 //! CPUs with other work, so each measurement also reports the share of its threads' time spent waiting for a CPU
@@ -228,6 +230,14 @@ impl Measurement {
         let runs = body()?;
         let waited = before.zip(SchedTimes::now()).and_then(|(b, a)| a.waited_share_since(b));
         Ok(Measurement { runs, waited })
+    }
+
+    /// One measurement of several, each taken alone: their runs in order, and the mean of their waited shares.
+    fn merged(parts: Vec<Measurement>) -> Self {
+        let waited: Vec<f64> = parts.iter().filter_map(|m| m.waited).collect();
+        let waited = (waited.len() == parts.len() && !waited.is_empty())
+            .then(|| waited.iter().sum::<f64>() / waited.len() as f64);
+        Measurement { runs: parts.into_iter().flat_map(|m| m.runs).collect(), waited }
     }
 
     fn median(&self) -> f64 {
@@ -428,27 +438,39 @@ fn run(args: &Args) -> Result<(), String> {
         (0..plan.decode_runs).map(|_| bench.decode(&decode_prompt, plan.decode_tokens + 1)).collect()
     })?;
     // Decode at depth, and the long prompt's prefill timed in the same runs (prefill in chunks, its attention over
-    // the positions before each chunk: what `--prefill`'s single step cannot show).
-    let (mut at_depth, mut depth_prefill) = (None, None);
+    // the positions before each chunk: what `--prefill`'s single step cannot show). The read probe runs right after
+    // each run, so that the share of the bound compares the decode with the memory's speed of the same minute:
+    // on a shared host that speed moves by a third from one minute to the next.
+    let read_bytes = weight_bytes.max(plan.read_bytes);
+    let (mut at_depth, mut depth_prefill, mut depth_bound) = (None, None, None);
+    let mut depth_peak_rss = None;
     if let Some((depth, runs)) = plan.depth {
         eprintln!("decoding after {depth} prompt tokens...");
         let prompt = bench.prompt(depth);
         let mut prompt_speeds = Vec::with_capacity(runs);
-        let decode = Measurement::take(|| {
-            (0..runs)
-                .map(|_| {
-                    let (prompt_speed, decode) = bench.decode_after(&prompt, plan.decode_tokens + 1)?;
-                    prompt_speeds.push(prompt_speed);
-                    Ok(decode)
-                })
-                .collect()
-        })?;
+        let mut decodes = Vec::with_capacity(runs);
+        let mut reads = Vec::with_capacity(runs);
+        for run in 0..runs {
+            decodes.push(Measurement::take(|| {
+                let (prompt_speed, decode) = bench.decode_after(&prompt, plan.decode_tokens + 1)?;
+                prompt_speeds.push(prompt_speed);
+                Ok(vec![decode])
+            })?);
+            // The peak of the long prompt's prefill and decode, before the probe's buffer adds to it: with
+            // --no-rss, what a prompt of --depth tokens costs in memory.
+            if run == 0 {
+                depth_peak_rss = proc_status_kib("VmHWM").map(|kib| kib * 1024);
+            }
+            let read = Measurement { runs: read_gb_per_second(read_bytes, args.threads, ADJACENT_READS), waited: None };
+            reads.push(read.median());
+        }
+        let decode = Measurement::merged(decodes);
+        let bytes = weight_bytes as f64 + (kv_bytes_per_token * depth) as f64;
+        let shares = decode.runs.iter().zip(&reads).map(|(tokens, read)| bytes * tokens / (read * 1e9)).collect();
+        depth_bound = Some((bytes, reads, Measurement { runs: shares, waited: None }));
         depth_prefill = Some(Measurement { runs: prompt_speeds, waited: decode.waited });
         at_depth = Some(decode);
     }
-    // The peak so far, the long prompt's prefill included (before the bandwidth probes' buffers): with --no-rss,
-    // what a prompt of --depth tokens costs in memory.
-    let depth_peak_rss = plan.depth.and_then(|_| proc_status_kib("VmHWM")).map(|kib| kib * 1024);
     drop(bench);
     let streams = match args.streams {
         Some(n) => {
@@ -459,7 +481,6 @@ fn run(args: &Args) -> Result<(), String> {
         None => None,
     };
 
-    let read_bytes = weight_bytes.max(plan.read_bytes);
     let read = Measurement::take(|| Ok(read_gb_per_second(read_bytes, args.threads, plan.memcpy_runs)))?;
     let memcpy = Measurement::take(|| Ok(memcpy_gb_per_second(plan.memcpy_bytes, plan.memcpy_runs)))?;
     let ratio = weight_bytes as f64 * decode.median() / (memcpy.median() * 1e9);
@@ -480,6 +501,12 @@ fn run(args: &Args) -> Result<(), String> {
     if let (Some(m), Some(p), Some((depth, _))) = (&at_depth, &depth_prefill, plan.depth) {
         p.print(&format!("prefill {depth} before it (tokens/s)"));
         m.print(&format!("decode {} at depth {depth} (tokens/s)", plan.decode_tokens));
+    }
+    if let Some((bytes, reads, shares)) = &depth_bound {
+        let reads = Measurement { runs: reads.clone(), waited: None };
+        reads.print("  read right after each run (GB/s)");
+        let label = format!("  of the bound ({:.1} MB a token / read)", bytes / 1e6);
+        println!("{label:<40} {:>10.2} {:>10.2} {:>5}", shares.median(), shares.best(), shares.runs.len());
     }
     if let Some((n, m)) = &streams {
         m.print(&format!("decode {} x {n} streams (tokens/s, all)", plan.decode_tokens));
@@ -539,6 +566,9 @@ fn run(args: &Args) -> Result<(), String> {
         "decode_at_depth_tokens_per_s": plan.depth.zip(at_depth.as_ref()).map(|((depth, _), m)| serde_json::json!({
             "depth": depth, "tokens": plan.decode_tokens, "result": m.json(),
             "prompt_tokens_per_s": depth_prefill.as_ref().map(Measurement::json),
+            "bytes_per_token": depth_bound.as_ref().map(|(bytes, _, _)| *bytes),
+            "read_gb_per_s_after_each_run": depth_bound.as_ref().map(|(_, reads, _)| reads.clone()),
+            "bound_share": depth_bound.as_ref().map(|(_, _, shares)| shares.json()),
         })),
         "streams_decode_tokens_per_s": streams.as_ref().map(|(n, m)| serde_json::json!({
             "streams": n, "prompt": STREAM_PROMPT, "tokens": plan.decode_tokens, "result": m.json()
@@ -570,6 +600,9 @@ fn run(args: &Args) -> Result<(), String> {
     println!("wrote {}", args.json.display());
     Ok(())
 }
+
+/// Read-probe runs right after each decode at depth (their median is that run's memory speed).
+const ADJACENT_READS: usize = 3;
 
 /// Random prompt tokens each stream is prefilled with (`llama-batched-bench -npp 128`).
 const STREAM_PROMPT: usize = 128;
