@@ -586,10 +586,24 @@ fn check_attention_f16(k: &Kernels, s: &Kernels, x: &[f32], y: &[f32], rng: &mut
 
         let weights = random_vec(heads * out_stride, 0.0, 1.0, rng);
         let outs: Vec<f32> = (0..heads).flat_map(|h| y.iter().map(move |v| v - h as f32)).collect();
-        let (mut a, mut b) = (outs.clone(), outs);
+        let (mut a, mut b, mut c) = (outs.clone(), outs.clone(), outs);
         k.attention_values_f16(&weights, out_stride, run, &mut a);
         s.attention_values_f16(&weights, out_stride, run, &mut b);
         assert_same_bits(&a, &b, &format!("{} n {n} heads {heads}", what("attention_values_f16")));
+
+        // The same positions as two to four runs in one call: the single run's bits.
+        let cuts = [0, n / 3, n / 2, n];
+        let runs: Vec<CacheRun<'_, f16>> = cuts
+            .windows(2)
+            .filter(|w| w[1] > w[0])
+            .map(|w| CacheRun { rows: &cache[w[0] * stride..], width: len, stride, n: w[1] - w[0] })
+            .collect();
+        k.attention_values_f16_runs(&weights, out_stride, &runs, &mut c);
+        assert_same_bits(
+            &c,
+            &b,
+            &format!("{} n {n} heads {heads} runs {}", what("attention_values_f16_runs"), runs.len()),
+        );
     }
 }
 

@@ -24,6 +24,11 @@ pub(super) type AttentionScoresFn =
 pub(super) type AttentionValuesFn =
     unsafe fn(weights: &[f32], weight_stride: usize, values: CacheRun<'_, f16>, out: &mut [f32]);
 
+/// The same over several runs in order, the weights of each run following the run before's (see
+/// [`Kernels::attention_values_f16_runs`]).
+pub(super) type AttentionValuesRunsFn =
+    unsafe fn(weights: &[f32], weight_stride: usize, runs: &[CacheRun<'_, f16>], out: &mut [f32]);
+
 /// Scores of a group of quantized query heads against a run of a quantized cache's slots (see
 /// [`Kernels::attention_scores_q8_0`]).
 pub(super) type AttentionScoresQFn<B> =
@@ -91,6 +96,8 @@ pub struct Kernels {
     pub(super) rope: unsafe fn(head: &mut [f32], cos: &[f32], sin: &[f32]),
     pub(super) attention_scores_f16: AttentionScoresFn,
     pub(super) attention_values_f16: AttentionValuesFn,
+    /// A path's kernel for several runs in one call, where it has one (the others take the runs one by one).
+    pub(super) attention_values_f16_runs: Option<AttentionValuesRunsFn>,
     pub(super) attention_scores_q8_0: AttentionScoresQFn<BlockQ8_0>,
     pub(super) attention_scores_q4_0: AttentionScoresQFn<BlockQ4_0>,
     pub(super) attention_values_q8_0: AttentionValuesQFn<BlockQ8_0>,
@@ -351,6 +358,46 @@ impl Kernels {
         check_rows("attention_values_f16 weights", weights.len(), weight_stride, values.n, heads);
         // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed out.
         unsafe { (self.attention_values_f16)(weights, weight_stride, values, out) }
+    }
+
+    /// [`Kernels::attention_values_f16`] over `runs` in order, as if called once per run with the run's weights:
+    /// run `k`'s position `i` takes `weights[g·weight_stride + n₀ + … + n_{k−1} + i]`. The same bits as those
+    /// calls (each output element is one chain of fused multiply-adds in position order either way); a path may
+    /// keep its sums in registers from run to run, which saves a cache block's run of 16 slots from reloading and
+    /// storing them.
+    ///
+    /// # Panics
+    /// As [`Kernels::attention_values_f16`] for each run, when the runs' widths differ, or when `weights` cannot
+    /// hold every run's weights.
+    pub fn attention_values_f16_runs(
+        &self,
+        weights: &[f32],
+        weight_stride: usize,
+        runs: &[CacheRun<'_, f16>],
+        out: &mut [f32],
+    ) {
+        let Some(first) = runs.first() else { return };
+        let heads = check_heads("attention_values_f16_runs", out.len(), first.width);
+        let mut n = 0usize;
+        for run in runs {
+            assert!(run.width == first.width, "attention_values_f16_runs: runs {} and {} wide", first.width, run.width);
+            check_run("attention_values_f16_runs", run.width, run.rows.len(), run.stride, run.n);
+            n = n.checked_add(run.n).expect("attention_values_f16_runs: too many positions");
+        }
+        check_rows("attention_values_f16_runs weights", weights.len(), weight_stride, n, heads);
+        match self.attention_values_f16_runs {
+            // SAFETY: see the type's documentation: this table's CPU features were detected before it was handed
+            // out.
+            Some(runs_fn) => unsafe { runs_fn(weights, weight_stride, runs, out) },
+            None => {
+                let mut done = 0;
+                for run in runs {
+                    // SAFETY: as above; each run was checked, and its weights lie after the `done` before it.
+                    unsafe { (self.attention_values_f16)(&weights[done..], weight_stride, *run, out) };
+                    done += run.n;
+                }
+            }
+        }
     }
 
     /// Attention scores of a group of query heads, quantized to activation blocks (`queries`: `[heads][keys.width]`

@@ -39,6 +39,7 @@ static KERNELS: Kernels = Kernels {
     rope,
     attention_scores_f16,
     attention_values_f16,
+    attention_values_f16_runs: None,
     attention_scores_q8_0: attention_quant::attention_scores_q::<BlockQ8_0>,
     attention_scores_q4_0: attention_quant::attention_scores_q::<BlockQ4_0>,
     attention_values_q8_0: attention_quant::attention_values_q::<BlockQ8_0>,

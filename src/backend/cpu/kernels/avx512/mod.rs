@@ -46,6 +46,7 @@ static KERNELS: Kernels = Kernels {
     rope: avx2::rope,
     attention_scores_f16: attention_f16::attention_scores_f16,
     attention_values_f16: attention_f16::attention_values_f16,
+    attention_values_f16_runs: Some(attention_f16::attention_values_f16_runs),
     attention_scores_q8_0: attention_f16::attention_scores_q::<BlockQ8_0>,
     attention_scores_q4_0: attention_f16::attention_scores_q::<BlockQ4_0>,
     attention_values_q8_0: attention_f16::attention_values_q::<BlockQ8_0>,

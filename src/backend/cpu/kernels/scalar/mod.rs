@@ -148,6 +148,7 @@ macro_rules! scalar_table {
             rope: $module::rope,
             attention_scores_f16: $module::attention_scores_f16,
             attention_values_f16: $module::attention_values_f16,
+            attention_values_f16_runs: None,
             attention_scores_q8_0: $module::attention_scores_q8_0,
             attention_scores_q4_0: $module::attention_scores_q4_0,
             attention_values_q8_0: $module::attention_values_q8_0,
