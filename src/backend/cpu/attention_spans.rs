@@ -375,10 +375,15 @@ impl RowAttention<'_> {
             }
             let first_pos = group[0].3;
             for (j, h) in kv_heads() {
-                let cache_runs: [CacheRun<'_, V>; RUNS_PER_CALL] = std::array::from_fn(|k| {
-                    let (block, from, len, _) = group[k.min(count - 1)];
+                let run = |k: usize| {
+                    let (block, from, len, _) = group[k];
                     self.run_of::<V>(values, h, block, from, len, vw)
-                });
+                };
+                // Only the group's runs are computed (a decode's call takes one).
+                let mut cache_runs = [run(0); RUNS_PER_CALL];
+                for (k, slot) in cache_runs.iter_mut().enumerate().take(count).skip(1) {
+                    *slot = run(k);
+                }
                 let weights = &scores[j * heads * SCORE_STRIDE + first_pos - lo..];
                 let out = &mut outputs[j * heads * vw..][..heads * vw];
                 V::values_runs(self.kernels, weights, SCORE_STRIDE, &cache_runs[..count], out);
