@@ -565,17 +565,37 @@ impl Format for BlockIq4Xs {
     }
 }
 
-/// A coded type's `u` of each code (`coded::CodedBlock::LEVELS` plus 128; unused codes 128, the value 0).
+/// A coded type's `u` of each code: `coded::CodedBlock::LEVELS` plus `coded_offset` (unused codes the offset, the
+/// value 0).
 const fn coded_levels(values: [i8; 16]) -> [u8; 16] {
-    levels(values, CODED_OFFSET)
+    levels(values, coded_offset(values))
 }
 
-/// What the coded types' codebooks add to their levels (as IQ4's): the AVX2 path multiplies such bytes by sign.
-const CODED_OFFSET: i32 = 128;
+/// What a coded type's codebook adds to its levels: the smallest power of two (the AVX2 path's offset term of the
+/// types scaled per half is a shift) at least the largest negative level's magnitude, so that every `u` is an
+/// unsigned byte below 128: IQ2's and IQ3_XXS' (levels within ±62) 64, IQ3_S' and IQ1's (±15, ±9) 16. `vpmaddubsw`
+/// then multiplies `u` unsigned without saturating (two products of at most 126 · 127), where an offset of 128, as
+/// IQ4's, would need the multiply by sign (a `vpsignb` per slice and column); and the smaller `u` of IQ3_S and IQ1
+/// let the AVX2 path add four slices' 16-bit sums before widening. The integer dot `Σ (u − OFFSET)·q` is the same
+/// for any offset, so every path's bits are.
+const fn coded_offset(values: [i8; 16]) -> i32 {
+    let (mut most_negative, mut c) = (0, 0);
+    while c < 16 {
+        if (values[c] as i32) < most_negative {
+            most_negative = values[c] as i32;
+        }
+        c += 1;
+    }
+    let mut offset = 1;
+    while offset < -most_negative {
+        offset *= 2;
+    }
+    offset
+}
 
 /// The coded types (`coded`): their codes in 2 bits (the ternary types, which store the digit itself: `u` is the
 /// digit, the offset 1), 3 bits (IQ2, IQ1: a crumb and a sign bit) or 4 (IQ3: a nibble), looked up in a codebook of
-/// their levels plus 128 (not the ternary ones); the scale per 32 elements as IQ4_XS' (`Group`), per 16 as Q6_K's
+/// their levels plus `coded_offset` (not the ternary ones); the scale per 32 elements as IQ4_XS' (`Group`), per 16 as Q6_K's
 /// (`Halves`), with `d` in f32.
 impl<B: CodedBlock> Format for B {
     type Block = Self;
@@ -584,7 +604,7 @@ impl<B: CodedBlock> Format for B {
     const HEADER: usize = if B::SCALE_PER_32 { 64 + 128 } else { 64 + 256 };
     const BASE: Base = if B::CODE_BITS == 4 { Base::Nibbles } else { Base::Crumbs };
     const HIGH: High = if B::CODE_BITS == 3 { High::Bit(2) } else { High::None };
-    const OFFSET: i32 = if B::CODE_BITS == 2 { 1 } else { CODED_OFFSET };
+    const OFFSET: i32 = if B::CODE_BITS == 2 { 1 } else { coded_offset(B::LEVELS) };
     const SCALING: Scaling = if B::SCALE_PER_32 { Scaling::Group } else { Scaling::Halves };
     const CODEBOOK: Option<[u8; 16]> = if B::CODE_BITS == 2 { None } else { Some(coded_levels(B::LEVELS)) };
     fn decode_block(b: &Self, unit: &mut RowUnit) {
@@ -599,6 +619,7 @@ impl<B: CodedBlock> Format for B {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gguf::coded::{BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 
     /// MXFP4's `u` is its doubled E2M1 value plus `OFFSET`: an unsigned byte for the SIMD dots, at most 24 (AVX2
     /// adds four slices' 16-bit pair sums before widening on that bound).
@@ -622,6 +643,27 @@ mod tests {
             assert_eq!(u, level::<BlockIq4Xs>(code));
         }
         assert_eq!((level::<BlockIq4Nl>(0), level::<BlockIq4Nl>(15)), (1, 241));
+    }
+
+    /// The coded types' `u` are their levels plus a power of two, every one below 128: what the AVX2 path multiplies
+    /// unsigned (`vpmaddubsw`, two products of at most 127 · 127 per 16-bit lane) instead of by sign.
+    #[test]
+    fn coded_levels_are_unsigned_bytes_below_128() {
+        fn check<B: CodedBlock>(expected_offset: i32) {
+            assert_eq!(<B as Format>::OFFSET, expected_offset, "{:?}", B::DTYPE);
+            for code in 0..16u8 {
+                let u = level::<B>(code);
+                assert_eq!(i32::from(u) - expected_offset, i32::from(B::LEVELS[usize::from(code)]), "{:?}", B::DTYPE);
+                assert!(u < 128, "{:?} code {code}: {u}", B::DTYPE);
+            }
+        }
+        check::<BlockIq2Xxs>(64);
+        check::<BlockIq2Xs>(64);
+        check::<BlockIq2S>(64);
+        check::<BlockIq3Xxs>(64);
+        check::<BlockIq3S>(16);
+        check::<BlockIq1S>(16);
+        check::<BlockIq1M>(16);
     }
 
     /// A packed MXFP4 unit gives back each row's codes and exponent (0, 1, 254 and 255 among them),
