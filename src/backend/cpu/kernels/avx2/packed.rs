@@ -9,7 +9,7 @@
 //! 6-bit one. Q8_0's values (`q + 128`), and the IQ4 types' (their codebook's value + 128),
 //! exceed what `vpmaddubsw` multiplies without saturating, so they are turned back into `q` and multiplied by sign
 //! (`|q|` times the activation with `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same
-//! integer. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
+//! integer. The IQ4 types' codebook gives each value in sign and magnitude, so that the magnitude is one mask. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
 //! scalar path's bits, whatever the tile (batch invariance).
 
 use std::arch::x86_64::*;
@@ -164,7 +164,8 @@ fn bit_bytes(bits: u32) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
 }
 
-/// Slice `4h + t` of octet `o` of the group whose planes start at `planes`: its 8 rows' four values each.
+/// Slice `4h + t` of octet `o` of the group whose planes start at `planes`: its 8 rows' four values each (`u`, or
+/// for a codebook type multiplied by sign, the value in sign and magnitude).
 ///
 /// # Safety
 /// `planes` must point to a group's `Format::GROUP_BYTES` readable bytes, `o < 2`.
@@ -203,11 +204,38 @@ unsafe fn unpack<F: Format>(planes: *const u8, o: usize, h: usize, t: usize) -> 
             }
         }
         match F::CODEBOOK {
-            // Each byte's code (below 16) picks its `u` from the codebook in its 128-bit lane.
-            Some(book) => _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(book.as_ptr().cast())), v),
+            // Each byte's code (below 16) picks its entry from the codebook in its 128-bit lane: `u`, or for the
+            // types multiplied by sign the value in sign and magnitude (`sign_magnitude`).
+            Some(_) => {
+                let book = const { lookup::<F>() };
+                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(book.as_ptr().cast())), v)
+            }
             None => v,
         }
     }
+}
+
+/// The entries `unpack` looks a type's codes up in.
+const fn lookup<F: Format>() -> [u8; 16] {
+    match F::CODEBOOK {
+        Some(book) if by_sign::<F>() => sign_magnitude(book),
+        Some(book) => book,
+        None => [0; 16],
+    }
+}
+
+/// A codebook of `u = value + 128` (multiplied by sign) as each value's sign and magnitude: bit 7 set for a
+/// negative value, bits `0..7` its magnitude (at most 127). `vpsignb` reads the sign from the byte as it is and
+/// the magnitude is one mask away, where `u` needs a flip of bit 7 and a `vpabsb` (`pair_sums`).
+const fn sign_magnitude(book: [u8; 16]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut c = 0;
+    while c < 16 {
+        let value = book[c] as i32 - 128;
+        out[c] = if value < 0 { 0x80 | (-value) as u8 } else { value as u8 };
+        c += 1;
+    }
+    out
 }
 
 /// The four activations of slice `4h + t` of `a`, in every 32-bit lane.
@@ -221,7 +249,10 @@ fn activations(a: &BlockQ8A, h: usize, t: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pair_sums<F: Format>(w: __m256i, q: __m256i) -> __m256i {
     const { assert!(!by_sign::<F>() || F::OFFSET == 128, "multiplied by sign: u is the value plus 128") };
-    if by_sign::<F>() {
+    if by_sign::<F>() && F::CODEBOOK.is_some() {
+        // `w` holds the value in sign and magnitude (`unpack`): its magnitude times the activation with its sign.
+        _mm256_maddubs_epi16(_mm256_and_si256(w, _mm256_set1_epi8(0x7f)), _mm256_sign_epi8(q, w))
+    } else if by_sign::<F>() {
         // `w` holds q_w + 128: back to q_w, then |q_w| times the activation with q_w's sign.
         let signed = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
         _mm256_maddubs_epi16(_mm256_abs_epi8(signed), _mm256_sign_epi8(q, signed))
