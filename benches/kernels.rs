@@ -75,9 +75,9 @@ const TYPE_SHAPES: [Shape; 11] = {
     ]
 };
 
-/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes, MXFP4 (gpt-oss's experts) and IQ4_XS (the
-/// smallest 4-bit file people download).
-const LLAMA_SHAPES: [Shape; 14] = {
+/// The common types of 1B-8B files at Llama 3.2 1B's FFN shapes, MXFP4 (gpt-oss's experts), IQ4_XS (the
+/// smallest 4-bit file people download), IQ4_NL, IQ3_S and IQ2_XS (issue 45's other types).
+const LLAMA_SHAPES: [Shape; 20] = {
     const fn up(dtype: GgmlType) -> Shape {
         Shape { name: "1b_up 2048->8192", row_len: 2048, n_rows: 8192, dtype }
     }
@@ -92,6 +92,9 @@ const LLAMA_SHAPES: [Shape; 14] = {
         up(GgmlType::Q6K),
         up(GgmlType::Mxfp4),
         up(GgmlType::Iq4Xs),
+        up(GgmlType::Iq4Nl),
+        up(GgmlType::Iq3S),
+        up(GgmlType::Iq2Xs),
         down(GgmlType::Q4_0),
         down(GgmlType::Q8_0),
         down(GgmlType::Q4K),
@@ -99,6 +102,9 @@ const LLAMA_SHAPES: [Shape; 14] = {
         down(GgmlType::Q6K),
         down(GgmlType::Mxfp4),
         down(GgmlType::Iq4Xs),
+        down(GgmlType::Iq4Nl),
+        down(GgmlType::Iq3S),
+        down(GgmlType::Iq2Xs),
     ]
 };
 
