@@ -9,8 +9,9 @@
 //! 6-bit one. Q8_0's values (`q + 128`), and the IQ4 types' (their codebook's value + 128),
 //! exceed what `vpmaddubsw` multiplies without saturating, so they are turned back into `q` and multiplied by sign
 //! (`|q|` times the activation with `q`'s sign), and its dot starts from 0 instead of `−128·Σ qa`: the same
-//! integer. The IQ4 types' codebook gives each value in sign and magnitude, so that the magnitude is one mask. Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the
-//! scalar path's bits, whatever the tile (batch invariance).
+//! integer. The IQ4 types' codebook gives each value in sign and magnitude, so that the magnitude is one mask.
+//! Then each lane takes the group's float steps of `packed::scalar`, in its order, so every output is the scalar
+//! path's bits, whatever the tile (batch invariance).
 
 use std::arch::x86_64::*;
 

@@ -595,8 +595,8 @@ const fn coded_offset(values: [i8; 16]) -> i32 {
 
 /// The coded types (`coded`): their codes in 2 bits (the ternary types, which store the digit itself: `u` is the
 /// digit, the offset 1), 3 bits (IQ2, IQ1: a crumb and a sign bit) or 4 (IQ3: a nibble), looked up in a codebook of
-/// their levels plus `coded_offset` (not the ternary ones); the scale per 32 elements as IQ4_XS' (`Group`), per 16 as Q6_K's
-/// (`Halves`), with `d` in f32.
+/// their levels plus `coded_offset` (not the ternary ones); the scale per 32 elements as IQ4_XS' (`Group`), per 16
+/// as Q6_K's (`Halves`), with `d` in f32.
 impl<B: CodedBlock> Format for B {
     type Block = Self;
     const DTYPE: GgmlType = B::DTYPE;
