@@ -137,9 +137,9 @@ pub(super) fn serves(engine: &Engine, chat: bool) -> Result<(), String> {
 
 /// Whether `message` says what the case expects, and, for a limit, where the template came from.
 /// A template's fuel and its time limit bound the same thing, a render's work, and which a bomb reaches first
-/// depends on the machine: the slowest bombs spend the fuel in 0.4-1.0 s of CPU on a Zen 3 EPYC guest, against the
-/// 1 s limit (`debug()` in a loop, a 100-million-digit `format`). So a bomb expected to run out of fuel may name the
-/// time limit instead; either refusal names its limit.
+/// depends on the machine: the slowest bombs spend the fuel in 0.5-0.65 s of CPU per render on a Zen 3 EPYC guest,
+/// against the 1 s limit (a 100-million-digit `format`, `pprint` of deep copies). So a bomb expected to run out of
+/// fuel may name the time limit instead; either refusal names its limit.
 const FUEL: &str = "chat_template_limits.fuel";
 const TIME: &str = "chat_template_limits.time_ms";
 

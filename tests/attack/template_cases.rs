@@ -33,6 +33,9 @@ const OUTPUT: &str = "chat_template_limits.max_output_bytes";
 const SOURCE: &str = "chat_template_limits.max_source_bytes";
 const NAMESPACE: &str = "a namespace attribute cannot hold a namespace";
 
+/// `ns.v`, a list nested 250 deep.
+const DEEP_250: &str = "{% set ns = namespace(v=1) %}{% for i in range(250) %}{% set ns.v = [ns.v] %}{% endfor %}";
+
 /// A loop of 100,000 that rebinds `ns.v` with `body` (which reads `ns.v`), then `after`.
 fn grow(body: &str, after: &str) -> String {
     format!(
@@ -174,6 +177,10 @@ pub fn template_bombs() -> Vec<TemplateBomb> {
         bomb("output_flood", "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", OUTPUT),
         bomb("output_flood_small_writes", "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}", FUEL),
         bomb("debug_in_a_loop", "{% for i in range(100000) %}{% set d = debug() %}{% endfor %}", FUEL),
+        // Pretty-printing indents each line by its depth: 10,000 copies of a list 250 deep (2.5 million nodes,
+        // within the fuel) print as 2.5 GB.
+        bomb("pprint_deep_copies", format!("{DEEP_250}{{{{ ([ns.v] * 10000)|pprint|length }}}}"), FUEL),
+        bomb("debug_deep_copies", format!("{DEEP_250}{{% set big = [ns.v] * 10000 %}}{{{{ debug()|length }}}}"), FUEL),
         // Work without allocation: fuel counts instructions and the items operators visit.
         bomb("nested_loops", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", FUEL),
         bomb(

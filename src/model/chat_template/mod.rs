@@ -27,6 +27,7 @@ mod hold;
 mod json;
 mod limits;
 mod methods;
+mod pretty;
 mod rewrite;
 mod sandbox;
 mod strftime;
@@ -428,6 +429,7 @@ fn add_functions(env: &mut Environment<'static>, limits: &TemplateLimits) {
     env.set_recursion_limit(limits.max_call_depth);
     env.set_unknown_method_callback(methods::unknown_method);
     filters::add_paid_filters(env);
+    pretty::add_paid_pretty(env);
     env.add_filter("tojson", json::tojson);
     env.add_test("iterable", is_iterable);
     env.add_function("strftime_now", |state: &State, format: String| {
