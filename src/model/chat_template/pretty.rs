@@ -17,7 +17,7 @@ use minijinja::{Environment, Error, State, Value};
 use super::methods::{pay, BYTES_PER_FUEL};
 use super::sandbox;
 
-/// Bytes written between charges: a print overshoots its fuel by at most this much.
+/// Weighted bytes written between charges: a print overshoots its fuel by at most this many bytes of text.
 const PAY_EVERY: usize = 64 * 1024;
 
 /// Registers `pprint` and `debug` in place of minijinja's own.
