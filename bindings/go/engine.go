@@ -112,6 +112,18 @@ type Engine struct {
 	closed    atomic.Bool
 	// dispatch hands every request's events to its reader (dispatch.go).
 	dispatch *dispatcher
+	// submitting holds a slot for each engine_submit call in progress. engine_submit parses, renders and
+	// tokenizes on the caller's thread, and the Go runtime gives every goroutine blocked in a cgo call a thread
+	// of its own: without a bound, a burst of a thousand Submits briefly makes dozens of threads (76 in CI
+	// on a 2-core machine) that compete for the same cores. Goroutines waiting for a slot wait in Go.
+	submitting chan struct{}
+}
+
+// submitSlots is how many engine_submit calls run at once: two per P, since far more than the CPUs Go runs on adds
+// threads, not throughput, and at least 4, so that a few slow submissions (a large prompt, a grammar to compile,
+// up to grammar_limits.max_compile_cpu_ms each) leave slots for the rest.
+func submitSlots() int {
+	return max(4, 2*runtime.GOMAXPROCS(0))
 }
 
 // logSetup serializes engine creation: the C log callback is process-wide state read by engine_new, so setting
@@ -167,7 +179,10 @@ func NewEngine(config Config) (*Engine, error) {
 		}
 		return nil, err
 	}
-	engine := &Engine{handle: handle, logHandle: logHandle, dispatch: newDispatcher(handle)}
+	engine := &Engine{
+		handle: handle, logHandle: logHandle, dispatch: newDispatcher(handle),
+		submitting: make(chan struct{}, submitSlots()),
+	}
 	runtime.SetFinalizer(engine, (*Engine).Close)
 	return engine, nil
 }
@@ -364,6 +379,12 @@ func (e *Engine) submitAPI(ctx context.Context, api API, requestJSON []byte, chu
 	// raw NUL (RFC 8259 section 7: control characters must be escaped), so such a body is refused here.
 	if bytes.IndexByte(requestJSON, 0) >= 0 {
 		return nil, &Error{Op: op, Status: StatusInvalidRequest, Message: nulBodyError}
+	}
+	select {
+	case e.submitting <- struct{}{}:
+		defer func() { <-e.submitting }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	id, box, open := e.dispatch.register()
 	if !open {
