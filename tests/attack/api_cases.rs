@@ -312,7 +312,7 @@ pub fn api_bombs() -> Vec<ApiBomb> {
 /// conversation fills the context.
 pub const CHAINED: &str = "responses_previous_response_id_chained_to_the_context";
 /// The chain's context: the KV cache bounds the longest request.
-const CHAIN_CONTEXT: usize = 2048;
+const CHAIN_CONTEXT: usize = 1024;
 /// More links than that context can hold (each adds a turn of a few tokens, and one generated token).
 const MOST_LINKS: usize = 2000;
 
