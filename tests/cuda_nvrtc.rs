@@ -44,9 +44,9 @@ fn each_kernel_file_compiles_on_its_own_for_hopper_and_together_they_hold_every_
     if !nvrtc_available() {
         return;
     }
+    // Taken from the end: `moe.cu` last, so first.
     let mut queue: Vec<(&str, &str)> = KERNEL_FILES.to_vec();
-    queue.sort_by_key(|(name, _)| *name != "moe.cu");
-    queue.reverse();
+    queue.sort_by_key(|(name, _)| *name == "moe.cu");
     let queue = Mutex::new(queue);
     let ptx: Vec<String> = thread::scope(|s| {
         let worker = || {
